@@ -1,0 +1,120 @@
+"""Opening a farm database: URLs, engines, schema creation and the version check."""
+
+import re
+from pathlib import Path
+
+import platformdirs
+from sqlalchemy import create_engine, event, exc, insert, inspect, select
+from sqlalchemy.engine import URL, Engine, make_url
+
+from . import schema
+from .errors import ConfigError, DatabaseUnavailable, SchemaTooNew
+
+# Short names a user may type, mapped to the driver we ship.
+_DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg", "mssql": "mssql+pyodbc"}
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+
+
+def default_url() -> str:
+    """The embedded default: one SQLite file in the user's data directory."""
+    folder = Path(platformdirs.user_data_dir("queueprocessor"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'farm.db'}"
+
+
+def mask(url: str | URL) -> str:
+    """The URL with its password replaced by ***, safe to log or show."""
+    text = url.render_as_string(hide_password=True) if isinstance(url, URL) else str(url)
+    return _PASSWORD_IN_URL.sub(r"\1***@", text)
+
+
+def parse_url(text: str) -> URL:
+    try:
+        url = make_url(text)
+    except (exc.ArgumentError, ValueError):
+        raise ConfigError(
+            f"malformed database URL {mask(text)!r}: expected e.g. "
+            "sqlite:///path/farm.db or postgresql://user:password@host/dbname"
+        ) from None
+    if url.drivername in _DRIVERS:
+        url = url.set(drivername=_DRIVERS[url.drivername])
+    if url.get_backend_name() not in ("sqlite", "postgresql", "mssql"):
+        raise ConfigError(
+            f"unsupported database {url.get_backend_name()!r} in {mask(url)}: use sqlite, postgresql or mssql"
+        )
+    return url
+
+
+def open_engine(text: str, pool_size: int = 5) -> Engine:
+    """An engine tuned for the farm's access pattern (short statements, several threads)."""
+    url = parse_url(text)
+    if url.get_backend_name() == "sqlite":
+        return _sqlite_engine(url)
+    try:
+        return create_engine(url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True, pool_recycle=300)
+    except ModuleNotFoundError as error:
+        raise ConfigError(f"the driver for {mask(url)} is not installed ({error.name})") from None
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    if url.database and url.database != ":memory:":
+        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):
+        # Let SQLAlchemy own transactions; WAL lets readers run beside the one writer.
+        dbapi_connection.isolation_level = None
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+        dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+        dbapi_connection.execute("PRAGMA busy_timeout=30000")
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection):
+        # Take the write lock up front: a deferred transaction that later writes
+        # fails at once with "database is locked" instead of waiting its turn.
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def describe_failure(error: exc.DBAPIError, url: str | URL) -> DatabaseUnavailable:
+    """Turn a driver error into one line that names the database (masked) and a next step."""
+    reason = str(getattr(error, "orig", error)).strip().splitlines()[0] if str(error) else type(error).__name__
+    return DatabaseUnavailable(
+        f"cannot use the database {mask(url)}: {mask(reason)} — check the URL, that the server is running, "
+        "and the user name and password"
+    )
+
+
+def ensure_schema(engine: Engine) -> bool:
+    """Create the tables if missing; refuse a schema newer than this code. True if created.
+
+    Several nodes may start at once on an empty database: a loser of the
+    creation race simply finds the tables there on its next try.
+    """
+    for attempt in range(3):
+        try:
+            return _create_or_check(engine)
+        except (exc.IntegrityError, exc.ProgrammingError):
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _create_or_check(engine: Engine) -> bool:
+    with engine.begin() as conn:
+        version = None
+        if inspect(conn).has_table(schema.meta.name):
+            version = conn.execute(
+                select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
+            ).scalar()
+        if version is not None and int(version) > schema.SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"this database has schema version {version}, newer than this QueueProcessor's "
+                f"{schema.SCHEMA_VERSION}: upgrade QueueProcessor on this machine before joining the farm"
+            )
+        schema.metadata.create_all(conn)
+        if version is None:
+            conn.execute(insert(schema.meta).values(key="schema_version", value=str(schema.SCHEMA_VERSION)))
+        return version is None

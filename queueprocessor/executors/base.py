@@ -1,0 +1,39 @@
+"""The executor interface: how a node runs one kind of work.
+
+An executor validates a job before it is stored (bad work is refused at the
+door with a clear reason) and again when it runs (allow-lists are the running
+node's). `run` is a coroutine so a timeout or a lost lease can cancel it.
+"""
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from ..store import Claimed, JobSpec
+
+
+@dataclass
+class JobContext:
+    """What a running job may know about itself; `cancelled` is set when it must stop."""
+
+    job_id: int
+    attempt: int
+    fence: int
+    machine_id: int
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+class JobFailed(Exception):
+    """The work ran and did not succeed; the message is the run's error."""
+
+
+class Executor(ABC):
+    name: str
+
+    @abstractmethod
+    def validate(self, spec: JobSpec) -> None:
+        """Raise InvalidJob with a clear reason if this node would refuse to run `spec`."""
+
+    @abstractmethod
+    async def run(self, job: Claimed, context: JobContext) -> str | None:
+        """Do the work. Return an output excerpt; raise JobFailed (or anything) when it fails."""

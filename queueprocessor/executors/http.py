@@ -1,0 +1,70 @@
+"""HTTP jobs: a GET or POST to a path on the node's own web server (the seeds' jobs are pages).
+
+The fence token travels in X-QP-Fence so the downstream service can refuse a
+writer that lost its lease.
+"""
+
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+
+from ..errors import InvalidJob
+from ..store import Claimed, JobSpec
+from .base import Executor, JobContext, JobFailed
+
+METHODS = ("GET", "POST")
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+class HttpExecutor(Executor):
+    name = "http"
+
+    def __init__(self, base_url: str = "http://localhost/", allowed_hosts: tuple[str, ...] = LOCAL_HOSTS):
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidJob(f"--http-base {base_url!r} is not an http(s) URL, e.g. http://localhost:8080/")
+        if parts.hostname not in allowed_hosts:
+            raise InvalidJob(f"--http-base host {parts.hostname!r} is not in the allowed hosts {', '.join(allowed_hosts)}")
+        self.base_url = base_url if base_url.endswith("/") else base_url + "/"
+        self._client: httpx.AsyncClient | None = None
+
+    def validate(self, spec: JobSpec) -> None:
+        parts = urlsplit(spec.target)
+        if parts.scheme or parts.netloc or spec.target.startswith("//"):
+            raise InvalidJob(
+                f"HTTP job target {spec.target!r} is an absolute URL: give a path relative to the node's "
+                "--http-base, e.g. /reports/run"
+            )
+        if spec.method not in METHODS:
+            raise InvalidJob(f"HTTP method {spec.method!r} is not supported: use GET or POST")
+
+    def url_for(self, target: str) -> str:
+        return urljoin(self.base_url, target.lstrip("/"))
+
+    async def run(self, job: Claimed, context: JobContext) -> str | None:
+        self.validate(JobSpec(executor=self.name, target=job.target, method=job.method))
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+        url = self.url_for(job.target)
+        headers = {
+            "X-QP-Job": str(job.id),
+            "X-QP-Attempt": str(job.attempts),
+            "X-QP-Fence": str(job.fence),
+            "X-QP-Machine": str(context.machine_id),
+        }
+        body = job.payload.encode() if job.method == "POST" and job.payload is not None else None
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            response = await self._client.request(job.method, url, headers=headers, content=body)
+        except httpx.HTTPError as error:
+            raise JobFailed(f"{job.method} {url}: {type(error).__name__}: {error}") from None
+        excerpt = response.text[:500]
+        if not response.is_success:
+            raise JobFailed(f"{job.method} {url} answered HTTP {response.status_code}: {excerpt[:200]}")
+        return excerpt
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

@@ -1,0 +1,331 @@
+"""The node: one machine's part in the farm (DESIGN 1-3, 5).
+
+Three named threads, none of which waits on another:
+- qp-heartbeat: every heartbeat, samples the database clock while reading the
+  machine rows, checks in, renews leases and applies operators' wishes;
+- qp-turns: a 10 ms timer that takes this machine's turns and claims work;
+- qp-runner: the asyncio loop that runs the jobs (see runner).
+A watchdog on the turn timer fences the node off when it has not renewed its
+leases for longer than the lease minus a margin, and stops the node loudly if
+a thread dies.
+"""
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from . import __version__
+from .clock import Clock, OffsetEstimator, SystemClock
+from .executors import Executor, HttpExecutor
+from .roster import Liveness, next_turn, roster, slot_of, slot_owner
+from .runner import JobRunner
+from .store import WISHES, Store
+
+log = logging.getLogger("queueprocessor.node")
+
+
+@dataclass
+class NodeConfig:
+    name: str = field(default_factory=socket.gethostname)
+    capacity: int = 4
+    period: float = 1.0
+    heartbeat: float = 1.0
+    misses: int = 3
+    http_base: str = "http://localhost/"
+    turn_keep: float = 24 * 3600.0
+    tick: float = 0.01
+
+    @property
+    def dead_after(self) -> float:
+        return self.misses * self.heartbeat
+
+    @property
+    def lease(self) -> float:
+        """A lease lasts as long as a silent machine is given before it is judged dead."""
+        return self.dead_after
+
+    @property
+    def fence_margin(self) -> float:
+        """Stop our own jobs this long before our leases could run out."""
+        return min(0.5, self.heartbeat / 2)
+
+    @property
+    def join_delay(self) -> float:
+        """Join the roster only once every peer has surely read our row."""
+        return 1.5 * self.heartbeat
+
+
+class Node:
+    def __init__(self, store: Store, config: NodeConfig, clock: Clock | None = None,
+                 executors: dict[str, Executor] | None = None):
+        self.store = store
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.estimator = OffsetEstimator(self.clock)
+        self.executors = executors or {"http": HttpExecutor(config.http_base)}
+        self.instance = uuid.uuid4().hex
+        self.id: int | None = None
+        self.state = "active"
+        self.done = 0
+        self.failed = 0
+        self.turns_taken = 0
+        self.db_healthy = False
+        self.last_error: str | None = None
+        self.machines: list[dict] = []
+        self._streak_start = float("inf")
+        self._last_contact_db = float("-inf")
+        self._renewed_at = float("-inf")  # monotonic send time of the last successful renewal
+        self._backlog_slot = -1
+        self._direct = False
+        self._last_slot = -1
+        self._stop = threading.Event()
+        self.stopped = threading.Event()
+        self.runner: JobRunner | None = None
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle --------------------------------------------------------
+
+    def start(self) -> "Node":
+        self.id = self.store.register(
+            name=self.config.name, host=socket.gethostname(), instance=self.instance, pid=os.getpid(),
+            version=__version__, capacity=self.config.capacity,
+        )
+        for _ in range(5):  # a first filtered estimate before we take any turn
+            self.estimator.measure(self.store.ask_time)
+        self._renewed_at = self.clock.monotonic()
+        self.runner = JobRunner(self.store, self.id, self.executors, self.estimator.db_now, self._job_done)
+        self.runner.start()
+        self._checkin()
+        self._threads = [
+            threading.Thread(target=self._guard, args=(self._heartbeat_loop,), name="qp-heartbeat", daemon=True),
+            threading.Thread(target=self._guard, args=(self._turn_loop,), name="qp-turns", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        log.info("machine %s (%s) joined the farm, capacity %s, offset %+.4f s ±%.4f",
+                 self.id, self.config.name, self.config.capacity, self.estimator.offset(),
+                 self.estimator.error_bound())
+        return self
+
+    def stop(self, drain: bool = True, timeout: float | None = None) -> None:
+        """Leave the farm. With `drain`, finish running jobs first; otherwise hand them back."""
+        if drain and self.state not in ("stopped",):
+            self.state = "draining"
+            self._await_idle(timeout)
+        self._stop.set()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(5)
+        if self.runner is not None:
+            self.runner.stop_all("lost")
+            self._await_idle(5)
+            self.runner.stop()
+        if self.id is not None:
+            try:
+                self.store.mark_stopped(self.id)
+            except Exception as exc:
+                log.warning("could not mark machine %s stopped: %s", self.id, exc)
+        self.state = "stopped"
+        self.stopped.set()
+
+    def _await_idle(self, timeout: float | None) -> None:
+        deadline = None if timeout is None else self.clock.monotonic() + timeout
+        while self.runner and self.runner.count() and (deadline is None or self.clock.monotonic() < deadline):
+            self._stop.wait(0.05)
+
+    def _guard(self, loop) -> None:
+        """Run a thread's loop; if it dies, say so loudly and stop the node rather than limp on."""
+        try:
+            loop()
+        except Exception:
+            log.exception("thread %s died; stopping this node", threading.current_thread().name)
+            self.last_error = f"thread {threading.current_thread().name} died"
+            threading.Thread(target=self.stop, kwargs={"drain": False}, name="qp-stop").start()
+
+    # -- heartbeat --------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        next_beat = self.clock.monotonic()
+        while not self._stop.is_set():
+            next_beat += self.config.heartbeat
+            self._stop.wait(max(0.0, next_beat - self.clock.monotonic()))
+            if self._stop.is_set():
+                return
+            try:
+                self._checkin()
+            except Exception as exc:  # database down: keep trying; the watchdog fences us off
+                self._lost_contact(exc)
+            if self.state == "draining" and self.runner.count() == 0:
+                log.info("drained: no jobs left, stopping")
+                threading.Thread(target=self.stop, kwargs={"drain": False}, name="qp-stop").start()
+                return
+
+    def _checkin(self) -> None:
+        sent = self.clock.monotonic()
+        rows: list[dict] = []
+
+        backlog_slot = None
+
+        def read():
+            nonlocal rows, backlog_slot
+            since = slot_of(self.estimator.db_now(), self.config.period) - 3
+            now, backlog_slot, rows = self.store.read_machines(since)
+            return now
+
+        sample = self.estimator.measure(read)
+        self._note_contact(sample.db)
+        self.machines = rows
+        me = next((m for m in rows if m["id"] == self.id), None)
+        applied = self._apply_wish(me["wish"] if me else None)
+        renewed = self.runner.held() and self.store.renew(self.id, self.runner.held(), self.config.lease)
+        self._handle_renewals(renewed or {})
+        self.store.heartbeat(
+            self.id, state=self.state, applied_wish=applied, running=self.runner.count(), done=self.done,
+            failed=self.failed, offset=self.estimator.offset(), rtt=self.estimator.rtt(),
+            error_bound=self.estimator.error_bound(),
+        )
+        self._renewed_at = sent
+        if backlog_slot is not None:
+            self._backlog_slot = max(self._backlog_slot, backlog_slot)
+        if not self.db_healthy:
+            log.info("database reachable (offset %+.4f s, rtt %.2f ms)", self.estimator.offset(),
+                     self.estimator.rtt() * 1000)
+        self.db_healthy = True
+
+    def _note_contact(self, db_time: float) -> None:
+        """Track our unbroken run of check-ins: peers are only judged on silence within it."""
+        if db_time - self._last_contact_db > 2 * self.config.heartbeat:
+            self._streak_start = db_time
+        self._last_contact_db = db_time
+
+    def _lost_contact(self, exc: Exception) -> None:
+        from .database import mask
+
+        message = mask(str(exc).strip().splitlines()[0] if str(exc) else type(exc).__name__)
+        if self.db_healthy or message != self.last_error:
+            log.warning("database unreachable, claiming paused: %s", message)
+        self.db_healthy = False
+        self.last_error = message
+
+    def _apply_wish(self, wish: str | None) -> str | None:
+        if wish not in WISHES or self.state in ("stopped",):
+            return None
+        target = WISHES[wish]
+        if self.state == "draining" and target != "draining":
+            log.info("ignoring %s: this machine is draining", wish)
+        elif target != self.state:
+            log.info("operator wish: %s (%s -> %s)", wish, self.state, target)
+            self.state = target
+        return wish
+
+    def _handle_renewals(self, renewed: dict[int, bool]) -> None:
+        for job_id, _fence in self.runner.held():
+            if job_id not in renewed:
+                log.warning("job %s: lease lost to another machine, stopping it", job_id)
+                self.runner.stop_job(job_id, "lost")
+            elif renewed[job_id]:
+                self.runner.stop_job(job_id, "cancelled")
+
+    # -- turns ------------------------------------------------------------
+
+    def liveness(self) -> Liveness:
+        return Liveness(self.config.dead_after, self._streak_start)
+
+    def _turn_loop(self) -> None:
+        tick = self.config.tick
+        next_tick = self.clock.monotonic()
+        while not self._stop.is_set():
+            next_tick += tick
+            delay = next_tick - self.clock.monotonic()
+            if delay < -tick:  # we fell behind (GC, a slow claim): do not burst to catch up
+                next_tick = self.clock.monotonic()
+            self._stop.wait(max(0.0, delay))
+            self._watchdog()
+            if self.db_healthy:
+                try:
+                    self._tick()
+                except Exception as exc:
+                    self._lost_contact(exc)
+
+    def _watchdog(self) -> None:
+        """Self-fencing: jobs whose leases we could not renew in time are stopped before they run out."""
+        silent = self.clock.monotonic() - self._renewed_at
+        if silent > self.config.lease - self.config.fence_margin and self.runner.count():
+            log.warning("no contact with the database for %.1f s: stopping our %s jobs before their leases "
+                        "run out", silent, self.runner.count())
+            self.runner.stop_all("lost")
+            self.db_healthy = False
+
+    def _tick(self) -> None:
+        if self.state != "active":
+            return
+        now = self.estimator.db_now()
+        slot = slot_of(now, self.config.period)
+        free = self.config.capacity - self.runner.count()
+        if slot != self._last_slot:
+            ids = roster(self.machines, now, self.liveness(), self.config.join_delay)
+            inside = now - slot * self.config.period
+            if slot_owner(ids, slot) == self.id and inside > self.estimator.error_bound():
+                self._last_slot = slot
+                if self.store.take_turn(slot, self.id):
+                    self._take_turn(slot, free)
+                return
+        if self._backlog_slot >= slot - 2 and free > 0 and not self._direct:
+            self._direct = True
+        if self._direct and free > 0:
+            # Work-conserving: a recent turn found more than its holder could take.
+            if not self._claim(free):
+                self._direct = False
+                self._backlog_slot = -1
+
+    def _take_turn(self, slot: int, free: int) -> None:
+        self.turns_taken += 1
+        claimed = self._claim(free)
+        backlog = free > 0 and claimed == free and self.store.due_count() > 0
+        if claimed or backlog:
+            self.store.record_turn(slot, claimed, backlog)
+        if backlog:
+            self._backlog_slot = slot
+        if self.turns_taken % 600 == 1:
+            self.store.prune_turns(self.config.turn_keep)
+
+    def _claim(self, limit: int) -> int:
+        # Leases that ran out while we ourselves could not reach the database are
+        # not taken: their owners deserve a full lease to renew after the stall.
+        settled = self.estimator.db_now() - self._streak_start > self.config.lease
+        jobs = self.store.claim(self.id, limit, self.config.lease, take_expired=settled)
+        for job in jobs:
+            self.runner.submit(job)
+        return len(jobs)
+
+    def _job_done(self, outcome: str) -> None:
+        if outcome == "succeeded":
+            self.done += 1
+        elif outcome in ("failed", "timeout"):
+            self.failed += 1
+
+    # -- for the CLI and the GUI ------------------------------------------
+
+    def snapshot(self) -> dict:
+        """This node as plain data (the GUI draws it; it never reads our internals)."""
+        synced = self.estimator.synced
+        now = self.estimator.db_now() if synced else None
+        upcoming = None
+        if synced and self.state == "active":
+            ids = roster(self.machines, now, self.liveness(), self.config.join_delay)
+            turn = next_turn(ids, self.id, now, self.config.period)
+            if turn is not None and turn == self._last_slot:
+                turn = next_turn(ids, self.id, (turn + 1) * self.config.period, self.config.period)
+            upcoming = None if turn is None else max(0.0, turn * self.config.period - now)
+        return {
+            "id": self.id, "name": self.config.name, "state": self.state, "db_healthy": self.db_healthy,
+            "last_error": self.last_error, "db_now": now,
+            "offset": self.estimator.offset() if synced else None,
+            "error_bound": self.estimator.error_bound() if synced else None,
+            "rtt": self.estimator.rtt() if synced else None,
+            "running": self.runner.count() if self.runner else 0, "capacity": self.config.capacity,
+            "done": self.done, "failed": self.failed, "turns": self.turns_taken, "next_turn_in": upcoming,
+        }

@@ -1,0 +1,30 @@
+"""Printing for the CLI: aligned tables for people, stable JSON for programs."""
+
+import json
+import math
+from datetime import datetime, timezone
+
+import click
+
+
+def format_time(epoch: float | None) -> str:
+    """Database time (epoch seconds, UTC) as a readable UTC timestamp with milliseconds."""
+    if epoch is None or (isinstance(epoch, float) and math.isnan(epoch)):
+        return "-"
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def print_json(document) -> None:
+    """Keys sorted, times kept as epoch seconds (database time): stable across versions and locales."""
+    click.echo(json.dumps(document, sort_keys=True, indent=2, default=str))
+
+
+def print_table(headers: list[str], rows: list[list]) -> None:
+    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for n, row in enumerate(cells):
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        if n == 0:
+            click.echo("  ".join("-" * width for width in widths))
+    if not rows:
+        click.echo("(none)")

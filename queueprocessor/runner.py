@@ -1,0 +1,149 @@
+"""Runs claimed jobs on an asyncio loop in its own thread, so any job can be cancelled.
+
+Cancellation is how a node keeps its promises: a job past its timeout, a job
+an operator cancelled, and every job of a node that lost contact with the
+database for longer than its lease (self-fencing) are stopped here.
+"""
+
+import asyncio
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .errors import LostLease, QPError
+from .executors import Executor, JobContext, executor_for
+from .store import Claimed, Store
+
+log = logging.getLogger("queueprocessor.runner")
+
+
+def backoff(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
+    """Seconds before retry number `attempt`: exponential with full jitter (AWS's advice)."""
+    return random.uniform(0.5, 1.0) * min(cap, base * 2 ** (attempt - 1))
+
+
+@dataclass
+class Running:
+    job: Claimed
+    context: JobContext
+    task: asyncio.Task | None = None
+    stop_reason: str | None = None  # why we cancelled it: "timeout", "cancelled", "lost"
+    started: float = field(default=0.0)
+
+
+class JobRunner:
+    """Owns the event loop thread and the set of jobs this node is running."""
+
+    def __init__(self, store: Store, machine_id: int, executors: dict[str, Executor],
+                 db_now: Callable[[], float], on_done: Callable[[str], None]):
+        self.store = store
+        self.machine_id = machine_id
+        self.executors = executors
+        self.db_now = db_now
+        self.on_done = on_done
+        self.running: dict[int, Running] = {}
+        self._lock = threading.Lock()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._serve, name="qp-runner", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+        for executor in self.executors.values():
+            closer = getattr(executor, "close", None)
+            if closer:
+                self.loop.run_until_complete(closer())
+        self.loop.close()
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+
+    # -- called from other threads ----------------------------------------
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.running)
+
+    def held(self) -> list[tuple[int, int]]:
+        with self._lock:
+            return [(r.job.id, r.job.fence) for r in self.running.values()]
+
+    def submit(self, job: Claimed) -> None:
+        entry = Running(job, JobContext(job.id, job.attempts, job.fence, self.machine_id))
+        with self._lock:
+            self.running[job.id] = entry
+        self.loop.call_soon_threadsafe(self._launch, entry)
+
+    def stop_job(self, job_id: int, reason: str) -> None:
+        """Stop a running job: reason 'cancelled' (operator) or 'lost' (lease gone or fenced off)."""
+        with self._lock:
+            entry = self.running.get(job_id)
+        if entry is not None and entry.stop_reason is None:
+            entry.stop_reason = reason
+            entry.context.cancelled.set()
+            self.loop.call_soon_threadsafe(lambda: entry.task and entry.task.cancel())
+
+    def stop_all(self, reason: str) -> None:
+        for job_id in [job_id for job_id, _ in self.held()]:
+            self.stop_job(job_id, reason)
+
+    # -- on the loop ------------------------------------------------------
+
+    def _launch(self, entry: Running) -> None:
+        entry.task = self.loop.create_task(self._execute(entry), name=f"job-{entry.job.id}")
+
+    async def _execute(self, entry: Running) -> None:
+        job = entry.job
+        outcome, error = "succeeded", None
+        try:
+            if job.exhausted:
+                outcome, error = "failed", "lease lost on its last attempt (its machine died or was cut off)"
+            else:
+                executor = executor_for(self.executors, job.executor)
+                delay = job.run_at - self.db_now()
+                if delay > 0:  # claimed early: start exactly at run_at in database time
+                    await asyncio.sleep(delay)
+                entry.started = self.db_now()
+                coro = executor.run(job, entry.context)
+                await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
+        except asyncio.TimeoutError:
+            entry.context.cancelled.set()
+            outcome, error = "timeout", f"stopped after its timeout of {job.timeout:g} s"
+        except asyncio.CancelledError:
+            outcome = "cancelled" if entry.stop_reason == "cancelled" else "lost"
+            error = "cancelled by an operator" if outcome == "cancelled" else "stopped: this machine lost its lease"
+        except QPError as exc:
+            outcome, error = "failed", str(exc)
+        except Exception as exc:  # a bad job fails alone; the node goes on
+            outcome, error = "failed", f"{type(exc).__name__}: {exc}"
+        await self.loop.run_in_executor(None, self._record, entry, outcome, error)
+
+    def _record(self, entry: Running, outcome: str, error: str | None) -> None:
+        job = entry.job
+        try:
+            if outcome == "lost":
+                # We stopped it ourselves; hand it back if it is still ours (it usually is not).
+                if self.store.release(job, self.machine_id, error):
+                    log.info("job %s handed back to the queue: %s", job.id, error)
+            else:
+                retry_in = backoff(job.attempts) if outcome in ("failed", "timeout") else None
+                state = self.store.finish(job, self.machine_id, outcome, error=error, retry_in=retry_in)
+                log.info("job %s attempt %s %s -> %s%s", job.id, job.attempts, outcome, state,
+                         f" ({error})" if error else "")
+        except LostLease as exc:
+            log.warning("result of job %s refused by its fence: %s", job.id, exc)
+            outcome = "lost"
+        except Exception as exc:  # database down: the lease will expire and the job run again elsewhere
+            log.warning("could not record job %s (%s); its lease will expire and it will be re-run", job.id, exc)
+            outcome = "lost"
+        finally:
+            with self._lock:
+                self.running.pop(job.id, None)
+            self.on_done(outcome)

@@ -1,0 +1,122 @@
+"""The tables, in SQLAlchemy Core, and the schema version they make up.
+
+All times are epoch seconds written by the database (see dbtime). Dialect
+differences are gathered here: SQL Server allows one NULL in a unique index,
+so unique keys there are filtered indexes.
+"""
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+Time = Float(precision=53)
+
+meta = Table(
+    "qp_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", String(200), nullable=False),
+)
+
+machines = Table(
+    "qp_machines",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("instance", String(32), nullable=False, unique=True),
+    Column("pid", Integer, nullable=False),
+    Column("version", String(32), nullable=False),
+    # active | paused | draining | stopped ("dead" is judged, never stored).
+    Column("state", String(16), nullable=False, default="active"),
+    # An operator's wish (pause | resume | drain), applied by the node itself.
+    Column("wish", String(16), nullable=True),
+    Column("capacity", Integer, nullable=False),
+    Column("running", Integer, nullable=False, default=0),
+    Column("done_count", Integer, nullable=False, default=0),
+    Column("failed_count", Integer, nullable=False, default=0),
+    Column("joined_at", Time, nullable=False),
+    Column("last_seen", Time, nullable=False),
+    Column("clock_offset", Time, nullable=True),
+    Column("rtt", Time, nullable=True),
+    Column("error_bound", Time, nullable=True),
+)
+
+turns = Table(
+    "qp_turns",
+    metadata,
+    # The slot number is the key: a second turn for the same slot is refused.
+    Column("slot", BigInteger, primary_key=True, autoincrement=False),
+    Column("machine_id", Id, nullable=False),
+    Column("taken_at", Time, nullable=False),
+    Column("claimed", Integer, nullable=False, default=0),
+    Column("backlog", Boolean, nullable=False, default=False),
+    Index("ix_qp_turns_taken_at", "taken_at"),
+)
+
+jobs = Table(
+    "qp_jobs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("executor", String(16), nullable=False),
+    Column("target", String(2000), nullable=False),
+    Column("method", String(10), nullable=False, default="GET"),
+    Column("payload", Text, nullable=True),
+    # queued | running | succeeded | failed | cancelled
+    Column("state", String(16), nullable=False, default="queued"),
+    Column("priority", Integer, nullable=False, default=0),
+    Column("run_at", Time, nullable=False),
+    Column("created_at", Time, nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("max_attempts", Integer, nullable=False, default=3),
+    Column("timeout", Float, nullable=True),
+    Column("owner", Id, nullable=True),
+    # Bumped by every claim; every write by the owner must quote it.
+    Column("fence", BigInteger, nullable=False, default=0),
+    Column("lease_until", Time, nullable=True),
+    Column("started_at", Time, nullable=True),
+    Column("finished_at", Time, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("key", String(400), nullable=True),
+    Index("ix_qp_jobs_due", "state", "run_at"),
+    Index("ix_qp_jobs_owner", "owner"),
+)
+Index(
+    "ux_qp_jobs_key",
+    jobs.c.key,
+    unique=True,
+    mssql_where=jobs.c.key.isnot(None),
+)
+
+runs = Table(
+    "qp_runs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("job_id", Id, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("machine_id", Id, nullable=False),
+    Column("fence", BigInteger, nullable=False),
+    Column("started_at", Time, nullable=False),
+    Column("finished_at", Time, nullable=True),
+    # running | succeeded | failed | lost | cancelled | timeout
+    Column("outcome", String(16), nullable=False, default="running"),
+    Column("error", Text, nullable=True),
+    Index("ix_qp_runs_job", "job_id"),
+    Index("ix_qp_runs_started", "started_at"),
+)

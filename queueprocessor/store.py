@@ -1,0 +1,391 @@
+"""Every statement the farm runs, in one place, each state change guarded in SQL (DESIGN 3).
+
+The rules the rest of the code relies on:
+- Times are written by the database (`db_now()`), never by a machine.
+- A job is claimed by one atomic UPDATE that only matches claimable rows:
+  queued and due, or running with a lease that ran out. The claim bumps the
+  job's fence token.
+- Renewals and completions match `owner = :me AND fence = :token`; when they
+  match nothing the caller lost the job to another machine (LostLease).
+"""
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import and_, case, delete, exc, func, insert, literal, or_, select, update
+from sqlalchemy.engine import Engine
+
+from .dbtime import db_now
+from .errors import InvalidJob, LostLease, NotFound, QPError
+from .schema import jobs, machines, meta, runs, turns
+
+# Operator wishes and the machine states they lead to.
+WISHES = {"pause": "paused", "resume": "active", "drain": "draining"}
+JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A job this machine now owns, with the fence token every later write must quote."""
+
+    id: int
+    executor: str
+    target: str
+    method: str
+    payload: str | None
+    attempts: int
+    max_attempts: int
+    timeout: float | None
+    fence: int
+    run_at: float
+
+    @property
+    def exhausted(self) -> bool:
+        """Claimed back from a lost lease on its last attempt: fail it, do not run it."""
+        return self.attempts > self.max_attempts
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to run; validated by the executors before it reaches the database."""
+
+    executor: str
+    target: str
+    method: str = "GET"
+    payload: str | None = None
+    priority: int = 0
+    max_attempts: int = 3
+    timeout: float | None = None
+    key: str | None = None
+
+
+class Store:
+    """The farm's database. Thread-safe: each call checks out its own connection."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        # Single statements run in autocommit (one round trip each); SQLite
+        # keeps its explicit BEGIN IMMEDIATE so writers queue instead of failing.
+        self._auto = engine if self.dialect == "sqlite" else engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    def _one(self, statement, params=None):
+        with self._auto.connect() as conn:
+            result = conn.execute(statement, params)
+            rows = result.all() if result.returns_rows else result.rowcount
+            conn.commit()
+            return rows
+
+    # -- time -------------------------------------------------------------
+
+    def ask_time(self) -> float:
+        """The database's clock, one short round trip: the sample the offset estimator times."""
+        return self._one(select(db_now()))[0][0]
+
+    # -- farm settings ----------------------------------------------------
+
+    def settings(self) -> dict[str, str]:
+        return {k: v for k, v in self._one(select(meta.c.key, meta.c.value))}
+
+    def adopt_settings(self, wanted: dict[str, str]) -> dict[str, str]:
+        """Store settings the farm does not have yet; return the farm's settings (old ones win)."""
+        have = self.settings()
+        for key, value in wanted.items():
+            if key not in have:
+                try:
+                    self._one(insert(meta).values(key=key, value=value))
+                except exc.IntegrityError:
+                    pass  # another node stored it first; theirs stands
+        return self.settings()
+
+    # -- machines ---------------------------------------------------------
+
+    def register(self, *, name: str, host: str, instance: str, pid: int, version: str, capacity: int) -> int:
+        values = dict(
+            name=name, host=host, instance=instance, pid=pid, version=version, capacity=capacity,
+            state="active", running=0, done_count=0, failed_count=0,
+        )
+        with self.engine.begin() as conn:
+            conn.execute(insert(machines).values(joined_at=db_now(), last_seen=db_now(), **values))
+            return conn.execute(select(machines.c.id).where(machines.c.instance == instance)).scalar_one()
+
+    def heartbeat(self, machine_id: int, *, state: str, applied_wish: str | None, running: int,
+                  done: int, failed: int, offset: float | None, rtt: float | None,
+                  error_bound: float | None) -> bool:
+        """Check in. Clears the wish the node just applied (only if nobody wished again since)."""
+        wish = machines.c.wish
+        if applied_wish is not None:
+            wish = case((machines.c.wish == applied_wish, None), else_=machines.c.wish)
+        count = self._one(
+            update(machines)
+            .where(machines.c.id == machine_id)
+            .values(last_seen=db_now(), state=state, wish=wish, running=running, done_count=done,
+                    failed_count=failed, clock_offset=offset, rtt=rtt, error_bound=error_bound)
+        )
+        return count == 1
+
+    def read_machines(self, backlog_since: int | None = None) -> tuple[float, int | None, list[dict]]:
+        """In one statement: the database's time, the newest backlog turn since a slot, all machines."""
+        backlog = literal(None) if backlog_since is None else (
+            select(func.max(turns.c.slot)).where(turns.c.slot >= backlog_since, turns.c.backlog).scalar_subquery()
+        )
+        rows = self._one(select(db_now(), backlog, machines).order_by(machines.c.id))
+        if not rows:
+            return self.ask_time(), None, []
+        return rows[0][0], rows[0][1], [dict(r._mapping) for r in rows]
+
+    def find_machine(self, ref: str) -> dict:
+        """A machine by id, or by name among the machines that are not stopped."""
+        with self.engine.connect() as conn:
+            if ref.isdigit():
+                row = conn.execute(select(machines).where(machines.c.id == int(ref))).first()
+                if row:
+                    return dict(row._mapping)
+            rows = conn.execute(
+                select(machines).where(machines.c.name == ref, machines.c.state != "stopped")
+            ).all()
+        if not rows:
+            raise NotFound(f"no running machine is named or numbered {ref!r}: see `queueprocessor status`")
+        if len(rows) > 1:
+            ids = ", ".join(str(r.id) for r in rows)
+            raise QPError(f"{len(rows)} machines are named {ref!r} (ids {ids}): give the id instead")
+        return dict(rows[0]._mapping)
+
+    def wish(self, machine_id: int, wish: str) -> None:
+        """Write an operator's wish on a machine's row; the machine applies it within a heartbeat."""
+        if wish not in WISHES:
+            raise QPError(f"unknown wish {wish!r}: use one of {', '.join(WISHES)}")
+        if self._one(update(machines).where(machines.c.id == machine_id).values(wish=wish)) != 1:
+            raise NotFound(f"no machine with id {machine_id}")
+
+    def mark_stopped(self, machine_id: int) -> None:
+        self._one(update(machines).where(machines.c.id == machine_id).values(state="stopped", running=0,
+                                                                              last_seen=db_now()))
+
+    # -- turns ------------------------------------------------------------
+
+    def take_turn(self, slot: int, machine_id: int) -> bool:
+        """Record a turn under its slot number. False if another machine already has that slot."""
+        try:
+            self._one(insert(turns).values(slot=slot, machine_id=machine_id, taken_at=db_now(),
+                                           claimed=0, backlog=False))
+        except exc.IntegrityError:
+            return False
+        return True
+
+    def record_turn(self, slot: int, claimed: int, backlog: bool) -> None:
+        self._one(update(turns).where(turns.c.slot == slot).values(claimed=claimed, backlog=backlog))
+
+    def backlog_open(self, since_slot: int) -> bool:
+        """Did a recent turn find more due work than its holder could take? (work-conserving claims)"""
+        return bool(self._one(select(turns.c.slot).where(turns.c.slot >= since_slot, turns.c.backlog).limit(1)))
+
+    def read_turns(self, since: float, limit: int = 100_000) -> list[dict]:
+        rows = self._one(select(turns).where(turns.c.taken_at >= since).order_by(turns.c.slot).limit(limit))
+        return [dict(r._mapping) for r in rows]
+
+    def prune_turns(self, keep_seconds: float) -> int:
+        return self._one(delete(turns).where(turns.c.taken_at < db_now() - keep_seconds))
+
+    # -- jobs -------------------------------------------------------------
+
+    def enqueue(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> list[int]:
+        """Insert `count` copies of a job, due after `delay` seconds or at epoch `at` (database time)."""
+        run_at = literal(at) if at is not None else db_now() + delay
+        statement = insert(jobs).values(created_at=db_now(), run_at=run_at).returning(jobs.c.id)
+        row = dict(
+            executor=spec.executor, target=spec.target, method=spec.method, payload=spec.payload,
+            priority=spec.priority, max_attempts=spec.max_attempts, timeout=spec.timeout, key=spec.key,
+            state="queued", attempts=0, fence=0, cancel_requested=False,
+        )
+        try:
+            with self.engine.begin() as conn:
+                if count == 1:
+                    return [conn.execute(statement, row).scalar_one()]
+                return [r[0] for r in conn.execute(statement, [row] * count, ).all()]
+        except exc.IntegrityError:
+            raise InvalidJob(f"a job with key {spec.key!r} already exists") from None
+
+    def claim(self, machine_id: int, limit: int, lease: float, *, horizon: float = 0.0,
+              take_expired: bool = True) -> list[Claimed]:
+        """Atomically take up to `limit` claimable jobs, best priority first.
+
+        Claimable: queued with run_at within `horizon` seconds from now, or (with
+        take_expired) running with a lease that ran out. One UPDATE; the
+        subquery skips rows another machine is claiming at the same moment.
+        """
+        if limit <= 0:
+            return []
+        j = jobs.alias("j")
+        now = db_now()
+        due = and_(j.c.state == "queued", j.c.run_at <= now + horizon)
+        if take_expired:
+            due = or_(due, and_(j.c.state == "running", j.c.lease_until < now))
+        pick = (
+            select(j.c.id).where(due)
+            .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .with_hint(j, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql")
+        )
+        guard = or_(jobs.c.state == "queued", and_(jobs.c.state == "running", jobs.c.lease_until < now))
+        statement = (
+            update(jobs)
+            .where(jobs.c.id.in_(pick), guard)
+            .values(state="running", owner=machine_id, fence=jobs.c.fence + 1, attempts=jobs.c.attempts + 1,
+                    lease_until=now + lease, started_at=now, finished_at=None)
+            .returning(jobs.c.id, jobs.c.executor, jobs.c.target, jobs.c.method, jobs.c.payload,
+                       jobs.c.attempts, jobs.c.max_attempts, jobs.c.timeout, jobs.c.fence, jobs.c.run_at)
+        )
+        claimed = [Claimed(*row) for row in self._one(statement)]
+        if claimed:
+            self._open_runs(machine_id, claimed)
+        return claimed
+
+    def _open_runs(self, machine_id: int, claimed: Sequence[Claimed]) -> None:
+        """Start a run row per claimed job; close the runs of machines that lost those jobs."""
+        with self.engine.begin() as conn:
+            retaken = [c for c in claimed if c.attempts > 1]
+            for c in retaken:
+                conn.execute(
+                    update(runs)
+                    .where(runs.c.job_id == c.id, runs.c.outcome == "running", runs.c.fence < c.fence)
+                    .values(outcome="lost", finished_at=db_now(),
+                            error="lease expired: the machine stopped renewing it")
+                )
+            conn.execute(
+                insert(runs).values(started_at=db_now(), outcome="running"),
+                [dict(job_id=c.id, attempt=c.attempts, machine_id=machine_id, fence=c.fence) for c in claimed],
+            )
+
+    def due_count(self, horizon: float = 0.0) -> int:
+        return self._one(
+            select(func.count()).select_from(jobs).where(jobs.c.state == "queued", jobs.c.run_at <= db_now() + horizon)
+        )[0][0]
+
+    def renew(self, machine_id: int, held: Iterable[tuple[int, int]], lease: float) -> dict[int, bool]:
+        """Extend the leases this machine still holds. Returns {job id: cancel requested} for those renewed;
+        a job missing from the answer was lost to another machine."""
+        held = list(held)
+        if not held:
+            return {}
+        mine = or_(*(and_(jobs.c.id == job_id, jobs.c.fence == fence) for job_id, fence in held))
+        rows = self._one(
+            update(jobs)
+            .where(jobs.c.owner == machine_id, jobs.c.state == "running", mine)
+            .values(lease_until=db_now() + lease)
+            .returning(jobs.c.id, jobs.c.cancel_requested)
+        )
+        return {row[0]: bool(row[1]) for row in rows}
+
+    def finish(self, job: Claimed, machine_id: int, outcome: str, *, error: str | None = None,
+               retry_in: float | None = None) -> str:
+        """Record how a run ended, guarded by owner and fence. Returns the job's new state.
+
+        `retry_in` puts a failed job back in the queue after that many seconds,
+        when it has attempts left. Raises LostLease if the fence moved on.
+        """
+        if outcome == "succeeded":
+            state = "succeeded"
+        elif outcome == "cancelled":
+            state = "cancelled"
+        elif retry_in is not None and job.attempts < job.max_attempts:
+            state = "queued"
+        else:
+            state = "failed"
+        values = dict(state=state, last_error=error, lease_until=None)
+        if state == "queued":
+            values.update(run_at=db_now() + retry_in, owner=None)
+        else:
+            values.update(finished_at=db_now())
+        with self.engine.begin() as conn:
+            count = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job.id, jobs.c.owner == machine_id, jobs.c.fence == job.fence,
+                       jobs.c.state == "running")
+                .values(**values)
+            ).rowcount
+            if count != 1:
+                raise LostLease(f"job {job.id} fence {job.fence}: another machine owns it now")
+            conn.execute(
+                update(runs)
+                .where(runs.c.job_id == job.id, runs.c.fence == job.fence)
+                .values(outcome=outcome, finished_at=db_now(), error=error)
+            )
+        return state
+
+    def release(self, job: Claimed, machine_id: int, reason: str) -> bool:
+        """Give a job back to the queue without spending an attempt (the node stopped it, e.g. when
+        it fenced itself off). False if it was no longer ours."""
+        with self.engine.begin() as conn:
+            count = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job.id, jobs.c.owner == machine_id, jobs.c.fence == job.fence,
+                       jobs.c.state == "running")
+                .values(state="queued", owner=None, lease_until=None, run_at=db_now(),
+                        attempts=jobs.c.attempts - 1, last_error=reason)
+            ).rowcount
+            conn.execute(
+                update(runs)
+                .where(runs.c.job_id == job.id, runs.c.fence == job.fence, runs.c.outcome == "running")
+                .values(outcome="lost", finished_at=db_now(), error=reason)
+            )
+        return count == 1
+
+    def cancel(self, job_id: int) -> str:
+        """Cancel a queued job at once; ask the owner of a running one to stop it (within a heartbeat)."""
+        with self.engine.begin() as conn:
+            if conn.execute(
+                update(jobs).where(jobs.c.id == job_id, jobs.c.state == "queued")
+                .values(state="cancelled", finished_at=db_now(), last_error="cancelled by an operator")
+            ).rowcount:
+                return "cancelled"
+            if conn.execute(
+                update(jobs).where(jobs.c.id == job_id, jobs.c.state == "running").values(cancel_requested=True)
+            ).rowcount:
+                return "cancelling"
+            state = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar()
+        if state is None:
+            raise NotFound(f"no job with id {job_id}: see `queueprocessor jobs`")
+        raise QPError(f"job {job_id} is already {state}; only queued or running jobs can be cancelled")
+
+    def retry(self, job_id: int) -> None:
+        """Put a failed or cancelled job back in the queue for one more attempt."""
+        count = self._one(
+            update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.state.in_(("failed", "cancelled")))
+            .values(state="queued", run_at=db_now(), owner=None, finished_at=None, cancel_requested=False,
+                    max_attempts=jobs.c.attempts + 1)
+        )
+        if count != 1:
+            state = self._one(select(jobs.c.state).where(jobs.c.id == job_id))
+            if not state:
+                raise NotFound(f"no job with id {job_id}: see `queueprocessor jobs`")
+            raise QPError(f"job {job_id} is {state[0][0]}; only failed or cancelled jobs can be retried")
+
+    def get_job(self, job_id: int) -> dict:
+        rows = self._one(select(jobs).where(jobs.c.id == job_id))
+        if not rows:
+            raise NotFound(f"no job with id {job_id}: see `queueprocessor jobs`")
+        return dict(rows[0]._mapping)
+
+    def list_jobs(self, state: str | None = None, limit: int = 100) -> list[dict]:
+        statement = select(jobs).order_by(jobs.c.id.desc()).limit(limit)
+        if state:
+            if state not in JOB_STATES:
+                raise QPError(f"unknown job state {state!r}: use one of {', '.join(JOB_STATES)}")
+            statement = statement.where(jobs.c.state == state)
+        return [dict(r._mapping) for r in self._one(statement)]
+
+    def job_counts(self) -> dict[str, int]:
+        rows = self._one(select(jobs.c.state, func.count()).group_by(jobs.c.state))
+        return {state: 0 for state in JOB_STATES} | {state: n for state, n in rows}
+
+    def list_runs(self, *, since: float = -math.inf, job_id: int | None = None, limit: int = 10_000) -> list[dict]:
+        statement = select(runs).order_by(runs.c.started_at.desc()).limit(limit)
+        if job_id is not None:
+            statement = statement.where(runs.c.job_id == job_id)
+        if since != -math.inf:
+            statement = statement.where(or_(runs.c.finished_at.is_(None), runs.c.finished_at >= since))
+        return [dict(r._mapping) for r in self._one(statement)]
