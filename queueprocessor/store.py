@@ -39,6 +39,7 @@ class Claimed:
     timeout: float | None
     fence: int
     run_at: float
+    priority: int = 0
 
     @property
     def exhausted(self) -> bool:
@@ -236,9 +237,11 @@ class Store:
             .values(state="running", owner=machine_id, fence=jobs.c.fence + 1, attempts=jobs.c.attempts + 1,
                     lease_until=now + lease, started_at=now, finished_at=None)
             .returning(jobs.c.id, jobs.c.executor, jobs.c.target, jobs.c.method, jobs.c.payload,
-                       jobs.c.attempts, jobs.c.max_attempts, jobs.c.timeout, jobs.c.fence, jobs.c.run_at)
+                       jobs.c.attempts, jobs.c.max_attempts, jobs.c.timeout, jobs.c.fence, jobs.c.run_at,
+                       jobs.c.priority)
         )
-        claimed = [Claimed(*row) for row in self._one(statement)]
+        # RETURNING has no order; start the most urgent first.
+        claimed = sorted((Claimed(*row) for row in self._one(statement)), key=lambda c: (-c.priority, c.run_at, c.id))
         if claimed:
             self._open_runs(machine_id, claimed)
         return claimed

@@ -1,0 +1,204 @@
+"""The store's contract, run against every backend: database time, turns, claims, leases, fences."""
+
+import threading
+import time
+
+import pytest
+from sqlalchemy import update
+
+from queueprocessor import schema
+from queueprocessor.database import ensure_schema
+from queueprocessor.errors import LostLease, NotFound, QPError, SchemaTooNew
+from queueprocessor.store import JobSpec
+
+HTTP = JobSpec(executor="http", target="/ok")
+
+
+def register(store, name="m"):
+    return store.register(name=name, host="h", instance=f"{name}-{time.monotonic_ns()}", pid=1, version="t",
+                          capacity=4)
+
+
+def test_database_time_has_millisecond_precision_and_moves(farm):
+    store = farm.store
+    samples = [store.ask_time() for _ in range(20)]
+    assert abs(samples[0] - time.time()) < 5  # same machine: the database's clock is the real one
+    assert all(b >= a for a, b in zip(samples, samples[1:]))
+    assert samples[-1] > samples[0]
+    assert any(s != round(s) for s in samples)  # not whole seconds
+    time.sleep(0.005)
+    assert store.ask_time() - samples[-1] >= 0.004
+
+
+def test_stored_times_come_from_the_database(farm):
+    store = farm.store
+    before = store.ask_time()
+    machine = register(store)
+    [job_id] = store.enqueue(HTTP, delay=10)
+    after = store.ask_time()
+    job = store.get_job(job_id)
+    assert before <= job["created_at"] <= after
+    assert job["run_at"] == pytest.approx(job["created_at"] + 10, abs=0.01)
+    _, _, rows = store.read_machines()
+    assert before <= rows[0]["joined_at"] <= after and rows[0]["id"] == machine
+
+
+def test_a_slot_is_taken_once(farm):
+    store = farm.store
+    a, b = register(store, "a"), register(store, "b")
+    assert store.take_turn(42, a)
+    assert not store.take_turn(42, b)
+    assert store.take_turn(43, b)
+    turns = store.read_turns(0)
+    assert [(t["slot"], t["machine_id"]) for t in turns] == [(42, a), (43, b)]
+
+
+def test_claim_takes_due_jobs_by_priority_and_bumps_the_fence(farm):
+    store = farm.store
+    me = register(store)
+    low = store.enqueue(HTTP)[0]
+    high = store.enqueue(JobSpec(executor="http", target="/ok", priority=5))[0]
+    store.enqueue(HTTP, delay=60)  # not due
+    claimed = store.claim(me, 10, lease=5)
+    assert [c.id for c in claimed] == [high, low]
+    assert all(c.fence == 1 and c.attempts == 1 for c in claimed)
+    assert store.claim(me, 10, lease=5) == []
+    job = store.get_job(high)
+    assert job["state"] == "running" and job["owner"] == me
+    assert job["lease_until"] == pytest.approx(job["started_at"] + 5, abs=0.01)
+    runs = store.list_runs(job_id=high)
+    assert [(r["attempt"], r["machine_id"], r["fence"], r["outcome"]) for r in runs] == [(1, me, 1, "running")]
+
+
+def test_concurrent_claims_never_share_a_job(farm):
+    store = farm.store
+    store.enqueue(HTTP, count=200)
+    machines = [register(store, f"m{i}") for i in range(4)]
+    got: dict[int, list[int]] = {m: [] for m in machines}
+
+    def worker(machine_id):
+        while claimed := store.claim(machine_id, 7, lease=30):
+            got[machine_id].extend(c.id for c in claimed)
+
+    threads = [threading.Thread(target=worker, args=(m,)) for m in machines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    everything = [job for jobs in got.values() for job in jobs]
+    assert len(everything) == 200 and len(set(everything)) == 200
+
+
+def test_a_stale_fence_cannot_write(farm):
+    store = farm.store
+    a, b = register(store, "a"), register(store, "b")
+    store.enqueue(HTTP)
+    [first] = store.claim(a, 1, lease=0.05)
+    time.sleep(0.1)  # a's lease runs out; b takes the job over with a new fence
+    [second] = store.claim(b, 1, lease=30)
+    assert second.id == first.id and second.fence == first.fence + 1 and second.attempts == 2
+    assert store.renew(a, [(first.id, first.fence)], lease=30) == {}
+    with pytest.raises(LostLease):
+        store.finish(first, a, "succeeded")
+    assert not store.release(first, a, "late")
+    assert store.renew(b, [(second.id, second.fence)], lease=30) == {second.id: False}
+    assert store.finish(second, b, "succeeded") == "succeeded"
+    runs = {r["fence"]: r for r in store.list_runs(job_id=first.id)}
+    assert runs[first.fence]["outcome"] == "lost" and runs[second.fence]["outcome"] == "succeeded"
+
+
+def test_an_expired_lease_on_the_last_attempt_comes_back_exhausted(farm):
+    store = farm.store
+    me = register(store)
+    store.enqueue(JobSpec(executor="http", target="/ok", max_attempts=1))
+    [first] = store.claim(me, 1, lease=0.05)
+    assert not first.exhausted
+    time.sleep(0.1)
+    [again] = store.claim(me, 1, lease=5)
+    assert again.exhausted
+    assert store.finish(again, me, "failed", error="lost", retry_in=1) == "failed"
+
+
+def test_leases_of_a_stalled_farm_are_not_taken_when_asked_not_to(farm):
+    store = farm.store
+    me = register(store)
+    store.enqueue(HTTP)
+    store.claim(me, 1, lease=0.01)
+    time.sleep(0.05)
+    assert store.claim(me, 1, lease=5, take_expired=False) == []
+
+
+def test_failure_retries_with_backoff_until_attempts_run_out(farm):
+    store = farm.store
+    me = register(store)
+    store.enqueue(JobSpec(executor="http", target="/fail", max_attempts=2))
+    [job] = store.claim(me, 1, lease=5)
+    assert store.finish(job, me, "failed", error="HTTP 500", retry_in=0.0) == "queued"
+    [job] = store.claim(me, 1, lease=5)
+    assert job.attempts == 2
+    assert store.finish(job, me, "failed", error="HTTP 500", retry_in=0.0) == "failed"
+    assert store.get_job(job.id)["last_error"] == "HTTP 500"
+
+
+def test_cancel_and_retry(farm):
+    store = farm.store
+    me = register(store)
+    queued, running = store.enqueue(HTTP, count=2)
+    assert store.cancel(queued) == "cancelled"
+    store.enqueue  # the running one:
+    [job] = store.claim(me, 1, lease=5)
+    assert job.id == running
+    assert store.cancel(running) == "cancelling"
+    assert store.renew(me, [(job.id, job.fence)], lease=5) == {job.id: True}
+    store.finish(job, me, "cancelled", error="cancelled by an operator")
+    with pytest.raises(QPError, match="already cancelled"):
+        store.cancel(running)
+    store.retry(queued)
+    assert store.get_job(queued)["state"] == "queued"
+    with pytest.raises(QPError, match="only failed or cancelled"):
+        store.retry(queued)
+    with pytest.raises(NotFound):
+        store.retry(999_999)
+
+
+def test_wishes_and_machine_lookup(farm):
+    store = farm.store
+    a = register(store, "alpha")
+    register(store, "twin")
+    register(store, "twin")
+    assert store.find_machine("alpha")["id"] == a
+    assert store.find_machine(str(a))["name"] == "alpha"
+    with pytest.raises(QPError, match="give the id"):
+        store.find_machine("twin")
+    with pytest.raises(NotFound):
+        store.find_machine("nobody")
+    store.wish(a, "drain")
+    # The node clears exactly the wish it applied.
+    store.heartbeat(a, state="draining", applied_wish="drain", running=0, done=0, failed=0, offset=0.0,
+                    rtt=0.001, error_bound=0.0005)
+    row = store.find_machine("alpha")
+    assert row["state"] == "draining" and row["wish"] is None
+
+
+def test_keys_are_unique(farm):
+    farm.store.enqueue(JobSpec(executor="http", target="/ok", key="Report-26@2026-11-22"))
+    with pytest.raises(QPError, match="already exists"):
+        farm.store.enqueue(JobSpec(executor="http", target="/ok", key="Report-26@2026-11-22"))
+    farm.store.enqueue(HTTP)  # jobs without a key do not collide
+
+
+def test_a_newer_schema_is_refused(farm):
+    with farm.engine.begin() as conn:
+        conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="99"))
+    with pytest.raises(SchemaTooNew, match="upgrade QueueProcessor"):
+        ensure_schema(farm.engine)
+
+
+def test_turn_log_is_pruned_by_age(farm):
+    store = farm.store
+    me = register(store)
+    store.take_turn(1, me)
+    time.sleep(0.05)
+    store.take_turn(2, me)
+    assert store.prune_turns(keep_seconds=0.03) == 1
+    assert [t["slot"] for t in store.read_turns(0)] == [2]
