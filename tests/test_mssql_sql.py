@@ -62,4 +62,4 @@ def test_schema_compiles_with_a_filtered_unique_key():
         assert "CREATE TABLE" in str(CreateTable(table).compile(dialect=dialect))
     [key_index] = [i for i in schema.jobs.indexes if i.name == "ux_qp_jobs_key"]
     ddl = str(CreateIndex(key_index).compile(dialect=dialect))
-    assert "UNIQUE" in ddl and "WHERE qp_jobs.[key] IS NOT NULL" in ddl
+    assert "UNIQUE" in ddl and "WHERE [key] IS NOT NULL" in ddl
