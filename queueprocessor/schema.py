@@ -55,6 +55,8 @@ machines = Table(
     Column("clock_offset", Time, nullable=True),
     Column("rtt", Time, nullable=True),
     Column("error_bound", Time, nullable=True),
+    # The node's allow-lists as JSON, so an enqueuer can refuse work no live machine would run.
+    Column("allow", Text, nullable=True),
 )
 
 turns = Table(
@@ -94,6 +96,10 @@ jobs = Table(
     Column("last_error", Text, nullable=True),
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("key", String(400), nullable=True),
+    # job | singleton (a singleton is requeued whenever its work ends, and never runs out of attempts)
+    Column("kind", String(16), nullable=False, default="job"),
+    # Who enqueued it ("host pid N"): a refused grab names the winner.
+    Column("origin", String(200), nullable=True),
     Index("ix_qp_jobs_due", "state", "run_at"),
     Index("ix_qp_jobs_owner", "owner"),
 )
@@ -117,6 +123,46 @@ runs = Table(
     # running | succeeded | failed | lost | cancelled | timeout
     Column("outcome", String(16), nullable=False, default="running"),
     Column("error", Text, nullable=True),
+    # An excerpt of what the work printed or returned.
+    Column("output", Text, nullable=True),
     Index("ix_qp_runs_job", "job_id"),
     Index("ix_qp_runs_started", "started_at"),
+)
+
+schedules = Table(
+    "qp_schedules",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False, unique=True),
+    # Exactly one of cron (with tz) and every is set.
+    Column("cron", String(200), nullable=True),
+    Column("tz", String(64), nullable=True),
+    Column("every", Float, nullable=True),
+    Column("executor", String(16), nullable=False),
+    Column("target", String(2000), nullable=False),
+    Column("method", String(10), nullable=False, default="GET"),
+    Column("payload", Text, nullable=True),
+    Column("priority", Integer, nullable=False, default=0),
+    Column("max_attempts", Integer, nullable=False, default=3),
+    Column("timeout", Float, nullable=True),
+    # skip | once | all: what to do with occurrences the farm noticed late (see schedules)
+    Column("misfire", String(8), nullable=False, default="once"),
+    Column("grace", Float, nullable=False),
+    Column("paused", Boolean, nullable=False, default=False),
+    # The first occurrence not yet materialised as a job; advanced by compare-and-set.
+    Column("next_run", Time, nullable=False),
+    Column("created_at", Time, nullable=False),
+    Index("ix_qp_schedules_next", "paused", "next_run"),
+)
+
+locks = Table(
+    "qp_locks",
+    metadata,
+    # A named lease: one holder at a time, a fence that every new holder bumps,
+    # an expiry in database time that the holder renews.
+    Column("name", String(200), primary_key=True),
+    Column("holder", String(200), nullable=True),
+    Column("fence", BigInteger, nullable=False, default=0),
+    Column("lease_until", Time, nullable=True),
+    Column("acquired_at", Time, nullable=True),
 )
