@@ -1,0 +1,152 @@
+"""What every benchmark needs: a real PostgreSQL server, real node processes, figures.
+
+Benchmarks run against the same parts a farm runs on: a throwaway PostgreSQL
+server (tests.support.pgserver) and node processes started exactly as an
+operator would, through the `queueprocessor` CLI. Run them from the repository
+root (`python bench/<name>.py`); this module puts the root on sys.path.
+"""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from sqlalchemy import text  # noqa: E402
+
+from queueprocessor.database import open_engine  # noqa: E402
+from queueprocessor.output import print_table  # noqa: E402
+from tests.support.pgserver import PostgresServer  # noqa: E402
+
+__all__ = ["NodeProcess", "cpu_seconds", "fresh_database", "load_average", "ms", "percentile",
+           "print_table", "query", "start_postgres", "stop_all", "wait_for"]
+
+
+def start_postgres(stat_statements: bool = False) -> PostgresServer:
+    """A throwaway server; with `stat_statements`, one that counts every statement it runs."""
+    server = PostgresServer().start()
+    if stat_statements:
+        query(server.url, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        server.restart()
+        query(server.url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    return server
+
+
+def fresh_database(server: PostgresServer, prefix: str = "bench") -> str:
+    return server.create_database(f"{prefix}_{uuid.uuid4().hex[:10]}")
+
+
+def query(url: str, sql: str, **params) -> list[tuple]:
+    """Run one statement in autocommit on its own short-lived connection; rows if it returns any."""
+    engine = open_engine(url, pool_size=1)
+    try:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            result = conn.execute(text(sql), params)
+            return [tuple(r) for r in result.all()] if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+class NodeProcess:
+    """One `queueprocessor node` process, as an operator starts it; its log goes to a temp file."""
+
+    def __init__(self, url: str, name: str, skew: float = 0.0, http_base: str = "http://127.0.0.1:9/",
+                 extra: tuple[str, ...] = ()):
+        self.name = name
+        self.skew = skew
+        self.log = tempfile.NamedTemporaryFile(prefix=f"qp-bench-{name}-", suffix=".log", delete=False)
+        command = [sys.executable, "-m", "queueprocessor.cli", "--db", url, "node", "--name", name,
+                   "--clock-skew", repr(skew), "--http-base", http_base, *extra]
+        self.process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self.log,
+                                        stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the machine dies without a word to anyone."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM (drain and leave), then SIGKILL if it does not."""
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
+    def discard_log(self) -> None:
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+def stop_all(nodes: list[NodeProcess]) -> None:
+    """Stop nodes together (each drains in parallel), keep the logs of those that failed."""
+    for node in nodes:
+        if node.alive():
+            node.process.send_signal(signal.SIGTERM)
+    for node in nodes:
+        node.stop()
+        if node.process.returncode in (0, -signal.SIGKILL, -signal.SIGTERM):
+            node.discard_log()
+        else:
+            print(f"node {node.name} exited with {node.process.returncode}; log kept: {node.log.name}",
+                  file=sys.stderr)
+
+
+def wait_for(condition, timeout: float, what: str, poll: float = 0.1):
+    """Poll `condition()` until it returns something truthy; fail loudly after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(poll)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (/proc/<pid>/stat utime + stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values, q: float) -> float:
+    """The q-th percentile (0-100), linear between closest ranks; nan for no values."""
+    data = sorted(values)
+    if not data:
+        return math.nan
+    rank = (len(data) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(data) - 1)
+    return data[low] + (data[high] - data[low]) * (rank - low)
+
+
+def ms(seconds: float, signed: bool = False) -> str:
+    if math.isnan(seconds):
+        return "-"
+    return f"{seconds * 1000:+.2f}" if signed else f"{seconds * 1000:.2f}"
+
+
+def load_average() -> str:
+    """The machine's load, printed beside every figure: other work on the cores skews timing."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"

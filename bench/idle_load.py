@@ -1,0 +1,110 @@
+"""Idle load: what an idle farm costs the database and each machine (issue 2).
+
+An idle farm should poll the queue once per period in total, and otherwise
+only check in: at most 1/period + 2 x nodes/heartbeat statements per second
+(a heartbeat reads the machine rows and writes our own), and an idle node
+should use under 2% of a core. For 1..16 real node processes on PostgreSQL,
+this counts every statement the server ran for the farm's database
+(pg_stat_statements, BEGIN/COMMIT included) and every node's CPU time
+(/proc/<pid>/stat) over a window, and lists the statements by kind.
+
+    python bench/idle_load.py            # 1, 2, 4, 8, 16 nodes, 30 s each
+    python bench/idle_load.py --quick    # 1 and 3 nodes, 6 s each
+"""
+
+import argparse
+import time
+from collections import Counter
+
+from common import (NodeProcess, cpu_seconds, fresh_database, load_average, print_table, query,
+                    start_postgres, stop_all, wait_for)
+
+PERIOD = 1.0
+HEARTBEAT = 1.0
+JOIN_DELAY = 1.5 * HEARTBEAT
+
+
+def statement_counts(server, database: str) -> Counter:
+    """Calls per normalised statement text so far, for one database."""
+    rows = query(server.url, "SELECT s.query, s.calls FROM pg_stat_statements s JOIN pg_database d "
+                             "ON d.oid = s.dbid WHERE d.datname = :db", db=database)
+    counts = Counter()
+    for statement, calls in rows:
+        counts[" ".join(statement.split())] += calls
+    return counts
+
+
+def kind(statement: str) -> str:
+    """A short name for a statement, for the breakdown table."""
+    words = statement.split()
+    head = words[0].upper()
+    table = next((w.strip('"(') for w in words if w.strip('"(').startswith("qp_")), "")
+    return f"{head} {table}".strip()
+
+
+def measure(server, nodes: int, seconds: float) -> dict:
+    url = fresh_database(server, "idle")
+    database = url.rsplit("/", 1)[1]
+    farm = [NodeProcess(url, f"idle-{i}", extra=("--period", str(PERIOD), "--heartbeat", str(HEARTBEAT)))
+            for i in range(nodes)]
+    try:
+        wait_for(lambda: _joined(url, nodes), 60, f"{nodes} nodes to join")
+        time.sleep(JOIN_DELAY + 2 * HEARTBEAT)  # every node in every roster, start-up work done
+        before, cpu_before, t0 = statement_counts(server, database), [cpu_seconds(n.pid) for n in farm], time.monotonic()
+        time.sleep(seconds)
+        after, cpu_after, t1 = statement_counts(server, database), [cpu_seconds(n.pid) for n in farm], time.monotonic()
+        dead = [n.name for n in farm if not n.alive()]
+        if dead:
+            raise RuntimeError(f"nodes died during the window: {dead}")
+    finally:
+        stop_all(farm)
+    window = t1 - t0
+    delta = after - before
+    cpu = [(b - a) / window for a, b in zip(cpu_before, cpu_after)]
+    by_kind = Counter()
+    for statement, calls in delta.items():
+        by_kind[kind(statement)] += calls
+    return {"nodes": nodes, "window": window, "rate": sum(delta.values()) / window,
+            "target": 1 / PERIOD + 2 * nodes / HEARTBEAT, "cpu_mean": sum(cpu) / len(cpu), "cpu_max": max(cpu),
+            "kinds": {k: v / window for k, v in by_kind.items()}}
+
+
+def _joined(url: str, nodes: int) -> bool:
+    try:
+        return query(url, "SELECT count(*) FROM qp_machines WHERE state = 'active'")[0][0] >= nodes
+    except Exception:  # the tables do not exist until the first node created them
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 and 3 nodes, 6 s each (under a minute)")
+    parser.add_argument("--nodes", type=int, nargs="+", help="farm sizes (default 1 2 4 8 16)")
+    parser.add_argument("--seconds", type=float, help="measuring window per size (default 30)")
+    args = parser.parse_args()
+    sizes = args.nodes or ([1, 3] if args.quick else [1, 2, 4, 8, 16])
+    seconds = args.seconds or (6.0 if args.quick else 30.0)
+
+    print(f"idle load: period {PERIOD:g} s, heartbeat {HEARTBEAT:g} s, {seconds:g} s window per size; "
+          f"{load_average()}")
+    server = start_postgres(stat_statements=True)
+    try:
+        results = [measure(server, n, seconds) for n in sizes]
+    finally:
+        server.stop()
+    print_table(
+        ["nodes", "statements/s", "target 1/period + 2n/heartbeat", "met", "node CPU mean", "node CPU max",
+         "target CPU"],
+        [[r["nodes"], f"{r['rate']:.2f}", f"{r['target']:.2f}", "yes" if r["rate"] <= r["target"] else "NO",
+          f"{r['cpu_mean'] * 100:.2f}%", f"{r['cpu_max'] * 100:.2f}%", "< 2%"] for r in results],
+    )
+    print()
+    print("statements per second by kind (the per-node ones grow with the farm, the per-period ones must not):")
+    kinds = sorted({k for r in results for k in r["kinds"]}, key=lambda k: -results[-1]["kinds"].get(k, 0))
+    print_table(["statement"] + [f"{r['nodes']} node{'s' if r['nodes'] > 1 else ''}" for r in results],
+                [[k] + [f"{r['kinds'].get(k, 0):.2f}" for r in results] for k in kinds])
+    print(f"\n{load_average()}")
+
+
+if __name__ == "__main__":
+    main()
