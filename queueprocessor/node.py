@@ -180,8 +180,8 @@ class Node:
         self.machines = rows
         me = next((m for m in rows if m["id"] == self.id), None)
         applied = self._apply_wish(me["wish"] if me else None)
-        renewed = self.runner.held() and self.store.renew(self.id, self.runner.held(), self.config.lease)
-        self._handle_renewals(renewed or {})
+        held = self.runner.held()
+        self._handle_renewals(held, self.store.renew(self.id, held, self.config.lease))
         self.store.heartbeat(
             self.id, state=self.state, applied_wish=applied, running=self.runner.count(), done=self.done,
             failed=self.failed, offset=self.estimator.offset(), rtt=self.estimator.rtt(),
@@ -221,11 +221,11 @@ class Node:
             self.state = target
         return wish
 
-    def _handle_renewals(self, renewed: dict[int, bool]) -> None:
-        for job_id, _fence in self.runner.held():
+    def _handle_renewals(self, held: list[tuple[int, int]], renewed: dict[int, bool]) -> None:
+        for job_id, _fence in held:
             if job_id not in renewed:
-                log.warning("job %s: lease lost to another machine, stopping it", job_id)
-                self.runner.stop_job(job_id, "lost")
+                if self.runner.stop_job(job_id, "lost"):
+                    log.warning("job %s: lease lost to another machine, stopped it", job_id)
             elif renewed[job_id]:
                 self.runner.stop_job(job_id, "cancelled")
 

@@ -29,7 +29,8 @@ class Running:
     job: Claimed
     context: JobContext
     task: asyncio.Task | None = None
-    stop_reason: str | None = None  # why we cancelled it: "timeout", "cancelled", "lost"
+    stop_reason: str | None = None  # why we cancelled it: "cancelled" or "lost"
+    recording: bool = False  # the work is over; only its result is being written
     started: float = field(default=0.0)
 
 
@@ -81,14 +82,17 @@ class JobRunner:
             self.running[job.id] = entry
         self.loop.call_soon_threadsafe(self._launch, entry)
 
-    def stop_job(self, job_id: int, reason: str) -> None:
-        """Stop a running job: reason 'cancelled' (operator) or 'lost' (lease gone or fenced off)."""
+    def stop_job(self, job_id: int, reason: str) -> bool:
+        """Stop a running job: reason 'cancelled' (operator) or 'lost' (lease gone or fenced off).
+        False if there was nothing left to stop."""
         with self._lock:
             entry = self.running.get(job_id)
-        if entry is not None and entry.stop_reason is None:
+            if entry is None or entry.stop_reason is not None or entry.recording:
+                return False
             entry.stop_reason = reason
-            entry.context.cancelled.set()
-            self.loop.call_soon_threadsafe(lambda: entry.task and entry.task.cancel())
+        entry.context.cancelled.set()
+        self.loop.call_soon_threadsafe(lambda: entry.task and entry.task.cancel())
+        return True
 
     def stop_all(self, reason: str) -> None:
         for job_id in [job_id for job_id, _ in self.held()]:
@@ -123,6 +127,8 @@ class JobRunner:
             outcome, error = "failed", str(exc)
         except Exception as exc:  # a bad job fails alone; the node goes on
             outcome, error = "failed", f"{type(exc).__name__}: {exc}"
+        with self._lock:
+            entry.recording = True
         await self.loop.run_in_executor(None, self._record, entry, outcome, error)
 
     def _record(self, entry: Running, outcome: str, error: str | None) -> None:

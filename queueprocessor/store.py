@@ -230,6 +230,11 @@ class Store:
             .with_for_update(skip_locked=True)
             .with_hint(j, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql")
         )
+        if self.dialect == "postgresql":
+            # A LIMIT ... FOR UPDATE subquery inside IN () may be rescanned by the
+            # planner and take more than `limit` rows; a materialised CTE runs once.
+            picked = pick.cte("picked").prefix_with("MATERIALIZED")
+            pick = select(picked.c.id)
         guard = or_(jobs.c.state == "queued", and_(jobs.c.state == "running", jobs.c.lease_until < now))
         statement = (
             update(jobs)

@@ -1,0 +1,128 @@
+"""In-process nodes on each backend: turns, jobs over real HTTP, operator wishes, timeouts, cancels."""
+
+import time
+
+import pytest
+
+from queueprocessor.clock import SystemClock
+from queueprocessor.errors import ConfigError
+
+FAST = dict(period=0.2, heartbeat=0.2)
+
+
+def wait_for(condition, timeout=10.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+@pytest.fixture
+def nodes(farm, http_target):
+    """Start nodes on demand; all are stopped (without draining) at the end."""
+    started = []
+
+    def start(name, skew=0.0, capacity=4):
+        node = farm.node(name=name, capacity=capacity, http_base=http_target.base_url, clock=SystemClock(skew),
+                         **FAST)
+        started.append(node.start())
+        return node
+
+    yield start
+    for node in started:
+        if not node.stopped.is_set():
+            node.stop(drain=False)
+
+
+def test_two_skewed_nodes_take_alternate_turns_and_run_jobs(farm, nodes, http_target):
+    a, b = nodes("a", skew=-0.7), nodes("b", skew=0.9)
+    ids = farm.enqueue_http("/ok", count=6)
+    wait_for(lambda: farm.store.job_counts()["succeeded"] == 6)
+    start = farm.store.ask_time()
+    time.sleep(2.0)
+    turns = farm.store.read_turns(start)
+    slots = [t["slot"] for t in turns]
+    assert len(slots) == len(set(slots))
+    owners = [t["machine_id"] for t in turns]
+    assert set(owners) == {a.id, b.id}
+    assert all(x != y for x, y in zip(owners, owners[1:])), "turns must alternate"
+    hits = http_target.requests("/ok")
+    assert sorted(h["job"] for h in hits) == sorted(ids)
+    assert all(h["fence"] == 1 and h["attempt"] == 1 and h["machine"] in (a.id, b.id) for h in hits)
+    offsets = {m["name"]: m["clock_offset"] for m in farm.status()["machines"]}
+    assert offsets["a"] == pytest.approx(0.7, abs=0.05) and offsets["b"] == pytest.approx(-0.9, abs=0.05)
+
+
+def test_pause_resume_and_drain_are_obeyed_within_a_heartbeat(farm, nodes):
+    a, b = nodes("a"), nodes("b")
+    farm.steer("a", "pause")
+    wait_for(lambda: a.state == "paused", timeout=1.0)
+    time.sleep(0.5)
+    since = farm.store.ask_time()
+    time.sleep(1.0)
+    assert {t["machine_id"] for t in farm.store.read_turns(since)} == {b.id}
+    farm.steer(str(a.id), "resume")
+    wait_for(lambda: a.state == "active", timeout=1.0)
+    farm.steer("b", "drain")
+    wait_for(lambda: b.stopped.is_set(), timeout=2.0)
+    states = {m["name"]: m["status"] for m in farm.status()["machines"]}
+    assert states == {"a": "active", "b": "stopped"}
+
+
+def test_a_drained_node_finishes_its_running_job_first(farm, nodes, http_target):
+    a = nodes("a")
+    [job_id] = farm.enqueue_http("/sleep/1")
+    wait_for(lambda: farm.store.get_job(job_id)["state"] == "running")
+    farm.steer("a", "drain")
+    wait_for(lambda: a.state == "draining", timeout=1.0)
+    wait_for(lambda: a.stopped.is_set(), timeout=5.0)
+    assert farm.store.get_job(job_id)["state"] == "succeeded"
+
+
+def test_timeout_stops_the_work_and_retries(farm, nodes, http_target):
+    nodes("a")
+    [job_id] = farm.enqueue_http("/sleep/5", timeout=0.3, max_attempts=1)
+    job = wait_for(lambda: (j := farm.store.get_job(job_id))["state"] == "failed" and j)
+    assert "timeout of 0.3 s" in job["last_error"]
+    [run] = farm.store.list_runs(job_id=job_id)
+    assert run["outcome"] == "timeout" and run["finished_at"] - run["started_at"] < 2
+
+
+def test_cancel_stops_a_running_job_within_a_heartbeat(farm, nodes, http_target):
+    nodes("a")
+    [job_id] = farm.enqueue_http("/sleep/10")
+    wait_for(lambda: farm.store.get_job(job_id)["state"] == "running")
+    asked = time.monotonic()
+    assert farm.store.cancel(job_id) == "cancelling"
+    wait_for(lambda: farm.store.get_job(job_id)["state"] == "cancelled", timeout=2.0)
+    assert time.monotonic() - asked < 1.0
+    assert farm.store.list_runs(job_id=job_id)[0]["outcome"] == "cancelled"
+
+
+def test_a_failing_job_fails_alone(farm, nodes, http_target):
+    nodes("a")
+    bad = farm.enqueue_http("/status/500", max_attempts=1)[0]
+    good = farm.enqueue_http("/ok")[0]
+    wait_for(lambda: farm.store.get_job(bad)["state"] == "failed")
+    wait_for(lambda: farm.store.get_job(good)["state"] == "succeeded")
+    assert "HTTP 500" in farm.store.get_job(bad)["last_error"]
+
+
+def test_a_node_must_agree_with_the_farms_timing(farm):
+    farm.settings(period=0.2, heartbeat=0.2)
+    with pytest.raises(ConfigError, match="--period 0.2"):
+        farm.node(name="odd", period=0.5)
+
+
+def test_a_backlog_is_shared_by_every_node_with_free_capacity(farm, nodes, http_target):
+    a, b = nodes("a", capacity=2), nodes("b", capacity=2)
+    farm.enqueue_http("/sleep/0.3", count=12)
+    wait_for(lambda: farm.store.job_counts()["succeeded"] == 12, timeout=20)
+    per_machine = {}
+    for hit in http_target.requests("/sleep"):
+        per_machine[hit["machine"]] = per_machine.get(hit["machine"], 0) + 1
+    assert set(per_machine) == {a.id, b.id}
+    assert min(per_machine.values()) >= 4
