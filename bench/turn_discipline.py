@@ -1,0 +1,188 @@
+"""Turn discipline: does the farm poll exactly once per period, on time, whatever the clocks say? (issue 2)
+
+For 1, 2, 4, 8 and 16 real node processes on PostgreSQL, each with a random
+clock skew in +-1 s, this runs side by side in the same window:
+
+- QueueProcessor: `queueprocessor node` processes taking turns in database
+  time; the truth is the qp_turns table (one row per slot, written at the
+  moment of the poll, in database time);
+- a naive baseline: as many processes, each told "you are i of n", polling
+  when floor(local_wall_time / period) % n == i on its own skewed clock, with
+  the same 10 ms timer, logging every poll (database time) into a table
+  without a unique key, so its double polls and holes show.
+
+Both are judged the same way, on the database's clock: each poll falls in
+the slot floor(at / period). Double polls are slots polled more than once
+(target 0), missed slots are slots nobody polled (target at most 0.5%), and
+the gap between consecutive polls should stay near the period
+(target |gap - period| p99 at most 15 ms).
+
+    python bench/turn_discipline.py            # 1, 2, 4, 8, 16 nodes, 30 s each
+    python bench/turn_discipline.py --quick    # 1 and 3 nodes, 8 s each
+"""
+
+import argparse
+import math
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from common import (ROOT, NodeProcess, fresh_database, load_average, ms, percentile, print_table, query,
+                    start_postgres, stop_all, wait_for)
+
+HEARTBEAT = 1.0
+JOIN_DELAY = 1.5 * HEARTBEAT
+TICK = 0.01
+NAIVE_TABLES = (
+    "CREATE TABLE bench_naive_polls (slot BIGINT NOT NULL, machine TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)",
+    "CREATE TABLE bench_naive_ready (machine TEXT NOT NULL)",
+)
+DB_NOW = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+
+
+# -- the naive baseline, one process per machine ---------------------------
+
+def naive_node(url: str, index: int, count: int, skew: float, period: float, name: str) -> None:
+    """Poll when it is my slot on my own (skewed) wall clock; log each poll; until SIGTERM."""
+    from sqlalchemy import text
+
+    from queueprocessor.clock import SystemClock
+    from queueprocessor.database import open_engine
+
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    clock = SystemClock(skew)
+    engine = open_engine(url).execution_options(isolation_level="AUTOCOMMIT")
+    poll = text(f"INSERT INTO bench_naive_polls (slot, machine, at) VALUES (:slot, :machine, {DB_NOW})")
+    with engine.connect() as conn:
+        conn.execute(text("INSERT INTO bench_naive_ready (machine) VALUES (:m)"), {"m": name})
+    last = None
+    next_tick = time.monotonic()
+    while not stopping:
+        slot = math.floor(clock.time() / period)
+        if slot != last and slot % count == index:
+            last = slot
+            with engine.connect() as conn:
+                conn.execute(poll, {"slot": slot, "machine": name})
+        next_tick += TICK
+        time.sleep(max(0.0, next_tick - time.monotonic()))
+    engine.dispose()
+
+
+# -- measuring ------------------------------------------------------------
+
+def judge(times: list[float], first_slot: int, last_slot: int, period: float) -> dict:
+    """Double polls, missed slots and gaps of polls made at `times` (database time), over slots first..last."""
+    inside = sorted(t for t in times if first_slot <= math.floor(t / period) <= last_slot)
+    per_slot = Counter(math.floor(t / period) for t in inside)
+    slots = last_slot - first_slot + 1
+    gaps = [b - a for a, b in zip(inside, inside[1:])]
+    return {
+        "slots": slots, "polls": len(inside),
+        "double": sum(1 for n in per_slot.values() if n > 1),
+        "missed": slots - len(per_slot),
+        "gap_p50": percentile(gaps, 50), "gap_p99": percentile(gaps, 99),
+        "dev_p50": percentile([abs(g - period) for g in gaps], 50),
+        "dev_p99": percentile([abs(g - period) for g in gaps], 99),
+        "dev_max": max((abs(g - period) for g in gaps), default=math.nan),
+    }
+
+
+def run_size(server, nodes: int, seconds: float, period: float, rng: random.Random) -> list[dict]:
+    url = fresh_database(server, "turns")
+    for statement in NAIVE_TABLES:
+        query(url, statement)
+    skews = [rng.uniform(-1.0, 1.0) for _ in range(nodes)]
+    farm = [NodeProcess(url, f"qp-{i}", skew=s, extra=("--period", str(period), "--heartbeat", str(HEARTBEAT)))
+            for i, s in enumerate(skews)]
+    naive = [subprocess.Popen([sys.executable, __file__, "naive-node", url, str(i), str(nodes), repr(s),
+                               str(period), f"naive-{i}"], cwd=ROOT, stdin=subprocess.DEVNULL)
+             for i, s in enumerate(skews)]
+    try:
+        joined = wait_for(lambda: _all_joined(url, nodes), 90, f"{nodes} nodes to join")
+        wait_for(lambda: query(url, "SELECT count(*) FROM bench_naive_ready")[0][0] >= nodes, 60,
+                 f"{nodes} naive pollers to start")
+        # Every node in every roster: joined long enough ago and read by everyone's heartbeat.
+        settle_until = joined + JOIN_DELAY + 2 * HEARTBEAT
+        now = query(url, f"SELECT {DB_NOW}")[0][0]
+        start = max(now, settle_until)
+        first_slot = math.ceil(start / period)
+        last_slot = first_slot + round(seconds / period) - 1
+        time.sleep(max(0.0, (last_slot + 2) * period - now))
+        dead = [n.name for n in farm if not n.alive()] + [f"naive-{i}" for i, p in enumerate(naive) if p.poll()]
+        if dead:
+            raise RuntimeError(f"processes died during the window: {dead}")
+    finally:
+        for process in naive:
+            process.terminate()
+        stop_all(farm)
+        for process in naive:
+            process.wait(10)
+    turns = query(url, "SELECT slot, taken_at FROM qp_turns WHERE slot BETWEEN :a AND :b", a=first_slot - 1,
+                  b=last_slot + 1)
+    polls = [row[0] for row in query(url, "SELECT at FROM bench_naive_polls")]
+    ours = judge([taken_at for _, taken_at in turns], first_slot, last_slot, period)
+    ours["outside"] = sum(1 for slot, taken_at in turns
+                          if first_slot <= slot <= last_slot and math.floor(taken_at / period) != slot)
+    theirs = judge(polls, first_slot, last_slot, period)
+    theirs["outside"] = math.nan
+    spread = f"{min(skews):+.2f}..{max(skews):+.2f} s"
+    return [dict(ours, nodes=nodes, system="QueueProcessor", skews=spread),
+            dict(theirs, nodes=nodes, system="naive local clock", skews=spread)]
+
+
+def _all_joined(url: str, nodes: int) -> float | None:
+    """The latest join time once `nodes` machines are active, else None."""
+    try:
+        count, latest = query(url, "SELECT count(*), max(joined_at) FROM qp_machines WHERE state = 'active'")[0]
+    except Exception:  # the tables do not exist until the first node created them
+        return None
+    return latest if count >= nodes else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 and 3 nodes, 8 s each (under a minute)")
+    parser.add_argument("--nodes", type=int, nargs="+", help="farm sizes (default 1 2 4 8 16)")
+    parser.add_argument("--seconds", type=float, help="measuring window per size (default 30)")
+    parser.add_argument("--period", type=float, default=1.0, help="turn period, seconds (default 1)")
+    parser.add_argument("--seed", type=int, default=2, help="seed of the random skews")
+    args = parser.parse_args()
+    sizes = args.nodes or ([1, 3] if args.quick else [1, 2, 4, 8, 16])
+    seconds = args.seconds or (8.0 if args.quick else 30.0)
+    rng = random.Random(args.seed)
+
+    print(f"turn discipline: period {args.period:g} s, heartbeat {HEARTBEAT:g} s, skews uniform in +-1 s, "
+          f"{seconds:g} s window per size; {load_average()}")
+    server = start_postgres()
+    try:
+        results = [row for n in sizes for row in run_size(server, n, seconds, args.period, rng)]
+    finally:
+        server.stop()
+    print_table(
+        ["nodes", "skews", "system", "slots", "polls", "double polls", "missed slots", "outside slot",
+         "gap p50 ms", "gap p99 ms", "|gap-period| p50 ms", "|gap-period| p99 ms", "max ms", "targets met"],
+        [[r["nodes"], r["skews"], r["system"], r["slots"], r["polls"], r["double"],
+          f"{r['missed']} ({100 * r['missed'] / r['slots']:.1f}%)",
+          "-" if math.isnan(r["outside"]) else r["outside"],
+          ms(r["gap_p50"]), ms(r["gap_p99"]), ms(r["dev_p50"]), ms(r["dev_p99"]), ms(r["dev_max"]),
+          _verdict(r)] for r in results],
+    )
+    print(f"\ntargets: 0 double polls, missed slots <= 0.5%, |gap - period| p99 <= 15 ms; {load_average()}")
+
+
+def _verdict(r: dict) -> str:
+    failed = [name for name, ok in (("double", r["double"] == 0), ("missed", r["missed"] <= 0.005 * r["slots"]),
+                                    ("gap", r["dev_p99"] <= 0.015)) if not ok]
+    return "yes" if not failed else "NO: " + ", ".join(failed)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "naive-node":
+        _, _, url, index, count, skew, period, name = sys.argv
+        naive_node(url, int(index), int(count), float(skew), float(period), name)
+    else:
+        main()
