@@ -27,3 +27,11 @@ class InvalidJob(QPError):
 
 class LostLease(QPError):
     """A guarded write matched no row: another machine owns the job now (the fence moved on)."""
+
+
+class DuplicateKey(InvalidJob):
+    """A job with this key already exists: the pair was grabbed (or the occurrence materialised) before."""
+
+    def __init__(self, key: str | None):
+        super().__init__(f"a job with key {key!r} already exists")
+        self.key = key

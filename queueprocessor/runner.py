@@ -13,10 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .errors import LostLease, QPError
-from .executors import Executor, JobContext, executor_for
+from .executors import Executor, JobContext, JobFailed, executor_for
 from .store import Claimed, Store
 
 log = logging.getLogger("queueprocessor.runner")
+
+# Errors recorded for work this node stopped on purpose (any other stop: the lease was lost).
+STOPPED = {"cancelled": "cancelled by an operator", "released": "handed back: its machine is leaving the farm"}
+SINGLETON_SETTLED = 10.0  # seconds a singleton must run before it counts as having started well
 
 
 def backoff(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
@@ -83,8 +87,8 @@ class JobRunner:
         self.loop.call_soon_threadsafe(self._launch, entry)
 
     def stop_job(self, job_id: int, reason: str) -> bool:
-        """Stop a running job: reason 'cancelled' (operator) or 'lost' (lease gone or fenced off).
-        False if there was nothing left to stop."""
+        """Stop a running job: reason 'cancelled' (operator), 'lost' (lease gone or fenced off) or
+        'released' (handed back to the farm). False if there was nothing left to stop."""
         with self._lock:
             entry = self.running.get(job_id)
             if entry is None or entry.stop_reason is not None or entry.recording:
@@ -93,6 +97,13 @@ class JobRunner:
         entry.context.cancelled.set()
         self.loop.call_soon_threadsafe(lambda: entry.task and entry.task.cancel())
         return True
+
+    def release_singletons(self) -> None:
+        """Hand our singletons back: they never finish, so a leaving machine must give them up."""
+        with self._lock:
+            ids = [job_id for job_id, entry in self.running.items() if entry.job.kind == "singleton"]
+        for job_id in ids:
+            self.stop_job(job_id, "released")
 
     def stop_all(self, reason: str) -> None:
         for job_id in [job_id for job_id, _ in self.held()]:
@@ -105,7 +116,7 @@ class JobRunner:
 
     async def _execute(self, entry: Running) -> None:
         job = entry.job
-        outcome, error = "succeeded", None
+        outcome, error, output = "succeeded", None, None
         try:
             if job.exhausted:
                 outcome, error = "failed", "lease lost on its last attempt (its machine died or was cut off)"
@@ -114,24 +125,40 @@ class JobRunner:
                 delay = job.run_at - self.db_now()
                 if delay > 0:  # claimed early: start exactly at run_at in database time
                     await asyncio.sleep(delay)
+                    self.loop.run_in_executor(None, self._mark_started, job)
                 entry.started = self.db_now()
                 coro = executor.run(job, entry.context)
-                await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
+                output = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
         except asyncio.TimeoutError:
             entry.context.cancelled.set()
             outcome, error = "timeout", f"stopped after its timeout of {job.timeout:g} s"
         except asyncio.CancelledError:
             outcome = "cancelled" if entry.stop_reason == "cancelled" else "lost"
-            error = "cancelled by an operator" if outcome == "cancelled" else "stopped: this machine lost its lease"
+            error = STOPPED.get(entry.stop_reason, "stopped: this machine lost its lease")
+        except JobFailed as exc:
+            outcome, error, output = "failed", str(exc), exc.output
         except QPError as exc:
             outcome, error = "failed", str(exc)
         except Exception as exc:  # a bad job fails alone; the node goes on
             outcome, error = "failed", f"{type(exc).__name__}: {exc}"
         with self._lock:
             entry.recording = True
-        await self.loop.run_in_executor(None, self._record, entry, outcome, error)
+        await self.loop.run_in_executor(None, self._record, entry, outcome, error, output)
 
-    def _record(self, entry: Running, outcome: str, error: str | None) -> None:
+    def _mark_started(self, job: Claimed) -> None:
+        try:
+            self.store.mark_started(job, self.machine_id)
+        except Exception as exc:  # only the history's start time is at stake
+            log.warning("could not record the start of job %s: %s", job.id, exc)
+
+    def _retry_in(self, entry: Running, outcome: str) -> float | None:
+        """When to run the job again: failures back off; a singleton restarts whenever it ends,
+        quickly after a long run, slowly when it keeps ending at once."""
+        if entry.job.kind == "singleton" and outcome != "cancelled":
+            return backoff(1) if self.db_now() - entry.started >= SINGLETON_SETTLED else backoff(4)
+        return backoff(entry.job.attempts) if outcome in ("failed", "timeout") else None
+
+    def _record(self, entry: Running, outcome: str, error: str | None, output: str | None = None) -> None:
         job = entry.job
         try:
             if outcome == "lost":
@@ -139,8 +166,8 @@ class JobRunner:
                 if self.store.release(job, self.machine_id, error):
                     log.info("job %s handed back to the queue: %s", job.id, error)
             else:
-                retry_in = backoff(job.attempts) if outcome in ("failed", "timeout") else None
-                state = self.store.finish(job, self.machine_id, outcome, error=error, retry_in=retry_in)
+                state = self.store.finish(job, self.machine_id, outcome, error=error,
+                                          retry_in=self._retry_in(entry, outcome), output=output)
                 log.info("job %s attempt %s %s -> %s%s", job.id, job.attempts, outcome, state,
                          f" ({error})" if error else "")
         except LostLease as exc:

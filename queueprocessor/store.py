@@ -13,12 +13,12 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import and_, case, delete, exc, func, insert, literal, or_, select, update
+from sqlalchemy import and_, case, delete, exc, false, func, insert, literal, or_, select, update
 from sqlalchemy.engine import Engine
 
 from .dbtime import db_now
-from .errors import InvalidJob, LostLease, NotFound, QPError
-from .schema import jobs, machines, meta, runs, turns
+from .errors import DuplicateKey, LostLease, NotFound, QPError
+from .schema import jobs, machines, meta, runs, schedules, turns
 
 # Operator wishes and the machine states they lead to.
 WISHES = {"pause": "paused", "resume": "active", "drain": "draining"}
@@ -40,11 +40,22 @@ class Claimed:
     fence: int
     run_at: float
     priority: int = 0
+    kind: str = "job"
 
     @property
     def exhausted(self) -> bool:
         """Claimed back from a lost lease on its last attempt: fail it, do not run it."""
-        return self.attempts > self.max_attempts
+        return self.kind != "singleton" and self.attempts > self.max_attempts
+
+
+@dataclass(frozen=True)
+class FarmRead:
+    """What a node learns from its heartbeat read."""
+
+    now: float
+    backlog_slot: int | None
+    next_schedule: float | None  # earliest occurrence of an active schedule not yet made a job
+    machines: list[dict]
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,8 @@ class JobSpec:
     max_attempts: int = 3
     timeout: float | None = None
     key: str | None = None
+    kind: str = "job"  # or "singleton" (see singletons)
+    origin: str | None = None  # who enqueued it
 
 
 class Store:
@@ -102,9 +115,10 @@ class Store:
 
     # -- machines ---------------------------------------------------------
 
-    def register(self, *, name: str, host: str, instance: str, pid: int, version: str, capacity: int) -> int:
+    def register(self, *, name: str, host: str, instance: str, pid: int, version: str, capacity: int,
+                 allow: str | None = None) -> int:
         values = dict(
-            name=name, host=host, instance=instance, pid=pid, version=version, capacity=capacity,
+            name=name, host=host, instance=instance, pid=pid, version=version, capacity=capacity, allow=allow,
             state="active", running=0, done_count=0, failed_count=0,
         )
         with self.engine.begin() as conn:
@@ -126,15 +140,22 @@ class Store:
         )
         return count == 1
 
-    def read_machines(self, backlog_since: int | None = None) -> tuple[float, int | None, list[dict]]:
-        """In one statement: the database's time, the newest backlog turn since a slot, all machines."""
+    def read_farm(self, backlog_since: int | None = None) -> FarmRead:
+        """In one statement: the database's time, the newest backlog turn since a slot, the next
+        schedule occurrence still to be materialised, all machines."""
         backlog = literal(None) if backlog_since is None else (
             select(func.max(turns.c.slot)).where(turns.c.slot >= backlog_since, turns.c.backlog).scalar_subquery()
         )
-        rows = self._one(select(db_now(), backlog, machines).order_by(machines.c.id))
+        upcoming = select(func.min(schedules.c.next_run)).where(schedules.c.paused == false()).scalar_subquery()
+        rows = self._one(select(db_now(), backlog, upcoming, machines).order_by(machines.c.id))
         if not rows:
-            return self.ask_time(), None, []
-        return rows[0][0], rows[0][1], [dict(r._mapping) for r in rows]
+            return FarmRead(self.ask_time(), None, None, [])
+        return FarmRead(rows[0][0], rows[0][1], rows[0][2], [dict(r._mapping) for r in rows])
+
+    def read_machines(self, backlog_since: int | None = None) -> tuple[float, int | None, list[dict]]:
+        """The database's time, the newest backlog turn since a slot, all machines (see read_farm)."""
+        farm = self.read_farm(backlog_since)
+        return farm.now, farm.backlog_slot, farm.machines
 
     def find_machine(self, ref: str) -> dict:
         """A machine by id, or by name among the machines that are not stopped."""
@@ -198,7 +219,7 @@ class Store:
         row = dict(
             executor=spec.executor, target=spec.target, method=spec.method, payload=spec.payload,
             priority=spec.priority, max_attempts=spec.max_attempts, timeout=spec.timeout, key=spec.key,
-            state="queued", attempts=0, fence=0, cancel_requested=False,
+            kind=spec.kind, origin=spec.origin, state="queued", attempts=0, fence=0, cancel_requested=False,
         )
         try:
             with self.engine.begin() as conn:
@@ -206,7 +227,7 @@ class Store:
                     return [conn.execute(statement, row).scalar_one()]
                 return [r[0] for r in conn.execute(statement, [row] * count, ).all()]
         except exc.IntegrityError:
-            raise InvalidJob(f"a job with key {spec.key!r} already exists") from None
+            raise DuplicateKey(spec.key) from None
 
     def claim(self, machine_id: int, limit: int, lease: float, *, horizon: float = 0.0,
               take_expired: bool = True) -> list[Claimed]:
@@ -243,7 +264,7 @@ class Store:
                     lease_until=now + lease, started_at=now, finished_at=None)
             .returning(jobs.c.id, jobs.c.executor, jobs.c.target, jobs.c.method, jobs.c.payload,
                        jobs.c.attempts, jobs.c.max_attempts, jobs.c.timeout, jobs.c.fence, jobs.c.run_at,
-                       jobs.c.priority)
+                       jobs.c.priority, jobs.c.kind)
         )
         # RETURNING has no order; start the most urgent first.
         claimed = sorted((Claimed(*row) for row in self._one(statement)), key=lambda c: (-c.priority, c.run_at, c.id))
@@ -267,6 +288,14 @@ class Store:
                 [dict(job_id=c.id, attempt=c.attempts, machine_id=machine_id, fence=c.fence) for c in claimed],
             )
 
+    def mark_started(self, job: Claimed, machine_id: int) -> None:
+        """A job claimed ahead of its time starts now: record the real start (database time)."""
+        with self.engine.begin() as conn:
+            conn.execute(update(jobs).where(jobs.c.id == job.id, jobs.c.owner == machine_id, jobs.c.fence == job.fence)
+                         .values(started_at=db_now()))
+            conn.execute(update(runs).where(runs.c.job_id == job.id, runs.c.fence == job.fence)
+                         .values(started_at=db_now()))
+
     def due_count(self, horizon: float = 0.0) -> int:
         return self._one(
             select(func.count()).select_from(jobs).where(jobs.c.state == "queued", jobs.c.run_at <= db_now() + horizon)
@@ -288,13 +317,16 @@ class Store:
         return {row[0]: bool(row[1]) for row in rows}
 
     def finish(self, job: Claimed, machine_id: int, outcome: str, *, error: str | None = None,
-               retry_in: float | None = None) -> str:
+               retry_in: float | None = None, output: str | None = None) -> str:
         """Record how a run ended, guarded by owner and fence. Returns the job's new state.
 
         `retry_in` puts a failed job back in the queue after that many seconds,
-        when it has attempts left. Raises LostLease if the fence moved on.
+        when it has attempts left; a singleton goes back however its run ended.
+        Raises LostLease if the fence moved on.
         """
-        if outcome == "succeeded":
+        if job.kind == "singleton" and outcome != "cancelled" and retry_in is not None:
+            state = "queued"
+        elif outcome == "succeeded":
             state = "succeeded"
         elif outcome == "cancelled":
             state = "cancelled"
@@ -319,7 +351,7 @@ class Store:
             conn.execute(
                 update(runs)
                 .where(runs.c.job_id == job.id, runs.c.fence == job.fence)
-                .values(outcome=outcome, finished_at=db_now(), error=error)
+                .values(outcome=outcome, finished_at=db_now(), error=error, output=output)
             )
         return state
 

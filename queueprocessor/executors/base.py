@@ -24,7 +24,20 @@ class JobContext:
 
 
 class JobFailed(Exception):
-    """The work ran and did not succeed; the message is the run's error."""
+    """The work ran and did not succeed; the message is the run's error, `output` what it printed."""
+
+    def __init__(self, message: str, output: str | None = None):
+        super().__init__(message)
+        self.output = output
+
+
+OUTPUT_LIMIT = 4000  # characters of output kept with a run (the end: that is where errors are)
+
+
+def excerpt(text: str | None) -> str | None:
+    if not text:
+        return None
+    return text if len(text) <= OUTPUT_LIMIT else "…" + text[-OUTPUT_LIMIT:]
 
 
 class Executor(ABC):

@@ -1,4 +1,5 @@
-"""HTTP jobs: a GET or POST to a path on the node's own web server (the seeds' jobs are pages).
+"""HTTP jobs: a GET or POST to a path on the node's own web server (the seeds' jobs are pages),
+or to an absolute URL on a host in the node's allow-list (default: this machine only).
 
 The fence token travels in X-QP-Fence so the downstream service can refuse a
 writer that lost its lease.
@@ -16,6 +17,19 @@ METHODS = ("GET", "POST")
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
+def check_syntax(spec: JobSpec) -> str | None:
+    """A path relative to the node's --http-base, or an absolute http(s) URL: returns its host (None if relative)."""
+    if spec.method not in METHODS:
+        raise InvalidJob(f"HTTP method {spec.method!r} is not supported: use GET or POST")
+    parts = urlsplit(spec.target)
+    if not (parts.scheme or parts.netloc or spec.target.startswith("//")):
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidJob(f"HTTP job target {spec.target!r} is neither a path such as /reports/run nor an "
+                         "http(s) URL")
+    return parts.hostname
+
+
 class HttpExecutor(Executor):
     name = "http"
 
@@ -26,17 +40,14 @@ class HttpExecutor(Executor):
         if parts.hostname not in allowed_hosts:
             raise InvalidJob(f"--http-base host {parts.hostname!r} is not in the allowed hosts {', '.join(allowed_hosts)}")
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
+        self.allowed_hosts = tuple(allowed_hosts)
         self._client: httpx.AsyncClient | None = None
 
     def validate(self, spec: JobSpec) -> None:
-        parts = urlsplit(spec.target)
-        if parts.scheme or parts.netloc or spec.target.startswith("//"):
-            raise InvalidJob(
-                f"HTTP job target {spec.target!r} is an absolute URL: give a path relative to the node's "
-                "--http-base, e.g. /reports/run"
-            )
-        if spec.method not in METHODS:
-            raise InvalidJob(f"HTTP method {spec.method!r} is not supported: use GET or POST")
+        host = check_syntax(spec)
+        if host is not None and host not in self.allowed_hosts:
+            raise InvalidJob(f"HTTP job target {spec.target!r}: host {host!r} is not allowed on this machine; "
+                             f"allowed hosts: {', '.join(self.allowed_hosts)} (add one with --allow-host)")
 
     def url_for(self, target: str) -> str:
         return urljoin(self.base_url, target.lstrip("/"))

@@ -1,0 +1,103 @@
+"""Command jobs: a program run without a shell, from an argv list; exit code 0 is success.
+
+The job's target is the argv as a JSON list, so no word is ever re-split or
+expanded by a shell. argv[0] must be on the node's allow-list exactly as
+written (`backup` allows `backup` found on PATH, not `/tmp/backup`). The
+payload arrives on stdin, the job's identity in QP_* environment variables,
+and the end of stdout and stderr is kept with the run. Stopping a command
+terminates its whole process group, then kills it if it lingers.
+"""
+
+import asyncio
+import json
+import os
+import signal
+from collections import deque
+
+from ..errors import InvalidJob
+from ..store import Claimed, JobSpec
+from .base import OUTPUT_LIMIT, Executor, JobContext, JobFailed, excerpt
+
+KILL_GRACE = 1.0  # seconds between SIGTERM and SIGKILL
+
+
+def parse_argv(target: str) -> list[str]:
+    try:
+        argv = json.loads(target)
+    except json.JSONDecodeError:
+        argv = None
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv) or not argv[0]:
+        raise InvalidJob(f"command job target {target!r} is not a JSON list of strings such as [\"backup\", \"--full\"]")
+    return argv
+
+
+class CommandExecutor(Executor):
+    name = "command"
+
+    def __init__(self, allowed_commands: tuple[str, ...] = ()):
+        self.allowed_commands = tuple(allowed_commands)
+
+    def validate(self, spec: JobSpec) -> None:
+        program = parse_argv(spec.target)[0]
+        if program not in self.allowed_commands:
+            allowed = ", ".join(self.allowed_commands) or "none (start the node with --allow-command NAME)"
+            raise InvalidJob(f"command {program!r} is not allowed on this machine; allowed: {allowed}")
+
+    async def run(self, job: Claimed, context: JobContext) -> str | None:
+        self.validate(JobSpec(executor=self.name, target=job.target))
+        argv = parse_argv(job.target)
+        env = dict(os.environ, QP_JOB_ID=str(job.id), QP_ATTEMPT=str(job.attempts), QP_FENCE=str(job.fence),
+                   QP_MACHINE=str(context.machine_id))
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True,
+            )
+        except OSError as error:
+            raise JobFailed(f"command {argv[0]!r} could not start: {error.strerror or error}") from None
+        tail: deque[bytes] = deque()
+        try:
+            await asyncio.gather(self._feed(process, job.payload), self._collect(process, tail))
+            code = await process.wait()
+        except asyncio.CancelledError:
+            context.cancelled.set()
+            await self._stop(process)
+            raise
+        output = excerpt(b"".join(tail).decode("utf-8", "replace"))
+        if code != 0:
+            reason = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            raise JobFailed(f"command {argv[0]!r} failed: {reason}", output)
+        return output
+
+    @staticmethod
+    async def _feed(process: asyncio.subprocess.Process, payload: str | None) -> None:
+        try:
+            if payload:
+                process.stdin.write(payload.encode())
+                await process.stdin.drain()
+            process.stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the program does not read its input; that is its business
+
+    @staticmethod
+    async def _collect(process: asyncio.subprocess.Process, tail: deque[bytes]) -> None:
+        """Read all output but keep only its end, so a chatty program cannot fill memory."""
+        kept = 0
+        while chunk := await process.stdout.read(65536):
+            tail.append(chunk)
+            kept += len(chunk)
+            while kept - len(tail[0]) >= 4 * OUTPUT_LIMIT:
+                kept -= len(tail.popleft())
+
+    @staticmethod
+    async def _stop(process: asyncio.subprocess.Process) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                await asyncio.wait_for(asyncio.shield(process.wait()), KILL_GRACE)
+                return
+            except asyncio.TimeoutError:
+                continue

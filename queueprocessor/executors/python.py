@@ -1,0 +1,98 @@
+"""Python jobs: a callable `package.module:function`, called as `function(payload, context)`.
+
+The callable runs in a worker thread so the node's event loop stays free. A
+thread cannot be killed, so stopping one (timeout, cancel, lost lease) sets
+`context.cancelled` and waits a short grace for the callable to notice; one
+that ignores its flag is left to finish alone and its result is discarded.
+Only modules under the node's allowed prefixes are imported at all.
+"""
+
+import asyncio
+import importlib
+import json
+import re
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+from ..errors import InvalidJob
+from ..store import Claimed, JobSpec
+from .base import Executor, JobContext, JobFailed, excerpt
+
+_TARGET = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<function>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
+STOP_GRACE = 1.0  # seconds a stopped callable gets to return after its flag is set
+
+
+def parse_target(target: str) -> tuple[str, str]:
+    """Split `package.module:function` into module and attribute path."""
+    match = _TARGET.match(target)
+    if not match:
+        raise InvalidJob(f"Python job target {target!r} is not of the form package.module:function")
+    return match["module"], match["function"]
+
+
+def module_allowed(module: str, prefixes: tuple[str, ...]) -> bool:
+    """`app` allows `app` and `app.jobs`, not `apple`."""
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def resolve(target: str):
+    """Import the module and find the callable; a clear JobFailed when either is missing."""
+    module_name, path = parse_target(target)
+    try:
+        thing = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise JobFailed(f"Python job {target}: no module named {error.name!r} on this machine") from None
+    for part in path.split("."):
+        try:
+            thing = getattr(thing, part)
+        except AttributeError:
+            raise JobFailed(f"Python job {target}: {module_name} has no attribute {path!r}") from None
+    if not callable(thing):
+        raise JobFailed(f"Python job {target}: {path} is a {type(thing).__name__}, not a function")
+    return thing
+
+
+def _call(target: str, payload: str | None, context: JobContext) -> str | None:
+    function = resolve(target)
+    try:
+        result = function(json.loads(payload) if payload else None, context)
+    except Exception as error:
+        raise JobFailed(f"{type(error).__name__}: {error}", excerpt(traceback.format_exc())) from None
+    return None if result is None else excerpt(json.dumps(result, default=str))
+
+
+def _consume(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+class PythonExecutor(Executor):
+    name = "python"
+
+    def __init__(self, allowed_modules: tuple[str, ...] = (), workers: int = 64):
+        self.allowed_modules = tuple(allowed_modules)
+        self.workers = workers
+        self._pool: ThreadPoolExecutor | None = None  # made on first use, on the runner's loop
+
+    def validate(self, spec: JobSpec) -> None:
+        module, _ = parse_target(spec.target)
+        if not module_allowed(module, self.allowed_modules):
+            allowed = ", ".join(self.allowed_modules) or "none (start the node with --allow-module PREFIX)"
+            raise InvalidJob(f"Python module {module!r} is not allowed on this machine; allowed prefixes: {allowed}")
+
+    async def run(self, job: Claimed, context: JobContext) -> str | None:
+        self.validate(JobSpec(executor=self.name, target=job.target))
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="qp-python")
+        future = asyncio.get_running_loop().run_in_executor(self._pool, _call, job.target, job.payload, context)
+        future.add_done_callback(_consume)  # a result that comes after we gave up is dropped quietly
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            context.cancelled.set()
+            await asyncio.wait([future], timeout=STOP_GRACE)
+            raise
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
