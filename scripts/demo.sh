@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Run the demo farm: ./scripts/demo.sh [queueprocessor demo options...]
+#
+# Creates .venv in the repository root on first use, installs the project with
+# the desktop app, then opens the app with three local nodes on the embedded
+# SQLite default (--headless prints live status instead of opening a window).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [[ ! -x .venv/bin/python ]]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[gui]'
+
+exec .venv/bin/queueprocessor demo "$@"
