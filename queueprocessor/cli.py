@@ -39,21 +39,24 @@ def _load_config(path: str | None) -> dict:
         raise ConfigError(f"config file {path} is not valid TOML: {error}") from None
 
 
-def _check_config_keys(group: click.Group, config: dict, path: str) -> dict:
+def _check_config_keys(group: click.Group, config: dict, path: str, prefix: str = "") -> dict:
     """The config's tables become Click's default_map; unknown keys are refused, not ignored."""
     defaults = {}
     for key, value in config.items():
-        if key == "db":
+        if key == "db" and not prefix:
             continue
         command = group.commands.get(key)
         if command is None or not isinstance(value, dict):
-            raise ConfigError(f"config file {path}: unknown key {key!r}: use 'db' or a table named after a "
-                              f"command ({', '.join(sorted(group.commands))})")
+            raise ConfigError(f"config file {path}: unknown key {prefix + key!r}: use 'db' or a table named after "
+                              f"a command ({', '.join(sorted(group.commands))})")
+        if isinstance(command, click.Group):
+            defaults[key] = _check_config_keys(command, value, path, prefix=f"{prefix}{key}.")
+            continue
         names = {p.name for p in command.params}
         for option in value:
             if option.replace("-", "_") not in names:
-                raise ConfigError(f"config file {path}: [{key}] has no option {option!r}: "
-                                  f"see `queueprocessor {key} --help`")
+                raise ConfigError(f"config file {path}: [{prefix}{key}] has no option {option!r}: "
+                                  f"see `queueprocessor {(prefix + key).replace('.', ' ')} --help`")
         defaults[key] = {k.replace("-", "_"): v for k, v in value.items()}
     return defaults
 
