@@ -5,3 +5,18 @@ turns, leases and fencing) and `queueprocessor.farm` for the Python API.
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["Farm", "job"]
+
+
+def __getattr__(name: str):
+    """`from queueprocessor import Farm, job` without loading the engine for a bare `import queueprocessor`."""
+    if name == "Farm":
+        from .farm import Farm
+
+        return Farm
+    if name == "job":
+        from .api import job
+
+        return job
+    raise AttributeError(f"module 'queueprocessor' has no attribute {name!r}")

@@ -3,6 +3,10 @@
     from queueprocessor.farm import Farm
     farm = Farm("postgresql://qp:secret@db/farm")
     farm.enqueue_http("/reports/daily", delay=30)
+    farm.enqueue_python("reports.jobs:daily", {"day": "2026-11-22"})
+    farm.schedule("nightly", farm.command_spec(["backup", "--full"]), cron="0 3 * * *", tz="Europe/Berlin")
+    with farm.lock("ledger"):
+        ...
     print(farm.status()["machines"])
 
 The CLI and the desktop app are thin layers over this class.
@@ -10,15 +14,21 @@ The CLI and the desktop app are thin layers over this class.
 
 import json
 import math
+from collections.abc import Iterable
+from dataclasses import replace
 
 from sqlalchemy import exc
 
+from . import grabs, singletons
+from .api import JobFunction, target_of
 from .database import default_url, describe_failure, ensure_schema, mask, open_engine
-from .errors import ConfigError, InvalidJob
-from .executors import HttpExecutor, executor_for
+from .errors import ConfigError, DuplicateKey, InvalidJob
+from .executors import AllowLists, check_allowed, check_form
 from .node import Node, NodeConfig
 from .roster import Liveness, machine_status
+from .schedules import Recurrence
 from .store import JobSpec, Store
+from .store_schedules import ScheduleStore
 
 MAX_PAYLOAD = 64 * 1024
 # Settings every machine must share, or turns and death verdicts would disagree.
@@ -38,6 +48,24 @@ def parse_payload(text: str | None) -> str | None:
     except json.JSONDecodeError as error:
         raise InvalidJob(f"payload is not valid JSON ({error.msg} at line {error.lineno} column {error.colno}): "
                          "quote it, e.g. --payload '{\"id\": 1}'") from None
+
+
+def work_spec(executor: str, target: str, *, method: str = "GET", payload=None, priority: int = 0,
+              max_attempts: int = 3, timeout: float | None = None, key: str | None = None) -> JobSpec:
+    """A job definition checked for form; `payload` is JSON text or any JSON-able value."""
+    if payload is not None and not isinstance(payload, str):
+        try:
+            payload = json.dumps(payload)
+        except (TypeError, ValueError) as error:
+            raise InvalidJob(f"payload cannot be sent as JSON: {error}") from None
+    if max_attempts < 1:
+        raise InvalidJob(f"--max-attempts must be at least 1 (got {max_attempts})")
+    if timeout is not None and not timeout > 0:
+        raise InvalidJob(f"--timeout must be positive (got {timeout})")
+    spec = JobSpec(executor=executor, target=target, method=method.upper(), payload=parse_payload(payload),
+                   priority=priority, max_attempts=max_attempts, timeout=timeout, key=key)
+    check_form(spec)
+    return spec
 
 
 class Farm:
@@ -71,6 +99,8 @@ class Farm:
         """The farm-wide timing settings. Values passed in are adopted by a new farm and
         must match an existing one."""
         given = {k: v for k, v in wanted.items() if v is not None}
+        if not given and self._settings is not None:
+            return self._settings
         stored = self.store.adopt_settings({k: repr(float(given.get(k, DEFAULTS[k]))) for k in FARM_SETTINGS})
         farm = {k: float(stored[k]) for k in FARM_SETTINGS}
         for key, value in given.items():
@@ -79,6 +109,7 @@ class Farm:
                     f"this farm uses --{key} {farm[key]:g} (every machine must agree); "
                     f"start the node without --{key}, or with --{key} {farm[key]:g}"
                 )
+        self._settings = farm
         return farm
 
     def liveness(self) -> Liveness:
@@ -87,36 +118,124 @@ class Farm:
 
     def node(self, *, name: str | None = None, capacity: int = 4, period: float | None = None,
              heartbeat: float | None = None, misses: int | None = None, http_base: str = "http://localhost/",
-             clock=None, **extra) -> Node:
+             clock=None, allow_hosts: Iterable[str] = (), allow_modules: Iterable[str] = (),
+             allow_commands: Iterable[str] = (), **extra) -> Node:
+        """A node for this machine (start() it). The allow-lists say what work it agrees to run: HTTP
+        to the local machine and `allow_hosts`, Python modules under `allow_modules`, `allow_commands`."""
         farm = self.settings(period=period, heartbeat=heartbeat, misses=misses)
         if capacity < 1:
             raise ConfigError(f"--capacity must be at least 1 (got {capacity})")
+        allow = AllowLists(tuple(allow_hosts), tuple(allow_modules), tuple(allow_commands))
         config = NodeConfig(capacity=capacity, period=farm["period"], heartbeat=farm["heartbeat"],
-                            misses=int(farm["misses"]), http_base=http_base, **extra)
+                            misses=int(farm["misses"]), http_base=http_base, allow=allow, **extra)
         if name:
             config.name = name
-        return Node(self.store, config, clock=clock, executors={"http": HttpExecutor(http_base)})
+        return Node(self.store, config, clock=clock, executors=allow.executors(http_base))
 
     # -- work -------------------------------------------------------------
 
     def enqueue_http(self, path: str, *, method: str = "GET", payload: str | None = None, delay: float = 0.0,
                      at: float | None = None, priority: int = 0, max_attempts: int = 3,
                      timeout: float | None = None, count: int = 1, key: str | None = None) -> list[int]:
-        spec = JobSpec(executor="http", target=path, method=method.upper(), payload=parse_payload(payload),
-                       priority=priority, max_attempts=max_attempts, timeout=timeout, key=key)
+        spec = work_spec("http", path, method=method, payload=payload, priority=priority,
+                         max_attempts=max_attempts, timeout=timeout, key=key)
         return self.enqueue(spec, delay=delay, at=at, count=count)
 
+    def python_spec(self, function: str | JobFunction, payload=None, **options) -> JobSpec:
+        """Work that calls `package.module:function` (or a @job function) with the payload."""
+        if isinstance(function, JobFunction):
+            options = {**function.options, **{k: v for k, v in options.items() if v is not None}}
+        target = function if isinstance(function, str) else target_of(function)
+        return work_spec("python", target, payload=payload, **{k: v for k, v in options.items() if v is not None})
+
+    def command_spec(self, argv: Iterable[str], payload=None, **options) -> JobSpec:
+        """Work that runs a program without a shell; `argv[0]` must be on the node's allow-list."""
+        return work_spec("command", json.dumps(list(argv)), payload=payload,
+                         **{k: v for k, v in options.items() if v is not None})
+
+    def enqueue_python(self, function: str | JobFunction, payload=None, *, delay: float = 0.0,
+                       at: float | None = None, count: int = 1, priority: int | None = None,
+                       max_attempts: int | None = None, timeout: float | None = None,
+                       key: str | None = None) -> list[int]:
+        spec = self.python_spec(function, payload, priority=priority, max_attempts=max_attempts, timeout=timeout,
+                                key=key)
+        return self.enqueue(spec, delay=delay, at=at, count=count)
+
+    def enqueue_command(self, argv: Iterable[str], payload=None, *, delay: float = 0.0, at: float | None = None,
+                        count: int = 1, **options) -> list[int]:
+        return self.enqueue(self.command_spec(argv, payload, **options), delay=delay, at=at, count=count)
+
     def enqueue(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> list[int]:
-        executor_for({"http": HttpExecutor()}, spec.executor).validate(spec)
+        """Queue `count` copies of `spec`. A key already taken raises grabs.AlreadyTaken naming the winner."""
         if count < 1:
             raise InvalidJob(f"--count must be at least 1 (got {count})")
-        if spec.max_attempts < 1:
-            raise InvalidJob(f"--max-attempts must be at least 1 (got {spec.max_attempts})")
-        if spec.timeout is not None and spec.timeout <= 0:
-            raise InvalidJob(f"--timeout must be positive (got {spec.timeout})")
         if delay < 0:
             raise InvalidJob(f"--delay must not be negative (got {delay})")
-        return self.store.enqueue(spec, delay=delay, at=at, count=count)
+        self.check_allowed(spec)
+        try:
+            return self.store.enqueue(self._signed(spec), delay=delay, at=at, count=count)
+        except DuplicateKey as error:
+            raise grabs.refuse(self.store, error) from None
+
+    def check_allowed(self, spec: JobSpec) -> None:
+        """Refuse, with the reason, work that no live machine's allow-lists would let it run."""
+        now, _, rows = self.store.read_machines()
+        liveness = self.liveness()
+        check_allowed(spec, [m["allow"] for m in rows
+                             if m["allow"] and machine_status(m, now, liveness) in ("active", "paused")])
+
+    @staticmethod
+    def _signed(spec: JobSpec) -> JobSpec:
+        return spec if spec.origin else replace(spec, origin=grabs.origin())
+
+    def grab(self, key: str, instance: str, spec: JobSpec) -> int:
+        """Enqueue `spec` as the one job for `key` + `instance`. Returns its id, or raises
+        grabs.AlreadyTaken saying who won and whether it finished (wait for it with `wait`)."""
+        return self.enqueue(replace(spec, key=grabs.grab_key(key, instance)))[0]
+
+    def job(self, job_id: int) -> dict:
+        """A job's row with its runs (every attempt: machine, fence, times, outcome, error, output)."""
+        record = self.store.get_job(job_id)
+        record["runs"] = self.store.list_runs(job_id=job_id)
+        return record
+
+    def wait(self, job_id: int, timeout: float | None = None) -> dict:
+        """Wait until a job has finished (succeeded, failed for good or cancelled); return it with its runs."""
+        grabs.wait(self.store, job_id, timeout)
+        return self.job(job_id)
+
+    # -- schedules, singletons, locks --------------------------------------
+
+    @property
+    def schedules(self) -> ScheduleStore:
+        return ScheduleStore(self.store)
+
+    def _ahead(self) -> dict:
+        s = self.settings()
+        return dict(ahead=NodeConfig(period=s["period"], heartbeat=s["heartbeat"]).schedule_ahead, period=s["period"])
+
+    def schedule(self, name: str, spec: JobSpec, *, cron: str | None = None, tz: str | None = None,
+                 every: float | None = None, misfire: str = "once", grace: float = 3600.0) -> dict:
+        """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds."""
+        recurrence = Recurrence.parse(cron, tz, every)
+        self.check_allowed(spec)
+        return self.schedules.add(name, recurrence, self._signed(spec), misfire=misfire, grace=grace,
+                                  **self._ahead())
+
+    def resume_schedule(self, name: str) -> dict:
+        return self.schedules.resume(name, **self._ahead())
+
+    def singleton(self, name: str, spec: JobSpec) -> int:
+        """Keep `spec` running on exactly one live machine; returns its job id."""
+        self.check_allowed(spec)
+        return singletons.add(self.store, name, self._signed(spec))
+
+    def lock(self, name: str, wait: float | None = None) -> singletons.Lock:
+        """A distributed lock: `with farm.lock("name") as lock:` (lock.fence, lock.lost). `wait`: seconds
+        to wait for it (None: for ever), then singletons.LockHeld."""
+        s = self.settings()
+        return singletons.Lock(self.store, name, lease=s["heartbeat"] * s["misses"], renew_every=s["heartbeat"],
+                               wait=wait)
 
     # -- looking ----------------------------------------------------------
 

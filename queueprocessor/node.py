@@ -4,7 +4,8 @@ Three named threads, none of which waits on another:
 - qp-heartbeat: every heartbeat, samples the database clock while reading the
   machine rows, checks in, renews leases and applies operators' wishes;
 - qp-turns: a 10 ms timer that takes this machine's turns and claims work;
-- qp-runner: the asyncio loop that runs the jobs (see runner).
+- qp-runner: the asyncio loop that runs the jobs (see runner);
+- qp-listen (PostgreSQL only): wakes the turn timer when work is enqueued (see push).
 A watchdog on the turn timer fences the node off when it has not renewed its
 leases for longer than the lease minus a margin, and stops the node loudly if
 a thread dies.
@@ -19,10 +20,12 @@ from dataclasses import dataclass, field
 
 from . import __version__
 from .clock import Clock, OffsetEstimator, SystemClock
-from .executors import Executor, HttpExecutor
+from .executors import AllowLists, Executor
+from .push import BACKLOG, Listener, notify_backlog
 from .roster import Liveness, next_turn, roster, slot_of, slot_owner
 from .runner import JobRunner
 from .store import WISHES, Store
+from .store_schedules import ScheduleStore
 
 log = logging.getLogger("queueprocessor.node")
 
@@ -37,6 +40,19 @@ class NodeConfig:
     http_base: str = "http://localhost/"
     turn_keep: float = 24 * 3600.0
     tick: float = 0.01
+    allow: AllowLists = field(default_factory=AllowLists)
+    push: bool = True  # LISTEN for new work on PostgreSQL
+
+    @property
+    def claim_ahead(self) -> float:
+        """A turn claims jobs due before the next turn and starts each exactly at its time."""
+        return self.period
+
+    @property
+    def schedule_ahead(self) -> float:
+        """Occurrences become jobs this early: a lost turn or a heartbeat's delay in noticing never makes
+        them late."""
+        return 2 * self.period + self.heartbeat
 
     @property
     def dead_after(self) -> float:
@@ -65,7 +81,12 @@ class Node:
         self.config = config
         self.clock = clock or SystemClock()
         self.estimator = OffsetEstimator(self.clock)
-        self.executors = executors or {"http": HttpExecutor(config.http_base)}
+        self.executors = executors or config.allow.executors(config.http_base)
+        self.schedules = ScheduleStore(store)
+        self.next_schedule: float | None = None  # earliest occurrence still to be made a job (heartbeat's view)
+        self.listener: Listener | None = None
+        self._wake = threading.Event()  # set by a push notice
+        self._pushed = False
         self.instance = uuid.uuid4().hex
         self.id: int | None = None
         self.state = "active"
@@ -82,6 +103,9 @@ class Node:
         self._direct = False
         self._last_slot = -1
         self._stop = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._stopping = False
+        self._hurry = threading.Event()
         self.stopped = threading.Event()
         self.runner: JobRunner | None = None
         self._threads: list[threading.Thread] = []
@@ -91,7 +115,7 @@ class Node:
     def start(self) -> "Node":
         self.id = self.store.register(
             name=self.config.name, host=socket.gethostname(), instance=self.instance, pid=os.getpid(),
-            version=__version__, capacity=self.config.capacity,
+            version=__version__, capacity=self.config.capacity, allow=self.config.allow.to_json(),
         )
         for _ in range(5):  # a first filtered estimate before we take any turn
             self.estimator.measure(self.store.ask_time)
@@ -105,17 +129,33 @@ class Node:
         ]
         for thread in self._threads:
             thread.start()
+        if self.config.push and self.store.dialect == "postgresql":
+            self.listener = Listener(self.store.engine.url, self._notice).start()
         log.info("machine %s (%s) joined the farm, capacity %s, offset %+.4f s ±%.4f",
                  self.id, self.config.name, self.config.capacity, self.estimator.offset(),
                  self.estimator.error_bound())
         return self
 
     def stop(self, drain: bool = True, timeout: float | None = None) -> None:
-        """Leave the farm. With `drain`, finish running jobs first; otherwise hand them back."""
+        """Leave the farm. With `drain`, finish running jobs first; otherwise hand them back.
+
+        Safe to call again while stopping: a later call without `drain` cuts a
+        drain short (the operator's second Ctrl-C), then both return when stopped.
+        """
+        if not drain:
+            self._hurry.set()
+        with self._stop_lock:
+            first, self._stopping = not self._stopping, True
+        if not first:
+            self.stopped.wait(30)
+            return
         if drain and self.state not in ("stopped",):
             self.state = "draining"
-            self._await_idle(timeout)
+            self.runner.release_singletons()
+            self._await_idle(timeout, interruptible=True)
         self._stop.set()
+        if self.listener is not None:
+            self.listener.stop()
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(5)
@@ -131,9 +171,10 @@ class Node:
         self.state = "stopped"
         self.stopped.set()
 
-    def _await_idle(self, timeout: float | None) -> None:
+    def _await_idle(self, timeout: float | None, interruptible: bool = False) -> None:
         deadline = None if timeout is None else self.clock.monotonic() + timeout
-        while self.runner and self.runner.count() and (deadline is None or self.clock.monotonic() < deadline):
+        while (self.runner and self.runner.count() and not (interruptible and self._hurry.is_set())
+               and (deadline is None or self.clock.monotonic() < deadline)):
             self._stop.wait(0.05)
 
     def _guard(self, loop) -> None:
@@ -172,8 +213,9 @@ class Node:
         def read():
             nonlocal rows, backlog_slot
             since = slot_of(self.estimator.db_now(), self.config.period) - 3
-            now, backlog_slot, rows = self.store.read_machines(since)
-            return now
+            farm = self.store.read_farm(since)
+            backlog_slot, rows, self.next_schedule = farm.backlog_slot, farm.machines, farm.next_schedule
+            return farm.now
 
         sample = self.estimator.measure(read)
         self._note_contact(sample.db)
@@ -219,6 +261,8 @@ class Node:
         elif target != self.state:
             log.info("operator wish: %s (%s -> %s)", wish, self.state, target)
             self.state = target
+            if target == "draining":
+                self.runner.release_singletons()
         return wish
 
     def _handle_renewals(self, held: list[tuple[int, int]], renewed: dict[int, bool]) -> None:
@@ -242,7 +286,8 @@ class Node:
             delay = next_tick - self.clock.monotonic()
             if delay < -tick:  # we fell behind (GC, a slow claim): do not burst to catch up
                 next_tick = self.clock.monotonic()
-            self._stop.wait(max(0.0, delay))
+            if self._wake.wait(max(0.0, delay)):
+                self._wake.clear()
             self._watchdog()
             if self.db_healthy:
                 try:
@@ -270,9 +315,14 @@ class Node:
             inside = now - slot * self.config.period
             if slot_owner(ids, slot) == self.id and inside > self.estimator.error_bound():
                 self._last_slot = slot
+                self._pushed = False  # the turn's claim covers what the notice announced
                 if self.store.take_turn(slot, self.id):
                     self._take_turn(slot, free)
                 return
+        if self._pushed:
+            self._pushed = False
+            if self._last_slot == slot and free > 0:  # our turn is under way: take the new work now
+                self._claim(free, self.config.claim_ahead)
         if self._backlog_slot >= slot - 2 and free > 0 and not self._direct:
             self._direct = True
         if self._direct and free > 0:
@@ -283,23 +333,38 @@ class Node:
 
     def _take_turn(self, slot: int, free: int) -> None:
         self.turns_taken += 1
-        claimed = self._claim(free)
+        if self.next_schedule is not None and self.next_schedule <= self.estimator.db_now() + self.config.schedule_ahead:
+            made = self.schedules.materialise(ahead=self.config.schedule_ahead, period=self.config.period)
+            self.next_schedule = made.next_schedule
+        claimed = self._claim(free, self.config.claim_ahead)
         backlog = free > 0 and claimed == free and self.store.due_count() > 0
         if claimed or backlog:
             self.store.record_turn(slot, claimed, backlog)
         if backlog:
             self._backlog_slot = slot
+            if self.listener is not None and self.listener.listening.is_set():
+                with self.store.engine.connect() as conn:
+                    notify_backlog(conn)
+                    conn.commit()
         if self.turns_taken % 600 == 1:
             self.store.prune_turns(self.config.turn_keep)
 
-    def _claim(self, limit: int) -> int:
+    def _claim(self, limit: int, horizon: float = 0.0) -> int:
         # Leases that ran out while we ourselves could not reach the database are
         # not taken: their owners deserve a full lease to renew after the stall.
         settled = self.estimator.db_now() - self._streak_start > self.config.lease
-        jobs = self.store.claim(self.id, limit, self.config.lease, take_expired=settled)
+        jobs = self.store.claim(self.id, limit, self.config.lease, horizon=horizon, take_expired=settled)
         for job in jobs:
             self.runner.submit(job)
         return len(jobs)
+
+    def _notice(self, payload: str) -> None:
+        """A push notice (listener thread): new work, or another machine's backlog to help with."""
+        if payload == BACKLOG:
+            self._backlog_slot = slot_of(self.estimator.db_now(), self.config.period)
+        else:
+            self._pushed = True
+        self._wake.set()
 
     def _job_done(self, outcome: str) -> None:
         if outcome == "succeeded":

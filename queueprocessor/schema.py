@@ -6,6 +6,7 @@ so unique keys there are filtered indexes.
 """
 
 from sqlalchemy import (
+    DDL,
     BigInteger,
     Boolean,
     Column,
@@ -16,6 +17,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    event,
 )
 
 SCHEMA_VERSION = 1
@@ -109,6 +111,14 @@ Index(
     unique=True,
     mssql_where=jobs.c.key.isnot(None),
 )
+
+# PostgreSQL only: any insert into the queue wakes the listening nodes (see push).
+JOBS_CHANNEL = "qp_jobs"
+event.listen(jobs, "after_create", DDL(f"""
+CREATE OR REPLACE FUNCTION qp_jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_notify('{JOBS_CHANNEL}', ''); RETURN NULL; END $$;
+CREATE TRIGGER qp_jobs_notify AFTER INSERT ON qp_jobs FOR EACH STATEMENT EXECUTE FUNCTION qp_jobs_notify();
+""").execute_if(dialect="postgresql"))
 
 runs = Table(
     "qp_runs",

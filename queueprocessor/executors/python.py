@@ -57,7 +57,8 @@ def _call(target: str, payload: str | None, context: JobContext) -> str | None:
     try:
         result = function(json.loads(payload) if payload else None, context)
     except Exception as error:
-        raise JobFailed(f"{type(error).__name__}: {error}", excerpt(traceback.format_exc())) from None
+        frames = traceback.format_exception(type(error), error, error.__traceback__.tb_next)  # from the callable on
+        raise JobFailed(f"{type(error).__name__}: {error}", excerpt("".join(frames))) from None
     return None if result is None else excerpt(json.dumps(result, default=str))
 
 

@@ -1,0 +1,65 @@
+"""Defining jobs in Python: a decorator that turns a function into work any node can run by name.
+
+    from queueprocessor import job
+
+    @job(max_attempts=5, timeout=60)
+    def send_report(payload, context):
+        ...                      # context.job_id, .attempt, .fence, .cancelled
+        return {"sent": True}    # kept (as JSON) with the run
+
+    send_report.enqueue(farm, {"day": "2026-11-22"})
+
+A node runs it by importing `module:function`, so the function must live at
+the top level of a module the node can import (and allow, `--allow-module`).
+The decorated function is still an ordinary function: calling it calls it.
+"""
+
+import functools
+import sys
+from collections.abc import Callable
+
+from .errors import InvalidJob
+
+
+def target_of(function: Callable) -> str:
+    """`package.module:function` for a top-level function; refused for what a node could not import."""
+    module, name = function.__module__, function.__qualname__
+    if module == "__main__":  # run with `python -m package.module`: the real name is on its spec
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        if spec is None:
+            raise InvalidJob(f"{name} is defined in a script run by path; nodes cannot import it: put it in a "
+                             "module (or run the script with python -m)")
+        module = spec.name
+    if "<" in name:
+        raise InvalidJob(f"{name} is not defined at the top level of its module; nodes cannot import it")
+    return f"{module}:{name}"
+
+
+class JobFunction:
+    """A function the farm can run, with its default options (see `job`)."""
+
+    def __init__(self, function: Callable, *, max_attempts: int, timeout: float | None, priority: int):
+        functools.update_wrapper(self, function)
+        self.function = function
+        self.target = target_of(function)
+        self.options = dict(max_attempts=max_attempts, timeout=timeout, priority=priority)
+
+    def __call__(self, payload, context):
+        return self.function(payload, context)
+
+    def enqueue(self, farm, payload=None, **options) -> int:
+        """Queue one run on `farm` (a Farm); options as Farm.enqueue_python. Returns the job id."""
+        return farm.enqueue_python(self, payload, **options)[0]
+
+    def schedule(self, farm, name: str, payload=None, **options) -> dict:
+        """Run it on a schedule: Farm.schedule(name, ..., cron=/every=)."""
+        return farm.schedule(name, farm.python_spec(self, payload), **options)
+
+
+def job(function: Callable | None = None, *, max_attempts: int = 3, timeout: float | None = None,
+        priority: int = 0):
+    """Decorate a function `f(payload, context)` to make it a job: `@job` or `@job(max_attempts=5, ...)`."""
+    def wrap(f: Callable) -> JobFunction:
+        return JobFunction(f, max_attempts=max_attempts, timeout=timeout, priority=priority)
+
+    return wrap if function is None else wrap(function)

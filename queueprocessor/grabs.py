@@ -1,0 +1,104 @@
+"""Keyed grabs: work named by key and instance (`Report-26` + `2026-11-22`) is done once.
+
+The pair becomes the job's unique key `key@instance`, so the database refuses
+a second copy whoever tries; the loser is told who won, where it ran and how
+it ended, and can wait for the winner's result instead of doing the work again.
+"""
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from .errors import DuplicateKey, InvalidJob, NotFound, QPError
+from .output import format_time
+from .schema import jobs, machines, runs
+from .store import Store
+
+FINAL = ("succeeded", "failed", "cancelled")
+
+
+def origin() -> str:
+    """How this process signs the jobs it enqueues."""
+    return f"{socket.gethostname()} pid {os.getpid()}"
+
+
+def grab_key(key: str, instance: str) -> str:
+    if not key or "@" in key or not instance or len(key) + len(instance) > 399:
+        raise InvalidJob(f"grab key {key!r} and instance {instance!r} must be non-empty, the key without '@', "
+                         "together at most 399 characters")
+    return f"{key}@{instance}"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The job that holds a key: who enqueued it, where it runs or ran, and how it ended."""
+
+    job: dict
+    machine: str | None  # "3 (node-b)": the machine that owns or last owned it
+    output: str | None  # the last run's output excerpt
+
+    @property
+    def finished(self) -> bool:
+        return self.job["state"] in FINAL
+
+    def status(self) -> str:
+        job = self.job
+        if job["state"] == "queued":
+            return "queued, not started yet"
+        if job["state"] == "running":
+            return f"running on machine {self.machine}, not finished"
+        where = f" on machine {self.machine}" if self.machine else ""
+        return f"finished, {job['state']}{where} at {format_time(job['finished_at'])} UTC"
+
+    def describe(self) -> str:
+        job = self.job
+        return f"{job['key']} was taken first by {job['origin'] or 'an unknown enqueuer'} (job {job['id']}): " \
+               f"{self.status()}"
+
+
+class AlreadyTaken(DuplicateKey):
+    """A second enqueue or grab of a key: carries the winner."""
+
+    def __init__(self, holder: Holder):
+        QPError.__init__(self, holder.describe())
+        self.key = holder.job["key"]
+        self.holder = holder
+
+
+def holder_of(store: Store, *, key: str | None = None, job_id: int | None = None) -> Holder | None:
+    """The job holding `key` (or with that id), with the name of its machine and its last output."""
+    rows = store._one(
+        select(jobs, machines.c.name.label("machine_name"))
+        .select_from(jobs.outerjoin(machines, machines.c.id == jobs.c.owner))
+        .where(jobs.c.key == key if job_id is None else jobs.c.id == job_id)
+    )
+    if not rows:
+        return None
+    job = dict(rows[0]._mapping)
+    name = job.pop("machine_name")
+    last = store._one(select(runs.c.output).where(runs.c.job_id == job["id"]).order_by(runs.c.id.desc()).limit(1))
+    machine = None if job["owner"] is None else f"{job['owner']} ({name})"
+    return Holder(job, machine, last[0][0] if last else None)
+
+
+def refuse(store: Store, error: DuplicateKey) -> AlreadyTaken | DuplicateKey:
+    """Turn the database's refusal of a duplicate key into one that names the winner."""
+    holder = holder_of(store, key=error.key)
+    return error if holder is None else AlreadyTaken(holder)
+
+
+def wait(store: Store, job_id: int, timeout: float | None = None, poll: float = 0.2) -> Holder:
+    """Wait until a job has finished (succeeded, failed for good, or cancelled); return it."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        holder = holder_of(store, job_id=job_id)
+        if holder is None:
+            raise NotFound(f"no job with id {job_id}: see `queueprocessor jobs`")
+        if holder.finished:
+            return holder
+        if deadline is not None and time.monotonic() >= deadline:
+            raise QPError(f"gave up waiting after {timeout:g} s: job {job_id} is {holder.status()}")
+        time.sleep(poll)

@@ -1,0 +1,70 @@
+"""Push on PostgreSQL: new work wakes an idle farm in milliseconds instead of at the next turn.
+
+Every insert into qp_jobs, whoever makes it (CLI, API, a plain SQL INSERT),
+fires a statement-level trigger that NOTIFYs the jobs channel (see schema). A
+node LISTENs on its own connection and, on a notice, lets the machine that
+owns the current turn slot claim at once; a turn that finds a backlog
+notifies too, so every node with free capacity joins in without waiting for
+its heartbeat. Polling stays the fallback: a lost notice or a dropped
+listening connection only costs the latency of the next turn. SQLite and SQL
+Server have no push and poll only.
+"""
+
+import logging
+import threading
+from collections.abc import Callable
+
+import psycopg
+from sqlalchemy import text
+from sqlalchemy.engine import URL, Connection
+
+from .database import mask
+from .schema import JOBS_CHANNEL
+
+log = logging.getLogger("queueprocessor.push")
+
+BACKLOG = "backlog"
+RECONNECT = 1.0  # seconds between attempts to listen again after losing the connection
+
+
+def notify_backlog(conn: Connection) -> None:
+    """Tell every listening node that a turn found more work than its holder could take."""
+    conn.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": JOBS_CHANNEL, "payload": BACKLOG})
+
+
+class Listener:
+    """A thread that LISTENs on the jobs channel and calls `on_notice(payload)` for each notice."""
+
+    def __init__(self, url: URL, on_notice: Callable[[str], None], poll: float = 0.2):
+        self.dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self.on_notice = on_notice
+        self.poll = poll
+        self.listening = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="qp-listen", daemon=True)
+
+    def start(self) -> "Listener":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(5)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(f"LISTEN {JOBS_CHANNEL}")
+                    self.listening.set()
+                    while not self._stop.is_set():
+                        for notice in conn.notifies(timeout=self.poll):
+                            self.on_notice(notice.payload)
+            except psycopg.Error as error:
+                if self.listening.is_set():
+                    log.warning("push: stopped listening (%s); polling carries on",
+                                mask(str(error).strip().splitlines()[0] if str(error) else type(error).__name__))
+                self.listening.clear()
+                self._stop.wait(RECONNECT)
+        self.listening.clear()

@@ -1,0 +1,136 @@
+"""Recurring schedules as pure functions: when they recur, and which occurrences a turn makes jobs of.
+
+A schedule recurs by a cron expression in a time zone (croniter does the
+calendar) or at a fixed interval (occurrences at whole multiples of the
+interval since the epoch, so every machine computes the same instants).
+Each occurrence becomes a job keyed `name@occurrence`; the database's unique
+key is what makes it run once however many machines see it (see
+store_schedules for the statements).
+
+Daylight saving: when clocks go forward, a time in the skipped hour runs at
+the jump (croniter's rule, as Vixie cron does). When they go back, a wall
+time that happens twice runs once, at its first passing, unless the
+expression runs every hour (hour field `*`), whose cadence continues in real
+time.
+
+Misfires: an occurrence made into a job more than one period after its time
+was missed (the farm was down or too busy to take turns). One older than the
+schedule's grace is dropped. Within the grace the policy decides: `skip`
+drops the missed ones, `once` runs the newest of them once, `all` runs each.
+"""
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from .errors import InvalidJob
+
+MISFIRE = ("skip", "once", "all")
+MIN_EVERY = 0.1  # seconds; finer than the turn clock is meaningless
+MACROS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
+          "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *"}
+MAX_PER_PASS = 1000  # occurrences made into jobs per schedule per turn (the rest wait for the next turn)
+
+
+@dataclass(frozen=True)
+class Recurrence:
+    """When a schedule recurs: a cron expression in a time zone, or every N seconds."""
+
+    cron: str | None = None
+    tz: str | None = None
+    every: float | None = None
+
+    @classmethod
+    def parse(cls, cron: str | None = None, tz: str | None = None, every: float | None = None) -> "Recurrence":
+        """Validate what a user typed; one clear line for anything wrong."""
+        if (cron is None) == (every is None):
+            raise InvalidJob("give a schedule either --cron EXPRESSION or --every SECONDS")
+        if every is not None:
+            if tz is not None:
+                raise InvalidJob("--tz only applies to --cron schedules (an interval is the same in every zone)")
+            if not math.isfinite(every) or every < MIN_EVERY:
+                raise InvalidJob(f"--every must be at least {MIN_EVERY:g} seconds (got {every:g})")
+            return cls(every=float(every))
+        tz = tz or "UTC"
+        cron = MACROS.get(cron.strip().lower(), cron.strip())
+        try:
+            ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise InvalidJob(f"unknown time zone {tz!r}: use an IANA name such as Europe/Berlin or UTC") from None
+        if len(cron.split()) not in (5, 6) or not croniter.is_valid(cron):
+            raise InvalidJob(f"malformed cron expression {cron!r}: expected 5 fields (minute hour day month "
+                             "weekday), e.g. '30 2 * * *', or 6 with seconds last")
+        recurrence = cls(cron=cron, tz=tz)
+        try:
+            recurrence.after(datetime.now(timezone.utc).timestamp())
+        except ValueError:  # croniter's "failed to find next date", e.g. 30 February
+            raise InvalidJob(f"cron expression {cron!r} never matches a real date") from None
+        return recurrence
+
+    def describe(self) -> str:
+        return f"every {self.every:g} s" if self.every is not None else f"cron '{self.cron}' {self.tz}"
+
+    def after(self, t: float) -> float:
+        """The first occurrence strictly after epoch second `t`."""
+        if self.every is not None:
+            return (math.floor(t / self.every) + 1) * self.every
+        zone = ZoneInfo(self.tz)
+        hourly = self.cron.split()[1] == "*"
+        times = croniter(self.cron, datetime.fromtimestamp(t, zone))
+        while True:
+            when = times.get_next(datetime)
+            if hourly or not _second_passing(when, zone):
+                return when.timestamp()
+
+    def label(self, t: float) -> str:
+        """How an occurrence is named in its job key: local time with its UTC offset, to the millisecond."""
+        zone = timezone.utc if self.every is not None else ZoneInfo(self.tz)
+        return datetime.fromtimestamp(t, zone).isoformat(timespec="milliseconds")
+
+
+def _second_passing(when: datetime, zone: ZoneInfo) -> bool:
+    """Is `when` the repeat of a wall time that clocks going back made happen twice?"""
+    wall = when.replace(tzinfo=None)
+    first, second = wall.replace(tzinfo=zone, fold=0), wall.replace(tzinfo=zone, fold=1)
+    return first.utcoffset() != second.utcoffset() and when.utcoffset() == second.utcoffset()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one turn does with a schedule: the occurrences to make jobs of, and where to resume."""
+
+    occurrences: list[float]
+    next_run: float
+
+
+def plan(recurrence: Recurrence, next_run: float, now: float, *, ahead: float, period: float, misfire: str,
+         grace: float) -> Plan:
+    """The occurrences from `next_run` up to `now + ahead` that should become jobs (see the module's rules)."""
+    occ = next_run
+    if occ < now - grace:  # everything before the grace window is dropped whatever the policy
+        occ = recurrence.after(now - grace)
+    on_time, missed = [], []
+    while occ <= now + ahead and len(on_time) + len(missed) < MAX_PER_PASS:
+        (missed if now - occ > period else on_time).append(occ)
+        occ = recurrence.after(occ)
+    if misfire == "skip":
+        missed = []
+    elif misfire == "once":
+        missed = missed[-1:]
+    return Plan(missed + on_time, occ)
+
+
+def check_policy(misfire: str, grace: float) -> None:
+    if misfire not in MISFIRE:
+        raise InvalidJob(f"unknown misfire policy {misfire!r}: use one of {', '.join(MISFIRE)}")
+    if not math.isfinite(grace) or grace < 0:
+        raise InvalidJob(f"--grace must be a non-negative number of seconds (got {grace:g})")
+
+
+def check_name(name: str) -> None:
+    if not name or len(name) > 200 or "@" in name or name != name.strip():
+        raise InvalidJob(f"schedule name {name!r} must be 1-200 characters without '@' or surrounding spaces")
+

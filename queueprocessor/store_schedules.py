@@ -1,0 +1,149 @@
+"""The statements behind recurring schedules (the rules are in schedules).
+
+A turn-holder makes upcoming occurrences into jobs. Two guards keep an
+occurrence to one job even when two machines do this at once: the schedule's
+`next_run` only moves by compare-and-set in the same transaction that inserts
+the jobs, and each job carries the unique key `name@occurrence`.
+"""
+
+from dataclasses import dataclass
+
+from sqlalchemy import and_, delete, exc, false, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from .dbtime import db_now
+from .errors import InvalidJob, NotFound
+from .schedules import Recurrence, check_name, check_policy, plan
+from .schema import jobs, schedules
+from .store import JobSpec, Store
+
+
+@dataclass(frozen=True)
+class Materialised:
+    jobs: int  # jobs made this pass
+    next_schedule: float | None  # the earliest occurrence still to be made, as far as this pass saw
+
+
+class ScheduleStore:
+    def __init__(self, store: Store):
+        self.store = store
+
+    def add(self, name: str, recurrence: Recurrence, spec: JobSpec, *, misfire: str = "once",
+            grace: float = 3600.0, ahead: float, period: float) -> dict:
+        """Store a schedule and make its first occurrences within `ahead` seconds into jobs at once."""
+        check_name(name)
+        check_policy(misfire, grace)
+        now = self.store.ask_time()
+        row = dict(name=name, cron=recurrence.cron, tz=recurrence.tz, every=recurrence.every,
+                   executor=spec.executor, target=spec.target, method=spec.method, payload=spec.payload,
+                   priority=spec.priority, max_attempts=spec.max_attempts, timeout=spec.timeout, misfire=misfire,
+                   grace=grace, paused=False, next_run=recurrence.after(now))
+        try:
+            self.store._one(insert(schedules).values(created_at=db_now(), **row))
+        except exc.IntegrityError:
+            raise InvalidJob(f"a schedule named {name!r} already exists: remove it first, or pick another name") from None
+        self.materialise(ahead=ahead, period=period, names=[name])
+        return self.get(name)
+
+    def get(self, name: str) -> dict:
+        rows = self.store._one(select(schedules).where(schedules.c.name == name))
+        if not rows:
+            raise NotFound(f"no schedule named {name!r}: see `queueprocessor schedule list`")
+        return dict(rows[0]._mapping)
+
+    def all(self) -> list[dict]:
+        return [dict(r._mapping) for r in self.store._one(select(schedules).order_by(schedules.c.name))]
+
+    def remove(self, name: str) -> int:
+        """Delete a schedule and cancel its occurrences still waiting in the queue. Returns how many."""
+        with self.store.engine.begin() as conn:
+            if not conn.execute(delete(schedules).where(schedules.c.name == name)).rowcount:
+                raise NotFound(f"no schedule named {name!r}: see `queueprocessor schedule list`")
+            return self._cancel_queued(conn, name)
+
+    def pause(self, name: str) -> int:
+        """Stop making occurrences; cancel those already waiting. Returns how many were cancelled."""
+        with self.store.engine.begin() as conn:
+            if not conn.execute(update(schedules).where(schedules.c.name == name).values(paused=True)).rowcount:
+                raise NotFound(f"no schedule named {name!r}: see `queueprocessor schedule list`")
+            return self._cancel_queued(conn, name)
+
+    def resume(self, name: str, *, ahead: float, period: float) -> dict:
+        """Start again from the next occurrence; those that fell in the pause are not run."""
+        schedule = self.get(name)
+        if schedule["paused"]:
+            restart = _recurrence(schedule).after(self.store.ask_time())
+            self.store._one(update(schedules).where(schedules.c.name == name, schedules.c.paused)
+                            .values(paused=False, next_run=restart))
+            self.materialise(ahead=ahead, period=period, names=[name])
+        return self.get(name)
+
+    @staticmethod
+    def _cancel_queued(conn, name: str) -> int:
+        return conn.execute(
+            update(jobs).where(jobs.c.key.startswith(f"{name}@", autoescape=True), jobs.c.state == "queued")
+            .values(state="cancelled", finished_at=db_now(), last_error=f"schedule {name} was removed or paused")
+        ).rowcount
+
+    def materialise(self, *, ahead: float, period: float, names: list[str] | None = None) -> Materialised:
+        """Make every active schedule's occurrences up to `ahead` seconds from now into jobs."""
+        horizon = db_now() + ahead
+        later = (select(func.min(schedules.c.next_run))
+                 .where(schedules.c.paused == false(), schedules.c.next_run > horizon).scalar_subquery())
+        query = select(db_now(), later, schedules).where(schedules.c.paused == false(), schedules.c.next_run <= horizon)
+        if names is not None:
+            query = query.where(schedules.c.name.in_(names))
+        rows = self.store._one(query)
+        if not rows:
+            return Materialised(0, None)
+        now, upcoming = rows[0][0], rows[0][1]
+        made = 0
+        for row in rows:
+            schedule = dict(row._mapping)
+            recurrence = _recurrence(schedule)
+            todo = plan(recurrence, schedule["next_run"], now, ahead=ahead, period=period,
+                        misfire=schedule["misfire"], grace=schedule["grace"])
+            if self._advance(schedule, recurrence, todo.occurrences, todo.next_run):
+                made += len(todo.occurrences)
+            upcoming = todo.next_run if upcoming is None else min(upcoming, todo.next_run)
+        return Materialised(made, upcoming)
+
+    def _advance(self, schedule: dict, recurrence: Recurrence, occurrences: list[float], next_run: float) -> bool:
+        """Move next_run on (compare-and-set) and insert the jobs, in one transaction. False if another
+        machine moved it first."""
+        name = schedule["name"]
+        with self.store.engine.begin() as conn:
+            moved = conn.execute(
+                update(schedules)
+                .where(and_(schedules.c.id == schedule["id"], schedules.c.next_run == schedule["next_run"]))
+                .values(next_run=next_run)
+            ).rowcount
+            if not moved:
+                return False
+            rows = [dict(executor=schedule["executor"], target=schedule["target"], method=schedule["method"],
+                         payload=schedule["payload"], priority=schedule["priority"],
+                         max_attempts=schedule["max_attempts"], timeout=schedule["timeout"],
+                         key=f"{name}@{recurrence.label(t)}", kind="job", origin=f"schedule {name}",
+                         state="queued", attempts=0, fence=0, cancel_requested=False, run_at=t)
+                    for t in occurrences]
+            if rows:
+                self._insert_new(conn, rows)
+        return True
+
+    def _insert_new(self, conn, rows: list[dict]) -> None:
+        """Insert jobs, leaving out any whose key already exists (an occurrence made before)."""
+        dialect = self.store.dialect
+        if dialect in ("postgresql", "sqlite"):
+            module = postgresql if dialect == "postgresql" else sqlite
+            conn.execute(module.insert(jobs).values(created_at=db_now()).on_conflict_do_nothing(), rows)
+            return
+        for row in rows:
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(jobs).values(created_at=db_now(), **row))
+            except exc.IntegrityError:
+                pass
+
+
+def _recurrence(schedule: dict) -> Recurrence:
+    return Recurrence(cron=schedule["cron"], tz=schedule["tz"], every=schedule["every"])
