@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import tomllib
+from dataclasses import replace
 from datetime import datetime
 
 import click
@@ -21,7 +22,9 @@ from . import __version__
 from .clock import SystemClock
 from .database import default_url, describe_failure, mask
 from .errors import ConfigError, QPError
-from .farm import Farm
+from . import grabs, singletons
+from .farm import Farm, work_spec
+from .grabs import AlreadyTaken, grab_key
 from .output import format_time, print_json, print_table
 
 log = logging.getLogger("queueprocessor")
@@ -133,13 +136,24 @@ def init_db(ctx: Context, period, heartbeat, misses) -> None:
               help="Pretend this machine's clock is off by SECONDS (to see skew handled).")
 @click.option("--turn-keep", type=float, default=86400.0, envvar="QP_TURN_KEEP",
               help="Seconds of turn history to keep.")
+@click.option("--allow-host", multiple=True, envvar="QP_ALLOW_HOST", metavar="HOST",
+              help="Also run HTTP jobs on this host (the local machine is always allowed). Repeatable.")
+@click.option("--allow-module", multiple=True, envvar="QP_ALLOW_MODULE", metavar="PREFIX",
+              help="Run Python jobs from modules under this prefix, e.g. myapp.jobs. Repeatable.")
+@click.option("--allow-command", multiple=True, envvar="QP_ALLOW_COMMAND", metavar="PROGRAM",
+              help="Run command jobs whose argv[0] is exactly this. Repeatable.")
+@click.option("--push/--no-push", default=True, envvar="QP_PUSH",
+              help="On PostgreSQL, start new work as soon as it is enqueued (LISTEN/NOTIFY).")
 @pass_ctx
-def node(ctx: Context, name, capacity, period, heartbeat, misses, http_base, clock_skew, turn_keep) -> None:
+def node(ctx: Context, name, capacity, period, heartbeat, misses, http_base, clock_skew, turn_keep, allow_host,
+         allow_module, allow_command, push) -> None:
     """Run this machine's node until stopped (SIGTERM or Ctrl-C drains; a second Ctrl-C exits at once)."""
     logging.getLogger("queueprocessor").setLevel(min(logging.INFO, logging.getLogger().level))
     logging.getLogger().setLevel(min(logging.INFO, logging.getLogger().level))
     the_node = ctx.farm.node(name=name, capacity=capacity, period=period, heartbeat=heartbeat, misses=misses,
-                             http_base=http_base, clock=SystemClock(clock_skew), turn_keep=turn_keep)
+                             http_base=http_base, clock=SystemClock(clock_skew), turn_keep=turn_keep,
+                             allow_hosts=allow_host, allow_modules=allow_module, allow_commands=allow_command,
+                             push=push)
     run_until_signalled(the_node)
 
 
@@ -168,25 +182,226 @@ def enqueue() -> None:
     """Add jobs to the queue."""
 
 
-@enqueue.command("http")
-@click.argument("path")
-@click.option("--method", type=click.Choice(["GET", "POST"], case_sensitive=False), default="GET")
-@click.option("--payload", metavar="JSON", help="JSON body (sent with POST).")
-@click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds from now (database time).")
-@click.option("--at", "at", metavar="TIME", help="Run at an ISO 8601 time or epoch seconds.")
-@click.option("--priority", type=int, default=0, help="Higher runs first.")
-@click.option("--max-attempts", type=click.IntRange(min=1), default=3)
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds before the run is stopped.")
-@click.option("--count", type=click.IntRange(min=1, max=1_000_000), default=1, help="Enqueue this many copies.")
-@click.option("--key", help="Unique key: a second job with the same key is refused.")
-@pass_ctx
-def enqueue_http(ctx: Context, path, method, payload, delay, at, priority, max_attempts, timeout, count, key):
-    """Enqueue an HTTP GET/POST to PATH on each node's --http-base."""
+def _work_options(command):
+    """What every kind of work takes besides its target (enqueue, schedule, singleton, grab)."""
+    for option in reversed((
+        click.option("--method", type=click.Choice(["GET", "POST"], case_sensitive=False), default="GET",
+                     help="HTTP jobs only."),
+        click.option("--payload", metavar="JSON", help="JSON given to the work (HTTP POST body, Python argument, "
+                                                       "command's stdin)."),
+        click.option("--priority", type=int, default=0, help="Higher runs first."),
+        click.option("--max-attempts", type=click.IntRange(min=1), default=3),
+        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds before a run is stopped."),
+    )):
+        command = option(command)
+    return command
+
+
+def _when_options(command):
+    for option in reversed((
+        click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds from now (database time)."),
+        click.option("--at", "at", metavar="TIME", help="Run at an ISO 8601 time or epoch seconds."),
+        click.option("--count", type=click.IntRange(min=1, max=1_000_000), default=1, help="Enqueue this many copies."),
+        click.option("--key", help="Unique key: a second job with the same key (and instance) is refused, "
+                                   "naming the winner."),
+        click.option("--instance", help="With --key: the instance of the keyed work, e.g. a date."),
+    )):
+        command = option(command)
+    return command
+
+
+def _spec(executor: str, words, *, method, payload, priority, max_attempts, timeout):
+    """A JobSpec from `EXECUTOR TARGET...` on the command line."""
+    if executor != "command" and len(words) != 1:
+        example = "/reports/run" if executor == "http" else "myapp.jobs:report"
+        raise click.UsageError(f"{executor} work takes one target, e.g. {example} (got {len(words)})")
+    target = json.dumps(list(words)) if executor == "command" else words[0]
+    return work_spec(executor, target, method=method, payload=payload, priority=priority, max_attempts=max_attempts,
+                     timeout=timeout)
+
+
+def _enqueue(ctx: Context, spec, *, delay, at, count, key, instance) -> None:
     if at is not None and delay:
         raise click.UsageError("give --delay or --at, not both")
-    ids = ctx.farm.enqueue_http(path, method=method, payload=payload, delay=delay, at=_parse_time(at),
-                                priority=priority, max_attempts=max_attempts, timeout=timeout, count=count, key=key)
+    if instance is not None and key is None:
+        raise click.UsageError("--instance needs --key")
+    if key is not None:
+        spec = replace(spec, key=grab_key(key, instance) if instance is not None else key)
+    ids = ctx.farm.enqueue(spec, delay=delay, at=_parse_time(at), count=count)
     click.echo(f"enqueued job {ids[0]}" if len(ids) == 1 else f"enqueued {len(ids)} jobs ({ids[0]}..{ids[-1]})")
+
+
+@enqueue.command("http")
+@click.argument("path")
+@_work_options
+@_when_options
+@pass_ctx
+def enqueue_http(ctx: Context, path, delay, at, count, key, instance, **work):
+    """Enqueue an HTTP GET/POST to PATH on each node's --http-base (or a URL on an allowed host)."""
+    _enqueue(ctx, _spec("http", [path], **work), delay=delay, at=at, count=count, key=key, instance=instance)
+
+
+@enqueue.command("python")
+@click.argument("target", metavar="MODULE:FUNCTION")
+@_work_options
+@_when_options
+@pass_ctx
+def enqueue_python(ctx: Context, target, delay, at, count, key, instance, **work):
+    """Enqueue a call of MODULE:FUNCTION(payload, context) on a node that allows the module."""
+    _enqueue(ctx, _spec("python", [target], **work), delay=delay, at=at, count=count, key=key, instance=instance)
+
+
+@enqueue.command("command")
+@click.argument("argv", nargs=-1, required=True)
+@_work_options
+@_when_options
+@pass_ctx
+def enqueue_command(ctx: Context, argv, delay, at, count, key, instance, **work):
+    """Enqueue a program run without a shell: `enqueue command -- backup --full` (exit code 0 is success)."""
+    _enqueue(ctx, _spec("command", argv, **work), delay=delay, at=at, count=count, key=key, instance=instance)
+
+
+_executor = click.argument("executor", type=click.Choice(["http", "python", "command"]), metavar="EXECUTOR")
+_target = click.argument("target", nargs=-1, required=True)
+
+
+@cli.group()
+def schedule() -> None:
+    """Recurring work: each occurrence runs once on the farm, however many machines see it."""
+
+
+@schedule.command("add")
+@click.argument("name")
+@click.option("--cron", metavar="EXPR", help="Cron expression, e.g. '30 2 * * *' (6th field: seconds).")
+@click.option("--tz", metavar="ZONE", help="Time zone of --cron, e.g. Europe/Berlin. Default: UTC.")
+@click.option("--every", type=float, metavar="SECONDS", help="Fixed interval, at whole multiples since the epoch.")
+@click.option("--misfire", type=click.Choice(["skip", "once", "all"]), default="once",
+              help="Occurrences the farm noticed late (it was down): skip them, run the newest once, or run all.")
+@click.option("--grace", type=click.FloatRange(min=0), default=3600.0,
+              help="Seconds after which a missed occurrence is dropped whatever --misfire says.")
+@_executor
+@_target
+@_work_options
+@pass_ctx
+def schedule_add(ctx: Context, name, cron, tz, every, misfire, grace, executor, target, **work):
+    """Run EXECUTOR TARGET... on a schedule, e.g. `schedule add nightly --cron '0 3 * * *' command -- backup`."""
+    row = ctx.farm.schedule(name, _spec(executor, target, **work), cron=cron, tz=tz, every=every, misfire=misfire,
+                            grace=grace)
+    click.echo(f"schedule {name}: {_recurrence(row)}, next at {format_time(row['next_run'])} UTC")
+
+
+def _recurrence(row: dict) -> str:
+    return f"every {row['every']:g} s" if row["every"] is not None else f"cron '{row['cron']}' {row['tz']}"
+
+
+@schedule.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def schedule_list(ctx: Context, as_json: bool) -> None:
+    """Every schedule with its next occurrence."""
+    rows = ctx.farm.schedules.all()
+    if as_json:
+        return print_json({"schedules": rows})
+    print_table(["name", "when", "work", "misfire", "state", "next (UTC)"],
+                [[r["name"], _recurrence(r), f"{r['executor']} {r['target']}"[:60], f"{r['misfire']}/{r['grace']:g}s",
+                  "paused" if r["paused"] else "active", "-" if r["paused"] else format_time(r["next_run"])]
+                 for r in rows])
+
+
+@schedule.command("remove")
+@click.argument("name")
+@pass_ctx
+def schedule_remove(ctx: Context, name: str) -> None:
+    """Delete a schedule; its occurrences still waiting in the queue are cancelled."""
+    cancelled = ctx.farm.schedules.remove(name)
+    click.echo(f"schedule {name} removed ({cancelled} waiting occurrence(s) cancelled)")
+
+
+@schedule.command("pause")
+@click.argument("name")
+@pass_ctx
+def schedule_pause(ctx: Context, name: str) -> None:
+    """Stop making occurrences until resumed (those in between are not run)."""
+    cancelled = ctx.farm.schedules.pause(name)
+    click.echo(f"schedule {name} paused ({cancelled} waiting occurrence(s) cancelled)")
+
+
+@schedule.command("resume")
+@click.argument("name")
+@pass_ctx
+def schedule_resume(ctx: Context, name: str) -> None:
+    """Start a paused schedule again from its next occurrence."""
+    row = ctx.farm.resume_schedule(name)
+    click.echo(f"schedule {name} active, next at {format_time(row['next_run'])} UTC")
+
+
+@cli.group()
+def singleton() -> None:
+    """Continuous work held by exactly one live machine, taken over when that machine dies."""
+
+
+@singleton.command("add")
+@click.argument("name")
+@_executor
+@_target
+@_work_options
+@pass_ctx
+def singleton_add(ctx: Context, name, executor, target, **work):
+    """Keep EXECUTOR TARGET... running on one machine, e.g. `singleton add feed python myapp.feed:poll`."""
+    job_id = ctx.farm.singleton(name, _spec(executor, target, **work))
+    click.echo(f"singleton {name} is job {job_id}; the next turn-holder with room starts it")
+
+
+@singleton.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def singleton_list(ctx: Context, as_json: bool) -> None:
+    """Every singleton, the machine holding it and since when."""
+    rows = singletons.list_all(ctx.farm.store)
+    if as_json:
+        return print_json({"singletons": rows})
+    print_table(["name", "job", "state", "machine", "fence", "since", "work", "last error"],
+                [[r["name"], r["id"], r["state"], r["owner"] or "-", r["fence"], format_time(r["started_at"]),
+                  f"{r['executor']} {r['target']}"[:50], (r["last_error"] or "")[:50]] for r in rows])
+
+
+@singleton.command("remove")
+@click.argument("name")
+@pass_ctx
+def singleton_remove(ctx: Context, name: str) -> None:
+    """Stop a singleton for good (its machine stops it within a heartbeat)."""
+    click.echo(f"singleton {name}: {singletons.remove(ctx.farm.store, name)}")
+
+
+@cli.command()
+@click.argument("key")
+@click.argument("instance")
+@_executor
+@_target
+@_work_options
+@click.option("--wait", "wait", is_flag=True, help="Wait for the result (ours, or the winner's if we lost).")
+@click.option("--wait-timeout", type=click.FloatRange(min=0), help="Give up waiting after SECONDS.")
+@pass_ctx
+def grab(ctx: Context, key, instance, executor, target, wait, wait_timeout, **work):
+    """Do EXECUTOR TARGET... once for KEY and INSTANCE (e.g. Report-26 2026-11-22).
+
+    A second grab of the same pair is refused, naming the winner and whether it finished (exit code 3),
+    or with --wait, waits for the winner's result. With --wait the exit code is 0 only if the work succeeded.
+    """
+    try:
+        job_id = ctx.farm.grab(key, instance, _spec(executor, target, **work))
+        click.echo(f"grabbed {key}@{instance}: job {job_id}")
+    except AlreadyTaken as taken:
+        click.echo(str(taken))
+        if not wait:
+            raise click.exceptions.Exit(3)
+        job_id = taken.holder.job["id"]
+    if wait:
+        holder = grabs.wait(ctx.farm.store, job_id, wait_timeout)
+        click.echo(f"job {job_id} {holder.status()}")
+        if holder.output:
+            click.echo(holder.output.rstrip("\n"))
+        raise click.exceptions.Exit(0 if holder.job["state"] == "succeeded" else 1)
 
 
 def _parse_time(text: str | None) -> float | None:
@@ -259,9 +474,15 @@ def job(ctx: Context, job_id: int, as_json: bool) -> None:
     for key, value in record.items():
         if key != "runs":
             click.echo(f"{key:>16}: {format_time(value) if key.endswith(('_at', '_until')) else value}")
-    print_table(["attempt", "machine", "fence", "started", "finished", "outcome", "error"],
+    print_table(["attempt", "machine", "fence", "started", "finished", "outcome", "error", "output (end)"],
                 [[r["attempt"], r["machine_id"], r["fence"], format_time(r["started_at"]),
-                  format_time(r["finished_at"]), r["outcome"], r["error"] or ""] for r in reversed(record["runs"])])
+                  format_time(r["finished_at"]), r["outcome"], r["error"] or "", _last_line(r["output"])]
+                 for r in reversed(record["runs"])])
+
+
+def _last_line(output: str | None) -> str:
+    lines = (output or "").strip().splitlines()
+    return lines[-1][-60:] if lines else ""
 
 
 @cli.command()
