@@ -1,0 +1,199 @@
+"""Read-only queries for dashboards: what the farm did in a window of database time.
+
+The desktop app draws these, but they are plain data (lists of dicts, no Qt)
+so the CLI, scripts and benchmarks can use them too. `Dashboard.read()` is the
+whole picture one poll needs; each piece is also a function of its own.
+"""
+
+from dataclasses import dataclass
+
+from sqlalchemy import Float, and_, func, or_, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
+
+from .errors import NotFound
+from .node import NodeConfig
+from .roster import Liveness, machine_status, roster, slot_of, slot_owner
+from .schema import jobs, runs, turns
+from .store import Store
+
+# A machine whose clock estimate is this loose (as a share of the period) cannot
+# place itself inside its slots reliably: operators should see it.
+SYNC_SHARE = 0.1
+# Stopped or dead machines drop off the dashboard after this long.
+GONE_AFTER = 600.0
+
+
+class bucket_of(FunctionElement):
+    """floor(time / width) as an integer, portably (SQLite has no floor() without its math extension)."""
+
+    type = Float()
+    inherit_cache = True
+    name = "bucket_of"
+
+
+@compiles(bucket_of)
+def _floor(element, compiler, **kw):
+    time, width = list(element.clauses)
+    return f"FLOOR({compiler.process(time, **kw)} / {compiler.process(width, **kw)})"
+
+
+@compiles(bucket_of, "sqlite")
+def _floor_sqlite(element, compiler, **kw):
+    # Database times are positive, so truncation is floor.
+    time, width = list(element.clauses)
+    return f"CAST({compiler.process(time, **kw)} / {compiler.process(width, **kw)} AS INTEGER)"
+
+
+@dataclass(frozen=True)
+class FarmTiming:
+    """The farm-wide settings a dashboard needs to judge machines and predict turns."""
+
+    period: float
+    heartbeat: float
+    misses: int
+
+    @classmethod
+    def of(cls, settings: dict) -> "FarmTiming":
+        return cls(float(settings["period"]), float(settings["heartbeat"]), int(settings["misses"]))
+
+    @property
+    def config(self) -> NodeConfig:
+        return NodeConfig(period=self.period, heartbeat=self.heartbeat, misses=self.misses)
+
+    def liveness(self) -> Liveness:
+        return Liveness(self.config.dead_after)
+
+
+def turns_between(store: Store, since: float, until: float, limit: int = 100_000) -> list[dict]:
+    """Turns taken in [since, until] of database time, by slot (the turn log, the truth)."""
+    rows = store._one(
+        select(turns).where(turns.c.taken_at >= since, turns.c.taken_at <= until).order_by(turns.c.slot).limit(limit)
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def runs_between(store: Store, since: float, until: float, limit: int = 20_000) -> list[dict]:
+    """Runs that overlap [since, until] (still running ones included), newest first, with their job's target."""
+    overlap = and_(runs.c.started_at <= until, or_(runs.c.finished_at.is_(None), runs.c.finished_at >= since))
+    statement = (
+        select(runs, jobs.c.target, jobs.c.method)
+        .join(jobs, jobs.c.id == runs.c.job_id)
+        .where(overlap)
+        .order_by(runs.c.started_at.desc())
+        .limit(limit)
+    )
+    return [dict(r._mapping) for r in store._one(statement)]
+
+
+def throughput(store: Store, since: float, until: float, bucket: float) -> list[dict]:
+    """Finished runs per `bucket` seconds and outcome: [{start, outcome, count}], oldest first."""
+    slot = bucket_of(runs.c.finished_at, bucket)
+    statement = (
+        select(slot, runs.c.outcome, func.count())
+        .where(runs.c.finished_at >= since, runs.c.finished_at <= until)
+        .group_by(slot, runs.c.outcome)
+        .order_by(slot)
+    )
+    return [{"start": int(n) * bucket, "outcome": outcome, "count": count}
+            for n, outcome, count in store._one(statement)]
+
+
+def machine_throughput(store: Store, since: float, until: float) -> dict[int, dict[str, int]]:
+    """Finished runs per machine and outcome in [since, until]: {machine id: {outcome: count}}."""
+    statement = (
+        select(runs.c.machine_id, runs.c.outcome, func.count())
+        .where(runs.c.finished_at >= since, runs.c.finished_at <= until)
+        .group_by(runs.c.machine_id, runs.c.outcome)
+    )
+    counts: dict[int, dict[str, int]] = {}
+    for machine_id, outcome, count in store._one(statement):
+        counts.setdefault(machine_id, {})[outcome] = count
+    return counts
+
+
+def judge_machines(rows: list[dict], now: float, timing: FarmTiming, keep_gone: float = GONE_AFTER) -> list[dict]:
+    """Machines as an operator sees them: judged status, whose slot it is now, clock sync.
+
+    Adds `status` (active, paused, draining, stopped, dead), `leader` (it owns
+    the current slot) and `synced` (its clock estimate is tight enough to take
+    turns); leaves out machines that stopped or died more than `keep_gone` ago.
+    """
+    config = timing.config
+    liveness = timing.liveness()
+    owner = slot_owner(roster(rows, now, liveness, config.join_delay), slot_of(now, timing.period))
+    judged = []
+    for row in rows:
+        status = machine_status(row, now, liveness)
+        if status in ("stopped", "dead") and now - row["last_seen"] > keep_gone:
+            continue
+        bound = row["error_bound"]
+        judged.append(row | {
+            "status": status,
+            "leader": row["id"] == owner,
+            "synced": bound is not None and bound <= SYNC_SHARE * timing.period,
+        })
+    return judged
+
+
+def upcoming_slots(rows: list[dict], now: float, timing: FarmTiming, horizon: float) -> list[tuple[int, int]]:
+    """(slot, machine id) for the slots from now to `horizon` seconds ahead, under today's roster."""
+    ids = roster(rows, now, timing.liveness(), timing.config.join_delay)
+    first = slot_of(now, timing.period)
+    last = slot_of(now + horizon, timing.period)
+    return [(slot, slot_owner(ids, slot)) for slot in range(first, last + 1)] if ids else []
+
+
+@dataclass
+class Query:
+    """What a dashboard wants to see; the GUI changes it as the user scrolls and filters."""
+
+    since: float | None = None  # None: the last `span` seconds
+    until: float | None = None
+    span: float = 60.0
+    ahead: float = 10.0
+    jobs_state: str | None = None
+    jobs_limit: int = 500
+    job_id: int | None = None
+    bucket: float = 5.0
+    history: float = 600.0
+    keep_gone: float = GONE_AFTER
+
+
+class Dashboard:
+    """Everything one poll reads, as one plain dict. Settings are read once: they never change."""
+
+    def __init__(self, store: Store, timing: FarmTiming):
+        self.store = store
+        self.timing = timing
+
+    def read(self, query: Query) -> dict:
+        store = self.store
+        now, _, rows = store.read_machines()
+        until = now if query.until is None else query.until
+        since = until - query.span if query.since is None else query.since
+        machines = judge_machines(rows, now, self.timing, query.keep_gone)
+        job = None
+        if query.job_id is not None:
+            try:
+                job = store.get_job(query.job_id) | {"runs": store.list_runs(job_id=query.job_id)}
+            except NotFound:  # deleted, or from another farm: nothing to show
+                job = None
+        return {
+            "db_now": now,
+            "since": since,
+            "until": until,
+            "period": self.timing.period,
+            "machines": machines,
+            "names": {row["id"]: row["name"] for row in rows},
+            "leader": next((m["id"] for m in machines if m["leader"]), None),
+            "turns": turns_between(store, since, until),
+            "upcoming": upcoming_slots(rows, now, self.timing, query.ahead),
+            "runs": runs_between(store, since, until),
+            "job_counts": store.job_counts(),
+            "throughput": throughput(store, now - query.history, now, query.bucket),
+            "bucket": query.bucket,
+            "machine_throughput": machine_throughput(store, now - query.history, now),
+            "jobs": store.list_jobs(query.jobs_state, query.jobs_limit),
+            "job": job,
+        }

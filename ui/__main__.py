@@ -1,0 +1,5 @@
+"""`python -m ui`: the desktop app."""
+
+from .app import main
+
+main()

@@ -1,0 +1,90 @@
+"""Starting the desktop app: options, the database (asked for when none is configured), the window.
+
+    queueprocessor-gui [--db URL] [--observe] [--name NAME] [--capacity N] [--http-base URL] [--clock-skew S]
+
+The database comes from --db, then QP_DB, then a dialog that remembers recent
+ones. Without --observe the app runs this machine's node in-process, and
+closing the window (or SIGTERM, or Ctrl-C in its terminal) stops it.
+"""
+
+import argparse
+import os
+import signal
+import socket
+import sys
+
+from queueprocessor.database import parse_url
+from queueprocessor.errors import QPError
+from queueprocessor.executors import HttpExecutor
+
+try:
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+except ImportError as error:  # the GUI is an extra: say how to get it, no traceback
+    sys.exit(f"error: the desktop app needs PySide6 and pyqtgraph ({error.name} is missing): "
+             "pip install 'queueprocessor[gui]'")
+
+from . import theme
+from .dialogs import DatabaseDialog
+from .mainwindow import MainWindow, recent_databases
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="queueprocessor-gui", description="The QueueProcessor desktop app.")
+    parser.add_argument("--db", metavar="URL", default=os.environ.get("QP_DB"),
+                        help="Farm database (default: QP_DB, else asked for in a dialog).")
+    parser.add_argument("--observe", action="store_true", help="Only watch the farm: run no node on this machine.")
+    parser.add_argument("--name", default=socket.gethostname(), help="This machine's name in the farm.")
+    parser.add_argument("--capacity", type=int, default=4, help="Jobs this machine runs at once.")
+    parser.add_argument("--http-base", default="http://localhost/", help="Base URL that HTTP job paths are "
+                        "relative to.")
+    parser.add_argument("--clock-skew", type=float, default=0.0, metavar="SECONDS",
+                        help="Pretend this machine's clock is off by SECONDS.")
+    parser.add_argument("--theme", choices=("auto", "light", "dark"), help="Colour scheme (default: as last "
+                        "chosen, else the system's).")
+    parser.add_argument("--interval", type=float, default=0.4, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        if args.db:
+            parse_url(args.db)
+        if args.capacity < 1:
+            raise QPError(f"--capacity must be at least 1 (got {args.capacity})")
+        HttpExecutor(args.http_base)
+    except QPError as error:
+        parser.exit(2, f"error: {error}\n")
+    return args
+
+
+def node_options(args: argparse.Namespace) -> dict | None:
+    if args.observe:
+        return None
+    return dict(name=args.name, capacity=args.capacity, http_base=args.http_base, clock_skew=args.clock_skew)
+
+
+def make_app(argv: list[str], scheme: str | None) -> QApplication:
+    app = QApplication.instance() or QApplication(argv)
+    app.setOrganizationName("QueueProcessor")
+    app.setApplicationName("QueueProcessor")
+    app.setApplicationDisplayName("QueueProcessor")
+    app.setDesktopFileName("queueprocessor-gui")
+    choice = scheme or QSettings().value("view/scheme", "auto")
+    theme.Theme(app, choice if choice in ("auto", "light", "dark") else "auto")
+    app.setWindowIcon(theme.icon("app"))
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    app = make_app(sys.argv[:1], args.theme)
+    url = args.db
+    if not url:
+        dialog = DatabaseDialog(recent_databases(QSettings()))
+        if not dialog.exec():
+            return
+        url = dialog.url
+    window = MainWindow(url, node_options(args), interval=args.interval)
+    # SIGTERM (the demo, a service manager) and Ctrl-C close the window the normal way: the node stops cleanly.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: window.close())
+    window.show()
+    sys.exit(app.exec())

@@ -1,0 +1,156 @@
+"""Dialogs: choose a database, enqueue a job, about. Each validates its input before it closes."""
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
+                               QHBoxLayout, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox,
+                               QVBoxLayout, QWidget)
+
+from queueprocessor import __version__
+from queueprocessor.database import default_url, mask, parse_url
+from queueprocessor.errors import QPError
+from queueprocessor.executors import HttpExecutor
+from queueprocessor.farm import parse_payload
+from queueprocessor.store import JobSpec
+
+from . import theme
+
+
+def without_password(url: str) -> str:
+    """The URL as remembered in the recent list: passwords are never written to settings."""
+    return parse_url(url).set(password=None).render_as_string(hide_password=False)
+
+
+class DatabaseDialog(QDialog):
+    """Pick the farm's database: a recent one, the embedded SQLite default, or a new URL."""
+
+    def __init__(self, recent: list[str], parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("Open a farm database")
+        self.setWindowIcon(theme.icon("database"))
+        self.url = ""
+        layout = QVBoxLayout(self)
+        intro = QLabel("Every machine of a farm shares one database. Choose it, or start with the embedded "
+                       "SQLite file to try QueueProcessor on this machine.")
+        intro.setWordWrap(True)
+        layout.addWidget(intro)
+        form = QFormLayout()
+        row = QHBoxLayout()
+        self.choice = QComboBox()
+        self.choice.setEditable(True)
+        self.choice.setMinimumWidth(440)
+        self.choice.addItems(list(dict.fromkeys([*recent, default_url()])))
+        self.choice.setToolTip("sqlite:///path/farm.db or postgresql://user@host/dbname")
+        browse = QPushButton("SQLite file…")
+        browse.setToolTip("Choose or create a SQLite database file")
+        browse.clicked.connect(self._browse)
+        row.addWidget(self.choice, 1)
+        row.addWidget(browse)
+        form.addRow("Database URL", row)
+        self.password = QLineEdit()
+        self.password.setEchoMode(QLineEdit.EchoMode.Password)
+        self.password.setPlaceholderText("only if the URL has a user and no password")
+        form.addRow("Password", self.password)
+        layout.addLayout(form)
+        note = QLabel("Recent databases are remembered without their passwords.", objectName="muted")
+        layout.addWidget(note)
+        self.error = QLabel("", objectName="error")
+        self.error.setWordWrap(True)
+        layout.addWidget(self.error)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Open | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "SQLite database file", "", "SQLite databases (*.db *.sqlite);;"
+                                              "All files (*)", options=QFileDialog.Option.DontConfirmOverwrite)
+        if path:
+            self.choice.setCurrentText(f"sqlite:///{path}")
+
+    def accept(self) -> None:
+        try:
+            url = parse_url(self.choice.currentText().strip())
+        except QPError as error:
+            self.error.setText(str(error))
+            return
+        if self.password.text():
+            url = url.set(password=self.password.text())
+        self.url = url.render_as_string(hide_password=False)
+        super().accept()
+
+
+class EnqueueDialog(QDialog):
+    """A new HTTP job: what `queueprocessor enqueue http` takes, as a form."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("Enqueue a job")
+        self.setWindowIcon(theme.icon("enqueue"))
+        self.options: dict = {}
+        layout = QVBoxLayout(self)
+        form = QFormLayout()
+        self.path = QLineEdit("/ok")
+        self.path.setToolTip("A path on each node's --http-base, e.g. /reports/daily")
+        form.addRow("Path", self.path)
+        self.method = QComboBox()
+        self.method.addItems(["GET", "POST"])
+        form.addRow("Method", self.method)
+        self.payload = QPlainTextEdit()
+        self.payload.setPlaceholderText('JSON body for POST, e.g. {"report": "daily"}')
+        self.payload.setFixedHeight(80)
+        form.addRow("Payload", self.payload)
+        self.priority = QSpinBox(minimum=-1000, maximum=1000)
+        self.priority.setToolTip("Higher runs first")
+        form.addRow("Priority", self.priority)
+        self.delay = QDoubleSpinBox(minimum=0, maximum=365 * 86400, decimals=1, suffix=" s")
+        self.delay.setToolTip("Run this long from now, in database time")
+        form.addRow("Delay", self.delay)
+        self.attempts = QSpinBox(minimum=1, maximum=100, value=3)
+        form.addRow("Max attempts", self.attempts)
+        self.timeout = QDoubleSpinBox(minimum=0, maximum=86400, decimals=1, suffix=" s")
+        self.timeout.setSpecialValueText("none")
+        self.timeout.setToolTip("Stop a run after this long (none: no limit)")
+        form.addRow("Timeout", self.timeout)
+        self.count = QSpinBox(minimum=1, maximum=100_000, value=1)
+        form.addRow("Copies", self.count)
+        self.key = QLineEdit()
+        self.key.setPlaceholderText("optional: a second job with the same key is refused")
+        form.addRow("Unique key", self.key)
+        layout.addLayout(form)
+        self.error = QLabel("", objectName="error")
+        self.error.setWordWrap(True)
+        layout.addWidget(self.error)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Enqueue")
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+    def accept(self) -> None:
+        method = self.method.currentText()
+        try:
+            payload = parse_payload(self.payload.toPlainText().strip() or None)
+            HttpExecutor().validate(JobSpec(executor="http", target=self.path.text().strip(), method=method))
+        except QPError as error:
+            self.error.setText(str(error))
+            return
+        self.options = dict(path=self.path.text().strip(), method=method, payload=payload,
+                            priority=self.priority.value(), delay=self.delay.value(),
+                            max_attempts=self.attempts.value(), timeout=self.timeout.value() or None,
+                            count=self.count.value(), key=self.key.text().strip() or None)
+        super().accept()
+
+
+def about(parent: QWidget, database: str) -> None:
+    box = QMessageBox(parent)
+    box.setWindowTitle("About QueueProcessor")
+    box.setIconPixmap(theme.icon("app").pixmap(64, 64))
+    box.setTextFormat(Qt.TextFormat.RichText)
+    box.setText(f"<h3>QueueProcessor {__version__}</h3>"
+                "<p>A farm of servers sharing one SQL database drains a job queue together: "
+                "they take turns polling it in time slots of database time, claim jobs under leases "
+                "with fencing tokens, and recover the work of machines that die.</p>"
+                f"<p>Database: <code>{mask(database)}</code></p>"
+                "<p>MIT licence.</p>")
+    box.exec()
+

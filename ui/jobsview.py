@@ -1,0 +1,174 @@
+"""The Job runs tab: the runs Gantt, the recent jobs table with its filters, and the selected job's details."""
+
+import json
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
+                               QLineEdit, QPlainTextEdit, QSplitter, QTableView, QVBoxLayout, QWidget)
+
+from queueprocessor.store import JOB_STATES
+
+from . import text
+from .gantt import RunsGantt
+from .models import ROW_ROLE, AttemptsModel, FilterProxy, JobsModel
+
+
+def table(model, stretch: int | None = None) -> QTableView:
+    view = QTableView()
+    view.setModel(model)
+    view.setAlternatingRowColors(True)
+    view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    view.setShowGrid(False)
+    view.setWordWrap(False)
+    view.verticalHeader().hide()
+    view.verticalHeader().setDefaultSectionSize(view.fontMetrics().height() + 10)
+    header = view.horizontalHeader()
+    header.setHighlightSections(False)
+    header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+    header.setStretchLastSection(True)
+    if stretch is not None:
+        header.setSectionResizeMode(stretch, QHeaderView.ResizeMode.Stretch)
+    return view
+
+
+class JobDetails(QWidget):
+    """One job: its fields, its payload and every attempt with machine, fence, times and error."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.title = QLabel("Select a job to see its attempts", objectName="sectionTitle")
+        layout.addWidget(self.title)
+        form = QFormLayout()
+        form.setHorizontalSpacing(14)
+        self.fields: dict[str, QLabel] = {}
+        for key, label in (("state", "State"), ("target", "Target"), ("timing", "Created · run at"),
+                           ("finished", "Finished"), ("options", "Priority · timeout · key"),
+                           ("error", "Last error")):
+            value = QLabel("")
+            value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            value.setWordWrap(True)
+            form.addRow(QLabel(label, objectName="muted"), value)
+            self.fields[key] = value
+        layout.addLayout(form)
+        layout.addWidget(QLabel("Payload", objectName="muted"))
+        self.payload = QPlainTextEdit(readOnly=True)
+        self.payload.setMaximumHeight(90)
+        layout.addWidget(self.payload)
+        layout.addWidget(QLabel("Attempts", objectName="muted"))
+        self.attempts = AttemptsModel(self)
+        self.attempts_view = table(self.attempts)
+        layout.addWidget(self.attempts_view, 1)
+
+    def show_job(self, job: dict | None, names: dict[int, str]) -> None:
+        if job is None:
+            self.title.setText("Select a job to see its attempts")
+            for field in self.fields.values():
+                field.setText("")
+            self.payload.setPlainText("")
+            self.attempts.set_rows([], {"names": names})
+            return
+        self.title.setText(f"Job {job['id']}")
+        self.fields["state"].setText(f"{job['state']} · attempt {job['attempts']} of {job['max_attempts']}"
+                                     + (" · cancel requested" if job["cancel_requested"] else ""))
+        self.fields["target"].setText(f"{job['executor']} {job['method']} {job['target']}")
+        self.fields["timing"].setText(f"{text.stamp(job['created_at'])} · {text.clock(job['run_at'])}")
+        self.fields["finished"].setText(text.stamp(job["finished_at"]))
+        timeout = text.duration(job["timeout"]) if job["timeout"] else "none"
+        self.fields["options"].setText(f"{job['priority']} · {timeout} · {job['key'] or 'no key'}")
+        self.fields["error"].setText(job["last_error"] or "–")
+        payload = job["payload"]
+        pretty = json.dumps(json.loads(payload), indent=2) if payload else "(none)"
+        if self.payload.toPlainText() != pretty:
+            self.payload.setPlainText(pretty)
+        self.attempts.set_rows(sorted(job["runs"], key=lambda r: (r["attempt"], r["id"])), {"names": names})
+
+
+class JobsView(QWidget):
+    job_selected = Signal(object)      # a job id, or None
+    state_filter_changed = Signal(object)  # a job state, or None for all
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        split = QSplitter(Qt.Orientation.Vertical)
+        self.gantt = RunsGantt()
+        split.addWidget(self.gantt)
+
+        lower = QSplitter(Qt.Orientation.Horizontal)
+        left = QWidget()
+        box = QVBoxLayout(left)
+        box.setContentsMargins(0, 0, 0, 0)
+        filters = QHBoxLayout()
+        self.state = QComboBox()
+        self.state.addItem("All states", None)
+        for state in JOB_STATES:
+            self.state.addItem(state.capitalize(), state)
+        self.state.setToolTip("Show only jobs in this state (asks the database)")
+        self.state.currentIndexChanged.connect(lambda _: self.state_filter_changed.emit(self.state.currentData()))
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Filter by text: id, target, machine, error…")
+        self.search.setClearButtonEnabled(True)
+        filters.addWidget(self.state)
+        filters.addWidget(self.search, 1)
+        box.addLayout(filters)
+        self.model = JobsModel(self)
+        self.proxy = FilterProxy(self.model, self)
+        self.search.textChanged.connect(self.proxy.setFilterFixedString)
+        self.table = table(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
+        for column, width in enumerate((60, 110, 200, 80, 110, 110, 110)):
+            self.table.setColumnWidth(column, width)
+        self.table.selectionModel().selectionChanged.connect(self._selection_changed)
+        box.addWidget(self.table)
+        lower.addWidget(left)
+        self.details = JobDetails()
+        lower.addWidget(self.details)
+        lower.setStretchFactor(0, 3)
+        lower.setStretchFactor(1, 2)
+        split.addWidget(lower)
+        split.setStretchFactor(0, 2)
+        split.setStretchFactor(1, 3)
+        self.split, self.lower = split, lower
+        layout.addWidget(split)
+        self._selected: int | None = None
+        self._updating = False
+
+    def selected_job(self) -> dict | None:
+        rows = self.table.selectionModel().selectedRows()
+        return rows[0].data(ROW_ROLE) if rows else None
+
+    def _selection_changed(self, *_):
+        if self._updating:
+            return
+        job = self.selected_job()
+        job_id = job["id"] if job else None
+        if job_id != self._selected:
+            self._selected = job_id
+            self.job_selected.emit(job_id)
+
+    def show_snapshot(self, snapshot: dict, lanes: list[int]) -> None:
+        self.gantt.show_snapshot(snapshot, lanes)
+        # A refresh may reset the table: keep the operator's selection (and its details) across it.
+        self._updating = True
+        try:
+            self.model.set_rows(snapshot["jobs"], {"names": snapshot["names"]})
+            if self._selected is not None and self.selected_job() is None:
+                self.select(self._selected)
+        finally:
+            self._updating = False
+        job = snapshot["job"]
+        self.details.show_job(job if job and job["id"] == self._selected else None, snapshot["names"])
+
+    def select(self, job_id: int) -> bool:
+        """Select a job by id in the table (False if it is not shown)."""
+        for row in range(self.proxy.rowCount()):
+            index = self.proxy.index(row, 0)
+            if index.data(ROW_ROLE)["id"] == job_id:
+                self.table.selectRow(row)
+                return True
+        return False

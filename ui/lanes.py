@@ -1,0 +1,107 @@
+"""What the slots timeline and the runs Gantt share: one horizontal lane per machine, x in database time.
+
+Plot items are created once; a refresh only feeds them new arrays
+(`setOpts`), so a refresh costs the same whatever was shown before.
+"""
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Signal
+from PySide6.QtGui import QCursor
+from PySide6.QtWidgets import QToolTip, QVBoxLayout, QWidget
+
+from . import theme
+
+LANE_AXIS_WIDTH = 110  # both plots reserve the same width for lane names, so their x axes line up
+EMPTY = np.zeros(0)
+
+
+def lane_ids(snapshot: dict) -> list[int]:
+    """Machines to draw a lane for: the ones on show, and any that took turns or ran jobs in the window."""
+    ids = {m["id"] for m in snapshot["machines"]}
+    ids.update(t["machine_id"] for t in snapshot["turns"])
+    ids.update(r["machine_id"] for r in snapshot["runs"])
+    return sorted(ids)
+
+
+def bars(**opts) -> pg.BarGraphItem:
+    """An empty set of same-coloured bars, without outlines (the fast drawRects path)."""
+    return pg.BarGraphItem(x0=EMPTY, width=EMPTY, y0=EMPTY, height=EMPTY, pen=None, **opts)
+
+
+class LanePlot(QWidget):
+    """A pyqtgraph plot with machine lanes top to bottom and a date axis; subclasses fill the lanes."""
+
+    manually_moved = Signal()
+
+    def __init__(self, title: str, parent=None):
+        super().__init__(parent)
+        self.lanes: list[int] = []
+        self.names: dict[int, str] = {}
+        self.lane_index: dict[int, int] = {}
+        self.plot = pg.PlotWidget(axisItems={"bottom": pg.DateAxisItem()})
+        self.plot.setTitle(title)
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.plot.invertY(True)
+        self.plot.setMouseEnabled(x=True, y=False)
+        self.plot.getPlotItem().getAxis("left").setWidth(LANE_AXIS_WIDTH)
+        self.plot.showGrid(x=True, y=False, alpha=0.15)
+        self.view = self.plot.getViewBox()
+        self.view.disableAutoRange()
+        self.view.sigRangeChangedManually.connect(lambda *_: self.manually_moved.emit())
+        self.stripes = bars()
+        self.stripes.setZValue(-10)
+        self.plot.addItem(self.stripes, ignoreBounds=True)
+        self.plot.scene().sigMouseMoved.connect(self._hover)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.plot)
+        self.restyle()
+
+    def restyle(self) -> None:
+        scheme = theme.current()
+        self.plot.setBackground(scheme.plot_bg)
+        for name in ("left", "bottom"):
+            axis = self.plot.getPlotItem().getAxis(name)
+            axis.setPen(scheme.border)
+            axis.setTextPen(scheme.text)
+        self.plot.getPlotItem().titleLabel.setText(self.plot.getPlotItem().titleLabel.text, color=scheme.muted)
+        self.stripes.setOpts(brush=scheme.lane_bg)
+
+    def set_lanes(self, ids: list[int], names: dict[int, str]) -> None:
+        """Lay out one lane per machine; only touches the axis when the machines changed."""
+        labels = [names.get(i, f"#{i}") for i in ids]
+        if ids == self.lanes and labels == [self.names.get(i) for i in ids]:
+            return
+        self.lanes, self.names = ids, {i: label for i, label in zip(ids, labels)}
+        self.lane_index = {machine: n for n, machine in enumerate(ids)}
+        self.plot.getPlotItem().getAxis("left").setTicks([[(n, _fit(label)) for n, label in enumerate(labels)], []])
+        count = max(1, len(ids))
+        self.view.setYRange(-0.5, count - 0.5, padding=0.02)
+        even = np.arange(0, len(ids), 2, dtype=float)
+        # Stripes behind every other lane, from 1970 to 2096 in epoch seconds.
+        self.stripes.setOpts(x0=np.zeros(len(even)), width=np.full(len(even), 4e9), y0=even - 0.5,
+                             height=np.ones(len(even)))
+
+    def lanes_of(self, machine_ids) -> np.ndarray:
+        return np.fromiter((self.lane_index.get(m, -1) for m in machine_ids), dtype=float, count=len(machine_ids))
+
+    def _hover(self, position) -> None:
+        if not self.plot.sceneBoundingRect().contains(position) or not self.lanes:
+            return
+        point: QPointF = self.view.mapSceneToView(position)
+        lane = int(round(point.y()))
+        tip = self.describe(point.x(), self.lanes[lane]) if 0 <= lane < len(self.lanes) else None
+        if tip:
+            QToolTip.showText(QCursor.pos(), tip, self.plot)
+        else:
+            QToolTip.hideText()
+
+    def describe(self, x: float, machine_id: int) -> str | None:
+        """Hover text for database time x in a machine's lane (None: nothing there)."""
+        raise NotImplementedError
+
+
+def _fit(name: str, limit: int = 14) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "…"

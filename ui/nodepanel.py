@@ -1,0 +1,121 @@
+"""This machine's node: its state, clock, the countdown to its next turn, and its Pause/Resume/Drain buttons."""
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QFormLayout, QFrame, QHBoxLayout, QLabel, QProgressBar, QToolButton, QVBoxLayout,
+                               QWidget)
+
+from . import text, theme
+
+
+class NodePanel(QWidget):
+    def __init__(self, actions, parent=None):
+        """`actions`: the Pause, Resume and Drain QActions (with their shortcuts) the buttons trigger."""
+        super().__init__(parent)
+        self.snapshot: dict | None = None
+        self.cycle = 1.0
+        self.observing = False
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 10, 10, 10)
+        layout.setSpacing(10)
+
+        header = QHBoxLayout()
+        self.badge = QLabel("starting", objectName="stateBadge")
+        self.name = QLabel("", objectName="sectionTitle")
+        self.name.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        header.addWidget(self.badge)
+        header.addWidget(self.name, 1)
+        layout.addLayout(header)
+
+        card = QFrame(objectName="card")
+        box = QVBoxLayout(card)
+        box.addWidget(QLabel("Next turn in", objectName="cardTitle"))
+        self.countdown = QLabel("–", objectName="bigValue")
+        self.countdown.setToolTip("Time until this machine's next slot, in database time")
+        box.addWidget(self.countdown)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(False)
+        self.progress.setMaximumHeight(8)
+        box.addWidget(self.progress)
+        layout.addWidget(card)
+
+        form = QFormLayout()
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft)
+        form.setHorizontalSpacing(14)
+        self.fields = {}
+        for key, label, tip in (
+            ("offset", "Clock offset", "Database time minus this machine's wall clock, ± the error bound"),
+            ("rtt", "Round trip", "Round trip of the best clock sample"),
+            ("turns", "Turns taken", "Slots this node polled the queue in since it started"),
+            ("running", "Running", "Jobs running here now / capacity"),
+            ("done", "Done · failed", "Runs finished here since the node started"),
+            ("database", "Database", "Whether this node's last check-in reached the database"),
+        ):
+            value = QLabel("–")
+            value.setToolTip(tip)
+            value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            name = QLabel(label, objectName="muted")
+            name.setToolTip(tip)
+            form.addRow(name, value)
+            self.fields[key] = value
+        layout.addLayout(form)
+
+        buttons = QHBoxLayout()
+        for action in actions:
+            button = QToolButton()
+            button.setDefaultAction(action)
+            button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        layout.addLayout(buttons)
+        self.note = QLabel("", objectName="muted")
+        self.note.setWordWrap(True)
+        layout.addWidget(self.note)
+        layout.addStretch(1)
+        self._badge("starting", "#8b919b")
+
+    def _badge(self, label: str, colour: str) -> None:
+        self.badge.setText(label)
+        self.badge.setStyleSheet(f"background: {colour};")
+
+    def observe_only(self) -> None:
+        self.observing = True
+        self._badge("observing", theme.current().accent)
+        self.name.setText("no node on this machine")
+        self.note.setText("This app only watches the farm. Start it without --observe to run this machine's node.")
+
+    def show_node(self, node: dict | None, cycle: float) -> None:
+        """`cycle`: seconds between two turns of the same machine (roster size × period)."""
+        self.snapshot = node
+        self.cycle = cycle
+        if node is None:
+            return
+        self._badge(node["state"], theme.MACHINE_STATE.get(node["state"], "#8b919b"))
+        self.name.setText(f"{node['name']}  ·  machine {node['id']}")
+        self.fields["offset"].setText(f"{text.ms(node['offset'], signed=True)} ± {text.ms(node['error_bound'])}"
+                                      if node["offset"] is not None else "not measured")
+        self.fields["rtt"].setText(text.ms(node["rtt"]))
+        self.fields["turns"].setText(f"{node['turns']:,}")
+        self.fields["running"].setText(f"{node['running']} / {node['capacity']}")
+        self.fields["done"].setText(f"{node['done']:,} · {node['failed']:,}")
+        healthy = node["db_healthy"]
+        self.fields["database"].setText("reachable" if healthy else f"unreachable: {node['last_error'] or ''}")
+        self.fields["database"].setStyleSheet("" if healthy else f"color: {theme.MACHINE_STATE['dead']}")
+        notes = {"paused": "Paused: out of the turns, still renewing its running jobs. Resume to rejoin.",
+                 "draining": "Draining: finishing its running jobs, then the node stops.",
+                 "stopped": "Stopped: this machine takes no turns and runs no jobs."}
+        self.note.setText(notes.get(node["state"], ""))
+
+    def tick(self, elapsed: float) -> None:
+        """Count down: `elapsed` seconds since the node snapshot was taken."""
+        node = self.snapshot
+        if self.observing or node is None:
+            return
+        if node["next_turn_in"] is None:
+            self.countdown.setText("not in the turns" if node["state"] != "active" else "joining…")
+            self.progress.setValue(0)
+            return
+        left = max(0.0, node["next_turn_in"] - elapsed)
+        self.countdown.setText(f"{left:.1f} s")
+        cycle = max(self.cycle, 1e-6)
+        self.progress.setValue(int(1000 * max(0.0, 1 - left / cycle)))

@@ -1,0 +1,183 @@
+"""The one worker thread that talks to the database, so the window never waits on it.
+
+It opens the farm (retrying while the database is unreachable), starts this
+machine's node unless the app only observes, polls a `Dashboard` snapshot
+every `interval` seconds, and runs operators' actions in order between polls.
+Everything reaches the GUI through queued signals: snapshots, health changes,
+action results. On `stop()` it stops the node (handing its jobs back) and
+closes the farm, then emits `finished`.
+"""
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from PySide6.QtCore import QObject, Signal
+from sqlalchemy import exc
+
+from queueprocessor.clock import SystemClock
+from queueprocessor.database import mask
+from queueprocessor.errors import DatabaseUnavailable, QPError
+from queueprocessor.farm import Farm
+from queueprocessor.views import Dashboard, FarmTiming, Query
+
+log = logging.getLogger("ui.poller")
+
+# Errors that mean "the database is not answering" rather than "the operator asked for something wrong".
+UNREACHABLE = (exc.OperationalError, exc.InterfaceError, exc.TimeoutError, DatabaseUnavailable, OSError)
+_STOP = object()
+_POLL = object()
+
+
+def one_line(error: BaseException) -> str:
+    text = str(getattr(error, "orig", None) or error).strip()
+    return mask(text.splitlines()[0] if text else type(error).__name__)
+
+
+class Poller(QObject):
+    """Owns the Farm, the in-process Node and the thread that uses them."""
+
+    opened = Signal(object)         # {"database", "node_id"} once the farm is open (and the node started)
+    snapshot = Signal(object)       # a Dashboard snapshot, plus "node" and "read_ms"
+    health = Signal(str, str)      # "connecting" | "ok" | "lost" | "error", and a one-line reason
+    done = Signal(str, bool, str)  # action label, succeeded, one-line message
+    finished = Signal()
+
+    def __init__(self, url: str, node_options: dict | None = None, interval: float = 0.4):
+        super().__init__()
+        self.url = url
+        self.node_options = node_options
+        self.interval = interval
+        self.query = Query()
+        self.farm: Farm | None = None
+        self.node = None
+        self.dashboard: Dashboard | None = None
+        self._requests: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="qp-gui-worker", daemon=True)
+
+    # -- called from the GUI thread ---------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def set_query(self, **changes) -> None:
+        """Change what the next polls read (a new Query object, so the worker never sees half a change)."""
+        self.query = replace(self.query, **changes)
+
+    def refresh(self) -> None:
+        self._requests.put(_POLL)
+
+    def act(self, label: str, action: Callable[[Farm], str]) -> None:
+        """Run `action(farm)` on the worker; its return value (or error) comes back through `done`."""
+        self._requests.put((label, action))
+
+    def stop(self) -> None:
+        self._requests.put(_STOP)
+
+    def join(self, timeout: float) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    # -- the worker thread --------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            if self._open():
+                self._serve()
+        finally:
+            self._close()
+            self.finished.emit()
+
+    def _open(self) -> bool:
+        """Open the farm and start the node, retrying while the database is unreachable. False if stopped."""
+        delay = 0.5
+        while True:
+            self.health.emit("connecting", f"connecting to {mask(self.url)}")
+            try:
+                self.farm = Farm(self.url)
+                dashboard = Dashboard(self.farm.store, FarmTiming.of(self.farm.settings()))
+                if self.node_options is not None:
+                    options = dict(self.node_options)
+                    skew = options.pop("clock_skew", 0.0)
+                    self.node = self.farm.node(clock=SystemClock(skew), **options).start()
+                break
+            except UNREACHABLE as error:
+                self._discard_farm()
+                self.health.emit("lost", f"cannot reach the database: {one_line(error)}; retrying")
+            except QPError as error:  # bad settings or a newer schema: retrying will not help
+                self._discard_farm()
+                self.health.emit("error", one_line(error))
+                return False
+            if self._wait(delay) is _STOP:
+                return False
+            delay = min(5.0, delay * 2)
+        self.dashboard = dashboard
+        self.opened.emit({"database": mask(self.url), "node_id": self.node.id if self.node else None})
+        return True
+
+    def _discard_farm(self) -> None:
+        if self.farm is not None:
+            self.farm.close()
+            self.farm = None
+
+    def _wait(self, seconds: float):
+        try:
+            return self._requests.get(timeout=seconds)
+        except queue.Empty:
+            return None
+
+    def _serve(self) -> None:
+        healthy = None
+        next_poll = time.monotonic()
+        while True:
+            request = self._wait(max(0.0, next_poll - time.monotonic()))
+            if request is _STOP:
+                return
+            if isinstance(request, tuple):
+                self._run_action(*request)
+            elif request is None or request is _POLL:
+                healthy = self._poll(healthy)
+                next_poll = time.monotonic() + (self.interval if healthy else max(1.0, self.interval))
+                continue
+            next_poll = min(next_poll, time.monotonic())  # show the action's effect at once
+
+    def _poll(self, healthy: bool | None) -> bool:
+        started = time.monotonic()
+        try:
+            snap = self.dashboard.read(self.query)
+        except UNREACHABLE as error:
+            self.health.emit("lost", f"database unreachable: {one_line(error)}; retrying")
+            return False
+        except exc.SQLAlchemyError as error:
+            self.health.emit("lost", f"database error: {one_line(error)}; retrying")
+            return False
+        snap["read_ms"] = (time.monotonic() - started) * 1000
+        snap["mono"] = started
+        snap["node"] = self.node.snapshot() if self.node else None
+        if not healthy:
+            self.health.emit("ok", "connected")
+        self.snapshot.emit(snap)
+        return True
+
+    def _run_action(self, label: str, action: Callable[[Farm], str]) -> None:
+        try:
+            message = action(self.farm)
+        except (QPError, exc.SQLAlchemyError, OSError) as error:
+            self.done.emit(label, False, one_line(error))
+        else:
+            self.done.emit(label, True, message)
+
+    def _close(self) -> None:
+        if self.node is not None:
+            try:
+                self.node.stop(drain=False)
+            except Exception as error:  # the database may be gone; the node's rows will age into "dead"
+                log.warning("stopping this machine's node: %s", one_line(error))
+        self._discard_farm()

@@ -1,0 +1,158 @@
+"""Colours, the style sheet and icons, following the system's light or dark scheme.
+
+Every colour the app draws with comes from here, so plots, tables and the
+style sheet agree, and a scheme change (the user flips the desktop to dark)
+re-themes everything through `Theme.changed`.
+"""
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pyqtgraph as pg
+from PySide6.QtCore import QByteArray, QObject, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
+from PySide6.QtSvg import QSvgRenderer
+from PySide6.QtWidgets import QApplication
+
+RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+
+# Outcome of a run, state of a job: one colour each, readable on light and dark backgrounds.
+OUTCOME = {
+    "running": "#3b82f6",
+    "succeeded": "#22a05b",
+    "failed": "#dc4a4a",
+    "timeout": "#a855f7",
+    "lost": "#e8891b",
+    "cancelled": "#8b919b",
+}
+JOB_STATE = {"queued": "#d4a72c", "running": OUTCOME["running"], "succeeded": OUTCOME["succeeded"],
+             "failed": OUTCOME["failed"], "cancelled": OUTCOME["cancelled"]}
+MACHINE_STATE = {"active": "#22a05b", "paused": "#d4a72c", "draining": "#3b82f6", "stopped": "#8b919b",
+                 "dead": "#dc4a4a"}
+
+
+@dataclass(frozen=True)
+class Scheme:
+    name: str
+    window: str
+    base: str
+    alt_base: str
+    text: str
+    muted: str
+    border: str
+    accent: str
+    highlight_text: str
+    plot_bg: str
+    lane_bg: str
+    dead_bg: str
+    unsynced_bg: str
+    faint_slot: str
+    turn: str
+    turn_claimed: str
+
+
+LIGHT = Scheme("light", window="#f3f4f6", base="#ffffff", alt_base="#f7f8fa", text="#1f2328", muted="#6b7280",
+               border="#d5d9e0", accent="#2563eb", highlight_text="#ffffff", plot_bg="#ffffff",
+               lane_bg="#f1f3f6", dead_bg="#fde2e2", unsynced_bg="#fff4d6", faint_slot="#c9d6ee",
+               turn="#5b8def", turn_claimed="#1d4ed8")
+DARK = Scheme("dark", window="#1e2126", base="#16181c", alt_base="#1b1e23", text="#e6e8eb", muted="#9aa3ae",
+              border="#343a42", accent="#4f8cff", highlight_text="#ffffff", plot_bg="#16181c",
+              lane_bg="#1f232a", dead_bg="#4a1f22", unsynced_bg="#45391a", faint_slot="#2f3d57",
+              turn="#4f8cff", turn_claimed="#9ec0ff")
+
+
+class Theme(QObject):
+    """The active scheme; emits `changed` when the system (or the user) switches light/dark."""
+
+    changed = Signal()
+
+    def __init__(self, app: QApplication, choice: str = "auto"):
+        super().__init__(app)
+        self.app = app
+        self.choice = choice
+        self.scheme = LIGHT
+        app.setStyle("Fusion")
+        hints = QGuiApplication.styleHints()
+        hints.colorSchemeChanged.connect(self._system_changed)
+        self.apply()
+
+    def _system_changed(self, _scheme) -> None:
+        if self.choice == "auto":
+            self.apply()
+
+    def apply(self) -> None:
+        if self.choice == "auto":
+            dark = QGuiApplication.styleHints().colorScheme() == Qt.ColorScheme.Dark
+        else:
+            dark = self.choice == "dark"
+        self.scheme = DARK if dark else LIGHT
+        self.app.setPalette(palette(self.scheme))
+        self.app.setStyleSheet(style_sheet(self.scheme))
+        pg.setConfigOptions(background=self.scheme.plot_bg, foreground=self.scheme.text, antialias=False)
+        icon.cache_clear()
+        self.changed.emit()
+
+
+def palette(s: Scheme) -> QPalette:
+    p = QPalette()
+    roles = {
+        QPalette.ColorRole.Window: s.window, QPalette.ColorRole.WindowText: s.text,
+        QPalette.ColorRole.Base: s.base, QPalette.ColorRole.AlternateBase: s.alt_base,
+        QPalette.ColorRole.Text: s.text, QPalette.ColorRole.Button: s.window,
+        QPalette.ColorRole.ButtonText: s.text, QPalette.ColorRole.Highlight: s.accent,
+        QPalette.ColorRole.HighlightedText: s.highlight_text, QPalette.ColorRole.ToolTipBase: s.base,
+        QPalette.ColorRole.ToolTipText: s.text, QPalette.ColorRole.PlaceholderText: s.muted,
+        QPalette.ColorRole.Link: s.accent, QPalette.ColorRole.Mid: s.border,
+    }
+    for role, colour in roles.items():
+        p.setColor(role, QColor(colour))
+    for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText):
+        p.setColor(QPalette.ColorGroup.Disabled, role, QColor(s.muted))
+    return p
+
+
+def style_sheet(s: Scheme) -> str:
+    """resources/style.qss with the scheme's colours put in for its @names."""
+    text = (RESOURCES / "style.qss").read_text()
+    for name in sorted(Scheme.__dataclass_fields__, key=len, reverse=True):
+        text = text.replace(f"@{name}", getattr(s, name))
+    return text
+
+
+def current() -> Scheme:
+    theme = QApplication.instance().findChild(Theme) if QApplication.instance() else None
+    return theme.scheme if theme else LIGHT
+
+
+@cache
+def icon(name: str, colour: str | None = None) -> QIcon:
+    """An icon from resources/icons, drawn in the text colour (or `colour`), sharp at any scale."""
+    svg = (RESOURCES / "icons" / f"{name}.svg").read_text()
+    svg = svg.replace("currentColor", colour or current().text)
+    renderer = QSvgRenderer(QByteArray(svg.encode()))
+    result = QIcon()
+    for size in (16, 20, 24, 32, 48, 64, 128, 256):
+        pixmap = QPixmap(size, size)
+        pixmap.fill(Qt.GlobalColor.transparent)
+        painter = QPainter(pixmap)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        renderer.render(painter, QRectF(0, 0, size, size))
+        painter.end()
+        result.addPixmap(pixmap)
+    return result
+
+
+@cache
+def dot(colour: str, size: int = 10) -> QIcon:
+    """A filled circle: the state marks in tables and the status bar."""
+    scale = 4  # drawn large, so it stays round on high-DPI screens
+    pixmap = QPixmap(size * scale, size * scale)
+    pixmap.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pixmap)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(QColor(colour))
+    painter.drawEllipse(QRectF(scale, scale, (size - 2) * scale, (size - 2) * scale))
+    painter.end()
+    return QIcon(pixmap)
