@@ -50,14 +50,19 @@ def parse_payload(text: str | None) -> str | None:
                          "quote it, e.g. --payload '{\"id\": 1}'") from None
 
 
-def work_spec(executor: str, target: str, *, method: str = "GET", payload=None, priority: int = 0,
+def to_json(value) -> str | None:
+    """A Python payload as JSON text (None stays None: no payload)."""
+    if value is None:
+        return None
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as error:
+        raise InvalidJob(f"payload cannot be sent as JSON: {error}") from None
+
+
+def work_spec(executor: str, target: str, *, method: str = "GET", payload: str | None = None, priority: int = 0,
               max_attempts: int = 3, timeout: float | None = None, key: str | None = None) -> JobSpec:
-    """A job definition checked for form; `payload` is JSON text or any JSON-able value."""
-    if payload is not None and not isinstance(payload, str):
-        try:
-            payload = json.dumps(payload)
-        except (TypeError, ValueError) as error:
-            raise InvalidJob(f"payload cannot be sent as JSON: {error}") from None
+    """A job definition checked for form; `payload` is JSON text."""
     if max_attempts < 1:
         raise InvalidJob(f"--max-attempts must be at least 1 (got {max_attempts})")
     if timeout is not None and not timeout > 0:
@@ -142,15 +147,17 @@ class Farm:
         return self.enqueue(spec, delay=delay, at=at, count=count)
 
     def python_spec(self, function: str | JobFunction, payload=None, **options) -> JobSpec:
-        """Work that calls `package.module:function` (or a @job function) with the payload."""
+        """Work that calls `package.module:function` (or a @job function) with `payload`, any JSON-able value."""
         if isinstance(function, JobFunction):
             options = {**function.options, **{k: v for k, v in options.items() if v is not None}}
         target = function if isinstance(function, str) else target_of(function)
-        return work_spec("python", target, payload=payload, **{k: v for k, v in options.items() if v is not None})
+        return work_spec("python", target, payload=to_json(payload),
+                         **{k: v for k, v in options.items() if v is not None})
 
     def command_spec(self, argv: Iterable[str], payload=None, **options) -> JobSpec:
-        """Work that runs a program without a shell; `argv[0]` must be on the node's allow-list."""
-        return work_spec("command", json.dumps(list(argv)), payload=payload,
+        """Work that runs a program without a shell; `argv[0]` must be on the node's allow-list. `payload`
+        (any JSON-able value) arrives on its stdin as JSON."""
+        return work_spec("command", json.dumps(list(argv)), payload=to_json(payload),
                          **{k: v for k, v in options.items() if v is not None})
 
     def enqueue_python(self, function: str | JobFunction, payload=None, *, delay: float = 0.0,

@@ -1,0 +1,54 @@
+"""Helpers for the tests of the kinds of work: waiting on a condition, in-process nodes, sample jobs.
+
+`pyjobs` (next to this file) holds the Python callables the nodes run; nodes
+started by `Nodes` allow that module, `sh`, `cat`, `printf` and `sleep`.
+"""
+
+import time
+
+from queueprocessor.clock import SystemClock
+
+FAST = dict(period=0.2, heartbeat=0.2)
+PYJOBS = "tests.support.pyjobs"
+COMMANDS = ("sh", "cat", "printf", "sleep")
+
+
+def wait_for(condition, timeout=10.0, interval=0.05):
+    """Poll `condition` until it returns something true; return that, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+class Nodes:
+    """Starts in-process nodes on a farm; `stop_all()` stops the ones still running (without draining)."""
+
+    def __init__(self, farm, http_base="http://127.0.0.1/", **defaults):
+        self.farm = farm
+        self.http_base = http_base
+        self.defaults = {**FAST, **defaults}
+        self.started = []
+
+    def __call__(self, name, capacity=4, **options):
+        settings = {**self.defaults, **options}
+        node = self.farm.node(name=name, capacity=capacity, http_base=self.http_base, clock=SystemClock(),
+                              allow_modules=[PYJOBS], allow_commands=COMMANDS, **settings)
+        self.started.append(node.start())
+        return node
+
+    def stop_all(self):
+        for node in self.started:
+            if not node.stopped.is_set():
+                node.stop(drain=False)
+
+
+def runs_per_machine(farm, job_ids=None) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for run in farm.store.list_runs(limit=1_000_000):
+        if job_ids is None or run["job_id"] in job_ids:
+            counts[run["machine_id"]] = counts.get(run["machine_id"], 0) + 1
+    return counts
