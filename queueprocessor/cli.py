@@ -8,6 +8,7 @@ stderr and a non-zero exit code, never a traceback.
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -543,6 +544,34 @@ def demo(ctx: Context, nodes: int, seconds: float, headless: bool) -> None:
     from .demo import run_demo
 
     run_demo(ctx.url, nodes=nodes, seconds=seconds, headless=headless)
+
+
+@cli.command()
+@click.option("--observe", is_flag=True, help="Only watch the farm: run no node on this machine.")
+@click.option("--name", envvar="QP_NAME", help="Machine name shown to operators. Default: host name.")
+@click.option("--capacity", type=click.IntRange(min=1), default=4, envvar="QP_CAPACITY",
+              help="Jobs this machine runs at once.")
+@click.option("--http-base", default="http://localhost/", envvar="QP_HTTP_BASE",
+              help="Base URL that HTTP job paths are relative to.")
+@click.option("--clock-skew", type=float, default=0.0, envvar="QP_CLOCK_SKEW",
+              help="Pretend this machine's clock is off by SECONDS (to see skew handled).")
+@click.option("--theme", type=click.Choice(["auto", "light", "dark"]), help="Colour scheme. Default: as last chosen.")
+@click.pass_context
+def gui(ctx: click.Context, observe, name, capacity, http_base, clock_skew, theme) -> None:
+    """Open the desktop app: it runs this machine's node (unless --observe) and shows the whole farm live.
+
+    Without --db, QP_DB or a db in the config file, the app asks for the database.
+    """
+    root = ctx.find_root()
+    url = root.params.get("db") or _load_config(root.params.get("config")).get("db")
+    args = ["--capacity", str(capacity), "--http-base", http_base, "--clock-skew", repr(clock_skew)]
+    args += ["--observe"] if observe else []
+    args += ["--name", name] if name else []
+    args += ["--theme", theme] if theme else []
+    # The app is a separate package the core never imports: run it in place of this process. The URL
+    # travels in the environment, so its password never shows in the process list.
+    env = {k: v for k, v in os.environ.items() if k != "QP_DB"} | ({"QP_DB": url} if url else {})
+    os.execve(sys.executable, [sys.executable, "-m", "ui", *args], env)
 
 
 def main(argv: list[str] | None = None) -> None:

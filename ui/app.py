@@ -8,6 +8,7 @@ closing the window (or SIGTERM, or Ctrl-C in its terminal) stops it.
 """
 
 import argparse
+import logging
 import os
 import signal
 import socket
@@ -75,6 +76,7 @@ def make_app(argv: list[str], scheme: str | None) -> QApplication:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = make_app(sys.argv[:1], args.theme)
     url = args.db
     if not url:

@@ -8,9 +8,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpin
 from queueprocessor import __version__
 from queueprocessor.database import default_url, mask, parse_url
 from queueprocessor.errors import QPError
-from queueprocessor.executors import HttpExecutor
-from queueprocessor.farm import parse_payload
-from queueprocessor.store import JobSpec
+from queueprocessor.farm import work_spec
 
 from . import theme
 
@@ -127,17 +125,16 @@ class EnqueueDialog(QDialog):
         layout.addWidget(buttons)
 
     def accept(self) -> None:
-        method = self.method.currentText()
+        options = dict(method=self.method.currentText(), payload=self.payload.toPlainText().strip() or None,
+                       priority=self.priority.value(), max_attempts=self.attempts.value(),
+                       timeout=self.timeout.value() or None, key=self.key.text().strip() or None)
         try:
-            payload = parse_payload(self.payload.toPlainText().strip() or None)
-            HttpExecutor().validate(JobSpec(executor="http", target=self.path.text().strip(), method=method))
+            work_spec("http", self.path.text().strip(), **options)  # the checks Farm.enqueue_http makes
         except QPError as error:
             self.error.setText(str(error))
             return
-        self.options = dict(path=self.path.text().strip(), method=method, payload=payload,
-                            priority=self.priority.value(), delay=self.delay.value(),
-                            max_attempts=self.attempts.value(), timeout=self.timeout.value() or None,
-                            count=self.count.value(), key=self.key.text().strip() or None)
+        self.options = dict(path=self.path.text().strip(), delay=self.delay.value(), count=self.count.value(),
+                            **options)
         super().accept()
 
 

@@ -1,0 +1,197 @@
+"""`queueprocessor demo`: a whole farm on this machine, to watch it work.
+
+A local web server stands in for the service HTTP jobs call (/ok, /slow?ms=N,
+/flaky). Node processes join the farm with different simulated clock skews;
+with the desktop app, the app's own in-process node is one of them. A feeder
+thread enqueues a few jobs a second and a schedule adds one every 5 seconds.
+Every process the demo started is stopped when it ends (Ctrl-C, closing the
+window, or --seconds running out).
+"""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import ExitStack
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from .errors import NotFound
+from .farm import Farm, work_spec
+from .views import FarmTiming, judge_machines
+
+# Simulated wall-clock errors of the demo machines, seconds (the first one is the app's own node).
+SKEWS = (0.9, -0.7, 0.25, -0.35, 0.55, -1.1, 1.3, 0.0)
+SCHEDULE = "demo-every-5s"
+FEED_EVERY = 0.3  # seconds between enqueued jobs
+STOP_GRACE = 10.0  # seconds a node gets to drain before it is killed
+
+
+class _Pages(BaseHTTPRequestHandler):
+    """The demo's job target: /ok answers at once, /slow?ms=N after N ms, /flaky fails one time in three."""
+
+    def do_GET(self):
+        parts = urlsplit(self.path)
+        if parts.path == "/ok":
+            self._answer(200, "ok")
+        elif parts.path == "/slow":
+            try:
+                delay = min(30_000, int(parse_qs(parts.query).get("ms", ["500"])[0]))
+            except ValueError:
+                return self._answer(400, "ms must be a whole number of milliseconds")
+            time.sleep(delay / 1000)
+            self._answer(200, f"slept {delay} ms")
+        elif parts.path == "/flaky":
+            if random.random() < 1 / 3:
+                self._answer(500, "flaky: failed this time")
+            else:
+                self._answer(200, "flaky: worked this time")
+        else:
+            self._answer(404, "no such page: try /ok, /slow?ms=500 or /flaky")
+
+    do_POST = do_GET
+
+    def _answer(self, status: int, body: str) -> None:
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:  # the demo prints its own status lines
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a node stopped a job mid-request: expected
+            super().handle_error(request, client_address)
+
+
+def start_web_server() -> ThreadingHTTPServer:
+    server = _Server(("127.0.0.1", 0), _Pages)
+    threading.Thread(target=server.serve_forever, args=(0.1,), name="demo-web", daemon=True).start()
+    return server
+
+
+def _feed(farm: Farm, stop: threading.Event) -> None:
+    """A few jobs a second: mostly quick, some slow, some flaky (they retry)."""
+    while not stop.wait(FEED_EVERY):
+        roll = random.random()
+        if roll < 0.6:
+            path = "/ok"
+        elif roll < 0.85:
+            path = f"/slow?ms={random.randrange(200, 2500, 100)}"
+        else:
+            path = "/flaky"
+        try:
+            farm.enqueue_http(path, max_attempts=3)
+        except Exception as error:  # the database is busy or gone: say so, keep feeding
+            print(f"demo: could not enqueue {path}: {error}", file=sys.stderr, flush=True)
+
+
+def _stop_feeding(stop: threading.Event, feeder: threading.Thread) -> None:
+    stop.set()
+    feeder.join(5)
+
+
+def _ensure_schedule(farm: Farm) -> None:
+    try:
+        farm.schedules.get(SCHEDULE)
+    except NotFound:
+        farm.schedule(SCHEDULE, work_spec("http", "/ok?from=schedule"), every=5.0)
+
+
+def _spawn(args: list[str], url: str, log: Path) -> subprocess.Popen:
+    """A child process with the database in its environment (a password never shows in `ps`)."""
+    env = dict(os.environ, QP_DB=url)
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, *args], env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _node_args(name: str, skew: float, base: str) -> list[str]:
+    return ["-m", "queueprocessor.cli", "node", "--name", name, "--clock-skew", f"{skew:+.2f}", "--http-base", base]
+
+
+def _stop_all(children: list[subprocess.Popen]) -> None:
+    """SIGTERM drains a node (it finishes its jobs); anything still alive after the grace period is killed."""
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE
+    for child in children:
+        try:
+            child.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def status_line(farm: Farm, timing: FarmTiming, started: float) -> str:
+    """One line: each machine with state, offset and the leader star; job counts; recent turns."""
+    now, _, rows = farm.store.read_machines()
+    machines = [m for m in judge_machines(rows, now, timing) if m["status"] != "stopped"]
+    parts = []
+    for m in machines:
+        offset = "" if m["clock_offset"] is None else f" {m['clock_offset']:+.3f}s"
+        parts.append(f"{'*' if m['leader'] else ' '}{m['name']} {m['status']}{offset}")
+    counts = farm.store.job_counts()
+    jobs = ", ".join(f"{counts[state]} {state}" for state in ("queued", "running", "succeeded", "failed"))
+    turns = len(farm.store.read_turns(now - 10))
+    return f"[{time.monotonic() - started:6.1f}s] {' |'.join(parts) or 'no machines yet'} · jobs: {jobs} · " \
+           f"turns in the last 10 s: {turns}"
+
+
+def _leave(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+def run_demo(url: str, *, nodes: int = 3, seconds: float = 0.0, headless: bool = False) -> None:
+    signal.signal(signal.SIGTERM, _leave)  # a SIGTERM stops the demo's processes too, like Ctrl-C
+    farm = Farm(url)
+    timing = FarmTiming.of(farm.settings())
+    logs = Path(tempfile.mkdtemp(prefix="qp-demo-"))
+    stop = threading.Event()
+    children: list[subprocess.Popen] = []
+    with ExitStack() as cleanup:
+        cleanup.callback(farm.close)
+        web = start_web_server()
+        cleanup.callback(web.server_close)
+        cleanup.callback(web.shutdown)
+        base = f"http://127.0.0.1:{web.server_address[1]}/"
+        cleanup.callback(_stop_all, children)
+        _ensure_schedule(farm)
+        first = 1 if headless else 2
+        for n in range(first, nodes + 1):
+            children.append(_spawn(_node_args(f"demo-{n}", SKEWS[n - 1], base), url, logs / f"demo-{n}.log"))
+        feeder = threading.Thread(target=_feed, args=(farm, stop), name="demo-feeder", daemon=True)
+        feeder.start()
+        cleanup.callback(_stop_feeding, stop, feeder)
+        print(f"demo farm on {farm.masked_url}: {nodes} nodes, jobs from {base}, node logs in {logs}", flush=True)
+        started = time.monotonic()
+        if headless:
+            print("Ctrl-C to stop" if not seconds else f"running for {seconds:g} s", flush=True)
+            while not seconds or time.monotonic() - started < seconds:
+                time.sleep(1.0)
+                print(status_line(farm, timing, started), flush=True)
+        else:
+            app = _spawn(["-m", "ui", "--name", "demo-1", "--clock-skew", f"{SKEWS[0]:+.2f}", "--http-base", base],
+                         url, logs / "app.log")
+            children.insert(0, app)
+            try:
+                app.wait(seconds or None)
+            except subprocess.TimeoutExpired:
+                pass
+            if app.returncode not in (None, 0):
+                print(f"demo: the desktop app exited with status {app.returncode}; see {logs / 'app.log'}",
+                      file=sys.stderr, flush=True)
+    print("demo stopped: every node left the farm", flush=True)
