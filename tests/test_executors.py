@@ -6,11 +6,10 @@ import time
 
 import pytest
 
-from queueprocessor.cli import main
 from queueprocessor.errors import InvalidJob
 from queueprocessor.store import JobSpec
 from tests.support import pyjobs
-from tests.support.work import Nodes, wait_for
+from tests.support.work import Nodes, run_cli, wait_for
 
 
 @pytest.fixture
@@ -161,11 +160,3 @@ def test_bad_work_is_one_clear_line_at_the_cli(farm, argv, message, capsys):
         assert code == 0 and "enqueued job" in out
     else:
         assert code == 1 and err.startswith(message) and err.count("\n") == 1
-
-
-def run_cli(*argv) -> int:
-    try:
-        main(list(argv))
-    except SystemExit as done:
-        return done.code or 0
-    return 0

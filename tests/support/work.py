@@ -6,6 +6,7 @@ started by `Nodes` allow that module, `sh`, `cat`, `printf` and `sleep`.
 
 import time
 
+from queueprocessor.cli import main
 from queueprocessor.clock import SystemClock
 
 FAST = dict(period=0.2, heartbeat=0.2)
@@ -52,3 +53,12 @@ def runs_per_machine(farm, job_ids=None) -> dict[int, int]:
         if job_ids is None or run["job_id"] in job_ids:
             counts[run["machine_id"]] = counts.get(run["machine_id"], 0) + 1
     return counts
+
+
+def run_cli(*argv) -> int:
+    """Run the `queueprocessor` command in this process; its exit code."""
+    try:
+        main(list(argv))
+    except SystemExit as done:
+        return done.code or 0
+    return 0

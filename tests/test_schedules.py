@@ -1,0 +1,161 @@
+"""Recurring schedules: the calendar (cron with time zones across DST, intervals), misfires, and
+each occurrence running once on a farm of several machines."""
+
+import threading
+import time
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+from sqlalchemy import update
+
+from queueprocessor.errors import InvalidJob
+from queueprocessor.schedules import Recurrence, plan
+from queueprocessor.schema import schedules
+from tests.support import pyjobs
+from tests.support.work import FAST, Nodes, run_cli, wait_for
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def occurrences(recurrence: Recurrence, start: datetime, n: int) -> list[str]:
+    t, seen = start.timestamp(), []
+    for _ in range(n):
+        t = recurrence.after(t)
+        seen.append(recurrence.label(t))
+    return seen
+
+
+def test_a_daily_time_in_the_hour_clocks_skip_runs_at_the_jump():
+    daily = Recurrence.parse(cron="30 2 * * *", tz="Europe/Berlin")
+    assert occurrences(daily, datetime(2026, 3, 28, 12, tzinfo=BERLIN), 2) == [
+        "2026-03-29T03:00:00.000+02:00", "2026-03-30T02:30:00.000+02:00"]
+
+
+def test_a_daily_time_in_the_hour_clocks_repeat_runs_once():
+    daily = Recurrence.parse(cron="30 2 * * *", tz="Europe/Berlin")
+    assert occurrences(daily, datetime(2026, 10, 24, 12, tzinfo=BERLIN), 2) == [
+        "2026-10-25T02:30:00.000+02:00", "2026-10-26T02:30:00.000+01:00"]
+
+
+def test_an_hourly_cadence_keeps_real_time_across_both_changes():
+    hourly = Recurrence.parse(cron="0 * * * *", tz="Europe/Berlin")
+    autumn = occurrences(hourly, datetime(2026, 10, 25, 0, 30, tzinfo=BERLIN), 4)
+    assert autumn == ["2026-10-25T01:00:00.000+02:00", "2026-10-25T02:00:00.000+02:00",
+                      "2026-10-25T02:00:00.000+01:00", "2026-10-25T03:00:00.000+01:00"]
+    spring = occurrences(hourly, datetime(2026, 3, 29, 0, 30, tzinfo=BERLIN), 2)
+    assert spring == ["2026-03-29T01:00:00.000+01:00", "2026-03-29T03:00:00.000+02:00"]
+
+
+def test_an_interval_recurs_at_whole_multiples_so_every_machine_agrees():
+    every = Recurrence.parse(every=0.5)
+    assert every.after(1000.2) == 1000.5 and every.after(1000.5) == 1001.0
+    assert every.label(1_800_000_000.5) == "2027-01-15T08:00:00.500+00:00"
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(cron="61 * * * *"), "malformed cron expression '61 * * * *'"),
+    (dict(cron="* * *"), "malformed cron expression"),
+    (dict(cron="0 0 30 2 *"), "never matches a real date"),
+    (dict(cron="* * * * *", tz="Mars/Olympus"), "unknown time zone 'Mars/Olympus'"),
+    (dict(cron="* * * * *", every=5), "either --cron EXPRESSION or --every SECONDS"),
+    (dict(), "either --cron EXPRESSION or --every SECONDS"),
+    (dict(every=0.01), "--every must be at least 0.1 seconds"),
+    (dict(every=5, tz="UTC"), "--tz only applies to --cron"),
+])
+def test_a_bad_recurrence_is_refused_with_its_reason(arguments, message):
+    with pytest.raises(InvalidJob, match=message.replace("*", r"\*").replace("(", r"\(")):
+        Recurrence.parse(**arguments)
+
+
+@pytest.mark.parametrize("misfire, grace, expected", [
+    ("skip", 3600, [100.0, 101.0]),
+    ("once", 3600, [99.0, 100.0, 101.0]),  # the newest missed occurrence, once
+    ("all", 3600, [90.0, 91.0, 92.0, 93.0, 94.0, 95.0, 96.0, 97.0, 98.0, 99.0, 100.0, 101.0]),
+    ("all", 4.5, [96.0, 97.0, 98.0, 99.0, 100.0, 101.0]),  # older than the grace: dropped whatever the policy
+])
+def test_occurrences_the_farm_missed_follow_the_misfire_policy(misfire, grace, expected):
+    """The farm was down from 90 s to 100.2 s; one period (1 s) late still counts as on time."""
+    todo = plan(Recurrence(every=1.0), 90.0, 100.2, ahead=1.0, period=1.0, misfire=misfire, grace=grace)
+    assert todo.occurrences == expected and todo.next_run == 102.0
+
+
+@pytest.fixture
+def nodes(farm):
+    pyjobs.SEEN.clear()
+    started = Nodes(farm)
+    yield started
+    started.stop_all()
+
+
+def test_each_occurrence_runs_once_on_a_farm_of_three(farm, nodes):
+    machines = {nodes(name).id for name in "abc"}
+    farm.schedule("tick", farm.python_spec(pyjobs.noop), every=0.5)
+    time.sleep(4.0)
+    farm.schedules.pause("tick")
+    jobs = [j for j in farm.store.list_jobs(limit=1000) if j["key"] and j["state"] != "cancelled"]
+    wait_for(lambda: all(farm.store.get_job(j["id"])["state"] == "succeeded" for j in jobs))
+    times = sorted(j["run_at"] for j in jobs)
+    assert len(times) >= 6 and times == [times[0] + 0.5 * i for i in range(len(times))]  # none missing, none twice
+    assert all(j["key"] == f"tick@{Recurrence(every=0.5).label(j['run_at'])}" for j in jobs)
+    for j in jobs:
+        [run] = farm.store.list_runs(job_id=j["id"])
+        assert run["machine_id"] in machines and run["started_at"] >= j["run_at"]  # claimed early, started on time
+
+
+def test_two_machines_materialising_at_once_make_each_occurrence_once(farm):
+    farm.settings(**FAST)
+    farm.schedule("race", farm.command_spec(["sh", "-c", "true"]), every=0.1)
+    farm.store._one(update(schedules).values(next_run=farm.store.ask_time() - 5))  # as if the farm was down
+    barrier = threading.Barrier(4)
+
+    def materialise():
+        barrier.wait()
+        farm.schedules.materialise(ahead=1.0, period=0.2)
+
+    threads = [threading.Thread(target=materialise) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    keys = [j["key"] for j in farm.store.list_jobs(limit=1000)]
+    assert len(keys) == len(set(keys)) >= 10
+
+
+def test_pause_resume_and_remove(farm, capsys):
+    farm.settings(**FAST)
+    assert run_cli("--db", farm.url, "schedule", "add", "poll", "--every", "60", "command", "--", "sh", "-c",
+                   "true") == 0
+    assert "schedule poll: every 60 s, next at" in capsys.readouterr().out
+    assert run_cli("--db", farm.url, "schedule", "pause", "poll") == 0
+    [row] = farm.schedules.all()
+    assert row["paused"]
+    assert run_cli("--db", farm.url, "schedule", "resume", "poll") == 0
+    assert not farm.schedules.get("poll")["paused"]
+    assert run_cli("--db", farm.url, "schedule", "list") == 0
+    assert "poll  every 60 s" in capsys.readouterr().out
+    assert run_cli("--db", farm.url, "schedule", "remove", "poll") == 0
+    assert farm.schedules.all() == []
+    assert run_cli("--db", farm.url, "schedule", "remove", "poll") == 1
+    assert capsys.readouterr().err == "error: no schedule named 'poll': see `queueprocessor schedule list`\n"
+
+
+def test_pausing_cancels_the_occurrences_already_waiting(farm):
+    farm.settings(**FAST)
+    farm.schedule("soon", farm.command_spec(["sh", "-c", "true"]), every=0.5)
+    waiting = [j for j in farm.store.list_jobs() if j["state"] == "queued"]
+    assert waiting, "occurrences within the horizon are made into jobs when the schedule is added"
+    farm.schedules.pause("soon")
+    assert all(farm.store.get_job(j["id"])["state"] == "cancelled" for j in waiting)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cron", "61 * * * *"], "error: malformed cron expression '61 * * * *'"),
+    (["--cron", "0 3 * * *", "--tz", "Europe/Atlantis"], "error: unknown time zone 'Europe/Atlantis'"),
+    (["--every", "0"], "error: --every must be at least 0.1 seconds"),
+])
+def test_bad_schedules_are_one_line_at_the_cli(farm, argv, message, capsys):
+    assert run_cli("--db", farm.url, "schedule", "add", "x", *argv, "http", "/ok") == 1
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1
+    assert farm.schedules.all() == []
