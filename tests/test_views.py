@@ -1,0 +1,108 @@
+"""The dashboard's read-only queries, on a real farm database (SQLite and PostgreSQL).
+
+Rows are written through the Store the nodes use (register, take a turn, claim,
+finish), so the views are checked against what a farm really writes.
+"""
+
+import pytest
+
+from queueprocessor.store import JobSpec
+from queueprocessor.views import (Dashboard, FarmTiming, Query, judge_machines, machine_throughput, runs_between,
+                                  throughput, turns_between, upcoming_slots)
+
+TIMING = FarmTiming(period=1.0, heartbeat=1.0, misses=3)
+
+
+def _machine(store, name):
+    return store.register(name=name, host="h", instance=f"i-{name}", pid=1, version="t", capacity=4)
+
+
+def _run(store, machine, target, outcome):
+    store.enqueue(JobSpec(executor="http", target=target))
+    [job] = store.claim(machine, 1, lease=30)
+    store.finish(job, machine, outcome, error=None if outcome == "succeeded" else "boom")
+    return job
+
+
+def test_turns_between_is_the_turn_log_inside_the_window(farm):
+    store = farm.store
+    a, b = _machine(store, "a"), _machine(store, "b")
+    now = store.ask_time()
+    base = int(now)
+    for n, who in enumerate([a, b, a, b]):
+        assert store.take_turn(base - 10 + n, who)
+    assert not store.take_turn(base - 10, b)  # the slot is taken: the log keeps the first
+    turns = turns_between(store, now - 60, store.ask_time())
+    assert [(t["slot"], t["machine_id"]) for t in turns] == [(base - 10, a), (base - 9, b), (base - 8, a),
+                                                            (base - 7, b)]
+    assert turns_between(store, now - 60, now - 30) == []
+
+
+def test_runs_between_holds_runs_overlapping_the_window_with_their_target(farm):
+    store = farm.store
+    a = _machine(store, "a")
+    before = store.ask_time()
+    done = _run(store, a, "/ok", "succeeded")
+    store.enqueue(JobSpec(executor="http", target="/still"))
+    [running] = store.claim(a, 1, lease=30)
+    after = store.ask_time()
+    runs = runs_between(store, before, after)
+    assert {(r["job_id"], r["outcome"], r["target"]) for r in runs} == {(done.id, "succeeded", "/ok"),
+                                                                         (running.id, "running", "/still")}
+    # A window after the finished run ended still shows the run that is going on.
+    later = runs_between(store, after + 100, after + 200)
+    assert [(r["job_id"], r["outcome"]) for r in later] == [(running.id, "running")]
+
+
+def test_throughput_counts_finished_runs_per_bucket_and_machine(farm):
+    store = farm.store
+    a, b = _machine(store, "a"), _machine(store, "b")
+    start = store.ask_time()
+    for outcome in ("succeeded", "succeeded", "failed"):
+        _run(store, a, "/x", outcome)
+    _run(store, b, "/y", "succeeded")
+    end = store.ask_time()
+    rows = throughput(store, start - 1, end + 1, bucket=5.0)
+    totals = {}
+    for row in rows:
+        assert row["start"] % 5.0 == 0
+        assert start - 5 <= row["start"] <= end
+        totals[row["outcome"]] = totals.get(row["outcome"], 0) + row["count"]
+    assert totals == {"succeeded": 3, "failed": 1}
+    assert machine_throughput(store, start - 1, end + 1) == {a: {"succeeded": 2, "failed": 1}, b: {"succeeded": 1}}
+
+
+def test_judged_machines_mark_the_leader_the_dead_and_the_unsynchronised():
+    now = 1000.5
+    rows = [
+        dict(id=1, name="a", state="active", last_seen=now - 0.5, joined_at=now - 100, error_bound=0.001),
+        dict(id=2, name="b", state="active", last_seen=now - 0.2, joined_at=now - 100, error_bound=0.4),
+        dict(id=3, name="c", state="active", last_seen=now - 10, joined_at=now - 100, error_bound=0.001),
+        dict(id=4, name="d", state="stopped", last_seen=now - 5000, joined_at=now - 9000, error_bound=None),
+    ]
+    judged = {m["name"]: m for m in judge_machines(rows, now, TIMING)}
+    assert set(judged) == {"a", "b", "c"}  # d stopped long ago
+    assert judged["c"]["status"] == "dead"
+    # Roster [1, 2]: slot 1000 belongs to id 1.
+    assert [m["name"] for m in judged.values() if m["leader"]] == ["a"]
+    assert judged["a"]["synced"] and not judged["b"]["synced"]
+    assert upcoming_slots(rows, now, TIMING, horizon=2.0) == [(1000, 1), (1001, 2), (1002, 1)]
+    assert "d" in {m["name"] for m in judge_machines(rows, now, TIMING, keep_gone=1e9)}
+
+
+def test_dashboard_reads_everything_one_poll_needs(farm):
+    span = 30.0
+    store = farm.store
+    a = _machine(store, "a")
+    job = _run(store, a, "/ok", "succeeded")
+    store.take_turn(int(store.ask_time()), a)
+    dashboard = Dashboard(store, FarmTiming.of(farm.settings()))
+    snap = dashboard.read(Query(span=span, job_id=job.id))
+    assert snap["until"] - snap["since"] == pytest.approx(span)
+    assert [m["name"] for m in snap["machines"]] == ["a"]
+    assert snap["names"] == {a: "a"}
+    assert len(snap["turns"]) == 1 and len(snap["runs"]) == 1
+    assert snap["job_counts"]["succeeded"] == 1
+    assert snap["job"]["id"] == job.id and [r["outcome"] for r in snap["job"]["runs"]] == ["succeeded"]
+    assert [j["id"] for j in snap["jobs"]] == [job.id]
+    assert dashboard.read(Query(job_id=10**9))["job"] is None
