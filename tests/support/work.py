@@ -4,7 +4,10 @@
 started by `Nodes` allow that module, `sh`, `cat`, `printf` and `sleep`.
 """
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from queueprocessor.cli import main
 from queueprocessor.clock import SystemClock
@@ -12,6 +15,7 @@ from queueprocessor.clock import SystemClock
 FAST = dict(period=0.2, heartbeat=0.2)
 PYJOBS = "tests.support.pyjobs"
 COMMANDS = ("sh", "cat", "printf", "sleep")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def wait_for(condition, timeout=10.0, interval=0.05):
@@ -62,3 +66,29 @@ def run_cli(*argv) -> int:
     except SystemExit as done:
         return done.code or 0
     return 0
+
+
+class NodeProcesses:
+    """Real `queueprocessor node` processes (run from the repository root so they can import the test jobs);
+    `kill_all()` kills what is left."""
+
+    def __init__(self, url, log_dir):
+        self.url = url
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def __call__(self, name, *args, capacity=4):
+        log = open(self.log_dir / f"{name}.log", "w")
+        command = [sys.executable, "-m", "queueprocessor.cli", "--db", self.url, "node", "--name", name,
+                   "--period", str(FAST["period"]), "--heartbeat", str(FAST["heartbeat"]),
+                   "--capacity", str(capacity), "--allow-module", PYJOBS,
+                   *(a for c in COMMANDS for a in ("--allow-command", c)), *args]
+        self.procs[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        log.close()
+        return self.procs[name]
+
+    def kill_all(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
