@@ -69,7 +69,13 @@ def make_app(argv: list[str], scheme: str | None) -> QApplication:
     app.setApplicationDisplayName("QueueProcessor")
     app.setDesktopFileName("queueprocessor-gui")
     choice = scheme or QSettings().value("view/scheme", "auto")
-    theme.Theme(app, choice if choice in ("auto", "light", "dark") else "auto")
+    choice = choice if choice in ("auto", "light", "dark") else "auto"
+    current = app.findChild(theme.Theme)
+    if current is None:
+        theme.Theme(app, choice)
+    elif current.choice != choice:
+        current.choice = choice
+        current.apply()
     app.setWindowIcon(theme.icon("app"))
     return app
 

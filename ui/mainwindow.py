@@ -52,6 +52,7 @@ class MainWindow(QMainWindow):
         self.snap: dict | None = None
         self.node_id: int | None = None
         self.health_state, self.health_text = "connecting", "connecting"
+        self.connection = "connecting"  # what the status bar shows: connecting, ok, slow, lost or error
         self.last_result: tuple[str, bool, str] | None = None
         self._closing = self._closed = False
         self.setWindowIcon(theme.icon("app"))

@@ -1,0 +1,284 @@
+"""The desktop app against a real farm: real nodes, a real database (SQLite and PostgreSQL), real Qt widgets
+offscreen. What the window draws must be what the database holds, and what an operator does in it must
+change the farm."""
+
+import os
+import re
+import threading
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QSettings, QThreadPool, QTimer  # noqa: E402
+
+from queueprocessor.clock import SystemClock  # noqa: E402
+from queueprocessor.views import runs_between, turns_between  # noqa: E402
+from ui.app import make_app  # noqa: E402
+from ui.dialogs import EnqueueDialog  # noqa: E402
+from ui.mainwindow import MainWindow, recent_databases  # noqa: E402
+from ui.models import ROW_ROLE  # noqa: E402
+
+FAST = dict(period=0.25, heartbeat=0.25, misses=4)
+WAIT = 30_000  # ms: generous, so a loaded CI machine is slow rather than failing
+
+
+@pytest.fixture
+def app(qapp, tmp_path):
+    """The app as `main()` sets it up, with its settings in a private folder."""
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(tmp_path / "settings"))
+    return make_app([], "light")
+
+
+@pytest.fixture
+def open_window(app, qtbot):
+    """Opens main windows; closes them at the end the way a user does, and checks nothing was left running."""
+    windows = []
+
+    def open_(url, node=None):
+        window = MainWindow(url, node, interval=0.1)
+        window.show()
+        windows.append(window)
+        return window
+
+    yield open_
+    for window in windows:
+        close(window, qtbot)
+
+
+def close(window, qtbot):
+    window.close()
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=WAIT)
+    assert not window.poller.running
+    leftover = [t.name for t in threading.enumerate() if t.name.startswith("qp-") and t.is_alive()]
+    active = [t for t in window.findChildren(QTimer) if t.isActive() and t.parent() is window]
+    assert active == [], f"timers still running after close: {active}"
+    return leftover
+
+
+@pytest.fixture
+def peers(farm, http_target):
+    """Start nodes of the farm in this process (real Node objects: heartbeats, turns, a job runner)."""
+    started = []
+
+    def start(name, skew=0.0):
+        node = farm.node(name=name, http_base=http_target.base_url, clock=SystemClock(skew)).start()
+        started.append(node)
+        return node
+
+    yield start
+    for node in started:
+        node.stop(drain=False)
+
+
+def _node(http_target, name="gui", skew=0.4):
+    return dict(name=name, capacity=2, http_base=http_target.base_url, clock_skew=skew)
+
+
+def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open_window, qtbot):
+    farm.settings(**FAST)
+    peers("peer-1", -0.6)
+    peers("peer-2", 0.3)
+    farm.enqueue_http("/ok", count=6)
+    farm.enqueue_http("/fail", max_attempts=1, count=2)
+    window = open_window(farm.url, _node(http_target))
+
+    def settled():
+        snap = window.snap
+        return (snap is not None and snap["job_counts"]["queued"] == snap["job_counts"]["running"] == 0
+                and snap["job_counts"]["failed"] == 2 and len({t["machine_id"] for t in snap["turns"]}) == 3)
+
+    qtbot.waitUntil(settled, timeout=WAIT)
+    snap, store = window.snap, farm.store
+
+    # Slots timeline: the solid bars are the turn log (slots that ended before the read, so no turn is in flight).
+    last = int((snap["until"] - 2 * snap["period"]) / snap["period"])
+    logged = [(t["slot"], t["machine_id"]) for t in turns_between(store, snap["since"], snap["until"])]
+    assert [p for p in window.timeline.plotted_turns() if p[0] <= last] == [p for p in logged if p[0] <= last]
+    assert len({machine for _, machine in logged}) == 3  # all three machines took turns
+    slot, machine = logged[0]
+    hover = window.timeline.describe(slot * snap["period"] + 0.01, machine)
+    assert f"Slot {slot}" in hover and snap["names"][machine] in hover and "claimed" in hover
+
+    # Runs Gantt: one bar per run, in its machine's lane, coloured by its outcome.
+    runs = runs_between(store, snap["since"], snap["until"])
+    assert window.jobs.gantt.plotted_runs() == sorted((r["machine_id"], r["started_at"], r["outcome"]) for r in runs)
+    assert sorted(r["outcome"] for r in runs) == ["failed"] * 2 + ["succeeded"] * 6
+    run = runs[0]
+    assert f"Job {run['job_id']}" in window.jobs.gantt.describe(run["started_at"] + 0.001, run["machine_id"])
+
+    # Peers: every machine, with its judged state; exactly one leader among them.
+    status = farm.status()
+    shown = [window.peers.index(row, 0).data(ROW_ROLE) for row in range(window.peers.rowCount())]
+    assert [(m["id"], m["name"], m["host"]) for m in shown] == [(m["id"], m["name"], m["host"])
+                                                              for m in status["machines"]]
+    assert [window.peers.index(row, 2).data() for row in range(len(shown))] == ["active"] * 3
+    assert sum(window.peers.index(row, 3).data() == "★ now" for row in range(len(shown))) == 1
+
+    # Jobs table and queue graph.
+    listed = [window.jobs.model.index(row, 0).data(ROW_ROLE) for row in range(window.jobs.model.rowCount())]
+    assert [(j["id"], j["state"]) for j in listed] == [(j["id"], j["state"]) for j in store.list_jobs(limit=500)]
+    assert window.queue.plotted_throughput() == {"succeeded": 6, "failed": 2, "timeout": 0, "lost": 0,
+                                                 "cancelled": 0}
+    assert window.queue.counts["succeeded"].text() == "6"
+
+    # This node's panel shows the in-process node.
+    assert window.node_panel.name.text().startswith("gui")
+    assert window.node_panel.badge.text() == "active"
+
+
+def test_filters_narrow_the_jobs_table(farm, open_window, qtbot):
+    farm.enqueue_http("/reports/daily", delay=3600)
+    farm.enqueue_http("/reports/weekly", delay=3600)
+    [cancelled] = farm.enqueue_http("/cleanup", delay=3600)
+    farm.store.cancel(cancelled)
+    window = open_window(farm.url)
+    qtbot.waitUntil(lambda: window.jobs.proxy.rowCount() == 3, timeout=WAIT)
+    window.jobs.search.setText("WEEKLY")
+    assert window.jobs.proxy.rowCount() == 1
+    window.jobs.search.setText("")
+    window.jobs.state.setCurrentIndex(window.jobs.state.findData("cancelled"))
+    qtbot.waitUntil(lambda: [window.jobs.proxy.index(r, 0).data(ROW_ROLE)["id"]
+                             for r in range(window.jobs.proxy.rowCount())] == [cancelled], timeout=WAIT)
+
+
+def _steer_from_menu(window, name, wish):
+    """Right-click the machine's row in the peers table and pick the wish."""
+    row = next(r for r in range(window.peers.rowCount()) if window.peers.index(r, 0).data() == name)
+    window._peer_menu(window.peers_view.visualRect(window.peers.index(row, 0)).center())
+    [action] = [a for a in window.peer_menu.actions() if a.text() == f"{wish.capitalize()} {name}"]
+    assert action.isEnabled()
+    action.trigger()
+    window.peer_menu.close()
+
+
+def _status(window, name):
+    return next((m["status"] for m in window.snap["machines"] if m["name"] == name), None) if window.snap else None
+
+
+def test_pause_resume_and_drain_from_the_app_steer_the_node(farm, peers, http_target, open_window, qtbot):
+    farm.settings(**FAST)
+    peer = peers("peer")
+    window = open_window(farm.url, _node(http_target))
+    qtbot.waitUntil(lambda: _status(window, "peer") == "active" and window.snap["node"] is not None, timeout=WAIT)
+
+    _steer_from_menu(window, "peer", "pause")
+    qtbot.waitUntil(lambda: peer.state == "paused" and _status(window, "peer") == "paused", timeout=WAIT)
+    paused_at = farm.store.ask_time()
+    qtbot.wait(1500)  # six slots
+    assert [t for t in farm.store.read_turns(paused_at) if t["machine_id"] == peer.id] == []
+
+    _steer_from_menu(window, "peer", "resume")
+    qtbot.waitUntil(lambda: peer.state == "active", timeout=WAIT)
+    resumed_at = farm.store.ask_time()
+    qtbot.waitUntil(lambda: any(t["machine_id"] == peer.id for t in farm.store.read_turns(resumed_at)),
+                    timeout=WAIT)
+
+    _steer_from_menu(window, "peer", "drain")
+    qtbot.waitUntil(lambda: peer.stopped.is_set() and _status(window, "peer") == "stopped", timeout=WAIT)
+
+    # This machine's own node, through the Node menu's actions (the panel's buttons and shortcuts).
+    assert window.act_pause.shortcut().toString() == "Ctrl+Shift+P"
+    qtbot.waitUntil(window.act_pause.isEnabled, timeout=WAIT)
+    window.act_pause.trigger()
+    qtbot.waitUntil(lambda: window.poller.node.state == "paused" and window.node_panel.badge.text() == "paused",
+                    timeout=WAIT)
+    assert window.act_resume.isEnabled() and not window.act_pause.isEnabled()
+    window.act_resume.trigger()
+    qtbot.waitUntil(lambda: window.poller.node.state == "active", timeout=WAIT)
+    window.act_drain.trigger()
+    qtbot.waitUntil(lambda: window.poller.node.stopped.is_set(), timeout=WAIT)
+
+
+def _enqueue(window, qtbot, path, **fields):
+    window.enqueue()
+    dialog = window.findChildren(EnqueueDialog)[-1]
+    dialog.path.setText(path)
+    for name, value in fields.items():
+        getattr(dialog, name).setValue(value)
+    dialog.accept()
+    qtbot.waitUntil(lambda: window.last_result is not None and window.last_result[0] == "Enqueue", timeout=WAIT)
+    label, ok, message = window.last_result
+    window.last_result = None
+    assert ok, message
+    return int(re.search(r"job (\d+)", message).group(1))
+
+
+def _select(window, qtbot, job_id, state):
+    window.tabs.setCurrentWidget(window.jobs)
+    qtbot.waitUntil(lambda: window.jobs.select(job_id) and window.jobs.selected_job()["state"] == state,
+                    timeout=WAIT)
+
+
+def test_enqueue_retry_and_cancel_work_end_to_end(farm, http_target, open_window, qtbot):
+    farm.settings(**FAST)
+    window = open_window(farm.url, _node(http_target))
+
+    ok = _enqueue(window, qtbot, "/ok")
+    qtbot.waitUntil(lambda: farm.store.get_job(ok)["state"] == "succeeded", timeout=WAIT)
+    assert [r["job"] for r in http_target.requests("/ok")] == [ok]
+
+    failing = _enqueue(window, qtbot, "/fail", attempts=1)
+    qtbot.waitUntil(lambda: farm.store.get_job(failing)["state"] == "failed", timeout=WAIT)
+    _select(window, qtbot, failing, "failed")
+    qtbot.waitUntil(lambda: window.jobs.details.title.text() == f"Job {failing}"
+                    and window.jobs.details.attempts.rowCount() == 1, timeout=WAIT)
+    qtbot.waitUntil(window.act_retry.isEnabled, timeout=WAIT)
+    window.act_retry.trigger()
+    qtbot.waitUntil(lambda: len(farm.store.list_runs(job_id=failing)) == 2
+                    and farm.store.get_job(failing)["state"] == "failed", timeout=WAIT)
+    assert len(http_target.requests("/fail")) == 2
+    qtbot.waitUntil(lambda: window.jobs.details.attempts.rowCount() == 2, timeout=WAIT)
+    attempt = window.jobs.details.attempts
+    assert [attempt.index(r, 2).data() for r in range(2)] == ["1", "2"]  # a new fence for each claim
+
+    later = _enqueue(window, qtbot, "/ok", delay=600)
+    _select(window, qtbot, later, "queued")
+    qtbot.waitUntil(window.act_cancel.isEnabled, timeout=WAIT)
+    window.act_cancel.trigger()
+    qtbot.waitUntil(lambda: farm.store.get_job(later)["state"] == "cancelled", timeout=WAIT)
+    assert window.last_result == (f"Cancel job {later}", True, "cancelled")
+
+
+def test_closing_leaves_no_thread_or_timer_and_stops_the_node(farm, http_target, app, qtbot):
+    before = set(threading.enumerate())
+    window = MainWindow(farm.url, _node(http_target), interval=0.1)
+    window.show()
+    qtbot.waitUntil(lambda: window.snap is not None and window.snap["node"] is not None, timeout=WAIT)
+    node_id = window.node_id
+    close(window, qtbot)
+    leaked = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert leaked == []
+    assert QThreadPool.globalInstance().activeThreadCount() == 0
+    assert not window.ticker.isActive()
+    assert farm.store.find_machine(str(node_id))["state"] == "stopped"
+    settings = QSettings()
+    assert settings.value("window/geometry") is not None
+    assert recent_databases(settings) == [farm.url]
+
+
+@pytest.mark.postgres
+def test_a_lost_database_shows_as_a_state_and_the_window_stays_live(pg_url, app, qtbot):
+    from sqlalchemy.engine import make_url
+
+    from tests.support.tcpproxy import TcpProxy
+
+    target = make_url(pg_url)
+    with TcpProxy(target.host, target.port) as proxy:
+        url = target.set(port=proxy.port).render_as_string(hide_password=False)
+        window = MainWindow(url, None, interval=0.1)
+        window.show()
+        try:
+            qtbot.waitUntil(lambda: window.snap is not None and window.connection == "ok", timeout=WAIT)
+            proxy.freeze()  # the database stops answering: the read on the worker hangs
+            qtbot.waitUntil(lambda: window.connection == "slow", timeout=WAIT)
+            assert "no answer" in window.health_label.text()
+            proxy.cut()  # now it refuses outright
+            qtbot.waitUntil(lambda: window.connection == "lost", timeout=WAIT)
+            assert window.banner.isVisible() and "Showing the farm as of" in window.banner.text()
+            assert target.password not in window.health_label.text() + window.windowTitle()
+            proxy.restore()
+            qtbot.waitUntil(lambda: window.connection == "ok" and not window.banner.isVisible(), timeout=WAIT)
+        finally:
+            close(window, qtbot)
