@@ -117,6 +117,14 @@ class Farm:
         self._settings = farm
         return farm
 
+    def current_settings(self) -> dict[str, float]:
+        """The farm's settings as stored, defaults for any not stored yet; unlike settings(), never adopts them
+        (so enqueueing into a new farm does not fix the timing its first node may choose)."""
+        if self._settings is not None:
+            return self._settings
+        stored = self.store.settings()
+        return {k: float(stored.get(k, DEFAULTS[k])) for k in FARM_SETTINGS}
+
     def liveness(self) -> Liveness:
         s = self.settings()
         return Liveness(s["heartbeat"] * s["misses"])
@@ -187,7 +195,8 @@ class Farm:
     def check_allowed(self, spec: JobSpec) -> None:
         """Refuse, with the reason, work that no live machine's allow-lists would let it run."""
         now, _, rows = self.store.read_machines()
-        liveness = self.liveness()
+        s = self.current_settings()
+        liveness = Liveness(s["heartbeat"] * s["misses"])
         check_allowed(spec, [m["allow"] for m in rows
                              if m["allow"] and machine_status(m, now, liveness) in ("active", "paused")])
 
@@ -218,7 +227,7 @@ class Farm:
         return ScheduleStore(self.store)
 
     def _ahead(self) -> dict:
-        s = self.settings()
+        s = self.current_settings()
         return dict(ahead=NodeConfig(period=s["period"], heartbeat=s["heartbeat"]).schedule_ahead, period=s["period"])
 
     def schedule(self, name: str, spec: JobSpec, *, cron: str | None = None, tz: str | None = None,
@@ -240,7 +249,7 @@ class Farm:
     def lock(self, name: str, wait: float | None = None) -> singletons.Lock:
         """A distributed lock: `with farm.lock("name") as lock:` (lock.fence, lock.lost). `wait`: seconds
         to wait for it (None: for ever), then singletons.LockHeld."""
-        s = self.settings()
+        s = self.current_settings()
         return singletons.Lock(self.store, name, lease=s["heartbeat"] * s["misses"], renew_every=s["heartbeat"],
                                wait=wait)
 

@@ -36,3 +36,8 @@ def noop(payload, context):
 
 
 not_callable = 42
+
+
+def nap(payload, context):
+    """Sleeps `payload` seconds: work that takes a little while."""
+    time.sleep(payload)

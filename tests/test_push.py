@@ -1,0 +1,86 @@
+"""Push on PostgreSQL: an enqueue wakes an idle farm at once; polling remains the fallback."""
+
+import time
+
+import pytest
+from sqlalchemy import text
+
+from queueprocessor.roster import slot_of
+from tests.support import pyjobs
+from tests.support.work import Nodes, wait_for
+
+pytestmark = pytest.mark.postgres
+PERIOD = 2.0  # long turns, so starting within the enqueue's own slot can only be push's doing
+
+
+@pytest.fixture
+def farm(pg_url):
+    from queueprocessor.farm import Farm
+
+    with Farm(pg_url) as the_farm:
+        yield the_farm
+
+
+@pytest.fixture
+def nodes(farm):
+    started = Nodes(farm, period=PERIOD, heartbeat=0.5)
+    yield started
+    started.stop_all()
+
+
+def early_in_a_slot(farm):
+    """Wait until database time is just past a slot's start (its turn has been taken)."""
+    wait_for(lambda: 0.3 < farm.store.ask_time() % PERIOD < 0.5, timeout=5, interval=0.01)
+
+
+def started_slots(farm, job_id):
+    job = wait_for(lambda: (j := farm.job(job_id))["state"] == "succeeded" and j)
+    return slot_of(job["created_at"], PERIOD), slot_of(job["runs"][0]["started_at"], PERIOD)
+
+
+def test_an_enqueue_starts_on_an_idle_farm_without_waiting_for_a_turn(farm, nodes):
+    a, b = nodes("a"), nodes("b")
+    wait_for(lambda: a.listener.listening.is_set() and b.listener.listening.is_set())
+    time.sleep(2 * PERIOD)  # both are in the roster
+    for _ in range(3):
+        early_in_a_slot(farm)
+        enqueued, started = started_slots(farm, farm.enqueue_python(pyjobs.noop)[0])
+        assert started == enqueued
+
+
+def test_without_push_the_work_waits_for_the_next_turn(farm, nodes):
+    nodes("a", push=False)
+    time.sleep(PERIOD)
+    early_in_a_slot(farm)
+    enqueued, started = started_slots(farm, farm.enqueue_python(pyjobs.noop)[0])
+    assert started == enqueued + 1
+
+
+def test_a_plain_sql_insert_wakes_the_farm_too(farm, nodes):
+    node = nodes("a")
+    wait_for(node.listener.listening.is_set)
+    time.sleep(PERIOD)
+    early_in_a_slot(farm)
+    with farm.engine.begin() as conn:
+        job_id = conn.execute(text(
+            "INSERT INTO qp_jobs (executor, target, method, state, priority, run_at, created_at, attempts, "
+            "max_attempts, fence, cancel_requested, kind) VALUES ('python', :target, 'GET', 'queued', 0, "
+            "extract(epoch from clock_timestamp()), extract(epoch from clock_timestamp()), 0, 1, 0, false, 'job') "
+            "RETURNING id"), {"target": f"{pyjobs.__name__}:noop"}).scalar_one()
+    enqueued, started = started_slots(farm, job_id)
+    assert started == enqueued
+
+
+def test_a_dropped_listening_connection_is_restored(farm, nodes):
+    node = nodes("a")
+    wait_for(node.listener.listening.is_set)
+    with farm.engine.begin() as conn:
+        killed = conn.execute(text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")).scalar()
+    assert killed == 1
+    wait_for(lambda: not node.listener.listening.is_set(), timeout=5, interval=0.01)
+    wait_for(node.listener.listening.is_set, timeout=5)
+    time.sleep(PERIOD)
+    early_in_a_slot(farm)
+    enqueued, started = started_slots(farm, farm.enqueue_python(pyjobs.noop)[0])
+    assert started == enqueued
