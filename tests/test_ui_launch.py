@@ -1,0 +1,133 @@
+"""Launching the app as a user does: `queueprocessor gui`, `python -m ui`, the demo; and its dialogs."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QSettings  # noqa: E402
+
+from queueprocessor.farm import Farm  # noqa: E402
+from ui.app import make_app  # noqa: E402
+from ui.dialogs import DatabaseDialog, EnqueueDialog  # noqa: E402
+from ui.mainwindow import recent_databases, remember  # noqa: E402
+
+QP = [sys.executable, "-m", "queueprocessor.cli"]
+
+
+def _env(tmp_path, **extra):
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path / "config"),
+               XDG_DATA_HOME=str(tmp_path / "data"))
+    env.pop("QP_DB", None)
+    return env | extra
+
+
+def _wait(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+def test_queueprocessor_gui_runs_this_machines_node_until_the_window_closes(tmp_path):
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    log = tmp_path / "app.log"
+    with open(log, "wb") as out:
+        app = subprocess.Popen([*QP, "--db", url, "gui", "--name", "desk-1", "--clock-skew", "0.5"],
+                               env=_env(tmp_path), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        with Farm(url) as farm:
+            assert _wait(lambda: any(m["name"] == "desk-1" and m["state"] == "active"
+                                     for m in farm.status()["machines"])), log.read_text()
+            app.send_signal(signal.SIGTERM)  # as a desktop session's logout does: the window closes
+            assert app.wait(30) == 0
+            [machine] = farm.status()["machines"]
+            assert machine["state"] == "stopped"
+            assert machine["clock_offset"] == pytest.approx(-0.5, abs=0.1)
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.wait()
+
+
+def test_bad_options_get_a_clear_error_and_no_traceback(tmp_path):
+    for args in (["--db", "nosuchdb://x", "gui"], ["gui", "--capacity", "0"]):
+        done = subprocess.run([*QP, *args], env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0
+        assert "Traceback" not in done.stderr
+        assert done.stderr.strip().splitlines()[-1].lower().startswith("error: "), done.stderr
+    done = subprocess.run([sys.executable, "-m", "ui", "--db", "postgresql://qp:s3cret@127.0.0.1:1/farm",
+                           "--http-base", "ftp://nowhere/"], env=_env(tmp_path), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_headless_demo_runs_a_farm_and_cleans_up(tmp_path):
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    done = subprocess.run([*QP, "--db", url, "demo", "--headless", "--seconds", "7"], env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sum(line.startswith("[") for line in lines) >= 6
+    with Farm(url) as farm:
+        machines = farm.status()["machines"]
+        assert sorted(m["name"] for m in machines) == ["demo-1", "demo-2", "demo-3"]
+        assert {m["state"] for m in machines} == {"stopped"}  # every node left; no process left behind
+        assert len({t["machine_id"] for t in farm.store.read_turns(0)}) == 3
+        counts = farm.store.job_counts()
+        assert counts["succeeded"] > 5
+        assert farm.schedules.get("demo-every-5s")["every"] == 5.0
+        offsets = sorted(m["clock_offset"] for m in machines)
+        assert offsets == pytest.approx([-0.9, -0.25, 0.7], abs=0.05)  # the skews, seen from the database
+
+
+@pytest.fixture
+def app(qapp, tmp_path):
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(tmp_path / "settings"))
+    return make_app([], "light")
+
+
+def test_database_dialog_checks_the_url_and_remembers_without_password(app, qtbot):
+    settings = QSettings()
+    remember(settings, "postgresql://ops:hunter2@db.farm.local/farm")
+    remember(settings, "sqlite:////srv/farm.db")
+    assert recent_databases(settings) == ["sqlite:////srv/farm.db", "postgresql+psycopg://ops@db.farm.local/farm"]
+    dialog = DatabaseDialog(recent_databases(settings))
+    qtbot.addWidget(dialog)
+    dialog.choice.setCurrentText("mysql://x/y")
+    dialog.accept()
+    assert dialog.result() == 0 and "unsupported database" in dialog.error.text()
+    dialog.choice.setCurrentIndex(1)
+    dialog.password.setText("hunter2")
+    dialog.accept()
+    assert dialog.result() == 1
+    assert dialog.url == "postgresql+psycopg://ops:hunter2@db.farm.local/farm"
+
+
+def test_enqueue_dialog_refuses_bad_jobs_with_the_reason(app, qtbot):
+    dialog = EnqueueDialog()
+    qtbot.addWidget(dialog)
+    dialog.path.setText("https://elsewhere.example/x")
+    dialog.accept()
+    assert dialog.result() == 0 and "absolute URL" in dialog.error.text()
+    dialog.path.setText("/reports")
+    dialog.method.setCurrentText("POST")
+    dialog.payload.setPlainText("{not json")
+    dialog.accept()
+    assert dialog.result() == 0 and "not valid JSON" in dialog.error.text()
+    dialog.payload.setPlainText('{"day": "2026-11-22"}')
+    dialog.timeout.setValue(5)
+    dialog.accept()
+    assert dialog.result() == 1
+    assert dialog.options == dict(path="/reports", method="POST", payload='{"day": "2026-11-22"}', priority=0,
+                                  max_attempts=3, timeout=5.0, key=None, delay=0.0, count=1)
