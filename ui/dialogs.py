@@ -15,7 +15,8 @@ from . import theme
 
 def without_password(url: str) -> str:
     """The URL as remembered in the recent list: passwords are never written to settings."""
-    return parse_url(url).set(password=None).render_as_string(hide_password=False)
+    # URL.set() ignores None, so drop the password through the named tuple itself.
+    return parse_url(url)._replace(password=None).render_as_string(hide_password=False)
 
 
 class DatabaseDialog(QDialog):
