@@ -89,8 +89,9 @@ class EnqueueDialog(QDialog):
         layout = QVBoxLayout(self)
         form = QFormLayout()
         self.path = QLineEdit("/ok")
-        self.path.setToolTip("A path on each node's --http-base, e.g. /reports/daily")
-        form.addRow("Path", self.path)
+        self.path.setToolTip("A path on each node's --http-base, e.g. /reports/daily, or an http(s) URL on a "
+                             "host the nodes allow")
+        form.addRow("Path or URL", self.path)
         self.method = QComboBox()
         self.method.addItems(["GET", "POST"])
         form.addRow("Method", self.method)
