@@ -82,7 +82,7 @@ def start_web_server() -> ThreadingHTTPServer:
     return server
 
 
-def _feed(farm: Farm, stop: threading.Event) -> None:
+def feed(farm: Farm, stop: threading.Event) -> None:
     """A few jobs a second: mostly quick, some slow, some flaky (they retry)."""
     while not stop.wait(FEED_EVERY):
         roll = random.random()
@@ -173,7 +173,7 @@ def run_demo(url: str, *, nodes: int = 3, seconds: float = 0.0, headless: bool =
         first = 1 if headless else 2
         for n in range(first, nodes + 1):
             children.append(_spawn(_node_args(f"demo-{n}", SKEWS[n - 1], base), url, logs / f"demo-{n}.log"))
-        feeder = threading.Thread(target=_feed, args=(farm, stop), name="demo-feeder", daemon=True)
+        feeder = threading.Thread(target=feed, args=(farm, stop), name="demo-feeder", daemon=True)
         feeder.start()
         cleanup.callback(_stop_feeding, stop, feeder)
         print(f"demo farm on {farm.masked_url}: {nodes} nodes, jobs from {base}, node logs in {logs}", flush=True)

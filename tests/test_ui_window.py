@@ -222,7 +222,7 @@ def test_enqueue_retry_and_cancel_work_end_to_end(farm, http_target, open_window
     failing = _enqueue(window, qtbot, "/fail", attempts=1)
     qtbot.waitUntil(lambda: farm.store.get_job(failing)["state"] == "failed", timeout=WAIT)
     _select(window, qtbot, failing, "failed")
-    qtbot.waitUntil(lambda: window.jobs.details.title.text() == f"Job {failing}"
+    qtbot.waitUntil(lambda: window.jobs.details.title.text().startswith(f"Job {failing} ")
                     and window.jobs.details.attempts.rowCount() == 1, timeout=WAIT)
     qtbot.waitUntil(window.act_retry.isEnabled, timeout=WAIT)
     window.act_retry.trigger()

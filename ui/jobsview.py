@@ -3,8 +3,8 @@
 import json
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
-                               QLineEdit, QPlainTextEdit, QSplitter, QTableView, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QGridLayout, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
+                               QSplitter, QTableView, QVBoxLayout, QWidget)
 
 from queueprocessor.store import JOB_STATES
 
@@ -32,6 +32,14 @@ def table(model, stretch: int | None = None) -> QTableView:
     return view
 
 
+def fit_columns(view: QTableView, widths: tuple[int, ...]) -> None:
+    """Give each column its width, but never less than its header needs (bold, plus the sort arrow)."""
+    model, metrics = view.model(), view.horizontalHeader().fontMetrics()
+    for column, width in enumerate(widths):
+        title = model.headerData(column, Qt.Orientation.Horizontal) or ""
+        view.setColumnWidth(column, max(width, int(metrics.horizontalAdvance(title) * 1.1) + 34))
+
+
 class JobDetails(QWidget):
     """One job: its fields, its payload and every attempt with machine, fence, times and error."""
 
@@ -41,25 +49,29 @@ class JobDetails(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         self.title = QLabel("Select a job to see its attempts", objectName="sectionTitle")
         layout.addWidget(self.title)
-        form = QFormLayout()
-        form.setHorizontalSpacing(14)
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(10)
+        grid.setVerticalSpacing(3)
         self.fields: dict[str, QLabel] = {}
-        for key, label in (("state", "State"), ("target", "Target"), ("timing", "Created · run at"),
-                           ("finished", "Finished"), ("options", "Priority · timeout · key"),
-                           ("error", "Last error")):
+        pairs = ((("state", "State"), ("target", "Target")), (("created", "Created"), ("finished", "Finished")),
+                 (("options", "Priority · timeout"), ("key", "Key")))
+        wide = (("error", "Last error"), ("payload", "Payload"))
+        cells = [(row, pair * 2, 1, key, label) for row, both in enumerate(pairs)
+                 for pair, (key, label) in enumerate(both)]
+        cells += [(len(pairs) + n, 0, 3, key, label) for n, (key, label) in enumerate(wide)]
+        for row, column, span, key, label in cells:
             value = QLabel("")
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            value.setWordWrap(True)
-            form.addRow(QLabel(label, objectName="muted"), value)
+            value.setWordWrap(span > 1 or key == "target")
+            grid.addWidget(QLabel(label, objectName="muted"), row, column)
+            grid.addWidget(value, row, column + 1, 1, span)
             self.fields[key] = value
-        layout.addLayout(form)
-        layout.addWidget(QLabel("Payload", objectName="muted"))
-        self.payload = QPlainTextEdit(readOnly=True)
-        self.payload.setMaximumHeight(90)
-        layout.addWidget(self.payload)
-        layout.addWidget(QLabel("Attempts", objectName="muted"))
+        grid.setColumnStretch(1, 1)
+        grid.setColumnStretch(3, 1)
+        layout.addLayout(grid)
         self.attempts = AttemptsModel(self)
         self.attempts_view = table(self.attempts)
+        fit_columns(self.attempts_view, (40, 80, 40, 90, 90, 50, 70))
         layout.addWidget(self.attempts_view, 1)
 
     def show_job(self, job: dict | None, names: dict[int, str]) -> None:
@@ -67,22 +79,20 @@ class JobDetails(QWidget):
             self.title.setText("Select a job to see its attempts")
             for field in self.fields.values():
                 field.setText("")
-            self.payload.setPlainText("")
             self.attempts.set_rows([], {"names": names})
             return
-        self.title.setText(f"Job {job['id']}")
+        self.title.setText(f"Job {job['id']} — every attempt, with the machine and fence that ran it")
         self.fields["state"].setText(f"{job['state']} · attempt {job['attempts']} of {job['max_attempts']}"
                                      + (" · cancel requested" if job["cancel_requested"] else ""))
         self.fields["target"].setText(f"{job['executor']} {job['method']} {job['target']}")
-        self.fields["timing"].setText(f"{text.stamp(job['created_at'])} · {text.clock(job['run_at'])}")
+        self.fields["created"].setText(text.stamp(job["created_at"]))
         self.fields["finished"].setText(text.stamp(job["finished_at"]))
-        timeout = text.duration(job["timeout"]) if job["timeout"] else "none"
-        self.fields["options"].setText(f"{job['priority']} · {timeout} · {job['key'] or 'no key'}")
+        timeout = text.duration(job["timeout"]) if job["timeout"] else "no timeout"
+        self.fields["options"].setText(f"{job['priority']} · {timeout}")
+        self.fields["key"].setText(job["key"] or "–")
         self.fields["error"].setText(job["last_error"] or "–")
         payload = job["payload"]
-        pretty = json.dumps(json.loads(payload), indent=2) if payload else "(none)"
-        if self.payload.toPlainText() != pretty:
-            self.payload.setPlainText(pretty)
+        self.fields["payload"].setText(json.dumps(json.loads(payload), indent=1)[:2000] if payload else "none")
         self.attempts.set_rows(sorted(job["runs"], key=lambda r: (r["attempt"], r["id"])), {"names": names})
 
 
@@ -121,18 +131,15 @@ class JobsView(QWidget):
         self.table = table(self.proxy)
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
-        for column, width in enumerate((60, 110, 200, 80, 110, 110, 110)):
-            self.table.setColumnWidth(column, width)
+        fit_columns(self.table, (64, 110, 220, 70, 100, 110, 110))
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
         box.addWidget(self.table)
         lower.addWidget(left)
         self.details = JobDetails()
         lower.addWidget(self.details)
-        lower.setStretchFactor(0, 3)
-        lower.setStretchFactor(1, 2)
+        lower.setSizes([640, 460])
         split.addWidget(lower)
-        split.setStretchFactor(0, 2)
-        split.setStretchFactor(1, 3)
+        split.setSizes([240, 300])
         self.split, self.lower = split, lower
         layout.addWidget(split)
         self._selected: int | None = None

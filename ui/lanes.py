@@ -79,6 +79,8 @@ class LanePlot(QWidget):
         self.plot.getPlotItem().getAxis("left").setTicks([[(n, _fit(label)) for n, label in enumerate(labels)], []])
         count = max(1, len(ids))
         self.view.setYRange(-0.5, count - 0.5, padding=0.02)
+        # Room for every lane's name (up to a point: with many machines the lanes get thin).
+        self.plot.setMinimumHeight(min(280, 70 + 16 * count))
         even = np.arange(0, len(ids), 2, dtype=float)
         # Stripes behind every other lane, from 1970 to 2096 in epoch seconds.
         self.stripes.setOpts(x0=np.zeros(len(even)), width=np.full(len(even), 4e9), y0=even - 0.5,

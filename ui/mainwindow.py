@@ -17,7 +17,7 @@ from queueprocessor.database import mask
 
 from . import text, theme
 from .dialogs import DatabaseDialog, EnqueueDialog, about, without_password
-from .jobsview import JobsView, table
+from .jobsview import JobsView, fit_columns, table
 from .lanes import lane_ids
 from .models import ROW_ROLE, PeersModel
 from .nodepanel import NodePanel
@@ -141,8 +141,7 @@ class MainWindow(QMainWindow):
         self.peers_view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.peers_view.customContextMenuRequested.connect(self._peer_menu)
         self.peers_view.setToolTip("Right-click a machine to pause, resume or drain it")
-        for column, width in enumerate((130, 110, 80, 70, 170, 90, 90, 70, 70, 70, 70)):
-            self.peers_view.setColumnWidth(column, width)
+        fit_columns(self.peers_view, (140, 110, 80, 70, 170, 80, 90, 60, 60, 60, 60, 60))
         self.jobs = JobsView()
         self.jobs.gantt.plot.setXLink(self.timeline.plot)
         self.jobs.gantt.manually_moved.connect(lambda: self.timeline.set_follow(False))
@@ -250,7 +249,7 @@ class MainWindow(QMainWindow):
         if split is not None:
             self.split.restoreState(split)
         else:
-            self.split.setSizes([330, 480])
+            self.split.setSizes([290, 560])
         self.act_gone.setChecked(self.settings.value("view/gone", False, type=bool))
 
     def _save(self) -> None:

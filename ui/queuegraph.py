@@ -53,11 +53,11 @@ class QueueGraph(QWidget):
             plot.setMouseEnabled(x=True, y=False)
             plot.getPlotItem().getAxis("left").setWidth(48)
             layout.addWidget(plot, 1)
-        self.legend = self.states.addLegend(offset=(-10, 10))
+        self.legend = self.states.addLegend(offset=(10, 5), colCount=len(LINES))
         self.lines = {state: self.states.plot([], [], name=state, pen=pg.mkPen(theme.JOB_STATE[state], width=2))
                       for state in LINES}
-        self.stack = {outcome: bars(brush=theme.OUTCOME[outcome], name=outcome) for outcome in STACK}
-        self.flow_legend = self.flow.addLegend(offset=(-10, 10))
+        self.stack = {outcome: bars(brush=theme.OUTCOME[outcome]) for outcome in STACK}
+        self.flow_legend = self.flow.addLegend(offset=(10, 5), colCount=len(STACK))
         for outcome, item in self.stack.items():
             self.flow.addItem(item)
             self.flow_legend.addItem(item, outcome)
@@ -90,9 +90,13 @@ class QueueGraph(QWidget):
             line.setData(times, np.fromiter((c.get(state, 0) for _, c in self.samples), dtype=float,
                                             count=len(self.samples)))
         self._show_throughput(snapshot["throughput"], snapshot["bucket"])
-        self.states.setXRange(now - self.history, now, padding=0.01)
-        self.states.enableAutoRange(axis="y")
-        self.flow.enableAutoRange(axis="y")
+        # Show the history there is (a farm that started a minute ago fills the width), up to `history`.
+        oldest = min([times[0]] + [row["start"] for row in snapshot["throughput"]])
+        self.states.setXRange(max(oldest, now - self.history), now + snapshot["bucket"], padding=0.02)
+        # Headroom above the data for the legend row.
+        peak = max((max(c.get(state, 0) for state in LINES) for _, c in self.samples), default=0)
+        self.states.setYRange(0, peak * 1.4 + 1, padding=0)
+        self.flow.setYRange(0, self._peak * 1.4 + 1, padding=0)
 
     def _show_throughput(self, rows: list[dict], bucket: float) -> None:
         starts = sorted({r["start"] for r in rows})
@@ -107,6 +111,7 @@ class QueueGraph(QWidget):
             self.stack[outcome].setOpts(x0=x0, width=np.full(len(starts), bucket * 0.88), y0=base.copy(),
                                         height=table[n])
             base += table[n]
+        self._peak = float(base.max()) if len(base) else 0.0
 
     def plotted_throughput(self) -> dict[str, int]:
         """Total finished runs per outcome in the bars: what tests compare with the run log."""

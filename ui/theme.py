@@ -55,11 +55,11 @@ class Scheme:
 LIGHT = Scheme("light", window="#f3f4f6", base="#ffffff", alt_base="#f7f8fa", text="#1f2328", muted="#6b7280",
                border="#d5d9e0", accent="#2563eb", highlight_text="#ffffff", plot_bg="#ffffff",
                lane_bg="#f1f3f6", dead_bg="#fde2e2", unsynced_bg="#fff4d6", faint_slot="#c9d6ee",
-               turn="#5b8def", turn_claimed="#1d4ed8")
+               turn="#8fb0f5", turn_claimed="#1d4ed8")
 DARK = Scheme("dark", window="#1e2126", base="#16181c", alt_base="#1b1e23", text="#e6e8eb", muted="#9aa3ae",
               border="#343a42", accent="#4f8cff", highlight_text="#ffffff", plot_bg="#16181c",
               lane_bg="#1f232a", dead_bg="#4a1f22", unsynced_bg="#45391a", faint_slot="#2f3d57",
-              turn="#4f8cff", turn_claimed="#9ec0ff")
+              turn="#34558f", turn_claimed="#8db4ff")
 
 
 class Theme(QObject):

@@ -19,7 +19,8 @@ class SlotsTimeline(LanePlot):
     follow_changed = Signal(bool)
 
     def __init__(self, parent=None):
-        super().__init__("Turn slots — solid: turns taken (turn log) · faint: upcoming slots", parent)
+        super().__init__("Turn slots in database time — strong: a turn that claimed jobs · pale: a turn that "
+                         "found nothing due · faint: upcoming", parent)
         self.period = 1.0
         self.span = 60.0
         self.ahead = 8.0

@@ -1,0 +1,117 @@
+"""Render the README's screenshots of the desktop app in a realistic state, light and dark.
+
+    QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--out docs/screenshots] [--warmup 45]
+
+A real farm on a throwaway SQLite database: five nodes with skewed clocks and
+the app's own node, the demo's web server and job feeder; after the warm-up
+one machine is paused and one crashes (it stops checking in, so it turns dead).
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from PySide6.QtCore import QSettings  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from queueprocessor.clock import SystemClock  # noqa: E402
+from queueprocessor.demo import feed, start_web_server  # noqa: E402
+from queueprocessor.farm import Farm  # noqa: E402
+from ui.app import make_app  # noqa: E402
+from ui.mainwindow import MainWindow  # noqa: E402
+
+PEERS = (("web-01", 0.35), ("web-02", -0.8), ("batch-01", 1.6), ("batch-02", 0.05), ("old-box", -2.4))
+
+
+def pump(seconds: float) -> None:
+    """Let the window live for a while (the worker polls, timers tick)."""
+    app = QApplication.instance()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def crash(node) -> None:
+    """Stop a node's threads without telling the farm, as a power cut would."""
+    node._stop.set()
+    for thread in node._threads:
+        thread.join(5)
+    node.runner.stop_all("lost")
+    node.runner.stop()
+
+
+def shoot(window: MainWindow, out: Path, name: str) -> None:
+    pump(1.0)
+    path = out / f"{name}.png"
+    window.grab().save(str(path))
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="docs/screenshots", help="Folder for the PNG files.")
+    parser.add_argument("--warmup", type=float, default=45.0, help="Seconds of farm activity before the shots.")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="qp-shots-"))
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(scratch / "settings"))
+    url = f"sqlite:///{scratch / 'farm.db'}"
+
+    web = start_web_server()
+    base = f"http://127.0.0.1:{web.server_address[1]}/"
+    farm = Farm(url)
+    nodes = {name: farm.node(name=name, http_base=base, capacity=3, clock=SystemClock(skew)).start()
+             for name, skew in PEERS}
+    stop = threading.Event()
+    feeder = threading.Thread(target=feed, args=(farm, stop), daemon=True)
+    feeder.start()
+
+    make_app([], "light")
+    window = MainWindow(url, dict(name="ops-desk", capacity=4, http_base=base, clock_skew=0.9), interval=0.4)
+    window.resize(1440, 900)
+    window.show()
+    try:
+        pump(args.warmup)
+        farm.steer("batch-02", "pause")
+        crash(nodes.pop("old-box"))
+        pump(6.0)
+
+        window.tabs.setCurrentWidget(window.peers_view)
+        shoot(window, out, "peers-light")
+        window.tabs.setCurrentWidget(window.jobs)
+        retried = [j for j in window.snap["jobs"] if j["attempts"] > 1 and j["state"] != "running"]
+        if retried:
+            window.jobs.select(retried[0]["id"])
+            pump(1.0)
+        shoot(window, out, "jobs-light")
+        window.tabs.setCurrentWidget(window.queue)
+        shoot(window, out, "queue-light")
+
+        window.set_scheme("dark")
+        window.tabs.setCurrentWidget(window.peers_view)
+        shoot(window, out, "peers-dark")
+        window.tabs.setCurrentWidget(window.jobs)
+        shoot(window, out, "jobs-dark")
+    finally:
+        stop.set()
+        window.close()
+        while window.isVisible():
+            pump(0.1)
+        for node in nodes.values():
+            node.stop(drain=False)
+        farm.close()
+        web.shutdown()
+
+
+if __name__ == "__main__":
+    main()
