@@ -35,6 +35,7 @@ class Running:
     task: asyncio.Task | None = None
     stop_reason: str | None = None  # why we cancelled it: "cancelled" or "lost"
     recording: bool = False  # the work is over; only its result is being written
+    begun: bool = False  # _execute has started, so a cancellation reaches its handlers
     started: float = field(default=0.0)
 
 
@@ -95,8 +96,14 @@ class JobRunner:
                 return False
             entry.stop_reason = reason
         entry.context.cancelled.set()
-        self.loop.call_soon_threadsafe(lambda: entry.task and entry.task.cancel())
+        self.loop.call_soon_threadsafe(self._cancel, entry)
         return True
+
+    def _cancel(self, entry: Running) -> None:
+        # A task cancelled before its first step never enters _execute, so the job would stay
+        # running (and renewed) forever; one not begun yet sees stop_reason when it begins.
+        if entry.begun:
+            entry.task.cancel()
 
     def release_singletons(self) -> None:
         """Hand our singletons back: they never finish, so a leaving machine must give them up."""
@@ -118,6 +125,9 @@ class JobRunner:
         job = entry.job
         outcome, error, output = "succeeded", None, None
         try:
+            entry.begun = True
+            if entry.stop_reason is not None:
+                raise asyncio.CancelledError
             if job.exhausted:
                 outcome, error = "failed", "lease lost on its last attempt (its machine died or was cut off)"
             else:
