@@ -38,6 +38,8 @@ def kind(statement: str) -> str:
     """A short name for a statement, for the breakdown table."""
     words = statement.split()
     head = words[0].upper()
+    if head == "WITH":  # a CTE: name it by the last data-changing verb, the statement's own
+        head = "WITH ... " + next((w for w in reversed(words) if w.upper() in ("INSERT", "UPDATE", "DELETE")), "SELECT")
     table = next((w.strip('"(') for w in words if w.strip('"(').startswith("qp_")), "")
     return f"{head} {table}".strip()
 
