@@ -1,15 +1,16 @@
 """The node: one machine's part in the farm (DESIGN 1-3, 5).
 
-Three named threads, none of which waits on another:
+Named threads, none of which waits on another:
 - qp-heartbeat: every heartbeat, samples the database clock while reading the
   machine rows, checks in, renews leases and applies operators' wishes;
 - qp-turns: a timer that sleeps until this machine's next turn (ticking every 10 ms
   while there is work to claim directly), takes it and claims work;
 - qp-runner: the asyncio loop that runs the jobs (see runner);
-- qp-listen (PostgreSQL only): wakes the turn timer when work is enqueued (see push).
-A watchdog on the turn timer fences the node off when it has not renewed its
-leases for longer than the lease minus a margin, and stops the node loudly if
-a thread dies.
+- qp-listen (PostgreSQL only): wakes the turn timer when work is enqueued (see push);
+- qp-watchdog: fences the node off (stops its jobs) when it has not renewed its
+  leases for longer than the lease minus a margin, even while another thread is
+  stuck on a dead connection.
+A thread that dies stops the node loudly.
 """
 
 import logging
@@ -130,6 +131,7 @@ class Node:
         self._threads = [
             threading.Thread(target=self._guard, args=(self._heartbeat_loop,), name="qp-heartbeat", daemon=True),
             threading.Thread(target=self._guard, args=(self._turn_loop,), name="qp-turns", daemon=True),
+            threading.Thread(target=self._guard, args=(self._watchdog_loop,), name="qp-watchdog", daemon=True),
         ]
         for thread in self._threads:
             thread.start()
@@ -237,6 +239,8 @@ class Node:
         self._renewed_at = sent
         if backlog_slot is not None:
             self._backlog_slot = max(self._backlog_slot, backlog_slot)
+        if self.clock.monotonic() - sent > self.config.lease - self.config.fence_margin:
+            return  # the database stalled under this check-in: the next one, due at once, renews our leases
         if not self.db_healthy:
             log.info("database reachable (offset %+.4f s, rtt %.2f ms)", self.estimator.offset(),
                      self.estimator.rtt() * 1000)
@@ -287,7 +291,6 @@ class Node:
         while not self._stop.is_set():
             if self._wake.wait(self._next_wake()):
                 self._wake.clear()
-            self._watchdog()
             if self.db_healthy:
                 try:
                     self._tick()
@@ -296,8 +299,8 @@ class Node:
 
     def _next_wake(self) -> float:
         """How long the turn timer may sleep: until we are surely inside our next slot, a tick while
-        there is work to claim directly, and never longer than IDLE_WAKE (rosters change, the
-        watchdog watches). Sleeping to the slot instead of ticking through it keeps an idle node
+        there is work to claim directly, and never longer than IDLE_WAKE (rosters change).
+        Sleeping to the slot instead of ticking through it keeps an idle node
         under 2% of a core and starts its turns to a fraction of a millisecond, not to a tick."""
         if not self.db_healthy or self.state != "active":
             return IDLE_WAKE
@@ -317,6 +320,12 @@ class Node:
         if turn is not None and turn == self._last_slot:
             turn = next_turn(ids, self.id, (turn + 1) * self.config.period, self.config.period)
         return turn
+
+    def _watchdog_loop(self) -> None:
+        """The watchdog has its own thread: a turn stuck on a black-holed connection must not keep
+        it from stopping our jobs before their leases run out."""
+        while not self._stop.wait(self.config.fence_margin / 4):
+            self._watchdog()
 
     def _watchdog(self) -> None:
         """Self-fencing: jobs whose leases we could not renew in time are stopped before they run out."""
