@@ -15,7 +15,7 @@ from PySide6.QtCore import QSettings, QThreadPool, QTimer  # noqa: E402
 from queueprocessor.clock import SystemClock  # noqa: E402
 from queueprocessor.views import runs_between, turns_between  # noqa: E402
 from ui.app import make_app  # noqa: E402
-from ui.dialogs import EnqueueDialog  # noqa: E402
+from ui.dialogs import EnqueueDialog, without_password  # noqa: E402
 from ui.mainwindow import MainWindow, recent_databases  # noqa: E402
 from ui.models import ROW_ROLE  # noqa: E402
 
@@ -255,7 +255,7 @@ def test_closing_leaves_no_thread_or_timer_and_stops_the_node(farm, http_target,
     assert farm.store.find_machine(str(node_id))["state"] == "stopped"
     settings = QSettings()
     assert settings.value("window/geometry") is not None
-    assert recent_databases(settings) == [farm.url]
+    assert recent_databases(settings) == [without_password(farm.url)]  # never its password
 
 
 @pytest.mark.postgres

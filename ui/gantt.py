@@ -19,23 +19,13 @@ class RunsGantt(LanePlot):
         self.runs: list[dict] = []
         self._starts = self._ends = self._lanes = np.zeros(0)
 
-    def show_snapshot(self, snapshot: dict, ids: list[int]) -> None:
-        self.set_lanes(ids, snapshot["names"])
-        runs = self.runs = snapshot["runs"]
-        now = snapshot["db_now"]
-        count = len(runs)
-        starts = np.fromiter((r["started_at"] for r in runs), dtype=float, count=count)
-        ends = np.fromiter((r["finished_at"] or now for r in runs), dtype=float, count=count)
-        # A run shorter than a few milliseconds would vanish: give every bar a visible minimum.
-        ends = np.maximum(ends, starts + 0.04)
-        lanes = self.lanes_of([r["machine_id"] for r in runs])
-        outcomes = np.array([r["outcome"] for r in runs], dtype=object)
-        self._starts, self._ends, self._lanes = starts, ends, lanes
-        for outcome, item in self.items.items():
-            mask = outcomes == outcome
-            n = int(mask.sum())
-            item.setOpts(x0=starts[mask], width=ends[mask] - starts[mask], y0=lanes[mask] - 0.32,
-                         height=np.full(n, 0.64))
+    def show_snapshot(self, snapshot: dict) -> None:
+        plot = snapshot["plot"]
+        self.set_lanes(plot["lanes"], snapshot["names"])
+        self.runs = snapshot["runs"]
+        self._starts, self._ends, self._lanes = plot["run_start"], plot["run_end"], plot["run_lane"]
+        for outcome, (x0, width, lane) in plot["run_bars"].items():
+            self.items[outcome].setOpts(x0=x0, width=width, y0=lane - 0.32, height=np.full(len(x0), 0.64))
 
     def plotted_runs(self) -> list[tuple[int, float, str]]:
         """(run lane machine id, start, outcome) of every bar: what tests compare with the run log."""

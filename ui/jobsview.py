@@ -158,8 +158,8 @@ class JobsView(QWidget):
             self._selected = job_id
             self.job_selected.emit(job_id)
 
-    def show_snapshot(self, snapshot: dict, lanes: list[int]) -> None:
-        self.gantt.show_snapshot(snapshot, lanes)
+    def show_snapshot(self, snapshot: dict) -> None:
+        self.gantt.show_snapshot(snapshot)
         # A refresh may reset the table: keep the operator's selection (and its details) across it.
         self._updating = True
         try:

@@ -16,14 +16,6 @@ LANE_AXIS_WIDTH = 110  # both plots reserve the same width for lane names, so th
 EMPTY = np.zeros(0)
 
 
-def lane_ids(snapshot: dict) -> list[int]:
-    """Machines to draw a lane for: the ones on show, and any that took turns or ran jobs in the window."""
-    ids = {m["id"] for m in snapshot["machines"]}
-    ids.update(t["machine_id"] for t in snapshot["turns"])
-    ids.update(r["machine_id"] for r in snapshot["runs"])
-    return sorted(ids)
-
-
 def bars(**opts) -> pg.BarGraphItem:
     """An empty set of same-coloured bars, without outlines (the fast drawRects path)."""
     return pg.BarGraphItem(x0=EMPTY, width=EMPTY, y0=EMPTY, height=EMPTY, pen=None, **opts)
@@ -85,9 +77,6 @@ class LanePlot(QWidget):
         # Stripes behind every other lane, from 1970 to 2096 in epoch seconds.
         self.stripes.setOpts(x0=np.zeros(len(even)), width=np.full(len(even), 4e9), y0=even - 0.5,
                              height=np.ones(len(even)))
-
-    def lanes_of(self, machine_ids) -> np.ndarray:
-        return np.fromiter((self.lane_index.get(m, -1) for m in machine_ids), dtype=float, count=len(machine_ids))
 
     def _hover(self, position) -> None:
         if not self.plot.sceneBoundingRect().contains(position) or not self.lanes:

@@ -18,7 +18,6 @@ from queueprocessor.database import mask
 from . import text, theme
 from .dialogs import DatabaseDialog, EnqueueDialog, about, without_password
 from .jobsview import JobsView, fit_columns, table
-from .lanes import lane_ids
 from .models import ROW_ROLE, PeersModel
 from .nodepanel import NodePanel
 from .poller import Poller
@@ -349,11 +348,10 @@ class MainWindow(QMainWindow):
 
     def show_snapshot(self, snap: dict) -> None:
         self.snap = snap
-        lanes = lane_ids(snap)
-        self.timeline.show_snapshot(snap, lanes)
+        self.timeline.show_snapshot(snap)
         self.peers.set_rows(snap["machines"], {"db_now": snap["db_now"], "throughput": snap["machine_throughput"],
                                                "history": self.poller.query.history if self.poller else 600.0})
-        self.jobs.show_snapshot(snap, lanes)
+        self.jobs.show_snapshot(snap)
         self.queue.show_snapshot(snap)
         active = sum(1 for m in snap["machines"] if m["status"] == "active")
         self.node_panel.show_node(snap["node"], max(1, active) * snap["period"])

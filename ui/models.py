@@ -2,7 +2,9 @@
 
 A model keeps the snapshot's rows as they are and only says how each column
 reads, sorts and is coloured. `set_rows` keeps selections alive: when the keys
-are unchanged only the cells are refreshed; otherwise the model resets.
+are unchanged only the cells are refreshed; otherwise the model resets. Models
+sort their rows in Python with each column's key (one call per row), rather
+than letting a proxy compare cells through data() (two calls per comparison).
 """
 
 from collections.abc import Callable
@@ -13,8 +15,7 @@ from PySide6.QtGui import QColor
 
 from . import text, theme
 
-SORT_ROLE = Qt.ItemDataRole.UserRole
-ROW_ROLE = Qt.ItemDataRole.UserRole + 1
+ROW_ROLE = Qt.ItemDataRole.UserRole
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 
 
@@ -36,11 +37,28 @@ class SnapshotModel(QAbstractTableModel):
         self.rows: list[dict] = []
         self.context: dict = {}
         self._keys: list = []
+        self.sort_column: int | None = None
+        self.descending = False
+
+    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
+        self.sort_column, self.descending = column, order == Qt.SortOrder.DescendingOrder
+        self.beginResetModel()
+        self.rows = self._sorted(self.rows)
+        self._keys = [row[self.key] for row in self.rows]
+        self.endResetModel()
+
+    def _sorted(self, rows: list[dict]) -> list[dict]:
+        if self.sort_column is None:
+            return rows
+        column = self.columns[self.sort_column]
+        key = column.sort or column.show
+        return sorted(rows, key=lambda row: key(row, self.context), reverse=self.descending)
 
     def set_rows(self, rows: list[dict], context: dict | None = None) -> None:
         """Show `rows`; `context` is what cells may need beyond their row (db time, machine names)."""
-        keys = [row[self.key] for row in rows]
         self.context = context or {}
+        rows = self._sorted(rows)
+        keys = [row[self.key] for row in rows]
         if keys == self._keys:
             self.rows = rows
             if rows:
@@ -74,8 +92,6 @@ class SnapshotModel(QAbstractTableModel):
         row, column = self.rows[index.row()], self.columns[index.column()]
         if role == Qt.ItemDataRole.DisplayRole:
             return column.show(row, self.context)
-        if role == SORT_ROLE:
-            return (column.sort or column.show)(row, self.context)
         if role == ROW_ROLE:
             return row
         if role == Qt.ItemDataRole.TextAlignmentRole and column.numeric:
@@ -199,12 +215,13 @@ class AttemptsModel(SnapshotModel):
 
 
 class FilterProxy(QSortFilterProxyModel):
-    """Sorts on raw values (SORT_ROLE) and filters rows on text in any column, case-insensitively."""
+    """Filters rows on text in any column, case-insensitively; sorting is left to the source model."""
 
     def __init__(self, source: SnapshotModel, parent=None):
         super().__init__(parent)
         self.setSourceModel(source)
-        self.setSortRole(SORT_ROLE)
         self.setFilterKeyColumn(-1)
         self.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
-        self.setDynamicSortFilter(True)
+
+    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
+        self.sourceModel().sort(column, order)

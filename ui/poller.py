@@ -24,6 +24,8 @@ from queueprocessor.errors import DatabaseUnavailable, QPError
 from queueprocessor.farm import Farm
 from queueprocessor.views import Dashboard, FarmTiming, Query
 
+from .arrays import prepare
+
 log = logging.getLogger("ui.poller")
 
 # Errors that mean "the database is not answering" rather than "the operator asked for something wrong".
@@ -161,6 +163,7 @@ class Poller(QObject):
         snap["read_ms"] = (time.monotonic() - started) * 1000
         snap["mono"] = started
         snap["node"] = self.node.snapshot() if self.node else None
+        prepare(snap)
         if not healthy:
             self.health.emit("ok", "connected")
         self.snapshot.emit(snap)

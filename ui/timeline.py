@@ -64,23 +64,21 @@ class SlotsTimeline(LanePlot):
         left, right = self.view.viewRange()[0]
         return left, right
 
-    def show_snapshot(self, snapshot: dict, ids: list[int]) -> None:
-        self.period = snapshot["period"]
-        self.set_lanes(ids, snapshot["names"])
+    def show_snapshot(self, snapshot: dict) -> None:
+        plot = snapshot["plot"]
+        self.period = period = snapshot["period"]
+        self.set_lanes(plot["lanes"], snapshot["names"])
         self.turns = {t["slot"]: t for t in snapshot["turns"]}
         self.upcoming = {slot: machine for slot, machine in snapshot["upcoming"] if slot not in self.turns}
-        width = self.period * 0.92
-        slots = np.fromiter(self.upcoming.keys(), dtype=float, count=len(self.upcoming))
-        lanes = self.lanes_of(list(self.upcoming.values()))
-        self.upcoming_bars.setOpts(x0=slots * self.period, width=np.full(len(slots), width), y0=lanes - 0.3,
+        width = period * 0.92
+        slots, lanes = plot["next_slot"], plot["next_lane"]
+        self.upcoming_bars.setOpts(x0=slots * period, width=np.full(len(slots), width), y0=lanes - 0.3,
                                    height=np.full(len(slots), 0.6))
-        turns = snapshot["turns"]
-        slots = np.fromiter((t["slot"] for t in turns), dtype=float, count=len(turns))
-        lanes = self.lanes_of([t["machine_id"] for t in turns])
-        claimed = np.fromiter((t["claimed"] > 0 for t in turns), dtype=bool, count=len(turns))
+        slots, lanes, claimed = plot["turn_slot"], plot["turn_lane"], plot["turn_claimed"]
         for item, mask in ((self.turn_bars, ~claimed), (self.claim_bars, claimed)):
-            item.setOpts(x0=slots[mask] * self.period, width=np.full(int(mask.sum()), width), y0=lanes[mask] - 0.36,
-                         height=np.full(int(mask.sum()), 0.72))
+            n = int(mask.sum())
+            item.setOpts(x0=slots[mask] * period, width=np.full(n, width), y0=lanes[mask] - 0.36,
+                         height=np.full(n, 0.72))
 
     def plotted_turns(self) -> list[tuple[int, int]]:
         """(slot, lane machine id) of every solid bar: what tests compare with the turn log."""

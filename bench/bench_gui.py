@@ -1,0 +1,231 @@
+"""The desktop app under a big farm: time to refresh every view, and the app's memory.
+
+    QT_QPA_PLATFORM=offscreen python bench/bench_gui.py [--quick] [--machines 32] [--runs 10000]
+
+A PostgreSQL farm database is filled with `--machines` machines, `--runs` runs
+(with their jobs) and a turn per slot, all inside the window the app shows.
+The worker's read of that window (Dashboard.read) is timed on its own; then
+the main window, shown offscreen at 1440x900 on its Job runs tab, is fed that
+snapshot over and over (times shifted and new jobs on top each time, so
+nothing is cached and the jobs table changes) and each refresh is timed from
+the snapshot's arrival to the window painted: every model and plot updated,
+then Qt's pending paint events run (the visible, changed parts drawn). Target: under 16 ms a refresh (one frame at
+60 Hz), and the whole app under 250 MB resident.
+
+The naive baseline draws the same runs the way a first attempt would: one
+QGraphicsRectItem per run, re-created on every refresh.
+"""
+
+import argparse
+import gc
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import fresh_database, load_average, percentile, print_table, start_postgres  # noqa: E402
+from sqlalchemy import insert  # noqa: E402
+
+from queueprocessor.farm import Farm  # noqa: E402
+from queueprocessor.schema import jobs, machines, runs, turns  # noqa: E402
+from queueprocessor.views import Dashboard, FarmTiming, Query  # noqa: E402
+from ui.arrays import prepare  # noqa: E402
+
+OUTCOMES = ("succeeded",) * 16 + ("failed", "timeout", "lost", "cancelled")
+SPAN = 600.0  # seconds of database time in view
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def fill(farm: Farm, machine_count: int, run_count: int) -> float:
+    """Machines, jobs with one run each, and turns, spread over the last SPAN seconds. Returns db now."""
+    store = farm.store
+    now = store.ask_time()
+    start = now - SPAN
+    rng = random.Random(7)
+    with store.engine.begin() as conn:
+        conn.execute(insert(machines), [
+            dict(name=f"node-{n:02d}", host=f"host-{n:02d}", instance=f"bench-{n}", pid=1000 + n, version="bench",
+                 state="active", capacity=8, running=0, done_count=rng.randrange(5000), failed_count=rng.randrange(50),
+                 joined_at=start - 60, last_seen=now - rng.random(), clock_offset=rng.uniform(-2, 2),
+                 rtt=rng.uniform(0.0005, 0.003), error_bound=rng.uniform(0.0003, 0.002))
+            for n in range(machine_count)])
+        ids = [row[0] for row in conn.execute(machines.select().with_only_columns(machines.c.id))]
+        job_rows, run_rows = [], []
+        for n in range(run_count):
+            began = start + SPAN * n / run_count
+            took = rng.uniform(0.05, 4.0)
+            outcome = rng.choice(OUTCOMES)
+            job_rows.append(dict(id=n + 1, executor="http", target=f"/work/{n % 97}", method="GET", state=outcome
+                                 if outcome in ("succeeded", "failed", "cancelled") else "failed", priority=0,
+                                 run_at=began, created_at=began - 0.2, attempts=1, max_attempts=3, fence=n + 1,
+                                 started_at=began, finished_at=began + took, cancel_requested=False))
+            run_rows.append(dict(job_id=n + 1, attempt=1, machine_id=rng.choice(ids), fence=n + 1,
+                                 started_at=began, finished_at=began + took, outcome=outcome,
+                                 error=None if outcome == "succeeded" else "HTTP 500"))
+        conn.execute(insert(jobs), job_rows)
+        conn.execute(insert(runs), run_rows)
+        first = int(start)
+        conn.execute(insert(turns), [dict(slot=slot, machine_id=ids[slot % len(ids)], taken_at=slot + 0.01,
+                                          claimed=slot % 3, backlog=False) for slot in range(first, int(now))])
+    return now
+
+
+def shifted(snapshot: dict, seconds: float, new_jobs: int) -> dict:
+    """The same farm `seconds` later with `new_jobs` more jobs on top of the list: new objects everywhere,
+    as a fresh read gives, and the jobs table's rows change, as they do on a busy farm."""
+    move = ("started_at", "finished_at")
+    copy = dict(snapshot, db_now=snapshot["db_now"] + seconds, since=snapshot["since"] + seconds,
+                until=snapshot["until"] + seconds, mono=time.monotonic())
+    copy["runs"] = [dict(r, **{k: r[k] + seconds for k in move if r[k] is not None}) for r in snapshot["runs"]]
+    copy["turns"] = [dict(t, taken_at=t["taken_at"] + seconds) for t in snapshot["turns"]]
+    copy["machines"] = [dict(m, last_seen=m["last_seen"] + seconds) for m in snapshot["machines"]]
+    top = snapshot["jobs"][0]
+    fresh = [dict(top, id=top["id"] + n, state="queued") for n in range(new_jobs, 0, -1)]
+    copy["jobs"] = fresh + [dict(j) for j in snapshot["jobs"][: len(snapshot["jobs"]) - new_jobs]]
+    return prepare(copy)
+
+
+def naive_gantt(plot, snapshot: dict, items: list):
+    """The baseline: throw the old bars away and add one rectangle item per run."""
+    from PySide6.QtGui import QBrush, QColor, QPen
+    from PySide6.QtWidgets import QGraphicsRectItem
+
+    for item in items:
+        plot.removeItem(item)
+    items.clear()
+    lanes = {m["id"]: n for n, m in enumerate(snapshot["machines"])}
+    brush, pen = QBrush(QColor("#22a05b")), QPen()
+    for run in snapshot["runs"]:
+        rect = QGraphicsRectItem(run["started_at"], lanes[run["machine_id"]] - 0.3,
+                                 (run["finished_at"] or snapshot["db_now"]) - run["started_at"], 0.6)
+        rect.setBrush(brush)
+        rect.setPen(pen)
+        plot.addItem(rect)
+        items.append(rect)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--machines", type=int, default=32)
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--refreshes", type=int, default=60)
+    parser.add_argument("--quick", action="store_true", help="A short run (fewer refreshes).")
+    args = parser.parse_args()
+    refreshes = 15 if args.quick else args.refreshes
+    print(load_average())
+    base_rss = rss_mb()
+
+    server = start_postgres()
+    farm = Farm(fresh_database(server))
+    try:
+        now = fill(farm, args.machines, args.runs)
+        dashboard = Dashboard(farm.store, FarmTiming.of(farm.settings()))
+        query = Query(since=now - SPAN, until=now + 5, jobs_limit=500, job_id=args.runs // 2)
+        reads, prepares = [], []
+        for _ in range(5 if args.quick else 15):
+            began = time.perf_counter()
+            snapshot = dashboard.read(query)
+            reads.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            prepare(snapshot)
+            prepares.append(time.perf_counter() - began)
+        snapshot.update(read_ms=reads[-1] * 1000, mono=time.monotonic(), node=None)
+        assert (len(snapshot["runs"]), len(snapshot["machines"])) == (args.runs, args.machines), \
+            (len(snapshot["runs"]), len(snapshot["machines"]))
+
+        import pyqtgraph as pg
+        from PySide6.QtWidgets import QApplication
+
+        from ui.app import make_app
+        from ui.mainwindow import MainWindow
+
+        app = make_app([], "light")
+        window = MainWindow(farm.url, None, interval=3600)  # its own poller stays idle: we feed it
+        window.resize(1440, 900)
+        window.show()
+        window.tabs.setCurrentWidget(window.jobs)
+        window.timeline.set_follow(False)
+        app.processEvents()
+        window.jobs.gantt.view.setXRange(snapshot["since"], snapshot["until"], padding=0)
+        def snaps(count):
+            """Fresh snapshots one at a time (made off the clock, as the worker thread makes them)."""
+            for n in range(count):
+                yield shifted(snapshot, 0.001 * n, n + 1)
+
+        def refresh(snap):
+            """What the GUI thread does when a snapshot arrives: update every view, then let Qt paint
+            what changed (the pending paint events), as its event loop would."""
+            window.show_snapshot(snap)
+            app.processEvents()
+
+        for snap in snaps(3):  # warm-up: first layout, font caches
+            refresh(snap)
+        ours = []
+        for snap in snaps(refreshes):
+            began = time.perf_counter()
+            refresh(snap)
+            ours.append(time.perf_counter() - began)
+        gc.collect()
+        app_rss = rss_mb()
+
+        plot = pg.PlotWidget()
+        plot.resize(1100, 300)
+        plot.show()
+        plot.setXRange(snapshot["since"], snapshot["until"], padding=0)
+        plot.setYRange(-1, args.machines)
+        items: list = []
+        naive = []
+        for snap in snaps(max(3, refreshes // 5)):
+            began = time.perf_counter()
+            naive_gantt(plot, snap, items)
+            plot.repaint()
+            naive.append(time.perf_counter() - began)
+        gantt_only = []
+        for snap in snaps(refreshes):
+            began = time.perf_counter()
+            window.jobs.gantt.show_snapshot(snap)
+            window.jobs.gantt.repaint()
+            gantt_only.append(time.perf_counter() - began)
+
+        print(f"{args.machines} machines, {args.runs:,} runs and {len(snapshot['turns'])} turns in view, "
+              f"{len(snapshot['jobs'])} jobs listed; {len(ours)} refreshes; window 1440x900 offscreen")
+        print_table(
+            ["what", "median ms", "p95 ms", "target"],
+            [["worker: read one snapshot (PostgreSQL)", f"{percentile(reads, 50) * 1000:.1f}",
+              f"{percentile(reads, 95) * 1000:.1f}", "off the GUI thread"],
+             ["worker: snapshot to plot arrays (numpy)", f"{percentile(prepares, 50) * 1000:.1f}",
+              f"{percentile(prepares, 95) * 1000:.1f}", "off the GUI thread"],
+             ["GUI: refresh all views + paint", f"{percentile(ours, 50) * 1000:.1f}",
+              f"{percentile(ours, 95) * 1000:.1f}", "< 16"],
+             ["GUI: runs Gantt alone (setData bars)", f"{percentile(gantt_only, 50) * 1000:.1f}",
+              f"{percentile(gantt_only, 95) * 1000:.1f}", ""],
+             ["naive Gantt: one rect item per run", f"{percentile(naive, 50) * 1000:.1f}",
+              f"{percentile(naive, 95) * 1000:.1f}", "baseline"]],
+        )
+        print_table(["memory", "MB resident"],
+                    [["python + imports, before the app", f"{base_rss:.0f}"],
+                     ["the app after the refreshes (target < 250)", f"{app_rss:.0f}"]])
+        print(load_average())
+        plot.close()
+        window.close()
+        while window.isVisible():
+            app.processEvents()
+            time.sleep(0.01)
+        QApplication.instance().processEvents()
+    finally:
+        farm.close()
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
