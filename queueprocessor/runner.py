@@ -21,6 +21,10 @@ log = logging.getLogger("queueprocessor.runner")
 # Errors recorded for work this node stopped on purpose (any other stop: the lease was lost).
 STOPPED = {"cancelled": "cancelled by an operator", "released": "handed back: its machine is leaving the farm"}
 SINGLETON_SETTLED = 10.0  # seconds a singleton must run before it counts as having started well
+# Pauses between tries to write a result while the database is away (a restart, a failover): the job
+# stays ours meanwhile, its lease renewed by every heartbeat that gets through, so a finished job is
+# not run again elsewhere; its fence refuses a late write if someone took it over after all.
+RECORD_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 def backoff(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
@@ -153,7 +157,10 @@ class JobRunner:
             outcome, error = "failed", f"{type(exc).__name__}: {exc}"
         with self._lock:
             entry.recording = True
-        await self.loop.run_in_executor(None, self._record, entry, outcome, error, output)
+        for pause in (*RECORD_RETRIES, None):
+            if await self.loop.run_in_executor(None, self._record, entry, outcome, error, output, pause is None):
+                return
+            await asyncio.sleep(pause)
 
     def _mark_started(self, job: Claimed) -> None:
         try:
@@ -168,7 +175,9 @@ class JobRunner:
             return backoff(1) if self.db_now() - entry.started >= SINGLETON_SETTLED else backoff(4)
         return backoff(entry.job.attempts) if outcome in ("failed", "timeout") else None
 
-    def _record(self, entry: Running, outcome: str, error: str | None, output: str | None = None) -> None:
+    def _record(self, entry: Running, outcome: str, error: str | None, output: str | None = None,
+                last_try: bool = True) -> bool:
+        """Write how the run ended. False: the database is away, try again later (unless `last_try`)."""
         job = entry.job
         try:
             if outcome == "lost":
@@ -183,10 +192,13 @@ class JobRunner:
         except LostLease as exc:
             log.warning("result of job %s refused by its fence: %s", job.id, exc)
             outcome = "lost"
-        except Exception as exc:  # database down: the lease will expire and the job run again elsewhere
+        except Exception as exc:  # database away: try again; in the end the lease expires and it runs elsewhere
+            if not last_try:
+                log.warning("could not record job %s yet (%s); trying again", job.id, exc)
+                return False
             log.warning("could not record job %s (%s); its lease will expire and it will be re-run", job.id, exc)
             outcome = "lost"
-        finally:
-            with self._lock:
-                self.running.pop(job.id, None)
-            self.on_done(outcome)
+        with self._lock:
+            self.running.pop(job.id, None)
+        self.on_done(outcome)
+        return True
