@@ -1,0 +1,763 @@
+"""Faults: what users of peers complain about, provoked on purpose and counted (issue 5).
+
+Every scenario runs on a real PostgreSQL server with real `queueprocessor node`
+processes that call a real local HTTP service recording every request it gets
+(job, attempt, fence, machine, start, end). The figures come from that record
+and from the farm's own history (qp_jobs, qp_runs, qp_turns):
+
+- jobs run, and jobs lost: every job that did not end `succeeded` (target 0);
+- two live executions of one job at once, as the service saw them (target 0);
+- re-runs, each with its cause (a killed machine, a self-stop, a result that
+  could not be written...); "lease expired while its machine lived" would be a
+  live machine declared dead (target 0);
+- time to recover.
+
+The scenarios: a random node SIGKILLed and restarted every few seconds over
+thousands of jobs; PostgreSQL restarted mid-run; PostgreSQL frozen (SIGSTOP of
+every server process) for longer than the dead timeout; jobs ten times longer
+than the lease; a node's wall clock stepped by an hour mid-run; a node cut off
+from the database by a TCP proxy; a node partitioned from both the database and
+the service (its late writes must be refused by the fence); two processes
+started with the same machine name.
+
+The database runs on this machine, so its clock is the harness's: events the
+harness causes are stamped with time.time() and compared with database times.
+
+    python bench/faults.py                 # long form (several minutes), writes the Faults section
+                                           # of docs/benchmarks.md
+    python bench/faults.py --quick         # short form (tests/test_faults.py runs the same scenarios)
+    python bench/faults.py --only kill freeze
+"""
+
+import argparse
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from common import ROOT, NodeProcess, fresh_database, load_average, print_table, query, start_postgres, wait_for
+from queueprocessor.clock import SystemClock
+from queueprocessor.farm import Farm
+from queueprocessor.roster import machine_status
+from tests.support.httptarget import HttpTarget
+from tests.support.tcpproxy import TcpProxy
+
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
+SECTION_BEGIN = "<!-- faults:begin (written by bench/faults.py) -->"
+SECTION_END = "<!-- faults:end -->"
+SELF_STOP = "stopped: this machine lost its lease"
+RECLAIMED = "lease expired"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Farm-wide timing. The long form uses the product's defaults; the short form halves them."""
+
+    heartbeat: float
+    period: float
+    misses: int = 3
+
+    @property
+    def lease(self) -> float:
+        return self.misses * self.heartbeat
+
+    @property
+    def join_delay(self) -> float:
+        return 1.5 * self.heartbeat
+
+
+LONG = Timing(heartbeat=1.0, period=1.0)
+QUICK = Timing(heartbeat=0.5, period=0.5)
+
+
+@dataclass
+class Outcome:
+    """One scenario's figures: the common tally, the time to recover, and its own facts."""
+
+    name: str
+    title: str
+    tally: dict
+    recovery: str
+    facts: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class Rig:
+    """One scenario's farm: a fresh database, the recording service, node processes, what the harness did."""
+
+    def __init__(self, server, timing: Timing, capacity: int = 4):
+        self.server = server
+        self.timing = timing
+        self.capacity = capacity
+        self.url = fresh_database(server, "faults")
+        self.target = HttpTarget()
+        self.farm = Farm(self.url)
+        self.farm.settings(period=timing.period, heartbeat=timing.heartbeat, misses=timing.misses)
+        self.nodes: list[NodeProcess] = []
+        self.downed: dict[int, tuple[float, str]] = {}  # machine id -> (time, "killed" | "cut off")
+        self.logs: dict[str, str] = {}
+        self._ids: dict[int, int] = {}  # pid -> machine id
+
+    # -- nodes ------------------------------------------------------------
+
+    def start(self, name: str, url: str | None = None, http_base: str | None = None) -> NodeProcess:
+        node = NodeProcess(url or self.url, name, http_base=http_base or self.target.base_url,
+                           extra=("--capacity", str(self.capacity)))
+        self.nodes.append(node)
+        return node
+
+    def machine_id(self, node: NodeProcess) -> int:
+        if node.pid not in self._ids:
+            rows = wait_for(lambda: query(self.url, "SELECT id FROM qp_machines WHERE pid = :pid", pid=node.pid),
+                            30, f"node {node.name} to register")
+            self._ids[node.pid] = rows[0][0]
+        return self._ids[node.pid]
+
+    def kill(self, node: NodeProcess) -> float:
+        machine = self.machine_id(node)
+        node.kill()
+        killed = time.time()
+        self.downed[machine] = (killed, "killed")
+        return killed
+
+    def requests_from(self, machine: int, prefix: str) -> list[dict]:
+        return [r for r in self.target.requests(prefix) if r["machine"] == machine]
+
+    @contextmanager
+    def paused(self, nodes: list[NodeProcess]):
+        """Operators' pause on these nodes for the block (out of the turns), then resume; waits for both."""
+        ids = [self.machine_id(n) for n in nodes]
+
+        def steer(wish: str, state: str) -> None:
+            for machine in ids:
+                self.farm.store.wish(machine, wish)
+            wait_for(lambda: len(query(self.url, "SELECT id FROM qp_machines WHERE id = ANY(:ids) AND state = :s",
+                                       ids=ids, s=state)) == len(ids), 30, f"{len(ids)} machines {state}")
+
+        steer("pause", "paused")
+        try:
+            yield
+        finally:
+            steer("resume", "active")
+
+    def live(self) -> list[NodeProcess]:
+        return [n for n in self.nodes if n.alive()]
+
+    def wait_roster(self, nodes: list[NodeProcess] | None = None) -> list[int]:
+        """Until every given node (default: every live one) is in every roster; their ids, sorted."""
+        nodes = nodes or self.live()
+        ids = sorted(self.machine_id(n) for n in nodes)
+        settle = self.timing.join_delay + 2 * self.timing.heartbeat
+
+        def ready():
+            rows = query(self.url, "SELECT id, joined_at FROM qp_machines WHERE id = ANY(:ids) AND state = 'active'",
+                         ids=list(ids))
+            now = time.time()
+            return len(rows) == len(ids) and all(now - joined > settle for _, joined in rows)
+
+        wait_for(ready, 60, f"{len(ids)} machines in the roster")
+        return ids
+
+    def settle(self, timeout: float) -> None:
+        """Until no job is queued or running."""
+        def idle():
+            counts = self.farm.store.job_counts()
+            return counts["queued"] == 0 and counts["running"] == 0
+        try:
+            wait_for(idle, timeout, "the queue to drain", poll=0.25)
+        except TimeoutError as error:
+            stuck = query(self.url, "SELECT j.id, j.state, j.owner, j.lease_until - :now, m.name, m.now_seen "
+                                    "FROM qp_jobs j LEFT JOIN (SELECT id, name, :now - last_seen AS now_seen "
+                                    "FROM qp_machines) m ON m.id = j.owner WHERE j.state IN ('queued', 'running') "
+                                    "LIMIT 10", now=time.time())
+            alive = {f"{n.name}#{n.pid}": n.alive() for n in self.nodes}
+            tails = "\n".join(f"--- {n.name}#{n.pid}\n" + "\n".join(n.output().splitlines()[-12:]) for n in self.nodes)
+            raise TimeoutError(f"{error}: {self.farm.store.job_counts()}; unfinished (id, state, owner, lease left, "
+                               f"owner name, owner silent for): {stuck}; nodes alive: {alive}\n{tails}") from None
+
+    def close(self) -> None:
+        """Stop every node (drain), keep their logs for the password check, free the service."""
+        for node in self.nodes:
+            if node.alive():
+                node.process.send_signal(signal.SIGTERM)
+        for node in self.nodes:
+            node.stop()
+            self.logs[f"{node.name}#{node.pid}"] = node.output()
+            node.discard_log()
+        self.target.stop()
+        self.farm.close()
+
+    # -- figures ----------------------------------------------------------
+
+    def tally(self) -> dict:
+        """What every scenario reports: from the farm's history and the service's record."""
+        jobs = query(self.url, "SELECT id, state, fence FROM qp_jobs")
+        runs = query(self.url, "SELECT job_id, machine_id, fence, started_at, finished_at, outcome, error "
+                               "FROM qp_runs ORDER BY job_id, fence")
+        requests = [r for r in self.target.requests() if r["job"] is not None]
+        answered = {(r["job"], r["fence"]) for r in requests if r["status"] == 200}
+        by_job: dict[int, list[tuple]] = {}
+        for run in runs:
+            by_job.setdefault(run[0], []).append(run)
+        causes = Counter()
+        stale_completions = 0
+        for job_runs in by_job.values():
+            for run in job_runs[:-1]:
+                causes[self._cause(run, answered)] += 1
+                stale_completions += run[5] == "succeeded"
+        per_job = Counter(r["job"] for r in requests)
+        lost = sorted(job for job, state, _ in jobs if state != "succeeded")
+        return {
+            "jobs": len(jobs),
+            "succeeded": len(jobs) - len(lost),
+            "lost": len(lost),
+            "lost_ids": lost[:20],
+            "overlaps": len(self.target.concurrent_overlaps()),
+            "reruns": sum(causes.values()),
+            "causes": dict(causes),
+            "false_deaths": causes.get(FALSE_DEATH, 0),
+            "stuck_runs": sum(1 for run in runs if run[5] == "running"),
+            "stale_completions": stale_completions,
+            "service_repeats": sum(n - 1 for n in per_job.values()),
+            "password_in_logs": sum(self.server.password in text for text in self.logs.values()),
+        }
+
+    def _cause(self, run: tuple, answered: set) -> str:
+        job_id, machine, fence, _started, finished, outcome, error = run
+        error = error or ""
+        if outcome == "lost" and error.startswith(SELF_STOP):
+            return "stopped by its own machine (no lease renewal for lease - margin)"
+        if outcome == "lost" and error.startswith(RECLAIMED):
+            when, how = self.downed.get(machine, (None, None))
+            if when is not None and when <= (finished or time.time()):
+                return f"its machine was {how}"
+            if (job_id, fence) in answered:
+                return "finished while the database was unreachable; result not recorded"
+            return FALSE_DEATH
+        return f"{outcome}: {error[:70]}"
+
+
+FALSE_DEATH = "LEASE EXPIRED WHILE ITS MACHINE LIVED"
+
+
+# -- PostgreSQL as a whole ----------------------------------------------------
+
+def postgres_pids(server) -> list[int]:
+    """The postmaster and every backend it forked: freezing only the postmaster would not stall queries."""
+    root = server.pid
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == root:
+                children.append(int(entry.name))
+    return [root, *children]
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def wait_checked_in(rig: Rig, ids: list[int], since: float, timeout: float) -> float:
+    """Seconds after `since` until every machine in `ids` has checked in after `since`."""
+    wait_for(lambda: len(query(rig.url, "SELECT id FROM qp_machines WHERE id = ANY(:ids) AND last_seen > :t",
+                               ids=list(ids), t=since)) == len(ids), timeout, "every node to check in", poll=0.02)
+    return time.time() - since
+
+
+def first_after(rig: Rig, sql: str, since: float) -> float | None:
+    value = query(rig.url, sql, t=since)[0][0]
+    return None if value is None else value - since
+
+
+def turns_out_of_turn(rig: Rig, ids: list[int], since: float, until: float) -> tuple[int, int]:
+    """(turns taken by a machine other than the slot's owner under the roster of all live machines, turns)."""
+    rows = query(rig.url, "SELECT slot, machine_id FROM qp_turns WHERE taken_at >= :a AND taken_at < :b",
+                 a=since, b=until)
+    return sum(machine != ids[slot % len(ids)] for slot, machine in rows), len(rows)
+
+
+def secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+# -- scenarios ----------------------------------------------------------------
+
+def kill_churn(server, quick: bool, seed: int = 5) -> Outcome:
+    """A random node SIGKILLed every few seconds and started again under the same name."""
+    timing = QUICK if quick else LONG
+    count, every, size = (400, 2.0, 3) if quick else (4000, 3.0, 4)
+    rng = random.Random(seed)
+    rig = Rig(server, timing)
+    try:
+        for i in range(size):
+            rig.start(f"churn-{i}")
+        rig.wait_roster()
+        started = time.time()
+        rig.farm.enqueue_http("/sleep/0.05", count=count)
+        kills = []
+        while rig.farm.store.job_counts()["queued"] > size * rig.capacity:
+            time.sleep(every)
+            victim = rng.choice(rig.live())
+            machine = rig.machine_id(victim)
+            kills.append((machine, rig.kill(victim)))
+            rig.start(victim.name)
+        rig.settle(120)
+        elapsed = time.time() - started
+        takeovers = []
+        for machine, killed in kills:
+            rows = query(rig.url, "SELECT min(n.started_at) FROM qp_runs o JOIN qp_runs n ON n.job_id = o.job_id "
+                                  "AND n.fence > o.fence WHERE o.machine_id = :m AND o.outcome = 'lost' "
+                                  "GROUP BY o.job_id", m=machine)
+            takeovers += [start - killed for (start,) in rows]
+    finally:
+        rig.close()
+    tally = rig.tally()
+    return Outcome(
+        "kill", f"SIGKILL a random node every {every:g} s and restart it ({size} nodes, {count} jobs)", tally,
+        recovery=(f"killed machines' jobs ran elsewhere after median {secs(statistics.median(takeovers))}, "
+                  f"max {secs(max(takeovers))} (lease {timing.lease:g} s)" if takeovers else "no job was in flight"),
+        facts={"kills": len(kills), "takeovers": len(takeovers), "takeover_max": max(takeovers, default=0.0),
+               "elapsed": elapsed, "lease": timing.lease, "period": timing.period},
+    )
+
+
+def postgres_restart(server, quick: bool) -> Outcome:
+    """PostgreSQL restarted (fast shutdown: every connection cut) while jobs flow."""
+    timing = QUICK if quick else LONG
+    count = 300 if quick else 2000
+    rig = Rig(server, timing)
+    try:
+        nodes = [rig.start(f"restart-{i}") for i in range(3)]
+        ids = rig.wait_roster(nodes)
+        rig.farm.enqueue_http("/sleep/0.05", count=count)
+        wait_for(lambda: rig.farm.store.job_counts()["succeeded"] > count // 4, 60, "work to flow")
+        down = time.time()
+        server.restart()
+        up = time.time()
+        checked_in = wait_checked_in(rig, ids, up, 30)
+        rig.settle(120)
+        resumed = first_after(rig, "SELECT min(started_at) FROM qp_runs WHERE started_at > :t", up)
+        alive = all(n.alive() for n in nodes)
+    finally:
+        rig.close()
+    tally = rig.tally()
+    return Outcome(
+        "restart", f"PostgreSQL restarted mid-run (3 nodes, {count} jobs)", tally,
+        recovery=f"down {secs(up - down)}; every node checked in {secs(checked_in)} and the first job started "
+                 f"{secs(resumed)} after it was back",
+        facts={"down": up - down, "checked_in": checked_in, "resumed": resumed, "nodes_alive": alive,
+               "heartbeat": timing.heartbeat},
+    )
+
+
+class StatusWatcher:
+    """Polls Farm.status() as an operator's screen would, noting every live machine it shows as dead."""
+
+    def __init__(self, url: str, ids: list[int]):
+        self.farm = Farm(url)
+        self.ids = set(ids)
+        self.dead_polls: list[tuple[float, int]] = []
+        self.polls = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="faults-status", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.05):
+            try:
+                report = self.farm.status()
+            except Exception:
+                continue
+            self.polls += 1
+            for row in report["machines"]:
+                if row["id"] in self.ids and row["status"] == "dead":
+                    self.dead_polls.append((time.time(), row["id"]))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.farm.close()
+
+
+def postgres_freeze(server, quick: bool) -> Outcome:
+    """Every PostgreSQL process SIGSTOPped for twice the dead timeout, then continued."""
+    timing = QUICK if quick else LONG
+    count = 300 if quick else 2000
+    frozen_for = 2 * timing.lease + timing.heartbeat
+    rig = Rig(server, timing)
+    watcher = None
+    try:
+        nodes = [rig.start(f"freeze-{i}") for i in range(3)]
+        ids = rig.wait_roster(nodes)
+        watcher = StatusWatcher(rig.url, ids)
+        rig.farm.enqueue_http(f"/sleep/{2 * timing.lease:g}", count=3)  # in flight across the stall
+        rig.farm.enqueue_http("/sleep/0.05", count=count)
+        wait_for(lambda: rig.farm.store.job_counts()["succeeded"] > count // 5, 60, "work to flow")
+        before = time.time()
+        pids = postgres_pids(server)
+        signal_all(pids, signal.SIGSTOP)
+        frozen = time.time()
+        time.sleep(frozen_for)
+        signal_all(reversed(pids), signal.SIGCONT)
+        thawed = time.time()
+        checked_in = wait_checked_in(rig, ids, thawed, 30)
+        rig.settle(120)
+        watcher.stop()
+        first_turn = first_after(rig, "SELECT min(taken_at) FROM qp_turns WHERE taken_at > :t", thawed)
+        resumed = first_after(rig, "SELECT min(started_at) FROM qp_runs WHERE started_at > :t", thawed)
+        wrong_turns, turns = turns_out_of_turn(rig, ids, before - 5 * timing.period, time.time())
+        shown_dead = [(t, m) for t, m in watcher.dead_polls if t >= thawed]
+        alive = all(n.alive() for n in nodes)
+    finally:
+        if watcher is not None:
+            watcher.stop()
+        rig.close()
+    tally = rig.tally()
+    return Outcome(
+        "freeze", f"PostgreSQL frozen (SIGSTOP) for {frozen_for:g} s, dead timeout {timing.lease:g} s "
+                  f"(3 nodes, {count + 3} jobs)", tally,
+        recovery=f"every node checked in {secs(checked_in)}, first turn {secs(first_turn)}, first job "
+                 f"{secs(resumed)} after the thaw (heartbeat {timing.heartbeat:g} s)",
+        facts={"frozen_for": thawed - frozen, "checked_in": checked_in, "first_turn": first_turn,
+               "resumed": resumed, "wrong_turns": wrong_turns, "turns": turns, "nodes_alive": alive,
+               "status_dead_polls": len(shown_dead), "status_polls": watcher.polls,
+               "status_dead_for": (max(t for t, _ in shown_dead) - thawed) if shown_dead else 0.0,
+               "heartbeat": timing.heartbeat},
+    )
+
+
+def long_jobs(server, quick: bool) -> Outcome:
+    """Jobs that run for ten times the lease on live machines."""
+    timing = QUICK if quick else LONG
+    length = 10 * timing.lease
+    rig = Rig(server, timing, capacity=2)
+    try:
+        for i in range(3):
+            rig.start(f"long-{i}")
+        rig.wait_roster()
+        rig.farm.enqueue_http(f"/sleep/{length:g}", count=6)
+        rig.settle(length * 3 + 30)
+        requests = Counter(r["job"] for r in rig.target.requests("/sleep"))
+    finally:
+        rig.close()
+    tally = rig.tally()
+    return Outcome(
+        "long", f"jobs of {length:g} s, ten times the {timing.lease:g} s lease (3 nodes, 6 jobs)", tally,
+        recovery="nothing to recover",
+        facts={"length": length, "max_requests_per_job": max(requests.values(), default=0)},
+    )
+
+
+def clock_step(server, quick: bool) -> Outcome:
+    """One node's wall clock stepped forward an hour, then back, mid-run (through its injectable clock)."""
+    timing = QUICK if quick else LONG
+    phase = 8 * timing.period if quick else 20 * timing.period
+    rig = Rig(server, timing, capacity=2)
+    clock = SystemClock()
+    stepped = None
+    try:
+        for i in range(2):
+            rig.start(f"steady-{i}")
+        stepped = rig.farm.node(name="stepped", capacity=2, http_base=rig.target.base_url, clock=clock).start()
+        ids = rig.wait_roster()
+        ids = sorted(ids + [stepped.id])
+        wait_for(lambda: time.time() - query(rig.url, "SELECT joined_at FROM qp_machines WHERE id = :i",
+                                              i=stepped.id)[0][0] > timing.join_delay + 2 * timing.heartbeat,
+                 30, "the stepped node to join")
+        jobs_per_phase = int(phase / timing.period) * 3
+        phases = []
+        for label, step in (("before", 0.0), ("wall clock +1 h", 3600.0), ("stepped back -1 h", -3600.0)):
+            clock.step(step)
+            begin = time.time()
+            rig.farm.enqueue_http(f"/sleep/{timing.lease:g}", count=jobs_per_phase // 3)
+            rig.farm.enqueue_http("/sleep/0.05", count=jobs_per_phase)
+            time.sleep(phase)
+            end = time.time()
+            phases.append((label, begin, end))
+        rig.settle(120)
+        rows = []
+        for label, begin, end in phases:
+            lateness = [t - slot * timing.period for slot, t in query(
+                rig.url, "SELECT slot, taken_at FROM qp_turns WHERE machine_id = :m AND taken_at >= :a "
+                         "AND taken_at < :b", m=stepped.id, a=begin, b=end)]
+            wrong, turns = turns_out_of_turn(rig, ids, begin, end)
+            ran = query(rig.url, "SELECT count(*), sum(CASE WHEN outcome = 'lost' THEN 1 ELSE 0 END) FROM qp_runs "
+                                 "WHERE machine_id = :m AND started_at >= :a AND started_at < :b",
+                        m=stepped.id, a=begin, b=end)[0]
+            rows.append({"phase": label, "turns": len(lateness), "wrong_turns": wrong, "farm_turns": turns,
+                         "late_max": max(lateness, default=0.0), "runs": ran[0], "lost": ran[1] or 0})
+        offset = query(rig.url, "SELECT clock_offset FROM qp_machines WHERE id = :m", m=stepped.id)[0][0]
+    finally:
+        if stepped is not None:
+            stepped.stop(drain=False)
+        rig.close()
+    tally = rig.tally()
+    return Outcome(
+        "clock", "a node's wall clock stepped +1 h then -1 h mid-run (3 nodes, one in-process)", tally,
+        recovery="nothing to recover: its turns and leases run on database time anchored to its monotonic clock",
+        facts={"phases": rows, "published_offset_end": offset, "period": timing.period},
+        notes=[f"{r['phase']}: {r['turns']} turns by the stepped node, latest {r['late_max'] * 1000:.0f} ms into "
+               f"its slot, {r['wrong_turns']} of {r['farm_turns']} farm turns out of turn, {r['runs']} runs, "
+               f"{r['lost']} lost" for r in rows],
+    )
+
+
+def cut_off(server, quick: bool, mode: str = "cut") -> Outcome:
+    """One node's database link cut at a TCP proxy while it runs long jobs: connections reset (`cut`), or
+    packets silently dropped (`blackhole`, the harder case: its statements hang instead of failing)."""
+    timing = QUICK if quick else LONG
+    length = 4 * timing.lease
+    rig = Rig(server, timing, capacity=2)
+    proxy = TcpProxy("127.0.0.1", server.port)
+    proxy.start()
+    try:
+        victim = rig.start("cut-off", url=rig.url.replace(f":{server.port}/", f":{proxy.port}/"))
+        peers = [rig.start(f"peer-{i}") for i in range(2)]
+        ids = rig.wait_roster()
+        machine = rig.machine_id(victim)
+        with rig.paused(peers):  # so that the victim takes the jobs
+            rig.farm.enqueue_http(f"/sleep/{length:g}", count=rig.capacity)
+            wait_for(lambda: len(rig.requests_from(machine, "/sleep")) == rig.capacity, 30, "the node to be busy")
+        held = {r["job"] for r in rig.requests_from(machine, "/sleep")}
+        proxy.cut() if mode == "cut" else proxy.freeze()
+        cut = time.time()
+        rig.downed[machine] = (cut, "cut off")
+        wait_for(lambda: all(any(r["job"] == job and r["machine"] != machine for r in rig.target.requests())
+                             for job in held), 30, "its jobs to run elsewhere")
+        time.sleep(timing.lease)
+        proxy.restore()
+        restored = time.time()
+        rejoined = wait_checked_in(rig, [machine], restored, 30)
+        rig.settle(length * 4 + 30)
+        stopped_after = max(r["ended"] for r in rig.requests_from(machine, "/sleep") if r["job"] in held) - cut
+        taken_after = min(r["started"] for r in rig.target.requests("/sleep")
+                          if r["job"] in held and r["machine"] != machine) - cut
+        wrong, _ = turns_out_of_turn(rig, ids, restored + rejoined + timing.join_delay, time.time())
+    finally:
+        rig.close()
+        proxy.stop()
+    tally = rig.tally()
+    how = "connections reset" if mode == "cut" else "packets dropped, statements hang"
+    return Outcome(
+        mode, f"a node cut off from the database ({how}) while running {length:g} s jobs (3 nodes)", tally,
+        recovery=f"the cut-off node stopped its {len(held)} jobs {secs(stopped_after)} after the cut (lease "
+                 f"{timing.lease:g} s); they ran elsewhere {secs(taken_after)} after it; it checked in again "
+                 f"{secs(rejoined)} after the link came back",
+        facts={"held": len(held), "stopped_after": stopped_after, "taken_after": taken_after, "rejoined": rejoined,
+               "lease": timing.lease, "wrong_turns_after_rejoin": wrong},
+    )
+
+
+def partition(server, quick: bool) -> Outcome:
+    """One node partitioned from both the database and the service with its writes in flight, then healed:
+    the writes it sent before the partition arrive late, after other machines took its jobs over."""
+    timing = QUICK if quick else LONG
+    count = 300 if quick else 1000
+    rig = Rig(server, timing)
+    db_proxy = TcpProxy("127.0.0.1", server.port)
+    web_proxy = TcpProxy("127.0.0.1", rig.target.port, up_delay=0.2)  # a slow link keeps its writes in flight
+    db_proxy.start()
+    web_proxy.start()
+    try:
+        victim = rig.start("partitioned", url=rig.url.replace(f":{server.port}/", f":{db_proxy.port}/"),
+                           http_base=f"http://127.0.0.1:{web_proxy.port}/")
+        peers = [rig.start(f"peer-{i}") for i in range(2)]
+        rig.wait_roster()
+        machine = rig.machine_id(victim)
+        with rig.paused(peers):  # so that the victim is busy writing when the partition comes
+            for i in range(count):
+                rig.farm.enqueue_http(f"/write/report-{i % 10}", method="POST", payload=f'{{"row": {i}}}')
+            wait_for(lambda: len(rig.requests_from(machine, "/write")) >= 3 * rig.capacity, 60, "the node to write")
+        db_proxy.freeze()
+        web_proxy.freeze()
+        frozen = time.time()
+        rig.downed[machine] = (frozen, "partitioned")
+        time.sleep(timing.lease + 4 * timing.period)
+        db_proxy.restore()
+        web_proxy.restore()
+        healed = time.time()
+        rig.settle(120)
+        time.sleep(timing.heartbeat)
+        writes = rig.target.requests("/write")
+        late = [r for r in rig.requests_from(machine, "/write") if r["started"] >= healed
+                and any(o["job"] == r["job"] and o["fence"] > r["fence"] and o["started"] < r["started"]
+                        for o in writes)]
+        stopped_at = _self_stop_time(victim)
+    finally:
+        rig.close()
+        db_proxy.stop()
+        web_proxy.stop()
+    tally = rig.tally()
+    late_accepted = sum(bool(r["accepted"]) for r in late)
+    return Outcome(
+        "partition", f"a node partitioned from database and service for {healed - frozen:.1f} s with its writes "
+                     f"in flight, then healed (3 nodes, {count} POST /write jobs)", tally,
+        recovery=f"the partitioned node stopped its jobs {secs(stopped_at and stopped_at - frozen)} into the "
+                 f"partition (lease {timing.lease:g} s); {len(late)} of its writes arrived after the heal with an "
+                 f"old fence: {len(late) - late_accepted} refused (409), {late_accepted} accepted",
+        facts={"late_writes": len(late), "late_accepted": late_accepted,
+               "self_stop_after": None if stopped_at is None else stopped_at - frozen, "lease": timing.lease},
+    )
+
+
+def _self_stop_time(node: NodeProcess) -> float | None:
+    """When the node's watchdog said it stopped its jobs (its log line's local time)."""
+    for line in node.output().splitlines():
+        if "no contact with the database" in line:
+            stamp = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})", line)
+            if stamp:
+                return datetime.strptime(stamp[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return None
+
+
+def same_name(server, quick: bool) -> Outcome:
+    """Two processes started with the same machine name (a copy-pasted service file)."""
+    timing = QUICK if quick else LONG
+    count = 200 if quick else 1000
+    rig = Rig(server, timing)
+    try:
+        twins = [rig.start("twin"), rig.start("twin")]
+        rig.start("other")
+        rig.wait_roster()
+        rig.farm.enqueue_http("/sleep/0.05", count=count)
+        rig.settle(120)
+        twin_ids = [rig.machine_id(t) for t in twins]
+        turns = dict(query(rig.url, "SELECT machine_id, count(*) FROM qp_turns GROUP BY machine_id"))
+        runs = dict(query(rig.url, "SELECT machine_id, count(*) FROM qp_runs GROUP BY machine_id"))
+        pause = subprocess.run([sys.executable, "-m", "queueprocessor.cli", "--db", rig.url, "pause", "twin"],
+                               capture_output=True, text=True, cwd=ROOT, timeout=60)
+    finally:
+        rig.close()
+    tally = rig.tally()
+    tally["password_in_logs"] += server.password in pause.stdout + pause.stderr
+    return Outcome(
+        "twins", f"two processes with the same machine name (3 nodes, {count} jobs)", tally,
+        recovery="nothing to recover",
+        facts={"twin_ids": twin_ids, "twin_turns": [turns.get(i, 0) for i in twin_ids],
+               "twin_runs": [runs.get(i, 0) for i in twin_ids], "pause_exit": pause.returncode,
+               "pause_says": (pause.stdout + pause.stderr).strip()},
+        notes=[f"machines {twin_ids[0]} and {twin_ids[1]} both named 'twin' took "
+               f"{turns.get(twin_ids[0], 0)} and {turns.get(twin_ids[1], 0)} turns and ran "
+               f"{runs.get(twin_ids[0], 0)} and {runs.get(twin_ids[1], 0)} jobs; `queueprocessor pause twin` "
+               f"exits {pause.returncode}: {(pause.stdout + pause.stderr).strip()}"],
+    )
+
+
+SCENARIOS = {
+    "kill": kill_churn,
+    "restart": postgres_restart,
+    "freeze": postgres_freeze,
+    "long": long_jobs,
+    "clock": clock_step,
+    "cut": cut_off,
+    "blackhole": lambda server, quick: cut_off(server, quick, mode="blackhole"),
+    "partition": partition,
+    "twins": same_name,
+}
+
+
+# -- report -------------------------------------------------------------------
+
+def causes_text(causes: dict) -> str:
+    return "; ".join(f"{n} {cause}" for cause, n in sorted(causes.items(), key=lambda kv: -kv[1])) or "-"
+
+
+def render(outcomes: list[Outcome], command: str) -> str:
+    lines = [
+        "## Faults",
+        "",
+        SECTION_BEGIN,
+        f"`{command}` on {load_average()}, {datetime.now():%Y-%m-%d}. Real PostgreSQL 15, real node processes, a "
+        "real HTTP service recording every request. *Lost*: jobs that did not end succeeded. *Twice at once*: "
+        "pairs of requests for one job that the service saw overlap. *Re-runs*: runs of a job after its first, "
+        "by cause; \"lease expired while its machine lived\" would be a live machine declared dead.",
+        "",
+        "| scenario | jobs run | lost | twice at once | re-runs (cause) | time to recover |",
+        "|---|---|---|---|---|---|",
+    ]
+    for o in outcomes:
+        t = o.tally
+        lines.append(f"| {o.title} | {t['succeeded']} / {t['jobs']} | {t['lost']} | {t['overlaps']} | "
+                     f"{t['reruns']} ({causes_text(t['causes'])}) | {o.recovery} |")
+    lines.append("")
+    for o in outcomes:
+        extra = [f"stale completions accepted: {o.tally['stale_completions']}",
+                 f"runs left 'running': {o.tally['stuck_runs']}",
+                 f"password in node logs: {o.tally['password_in_logs']}"]
+        if o.name == "freeze":
+            f = o.facts
+            extra += [f"turns out of turn (a live machine skipped): {f['wrong_turns']} of {f['turns']}",
+                      f"live machines shown dead by `status` after the thaw: {f['status_dead_polls']} of "
+                      f"{f['status_polls']} polls, for {f['status_dead_for']:.2f} s"]
+        lines.append(f"- **{o.name}**: " + "; ".join(extra + o.notes) + ".")
+    lines += ["", SECTION_END]
+    return "\n".join(lines) + "\n"
+
+
+def write_section(text: str) -> None:
+    """Replace only the Faults section of docs/benchmarks.md (other sections belong to other benchmarks)."""
+    BENCHMARKS.parent.mkdir(exist_ok=True)
+    old = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
+    pattern = re.compile(r"## Faults\n\n" + re.escape(SECTION_BEGIN) + r".*?" + re.escape(SECTION_END) + r"\n",
+                         re.S)
+    if pattern.search(old):
+        new = pattern.sub(lambda _: text, old)
+    else:
+        new = old.rstrip("\n") + "\n\n" + text
+    BENCHMARKS.write_text(new)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short form, about two minutes")
+    parser.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these scenarios")
+    parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    args = parser.parse_args()
+    names = args.only or list(SCENARIOS)
+    print(f"faults ({'short' if args.quick else 'long'} form): {', '.join(names)}; {load_average()}", flush=True)
+    server = start_postgres()
+    outcomes = []
+    try:
+        for name in names:
+            began = time.monotonic()
+            outcome = SCENARIOS[name](server, args.quick)
+            outcomes.append(outcome)
+            t = outcome.tally
+            print(f"{name}: {t['succeeded']}/{t['jobs']} run, {t['lost']} lost, {t['overlaps']} twice at once, "
+                  f"{t['reruns']} re-runs ({causes_text(t['causes'])}); {outcome.recovery} "
+                  f"[{time.monotonic() - began:.0f} s]", flush=True)
+            for note in outcome.notes:
+                print(f"    {note}", flush=True)
+    finally:
+        server.stop()
+    print()
+    print_table(["scenario", "run", "lost", "twice", "re-runs", "false deaths", "stale completions", "stuck",
+                 "password"],
+                [[o.name, f"{o.tally['succeeded']}/{o.tally['jobs']}", o.tally["lost"], o.tally["overlaps"],
+                  o.tally["reruns"], o.tally["false_deaths"], o.tally["stale_completions"], o.tally["stuck_runs"],
+                  o.tally["password_in_logs"]] for o in outcomes])
+    if not args.quick and not args.only and not args.no_write:
+        write_section(render(outcomes, "python bench/faults.py"))
+        print(f"\nwrote the Faults section of {BENCHMARKS.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
