@@ -138,7 +138,6 @@ def _closed(sock: socket.socket) -> bool:
 
 
 def test_proxy_forwards_and_delays(echo_port):
-    threads_before = threading.active_count()
     with TcpProxy("127.0.0.1", echo_port, up_delay=0.1, down_delay=0.1) as proxy:
         assert proxy.port
         with socket.create_connection(("127.0.0.1", proxy.port)) as sock:
@@ -147,7 +146,7 @@ def test_proxy_forwards_and_delays(echo_port):
             assert _round_trip(sock, big) < 2  # latency, not a throughput cap
             proxy.up_delay = proxy.down_delay = 0.0
             assert _round_trip(sock, b"fast") < 0.2
-    assert threading.active_count() == threads_before
+    assert not [t for t in threading.enumerate() if t.name.startswith("TcpProxy")]
 
 
 def test_proxy_cut_and_restore(echo_port):
