@@ -12,9 +12,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import LostLease, QPError
+from .errors import QPError
 from .executors import Executor, JobContext, JobFailed, executor_for
-from .store import Claimed, Store
+from .store import Claimed, Ending, Store
 
 log = logging.getLogger("queueprocessor.runner")
 
@@ -57,6 +57,7 @@ class JobRunner:
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._serve, name="qp-runner", daemon=True)
+        self.recorder = Recorder(self)
 
     def start(self) -> None:
         self.thread.start()
@@ -158,7 +159,7 @@ class JobRunner:
         with self._lock:
             entry.recording = True
         for pause in (*RECORD_RETRIES, None):
-            if await self.loop.run_in_executor(None, self._record, entry, outcome, error, output, pause is None):
+            if await self.recorder.record(Result(entry, outcome, error, output, pause is None)):
                 return
             await asyncio.sleep(pause)
 
@@ -175,30 +176,92 @@ class JobRunner:
             return backoff(1) if self.db_now() - entry.started >= SINGLETON_SETTLED else backoff(4)
         return backoff(entry.job.attempts) if outcome in ("failed", "timeout") else None
 
-    def _record(self, entry: Running, outcome: str, error: str | None, output: str | None = None,
-                last_try: bool = True) -> bool:
-        """Write how the run ended. False: the database is away, try again later (unless `last_try`)."""
-        job = entry.job
+    def _record_many(self, results: list["Result"]) -> list[bool]:
+        """Write how runs ended, all finishes in one transaction. False for a result to try again later: the
+        database is away (unless it was the last try)."""
+        written = {id(r): self._release(r) for r in results if r.outcome == "lost"}
+        ending = [r for r in results if r.outcome != "lost"]
         try:
-            if outcome == "lost":
-                # We stopped it ourselves; hand it back if it is still ours (it usually is not).
-                if self.store.release(job, self.machine_id, error):
-                    log.info("job %s handed back to the queue: %s", job.id, error)
-            else:
-                state = self.store.finish(job, self.machine_id, outcome, error=error,
-                                          retry_in=self._retry_in(entry, outcome), output=output)
-                log.info("job %s attempt %s %s -> %s%s", job.id, job.attempts, outcome, state,
-                         f" ({error})" if error else "")
-        except LostLease as exc:
-            log.warning("result of job %s refused by its fence: %s", job.id, exc)
-            outcome = "lost"
+            states = self.store.finish_many(self.machine_id, [
+                Ending(r.entry.job, r.outcome, r.error, self._retry_in(r.entry, r.outcome), r.output) for r in ending])
         except Exception as exc:  # database away: try again; in the end the lease expires and it runs elsewhere
-            if not last_try:
-                log.warning("could not record job %s yet (%s); trying again", job.id, exc)
+            for r in ending:
+                if not r.last_try:
+                    log.warning("could not record job %s yet (%s); trying again", r.entry.job.id, exc)
+                    written[id(r)] = False
+                else:
+                    log.warning("could not record job %s (%s); its lease will expire and it will be re-run",
+                                r.entry.job.id, exc)
+                    written[id(r)] = self._done(r.entry, "lost")
+        else:
+            for r, state in zip(ending, states):
+                job = r.entry.job
+                if state is None:
+                    log.warning("result of job %s refused by its fence: another machine owns it now", job.id)
+                else:
+                    log.info("job %s attempt %s %s -> %s%s", job.id, job.attempts, r.outcome, state,
+                             f" ({r.error})" if r.error else "")
+                written[id(r)] = self._done(r.entry, r.outcome if state else "lost")
+        return [written[id(r)] for r in results]
+
+    def _release(self, result: "Result") -> bool:
+        """We stopped it ourselves; hand it back if it is still ours (it usually is not)."""
+        job = result.entry.job
+        try:
+            if self.store.release(job, self.machine_id, result.error):
+                log.info("job %s handed back to the queue: %s", job.id, result.error)
+        except Exception as exc:
+            if not result.last_try:
+                log.warning("could not hand job %s back yet (%s); trying again", job.id, exc)
                 return False
-            log.warning("could not record job %s (%s); its lease will expire and it will be re-run", job.id, exc)
-            outcome = "lost"
+            log.warning("could not hand job %s back (%s); its lease will expire", job.id, exc)
+        return self._done(result.entry, "lost")
+
+    def _done(self, entry: Running, outcome: str) -> bool:
         with self._lock:
-            self.running.pop(job.id, None)
+            self.running.pop(entry.job.id, None)
         self.on_done(outcome)
         return True
+
+
+@dataclass(frozen=True)
+class Result:
+    entry: Running
+    outcome: str
+    error: str | None
+    output: str | None
+    last_try: bool
+
+
+class Recorder:
+    """Group commit, on the runner's loop: results that arrive while one batch is being written go
+    together in the next, so a busy node writes many results per transaction and an idle one waits for none."""
+
+    def __init__(self, runner: JobRunner):
+        self.runner = runner
+        self.waiting: list[tuple[Result, asyncio.Future]] = []
+        self.busy = False
+
+    async def record(self, result: Result) -> bool:
+        future = self.runner.loop.create_future()
+        self.waiting.append((result, future))
+        if not self.busy:
+            self.busy = True
+            self.runner.loop.create_task(self._write())
+        return await future
+
+    async def _write(self) -> None:
+        try:
+            while self.waiting:
+                batch, self.waiting = self.waiting, []
+                try:
+                    written = await self.runner.loop.run_in_executor(
+                        None, self.runner._record_many, [result for result, _ in batch])
+                except BaseException as exc:  # a bug, not the database: fail loudly, never leave a job waiting
+                    for _, future in batch:
+                        future.set_exception(exc)
+                    raise
+                for (_, future), ok in zip(batch, written):
+                    future.set_result(ok)
+        finally:
+            self.busy = False

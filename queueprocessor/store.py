@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import and_, case, delete, exc, false, func, insert, literal, or_, select, update
+from sqlalchemy import and_, bindparam, case, delete, exc, false, func, insert, literal, or_, select, update
 from sqlalchemy.engine import Engine
 
 from .dbtime import db_now
@@ -46,6 +46,26 @@ class Claimed:
     def exhausted(self) -> bool:
         """Claimed back from a lost lease on its last attempt: fail it, do not run it."""
         return self.kind != "singleton" and self.attempts > self.max_attempts
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How one run ended, as the runner reports it (see Store.finish)."""
+
+    job: Claimed
+    outcome: str  # succeeded | failed | timeout | cancelled
+    error: str | None = None
+    retry_in: float | None = None  # requeue after this long, if attempts are left
+    output: str | None = None
+
+    @property
+    def state(self) -> str:
+        """The job's state after this ending."""
+        if self.job.kind == "singleton" and self.outcome != "cancelled" and self.retry_in is not None:
+            return "queued"
+        if self.outcome in ("succeeded", "cancelled"):
+            return self.outcome
+        return "queued" if self.retry_in is not None and self.job.attempts < self.job.max_attempts else "failed"
 
 
 @dataclass(frozen=True)
@@ -324,36 +344,55 @@ class Store:
         when it has attempts left; a singleton goes back however its run ended.
         Raises LostLease if the fence moved on.
         """
-        if job.kind == "singleton" and outcome != "cancelled" and retry_in is not None:
-            state = "queued"
-        elif outcome == "succeeded":
-            state = "succeeded"
-        elif outcome == "cancelled":
-            state = "cancelled"
-        elif retry_in is not None and job.attempts < job.max_attempts:
-            state = "queued"
-        else:
-            state = "failed"
-        values = dict(state=state, last_error=error, lease_until=None)
-        if state == "queued":
-            values.update(run_at=db_now() + retry_in, owner=None)
-        else:
-            values.update(finished_at=db_now())
-        with self.engine.begin() as conn:
-            count = conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job.id, jobs.c.owner == machine_id, jobs.c.fence == job.fence,
-                       jobs.c.state == "running")
-                .values(**values)
-            ).rowcount
-            if count != 1:
-                raise LostLease(f"job {job.id} fence {job.fence}: another machine owns it now")
-            conn.execute(
-                update(runs)
-                .where(runs.c.job_id == job.id, runs.c.fence == job.fence)
-                .values(outcome=outcome, finished_at=db_now(), error=error, output=output)
-            )
+        [state] = self.finish_many(machine_id, [Ending(job, outcome, error, retry_in, output)])
+        if state is None:
+            raise LostLease(f"job {job.id} fence {job.fence}: another machine owns it now")
         return state
+
+    def finish_many(self, machine_id: int, endings: Sequence["Ending"]) -> list[str | None]:
+        """finish() for many runs in one transaction (a busy node's results, a few round trips for all).
+        Returns each job's new state, None where the fence moved on."""
+        if len(endings) > 1 and self.engine.dialect.supports_sane_multi_rowcount:
+            with self.engine.connect() as conn:
+                with conn.begin() as transaction:
+                    if self._write_endings(conn, machine_id, endings) == len(endings):
+                        return [e.state for e in endings]
+                    transaction.rollback()  # someone's fence moved on: find whose, one by one
+        states = []
+        for ending in endings:
+            with self.engine.begin() as conn:
+                states.append(ending.state if self._write_endings(conn, machine_id, [ending]) else None)
+        return states
+
+    @staticmethod
+    def _write_endings(conn, machine_id: int, endings: Sequence["Ending"]) -> int:
+        """The guarded updates for `endings`, one executemany per kind; the number of jobs that were ours."""
+        mine = and_(jobs.c.id == bindparam("b_id"), jobs.c.owner == machine_id, jobs.c.fence == bindparam("b_fence"),
+                    jobs.c.state == "running")
+        again = [e for e in endings if e.state == "queued"]
+        done = [e for e in endings if e.state != "queued"]
+        count = 0
+        if again:
+            count += conn.execute(
+                update(jobs).where(mine).values(state="queued", last_error=bindparam("b_error"), lease_until=None,
+                                                run_at=db_now() + bindparam("b_retry"), owner=None),
+                [dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_retry=e.retry_in) for e in again],
+            ).rowcount
+        if done:
+            count += conn.execute(
+                update(jobs).where(mine).values(state=bindparam("b_state"), last_error=bindparam("b_error"),
+                                                lease_until=None, finished_at=db_now()),
+                [dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_state=e.state) for e in done],
+            ).rowcount
+        if count == len(endings):
+            conn.execute(
+                update(runs).where(runs.c.job_id == bindparam("b_id"), runs.c.fence == bindparam("b_fence"))
+                .values(outcome=bindparam("b_outcome"), finished_at=db_now(), error=bindparam("b_error"),
+                        output=bindparam("b_output")),
+                [dict(b_id=e.job.id, b_fence=e.job.fence, b_outcome=e.outcome, b_error=e.error, b_output=e.output)
+                 for e in endings],
+            )
+        return count
 
     def release(self, job: Claimed, machine_id: int, reason: str) -> bool:
         """Give a job back to the queue without spending an attempt (the node stopped it, e.g. when
