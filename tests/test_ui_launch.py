@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +69,13 @@ def test_bad_options_get_a_clear_error_and_no_traceback(tmp_path):
                            "--http-base", "ftp://nowhere/"], env=_env(tmp_path), capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+
+
+def test_the_sample_config_is_accepted_by_the_cli(tmp_path):
+    sample = Path(__file__).resolve().parent.parent / "resources" / "sample-config.toml"
+    done = subprocess.run([*QP, "--config", str(sample), "--db", f"sqlite:///{tmp_path / 'farm.db'}", "status"],
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.slow

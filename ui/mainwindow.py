@@ -140,7 +140,7 @@ class MainWindow(QMainWindow):
         self.peers_view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.peers_view.customContextMenuRequested.connect(self._peer_menu)
         self.peers_view.setToolTip("Right-click a machine to pause, resume or drain it")
-        fit_columns(self.peers_view, (140, 110, 80, 70, 170, 80, 90, 60, 60, 60, 60, 60))
+        fit_columns(self.peers_view, (120, 90, 80, 64, 160, 80, 84, 60, 60, 56, 56, 60))
         self.jobs = JobsView()
         self.jobs.gantt.plot.setXLink(self.timeline.plot)
         self.jobs.gantt.manually_moved.connect(lambda: self.timeline.set_follow(False))

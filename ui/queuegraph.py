@@ -25,6 +25,8 @@ class QueueGraph(QWidget):
         super().__init__(parent)
         self.history = history
         self.samples: deque[tuple[float, dict]] = deque()
+        self.latest: dict | None = None
+        self._peak = 0.0
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
         cards = QHBoxLayout()
@@ -79,12 +81,24 @@ class QueueGraph(QWidget):
             legend.setPen(pg.mkPen(scheme.border))
 
     def show_snapshot(self, snapshot: dict) -> None:
+        """Keep the sample; draw only while on screen (showEvent draws the latest when the tab opens)."""
         now, counts = snapshot["db_now"], snapshot["job_counts"]
-        for state, label in self.counts.items():
-            label.setText(f"{counts.get(state, 0):,}")
         self.samples.append((now, counts))
         while self.samples and self.samples[0][0] < now - self.history:
             self.samples.popleft()
+        self.latest = snapshot
+        if self.isVisible():
+            self._draw(snapshot)
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self.latest is not None:
+            self._draw(self.latest)
+
+    def _draw(self, snapshot: dict) -> None:
+        now, counts = snapshot["db_now"], snapshot["job_counts"]
+        for state, label in self.counts.items():
+            label.setText(f"{counts.get(state, 0):,}")
         times = np.fromiter((t for t, _ in self.samples), dtype=float, count=len(self.samples))
         for state, line in self.lines.items():
             line.setData(times, np.fromiter((c.get(state, 0) for _, c in self.samples), dtype=float,
