@@ -13,6 +13,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QSettings, QThreadPool, QTimer  # noqa: E402
 
 from queueprocessor.clock import SystemClock  # noqa: E402
+from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.views import runs_between, turns_between  # noqa: E402
 from ui.app import make_app  # noqa: E402
 from ui.dialogs import EnqueueDialog, without_password  # noqa: E402
@@ -283,3 +284,15 @@ def test_a_lost_database_shows_as_a_state_and_the_window_stays_live(pg_url, app,
             qtbot.waitUntil(lambda: window.connection == "ok" and not window.banner.isVisible(), timeout=WAIT)
         finally:
             close(window, qtbot)
+
+
+def test_open_database_switches_farms_and_moves_this_machines_node(tmp_path, http_target, open_window, qtbot):
+    first, second = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    window = open_window(first, _node(http_target, name="desk"))
+    qtbot.waitUntil(lambda: window.snap is not None and window.snap["node"] is not None, timeout=WAIT)
+    window.switch_database(second)
+    qtbot.waitUntil(lambda: window.url == second and window.snap is not None and window.snap["node"] is not None
+                    and [m["name"] for m in window.snap["machines"]] == ["desk"], timeout=WAIT)
+    assert window.windowTitle().endswith(second)
+    with Farm(first) as old:
+        assert [m["state"] for m in old.status()["machines"]] == ["stopped"]  # it left the first farm

@@ -54,6 +54,7 @@ class MainWindow(QMainWindow):
         self.connection = "connecting"  # what the status bar shows: connecting, ok, slow, lost or error
         self.last_result: tuple[str, bool, str] | None = None
         self._closing = self._closed = False
+        self._next_url: str | None = None
         self.setWindowIcon(theme.icon("app"))
         self.setObjectName("QueueProcessorMain")
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks)
@@ -483,14 +484,12 @@ class MainWindow(QMainWindow):
         dialog.open()
 
     def switch_database(self, url: str) -> None:
-        """Leave this farm (stopping our node there) and open another one."""
+        """Leave this farm (stopping our node there) and open another one once the worker has finished."""
         if url == self.url or self.poller is None:
             return
-        old = self.poller
-        old.finished.disconnect(self._worker_finished)
-        old.finished.connect(lambda: self._open(url))
-        self.poller = None
-        old.stop()
+        self._next_url = url
+        self.statusBar().showMessage(f"Leaving {mask(self.url)}…")
+        self.poller.stop()
 
     # -- closing ----------------------------------------------------------------
 
@@ -509,9 +508,13 @@ class MainWindow(QMainWindow):
         self.close_timer.start()
 
     def _worker_finished(self) -> None:
+        """The worker stopped (we are closing, or switching databases): runs on the GUI thread."""
         if self._closing:
             self._closed = True
             self.close()
+        elif self._next_url is not None:
+            url, self._next_url = self._next_url, None
+            self._open(url)
 
     def _give_up_waiting(self) -> None:
         if not self._closed:
