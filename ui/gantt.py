@@ -31,7 +31,8 @@ class RunsGantt(LanePlot):
         """(run lane machine id, start, outcome) of every bar: what tests compare with the run log."""
         shown = []
         for outcome, item in self.items.items():
-            shown += [(self.lanes[round(y + 0.32)], float(x), outcome) for x, y in zip(item.opts["x0"], item.opts["y0"])]
+            bars = zip(item.opts["x0"], item.opts["y0"])
+            shown += [(self.lanes[round(y + 0.32)], float(x), outcome) for x, y in bars]
         return sorted(shown)
 
     def describe(self, x: float, machine_id: int) -> str | None:

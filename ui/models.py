@@ -159,7 +159,8 @@ class PeersModel(SnapshotModel):
                 return QColor(scheme.muted)
         if role == Qt.ItemDataRole.ToolTipRole:
             if dead:
-                return f"{row['name']} has not checked in for {text.duration(self.context['db_now'] - row['last_seen'])}"
+                silent = self.context["db_now"] - row["last_seen"]
+                return f"{row['name']} has not checked in for {text.duration(silent)}"
             if unsynced:
                 return (f"{row['name']}'s clock estimate is too loose ({_offset(row, None)}): "
                         "it may miss its turns")
