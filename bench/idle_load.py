@@ -21,7 +21,6 @@ from common import (NodeProcess, cpu_seconds, fresh_database, load_average, prin
 
 PERIOD = 1.0
 HEARTBEAT = 1.0
-JOIN_DELAY = 1.5 * HEARTBEAT
 
 
 def statement_counts(server, database: str) -> Counter:
@@ -40,7 +39,8 @@ def kind(statement: str) -> str:
     head = words[0].upper()
     if head == "WITH":  # a CTE: name it by the last data-changing verb, the statement's own
         head = "WITH ... " + next((w for w in reversed(words) if w.upper() in ("INSERT", "UPDATE", "DELETE")), "SELECT")
-    table = next((w.strip('"(') for w in words if w.strip('"(').startswith("qp_")), "")
+    # The outer statement's table comes last (subqueries come first); columns are table.column.
+    table = next((w.strip('"(').split(".")[0] for w in reversed(words) if w.strip('"(').startswith("qp_")), "")
     return f"{head} {table}".strip()
 
 
@@ -51,7 +51,8 @@ def measure(server, nodes: int, seconds: float) -> dict:
             for i in range(nodes)]
     try:
         wait_for(lambda: _joined(url, nodes), 60, f"{nodes} nodes to join")
-        time.sleep(JOIN_DELAY + 2 * HEARTBEAT)  # every node in every roster, start-up work done
+        # Steady state: every node has taken its first turn (and done its first-turn housekeeping).
+        wait_for(lambda: _turned(url, nodes), 30 + 2 * nodes * PERIOD, f"{nodes} nodes to take a turn each")
         before, cpu_before, t0 = statement_counts(server, database), [cpu_seconds(n.pid) for n in farm], time.monotonic()
         time.sleep(seconds)
         after, cpu_after, t1 = statement_counts(server, database), [cpu_seconds(n.pid) for n in farm], time.monotonic()
@@ -69,6 +70,10 @@ def measure(server, nodes: int, seconds: float) -> dict:
     return {"nodes": nodes, "window": window, "rate": sum(delta.values()) / window,
             "target": 1 / PERIOD + 2 * nodes / HEARTBEAT, "cpu_mean": sum(cpu) / len(cpu), "cpu_max": max(cpu),
             "kinds": {k: v / window for k, v in by_kind.items()}}
+
+
+def _turned(url: str, nodes: int) -> bool:
+    return query(url, "SELECT count(DISTINCT machine_id) FROM qp_turns")[0][0] >= nodes
 
 
 def _joined(url: str, nodes: int) -> bool:

@@ -49,6 +49,15 @@ def check_same_clock(store: Store) -> float:
     return worst
 
 
+def published_offset(estimator: OffsetEstimator, clock: SystemClock) -> float:
+    """estimator.offset(), with both clocks read at one instant: a thread preempted between
+    reading the monotonic and the wall clock would add the preemption to the error."""
+    while True:
+        m0, wall, m1 = clock.monotonic(), clock.time(), clock.monotonic()
+        if m1 - m0 < 50e-6:
+            return (m0 + m1) / 2 + estimator.best().mono_offset - wall
+
+
 def measure(ask_db, skew: float, samples: int, step: float, rng: random.Random) -> dict:
     clock = SystemClock(skew)
     estimator = OffsetEstimator(clock)
@@ -58,7 +67,7 @@ def measure(ask_db, skew: float, samples: int, step: float, rng: random.Random) 
     for _ in range(samples):
         estimator.measure(ask_db)
         time.sleep(rng.uniform(0.0, step))
-        offset, bound = estimator.offset(), estimator.error_bound()
+        offset, bound = published_offset(estimator, clock), estimator.error_bound()
         errors.append(offset - (-skew))  # the truth: database clock = this machine's real clock
         bounds.append(bound)
         rtts.append(estimator.rtt())
