@@ -239,8 +239,8 @@ def test_enqueue_retry_and_cancel_work_end_to_end(farm, http_target, open_window
     _select(window, qtbot, later, "queued")
     qtbot.waitUntil(window.act_cancel.isEnabled, timeout=WAIT)
     window.act_cancel.trigger()
-    qtbot.waitUntil(lambda: farm.store.get_job(later)["state"] == "cancelled", timeout=WAIT)
-    assert window.last_result == (f"Cancel job {later}", True, "cancelled")
+    qtbot.waitUntil(lambda: farm.store.get_job(later)["state"] == "cancelled"
+                    and window.last_result == (f"Cancel job {later}", True, "cancelled"), timeout=WAIT)
 
 
 def test_closing_leaves_no_thread_or_timer_and_stops_the_node(farm, http_target, app, qtbot):
