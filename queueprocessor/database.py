@@ -71,9 +71,11 @@ def _sqlite_engine(url: URL) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection):
-        # Take the write lock up front: a deferred transaction that later writes
-        # fails at once with "database is locked" instead of waiting its turn.
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # Writers take the write lock up front: a deferred transaction that later
+        # writes fails at once with "database is locked" instead of waiting its
+        # turn. Reads (marked read_only) must not queue behind the writers.
+        read_only = connection.get_execution_options().get("read_only")
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
 
