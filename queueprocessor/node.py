@@ -328,12 +328,18 @@ class Node:
             self._watchdog()
 
     def _watchdog(self) -> None:
-        """Self-fencing: jobs whose leases we could not renew in time are stopped before they run out."""
-        silent = self.clock.monotonic() - self._renewed_at
-        if silent > self.config.lease - self.config.fence_margin and self.runner.count():
-            log.warning("no contact with the database for %.1f s: stopping our %s jobs before their leases "
-                        "run out", silent, self.runner.count())
-            self.runner.stop_all("lost")
+        """Self-fencing: jobs whose leases we could not renew in time are stopped before they run out.
+        A job's lease runs from our last renewal or from its claim, whichever was sent later: a job
+        claimed once the database came back is not stopped for the silence before it."""
+        now = self.clock.monotonic()
+        limit = self.config.lease - self.config.fence_margin
+        overdue = [job_id for job_id, leased_at in self.runner.leases()
+                   if now - max(leased_at, self._renewed_at) > limit]
+        if overdue:
+            stopped = [job_id for job_id in overdue if self.runner.stop_job(job_id, "lost")]
+            if stopped:
+                log.warning("no contact with the database for %.1f s: stopping %s jobs before their leases run out",
+                            now - self._renewed_at, len(stopped))
             self.db_healthy = False
 
     def _tick(self) -> None:
@@ -383,11 +389,19 @@ class Node:
 
     def _claim(self, limit: int, horizon: float = 0.0) -> int:
         # Leases that ran out while we ourselves could not reach the database are
-        # not taken: their owners deserve a full lease to renew after the stall.
-        settled = self.estimator.db_now() - self._streak_start > self.config.lease
-        jobs = self.store.claim(self.id, limit, self.config.lease, horizon=horizon, take_expired=settled)
+        # not taken: their owners deserve a full lease to renew after the stall. We
+        # are settled once our unbroken run of check-ins is longer than a lease and
+        # still going (an overdue check-in may be a stall we have not noticed yet),
+        # and the claim only takes leases that ran out before it was sent, in case
+        # the database holds it up.
+        now = self.estimator.db_now()
+        settled = (now - self._streak_start > self.config.lease
+                   and now - self._last_contact_db <= 2 * self.config.heartbeat)
+        sent = self.clock.monotonic()
+        jobs = self.store.claim(self.id, limit, self.config.lease, horizon=horizon, take_expired=settled,
+                                expired_before=now)
         for job in jobs:
-            self.runner.submit(job)
+            self.runner.submit(job, leased_at=sent)
         return len(jobs)
 
     def _notice(self, payload: str) -> None:

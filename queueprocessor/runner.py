@@ -40,6 +40,7 @@ class Running:
     stop_reason: str | None = None  # why we cancelled it: "cancelled" or "lost"
     recording: bool = False  # the work is over; only its result is being written
     begun: bool = False  # _execute has started, so a cancellation reaches its handlers
+    leased_at: float = float("-inf")  # monotonic time its claim was sent: its lease runs from no earlier
     started: float = field(default=0.0)
 
 
@@ -86,8 +87,13 @@ class JobRunner:
         with self._lock:
             return [(r.job.id, r.job.fence) for r in self.running.values()]
 
-    def submit(self, job: Claimed) -> None:
-        entry = Running(job, JobContext(job.id, job.attempts, job.fence, self.machine_id))
+    def leases(self) -> list[tuple[int, float]]:
+        """(job id, monotonic time its claim was sent) for every job we hold."""
+        with self._lock:
+            return [(r.job.id, r.leased_at) for r in self.running.values()]
+
+    def submit(self, job: Claimed, leased_at: float = float("-inf")) -> None:
+        entry = Running(job, JobContext(job.id, job.attempts, job.fence, self.machine_id), leased_at=leased_at)
         with self._lock:
             self.running[job.id] = entry
         self.loop.call_soon_threadsafe(self._launch, entry)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import and_, bindparam, case, delete, exc, false, func, insert, literal, or_, select, update
 from sqlalchemy.engine import Engine
+from sqlalchemy.sql import Select
 
 from .dbtime import db_now
 from .errors import DuplicateKey, LostLease, NotFound, QPError
@@ -103,9 +104,10 @@ class Store:
         # Single statements run in autocommit (one round trip each); SQLite
         # keeps its explicit BEGIN IMMEDIATE so writers queue instead of failing.
         self._auto = engine if self.dialect == "sqlite" else engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._read = self._auto.execution_options(read_only=True)
 
     def _one(self, statement, params=None):
-        with self._auto.connect() as conn:
+        with (self._read if isinstance(statement, Select) else self._auto).connect() as conn:
             result = conn.execute(statement, params)
             rows = result.all() if result.returns_rows else result.rowcount
             conn.commit()
@@ -250,20 +252,27 @@ class Store:
             raise DuplicateKey(spec.key) from None
 
     def claim(self, machine_id: int, limit: int, lease: float, *, horizon: float = 0.0,
-              take_expired: bool = True) -> list[Claimed]:
+              take_expired: bool = True, expired_before: float | None = None) -> list[Claimed]:
         """Atomically take up to `limit` claimable jobs, best priority first.
 
         Claimable: queued with run_at within `horizon` seconds from now, or (with
-        take_expired) running with a lease that ran out. One UPDATE; the
-        subquery skips rows another machine is claiming at the same moment.
+        take_expired) running with a lease that ran out, and ran out before
+        `expired_before` (database time) if given: a claim that a stalled database
+        holds up must not take the leases that ran out during the stall. One
+        UPDATE; the subquery skips rows another machine is claiming at the same moment.
         """
         if limit <= 0:
             return []
         j = jobs.alias("j")
         now = db_now()
+
+        def expired(table):
+            ran_out = table.c.lease_until < now
+            return ran_out if expired_before is None else and_(ran_out, table.c.lease_until < expired_before)
+
         due = and_(j.c.state == "queued", j.c.run_at <= now + horizon)
         if take_expired:
-            due = or_(due, and_(j.c.state == "running", j.c.lease_until < now))
+            due = or_(due, and_(j.c.state == "running", expired(j)))
         pick = (
             select(j.c.id).where(due)
             .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
@@ -276,7 +285,7 @@ class Store:
             # planner and take more than `limit` rows; a materialised CTE runs once.
             picked = pick.cte("picked").prefix_with("MATERIALIZED")
             pick = select(picked.c.id)
-        guard = or_(jobs.c.state == "queued", and_(jobs.c.state == "running", jobs.c.lease_until < now))
+        guard = or_(jobs.c.state == "queued", and_(jobs.c.state == "running", expired(jobs)))
         statement = (
             update(jobs)
             .where(jobs.c.id.in_(pick), guard)
