@@ -413,6 +413,8 @@ class Node:
         self._wake.set()
 
     def _job_done(self, outcome: str) -> None:
+        if self._direct and self.config.capacity - self.runner.count() >= max(1, self.config.capacity // 2):
+            self._wake.set()  # working off a backlog: claim again now that half our room is free
         if outcome == "succeeded":
             self.done += 1
         elif outcome in ("failed", "timeout"):
