@@ -105,6 +105,8 @@ jobs = Table(
     Index("ix_qp_jobs_due", "state", "run_at"),
     Index("ix_qp_jobs_owner", "owner"),
 )
+# The claim's order for queued jobs, so a claim reads the best few rows instead of sorting the backlog.
+Index("ix_qp_jobs_queue", jobs.c.state, jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
 Index(
     "ux_qp_jobs_key",
     jobs.c.key,

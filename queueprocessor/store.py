@@ -9,17 +9,19 @@ The rules the rest of the code relies on:
   match nothing the caller lost the job to another machine (LostLease).
 """
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import and_, bindparam, case, delete, exc, false, func, insert, literal, or_, select, update
+from sqlalchemy import (Float, Integer, and_, bindparam, case, delete, exc, false, func, insert, literal, or_, select,
+                        union_all, update)
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import Select
 
 from .dbtime import db_now
 from .errors import DuplicateKey, LostLease, NotFound, QPError
-from .schema import jobs, machines, meta, runs, schedules, turns
+from .schema import Id, jobs, machines, meta, runs, schedules, turns
 
 # Operator wishes and the machine states they lead to.
 WISHES = {"pause": "paused", "resume": "active", "drain": "draining"}
@@ -263,48 +265,24 @@ class Store:
         """
         if limit <= 0:
             return []
-        j = jobs.alias("j")
-        now = db_now()
-
-        def expired(table):
-            ran_out = table.c.lease_until < now
-            return ran_out if expired_before is None else and_(ran_out, table.c.lease_until < expired_before)
-
-        due = and_(j.c.state == "queued", j.c.run_at <= now + horizon)
-        if take_expired:
-            due = or_(due, and_(j.c.state == "running", expired(j)))
-        pick = (
-            select(j.c.id).where(due)
-            .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-            .with_hint(j, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql")
-        )
-        if self.dialect == "postgresql":
-            # A LIMIT ... FOR UPDATE subquery inside IN () may be rescanned by the
-            # planner and take more than `limit` rows; a materialised CTE runs once.
-            picked = pick.cte("picked").prefix_with("MATERIALIZED")
-            pick = select(picked.c.id)
-        guard = or_(jobs.c.state == "queued", and_(jobs.c.state == "running", expired(jobs)))
-        statement = (
-            update(jobs)
-            .where(jobs.c.id.in_(pick), guard)
-            .values(state="running", owner=machine_id, fence=jobs.c.fence + 1, attempts=jobs.c.attempts + 1,
-                    lease_until=now + lease, started_at=now, finished_at=None)
-            .returning(jobs.c.id, jobs.c.executor, jobs.c.target, jobs.c.method, jobs.c.payload,
-                       jobs.c.attempts, jobs.c.max_attempts, jobs.c.timeout, jobs.c.fence, jobs.c.run_at,
-                       jobs.c.priority, jobs.c.kind)
-        )
+        params = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon)
+        if expired_before is not None:
+            params["b_before"] = expired_before
+        statement = _claim_statement(self.dialect, take_expired, expired_before is not None)
         # RETURNING has no order; start the most urgent first.
-        claimed = sorted((Claimed(*row) for row in self._one(statement)), key=lambda c: (-c.priority, c.run_at, c.id))
+        claimed = sorted((Claimed(*row) for row in self._one(statement, params)),
+                         key=lambda c: (-c.priority, c.run_at, c.id))
         if claimed:
-            self._open_runs(machine_id, claimed)
+            self._open_runs(machine_id, claimed, inserted=self.dialect == "postgresql")
         return claimed
 
-    def _open_runs(self, machine_id: int, claimed: Sequence[Claimed]) -> None:
-        """Start a run row per claimed job; close the runs of machines that lost those jobs."""
+    def _open_runs(self, machine_id: int, claimed: Sequence[Claimed], inserted: bool = False) -> None:
+        """Start a run row per claimed job (unless the claim `inserted` them); close the runs of machines
+        that lost those jobs."""
+        retaken = [c for c in claimed if c.attempts > 1]
+        if inserted and not retaken:
+            return
         with self.engine.begin() as conn:
-            retaken = [c for c in claimed if c.attempts > 1]
             for c in retaken:
                 conn.execute(
                     update(runs)
@@ -312,10 +290,11 @@ class Store:
                     .values(outcome="lost", finished_at=db_now(),
                             error="lease expired: the machine stopped renewing it")
                 )
-            conn.execute(
-                insert(runs).values(started_at=db_now(), outcome="running"),
-                [dict(job_id=c.id, attempt=c.attempts, machine_id=machine_id, fence=c.fence) for c in claimed],
-            )
+            if not inserted:
+                conn.execute(
+                    insert(runs).values(started_at=db_now(), outcome="running"),
+                    [dict(job_id=c.id, attempt=c.attempts, machine_id=machine_id, fence=c.fence) for c in claimed],
+                )
 
     def mark_started(self, job: Claimed, machine_id: int) -> None:
         """A job claimed ahead of its time starts now: record the real start (database time)."""
@@ -477,3 +456,62 @@ class Store:
         if since != -math.inf:
             statement = statement.where(or_(runs.c.finished_at.is_(None), runs.c.finished_at >= since))
         return [dict(r._mapping) for r in self._one(statement)]
+
+
+@functools.lru_cache(maxsize=None)
+def _claim_statement(dialect: str, take_expired: bool, bounded: bool):
+    """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
+
+    Queued and expired jobs are picked apart and merged: each branch follows an index in order
+    (ix_qp_jobs_queue, ix_qp_jobs_due) instead of sorting the whole backlog per claim. On
+    PostgreSQL the same statement opens the run rows.
+    """
+    j = jobs.alias("j")
+    now = db_now()
+    limit = bindparam("b_limit", type_=Integer, literal_execute=True)  # a number in the SQL: TOP on SQL Server
+
+    def expired(table):
+        ran_out = table.c.lease_until < now
+        return and_(ran_out, table.c.lease_until < bindparam("b_before", type_=Float)) if bounded else ran_out
+
+    def best(where):
+        return (
+            select(j.c.id, j.c.priority, j.c.run_at).where(where)
+            .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .with_hint(j, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql")
+            .subquery()
+        )
+
+    queued = best(and_(j.c.state == "queued", j.c.run_at <= now + bindparam("b_horizon", type_=Float)))
+    if take_expired:
+        either = union_all(select(queued), select(best(and_(j.c.state == "running", expired(j))))).subquery()
+        pick = select(either.c.id).order_by(either.c.priority.desc(), either.c.run_at, either.c.id).limit(limit)
+    else:
+        pick = select(queued.c.id)
+    if dialect == "postgresql":
+        # A LIMIT ... FOR UPDATE subquery inside IN () may be rescanned by the
+        # planner and take more than `limit` rows; a materialised CTE runs once.
+        picked = pick.cte("picked").prefix_with("MATERIALIZED")
+        pick = select(picked.c.id)
+    guard = or_(jobs.c.state == "queued", and_(jobs.c.state == "running", expired(jobs)))
+    statement = (
+        update(jobs)
+        .where(jobs.c.id.in_(pick), guard)
+        .values(state="running", owner=bindparam("b_machine", type_=Id), fence=jobs.c.fence + 1,
+                attempts=jobs.c.attempts + 1, lease_until=now + bindparam("b_lease", type_=Float), started_at=now,
+                finished_at=None)
+        .returning(jobs.c.id, jobs.c.executor, jobs.c.target, jobs.c.method, jobs.c.payload,
+                   jobs.c.attempts, jobs.c.max_attempts, jobs.c.timeout, jobs.c.fence, jobs.c.run_at,
+                   jobs.c.priority, jobs.c.kind)
+    )
+    if dialect != "postgresql":
+        return statement
+    claimed = statement.cte("claimed")
+    opened = insert(runs).from_select(
+        ["job_id", "attempt", "machine_id", "fence", "started_at", "outcome"],
+        select(claimed.c.id, claimed.c.attempts, bindparam("b_machine", type_=Id), claimed.c.fence, now,
+               literal("running")),
+    ).cte("opened")
+    return select(claimed).add_cte(opened)
