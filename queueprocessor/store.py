@@ -268,7 +268,9 @@ class Store:
         params = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon)
         if expired_before is not None:
             params["b_before"] = expired_before
-        statement = _claim_statement(self.dialect, take_expired, expired_before is not None)
+        # SQL Server only says TOP for a plain number (else ROW_NUMBER() over every due row): one shape per limit.
+        statement = _claim_statement(self.dialect, take_expired, expired_before is not None,
+                                     limit if self.dialect == "mssql" else None)
         # RETURNING has no order; start the most urgent first.
         claimed = sorted((Claimed(*row) for row in self._one(statement, params)),
                          key=lambda c: (-c.priority, c.run_at, c.id))
@@ -459,7 +461,7 @@ class Store:
 
 
 @functools.lru_cache(maxsize=None)
-def _claim_statement(dialect: str, take_expired: bool, bounded: bool):
+def _claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | None):
     """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
 
     Queued and expired jobs are picked apart and merged: each branch follows an index in order
@@ -468,7 +470,7 @@ def _claim_statement(dialect: str, take_expired: bool, bounded: bool):
     """
     j = jobs.alias("j")
     now = db_now()
-    limit = bindparam("b_limit", type_=Integer, literal_execute=True)  # a number in the SQL: TOP on SQL Server
+    limit = top or bindparam("b_limit", type_=Integer, literal_execute=True)
 
     def expired(table):
         ran_out = table.c.lease_until < now
