@@ -39,6 +39,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -211,10 +213,14 @@ class Rig:
             by_job.setdefault(run[0], []).append(run)
         causes = Counter()
         stale_completions = 0
+        odd = []
         for job_runs in by_job.values():
             for run in job_runs[:-1]:
-                causes[self._cause(run, answered)] += 1
+                cause = self._cause(run, answered)
+                causes[cause] += 1
                 stale_completions += run[5] == "succeeded"
+                if cause in (FALSE_DEATH, UNRECORDED):
+                    odd.append(f"job {run[0]} runs {job_runs}; " + " | ".join(self.log_lines(f"job {run[0]} ")))
         per_job = Counter(r["job"] for r in requests)
         lost = sorted(job for job, state, _ in jobs if state != "succeeded")
         return {
@@ -230,7 +236,11 @@ class Rig:
             "stale_completions": stale_completions,
             "service_repeats": sum(n - 1 for n in per_job.values()),
             "password_in_logs": sum(self.server.password in text for text in self.logs.values()),
+            "odd": odd[:5],
         }
+
+    def log_lines(self, needle: str) -> list[str]:
+        return [f"{name}: {line}" for name, text in self.logs.items() for line in text.splitlines() if needle in line]
 
     def _cause(self, run: tuple, answered: set) -> str:
         job_id, machine, fence, _started, finished, outcome, error = run
@@ -242,12 +252,13 @@ class Rig:
             if when is not None and when <= (finished or time.time()):
                 return f"its machine was {how}"
             if (job_id, fence) in answered:
-                return "finished while the database was unreachable; result not recorded"
+                return UNRECORDED
             return FALSE_DEATH
         return f"{outcome}: {error[:70]}"
 
 
 FALSE_DEATH = "LEASE EXPIRED WHILE ITS MACHINE LIVED"
+UNRECORDED = "finished, but its result was not recorded before its lease expired"
 
 
 # -- PostgreSQL as a whole ----------------------------------------------------
@@ -491,10 +502,11 @@ def clock_step(server, quick: bool) -> Outcome:
             rig.farm.enqueue_http("/sleep/0.05", count=jobs_per_phase)
             time.sleep(phase)
             end = time.time()
-            phases.append((label, begin, end))
+            offset = query(rig.url, "SELECT clock_offset FROM qp_machines WHERE id = :m", m=stepped.id)[0][0]
+            phases.append((label, begin, end, offset))
         rig.settle(120)
         rows = []
-        for label, begin, end in phases:
+        for label, begin, end, offset in phases:
             lateness = [t - slot * timing.period for slot, t in query(
                 rig.url, "SELECT slot, taken_at FROM qp_turns WHERE machine_id = :m AND taken_at >= :a "
                          "AND taken_at < :b", m=stepped.id, a=begin, b=end)]
@@ -502,9 +514,8 @@ def clock_step(server, quick: bool) -> Outcome:
             ran = query(rig.url, "SELECT count(*), sum(CASE WHEN outcome = 'lost' THEN 1 ELSE 0 END) FROM qp_runs "
                                  "WHERE machine_id = :m AND started_at >= :a AND started_at < :b",
                         m=stepped.id, a=begin, b=end)[0]
-            rows.append({"phase": label, "turns": len(lateness), "wrong_turns": wrong, "farm_turns": turns,
+            rows.append({"phase": label, "offset": offset, "turns": len(lateness), "wrong_turns": wrong, "farm_turns": turns,
                          "late_max": max(lateness, default=0.0), "runs": ran[0], "lost": ran[1] or 0})
-        offset = query(rig.url, "SELECT clock_offset FROM qp_machines WHERE id = :m", m=stepped.id)[0][0]
     finally:
         if stepped is not None:
             stepped.stop(drain=False)
@@ -513,8 +524,8 @@ def clock_step(server, quick: bool) -> Outcome:
     return Outcome(
         "clock", "a node's wall clock stepped +1 h then -1 h mid-run (3 nodes, one in-process)", tally,
         recovery="nothing to recover: its turns and leases run on database time anchored to its monotonic clock",
-        facts={"phases": rows, "published_offset_end": offset, "period": timing.period},
-        notes=[f"{r['phase']}: {r['turns']} turns by the stepped node, latest {r['late_max'] * 1000:.0f} ms into "
+        facts={"phases": rows, "period": timing.period},
+        notes=[f"{r['phase']}: published offset {r['offset']:+.3f} s, {r['turns']} turns by the stepped node, latest {r['late_max'] * 1000:.0f} ms into "
                f"its slot, {r['wrong_turns']} of {r['farm_turns']} farm turns out of turn, {r['runs']} runs, "
                f"{r['lost']} lost" for r in rows],
     )
@@ -573,7 +584,7 @@ def partition(server, quick: bool) -> Outcome:
     count = 300 if quick else 1000
     rig = Rig(server, timing)
     db_proxy = TcpProxy("127.0.0.1", server.port)
-    web_proxy = TcpProxy("127.0.0.1", rig.target.port, up_delay=0.2)  # a slow link keeps its writes in flight
+    web_proxy = TcpProxy("127.0.0.1", rig.target.port, up_delay=1.0)  # a slow link keeps its writes in flight
     db_proxy.start()
     web_proxy.start()
     try:
@@ -582,15 +593,22 @@ def partition(server, quick: bool) -> Outcome:
         peers = [rig.start(f"peer-{i}") for i in range(2)]
         rig.wait_roster()
         machine = rig.machine_id(victim)
-        with rig.paused(peers):  # so that the victim is busy writing when the partition comes
+        def in_flight():
+            """The node's running jobs whose write has not reached the service yet."""
+            seen = {(r["job"], r["fence"]) for r in rig.requests_from(machine, "/write")}
+            return [row for row in query(rig.url, "SELECT id, fence FROM qp_jobs WHERE owner = :m AND "
+                                                  "state = 'running'", m=machine) if tuple(row) not in seen]
+
+        with rig.paused(peers):  # the victim does the work until the partition comes; then its peers take over
             for i in range(count):
                 rig.farm.enqueue_http(f"/write/report-{i % 10}", method="POST", payload=f'{{"row": {i}}}')
-            wait_for(lambda: len(rig.requests_from(machine, "/write")) >= 3 * rig.capacity, 60, "the node to write")
-        db_proxy.freeze()
-        web_proxy.freeze()
-        frozen = time.time()
-        rig.downed[machine] = (frozen, "partitioned")
-        time.sleep(timing.lease + 4 * timing.period)
+            wait_for(lambda: len(rig.requests_from(machine, "/write")) >= rig.capacity, 60, "the node to write")
+            wait_for(in_flight, 30, "a write of the node's in flight", poll=0.01)
+            db_proxy.freeze()
+            web_proxy.freeze()
+            frozen = time.time()
+            rig.downed[machine] = (frozen, "partitioned")
+        time.sleep(max(0.0, frozen + timing.lease + 4 * timing.period - time.time()))
         db_proxy.restore()
         web_proxy.restore()
         healed = time.time()
@@ -600,7 +618,14 @@ def partition(server, quick: bool) -> Outcome:
         late = [r for r in rig.requests_from(machine, "/write") if r["started"] >= healed
                 and any(o["job"] == r["job"] and o["fence"] > r["fence"] and o["started"] < r["started"]
                         for o in writes)]
-        stopped_at = _self_stop_time(victim)
+        # Whether a write in flight arrives late depends on how its connection closed; a straggler that
+        # does arrive is exactly such a request, so each job taken from the node is also sent once more
+        # as it sent it, with its fence.
+        taken = query(rig.url, "SELECT job_id, fence FROM qp_runs WHERE machine_id = :m AND outcome = 'lost' "
+                               "AND error LIKE 'lease expired%'", m=machine)
+        stragglers = [straggle(rig.target.base_url, job, fence, machine) for job, fence in taken]
+        stopped_at = min(log_times(victim, "no contact with the database"), default=None)
+        refused = len(log_times(victim, "refused by its fence"))
     finally:
         rig.close()
         db_proxy.stop()
@@ -611,21 +636,35 @@ def partition(server, quick: bool) -> Outcome:
         "partition", f"a node partitioned from database and service for {healed - frozen:.1f} s with its writes "
                      f"in flight, then healed (3 nodes, {count} POST /write jobs)", tally,
         recovery=f"the partitioned node stopped its jobs {secs(stopped_at and stopped_at - frozen)} into the "
-                 f"partition (lease {timing.lease:g} s); {len(late)} of its writes arrived after the heal with an "
-                 f"old fence: {len(late) - late_accepted} refused (409), {late_accepted} accepted",
-        facts={"late_writes": len(late), "late_accepted": late_accepted,
+                 f"partition (lease {timing.lease:g} s); {len(late)} of its writes to the service arrived after the "
+                 f"heal with an old fence: {len(late) - late_accepted} refused (409), {late_accepted} accepted; "
+                 f"{refused} of its results reached the database late and were refused by the fence; "
+                 f"{len(stragglers)} stragglers replayed: {stragglers.count(409)} refused (409)",
+        facts={"late_writes": len(late), "late_accepted": late_accepted, "late_results_refused": refused,
+               "stragglers": stragglers,
                "self_stop_after": None if stopped_at is None else stopped_at - frozen, "lease": timing.lease},
     )
 
 
-def _self_stop_time(node: NodeProcess) -> float | None:
-    """When the node's watchdog said it stopped its jobs (its log line's local time)."""
+def straggle(base_url: str, job: int, fence: int, machine: int) -> int:
+    """POST a write for `job` as the machine that held it under `fence` did; the service's answer."""
+    headers = {"X-QP-Job": str(job), "X-QP-Fence": str(fence), "X-QP-Machine": str(machine)}
+    request = urllib.request.Request(f"{base_url}write/straggler", data=b"{}", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def log_times(node: NodeProcess, needle: str) -> list[float]:
+    """When the node logged lines containing `needle` (each line's local time)."""
+    times = []
     for line in node.output().splitlines():
-        if "no contact with the database" in line:
-            stamp = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})", line)
-            if stamp:
-                return datetime.strptime(stamp[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    return None
+        stamp = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ", line)
+        if stamp and needle in line:
+            times.append(datetime.strptime(stamp[1], "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return times
 
 
 def same_name(server, quick: bool) -> Outcome:
