@@ -9,19 +9,18 @@ The rules the rest of the code relies on:
   match nothing the caller lost the job to another machine (LostLease).
 """
 
-import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import (Float, Integer, and_, bindparam, case, delete, exc, false, func, insert, literal, or_, select,
-                        union_all, update)
+from sqlalchemy import and_, bindparam, case, delete, exc, false, func, insert, literal, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import Select
 
 from .dbtime import db_now
 from .errors import DuplicateKey, LostLease, NotFound, QPError
-from .schema import Id, jobs, machines, meta, runs, schedules, turns
+from .schema import jobs, machines, meta, runs, schedules, turns
+from .statements import claim_statement, finish_statement
 
 # Operator wishes and the machine states they lead to.
 WISHES = {"pause": "paused", "resume": "active", "drain": "draining"}
@@ -268,8 +267,7 @@ class Store:
         params = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon)
         if expired_before is not None:
             params["b_before"] = expired_before
-        # SQL Server only says TOP for a plain number (else ROW_NUMBER() over every due row): one shape per limit.
-        statement = _claim_statement(self.dialect, take_expired, expired_before is not None,
+        statement = claim_statement(self.dialect, take_expired, expired_before is not None,
                                      limit if self.dialect == "mssql" else None)
         # RETURNING has no order; start the most urgent first.
         claimed = sorted((Claimed(*row) for row in self._one(statement, params)),
@@ -342,6 +340,13 @@ class Store:
     def finish_many(self, machine_id: int, endings: Sequence["Ending"]) -> list[str | None]:
         """finish() for many runs in one transaction (a busy node's results, a few round trips for all).
         Returns each job's new state, None where the fence moved on."""
+        if self.dialect == "postgresql" and endings:
+            ours = {row[0] for row in self._one(finish_statement(), dict(
+                b_machine=machine_id, b_id=[e.job.id for e in endings], b_fence=[e.job.fence for e in endings],
+                b_state=[e.state for e in endings], b_error=[e.error for e in endings],
+                b_retry=[e.retry_in for e in endings], b_outcome=[e.outcome for e in endings],
+                b_output=[e.output for e in endings]))}
+            return [e.state if e.job.id in ours else None for e in endings]
         if len(endings) > 1 and self.engine.dialect.supports_sane_multi_rowcount:
             with self.engine.connect() as conn:
                 with conn.begin() as transaction:
@@ -459,61 +464,3 @@ class Store:
             statement = statement.where(or_(runs.c.finished_at.is_(None), runs.c.finished_at >= since))
         return [dict(r._mapping) for r in self._one(statement)]
 
-
-@functools.lru_cache(maxsize=None)
-def _claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | None):
-    """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
-
-    Queued and expired jobs are picked apart and merged: each branch follows an index in order
-    (ix_qp_jobs_queue, ix_qp_jobs_due) instead of sorting the whole backlog per claim. On
-    PostgreSQL the same statement opens the run rows.
-    """
-    j = jobs.alias("j")
-    now = db_now()
-    limit = top or bindparam("b_limit", type_=Integer, literal_execute=True)
-
-    def expired(table):
-        ran_out = table.c.lease_until < now
-        return and_(ran_out, table.c.lease_until < bindparam("b_before", type_=Float)) if bounded else ran_out
-
-    def best(where):
-        return (
-            select(j.c.id, j.c.priority, j.c.run_at).where(where)
-            .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-            .with_hint(j, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql")
-            .subquery()
-        )
-
-    queued = best(and_(j.c.state == "queued", j.c.run_at <= now + bindparam("b_horizon", type_=Float)))
-    if take_expired:
-        either = union_all(select(queued), select(best(and_(j.c.state == "running", expired(j))))).subquery()
-        pick = select(either.c.id).order_by(either.c.priority.desc(), either.c.run_at, either.c.id).limit(limit)
-    else:
-        pick = select(queued.c.id)
-    if dialect == "postgresql":
-        # A LIMIT ... FOR UPDATE subquery inside IN () may be rescanned by the
-        # planner and take more than `limit` rows; a materialised CTE runs once.
-        picked = pick.cte("picked").prefix_with("MATERIALIZED")
-        pick = select(picked.c.id)
-    guard = or_(jobs.c.state == "queued", and_(jobs.c.state == "running", expired(jobs)))
-    statement = (
-        update(jobs)
-        .where(jobs.c.id.in_(pick), guard)
-        .values(state="running", owner=bindparam("b_machine", type_=Id), fence=jobs.c.fence + 1,
-                attempts=jobs.c.attempts + 1, lease_until=now + bindparam("b_lease", type_=Float), started_at=now,
-                finished_at=None)
-        .returning(jobs.c.id, jobs.c.executor, jobs.c.target, jobs.c.method, jobs.c.payload,
-                   jobs.c.attempts, jobs.c.max_attempts, jobs.c.timeout, jobs.c.fence, jobs.c.run_at,
-                   jobs.c.priority, jobs.c.kind)
-    )
-    if dialect != "postgresql":
-        return statement
-    claimed = statement.cte("claimed")
-    opened = insert(runs).from_select(
-        ["job_id", "attempt", "machine_id", "fence", "started_at", "outcome"],
-        select(claimed.c.id, claimed.c.attempts, bindparam("b_machine", type_=Id), claimed.c.fence, now,
-               literal("running")),
-    ).cte("opened")
-    return select(claimed).add_cte(opened)

@@ -1,0 +1,107 @@
+"""The hot statements, built once per shape: claiming work and recording how it ended.
+
+Everything that varies is a bound parameter, so SQLAlchemy compiles each shape
+once and a busy node spends its time running work, not building SQL. The
+rules they keep are Store.claim's and Store.finish's.
+"""
+
+import functools
+
+from sqlalchemy import (BigInteger, Float, Integer, Text, and_, bindparam, case, cast, column, func, insert, literal,
+                        or_, select, union_all, update)
+from sqlalchemy.dialects.postgresql import ARRAY
+
+from .dbtime import db_now
+from .schema import Id, jobs, runs
+
+
+@functools.lru_cache(maxsize=None)
+def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | None):
+    """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
+
+    Queued and expired jobs are picked apart and merged: each branch follows an index in order
+    (ix_qp_jobs_queue, ix_qp_jobs_due) instead of sorting the whole backlog per claim. On
+    PostgreSQL the same statement opens the run rows. `top`: SQL Server only says TOP for a
+    plain number (else ROW_NUMBER() over every due row), so there each limit is its own shape.
+    """
+    j = jobs.alias("j")
+    now = db_now()
+    limit = top or bindparam("b_limit", type_=Integer, literal_execute=True)
+
+    def expired(table):
+        ran_out = table.c.lease_until < now
+        return and_(ran_out, table.c.lease_until < bindparam("b_before", type_=Float)) if bounded else ran_out
+
+    def best(where):
+        return (
+            select(j.c.id, j.c.priority, j.c.run_at).where(where)
+            .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .with_hint(j, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql")
+            .subquery()
+        )
+
+    queued = best(and_(j.c.state == "queued", j.c.run_at <= now + bindparam("b_horizon", type_=Float)))
+    if take_expired:
+        either = union_all(select(queued), select(best(and_(j.c.state == "running", expired(j))))).subquery()
+        pick = select(either.c.id).order_by(either.c.priority.desc(), either.c.run_at, either.c.id).limit(limit)
+    else:
+        pick = select(queued.c.id)
+    if dialect == "postgresql":
+        # A LIMIT ... FOR UPDATE subquery inside IN () may be rescanned by the
+        # planner and take more than `limit` rows; a materialised CTE runs once.
+        picked = pick.cte("picked").prefix_with("MATERIALIZED")
+        pick = select(picked.c.id)
+    guard = or_(jobs.c.state == "queued", and_(jobs.c.state == "running", expired(jobs)))
+    statement = (
+        update(jobs)
+        .where(jobs.c.id.in_(pick), guard)
+        .values(state="running", owner=bindparam("b_machine", type_=Id), fence=jobs.c.fence + 1,
+                attempts=jobs.c.attempts + 1, lease_until=now + bindparam("b_lease", type_=Float), started_at=now,
+                finished_at=None)
+        .returning(jobs.c.id, jobs.c.executor, jobs.c.target, jobs.c.method, jobs.c.payload,
+                   jobs.c.attempts, jobs.c.max_attempts, jobs.c.timeout, jobs.c.fence, jobs.c.run_at,
+                   jobs.c.priority, jobs.c.kind)
+    )
+    if dialect != "postgresql":
+        return statement
+    claimed = statement.cte("claimed")
+    opened = insert(runs).from_select(
+        ["job_id", "attempt", "machine_id", "fence", "started_at", "outcome"],
+        select(claimed.c.id, claimed.c.attempts, bindparam("b_machine", type_=Id), claimed.c.fence, now,
+               literal("running")),
+    ).cte("opened")
+    return select(claimed).add_cte(opened)
+
+
+@functools.lru_cache(maxsize=None)
+def finish_statement():
+    """PostgreSQL: how a batch of runs ended, in one statement: arrays in, the ids that were still ours out.
+
+    Each job is matched on owner and fence as in Store.finish; only the runs of
+    those jobs are closed.
+    """
+    columns = [("id", BigInteger), ("fence", BigInteger), ("state", Text), ("error", Text), ("retry", Float),
+               ("outcome", Text), ("output", Text)]
+    v = (func.unnest(*(cast(bindparam(f"b_{name}"), ARRAY(kind)) for name, kind in columns))
+         .table_valued(*(column(name, kind) for name, kind in columns)).render_derived(name="v"))
+    again = v.c.state == "queued"
+    ended = (
+        update(jobs)
+        .where(jobs.c.id == v.c.id, jobs.c.fence == v.c.fence, jobs.c.owner == bindparam("b_machine", type_=Id),
+               jobs.c.state == "running")
+        .values(state=v.c.state, last_error=v.c.error, lease_until=None,
+                run_at=case((again, db_now() + v.c.retry), else_=jobs.c.run_at),
+                owner=case((again, None), else_=jobs.c.owner),
+                finished_at=case((again, jobs.c.finished_at), else_=db_now()))
+        .returning(jobs.c.id)
+        .cte("ended")
+    )
+    logged = (
+        update(runs)
+        .where(runs.c.job_id == v.c.id, runs.c.fence == v.c.fence, v.c.id.in_(select(ended.c.id)))
+        .values(outcome=v.c.outcome, finished_at=db_now(), error=v.c.error, output=v.c.output)
+        .cte("logged")
+    )
+    return select(ended.c.id).add_cte(logged)
