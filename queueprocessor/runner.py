@@ -204,9 +204,9 @@ class JobRunner:
                 job = r.entry.job
                 if state is None:
                     log.warning("result of job %s refused by its fence: another machine owns it now", job.id)
-                else:
-                    log.info("job %s attempt %s %s -> %s%s", job.id, job.attempts, r.outcome, state,
-                             f" ({r.error})" if r.error else "")
+                else:  # a busy node runs thousands a second: successes only at debug level
+                    log.log(logging.DEBUG if r.outcome == "succeeded" else logging.INFO, "job %s attempt %s %s -> %s%s",
+                            job.id, job.attempts, r.outcome, state, f" ({r.error})" if r.error else "")
                 written[id(r)] = self._done(r.entry, r.outcome if state else "lost")
         return [written[id(r)] for r in results]
 
