@@ -17,11 +17,13 @@ QGraphicsRectItem per run, re-created on every refresh.
 """
 
 import argparse
+import cProfile
 import gc
 import os
 import random
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -120,6 +122,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--refreshes", type=int, default=60)
     parser.add_argument("--quick", action="store_true", help="A short run (fewer refreshes).")
+    parser.add_argument("--profile", metavar="FILE", help="Also profile the timed refreshes (cProfile) into FILE.")
     args = parser.parse_args()
     refreshes = 15 if args.quick else args.refreshes
     print(load_average())
@@ -158,9 +161,12 @@ def main() -> None:
         app.processEvents()
         window.jobs.gantt.view.setXRange(snapshot["since"], snapshot["until"], padding=0)
         def snaps(count):
-            """Fresh snapshots one at a time (made off the clock, as the worker thread makes them)."""
+            """Fresh snapshots one at a time, made off the clock as the worker thread makes them. Like the
+            worker (Poller.send), hold the last two sent, so an old one is freed here, not in a refresh."""
+            sent = deque(maxlen=2)
             for n in range(count):
-                yield shifted(snapshot, 0.001 * n, n + 1)
+                sent.append(shifted(snapshot, 0.001 * n, n + 1))
+                yield sent[-1]
 
         def refresh(snap):
             """What the GUI thread does when a snapshot arrives: update every view, then let Qt paint
@@ -172,11 +178,18 @@ def main() -> None:
             refresh(snap)
         ours = []
         cpu = []  # the GUI thread's own CPU time: what other processes on the cores cannot inflate
+        profiler = cProfile.Profile() if args.profile else None
         for snap in snaps(refreshes):
             began, began_cpu = time.perf_counter(), time.thread_time()
+            if profiler:
+                profiler.enable()
             refresh(snap)
+            if profiler:
+                profiler.disable()
             ours.append(time.perf_counter() - began)
             cpu.append(time.thread_time() - began_cpu)
+        if profiler:
+            profiler.dump_stats(args.profile)
         gc.collect()
         app_rss = rss_mb()
 

@@ -7,15 +7,15 @@ whole picture one poll needs; each piece is also a function of its own.
 
 from dataclasses import dataclass
 
-from sqlalchemy import Float, and_, func, or_, select
+from sqlalchemy import Float, String, and_, cast, func, or_, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-from .errors import NotFound
+from .errors import NotFound, QPError
 from .node import NodeConfig
 from .roster import Liveness, machine_status, roster, slot_of, slot_owner
-from .schema import jobs, runs, turns
-from .store import Store
+from .schema import jobs, machines, runs, turns
+from .store import JOB_STATES, Store
 
 # A machine whose clock estimate is this loose (as a share of the period) cannot
 # place itself inside its slots reliably: operators should see it.
@@ -112,6 +112,22 @@ def machine_throughput(store: Store, since: float, until: float) -> dict[int, di
     return counts
 
 
+def find_jobs(store: Store, text: str, state: str | None = None, limit: int = 500) -> list[dict]:
+    """The newest `limit` jobs (in `state`, if given) whose id, target, machine name or last error contains
+    `text`, ignoring case; newest first. `text` is a bound parameter and its % and _ match only themselves."""
+    if state is not None and state not in JOB_STATES:
+        raise QPError(f"unknown job state {state!r}: use one of {', '.join(JOB_STATES)}")
+    named = select(machines.c.id).where(machines.c.name.icontains(text, autoescape=True))
+    found = or_(cast(jobs.c.id, String).icontains(text, autoescape=True),
+                jobs.c.target.icontains(text, autoescape=True),
+                jobs.c.last_error.icontains(text, autoescape=True),
+                jobs.c.owner.in_(named))
+    statement = select(jobs).where(found).order_by(jobs.c.id.desc()).limit(limit)
+    if state is not None:
+        statement = statement.where(jobs.c.state == state)
+    return [dict(r._mapping) for r in store._one(statement)]
+
+
 def judge_machines(rows: list[dict], now: float, timing: FarmTiming, keep_gone: float = GONE_AFTER) -> list[dict]:
     """Machines as an operator sees them: judged status, whose slot it is now, clock sync.
 
@@ -153,6 +169,7 @@ class Query:
     span: float = 60.0
     ahead: float = 10.0
     jobs_state: str | None = None
+    jobs_text: str | None = None  # only jobs whose id, target, machine name or error contains this
     jobs_limit: int = 500
     job_id: int | None = None
     bucket: float = 5.0
@@ -194,6 +211,7 @@ class Dashboard:
             "throughput": throughput(store, now - query.history, now, query.bucket),
             "bucket": query.bucket,
             "machine_throughput": machine_throughput(store, now - query.history, now),
-            "jobs": store.list_jobs(query.jobs_state, query.jobs_limit),
+            "jobs": (find_jobs(store, query.jobs_text, query.jobs_state, query.jobs_limit) if query.jobs_text
+                     else store.list_jobs(query.jobs_state, query.jobs_limit)),
             "job": job,
         }

@@ -130,19 +130,30 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
     assert window.node_panel.badge.text() == "active"
 
 
-def test_filters_narrow_the_jobs_table(farm, open_window, qtbot):
-    farm.enqueue_http("/reports/daily", delay=3600)
-    farm.enqueue_http("/reports/weekly", delay=3600)
-    [cancelled] = farm.enqueue_http("/cleanup", delay=3600)
-    farm.store.cancel(cancelled)
+def _listed(window):
+    model = window.jobs.model
+    return [model.index(row, 0).data(ROW_ROLE)["id"] for row in range(model.rowCount())]
+
+
+def test_filters_ask_the_database_beyond_the_newest_jobs_shown(farm, open_window, qtbot):
+    [weekly] = farm.enqueue_http("/reports/weekly", delay=3600)
+    [daily] = farm.enqueue_http("/reports/daily", delay=3600)
+    farm.store.cancel(daily)
+    bulk = farm.enqueue_http("/bulk", delay=3600, count=520)  # the table lists the newest 500 only
     window = open_window(farm.url)
-    qtbot.waitUntil(lambda: window.jobs.proxy.rowCount() == 3, timeout=WAIT)
-    window.jobs.search.setText("WEEKLY")
-    assert window.jobs.proxy.rowCount() == 1
+    window.tabs.setCurrentWidget(window.jobs)
+    qtbot.waitUntil(lambda: _listed(window) == bulk[::-1][:500], timeout=WAIT)
+
+    window.jobs.search.setText("WEEKLY")  # case does not matter; the job is older than any listed
+    qtbot.waitUntil(lambda: _listed(window) == [weekly], timeout=WAIT)
+    window.jobs.search.setText("reports/")
+    qtbot.waitUntil(lambda: _listed(window) == [daily, weekly], timeout=WAIT)
+    window.jobs.state.setCurrentIndex(window.jobs.state.findData("cancelled"))  # both filters at once
+    qtbot.waitUntil(lambda: _listed(window) == [daily], timeout=WAIT)
     window.jobs.search.setText("")
-    window.jobs.state.setCurrentIndex(window.jobs.state.findData("cancelled"))
-    qtbot.waitUntil(lambda: [window.jobs.proxy.index(r, 0).data(ROW_ROLE)["id"]
-                             for r in range(window.jobs.proxy.rowCount())] == [cancelled], timeout=WAIT)
+    qtbot.waitUntil(lambda: _listed(window) == [daily], timeout=WAIT)
+    window.jobs.state.setCurrentIndex(window.jobs.state.findData(None))
+    qtbot.waitUntil(lambda: _listed(window) == bulk[::-1][:500], timeout=WAIT)
 
 
 def _steer_from_menu(window, name, wish):

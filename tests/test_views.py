@@ -6,9 +6,10 @@ finish), so the views are checked against what a farm really writes.
 
 import pytest
 
+from queueprocessor.errors import QPError
 from queueprocessor.store import JobSpec
-from queueprocessor.views import (Dashboard, FarmTiming, Query, judge_machines, machine_throughput, runs_between,
-                                  throughput, turns_between, upcoming_slots)
+from queueprocessor.views import (Dashboard, FarmTiming, Query, find_jobs, judge_machines, machine_throughput,
+                                  runs_between, throughput, turns_between, upcoming_slots)
 
 TIMING = FarmTiming(period=1.0, heartbeat=1.0, misses=3)
 
@@ -106,3 +107,28 @@ def test_dashboard_reads_everything_one_poll_needs(farm):
     assert snap["job"]["id"] == job.id and [r["outcome"] for r in snap["job"]["runs"]] == ["succeeded"]
     assert [j["id"] for j in snap["jobs"]] == [job.id]
     assert dashboard.read(Query(job_id=10**9))["job"] is None
+
+
+def test_find_jobs_matches_id_target_machine_and_error_with_like_characters_taken_literally(farm):
+    store = farm.store
+    render = _machine(store, "Render-7")
+    percent = _run(store, render, "/rate/100%done", "succeeded")
+    failed = _run(store, _machine(store, "idle"), "/plain", "failed")  # its error is "boom"
+    [underscore] = store.enqueue(JobSpec(executor="http", target="/a_b"))
+    [lookalike] = store.enqueue(JobSpec(executor="http", target="/axb"))
+    [other] = store.enqueue(JobSpec(executor="http", target="/other"))
+
+    def found(text, state=None):
+        return [job["id"] for job in find_jobs(store, text, state)]
+
+    assert found("%DONE") == [percent.id]  # % is a character, not "anything"; case is ignored
+    assert found("a_b") == [underscore]  # _ is a character, not "any one character"
+    assert found("render-") == [percent.id]  # the name of the machine that ran it
+    assert found("BOOM") == [failed.id]
+    assert found(str(lookalike)) == [lookalike]
+    assert found("/", state="queued") == [other, lookalike, underscore]  # newest first
+    assert found("%") == [percent.id] and found("_") == [underscore]
+    assert found("'; drop table qp_jobs; --") == []
+    assert len(found("/")) == 5
+    with pytest.raises(QPError, match="unknown job state"):
+        find_jobs(store, "x", "nosuchstate")

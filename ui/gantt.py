@@ -19,7 +19,7 @@ class RunsGantt(LanePlot):
         self.runs: list[dict] = []
         self._starts = self._ends = self._lanes = np.zeros(0)
 
-    def show_snapshot(self, snapshot: dict) -> None:
+    def draw(self, snapshot: dict) -> None:
         plot = snapshot["plot"]
         self.set_lanes(plot["lanes"], snapshot["names"])
         self.runs = snapshot["runs"]
@@ -29,13 +29,14 @@ class RunsGantt(LanePlot):
 
     def plotted_runs(self) -> list[tuple[int, float, str]]:
         """(run lane machine id, start, outcome) of every bar: what tests compare with the run log."""
+        self.flush()
         shown = []
         for outcome, item in self.items.items():
             bars = zip(item.opts["x0"], item.opts["y0"])
             shown += [(self.lanes[round(y + 0.32)], float(x), outcome) for x, y in bars]
         return sorted(shown)
 
-    def describe(self, x: float, machine_id: int) -> str | None:
+    def text_at(self, x: float, machine_id: int) -> str | None:
         lane = self.lane_index.get(machine_id)
         hits = np.nonzero((self._lanes == lane) & (self._starts <= x) & (self._ends >= x))[0]
         if not len(hits):

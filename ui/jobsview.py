@@ -1,8 +1,12 @@
-"""The Job runs tab: the runs Gantt, the recent jobs table with its filters, and the selected job's details."""
+"""The Job runs tab: the runs Gantt, the recent jobs table with its filters, and the selected job's details.
+
+Both filters are database queries the worker runs (the table holds only the
+newest jobs that match), so a search finds old jobs too.
+"""
 
 import json
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QGridLayout, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
                                QSplitter, QTableView, QVBoxLayout, QWidget)
 
@@ -10,7 +14,7 @@ from queueprocessor.store import JOB_STATES
 
 from . import text
 from .gantt import RunsGantt
-from .models import ROW_ROLE, AttemptsModel, FilterProxy, JobsModel
+from .models import ROW_ROLE, AttemptsModel, JobsModel
 
 
 def table(model, stretch: int | None = None) -> QTableView:
@@ -96,9 +100,13 @@ class JobDetails(QWidget):
         self.attempts.set_rows(sorted(job["runs"], key=lambda r: (r["attempt"], r["id"])), {"names": names})
 
 
+SEARCH_PAUSE = 300  # ms of no typing before the text filter goes to the database
+
+
 class JobsView(QWidget):
     job_selected = Signal(object)      # a job id, or None
     state_filter_changed = Signal(object)  # a job state, or None for all
+    text_filter_changed = Signal(object)   # text to look for, or None for all
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -121,14 +129,19 @@ class JobsView(QWidget):
         self.state.currentIndexChanged.connect(lambda _: self.state_filter_changed.emit(self.state.currentData()))
         self.search = QLineEdit()
         self.search.setPlaceholderText("Filter by text: id, target, machine, error…")
+        self.search.setToolTip("Show only jobs whose id, target, machine or error contains this text, "
+                               "ignoring case (asks the database)")
         self.search.setClearButtonEnabled(True)
+        self.search_timer = QTimer(self)
+        self.search_timer.setSingleShot(True)
+        self.search_timer.setInterval(SEARCH_PAUSE)
+        self.search_timer.timeout.connect(lambda: self.text_filter_changed.emit(self.search.text().strip() or None))
+        self.search.textChanged.connect(lambda _: self.search_timer.start())
         filters.addWidget(self.state)
         filters.addWidget(self.search, 1)
         box.addLayout(filters)
         self.model = JobsModel(self)
-        self.proxy = FilterProxy(self.model, self)
-        self.search.textChanged.connect(self.proxy.setFilterFixedString)
-        self.table = table(self.proxy)
+        self.table = table(self.model)
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
         fit_columns(self.table, (64, 110, 220, 70, 100, 110, 110))
@@ -160,7 +173,7 @@ class JobsView(QWidget):
 
     def show_snapshot(self, snapshot: dict) -> None:
         self.gantt.show_snapshot(snapshot)
-        # A refresh may reset the table: keep the operator's selection (and its details) across it.
+        # The selection follows its row through the update; if the job left the list and comes back, select it again.
         self._updating = True
         try:
             self.model.set_rows(snapshot["jobs"], {"names": snapshot["names"]})
@@ -173,9 +186,7 @@ class JobsView(QWidget):
 
     def select(self, job_id: int) -> bool:
         """Select a job by id in the table (False if it is not shown)."""
-        for row in range(self.proxy.rowCount()):
-            index = self.proxy.index(row, 0)
-            if index.data(ROW_ROLE)["id"] == job_id:
-                self.table.selectRow(row)
-                return True
-        return False
+        row = self.model.row_of(job_id)
+        if row is not None:
+            self.table.selectRow(row)
+        return row is not None

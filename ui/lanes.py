@@ -1,14 +1,16 @@
 """What the slots timeline and the runs Gantt share: one horizontal lane per machine, x in database time.
 
 Plot items are created once; a refresh only feeds them new arrays
-(`setOpts`), so a refresh costs the same whatever was shown before.
+(`setOpts`), so a refresh costs the same whatever was shown before. A plot
+that is not on screen (its tab is hidden) only keeps the latest snapshot and
+draws it when shown, or when asked what it plots.
 """
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Signal
 from PySide6.QtGui import QCursor
-from PySide6.QtWidgets import QToolTip, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QToolTip, QVBoxLayout, QWidget
 
 from . import theme
 
@@ -16,9 +18,20 @@ LANE_AXIS_WIDTH = 110  # both plots reserve the same width for lane names, so th
 EMPTY = np.zeros(0)
 
 
-def bars(**opts) -> pg.BarGraphItem:
-    """An empty set of same-coloured bars, without outlines (the fast drawRects path)."""
-    return pg.BarGraphItem(x0=EMPTY, width=EMPTY, y0=EMPTY, height=EMPTY, pen=None, **opts)
+class Bars(pg.BarGraphItem):
+    """Same-coloured bars without outlines (the fast drawRects path), bounded by their data alone.
+
+    BarGraphItem pads its bounds by half a pen width worked out in pixels each time Qt asks for them
+    (dozens of times a repaint); with no pen there is nothing to pad.
+    """
+
+    def pixelPadding(self):
+        return 0
+
+
+def bars(**opts) -> Bars:
+    """An empty set of bars."""
+    return Bars(x0=EMPTY, width=EMPTY, y0=EMPTY, height=EMPTY, pen=None, **opts)
 
 
 class LanePlot(QWidget):
@@ -31,6 +44,7 @@ class LanePlot(QWidget):
         self.lanes: list[int] = []
         self.names: dict[int, str] = {}
         self.lane_index: dict[int, int] = {}
+        self._pending: dict | None = None
         self.plot = pg.PlotWidget(axisItems={"bottom": pg.DateAxisItem()})
         self.plot.setTitle(title)
         self.plot.setMenuEnabled(False)
@@ -38,6 +52,10 @@ class LanePlot(QWidget):
         self.plot.invertY(True)
         self.plot.setMouseEnabled(x=True, y=False)
         self.plot.getPlotItem().getAxis("left").setWidth(LANE_AXIS_WIDTH)
+        for name in ("left", "bottom"):
+            # Axes are kept as pixmaps: new data repaints the plot area, and the axes next to it (the time
+            # axis draws the grid across it) are copied rather than drawn again, label by label.
+            self.plot.getPlotItem().getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self.plot.showGrid(x=True, y=False, alpha=0.15)
         self.view = self.plot.getViewBox()
         self.view.disableAutoRange()
@@ -60,6 +78,26 @@ class LanePlot(QWidget):
             axis.setTextPen(scheme.text)
         self.plot.getPlotItem().titleLabel.setText(self.plot.getPlotItem().titleLabel.text, color=scheme.muted)
         self.stripes.setOpts(brush=scheme.lane_bg)
+
+    def show_snapshot(self, snapshot: dict) -> None:
+        """Draw the snapshot if the plot is on screen; otherwise keep it for when it is."""
+        self._pending = snapshot
+        if self.isVisible():
+            self.flush()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self.flush()
+
+    def flush(self) -> None:
+        """Draw the snapshot that arrived while the plot was hidden, if any."""
+        if self._pending is not None:
+            snapshot, self._pending = self._pending, None
+            self.draw(snapshot)
+
+    def draw(self, snapshot: dict) -> None:
+        """Feed the plot items the snapshot's arrays."""
+        raise NotImplementedError
 
     def set_lanes(self, ids: list[int], names: dict[int, str]) -> None:
         """Lay out one lane per machine; only touches the axis when the machines changed."""
@@ -91,6 +129,10 @@ class LanePlot(QWidget):
 
     def describe(self, x: float, machine_id: int) -> str | None:
         """Hover text for database time x in a machine's lane (None: nothing there)."""
+        self.flush()
+        return self.text_at(x, machine_id)
+
+    def text_at(self, x: float, machine_id: int) -> str | None:
         raise NotImplementedError
 
 

@@ -147,6 +147,7 @@ class MainWindow(QMainWindow):
         self.jobs.gantt.manually_moved.connect(lambda: self.timeline.set_follow(False))
         self.jobs.job_selected.connect(self._job_selected)
         self.jobs.state_filter_changed.connect(lambda state: self._query(jobs_state=state))
+        self.jobs.text_filter_changed.connect(lambda text: self._query(jobs_text=text))
         self.jobs.table.doubleClicked.connect(lambda _: self.jobs.details.setFocus())
         self.queue = QueueGraph()
 
@@ -523,7 +524,7 @@ class MainWindow(QMainWindow):
 
     def _finish_close(self) -> None:
         if self.ticker.isActive():
-            for timer in (self.ticker, self.banner_timer, self.close_timer):
+            for timer in (self.ticker, self.banner_timer, self.close_timer, self.jobs.search_timer):
                 timer.stop()
             self._save()
             self.closed.emit()

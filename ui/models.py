@@ -1,21 +1,29 @@
 """Thin Qt table models over the plain rows of a dashboard snapshot.
 
 A model keeps the snapshot's rows as they are and only says how each column
-reads, sorts and is coloured. `set_rows` keeps selections alive: when the keys
-are unchanged only the cells are refreshed; otherwise the model resets. Models
-sort their rows in Python with each column's key (one call per row), rather
-than letting a proxy compare cells through data() (two calls per comparison).
+reads, sorts and is coloured. `set_rows` updates the table in place: rows that
+left are removed, new ones inserted, reordered ones moved in one layout change,
+and only rows whose values changed are repainted, so selections and the scroll
+position survive a refresh. Models sort their rows in Python with each
+column's key (one call per row). `data()` is called for every role of every
+painted cell (seven calls a cell), so it answers from plain ints and returns
+at once for the roles a model does not style.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
-from PySide6.QtGui import QColor
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 
 from . import text, theme
 
-ROW_ROLE = Qt.ItemDataRole.UserRole
+DISPLAY = int(Qt.ItemDataRole.DisplayRole)
+DECORATION = int(Qt.ItemDataRole.DecorationRole)
+TOOLTIP = int(Qt.ItemDataRole.ToolTipRole)
+ALIGNMENT = int(Qt.ItemDataRole.TextAlignmentRole)
+BACKGROUND = int(Qt.ItemDataRole.BackgroundRole)
+FOREGROUND = int(Qt.ItemDataRole.ForegroundRole)
+ROW_ROLE = int(Qt.ItemDataRole.UserRole)
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 
 
@@ -28,9 +36,24 @@ class Column:
     tip: str = ""
 
 
+def _blocks(rows: Iterable[int]) -> Iterator[tuple[int, int]]:
+    """Ascending row numbers as (first, last) runs of consecutive rows."""
+    first = last = None
+    for row in rows:
+        if last is not None and row == last + 1:
+            last = row
+            continue
+        if first is not None:
+            yield first, last
+        first = last = row
+    if first is not None:
+        yield first, last
+
+
 class SnapshotModel(QAbstractTableModel):
     columns: list[Column] = []
     key = "id"
+    styled: frozenset[int] = frozenset()  # the roles style() answers
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -42,31 +65,74 @@ class SnapshotModel(QAbstractTableModel):
 
     def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
         self.sort_column, self.descending = column, order == Qt.SortOrder.DescendingOrder
-        self.beginResetModel()
-        self.rows = self._sorted(self.rows)
-        self._keys = [row[self.key] for row in self.rows]
-        self.endResetModel()
+        rows = self._sorted(self.rows)
+        self._restructure(rows, [row[self.key] for row in rows])
+        self.rows = rows
 
     def _sorted(self, rows: list[dict]) -> list[dict]:
+        """A new list (the model edits its own in place), in the chosen column's order."""
         if self.sort_column is None:
-            return rows
+            return list(rows)
         column = self.columns[self.sort_column]
         key = column.sort or column.show
         return sorted(rows, key=lambda row: key(row, self.context), reverse=self.descending)
 
     def set_rows(self, rows: list[dict], context: dict | None = None) -> None:
         """Show `rows`; `context` is what cells may need beyond their row (db time, machine names)."""
-        self.context = context or {}
+        context = context or {}
+        stale = context != self.context  # every cell may read differently
+        self.context = context
         rows = self._sorted(rows)
         keys = [row[self.key] for row in rows]
-        if keys == self._keys:
-            self.rows = rows
-            if rows:
-                self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(self.columns) - 1))
+        before = dict(zip(self._keys, self.rows))
+        if keys != self._keys:
+            self._restructure(rows, keys)
+        self.rows = rows
+        changed = range(len(rows)) if stale else (n for n, (key, row) in enumerate(zip(keys, rows))
+                                                   if before.get(key, row) != row)
+        last_column = len(self.columns) - 1
+        for first, last in _blocks(changed):
+            self.dataChanged.emit(self.index(first, 0), self.index(last, last_column))
+
+    def _restructure(self, rows: list[dict], keys: list) -> None:
+        """Turn the shown rows into `rows` (same keys, same order) through row signals, not a reset."""
+        root = QModelIndex()
+        wanted = set(keys)
+        for first, last in reversed(list(_blocks(n for n, key in enumerate(self._keys) if key not in wanted))):
+            self.beginRemoveRows(root, first, last)
+            del self.rows[first:last + 1], self._keys[first:last + 1]
+            self.endRemoveRows()
+        kept = set(self._keys)
+        new = [n for n, key in enumerate(keys) if key not in kept]
+        if [key for key in keys if key in kept] == self._keys:
+            # What stayed is in order (newest jobs on top, say): insert the newcomers in their places.
+            for first, last in _blocks(new):
+                self.beginInsertRows(root, first, last)
+                self.rows[first:first] = rows[first:last + 1]
+                self._keys[first:first] = keys[first:last + 1]
+                self.endInsertRows()
             return
-        self.beginResetModel()
-        self.rows, self._keys = rows, keys
-        self.endResetModel()
+        # Reordered (sorted on a column whose values moved): newcomers at the end, then one layout change
+        # that carries selections and the current row along with their rows.
+        if new:
+            end = len(self._keys)
+            self.beginInsertRows(root, end, end + len(new) - 1)
+            self.rows += [rows[n] for n in new]
+            self._keys += [keys[n] for n in new]
+            self.endInsertRows()
+        self.layoutAboutToBeChanged.emit()
+        position = {key: n for n, key in enumerate(keys)}
+        old = self.persistentIndexList()
+        self.changePersistentIndexList(old, [self.index(position[self._keys[i.row()]], i.column()) for i in old])
+        self.rows, self._keys = list(rows), list(keys)
+        self.layoutChanged.emit()
+
+    def row_of(self, key) -> int | None:
+        """The row showing `key`, or None."""
+        try:
+            return self._keys.index(key)
+        except ValueError:
+            return None
 
     def rowCount(self, parent=QModelIndex()):
         return 0 if parent.isValid() else len(self.rows)
@@ -74,32 +140,31 @@ class SnapshotModel(QAbstractTableModel):
     def columnCount(self, parent=QModelIndex()):
         return 0 if parent.isValid() else len(self.columns)
 
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+    def headerData(self, section, orientation, role=DISPLAY):
         if orientation != Qt.Orientation.Horizontal:
             return None
         column = self.columns[section]
-        if role == Qt.ItemDataRole.DisplayRole:
+        if role == DISPLAY:
             return column.title
-        if role == Qt.ItemDataRole.ToolTipRole and column.tip:
+        if role == TOOLTIP and column.tip:
             return column.tip
-        if role == Qt.ItemDataRole.TextAlignmentRole and column.numeric:
+        if role == ALIGNMENT and column.numeric:
             return RIGHT
         return None
 
-    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
-        row, column = self.rows[index.row()], self.columns[index.column()]
-        if role == Qt.ItemDataRole.DisplayRole:
-            return column.show(row, self.context)
+    def data(self, index, role=DISPLAY):
+        if role == DISPLAY:
+            return self.columns[index.column()].show(self.rows[index.row()], self.context)
+        if role == ALIGNMENT:
+            return RIGHT if self.columns[index.column()].numeric else None
         if role == ROW_ROLE:
-            return row
-        if role == Qt.ItemDataRole.TextAlignmentRole and column.numeric:
-            return RIGHT
-        return self.style(row, index.column(), role)
+            return self.rows[index.row()]
+        if role in self.styled:
+            return self.style(self.rows[index.row()], index.column(), role)
+        return None
 
-    def style(self, row: dict, column: int, role):
-        """Colours, icons and tooltips; subclasses say which rows stand out."""
+    def style(self, row: dict, column: int, role: int):
+        """Colours, icons and tooltips for the roles in `styled`; subclasses say which rows stand out."""
         return None
 
 
@@ -141,23 +206,24 @@ class PeersModel(SnapshotModel):
                "Finished runs per minute over the last ten minutes (database's run log)"),
     ]
 
-    def style(self, row: dict, column: int, role):
-        scheme = theme.current()
+    styled = frozenset((BACKGROUND, DECORATION, FOREGROUND, TOOLTIP))
+
+    def style(self, row: dict, column: int, role: int):
         dead = row["status"] == "dead"
         unsynced = not row["synced"] and row["status"] not in ("stopped", "dead")
-        if role == Qt.ItemDataRole.BackgroundRole:
+        if role == BACKGROUND:
             if dead:
-                return QColor(scheme.dead_bg)
+                return theme.colour(theme.current().dead_bg)
             if unsynced:
-                return QColor(scheme.unsynced_bg)
-        if role == Qt.ItemDataRole.DecorationRole and column == 0:
+                return theme.colour(theme.current().unsynced_bg)
+        if role == DECORATION and column == 0:
             return theme.dot(theme.MACHINE_STATE[row["status"]])
-        if role == Qt.ItemDataRole.ForegroundRole:
+        if role == FOREGROUND:
             if dead and column == 2:
-                return QColor(theme.MACHINE_STATE["dead"])
+                return theme.colour(theme.MACHINE_STATE["dead"])
             if row["status"] == "stopped":
-                return QColor(scheme.muted)
-        if role == Qt.ItemDataRole.ToolTipRole:
+                return theme.colour(theme.current().muted)
+        if role == TOOLTIP:
             if dead:
                 silent = self.context["db_now"] - row["last_seen"]
                 return f"{row['name']} has not checked in for {text.duration(silent)}"
@@ -183,10 +249,12 @@ class JobsModel(SnapshotModel):
         Column("Error", lambda r, c: (r["last_error"] or "").splitlines()[0][:120] if r["last_error"] else ""),
     ]
 
-    def style(self, row: dict, column: int, role):
-        if role == Qt.ItemDataRole.DecorationRole and column == 1:
+    styled = frozenset((DECORATION, TOOLTIP))
+
+    def style(self, row: dict, column: int, role: int):
+        if role == DECORATION and column == 1:
             return theme.dot(theme.JOB_STATE.get(row["state"], theme.OUTCOME["cancelled"]))
-        if role == Qt.ItemDataRole.ToolTipRole and column == 7 and row["last_error"]:
+        if role == TOOLTIP and column == 7 and row["last_error"]:
             return row["last_error"]
         return None
 
@@ -207,22 +275,11 @@ class AttemptsModel(SnapshotModel):
         Column("Error", lambda r, c: r["error"] or ""),
     ]
 
-    def style(self, row: dict, column: int, role):
-        if role == Qt.ItemDataRole.DecorationRole and column == 6:
+    styled = frozenset((DECORATION, TOOLTIP))
+
+    def style(self, row: dict, column: int, role: int):
+        if role == DECORATION and column == 6:
             return theme.dot(theme.OUTCOME.get(row["outcome"], theme.OUTCOME["cancelled"]))
-        if role == Qt.ItemDataRole.ToolTipRole and column == 7 and row["error"]:
+        if role == TOOLTIP and column == 7 and row["error"]:
             return row["error"]
         return None
-
-
-class FilterProxy(QSortFilterProxyModel):
-    """Filters rows on text in any column, case-insensitively; sorting is left to the source model."""
-
-    def __init__(self, source: SnapshotModel, parent=None):
-        super().__init__(parent)
-        self.setSourceModel(source)
-        self.setFilterKeyColumn(-1)
-        self.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
-
-    def sort(self, column: int, order=Qt.SortOrder.AscendingOrder) -> None:
-        self.sourceModel().sort(column, order)

@@ -144,6 +144,12 @@ def icon(name: str, colour: str | None = None) -> QIcon:
 
 
 @cache
+def colour(name: str) -> QColor:
+    """One QColor per colour, made once: table models hand these out for every painted cell."""
+    return QColor(name)
+
+
+@cache
 def dot(colour: str, size: int = 10) -> QIcon:
     """A filled circle: the state marks in tables and the status bar."""
     scale = 4  # drawn large, so it stays round on high-DPI screens

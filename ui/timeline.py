@@ -64,7 +64,7 @@ class SlotsTimeline(LanePlot):
         left, right = self.view.viewRange()[0]
         return left, right
 
-    def show_snapshot(self, snapshot: dict) -> None:
+    def draw(self, snapshot: dict) -> None:
         plot = snapshot["plot"]
         self.period = period = snapshot["period"]
         self.set_lanes(plot["lanes"], snapshot["names"])
@@ -82,6 +82,7 @@ class SlotsTimeline(LanePlot):
 
     def plotted_turns(self) -> list[tuple[int, int]]:
         """(slot, lane machine id) of every solid bar: what tests compare with the turn log."""
+        self.flush()
         shown = []
         for item in (self.turn_bars, self.claim_bars):
             x0, y0 = item.opts["x0"], item.opts["y0"]
@@ -94,7 +95,7 @@ class SlotsTimeline(LanePlot):
         if self.follow:
             self.view.setXRange(now - self.span, now + self.ahead, padding=0)
 
-    def describe(self, x: float, machine_id: int) -> str | None:
+    def text_at(self, x: float, machine_id: int) -> str | None:
         slot = math.floor(x / self.period)
         name = self.names.get(machine_id, f"#{machine_id}")
         turn = self.turns.get(slot)
