@@ -1,0 +1,86 @@
+"""The table models update in place: a refresh moves, adds and drops rows with row signals (never a reset),
+so what the operator selected stays selected, and only rows whose values changed are repainted. Qt's own
+model tester watches every signal."""
+
+import os
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QPersistentModelIndex, Qt  # noqa: E402
+
+from ui.models import ROW_ROLE, JobsModel  # noqa: E402
+
+NAMES = {"names": {1: "desk"}}
+
+
+def _job(job_id, state="queued", **fields):
+    return dict(id=job_id, state=state, method="GET", target=f"/work/{job_id}", attempts=0, max_attempts=3,
+                owner=None, created_at=1_700_000_000.0 + job_id, finished_at=None, last_error=None) | fields
+
+
+@pytest.fixture
+def model(qapp, qtmodeltester, qtlog):
+    model = JobsModel()
+    qtmodeltester.check(model)  # Qt's QAbstractItemModelTester: checks every signal the model sends
+    yield model
+    failures = [record.message for record in qtlog.records if "FAIL" in record.message]
+    assert failures == []
+
+
+class Spy:
+    """What the model told its views."""
+
+    def __init__(self, model):
+        self.changed, self.resets, self.inserted, self.removed, self.moved = [], [], [], [], []
+        model.dataChanged.connect(lambda first, last, *_: self.changed.append((first.row(), last.row())))
+        model.modelReset.connect(lambda: self.resets.append(True))
+        model.rowsInserted.connect(lambda _, first, last: self.inserted.append((first, last)))
+        model.rowsRemoved.connect(lambda _, first, last: self.removed.append((first, last)))
+        model.layoutChanged.connect(lambda *_: self.moved.append(True))
+
+
+def _ids(model):
+    return [model.index(row, 0).data(ROW_ROLE)["id"] for row in range(model.rowCount())]
+
+
+def test_new_jobs_on_top_are_inserted_and_a_selected_row_follows_its_job(model):
+    model.set_rows([_job(n) for n in (5, 4, 3, 2, 1)], NAMES)
+    selected = QPersistentModelIndex(model.index(2, 0))  # job 3, as a view's selection holds it
+    spy = Spy(model)
+
+    model.set_rows([_job(n) for n in (7, 6, 5, 4, 3)], NAMES)  # two new on top, the two oldest fall off
+
+    assert _ids(model) == [7, 6, 5, 4, 3]
+    assert (spy.removed, spy.inserted, spy.resets, spy.changed) == ([(3, 4)], [(0, 1)], [], [])
+    assert selected.row() == 4 and selected.data(ROW_ROLE)["id"] == 3
+
+
+def test_only_rows_whose_values_changed_are_repainted(model):
+    model.set_rows([_job(n) for n in (3, 2, 1)], NAMES)
+    spy = Spy(model)
+
+    model.set_rows([_job(n) for n in (3, 2, 1)], NAMES)  # a fresh read of the same jobs
+    assert spy.changed == []
+    model.set_rows([_job(3), _job(2, "running", attempts=1, owner=1), _job(1)], NAMES)
+    assert spy.changed == [(1, 1)]
+    assert [model.index(1, column).data() for column in (1, 3, 4)] == ["running", "1/3", "desk"]
+    model.set_rows([_job(3), _job(2, "running", attempts=1, owner=1), _job(1)], {"names": {1: "desk-2"}})
+    assert spy.changed[1:] == [(0, 2)]  # a machine was renamed: every row may read differently
+    assert spy.resets == spy.inserted == spy.removed == []
+
+
+def test_rows_sorted_on_a_changing_column_move_with_their_selection(model):
+    model.set_rows([_job(3, "queued"), _job(2, "queued"), _job(1, "succeeded")], NAMES)
+    model.sort(1, Qt.SortOrder.AscendingOrder)  # by state
+    assert _ids(model) == [3, 2, 1]
+    selected = QPersistentModelIndex(model.index(0, 0))  # job 3
+    spy = Spy(model)
+
+    model.set_rows([_job(4, "failed"), _job(3, "succeeded"), _job(2, "queued")], NAMES)
+
+    assert [(job, model.index(row, 1).data()) for row, job in enumerate(_ids(model))] == [
+        (4, "failed"), (2, "queued"), (3, "succeeded")]
+    assert selected.row() == 2 and selected.data(ROW_ROLE)["id"] == 3
+    assert spy.resets == [] and spy.moved and spy.removed == [(2, 2)]
