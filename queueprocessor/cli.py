@@ -114,6 +114,18 @@ def _farm_timing_options(command):
     return command
 
 
+def _allow_options(command):
+    """What work this machine's node agrees to run (`node` and `gui` both run one)."""
+    for name, metavar, text in reversed((
+        ("host", "HOST", "Also run HTTP jobs on this host (the local machine is always allowed). Repeatable."),
+        ("module", "PREFIX", "Run Python jobs from modules under this prefix, e.g. myapp.jobs. Repeatable."),
+        ("command", "PROGRAM", "Run command jobs whose argv[0] is exactly this. Repeatable."),
+    )):
+        command = click.option(f"--allow-{name}", multiple=True, envvar=f"QP_ALLOW_{name.upper()}", metavar=metavar,
+                               help=text)(command)
+    return command
+
+
 @cli.command("init-db")
 @_farm_timing_options
 @pass_ctx
@@ -137,12 +149,7 @@ def init_db(ctx: Context, period, heartbeat, misses) -> None:
               help="Pretend this machine's clock is off by SECONDS (to see skew handled).")
 @click.option("--turn-keep", type=float, default=86400.0, envvar="QP_TURN_KEEP",
               help="Seconds of turn history to keep.")
-@click.option("--allow-host", multiple=True, envvar="QP_ALLOW_HOST", metavar="HOST",
-              help="Also run HTTP jobs on this host (the local machine is always allowed). Repeatable.")
-@click.option("--allow-module", multiple=True, envvar="QP_ALLOW_MODULE", metavar="PREFIX",
-              help="Run Python jobs from modules under this prefix, e.g. myapp.jobs. Repeatable.")
-@click.option("--allow-command", multiple=True, envvar="QP_ALLOW_COMMAND", metavar="PROGRAM",
-              help="Run command jobs whose argv[0] is exactly this. Repeatable.")
+@_allow_options
 @click.option("--push/--no-push", default=True, envvar="QP_PUSH",
               help="On PostgreSQL, start new work as soon as it is enqueued (LISTEN/NOTIFY).")
 @pass_ctx
@@ -555,9 +562,11 @@ def demo(ctx: Context, nodes: int, seconds: float, headless: bool) -> None:
               help="Base URL that HTTP job paths are relative to.")
 @click.option("--clock-skew", type=float, default=0.0, envvar="QP_CLOCK_SKEW",
               help="Pretend this machine's clock is off by SECONDS (to see skew handled).")
+@_allow_options
 @click.option("--theme", type=click.Choice(["auto", "light", "dark"]), help="Colour scheme. Default: as last chosen.")
 @click.pass_context
-def gui(ctx: click.Context, observe, name, capacity, http_base, clock_skew, theme) -> None:
+def gui(ctx: click.Context, observe, name, capacity, http_base, clock_skew, allow_host, allow_module, allow_command,
+        theme) -> None:
     """Open the desktop app: it runs this machine's node (unless --observe) and shows the whole farm live.
 
     Without --db, QP_DB or a db in the config file, the app asks for the database.
@@ -568,6 +577,9 @@ def gui(ctx: click.Context, observe, name, capacity, http_base, clock_skew, them
     args += ["--observe"] if observe else []
     args += ["--name", name] if name else []
     args += ["--theme", theme] if theme else []
+    for option, values in (("--allow-host", allow_host), ("--allow-module", allow_module),
+                           ("--allow-command", allow_command)):
+        args += [part for value in values for part in (option, value)]
     # The app is a separate package the core never imports: run it in place of this process. The URL
     # travels in the environment, so its password never shows in the process list.
     env = {k: v for k, v in os.environ.items() if k != "QP_DB"} | ({"QP_DB": url} if url else {})
@@ -584,7 +596,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.ClickException as error:
-        error.show()
+        # One line like every other error; a usage error names the help that explains the option.
+        hint = f" (see `{error.ctx.command_path} --help`)" if isinstance(error, click.UsageError) and error.ctx else ""
+        click.echo(f"error: {' '.join(error.format_message().split())}{hint}", err=True)
         sys.exit(error.exit_code)
     except click.exceptions.Abort:
         sys.exit(130)

@@ -52,13 +52,19 @@ def open_engine(text: str, pool_size: int = 5) -> Engine:
         return _sqlite_engine(url)
     try:
         return create_engine(url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True, pool_recycle=300)
-    except ModuleNotFoundError as error:
-        raise ConfigError(f"the driver for {mask(url)} is not installed ({error.name})") from None
+    except ImportError as error:  # the driver, or a library it loads (pyodbc needs unixODBC's libodbc)
+        missing = error.name if isinstance(error, ModuleNotFoundError) else str(error).split(":")[0]
+        raise ConfigError(f"the driver for {mask(url)} cannot be loaded ({missing}): install it on this machine") from None
 
 
 def _sqlite_engine(url: URL) -> Engine:
     if url.database and url.database != ":memory:":
-        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(url.database).expanduser().parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(f"cannot use the SQLite database {url.database}: its folder {folder} cannot be "
+                              f"created ({error.strerror})") from None
     engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")

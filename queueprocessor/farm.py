@@ -104,6 +104,11 @@ class Farm:
         """The farm-wide timing settings. Values passed in are adopted by a new farm and
         must match an existing one."""
         given = {k: v for k, v in wanted.items() if v is not None}
+        for key, value in given.items():
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0) or (
+                    key == "misses" and value != int(value)):
+                kind = "a whole number of at least 1" if key == "misses" else "a positive number of seconds"
+                raise ConfigError(f"--{key} must be {kind} (got {value!r})")
         if not given and self._settings is not None:
             return self._settings
         stored = self.store.adopt_settings({k: repr(float(given.get(k, DEFAULTS[k]))) for k in FARM_SETTINGS})
