@@ -1,5 +1,6 @@
 """Launching the app as a user does: `queueprocessor gui`, `python -m ui`, the demo; and its dialogs."""
 
+import json
 import os
 import signal
 import subprocess
@@ -41,13 +42,20 @@ def _wait(predicate, timeout=30.0):
 def test_queueprocessor_gui_runs_this_machines_node_until_the_window_closes(tmp_path):
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     log = tmp_path / "app.log"
+    config = tmp_path / "qp.toml"
+    config.write_text('[gui]\nallow-module = ["myapp.jobs", "reports"]\nallow-command = ["true"]\n')
+    command = [*QP, "--config", str(config), "--db", url, "gui", "--name", "desk-1", "--clock-skew", "0.5",
+               "--allow-host", "reports.internal", "--allow-host", "backup.internal"]
     with open(log, "wb") as out:
-        app = subprocess.Popen([*QP, "--db", url, "gui", "--name", "desk-1", "--clock-skew", "0.5"],
-                               env=_env(tmp_path), stdout=out, stderr=subprocess.STDOUT)
+        app = subprocess.Popen(command, env=_env(tmp_path), stdout=out, stderr=subprocess.STDOUT)
     try:
         with Farm(url) as farm:
             assert _wait(lambda: any(m["name"] == "desk-1" and m["state"] == "active"
                                      for m in farm.status()["machines"])), log.read_text()
+            # The node's allow-lists, from the command line and the config's [gui] table, as it publishes them.
+            [machine] = farm.status()["machines"]
+            assert json.loads(machine["allow"]) == {"hosts": ["reports.internal", "backup.internal"],
+                                                    "modules": ["myapp.jobs", "reports"], "commands": ["true"]}
             app.send_signal(signal.SIGTERM)  # as a desktop session's logout does: the window closes
             assert app.wait(30) == 0
             [machine] = farm.status()["machines"]

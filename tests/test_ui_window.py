@@ -2,6 +2,7 @@
 offscreen. What the window draws must be what the database holds, and what an operator does in it must
 change the farm."""
 
+import json
 import os
 import re
 import threading
@@ -15,7 +16,8 @@ from PySide6.QtCore import QSettings, QThreadPool, QTimer  # noqa: E402
 from queueprocessor.clock import SystemClock  # noqa: E402
 from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.views import runs_between, turns_between  # noqa: E402
-from ui.app import make_app  # noqa: E402
+from tests.support import pyjobs  # noqa: E402
+from ui.app import make_app, node_options, parse_args  # noqa: E402
 from ui.dialogs import EnqueueDialog, without_password  # noqa: E402
 from ui.mainwindow import MainWindow, recent_databases  # noqa: E402
 from ui.models import ROW_ROLE  # noqa: E402
@@ -252,6 +254,23 @@ def test_enqueue_retry_and_cancel_work_end_to_end(farm, http_target, open_window
     window.act_cancel.trigger()
     qtbot.waitUntil(lambda: farm.store.get_job(later)["state"] == "cancelled"
                     and window.last_result == (f"Cancel job {later}", True, "cancelled"), timeout=WAIT)
+
+
+def test_the_apps_node_runs_the_work_its_allow_lists_allow(farm, open_window, qtbot):
+    farm.settings(**FAST)
+    args = parse_args(["--name", "desk", "--allow-module", pyjobs.__name__, "--allow-command", "true",
+                       "--allow-host", "reports.internal"])
+    window = open_window(farm.url, node_options(args))
+    qtbot.waitUntil(lambda: window.snap is not None and window.snap["node"] is not None, timeout=WAIT)
+    [machine] = farm.status()["machines"]
+    assert json.loads(machine["allow"]) == {"hosts": ["reports.internal"], "modules": [pyjobs.__name__],
+                                            "commands": ["true"]}
+    # Enqueueing checks the live machines' allow-lists: without the app's node nobody would take these.
+    python_job = pyjobs.echo.enqueue(farm, {"day": "monday"})
+    [command_job] = farm.enqueue_command(["true"])
+    qtbot.waitUntil(lambda: [farm.job(j)["state"] for j in (python_job, command_job)] == ["succeeded"] * 2,
+                    timeout=WAIT)
+    assert {run["machine_id"] for j in (python_job, command_job) for run in farm.job(j)["runs"]} == {machine["id"]}
 
 
 def test_closing_leaves_no_thread_or_timer_and_stops_the_node(farm, http_target, app, qtbot):

@@ -1,10 +1,12 @@
 """Starting the desktop app: options, the database (asked for when none is configured), the window.
 
     queueprocessor-gui [--db URL] [--observe] [--name NAME] [--capacity N] [--http-base URL] [--clock-skew S]
+                       [--allow-host HOST]... [--allow-module PREFIX]... [--allow-command PROGRAM]...
 
 The database comes from --db, then QP_DB, then a dialog that remembers recent
-ones. Without --observe the app runs this machine's node in-process, and
-closing the window (or SIGTERM, or Ctrl-C in its terminal) stops it.
+ones. Without --observe the app runs this machine's node in-process, with
+the same allow-lists as `queueprocessor node`, and closing the window (or
+SIGTERM, or Ctrl-C in its terminal) stops it.
 """
 
 import argparse
@@ -16,7 +18,7 @@ import sys
 
 from queueprocessor.database import parse_url
 from queueprocessor.errors import QPError
-from queueprocessor.executors import HttpExecutor
+from queueprocessor.executors import AllowLists
 
 try:
     from PySide6.QtCore import QSettings
@@ -41,6 +43,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "relative to.")
     parser.add_argument("--clock-skew", type=float, default=0.0, metavar="SECONDS",
                         help="Pretend this machine's clock is off by SECONDS.")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST",
+                        help="Also run HTTP jobs on this host (the local machine is always allowed). Repeatable.")
+    parser.add_argument("--allow-module", action="append", default=[], metavar="PREFIX",
+                        help="Run Python jobs from modules under this prefix, e.g. myapp.jobs. Repeatable.")
+    parser.add_argument("--allow-command", action="append", default=[], metavar="PROGRAM",
+                        help="Run command jobs whose argv[0] is exactly this. Repeatable.")
     parser.add_argument("--theme", choices=("auto", "light", "dark"), help="Colour scheme (default: as last "
                         "chosen, else the system's).")
     parser.add_argument("--interval", type=float, default=0.4, help=argparse.SUPPRESS)
@@ -50,7 +58,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parse_url(args.db)
         if args.capacity < 1:
             raise QPError(f"--capacity must be at least 1 (got {args.capacity})")
-        HttpExecutor(args.http_base)
+        AllowLists(args.allow_host, args.allow_module, args.allow_command).executors(args.http_base)
     except QPError as error:
         parser.exit(2, f"error: {error}\n")
     return args
@@ -59,7 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def node_options(args: argparse.Namespace) -> dict | None:
     if args.observe:
         return None
-    return dict(name=args.name, capacity=args.capacity, http_base=args.http_base, clock_skew=args.clock_skew)
+    return dict(name=args.name, capacity=args.capacity, http_base=args.http_base, clock_skew=args.clock_skew,
+                allow_hosts=args.allow_host, allow_modules=args.allow_module, allow_commands=args.allow_command)
 
 
 def make_app(argv: list[str], scheme: str | None) -> QApplication:
