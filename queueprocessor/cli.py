@@ -41,6 +41,8 @@ def _load_config(path: str | None) -> dict:
         raise ConfigError(f"config file {path} does not exist: check the --config path or QP_CONFIG") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"config file {path} is not valid TOML: {error}") from None
+    except (OSError, UnicodeDecodeError) as error:  # a folder, no permission, not text
+        raise ConfigError(f"cannot read config file {path}: {getattr(error, 'strerror', None) or error}") from None
 
 
 def _check_config_keys(group: click.Group, config: dict, path: str, prefix: str = "") -> dict:
@@ -595,6 +597,9 @@ def main(argv: list[str] | None = None) -> None:
             cli.invoke(ctx)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
+    except click.exceptions.NoArgsIsHelpError as error:  # a command group alone: its help is the answer
+        error.show()
+        sys.exit(error.exit_code)
     except click.ClickException as error:
         # One line like every other error; a usage error names the help that explains the option.
         hint = f" (see `{error.ctx.command_path} --help`)" if isinstance(error, click.UsageError) and error.ctx else ""
