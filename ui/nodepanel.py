@@ -76,7 +76,7 @@ class NodePanel(QWidget):
 
     def _badge(self, label: str, colour: str) -> None:
         self.badge.setText(label)
-        self.badge.setStyleSheet(f"background: {colour};")
+        _restyle(self.badge, f"background: {colour};")
 
     def observe_only(self) -> None:
         self.observing = True
@@ -100,7 +100,7 @@ class NodePanel(QWidget):
         self.fields["done"].setText(f"{node['done']:,} · {node['failed']:,}")
         healthy = node["db_healthy"]
         self.fields["database"].setText("reachable" if healthy else f"unreachable: {node['last_error'] or ''}")
-        self.fields["database"].setStyleSheet("" if healthy else f"color: {theme.MACHINE_STATE['dead']}")
+        _restyle(self.fields["database"], "" if healthy else f"color: {theme.MACHINE_STATE['dead']}")
         notes = {"paused": "Paused: out of the turns, still renewing its running jobs. Resume to rejoin.",
                  "draining": "Draining: finishing its running jobs, then the node stops.",
                  "stopped": "Stopped: this machine takes no turns and runs no jobs."}
@@ -119,3 +119,9 @@ class NodePanel(QWidget):
         self.countdown.setText(f"{left:.1f} s")
         cycle = max(self.cycle, 1e-6)
         self.progress.setValue(int(1000 * max(0.0, 1 - left / cycle)))
+
+
+def _restyle(widget: QWidget, sheet: str) -> None:
+    """Set a widget's style sheet only when it changes: each call re-polishes the widget, same sheet or not."""
+    if widget.styleSheet() != sheet:
+        widget.setStyleSheet(sheet)
