@@ -1,0 +1,262 @@
+"""Throughput: how fast 1, 2 and 4 worker processes drain a backlog, beside PgQueuer and Procrastinate.
+
+Each system gets a fresh database on the same throwaway PostgreSQL server,
+the same number of worker processes with the same concurrency each (our node
+--capacity, PgQueuer's max_concurrent_tasks, Procrastinate's concurrency),
+all started and idle before a backlog of N jobs is enqueued in one go. The
+clock runs from the enqueue's commit until the orchestrator, polling every
+10 ms, sees the queue empty. Two kinds of job:
+
+- python: a no-op. Ours is a plain function called in a worker thread (that
+  is how a node runs Python work, so a timeout can flag it); the peers get
+  their native, cheaper form, an `async def` on their event loop.
+- http: a GET of a real local web server (a small asyncio HTTP/1.1 server in
+  its own process, keep-alive), through each system's own client: ours is the
+  node's HTTP executor; the peers' tasks use httpx.AsyncClient.
+
+PgQueuer and Procrastinate are installed from PyPI into the benchmark's own
+virtualenv (~/.cache/queueprocessor-bench/peers), never into the project.
+The target: at least as fast as the faster of the two.
+
+    python bench/throughput.py            # 20,000 jobs; 1, 2, 4 processes; python and http
+    python bench/throughput.py --quick    # 2,000 jobs; 1 and 2 processes
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PEERS_VENV = Path.home() / ".cache" / "queueprocessor-bench" / "peers"
+PEER_PACKAGES = ("pgqueuer==1.6.0", "procrastinate==3.10.0", "psycopg[binary]>=3.2", "httpx>=0.27")
+SYSTEMS = ("queueprocessor", "pgqueuer", "procrastinate")
+
+
+def noop(payload, context):
+    """The no-op Python job our nodes run (target bench.throughput:noop)."""
+
+
+# -- the peers, run inside their own virtualenv --------------------------------------------------
+
+
+async def peer_main(system: str, role: str, dsn: str, kind: str, count: int, concurrency: int, url: str) -> None:
+    import httpx
+
+    client = httpx.AsyncClient(limits=httpx.Limits(max_connections=concurrency))
+
+    async def work():
+        if kind == "http":
+            (await client.get(url)).raise_for_status()
+
+    if system == "pgqueuer":
+        import psycopg
+        from pgqueuer import PgQueuer, Queries
+        from pgqueuer.db import PsycopgDriver
+
+        connection = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        driver = PsycopgDriver(connection)
+        if role == "install":
+            return await Queries(driver).install()
+        if role == "enqueue":
+            return await Queries(driver).enqueue(["job"] * count, [None] * count, [0] * count)
+        pgq = PgQueuer(driver)
+
+        @pgq.entrypoint("job")
+        async def job(_job):
+            await work()
+
+        print("ready", flush=True)
+        await pgq.run(batch_size=max(1, concurrency // 2), max_concurrent_tasks=concurrency)
+    else:
+        import procrastinate
+
+        app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn, max_size=8))
+
+        @app.task(name="job")
+        async def job():
+            await work()
+
+        async with app.open_async():
+            if role == "install":
+                return await app.schema_manager.apply_schema_async()
+            if role == "enqueue":
+                for start in range(0, count, 5000):
+                    await job.batch_defer_async(*([{}] * min(5000, count - start)))
+                return
+            print("ready", flush=True)
+            await app.run_worker_async(concurrency=concurrency, wait=True, listen_notify=True,
+                                       fetch_job_polling_interval=1.0, install_signal_handlers=False)
+
+
+# -- the web server the HTTP jobs call ------------------------------------------------------------
+
+
+async def serve(port: int) -> None:
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                if length:
+                    await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=1024)
+    print("ready", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+# -- the orchestra --------------------------------------------------------------------------------
+
+
+def peers_python() -> str:
+    """The virtualenv with PgQueuer and Procrastinate, made on first use."""
+    python = PEERS_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"installing {', '.join(PEER_PACKAGES)} into {PEERS_VENV} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *PEER_PACKAGES], check=True)
+    return str(python)
+
+
+class Worker:
+    """A worker process that says 'ready' on stdout once it is listening."""
+
+    def __init__(self, command: list[str], cwd: Path):
+        self.process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                        text=True, env=dict(os.environ, PYTHONPATH=str(cwd)))
+
+    def wait_ready(self) -> None:
+        if self.process.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"{self.process.args[:4]} did not start (exit {self.process.poll()})")
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        self.process.stdout.close()
+
+
+def run_case(system: str, kind: str, processes: int, count: int, concurrency: int, server, web_url: str,
+             peers: str) -> float:
+    """Drain `count` jobs with `processes` workers; jobs per second."""
+    from common import NodeProcess, ROOT, fresh_database, query, stop_all, wait_for
+    from sqlalchemy import text
+
+    from queueprocessor.database import open_engine
+    from queueprocessor.farm import Farm
+
+    url = fresh_database(server, f"tp_{system}")
+    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    peer = [peers, str(Path(__file__).resolve()), "--peer", system, "--dsn", dsn, "--kind", kind, "--count",
+            str(count), "--concurrency", str(concurrency), "--url", web_url]
+    if system == "queueprocessor":
+        farm = Farm(url)
+        farm.settings()
+        workers = [NodeProcess(url, f"node-{i}", http_base=web_url, extra=(
+            "--capacity", str(concurrency), "--allow-module", "bench.throughput")) for i in range(processes)]
+        wait_for(lambda: len(farm.status()["machines"]) == processes, 60, "nodes to join")
+        time.sleep(2.5)  # the join delay: every node takes turns
+        started = time.monotonic()
+        if kind == "http":
+            farm.enqueue_http("/", count=count)
+        else:
+            farm.enqueue_python("bench.throughput:noop", count=count)
+        enqueued = time.monotonic()
+        remaining = "SELECT EXISTS (SELECT 1 FROM qp_jobs WHERE state IN ('queued', 'running'))"
+    else:
+        subprocess.run([*peer, "--role", "install"], check=True, cwd=ROOT)
+        workers = [Worker([*peer, "--role", "worker"], ROOT) for _ in range(processes)]
+        for worker in workers:
+            worker.wait_ready()
+        time.sleep(1.0)  # listening
+        started = time.monotonic()
+        subprocess.run([*peer, "--role", "enqueue"], check=True, cwd=ROOT)
+        enqueued = time.monotonic()
+        remaining = ("SELECT EXISTS (SELECT 1 FROM pgqueuer)" if system == "pgqueuer" else
+                     "SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))")
+    watcher = open_engine(url, pool_size=1)
+    with watcher.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # one cheap query per poll
+        wait_for(lambda: not conn.execute(text(remaining)).scalar(), 900, f"{system} to drain", poll=0.01)
+    done = time.monotonic()
+    watcher.dispose()
+    failed = {
+        "queueprocessor": "SELECT count(*) FROM qp_jobs WHERE state <> 'succeeded'",
+        "procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'",
+        "pgqueuer": "SELECT 0",
+    }[system]
+    if query(url, failed)[0][0]:
+        raise RuntimeError(f"{system}: {query(url, failed)[0][0]} jobs did not succeed")
+    if system == "queueprocessor":
+        stop_all(workers)
+        farm.close()
+    else:
+        for worker in workers:
+            worker.stop()
+    print(f"  {system:15} {kind:6} x{processes}: {count / (done - enqueued):8.0f} jobs/s "
+          f"(enqueue {enqueued - started:.1f} s, drain {done - enqueued:.2f} s)", flush=True)
+    return count / (done - enqueued)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="2,000 jobs, 1 and 2 processes")
+    parser.add_argument("--jobs", type=int, help="backlog size (default 20,000; 2,000 with --quick)")
+    parser.add_argument("--concurrency", type=int, default=32, help="jobs each worker process runs at once")
+    parser.add_argument("--kinds", default="python,http")
+    parser.add_argument("--processes", help="comma-separated worker process counts (default 1,2,4)")
+    for hidden in ("--peer", "--role", "--dsn", "--kind", "--url", "--serve"):
+        parser.add_argument(hidden, help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        return asyncio.run(serve(int(args.serve)))
+    if args.peer:
+        return asyncio.run(peer_main(args.peer, args.role, args.dsn, args.kind, args.count, args.concurrency,
+                                     args.url))
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from common import ROOT, load_average, print_table, start_postgres
+
+    count = args.jobs or (2_000 if args.quick else 20_000)
+    processes = [int(p) for p in (args.processes or ("1,2" if args.quick else "1,2,4")).split(",")]
+    kinds = args.kinds.split(",")
+    peers = peers_python()
+    print(f"{count} jobs, concurrency {args.concurrency} per process; {load_average()}", flush=True)
+    server = start_postgres()
+    port = 18000 + os.getpid() % 1000
+    web = Worker([sys.executable, str(Path(__file__).resolve()), "--serve", str(port)], ROOT)
+    results: dict[tuple[str, int, str], float] = {}
+    try:
+        web.wait_ready()
+        for kind in kinds:
+            for n in processes:
+                for system in SYSTEMS:
+                    results[kind, n, system] = run_case(system, kind, n, count, args.concurrency, server,
+                                                        f"http://127.0.0.1:{port}/", peers)
+    finally:
+        web.stop()
+        server.stop()
+    print(f"\nthroughput, jobs per second ({count} jobs, concurrency {args.concurrency} per process; "
+          f"{load_average()})")
+    rows = []
+    for kind in kinds:
+        for n in processes:
+            ours, pgq, pro = (results[kind, n, s] for s in SYSTEMS)
+            rows.append([kind, n, f"{ours:.0f}", f"{pgq:.0f}", f"{pro:.0f}", f"{ours / max(pgq, pro):.2f}"])
+    print_table(["jobs", "processes", "queueprocessor", "pgqueuer", "procrastinate", "ours / best peer"], rows)
+    print(json.dumps({f"{k}/{n}/{s}": round(v) for (k, n, s), v in results.items()}))
+
+
+if __name__ == "__main__":
+    main()
