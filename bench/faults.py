@@ -47,10 +47,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from common import ROOT, NodeProcess, fresh_database, load_average, print_table, query, start_postgres, wait_for
+from common import (
+    ROOT,
+    NodeProcess,
+    fresh_database,
+    load_average,
+    print_table,
+    query,
+    start_postgres,
+    wait_for,
+)
+from sqlalchemy.exc import OperationalError
+
 from queueprocessor.clock import SystemClock
 from queueprocessor.farm import Farm
-from queueprocessor.roster import machine_status
 from tests.support.httptarget import HttpTarget
 from tests.support.tcpproxy import TcpProxy
 
@@ -395,7 +405,7 @@ class StatusWatcher:
         while not self._stop.wait(0.05):
             try:
                 report = self.farm.status()
-            except Exception:
+            except OperationalError:  # the database is frozen or restarting: that is the point
                 continue
             self.polls += 1
             for row in report["machines"]:
@@ -682,7 +692,7 @@ def same_name(server, quick: bool) -> Outcome:
         turns = dict(query(rig.url, "SELECT machine_id, count(*) FROM qp_turns GROUP BY machine_id"))
         runs = dict(query(rig.url, "SELECT machine_id, count(*) FROM qp_runs GROUP BY machine_id"))
         pause = subprocess.run([sys.executable, "-m", "queueprocessor.cli", "--db", rig.url, "pause", "twin"],
-                               capture_output=True, text=True, cwd=ROOT, timeout=60)
+                               capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
     finally:
         rig.close()
     tally = rig.tally()
@@ -693,10 +703,10 @@ def same_name(server, quick: bool) -> Outcome:
         facts={"twin_ids": twin_ids, "twin_turns": [turns.get(i, 0) for i in twin_ids],
                "twin_runs": [runs.get(i, 0) for i in twin_ids], "pause_exit": pause.returncode,
                "pause_says": (pause.stdout + pause.stderr).strip()},
-        notes=[f"machines {twin_ids[0]} and {twin_ids[1]} both named 'twin' took "
-               f"{turns.get(twin_ids[0], 0)} and {turns.get(twin_ids[1], 0)} turns and ran "
-               f"{runs.get(twin_ids[0], 0)} and {runs.get(twin_ids[1], 0)} jobs; `queueprocessor pause twin` "
-               f"exits {pause.returncode}: {(pause.stdout + pause.stderr).strip()}"],
+        notes=[(f"machines {twin_ids[0]} and {twin_ids[1]} both named 'twin' took "
+                f"{turns.get(twin_ids[0], 0)} and {turns.get(twin_ids[1], 0)} turns and ran "
+                f"{runs.get(twin_ids[0], 0)} and {runs.get(twin_ids[1], 0)} jobs; `queueprocessor pause twin` "
+                f"exits {pause.returncode}: {(pause.stdout + pause.stderr).strip()}")],
     )
 
 
@@ -724,10 +734,10 @@ def render(outcomes: list[Outcome], command: str) -> str:
         "## Faults",
         "",
         SECTION_BEGIN,
-        f"`{command}` on {load_average()}, {datetime.now():%Y-%m-%d}. Real PostgreSQL 15, real node processes, a "
-        "real HTTP service recording every request. *Lost*: jobs that did not end succeeded. *Twice at once*: "
-        "pairs of requests for one job that the service saw overlap. *Re-runs*: runs of a job after its first, "
-        "by cause; \"lease expired while its machine lived\" would be a live machine declared dead.",
+        (f"`{command}` on {load_average()}, {datetime.now():%Y-%m-%d}. Real PostgreSQL 15, real node processes, "
+         "a real HTTP service recording every request. *Lost*: jobs that did not end succeeded. *Twice at once*: "
+         "pairs of requests for one job that the service saw overlap. *Re-runs*: runs of a job after its first, "
+         "by cause; \"lease expired while its machine lived\" would be a live machine declared dead."),
         "",
         "| scenario | jobs run | lost | twice at once | re-runs (cause) | time to recover |",
         "|---|---|---|---|---|---|",
@@ -744,8 +754,8 @@ def render(outcomes: list[Outcome], command: str) -> str:
         if o.name == "freeze":
             f = o.facts
             extra += [f"turns out of turn (a live machine skipped): {f['wrong_turns']} of {f['turns']}",
-                      f"live machines shown dead by `status` after the thaw: {f['status_dead_polls']} of "
-                      f"{f['status_polls']} polls, for {f['status_dead_for']:.2f} s"]
+                      (f"live machines shown dead by `status` after the thaw: {f['status_dead_polls']} of "
+                       f"{f['status_polls']} polls, for {f['status_dead_for']:.2f} s")]
         lines.append(f"- **{o.name}**: " + "; ".join(extra + o.notes) + ".")
     lines += ["", SECTION_END]
     return "\n".join(lines) + "\n"
@@ -756,7 +766,7 @@ def write_section(text: str) -> None:
     BENCHMARKS.parent.mkdir(exist_ok=True)
     old = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
     pattern = re.compile(r"## Faults\n\n" + re.escape(SECTION_BEGIN) + r".*?" + re.escape(SECTION_END) + r"\n",
-                         re.S)
+                         re.DOTALL)
     if pattern.search(old):
         new = pattern.sub(lambda _: text, old)
     else:

@@ -17,7 +17,7 @@ from queueprocessor.farm import Farm
 from queueprocessor.runner import JobRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-import faults  # noqa: E402  (bench/ scripts import their helpers as top-level modules)
+import faults
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -1,0 +1,341 @@
+"""Every bad input we could think of, given to real `queueprocessor` processes (issue 5).
+
+Each case must end with one clear line on stderr, a non-zero exit code, no traceback, no password in the
+output, and the farm's database exactly as it was. The farm is a real PostgreSQL database reached with a
+password, holding a queued job, a schedule, a singleton, two machines named alike and one live machine that
+publishes the default allow-lists. A few hostile inputs are not errors at all: they are stored verbatim.
+
+docs/bad-input.md is generated from these same cases: `python scripts/bad_input_table.py`.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect, text
+
+from queueprocessor.database import open_engine
+from queueprocessor.farm import Farm
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTILE = "x'); DROP TABLE qp_jobs; --\" OR \"1\"=\"1"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input. `args` follow `queueprocessor`; {db}, {tmp}, {config}, {notadb}, {pg_wrong}, {pg_nodb} and
+    {pg_closed} are filled in for each run. `says` is a regular expression the one line must match."""
+
+    kind: str
+    args: tuple[str, ...]
+    says: str
+    env: dict = field(default_factory=dict)
+    config: str | None = None
+    newer_schema: bool = False
+
+
+def case(kind, args, says, **extra) -> Case:
+    return Case(kind, tuple(args), says, **extra)
+
+
+DB = ("--db", "{db}")
+BAD_INPUTS = [
+    # -- the command line -------------------------------------------------
+    case("command line", ["frobnicate"], r"^error: No such command 'frobnicate'"),
+    case("command line", [*DB, "status", "--frobnicate"], r"^error: No such option '--frobnicate'.*status --help"),
+    case("command line", [*DB, "job", "abc"], r"^error: Invalid value for 'JOB_ID': 'abc' is not a valid integer"),
+    case("command line", [*DB, "job", "999999"], r"^error: no job with id 999999"),
+    case("command line", [*DB, "cancel", "999999"], r"^error: no job with id 999999"),
+    case("command line", [*DB, "retry", "1"], r"^error: job 1 is queued; only failed or cancelled jobs"),
+    case("command line", [*DB, "pause", "nosuchmachine"], r"^error: no running machine is named or numbered"),
+    case("command line", [*DB, "pause", "twin"], r"^error: 2 machines are named 'twin' \(ids \d+, \d+\): give the id"),
+    case("command line", [*DB, "jobs", "--state", "bogus"], r"^error: Invalid value for '--state': 'bogus'"),
+    case("command line", [*DB, "jobs", "--limit", "0"], r"^error: Invalid value for '--limit': 0 is not in the range"),
+    case("command line", [*DB, "turns", "--since", "-5"], r"^error: Invalid value for '--since'"),
+    case("command line", [*DB, "demo", "--nodes", "99"], r"^error: Invalid value for '--nodes': 99"),
+    case("command line", [*DB, "gui", "--theme", "neon"], r"^error: Invalid value for '--theme': 'neon'"),
+    case("command line", [*DB, "node", "--capacity", "0"], r"^error: Invalid value for '--capacity': 0"),
+    case("command line", [*DB, "node", "--http-base", "ftp://example.com/"],
+         r"^error: --http-base 'ftp://example.com/' is not an http\(s\) URL"),
+    case("command line", [*DB, "node", "--http-base", "http://example.com/"],
+         r"^error: --http-base host 'example.com' is not in the allowed hosts"),
+    case("command line", [*DB, "node", "--heartbeat", "-1"], r"^error: --heartbeat must be a positive number"),
+    case("command line", [*DB, "node", "--misses", "0"], r"^error: --misses must be a whole number of at least 1"),
+    case("command line", [*DB, "node", "--period", "2"], r"^error: this farm uses --period 1 \(every machine must"),
+    case("command line", [*DB, "init-db", "--period", "nan"], r"^error: --period must be a positive number"),
+    case("command line", [*DB, "node", "--clock-skew", "soon"], r"^error: Invalid value for '--clock-skew'"),
+    # -- the config file --------------------------------------------------
+    case("config file", ["--config", "{tmp}/missing.toml", "status"], r"^error: config file .*missing.toml does not exist"),
+    case("config file", ["--config", "{tmp}", "status"], r"^error: cannot read config file .*: Is a directory"),
+    case("config file", ["--config", "{config}", "status"], r"^error: config file .* is not valid TOML",
+         config="db = = 1\n"),
+    case("config file", ["--config", "{config}", "status"], r"^error: config file .* unknown key 'colour'",
+         config='colour = "blue"\n'),
+    case("config file", ["--config", "{config}", *DB, "node"], r"^error: config file .* \[node\] has no option 'frob'",
+         config="[node]\nfrob = 1\n"),
+    case("config file", ["--config", "{config}", *DB, "node"], r"^error: Invalid value for '--capacity': 'lots'",
+         config='[node]\ncapacity = "lots"\n'),
+    case("config file", ["--config", "{config}", *DB, "node"], r"^error: Invalid value for '--capacity': 0",
+         config="[node]\ncapacity = 0\n"),
+    case("config file", ["--config", "{config}", "status"], r"^error: malformed database URL '5'", config="db = 5\n"),
+    case("config file", ["--config", "{config}", "status"], r"^error: unsupported database 'mysql'",
+         config='db = "mysql://qp:hunter2@db.example/farm"\n'),
+    # -- the environment --------------------------------------------------
+    case("environment", ["status"], r"^error: unsupported database 'mysql'",
+         env={"QP_DB": "mysql://qp:hunter2@db.example/farm"}),
+    case("environment", [*DB, "node"], r"^error: Invalid value for '--capacity': 'lots'", env={"QP_CAPACITY": "lots"}),
+    case("environment", [*DB, "node"], r"^error: --heartbeat must be a positive number", env={"QP_HEARTBEAT": "-1"}),
+    case("environment", [*DB, "init-db"], r"^error: Invalid value for '--period': 'abc'", env={"QP_PERIOD": "abc"}),
+    case("environment", ["status"], r"^error: config file .*missing.toml does not exist",
+         env={"QP_CONFIG": "{tmp}/missing.toml"}),
+    case("environment", ["status"], r"^error: cannot use the database .*password authentication failed",
+         env={"QP_DB": "{pg_wrong}"}),
+    # -- jobs and their payloads ------------------------------------------
+    case("job", [*DB, "enqueue", "http", "/x", "--payload", "{not json"], r"^error: payload is not valid JSON"),
+    case("job", [*DB, "enqueue", "http", "/x", "--payload", '"' + "x" * 70_000 + '"'],
+         r"^error: payload is 70002 bytes, over the 65536 byte limit"),
+    case("job", [*DB, "enqueue", "http", "ftp://example.com/x"],
+         r"^error: HTTP job target 'ftp://example.com/x' is neither a path"),
+    case("job", [*DB, "enqueue", "http", "http://example.com/x"], r"^error: .*host 'example.com' is not allowed on any"),
+    case("job", [*DB, "enqueue", "http", "//example.com/x"], r"^error: HTTP job target '//example.com/x' is neither"),
+    case("job", [*DB, "enqueue", "http", "/x", "--method", "PUT"], r"^error: Invalid value for '--method': 'PUT'"),
+    case("job", [*DB, "enqueue", "http", "/x", "--count", "0"], r"^error: Invalid value for '--count': 0"),
+    case("job", [*DB, "enqueue", "http", "/x", "--max-attempts", "0"], r"^error: Invalid value for '--max-attempts'"),
+    case("job", [*DB, "enqueue", "http", "/x", "--timeout", "0"], r"^error: Invalid value for '--timeout': 0"),
+    case("job", [*DB, "enqueue", "http", "/x", "--delay", "-1"], r"^error: Invalid value for '--delay': -1"),
+    case("job", [*DB, "enqueue", "http", "/x", "--priority", "high"], r"^error: Invalid value for '--priority'"),
+    case("job", [*DB, "enqueue", "http", "/x", "--at", "tomorrow"], r"^error: Invalid value for --at: 'tomorrow' is not"),
+    case("job", [*DB, "enqueue", "http", "/x", "--at", "2026-13-45T00:00:00"], r"^error: Invalid value for --at"),
+    case("job", [*DB, "enqueue", "http", "/x", "--at", "1", "--delay", "5"], r"^error: give --delay or --at, not both"),
+    case("job", [*DB, "enqueue", "http", "/x", "--key", "report"], r"^error: report was taken first by .* \(job 1\)"),
+    case("job", [*DB, "enqueue", "http", "/x", "--instance", "2026"], r"^error: --instance needs --key"),
+    case("job", [*DB, "enqueue", "python", "notamodule"], r"^error: Python job target 'notamodule' is not of the form"),
+    case("job", [*DB, "enqueue", "python", "os:system"], r"^error: Python module 'os' is not allowed on any live"),
+    case("job", [*DB, "enqueue", "command", "--", "rm", "-rf", "/"], r"^error: command 'rm' is not allowed on any live"),
+    case("job", [*DB, "enqueue", "command"], r"^error: Missing argument 'ARGV...'"),
+    case("job", [*DB, "grab", "report"], r"^error: Missing argument 'INSTANCE'"),
+    case("job", [*DB, "grab", "report", "2026", "bogus", "/x"], r"^error: Invalid value for 'EXECUTOR': 'bogus'"),
+    # -- schedules and singletons -----------------------------------------
+    case("schedule", [*DB, "schedule", "add", "n", "http", "/x"], r"^error: give a schedule either --cron"),
+    case("schedule", [*DB, "schedule", "add", "n", "http", "/x", "--cron", "0 3 * * *", "--every", "60"],
+         r"^error: give a schedule either --cron"),
+    case("schedule", [*DB, "schedule", "add", "n", "http", "/x", "--cron", "bogus"], r"^error: malformed cron"),
+    case("schedule", [*DB, "schedule", "add", "n", "http", "/x", "--cron", "61 * * * *"], r"^error: malformed cron"),
+    case("schedule", [*DB, "schedule", "add", "n", "http", "/x", "--cron", "0 3 * * *", "--tz", "Mars/Olympus"],
+         r"^error: unknown time zone 'Mars/Olympus'"),
+    case("schedule", [*DB, "schedule", "add", "n", "http", "/x", "--every", "0"], r"^error: --every must be at least"),
+    case("schedule", [*DB, "schedule", "add", "n", "http", "/x", "--every", "soon"], r"^error: .*--every.*soon"),
+    case("schedule", [*DB, "schedule", "add", "n", "http", "/x", "--every", "60", "--misfire", "sometimes"],
+         r"^error: Invalid value for '--misfire': 'sometimes'"),
+    case("schedule", [*DB, "schedule", "add", "nightly", "http", "/x", "--every", "60"],
+         r"^error: .*'nightly'.*(exists|already)"),
+    case("schedule", [*DB, "schedule", "add", "n", "http", "http://example.com/x", "--every", "60"],
+         r"^error: .*host 'example.com' is not allowed on any"),
+    case("schedule", [*DB, "schedule", "remove", "nosuch"], r"^error: no schedule named 'nosuch'"),
+    case("schedule", [*DB, "singleton", "add", "s", "command", "--", "rm", "-rf", "/"],
+         r"^error: command 'rm' is not allowed on any live"),
+    case("schedule", [*DB, "singleton", "add", "feed", "http", "/x"], r"^error: .*'feed'.*(exists|already)"),
+    case("schedule", [*DB, "singleton", "remove", "nosuch"], r"^error: no singleton named 'nosuch'"),
+    # -- database URLs ----------------------------------------------------
+    case("database URL", ["--db", "notaurl", "status"], r"^error: malformed database URL 'notaurl'"),
+    case("database URL", ["--db", "mysql://qp:hunter2@db.example/farm", "status"],
+         r"^error: unsupported database 'mysql' in mysql://qp:\*\*\*@db.example/farm"),
+    case("database URL", ["--db", "postgresql://qp:hunter2@db.example:notaport/farm", "status"],
+         r"^error: malformed database URL 'postgresql://qp:\*\*\*@db.example:notaport/farm'"),
+    case("database URL", ["--db", "{pg_wrong}", "status"], r"^error: cannot use the database .*password authentication"),
+    case("database URL", ["--db", "{pg_nodb}", "status"], r"^error: cannot use the database .*does not exist"),
+    case("database URL", ["--db", "{pg_closed}", "status"], r"^error: cannot use the database .*Connection refused"),
+    case("database URL", ["--db", "sqlite:////dev/null/farm.db", "status"],
+         r"^error: cannot use the SQLite database /dev/null/farm.db: its folder /dev/null cannot be created"),
+    case("database URL", ["--db", "sqlite:///{notadb}", "status"], r"^error: cannot use the database .*not a database"),
+    case("database URL", ["--db", "mssql://qp:hunter2@127.0.0.1:1/farm", "status"],
+         r"^error: (the driver for mssql.*cannot be loaded|cannot use the database mssql)"),
+    # -- a database of a newer schema -------------------------------------
+    case("schema", [*DB, "status"], r"^error: this database has schema version 999, newer than", newer_schema=True),
+    case("schema", [*DB, "node"], r"^error: this database has schema version 999, newer than", newer_schema=True),
+    case("schema", [*DB, "enqueue", "http", "/x"], r"^error: this database has schema version 999", newer_schema=True),
+    # -- hostile names ----------------------------------------------------
+    case("hostile name", [*DB, "pause", "x'; DROP TABLE qp_machines; --"], r"^error: no running machine is named"),
+    case("hostile name", [*DB, "job", "1; DROP TABLE qp_jobs"], r"^error: Invalid value for 'JOB_ID'"),
+    case("hostile name", [*DB, "cancel", "1 OR 1=1"], r"^error: Invalid value for 'JOB_ID'"),
+    case("hostile name", [*DB, "schedule", "remove", "'; DELETE FROM qp_jobs; --"], r"^error: no schedule named"),
+    case("hostile name", [*DB, "singleton", "remove", '"; DROP TABLE qp_locks; --'], r"^error: no singleton named"),
+    case("hostile name", [*DB, "drain", HOSTILE], r"^error: no running machine is named"),
+]
+
+# Hostile, but not errors: accepted, and stored exactly as given ({hostile} is HOSTILE).
+HOSTILE_ACCEPTED = [
+    case("hostile name", [*DB, "enqueue", "http", "/{hostile}", "--key", "{hostile}", "--payload", "{hostile_json}"],
+         r"^enqueued job \d+$"),
+    case("hostile name", [*DB, "schedule", "add", "{hostile}", "http", "/{hostile}", "--every", "3600"],
+         r"^(added|scheduled|schedule)"),
+    case("hostile name", [*DB, "grab", "{hostile}", "{hostile}", "http", "/{hostile}"], r".*"),
+]
+
+
+# -- running a case -----------------------------------------------------------
+
+class Farmyard:
+    """The farm every case starts from: a template database on the suite's PostgreSQL server, copied per case."""
+
+    def __init__(self, server, root: Path):
+        self.server = server
+        self.root = root
+        self.template = f"bad_{uuid.uuid4().hex[:8]}"
+        self._lock = threading.Lock()
+        url = server.create_database(self.template)
+        with Farm(url) as farm:
+            farm.settings(period=1.0, heartbeat=1.0, misses=3)
+            farm.enqueue_http("/reports/daily", key="report")
+            for name in ("twin", "twin", "worker"):
+                farm.store.register(name=name, host="h", instance=uuid.uuid4().hex, pid=1, version="0",
+                                    capacity=1, allow='{"hosts": [], "modules": [], "commands": []}')
+        engine = open_engine(url, pool_size=1)
+        try:
+            with engine.begin() as conn:
+                # "worker" checks in far in the future: it is live however long the suite runs.
+                conn.execute(text("UPDATE qp_machines SET last_seen = 1e12 WHERE name = 'worker'"))
+        finally:
+            engine.dispose()
+        for argv in (["schedule", "add", "nightly", "http", "/nightly", "--cron", "0 3 * * *"],
+                     ["singleton", "add", "feed", "http", "/feed"]):
+            done = run_cli(["--db", url, *argv], {}, root)
+            assert done.returncode == 0, done.stderr
+
+    def database(self) -> str:
+        name = f"case_{uuid.uuid4().hex[:10]}"
+        with self._lock:  # CREATE DATABASE ... TEMPLATE wants the template to itself
+            run_sql(self.server.url, f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"', autocommit=True)
+        return self.server.url_for(name)
+
+
+def run_sql(url: str, statement: str, autocommit: bool = False) -> None:
+    engine = open_engine(url, pool_size=1)
+    try:
+        options = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
+        with engine.connect().execution_options(**options) as conn:
+            conn.execute(text(statement))
+            conn.commit()
+    finally:
+        engine.dispose()
+
+
+def snapshot(url: str) -> dict:
+    """Every row of every table, in a stable order: what "nothing changed" compares."""
+    engine = open_engine(url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            return {table: sorted(map(tuple, conn.execute(text(f'SELECT * FROM "{table}"'))), key=repr)
+                    for table in sorted(inspect(conn).get_table_names())}
+    finally:
+        engine.dispose()
+
+
+def run_cli(args: list[str], env: dict, home: Path) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("QP_")}
+    clean.update(HOME=str(home), XDG_DATA_HOME=str(home / "data"), XDG_CONFIG_HOME=str(home / "config"), **env)
+    command = [sys.executable, "-m", "queueprocessor.cli", *args]
+    try:
+        return subprocess.run(command, env=clean, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired as hung:  # it took the bad input and ran with it
+        return subprocess.CompletedProcess(command, -1, hung.stdout or "", f"{hung.stderr or ''}(still running after 60 s)")
+
+
+@dataclass
+class Ran:
+    case: Case
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    before: dict
+    after: dict
+    values: dict
+
+
+def run_case(yard: Farmyard, case: Case) -> Ran:
+    tmp = Path(tempfile.mkdtemp(prefix="qp-bad-", dir=yard.root))
+    db = yard.database()
+    if case.newer_schema:
+        run_sql(db, "UPDATE qp_meta SET value = '999' WHERE key = 'schema_version'")
+    server = yard.server
+    values = {
+        "db": db, "tmp": str(tmp), "config": str(tmp / "config.toml"), "notadb": str(tmp / "notes.txt"),
+        "pg_wrong": server.url_for("postgres").replace(server.password, "wrong-" + server.password[:4]),
+        "pg_nodb": server.url_for("no_such_farm"),
+        "pg_closed": server.url_for("farm").replace(f":{server.port}/", ":1/"),
+        "hostile": HOSTILE, "hostile_json": json.dumps({"q": HOSTILE}),
+    }
+    (tmp / "notes.txt").write_text("shopping list: eggs\n")
+    if case.config is not None:
+        (tmp / "config.toml").write_text(case.config)
+    args = [fill(a, values) for a in case.args]
+    env = {k: fill(v, values) for k, v in case.env.items()}
+    before = snapshot(db)
+    done = run_cli(args, env, tmp)
+    after = snapshot(db)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return Ran(case, args, done.returncode, done.stdout, done.stderr, before, after, values)
+
+
+def fill(template: str, values: dict) -> str:
+    for name, value in values.items():
+        template = template.replace("{" + name + "}", value)
+    return template
+
+
+def run_all(yard: Farmyard, cases: list[Case]) -> list[Ran]:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda c: run_case(yard, c), cases))
+
+
+# -- the tests ----------------------------------------------------------------
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(scope="module")
+def yard(pg_server, tmp_path_factory):
+    return Farmyard(pg_server, tmp_path_factory.mktemp("bad-input"))
+
+
+@pytest.fixture(scope="module")
+def refused(yard):
+    return run_all(yard, BAD_INPUTS)
+
+
+@pytest.mark.parametrize("index", range(len(BAD_INPUTS)),
+                         ids=[f"{c.kind}: {' '.join(c.args)[:60]}" for c in BAD_INPUTS])
+def test_bad_input_gets_one_clear_line_and_changes_nothing(refused, pg_server, index):
+    ran = refused[index]
+    shown = ran.stdout + ran.stderr
+    assert "Traceback" not in shown
+    assert pg_server.password not in shown and "hunter2" not in shown
+    assert ran.returncode in (1, 2), (ran.returncode, shown)
+    assert ran.stdout == ""
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1, ran.stderr
+    assert re.search(ran.case.says, lines[0]), lines[0]
+    assert ran.after == ran.before, "the database changed"
+
+
+def test_hostile_names_that_are_valid_are_stored_verbatim(yard):
+    for ran in run_all(yard, HOSTILE_ACCEPTED):
+        assert ran.returncode == 0, ran.stderr
+        assert "Traceback" not in ran.stdout + ran.stderr
+        assert set(ran.after) == set(ran.before), "a table appeared or vanished"
+        for table, rows in ran.before.items():
+            assert set(rows) <= set(ran.after[table]), f"rows of {table} changed or vanished"
+        added = [value for table in ran.after for row in set(ran.after[table]) - set(ran.before[table])
+                 for value in row]
+        assert any(HOSTILE in str(value) for value in added), "the hostile text was not stored as given"
