@@ -13,6 +13,7 @@ this counts every statement the server ran for the farm's database
 """
 
 import argparse
+import re
 import time
 from collections import Counter
 
@@ -34,14 +35,17 @@ def statement_counts(server, database: str) -> Counter:
 
 
 def kind(statement: str) -> str:
-    """A short name for a statement, for the breakdown table."""
+    """A short name for a statement, for the breakdown table: every table it changes (a statement
+    with CTEs may change several), or the table it reads (the outer one comes last)."""
+    changes = [f"{verb.split()[0].upper()} {table}" for verb, table in _CHANGE.findall(statement)]
+    if changes:
+        return ", ".join(changes)
     words = statement.split()
-    head = words[0].upper()
-    if head == "WITH":  # a CTE: name it by the last data-changing verb, the statement's own
-        head = "WITH ... " + next((w for w in reversed(words) if w.upper() in ("INSERT", "UPDATE", "DELETE")), "SELECT")
-    # The outer statement's table comes last (subqueries come first); columns are table.column.
     table = next((w.strip('"(').split(".")[0] for w in reversed(words) if w.strip('"(').startswith("qp_")), "")
-    return f"{head} {table}".strip()
+    return f"{words[0].upper()} {table}".strip()
+
+
+_CHANGE = re.compile(r'\b(INSERT\s+INTO|(?<!FOR )UPDATE|DELETE\s+FROM)\s+"?(\w+)', re.IGNORECASE)
 
 
 def measure(server, nodes: int, seconds: float) -> dict:
