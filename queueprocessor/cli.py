@@ -591,8 +591,15 @@ def gui(ctx: click.Context, observe, name, capacity, http_base, clock_skew, allo
 def main(argv: list[str] | None = None) -> None:
     """Entry point: one clear line for every error a user can cause."""
     ctx = None
+    args = list(sys.argv[1:] if argv is None else argv)
+    for arg in args:
+        try:
+            arg.encode()
+        except UnicodeEncodeError:  # bytes that are not UTF-8 arrive as lone surrogates
+            click.echo(f"error: argument {mask(arg)!r} is not valid UTF-8 text", err=True)
+            sys.exit(2)
     try:
-        ctx = cli.make_context("queueprocessor", list(sys.argv[1:] if argv is None else argv))
+        ctx = cli.make_context("queueprocessor", args)
         with ctx:
             cli.invoke(ctx)
     except click.exceptions.Exit as done:

@@ -12,7 +12,9 @@ from .errors import ConfigError, DatabaseUnavailable, SchemaTooNew
 
 # Short names a user may type, mapped to the driver we ship.
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg", "mssql": "mssql+pyodbc"}
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+# From "user:" to the last "@": people type passwords with spaces, "@" and "/" in them unencoded, and a
+# mask that shows too much is worse than one that hides a host name too.
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@]*:).*@", re.DOTALL)
 
 
 def default_url() -> str:
@@ -36,6 +38,9 @@ def parse_url(text: str) -> URL:
             f"malformed database URL {mask(text)!r}: expected e.g. "
             "sqlite:///path/farm.db or postgresql://user:password@host/dbname"
         ) from None
+    if url.host and "@" in url.host:  # an "@" in the password, unencoded: the driver's errors would show the rest
+        raise ConfigError(f"the password in the database URL {mask(text)} contains '@': write it as %40, "
+                          "e.g. postgresql://user:p%40ss@host/dbname")
     if url.drivername in _DRIVERS:
         url = url.set(drivername=_DRIVERS[url.drivername])
     if url.get_backend_name() not in ("sqlite", "postgresql", "mssql"):

@@ -31,6 +31,7 @@ from .store import JobSpec, Store
 from .store_schedules import ScheduleStore
 
 MAX_PAYLOAD = 64 * 1024
+MAX_INT = 2**31 - 1  # priorities and attempts are 32-bit integer columns
 # Settings every machine must share, or turns and death verdicts would disagree.
 FARM_SETTINGS = ("period", "heartbeat", "misses")
 DEFAULTS = {"period": 1.0, "heartbeat": 1.0, "misses": 3}
@@ -40,14 +41,24 @@ def parse_payload(text: str | None) -> str | None:
     """Check that a payload is JSON within the size limit; return it normalised."""
     if text is None or text == "":
         return None
-    if len(text.encode()) > MAX_PAYLOAD:
-        raise InvalidJob(f"payload is {len(text.encode())} bytes, over the {MAX_PAYLOAD} byte limit: "
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:  # bytes that were not UTF-8 on the command line arrive as lone surrogates
+        raise InvalidJob("payload is not valid UTF-8 text") from None
+    if size > MAX_PAYLOAD:
+        raise InvalidJob(f"payload is {size} bytes, over the {MAX_PAYLOAD} byte limit: "
                          "store large data elsewhere and pass a reference")
     try:
-        return json.dumps(json.loads(text), separators=(",", ":"))
+        return json.dumps(json.loads(text, parse_constant=_not_json), separators=(",", ":"))
     except json.JSONDecodeError as error:
         raise InvalidJob(f"payload is not valid JSON ({error.msg} at line {error.lineno} column {error.colno}): "
                          "quote it, e.g. --payload '{\"id\": 1}'") from None
+    except RecursionError:
+        raise InvalidJob("payload is not usable JSON: it is nested too deeply") from None
+
+
+def _not_json(constant: str):
+    raise json.JSONDecodeError(f"{constant} is not JSON (use null or a string)", constant, 0)
 
 
 def to_json(value) -> str | None:
@@ -63,10 +74,12 @@ def to_json(value) -> str | None:
 def work_spec(executor: str, target: str, *, method: str = "GET", payload: str | None = None, priority: int = 0,
               max_attempts: int = 3, timeout: float | None = None, key: str | None = None) -> JobSpec:
     """A job definition checked for form; `payload` is JSON text."""
-    if max_attempts < 1:
-        raise InvalidJob(f"--max-attempts must be at least 1 (got {max_attempts})")
-    if timeout is not None and not timeout > 0:
-        raise InvalidJob(f"--timeout must be positive (got {timeout})")
+    if not 1 <= max_attempts <= MAX_INT:
+        raise InvalidJob(f"--max-attempts must be from 1 to {MAX_INT} (got {max_attempts})")
+    if not -MAX_INT <= priority <= MAX_INT:
+        raise InvalidJob(f"--priority must be from {-MAX_INT} to {MAX_INT} (got {priority})")
+    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+        raise InvalidJob(f"--timeout must be a positive number of seconds (got {timeout})")
     spec = JobSpec(executor=executor, target=target, method=method.upper(), payload=parse_payload(payload),
                    priority=priority, max_attempts=max_attempts, timeout=timeout, key=key)
     check_form(spec)
@@ -189,8 +202,10 @@ class Farm:
         """Queue `count` copies of `spec`. A key already taken raises grabs.AlreadyTaken naming the winner."""
         if count < 1:
             raise InvalidJob(f"--count must be at least 1 (got {count})")
-        if delay < 0:
-            raise InvalidJob(f"--delay must not be negative (got {delay})")
+        if not (delay >= 0 and math.isfinite(delay)):
+            raise InvalidJob(f"--delay must be a number of seconds, not negative (got {delay})")
+        if at is not None and not math.isfinite(at):
+            raise InvalidJob(f"--at must be a time (got {at})")
         self.check_allowed(spec)
         try:
             return self.store.enqueue(self._signed(spec), delay=delay, at=at, count=count)
