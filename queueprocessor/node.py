@@ -354,8 +354,10 @@ class Node:
             if slot_owner(ids, slot) == self.id and inside > self.estimator.error_bound():
                 self._last_slot = slot
                 self._pushed = False  # the turn's claim covers what the notice announced
-                if self.store.take_turn(slot, self.id):
-                    self._take_turn(slot, free)
+                self._materialise_due()
+                claimed = self._claim(free, self.config.claim_ahead, turn=slot)
+                if claimed is not None:
+                    self._took_turn(slot, free, claimed)
                 return
         if self._pushed:
             self._pushed = False
@@ -369,12 +371,15 @@ class Node:
                 self._direct = False
                 self._backlog_slot = -1
 
-    def _take_turn(self, slot: int, free: int) -> None:
-        self.turns_taken += 1
+    def _materialise_due(self) -> None:
+        """Make due schedule occurrences jobs before our turn claims (idempotent: each is a unique key)."""
         if self.next_schedule is not None and self.next_schedule <= self.estimator.db_now() + self.config.schedule_ahead:
             made = self.schedules.materialise(ahead=self.config.schedule_ahead, period=self.config.period)
             self.next_schedule = made.next_schedule
-        claimed = self._claim(free, self.config.claim_ahead)
+
+    def _took_turn(self, slot: int, free: int, claimed: int) -> None:
+        """The turn was ours: say whether it left a backlog for the others, and keep the turn log trimmed."""
+        self.turns_taken += 1
         backlog = free > 0 and claimed == free and self.store.due_count() > 0
         if claimed or backlog:
             self.store.record_turn(slot, claimed, backlog)
@@ -387,7 +392,9 @@ class Node:
         if self.turns_taken % 600 == 1:
             self.store.prune_turns(self.config.turn_keep)
 
-    def _claim(self, limit: int, horizon: float = 0.0) -> int:
+    def _claim(self, limit: int, horizon: float = 0.0, turn: int | None = None) -> int | None:
+        """Claim and start up to `limit` jobs; how many. With `turn`, first record that slot's turn and
+        claim only if it was ours (None if another machine has it)."""
         # Leases that ran out while we ourselves could not reach the database are
         # not taken: their owners deserve a full lease to renew after the stall. We
         # are settled once our unbroken run of check-ins is longer than a lease and
@@ -398,8 +405,13 @@ class Node:
         settled = (now - self._streak_start > self.config.lease
                    and now - self._last_contact_db <= 2 * self.config.heartbeat)
         sent = self.clock.monotonic()
-        jobs = self.store.claim(self.id, limit, self.config.lease, horizon=horizon, take_expired=settled,
-                                expired_before=now)
+        options = dict(horizon=horizon, take_expired=settled, expired_before=now)
+        if turn is None:
+            jobs = self.store.claim(self.id, limit, self.config.lease, **options)
+        else:
+            won, jobs = self.store.take_turn_and_claim(turn, self.id, limit, self.config.lease, **options)
+            if not won:
+                return None
         for job in jobs:
             self.runner.submit(job, leased_at=sent)
         return len(jobs)

@@ -171,7 +171,7 @@ class JobRunner:
 
     def _mark_started(self, job: Claimed) -> None:
         try:
-            self.store.mark_started(job, self.machine_id)
+            self.store.mark_started(job)
         except Exception as exc:  # only the history's start time is at stake
             log.warning("could not record the start of job %s: %s", job.id, exc)
 

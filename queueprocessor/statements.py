@@ -7,26 +7,41 @@ rules they keep are Store.claim's and Store.finish's.
 
 import functools
 
-from sqlalchemy import (BigInteger, Float, Integer, Text, and_, bindparam, case, cast, column, func, insert, literal,
-                        or_, select, union_all, update)
+from sqlalchemy import (BigInteger, Float, Integer, Text, and_, bindparam, case, cast, column, exists, func, insert,
+                        literal, or_, select, true, union_all, update)
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from .dbtime import db_now
-from .schema import Id, jobs, runs
+from .schema import Id, jobs, runs, turns
 
 
 @functools.lru_cache(maxsize=None)
-def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | None):
+def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | None, turn: bool = False):
     """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
 
     Queued and expired jobs are picked apart and merged: each branch follows an index in order
     (ix_qp_jobs_queue, ix_qp_jobs_due) instead of sorting the whole backlog per claim. On
-    PostgreSQL the same statement opens the run rows. `top`: SQL Server only says TOP for a
-    plain number (else ROW_NUMBER() over every due row), so there each limit is its own shape.
+    PostgreSQL the same statement opens the run rows and, with `turn`, first records the turn of
+    slot `b_slot`, claiming only if that record went in: an idle turn is one statement. Its rows
+    then start with `won` (1 or 0) and carry no job when nothing was claimed.
+    `top`: SQL Server only says TOP for a plain number (else ROW_NUMBER() over every due row),
+    so there each limit is its own shape.
     """
     j = jobs.alias("j")
     now = db_now()
     limit = top or bindparam("b_limit", type_=Integer, literal_execute=True)
+    gate = true()
+    if turn:
+        recorded = (
+            pg_insert(turns)
+            .values(slot=bindparam("b_slot", type_=BigInteger), machine_id=bindparam("b_machine", type_=Id),
+                    taken_at=now, claimed=0, backlog=False)
+            .on_conflict_do_nothing(index_elements=[turns.c.slot])
+            .returning(turns.c.slot)
+            .cte("turn")
+        )
+        gate = exists(select(recorded.c.slot))
 
     def expired(table):
         ran_out = table.c.lease_until < now
@@ -34,7 +49,7 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
 
     def best(where):
         return (
-            select(j.c.id, j.c.priority, j.c.run_at).where(where)
+            select(j.c.id, j.c.priority, j.c.run_at).where(where, gate)
             .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -72,7 +87,11 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
         select(claimed.c.id, claimed.c.attempts, bindparam("b_machine", type_=Id), claimed.c.fence, now,
                literal("running")),
     ).cte("opened")
-    return select(claimed).add_cte(opened)
+    if not turn:
+        return select(claimed).add_cte(opened)
+    won = select(func.count()).select_from(recorded).scalar_subquery().label("won")
+    one = select(literal(1).label("one")).subquery("one")
+    return select(won, *claimed.c).select_from(one.outerjoin(claimed, true())).add_cte(opened)
 
 
 @functools.lru_cache(maxsize=None)

@@ -96,6 +96,11 @@ class JobSpec:
     origin: str | None = None  # who enqueued it
 
 
+def _most_urgent_first(claimed: Iterable[Claimed]) -> list[Claimed]:
+    """RETURNING has no order; start the most urgent first."""
+    return sorted(claimed, key=lambda c: (-c.priority, c.run_at, c.id))
+
+
 class Store:
     """The farm's database. Thread-safe: each call checks out its own connection."""
 
@@ -269,12 +274,32 @@ class Store:
             params["b_before"] = expired_before
         statement = claim_statement(self.dialect, take_expired, expired_before is not None,
                                      limit if self.dialect == "mssql" else None)
-        # RETURNING has no order; start the most urgent first.
-        claimed = sorted((Claimed(*row) for row in self._one(statement, params)),
-                         key=lambda c: (-c.priority, c.run_at, c.id))
+        claimed = _most_urgent_first(Claimed(*row) for row in self._one(statement, params))
         if claimed:
             self._open_runs(machine_id, claimed, inserted=self.dialect == "postgresql")
         return claimed
+
+    def take_turn_and_claim(self, slot: int, machine_id: int, limit: int, lease: float, *, horizon: float = 0.0,
+                            take_expired: bool = True, expired_before: float | None = None
+                            ) -> tuple[bool, list[Claimed]]:
+        """Record the turn of `slot` and, only if it was ours to take, claim as Store.claim does.
+
+        On PostgreSQL both happen in one statement, so an idle farm costs the
+        database one statement per period; elsewhere, two.
+        """
+        if self.dialect != "postgresql" or limit <= 0:
+            won = self.take_turn(slot, machine_id)
+            return won, (self.claim(machine_id, limit, lease, horizon=horizon, take_expired=take_expired,
+                                    expired_before=expired_before) if won else [])
+        params = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon, b_slot=slot)
+        if expired_before is not None:
+            params["b_before"] = expired_before
+        rows = self._one(claim_statement(self.dialect, take_expired, expired_before is not None, None, turn=True),
+                         params)
+        claimed = _most_urgent_first(Claimed(*row[1:]) for row in rows if row.id is not None)
+        if claimed:
+            self._open_runs(machine_id, claimed, inserted=True)
+        return bool(rows[0].won), claimed
 
     def _open_runs(self, machine_id: int, claimed: Sequence[Claimed], inserted: bool = False) -> None:
         """Start a run row per claimed job (unless the claim `inserted` them); close the runs of machines
@@ -296,13 +321,9 @@ class Store:
                     [dict(job_id=c.id, attempt=c.attempts, machine_id=machine_id, fence=c.fence) for c in claimed],
                 )
 
-    def mark_started(self, job: Claimed, machine_id: int) -> None:
-        """A job claimed ahead of its time starts now: record the real start (database time)."""
-        with self.engine.begin() as conn:
-            conn.execute(update(jobs).where(jobs.c.id == job.id, jobs.c.owner == machine_id, jobs.c.fence == job.fence)
-                         .values(started_at=db_now()))
-            conn.execute(update(runs).where(runs.c.job_id == job.id, runs.c.fence == job.fence)
-                         .values(started_at=db_now()))
+    def mark_started(self, job: Claimed) -> None:
+        """A job claimed ahead of its time starts now: its run's start becomes the real one (database time)."""
+        self._one(update(runs).where(runs.c.job_id == job.id, runs.c.fence == job.fence).values(started_at=db_now()))
 
     def due_count(self, horizon: float = 0.0) -> int:
         return self._one(

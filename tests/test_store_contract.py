@@ -202,3 +202,18 @@ def test_turn_log_is_pruned_by_age(farm):
     store.take_turn(2, me)
     assert store.prune_turns(keep_seconds=0.03) == 1
     assert [t["slot"] for t in store.read_turns(0)] == [2]
+
+
+def test_a_turn_and_its_claim_go_together(farm):
+    store = farm.store
+    a, b = register(store, "a"), register(store, "b")
+    store.enqueue(HTTP, count=3)
+    won, claimed = store.take_turn_and_claim(7, a, 2, lease=5)
+    assert won and len(claimed) == 2 and all(c.fence == 1 for c in claimed)
+    lost, nothing = store.take_turn_and_claim(7, b, 2, lease=5)
+    assert (lost, nothing) == (False, [])  # the slot was taken: the loser claims nothing
+    assert store.due_count() == 1
+    won, none_due = store.take_turn_and_claim(8, b, 0, lease=5)
+    assert won and none_due == []
+    assert [(t["slot"], t["machine_id"]) for t in store.read_turns(0)] == [(7, a), (8, b)]
+    assert {r["job_id"] for r in store.list_runs()} == {c.id for c in claimed}
