@@ -362,7 +362,7 @@ class Node:
         if self._pushed:
             self._pushed = False
             if self._last_slot == slot and free > 0:  # our turn is under way: take the new work now
-                self._claim(free, self.config.claim_ahead)
+                self._flag_backlog(slot, free, self._claim(free, self.config.claim_ahead))
         if self._backlog_slot >= slot - 2 and free > 0 and not self._direct:
             self._direct = True
         if self._direct and free > 0:
@@ -380,6 +380,13 @@ class Node:
     def _took_turn(self, slot: int, free: int, claimed: int) -> None:
         """The turn was ours: say whether it left a backlog for the others, and keep the turn log trimmed."""
         self.turns_taken += 1
+        self._flag_backlog(slot, free, claimed)
+        if self.turns_taken % 600 == 1:
+            self.store.prune_turns(self.config.turn_keep)
+
+    def _flag_backlog(self, slot: int, free: int, claimed: int) -> None:
+        """Log what our turn (or a claim on a push notice within it) took; if it found more than we had
+        room for, say so, so that every node with room claims directly (at once, on PostgreSQL)."""
         backlog = free > 0 and claimed == free and self.store.due_count() > 0
         if claimed or backlog:
             self.store.record_turn(slot, claimed, backlog)
@@ -389,8 +396,6 @@ class Node:
                 with self.store.engine.connect() as conn:
                     notify_backlog(conn)
                     conn.commit()
-        if self.turns_taken % 600 == 1:
-            self.store.prune_turns(self.config.turn_keep)
 
     def _claim(self, limit: int, horizon: float = 0.0, turn: int | None = None) -> int | None:
         """Claim and start up to `limit` jobs; how many. With `turn`, first record that slot's turn and

@@ -225,7 +225,11 @@ class Store:
         return True
 
     def record_turn(self, slot: int, claimed: int, backlog: bool) -> None:
-        self._one(update(turns).where(turns.c.slot == slot).values(claimed=claimed, backlog=backlog))
+        """Add what the turn's holder claimed in its slot (its turn, then any claims on push notices)."""
+        values = dict(claimed=turns.c.claimed + claimed)
+        if backlog:
+            values["backlog"] = True
+        self._one(update(turns).where(turns.c.slot == slot).values(**values))
 
     def backlog_open(self, since_slot: int) -> bool:
         """Did a recent turn find more due work than its holder could take? (work-conserving claims)"""
