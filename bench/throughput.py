@@ -36,10 +36,6 @@ PEER_PACKAGES = ("pgqueuer==1.6.0", "procrastinate==3.10.0", "psycopg[binary]>=3
 SYSTEMS = ("queueprocessor", "pgqueuer", "procrastinate")
 
 
-def noop(payload, context):
-    """The no-op Python job our nodes run (target bench.throughput:noop)."""
-
-
 # -- the peers, run inside their own virtualenv --------------------------------------------------
 
 
@@ -164,14 +160,14 @@ def run_case(system: str, kind: str, processes: int, count: int, concurrency: in
         farm = Farm(url)
         farm.settings()
         workers = [NodeProcess(url, f"node-{i}", http_base=web_url, extra=(
-            "--capacity", str(concurrency), "--allow-module", "bench.throughput")) for i in range(processes)]
+            "--capacity", str(concurrency), "--allow-module", "bench.jobs")) for i in range(processes)]
         wait_for(lambda: len(farm.status()["machines"]) == processes, 60, "nodes to join")
         time.sleep(2.5)  # the join delay: every node takes turns
         started = time.monotonic()
         if kind == "http":
             farm.enqueue_http("/", count=count)
         else:
-            farm.enqueue_python("bench.throughput:noop", count=count)
+            farm.enqueue_python("bench.jobs:noop", count=count)
         enqueued = time.monotonic()
         remaining = "SELECT EXISTS (SELECT 1 FROM qp_jobs WHERE state IN ('queued', 'running'))"
     else:

@@ -1,0 +1,19 @@
+"""The Python jobs the benchmarks' nodes run (nodes allow the module prefix bench.jobs)."""
+
+import time
+
+
+def noop(payload, context):
+    """Does nothing: what is measured is the farm, not the work."""
+
+
+def stamp(payload, context):
+    """Returns when it started, by the wall clock. On one host that is the database's clock too
+    (PostgreSQL's clock_timestamp() reads the same system clock), so a benchmark can see when the
+    work itself began, not when its start was written down."""
+    return time.time()
+
+
+def nap(payload, context):
+    """Sleeps `payload` seconds: work that takes a while, as most real jobs do."""
+    time.sleep(payload)

@@ -1,0 +1,134 @@
+"""Schedule accuracy: an every-second schedule on three machines, one of them killed and restarted.
+
+Three node processes on PostgreSQL (period 1 s) run a `--every 1` schedule
+of a no-op Python job for 5 minutes. A third of the way in, one machine is
+SIGKILLed; it is started again 10 s later. Every occurrence is a job keyed
+`tick@<time>`; its lateness is its run's start minus its due time, both in
+database time. The job returns the wall clock at its first line, which on
+one host is the database's clock, so the figure is when the work itself
+began; the start the run history records (written by the database a moment
+later, by a statement the node sends as it starts the job) is shown beside it.
+Targets: p99 lateness at most 20 ms, and exactly one run per occurrence, the
+kill included.
+
+The baseline comes from the same run's turn log: a farm that only polled
+(no claim ahead of time, no start at run_at) would have started each
+occurrence at the first turn at or after its time.
+
+    python bench/schedule_accuracy.py            # 5 minutes
+    python bench/schedule_accuracy.py --quick    # 30 seconds
+"""
+
+import argparse
+import bisect
+import time
+
+from common import (NodeProcess, fresh_database, load_average, ms, percentile, print_table, query, start_postgres,
+                    stop_all, wait_for)
+from queueprocessor.farm import Farm
+
+PERIOD = 1.0
+NODES = 3
+
+
+def run(server, seconds: float, kill_at: float, down: float) -> dict:
+    url = fresh_database(server, "schedule")
+    farm = Farm(url)
+    farm.settings(period=PERIOD)
+    extra = ("--allow-module", "bench.jobs")
+    nodes = {f"node-{i}": NodeProcess(url, f"node-{i}", extra=extra) for i in range(NODES)}
+    try:
+        wait_for(lambda: len(farm.status()["machines"]) == NODES, 60, "nodes to join")
+        time.sleep(3.0)
+        farm.schedule("tick", farm.python_spec("bench.jobs:stamp"), every=1.0)
+        began = farm.store.ask_time()
+        time.sleep(kill_at)
+        victim = nodes["node-1"]
+        killed = farm.store.ask_time()
+        victim.kill()
+        print(f"  killed node-1 at +{killed - began:.1f} s", flush=True)
+        time.sleep(down)
+        nodes["node-1b"] = NodeProcess(url, "node-1", extra=extra)
+        print(f"  started it again at +{farm.store.ask_time() - began:.1f} s", flush=True)
+        time.sleep(max(0.0, seconds - kill_at - down))
+        ended = farm.store.ask_time()
+        farm.schedules.pause("tick")
+        wait_for(lambda: not query(url, "SELECT count(*) FROM qp_jobs WHERE state = 'running'")[0][0], 30,
+                 "the last occurrences to finish")
+        jobs = query(url, "SELECT id, run_at FROM qp_jobs WHERE key LIKE :ticks AND state <> 'cancelled'",
+                     ticks="tick@%")
+        runs = query(url, "SELECT job_id, outcome, started_at, output FROM qp_runs")
+        turns = sorted(t for (t,) in query(url, "SELECT taken_at FROM qp_turns"))
+        return dict(began=began, ended=ended, killed=killed, back=killed + down, jobs=jobs, runs=runs, turns=turns)
+    finally:
+        stop_all([n for n in nodes.values() if n.alive()])
+        farm.close()
+
+
+def analyse(data: dict) -> list[dict]:
+    """Per occurrence in the window: its lateness, executions and claims; and the poll-only baseline."""
+    first, last = int(data["began"]) + 3, int(data["ended"]) - 2
+    due = {round(run_at): job_id for job_id, run_at in data["jobs"]}
+    runs: dict[int, list] = {}
+    for job_id, outcome, started, output in data["runs"]:
+        runs.setdefault(job_id, []).append((outcome, started, output))
+    rows = []
+    for second in range(first, last + 1):
+        job_id = due.get(second)
+        mine = runs.get(job_id, [])
+        done = [(float(output), started) for outcome, started, output in mine if outcome == "succeeded"]
+        turn = data["turns"][bisect.bisect_left(data["turns"], second)] if data["turns"][-1] >= second else None
+        rows.append(dict(second=second, executions=len(done), claims=len(mine),
+                         lateness=(done[0][0] - second) if done else None,
+                         recorded=(done[0][1] - second) if done else None,
+                         polled=None if turn is None else turn - second,
+                         near_kill=data["killed"] - 2 <= second <= data["back"] + 10))
+    return rows
+
+
+def summarise(label: str, rows: list) -> list:
+    late = [r["lateness"] for r in rows if r["lateness"] is not None]
+    recorded = [r["recorded"] for r in rows if r["recorded"] is not None]
+    counts = [r["executions"] for r in rows]
+    return [label, len(rows), ms(percentile(late, 50)), ms(percentile(late, 99)), ms(max(late)),
+            f"{ms(percentile(recorded, 50))} / {ms(percentile(recorded, 99))}",
+            counts.count(0), counts.count(1), sum(1 for c in counts if c > 1),
+            sum(r["claims"] - r["executions"] for r in rows)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="30 seconds (kill at 10 s, back at 15 s)")
+    parser.add_argument("--seconds", type=float, help="length of the run (default 300)")
+    args = parser.parse_args()
+    seconds = args.seconds or (30.0 if args.quick else 300.0)
+    kill_at, down = (10.0, 5.0) if args.quick else (seconds / 3, 10.0)
+    print(f"schedule accuracy: every 1 s on {NODES} nodes for {seconds:g} s, node-1 killed at +{kill_at:g} s "
+          f"and back {down:g} s later; {load_average()}", flush=True)
+    server = start_postgres()
+    try:
+        data = run(server, seconds, kill_at, down)
+    finally:
+        server.stop()
+    rows = analyse(data)
+    print()
+    print_table(
+        ["occurrences", "count", "work began: late p50 ms", "p99 ms", "max ms", "recorded start p50 / p99 ms",
+         "0 runs", "1 run", "2+ runs", "claims lost to the kill"],
+        [summarise("all", rows),
+         summarise("steady (away from the kill)", [r for r in rows if not r["near_kill"]]),
+         summarise("from 2 s before the kill to 10 s after the restart", [r for r in rows if r["near_kill"]])],
+    )
+    polled = [r["polled"] for r in rows if r["polled"] is not None]
+    print(f"\nbaseline, poll-only (the first turn at or after each due time, from the same run's turn log): "
+          f"lateness p50 {ms(percentile(polled, 50))} ms, p99 {ms(percentile(polled, 99))} ms, "
+          f"max {ms(max(polled))} ms")
+    late = [r["lateness"] for r in rows if r["lateness"] is not None]
+    once = all(r["executions"] == 1 for r in rows)
+    print(f"targets: p99 <= 20 ms: {'yes' if percentile(late, 99) <= 0.020 else 'NO'}; "
+          f"exactly one run per occurrence: {'yes' if once else 'NO'}")
+    print(f"{load_average()}")
+
+
+if __name__ == "__main__":
+    main()
