@@ -76,7 +76,14 @@ class Recurrence:
     def after(self, t: float) -> float:
         """The first occurrence strictly after epoch second `t`."""
         if self.every is not None:
-            return (math.floor(t / self.every) + 1) * self.every
+            n = math.floor(t / self.every) + 1
+            # t / every rounds: make sure n * every is the first multiple strictly after t, or a schedule
+            # could make the same occurrence again and again, or skip one.
+            while (n - 1) * self.every > t:
+                n -= 1
+            while n * self.every <= t:
+                n += 1
+            return n * self.every
         zone = ZoneInfo(self.tz)
         hourly = self.cron.split()[1] == "*"
         times = croniter(self.cron, datetime.fromtimestamp(t, zone))
