@@ -8,7 +8,7 @@ from sqlalchemy import create_engine, event, exc, insert, inspect, select
 from sqlalchemy.engine import URL, Engine, make_url
 
 from . import schema
-from .errors import ConfigError, DatabaseUnavailable, SchemaTooNew
+from .errors import ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew
 
 # Short names a user may type, mapped to the driver we ship.
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg", "mssql": "mssql+pyodbc"}
@@ -50,20 +50,33 @@ def parse_url(text: str) -> URL:
     return url
 
 
-def open_engine(text: str, pool_size: int = 5) -> Engine:
-    """An engine tuned for the farm's access pattern (short statements, several threads)."""
+def open_engine(text: str, pool_size: int = 5, read_only: bool = False) -> Engine:
+    """An engine tuned for the farm's access pattern (short statements, several threads). With `read_only`
+    the database itself refuses every write on its connections (the app's watch-only mode)."""
     url = parse_url(text)
     if url.get_backend_name() == "sqlite":
-        return _sqlite_engine(url)
+        return _sqlite_engine(url, read_only)
     try:
-        return create_engine(url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True, pool_recycle=300)
+        engine = create_engine(url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True, pool_recycle=300)
     except ImportError as error:  # the driver, or a library it loads (pyodbc needs unixODBC's libodbc)
         missing = error.name if isinstance(error, ModuleNotFoundError) else str(error).split(":")[0]
         raise ConfigError(f"the driver for {mask(url)} cannot be loaded ({missing}): install it on this machine") from None
+    if read_only and url.get_backend_name() == "postgresql":
+
+        @event.listens_for(engine, "connect")
+        def _refuse_writes(dbapi_connection, _record):
+            with dbapi_connection.cursor() as cursor:
+                cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            dbapi_connection.commit()  # a SET inside a transaction that is rolled back would be undone
+
+    return engine
 
 
-def _sqlite_engine(url: URL) -> Engine:
-    if url.database and url.database != ":memory:":
+def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
+    if url.database and url.database != ":memory:" and read_only:
+        if not Path(url.database).expanduser().exists():
+            raise _no_farm(url)
+    elif url.database and url.database != ":memory:":
         folder = Path(url.database).expanduser().parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -79,14 +92,16 @@ def _sqlite_engine(url: URL) -> Engine:
         dbapi_connection.execute("PRAGMA journal_mode=WAL")
         dbapi_connection.execute("PRAGMA synchronous=NORMAL")
         dbapi_connection.execute("PRAGMA busy_timeout=30000")
+        if read_only:
+            dbapi_connection.execute("PRAGMA query_only=ON")
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection):
         # Writers take the write lock up front: a deferred transaction that later
         # writes fails at once with "database is locked" instead of waiting its
         # turn. Reads (marked read_only) must not queue behind the writers.
-        read_only = connection.get_execution_options().get("read_only")
-        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        reading = read_only or connection.get_execution_options().get("read_only")
+        connection.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -115,18 +130,33 @@ def ensure_schema(engine: Engine) -> bool:
     raise AssertionError("unreachable")
 
 
+def check_schema(engine: Engine) -> None:
+    """For a reader that must change nothing: the farm's tables must be there already, and not newer."""
+    with engine.connect() as conn:
+        if _schema_version(conn) is None:
+            raise _no_farm(engine.url)
+
+
+def _no_farm(url: URL) -> NotFound:
+    return NotFound(f"there is no QueueProcessor farm in {mask(url)} yet: start a node there, or run "
+                    "`queueprocessor init-db`")
+
+
+def _schema_version(conn) -> str | None:
+    version = None
+    if inspect(conn).has_table(schema.meta.name):
+        version = conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).scalar()
+    if version is not None and int(version) > schema.SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"this database has schema version {version}, newer than this QueueProcessor's "
+            f"{schema.SCHEMA_VERSION}: upgrade QueueProcessor on this machine before joining the farm"
+        )
+    return version
+
+
 def _create_or_check(engine: Engine) -> bool:
     with engine.begin() as conn:
-        version = None
-        if inspect(conn).has_table(schema.meta.name):
-            version = conn.execute(
-                select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
-            ).scalar()
-        if version is not None and int(version) > schema.SCHEMA_VERSION:
-            raise SchemaTooNew(
-                f"this database has schema version {version}, newer than this QueueProcessor's "
-                f"{schema.SCHEMA_VERSION}: upgrade QueueProcessor on this machine before joining the farm"
-            )
+        version = _schema_version(conn)
         schema.metadata.create_all(conn)
         if version is None:
             conn.execute(insert(schema.meta).values(key="schema_version", value=str(schema.SCHEMA_VERSION)))

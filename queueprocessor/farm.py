@@ -21,8 +21,8 @@ from sqlalchemy import exc
 
 from . import grabs, singletons
 from .api import JobFunction, target_of
-from .database import default_url, describe_failure, ensure_schema, mask, open_engine
-from .errors import ConfigError, DuplicateKey, InvalidJob
+from .database import check_schema, default_url, describe_failure, ensure_schema, mask, open_engine
+from .errors import ConfigError, DuplicateKey, InvalidJob, QPError
 from .executors import AllowLists, check_allowed, check_form
 from .node import Node, NodeConfig
 from .roster import Liveness, machine_status
@@ -87,11 +87,21 @@ def work_spec(executor: str, target: str, *, method: str = "GET", payload: str |
 
 
 class Farm:
-    def __init__(self, url: str | None = None):
+    def __init__(self, url: str | None = None, *, read_only: bool = False):
+        """`read_only`: only look (the app's watch-only mode). Nothing is created or adopted, and the
+        database itself refuses any write through this farm."""
         self.url = url or default_url()
-        self.engine = open_engine(self.url)
+        self.read_only = read_only
+        self.engine = open_engine(self.url, read_only=read_only)
         try:
-            self.created = ensure_schema(self.engine)
+            if read_only:
+                check_schema(self.engine)
+                self.created = False
+            else:
+                self.created = ensure_schema(self.engine)
+        except QPError:
+            self.engine.dispose()
+            raise
         except exc.DBAPIError as error:
             self.engine.dispose()
             raise describe_failure(error, self.url) from None
@@ -117,6 +127,8 @@ class Farm:
         """The farm-wide timing settings. Values passed in are adopted by a new farm and
         must match an existing one."""
         given = {k: v for k, v in wanted.items() if v is not None}
+        if self.read_only and not given:
+            return self.current_settings()
         for key, value in given.items():
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0) or (
                     key == "misses" and value != int(value)):

@@ -297,6 +297,7 @@ def test_a_lost_database_shows_as_a_state_and_the_window_stays_live(pg_url, app,
     from tests.support.tcpproxy import TcpProxy
 
     target = make_url(pg_url)
+    Farm(pg_url).close()  # a farm to watch: watching creates nothing
     with TcpProxy(target.host, target.port) as proxy:
         url = target.set(port=proxy.port).render_as_string(hide_password=False)
         window = MainWindow(url, None, interval=0.1)

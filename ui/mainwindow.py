@@ -132,6 +132,13 @@ class MainWindow(QMainWindow):
                            lambda: about(self, self.url))
         for action in (self.act_pause, self.act_resume, self.act_drain, self.act_retry, self.act_cancel):
             action.setEnabled(False)
+        self.act_enqueue.setEnabled(not self.watch_only)
+
+    @property
+    def watch_only(self) -> bool:
+        """--observe: no node here, and nothing this app does may change the farm (its database connection
+        refuses writes too)."""
+        return self.node_options is None
 
     def _make_views(self) -> None:
         self.timeline = SlotsTimeline()
@@ -397,8 +404,8 @@ class MainWindow(QMainWindow):
         self.act_resume.setEnabled(state == "paused")
         self.act_drain.setEnabled(state in ("active", "paused"))
         job = self.jobs.selected_job() if self.tabs.currentWidget() is self.jobs else None
-        self.act_retry.setEnabled(bool(job) and job["state"] in ("failed", "cancelled"))
-        self.act_cancel.setEnabled(bool(job) and job["state"] in ("queued", "running"))
+        self.act_retry.setEnabled(bool(job) and job["state"] in ("failed", "cancelled") and not self.watch_only)
+        self.act_cancel.setEnabled(bool(job) and job["state"] in ("queued", "running") and not self.watch_only)
 
     def restyle(self) -> None:
         for action in self.findChildren(QAction):
@@ -441,7 +448,7 @@ class MainWindow(QMainWindow):
         for wish, icon, allowed in (("pause", "pause", status == "active"), ("resume", "resume", status == "paused"),
                                     ("drain", "drain", status in ("active", "paused"))):
             action = menu.addAction(theme.icon(icon), f"{wish.capitalize()} {machine['name']}")
-            action.setEnabled(allowed)
+            action.setEnabled(allowed and not self.watch_only)
             action.triggered.connect(lambda _=False, w=wish: self.steer(machine["id"], w))
         menu.popup(self.peers_view.viewport().mapToGlobal(position))
         self.peer_menu = menu

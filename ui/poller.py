@@ -107,7 +107,7 @@ class Poller(QObject):
         while True:
             self.health.emit("connecting", f"connecting to {mask(self.url)}")
             try:
-                self.farm = Farm(self.url)
+                self.farm = Farm(self.url, read_only=self.node_options is None)  # watching changes nothing
                 dashboard = Dashboard(self.farm.store, FarmTiming.of(self.farm.settings()))
                 if self.node_options is not None:
                     options = dict(self.node_options)
