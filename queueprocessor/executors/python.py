@@ -9,6 +9,7 @@ Only modules under the node's allowed prefixes are imported at all.
 
 import asyncio
 import importlib
+import inspect
 import json
 import re
 import traceback
@@ -35,8 +36,11 @@ def module_allowed(module: str, prefixes: tuple[str, ...]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
-def resolve(target: str):
-    """Import the module and find the callable; a clear JobFailed when either is missing."""
+def resolve(target: str, allowed: tuple[str, ...]):
+    """Import the module and find the callable; a clear JobFailed when either is missing.
+
+    The callable must be defined in an allowed module: an allowed module's attributes also hold the
+    modules and functions it imported (`app.jobs:shutil.rmtree`), which the allow-list does not allow."""
     module_name, path = parse_target(target)
     try:
         thing = importlib.import_module(module_name)
@@ -47,13 +51,17 @@ def resolve(target: str):
             thing = getattr(thing, part)
         except AttributeError:
             raise JobFailed(f"Python job {target}: {module_name} has no attribute {path!r}") from None
+        home = thing.__name__ if inspect.ismodule(thing) else getattr(thing, "__module__", None)
+        if (home is not None or callable(thing)) and not (isinstance(home, str) and module_allowed(home, allowed)):
+            raise JobFailed(f"Python job {target}: {part} is from module {home!r}, which is not allowed on this "
+                            "machine")
     if not callable(thing):
         raise JobFailed(f"Python job {target}: {path} is a {type(thing).__name__}, not a function")
     return thing
 
 
-def _call(target: str, payload: str | None, context: JobContext) -> str | None:
-    function = resolve(target)
+def _call(target: str, payload: str | None, context: JobContext, allowed: tuple[str, ...]) -> str | None:
+    function = resolve(target, allowed)
     try:
         result = function(json.loads(payload) if payload else None, context)
     except Exception as error:
@@ -85,7 +93,8 @@ class PythonExecutor(Executor):
         self.validate(JobSpec(executor=self.name, target=job.target))
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="qp-python")
-        future = asyncio.get_running_loop().run_in_executor(self._pool, _call, job.target, job.payload, context)
+        future = asyncio.get_running_loop().run_in_executor(self._pool, _call, job.target, job.payload, context,
+                                                             self.allowed_modules)
         future.add_done_callback(_consume)  # a result that comes after we gave up is dropped quietly
         try:
             return await asyncio.shield(future)
