@@ -1,13 +1,15 @@
 """The desktop app under a big farm: time to refresh every view, and the app's memory.
 
     QT_QPA_PLATFORM=offscreen python bench/bench_gui.py [--quick] [--machines 32] [--runs 10000]
+                                                         [--profile FILE] [--paint-times]
 
 A PostgreSQL farm database is filled with `--machines` machines, `--runs` runs
 (with their jobs) and a turn per slot, all inside the window the app shows.
 The worker's read of that window (Dashboard.read) is timed on its own; then
 the main window, shown offscreen at 1440x900 on its Job runs tab, is fed that
 snapshot over and over (times shifted and new jobs on top each time, so
-nothing is cached and the jobs table changes) and each refresh is timed from
+nothing is cached and the jobs table changes; the last two held, as the
+app's worker holds them) and each refresh is timed from
 the snapshot's arrival to the window painted: every model and plot updated,
 then Qt's pending paint events run (the visible, changed parts drawn). Target: under 16 ms a refresh (one frame at
 60 Hz), and the whole app under 250 MB resident.
@@ -97,6 +99,41 @@ def shifted(snapshot: dict, seconds: float, new_jobs: int) -> dict:
     return prepare(copy)
 
 
+def paint_timer():
+    """The application, made to add up each widget's paint events while `.on` (call before make_app)."""
+    from PySide6.QtCore import QEvent
+    from PySide6.QtWidgets import QApplication
+
+    class PaintTimer(QApplication):
+        def __init__(self):
+            super().__init__([])
+            self.on = False
+            self.totals: dict[str, float] = {}
+
+        def notify(self, receiver, event):
+            if not self.on or event.type() != QEvent.Type.Paint:
+                return super().notify(receiver, event)
+            began = time.thread_time()
+            try:
+                return super().notify(receiver, event)
+            finally:
+                name = self.name(receiver)
+                self.totals[name] = self.totals.get(name, 0.0) + time.thread_time() - began
+
+        @staticmethod
+        def name(widget) -> str:
+            """The app's own widget it belongs to, then the Qt widget (a scroll area's viewport by its view)."""
+            what = type(widget).__name__
+            if widget.objectName() == "qt_scrollarea_viewport":
+                what = f"{type(widget.parent()).__name__} viewport"
+            owner = widget.parent()
+            while owner is not None and not type(owner).__module__.startswith("ui."):
+                owner = owner.parent()
+            return f"{type(owner).__name__ if owner is not None else ''} {what}".strip()
+
+    return PaintTimer()
+
+
 def naive_gantt(plot, snapshot: dict, items: list):
     """The baseline: throw the old bars away and add one rectangle item per run."""
     from PySide6.QtGui import QBrush, QColor, QPen
@@ -123,6 +160,8 @@ def main() -> None:
     parser.add_argument("--refreshes", type=int, default=60)
     parser.add_argument("--quick", action="store_true", help="A short run (fewer refreshes).")
     parser.add_argument("--profile", metavar="FILE", help="Also profile the timed refreshes (cProfile) into FILE.")
+    parser.add_argument("--paint-times", action="store_true",
+                        help="Also list which widgets' paint events took the refreshes' time (adds overhead).")
     args = parser.parse_args()
     refreshes = 15 if args.quick else args.refreshes
     print(load_average())
@@ -152,6 +191,7 @@ def main() -> None:
         from ui.app import make_app
         from ui.mainwindow import MainWindow
 
+        paints = paint_timer() if args.paint_times else None
         app = make_app([], "light")
         window = MainWindow(farm.url, None, interval=3600)  # its own poller stays idle: we feed it
         window.resize(1440, 900)
@@ -183,7 +223,11 @@ def main() -> None:
             began, began_cpu = time.perf_counter(), time.thread_time()
             if profiler:
                 profiler.enable()
+            if paints is not None:
+                paints.on = True
             refresh(snap)
+            if paints is not None:
+                paints.on = False
             if profiler:
                 profiler.disable()
             ours.append(time.perf_counter() - began)
@@ -229,6 +273,11 @@ def main() -> None:
              ["naive Gantt: one rect item per run", f"{percentile(naive, 50) * 1000:.1f}",
               f"{percentile(naive, 95) * 1000:.1f}", "baseline"]],
         )
+        if paints is not None:
+            print_table(["paint events during the refreshes", "ms a refresh"],
+                        [[name, f"{total / len(ours) * 1000:.2f}"]
+                         for name, total in sorted(paints.totals.items(), key=lambda item: -item[1])
+                         if total / len(ours) * 1000 >= 0.05])
         print_table(["memory", "MB resident"],
                     [["python + imports, before the app", f"{base_rss:.0f}"],
                      ["the app after the refreshes (target < 250)", f"{app_rss:.0f}"]])
