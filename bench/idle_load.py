@@ -6,7 +6,10 @@ only check in: at most 1/period + 2 x nodes/heartbeat statements per second
 should use under 2% of a core. For 1..16 real node processes on PostgreSQL,
 this counts every statement the server ran for the farm's database
 (pg_stat_statements, BEGIN/COMMIT included) and every node's CPU time
-(/proc/<pid>/stat) over a window, and lists the statements by kind.
+(/proc/<pid>/stat) over a window, and lists the statements by kind. A window
+cuts each node's heartbeat (two statements) and the farm's turns at an
+arbitrary phase, so a count is exact to +-(2 x nodes + 1) statements: the
+rate is judged against the target within that.
 
     python bench/idle_load.py            # 1, 2, 4, 8, 16 nodes, 30 s each
     python bench/idle_load.py --quick    # 1 and 3 nodes, 6 s each
@@ -72,7 +75,7 @@ def measure(server, nodes: int, seconds: float) -> dict:
     for statement, calls in delta.items():
         by_kind[kind(statement)] += calls
     return {"nodes": nodes, "window": window, "rate": sum(delta.values()) / window,
-            "target": 1 / PERIOD + 2 * nodes / HEARTBEAT, "cpu_mean": sum(cpu) / len(cpu), "cpu_max": max(cpu),
+            "target": 1 / PERIOD + 2 * nodes / HEARTBEAT, "resolution": (2 * nodes + 1) / window, "cpu_mean": sum(cpu) / len(cpu), "cpu_max": max(cpu),
             "kinds": {k: v / window for k, v in by_kind.items()}}
 
 
@@ -104,9 +107,11 @@ def main() -> None:
     finally:
         server.stop()
     print_table(
-        ["nodes", "statements/s", "target 1/period + 2n/heartbeat", "met", "node CPU mean", "node CPU max",
+        ["nodes", "statements/s", "counted to +-", "target 1/period + 2n/heartbeat", "met", "node CPU mean",
+         "node CPU max",
          "target CPU"],
-        [[r["nodes"], f"{r['rate']:.2f}", f"{r['target']:.2f}", "yes" if r["rate"] <= r["target"] else "NO",
+        [[r["nodes"], f"{r['rate']:.2f}", f"{r['resolution']:.2f}", f"{r['target']:.2f}",
+          "yes" if r["rate"] <= r["target"] + r["resolution"] else "NO",
           f"{r['cpu_mean'] * 100:.2f}%", f"{r['cpu_max'] * 100:.2f}%", "< 2%"] for r in results],
     )
     print()
