@@ -84,3 +84,6 @@ def test_rows_sorted_on_a_changing_column_move_with_their_selection(model):
         (4, "failed"), (2, "queued"), (3, "succeeded")]
     assert selected.row() == 2 and selected.data(ROW_ROLE)["id"] == 3
     assert spy.resets == [] and spy.moved and spy.removed == [(2, 2)]
+    model.sort(0, Qt.SortOrder.DescendingOrder)  # by job id, newest first
+    assert _ids(model) == [4, 3, 2] and selected.row() == 1
+    assert spy.resets == []

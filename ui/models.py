@@ -12,6 +12,7 @@ at once for the roles a model does not style.
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter, ne
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 
@@ -31,7 +32,7 @@ RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 class Column:
     title: str
     show: Callable[[dict, dict], str]
-    sort: Callable[[dict, dict], object] | None = None
+    sort: Callable[[dict, dict], object] | str | None = None  # a function of (row, context), or a row field
     numeric: bool = False
     tip: str = ""
 
@@ -75,6 +76,8 @@ class SnapshotModel(QAbstractTableModel):
             return list(rows)
         column = self.columns[self.sort_column]
         key = column.sort or column.show
+        if isinstance(key, str):
+            return sorted(rows, key=itemgetter(key), reverse=self.descending)
         return sorted(rows, key=lambda row: key(row, self.context), reverse=self.descending)
 
     def set_rows(self, rows: list[dict], context: dict | None = None) -> None:
@@ -84,18 +87,17 @@ class SnapshotModel(QAbstractTableModel):
         self.context = context
         rows = self._sorted(rows)
         keys = [row[self.key] for row in rows]
-        before = dict(zip(self._keys, self.rows))
         if keys != self._keys:
             self._restructure(rows, keys)
-        self.rows = rows
-        changed = range(len(rows)) if stale else (n for n, (key, row) in enumerate(zip(keys, rows))
-                                                   if before.get(key, row) != row)
+        shown, self.rows = self.rows, rows  # shown: what the table showed, row for row (new rows as they are)
+        changed = range(len(rows)) if stale else [n for n, differs in enumerate(map(ne, shown, rows)) if differs]
         last_column = len(self.columns) - 1
         for first, last in _blocks(changed):
             self.dataChanged.emit(self.index(first, 0), self.index(last, last_column))
 
     def _restructure(self, rows: list[dict], keys: list) -> None:
-        """Turn the shown rows into `rows` (same keys, same order) through row signals, not a reset."""
+        """Put the shown rows in the order of `keys`, taking new rows from `rows`, through row signals (not a
+        reset). Rows already shown keep their old values, for set_rows to compare."""
         root = QModelIndex()
         wanted = set(keys)
         for first, last in reversed(list(_blocks(n for n, key in enumerate(self._keys) if key not in wanted))):
@@ -124,7 +126,8 @@ class SnapshotModel(QAbstractTableModel):
         position = {key: n for n, key in enumerate(keys)}
         old = self.persistentIndexList()
         self.changePersistentIndexList(old, [self.index(position[self._keys[i.row()]], i.column()) for i in old])
-        self.rows, self._keys = list(rows), list(keys)
+        shown = dict(zip(self._keys, self.rows))
+        self.rows, self._keys = [shown[key] for key in keys], list(keys)
         self.layoutChanged.emit()
 
     def row_of(self, key) -> int | None:
@@ -196,11 +199,11 @@ class PeersModel(SnapshotModel):
                "Round trip of the machine's best clock sample"),
         Column("Last seen", lambda r, c: text.ago(c["db_now"] - r["last_seen"]),
                lambda r, c: c["db_now"] - r["last_seen"], True, "Time since the machine's last check-in"),
-        Column("Capacity", lambda r, c: str(r["capacity"]), lambda r, c: r["capacity"], True),
-        Column("Running", lambda r, c: str(r["running"]), lambda r, c: r["running"], True),
-        Column("Done", lambda r, c: str(r["done_count"]), lambda r, c: r["done_count"], True,
+        Column("Capacity", lambda r, c: str(r["capacity"]), "capacity", True),
+        Column("Running", lambda r, c: str(r["running"]), "running", True),
+        Column("Done", lambda r, c: str(r["done_count"]), "done_count", True,
                "Runs this machine finished successfully since it started"),
-        Column("Failed", lambda r, c: str(r["failed_count"]), lambda r, c: r["failed_count"], True,
+        Column("Failed", lambda r, c: str(r["failed_count"]), "failed_count", True,
                "Runs that failed or timed out on this machine since it started"),
         Column("Runs/min", _rate, lambda r, c: float(_rate(r, c)), True,
                "Finished runs per minute over the last ten minutes (database's run log)"),
@@ -238,13 +241,13 @@ class JobsModel(SnapshotModel):
     """Recent jobs, newest first."""
 
     columns = [
-        Column("Job", lambda r, c: str(r["id"]), lambda r, c: r["id"], True),
+        Column("Job", lambda r, c: str(r["id"]), "id", True),
         Column("State", lambda r, c: r["state"]),
         Column("Target", lambda r, c: f"{r['method']} {r['target']}"),
-        Column("Attempts", lambda r, c: f"{r['attempts']}/{r['max_attempts']}", lambda r, c: r["attempts"], True),
+        Column("Attempts", lambda r, c: f"{r['attempts']}/{r['max_attempts']}", "attempts", True),
         Column("Machine", lambda r, c: c["names"].get(r["owner"], "") if r["owner"] else "",
                tip="The machine that owns (or last owned) the job"),
-        Column("Created", lambda r, c: text.clock(r["created_at"]), lambda r, c: r["created_at"]),
+        Column("Created", lambda r, c: text.clock(r["created_at"]), "created_at"),
         Column("Finished", lambda r, c: text.clock(r["finished_at"]), lambda r, c: r["finished_at"] or 0),
         Column("Error", lambda r, c: (r["last_error"] or "").splitlines()[0][:120] if r["last_error"] else ""),
     ]
@@ -263,9 +266,9 @@ class AttemptsModel(SnapshotModel):
     """Every attempt (run) of one job, first attempt first."""
 
     columns = [
-        Column("Attempt", lambda r, c: str(r["attempt"]), lambda r, c: r["attempt"], True),
+        Column("Attempt", lambda r, c: str(r["attempt"]), "attempt", True),
         Column("Machine", lambda r, c: c["names"].get(r["machine_id"], f"#{r['machine_id']}")),
-        Column("Fence", lambda r, c: str(r["fence"]), lambda r, c: r["fence"], True,
+        Column("Fence", lambda r, c: str(r["fence"]), "fence", True,
                "The fence token of this claim: every write by this attempt had to quote it"),
         Column("Started", lambda r, c: text.clock(r["started_at"])),
         Column("Finished", lambda r, c: text.clock(r["finished_at"])),
