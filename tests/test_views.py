@@ -132,3 +132,19 @@ def test_find_jobs_matches_id_target_machine_and_error_with_like_characters_take
     assert len(found("/")) == 5
     with pytest.raises(QPError, match="unknown job state"):
         find_jobs(store, "x", "nosuchstate")
+
+
+def test_a_slow_text_search_is_repeated_at_most_a_tenth_of_the_time(farm):
+    store = farm.store
+    [first] = store.enqueue(JobSpec(executor="http", target="/reports/daily"))
+    # The clock the dashboard paces searches by: this search takes 1 s, so it is not repeated for 10 s.
+    readings = iter([0.0, 1.0, 5.0, 11.0, 11.0, 12.0, 12.0])
+    dashboard = Dashboard(store, FarmTiming.of(farm.settings()), clock=lambda: next(readings))
+    search = Query(jobs_text="reports")
+
+    assert [j["id"] for j in dashboard.read(search)["jobs"]] == [first]
+    [second] = store.enqueue(JobSpec(executor="http", target="/reports/weekly"))
+    assert [j["id"] for j in dashboard.read(search)["jobs"]] == [first]  # 5 s later: the last result
+    assert [j["id"] for j in dashboard.read(search)["jobs"]] == [second, first]  # 11 s later: searched again
+    assert [j["id"] for j in dashboard.read(Query(jobs_text="weekly"))["jobs"]] == [second]  # new text: at once
+    assert [j["id"] for j in dashboard.read(Query())["jobs"]] == [second, first]  # no text: the newest jobs

@@ -130,7 +130,7 @@ class JobsView(QWidget):
         self.search = QLineEdit()
         self.search.setPlaceholderText("Filter by text: id, target, machine, error…")
         self.search.setToolTip("Show only jobs whose id, target, machine or error contains this text, "
-                               "ignoring case (asks the database)")
+                               "ignoring case (asks the database; a slow search is repeated less often)")
         self.search.setClearButtonEnabled(True)
         self.search_timer = QTimer(self)
         self.search_timer.setSingleShot(True)
