@@ -5,7 +5,7 @@ The fence token travels in X-QP-Fence so the downstream service can refuse a
 writer that lost its lease.
 """
 
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
@@ -21,7 +21,7 @@ def check_syntax(spec: JobSpec) -> str | None:
     """A path relative to the node's --http-base, or an absolute http(s) URL: returns its host (None if relative)."""
     if spec.method not in METHODS:
         raise InvalidJob(f"HTTP method {spec.method!r} is not supported: use GET or POST")
-    parts = urlsplit(spec.target)
+    parts = _split(spec.target, f"HTTP job target {spec.target!r}")
     if not (parts.scheme or parts.netloc or spec.target.startswith("//")):
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -30,11 +30,18 @@ def check_syntax(spec: JobSpec) -> str | None:
     return parts.hostname
 
 
+def _split(url: str, what: str):
+    try:
+        return urlsplit(url)
+    except ValueError as error:  # e.g. "[::1" or a host that NFKC normalisation would change
+        raise InvalidJob(f"{what} is not a valid URL ({error})") from None
+
+
 class HttpExecutor(Executor):
     name = "http"
 
     def __init__(self, base_url: str = "http://localhost/", allowed_hosts: tuple[str, ...] = LOCAL_HOSTS):
-        parts = urlsplit(base_url)
+        parts = _split(base_url, f"--http-base {base_url!r}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidJob(f"--http-base {base_url!r} is not an http(s) URL, e.g. http://localhost:8080/")
         if parts.hostname not in allowed_hosts:
@@ -50,13 +57,23 @@ class HttpExecutor(Executor):
                              f"allowed hosts: {', '.join(self.allowed_hosts)} (add one with --allow-host)")
 
     def url_for(self, target: str) -> str:
-        return urljoin(self.base_url, target.lstrip("/"))
+        parts = urlsplit(target)
+        if parts.scheme:  # an absolute URL on an allowed host (see validate), sent as validate read it
+            return urlunsplit(parts)
+        # "./" keeps a path a path: joined bare, "/http://elsewhere/x" would become that other URL.
+        return urljoin(self.base_url, "./" + target.lstrip("/"))
 
     async def run(self, job: Claimed, context: JobContext) -> str | None:
         self.validate(JobSpec(executor=self.name, target=job.target, method=job.method))
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
         url = self.url_for(job.target)
+        try:  # checked again as the HTTP client itself reads it, so no two parsers can disagree on the host
+            host = httpx.URL(url).host
+        except httpx.InvalidURL as error:
+            raise JobFailed(f"{job.method} {url}: not a valid URL ({error})") from None
+        if host not in self.allowed_hosts:
+            raise JobFailed(f"{job.method} {url}: host {host!r} is not allowed on this machine")
         headers = {
             "X-QP-Job": str(job.id),
             "X-QP-Attempt": str(job.attempts),
