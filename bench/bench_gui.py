@@ -32,11 +32,11 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import fresh_database, load_average, percentile, print_table, start_postgres  # noqa: E402
-from sqlalchemy import insert  # noqa: E402
+from sqlalchemy import insert, text  # noqa: E402
 
 from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.schema import jobs, machines, runs, turns  # noqa: E402
-from queueprocessor.views import Dashboard, FarmTiming, Query  # noqa: E402
+from queueprocessor.views import Dashboard, FarmTiming, Query, find_jobs  # noqa: E402
 from ui.arrays import prepare  # noqa: E402
 
 OUTCOMES = ("succeeded",) * 16 + ("failed", "timeout", "lost", "cancelled")
@@ -97,6 +97,33 @@ def shifted(snapshot: dict, seconds: float, new_jobs: int) -> dict:
     fresh = [dict(top, id=top["id"] + n, state="queued") for n in range(new_jobs, 0, -1)]
     copy["jobs"] = fresh + [dict(j) for j in snapshot["jobs"][: len(snapshot["jobs"]) - new_jobs]]
     return prepare(copy)
+
+
+def search_times(farm: Farm, extra: int, repeats: int) -> None:
+    """The worker's jobs list with `extra` more finished jobs (one in ten with an error): the newest 500 as
+    the table shows them unfiltered, and the text search (find_jobs), which scans the table when little
+    matches."""
+    with farm.store.engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO qp_jobs (id, executor, target, method, kind, state, priority, run_at, created_at,"
+            " attempts, max_attempts, fence, cancel_requested, last_error)"
+            " SELECT (SELECT max(id) FROM qp_jobs) + g, 'http', '/archive/' || (g % 97), 'GET', 'job', 'succeeded',"
+            " 0, 0, 0, 1, 3, 1, false, CASE WHEN g % 10 = 0 THEN 'HTTP 502 from upstream' END"
+            " FROM generate_series(1, :n) g"), {"n": extra})
+        conn.execute(text("ANALYZE qp_jobs"))
+    cases = [("newest 500 jobs, no filter (store.list_jobs)", lambda: farm.store.list_jobs(None, 500)),
+             ("text search, 500 of many matches ('upstream')", lambda: find_jobs(farm.store, "upstream")),
+             ("text search, nothing matches (a full scan)", lambda: find_jobs(farm.store, "no such text"))]
+    rows = []
+    for label, read in cases:
+        times = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            read()
+            times.append(time.perf_counter() - began)
+        rows.append([label, f"{percentile(times, 50) * 1000:.1f}", f"{percentile(times, 95) * 1000:.1f}"])
+    print(f"worker: the jobs list among {sum(farm.store.job_counts().values()):,} jobs")
+    print_table(["what", "median ms", "p95 ms"], rows)
 
 
 def paint_timer():
@@ -160,6 +187,8 @@ def main() -> None:
     parser.add_argument("--refreshes", type=int, default=60)
     parser.add_argument("--quick", action="store_true", help="A short run (fewer refreshes).")
     parser.add_argument("--profile", metavar="FILE", help="Also profile the timed refreshes (cProfile) into FILE.")
+    parser.add_argument("--search-jobs", type=int, default=500_000, metavar="N",
+                        help="Then add N finished jobs and time the jobs list and its text search (0: skip).")
     parser.add_argument("--paint-times", action="store_true",
                         help="Also list which widgets' paint events took the refreshes' time (adds overhead).")
     args = parser.parse_args()
@@ -288,6 +317,8 @@ def main() -> None:
             app.processEvents()
             time.sleep(0.01)
         QApplication.instance().processEvents()
+        if args.search_jobs:
+            search_times(farm, args.search_jobs, 3 if args.quick else 10)
     finally:
         farm.close()
         server.stop()

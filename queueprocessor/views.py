@@ -24,8 +24,8 @@ from .store import JOB_STATES, Store
 SYNC_SHARE = 0.1
 # Stopped or dead machines drop off the dashboard after this long.
 GONE_AFTER = 600.0
-# A text search of the jobs scans the table when few jobs match (half a second for 500,000 jobs on
-# PostgreSQL): polls repeat it at most this share of the time, and show its last result in between.
+# A text search of the jobs scans the table when few jobs match (0.5-0.8 s for 500,000 jobs on PostgreSQL,
+# bench/bench_gui.py): polls repeat it at most this share of the time, and show its last result in between.
 SEARCH_SHARE = 0.1
 
 
