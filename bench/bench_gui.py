@@ -99,6 +99,63 @@ def shifted(snapshot: dict, seconds: float, new_jobs: int) -> dict:
     return prepare(copy)
 
 
+def live_pauses(app, window, seconds: float) -> None:
+    """The window with its own worker polling the farm every 0.4 s, for `seconds` as started, then for
+    `seconds` settled (ui.app.settle, which the app runs once its window is up): the garbage collector's full
+    passes (the CPU time of each, on whichever thread triggers it, holding the interpreter lock) and the GUI
+    thread's longest waits between two 5 ms timer ticks."""
+    import threading
+
+    from PySide6.QtCore import QTimer
+
+    from ui.app import settle
+
+    window.poller.interval = 0.4
+    window.poller.refresh()
+    rows = []
+    for phase in ("as started", "settled"):
+        if phase == "settled":
+            settle()
+        passes: list[tuple[str, float]] = []
+        started = {}
+
+        def watch(stage, info):
+            if info["generation"] == 2:
+                if stage == "start":
+                    started["cpu"] = time.thread_time()
+                else:
+                    passes.append((threading.current_thread().name, time.thread_time() - started["cpu"]))
+
+        gaps, last, polls = [], [time.perf_counter()], []
+
+        def beat():
+            now = time.perf_counter()
+            gaps.append(now - last[0])
+            last[0] = now
+
+        timer = QTimer()
+        timer.timeout.connect(beat)
+        window.poller.snapshot.connect(polls.append)
+        gc.callbacks.append(watch)
+        timer.start(5)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            app.processEvents()
+            time.sleep(0.002)
+        timer.stop()
+        gc.callbacks.remove(watch)
+        window.poller.snapshot.disconnect(polls.append)
+        cpu = [took for _, took in passes]
+        on_worker = sum(name != threading.main_thread().name for name, _ in passes)
+        rows.append([phase, str(len(polls)), f"{len(passes)} ({on_worker} on the worker)",
+                     f"{percentile(cpu, 50) * 1000:.1f} / {max(cpu, default=float('nan')) * 1000:.1f}",
+                     f"{percentile(gaps, 99) * 1000:.0f} / {max(gaps) * 1000:.0f}"])
+        polls.clear()
+    print(f"the window's own worker polling every 0.4 s, {seconds:g} s each way")
+    print_table(["objects made at startup", "polls", "full GC passes", "CPU ms a pass, median / max",
+                 "GUI waits ms, p99 / max"], rows)
+
+
 def search_times(farm: Farm, extra: int, repeats: int) -> None:
     """The worker's jobs list with `extra` more finished jobs (one in ten with an error): the newest 500 as
     the table shows them unfiltered, and the text search (find_jobs), which scans the table when little
@@ -187,6 +244,8 @@ def main() -> None:
     parser.add_argument("--refreshes", type=int, default=60)
     parser.add_argument("--quick", action="store_true", help="A short run (fewer refreshes).")
     parser.add_argument("--profile", metavar="FILE", help="Also profile the timed refreshes (cProfile) into FILE.")
+    parser.add_argument("--live", type=float, default=20.0, metavar="SECONDS",
+                        help="Then let the window's own worker poll for SECONDS, before and after settling (0: skip).")
     parser.add_argument("--search-jobs", type=int, default=500_000, metavar="N",
                         help="Then add N finished jobs and time the jobs list and its text search (0: skip).")
     parser.add_argument("--paint-times", action="store_true",
@@ -312,6 +371,9 @@ def main() -> None:
                      ["the app after the refreshes (target < 250)", f"{app_rss:.0f}"]])
         print(load_average())
         plot.close()
+        items.clear()
+        if args.live:
+            live_pauses(app, window, args.live)
         window.close()
         while window.isVisible():
             app.processEvents()

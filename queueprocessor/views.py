@@ -70,12 +70,27 @@ class FarmTiming:
         return Liveness(self.config.dead_after)
 
 
+def plain_dicts(rows) -> list[dict]:
+    """Result rows as dicts keyed by plain strings.
+
+    SQLAlchemy names columns with `quoted_name` strings, which the garbage collector tracks, so a dict
+    keyed by them is tracked too (`dict(row._mapping)`). A dashboard holds 10,000 such rows from each of its
+    last polls, and that many tracked survivors a poll make Python run full collections every few polls,
+    each a pause of 100 ms or more with the interpreter lock held. Dicts of plain strings and numbers are
+    not tracked at all.
+    """
+    if not rows:
+        return []
+    names = [str(name) for name in rows[0]._fields]
+    return [dict(zip(names, row)) for row in rows]
+
+
 def turns_between(store: Store, since: float, until: float, limit: int = 100_000) -> list[dict]:
     """Turns taken in [since, until] of database time, by slot (the turn log, the truth)."""
     rows = store._one(
         select(turns).where(turns.c.taken_at >= since, turns.c.taken_at <= until).order_by(turns.c.slot).limit(limit)
     )
-    return [dict(r._mapping) for r in rows]
+    return plain_dicts(rows)
 
 
 def runs_between(store: Store, since: float, until: float, limit: int = 20_000) -> list[dict]:
@@ -88,7 +103,7 @@ def runs_between(store: Store, since: float, until: float, limit: int = 20_000) 
         .order_by(runs.c.started_at.desc())
         .limit(limit)
     )
-    return [dict(r._mapping) for r in store._one(statement)]
+    return plain_dicts(store._one(statement))
 
 
 def throughput(store: Store, since: float, until: float, bucket: float) -> list[dict]:
@@ -130,7 +145,7 @@ def find_jobs(store: Store, text: str, state: str | None = None, limit: int = 50
     statement = select(jobs).where(found).order_by(jobs.c.id.desc()).limit(limit)
     if state is not None:
         statement = statement.where(jobs.c.state == state)
-    return [dict(r._mapping) for r in store._one(statement)]
+    return plain_dicts(store._one(statement))
 
 
 def judge_machines(rows: list[dict], now: float, timing: FarmTiming, keep_gone: float = GONE_AFTER) -> list[dict]:

@@ -4,6 +4,8 @@ Rows are written through the Store the nodes use (register, take a turn, claim,
 finish), so the views are checked against what a farm really writes.
 """
 
+import gc
+
 import pytest
 
 from queueprocessor.errors import QPError
@@ -148,3 +150,16 @@ def test_a_slow_text_search_is_repeated_at_most_a_tenth_of_the_time(farm):
     assert [j["id"] for j in dashboard.read(search)["jobs"]] == [second, first]  # 11 s later: searched again
     assert [j["id"] for j in dashboard.read(Query(jobs_text="weekly"))["jobs"]] == [second]  # new text: at once
     assert [j["id"] for j in dashboard.read(Query())["jobs"]] == [second, first]  # no text: the newest jobs
+
+
+def test_dashboard_rows_are_not_tracked_by_the_garbage_collector(farm):
+    """A dashboard holds 10,000 run rows per poll: tracked rows would make Python's full collections (pauses
+    with the interpreter lock held, the window frozen) run every few polls."""
+    store = farm.store
+    a = _machine(store, "a")
+    _run(store, a, "/ok", "failed")
+    store.take_turn(int(store.ask_time()), a)
+    now = store.ask_time()
+    rows = runs_between(store, 0, now + 1) + turns_between(store, 0, now + 1) + find_jobs(store, "ok")
+    assert len(rows) == 3
+    assert [row for row in rows if gc.is_tracked(row)] == []
