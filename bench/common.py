@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -26,7 +27,7 @@ from queueprocessor.database import open_engine  # noqa: E402
 from queueprocessor.output import print_table  # noqa: E402
 from tests.support.pgserver import PostgresServer  # noqa: E402
 
-__all__ = ["NodeProcess", "cpu_seconds", "fresh_database", "load_average", "ms", "percentile",
+__all__ = ["NodeProcess", "WakeProbe", "cpu_seconds", "fresh_database", "load_average", "ms", "percentile",
            "print_table", "query", "start_postgres", "stop_all", "wait_for"]
 
 
@@ -121,6 +122,32 @@ def wait_for(condition, timeout: float, what: str, poll: float = 0.1):
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(poll)
+
+
+class WakeProbe:
+    """How late a sleeping thread wakes on this machine right now: a loaded machine's scheduler,
+    not the code under test, is what shows in the tails of timing figures. Use as a context manager
+    around a measuring window; `late` holds each oversleep of a 10 ms sleep, in seconds."""
+
+    def __init__(self, interval: float = 0.01):
+        self.interval = interval
+        self.late: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-wake-probe", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            start = time.monotonic()
+            time.sleep(self.interval)
+            self.late.append(time.monotonic() - start - self.interval)
+
+    def __enter__(self) -> "WakeProbe":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def cpu_seconds(pid: int) -> float:
