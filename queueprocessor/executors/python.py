@@ -28,6 +28,8 @@ def parse_target(target: str) -> tuple[str, str]:
     match = _TARGET.match(target)
     if not match:
         raise InvalidJob(f"Python job target {target!r} is not of the form package.module:function")
+    if any(part.startswith("_") for part in match["function"].split(".")):
+        raise InvalidJob(f"Python job target {target!r} names a private attribute: jobs call public functions")
     return match["module"], match["function"]
 
 

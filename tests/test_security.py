@@ -1,0 +1,444 @@
+"""Security (issue 5): passwords never shown, allow-lists that hold against hostile input, SQL only through
+bound parameters, and a watch-only app that cannot change anything. Real PostgreSQL, real node processes and
+in-process nodes, real HTTP servers, real Qt widgets offscreen."""
+
+import ast
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import event, inspect, text
+from sqlalchemy.engine import make_url
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from queueprocessor.database import open_engine  # noqa: E402
+from queueprocessor.errors import InvalidJob, QPError  # noqa: E402
+from queueprocessor.executors.http import LOCAL_HOSTS, HttpExecutor  # noqa: E402
+from queueprocessor.farm import Farm  # noqa: E402
+from queueprocessor.store import JobSpec  # noqa: E402
+from queueprocessor.views import find_jobs  # noqa: E402
+from tests.support.tcpproxy import TcpProxy  # noqa: E402
+from tests.test_bad_input import run_cli, snapshot  # noqa: E402
+from tests.test_ui_window import app, close  # noqa: E402, F401  (the app fixture, and closing a window)
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = dict(period=0.25, heartbeat=0.25, misses=4)
+MARK = "QP7x'); DROP TABLE qp_jobs; --\" OR \"1\"=\"1"  # "QP7x" never appears in SQL we write ourselves
+
+
+def wait_until(condition, timeout: float = 60.0, what: str = "it"):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+def settle(farm: Farm, timeout: float = 60.0) -> None:
+    wait_until(lambda: (c := farm.store.job_counts())["queued"] == 0 and c["running"] == 0, timeout, "the queue")
+
+
+# -- passwords ----------------------------------------------------------------
+
+@pytest.fixture
+def farm_with_everything(pg_url, tmp_path):
+    """A farm with a failed job, a queued one, a machine, a schedule and a singleton: every command has work."""
+    with Farm(pg_url) as farm:
+        farm.settings(**FAST)
+        [failed] = farm.store.enqueue(JobSpec("http", "/fail", max_attempts=1))
+        farm.store._one(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
+        [queued] = farm.enqueue_http("/later", delay=3600)
+        machine = farm.store.register(name="desk", host="h", instance=uuid.uuid4().hex, pid=1, version="0",
+                                      capacity=1, allow=None)
+    return pg_url, failed, queued, machine
+
+
+@pytest.mark.postgres
+def test_no_command_shows_the_password_right_or_wrong(farm_with_everything, pg_server, tmp_path):
+    url, failed, queued, machine = farm_with_everything
+    wrong = url.replace(pg_server.password, "Wr0ng-" + pg_server.password[::-1])
+    chains = [  # every command with the password in its URL: each chain in order, the chains side by side
+        [["init-db"], ["status"], ["status", "--json"], ["-vv", "status"], ["--version"]],
+        [["jobs"], ["jobs", "--json"], ["job", str(failed), "--json"], ["turns", "--json"], ["retry", str(failed)],
+         ["cancel", str(queued)]],
+        [["enqueue", "http", "/x"], ["enqueue", "python", "tests.support.pyjobs:echo"],
+         ["enqueue", "command", "--", "true"], ["grab", "report", "2026-11-22", "http", "/report"]],
+        [["pause", str(machine)], ["resume", str(machine)], ["drain", str(machine)]],
+        [["schedule", "add", "nightly", "http", "/n", "--every", "60"], ["schedule", "list"],
+         ["schedule", "list", "--json"], ["schedule", "pause", "nightly"], ["schedule", "remove", "nightly"]],
+        [["singleton", "add", "feed", "http", "/feed"], ["singleton", "list", "--json"], ["singleton", "remove", "feed"]],
+    ]
+    config = tmp_path / "qp.toml"
+    config.write_text(f'db = "{url}"\n')
+    right = [[(["--db", url, *argv], {}) for argv in chain] for chain in chains]
+    right.append([(["status"], {"QP_DB": url}), (["--config", str(config), "status", "--json"], {})])
+    commands = {argv[0]: argv for chain in chains for argv in chain if argv[0] not in ("-vv", "--version")}
+    refused = [[(["--db", wrong, *argv], {})] for argv in [*commands.values(), ["node"]]]
+    refused.append([(["status"], {"QP_DB": wrong})])
+
+    def run_chain(chain):
+        return [(argv, run_cli(argv, env, tmp_path)) for argv, env in chain]
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        ran_right = [r for chain in pool.map(run_chain, right) for r in chain]
+        ran_refused = [r for chain in pool.map(run_chain, refused) for r in chain]
+    for argv, result in ran_right + ran_refused:
+        shown = result.stdout + result.stderr
+        assert pg_server.password not in shown and "Wr0ng-" not in shown, argv
+        assert "Traceback" not in shown, (argv, shown)
+    for argv, result in ran_right:
+        assert result.returncode == 0, (argv, result.stderr)
+        if argv[-2:] == ["status", "--json"]:
+            assert json.loads(result.stdout)["database"].startswith("postgresql+psycopg://postgres:***@")
+    for argv, result in ran_refused:
+        assert result.returncode == 1 and "password authentication failed" in result.stderr, (argv, result.stderr)
+        assert "postgres:***@" in result.stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_node_cut_off_and_back_logs_no_password(pg_server, pg_url, http_target, tmp_path):
+    with Farm(pg_url) as farm:
+        farm.settings(**FAST)
+    with TcpProxy("127.0.0.1", pg_server.port) as proxy:
+        url = pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/")
+        log = open(tmp_path / "node.log", "w")
+        node = subprocess.Popen([sys.executable, "-m", "queueprocessor.cli", "-vv", "--db", url, "node", "--name",
+                                 "talkative", "--http-base", http_target.base_url], stdout=log, stderr=subprocess.STDOUT,
+                                cwd=ROOT)
+        try:
+            with Farm(pg_url) as farm:
+                wait_until(lambda: farm.status()["machines"], 30, "the node")
+                farm.enqueue_http("/ok", count=5)
+                settle(farm)
+                proxy.cut()
+                time.sleep(2.0)  # connection errors, a self-fence, retries: all logged
+                proxy.restore()
+                wait_until(lambda: "database reachable" in (tmp_path / "node.log").read_text().split("unreachable")[-1],
+                           30, "the node to reconnect")
+        finally:
+            node.send_signal(signal.SIGTERM)
+            node.wait(30)
+            log.close()
+    output = (tmp_path / "node.log").read_text()
+    assert "database unreachable" in output  # the errors were logged...
+    assert pg_server.password not in output  # ...without the password
+
+
+@pytest.mark.postgres
+def test_the_python_api_never_shows_the_password(pg_server, pg_url):
+    with Farm(pg_url) as farm:
+        assert pg_server.password not in farm.masked_url + json.dumps(farm.status(), default=str)
+        assert pg_server.password not in repr(farm.engine.url) + str(farm.engine.url)
+    with pytest.raises(QPError) as refused:
+        Farm(pg_url.replace(pg_server.password, "not-" + pg_server.password))
+    assert "password authentication failed" in str(refused.value)
+    assert pg_server.password not in str(refused.value)
+
+
+@pytest.mark.postgres
+def test_the_app_shows_no_password_anywhere(pg_url, pg_server, app, qtbot):  # noqa: F811
+    from PySide6.QtWidgets import QAbstractButton, QLabel, QLineEdit, QWidget
+
+    from ui.mainwindow import MainWindow
+
+    Farm(pg_url).close()
+    window = MainWindow(pg_url, None, interval=0.1)
+    window.show()
+    try:
+        qtbot.waitUntil(lambda: window.snap is not None, timeout=30_000)
+        shown = [window.windowTitle()]
+        for widget in window.findChildren(QWidget):
+            shown += [widget.toolTip(), widget.statusTip(), widget.windowTitle()]
+            if isinstance(widget, (QLabel, QLineEdit, QAbstractButton)):
+                shown.append(widget.text())
+        for action in window.actions():
+            shown += [action.text(), action.toolTip(), action.statusTip()]
+        assert any("postgres:***@" in s for s in shown)  # the database is named...
+        assert not [s for s in shown if pg_server.password in s]  # ...never with its password
+    finally:
+        close(window, qtbot)
+
+
+# -- allow-lists ----------------------------------------------------------------
+
+class Listener:
+    """A server on another loopback address (127.0.0.2, not in any allow-list) that counts who calls it."""
+
+    def __init__(self):
+        self.socket = socket.create_server(("127.0.0.2", 0))
+        self.port = self.socket.getsockname()[1]
+        self.calls = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.socket.accept()
+            except OSError:
+                return
+            self.calls += 1
+            conn.close()
+
+    def close(self):
+        self.socket.close()
+        self._thread.join(5)
+
+
+url_pieces = st.sampled_from([
+    "http:", "https:", "HTTP:", "//", "/", "\\", "@", ":", "127.0.0.1", "127.0.0.2", "evil.example", "localhost",
+    ".", "..", "%2F", "%40", "%5C", "?", "#", "\t", "\n", " ", "[::1]", "[::ffff:127.0.0.2]", "2130706434", "8080",
+    "x", "%00", "\u3002", "\uff0e", "\uff0f", "\uff20",
+])
+
+
+@settings(max_examples=3000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(url_pieces, max_size=10).map("".join))
+def test_whatever_target_passes_the_http_allow_list_goes_to_an_allowed_host(target):
+    executor = HttpExecutor("http://127.0.0.1:8080/api/")
+    try:
+        executor.validate(JobSpec("http", target))
+    except InvalidJob:
+        return
+    try:
+        host = httpx.URL(executor.url_for(target)).host  # where the client would really connect
+    except httpx.InvalidURL:
+        return  # the client refuses to send it at all
+    assert host in LOCAL_HOSTS
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_node_refuses_hostile_work_put_straight_into_the_table_and_runs_the_rest(pg_url, http_target, tmp_path):
+    evil = Listener()
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious").write_text("keep me")
+    e = f"127.0.0.2:{evil.port}"
+    at_the_door = {  # target: refused when enqueued (a live machine publishes its allow-lists)
+        f"http://{e}/x": True, f"//{e}/x": True, f"http://127.0.0.1@{e}/": True, f"HTTP://{e}/": True,
+        f"http://2130706434:{evil.port}/": True, f"http://[::ffff:127.0.0.2]:{evil.port}/": True,
+        f" http://{e}/": True, f"http:{e}/x": True, "http://[::1": True, "//\uff0fx": True,
+        f"/http://{e}/x": False,  # a path on this machine's service (it once went to {e})
+        f"http://{e}\\@127.0.0.1/": False,  # userinfo "{e}\\", host 127.0.0.1, for every parser
+        # The door cannot import the module (the enqueuer may not have it); the node finds where these lead.
+        "tests.support.pgserver:shutil.rmtree": False, "tests.support.pgserver:os.system": False,
+    }
+    hostile = {
+        "http": list(at_the_door),
+        "python": ["os:system", "builtins:exec", "tests.support.pgserver:shutil.rmtree", "tests.supportx:f",
+                   "tests.support.pgserver:os.system", "tests.support.pyjobs:echo.__globals__", "subprocess:run"],
+        "command": [["sh", "-c", f"touch {victim}/sh"], ["/bin/echo", "x"], ["echo;touch", f"{victim}/semi"],
+                    ["./echo"], ["rm", "-rf", str(victim)]],
+    }
+    fine = [JobSpec("http", "/ok"), JobSpec("python", "tests.support.pyjobs:echo", payload='{"a": 1}'),
+            JobSpec("command", json.dumps(["echo", f"$(touch {victim}/a)", f"; touch {victim}/b",
+                                           f"`touch {victim}/c`", f"| touch {victim}/d"]))]
+    with Farm(pg_url) as farm:
+        farm.settings(**FAST)
+        node = farm.node(name="guard", http_base=http_target.base_url, allow_modules=("tests.support",),
+                         allow_commands=("echo",)).start()
+        try:
+            bad = []
+            for executor, targets in hostile.items():
+                for target in targets:
+                    spec = JobSpec(executor, target if executor != "command" else json.dumps(target),
+                                   payload=json.dumps(str(victim)), max_attempts=1)
+                    if at_the_door.get(target, True) if executor != "command" else True:
+                        try:
+                            farm.enqueue(spec)
+                        except InvalidJob:
+                            pass
+                        else:
+                            pytest.fail(f"the door let in {executor} {target!r}")
+                    bad += farm.store.enqueue(spec)  # as a SQL insert would put it, past the door
+            good = [farm.store.enqueue(spec)[0] for spec in fine]
+            settle(farm)
+            jobs = {j["id"]: j for j in farm.store.list_jobs(limit=1000)}
+        finally:
+            node.stop(drain=False)
+            evil.close()
+    assert evil.calls == 0, "a job reached a host outside the allow-list"
+    assert (victim / "precious").read_text() == "keep me"
+    assert sorted(p.name for p in victim.iterdir()) == ["precious"], "a hostile job ran"
+    for job_id in bad:
+        job = jobs[job_id]
+        assert job["state"] == "failed", job
+        if job["executor"] != "http":
+            assert any(why in job["last_error"] for why in ("not allowed", "private attribute")), job
+    assert [jobs[i]["state"] for i in good] == ["succeeded"] * len(good), [jobs[i]["last_error"] for i in good]
+    runs = farm_runs(pg_url, good[-1])
+    assert "$(touch" in runs[0]["output"] and "`touch" in runs[0]["output"]  # arguments, not shell syntax
+
+
+def farm_runs(url: str, job_id: int) -> list[dict]:
+    with Farm(url) as farm:
+        return farm.store.list_runs(job_id=job_id)
+
+
+# -- SQL ------------------------------------------------------------------------
+
+SQL_CALLS = {"text", "exec_driver_sql", "execute", "literal_column", "executescript"}
+
+
+def built_from_values(expression: ast.expr) -> bool:
+    """Is this text put together from anything but literals and UPPER_CASE constants?"""
+    def fixed(part: ast.expr) -> bool:
+        return isinstance(part, ast.Constant) or (isinstance(part, ast.Name) and part.id.isupper())
+
+    if isinstance(expression, ast.JoinedStr):
+        return not all(fixed(v.value) if isinstance(v, ast.FormattedValue) else fixed(v) for v in expression.values)
+    if isinstance(expression, ast.BinOp):
+        return not (fixed(expression.left) and fixed(expression.right))
+    return isinstance(expression, ast.Call) and isinstance(expression.func, ast.Attribute) and \
+        expression.func.attr == "format"
+
+
+def test_sql_is_never_built_from_strings_in_the_code():
+    """No statement text is made from values with an f-string, % or + or .format(): values only travel as bound
+    parameters (a channel name from a constant is not a value)."""
+    built = []
+    for path in sorted((ROOT / "queueprocessor").rglob("*.py")) + sorted((ROOT / "ui").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and node.args:
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if name in SQL_CALLS and built_from_values(node.args[0]):
+                    built.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert built == []
+
+
+@pytest.mark.postgres
+def test_hostile_text_only_ever_reaches_the_database_as_a_parameter(pg_url, http_target):
+    statements = []
+    with Farm(pg_url) as farm:
+        event.listen(farm.engine, "before_cursor_execute",
+                     lambda conn, cursor, statement, *rest: statements.append(statement))
+        farm.settings(**FAST)
+        node = farm.node(name=MARK, http_base=http_target.base_url).start()
+        try:
+            [job] = farm.enqueue_http("/" + MARK, method="POST", payload=json.dumps({"m": MARK}), key=MARK,
+                                      max_attempts=1)
+            grabbed = farm.grab(MARK, MARK, JobSpec("http", "/" + MARK, max_attempts=1))
+            farm.schedule(MARK, JobSpec("http", "/" + MARK), every=3600)
+            farm.singleton(MARK + "-feed", JobSpec("http", "/ok"))
+            farm.wait(job, timeout=60)
+            farm.wait(grabbed, timeout=60)
+            assert farm.steer(MARK, "pause")["name"] == MARK
+            assert job in [j["id"] for j in find_jobs(farm.store, MARK)]
+            with pytest.raises(QPError):
+                farm.steer(MARK + "x", "drain")
+            stored = farm.store.get_job(job)
+        finally:
+            node.stop(drain=False)
+        tables = inspect(farm.engine).get_table_names()
+    assert (stored["target"], stored["key"], json.loads(stored["payload"])) == ("/" + MARK, MARK, {"m": MARK})
+    assert {"qp_jobs", "qp_machines", "qp_runs", "qp_turns"} <= set(tables)
+    assert len(statements) > 50
+    assert not [s for s in statements if "QP7x" in s]
+
+
+# -- the watch-only app -----------------------------------------------------------
+
+def prepare_farm(url: str) -> int:
+    """A farm at rest (no node running): a failed job, a queued one, a machine row. Returns the machine id."""
+    with Farm(url) as farm:
+        [failed] = farm.store.enqueue(JobSpec("http", "/fail", max_attempts=1))
+        farm.store._one(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
+        farm.enqueue_http("/later", delay=3600)
+        return farm.store.register(name="desk", host="h", instance=uuid.uuid4().hex, pid=1, version="0",
+                                   capacity=1, allow=None)
+
+
+def test_a_read_only_farm_cannot_change_anything(db_url):
+    machine = prepare_farm(db_url)
+    before = snapshot(db_url)
+    with Farm(db_url, read_only=True) as farm:
+        assert farm.status()["jobs"]["failed"] == 1
+        writes = [
+            lambda: farm.enqueue_http("/x"), lambda: farm.store.cancel(2), lambda: farm.store.retry(1),
+            lambda: farm.steer(str(machine), "pause"), lambda: farm.store.wish(machine, "drain"),
+            lambda: farm.schedule("s", JobSpec("http", "/s"), every=60), lambda: farm.singleton("f", JobSpec("http", "/f")),
+            lambda: farm.store.adopt_settings({"period": "9"}), lambda: farm.node(name="sneaky").start(),
+            lambda: farm.store.mark_stopped(machine), lambda: farm.store.prune_turns(0),
+        ]
+        for write in writes:
+            with pytest.raises(Exception):  # noqa: B017  (the database's own refusal, whatever the driver calls it)
+                write()
+    assert snapshot(db_url) == before
+
+
+def test_a_read_only_farm_creates_nothing_in_an_empty_database(db_url):
+    before = snapshot(db_url) if not db_url.startswith("sqlite") else None
+    with pytest.raises(QPError, match="there is no QueueProcessor farm in .* yet"):
+        Farm(db_url, read_only=True)
+    if before is None:
+        assert not Path(make_url(db_url).database).exists()
+    else:
+        assert snapshot(db_url) == before == {}
+
+
+@pytest.mark.postgres
+def test_the_watch_only_app_cannot_change_anything(pg_url, app, qtbot):  # noqa: F811
+    from ui.mainwindow import MainWindow
+
+    machine = prepare_farm(pg_url)
+    before = snapshot(pg_url)
+    window = MainWindow(pg_url, None, interval=0.1)
+    window.show()
+    try:
+        qtbot.waitUntil(lambda: window.snap is not None and bool(window.snap["machines"]), timeout=30_000)
+        writers = [window.act_enqueue, window.act_retry, window.act_cancel, window.act_pause, window.act_resume,
+                   window.act_drain]
+        window.tabs.setCurrentWidget(window.jobs)
+        qtbot.waitUntil(lambda: window.jobs.table.model().rowCount() > 0, timeout=30_000)
+        for row in range(window.jobs.table.model().rowCount()):  # a failed and a queued job: retry, cancel
+            window.jobs.table.selectRow(row)
+            window._update_actions()
+            assert not any(action.isEnabled() for action in writers)
+        window._peer_menu(window.peers_view.visualRect(window.peers.index(0, 0)).center())
+        assert not [a.text() for a in window.peer_menu.actions() if a.isEnabled()]
+        for action in writers:
+            action.trigger()  # disabled: nothing happens
+        # Past the disabled buttons, straight to the worker: the database itself refuses.
+        window._enqueue({"path": "/sneaky"})
+        qtbot.waitUntil(lambda: window.last_result is not None, timeout=30_000)
+        assert window.last_result[1] is False
+        window.steer(machine, "pause")
+        qtbot.waitUntil(lambda: window.last_result[0].startswith("Pause"), timeout=30_000)
+        assert window.last_result[1] is False
+        time.sleep(0.5)  # a few more polls
+    finally:
+        close(window, qtbot)
+    assert snapshot(pg_url) == before
+
+
+@pytest.mark.postgres
+def test_the_watch_only_app_creates_nothing_in_an_empty_database(pg_url, app, qtbot):  # noqa: F811
+    from ui.mainwindow import MainWindow
+
+    window = MainWindow(pg_url, None, interval=0.1)
+    window.show()
+    try:
+        qtbot.waitUntil(lambda: window.health_state == "error", timeout=30_000)
+        assert "no QueueProcessor farm" in window.health_text
+    finally:
+        close(window, qtbot)
+    engine = open_engine(pg_url, pool_size=1)
+    try:
+        assert inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()
