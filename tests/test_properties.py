@@ -21,7 +21,15 @@ from queueprocessor.clock import FakeClock, OffsetEstimator, SystemClock
 from queueprocessor.database import mask, parse_url
 from queueprocessor.errors import ConfigError, InvalidJob
 from queueprocessor.farm import MAX_PAYLOAD, parse_payload
-from queueprocessor.roster import Liveness, machine_status, next_turn, roster, slot_of, slot_owner, slot_start
+from queueprocessor.roster import (
+    Liveness,
+    machine_status,
+    next_turn,
+    roster,
+    slot_of,
+    slot_owner,
+    slot_start,
+)
 from queueprocessor.schedules import MAX_PER_PASS, MIN_EVERY, Recurrence, plan
 
 PROPERTY = settings(deadline=None, database=None, max_examples=200)
@@ -278,13 +286,13 @@ def test_the_database_clock_is_within_the_error_bound_however_the_delays_fall(of
         return db
 
     for up, down, pause in trips:
-        estimator.measure(lambda: ask(up, down))
+        estimator.measure(lambda up=up, down=down: ask(up, down))
         clock.advance(pause)
     truth = clock.monotonic() + offset
     tolerance = 1e-9 * max(1.0, abs(truth))
     assert abs(estimator.db_now() - truth) <= estimator.error_bound() + tolerance
     best = estimator.best()
-    age = lambda s: clock.monotonic() - s.t1  # noqa: E731
+    age = lambda s: clock.monotonic() - s.t1
     assert all(best.rtt / 2 + estimator.DRIFT * age(best) <= s.rtt / 2 + estimator.DRIFT * age(s) + tolerance
                for s in estimator._samples)
     before, published = estimator.db_now(), estimator.offset()

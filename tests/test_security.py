@@ -35,7 +35,7 @@ from tests.test_bad_input import run_cli, snapshot  # noqa: E402
 from tests.test_ui_window import app, close  # noqa: E402, F401  (the app fixture, and closing a window)
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST = dict(period=0.25, heartbeat=0.25, misses=4)
+FAST = {"period": 0.25, "heartbeat": 0.25, "misses": 4}
 MARK = "QP7x'); DROP TABLE qp_jobs; --\" OR \"1\"=\"1"  # "QP7x" never appears in SQL we write ourselves
 
 
@@ -115,10 +115,10 @@ def test_a_node_cut_off_and_back_logs_no_password(pg_server, pg_url, http_target
         farm.settings(**FAST)
     with TcpProxy("127.0.0.1", pg_server.port) as proxy:
         url = pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/")
-        log = open(tmp_path / "node.log", "w")
-        node = subprocess.Popen([sys.executable, "-m", "queueprocessor.cli", "-vv", "--db", url, "node", "--name",
-                                 "talkative", "--http-base", http_target.base_url], stdout=log, stderr=subprocess.STDOUT,
-                                cwd=ROOT)
+        with open(tmp_path / "node.log", "w") as log:
+            node = subprocess.Popen([sys.executable, "-m", "queueprocessor.cli", "-vv", "--db", url, "node", "--name",
+                                     "talkative", "--http-base", http_target.base_url], stdout=log,
+                                    stderr=subprocess.STDOUT, cwd=ROOT)
         try:
             with Farm(pg_url) as farm:
                 wait_until(lambda: farm.status()["machines"], 30, "the node")
@@ -132,7 +132,6 @@ def test_a_node_cut_off_and_back_logs_no_password(pg_server, pg_url, http_target
         finally:
             node.send_signal(signal.SIGTERM)
             node.wait(30)
-            log.close()
     output = (tmp_path / "node.log").read_text()
     assert "database unreachable" in output  # the errors were logged...
     assert pg_server.password not in output  # ...without the password
