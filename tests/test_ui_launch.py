@@ -89,7 +89,7 @@ def test_the_sample_config_is_accepted_by_the_cli(tmp_path):
 @pytest.mark.slow
 def test_headless_demo_runs_a_farm_and_cleans_up(tmp_path):
     url = f"sqlite:///{tmp_path / 'demo.db'}"
-    done = subprocess.run([*QP, "--db", url, "demo", "--headless", "--seconds", "7"], env=_env(tmp_path),
+    done = subprocess.run([*QP, "--db", url, "demo", "--headless", "--seconds", "12"], env=_env(tmp_path),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
