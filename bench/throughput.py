@@ -5,7 +5,7 @@ the same number of worker processes with the same concurrency each (our node
 --capacity, PgQueuer's max_concurrent_tasks, Procrastinate's concurrency),
 all started and idle before a backlog of N jobs is enqueued in one go. The
 clock runs from the enqueue's commit until the orchestrator, polling every
-10 ms, sees the queue empty (a system still at it after --patience seconds,
+100 ms, sees the queue empty (a system still at it after --patience seconds,
 default 300, is rated by the jobs it finished by then). Two kinds of job:
 
 - python: a no-op. Ours is a plain function called in a worker thread (that
@@ -144,10 +144,25 @@ class Worker:
         self.process.stdout.close()
 
 
+def cpu_of(pids: list[int]) -> float:
+    """CPU seconds used so far by these processes and the children they have reaped (PostgreSQL's backends)."""
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def postgres_pids(server) -> list[int]:
+    children = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True, text=True).stdout.split()
+    return [server.pid, *map(int, children)]
+
+
 def run_case(system: str, kind: str, processes: int, count: int, concurrency: int, server, web_url: str,
-             peers: str, patience: float) -> float:
-    """Drain `count` jobs with `processes` workers; jobs per second. A system that has not drained the backlog
-    after `patience` seconds is rated by what it finished by then."""
+             peers: str, patience: float) -> tuple[float, float, float]:
+    """Drain `count` jobs with `processes` workers: jobs per second, and CPU per job (microseconds) of the
+    workers and of PostgreSQL. A system that has not drained the backlog after `patience` seconds is rated by
+    what it finished by then."""
     from common import NodeProcess, ROOT, fresh_database, query, stop_all, wait_for
     from sqlalchemy import text
 
@@ -165,6 +180,8 @@ def run_case(system: str, kind: str, processes: int, count: int, concurrency: in
             "--capacity", str(concurrency), "--allow-module", "bench.jobs")) for i in range(processes)]
         wait_for(lambda: len(farm.status()["machines"]) == processes, 60, "nodes to join")
         time.sleep(2.5)  # the join delay: every node takes turns
+        pids = [worker.pid for worker in workers]
+        cpu = (cpu_of(pids), cpu_of(postgres_pids(server)))
         started = time.monotonic()
         if kind == "http":
             farm.enqueue_http("/", count=count)
@@ -178,6 +195,8 @@ def run_case(system: str, kind: str, processes: int, count: int, concurrency: in
         for worker in workers:
             worker.wait_ready()
         time.sleep(1.0)  # listening
+        pids = [worker.process.pid for worker in workers]
+        cpu = (cpu_of(pids), cpu_of(postgres_pids(server)))
         started = time.monotonic()
         subprocess.run([*peer, "--role", "enqueue"], check=True, cwd=ROOT)
         enqueued = time.monotonic()
@@ -187,9 +206,10 @@ def run_case(system: str, kind: str, processes: int, count: int, concurrency: in
     with watcher.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # one cheap query per poll
         empty = text(f"SELECT NOT EXISTS ({left.replace('count(*)', '1')})")
         while not conn.execute(empty).scalar() and time.monotonic() - enqueued < patience:
-            time.sleep(0.01)
+            time.sleep(0.1)
         done = time.monotonic()
         finished = count - conn.execute(text(left)).scalar()
+        used = cpu_of(pids) - cpu[0], cpu_of(postgres_pids(server)) - cpu[1]
     watcher.dispose()
     failed = {
         "queueprocessor": "SELECT count(*) FROM qp_jobs WHERE state IN ('failed', 'cancelled')",
@@ -205,9 +225,11 @@ def run_case(system: str, kind: str, processes: int, count: int, concurrency: in
         for worker in workers:
             worker.stop()
     partial = "" if finished == count else f", only {finished} of {count} done when it ran out of patience"
-    print(f"  {system:15} {kind:6} x{processes}: {finished / (done - enqueued):8.0f} jobs/s "
-          f"(enqueue {enqueued - started:.1f} s, drain {done - enqueued:.2f} s{partial})", flush=True)
-    return finished / (done - enqueued)
+    per_job = [1e6 * u / max(1, finished) for u in used]
+    print(f"  {system:15} {kind:6} x{processes}: {finished / (done - enqueued):8.0f} jobs/s, CPU per job "
+          f"{per_job[0]:.0f} us workers + {per_job[1]:.0f} us postgres (enqueue {enqueued - started:.1f} s, "
+          f"drain {done - enqueued:.2f} s{partial})", flush=True)
+    return finished / (done - enqueued), per_job[0], per_job[1]
 
 
 def main() -> None:
@@ -216,6 +238,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, help="backlog size (default 20,000; 2,000 with --quick)")
     parser.add_argument("--concurrency", type=int, default=32, help="jobs each worker process runs at once")
     parser.add_argument("--kinds", default="python,http")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=argparse.SUPPRESS)
     parser.add_argument("--processes", help="comma-separated worker process counts (default 1,2,4)")
     parser.add_argument("--patience", type=float, default=300.0,
                         help="seconds a system gets to drain the backlog before it is rated by what it finished")
@@ -240,12 +263,12 @@ def main() -> None:
     server = start_postgres()
     port = 18000 + os.getpid() % 1000
     web = Worker([sys.executable, str(Path(__file__).resolve()), "--serve", str(port)], ROOT)
-    results: dict[tuple[str, int, str], float] = {}
+    results: dict[tuple[str, int, str], tuple[float, float, float]] = {}
     try:
         web.wait_ready()
         for kind in kinds:
             for n in processes:
-                for system in SYSTEMS:
+                for system in args.systems.split(","):
                     results[kind, n, system] = run_case(system, kind, n, count, args.concurrency, server,
                                                         f"http://127.0.0.1:{port}/", peers, args.patience)
     finally:
@@ -253,13 +276,20 @@ def main() -> None:
         server.stop()
     print(f"\nthroughput, jobs per second ({count} jobs, concurrency {args.concurrency} per process; "
           f"{load_average()})")
+    systems = args.systems.split(",")
     rows = []
     for kind in kinds:
         for n in processes:
-            ours, pgq, pro = (results[kind, n, s] for s in SYSTEMS)
-            rows.append([kind, n, f"{ours:.0f}", f"{pgq:.0f}", f"{pro:.0f}", f"{ours / max(pgq, pro):.2f}"])
-    print_table(["jobs", "processes", "queueprocessor", "pgqueuer", "procrastinate", "ours / best peer"], rows)
-    print(json.dumps({f"{k}/{n}/{s}": round(v) for (k, n, s), v in results.items()}))
+            rate = {s: results[kind, n, s][0] for s in systems}
+            best_peer = max((v for s, v in rate.items() if s != "queueprocessor"), default=float("nan"))
+            rows.append([kind, n, *(f"{rate[s]:.0f}" for s in systems),
+                         f"{rate.get('queueprocessor', float('nan')) / best_peer:.2f}"])
+    print_table(["jobs", "processes", *systems, "ours / best peer"], rows)
+    print("\nCPU per job, microseconds: workers + PostgreSQL (what a job costs, whatever else the cores are doing)")
+    rows = [[kind, n, *(f"{results[kind, n, s][1]:.0f} + {results[kind, n, s][2]:.0f}" for s in systems)]
+            for kind in kinds for n in processes]
+    print_table(["jobs", "processes", *systems], rows)
+    print(json.dumps({f"{k}/{n}/{s}": [round(x) for x in v] for (k, n, s), v in results.items()}))
 
 
 if __name__ == "__main__":

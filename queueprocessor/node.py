@@ -387,7 +387,7 @@ class Node:
     def _flag_backlog(self, slot: int, free: int, claimed: int) -> None:
         """Log what our turn (or a claim on a push notice within it) took; if it found more than we had
         room for, say so, so that every node with room claims directly (at once, on PostgreSQL)."""
-        backlog = free > 0 and claimed == free and self.store.due_count() > 0
+        backlog = free > 0 and claimed == free and self.store.any_due()
         if claimed or backlog:
             self.store.record_turn(slot, claimed, backlog)
         if backlog:
@@ -410,7 +410,9 @@ class Node:
         settled = (now - self._streak_start > self.config.lease
                    and now - self._last_contact_db <= 2 * self.config.heartbeat)
         sent = self.clock.monotonic()
-        options = dict(horizon=horizon, take_expired=settled, expired_before=now)
+        # Expired leases are taken back on turns only (DESIGN 3): a claim outside a turn skips looking for
+        # them, which would scan every running job's index entries, live and dead, every time.
+        options = dict(horizon=horizon, take_expired=settled and turn is not None, expired_before=now)
         if turn is None:
             jobs = self.store.claim(self.id, limit, self.config.lease, **options)
         else:

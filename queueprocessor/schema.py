@@ -102,15 +102,19 @@ jobs = Table(
     Column("kind", String(16), nullable=False, default="job"),
     # Who enqueued it ("host pid N"): a refused grab names the winner.
     Column("origin", String(200), nullable=True),
-    Index("ix_qp_jobs_due", "state", "run_at"),
-    Index("ix_qp_jobs_owner", "owner"),
 )
-# The claim's order for queued jobs, so a claim reads the best few rows instead of sorting the backlog.
+# Every index on qp_jobs costs each claim and each finish an entry (a job's state is indexed, so no update
+# is HOT): the farm keeps three. The claim's order, which also serves any look-up by state; the leases of
+# running jobs only, for a turn's search for expired ones; and keys, for the jobs that have one.
 Index("ix_qp_jobs_queue", jobs.c.state, jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+Index("ix_qp_jobs_lease", jobs.c.lease_until, postgresql_where=jobs.c.state == "running",
+      sqlite_where=jobs.c.state == "running", mssql_where=jobs.c.state == "running")
 Index(
     "ux_qp_jobs_key",
     jobs.c.key,
     unique=True,
+    postgresql_where=jobs.c.key.isnot(None),
+    sqlite_where=jobs.c.key.isnot(None),
     mssql_where=jobs.c.key.isnot(None),
 )
 

@@ -21,7 +21,7 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
 
     Queued and expired jobs are picked apart and merged: each branch follows an index in order
-    (ix_qp_jobs_queue, ix_qp_jobs_due) instead of sorting the whole backlog per claim. On
+    (ix_qp_jobs_queue, ix_qp_jobs_lease) instead of sorting the whole backlog per claim. On
     PostgreSQL the same statement opens the run rows and, with `turn`, first records the turn of
     slot `b_slot`, claiming only if that record went in: an idle turn is one statement. Its rows
     then start with `won` (1 or 0) and carry no job when nothing was claimed.
@@ -30,7 +30,7 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     """
     j = jobs.alias("j")
     now = db_now()
-    limit = top or bindparam("b_limit", type_=Integer, literal_execute=True)
+    limit = top or bindparam("b_limit", type_=Integer)
     gate = true()
     if turn:
         recorded = (

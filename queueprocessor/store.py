@@ -329,6 +329,11 @@ class Store:
         """A job claimed ahead of its time starts now: its run's start becomes the real one (database time)."""
         self._one(update(runs).where(runs.c.job_id == job.id, runs.c.fence == job.fence).values(started_at=db_now()))
 
+    def any_due(self) -> bool:
+        """Is any queued job due? (Cheap: it stops at the first, where a count reads the whole backlog.)"""
+        return self._one(select(select(jobs.c.id).where(jobs.c.state == "queued", jobs.c.run_at <= db_now())
+                                .exists()))[0][0]
+
     def due_count(self, horizon: float = 0.0) -> int:
         return self._one(
             select(func.count()).select_from(jobs).where(jobs.c.state == "queued", jobs.c.run_at <= db_now() + horizon)
