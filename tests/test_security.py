@@ -265,6 +265,10 @@ def test_a_node_refuses_hostile_work_put_straight_into_the_table_and_runs_the_re
                         else:
                             pytest.fail(f"the door let in {executor} {target!r}")
                     bad += farm.store.enqueue(spec)  # as a SQL insert would put it, past the door
+            for spec in (JobSpec("bogus", "/x", max_attempts=1), JobSpec("http", "/ok", method="DELETE", max_attempts=1),
+                         JobSpec("python", "tests.support.pyjobs:echo", payload="{not json", max_attempts=1),
+                         JobSpec("command", "rm -rf /", max_attempts=1)):
+                bad += farm.store.enqueue(spec)  # malformed rows a node must fail alone, and carry on
             good = [farm.store.enqueue(spec)[0] for spec in fine]
             settle(farm)
             jobs = {j["id"]: j for j in farm.store.list_jobs(limit=1000)}
@@ -277,8 +281,8 @@ def test_a_node_refuses_hostile_work_put_straight_into_the_table_and_runs_the_re
     for job_id in bad:
         job = jobs[job_id]
         assert job["state"] == "failed", job
-        if job["executor"] != "http":
-            assert any(why in job["last_error"] for why in ("not allowed", "private attribute")), job
+        if job["executor"] in ("python", "command") and job["payload"] != "{not json":
+            assert any(why in job["last_error"] for why in ("not allowed", "private attribute", "not a JSON list")), job
     assert [jobs[i]["state"] for i in good] == ["succeeded"] * len(good), [jobs[i]["last_error"] for i in good]
     runs = farm_runs(pg_url, good[-1])
     assert "$(touch" in runs[0]["output"] and "`touch" in runs[0]["output"]  # arguments, not shell syntax
