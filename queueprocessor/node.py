@@ -357,7 +357,7 @@ class Node:
                 self._materialise_due()
                 claimed = self._claim(free, self.config.claim_ahead, turn=slot)
                 if claimed is not None:
-                    self._took_turn(slot, free, claimed)
+                    self._took_turn(slot, free, claimed, now)
                 return
         if self._pushed:
             self._pushed = False
@@ -377,9 +377,15 @@ class Node:
             made = self.schedules.materialise(ahead=self.config.schedule_ahead, period=self.config.period)
             self.next_schedule = made.next_schedule
 
-    def _took_turn(self, slot: int, free: int, claimed: int) -> None:
-        """The turn was ours: say whether it left a backlog for the others, and keep the turn log trimmed."""
+    def _took_turn(self, slot: int, free: int, claimed: int, now: float) -> None:
+        """The turn was ours: say whether it left a backlog for the others, and keep the turn log trimmed.
+
+        A turn with no room to claim still puts expired leases back in the queue
+        (DESIGN 3), where any machine with room takes them first (their run_at is old):
+        under a backlog every turn-holder may be full for minutes."""
         self.turns_taken += 1
+        if free <= 0 and self._settled(now):
+            self.store.requeue_expired(before=now)
         self._flag_backlog(slot, free, claimed)
         if self.turns_taken % 600 == 1:
             self.store.prune_turns(self.config.turn_keep)
@@ -407,8 +413,7 @@ class Node:
         # and the claim only takes leases that ran out before it was sent, in case
         # the database holds it up.
         now = self.estimator.db_now()
-        settled = (now - self._streak_start > self.config.lease
-                   and now - self._last_contact_db <= 2 * self.config.heartbeat)
+        settled = self._settled(now)
         sent = self.clock.monotonic()
         # Expired leases are taken back on turns only (DESIGN 3): a claim outside a turn skips looking for
         # them, which would scan every running job's index entries, live and dead, every time.
@@ -419,9 +424,13 @@ class Node:
             won, jobs = self.store.take_turn_and_claim(turn, self.id, limit, self.config.lease, **options)
             if not won:
                 return None
-        for job in jobs:
-            self.runner.submit(job, leased_at=sent)
+        if jobs:
+            self.runner.submit_many(jobs, leased_at=sent)
         return len(jobs)
+
+    def _settled(self, now: float) -> bool:
+        return (now - self._streak_start > self.config.lease
+                and now - self._last_contact_db <= 2 * self.config.heartbeat)
 
     def _notice(self, payload: str) -> None:
         """A push notice (listener thread): new work, or another machine's backlog to help with."""

@@ -93,10 +93,15 @@ class JobRunner:
             return [(r.job.id, r.leased_at) for r in self.running.values()]
 
     def submit(self, job: Claimed, leased_at: float = float("-inf")) -> None:
-        entry = Running(job, JobContext(job.id, job.attempts, job.fence, self.machine_id), leased_at=leased_at)
+        self.submit_many([job], leased_at)
+
+    def submit_many(self, jobs: list[Claimed], leased_at: float = float("-inf")) -> None:
+        """Start a claim's jobs: one wake-up of the loop for all of them."""
+        entries = [Running(job, JobContext(job.id, job.attempts, job.fence, self.machine_id), leased_at=leased_at)
+                   for job in jobs]
         with self._lock:
-            self.running[job.id] = entry
-        self.loop.call_soon_threadsafe(self._launch, entry)
+            self.running.update((entry.job.id, entry) for entry in entries)
+        self.loop.call_soon_threadsafe(self._launch_many, entries)
 
     def stop_job(self, job_id: int, reason: str) -> bool:
         """Stop a running job: reason 'cancelled' (operator), 'lost' (lease gone or fenced off) or
@@ -129,8 +134,9 @@ class JobRunner:
 
     # -- on the loop ------------------------------------------------------
 
-    def _launch(self, entry: Running) -> None:
-        entry.task = self.loop.create_task(self._execute(entry), name=f"job-{entry.job.id}")
+    def _launch_many(self, entries: list[Running]) -> None:
+        for entry in entries:
+            entry.task = self.loop.create_task(self._execute(entry), name=f"job-{entry.job.id}")
 
     async def _execute(self, entry: Running) -> None:
         job = entry.job
@@ -143,11 +149,11 @@ class JobRunner:
                 outcome, error = "failed", "lease lost on its last attempt (its machine died or was cut off)"
             else:
                 executor = executor_for(self.executors, job.executor)
-                delay = job.run_at - self.db_now()
-                if delay > 0:  # claimed early: start exactly at run_at in database time
-                    await asyncio.sleep(delay)
-                    self.loop.run_in_executor(None, self._mark_started, job)
                 entry.started = self.db_now()
+                if job.run_at > entry.started:  # claimed early: start exactly at run_at in database time
+                    await asyncio.sleep(job.run_at - entry.started)
+                    self.loop.run_in_executor(None, self._mark_started, job)
+                    entry.started = self.db_now()
                 coro = executor.run(job, entry.context)
                 output = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
         except asyncio.TimeoutError:

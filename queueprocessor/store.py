@@ -305,6 +305,19 @@ class Store:
             self._open_runs(machine_id, claimed, inserted=True)
         return bool(rows[0].won), claimed
 
+    def requeue_expired(self, before: float) -> int:
+        """Put running jobs whose lease ran out (before `before`, database time) back in the queue.
+
+        Their attempt stays spent; the next claim closes the lost run and fails
+        the job if that was its last attempt (Claimed.exhausted).
+        """
+        return self._one(
+            update(jobs)
+            .where(jobs.c.state == "running", jobs.c.lease_until < db_now(), jobs.c.lease_until < before)
+            .values(state="queued", owner=None, lease_until=None,
+                    last_error="lease expired: its machine stopped renewing it")
+        )
+
     def _open_runs(self, machine_id: int, claimed: Sequence[Claimed], inserted: bool = False) -> None:
         """Start a run row per claimed job (unless the claim `inserted` them); close the runs of machines
         that lost those jobs."""

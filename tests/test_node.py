@@ -126,3 +126,21 @@ def test_a_backlog_is_shared_by_every_node_with_free_capacity(farm, nodes, http_
         per_machine[hit["machine"]] = per_machine.get(hit["machine"], 0) + 1
     assert set(per_machine) == {a.id, b.id}
     assert min(per_machine.values()) >= 4
+
+
+def test_a_full_farm_still_puts_a_dead_machines_jobs_back_first(farm, nodes, http_target):
+    a, b = nodes("a", capacity=1), nodes("b", capacity=1)
+    busy = farm.enqueue_http("/sleep/3", count=2)
+    wait_for(lambda: all(farm.store.get_job(j)["state"] == "running" for j in busy))
+    ghost = farm.store.register(name="ghost", host="h", instance="ghost", pid=1, version="t", capacity=1)
+    [orphan] = farm.enqueue_http("/ok")
+    [taken] = farm.store.claim(ghost, 1, lease=0.3)  # and then the ghost machine dies
+    assert taken.id == orphan
+    newer = farm.enqueue_http("/ok", count=2)
+    # Both nodes are full, yet a turn puts the orphan back in the queue...
+    wait_for(lambda: farm.store.get_job(orphan)["state"] == "queued", timeout=2.5)
+    assert all(farm.store.get_job(j)["state"] == "running" for j in busy)
+    # ...and the first machine to have room runs it before the newer work.
+    wait_for(lambda: farm.store.job_counts()["succeeded"] == 5, timeout=15)
+    starts = {j: farm.store.list_runs(job_id=j)[0]["started_at"] for j in [orphan, *newer]}
+    assert starts[orphan] < min(starts[j] for j in newer)

@@ -217,3 +217,18 @@ def test_a_turn_and_its_claim_go_together(farm):
     assert won and none_due == []
     assert [(t["slot"], t["machine_id"]) for t in store.read_turns(0)] == [(7, a), (8, b)]
     assert {r["job_id"] for r in store.list_runs()} == {c.id for c in claimed}
+
+
+def test_expired_leases_go_back_to_the_queue_ahead_of_newer_work(farm):
+    store = farm.store
+    dead, alive = register(store, "dead"), register(store, "alive")
+    [old] = store.enqueue(HTTP)
+    [first] = store.claim(dead, 1, lease=0.05)
+    store.enqueue(HTTP)  # newer work
+    time.sleep(0.1)
+    assert store.requeue_expired(before=store.ask_time()) == 1
+    job = store.get_job(old)
+    assert (job["state"], job["owner"], job["attempts"]) == ("queued", None, 1)
+    [again] = store.claim(alive, 1, lease=5, take_expired=False)
+    assert again.id == old and again.attempts == 2 and again.fence == first.fence + 1
+    assert [r["outcome"] for r in sorted(store.list_runs(job_id=old), key=lambda r: r["fence"])] == ["lost", "running"]
