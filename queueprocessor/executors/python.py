@@ -84,6 +84,7 @@ class PythonExecutor(Executor):
         self.allowed_modules = tuple(allowed_modules)
         self.workers = workers
         self._pool: ThreadPoolExecutor | None = None  # made on first use, on the runner's loop
+        self._checked: set[str] = set()  # targets validated already (the allow-list does not change)
 
     def validate(self, spec: JobSpec) -> None:
         module, _ = parse_target(spec.target)
@@ -92,7 +93,9 @@ class PythonExecutor(Executor):
             raise InvalidJob(f"Python module {module!r} is not allowed on this machine; allowed prefixes: {allowed}")
 
     async def run(self, job: Claimed, context: JobContext) -> str | None:
-        self.validate(JobSpec(executor=self.name, target=job.target))
+        if job.target not in self._checked:
+            self.validate(JobSpec(executor=self.name, target=job.target))
+            self._checked.add(job.target)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="qp-python")
         future = asyncio.get_running_loop().run_in_executor(self._pool, _call, job.target, job.payload, context,
