@@ -292,7 +292,7 @@ def run_case(yard: Farmyard, case: Case) -> Ran:
     server = yard.server
     values = {
         "db": db, "tmp": str(tmp), "config": str(tmp / "config.toml"), "notadb": str(tmp / "notes.txt"),
-        "pg_wrong": server.url_for("postgres").replace(server.password, "wrong-" + server.password[:4]),
+        "pg_wrong": db.replace(server.password, "wrong-" + server.password[:4]),
         "pg_nodb": server.url_for("no_such_farm"),
         "pg_closed": server.url_for("farm").replace(f":{server.port}/", ":1/"),
         "hostile": HOSTILE, "hostile_json": json.dumps({"q": HOSTILE}),
