@@ -123,7 +123,7 @@ class Node:
             version=__version__, capacity=self.config.capacity, allow=self.config.allow.to_json(),
         )
         for _ in range(5):  # a first filtered estimate before we take any turn
-            self.estimator.measure(self.store.ask_time)
+            self.estimator.add(self.store.sample_clock(self.clock.monotonic))
         self._renewed_at = self.clock.monotonic()
         self.runner = JobRunner(self.store, self.id, self.executors, self.estimator.db_now, self._job_done)
         self.runner.start()
@@ -213,21 +213,12 @@ class Node:
 
     def _checkin(self) -> None:
         sent = self.clock.monotonic()
-        rows: list[dict] = []
-
-        backlog_slot = None
-
-        def read():
-            nonlocal rows, backlog_slot
-            since = slot_of(self.estimator.db_now(), self.config.period) - 3
-            farm = self.store.read_farm(since)
-            backlog_slot, rows, self.next_schedule = farm.backlog_slot, farm.machines, farm.next_schedule
-            return farm.now
-
-        sample = self.estimator.measure(read)
-        self._note_contact(sample.db)
-        self.machines = rows
-        me = next((m for m in rows if m["id"] == self.id), None)
+        since = slot_of(self.estimator.db_now(), self.config.period) - 3
+        farm = self.store.read_farm(since, stamp=self.clock.monotonic)  # also a clock sample
+        self.estimator.add(farm.sample)
+        self._note_contact(farm.now)
+        backlog_slot, self.machines, self.next_schedule = farm.backlog_slot, farm.machines, farm.next_schedule
+        me = next((m for m in self.machines if m["id"] == self.id), None)
         applied = self._apply_wish(me["wish"] if me else None)
         held = self.runner.held()
         self._handle_renewals(held, self.store.renew(self.id, held, self.config.lease))

@@ -10,13 +10,14 @@ The rules the rest of the code relies on:
 """
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import and_, bindparam, case, delete, exc, false, func, insert, literal, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import Select
 
+from .clock import Sample
 from .dbtime import db_now
 from .errors import DuplicateKey, LostLease, NotFound, QPError
 from .schema import jobs, machines, meta, runs, schedules, turns
@@ -78,6 +79,7 @@ class FarmRead:
     backlog_slot: int | None
     next_schedule: float | None  # earliest occurrence of an active schedule not yet made a job
     machines: list[dict]
+    sample: Sample | None = None  # the read timed as a clock sample, when asked for
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,22 @@ class Store:
     # -- time -------------------------------------------------------------
 
     def ask_time(self) -> float:
-        """The database's clock, one short round trip: the sample the offset estimator times."""
+        """The database's clock, one short round trip."""
         return self._one(select(db_now()))[0][0]
+
+    def _timed(self, statement, stamp: Callable[[], float]) -> tuple[Sample, list]:
+        """Run a read whose first column is db_now(), reading `stamp()` just around the statement,
+        after the connection is checked out (and pinged): a clock sample times one round trip."""
+        with self._read.connect() as conn:
+            t0 = stamp()
+            rows = conn.execute(statement).all()
+            t1 = stamp()
+            conn.commit()
+        return Sample(t0, t1, rows[0][0] if rows else None), rows
+
+    def sample_clock(self, stamp: Callable[[], float]) -> Sample:
+        """One sample of the database's clock against the local monotonic clock `stamp`."""
+        return self._timed(select(db_now()), stamp)[0]
 
     # -- farm settings ----------------------------------------------------
 
@@ -168,17 +184,19 @@ class Store:
         )
         return count == 1
 
-    def read_farm(self, backlog_since: int | None = None) -> FarmRead:
+    def read_farm(self, backlog_since: int | None = None, stamp: Callable[[], float] | None = None) -> FarmRead:
         """In one statement: the database's time, the newest backlog turn since a slot, the next
-        schedule occurrence still to be materialised, all machines."""
+        schedule occurrence still to be materialised, all machines. With `stamp`, the read is
+        also a clock sample (FarmRead.sample)."""
         backlog = literal(None) if backlog_since is None else (
             select(func.max(turns.c.slot)).where(turns.c.slot >= backlog_since, turns.c.backlog).scalar_subquery()
         )
         upcoming = select(func.min(schedules.c.next_run)).where(schedules.c.paused == false()).scalar_subquery()
-        rows = self._one(select(db_now(), backlog, upcoming, machines).order_by(machines.c.id))
+        statement = select(db_now(), backlog, upcoming, machines).order_by(machines.c.id)
+        sample, rows = self._timed(statement, stamp) if stamp else (None, self._one(statement))
         if not rows:
             return FarmRead(self.ask_time(), None, None, [])
-        return FarmRead(rows[0][0], rows[0][1], rows[0][2], [dict(r._mapping) for r in rows])
+        return FarmRead(rows[0][0], rows[0][1], rows[0][2], [dict(r._mapping) for r in rows], sample)
 
     def read_machines(self, backlog_since: int | None = None) -> tuple[float, int | None, list[dict]]:
         """The database's time, the newest backlog turn since a slot, all machines (see read_farm)."""
