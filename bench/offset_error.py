@@ -4,7 +4,7 @@ A node whose wall clock is skewed by s seconds (SystemClock(skew=s)) talks to
 a PostgreSQL server on the same machine, whose clock is the machine's real
 clock, so its true offset (database minus local wall clock) is exactly -s.
 For each skew from -2 s to +5 s this runs the node's own estimator
-(OffsetEstimator over Store.ask_time, 5 warm-up samples as a node takes at
+(OffsetEstimator over Store.sample_clock, 5 warm-up samples as a node takes at
 start, then one sample per step) and, at a random moment after each sample,
 compares its offset with the truth and with its own error bound.
 
@@ -25,7 +25,7 @@ import time
 from common import load_average, ms, percentile, print_table, start_postgres
 from sqlalchemy import select
 
-from queueprocessor.clock import OffsetEstimator, SystemClock
+from queueprocessor.clock import OffsetEstimator, Sample, SystemClock
 from queueprocessor.database import open_engine
 from queueprocessor.dbtime import db_now
 from queueprocessor.store import Store
@@ -58,14 +58,14 @@ def published_offset(estimator: OffsetEstimator, clock: SystemClock) -> float:
             return (m0 + m1) / 2 + estimator.best().mono_offset - wall
 
 
-def measure(ask_db, skew: float, samples: int, step: float, rng: random.Random) -> dict:
+def measure(take_sample, skew: float, samples: int, step: float, rng: random.Random) -> dict:
     clock = SystemClock(skew)
     estimator = OffsetEstimator(clock)
     for _ in range(WARM_UP):
-        estimator.measure(ask_db)
+        estimator.add(take_sample(clock))
     errors, bounds, rtts = [], [], []
     for _ in range(samples):
-        estimator.measure(ask_db)
+        estimator.add(take_sample(clock))
         time.sleep(rng.uniform(0.0, step))
         offset, bound = published_offset(estimator, clock), estimator.error_bound()
         errors.append(offset - (-skew))  # the truth: database clock = this machine's real clock
@@ -83,9 +83,15 @@ def measure(ask_db, skew: float, samples: int, step: float, rng: random.Random) 
 def samplers(engine, store: Store):
     """How a sample reaches the database: as a node does it, and as one bare round trip."""
     held = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+
+    def bare(clock):
+        t0 = clock.monotonic()
+        db = held.execute(select(db_now())).scalar_one()
+        return Sample(t0, clock.monotonic(), db)
+
     return held, [
-        ("node (Store.ask_time)", store.ask_time),
-        ("one round trip", lambda: held.execute(select(db_now())).scalar_one()),
+        ("node (Store.sample_clock)", lambda clock: store.sample_clock(clock.monotonic)),
+        ("one round trip", bare),
     ]
 
 
