@@ -772,6 +772,9 @@ FOUND = [
     "PostgreSQL freeze: a claim the frozen database held up took, when it thawed, leases that had run out during "
     "the stall, from a live machine; and after the thaw the watchdog stopped jobs claimed a moment earlier. Fixed "
     "in 4de41b6 (store.py, node.py, runner.py).",
+    "SIGKILL churn under a backlog: killed machines' jobs waited up to 48 s (lease 3 s) for a turn whose holder "
+    "had room, as expired leases were taken back by a turn's claim only. Fixed in 70c4b58 (a full turn-holder "
+    "still puts expired leases back in the queue).",
 ]
 
 
