@@ -33,6 +33,7 @@ log = logging.getLogger("queueprocessor.node")
 
 IDLE_WAKE = 0.1  # the turn timer's longest sleep: a roster change or a stalled database is noticed this fast
 TURN_MARGIN = 0.0005  # wake this far past the instant our error bound lets us take the turn
+LATELY_DEAD = 60.0  # seconds after a peer's death during which every claim also looks for expired leases
 
 
 @dataclass
@@ -406,9 +407,11 @@ class Node:
         now = self.estimator.db_now()
         settled = self._settled(now)
         sent = self.clock.monotonic()
-        # Expired leases are taken back on turns only (DESIGN 3): a claim outside a turn skips looking for
-        # them, which would scan every running job's index entries, live and dead, every time.
-        options = dict(horizon=horizon, take_expired=settled and turn is not None, expired_before=now)
+        # Expired leases go back to work on turns (DESIGN 3), and on any claim while a peer lately died (the
+        # turn's holder may have no room for them); otherwise a claim skips looking for them, which costs a
+        # scan of the running jobs' lease entries, live and dead.
+        take_expired = settled and (turn is not None or self._peer_lately_dead(now))
+        options = dict(horizon=horizon, take_expired=take_expired, expired_before=now)
         if turn is None:
             jobs = self.store.claim(self.id, limit, self.config.lease, **options)
         else:
@@ -422,6 +425,12 @@ class Node:
     def _settled(self, now: float) -> bool:
         return (now - self._streak_start > self.config.lease
                 and now - self._last_contact_db <= 2 * self.config.heartbeat)
+
+    def _peer_lately_dead(self, now: float) -> bool:
+        """Did a machine die within the last minute (so its jobs' leases may be running out now)?"""
+        liveness = self.liveness()
+        return any(m["id"] != self.id and m["state"] != "stopped" and liveness.is_dead(m["last_seen"], now)
+                   and now - m["last_seen"] < self.config.dead_after + LATELY_DEAD for m in self.machines)
 
     def _notice(self, payload: str) -> None:
         """A push notice (listener thread): new work, or another machine's backlog to help with."""
