@@ -88,7 +88,8 @@ def test_payloads_up_to_the_limit_are_accepted_and_larger_ones_refused(around):
 
 # -- database URLs and the password mask -----------------------------------------
 
-secrets = st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=4, max_size=30)
+# Anything at all, ending in a mark no message of ours contains (so "sqli" is not found in "use sqlite").
+secrets = st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=30).map(lambda s: s + "Zq9")
 users = st.text("abcdefghijklmnopqrstuvwxyz0123456789_.-", min_size=1, max_size=12)
 hosts = st.sampled_from(["db.example", "127.0.0.1", "db-3.farm.internal:5433"])
 names = st.text("abcdefghijklmnopqrstuvwxyz0123456789_", min_size=1, max_size=12)
