@@ -16,6 +16,9 @@ from .dbtime import db_now
 from .schema import Id, jobs, runs, turns
 
 
+LOST = "lease expired: the machine stopped renewing it"
+
+
 @functools.lru_cache(maxsize=None)
 def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | None, turn: bool = False):
     """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
@@ -87,11 +90,18 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
         select(claimed.c.id, claimed.c.attempts, bindparam("b_machine", type_=Id), claimed.c.fence, now,
                literal("running")),
     ).cte("opened")
+    # The run a job was taken from ends as lost in the same statement, so no reader sees two running.
+    lost = (
+        update(runs)
+        .where(runs.c.job_id == claimed.c.id, runs.c.fence < claimed.c.fence, runs.c.outcome == "running")
+        .values(outcome="lost", finished_at=now, error=LOST)
+        .cte("lost")
+    )
     if not turn:
-        return select(claimed).add_cte(opened)
+        return select(claimed).add_cte(opened).add_cte(lost)
     won = select(func.count()).select_from(recorded).scalar_subquery().label("won")
     one = select(literal(1).label("one")).subquery("one")
-    return select(won, *claimed.c).select_from(one.outerjoin(claimed, true())).add_cte(opened)
+    return select(won, *claimed.c).select_from(one.outerjoin(claimed, true())).add_cte(opened).add_cte(lost)
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,7 +21,7 @@ from .clock import Sample
 from .dbtime import db_now
 from .errors import DuplicateKey, LostLease, NotFound, QPError
 from .schema import jobs, machines, meta, runs, schedules, turns
-from .statements import claim_statement, finish_statement
+from .statements import LOST, claim_statement, finish_statement
 
 # Operator wishes and the machine states they lead to.
 WISHES = {"pause": "paused", "resume": "active", "drain": "draining"}
@@ -297,8 +297,8 @@ class Store:
         statement = claim_statement(self.dialect, take_expired, expired_before is not None,
                                      limit if self.dialect == "mssql" else None)
         claimed = _most_urgent_first(Claimed(*row) for row in self._one(statement, params))
-        if claimed:
-            self._open_runs(machine_id, claimed, inserted=self.dialect == "postgresql")
+        if claimed and self.dialect != "postgresql":  # there the claim statement opened the runs
+            self._open_runs(machine_id, claimed)
         return claimed
 
     def take_turn_and_claim(self, slot: int, machine_id: int, limit: int, lease: float, *, horizon: float = 0.0,
@@ -319,8 +319,6 @@ class Store:
         rows = self._one(claim_statement(self.dialect, take_expired, expired_before is not None, None, turn=True),
                          params)
         claimed = _most_urgent_first(Claimed(*row[1:]) for row in rows if row.id is not None)
-        if claimed:
-            self._open_runs(machine_id, claimed, inserted=True)
         return bool(rows[0].won), claimed
 
     def requeue_expired(self, before: float) -> int:
@@ -336,25 +334,21 @@ class Store:
                     last_error="lease expired: its machine stopped renewing it")
         )
 
-    def _open_runs(self, machine_id: int, claimed: Sequence[Claimed], inserted: bool = False) -> None:
-        """Start a run row per claimed job (unless the claim `inserted` them); close the runs of machines
-        that lost those jobs."""
-        retaken = [c for c in claimed if c.attempts > 1]
-        if inserted and not retaken:
-            return
+    def _open_runs(self, machine_id: int, claimed: Sequence[Claimed]) -> None:
+        """Where the claim statement cannot do it (all but PostgreSQL): start a run row per claimed
+        job and end as lost the runs of the machines those jobs were taken from, in one transaction."""
         with self.engine.begin() as conn:
-            for c in retaken:
-                conn.execute(
-                    update(runs)
-                    .where(runs.c.job_id == c.id, runs.c.outcome == "running", runs.c.fence < c.fence)
-                    .values(outcome="lost", finished_at=db_now(),
-                            error="lease expired: the machine stopped renewing it")
-                )
-            if not inserted:
-                conn.execute(
-                    insert(runs).values(started_at=db_now(), outcome="running"),
-                    [dict(job_id=c.id, attempt=c.attempts, machine_id=machine_id, fence=c.fence) for c in claimed],
-                )
+            for c in claimed:
+                if c.attempts > 1:
+                    conn.execute(
+                        update(runs)
+                        .where(runs.c.job_id == c.id, runs.c.outcome == "running", runs.c.fence < c.fence)
+                        .values(outcome="lost", finished_at=db_now(), error=LOST)
+                    )
+            conn.execute(
+                insert(runs).values(started_at=db_now(), outcome="running"),
+                [dict(job_id=c.id, attempt=c.attempts, machine_id=machine_id, fence=c.fence) for c in claimed],
+            )
 
     def mark_started(self, job: Claimed) -> None:
         """A job claimed ahead of its time starts now: its run's start becomes the real one (database time)."""

@@ -61,7 +61,11 @@ def test_three_skewed_nodes_take_one_turn_per_slot_in_rotation(pg_url, spawn):
     Farm(pg_url).close()  # create the schema before the nodes race for it
     for name, skew in (("west", "-0.7"), ("mid", "0"), ("east", "0.9")):
         spawn(name, "--clock-skew", skew)
-    farm = Farm(pg_url)
+    with Farm(pg_url) as farm:
+        check_rotation(farm, pg_url)
+
+
+def check_rotation(farm, pg_url):
     wait_for(lambda: len([m for m in farm.status()["machines"] if m["status"] == "active"]) == 3, 20)
     time.sleep(3)  # every node has joined the roster
     start = farm.store.ask_time()
@@ -81,14 +85,17 @@ def test_three_skewed_nodes_take_one_turn_per_slot_in_rotation(pg_url, spawn):
     offsets = {m["name"]: m["clock_offset"] for m in status["machines"]}
     assert offsets["west"] == pytest.approx(0.7, abs=0.02)
     assert offsets["east"] == pytest.approx(-0.9, abs=0.02)
-    farm.close()
 
 
 def test_a_killed_nodes_job_runs_elsewhere_and_its_fence_is_refused(pg_url, spawn, http_target):
     Farm(pg_url).close()
     for name in ("n1", "n2", "n3"):
         spawn(name, "--http-base", http_target.base_url)
-    farm = Farm(pg_url)
+    with Farm(pg_url) as farm:
+        check_failover(farm, http_target)
+
+
+def check_failover(farm, http_target):
     wait_for(lambda: len(farm.status()["machines"]) == 3, 20)
     time.sleep(2)
     [job_id] = farm.enqueue_http("/sleep/30")
@@ -117,4 +124,3 @@ def test_a_killed_nodes_job_runs_elsewhere_and_its_fence_is_refused(pg_url, spaw
     late = httpx.post(base + "write/report", headers={"X-QP-Job": str(job_id), "X-QP-Fence": str(first["fence"])})
     assert (fresh.status_code, late.status_code) == (200, 409)
     assert farm.store.get_job(job_id)["owner"] == second["machine_id"]
-    farm.close()
