@@ -70,6 +70,16 @@ def test_cancelling_a_running_python_job_stops_it_within_a_heartbeat(farm, nodes
     assert pyjobs.SEEN[job_id]["noticed"] - asked < 1.0  # heartbeats are 0.2 s here
 
 
+def test_an_async_callable_runs_on_the_nodes_loop_and_a_timeout_cancels_it(farm, nodes):
+    nodes("a")
+    done = farm.enqueue_python(f"{pyjobs.__name__}:echo_async", [1, 2])[0]
+    stuck = farm.enqueue_python(f"{pyjobs.__name__}:sleep_async", timeout=0.3, max_attempts=1)[0]
+    job = finished(farm, done)
+    assert job["state"] == "succeeded" and json.loads(job["runs"][0]["output"]) == {"echo": [1, 2], "job": done}
+    job = finished(farm, stuck)
+    assert job["runs"][0]["outcome"] == "timeout" and "noticed" in pyjobs.SEEN[stuck]  # it was cancelled
+
+
 def test_a_command_runs_without_a_shell_with_payload_on_stdin(farm, nodes):
     nodes("a")
     literal = farm.enqueue_command(["printf", "%s|", "$HOME", "a b", "; rm -rf /"])[0]

@@ -1,10 +1,12 @@
 """Python jobs: a callable `package.module:function`, called as `function(payload, context)`.
 
-The callable runs in a worker thread so the node's event loop stays free. A
-thread cannot be killed, so stopping one (timeout, cancel, lost lease) sets
+A plain function runs in a worker thread so the node's event loop stays free.
+A thread cannot be killed, so stopping one (timeout, cancel, lost lease) sets
 `context.cancelled` and waits a short grace for the callable to notice; one
 that ignores its flag is left to finish alone and its result is discarded.
-Only modules under the node's allowed prefixes are imported at all.
+An `async def` function runs on the node's event loop instead, and stopping
+it cancels it (and sets the flag too). Only modules under the node's allowed
+prefixes are imported at all, in a worker thread, once per target.
 """
 
 import asyncio
@@ -13,6 +15,7 @@ import inspect
 import json
 import re
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import InvalidJob
@@ -62,14 +65,21 @@ def resolve(target: str, allowed: tuple[str, ...]):
     return thing
 
 
-def _call(target: str, payload: str | None, context: JobContext, allowed: tuple[str, ...]) -> str | None:
-    function = resolve(target, allowed)
+def _failed(error: Exception) -> JobFailed:
+    frames = traceback.format_exception(type(error), error, error.__traceback__.tb_next)  # from the callable on
+    return JobFailed(f"{type(error).__name__}: {error}", excerpt("".join(frames)))
+
+
+def _output(result) -> str | None:
+    return None if result is None else excerpt(json.dumps(result, default=str))
+
+
+def _call(function, payload: str | None, context: JobContext) -> str | None:
     try:
         result = function(json.loads(payload) if payload else None, context)
     except Exception as error:
-        frames = traceback.format_exception(type(error), error, error.__traceback__.tb_next)  # from the callable on
-        raise JobFailed(f"{type(error).__name__}: {error}", excerpt("".join(frames))) from None
-    return None if result is None else excerpt(json.dumps(result, default=str))
+        raise _failed(error) from None
+    return _output(result)
 
 
 def _consume(future: asyncio.Future) -> None:
@@ -84,7 +94,7 @@ class PythonExecutor(Executor):
         self.allowed_modules = tuple(allowed_modules)
         self.workers = workers
         self._pool: ThreadPoolExecutor | None = None  # made on first use, on the runner's loop
-        self._checked: set[str] = set()  # targets validated already (the allow-list does not change)
+        self._functions: dict[str, Callable] = {}  # targets resolved already (the allow-list does not change)
 
     def validate(self, spec: JobSpec) -> None:
         module, _ = parse_target(spec.target)
@@ -93,13 +103,23 @@ class PythonExecutor(Executor):
             raise InvalidJob(f"Python module {module!r} is not allowed on this machine; allowed prefixes: {allowed}")
 
     async def run(self, job: Claimed, context: JobContext) -> str | None:
-        if job.target not in self._checked:
-            self.validate(JobSpec(executor=self.name, target=job.target))
-            self._checked.add(job.target)
+        loop = asyncio.get_running_loop()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="qp-python")
-        future = asyncio.get_running_loop().run_in_executor(self._pool, _call, job.target, job.payload, context,
-                                                             self.allowed_modules)
+        function = self._functions.get(job.target)
+        if function is None:
+            self.validate(JobSpec(executor=self.name, target=job.target))
+            function = await loop.run_in_executor(self._pool, resolve, job.target, self.allowed_modules)
+            self._functions[job.target] = function
+        if inspect.iscoroutinefunction(inspect.unwrap(function)):
+            try:
+                return _output(await function(json.loads(job.payload) if job.payload else None, context))
+            except asyncio.CancelledError:
+                context.cancelled.set()
+                raise
+            except Exception as error:
+                raise _failed(error) from None
+        future = loop.run_in_executor(self._pool, _call, function, job.payload, context)
         future.add_done_callback(_consume)  # a result that comes after we gave up is dropped quietly
         try:
             return await asyncio.shield(future)

@@ -4,6 +4,7 @@ Each records what it saw in SEEN (by job id) so a test in the same process can
 check what the node passed in and when the work noticed its cancellation flag.
 """
 
+import asyncio
 import time
 
 from queueprocessor import job
@@ -41,3 +42,19 @@ not_callable = 42
 def nap(payload, context):
     """Sleeps `payload` seconds: work that takes a little while."""
     time.sleep(payload)
+
+
+async def echo_async(payload, context):
+    """An async job: runs on the node's event loop."""
+    await asyncio.sleep(0)
+    return {"echo": payload, "job": context.job_id}
+
+
+async def sleep_async(payload, context):
+    """Sleeps until cancelled; records that it saw the cancellation."""
+    SEEN[context.job_id] = {"started": time.monotonic()}
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        SEEN[context.job_id]["noticed"] = time.monotonic()
+        raise
