@@ -17,3 +17,7 @@ def stamp(payload, context):
 def nap(payload, context):
     """Sleeps `payload` seconds: work that takes a while, as most real jobs do."""
     time.sleep(payload)
+
+
+async def noop_async(payload, context):
+    """Does nothing, on the node's event loop (an `async def` job)."""

@@ -6,20 +6,23 @@ the same number of worker processes with the same concurrency each (our node
 all started and idle before a backlog of N jobs is enqueued in one go. The
 clock runs from the enqueue's commit until the orchestrator, polling every
 100 ms, sees the queue empty (a system still at it after --patience seconds,
-default 300, is rated by the jobs it finished by then). Two kinds of job:
+default 120, is rated by the jobs it finished by then). The CPU time the
+workers and PostgreSQL spent, per job, is printed too. Three kinds of job:
 
-- python: a no-op. Ours is a plain function called in a worker thread (that
-  is how a node runs Python work, so a timeout can flag it); the peers get
-  their native, cheaper form, an `async def` on their event loop.
+- python: a plain no-op function, run in a worker thread, as each system runs
+  one: our node calls it in its thread pool; PgQueuer (whose entrypoints must
+  be `async def`) through `asyncio.to_thread`, its documented way; Procrastinate
+  runs a plain task in a thread itself.
+- async: an `async def` no-op on each system's event loop.
 - http: a GET of a real local web server (a small asyncio HTTP/1.1 server in
-  its own process, keep-alive), through each system's own client: ours is the
-  node's HTTP executor; the peers' tasks use httpx.AsyncClient.
+  its own process, keep-alive): ours is the node's HTTP executor (httpx); the
+  peers' tasks use the same client, httpx.AsyncClient.
 
 PgQueuer and Procrastinate are installed from PyPI into the benchmark's own
 virtualenv (~/.cache/queueprocessor-bench/peers), never into the project.
 The target: at least as fast as the faster of the two.
 
-    python bench/throughput.py            # 20,000 jobs; 1, 2, 4 processes; python and http
+    python bench/throughput.py            # 20,000 jobs; 1, 2, 4 processes; python, async and http
     python bench/throughput.py --quick    # 2,000 jobs; 1 and 2 processes
 """
 
@@ -45,9 +48,14 @@ async def peer_main(system: str, role: str, dsn: str, kind: str, count: int, con
 
     client = httpx.AsyncClient(limits=httpx.Limits(max_connections=concurrency))
 
+    def noop():
+        pass
+
     async def work():
         if kind == "http":
             (await client.get(url)).raise_for_status()
+        elif kind == "python":
+            await asyncio.to_thread(noop)
 
     if system == "pgqueuer":
         import psycopg
@@ -73,9 +81,14 @@ async def peer_main(system: str, role: str, dsn: str, kind: str, count: int, con
 
         app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn, max_size=8))
 
-        @app.task(name="job")
-        async def job():
-            await work()
+        if kind == "python":
+            @app.task(name="job")
+            def job():
+                noop()
+        else:
+            @app.task(name="job")
+            async def job():
+                await work()
 
         async with app.open_async():
             if role == "install":
@@ -186,7 +199,7 @@ def run_case(system: str, kind: str, processes: int, count: int, concurrency: in
         if kind == "http":
             farm.enqueue_http("/", count=count)
         else:
-            farm.enqueue_python("bench.jobs:noop", count=count)
+            farm.enqueue_python("bench.jobs:noop" if kind == "python" else "bench.jobs:noop_async", count=count)
         enqueued = time.monotonic()
         left = "SELECT count(*) FROM qp_jobs WHERE state IN ('queued', 'running')"
     else:
@@ -237,10 +250,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2,000 jobs, 1 and 2 processes")
     parser.add_argument("--jobs", type=int, help="backlog size (default 20,000; 2,000 with --quick)")
     parser.add_argument("--concurrency", type=int, default=32, help="jobs each worker process runs at once")
-    parser.add_argument("--kinds", default="python,http")
+    parser.add_argument("--kinds", default="python,async,http")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=argparse.SUPPRESS)
     parser.add_argument("--processes", help="comma-separated worker process counts (default 1,2,4)")
-    parser.add_argument("--patience", type=float, default=300.0,
+    parser.add_argument("--patience", type=float, default=120.0,
                         help="seconds a system gets to drain the backlog before it is rated by what it finished")
     for hidden in ("--peer", "--role", "--dsn", "--kind", "--url", "--serve"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
