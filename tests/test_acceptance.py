@@ -13,6 +13,7 @@ import pytest
 from queueprocessor.errors import LostLease
 from queueprocessor.farm import Farm
 from queueprocessor.store import Claimed
+from tests.support.work import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -46,15 +47,6 @@ def cli(url, *args) -> str:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
-
-
-def wait_for(condition, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def test_three_skewed_nodes_take_one_turn_per_slot_in_rotation(pg_url, spawn):

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from queueprocessor.farm import Farm
+from tests.support.work import wait_for
 
 
 def run(*args, env=None, db=None):
@@ -65,15 +66,6 @@ def start_node(url, http_base, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "queueprocessor.cli", "--db", url, "node", "--name", "solo",
                              "--http-base", http_base], stdout=log, stderr=subprocess.STDOUT)
     return proc, log
-
-
-def wait_for(condition, timeout=15):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.mark.slow

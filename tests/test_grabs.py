@@ -41,7 +41,7 @@ def test_a_loser_is_told_who_won_and_whether_it_finished(farm, nodes):
     [job_id] = farm.enqueue_python(pyjobs.echo, {"r": 26}, key="Report-26@2026-11-22")
     with pytest.raises(AlreadyTaken) as early:
         farm.grab("Report-26", "2026-11-22", farm.python_spec(pyjobs.echo))
-    assert str(early.value).startswith(f"Report-26@2026-11-22 was taken first by ")
+    assert str(early.value).startswith("Report-26@2026-11-22 was taken first by ")
     assert str(early.value).endswith(f"(job {job_id}): queued, not started yet")
     node = nodes("a")
     wait_for(lambda: farm.store.get_job(job_id)["state"] == "succeeded")

@@ -6,18 +6,7 @@ import pytest
 
 from queueprocessor.clock import SystemClock
 from queueprocessor.errors import ConfigError
-
-FAST = dict(period=0.2, heartbeat=0.2)
-
-
-def wait_for(condition, timeout=10.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")
+from tests.support.work import FAST, wait_for
 
 
 @pytest.fixture
@@ -129,7 +118,7 @@ def test_a_backlog_is_shared_by_every_node_with_free_capacity(farm, nodes, http_
 
 
 def test_a_full_farm_still_puts_a_dead_machines_jobs_back_first(farm, nodes, http_target):
-    a, b = nodes("a", capacity=1), nodes("b", capacity=1)
+    nodes("a", capacity=1), nodes("b", capacity=1)
     busy = farm.enqueue_http("/sleep/3", count=2)
     wait_for(lambda: all(farm.store.get_job(j)["state"] == "running" for j in busy))
     ghost = farm.store.register(name="ghost", host="h", instance="ghost", pid=1, version="t", capacity=1)
