@@ -47,6 +47,9 @@ def parse_url(text: str) -> URL:
         raise ConfigError(
             f"unsupported database {url.get_backend_name()!r} in {mask(url)}: use sqlite, postgresql or mssql"
         )
+    if url.get_backend_name() == "mssql" and url.host and not {"driver", "odbc_connect"} & set(url.query):
+        raise ConfigError(f"the SQL Server URL {mask(url)} does not name its ODBC driver: add "
+                          "?driver=ODBC+Driver+18+for+SQL+Server (or the driver installed on this machine)")
     return url
 
 

@@ -180,7 +180,9 @@ BAD_INPUTS = [
          r"^error: cannot use the SQLite database /dev/null/farm.db: its folder /dev/null cannot be created"),
     case("database URL", ["--db", "sqlite:///{notadb}", "status"], r"^error: cannot use the database .*not a database"),
     case("database URL", ["--db", "mssql://qp:hunter2@127.0.0.1:1/farm", "status"],
-         r"^error: (the driver for mssql.*cannot be loaded|cannot use the database mssql)"),
+         r"^error: the SQL Server URL mssql\+pyodbc://qp:\*\*\*@127.0.0.1:1/farm does not name its ODBC driver"),
+    case("database URL", ["--db", "mssql://qp:hunter2@127.0.0.1:1/farm?driver=ODBC+Driver+18+for+SQL+Server", "status"],
+         r"^error: (the driver for mssql.*cannot be loaded|cannot use the database mssql.*Can't open lib)"),
     # -- a database of a newer schema -------------------------------------
     case("schema", [*DB, "status"], r"^error: this database has schema version 999, newer than", newer_schema=True),
     case("schema", [*DB, "node"], r"^error: this database has schema version 999, newer than", newer_schema=True),
