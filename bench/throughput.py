@@ -16,7 +16,8 @@ workers and PostgreSQL spent, per job, is printed too. Three kinds of job:
 - async: an `async def` no-op on each system's event loop.
 - http: a GET of a real local web server (a small asyncio HTTP/1.1 server in
   its own process, keep-alive): ours is the node's HTTP executor (httpx); the
-  peers' tasks use the same client, httpx.AsyncClient.
+  peers' tasks use the same client, httpx.AsyncClient, spread over 8 clients
+  as our executor spreads its requests.
 
 PgQueuer and Procrastinate are installed from PyPI into the benchmark's own
 virtualenv (~/.cache/queueprocessor-bench/peers), never into the project.
@@ -44,16 +45,25 @@ SYSTEMS = ("queueprocessor", "pgqueuer", "procrastinate")
 
 
 async def peer_main(system: str, role: str, dsn: str, kind: str, count: int, concurrency: int, url: str) -> None:
+    import logging
+    from datetime import timedelta
+
     import httpx
 
-    client = httpx.AsyncClient(limits=httpx.Limits(max_connections=concurrency))
+    logging.getLogger("procrastinate").setLevel(logging.ERROR)  # its advice on where to create the App
+    # Spread over as many clients as our HTTP executor uses (queueprocessor/executors/http.py, CLIENTS), so
+    # every system's HTTP job is the same client work (httpx slows down with many requests on one client).
+    clients = [httpx.AsyncClient() for _ in range(8)]
+    sent = 0
 
     def noop():
         pass
 
     async def work():
+        nonlocal sent
         if kind == "http":
-            (await client.get(url)).raise_for_status()
+            sent += 1
+            (await clients[sent % len(clients)].get(url)).raise_for_status()
         elif kind == "python":
             await asyncio.to_thread(noop)
 
@@ -75,7 +85,9 @@ async def peer_main(system: str, role: str, dsn: str, kind: str, count: int, con
             await work()
 
         print("ready", flush=True)
-        await pgq.run(batch_size=max(1, concurrency // 2), max_concurrent_tasks=concurrency)
+        # Idle, it waits for a notice or 1 s (its default is 30 s): Procrastinate's polling interval, our period.
+        await pgq.run(batch_size=max(1, concurrency // 2), max_concurrent_tasks=concurrency,
+                      dequeue_timeout=timedelta(seconds=1))
     else:
         import procrastinate
 

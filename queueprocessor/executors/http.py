@@ -15,6 +15,10 @@ from .base import Executor, JobContext, JobFailed
 
 METHODS = ("GET", "POST")
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+# Requests are spread over a few clients: one httpx client's connection pool slows down sharply with many
+# requests in flight (encode/httpx#3215; 32 at once to a local server: about 320 requests/s through one
+# client, 750 through eight).
+CLIENTS = 8
 
 
 def check_syntax(spec: JobSpec) -> str | None:
@@ -48,7 +52,7 @@ class HttpExecutor(Executor):
             raise InvalidJob(f"--http-base host {parts.hostname!r} is not in the allowed hosts {', '.join(allowed_hosts)}")
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         self.allowed_hosts = tuple(allowed_hosts)
-        self._client: httpx.AsyncClient | None = None
+        self._clients: list[httpx.AsyncClient] = []
 
     def validate(self, spec: JobSpec) -> None:
         host = check_syntax(spec)
@@ -65,8 +69,8 @@ class HttpExecutor(Executor):
 
     async def run(self, job: Claimed, context: JobContext) -> str | None:
         self.validate(JobSpec(executor=self.name, target=job.target, method=job.method))
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
+        if not self._clients:
+            self._clients = [httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0)) for _ in range(CLIENTS)]
         url = self.url_for(job.target)
         try:  # checked again as the HTTP client itself reads it, so no two parsers can disagree on the host
             host = httpx.URL(url).host
@@ -84,7 +88,7 @@ class HttpExecutor(Executor):
         if body is not None:
             headers["Content-Type"] = "application/json"
         try:
-            response = await self._client.request(job.method, url, headers=headers, content=body)
+            response = await self._clients[job.id % CLIENTS].request(job.method, url, headers=headers, content=body)
         except httpx.HTTPError as error:
             raise JobFailed(f"{job.method} {url}: {type(error).__name__}: {error}") from None
         excerpt = response.text[:500]
@@ -93,6 +97,6 @@ class HttpExecutor(Executor):
         return excerpt
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        for client in self._clients:
+            await client.aclose()
+        self._clients = []
