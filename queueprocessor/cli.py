@@ -8,6 +8,7 @@ stderr and a non-zero exit code, never a traceback.
 
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -29,6 +30,22 @@ from .grabs import AlreadyTaken, grab_key
 from .output import format_time, print_json, print_table
 
 log = logging.getLogger("queueprocessor")
+
+
+class Seconds(click.FloatRange):
+    """A finite number of seconds: click's FloatRange lets "nan" and "inf" through, and a node given one
+    would sleep forever or compare false with every time."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
+
+    def _describe_range(self) -> str:
+        return "" if self.min is None and self.max is None else super()._describe_range()
 
 
 def _load_config(path: str | None) -> dict:
@@ -109,8 +126,8 @@ pass_ctx = click.make_pass_decorator(Context)
 def _farm_timing_options(command):
     for name, kind, text in (
         ("misses", int, "Missed heartbeats after which a machine is dead."),
-        ("heartbeat", float, "Seconds between check-ins."),
-        ("period", float, "Seconds per turn slot (one queue poll per period for the whole farm)."),
+        ("heartbeat", Seconds(), "Seconds between check-ins."),
+        ("period", Seconds(), "Seconds per turn slot (one queue poll per period for the whole farm)."),
     ):
         command = click.option(f"--{name}", type=kind, envvar=f"QP_{name.upper()}", help=text + " Farm-wide.")(command)
     return command
@@ -147,9 +164,9 @@ def init_db(ctx: Context, period, heartbeat, misses) -> None:
 @_farm_timing_options
 @click.option("--http-base", default="http://localhost/", envvar="QP_HTTP_BASE",
               help="Base URL that HTTP job paths are relative to.")
-@click.option("--clock-skew", type=float, default=0.0, envvar="QP_CLOCK_SKEW",
+@click.option("--clock-skew", type=Seconds(), default=0.0, envvar="QP_CLOCK_SKEW",
               help="Pretend this machine's clock is off by SECONDS (to see skew handled).")
-@click.option("--turn-keep", type=float, default=86400.0, envvar="QP_TURN_KEEP",
+@click.option("--turn-keep", type=Seconds(), default=86400.0, envvar="QP_TURN_KEEP",
               help="Seconds of turn history to keep.")
 @_allow_options
 @click.option("--push/--no-push", default=True, envvar="QP_PUSH",
@@ -201,7 +218,7 @@ def _work_options(command):
                                                        "command's stdin)."),
         click.option("--priority", type=int, default=0, help="Higher runs first."),
         click.option("--max-attempts", type=click.IntRange(min=1), default=3),
-        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds before a run is stopped."),
+        click.option("--timeout", type=Seconds(min=0, min_open=True), help="Seconds before a run is stopped."),
     )):
         command = option(command)
     return command
@@ -209,7 +226,7 @@ def _work_options(command):
 
 def _when_options(command):
     for option in reversed((
-        click.option("--delay", type=click.FloatRange(min=0), default=0.0, help="Seconds from now (database time)."),
+        click.option("--delay", type=Seconds(min=0), default=0.0, help="Seconds from now (database time)."),
         click.option("--at", "at", metavar="TIME", help="Run at an ISO 8601 time or epoch seconds."),
         click.option("--count", type=click.IntRange(min=1, max=1_000_000), default=1, help="Enqueue this many copies."),
         click.option("--key", help="Unique key: a second job with the same key (and instance) is refused, "
@@ -284,10 +301,10 @@ def schedule() -> None:
 @click.argument("name")
 @click.option("--cron", metavar="EXPR", help="Cron expression, e.g. '30 2 * * *' (6th field: seconds).")
 @click.option("--tz", metavar="ZONE", help="Time zone of --cron, e.g. Europe/Berlin. Default: UTC.")
-@click.option("--every", type=float, metavar="SECONDS", help="Fixed interval, at whole multiples since the epoch.")
+@click.option("--every", type=Seconds(), metavar="SECONDS", help="Fixed interval, at whole multiples since the epoch.")
 @click.option("--misfire", type=click.Choice(["skip", "once", "all"]), default="once",
               help="Occurrences the farm noticed late (it was down): skip them, run the newest once, or run all.")
-@click.option("--grace", type=click.FloatRange(min=0), default=3600.0,
+@click.option("--grace", type=Seconds(min=0), default=3600.0,
               help="Seconds after which a missed occurrence is dropped whatever --misfire says.")
 @_executor
 @_target
@@ -390,7 +407,7 @@ def singleton_remove(ctx: Context, name: str) -> None:
 @_target
 @_work_options
 @click.option("--wait", "wait", is_flag=True, help="Wait for the result (ours, or the winner's if we lost).")
-@click.option("--wait-timeout", type=click.FloatRange(min=0), help="Give up waiting after SECONDS.")
+@click.option("--wait-timeout", type=Seconds(min=0), help="Give up waiting after SECONDS.")
 @pass_ctx
 def grab(ctx: Context, key, instance, executor, target, wait, wait_timeout, **work):
     """Do EXECUTOR TARGET... once for KEY and INSTANCE (e.g. Report-26 2026-11-22).
@@ -496,7 +513,7 @@ def _last_line(output: str | None) -> str:
 
 
 @cli.command()
-@click.option("--since", type=click.FloatRange(min=0), default=60.0, help="Seconds of history.")
+@click.option("--since", type=Seconds(min=0), default=60.0, help="Seconds of history.")
 @click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
 @pass_ctx
 def turns(ctx: Context, since: float, as_json: bool) -> None:
@@ -545,7 +562,7 @@ def retry(ctx: Context, job_id: int) -> None:
 
 @cli.command()
 @click.option("--nodes", type=click.IntRange(1, 8), default=3, help="Local node processes to start.")
-@click.option("--seconds", type=click.FloatRange(min=0), default=0, help="Stop after this long (0: until Ctrl-C).")
+@click.option("--seconds", type=Seconds(min=0), default=0, help="Stop after this long (0: until Ctrl-C).")
 @click.option("--headless", is_flag=True, help="Print live status instead of opening the desktop app.")
 @pass_ctx
 def demo(ctx: Context, nodes: int, seconds: float, headless: bool) -> None:
@@ -562,7 +579,7 @@ def demo(ctx: Context, nodes: int, seconds: float, headless: bool) -> None:
               help="Jobs this machine runs at once.")
 @click.option("--http-base", default="http://localhost/", envvar="QP_HTTP_BASE",
               help="Base URL that HTTP job paths are relative to.")
-@click.option("--clock-skew", type=float, default=0.0, envvar="QP_CLOCK_SKEW",
+@click.option("--clock-skew", type=Seconds(), default=0.0, envvar="QP_CLOCK_SKEW",
               help="Pretend this machine's clock is off by SECONDS (to see skew handled).")
 @_allow_options
 @click.option("--theme", type=click.Choice(["auto", "light", "dark"]), help="Colour scheme. Default: as last chosen.")
