@@ -126,7 +126,8 @@ class Node:
         for _ in range(5):  # a first filtered estimate before we take any turn
             self.estimator.add(self.store.sample_clock(self.clock.monotonic))
         self._renewed_at = self.clock.monotonic()
-        self.runner = JobRunner(self.store, self.id, self.executors, self.estimator.db_now, self._job_done)
+        self.runner = JobRunner(self.store, self.id, self.executors, self.estimator.db_now, self._job_done,
+                                self._room_made)
         self.runner.start()
         self._checkin()
         self._threads = [
@@ -224,7 +225,7 @@ class Node:
         held = self.runner.held()
         self._handle_renewals(held, self.store.renew(self.id, held, self.config.lease))
         self.store.heartbeat(
-            self.id, state=self.state, applied_wish=applied, running=self.runner.count(), done=self.done,
+            self.id, state=self.state, applied_wish=applied, running=self.runner.working(), done=self.done,
             failed=self.failed, offset=self.estimator.offset(), rtt=self.estimator.rtt(),
             error_bound=self.estimator.error_bound(),
         )
@@ -339,7 +340,7 @@ class Node:
             return
         now = self.estimator.db_now()
         slot = slot_of(now, self.config.period)
-        free = self.config.capacity - self.runner.count()
+        free = self.runner.room(self.config.capacity)
         if slot != self._last_slot:
             ids = roster(self.machines, now, self.liveness(), self.config.join_delay)
             inside = now - slot * self.config.period
@@ -440,9 +441,12 @@ class Node:
             self._pushed = True
         self._wake.set()
 
-    def _job_done(self, outcome: str) -> None:
-        if self._direct and self.config.capacity - self.runner.count() >= max(1, self.config.capacity // 2):
+    def _room_made(self) -> None:
+        if self._direct and self.runner.room(self.config.capacity) >= max(1, self.config.capacity // 2):
             self._wake.set()  # working off a backlog: claim again now that half our room is free
+
+    def _job_done(self, outcome: str) -> None:
+        self._room_made()  # a write that ended also makes room when `capacity` results were waiting
         if outcome == "succeeded":
             self.done += 1
         elif outcome in ("failed", "timeout"):
@@ -464,6 +468,6 @@ class Node:
             "offset": self.estimator.offset() if synced else None,
             "error_bound": self.estimator.error_bound() if synced else None,
             "rtt": self.estimator.rtt() if synced else None,
-            "running": self.runner.count() if self.runner else 0, "capacity": self.config.capacity,
+            "running": self.runner.working() if self.runner else 0, "capacity": self.config.capacity,
             "done": self.done, "failed": self.failed, "turns": self.turns_taken, "next_turn_in": upcoming,
         }

@@ -48,12 +48,16 @@ class JobRunner:
     """Owns the event loop thread and the set of jobs this node is running."""
 
     def __init__(self, store: Store, machine_id: int, executors: dict[str, Executor],
-                 db_now: Callable[[], float], on_done: Callable[[str], None]):
+                 db_now: Callable[[], float], on_done: Callable[[str], None],
+                 on_room: Callable[[], None] = lambda: None):
+        """`on_done(outcome)` once a job's result is written; `on_room()` as soon as its work is over,
+        before that write (see room)."""
         self.store = store
         self.machine_id = machine_id
         self.executors = executors
         self.db_now = db_now
         self.on_done = on_done
+        self.on_room = on_room
         self.running: dict[int, Running] = {}
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
@@ -80,8 +84,23 @@ class JobRunner:
     # -- called from other threads ----------------------------------------
 
     def count(self) -> int:
+        """Jobs held: working, or writing how they ended."""
         with self._lock:
             return len(self.running)
+
+    def working(self) -> int:
+        """Jobs whose work is still going on."""
+        with self._lock:
+            return sum(1 for entry in self.running.values() if not entry.recording)
+
+    def room(self, capacity: int) -> int:
+        """How many more jobs may start. `capacity` limits the jobs at work, not those only writing their
+        result, so the next claim overlaps that write instead of waiting for it; at most `capacity` may be
+        writing (a database slow to take results slows the claims too)."""
+        with self._lock:
+            held = len(self.running)
+            working = sum(1 for entry in self.running.values() if not entry.recording)
+        return min(capacity - working, 2 * capacity - held)
 
     def held(self) -> list[tuple[int, int]]:
         with self._lock:
@@ -170,6 +189,7 @@ class JobRunner:
             outcome, error = "failed", f"{type(exc).__name__}: {exc}"
         with self._lock:
             entry.recording = True
+        self.on_room()
         for pause in (*RECORD_RETRIES, None):
             if await self.recorder.record(Result(entry, outcome, error, output, pause is None)):
                 return

@@ -90,10 +90,12 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
         select(claimed.c.id, claimed.c.attempts, bindparam("b_machine", type_=Id), claimed.c.fence, now,
                literal("running")),
     ).cte("opened")
-    # The run a job was taken from ends as lost in the same statement, so no reader sees two running.
+    # The run a job was taken from ends as lost in the same statement, so no reader sees two running
+    # (a first attempt has none: its run rows are not looked up).
     lost = (
         update(runs)
-        .where(runs.c.job_id == claimed.c.id, runs.c.fence < claimed.c.fence, runs.c.outcome == "running")
+        .where(claimed.c.attempts > 1, runs.c.job_id == claimed.c.id, runs.c.fence < claimed.c.fence,
+               runs.c.outcome == "running")
         .values(outcome="lost", finished_at=now, error=LOST)
         .cte("lost")
     )

@@ -6,6 +6,9 @@ import pytest
 
 from queueprocessor.clock import SystemClock
 from queueprocessor.errors import ConfigError
+from queueprocessor.executors import JobContext
+from queueprocessor.runner import JobRunner, Running
+from queueprocessor.store import Claimed
 from tests.support.work import FAST, wait_for
 
 
@@ -133,3 +136,22 @@ def test_a_full_farm_still_puts_a_dead_machines_jobs_back_first(farm, nodes, htt
     wait_for(lambda: farm.store.job_counts()["succeeded"] == 5, timeout=15)
     starts = {j: farm.store.list_runs(job_id=j)[0]["started_at"] for j in [orphan, *newer]}
     assert starts[orphan] < min(starts[j] for j in newer)
+
+
+def test_a_job_writing_its_result_makes_room_but_at_most_capacity_results_wait(farm):
+    """Capacity limits the jobs at work: the next claim overlaps the writes of finished ones, up to a bound."""
+    runner = JobRunner(farm.store, 1, {}, farm.store.ask_time, lambda _: None)
+    try:
+        def hold(job_id, writing):
+            job = Claimed(job_id, "http", "/ok", "GET", None, 1, 3, None, 1, 0.0)
+            runner.running[job_id] = Running(job, JobContext(job_id, 1, 1, 1), recording=writing)
+
+        hold(1, False), hold(2, False)
+        assert runner.room(4) == 2
+        hold(3, True), hold(4, True)
+        assert (runner.room(4), runner.working(), runner.count()) == (2, 2, 4)
+        for job_id in range(5, 9):
+            hold(job_id, True)
+        assert runner.room(4) == 0, "six results waiting to be written: no more claims until some are"
+    finally:
+        runner.loop.close()
