@@ -5,18 +5,24 @@ so the CLI, scripts and benchmarks can use them too. `Dashboard.read()` is the
 whole picture one poll needs; each piece is also a function of its own.
 """
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
+from croniter import croniter
 from sqlalchemy import Float, String, and_, cast, func, or_, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
+from . import singletons
 from .errors import NotFound, QPError
 from .node import NodeConfig
 from .roster import Liveness, machine_status, roster, slot_of, slot_owner
-from .schema import jobs, machines, runs, turns
+from .schedules import Recurrence
+from .schema import jobs, machines, runs, schedules, turns
 from .store import JOB_STATES, Store
 
 # A machine whose clock estimate is this loose (as a share of the period) cannot
@@ -27,6 +33,10 @@ GONE_AFTER = 600.0
 # A text search of the jobs scans the table when few jobs match (0.5-0.8 s for 500,000 jobs on PostgreSQL,
 # bench/bench_gui.py): polls repeat it at most this share of the time, and show its last result in between.
 SEARCH_SHARE = 0.1
+# Listing the singletons scans the jobs too (no index serves `kind`): a farm of many jobs repeats it at most
+# this share of the time, a small one at every poll.
+SINGLETONS_SHARE = 0.02
+KEYS_PER_STATEMENT = 500  # well under every backend's limit of bound parameters (SQL Server's is 2,100)
 
 
 class bucket_of(FunctionElement):
@@ -180,6 +190,87 @@ def upcoming_slots(rows: list[dict], now: float, timing: FarmTiming, horizon: fl
     return [(slot, slot_owner(ids, slot)) for slot in range(first, last + 1)] if ids else []
 
 
+def last_before(recurrence: Recurrence, t: float) -> float | None:
+    """The last occurrence strictly before `t`, as the very float `Recurrence.after` makes (so it names the
+    same job key); None if croniter finds none."""
+    if recurrence.every is not None:
+        n = math.ceil(t / recurrence.every) - 1
+        while n * recurrence.every >= t:
+            n -= 1
+        while (n + 1) * recurrence.every < t:
+            n += 1
+        return n * recurrence.every
+    earlier = croniter(recurrence.cron, datetime.fromtimestamp(t, ZoneInfo(recurrence.tz)))
+    for _ in range(3):  # the second passing of a wall time is no occurrence (see schedules): look further back
+        occurrence = recurrence.after(earlier.get_prev(float) - 0.001)
+        if occurrence < t:
+            while (following := recurrence.after(occurrence)) < t:
+                occurrence = following
+            return occurrence
+    return None
+
+
+SCHEDULE_COLUMNS = ("name", "cron", "tz", "every", "executor", "target", "method", "misfire", "grace", "paused",
+                    "next_run", "created_at")
+
+
+def read_schedules(store: Store, now: float, known: dict | None = None) -> list[dict]:
+    """Every schedule by name, with `recurrence` (as text), `next_at` (its next occurrence after `now`, None
+    while paused) and its last occurrence: `last_at`, and that job's `last_job`, `last_state`, `last_machine`,
+    `last_finished` and `last_error` (all None before its first occurrence; the job's fields None if that
+    occurrence made no job, e.g. its misfire policy skipped it).
+
+    The last occurrence is the last one before both `now` and the first not yet made into a job; its job is
+    found by its unique key (name@occurrence), not by scanning the jobs. `known`, a dict kept between calls,
+    keeps each schedule's occurrences until the next one comes, so a poll does not ask croniter again.
+    """
+    rows = plain_dicts(store._one(select(*(schedules.c[c] for c in SCHEDULE_COLUMNS)).order_by(schedules.c.name)))
+    known = {} if known is None else known
+    fresh, by_key = {}, {}
+    for row in rows:
+        recurrence = Recurrence(cron=row["cron"], tz=row["tz"], every=row["every"])
+        what = (row["name"], row["cron"], row["tz"], row["every"], row["next_run"])
+        last, upcoming = known.get(what) or (None, -math.inf)
+        if now >= upcoming:
+            upcoming = recurrence.after(now)
+            last = last_before(recurrence, min(row["next_run"], upcoming))
+        fresh[what] = (last, upcoming)
+        row.update(recurrence=recurrence.describe(), next_at=None if row["paused"] else upcoming, last_at=last,
+                   last_job=None, last_state=None, last_machine=None, last_finished=None, last_error=None)
+        if last is not None:  # the key store_schedules gives each occurrence's job
+            by_key[f"{row['name']}@{recurrence.label(last)}"] = row
+    known.clear()
+    known.update(fresh)
+    keys = list(by_key)
+    for start in range(0, len(keys), KEYS_PER_STATEMENT):
+        found = select(jobs.c.key, jobs.c.id, jobs.c.state, jobs.c.owner, jobs.c.finished_at, jobs.c.last_error)
+        for key, *job in store._one(found.where(jobs.c.key.in_(keys[start:start + KEYS_PER_STATEMENT]))):
+            by_key[key].update(zip(("last_job", "last_state", "last_machine", "last_finished", "last_error"), job))
+    for row in by_key.values():
+        if row["last_job"] is None and row["last_at"] <= row["created_at"]:
+            row["last_at"] = None  # an occurrence from before the schedule existed
+    return rows
+
+
+class Paced:
+    """A read whose result is kept until `share` of the time since it began went into it: a slow read is
+    repeated less often (a 1 s read at share 0.1 every 10 s), a fast one at every call. Asking for
+    something else (`what`) reads at once."""
+
+    def __init__(self, clock: Callable[[], float], share: float):
+        self.clock = clock
+        self.share = share
+        self._last: tuple[object, float, object] | None = None  # (what, when to repeat, result)
+
+    def read(self, what, read: Callable[[], object]):
+        began = self.clock()
+        if self._last is not None and self._last[0] == what and began < self._last[1]:
+            return self._last[2]
+        result = read()
+        self._last = (what, began + (self.clock() - began) / self.share, result)
+        return result
+
+
 @dataclass
 class Query:
     """What a dashboard wants to see; the GUI changes it as the user scrolls and filters."""
@@ -200,26 +291,23 @@ class Query:
 class Dashboard:
     """Everything one poll reads, as one plain dict. Settings are read once: they never change.
 
-    `clock` (seconds, monotonic) paces repeated text searches of the jobs (see SEARCH_SHARE).
+    `clock` (seconds, monotonic) paces the reads that scan the jobs: text searches (see SEARCH_SHARE) and
+    the singletons (SINGLETONS_SHARE).
     """
 
     def __init__(self, store: Store, timing: FarmTiming, clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.timing = timing
-        self.clock = clock
-        self._search: tuple[tuple, float, list[dict]] | None = None  # (what, when to repeat it, jobs found)
+        self._search = Paced(clock, SEARCH_SHARE)
+        self._singletons = Paced(clock, SINGLETONS_SHARE)
+        self._occurrences: dict = {}  # read_schedules' memory
 
     def jobs(self, query: Query) -> list[dict]:
         """The jobs list: the newest in the state asked for, or found by the text asked for."""
         if not query.jobs_text:
             return self.store.list_jobs(query.jobs_state, query.jobs_limit)
-        what = (query.jobs_text, query.jobs_state, query.jobs_limit)
-        began = self.clock()
-        if self._search is not None and self._search[0] == what and began < self._search[1]:
-            return self._search[2]
-        found = find_jobs(self.store, query.jobs_text, query.jobs_state, query.jobs_limit)
-        self._search = (what, began + (self.clock() - began) / SEARCH_SHARE, found)
-        return found
+        return self._search.read((query.jobs_text, query.jobs_state, query.jobs_limit),
+                                 lambda: find_jobs(self.store, query.jobs_text, query.jobs_state, query.jobs_limit))
 
     def read(self, query: Query) -> dict:
         store = self.store
@@ -250,4 +338,6 @@ class Dashboard:
             "machine_throughput": machine_throughput(store, now - query.history, now),
             "jobs": self.jobs(query),
             "job": job,
+            "schedules": read_schedules(store, now, self._occurrences),
+            "singletons": self._singletons.read(None, lambda: singletons.list_all(store)),
         }

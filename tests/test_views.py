@@ -5,12 +5,18 @@ finish), so the views are checked against what a farm really writes.
 """
 
 import gc
+import time
+from datetime import datetime, timezone
 
 import pytest
+from sqlalchemy import event
 
+from queueprocessor import singletons
 from queueprocessor.errors import QPError
+from queueprocessor.schedules import Recurrence
 from queueprocessor.store import JobSpec
-from queueprocessor.views import (Dashboard, FarmTiming, Query, find_jobs, judge_machines, machine_throughput,
+from queueprocessor.views import (Dashboard, FarmTiming, Query, find_jobs, judge_machines, last_before,
+                                  machine_throughput, read_schedules,
                                   runs_between, throughput, turns_between, upcoming_slots)
 
 TIMING = FarmTiming(period=1.0, heartbeat=1.0, misses=3)
@@ -139,8 +145,9 @@ def test_find_jobs_matches_id_target_machine_and_error_with_like_characters_take
 def test_a_slow_text_search_is_repeated_at_most_a_tenth_of_the_time(farm):
     store = farm.store
     [first] = store.enqueue(JobSpec(executor="http", target="/reports/daily"))
-    # The clock the dashboard paces searches by: this search takes 1 s, so it is not repeated for 10 s.
-    readings = iter([0.0, 1.0, 5.0, 11.0, 11.0, 12.0, 12.0])
+    # The clock the dashboard paces searches by: this search takes 1 s, so it is not repeated for 10 s. Each
+    # read then asks it twice more, for the singletons (paced too), which take no time.
+    readings = iter([0.0, 1.0, 1.0, 1.0, 5.0, 5.0, 5.0, 11.0, 11.0, 11.0, 11.0, 12.0, 12.0, 12.0, 12.0, 12.0, 12.0])
     dashboard = Dashboard(store, FarmTiming.of(farm.settings()), clock=lambda: next(readings))
     search = Query(jobs_text="reports")
 
@@ -163,3 +170,90 @@ def test_dashboard_rows_are_not_tracked_by_the_garbage_collector(farm):
     rows = runs_between(store, 0, now + 1) + turns_between(store, 0, now + 1) + find_jobs(store, "ok")
     assert len(rows) == 3
     assert [row for row in rows if gc.is_tracked(row)] == []
+
+
+def _utc(*fields) -> float:
+    return datetime(*fields, tzinfo=timezone.utc).timestamp()
+
+
+def test_the_last_occurrence_before_a_time_is_the_one_the_schedule_made():
+    every = Recurrence(every=0.1)
+    made = [every.after(0.0)]  # occurrences as a turn makes them, one after the other
+    while len(made) < 100:
+        made.append(every.after(made[-1]))
+    assert [last_before(every, t) for t in made[1:]] == made[:-1]  # the very floats, so the same job keys
+    assert last_before(every, made[5] + 0.05) == made[5]
+    # Clocks going back in Paris on 2026-10-25: 02:30 happens twice, at 00:30 and 01:30 UTC; it runs once.
+    nightly = Recurrence(cron="30 2 * * *", tz="Europe/Paris")
+    assert last_before(nightly, _utc(2026, 10, 25, 1, 45)) == _utc(2026, 10, 25, 0, 30)
+    assert last_before(nightly, _utc(2026, 10, 25, 0, 30)) == _utc(2026, 10, 24, 0, 30)
+    hourly = Recurrence(cron="30 * * * *", tz="Europe/Paris")  # an hourly cadence continues in real time
+    assert last_before(hourly, _utc(2026, 10, 25, 1, 45)) == _utc(2026, 10, 25, 1, 30)
+
+
+def _statements(farm, table):
+    """The statements sent from now on that read `table`."""
+    seen = []
+    event.listen(farm.engine, "before_cursor_execute",
+                 lambda *args: seen.append(args[2]) if table in args[2] else None)
+    return seen
+
+
+def test_schedules_carry_their_next_occurrence_and_their_last_ones_job(farm):
+    store = farm.store
+    machine = _machine(store, "runner")
+    seen = _statements(farm, "qp_jobs")
+    assert read_schedules(store, store.ask_time()) == []
+    assert seen == []  # a farm without schedules reads no jobs for them
+
+    farm.schedule("tick", farm.python_spec("tests.support.pyjobs:noop"), every=0.1)
+    farm.schedule("hourly", farm.command_spec(["sh", "-c", "true"]), cron="0 * * * *", tz="Europe/Paris",
+                  misfire="skip", grace=60)
+    farm.schedule("later", farm.python_spec("tests.support.pyjobs:noop"), every=3600)
+    farm.schedules.pause("later")
+    time.sleep(0.15)  # the first tick is due
+    [job] = store.claim(machine, 1, lease=30)
+    store.finish(job, machine, "succeeded")
+    done = store.get_job(job.id)
+    assert done["key"].startswith("tick@")
+
+    seen.clear()
+    at = done["run_at"] + 0.05
+    rows = {row["name"]: row for row in read_schedules(store, at)}
+    assert len(seen) == 1  # the last occurrences' jobs, by key
+    assert list(rows) == ["hourly", "later", "tick"]  # by name
+    tick = rows["tick"]
+    assert tick["recurrence"] == "every 0.1 s" and tick["executor"] == "python" and not tick["paused"]
+    assert tick["next_at"] == Recurrence(every=0.1).after(at)
+    assert (tick["last_at"], tick["last_job"], tick["last_state"], tick["last_machine"], tick["last_finished"]) == (
+        done["run_at"], done["id"], "succeeded", machine, done["finished_at"])
+    hourly = rows["hourly"]
+    assert hourly["recurrence"] == "cron '0 * * * *' Europe/Paris"
+    assert (hourly["misfire"], hourly["grace"]) == ("skip", 60.0)
+    assert hourly["next_at"] == Recurrence(cron="0 * * * *", tz="Europe/Paris").after(at)
+    assert hourly["last_at"] is None and hourly["last_state"] is None  # made before its first occurrence
+    later = rows["later"]
+    assert later["paused"] and later["next_at"] is None
+
+    # Paused, the tick's next occurrence (made into a job in advance) is cancelled, and shows so once due.
+    farm.schedules.pause("tick")
+    after = Recurrence(every=0.1).after(at)
+    tick = read_schedules(store, after + 0.01)[2]
+    assert tick["next_at"] is None and tick["last_at"] == after and tick["last_state"] == "cancelled"
+
+
+def test_a_snapshot_carries_the_schedules_and_the_singletons(farm):
+    store = farm.store
+    farm.schedule("tick", farm.python_spec("tests.support.pyjobs:noop"), every=60)
+    job_id = farm.singleton("feed", farm.python_spec("tests.support.pyjobs:wait_for_cancel"))
+    machine = _machine(store, "holder")
+    assert job_id in [job.id for job in store.claim(machine, 5, lease=30)]
+    snap = Dashboard(store, FarmTiming.of(farm.settings())).read(Query())
+    assert [(s["name"], s["recurrence"]) for s in snap["schedules"]] == [("tick", "every 60 s")]
+    [feed] = snap["singletons"]
+    assert (feed["name"], feed["target"], feed["state"], feed["owner"]) == (
+        "feed", "tests.support.pyjobs:wait_for_cancel", "running", machine)
+    assert feed["started_at"] == store.get_job(job_id)["started_at"]
+    assert snap["names"][machine] == "holder"
+    singletons.remove(store, "feed")
+    assert Dashboard(store, FarmTiming.of(farm.settings())).read(Query())["singletons"][0]["cancel_requested"]

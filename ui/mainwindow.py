@@ -1,4 +1,5 @@
-"""The main window: the slots timeline on top; peers, job runs and the queue below; this node on the left.
+"""The main window: the slots timeline on top; peers, job runs, the queue and schedules below; this node on the
+left.
 
 The window only ever draws snapshots. Reads and operators' actions go to the
 Poller's thread; their results come back as signals. Closing the window stops
@@ -22,6 +23,7 @@ from .models import ROW_ROLE, PeersModel
 from .nodepanel import NodePanel
 from .poller import Poller
 from .queuegraph import QueueGraph
+from .schedulesview import SchedulesView
 from .timeline import SlotsTimeline
 
 RECENT = 8
@@ -157,12 +159,15 @@ class MainWindow(QMainWindow):
         self.jobs.text_filter_changed.connect(lambda text: self._query(jobs_text=text))
         self.jobs.table.doubleClicked.connect(lambda _: self.jobs.details.setFocus())
         self.queue = QueueGraph()
+        self.schedules = SchedulesView(self.watch_only)
+        self.schedules.act.connect(lambda label, action: self.poller and self.poller.act(label, action))
 
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(False)
         self.tabs.addTab(self.peers_view, "Peers")
         self.tabs.addTab(self.jobs, "Job runs")
         self.tabs.addTab(self.queue, "Queue")
+        self.tabs.addTab(self.schedules, "Schedules")
         self.tabs.currentChanged.connect(lambda _: self._update_actions())
 
         self.banner = QLabel("", objectName="banner")
@@ -362,6 +367,7 @@ class MainWindow(QMainWindow):
                                                "history": self.poller.query.history if self.poller else 600.0})
         self.jobs.show_snapshot(snap)
         self.queue.show_snapshot(snap)
+        self.schedules.show_snapshot(snap)
         active = sum(1 for m in snap["machines"] if m["status"] == "active")
         self.node_panel.show_node(snap["node"], max(1, active) * snap["period"])
         self._summarise(snap)

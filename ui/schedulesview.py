@@ -1,0 +1,288 @@
+"""The Schedules tab: recurring schedules and singletons, and an operator's Pause, Resume and Remove for them.
+
+Like Hangfire's "Recurring jobs" page: each schedule with how it recurs, its
+next occurrence and what became of its last one; below, each singleton with
+the machine holding it. The tab never touches the database: an operator's
+action goes out through `act` as a function of the farm, for the window to run
+on the worker thread, and the next snapshot shows its effect.
+"""
+
+from datetime import datetime
+
+from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QLabel, QMenu, QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget
+
+from queueprocessor import singletons
+from queueprocessor.output import format_time
+
+from . import text, theme
+from .jobsview import fit_columns, table
+from .models import BACKGROUND, DECORATION, FOREGROUND, ROW_ROLE, TOOLTIP, Column, SnapshotModel
+
+
+def when(epoch: float | None, now: float) -> str:
+    """A time to come as the local clock (with the date if not today) and how far off it is."""
+    if epoch is None:
+        return "–"
+    local = datetime.fromtimestamp(epoch)
+    shown = local.strftime("%H:%M:%S" if local.date() == datetime.fromtimestamp(now).date() else "%Y-%m-%d %H:%M")
+    return f"{shown} · in {text.duration(max(0.0, epoch - now))}"
+
+
+def _machine(machine_id: int | None, context: dict) -> str:
+    return context["names"].get(machine_id, f"#{machine_id}") if machine_id is not None else ""
+
+
+def _last(row: dict, _context) -> str:
+    if row["last_at"] is None:
+        return "not yet"
+    return row["last_state"] or "skipped"
+
+
+class SchedulesModel(SnapshotModel):
+    """Every recurring schedule, by name; paused ones greyed out."""
+
+    key = "name"
+    columns = [
+        Column("Schedule", lambda r, c: r["name"]),
+        Column("Recurrence", lambda r, c: r["recurrence"], tip="A cron expression in its time zone, or an interval"),
+        Column("Work", lambda r, c: f"{r['executor']} {r['target']}", tip="What each occurrence runs"),
+        Column("Misfire", lambda r, c: f"{r['misfire']} · {text.duration(r['grace'])}",
+               tip="Occurrences the farm noticed late: skip them, run the newest once, or run all; "
+                   "older than the grace, they are dropped"),
+        Column("State", lambda r, c: "paused" if r["paused"] else "active", tip="Paused schedules make no jobs"),
+        Column("Next", lambda r, c: when(r["next_at"], c["db_now"]), lambda r, c: r["next_at"] or float("inf"),
+               tip="The next occurrence, in your time zone, and how far off it is in database time"),
+        Column("Last run", _last, tip="What became of the last occurrence's job"),
+        Column("Machine", lambda r, c: _machine(r["last_machine"], c), tip="The machine that ran the last occurrence"),
+        Column("Finished", lambda r, c: text.stamp(r["last_finished"]) if r["last_finished"] else "",
+               lambda r, c: r["last_finished"] or 0),
+    ]
+    styled = frozenset((BACKGROUND, DECORATION, FOREGROUND, TOOLTIP))
+
+    def style(self, row: dict, column: int, role: int):
+        if role == BACKGROUND and row["paused"]:
+            return theme.colour(theme.current().unsynced_bg)
+        if role == FOREGROUND and row["paused"]:
+            return theme.colour(theme.current().muted)
+        if role == DECORATION:
+            if column == 4:
+                return theme.dot(theme.MACHINE_STATE["paused" if row["paused"] else "active"])
+            if column == 6 and row["last_state"]:
+                return theme.dot(theme.JOB_STATE.get(row["last_state"], theme.OUTCOME["cancelled"]))
+        if role == TOOLTIP:
+            if column == 6 and row["last_at"] is not None:
+                job = f"job {row['last_job']}" if row["last_job"] else "no job (its misfire policy skipped it)"
+                error = f"\n{row['last_error']}" if row["last_error"] else ""
+                return f"Occurrence of {text.stamp(row['last_at'])}: {job}{error}"
+            if column == 5 and row["next_at"] is not None:
+                return f"{format_time(row['next_at'])} UTC"
+            if row["paused"]:
+                return f"{row['name']} is paused: Resume starts it again from its next occurrence"
+        return None
+
+
+class SingletonsModel(SnapshotModel):
+    """Every singleton, by name, with the machine holding it."""
+
+    key = "name"
+    columns = [
+        Column("Singleton", lambda r, c: r["name"]),
+        Column("Work", lambda r, c: f"{r['executor']} {r['target']}"),
+        Column("State", lambda r, c: "stopping" if r["state"] == "running" and r["cancel_requested"] else r["state"],
+               tip="running (held by a machine), queued (waiting for a turn to start it), stopping or cancelled "
+                   "(removed)"),
+        Column("Machine", lambda r, c: _machine(r["owner"], c) if r["state"] == "running" else "",
+               tip="The machine holding it now"),
+        Column("Since", lambda r, c: text.stamp(r["started_at"]) if r["state"] == "running" else "",
+               lambda r, c: r["started_at"] or 0, tip="When this machine took it (in your time zone)"),
+        Column("Fence", lambda r, c: str(r["fence"]), "fence", True,
+               "Bumped by every takeover: a holder quoting an older fence has lost it"),
+        Column("Last error", lambda r, c: (r["last_error"] or "").split("\n")[0][:120]),
+    ]
+    styled = frozenset((DECORATION, TOOLTIP))
+
+    def style(self, row: dict, column: int, role: int):
+        if role == DECORATION and column == 2:
+            return theme.dot(theme.JOB_STATE.get(row["state"], theme.OUTCOME["cancelled"]))
+        if role == TOOLTIP and column == 6 and row["last_error"]:
+            return row["last_error"]
+        return None
+
+
+class SchedulesView(QWidget):
+    # An operator's action: a label, and a function of the farm that does it and returns what happened.
+    act = Signal(str, object)
+
+    def __init__(self, watch_only: bool = False, parent=None):
+        super().__init__(parent)
+        self.watch_only = watch_only
+        self.schedules_model = SchedulesModel(self)
+        self.singletons_model = SingletonsModel(self)
+        self.schedules_view = self._table(self.schedules_model, (120, 170, 190, 96, 76, 150, 90, 80))
+        self.singletons_view = self._table(self.singletons_model, (140, 240, 100, 90, 170, 50))
+        self.act_pause = self._action("pause", "Pause", "Stop making jobs of the selected schedule; its "
+                                      "occurrences waiting in the queue are cancelled", self.pause)
+        self.act_resume = self._action("resume", "Resume", "Start the selected schedule again from its next "
+                                       "occurrence (those in the pause are not run)", self.resume)
+        self.act_remove = self._action("cancel", "Remove", "Delete the selected schedule; its occurrences "
+                                       "waiting in the queue are cancelled", self.remove)
+        self.act_remove_singleton = self._action("cancel", "Remove", "Stop the selected singleton for good "
+                                                 "(its machine stops it within a heartbeat)", self.remove_singleton)
+        self.schedule_actions = [self.act_pause, self.act_resume, self.act_remove]
+        self.menu: QMenu | None = None
+        self.confirm: QMessageBox | None = None
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self._section("Recurring schedules", self.schedule_actions, self.schedules_view))
+        split.addWidget(self._section("Singletons", [self.act_remove_singleton], self.singletons_view))
+        split.setSizes([340, 180])
+        layout.addWidget(split)
+        self.split = split
+        self._selected: dict[QTableView, str | None] = {self.schedules_view: None, self.singletons_view: None}
+        self._updating = False
+        for view, actions in ((self.schedules_view, self.schedule_actions),
+                              (self.singletons_view, [self.act_remove_singleton])):
+            view.selectionModel().selectionChanged.connect(lambda *_, v=view: self._selection_changed(v))
+            view.customContextMenuRequested.connect(lambda position, v=view, a=actions: self._menu(v, a, position))
+        self._update_actions()
+
+    # -- building -------------------------------------------------------------
+
+    def _table(self, model: SnapshotModel, widths: tuple[int, ...]) -> QTableView:
+        view = table(model)
+        view.setSortingEnabled(True)
+        view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        fit_columns(view, widths)
+        return view
+
+    def _action(self, icon: str, label: str, tip: str, slot) -> QAction:
+        action = QAction(theme.icon(icon), label, self)
+        action.setData(icon)  # the window's restyle() redraws it in the new scheme's colours
+        action.setToolTip(tip)
+        action.setStatusTip(tip)
+        action.triggered.connect(slot)
+        return action
+
+    def _section(self, title: str, actions: list[QAction], view: QTableView) -> QWidget:
+        section = QWidget()
+        box = QVBoxLayout(section)
+        box.setContentsMargins(0, 0, 0, 0)
+        bar = QToolBar(title)
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        bar.addWidget(QLabel(title, objectName="sectionTitle"))
+        spacer = QWidget()
+        spacer.setMinimumWidth(12)
+        bar.addWidget(spacer)
+        for action in actions:
+            bar.addAction(action)
+        box.addWidget(bar)
+        box.addWidget(view)
+        return section
+
+    # -- showing ----------------------------------------------------------------
+
+    def show_snapshot(self, snapshot: dict) -> None:
+        context = {"db_now": snapshot["db_now"], "names": snapshot["names"]}
+        # A row keeps its selection through an update; one that left the list and came back is selected again.
+        # When the selected row goes, Qt selects its neighbour: not a row the operator chose to act on.
+        self._updating = True
+        try:
+            for view, rows in ((self.schedules_view, snapshot["schedules"]),
+                               (self.singletons_view, snapshot["singletons"])):
+                view.model().set_rows(rows, context)
+                name, shown = self._selected[view], self.selected(view)
+                if name is not None and (shown is None or shown["name"] != name):
+                    view.clearSelection()
+                    self.select(view, name)
+        finally:
+            self._updating = False
+        self._update_actions()
+
+    def selected(self, view: QTableView) -> dict | None:
+        rows = view.selectionModel().selectedRows()
+        return rows[0].data(ROW_ROLE) if rows else None
+
+    def select(self, view: QTableView, name: str) -> bool:
+        """Select a row by name (False if it is not shown)."""
+        row = view.model().row_of(name)
+        if row is not None:
+            view.selectRow(row)
+        return row is not None
+
+    def _selection_changed(self, view: QTableView) -> None:
+        if not self._updating:
+            row = self.selected(view)
+            self._selected[view] = row["name"] if row else None
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        schedule = self.selected(self.schedules_view)
+        singleton = self.selected(self.singletons_view)
+        allowed = not self.watch_only
+        self.act_pause.setEnabled(allowed and bool(schedule) and not schedule["paused"])
+        self.act_resume.setEnabled(allowed and bool(schedule) and schedule["paused"])
+        self.act_remove.setEnabled(allowed and bool(schedule))
+        self.act_remove_singleton.setEnabled(allowed and bool(singleton) and singleton["state"] in ("queued",
+                                                                                                    "running"))
+
+    def _menu(self, view: QTableView, actions: list[QAction], position: QPoint) -> None:
+        index = view.indexAt(position)
+        if not index.isValid():
+            return
+        view.selectRow(index.row())
+        menu = QMenu(self)
+        for action in actions:
+            menu.addAction(action)
+        menu.popup(view.viewport().mapToGlobal(position))
+        self.menu = menu
+
+    # -- acting -------------------------------------------------------------------
+
+    def pause(self) -> None:
+        if schedule := self.selected(self.schedules_view):
+            name = schedule["name"]
+            self.act.emit(f"Pause schedule {name}", lambda farm: f"paused ({_waiting(farm.schedules.pause(name))})")
+
+    def resume(self) -> None:
+        if schedule := self.selected(self.schedules_view):
+            name = schedule["name"]
+            self.act.emit(f"Resume schedule {name}",
+                          lambda farm: f"active, next at {format_time(farm.resume_schedule(name)['next_run'])} UTC")
+
+    def remove(self) -> None:
+        if schedule := self.selected(self.schedules_view):
+            name = schedule["name"]
+            self._confirm(f"Remove schedule {name}?", "It makes no more jobs, and its occurrences waiting in the "
+                          "queue are cancelled. Jobs that already ran keep their history.",
+                          lambda: self.act.emit(f"Remove schedule {name}",
+                                                lambda farm: f"removed ({_waiting(farm.schedules.remove(name))})"))
+
+    def remove_singleton(self) -> None:
+        if singleton := self.selected(self.singletons_view):
+            name = singleton["name"]
+            self._confirm(f"Remove singleton {name}?", "It stops for good: at once if it waits, within a "
+                          "heartbeat if a machine runs it.",
+                          lambda: self.act.emit(f"Remove singleton {name}",
+                                                lambda farm: singletons.remove(farm.store, name)))
+
+    def _confirm(self, question: str, detail: str, then) -> None:
+        """Ask before an action that cannot be undone (without blocking: the window keeps drawing)."""
+        box = QMessageBox(QMessageBox.Icon.Question, "QueueProcessor", question,
+                          QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, self)
+        box.setObjectName("confirmRemove")
+        box.setInformativeText(detail)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.button(QMessageBox.StandardButton.Yes).setText("Remove")
+        box.buttonClicked.connect(
+            lambda button: box.standardButton(button) == QMessageBox.StandardButton.Yes and then())
+        box.open()
+        self.confirm = box
+
+
+def _waiting(cancelled: int) -> str:
+    return f"{cancelled} waiting occurrence{'' if cancelled == 1 else 's'} cancelled"
