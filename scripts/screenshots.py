@@ -3,8 +3,9 @@
     QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--out docs/screenshots] [--warmup 45]
 
 A real farm on a throwaway SQLite database: five nodes with skewed clocks and
-the app's own node, the demo's web server and job feeder; after the warm-up
-one machine is paused and one crashes (it stops checking in, so it turns dead).
+the app's own node, the demo's web server and job feeder, a few schedules (one
+paused) and singletons; after the warm-up one machine is paused and one
+crashes (it stops checking in, so it turns dead).
 """
 
 import argparse
@@ -23,11 +24,18 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from queueprocessor.clock import SystemClock  # noqa: E402
 from queueprocessor.demo import feed, start_web_server  # noqa: E402
-from queueprocessor.farm import Farm  # noqa: E402
+from queueprocessor.farm import Farm, work_spec  # noqa: E402
 from ui.app import make_app  # noqa: E402
 from ui.mainwindow import MainWindow  # noqa: E402
 
 PEERS = (("web-01", 0.35), ("web-02", -0.8), ("batch-01", 1.6), ("batch-02", 0.05), ("old-box", -2.4))
+# name, demo page, how it recurs; the last one is paused.
+SCHEDULES = (("cache-warmup", "/ok?job=warmup", dict(every=5.0)),
+             ("partner-sync", "/flaky", dict(every=15.0, misfire="all")),
+             ("hourly-report", "/slow?ms=1200", dict(cron="0 * * * *", tz="Europe/Paris")),
+             ("invoices-close", "/ok?job=invoices", dict(cron="0 9 1 * *", tz="America/New_York")),
+             ("nightly-backup", "/slow?ms=2500", dict(cron="30 2 * * *", misfire="skip", grace=600.0)))
+SINGLETONS = (("feed-poller", "/slow?ms=20000"), ("ledger-compactor", "/slow?ms=30000"))
 
 
 def pump(seconds: float) -> None:
@@ -70,6 +78,11 @@ def main() -> None:
     web = start_web_server()
     base = f"http://127.0.0.1:{web.server_address[1]}/"
     farm = Farm(url)
+    for name, page, when in SCHEDULES:
+        farm.schedule(name, work_spec("http", page), **when)
+    farm.schedules.pause(SCHEDULES[-1][0])
+    for name, page in SINGLETONS:
+        farm.singleton(name, work_spec("http", page))
     nodes = {name: farm.node(name=name, http_base=base, capacity=3, clock=SystemClock(skew)).start()
              for name, skew in PEERS}
     stop = threading.Event()
@@ -96,6 +109,9 @@ def main() -> None:
         shoot(window, out, "jobs-light")
         window.tabs.setCurrentWidget(window.queue)
         shoot(window, out, "queue-light")
+        window.tabs.setCurrentWidget(window.schedules)
+        window.schedules.select(window.schedules.schedules_view, "partner-sync")
+        shoot(window, out, "schedules-light")
 
         window.set_scheme("dark")
         window.tabs.setCurrentWidget(window.peers_view)

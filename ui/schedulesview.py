@@ -21,13 +21,19 @@ from .jobsview import fit_columns, table
 from .models import BACKGROUND, DECORATION, FOREGROUND, ROW_ROLE, TOOLTIP, Column, SnapshotModel
 
 
+def local(epoch: float | None, now: float) -> str:
+    """A database time as the local clock, with the date if it is not today's."""
+    if epoch is None:
+        return ""
+    shown = datetime.fromtimestamp(epoch)
+    return shown.strftime("%H:%M:%S" if shown.date() == datetime.fromtimestamp(now).date() else "%Y-%m-%d %H:%M")
+
+
 def when(epoch: float | None, now: float) -> str:
-    """A time to come as the local clock (with the date if not today) and how far off it is."""
+    """A time to come as the local clock and how far off it is."""
     if epoch is None:
         return "–"
-    local = datetime.fromtimestamp(epoch)
-    shown = local.strftime("%H:%M:%S" if local.date() == datetime.fromtimestamp(now).date() else "%Y-%m-%d %H:%M")
-    return f"{shown} · in {text.duration(max(0.0, epoch - now))}"
+    return f"{local(epoch, now)} · in {text.duration(max(0.0, epoch - now))}"
 
 
 def _machine(machine_id: int | None, context: dict) -> str:
@@ -56,8 +62,8 @@ class SchedulesModel(SnapshotModel):
                tip="The next occurrence, in your time zone, and how far off it is in database time"),
         Column("Last run", _last, tip="What became of the last occurrence's job"),
         Column("Machine", lambda r, c: _machine(r["last_machine"], c), tip="The machine that ran the last occurrence"),
-        Column("Finished", lambda r, c: text.stamp(r["last_finished"]) if r["last_finished"] else "",
-               lambda r, c: r["last_finished"] or 0),
+        Column("Finished", lambda r, c: local(r["last_finished"], c["db_now"]), lambda r, c: r["last_finished"] or 0,
+               tip="When the last occurrence's job finished (in your time zone)"),
     ]
     styled = frozenset((BACKGROUND, DECORATION, FOREGROUND, TOOLTIP))
 
@@ -95,7 +101,7 @@ class SingletonsModel(SnapshotModel):
                    "(removed)"),
         Column("Machine", lambda r, c: _machine(r["owner"], c) if r["state"] == "running" else "",
                tip="The machine holding it now"),
-        Column("Since", lambda r, c: text.stamp(r["started_at"]) if r["state"] == "running" else "",
+        Column("Since", lambda r, c: local(r["started_at"], c["db_now"]) if r["state"] == "running" else "",
                lambda r, c: r["started_at"] or 0, tip="When this machine took it (in your time zone)"),
         Column("Fence", lambda r, c: str(r["fence"]), "fence", True,
                "Bumped by every takeover: a holder quoting an older fence has lost it"),
@@ -120,8 +126,8 @@ class SchedulesView(QWidget):
         self.watch_only = watch_only
         self.schedules_model = SchedulesModel(self)
         self.singletons_model = SingletonsModel(self)
-        self.schedules_view = self._table(self.schedules_model, (120, 170, 190, 96, 76, 150, 90, 80))
-        self.singletons_view = self._table(self.singletons_model, (140, 240, 100, 90, 170, 50))
+        self.schedules_view = self._table(self.schedules_model, (120, 210, 150, 96, 76, 180, 110, 90))
+        self.singletons_view = self._table(self.singletons_model, (140, 240, 100, 90, 150, 50))
         self.act_pause = self._action("pause", "Pause", "Stop making jobs of the selected schedule; its "
                                       "occurrences waiting in the queue are cancelled", self.pause)
         self.act_resume = self._action("resume", "Resume", "Start the selected schedule again from its next "
