@@ -28,6 +28,7 @@ from . import grabs, singletons
 from .farm import Farm, work_spec
 from .grabs import AlreadyTaken, grab_key
 from .output import format_time, print_json, print_table
+from .schedules import Recurrence
 
 log = logging.getLogger("queueprocessor")
 
@@ -314,11 +315,7 @@ def schedule_add(ctx: Context, name, cron, tz, every, misfire, grace, executor, 
     """Run EXECUTOR TARGET... on a schedule, e.g. `schedule add nightly --cron '0 3 * * *' command -- backup`."""
     row = ctx.farm.schedule(name, _spec(executor, target, **work), cron=cron, tz=tz, every=every, misfire=misfire,
                             grace=grace)
-    click.echo(f"schedule {name}: {_recurrence(row)}, next at {format_time(row['next_run'])} UTC")
-
-
-def _recurrence(row: dict) -> str:
-    return f"every {row['every']:g} s" if row["every"] is not None else f"cron '{row['cron']}' {row['tz']}"
+    click.echo(f"schedule {name}: {Recurrence.of(row).describe()}, next at {format_time(row['next_run'])} UTC")
 
 
 @schedule.command("list")
@@ -330,8 +327,9 @@ def schedule_list(ctx: Context, as_json: bool) -> None:
     if as_json:
         return print_json({"schedules": rows})
     print_table(["name", "when", "work", "misfire", "state", "next (UTC)"],
-                [[r["name"], _recurrence(r), f"{r['executor']} {r['target']}"[:60], f"{r['misfire']}/{r['grace']:g}s",
-                  "paused" if r["paused"] else "active", "-" if r["paused"] else format_time(r["next_run"])]
+                [[r["name"], Recurrence.of(r).describe(), f"{r['executor']} {r['target']}"[:60],
+                  f"{r['misfire']}/{r['grace']:g}s", "paused" if r["paused"] else "active",
+                  "-" if r["paused"] else format_time(r["next_run"])]
                  for r in rows])
 
 

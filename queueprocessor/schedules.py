@@ -70,6 +70,11 @@ class Recurrence:
             raise InvalidJob(f"cron expression {cron!r} never matches a real date") from None
         return recurrence
 
+    @classmethod
+    def of(cls, schedule) -> "Recurrence":
+        """The recurrence of a stored schedule row."""
+        return cls(cron=schedule["cron"], tz=schedule["tz"], every=schedule["every"])
+
     def describe(self) -> str:
         return f"every {self.every:g} s" if self.every is not None else f"cron '{self.cron}' {self.tz}"
 
@@ -91,6 +96,25 @@ class Recurrence:
             when = times.get_next(datetime)
             if hourly or not _second_passing(when, zone):
                 return when.timestamp()
+
+    def before(self, t: float) -> float | None:
+        """The last occurrence strictly before `t`, as the very float `Recurrence.after` makes (so it names the
+        same job key); None if croniter finds none."""
+        if self.every is not None:
+            n = math.ceil(t / self.every) - 1
+            while n * self.every >= t:
+                n -= 1
+            while (n + 1) * self.every < t:
+                n += 1
+            return n * self.every
+        earlier = croniter(self.cron, datetime.fromtimestamp(t, ZoneInfo(self.tz)))
+        for _ in range(3):  # the second passing of a wall time is no occurrence (see after): look further back
+            occurrence = self.after(earlier.get_prev(float) - 0.001)
+            if occurrence < t:
+                while (following := self.after(occurrence)) < t:
+                    occurrence = following
+                return occurrence
+        return None
 
     def label(self, t: float) -> str:
         """How an occurrence is named in its job key: local time with its UTC offset, to the millisecond."""

@@ -104,11 +104,14 @@ jobs = Table(
     Column("origin", String(200), nullable=True),
 )
 # Every index on qp_jobs costs each claim and each finish an entry (a job's state is indexed, so no update
-# is HOT): the farm keeps three. The claim's order, which also serves any look-up by state; the leases of
-# running jobs only, for a turn's search for expired ones; and keys, for the jobs that have one.
+# is HOT): the farm keeps three for all jobs. The claim's order, which also serves any look-up by state; the
+# leases of running jobs only, for a turn's search for expired ones; and keys, for the jobs that have one.
+# A fourth holds the singletons alone (the app lists them every poll), so other jobs never enter it.
 Index("ix_qp_jobs_queue", jobs.c.state, jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
 Index("ix_qp_jobs_lease", jobs.c.lease_until, postgresql_where=jobs.c.state == "running",
       sqlite_where=jobs.c.state == "running", mssql_where=jobs.c.state == "running")
+Index("ix_qp_jobs_singletons", jobs.c.key, postgresql_where=jobs.c.kind == "singleton",
+      sqlite_where=jobs.c.kind == "singleton", mssql_where=jobs.c.kind == "singleton")
 Index(
     "ux_qp_jobs_key",
     jobs.c.key,

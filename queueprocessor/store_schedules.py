@@ -72,7 +72,7 @@ class ScheduleStore:
         """Start again from the next occurrence; those that fell in the pause are not run."""
         schedule = self.get(name)
         if schedule["paused"]:
-            restart = _recurrence(schedule).after(self.store.ask_time())
+            restart = Recurrence.of(schedule).after(self.store.ask_time())
             self.store._one(update(schedules).where(schedules.c.name == name, schedules.c.paused)
                             .values(paused=False, next_run=restart))
             self.materialise(ahead=ahead, period=period, names=[name])
@@ -100,7 +100,7 @@ class ScheduleStore:
         made = 0
         for row in rows:
             schedule = dict(row._mapping)
-            recurrence = _recurrence(schedule)
+            recurrence = Recurrence.of(schedule)
             todo = plan(recurrence, schedule["next_run"], now, ahead=ahead, period=period,
                         misfire=schedule["misfire"], grace=schedule["grace"])
             if self._advance(schedule, recurrence, todo.occurrences, todo.next_run):
@@ -143,7 +143,3 @@ class ScheduleStore:
                     conn.execute(insert(jobs).values(created_at=db_now(), **row))
             except exc.IntegrityError:
                 pass
-
-
-def _recurrence(schedule: dict) -> Recurrence:
-    return Recurrence(cron=schedule["cron"], tz=schedule["tz"], every=schedule["every"])

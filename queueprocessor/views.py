@@ -9,10 +9,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
-from zoneinfo import ZoneInfo
 
-from croniter import croniter
 from sqlalchemy import Float, String, and_, cast, func, or_, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
@@ -33,9 +30,6 @@ GONE_AFTER = 600.0
 # A text search of the jobs scans the table when few jobs match (0.5-0.8 s for 500,000 jobs on PostgreSQL,
 # bench/bench_gui.py): polls repeat it at most this share of the time, and show its last result in between.
 SEARCH_SHARE = 0.1
-# Listing the singletons scans the jobs too (no index serves `kind`): a farm of many jobs repeats it at most
-# this share of the time, a small one at every poll.
-SINGLETONS_SHARE = 0.02
 KEYS_PER_STATEMENT = 500  # well under every backend's limit of bound parameters (SQL Server's is 2,100)
 
 
@@ -190,26 +184,6 @@ def upcoming_slots(rows: list[dict], now: float, timing: FarmTiming, horizon: fl
     return [(slot, slot_owner(ids, slot)) for slot in range(first, last + 1)] if ids else []
 
 
-def last_before(recurrence: Recurrence, t: float) -> float | None:
-    """The last occurrence strictly before `t`, as the very float `Recurrence.after` makes (so it names the
-    same job key); None if croniter finds none."""
-    if recurrence.every is not None:
-        n = math.ceil(t / recurrence.every) - 1
-        while n * recurrence.every >= t:
-            n -= 1
-        while (n + 1) * recurrence.every < t:
-            n += 1
-        return n * recurrence.every
-    earlier = croniter(recurrence.cron, datetime.fromtimestamp(t, ZoneInfo(recurrence.tz)))
-    for _ in range(3):  # the second passing of a wall time is no occurrence (see schedules): look further back
-        occurrence = recurrence.after(earlier.get_prev(float) - 0.001)
-        if occurrence < t:
-            while (following := recurrence.after(occurrence)) < t:
-                occurrence = following
-            return occurrence
-    return None
-
-
 SCHEDULE_COLUMNS = ("name", "cron", "tz", "every", "executor", "target", "method", "misfire", "grace", "paused",
                     "next_run", "created_at")
 
@@ -228,12 +202,12 @@ def read_schedules(store: Store, now: float, known: dict | None = None) -> list[
     known = {} if known is None else known
     fresh, by_key = {}, {}
     for row in rows:
-        recurrence = Recurrence(cron=row["cron"], tz=row["tz"], every=row["every"])
+        recurrence = Recurrence.of(row)
         what = (row["name"], row["cron"], row["tz"], row["every"], row["next_run"])
         last, upcoming = known.get(what) or (None, -math.inf)
         if now >= upcoming:
             upcoming = recurrence.after(now)
-            last = last_before(recurrence, min(row["next_run"], upcoming))
+            last = recurrence.before(min(row["next_run"], upcoming))
         fresh[what] = (last, upcoming)
         row.update(recurrence=recurrence.describe(), next_at=None if row["paused"] else upcoming, last_at=last,
                    last_job=None, last_state=None, last_machine=None, last_finished=None, last_error=None)
@@ -291,15 +265,13 @@ class Query:
 class Dashboard:
     """Everything one poll reads, as one plain dict. Settings are read once: they never change.
 
-    `clock` (seconds, monotonic) paces the reads that scan the jobs: text searches (see SEARCH_SHARE) and
-    the singletons (SINGLETONS_SHARE).
+    `clock` (seconds, monotonic) paces text searches, which scan the jobs (see SEARCH_SHARE).
     """
 
     def __init__(self, store: Store, timing: FarmTiming, clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.timing = timing
         self._search = Paced(clock, SEARCH_SHARE)
-        self._singletons = Paced(clock, SINGLETONS_SHARE)
         self._occurrences: dict = {}  # read_schedules' memory
 
     def jobs(self, query: Query) -> list[dict]:
@@ -339,5 +311,5 @@ class Dashboard:
             "jobs": self.jobs(query),
             "job": job,
             "schedules": read_schedules(store, now, self._occurrences),
-            "singletons": self._singletons.read(None, lambda: singletons.list_all(store)),
+            "singletons": singletons.list_all(store),
         }

@@ -35,7 +35,9 @@ def duration(seconds: float | None) -> str:
         return f"{seconds:.1f} s"
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 def ago(seconds: float) -> str:
