@@ -80,8 +80,11 @@ class ScheduleStore:
 
     @staticmethod
     def _cancel_queued(conn, name: str) -> int:
+        """Cancel the schedule's waiting occurrences, and only those: a grab may use the same name@instance
+        form (`grab NAME INSTANCE`), so the key alone does not tell them apart, the origin does."""
         return conn.execute(
-            update(jobs).where(jobs.c.key.startswith(f"{name}@", autoescape=True), jobs.c.state == "queued")
+            update(jobs).where(jobs.c.key.startswith(f"{name}@", autoescape=True), jobs.c.origin == _origin(name),
+                               jobs.c.state == "queued")
             .values(state="cancelled", finished_at=db_now(), last_error=f"schedule {name} was removed or paused")
         ).rowcount
 
@@ -123,7 +126,7 @@ class ScheduleStore:
             rows = [dict(executor=schedule["executor"], target=schedule["target"], method=schedule["method"],
                          payload=schedule["payload"], priority=schedule["priority"],
                          max_attempts=schedule["max_attempts"], timeout=schedule["timeout"],
-                         key=f"{name}@{recurrence.label(t)}", kind="job", origin=f"schedule {name}",
+                         key=f"{name}@{recurrence.label(t)}", kind="job", origin=_origin(name),
                          state="queued", attempts=0, fence=0, cancel_requested=False, run_at=t)
                     for t in occurrences]
             if rows:
@@ -143,3 +146,8 @@ class ScheduleStore:
                     conn.execute(insert(jobs).values(created_at=db_now(), **row))
             except exc.IntegrityError:
                 pass
+
+
+def _origin(name: str) -> str:
+    """How a schedule signs the jobs it makes."""
+    return f"schedule {name}"

@@ -149,6 +149,14 @@ def test_pausing_cancels_the_occurrences_already_waiting(farm):
     assert all(farm.store.get_job(j["id"])["state"] == "cancelled" for j in waiting)
 
 
+def test_pausing_a_schedule_leaves_a_grab_of_the_same_name_alone(farm):
+    farm.settings(**FAST)
+    farm.schedule("report", farm.command_spec(["sh", "-c", "true"]), every=3600)
+    grabbed = farm.grab("report", "2026-11-22", farm.command_spec(["sh", "-c", "true"]))
+    farm.schedules.pause("report")
+    assert farm.store.get_job(grabbed)["state"] == "queued"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--cron", "61 * * * *"], "error: malformed cron expression '61 * * * *'"),
     (["--cron", "0 3 * * *", "--tz", "Europe/Atlantis"], "error: unknown time zone 'Europe/Atlantis'"),
