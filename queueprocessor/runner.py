@@ -97,10 +97,7 @@ class JobRunner:
         """How many more jobs may start. `capacity` limits the jobs at work, not those only writing their
         result, so the next claim overlaps that write instead of waiting for it; at most `capacity` may be
         writing (a database slow to take results slows the claims too)."""
-        with self._lock:
-            held = len(self.running)
-            working = sum(1 for entry in self.running.values() if not entry.recording)
-        return min(capacity - working, 2 * capacity - held)
+        return min(capacity - self.working(), 2 * capacity - self.count())
 
     def held(self) -> list[tuple[int, int]]:
         with self._lock:
