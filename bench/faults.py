@@ -459,6 +459,7 @@ def postgres_freeze(server, quick: bool) -> Outcome:
     try:
         nodes = [rig.start(f"freeze-{i}") for i in range(3)]
         ids = rig.wait_roster(nodes)
+        formed = time.time()  # turns before this were taken under a roster still forming (join delays)
         watcher = StatusWatcher(rig.url, ids)
         rig.farm.enqueue_http(f"/sleep/{2 * timing.lease:g}", count=3)  # in flight across the stall
         rig.farm.enqueue_http("/sleep/0.05", count=count)
@@ -475,7 +476,7 @@ def postgres_freeze(server, quick: bool) -> Outcome:
         watcher.stop()
         first_turn = first_after(rig, "SELECT min(taken_at) FROM qp_turns WHERE taken_at > :t", thawed)
         resumed = first_after(rig, "SELECT min(started_at) FROM qp_runs WHERE started_at > :t", thawed)
-        wrong_turns, turns = turns_out_of_turn(rig, ids, before - 5 * timing.period, time.time())
+        wrong_turns, turns = turns_out_of_turn(rig, ids, max(formed, before - 5 * timing.period), time.time())
         shown_dead = [(t, m) for t, m in watcher.dead_polls if t >= thawed]
         alive = all(n.alive() for n in nodes)
     finally:
