@@ -17,8 +17,9 @@ thousands of jobs; PostgreSQL restarted mid-run; PostgreSQL frozen (SIGSTOP of
 every server process) for longer than the dead timeout; jobs ten times longer
 than the lease; a node's wall clock stepped by an hour mid-run; a node cut off
 from the database by a TCP proxy; a node partitioned from both the database and
-the service (its late writes must be refused by the fence); two processes
-started with the same machine name.
+the service (its late writes must be refused by the fence); a node process
+frozen for twice its lease (its late results must be refused by the fence); two
+processes started with the same machine name.
 
 The database runs on this machine, so its clock is the harness's: events the
 harness causes are stamped with time.time() and compared with database times.
@@ -688,6 +689,53 @@ def partition(server, quick: bool) -> Outcome:
     )
 
 
+def stalled_node(server, quick: bool) -> Outcome:
+    """One node process frozen (SIGSTOP: a long GC pause, a suspended VM) for twice its lease while the service
+    answers its calls: on waking it holds finished work whose leases other machines have taken over since, and
+    every result it then tries to write must be refused by the fence."""
+    timing = QUICK if quick else LONG
+    length = timing.lease / 3  # shorter than the freeze: its calls are answered while it cannot record them
+    rig = Rig(server, timing, capacity=3)
+    try:
+        victim = rig.start("stalled")
+        peers = [rig.start(f"peer-{i}") for i in range(2)]
+        rig.wait_roster()
+        machine = rig.machine_id(victim)
+        with rig.paused(peers):  # so that the victim takes the jobs
+            rig.farm.enqueue_http(f"/sleep/{length:g}", count=rig.capacity)
+            wait_for(lambda: len(rig.requests_from(machine, "/sleep")) == rig.capacity, 30, "the node to be busy")
+            victim.process.send_signal(signal.SIGSTOP)
+            frozen = time.time()
+            rig.downed[machine] = (frozen, "frozen (SIGSTOP)")
+        held = {r["job"] for r in rig.requests_from(machine, "/sleep")}
+        wait_for(lambda: all(any(r["job"] == job and r["machine"] != machine and r["ended"]
+                                 for r in rig.target.requests()) for job in held), 60, "its jobs to run elsewhere")
+        taken_after = max(r["started"] for r in rig.target.requests("/sleep")
+                          if r["job"] in held and r["machine"] != machine) - frozen
+        time.sleep(max(0.0, frozen + 2 * timing.lease - time.time()))
+        victim.process.send_signal(signal.SIGCONT)
+        woke = time.time()
+        rejoined = wait_checked_in(rig, [machine], woke, 30)
+        rig.settle(60)
+        time.sleep(timing.heartbeat)
+        answered = sum(1 for r in rig.requests_from(machine, "/sleep") if r["job"] in held and r["ended"] < woke)
+        refused = len(log_times(victim, "refused by its fence"))
+        alive = victim.alive()
+    finally:
+        rig.close()
+    tally = rig.tally()
+    return Outcome(
+        "stall", f"a node process frozen (SIGSTOP) for {woke - frozen:.1f} s, twice its lease, with {len(held)} "
+                 f"jobs of {length:g} s in hand (3 nodes)", tally,
+        recovery=f"its jobs ran elsewhere {secs(taken_after)} after the freeze (lease {timing.lease:g} s); it "
+                 f"checked in again {secs(rejoined)} after waking; of its {answered} calls answered while it was "
+                 f"frozen, {refused} results reached the database and were refused by the fence, the rest "
+                 f"were stopped by its own watchdog",
+        facts={"held": len(held), "answered": answered, "late_results_refused": refused, "alive": alive,
+               "taken_after": taken_after, "lease": timing.lease, "period": timing.period},
+    )
+
+
 def straggle(base_url: str, job: int, fence: int, machine: int) -> int:
     """POST a write for `job` as the machine that held it under `fence` did; the service's answer."""
     headers = {"X-QP-Job": str(job), "X-QP-Fence": str(fence), "X-QP-Machine": str(machine)}
@@ -751,6 +799,7 @@ SCENARIOS = {
     "cut": cut_off,
     "blackhole": lambda server, quick: cut_off(server, quick, mode="blackhole"),
     "partition": partition,
+    "stall": stalled_node,
     "twins": same_name,
 }
 

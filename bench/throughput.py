@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 PEERS_VENV = Path.home() / ".cache" / "queueprocessor-bench" / "peers"
-PEER_PACKAGES = ("pgqueuer==1.6.0", "procrastinate==3.10.0", "psycopg[binary]>=3.2", "httpx>=0.27")
+PEER_PACKAGES = ("pgqueuer==1.6.0", "asyncpg>=0.29", "procrastinate==3.10.0", "psycopg[binary]>=3.2", "httpx>=0.27")
 SYSTEMS = ("queueprocessor", "pgqueuer", "procrastinate")
 
 
@@ -68,12 +68,15 @@ async def peer_main(system: str, role: str, dsn: str, kind: str, count: int, con
             await asyncio.to_thread(noop)
 
     if system == "pgqueuer":
-        import psycopg
+        import asyncpg
         from pgqueuer import PgQueuer, Queries
-        from pgqueuer.db import PsycopgDriver
+        from pgqueuer.db import AsyncpgDriver
 
-        connection = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-        driver = PsycopgDriver(connection)
+        # asyncpg, the driver PgQueuer's README and its own benchmark (tools/benchmark.py) use and its docs
+        # recommend for throughput. Its psycopg driver waits for notices on the connection its queries use
+        # (psycopg's notifies() holds the connection, psycopg#340), so an idle listener delays the next
+        # dequeue by up to a second: 44 plain-function jobs/s for one process, in an earlier run of this script.
+        driver = AsyncpgDriver(await asyncpg.connect(dsn))
         if role == "install":
             return await Queries(driver).install()
         if role == "enqueue":
@@ -143,12 +146,13 @@ async def serve(port: int) -> None:
 
 
 def peers_python() -> str:
-    """The virtualenv with PgQueuer and Procrastinate, made on first use."""
-    python = PEERS_VENV / "bin" / "python"
-    if not python.exists():
+    """The virtualenv with PgQueuer and Procrastinate, made on first use and whenever PEER_PACKAGES changes."""
+    python, installed = PEERS_VENV / "bin" / "python", PEERS_VENV / "installed.txt"
+    if not installed.exists() or installed.read_text() != "\n".join(PEER_PACKAGES):
         print(f"installing {', '.join(PEER_PACKAGES)} into {PEERS_VENV} ...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", *PEER_PACKAGES], check=True)
+        installed.write_text("\n".join(PEER_PACKAGES))
     return str(python)
 
 
@@ -263,7 +267,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, help="backlog size (default 20,000; 2,000 with --quick)")
     parser.add_argument("--concurrency", type=int, default=32, help="jobs each worker process runs at once")
     parser.add_argument("--kinds", default="python,async,http")
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help=argparse.SUPPRESS)
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help="comma-separated systems to run (default: all three; Procrastinate needs the whole "
+                             "--patience per case)")
     parser.add_argument("--processes", help="comma-separated worker process counts (default 1,2,4)")
     parser.add_argument("--patience", type=float, default=120.0,
                         help="seconds a system gets to drain the backlog before it is rated by what it finished")

@@ -25,12 +25,14 @@ from .clock import SystemClock
 from .database import default_url, describe_failure, mask
 from .errors import ConfigError, QPError
 from . import grabs, singletons
-from .farm import Farm, work_spec
+from .farm import MAX_CAPACITY, Farm, work_spec
 from .grabs import AlreadyTaken, grab_key
 from .output import format_time, print_json, print_table
 from .schedules import Recurrence
 
 log = logging.getLogger("queueprocessor")
+JOB_ID = click.IntRange(1, 2**63 - 1)  # ids are 64-bit: a larger number names no job, and no driver takes it
+JOB_ID.name = "integer"  # "'abc' is not a valid integer", not "... integer range"
 
 
 class Seconds(click.FloatRange):
@@ -76,26 +78,60 @@ def _check_config_keys(group: click.Group, config: dict, path: str, prefix: str 
         if isinstance(command, click.Group):
             defaults[key] = _check_config_keys(command, value, path, prefix=f"{prefix}{key}.")
             continue
-        names = {p.name for p in command.params}
-        for option in value:
-            if option.replace("-", "_") not in names:
+        params = {p.name: p for p in command.params}
+        defaults[key] = {}
+        for option, given in value.items():
+            param = params.get(option.replace("-", "_"))
+            if param is None:
                 raise ConfigError(f"config file {path}: [{prefix}{key}] has no option {option!r}: "
                                   f"see `queueprocessor {(prefix + key).replace('.', ' ')} --help`")
-        defaults[key] = {k.replace("-", "_"): v for k, v in value.items()}
+            defaults[key][param.name] = _typed(param, given, f"config file {path}: [{prefix}{key}] {option}")
     return defaults
+
+
+def _typed(param: click.Parameter, value, where: str):
+    """TOML has types of its own: click would turn true into 1, 1.5 into 1 and [1] into "[1]", or fail with a
+    traceback on a table or a date. Each value must be of the option's type; a repeatable option takes a list
+    of them or one."""
+    kind = param.type
+    if isinstance(kind, click.types.BoolParamType):
+        wanted, text = (bool,), "true or false"
+    elif isinstance(kind, click.types.IntParamType):
+        wanted, text = (int,), "a whole number"
+    elif isinstance(kind, click.types.FloatParamType):
+        wanted, text = (int, float), "a number of seconds" if isinstance(kind, Seconds) else "a number"
+    else:
+        wanted, text = (str,), "a string in quotes"
+    repeats = param.multiple or param.nargs != 1
+    items = value if repeats and isinstance(value, list) else [value]
+    for item in items:
+        if not isinstance(item, wanted) or (isinstance(item, bool) and bool not in wanted):
+            shown = str(item).lower() if isinstance(item, bool) else repr(item) if isinstance(item, str) else item
+            raise ConfigError(f"{where} must be {text}{', or a list of them' if repeats else ''} (got {shown})")
+    return items if repeats else value
 
 
 class Context:
     """Opens the farm lazily, so `--help` and bad options never touch the database."""
 
-    def __init__(self, url: str):
-        self.url = url
+    def __init__(self, url: str | None):
+        self.chosen = url is not None  # by --db, QP_DB or the config file
+        self.url = url or default_url()
         self._farm: Farm | None = None
 
     @property
     def farm(self) -> Farm:
+        """The farm to change: created on first use, with its tables."""
         if self._farm is None:
             self._farm = Farm(self.url)
+        return self._farm
+
+    @property
+    def reader(self) -> Farm:
+        """The farm only to look at (the app's watch-only mode): a command that reads creates no file or table
+        and adopts no settings, so the first node still chooses the farm's timing."""
+        if self._farm is None:
+            self._farm = Farm(self.url, read_only=True)
         return self._farm
 
     def close(self) -> None:
@@ -117,7 +153,7 @@ def cli(ctx: click.Context, db: str | None, config: str | None, verbose: int) ->
     ctx.default_map = _check_config_keys(cli, settings, config)
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    ctx.obj = Context(db or settings.get("db") or default_url())
+    ctx.obj = Context(db or settings.get("db"))
     ctx.call_on_close(ctx.obj.close)
 
 
@@ -160,7 +196,7 @@ def init_db(ctx: Context, period, heartbeat, misses) -> None:
 
 @cli.command()
 @click.option("--name", envvar="QP_NAME", help="Machine name shown to operators. Default: host name.")
-@click.option("--capacity", type=click.IntRange(min=1), default=4, envvar="QP_CAPACITY",
+@click.option("--capacity", type=click.IntRange(1, MAX_CAPACITY), default=4, envvar="QP_CAPACITY",
               help="Jobs this machine runs at once.")
 @_farm_timing_options
 @click.option("--http-base", default="http://localhost/", envvar="QP_HTTP_BASE",
@@ -169,19 +205,21 @@ def init_db(ctx: Context, period, heartbeat, misses) -> None:
               help="Pretend this machine's clock is off by SECONDS (to see skew handled).")
 @click.option("--turn-keep", type=Seconds(), default=86400.0, envvar="QP_TURN_KEEP",
               help="Seconds of turn history to keep.")
+@click.option("--keep-jobs", type=Seconds(min=0, min_open=True), default=7 * 86400.0, envvar="QP_KEEP_JOBS",
+              help="Seconds finished jobs and their runs are kept before the turn-holder deletes them.")
 @_allow_options
 @click.option("--push/--no-push", default=True, envvar="QP_PUSH",
               help="On PostgreSQL, start new work as soon as it is enqueued (LISTEN/NOTIFY).")
 @pass_ctx
-def node(ctx: Context, name, capacity, period, heartbeat, misses, http_base, clock_skew, turn_keep, allow_host,
-         allow_module, allow_command, push) -> None:
+def node(ctx: Context, name, capacity, period, heartbeat, misses, http_base, clock_skew, turn_keep, keep_jobs,
+         allow_host, allow_module, allow_command, push) -> None:
     """Run this machine's node until stopped (SIGTERM or Ctrl-C drains; a second Ctrl-C exits at once)."""
     logging.getLogger("queueprocessor").setLevel(min(logging.INFO, logging.getLogger().level))
     logging.getLogger().setLevel(min(logging.INFO, logging.getLogger().level))
     the_node = ctx.farm.node(name=name, capacity=capacity, period=period, heartbeat=heartbeat, misses=misses,
                              http_base=http_base, clock=SystemClock(clock_skew), turn_keep=turn_keep,
-                             allow_hosts=allow_host, allow_modules=allow_module, allow_commands=allow_command,
-                             push=push)
+                             keep_jobs=keep_jobs, allow_hosts=allow_host, allow_modules=allow_module,
+                             allow_commands=allow_command, push=push)
     run_until_signalled(the_node)
 
 
@@ -323,7 +361,7 @@ def schedule_add(ctx: Context, name, cron, tz, every, misfire, grace, executor, 
 @pass_ctx
 def schedule_list(ctx: Context, as_json: bool) -> None:
     """Every schedule with its next occurrence."""
-    rows = ctx.farm.schedules.all()
+    rows = ctx.reader.schedules.all()
     if as_json:
         return print_json({"schedules": rows})
     print_table(["name", "when", "work", "misfire", "state", "next (UTC)"],
@@ -382,7 +420,7 @@ def singleton_add(ctx: Context, name, executor, target, **work):
 @pass_ctx
 def singleton_list(ctx: Context, as_json: bool) -> None:
     """Every singleton, the machine holding it and since when."""
-    rows = singletons.list_all(ctx.farm.store)
+    rows = singletons.list_all(ctx.reader.store)
     if as_json:
         return print_json({"singletons": rows})
     print_table(["name", "job", "state", "machine", "fence", "since", "work", "last error"],
@@ -448,7 +486,7 @@ def _parse_time(text: str | None) -> float | None:
 @pass_ctx
 def status(ctx: Context, as_json: bool) -> None:
     """Machines with their state and clock offsets, and job counts."""
-    report = ctx.farm.status()
+    report = ctx.reader.status()
     if as_json:
         return print_json(report)
     click.echo(f"database {report['database']}  now {format_time(report['db_now'])}")
@@ -470,12 +508,12 @@ def _ms(seconds: float | None, signed: bool = False) -> str:
 
 @cli.command()
 @click.option("--state", type=click.Choice(["queued", "running", "succeeded", "failed", "cancelled"]))
-@click.option("--limit", type=click.IntRange(min=1), default=50)
+@click.option("--limit", type=click.IntRange(1, 100_000), default=50)
 @click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
 @pass_ctx
 def jobs(ctx: Context, state, limit, as_json) -> None:
     """Recent jobs, newest first."""
-    rows = ctx.farm.store.list_jobs(state, limit)
+    rows = ctx.reader.store.list_jobs(state, limit)
     if as_json:
         return print_json({"jobs": rows})
     print_table(
@@ -487,13 +525,12 @@ def jobs(ctx: Context, state, limit, as_json) -> None:
 
 
 @cli.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
 @pass_ctx
 def job(ctx: Context, job_id: int, as_json: bool) -> None:
     """One job with every attempt."""
-    record = ctx.farm.store.get_job(job_id)
-    record["runs"] = ctx.farm.store.list_runs(job_id=job_id)
+    record = ctx.reader.job(job_id)
     if as_json:
         return print_json(record)
     for key, value in record.items():
@@ -516,7 +553,7 @@ def _last_line(output: str | None) -> str:
 @pass_ctx
 def turns(ctx: Context, since: float, as_json: bool) -> None:
     """The turn log: which machine polled in which slot."""
-    store = ctx.farm.store
+    store = ctx.reader.store
     rows = store.read_turns(store.ask_time() - since)
     if as_json:
         return print_json({"turns": rows})
@@ -542,7 +579,7 @@ _wish_command("drain", "Let MACHINE finish its jobs, then stop.")
 
 
 @cli.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @pass_ctx
 def cancel(ctx: Context, job_id: int) -> None:
     """Cancel a queued job, or stop a running one (its owner stops it within a heartbeat)."""
@@ -550,7 +587,7 @@ def cancel(ctx: Context, job_id: int) -> None:
 
 
 @cli.command()
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @pass_ctx
 def retry(ctx: Context, job_id: int) -> None:
     """Queue a failed or cancelled job again for one more attempt."""
@@ -564,16 +601,19 @@ def retry(ctx: Context, job_id: int) -> None:
 @click.option("--headless", is_flag=True, help="Print live status instead of opening the desktop app.")
 @pass_ctx
 def demo(ctx: Context, nodes: int, seconds: float, headless: bool) -> None:
-    """A demo farm on this machine: local nodes at different clock skews, a web server, jobs flowing."""
+    """A demo farm on this machine: local nodes at different clock skews, a web server, jobs flowing.
+
+    Without --db it has a SQLite file of its own (demo.db beside the default farm.db), so a real node
+    never runs the demo's work."""
     from .demo import run_demo
 
-    run_demo(ctx.url, nodes=nodes, seconds=seconds, headless=headless)
+    run_demo(ctx.url if ctx.chosen else default_url("demo.db"), nodes=nodes, seconds=seconds, headless=headless)
 
 
 @cli.command()
 @click.option("--observe", is_flag=True, help="Only watch the farm: run no node on this machine.")
 @click.option("--name", envvar="QP_NAME", help="Machine name shown to operators. Default: host name.")
-@click.option("--capacity", type=click.IntRange(min=1), default=4, envvar="QP_CAPACITY",
+@click.option("--capacity", type=click.IntRange(1, MAX_CAPACITY), default=4, envvar="QP_CAPACITY",
               help="Jobs this machine runs at once.")
 @click.option("--http-base", default="http://localhost/", envvar="QP_HTTP_BASE",
               help="Base URL that HTTP job paths are relative to.")
@@ -603,6 +643,18 @@ def gui(ctx: click.Context, observe, name, capacity, http_base, clock_skew, allo
     os.execve(sys.executable, [sys.executable, "-m", "ui", *args], env)
 
 
+def _show_envvars(command: click.Command) -> None:
+    """Every option's help names its QP_* variable: QP_ENQUEUE_HTTP_PRIORITY is written nowhere else."""
+    for param in command.params:
+        if isinstance(param, click.Option) and param.expose_value:
+            param.show_envvar = True
+    for sub in getattr(command, "commands", {}).values():
+        _show_envvars(sub)
+
+
+_show_envvars(cli)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: one clear line for every error a user can cause."""
     ctx = None
@@ -617,6 +669,11 @@ def main(argv: list[str] | None = None) -> None:
         ctx = cli.make_context("queueprocessor", args)
         with ctx:
             cli.invoke(ctx)
+        sys.stdout.flush()  # a reader that left (`| head -1`) shows here, not at exit
+    except BrokenPipeError:
+        # As Python's documentation advises: nothing more can be written, and flushing at exit must not fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.exceptions.NoArgsIsHelpError as error:  # a command group alone: its help is the answer

@@ -7,27 +7,47 @@ import platformdirs
 from sqlalchemy import create_engine, event, exc, insert, inspect, select
 from sqlalchemy.engine import URL, Engine, make_url
 
-from . import schema
+from . import migrations, schema
 from .errors import ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew
 
 # Short names a user may type, mapped to the driver we ship.
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg", "mssql": "mssql+pyodbc"}
+CONNECT_TIMEOUT = 10  # seconds
+_TIMEOUT_ARG = {"postgresql": "connect_timeout", "mssql": "timeout"}  # each driver's name for it
 # From "user:" to the last "@": people type passwords with spaces, "@" and "/" in them unencoded, and a
 # mask that shows too much is worse than one that hides a host name too.
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@]*:).*@", re.DOTALL)
+# The same in a URL that does not parse (postgresql//u:pw@h, postgresql:/u:pw@h, u:pw@h): from the user's
+# ":" to the last "@", the scheme, if any, and the user kept.
+_PASSWORD_IN_TEXT = re.compile(r"((?:^|(?<=[\s'\"(=]))(?:[A-Za-z][\w+.-]*)?:?/*[^:/@\s'\"]*:)(?!//|\s).*@", re.DOTALL)
+# password=... or pwd=... in a query string or an ODBC connection string, plain or URL-encoded: to the
+# next ";" or the end, past any {braces} ("&" may be the password's own in a connection string).
+_PASSWORD_PARAM = re.compile(r"((?:password|pwd)(?:=|%3D))(?:\{[^}]*\}?|%7B.*?(?:%7D|$))?(?:(?!%3B)[^;])*",
+                             re.IGNORECASE)
+_ODBC_PASSWORD = re.compile(r"(?:^|;)\s*(?:password|pwd)\s*=(?:\{[^}]*\}?)?[^;]*", re.IGNORECASE)
 
 
-def default_url() -> str:
-    """The embedded default: one SQLite file in the user's data directory."""
-    folder = Path(platformdirs.user_data_dir("queueprocessor"))
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / 'farm.db'}"
+def default_url(file: str = "farm.db") -> str:
+    """The embedded default: one SQLite file in the user's data directory (made by the first writer)."""
+    return f"sqlite:///{Path(platformdirs.user_data_dir('queueprocessor')) / file}"
 
 
 def mask(url: str | URL) -> str:
     """The URL with its password replaced by ***, safe to log or show."""
     text = url.render_as_string(hide_password=True) if isinstance(url, URL) else str(url)
-    return _PASSWORD_IN_URL.sub(r"\1***@", text)
+    text = _PASSWORD_PARAM.sub(r"\1***", text)  # first: an "@" in such a password is no user's "@"
+    return _PASSWORD_IN_TEXT.sub(r"\1***@", _PASSWORD_IN_URL.sub(r"\1***@", text))
+
+
+def without_password(text: str) -> str:
+    """The URL with no password at all, in its user part, query or ODBC connection string: what may be
+    remembered (the app's recent databases)."""
+    url = parse_url(text)
+    query = {k: v for k, v in url.query.items() if k.lower() not in ("password", "pwd")}
+    if "odbc_connect" in query:
+        query["odbc_connect"] = _ODBC_PASSWORD.sub("", query["odbc_connect"])
+    # URL.set() ignores None, so drop the password through the named tuple itself.
+    return url._replace(password=None).set(query=query).render_as_string(hide_password=False)
 
 
 def parse_url(text: str) -> URL:
@@ -41,6 +61,9 @@ def parse_url(text: str) -> URL:
     if url.host and "@" in url.host:  # an "@" in the password, unencoded: the driver's errors would show the rest
         raise ConfigError(f"the password in the database URL {mask(text)} contains '@': write it as %40, "
                           "e.g. postgresql://user:p%40ss@host/dbname")
+    if url.get_backend_name() == "sqlite" and (url.host or url.port):  # sqlite://rel/path: "rel" is a host
+        raise ConfigError(f"the SQLite URL {mask(url)} names a host: a file takes three slashes, e.g. "
+                          "sqlite:///relative/farm.db, or four for an absolute path, sqlite:////srv/qp/farm.db")
     if url.drivername in _DRIVERS:
         url = url.set(drivername=_DRIVERS[url.drivername])
     if url.get_backend_name() not in ("sqlite", "postgresql", "mssql"):
@@ -59,11 +82,12 @@ def open_engine(text: str, pool_size: int = 5, read_only: bool = False) -> Engin
     url = parse_url(text)
     if url.get_backend_name() == "sqlite":
         return _sqlite_engine(url, read_only)
-    try:
-        engine = create_engine(url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True, pool_recycle=300)
-    except ImportError as error:  # the driver, or a library it loads (pyodbc needs unixODBC's libodbc)
-        missing = error.name if isinstance(error, ModuleNotFoundError) else str(error).split(":")[0]
-        raise ConfigError(f"the driver for {mask(url)} cannot be loaded ({missing}): install it on this machine") from None
+    # A server that accepts the connection and never answers would hang every command: give up after
+    # CONNECT_TIMEOUT, unless the URL asks for its own timeout.
+    timeout = _TIMEOUT_ARG[url.get_backend_name()]
+    connect_args = {} if timeout in url.query else {timeout: CONNECT_TIMEOUT}
+    engine = _create_engine(url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True, pool_recycle=300,
+                            connect_args=connect_args)
     if read_only and url.get_backend_name() == "postgresql":
 
         @event.listens_for(engine, "connect")
@@ -73,6 +97,14 @@ def open_engine(text: str, pool_size: int = 5, read_only: bool = False) -> Engin
             dbapi_connection.commit()  # a SET inside a transaction that is rolled back would be undone
 
     return engine
+
+
+def _create_engine(url: URL, **options) -> Engine:
+    try:
+        return create_engine(url, **options)
+    except ImportError as error:  # the driver, or a library it loads (pyodbc needs unixODBC's libodbc)
+        missing = error.name if isinstance(error, ModuleNotFoundError) else str(error).split(":")[0]
+        raise ConfigError(f"the driver for {mask(url)} cannot be loaded ({missing}): install it on this machine") from None
 
 
 def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
@@ -86,7 +118,7 @@ def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
         except OSError as error:
             raise ConfigError(f"cannot use the SQLite database {url.database}: its folder {folder} cannot be "
                               f"created ({error.strerror})") from None
-    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+    engine = _create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record):
@@ -112,21 +144,25 @@ def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
 def describe_failure(error: exc.DBAPIError, url: str | URL) -> DatabaseUnavailable:
     """Turn a driver error into one line that names the database (masked) and a next step."""
     reason = str(getattr(error, "orig", error)).strip().splitlines()[0] if str(error) else type(error).__name__
-    return DatabaseUnavailable(
-        f"cannot use the database {mask(url)}: {mask(reason)} — check the URL, that the server is running, "
-        "and the user name and password"
-    )
+    sqlite = str(url).startswith("sqlite") if not isinstance(url, URL) else url.get_backend_name() == "sqlite"
+    hint = ("check that the file is a QueueProcessor farm's SQLite database, or name another with --db" if sqlite
+            else "check the URL, that the server is running, and the user name and password")
+    return DatabaseUnavailable(f"cannot use the database {mask(url)}: {mask(reason)} — {hint}")
 
 
 def ensure_schema(engine: Engine) -> bool:
-    """Create the tables if missing; refuse a schema newer than this code. True if created.
+    """Create the tables if missing, upgrade an older schema (see migrations); refuse a schema newer than
+    this code. True if created.
 
     Several nodes may start at once on an empty database: a loser of the
     creation race simply finds the tables there on its next try.
     """
     for attempt in range(3):
         try:
-            return _create_or_check(engine)
+            created = _create_or_check(engine)
+            if not created:
+                migrations.upgrade(engine)
+            return created
         except (exc.IntegrityError, exc.ProgrammingError):
             if attempt == 2:
                 raise

@@ -32,9 +32,15 @@ from .store_schedules import ScheduleStore
 
 MAX_PAYLOAD = 64 * 1024
 MAX_INT = 2**31 - 1  # priorities and attempts are 32-bit integer columns
+MAX_CAPACITY = 10_000  # jobs at once on one machine
+MAX_MISSES = 1000
 # Settings every machine must share, or turns and death verdicts would disagree.
 FARM_SETTINGS = ("period", "heartbeat", "misses")
 DEFAULTS = {"period": 1.0, "heartbeat": 1.0, "misses": 3}
+# Work is for dates a person can read (years 1970 to 9999) and waits that make sense: a delay or an interval
+# beyond ten years is a typo, and a time past 9999 cannot even be shown.
+LATEST = 253402300799.0  # 9999-12-31 23:59:59 UTC
+MAX_WAIT = 10 * 365.25 * 86400  # ten years, seconds
 
 
 def parse_payload(text: str | None) -> str | None:
@@ -131,8 +137,8 @@ class Farm:
             return self.current_settings()
         for key, value in given.items():
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0) or (
-                    key == "misses" and value != int(value)):
-                kind = "a whole number of at least 1" if key == "misses" else "a positive number of seconds"
+                    key == "misses" and not (value == int(value) and value <= MAX_MISSES)):
+                kind = f"a whole number from 1 to {MAX_MISSES}" if key == "misses" else "a positive number of seconds"
                 raise ConfigError(f"--{key} must be {kind} (got {value!r})")
         if not given and self._settings is not None:
             return self._settings
@@ -156,7 +162,7 @@ class Farm:
         return {k: float(stored.get(k, DEFAULTS[k])) for k in FARM_SETTINGS}
 
     def liveness(self) -> Liveness:
-        s = self.settings()
+        s = self.current_settings()
         return Liveness(s["heartbeat"] * s["misses"])
 
     def node(self, *, name: str | None = None, capacity: int = 4, period: float | None = None,
@@ -166,8 +172,8 @@ class Farm:
         """A node for this machine (start() it). The allow-lists say what work it agrees to run: HTTP
         to the local machine and `allow_hosts`, Python modules under `allow_modules`, `allow_commands`."""
         farm = self.settings(period=period, heartbeat=heartbeat, misses=misses)
-        if capacity < 1:
-            raise ConfigError(f"--capacity must be at least 1 (got {capacity})")
+        if not 1 <= capacity <= MAX_CAPACITY:
+            raise ConfigError(f"--capacity must be from 1 to {MAX_CAPACITY} (got {capacity})")
         allow = AllowLists(tuple(allow_hosts), tuple(allow_modules), tuple(allow_commands))
         config = NodeConfig(capacity=capacity, period=farm["period"], heartbeat=farm["heartbeat"],
                             misses=int(farm["misses"]), http_base=http_base, allow=allow, **extra)
@@ -214,10 +220,11 @@ class Farm:
         """Queue `count` copies of `spec`. A key already taken raises grabs.AlreadyTaken naming the winner."""
         if count < 1:
             raise InvalidJob(f"--count must be at least 1 (got {count})")
-        if not (delay >= 0 and math.isfinite(delay)):
-            raise InvalidJob(f"--delay must be a number of seconds, not negative (got {delay})")
-        if at is not None and not math.isfinite(at):
-            raise InvalidJob(f"--at must be a time (got {at})")
+        if not 0 <= delay <= MAX_WAIT:
+            raise InvalidJob(f"--delay must be from 0 to {MAX_WAIT:.0f} seconds, ten years (got {delay:g})")
+        if at is not None and not 0 <= at <= LATEST:
+            raise InvalidJob(f"--at must be a time from 1970 to 9999, e.g. 2026-11-22T18:00:00+00:00 or epoch "
+                             f"seconds up to {LATEST:.0f} (got {at:g})")
         self.check_allowed(spec)
         try:
             return self.store.enqueue(self._signed(spec), delay=delay, at=at, count=count)
@@ -227,8 +234,7 @@ class Farm:
     def check_allowed(self, spec: JobSpec) -> None:
         """Refuse, with the reason, work that no live machine's allow-lists would let it run."""
         now, _, rows = self.store.read_machines()
-        s = self.current_settings()
-        liveness = Liveness(s["heartbeat"] * s["misses"])
+        liveness = self.liveness()
         check_allowed(spec, [m["allow"] for m in rows
                              if m["allow"] and machine_status(m, now, liveness) in ("active", "paused")])
 
@@ -265,6 +271,8 @@ class Farm:
     def schedule(self, name: str, spec: JobSpec, *, cron: str | None = None, tz: str | None = None,
                  every: float | None = None, misfire: str = "once", grace: float = 3600.0) -> dict:
         """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds."""
+        if every is not None and every > MAX_WAIT:
+            raise InvalidJob(f"--every must be at most {MAX_WAIT:.0f} seconds, ten years (got {every:g})")
         recurrence = Recurrence.parse(cron, tz, every)
         self.check_allowed(spec)
         return self.schedules.add(name, recurrence, self._signed(spec), misfire=misfire, grace=grace,
@@ -293,7 +301,7 @@ class Farm:
         now, _, rows = self.store.read_machines()
         for row in rows:
             row["status"] = machine_status(row, now, liveness)
-        return {"db_now": now, "database": self.masked_url, "settings": self.settings(),
+        return {"db_now": now, "database": self.masked_url, "settings": self.current_settings(),
                 "machines": rows, "jobs": self.store.job_counts()}
 
     def steer(self, machine: str, wish: str) -> dict:

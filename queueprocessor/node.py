@@ -20,13 +20,16 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
+from sqlalchemy import exc as sa_exc
+
 from . import __version__
 from .clock import Clock, OffsetEstimator, SystemClock
+from .database import mask
 from .executors import AllowLists, Executor
 from .push import BACKLOG, Listener, notify_backlog
 from .roster import Liveness, next_turn, roster, slot_of, slot_owner
 from .runner import JobRunner
-from .store import WISHES, Store
+from .store import PRUNE_BATCH, WISHES, Store
 from .store_schedules import ScheduleStore
 
 log = logging.getLogger("queueprocessor.node")
@@ -45,6 +48,8 @@ class NodeConfig:
     misses: int = 3
     http_base: str = "http://localhost/"
     turn_keep: float = 24 * 3600.0
+    keep_jobs: float = 7 * 24 * 3600.0  # finished jobs (and their runs) are deleted this long after they ended
+    housekeeping: float = 60.0  # seconds between a node's retention passes (turn log, finished jobs)
     tick: float = 0.01
     allow: AllowLists = field(default_factory=AllowLists)
     push: bool = True  # LISTEN for new work on PostgreSQL
@@ -80,6 +85,18 @@ class NodeConfig:
         return 1.5 * self.heartbeat
 
 
+def unreachable(exc: Exception) -> bool:
+    """Is this the database being out of reach (refused, dropped, timed out, locked), not a statement it refused
+    or a fault of ours? Only then does a node say the database is unreachable."""
+    return (isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError, OSError))
+            or bool(getattr(exc, "connection_invalidated", False)))
+
+
+def one_line(exc: Exception) -> str:
+    """An error as one line fit for the log (a password in a driver's message masked)."""
+    return mask(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+
 class Node:
     def __init__(self, store: Store, config: NodeConfig, clock: Clock | None = None,
                  executors: dict[str, Executor] | None = None):
@@ -108,6 +125,10 @@ class Node:
         self._backlog_slot = -1
         self._direct = False
         self._last_slot = -1
+        self._housekeep_at = float("-inf")  # monotonic time of the next housekeeping pass
+        # Drop occurrences that waited past their schedule's grace, before this node's next turn claims: set
+        # when it starts, when its contact with the database resumes, when it is resumed, and by housekeeping.
+        self._sweep_due = True
         self._stop = threading.Event()
         self._stop_lock = threading.Lock()
         self._stopping = False
@@ -144,8 +165,9 @@ class Node:
                  self.estimator.error_bound())
         return self
 
-    def stop(self, drain: bool = True, timeout: float | None = None) -> None:
-        """Leave the farm. With `drain`, finish running jobs first; otherwise hand them back.
+    def stop(self, drain: bool = True, timeout: float | None = None, reason: str = "exit") -> None:
+        """Leave the farm. With `drain`, finish running jobs first; otherwise hand them back without spending
+        an attempt, saying why (`reason`: see runner.STOPPED; the default is the operator's exit).
 
         Safe to call again while stopping: a later call without `drain` cuts a
         drain short (the operator's second Ctrl-C), then both return when stopped.
@@ -169,7 +191,7 @@ class Node:
             if thread is not threading.current_thread():
                 thread.join(5)
         if self.runner is not None:
-            self.runner.stop_all("lost")
+            self.runner.stop_all(reason)
             self._await_idle(5)
             self.runner.stop()
         if self.id is not None:
@@ -193,7 +215,7 @@ class Node:
         except Exception:
             log.exception("thread %s died; stopping this node", threading.current_thread().name)
             self.last_error = f"thread {threading.current_thread().name} died"
-            threading.Thread(target=self.stop, kwargs={"drain": False}, name="qp-stop").start()
+            threading.Thread(target=self.stop, kwargs={"drain": False, "reason": "released"}, name="qp-stop").start()
 
     # -- heartbeat --------------------------------------------------------
 
@@ -243,15 +265,25 @@ class Node:
         """Track our unbroken run of check-ins: peers are only judged on silence within it."""
         if db_time - self._last_contact_db > 2 * self.config.heartbeat:
             self._streak_start = db_time
+            self._sweep_due = True  # the farm may have been down for longer than a schedule's grace
         self._last_contact_db = db_time
 
     def _lost_contact(self, exc: Exception) -> None:
-        from .database import mask
-
-        message = mask(str(exc).strip().splitlines()[0] if str(exc) else type(exc).__name__)
+        """A check-in (or, with the database away, a turn) failed: claim nothing until a check-in gets through."""
+        message = one_line(exc)
         if self.db_healthy or message != self.last_error:
-            log.warning("database unreachable, claiming paused: %s", message)
+            if unreachable(exc):
+                log.warning("database unreachable, claiming paused: %s", message)
+            else:
+                log.error("check-in failed, claiming paused: %s", message, exc_info=exc)
         self.db_healthy = False
+        self.last_error = message
+
+    def _turn_failed(self, exc: Exception) -> None:
+        """A turn failed with the database in reach (a statement it refused, a bug): say so once, go on."""
+        message = one_line(exc)
+        if message != self.last_error:
+            log.error("turn failed: %s", message, exc_info=exc)
         self.last_error = message
 
     def _apply_wish(self, wish: str | None) -> str | None:
@@ -263,6 +295,7 @@ class Node:
         elif target != self.state:
             log.info("operator wish: %s (%s -> %s)", wish, self.state, target)
             self.state = target
+            self._sweep_due = self._sweep_due or target == "active"
             if target == "draining":
                 self.runner.release_singletons()
         return wish
@@ -288,7 +321,10 @@ class Node:
                 try:
                     self._tick()
                 except Exception as exc:
-                    self._lost_contact(exc)
+                    if unreachable(exc):
+                        self._lost_contact(exc)
+                    else:
+                        self._turn_failed(exc)
 
     def _next_wake(self) -> float:
         """How long the turn timer may sleep: until we are surely inside our next slot, a tick while
@@ -348,18 +384,22 @@ class Node:
                 self._last_slot = slot
                 self._pushed = False  # the turn's claim covers what the notice announced
                 self._materialise_due()
+                if self._sweep_due:
+                    self._sweep_due = False
+                    self.schedules.drop_missed()
                 claimed = self._claim(free, self.config.claim_ahead, turn=slot)
                 if claimed is not None:
                     self._took_turn(slot, free, claimed, now)
                 return
         if self._pushed:
             self._pushed = False
-            if self._last_slot == slot and free > 0:  # our turn is under way: take the new work now
+            if self._last_slot == slot:  # our turn is under way: take the new work now, or flag it if we are full
                 self._flag_backlog(slot, free, self._claim(free, self.config.claim_ahead))
         if self._backlog_slot >= slot - 2 and free > 0 and not self._direct:
             self._direct = True
-        if self._direct and free > 0:
-            # Work-conserving: a recent turn found more than its holder could take.
+        if self._direct and free >= max(1, self.config.capacity // 4):
+            # Work-conserving: a recent turn found more than its holder could take. Slow jobs free a slot or
+            # two per tick: claiming for each cost a statement per couple of jobs (HTTP jobs: 4 per claim).
             if not self._claim(free):
                 self._direct = False
                 self._backlog_slot = -1
@@ -371,7 +411,7 @@ class Node:
             self.next_schedule = made.next_schedule
 
     def _took_turn(self, slot: int, free: int, claimed: int, now: float) -> None:
-        """The turn was ours: say whether it left a backlog for the others, and keep the turn log trimmed.
+        """The turn was ours: say whether it left a backlog for the others, and keep the tables trimmed.
 
         A turn with no room to claim still puts expired leases back in the queue
         (DESIGN 3), where any machine with room takes them first (their run_at is old):
@@ -380,13 +420,27 @@ class Node:
         if free <= 0 and self._settled(now):
             self.store.requeue_expired(before=now)
         self._flag_backlog(slot, free, claimed)
-        if self.turns_taken % 600 == 1:
-            self.store.prune_turns(self.config.turn_keep)
+        if self.clock.monotonic() >= self._housekeep_at:
+            self._housekeep()
+
+    def _housekeep(self) -> None:
+        """Retention, by elapsed time whatever the number of machines: trim the turn log and delete finished
+        jobs past `keep_jobs` a small batch at a time, for at most a quarter period per turn. A pass cut short
+        goes on at our next turn; a finished one waits `housekeeping` seconds. The next turn also sweeps missed
+        schedule occurrences (see ScheduleStore.drop_missed), for those left waiting while the farm was busy."""
+        started = self.clock.monotonic()
+        self.store.prune_turns(self.config.turn_keep)
+        while self.store.prune_jobs(self.config.keep_jobs) == PRUNE_BATCH:
+            if self.clock.monotonic() - started > self.config.period / 4:
+                return
+        self._housekeep_at = self.clock.monotonic() + self.config.housekeeping
+        self._sweep_due = True
 
     def _flag_backlog(self, slot: int, free: int, claimed: int) -> None:
         """Log what our turn (or a claim on a push notice within it) took; if it found more than we had
-        room for, say so, so that every node with room claims directly (at once, on PostgreSQL)."""
-        backlog = free > 0 and claimed == free and self.store.any_due()
+        room for (any at all, when we are full), say so, so that every node with room claims directly (at
+        once, on PostgreSQL)."""
+        backlog = claimed >= free and self.store.any_due()
         if claimed or backlog:
             self.store.record_turn(slot, claimed, backlog)
         if backlog:

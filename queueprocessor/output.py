@@ -8,10 +8,14 @@ import click
 
 
 def format_time(epoch: float | None) -> str:
-    """Database time (epoch seconds, UTC) as a readable UTC timestamp with milliseconds."""
+    """Database time (epoch seconds, UTC) as a readable UTC timestamp with milliseconds; a time no date can
+    show (a row written by SQL, years past 9999) as its epoch seconds."""
     if epoch is None or (isinstance(epoch, float) and math.isnan(epoch)):
         return "-"
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    try:
+        return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    except (OverflowError, OSError, ValueError):
+        return f"{epoch:g}"
 
 
 def print_json(document) -> None:

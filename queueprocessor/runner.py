@@ -19,7 +19,8 @@ from .store import Claimed, Ending, Store
 log = logging.getLogger("queueprocessor.runner")
 
 # Errors recorded for work this node stopped on purpose (any other stop: the lease was lost).
-STOPPED = {"cancelled": "cancelled by an operator", "released": "handed back: its machine is leaving the farm"}
+STOPPED = {"cancelled": "cancelled by an operator", "released": "handed back: its machine is leaving the farm",
+           "exit": "handed back unfinished: the operator stopped its machine (no attempt spent)"}
 SINGLETON_SETTLED = 10.0  # seconds a singleton must run before it counts as having started well
 # Pauses between tries to write a result while the database is away (a restart, a failover): the job
 # stays ours meanwhile, its lease renewed by every heartbeat that gets through, so a finished job is
@@ -28,7 +29,9 @@ RECORD_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 def backoff(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
-    """Seconds before retry number `attempt`: exponential with full jitter (AWS's advice)."""
+    """Seconds before retry number `attempt`: exponential with equal jitter (AWS's name for it): the step
+    doubles up to `cap`, and the wait is drawn between half the step and the whole, so failures that came
+    together spread out, yet no retry comes at once."""
     return random.uniform(0.5, 1.0) * min(cap, base * 2 ** (attempt - 1))
 
 
@@ -59,6 +62,7 @@ class JobRunner:
         self.on_done = on_done
         self.on_room = on_room
         self.running: dict[int, Running] = {}
+        self._writing = 0  # entries of `running` whose work is over (recording)
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._serve, name="qp-runner", daemon=True)
@@ -91,13 +95,16 @@ class JobRunner:
     def working(self) -> int:
         """Jobs whose work is still going on."""
         with self._lock:
-            return sum(1 for entry in self.running.values() if not entry.recording)
+            return len(self.running) - self._writing
 
     def room(self, capacity: int) -> int:
         """How many more jobs may start. `capacity` limits the jobs at work, not those only writing their
         result, so the next claim overlaps that write instead of waiting for it; at most `capacity` may be
         writing (a database slow to take results slows the claims too)."""
-        return min(capacity - self.working(), 2 * capacity - self.count())
+        with self._lock:  # called twice per job while a backlog is worked off: one look at both counts
+            held = len(self.running)
+            working = held - self._writing
+        return min(capacity - working, 2 * capacity - held)
 
     def held(self) -> list[tuple[int, int]]:
         with self._lock:
@@ -120,8 +127,9 @@ class JobRunner:
         self.loop.call_soon_threadsafe(self._launch_many, entries)
 
     def stop_job(self, job_id: int, reason: str) -> bool:
-        """Stop a running job: reason 'cancelled' (operator), 'lost' (lease gone or fenced off) or
-        'released' (handed back to the farm). False if there was nothing left to stop."""
+        """Stop a running job: reason 'cancelled' (operator), 'lost' (lease gone or fenced off), 'released'
+        (handed back to the farm) or 'exit' (handed back: the operator stopped the node at once). False if there
+        was nothing left to stop."""
         with self._lock:
             entry = self.running.get(job_id)
             if entry is None or entry.stop_reason is not None or entry.recording:
@@ -151,12 +159,15 @@ class JobRunner:
     # -- on the loop ------------------------------------------------------
 
     def _launch_many(self, entries: list[Running]) -> None:
+        now = self.db_now()  # one reading for the claim's jobs: each starts now, or sleeps until its run_at
         for entry in entries:
+            entry.started = now
             entry.task = self.loop.create_task(self._execute(entry), name=f"job-{entry.job.id}")
 
     async def _execute(self, entry: Running) -> None:
         job = entry.job
         outcome, error, output = "succeeded", None, None
+        final = False  # failed for good: no retry could succeed
         try:
             entry.begun = True
             if entry.stop_reason is not None:
@@ -165,7 +176,6 @@ class JobRunner:
                 outcome, error = "failed", "lease lost on its last attempt (its machine died or was cut off)"
             else:
                 executor = executor_for(self.executors, job.executor)
-                entry.started = self.db_now()
                 if job.run_at > entry.started:  # claimed early: start exactly at run_at in database time
                     await asyncio.sleep(job.run_at - entry.started)
                     self.loop.run_in_executor(None, self._mark_started, job)
@@ -179,18 +189,23 @@ class JobRunner:
             outcome = "cancelled" if entry.stop_reason == "cancelled" else "lost"
             error = STOPPED.get(entry.stop_reason, "stopped: this machine lost its lease")
         except JobFailed as exc:
-            outcome, error, output = "failed", str(exc), exc.output
-        except QPError as exc:
-            outcome, error = "failed", str(exc)
+            outcome, error, output, final = "failed", str(exc), exc.output, exc.permanent
+        except QPError as exc:  # refused by this node: an unknown executor, a target outside its allow-lists
+            outcome, error, final = "failed", str(exc), True
         except Exception as exc:  # a bad job fails alone; the node goes on
             outcome, error = "failed", f"{type(exc).__name__}: {exc}"
-        with self._lock:
-            entry.recording = True
+        self._writing_result(entry)
         self.on_room()
         for pause in (*RECORD_RETRIES, None):
-            if await self.recorder.record(Result(entry, outcome, error, output, pause is None)):
+            if await self.recorder.record(Result(entry, outcome, error, output, pause is None, final)):
                 return
             await asyncio.sleep(pause)
+
+    def _writing_result(self, entry: Running) -> None:
+        """Its work is over: it no longer counts against capacity (see room), only its result is to be written."""
+        with self._lock:
+            entry.recording = True
+            self._writing += 1
 
     def _mark_started(self, job: Claimed) -> None:
         try:
@@ -198,9 +213,12 @@ class JobRunner:
         except Exception as exc:  # only the history's start time is at stake
             log.warning("could not record the start of job %s: %s", job.id, exc)
 
-    def _retry_in(self, entry: Running, outcome: str) -> float | None:
+    def _retry_in(self, entry: Running, outcome: str, final: bool) -> float | None:
         """When to run the job again: failures back off; a singleton restarts whenever it ends,
-        quickly after a long run, slowly when it keeps ending at once."""
+        quickly after a long run, slowly when it keeps ending at once. Work that failed for good (`final`) never
+        runs again."""
+        if final:
+            return None
         if entry.job.kind == "singleton" and outcome != "cancelled":
             return backoff(1) if self.db_now() - entry.started >= SINGLETON_SETTLED else backoff(4)
         return backoff(entry.job.attempts) if outcome in ("failed", "timeout") else None
@@ -212,7 +230,8 @@ class JobRunner:
         ending = [r for r in results if r.outcome != "lost"]
         try:
             states = self.store.finish_many(self.machine_id, [
-                Ending(r.entry.job, r.outcome, r.error, self._retry_in(r.entry, r.outcome), r.output) for r in ending])
+                Ending(r.entry.job, r.outcome, r.error, self._retry_in(r.entry, r.outcome, r.final), r.output)
+                for r in ending])
         except Exception as exc:  # database away: try again; in the end the lease expires and it runs elsewhere
             for r in ending:
                 if not r.last_try:
@@ -223,11 +242,12 @@ class JobRunner:
                                 r.entry.job.id, exc)
                     written[id(r)] = self._done(r.entry, "lost")
         else:
+            debug = log.isEnabledFor(logging.DEBUG)
             for r, state in zip(ending, states):
                 job = r.entry.job
                 if state is None:
                     log.warning("result of job %s refused by its fence: another machine owns it now", job.id)
-                else:  # a busy node runs thousands a second: successes only at debug level
+                elif debug or r.outcome != "succeeded":  # a busy node runs thousands a second: successes at debug
                     log.log(logging.DEBUG if r.outcome == "succeeded" else logging.INFO, "job %s attempt %s %s -> %s%s",
                             job.id, job.attempts, r.outcome, state, f" ({r.error})" if r.error else "")
                 written[id(r)] = self._done(r.entry, r.outcome if state else "lost")
@@ -248,7 +268,8 @@ class JobRunner:
 
     def _done(self, entry: Running, outcome: str) -> bool:
         with self._lock:
-            self.running.pop(entry.job.id, None)
+            if self.running.pop(entry.job.id, None) is not None and entry.recording:
+                self._writing -= 1
         self.on_done(outcome)
         return True
 
@@ -260,6 +281,7 @@ class Result:
     error: str | None
     output: str | None
     last_try: bool
+    final: bool = False  # failed for good (see JobFailed.permanent)
 
 
 class Recorder:

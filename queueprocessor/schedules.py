@@ -75,6 +75,13 @@ class Recurrence:
         """The recurrence of a stored schedule row."""
         return cls(cron=schedule["cron"], tz=schedule["tz"], every=schedule["every"])
 
+    @classmethod
+    def checked(cls, schedule) -> "Recurrence":
+        """The recurrence of a stored row, checked as a user's input is (InvalidJob if unusable): a row written
+        by SQL, or by a machine whose croniter or time zone data accepted more, may not be usable here."""
+        check_policy(schedule["misfire"], schedule["grace"])
+        return cls.parse(schedule["cron"], schedule["tz"], schedule["every"])
+
     def describe(self) -> str:
         return f"every {self.every:g} s" if self.every is not None else f"cron '{self.cron}' {self.tz}"
 

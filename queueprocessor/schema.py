@@ -17,12 +17,32 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TypeDecorator,
+    bindparam,
     event,
 )
+from sqlalchemy.sql import operators
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
+
+
+class JobState(TypeDecorator):
+    """A job's state, VARCHAR(16). A statement that compares it with a given state names that state in its
+    text instead of binding it: a plan made for any value cannot use the indexes kept for one state only
+    (psycopg prepares a statement it runs often, and PostgreSQL may then plan it once for all values; SQL
+    Server never matches a filtered index to a bound value)."""
+
+    impl = String(16)
+    cache_ok = True
+
+    class comparator_factory(TypeDecorator.Comparator):
+        def operate(self, op, *other, **kwargs):
+            if op is operators.eq and isinstance(other[0], str):
+                other = (bindparam("state", other[0], String(16), unique=True, literal_execute=True),)
+            return super().operate(op, *other, **kwargs)
+
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY.
 Id = BigInteger().with_variant(Integer(), "sqlite")
@@ -82,7 +102,7 @@ jobs = Table(
     Column("method", String(10), nullable=False, default="GET"),
     Column("payload", Text, nullable=True),
     # queued | running | succeeded | failed | cancelled
-    Column("state", String(16), nullable=False, default="queued"),
+    Column("state", JobState(), nullable=False, default="queued"),
     Column("priority", Integer, nullable=False, default=0),
     Column("run_at", Time, nullable=False),
     Column("created_at", Time, nullable=False),
@@ -103,11 +123,16 @@ jobs = Table(
     # Who enqueued it ("host pid N"): a refused grab names the winner.
     Column("origin", String(200), nullable=True),
 )
-# Every index on qp_jobs costs each claim and each finish an entry (a job's state is indexed, so no update
-# is HOT): the farm keeps three for all jobs. The claim's order, which also serves any look-up by state; the
-# leases of running jobs only, for a turn's search for expired ones; and keys, for the jobs that have one.
-# A fourth holds the singletons alone (the app lists them every poll), so other jobs never enter it.
-Index("ix_qp_jobs_queue", jobs.c.state, jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+# A claim and a finish change a job's state, so no update is HOT: each new row version enters every index
+# whose condition it meets. So all but the primary key are partial, each the size of what it serves: the
+# queued jobs in the claim's order; the leases of running jobs, for a turn's search for expired ones; jobs
+# that failed or were cancelled, for the app's look-ups by state (a succeeded job enters none); keys, for the
+# jobs that have one; and the singletons (the app lists them every poll).
+Index("ix_qp_jobs_queued", jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id, postgresql_where=jobs.c.state == "queued",
+      sqlite_where=jobs.c.state == "queued", mssql_where=jobs.c.state == "queued")
+ENDED_BADLY = jobs.c.state.in_(("failed", "cancelled"))
+Index("ix_qp_jobs_ended_badly", jobs.c.state, jobs.c.id, postgresql_where=ENDED_BADLY, sqlite_where=ENDED_BADLY,
+      mssql_where=ENDED_BADLY)
 Index("ix_qp_jobs_lease", jobs.c.lease_until, postgresql_where=jobs.c.state == "running",
       sqlite_where=jobs.c.state == "running", mssql_where=jobs.c.state == "running")
 Index("ix_qp_jobs_singletons", jobs.c.key, postgresql_where=jobs.c.kind == "singleton",

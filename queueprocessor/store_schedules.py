@@ -4,8 +4,14 @@ A turn-holder makes upcoming occurrences into jobs. Two guards keep an
 occurrence to one job even when two machines do this at once: the schedule's
 `next_run` only moves by compare-and-set in the same transaction that inserts
 the jobs, and each job carries the unique key `name@occurrence`.
+
+Each schedule is planned on its own: one that cannot be (a row written by SQL
+with every = 0, a time zone this machine does not know) is paused, and its
+reason is left as a failed job of the schedule, where the operator looks; the
+rest of the farm's work goes on.
 """
 
+import logging
 from dataclasses import dataclass
 
 from sqlalchemy import and_, delete, exc, false, func, insert, select, update
@@ -16,6 +22,8 @@ from .errors import InvalidJob, NotFound
 from .schedules import Recurrence, check_name, check_policy, plan
 from .schema import jobs, schedules
 from .store import JobSpec, Store
+
+log = logging.getLogger("queueprocessor.schedules")
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ class ScheduleStore:
         """Start again from the next occurrence; those that fell in the pause are not run."""
         schedule = self.get(name)
         if schedule["paused"]:
-            restart = Recurrence.of(schedule).after(self.store.ask_time())
+            restart = Recurrence.checked(schedule).after(self.store.ask_time())
             self.store._one(update(schedules).where(schedules.c.name == name, schedules.c.paused)
                             .values(paused=False, next_run=restart))
             self.materialise(ahead=ahead, period=period, names=[name])
@@ -80,13 +88,33 @@ class ScheduleStore:
 
     @staticmethod
     def _cancel_queued(conn, name: str) -> int:
-        """Cancel the schedule's waiting occurrences, and only those: a grab may use the same name@instance
-        form (`grab NAME INSTANCE`), so the key alone does not tell them apart, the origin does."""
+        """Cancel the schedule's waiting occurrences, and only those (see _waiting)."""
         return conn.execute(
-            update(jobs).where(jobs.c.key.startswith(f"{name}@", autoescape=True), jobs.c.origin == _origin(name),
-                               jobs.c.state == "queued")
+            update(jobs).where(_waiting(jobs, name))
             .values(state="cancelled", finished_at=db_now(), last_error=f"schedule {name} was removed or paused")
         ).rowcount
+
+    def drop_missed(self) -> int:
+        """Cancel waiting occurrences later than their schedule's grace: made into jobs in time, they were not
+        started before the farm went down (or stopped taking turns). As for occurrences made late (see plan):
+        `skip` drops them all, `once` keeps the newest of them, `all` runs each. Returns how many were dropped."""
+        policies = self.store._one(select(schedules.c.name, schedules.c.misfire, schedules.c.grace)
+                                   .where(schedules.c.misfire.in_(("skip", "once"))))
+        dropped = 0
+        for name, misfire, grace in policies:
+            stale = and_(_waiting(jobs, name), jobs.c.run_at < db_now() - grace)
+            if misfire == "once":
+                other = jobs.alias("newest")
+                newest = select(func.max(other.c.run_at)).where(_waiting(other, name),
+                                                                other.c.run_at < db_now() - grace)
+                stale = and_(stale, jobs.c.run_at < newest.scalar_subquery())
+            reason = f"missed: more than {grace:g} s late, beyond the schedule's grace (misfire policy {misfire})"
+            count = self.store._one(update(jobs).where(stale).values(state="cancelled", finished_at=db_now(),
+                                                                     last_error=reason))
+            if count:
+                log.warning("schedule %s: %s occurrences %s", name, count, reason)
+            dropped += count
+        return dropped
 
     def materialise(self, *, ahead: float, period: float, names: list[str] | None = None) -> Materialised:
         """Make every active schedule's occurrences up to `ahead` seconds from now into jobs."""
@@ -103,9 +131,13 @@ class ScheduleStore:
         made = 0
         for row in rows:
             schedule = dict(row._mapping)
-            recurrence = Recurrence.of(schedule)
-            todo = plan(recurrence, schedule["next_run"], now, ahead=ahead, period=period,
-                        misfire=schedule["misfire"], grace=schedule["grace"])
+            try:
+                recurrence = Recurrence.checked(schedule)
+                todo = plan(recurrence, schedule["next_run"], now, ahead=ahead, period=period,
+                            misfire=schedule["misfire"], grace=schedule["grace"])
+            except Exception as error:  # this schedule alone: the database's own errors never reach here
+                self._halt(schedule, error)
+                continue
             if self._advance(schedule, recurrence, todo.occurrences, todo.next_run):
                 made += len(todo.occurrences)
             upcoming = todo.next_run if upcoming is None else min(upcoming, todo.next_run)
@@ -133,6 +165,24 @@ class ScheduleStore:
                 self._insert_new(conn, rows)
         return True
 
+    def _halt(self, schedule: dict, error: Exception) -> None:
+        """Pause a schedule that cannot be planned and leave the reason as a failed job signed by it (the
+        schedule table has no place for it); only the machine whose pause went in says so, once."""
+        name = schedule["name"]
+        reason = (f"schedule {name} paused: it cannot be planned ({error or type(error).__name__}); "
+                  f"correct or remove it, then `queueprocessor schedule resume {name}`")
+        with self.store.engine.begin() as conn:
+            paused = update(schedules).where(schedules.c.id == schedule["id"], schedules.c.paused == false())
+            if not conn.execute(paused.values(paused=True)).rowcount:
+                return
+            conn.execute(insert(jobs).values(
+                created_at=db_now(), run_at=db_now(), finished_at=db_now(), executor=schedule["executor"],
+                target=schedule["target"], method=schedule["method"], payload=schedule["payload"],
+                priority=schedule["priority"], max_attempts=schedule["max_attempts"], timeout=schedule["timeout"],
+                kind="job", origin=_origin(name), state="failed", attempts=0, fence=0, cancel_requested=False,
+                last_error=reason))
+        log.warning("%s", reason)
+
     def _insert_new(self, conn, rows: list[dict]) -> None:
         """Insert jobs, leaving out any whose key already exists (an occurrence made before)."""
         dialect = self.store.dialect
@@ -146,6 +196,13 @@ class ScheduleStore:
                     conn.execute(insert(jobs).values(created_at=db_now(), **row))
             except exc.IntegrityError:
                 pass
+
+
+def _waiting(table, name: str):
+    """The schedule's occurrences still in the queue. A grab may use the same name@instance form (`grab NAME
+    INSTANCE`), so the key alone does not tell them apart, the origin does."""
+    return and_(table.c.key.startswith(f"{name}@", autoescape=True), table.c.origin == _origin(name),
+                table.c.state == "queued")
 
 
 def _origin(name: str) -> str:

@@ -45,7 +45,7 @@ def shown_args(ran: Ran) -> str:
     for word in ran.case.args:
         for placeholder, stand_in in STAND_INS.items():
             word = word.replace(placeholder, stand_in)
-        if len(word) > 60:
+        if len(word) > 160:  # a payload of 70000 characters; a long URL is shown whole
             word = f"{word[:20]}...({len(word)} characters)"
         words.append(word if re.fullmatch(r"[\w/.:@=+,-]+", word) else repr(word))
     env = " ".join(f"{k}={v}" for k, v in ran.case.env.items())

@@ -2,8 +2,9 @@
 # Run the demo farm: ./scripts/demo.sh [queueprocessor demo options...]
 #
 # Creates .venv in the repository root on first use, installs the project with
-# the desktop app, then opens the app with three local nodes on the embedded
-# SQLite default (--headless prints live status instead of opening a window).
+# the desktop app, then opens the app with three local nodes on embedded SQLite
+# (the demo's own file in the data directory; --headless prints live status
+# instead of opening a window).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -5,7 +5,8 @@
 A real farm on a throwaway SQLite database: five nodes with skewed clocks and
 the app's own node, the demo's web server and job feeder, a few schedules (one
 paused) and singletons; after the warm-up one machine is paused and one
-crashes (it stops checking in, so it turns dead).
+crashes (it stops checking in, so it turns dead). Shot at 1440x900, at
+1024x640 (a laptop), and last with MANY machines in the farm.
 """
 
 import argparse
@@ -36,6 +37,7 @@ SCHEDULES = (("cache-warmup", "/ok?job=warmup", dict(every=5.0)),
              ("invoices-close", "/ok?job=invoices", dict(cron="0 9 1 * *", tz="America/New_York")),
              ("nightly-backup", "/slow?ms=2500", dict(cron="30 2 * * *", misfire="skip", grace=600.0)))
 SINGLETONS = (("feed-poller", "/slow?ms=20000"), ("ledger-compactor", "/slow?ms=30000"))
+MANY = 32  # machines in the last shot (the peers above, the app's node, and more nodes started for it)
 
 
 def pump(seconds: float) -> None:
@@ -113,11 +115,25 @@ def main() -> None:
         window.schedules.select(window.schedules.schedules_view, "partner-sync")
         shoot(window, out, "schedules-light")
 
+        window.resize(1024, 640)
+        window.tabs.setCurrentWidget(window.peers_view)
+        shoot(window, out, "peers-light-1024")
+        window.tabs.setCurrentWidget(window.jobs)
+        shoot(window, out, "jobs-light-1024")
+        window.resize(1440, 900)
+
         window.set_scheme("dark")
         window.tabs.setCurrentWidget(window.peers_view)
         shoot(window, out, "peers-dark")
         window.tabs.setCurrentWidget(window.jobs)
         shoot(window, out, "jobs-dark")
+
+        window.set_scheme("light")
+        more = MANY - len(PEERS) - 1
+        nodes.update((f"rack-{n:02d}", farm.node(name=f"rack-{n:02d}", http_base=base, capacity=2,
+                                                 clock=SystemClock(0.02 * n)).start()) for n in range(more))
+        pump(args.warmup / 2)
+        shoot(window, out, f"jobs-light-{MANY}")
     finally:
         stop.set()
         window.close()

@@ -8,6 +8,8 @@ import uuid
 
 import pytest
 
+from queueprocessor import schema
+from queueprocessor.database import open_engine
 from queueprocessor.farm import Farm
 from tests.support.httptarget import HttpTarget
 from tests.support.pgserver import PostgresServer
@@ -34,8 +36,14 @@ def db_url(request, tmp_path):
     """A fresh, empty farm database on each backend in turn."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'farm.db'}"
-    if request.param == "mssql":
-        return os.environ["QP_TEST_MSSQL_URL"]
+    if request.param == "mssql":  # one server database for every test: emptied of the farm's tables first
+        url = os.environ["QP_TEST_MSSQL_URL"]
+        engine = open_engine(url, pool_size=1)
+        try:
+            schema.metadata.drop_all(engine)
+        finally:
+            engine.dispose()
+        return url
     return request.getfixturevalue("pg_url")
 
 

@@ -50,6 +50,7 @@ def case(kind, args, says, **extra) -> Case:
 
 
 DB = ("--db", "{db}")
+CAPACITY = r"^error: Invalid value for '--capacity' \(env var: 'QP_CAPACITY'\): "
 BAD_INPUTS = [
     # -- the command line -------------------------------------------------
     case("command line", ["frobnicate"], r"^error: No such command 'frobnicate'"),
@@ -59,24 +60,32 @@ BAD_INPUTS = [
     case("command line", [*DB, "cancel", "999999"], r"^error: no job with id 999999"),
     case("command line", [*DB, "retry", "1"], r"^error: job 1 is queued; only failed or cancelled jobs"),
     case("command line", [*DB, "pause", "nosuchmachine"], r"^error: no running machine is named or numbered"),
+    case("command line", [*DB, "drain", "99999999999999999999"], r"^error: no running machine is named or numbered"),
     case("command line", [*DB, "pause", "twin"], r"^error: 2 machines are named 'twin' \(ids \d+, \d+\): give the id"),
     case("command line", [*DB, "jobs", "--state", "bogus"], r"^error: Invalid value for '--state': 'bogus'"),
     case("command line", [*DB, "jobs", "--limit", "0"], r"^error: Invalid value for '--limit': 0 is not in the range"),
     case("command line", [*DB, "turns", "--since", "-5"], r"^error: Invalid value for '--since'"),
     case("command line", [*DB, "demo", "--nodes", "99"], r"^error: Invalid value for '--nodes': 99"),
     case("command line", [*DB, "gui", "--theme", "neon"], r"^error: Invalid value for '--theme': 'neon'"),
-    case("command line", [*DB, "node", "--capacity", "0"], r"^error: Invalid value for '--capacity': 0"),
+    case("command line", [*DB, "node", "--capacity", "0"], CAPACITY + r"0"),
     case("command line", [*DB, "node", "--http-base", "ftp://example.com/"],
          r"^error: --http-base 'ftp://example.com/' is not an http\(s\) URL"),
     case("command line", [*DB, "node", "--http-base", "http://example.com/"],
          r"^error: --http-base host 'example.com' is not in the allowed hosts"),
     case("command line", [*DB, "node", "--heartbeat", "-1"], r"^error: --heartbeat must be a positive number"),
-    case("command line", [*DB, "node", "--misses", "0"], r"^error: --misses must be a whole number of at least 1"),
+    case("command line", [*DB, "node", "--misses", "0"], r"^error: --misses must be a whole number from 1 to 1000"),
+    case("command line", [*DB, "node", "--misses", "99999999999999999999"],
+         r"^error: --misses must be a whole number from 1 to 1000"),
+    case("command line", [*DB, "node", "--capacity", "99999999999999999999"],
+         CAPACITY + r"99999999999999999999 is not in the range 1<=x<=10000"),
+    case("command line", [*DB, "jobs", "--limit", "99999999999999999999"], r"^error: Invalid value for '--limit'"),
+    case("command line", [*DB, "job", "99999999999999999999"], r"^error: Invalid value for 'JOB_ID'"),
+    case("command line", [*DB, "cancel", "99999999999999999999"], r"^error: Invalid value for 'JOB_ID'"),
     case("command line", [*DB, "node", "--period", "2"], r"^error: this farm uses --period 1 \(every machine must"),
     case("command line", [*DB, "init-db", "--period", "nan"],
-         r"^error: Invalid value for '--period': 'nan' is not a finite number of seconds"),
+         r"^error: Invalid value for '--period' \(env var: 'QP_PERIOD'\): 'nan' is not a finite number of seconds"),
     case("command line", [*DB, "node", "--clock-skew", "nan"],
-         r"^error: Invalid value for '--clock-skew': 'nan' is not a finite number of seconds"),
+         r"^error: Invalid value for '--clock-skew' \(env var: 'QP_CLOCK_SKEW'\): 'nan' is not a finite number of seconds"),
     case("command line", [*DB, "turns", "--since", "inf"],
          r"^error: Invalid value for '--since': 'inf' is not a finite number of seconds"),
     case("command line", [*DB, "node", "--clock-skew", "soon"], r"^error: Invalid value for '--clock-skew'"),
@@ -89,19 +98,33 @@ BAD_INPUTS = [
          config='colour = "blue"\n'),
     case("config file", ["--config", "{config}", *DB, "node"], r"^error: config file .* \[node\] has no option 'frob'",
          config="[node]\nfrob = 1\n"),
-    case("config file", ["--config", "{config}", *DB, "node"], r"^error: Invalid value for '--capacity': 'lots'",
+    case("config file", ["--config", "{config}", *DB, "node"],
+         r"^error: config file .*: \[node\] capacity must be a whole number \(got 'lots'\)",
          config='[node]\ncapacity = "lots"\n'),
-    case("config file", ["--config", "{config}", *DB, "node"], r"^error: Invalid value for '--capacity': 0",
+    case("config file", ["--config", "{config}", *DB, "node"], CAPACITY + r"0",
          config="[node]\ncapacity = 0\n"),
     case("config file", ["--config", "{config}", "status"], r"^error: malformed database URL '5'", config="db = 5\n"),
+    *(case("config file", ["--config", "{config}", *DB, "node"],
+           rf"^error: config file .*: \[node\] {re.escape(text.split(' = ')[0])} must be {expected} \(got ",
+           config=f"[node]\n{text}\n")
+      for text, expected in (("capacity = [1, 2]", "a whole number"), ("heartbeat = [1]", "a number of seconds"),
+                             ("heartbeat = {a = 1}", "a number of seconds"),
+                             ("period = 1979-05-27", "a number of seconds"), ("capacity = true", "a whole number"),
+                             ("capacity = 1.5", "a whole number"), ("clock-skew = true", "a number of seconds"),
+                             ("name = [1]", "a string in quotes"),
+                             ("allow-host = [1]", "a string in quotes, or a list of them"),
+                             ("push = 1", "true or false"))),
     case("config file", ["--config", "{config}", "status"], r"^error: unsupported database 'mysql'",
          config='db = "mysql://qp:hunter2@db.example/farm"\n'),
     # -- the environment --------------------------------------------------
     case("environment", ["status"], r"^error: unsupported database 'mysql'",
          env={"QP_DB": "mysql://qp:hunter2@db.example/farm"}),
-    case("environment", [*DB, "node"], r"^error: Invalid value for '--capacity': 'lots'", env={"QP_CAPACITY": "lots"}),
+    case("environment", [*DB, "node"], CAPACITY + r"'lots'", env={"QP_CAPACITY": "lots"}),
+    case("environment", [*DB, "node"], CAPACITY + r"99999999999999999999 is not in",
+         env={"QP_CAPACITY": "99999999999999999999"}),
     case("environment", [*DB, "node"], r"^error: --heartbeat must be a positive number", env={"QP_HEARTBEAT": "-1"}),
-    case("environment", [*DB, "init-db"], r"^error: Invalid value for '--period': 'abc'", env={"QP_PERIOD": "abc"}),
+    case("environment", [*DB, "init-db"], r"^error: Invalid value for '--period' \(env var: 'QP_PERIOD'\): 'abc'",
+         env={"QP_PERIOD": "abc"}),
     case("environment", ["status"], r"^error: config file .*missing.toml does not exist",
          env={"QP_CONFIG": "{tmp}/missing.toml"}),
     case("environment", ["status"], r"^error: cannot use the database .*password authentication failed",
@@ -133,8 +156,14 @@ BAD_INPUTS = [
          r"^error: Invalid value for '--timeout': 'inf' is not a finite number of seconds"),
     case("job", [*DB, "enqueue", "http", "/x", "--delay", "nan"],
          r"^error: Invalid value for '--delay': 'nan' is not a finite number of seconds"),
-    case("job", [*DB, "enqueue", "http", "/x", "--at", "nan"], r"^error: --at must be a time \(got nan\)"),
-    case("job", [*DB, "enqueue", "http", "/x", "--at", "1e400"], r"^error: --at must be a time \(got inf\)"),
+    case("job", [*DB, "enqueue", "http", "/x", "--at", "nan"], r"^error: --at must be a time from 1970 to 9999.*\(got nan\)"),
+    case("job", [*DB, "enqueue", "http", "/x", "--at", "1e400"], r"^error: --at must be a time .*\(got inf\)"),
+    case("job", [*DB, "enqueue", "http", "/x", "--at", "1e15"], r"^error: --at must be a time from 1970 to 9999"),
+    case("job", [*DB, "enqueue", "http", "/x", "--at", "-1e13"], r"^error: --at must be a time from 1970 to 9999"),
+    case("job", [*DB, "enqueue", "http", "/x", "--at", "0001-01-01T00:00:00+00:00"],
+         r"^error: --at must be a time from 1970 to 9999"),
+    case("job", [*DB, "enqueue", "http", "/x", "--delay", "1e15"],
+         r"^error: --delay must be from 0 to 315576000 seconds, ten years \(got 1e\+15\)"),
     case("job", [*DB, "enqueue", "http", "/x", "--at", "tomorrow"], r"^error: Invalid value for --at: 'tomorrow' is not"),
     case("job", [*DB, "enqueue", "http", "/x", "--at", "2026-13-45T00:00:00"], r"^error: Invalid value for --at"),
     case("job", [*DB, "enqueue", "http", "/x", "--at", "1", "--delay", "5"], r"^error: give --delay or --at, not both"),
@@ -156,6 +185,10 @@ BAD_INPUTS = [
          r"^error: unknown time zone 'Mars/Olympus'"),
     case("schedule", [*DB, "schedule", "add", "n", "http", "/x", "--every", "0"], r"^error: --every must be at least"),
     case("schedule", [*DB, "schedule", "add", "n", "http", "/x", "--every", "soon"], r"^error: .*--every.*soon"),
+    case("schedule", [*DB, "schedule", "add", "big", "--every", "1e300", "http", "/x"],
+         r"^error: --every must be at most 315576000 seconds, ten years \(got 1e\+300\)"),
+    case("schedule", [*DB, "schedule", "add", "big", "--every", "1e12", "http", "/x"],
+         r"^error: --every must be at most 315576000 seconds"),
     case("schedule", [*DB, "schedule", "add", "n", "http", "/x", "--every", "60", "--misfire", "sometimes"],
          r"^error: Invalid value for '--misfire': 'sometimes'"),
     case("schedule", [*DB, "schedule", "add", "nightly", "http", "/x", "--every", "60"],
@@ -174,6 +207,27 @@ BAD_INPUTS = [
     case("database URL", ["--db", "postgresql://qp:hunter2@db.example:notaport/farm", "status"],
          r"^error: malformed database URL 'postgresql://qp:\*\*\*@db.example:notaport/farm'"),
     case("database URL", ["--db", "{pg_wrong}", "status"], r"^error: cannot use the database .*password authentication"),
+    case("database URL", ["--db", "postgresql//qp:hunter2@db.example/farm", "status"],
+         r"^error: malformed database URL 'postgresql//qp:\*\*\*@db.example/farm'"),
+    case("database URL", ["--db", "postgresql:/qp:hunter2@db.example/farm", "status"],
+         r"^error: malformed database URL 'postgresql:/qp:\*\*\*@db.example/farm'"),
+    case("database URL", ["--db", "qp:hunter2@db.example/farm", "status"],
+         r"^error: malformed database URL 'qp:\*\*\*@db.example/farm'"),
+    case("database URL", ["--db", "postgresql://qp@127.0.0.1:1/farm?sslmode=disable&password=hunter2", "status"],
+         r"^error: cannot use the database postgresql://qp@127.0.0.1:1/farm\?sslmode=disable&password=\*\*\*: "),
+    case("database URL", ["--db", "postgresql://qp@127.0.0.1:1/farm?PWD=hunter2", "status"],
+         r"^error: cannot use the database postgresql://qp@127.0.0.1:1/farm\?PWD=\*\*\*: invalid connection option"),
+    case("database URL", ["--db", "mssql+pyodbc:///?odbc_connect=DRIVER%3D%7BODBC+Driver+18+for+SQL+Server%7D%3B"
+                                  "SERVER%3D127.0.0.1%2C1%3BUID%3Dqp%3BPWD%3Dhunter2%3BEncrypt%3Dno", "status"],
+         r"^error: (the driver for mssql.*PWD%3D\*\*\*%3BEncrypt.* cannot be loaded|cannot use the database mssql)"),
+    case("database URL", ["--db", "sqlite+pysqlcipher://:hunter2@/{tmp}/farm.db", "enqueue", "http", "/x"],
+         r"^error: the driver for sqlite\+pysqlcipher://:\*\*\*@/.* cannot be loaded \(pysqlcipher3\)"),
+    case("database URL", ["--db", "sqlite://rel/path", "status"],
+         r"^error: the SQLite URL sqlite://rel/path names a host: a file takes three slashes, e.g. sqlite:///"),
+    case("database URL", ["--db", "sqlite:///{tmp}/nowhere/farm.db", "status"],
+         r"^error: there is no QueueProcessor farm in sqlite:///.*/nowhere/farm.db yet: start a node there"),
+    case("database URL", ["--db", "sqlite:///{tmp}/nowhere/farm.db", "jobs"],
+         r"^error: there is no QueueProcessor farm in sqlite:///.*/nowhere/farm.db yet"),
     case("database URL", ["--db", "postgresql://qp:my secret@127.0.0.1:1/farm", "status"],
          r"^error: cannot use the database postgresql://qp:\*\*\*@127.0.0.1:1/farm: .*refused", secret="my secret"),
     case("database URL", ["--db", "postgresql://qp:p@ssw0rd@127.0.0.1:1/farm", "status"],
@@ -183,9 +237,10 @@ BAD_INPUTS = [
          r"^error: argument 'postgresql://qp:\*\*\*@127.0.0.1:1/farm' is not valid UTF-8 text", secret="caf"),
     case("database URL", ["--db", "{pg_nodb}", "status"], r"^error: cannot use the database .*does not exist"),
     case("database URL", ["--db", "{pg_closed}", "status"], r"^error: cannot use the database .*Connection refused"),
-    case("database URL", ["--db", "sqlite:////dev/null/farm.db", "status"],
+    case("database URL", ["--db", "sqlite:////dev/null/farm.db", "enqueue", "http", "/x"],
          r"^error: cannot use the SQLite database /dev/null/farm.db: its folder /dev/null cannot be created"),
-    case("database URL", ["--db", "sqlite:///{notadb}", "status"], r"^error: cannot use the database .*not a database"),
+    case("database URL", ["--db", "sqlite:///{notadb}", "status"],
+         r"^error: cannot use the database .*not a database — check that the file is a QueueProcessor farm's SQLite"),
     case("database URL", ["--db", "mssql://qp:hunter2@127.0.0.1:1/farm", "status"],
          r"^error: the SQL Server URL mssql\+pyodbc://qp:\*\*\*@127.0.0.1:1/farm does not name its ODBC driver"),
     case("database URL", ["--db", "mssql://qp:hunter2@127.0.0.1:1/farm?driver=ODBC+Driver+18+for+SQL+Server", "status"],
@@ -291,6 +346,7 @@ class Ran:
     before: dict
     after: dict
     values: dict
+    created: list[str]  # files and folders the run left in its home (HOME, XDG_DATA_HOME...)
 
 
 def run_case(yard: Farmyard, case: Case) -> Ran:
@@ -314,8 +370,10 @@ def run_case(yard: Farmyard, case: Case) -> Ran:
     before = snapshot(db)
     done = run_cli(args, env, tmp)
     after = snapshot(db)
+    created = sorted(str(path.relative_to(tmp)) for path in tmp.rglob("*")
+                     if path.name not in ("notes.txt", "config.toml"))
     shutil.rmtree(tmp, ignore_errors=True)
-    return Ran(case, args, done.returncode, done.stdout, done.stderr, before, after, values)
+    return Ran(case, args, done.returncode, done.stdout, done.stderr, before, after, values, created)
 
 
 def fill(template: str, values: dict) -> str:
@@ -331,7 +389,7 @@ def run_all(yard: Farmyard, cases: list[Case]) -> list[Ran]:
 
 # -- the tests ----------------------------------------------------------------
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(900)]  # every case is a process: minutes on a busy machine
 
 
 @pytest.fixture(scope="module")
@@ -357,6 +415,7 @@ def test_bad_input_gets_one_clear_line_and_changes_nothing(refused, pg_server, i
     assert len(lines) == 1, ran.stderr
     assert re.search(ran.case.says, lines[0]), lines[0]
     assert ran.after == ran.before, "the database changed"
+    assert ran.created == [], "files were created"
 
 
 def test_hostile_names_that_are_valid_are_stored_verbatim(yard):

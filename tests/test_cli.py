@@ -2,14 +2,17 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
+from sqlalchemy import text
 
 from queueprocessor.farm import Farm
+from tests.support.tcpproxy import TcpProxy
 from tests.support.work import wait_for
 
 
@@ -41,6 +44,23 @@ def test_options_come_from_flags_then_environment_then_config(tmp_path, sqlite_u
         assert [j["target"] for j in farm.store.list_jobs()] == ["/c"]
 
 
+def test_help_names_the_environment_variable_of_every_option(sqlite_url):
+    shown = run("enqueue", "http", "--help").stdout
+    assert "[env var: QP_ENQUEUE_HTTP_PRIORITY; default: 0]" in " ".join(shown.split())
+    assert run("enqueue", "http", "/x", env={"QP_ENQUEUE_HTTP_PRIORITY": "7"}, db=sqlite_url).returncode == 0
+    with Farm(sqlite_url) as farm:
+        assert [j["priority"] for j in farm.store.list_jobs()] == [7]
+
+
+def test_config_values_of_the_right_type_are_taken_as_they_are(tmp_path, sqlite_url):
+    config = tmp_path / "qp.toml"
+    config.write_text('[enqueue.http]\npriority = -2\ntimeout = 1.5\nkey = "k"\n')
+    assert run("--config", str(config), "enqueue", "http", "/a", db=sqlite_url).returncode == 0
+    with Farm(sqlite_url) as farm:
+        [job] = farm.store.list_jobs()
+    assert (job["priority"], job["timeout"], job["key"]) == (-2, 1.5, "k")
+
+
 def test_a_config_key_that_means_nothing_is_refused(tmp_path):
     config = tmp_path / "qp.toml"
     config.write_text("[node]\ncapasity = 3\n")
@@ -59,6 +79,76 @@ def test_json_documents_for_status_jobs_turns(sqlite_url):
     assert [j["id"] for j in jobs] == [3, 2, 1]
     assert {"owner", "attempts", "fence", "run_at", "created_at", "state"} <= set(jobs[0])
     assert json.loads(run("turns", "--json", db=sqlite_url).stdout) == {"turns": []}
+
+
+@pytest.mark.parametrize("argv", [["status"], ["jobs"], ["job", "1"], ["turns"], ["schedule", "list"],
+                                  ["singleton", "list"]])
+def test_a_read_command_on_a_missing_database_says_so_and_creates_nothing(tmp_path, argv):
+    home = tmp_path / "home"  # the default database's folder is not there either
+    for db in (f"sqlite:///{tmp_path / 'nowhere' / 'farm.db'}", None):
+        done = run(*argv, db=db, env={"HOME": str(home), "XDG_DATA_HOME": str(home / "data"), "QP_DB": ""})
+        assert done.returncode == 1 and done.stdout == ""
+        assert re.fullmatch(r"error: there is no QueueProcessor farm in sqlite:///\S+farm.db yet: start a node "
+                            r"there, or run `queueprocessor init-db`\n", done.stderr), done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_reading_a_new_farm_leaves_its_timing_to_the_first_node(sqlite_url):
+    assert run("enqueue", "http", "/x", db=sqlite_url).returncode == 0
+    for argv in (["status"], ["status", "--json"], ["jobs"], ["job", "1"], ["turns"], ["schedule", "list"]):
+        done = run(*argv, db=sqlite_url)
+        assert done.returncode == 0, done.stderr
+    with Farm(sqlite_url) as farm:
+        assert farm.settings(period=2.0, heartbeat=0.5)["period"] == 2.0  # not already fixed at the defaults
+
+
+@pytest.mark.parametrize("argv", [["jobs"], ["status", "--json"], ["--help"]])
+def test_a_reader_that_leaves_early_gets_no_traceback(sqlite_url, argv):
+    assert run("enqueue", "http", "/x", "--count", "60", db=sqlite_url).returncode == 0
+    command = [sys.executable, "-m", "queueprocessor.cli", "--db", sqlite_url, *argv]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # `| head -1` that has read its line: every write now fails with EPIPE
+    errors = proc.stderr.read()
+    proc.stderr.close()
+    assert (proc.wait(60), errors) == (1, "")
+
+
+def test_times_no_date_can_show_are_listed_as_epoch_seconds(sqlite_url):
+    """Rows written by SQL, past what the CLI and the API accept: every reader still lists them."""
+    with Farm(sqlite_url) as farm:
+        [job_id] = farm.enqueue_http("/x")
+        farm.schedule("far", farm.python_spec("tests.support.pyjobs:echo"), every=60)
+        farm.store._one(text("UPDATE qp_jobs SET run_at = 1e300, lease_until = -1e13 WHERE id = :id"), {"id": job_id})
+        farm.store._one(text("UPDATE qp_schedules SET next_run = 1e15, every = 1e300"))
+    for argv, shown in ((["jobs"], "1e+300"), (["job", str(job_id)], "-1e+13"), (["schedule", "list"], "1e+15")):
+        done = run(*argv, db=sqlite_url)
+        assert done.returncode == 0 and shown in done.stdout, done.stderr
+
+
+@pytest.mark.slow
+def test_the_demo_leaves_no_work_in_the_default_farm(tmp_path):
+    data = tmp_path / "data"
+    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(data), "QP_DB": ""}
+    done = run("demo", "--headless", "--seconds", "3", "--nodes", "1", env=env)
+    assert done.returncode == 0, done.stderr
+    assert not (data / "queueprocessor" / "farm.db").exists()  # where `node` and every command look by default
+    with Farm(f"sqlite:///{data / 'queueprocessor' / 'demo.db'}", read_only=True) as demo:
+        assert demo.schedules.get("demo-every-5s")  # the demo's work stays in the demo's own file
+    assert "there is no QueueProcessor farm" in run("jobs", env=env).stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("timeout", ["", "?connect_timeout=1"], ids=["default timeout", "the URL's timeout"])
+def test_a_server_that_never_answers_gets_one_line_not_a_hang(pg_server, pg_url, timeout):
+    with TcpProxy("127.0.0.1", pg_server.port) as proxy:
+        proxy.freeze()  # the connection is accepted, then not one byte comes back
+        url = pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/") + timeout
+        done = run("status", db=url)
+        proxy.restore()
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: cannot use the database postgresql+psycopg://postgres:***@") and "timeout" in line
+    assert pg_server.password not in done.stderr
 
 
 def start_node(url, http_base, tmp_path):

@@ -40,15 +40,36 @@ def test_a_python_job_gets_its_payload_and_context_and_its_result_is_kept(farm, 
 def test_a_failing_callable_fails_alone_with_its_error_and_traceback(farm, nodes):
     nodes("a")
     bad = farm.enqueue_python(f"{pyjobs.__name__}:fail", {"n": 1}, max_attempts=1)[0]
-    missing = farm.enqueue_python(f"{pyjobs.__name__}:nothing_here", max_attempts=1)[0]
-    not_callable = farm.enqueue_python(f"{pyjobs.__name__}:not_callable", max_attempts=1)[0]
     good = farm.enqueue_python(f"{pyjobs.__name__}:noop")[0]
     job = finished(farm, bad)
     assert job["state"] == "failed" and job["last_error"] == "ValueError: bad input {'n': 1}"
     assert 'raise ValueError(f"bad input {payload!r}")' in job["runs"][0]["output"]
-    assert "has no attribute 'nothing_here'" in finished(farm, missing)["last_error"]
-    assert "is a int, not a function" in finished(farm, not_callable)["last_error"]
     assert finished(farm, good)["state"] == "succeeded"
+
+
+def test_work_that_can_never_succeed_fails_at_once_with_its_reason(farm, nodes):
+    """A callable that is not there, work outside the allow-lists, a malformed target: no retry could help, so
+    the first attempt is the last, whatever attempts were allowed."""
+    nodes("a")
+    spec = dict(max_attempts=5)
+    hopeless = {
+        "has no attribute 'nothing_here'": farm.enqueue_python(f"{pyjobs.__name__}:nothing_here", **spec)[0],
+        "no module named 'tests.support.pyjobs.nosuch'": farm.enqueue_python(f"{pyjobs.__name__}.nosuch:run",
+                                                                             **spec)[0],
+        "is a int, not a function": farm.enqueue_python(f"{pyjobs.__name__}:not_callable", **spec)[0],
+        # Straight into the queue, past the door's checks:
+        "Python module 'os' is not allowed on this machine": farm.store.enqueue(
+            JobSpec(executor="python", target="os:getcwd", **spec))[0],
+        "is not of the form package.module:function": farm.store.enqueue(
+            JobSpec(executor="python", target="no-colon", **spec))[0],
+        "command 'rm' is not allowed on this machine": farm.store.enqueue(
+            JobSpec(executor="command", target='["rm", "-rf", "/tmp/nothing"]', **spec))[0],
+        "unknown executor 'ftp'": farm.store.enqueue(JobSpec(executor="ftp", target="/x", **spec))[0],
+    }
+    for reason, job_id in hopeless.items():
+        job = finished(farm, job_id)
+        assert job["state"] == "failed" and reason in job["last_error"]
+        assert [(r["attempt"], r["outcome"]) for r in job["runs"]] == [(1, "failed")], reason
 
 
 def test_a_timeout_tells_the_callable_through_its_flag(farm, nodes):
@@ -78,6 +99,32 @@ def test_an_async_callable_runs_on_the_nodes_loop_and_a_timeout_cancels_it(farm,
     assert job["state"] == "succeeded" and json.loads(job["runs"][0]["output"]) == {"echo": [1, 2], "job": done}
     job = finished(farm, stuck)
     assert job["runs"][0]["outcome"] == "timeout" and "noticed" in pyjobs.SEEN[stuck]  # it was cancelled
+
+
+def test_cancelling_a_running_async_callable_cancels_it_within_a_heartbeat(farm, nodes):
+    nodes("a")
+    job_id = farm.enqueue_python(f"{pyjobs.__name__}:sleep_async")[0]
+    wait_for(lambda: job_id in pyjobs.SEEN)
+    asked = time.monotonic()
+    assert farm.store.cancel(job_id) == "cancelling"
+    job = finished(farm, job_id)
+    assert job["state"] == "cancelled" and [r["outcome"] for r in job["runs"]] == ["cancelled"]
+    assert pyjobs.SEEN[job_id]["noticed"] - asked < 1.0
+
+
+def test_cancelling_a_running_command_kills_it_within_a_heartbeat(farm, nodes, tmp_path):
+    nodes("a")
+    pid_file = tmp_path / "pid"
+    job_id = farm.enqueue_command(["sh", "-c", f"echo $$ > {pid_file}; exec sleep 30"])[0]
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
+    pid = int(pid_file.read_text())
+    asked = farm.store.ask_time()
+    assert farm.store.cancel(job_id) == "cancelling"
+    job = finished(farm, job_id)
+    [run] = job["runs"]
+    assert job["state"] == "cancelled" and run["outcome"] == "cancelled"
+    assert run["finished_at"] - asked < 1.0  # heartbeats are 0.2 s here; SIGTERM ends `sleep` at once
+    wait_for(lambda: not _alive(pid), timeout=3.0)
 
 
 def test_a_command_runs_without_a_shell_with_payload_on_stdin(farm, nodes):

@@ -33,3 +33,15 @@ def test_equal_machines_share_a_backlog_about_equally(farm, nodes):
     shares = runs_per_machine(farm)
     assert set(shares) == machines and sum(shares.values()) == 120
     assert max(shares.values()) <= 2 * min(shares.values())  # bench/distribution.py measures it closely
+
+
+def test_a_full_turn_holder_that_finds_due_work_flags_a_backlog(farm, nodes):
+    """Its turns claim nothing, yet they say there is work, so that machines with room claim it directly."""
+    nodes("a", capacity=1)
+    [busy] = farm.enqueue_python(pyjobs.nap, 1.5)
+    wait_for(lambda: farm.store.get_job(busy)["state"] == "running")
+    since = farm.store.ask_time()
+    [waiting] = farm.enqueue_python(pyjobs.noop)
+    wait_for(lambda: any(t["backlog"] and t["claimed"] == 0 for t in farm.store.read_turns(since)), timeout=1.0)
+    assert farm.store.get_job(busy)["state"] == "running"
+    wait_for(lambda: farm.store.get_job(waiting)["state"] == "succeeded", timeout=5)

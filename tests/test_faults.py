@@ -114,6 +114,15 @@ def test_partitioned_node_late_writes_are_refused_by_the_fence(pg_server):
     assert f["stragglers"] and set(f["stragglers"]) == {409}
 
 
+def test_a_node_frozen_past_its_lease_writes_nothing_over_its_successors(pg_server):
+    outcome = faults.stalled_node(pg_server, quick=True)
+    assert_safe(outcome, {"its machine was frozen (SIGSTOP)"})
+    f = outcome.facts
+    assert f["alive"], "the node woke and went on"
+    assert f["answered"] == f["held"] == outcome.tally["reruns"] > 0  # each job it held ran again elsewhere
+    assert f["taken_after"] < f["lease"] + 3 * f["period"]
+
+
 def test_two_processes_with_one_name_are_two_machines(pg_server):
     outcome = faults.same_name(pg_server, quick=True)
     assert_safe(outcome, set())

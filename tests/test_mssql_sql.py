@@ -22,21 +22,47 @@ def captured():
     store.dialect = "mssql"
     sql: list[str] = []
 
-    def compile_only(statement, params=None):
-        sql.append(str(statement.compile(dialect=pyodbc.dialect(), compile_kwargs={"literal_binds": False})))
-        return []
+    class Compiler:
+        """Stands in for the engine and its connection: a claim runs in a transaction of its own."""
 
-    store._one = compile_only
+        def begin(self):
+            return contextlib.nullcontext(self)
+
+        def execute(self, statement, params=None):
+            compiled = statement.compile(dialect=pyodbc.dialect())
+            sql.append(str(compiled))
+            limits.extend(v for k, v in compiled.params.items() if k.startswith("param_"))
+            return []
+
+    limits: list[int] = []
+    store.engine = Compiler()
+    store._one = Compiler().execute
+    store.limits = limits
     return store, sql
 
 
-def test_claim_uses_readpast_and_output(captured):
+@pytest.mark.parametrize("take_expired", [True, False])
+@pytest.mark.parametrize("expired_before", [None, 1e9])
+@pytest.mark.parametrize("limit", [1, 4])
+@pytest.mark.parametrize("turn", [False, True])
+def test_every_claim_a_node_makes_compiles_for_sql_server(captured, take_expired, expired_before, limit, turn):
     store, sql = captured
-    store.claim(7, 4, lease=3.0)
-    [claim] = sql
-    assert "WITH (UPDLOCK, ROWLOCK, READPAST)" in claim
-    assert "TOP __[POSTCOMPILE_param_1]" in claim or "TOP" in claim
-    assert "OUTPUT inserted.id" in claim
+    options = dict(take_expired=take_expired, expired_before=expired_before)
+    if turn:  # SQL Server records the turn first, then claims as Store.claim does
+        store.take_turn_and_claim(123, 7, limit, lease=3.0, **options)
+        turn_sql, claim = sql
+        assert turn_sql.startswith("INSERT INTO qp_turns")
+    else:
+        store.claim(7, limit, lease=3.0, **options)
+        [claim] = sql
+    branches = 2 if take_expired else 1  # queued jobs, and jobs whose lease ran out
+    assert claim.startswith("UPDATE qp_jobs SET") and "OUTPUT inserted.id" in claim
+    assert claim.count("WITH (UPDLOCK, ROWLOCK, READPAST)") == branches
+    tops = claim.count("TOP __[POSTCOMPILE_")  # each branch, and the merge of two, takes TOP limit
+    assert tops == (3 if take_expired else 1) and store.limits == [limit] * tops
+    assert "ROW_NUMBER" not in claim  # a plain number: no numbering of every due row
+    assert ("UNION ALL" in claim) == take_expired
+    assert (":b_before" in claim) == (expired_before is not None)
     assert "SYSUTCDATETIME()" in claim
     assert "qp_jobs.fence + " in claim  # the fence moves on with every claim
 

@@ -3,11 +3,13 @@
 import time
 
 import pytest
+from sqlalchemy import exc
 
 from queueprocessor.clock import SystemClock
 from queueprocessor.errors import ConfigError
 from queueprocessor.executors import JobContext
-from queueprocessor.runner import JobRunner, Running
+from queueprocessor.node import unreachable
+from queueprocessor.runner import STOPPED, JobRunner, Running
 from queueprocessor.store import Claimed
 from tests.support.work import FAST, wait_for
 
@@ -17,9 +19,9 @@ def nodes(farm, http_target):
     """Start nodes on demand; all are stopped (without draining) at the end."""
     started = []
 
-    def start(name, skew=0.0, capacity=4):
+    def start(name, skew=0.0, capacity=4, **options):
         node = farm.node(name=name, capacity=capacity, http_base=http_target.base_url, clock=SystemClock(skew),
-                         **FAST)
+                         **FAST, **options)
         started.append(node.start())
         return node
 
@@ -94,6 +96,48 @@ def test_cancel_stops_a_running_job_within_a_heartbeat(farm, nodes, http_target)
     assert farm.store.list_runs(job_id=job_id)[0]["outcome"] == "cancelled"
 
 
+def test_leaving_at_once_hands_running_jobs_back_as_the_operators_exit(farm, nodes, http_target):
+    """The operator's second Ctrl-C: the work goes back to the queue, no attempt spent, and the record says why
+    (not that the machine lost its lease)."""
+    node = nodes("a")
+    [job_id] = farm.enqueue_http("/sleep/10")
+    wait_for(lambda: farm.store.get_job(job_id)["state"] == "running")
+    node.stop(drain=False)
+    job = farm.store.get_job(job_id)
+    assert (job["state"], job["attempts"], job["last_error"]) == ("queued", 0, STOPPED["exit"])
+    [run] = farm.store.list_runs(job_id=job_id)
+    assert run["error"] == STOPPED["exit"] and run["finished_at"] is not None
+
+
+def test_a_get_sends_a_flat_payload_as_query_parameters_and_refuses_any_other(farm, nodes, http_target):
+    nodes("a")
+    flat = farm.enqueue_http("/ok", payload='{"day": "2026-11-22", "n": 3, "full": true, "note": "a b&c"}')[0]
+    nested = farm.enqueue_http("/ok", payload='{"day": {"from": 1}}', max_attempts=3)[0]
+    listed = farm.enqueue_http("/ok", payload="[1, 2]", max_attempts=3)[0]
+    posted = farm.enqueue_http("/ok", method="POST", payload='{"day": {"from": 1}}')[0]
+    for job_id in (flat, posted):
+        wait_for(lambda: farm.store.get_job(job_id)["state"] == "succeeded")
+    for job_id in (nested, listed):
+        job = wait_for(lambda: (j := farm.store.get_job(job_id))["state"] == "failed" and j)
+        assert "a GET sends its payload as query parameters" in job["last_error"] and "use POST" in job["last_error"]
+        assert len(farm.store.list_runs(job_id=job_id)) == 1  # no retry could send it
+    hits = {h["job"]: h for h in http_target.requests("/ok")}
+    assert hits[flat]["path"] == "/ok?day=2026-11-22&n=3&full=true&note=a+b%26c" and hits[flat]["body"] == ""
+    assert hits[posted]["body"] == '{"day":{"from":1}}' and nested not in hits and listed not in hits
+
+
+def test_finished_jobs_and_old_turns_are_deleted_by_the_turn_holder(farm, nodes, http_target):
+    nodes("a", keep_jobs=0.5, turn_keep=1.0, housekeeping=0.2)
+    done = farm.enqueue_http("/ok", count=3)
+    farm.enqueue_http("/status/500", max_attempts=1)
+    waiting = farm.enqueue_http("/ok", delay=60)[0]
+    wait_for(lambda: all(farm.store.get_job(j)["state"] == "succeeded" for j in done), timeout=5)
+    wait_for(lambda: {j["id"] for j in farm.store.list_jobs()} == {waiting}, timeout=5)
+    assert farm.store.list_runs() == [] and farm.store.get_job(waiting)["state"] == "queued"
+    first = farm.store.read_turns(0)[0]["slot"]
+    wait_for(lambda: farm.store.read_turns(0)[0]["slot"] > first, timeout=5)  # by age, not every 600th turn
+
+
 def test_a_failing_job_fails_alone(farm, nodes, http_target):
     nodes("a")
     bad = farm.enqueue_http("/status/500", max_attempts=1)[0]
@@ -144,7 +188,9 @@ def test_a_job_writing_its_result_makes_room_but_at_most_capacity_results_wait(f
     try:
         def hold(job_id, writing):
             job = Claimed(job_id, "http", "/ok", "GET", None, 1, 3, None, 1, 0.0)
-            runner.running[job_id] = Running(job, JobContext(job_id, 1, 1, 1), recording=writing)
+            runner.running[job_id] = Running(job, JobContext(job_id, 1, 1, 1))
+            if writing:
+                runner._writing_result(runner.running[job_id])
 
         hold(1, False), hold(2, False)
         assert runner.room(4) == 2
@@ -155,3 +201,12 @@ def test_a_job_writing_its_result_makes_room_but_at_most_capacity_results_wait(f
         assert runner.room(4) == 0, "six results waiting to be written: no more claims until some are"
     finally:
         runner.loop.close()
+
+
+def test_only_a_database_out_of_reach_is_reported_as_unreachable():
+    """A statement the database refused, or a fault of ours, is a failed turn, not the database being away."""
+    assert unreachable(exc.OperationalError("SELECT 1", {}, ConnectionRefusedError("connection refused")))
+    assert unreachable(exc.InterfaceError("SELECT 1", {}, Exception("connection already closed")))
+    assert unreachable(ConnectionResetError())
+    assert not unreachable(exc.IntegrityError("INSERT", {}, Exception("duplicate key")))
+    assert not unreachable(ZeroDivisionError("float division by zero"))

@@ -8,7 +8,9 @@ the clock estimate and schedule plans keep their promises for every input, not j
 
 import json
 import math
+import re
 from datetime import datetime
+from urllib.parse import quote_plus
 
 import click
 import pytest
@@ -18,9 +20,10 @@ from sqlalchemy.engine import URL
 
 from queueprocessor.cli import _parse_time
 from queueprocessor.clock import FakeClock, OffsetEstimator, SystemClock
-from queueprocessor.database import mask, parse_url
+from queueprocessor.database import mask, parse_url, without_password
 from queueprocessor.errors import ConfigError, InvalidJob
 from queueprocessor.farm import MAX_PAYLOAD, parse_payload
+from queueprocessor.output import format_time
 from queueprocessor.roster import (
     Liveness,
     machine_status,
@@ -138,6 +141,52 @@ def test_a_password_written_encoded_is_never_shown(user, password, host, name):
     assert encoded not in mask(parse_url(text))
 
 
+# "password" or "pwd" in any mix of cases, as a query string or an ODBC connection string may spell it.
+password_keys = st.sampled_from(["password", "pwd"]).flatmap(
+    lambda key: st.tuples(*(st.sampled_from([c, c.upper()]) for c in key)).map("".join))
+
+
+@PROPERTY
+@given(users, secrets, hosts, names, password_keys)
+@example("qp", "S3crZq9", "db.example", "x", "password")
+def test_a_password_in_the_query_string_is_never_shown_nor_remembered(user, password, host, name, key):
+    text = f"postgresql://{user}@{host}/{name}?sslmode=prefer&{key}={quote_plus(password)}"
+    for shown in (mask(text), mask(parse_url(text)), without_password(text)):
+        assert password not in shown and quote_plus(password) not in shown
+    assert "sslmode=prefer" in without_password(text)
+
+
+@PROPERTY
+@given(users, secrets.filter(lambda s: "}" not in s), hosts, password_keys, st.booleans())
+@example("qp", "S3crZq9", "db.example", "PWD", False)
+@example("qp", "a;b=cZq9", "db.example", "Pwd", True)
+def test_a_password_in_an_odbc_connection_string_is_never_shown_nor_remembered(user, password, host, key, braced):
+    value = f"{{{password}}}" if braced or ";" in password or password[0] == "{" else password  # ODBC's quoting
+    odbc = f"DRIVER={{ODBC Driver 18 for SQL Server}};SERVER={host};UID={user};{key}={value};Encrypt=yes"
+    text = "mssql+pyodbc:///?odbc_connect=" + quote_plus(odbc)
+    for shown in (mask(odbc), mask(text), mask(parse_url(text)), without_password(text)):
+        assert password not in shown and quote_plus(password) not in shown
+    assert "Encrypt%3Dyes" in without_password(text)
+
+
+@PROPERTY
+@given(users, secrets.filter(lambda s: not s[0].isspace() and not s.startswith("//")), hosts, names,
+       st.sampled_from(["postgresql//", "postgresql:/", "", "postgresql:", "mssql+pyodbc:"]))
+@example("qp", "Sup3rS3cret", "localhost", "farm", "postgresql//")
+@example("qp", "pw", "h", "f", "postgresql:/")
+@example("qp", "Sup3rS3cret", "host", "farm", "")
+def test_a_password_in_a_url_that_does_not_parse_is_never_shown(user, password, host, name, scheme):
+    text = f"{scheme}{user}:{password}@{host}/{name}"
+    assert password not in mask(text) and password not in mask(f"error: bad URL {text!r}")
+    assert mask(text).endswith(f":***@{host}/{name}")  # only the password hidden
+    try:
+        url = parse_url(text)
+    except ConfigError as error:
+        assert password not in str(error)
+        return
+    assert password not in mask(url)
+
+
 @PROPERTY
 @given(st.text())
 def test_masking_twice_is_masking_once(text):
@@ -176,6 +225,19 @@ def test_any_text_is_a_time_or_one_clear_error(text):
         assert one_line(error) and "--at" in error.format_message()
         return
     assert isinstance(value, float)
+
+
+@PROPERTY
+@given(st.floats() | st.integers(min_value=-(10**30), max_value=10**30))
+@example(1e300)
+@example(1e15)
+@example(-1e13)
+def test_any_stored_time_is_shown_as_a_date_or_as_its_epoch_seconds(epoch):
+    shown = format_time(epoch)
+    if math.isnan(epoch):
+        assert shown == "-"
+    elif not re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}", shown):
+        assert float(shown) == pytest.approx(epoch, rel=1e-5)
 
 
 def test_a_time_without_a_zone_is_local_time():

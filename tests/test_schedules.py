@@ -7,13 +7,15 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import insert, update
 
 from queueprocessor.errors import InvalidJob
 from queueprocessor.schedules import Recurrence, plan
 from queueprocessor.schema import schedules
 from tests.support import pyjobs
 from tests.support.work import FAST, Nodes, run_cli, wait_for
+
+EARLY = 0.05  # a node's idea of database time may be off by its error bound, a few milliseconds
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -100,7 +102,85 @@ def test_each_occurrence_runs_once_on_a_farm_of_three(farm, nodes):
     assert all(j["key"] == f"tick@{Recurrence(every=0.5).label(j['run_at'])}" for j in jobs)
     for j in jobs:
         [run] = farm.store.list_runs(job_id=j["id"])
-        assert run["machine_id"] in machines and run["started_at"] >= j["run_at"]  # claimed early, started on time
+        assert run["machine_id"] in machines and run["started_at"] >= j["run_at"] - EARLY  # not at its claim
+
+
+def test_an_occurrence_claimed_early_starts_at_its_time_not_at_a_turn(farm):
+    """Turns a second apart claim each occurrence up to a second early; its run starts at its time (database
+    time), where a start at the next turn would be up to a period late and one at its claim up to a period early.
+    Judged on the occurrences made into jobs more than a period ahead (all but those the schedule's creation made,
+    which may come after the turn that would have claimed them)."""
+    period = 1.0
+    nodes = Nodes(farm, period=period, heartbeat=0.5)
+
+    def made_ahead():
+        return [j for j in farm.store.list_jobs(state="succeeded")
+                if j["key"] and j["run_at"] - j["created_at"] > period]
+
+    try:
+        nodes("a"), nodes("b")
+        wait_for(lambda: len({t["machine_id"] for t in farm.store.read_turns(0)}) == 2, timeout=10)  # turns go round
+        farm.schedule("punctual", farm.python_spec(pyjobs.noop), every=0.7)
+        made = wait_for(lambda: len(done := made_ahead()) >= 5 and done, timeout=20)
+    finally:
+        nodes.stop_all()
+    for job in made:
+        [run] = farm.store.list_runs(job_id=job["id"])
+        assert -EARLY <= run["started_at"] - job["run_at"] < period / 2, (job["key"], run["started_at"] - job["run_at"])
+
+
+def test_a_schedule_that_cannot_be_planned_is_paused_alone_and_the_rest_of_the_work_drains(farm, nodes, caplog):
+    """Rows written by SQL (or by a machine whose croniter or tzdata accepted more) that this node cannot plan."""
+    bad = {"bogus-cron": dict(cron="bogus", tz="UTC"), "mars": dict(cron="* * * * *", tz="Mars/Olympus"),
+           "zero": dict(every=0.0), "negative": dict(every=-1.0), "neither": dict()}
+    now = farm.store.ask_time()
+    for name, recurrence in bad.items():
+        farm.store._one(insert(schedules).values(
+            **{"cron": None, "tz": None, "every": None, **recurrence}, name=name, executor="python",
+            target=f"{pyjobs.__name__}:noop", method="GET", priority=0, max_attempts=1, misfire="once", grace=60.0,
+            paused=False, next_run=now, created_at=now))
+    farm.schedule("good", farm.python_spec(pyjobs.noop), every=0.5)
+    queued = farm.enqueue_python(pyjobs.noop, count=3)
+    nodes("a")
+    wait_for(lambda: all(farm.store.get_job(j)["state"] == "succeeded" for j in queued))
+    wait_for(lambda: any(j["key"].startswith("good@") for j in farm.store.list_jobs(state="succeeded") if j["key"]))
+    assert all(farm.schedules.get(name)["paused"] for name in bad)
+    assert not farm.schedules.get("good")["paused"]
+    reasons = {j["origin"]: j["last_error"] for j in farm.store.list_jobs(state="failed")}
+    assert set(reasons) == {f"schedule {name}" for name in bad}
+    assert "malformed cron expression 'bogus'" in reasons["schedule bogus-cron"]
+    assert "unknown time zone 'Mars/Olympus'" in reasons["schedule mars"]
+    assert "--every must be at least 0.1 seconds (got -1)" in reasons["schedule negative"]
+    assert reasons["schedule zero"].startswith("schedule zero paused: it cannot be planned (")
+    assert reasons["schedule zero"].endswith("then `queueprocessor schedule resume zero`")
+    assert "database unreachable" not in caplog.text and "turn failed" not in caplog.text
+    assert all(caplog.text.count(f"schedule {name} paused") == 1 for name in bad)  # said once
+    with pytest.raises(InvalidJob, match="--every must be at least 0.1 seconds"):
+        farm.resume_schedule("zero")  # still unusable: one clear line, not a traceback
+
+
+@pytest.mark.parametrize("misfire, runs", [("skip", 0), ("once", 1)])
+def test_occurrences_left_waiting_through_an_outage_follow_the_misfire_policy(farm, nodes, misfire, runs):
+    """Made into jobs before the whole farm went down, they are claimed only after it is back, later than the
+    schedule's grace: skip drops them all, once runs the newest of them."""
+    first = nodes("a")
+    farm.schedule("beat", farm.python_spec(pyjobs.noop), every=0.1, misfire=misfire, grace=0.5)
+    wait_for(lambda: farm.store.job_counts()["succeeded"] >= 2)
+    first.stop(drain=False)
+    waiting = [j for j in farm.store.list_jobs(state="queued") if j["key"]]
+    assert len(waiting) >= 2, "a schedule's next occurrences are jobs a few periods ahead"
+    newest = max(j["run_at"] for j in waiting)
+    wait_for(lambda: farm.store.ask_time() > newest + 0.5 + 0.2, timeout=5)
+    back = farm.store.ask_time()
+    nodes("b")
+    wait_for(lambda: any(j["run_at"] > back for j in farm.store.list_jobs(state="succeeded")))  # beating again
+    ended = [farm.store.get_job(j["id"]) for j in waiting]
+    ran = [j for j in ended if j["state"] == "succeeded"]
+    assert [j["run_at"] for j in ran] == [newest] * runs
+    dropped = [j for j in ended if j["state"] == "cancelled"]
+    assert len(dropped) == len(waiting) - runs
+    reason = f"missed: more than 0.5 s late, beyond the schedule's grace (misfire policy {misfire})"
+    assert all(j["last_error"] == reason for j in dropped)
 
 
 def test_two_machines_materialising_at_once_make_each_occurrence_once(farm):

@@ -172,6 +172,24 @@ def test_the_app_shows_no_password_anywhere(pg_url, pg_server, app, qtbot):  # n
         close(window, qtbot)
 
 
+@pytest.mark.parametrize("url", [
+    "postgresql://qp:QP7pw@db.example/farm",
+    "postgresql://qp@db.example/farm?sslmode=require&PassWord=QP7pw",
+    "postgresql://qp@db.example/farm?pwd=QP7pw",
+    "mssql+pyodbc:///?odbc_connect=DRIVER%3D%7BODBC+Driver+18%7D%3BUID%3Dqp%3BPWD%3DQP7pw%3BEncrypt%3Dyes",
+])
+def test_the_app_remembers_recent_databases_without_any_password(url, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from ui.mainwindow import recent_databases, remember
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    remember(settings, url)
+    settings.sync()
+    assert "QP7pw" not in (tmp_path / "settings.ini").read_text() + " ".join(recent_databases(settings))
+    assert recent_databases(settings)  # remembered, all the same
+
+
 # -- allow-lists ----------------------------------------------------------------
 
 class Listener:

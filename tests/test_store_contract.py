@@ -4,11 +4,12 @@ import threading
 import time
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import exc, text, update
 
 from queueprocessor import schema
 from queueprocessor.database import ensure_schema
 from queueprocessor.errors import LostLease, NotFound, QPError, SchemaTooNew
+from queueprocessor.runner import backoff
 from queueprocessor.store import JobSpec
 
 HTTP = JobSpec(executor="http", target="/ok")
@@ -133,8 +134,13 @@ def test_failure_retries_with_backoff_until_attempts_run_out(farm):
     me = register(store)
     store.enqueue(JobSpec(executor="http", target="/fail", max_attempts=2))
     [job] = store.claim(me, 1, lease=5)
-    assert store.finish(job, me, "failed", error="HTTP 500", retry_in=0.0) == "queued"
-    [job] = store.claim(me, 1, lease=5)
+    delay = backoff(job.attempts)
+    before = store.ask_time()
+    assert store.finish(job, me, "failed", error="HTTP 500", retry_in=delay) == "queued"
+    after = store.ask_time()
+    assert before + delay <= store.get_job(job.id)["run_at"] <= after + delay  # pushed back in database time
+    assert store.claim(me, 1, lease=5) == []  # not due before its backoff is over
+    [job] = store.claim(me, 1, lease=5, horizon=delay)
     assert job.attempts == 2
     assert store.finish(job, me, "failed", error="HTTP 500", retry_in=0.0) == "failed"
     assert store.get_job(job.id)["last_error"] == "HTTP 500"
@@ -145,7 +151,6 @@ def test_cancel_and_retry(farm):
     me = register(store)
     queued, running = store.enqueue(HTTP, count=2)
     assert store.cancel(queued) == "cancelled"
-    store.enqueue  # the running one:
     [job] = store.claim(me, 1, lease=5)
     assert job.id == running
     assert store.cancel(running) == "cancelling"
@@ -232,3 +237,82 @@ def test_expired_leases_go_back_to_the_queue_ahead_of_newer_work(farm):
     [again] = store.claim(alive, 1, lease=5, take_expired=False)
     assert again.id == old and again.attempts == 2 and again.fence == first.fence + 1
     assert [r["outcome"] for r in sorted(store.list_runs(job_id=old), key=lambda r: r["fence"])] == ["lost", "running"]
+
+
+def test_backoff_doubles_up_to_its_cap_with_jitter_between_half_and_the_whole_step():
+    for attempt, step in [(1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0), (9, 256.0), (10, 300.0), (40, 300.0)]:
+        waits = [backoff(attempt) for _ in range(2000)]
+        assert all(step / 2 <= w <= step for w in waits)
+        assert min(waits) < 0.55 * step and max(waits) > 0.95 * step  # spread over the whole range
+    assert all(0.5 <= backoff(1, base=1.0, cap=0.5) * 2 <= 1.0 for _ in range(100))
+
+
+def test_a_claim_and_its_run_row_are_written_together_or_not_at_all(farm):
+    """A failure between the claim and the run row (here: the history table is missing) leaves the job as it
+    was, not running with an attempt spent and no history."""
+    store = farm.store
+    me = register(store)
+    [job_id] = store.enqueue(HTTP)
+    rename = "ALTER TABLE {} RENAME TO {}"
+    with farm.engine.begin() as conn:
+        conn.execute(text(rename.format("qp_runs", "qp_runs_away")))
+    try:
+        with pytest.raises(exc.DBAPIError):
+            store.claim(me, 1, lease=5)
+    finally:
+        with farm.engine.begin() as conn:
+            conn.execute(text(rename.format("qp_runs_away", "qp_runs")))
+    job = store.get_job(job_id)
+    assert (job["state"], job["attempts"], job["fence"], job["owner"]) == ("queued", 0, 0, None)
+    [claimed] = store.claim(me, 1, lease=5)
+    assert [(r["attempt"], r["fence"]) for r in store.list_runs(job_id=job_id)] == [(claimed.attempts, claimed.fence)]
+
+
+def test_finished_jobs_and_their_runs_are_deleted_after_their_keeping_age(farm):
+    store = farm.store
+    me = register(store)
+    ids = store.enqueue(HTTP, count=6)
+    claimed = {c.id: c for c in store.claim(me, 6, lease=30)}
+    store.finish(claimed[ids[0]], me, "succeeded")
+    store.finish(claimed[ids[1]], me, "failed", error="HTTP 500")
+    store.finish(claimed[ids[2]], me, "cancelled", error="cancelled by an operator")
+    store.finish(claimed[ids[3]], me, "failed", error="HTTP 500", retry_in=60)  # back in the queue: kept
+    time.sleep(0.2)
+    store.finish(claimed[ids[4]], me, "succeeded")  # finished lately: kept
+    [queued] = store.enqueue(HTTP)
+    assert store.prune_jobs(keep_seconds=0.1, batch=2) == 2  # a full batch: there may be more
+    assert store.prune_jobs(keep_seconds=0.1, batch=2) == 1
+    assert store.prune_jobs(keep_seconds=0.1, batch=2) == 0
+    left = {j["id"]: j["state"] for j in store.list_jobs()}
+    assert left == {ids[3]: "queued", ids[4]: "succeeded", ids[5]: "running", queued: "queued"}
+    assert {r["job_id"] for r in store.list_runs()} == {ids[3], ids[4], ids[5]}
+
+
+@pytest.mark.postgres
+def test_claims_and_results_go_on_after_the_database_drops_their_connection(pg_url):
+    """Claims and results keep a connection of their own (no ping per call): one the server dropped costs
+    the call that finds out, and the next call connects again, fences and run rows intact."""
+    from queueprocessor.farm import Farm
+
+    farm = Farm(pg_url)
+    try:
+        store = farm.store
+        me = register(store)
+        ids = store.enqueue(HTTP, count=3)
+        first, second = store.claim(me, 2, lease=30)
+        store.finish(first, me, "succeeded")
+        with farm.engine.begin() as conn:  # as a restart or a failover would
+            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                              "WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+        with pytest.raises(exc.DBAPIError):
+            store.finish(second, me, "succeeded")
+        assert store.finish(second, me, "succeeded") == "succeeded"
+        with pytest.raises(exc.DBAPIError):
+            store.claim(me, 1, lease=30)
+        [third] = store.claim(me, 1, lease=30)
+        assert {first.id, second.id, third.id} == set(ids)
+        runs = store.list_runs()
+        assert sorted((r["job_id"], r["outcome"]) for r in runs) == [
+            (first.id, "succeeded"), (second.id, "succeeded"), (third.id, "running")]
+    finally:
+        farm.close()

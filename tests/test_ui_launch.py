@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,9 +82,61 @@ def test_bad_options_get_a_clear_error_and_no_traceback(tmp_path):
 
 def test_the_sample_config_is_accepted_by_the_cli(tmp_path):
     sample = Path(__file__).resolve().parent.parent / "resources" / "sample-config.toml"
-    done = subprocess.run([*QP, "--config", str(sample), "--db", f"sqlite:///{tmp_path / 'farm.db'}", "status"],
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    Farm(url).close()  # `status` only reads a farm; it makes none
+    done = subprocess.run([*QP, "--config", str(sample), "--db", url, "status"],
                           env=_env(tmp_path), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+OPEN_INSTALLED_WINDOW = """
+import sys, time
+from pathlib import Path
+import ui
+from ui import theme
+from ui.app import make_app
+from ui.mainwindow import MainWindow
+app = make_app([], "dark")
+window = MainWindow(sys.argv[1], dict(name="installed", capacity=1), interval=0.2)
+window.show()
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline and not (window.snap and window.snap["node"]):
+    app.processEvents()
+    time.sleep(0.02)
+icons = all(not action.icon().isNull() for action in (window.act_pause, window.act_drain, window.act_follow))
+print(Path(ui.__file__).parent, theme.RESOURCES, window.snap["node"]["state"], icons, len(app.styleSheet()) > 1000)
+window.close()
+while window.isVisible():
+    app.processEvents()
+    time.sleep(0.02)
+"""
+
+
+@pytest.mark.slow
+def test_an_installed_app_has_its_icons_and_style_sheet_and_its_window_opens(tmp_path):
+    """resources/ sits at the top of the repository; an installed app must still find it (as ui/resources)."""
+    root = Path(__file__).resolve().parent.parent
+    source = tmp_path / "source"  # a copy: building writes build/ and an egg-info next to the sources
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, source)
+    for name in ("queueprocessor", "ui", "resources"):
+        shutil.copytree(root / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    # What a wheel carries, and `pip install` puts in site-packages, is what setuptools' build_py lays out.
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-c", "import setuptools; setuptools.setup()", "--quiet", "build_py",
+                    "--build-lib", str(site)], cwd=source, check=True, timeout=120, capture_output=True)
+    wanted = {p.relative_to(root / "resources") for p in (root / "resources").rglob("*")
+              if p.suffix in (".svg", ".qss", ".toml")}
+    assert wanted and {p.relative_to(site / "ui" / "resources") for p in (site / "ui" / "resources").rglob("*")
+                       if p.is_file()} == wanted
+
+    # Run from outside the repository, importing the installed copy of the app.
+    done = subprocess.run([sys.executable, "-c", OPEN_INSTALLED_WINDOW, f"sqlite:///{tmp_path / 'farm.db'}"],
+                          cwd=tmp_path, env=_env(tmp_path, PYTHONPATH=str(site)), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(site / "ui"), str(site / "ui" / "resources"), "active", "True", "True"]
 
 
 @pytest.mark.slow

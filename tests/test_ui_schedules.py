@@ -84,7 +84,7 @@ def test_the_tab_lists_the_schedules_the_database_holds(farm, open_window, qtbot
             assert row["last_at"] is None and last == "not yet"
         else:
             assert farm.store.get_job(row["last_job"])["state"] == last == "queued"
-        assert (machine, finished) == ("", "")
+        assert (machine, finished) == ("", "–")
 
     # Paused rows stand out: muted text on a tinted background, in every column.
     model, paused = view.schedules_model, view.schedules_model.row_of("nightly")

@@ -11,14 +11,17 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QSettings, QThreadPool, QTimer  # noqa: E402
+from PySide6.QtCore import QSettings, Qt, QThreadPool, QTimer  # noqa: E402
+from PySide6.QtTest import QTest  # noqa: E402
+from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
 from queueprocessor.clock import SystemClock  # noqa: E402
+from queueprocessor.database import mask  # noqa: E402
 from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.views import runs_between, turns_between  # noqa: E402
 from tests.support import pyjobs  # noqa: E402
 from ui.app import make_app, node_options, parse_args  # noqa: E402
-from ui.dialogs import EnqueueDialog, without_password  # noqa: E402
+from ui.dialogs import DatabaseDialog, EnqueueDialog, without_password  # noqa: E402
 from ui.mainwindow import MainWindow, recent_databases  # noqa: E402
 from ui.models import ROW_ROLE  # noqa: E402
 
@@ -104,10 +107,19 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
     hover = window.timeline.describe(slot * snap["period"] + 0.01, machine)
     assert f"Slot {slot}" in hover and snap["names"][machine] in hover and "claimed" in hover
 
-    # Runs Gantt: one bar per run, in its machine's lane, coloured by its outcome.
-    runs = runs_between(store, snap["since"], snap["until"])
-    assert window.jobs.gantt.plotted_runs() == sorted((r["machine_id"], r["started_at"], r["outcome"]) for r in runs)
-    assert sorted(r["outcome"] for r in runs) == ["failed"] * 2 + ["succeeded"] * 6
+    # Runs Gantt: one bar per run, in its machine's lane, coloured by its outcome. A run closes in its own
+    # statement, so a snapshot may show one still running that the database, read later, has closed: wait for a
+    # snapshot taken after the last run closed, then the plot must equal the run log over its window.
+    def plotted_runs_are_the_run_log():
+        nonlocal snap, runs
+        snap = window.snap
+        runs = runs_between(store, snap["since"], snap["until"])
+        return (sorted(r["outcome"] for r in runs) == ["failed"] * 2 + ["succeeded"] * 6
+                and window.jobs.gantt.plotted_runs() == sorted((r["machine_id"], r["started_at"], r["outcome"])
+                                                               for r in runs))
+
+    runs = None
+    qtbot.waitUntil(plotted_runs_are_the_run_log, timeout=WAIT)
     run = runs[0]
     assert f"Job {run['job_id']}" in window.jobs.gantt.describe(run["started_at"] + 0.001, run["machine_id"])
 
@@ -127,9 +139,12 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
                                                  "cancelled": 0}
     assert window.queue.counts["succeeded"].text() == "6"
 
-    # This node's panel shows the in-process node.
+    # This node's panel shows the in-process node, with the counts the peers table shows in the same frame.
     assert window.node_panel.name.text().startswith("gui")
     assert window.node_panel.badge.text() == "active"
+    row = next(r for r in range(window.peers.rowCount()) if window.peers.index(r, 0).data() == "gui")
+    done, failed = (window.peers.index(row, column).data() for column in (9, 10))
+    assert window.node_panel.fields["done"].text() == f"{int(done):,} · {int(failed):,}"
 
 
 def _listed(window):
@@ -168,6 +183,14 @@ def _steer_from_menu(window, name, wish):
     window.peer_menu.close()
 
 
+def _answer_drain(window, qtbot, button):
+    """Drain asks first (a drained node stops for good): answer the question."""
+    qtbot.waitUntil(lambda: getattr(window, "drain_confirm", None) is not None
+                    and window.drain_confirm.isVisible(), timeout=WAIT)
+    box, window.drain_confirm = window.drain_confirm, None
+    box.button(button).click()
+
+
 def _status(window, name):
     return next((m["status"] for m in window.snap["machines"] if m["name"] == name), None) if window.snap else None
 
@@ -191,9 +214,17 @@ def test_pause_resume_and_drain_from_the_app_steer_the_node(farm, peers, http_ta
                     timeout=WAIT)
 
     _steer_from_menu(window, "peer", "drain")
+    _answer_drain(window, qtbot, QMessageBox.StandardButton.Cancel)  # changed its mind: nothing happens
+    qtbot.wait(1000)
+    assert peer.state == "active" and farm.store.find_machine(str(peer.id))["wish"] is None
+    _steer_from_menu(window, "peer", "drain")
+    _answer_drain(window, qtbot, QMessageBox.StandardButton.Yes)
     qtbot.waitUntil(lambda: peer.stopped.is_set() and _status(window, "peer") == "stopped", timeout=WAIT)
 
-    # This machine's own node, through the Node menu's actions (the panel's buttons and shortcuts).
+    # This machine's own node, through the Node menu's actions (the panel's buttons and shortcuts). Their
+    # labels and tips say "this machine": the Schedules tab has Pause and Resume buttons of its own.
+    for action in (window.act_pause, window.act_resume, window.act_drain, window.act_start):
+        assert "This Machine" in action.text() and "this machine" in action.toolTip(), action.text()
     assert window.act_pause.shortcut().toString() == "Ctrl+Shift+P"
     qtbot.waitUntil(window.act_pause.isEnabled, timeout=WAIT)
     window.act_pause.trigger()
@@ -202,8 +233,21 @@ def test_pause_resume_and_drain_from_the_app_steer_the_node(farm, peers, http_ta
     assert window.act_resume.isEnabled() and not window.act_pause.isEnabled()
     window.act_resume.trigger()
     qtbot.waitUntil(lambda: window.poller.node.state == "active", timeout=WAIT)
+    assert not window.act_start.isEnabled()
     window.act_drain.trigger()
+    _answer_drain(window, qtbot, QMessageBox.StandardButton.Yes)
     qtbot.waitUntil(lambda: window.poller.node.stopped.is_set(), timeout=WAIT)
+    drained = window.node_id
+
+    # Drained, this machine's node starts again without restarting the app: it rejoins as a new machine row.
+    qtbot.waitUntil(window.act_start.isEnabled, timeout=WAIT)
+    window.act_start.trigger()
+    qtbot.waitUntil(lambda: window.node_id != drained and window.node_panel.badge.text() == "active"
+                    and any(m["id"] == window.node_id and m["status"] == "active" for m in window.snap["machines"]),
+                    timeout=WAIT)
+    assert farm.store.find_machine(str(drained))["state"] == "stopped"
+    assert farm.store.find_machine(str(window.node_id))["state"] == "active"
+    assert not window.act_start.isEnabled() and window.act_pause.isEnabled()
 
 
 def _enqueue(window, qtbot, path, **fields):
@@ -327,3 +371,131 @@ def test_open_database_switches_farms_and_moves_this_machines_node(tmp_path, htt
     assert window.windowTitle().endswith(second)
     with Farm(first) as old:
         assert [m["state"] for m in old.status()["machines"]] == ["stopped"]  # it left the first farm
+
+
+def test_a_bug_in_an_action_or_a_poll_is_reported_and_the_node_goes_on(farm, http_target, open_window, qtbot):
+    window = open_window(farm.url, _node(http_target))
+    qtbot.waitUntil(lambda: window.snap is not None and window.snap["node"] is not None, timeout=WAIT)
+
+    window.poller.act("Oops", lambda farm: {}["missing"])  # an action with a bug in it
+    qtbot.waitUntil(lambda: window.last_result is not None, timeout=WAIT)
+    assert window.last_result == ("Oops", False, "KeyError: 'missing'")
+    assert window.banner.isVisible() and "Oops failed: KeyError" in window.banner.text()
+    assert window.poller.running and window.poller.node.state == "active"
+    assert _enqueue(window, qtbot, "/ok")  # the next action still runs
+
+    window.poller.set_query(history="a week")  # a bug's stand-in: the read raises TypeError, not a database error
+    qtbot.waitUntil(lambda: "Reading the farm failed: TypeError" in window.banner.text(), timeout=WAIT)
+    qtbot.waitUntil(lambda: window.connection == "error", timeout=WAIT)  # not "slow": it says what fails
+    assert "Reading the farm failed" in window.health_label.text()
+    window.poller.set_query(history=600.0)
+    qtbot.waitUntil(lambda: window.connection == "ok", timeout=WAIT)
+    assert window.poller.running and farm.store.find_machine(str(window.node_id))["state"] == "active"
+
+
+def test_a_worker_that_ends_unexpectedly_leaves_a_lasting_banner(farm, open_window, qtbot):
+    # A node option the engine does not know makes starting it raise TypeError: a bug, not an outage.
+    window = open_window(farm.url, dict(name="desk", capacity=1, no_such_option=True))
+    qtbot.waitUntil(lambda: not window.poller.running and window.banner.isVisible(), timeout=WAIT)
+    assert "background worker stopped" in window.banner.text().lower()
+    assert "TypeError" in window.banner.text() and "Open Database" in window.banner.text()
+    qtbot.wait(int(window.banner_timer.interval() * 1.2))  # lasting: no timer hides it
+    assert window.banner.isVisible() and window.connection == "error"
+    assert "background worker stopped" in window.health_label.text()
+
+
+def test_one_views_failure_leaves_the_others_drawing(farm, http_target, open_window, qtbot, monkeypatch, caplog):
+    farm.settings(**FAST)
+    window = open_window(farm.url, _node(http_target))
+    qtbot.waitUntil(lambda: window.snap is not None and window.snap["node"] is not None, timeout=WAIT)
+
+    def broken(snap):
+        raise ValueError("cannot draw this")
+
+    monkeypatch.setattr(window.jobs, "show_snapshot", broken)  # e.g. a payload the jobs view cannot parse
+    farm.enqueue_http("/ok", delay=3600, count=3)
+    qtbot.waitUntil(lambda: window.snap["job_counts"]["queued"] == 3, timeout=WAIT)
+    shown = window.snap
+    qtbot.waitUntil(lambda: window.snap is not shown, timeout=WAIT)  # and one more, to see it logged only once
+    assert window.queue.latest is window.snap  # the queue graph, schedules, peers and node panel still draw
+    assert window.schedules.schedules_model.context["db_now"] == window.snap["db_now"]
+    assert window.peers.rowCount() == 1 and window.node_panel.badge.text() == "active"
+    assert window.banner.isVisible() and "job runs" in window.banner.text() and "ValueError" in window.banner.text()
+    [logged] = [r for r in caplog.records if r.name == "ui.mainwindow"]  # once, not every poll
+    assert logged.message.startswith("the job runs could not show the snapshot of ") and logged.exc_info
+    monkeypatch.undo()
+    qtbot.waitUntil(lambda: window.jobs.model.rowCount() == 3 and not window.broken, timeout=WAIT)
+
+
+def test_end_follows_now_in_the_plots_and_goes_to_the_last_row_in_a_table(farm, open_window, qtbot):
+    farm.enqueue_http("/later", delay=3600, count=40)
+    window = open_window(farm.url)
+    window.activateWindow()
+    window.tabs.setCurrentWidget(window.jobs)
+    qtbot.waitUntil(lambda: window.jobs.model.rowCount() == 40, timeout=WAIT)
+    window.timeline.set_follow(False)
+    jobs = window.jobs.table
+    jobs.setFocus()
+    jobs.setCurrentIndex(window.jobs.model.index(0, 0))
+    QTest.keyClick(jobs, Qt.Key.Key_End)
+    assert jobs.currentIndex().row() == 39 and not window.timeline.follow
+    QTest.keyClick(jobs, Qt.Key.Key_Home)
+    assert jobs.currentIndex().row() == 0
+
+    plot = window.timeline.plot
+    plot.setFocus()
+    QTest.keyClick(plot, Qt.Key.Key_End)
+    assert window.timeline.follow and window.act_follow.isChecked()
+    QTest.keyClick(plot, Qt.Key.Key_End)  # not a toggle: pressed while following, it keeps following
+    assert window.timeline.follow and window.act_follow.isChecked()
+    window.act_follow.trigger()
+    assert window.timeline.follow and window.act_follow.isChecked()
+
+
+def test_the_tab_columns_and_sort_order_outlive_the_window(farm, open_window, qtbot):
+    window = open_window(farm.url)
+    window.tabs.setCurrentWidget(window.schedules)
+    window.jobs.table.sortByColumn(2, Qt.SortOrder.AscendingOrder)
+    window.peers_view.setColumnWidth(0, 211)
+    close(window, qtbot)
+
+    again = open_window(farm.url)
+    assert again.tabs.currentWidget() is again.schedules
+    header = again.jobs.table.horizontalHeader()
+    assert (header.sortIndicatorSection(), header.sortIndicatorOrder()) == (2, Qt.SortOrder.AscendingOrder)
+    assert again.peers_view.columnWidth(0) == 211
+
+
+@pytest.mark.postgres
+def test_open_recent_asks_for_the_password_and_a_refused_login_asks_again(pg_url, tmp_path, open_window, qtbot):
+    from sqlalchemy.engine import make_url
+
+    Farm(pg_url).close()
+    password = make_url(pg_url).password
+    recent = without_password(pg_url)  # as the recent list keeps it
+    here = f"sqlite:///{tmp_path / 'here.db'}"
+    Farm(here).close()
+    window = open_window(here)
+    qtbot.waitUntil(lambda: window.snap is not None, timeout=WAIT)
+
+    def asked():
+        dialogs = [d for d in window.findChildren(DatabaseDialog) if d.isVisible()]
+        return dialogs[-1] if dialogs else None
+
+    window.open_recent(recent)
+    qtbot.waitUntil(lambda: asked() is not None, timeout=WAIT)
+    dialog = asked()
+    assert dialog.choice.currentText() == recent and "password" in dialog.error.text()
+    dialog.password.setText("not-" + password)
+    dialog.accept()
+    # The server turns the login down: said once, clearly, and asked again; not retried as an outage.
+    qtbot.waitUntil(lambda: not window.poller.running and asked() is not None, timeout=WAIT)
+    assert window.connection == "error" and "password authentication failed" in window.banner.text()
+    dialog = asked()
+    assert "refused the login" in dialog.error.text() and dialog.choice.currentText() == recent
+    assert password not in window.banner.text() + window.health_label.text() + dialog.error.text()
+    dialog.password.setText(password)
+    dialog.accept()
+    qtbot.waitUntil(lambda: window.connection == "ok" and window.snap is not None, timeout=WAIT)
+    assert window.db_label.text() == mask(pg_url) and not window.banner.isVisible()
+    assert recent_databases(QSettings())[0] == recent

@@ -7,7 +7,10 @@ doing it beside the database read leaves the GUI thread only `setOpts` calls.
 import numpy as np
 
 OUTCOMES = ("running", "succeeded", "failed", "timeout", "lost", "cancelled")
-MIN_RUN = 0.04  # seconds: a run shorter than this would vanish, so every bar is at least this wide
+LANE = 0.72  # of a lane's height, for its runs; overlapping runs split it into sub-rows
+PACK_GAP = 1 / 300  # of the window: runs closer than this share no sub-row (a short run is drawn wider)
+
+EMPTY = np.zeros(0)
 
 
 def lane_ids(snapshot: dict) -> list[int]:
@@ -29,19 +32,25 @@ def prepare(snapshot: dict) -> dict:
     code = {outcome: n for n, outcome in enumerate(OUTCOMES)}
     taken = {t["slot"] for t in turns}
     upcoming = [(slot, machine) for slot, machine in snapshot["upcoming"] if slot not in taken]
-    ends = np.maximum(ends, starts + MIN_RUN)
     lanes_of_runs = np.fromiter((lane[r["machine_id"]] for r in runs), dtype=float, count=count)
     codes = np.fromiter((code.get(r["outcome"], -1) for r in runs), dtype=np.int8, count=count)
+    window = snapshot.get("until", now) - snapshot.get("since", now)
+    rows, depth = pack(starts, ends + max(window, 1.0) * PACK_GAP, lanes_of_runs)
+    row_height = LANE / depth[lanes_of_runs.astype(int)] if count else EMPTY
+    tops = lanes_of_runs - LANE / 2 + rows * row_height
+    heights = row_height * 0.86  # a gap between sub-rows
     bars = {}
     for n, outcome in enumerate(OUTCOMES):
         mask = codes == n
-        bars[outcome] = (starts[mask], ends[mask] - starts[mask], lanes_of_runs[mask])
+        bars[outcome] = (starts[mask], ends[mask] - starts[mask], tops[mask], heights[mask])
     snapshot["plot"] = {
         "lanes": lanes,
         "run_start": starts,
         "run_end": ends,
         "run_lane": lanes_of_runs,
-        "run_bars": bars,  # outcome: (x0, width, lane) of its runs
+        "run_top": tops,
+        "run_height": heights,
+        "run_bars": bars,  # outcome: (x0, width, y0, height) of its runs
         "turn_slot": np.fromiter((t["slot"] for t in turns), dtype=float, count=len(turns)),
         "turn_lane": np.fromiter((lane[t["machine_id"]] for t in turns), dtype=float, count=len(turns)),
         "turn_claimed": np.fromiter((t["claimed"] > 0 for t in turns), dtype=bool, count=len(turns)),
@@ -49,3 +58,29 @@ def prepare(snapshot: dict) -> dict:
         "next_lane": np.array([lane.get(machine, -1) for _, machine in upcoming], dtype=float),
     }
     return snapshot
+
+
+def pack(starts: np.ndarray, ends: np.ndarray, lanes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sub-rows for runs that overlap on one machine (it runs several jobs at once), so none hides another.
+
+    Greedy in start order: each run takes the lowest sub-row of its lane that is free by its start. Returns
+    each run's sub-row and each lane's number of sub-rows (at least 1).
+    """
+    rows = [0] * len(starts)
+    depth = np.ones(int(lanes.max()) + 1 if len(lanes) else 0)
+    free: dict[float, list[float]] = {}  # lane: when each of its sub-rows is free again
+    start_of, end_of, lane_of = starts.tolist(), ends.tolist(), lanes.tolist()
+    for n in np.lexsort((starts, lanes)).tolist():
+        row_ends = free.setdefault(lane_of[n], [])
+        start = start_of[n]
+        for row, end in enumerate(row_ends):
+            if end <= start:
+                row_ends[row] = end_of[n]
+                break
+        else:
+            row = len(row_ends)
+            row_ends.append(end_of[n])
+        rows[n] = row
+    for lane, row_ends in free.items():
+        depth[int(lane)] = len(row_ends)
+    return np.array(rows, dtype=float), depth

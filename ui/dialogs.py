@@ -1,11 +1,11 @@
-"""Dialogs: choose a database, enqueue a job, about. Each validates its input before it closes."""
+"""Dialogs: choose a database, enqueue a job, confirm, about. Each validates its input before it closes."""
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox,
                                QVBoxLayout, QWidget)
 
-from queueprocessor import __version__
+from queueprocessor import __version__, database
 from queueprocessor.database import default_url, mask, parse_url
 from queueprocessor.errors import QPError
 from queueprocessor.farm import work_spec
@@ -15,14 +15,16 @@ from . import theme
 
 def without_password(url: str) -> str:
     """The URL as remembered in the recent list: passwords are never written to settings."""
-    # URL.set() ignores None, so drop the password through the named tuple itself.
-    return parse_url(url)._replace(password=None).render_as_string(hide_password=False)
+    return database.without_password(url)
 
 
 class DatabaseDialog(QDialog):
-    """Pick the farm's database: a recent one, the embedded SQLite default, or a new URL."""
+    """Pick the farm's database: a recent one, the embedded SQLite default, or a new URL.
 
-    def __init__(self, recent: list[str], parent=None):
+    `url` and `problem` ask again for one database: a recent one remembered without its password, or one
+    whose server turned the login down."""
+
+    def __init__(self, recent: list[str], parent=None, url: str | None = None, problem: str = ""):
         super().__init__(parent)
         self.setWindowTitle("Open a farm database")
         self.setWindowIcon(theme.icon("database"))
@@ -55,6 +57,11 @@ class DatabaseDialog(QDialog):
         self.error = QLabel("", objectName="error")
         self.error.setWordWrap(True)
         layout.addWidget(self.error)
+        if url:
+            self.choice.setCurrentText(url)
+            self.error.setText(problem)
+            if parse_url(url).username:
+                self.password.setFocus()
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Open | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -138,6 +145,26 @@ class EnqueueDialog(QDialog):
         self.options = dict(path=self.path.text().strip(), delay=self.delay.value(), count=self.count.value(),
                             **options)
         super().accept()
+
+
+def needs_password(url: str) -> bool:
+    """A URL with a user and no password: how the recent list remembers a password-protected database."""
+    parsed = parse_url(url)
+    return bool(parsed.username) and parsed.password is None
+
+
+def confirm(parent: QWidget, name: str, question: str, detail: str, verb: str, then) -> QMessageBox:
+    """Ask before an action that is hard to undo, without blocking (the window keeps drawing): `then()` runs
+    only if the operator picks `verb`; Cancel is the default."""
+    box = QMessageBox(QMessageBox.Icon.Question, "QueueProcessor", question,
+                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, parent)
+    box.setObjectName(name)
+    box.setInformativeText(detail)
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    box.button(QMessageBox.StandardButton.Yes).setText(verb)
+    box.buttonClicked.connect(lambda button: box.standardButton(button) == QMessageBox.StandardButton.Yes and then())
+    box.open()
+    return box
 
 
 def about(parent: QWidget, database: str) -> None:

@@ -6,7 +6,7 @@ newest jobs that match), so a search finds old jobs too.
 
 import json
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QGridLayout, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
                                QSplitter, QTableView, QVBoxLayout, QWidget)
 
@@ -17,7 +17,9 @@ from .gantt import RunsGantt
 from .models import ROW_ROLE, AttemptsModel, JobsModel
 
 
-def table(model, stretch: int | None = None) -> QTableView:
+def table(model, stretch: int | None = None, floor: int = 160) -> QTableView:
+    """A read-only table of whole rows; `stretch`: the column that takes the width the others leave, but never
+    less than `floor` pixels (then the columns after it scroll), else the last column stretches."""
     view = QTableView()
     view.setModel(model)
     view.setAlternatingRowColors(True)
@@ -29,11 +31,37 @@ def table(model, stretch: int | None = None) -> QTableView:
     view.verticalHeader().setDefaultSectionSize(view.fontMetrics().height() + 10)
     header = view.horizontalHeader()
     header.setHighlightSections(False)
+    header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)  # numbers say right
     header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-    header.setStretchLastSection(True)
+    header.setStretchLastSection(stretch is None)
     if stretch is not None:
-        header.setSectionResizeMode(stretch, QHeaderView.ResizeMode.Stretch)
+        _Stretch(view, stretch, floor)
     return view
+
+
+class _Stretch(QObject):
+    """Sizes a column to the room the other columns leave whenever the table is resized (Qt's own Stretch
+    mode would squeeze it to nothing when the others fill the table)."""
+
+    def __init__(self, view: QTableView, column: int, floor: int):
+        super().__init__(view)
+        self.view, self.column, self.floor = view, column, floor
+        view.viewport().installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:
+        if event.type() == QEvent.Type.Resize:
+            header = self.view.horizontalHeader()
+            others = sum(header.sectionSize(c) for c in range(header.count())
+                         if c != self.column and not header.isSectionHidden(c))
+            header.resizeSection(self.column, max(self.floor, self.view.viewport().width() - others))
+        return False
+
+
+def arrange(view: QTableView, order: tuple[int, ...]) -> None:
+    """Show the model's columns in this order, left to right (the model keeps its own)."""
+    header = view.horizontalHeader()
+    for visual, logical in enumerate(order):
+        header.moveSection(header.visualIndex(logical), visual)
 
 
 def fit_columns(view: QTableView, widths: tuple[int, ...]) -> None:
@@ -52,6 +80,7 @@ class JobDetails(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.title = QLabel("Select a job to see its attempts", objectName="sectionTitle")
+        self.title.setWordWrap(True)
         layout.addWidget(self.title)
         grid = QGridLayout()
         grid.setHorizontalSpacing(10)
@@ -65,8 +94,9 @@ class JobDetails(QWidget):
         cells += [(len(pairs) + n, 0, 3, key, label) for n, (key, label) in enumerate(wide)]
         for row, column, span, key, label in cells:
             value = QLabel("")
+            value.setTextFormat(Qt.TextFormat.PlainText)  # payloads and errors are shown as they are
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            value.setWordWrap(span > 1 or key == "target")
+            value.setWordWrap(True)  # the pane narrows with the window
             grid.addWidget(QLabel(label, objectName="muted"), row, column)
             grid.addWidget(value, row, column + 1, 1, span)
             self.fields[key] = value
@@ -74,8 +104,10 @@ class JobDetails(QWidget):
         grid.setColumnStretch(3, 1)
         layout.addLayout(grid)
         self.attempts = AttemptsModel(self)
-        self.attempts_view = table(self.attempts)
-        fit_columns(self.attempts_view, (40, 80, 40, 90, 90, 50, 70))
+        self.attempts_view = table(self.attempts, stretch=7, floor=120)
+        fit_columns(self.attempts_view, (40, 80, 40, 90, 90, 50, 80, 120))
+        # What happened first (outcome, error), then when: times are the widest and least read.
+        arrange(self.attempts_view, (0, 1, 2, 6, 7, 5, 3, 4))
         layout.addWidget(self.attempts_view, 1)
 
     def show_job(self, job: dict | None, names: dict[int, str]) -> None:
@@ -85,7 +117,7 @@ class JobDetails(QWidget):
                 field.setText("")
             self.attempts.set_rows([], {"names": names})
             return
-        self.title.setText(f"Job {job['id']} — every attempt, with the machine and fence that ran it")
+        self.title.setText(f"Job {job['id']} and its attempts")
         self.fields["state"].setText(f"{job['state']} · attempt {job['attempts']} of {job['max_attempts']}"
                                      + (" · cancel requested" if job["cancel_requested"] else ""))
         self.fields["target"].setText(f"{job['executor']} {job['method']} {job['target']}")
@@ -95,9 +127,19 @@ class JobDetails(QWidget):
         self.fields["options"].setText(f"{job['priority']} · {timeout}")
         self.fields["key"].setText(job["key"] or "–")
         self.fields["error"].setText(job["last_error"] or "–")
-        payload = job["payload"]
-        self.fields["payload"].setText(json.dumps(json.loads(payload), indent=1)[:2000] if payload else "none")
+        self.fields["payload"].setText(_payload(job["payload"]))
         self.attempts.set_rows(sorted(job["runs"], key=lambda r: (r["attempt"], r["id"])), {"names": names})
+
+
+def _payload(payload: str | None) -> str:
+    """Pretty JSON, or the text as it is: a plain SQL insert can store anything."""
+    if not payload:
+        return "none"
+    try:
+        shown = json.dumps(json.loads(payload), indent=1)
+    except ValueError:
+        shown = payload
+    return shown[:2000]
 
 
 SEARCH_PAUSE = 300  # ms of no typing before the text filter goes to the database
@@ -141,10 +183,11 @@ class JobsView(QWidget):
         filters.addWidget(self.search, 1)
         box.addLayout(filters)
         self.model = JobsModel(self)
-        self.table = table(self.model)
+        self.table = table(self.model, stretch=7)
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
-        fit_columns(self.table, (64, 110, 220, 70, 100, 110, 110))
+        fit_columns(self.table, (56, 100, 160, 70, 100, 100, 100, 160))
+        arrange(self.table, (0, 1, 2, 7, 4, 3, 5, 6))  # the error beside the job; times last
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
         box.addWidget(self.table)
         lower.addWidget(left)
@@ -179,6 +222,11 @@ class JobsView(QWidget):
             self.model.set_rows(snapshot["jobs"], {"names": snapshot["names"]})
             if self._selected is not None and self.selected_job() is None:
                 self.select(self._selected)
+            shown = self.selected_job()
+            if shown is not None and shown["id"] != self._selected:
+                # Qt moved the selection to a neighbour when the selected job's row left: it is not the job
+                # the details show, so nothing is selected until the user picks (or the job comes back).
+                self.table.clearSelection()
         finally:
             self._updating = False
         job = snapshot["job"]

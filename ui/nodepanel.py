@@ -1,15 +1,16 @@
-"""This machine's node: its state, clock, the countdown to its next turn, and its Pause/Resume/Drain buttons."""
+"""This machine's node: its state, clock, the countdown to its next turn, and its Pause/Resume/Drain/Start
+buttons."""
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QFormLayout, QFrame, QHBoxLayout, QLabel, QProgressBar, QToolButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QFormLayout, QFrame, QGridLayout, QHBoxLayout, QLabel, QProgressBar, QSizePolicy,
+                               QToolButton, QVBoxLayout, QWidget)
 
 from . import text, theme
 
 
 class NodePanel(QWidget):
     def __init__(self, actions, parent=None):
-        """`actions`: the Pause, Resume and Drain QActions (with their shortcuts) the buttons trigger."""
+        """`actions`: the Pause, Resume, Drain and Start QActions (with their shortcuts) the buttons trigger."""
         super().__init__(parent)
         self.snapshot: dict | None = None
         self.cycle = 1.0
@@ -47,8 +48,8 @@ class NodePanel(QWidget):
             ("offset", "Clock offset", "Database time minus this machine's wall clock, ± the error bound"),
             ("rtt", "Round trip", "Round trip of the best clock sample"),
             ("turns", "Turns taken", "Slots this node polled the queue in since it started"),
-            ("running", "Running", "Jobs running here now / capacity"),
-            ("done", "Done · failed", "Runs finished here since the node started"),
+            ("running", "Running", "Jobs running here / capacity, as of its last check-in (as the peers table)"),
+            ("done", "Done · failed", "Runs finished here since the node started, as of its last check-in"),
             ("database", "Database", "Whether this node's last check-in reached the database"),
         ):
             value = QLabel("–")
@@ -60,13 +61,13 @@ class NodePanel(QWidget):
             self.fields[key] = value
         layout.addLayout(form)
 
-        buttons = QHBoxLayout()
-        for action in actions:
+        buttons = QGridLayout()  # two by two: the labels say "this machine", too long for one row in the dock
+        for n, action in enumerate(actions):
             button = QToolButton()
             button.setDefaultAction(action)
             button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-            buttons.addWidget(button)
-        buttons.addStretch(1)
+            button.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+            buttons.addWidget(button, n // 2, n % 2)
         layout.addLayout(buttons)
         self.note = QLabel("", objectName="muted")
         self.note.setWordWrap(True)
@@ -76,7 +77,7 @@ class NodePanel(QWidget):
 
     def _badge(self, label: str, colour: str) -> None:
         self.badge.setText(label)
-        _restyle(self.badge, f"background: {colour};")
+        _restyle(self.badge, f"background: {colour}; color: {theme.ink(colour)};")
 
     def observe_only(self) -> None:
         self.observing = True
@@ -84,8 +85,9 @@ class NodePanel(QWidget):
         self.name.setText("no node on this machine")
         self.note.setText("This app only watches the farm. Start it without --observe to run this machine's node.")
 
-    def show_node(self, node: dict | None, cycle: float) -> None:
-        """`cycle`: seconds between two turns of the same machine (roster size × period)."""
+    def show_node(self, node: dict | None, cycle: float, row: dict | None = None) -> None:
+        """`cycle`: seconds between two turns of the same machine (roster size × period). `row`: the node's
+        machine row from the same snapshot; its counts are shown, so they agree with the peers table."""
         self.snapshot = node
         self.cycle = cycle
         if node is None:
@@ -96,14 +98,17 @@ class NodePanel(QWidget):
                                       if node["offset"] is not None else "not measured")
         self.fields["rtt"].setText(text.ms(node["rtt"]))
         self.fields["turns"].setText(f"{node['turns']:,}")
-        self.fields["running"].setText(f"{node['running']} / {node['capacity']}")
-        self.fields["done"].setText(f"{node['done']:,} · {node['failed']:,}")
+        running, done, failed = ((row["running"], row["done_count"], row["failed_count"]) if row
+                                 else (node["running"], node["done"], node["failed"]))
+        self.fields["running"].setText(f"{running} / {node['capacity']}")
+        self.fields["done"].setText(f"{done:,} · {failed:,}")
         healthy = node["db_healthy"]
         self.fields["database"].setText("reachable" if healthy else f"unreachable: {node['last_error'] or ''}")
         _restyle(self.fields["database"], "" if healthy else f"color: {theme.MACHINE_STATE['dead']}")
         notes = {"paused": "Paused: out of the turns, still renewing its running jobs. Resume to rejoin.",
                  "draining": "Draining: finishing its running jobs, then the node stops.",
-                 "stopped": "Stopped: this machine takes no turns and runs no jobs."}
+                 "stopped": "Stopped: this machine takes no turns and runs no jobs. Start This Machine "
+                            "brings it back."}
         self.note.setText(notes.get(node["state"], ""))
 
     def tick(self, elapsed: float) -> None:

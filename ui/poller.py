@@ -4,7 +4,9 @@ It opens the farm (retrying while the database is unreachable), starts this
 machine's node unless the app only observes, polls a `Dashboard` snapshot
 every `interval` seconds, and runs operators' actions in order between polls.
 Everything reaches the GUI through queued signals: snapshots, health changes,
-action results. On `stop()` it stops the node (handing its jobs back) and
+action results, and any unexpected error in a poll or an action (logged with
+its traceback and reported; the worker goes on, so one bug cannot stop this
+machine's node). On `stop()` it stops the node (handing its jobs back) and
 closes the farm, then emits `finished`. It holds on to the last snapshots it
 sent, so an old snapshot is freed here rather than on the GUI thread when the
 window lets go of it (freeing 10,000 run rows takes milliseconds).
@@ -12,6 +14,7 @@ window lets go of it (freeing 10,000 run rows takes milliseconds).
 
 import logging
 import queue
+import re
 import threading
 import time
 from collections import deque
@@ -33,13 +36,21 @@ log = logging.getLogger("ui.poller")
 
 # Errors that mean "the database is not answering" rather than "the operator asked for something wrong".
 UNREACHABLE = (exc.OperationalError, exc.InterfaceError, exc.TimeoutError, DatabaseUnavailable, OSError)
+# The server turned our credentials down (PostgreSQL, libpq, SQL Server): retrying them cannot help.
+REFUSED = re.compile(r"password authentication failed|no password supplied|login failed for user", re.IGNORECASE)
 _STOP = object()
 _POLL = object()
+_START_NODE = object()
 
 
 def one_line(error: BaseException) -> str:
     text = str(getattr(error, "orig", None) or error).strip()
     return mask(text.splitlines()[0] if text else type(error).__name__)
+
+
+def unexpected(error: BaseException) -> str:
+    """A bug's one line: its type too, since `KeyError('x')` alone reads "'x'"."""
+    return f"{type(error).__name__}: {one_line(error)}"
 
 
 class Poller(QObject):
@@ -48,6 +59,8 @@ class Poller(QObject):
     opened = Signal(object)         # {"database", "node_id"} once the farm is open (and the node started)
     snapshot = Signal(object)       # a Dashboard snapshot, plus "node" and "read_ms"
     health = Signal(str, str)      # "connecting" | "ok" | "lost" | "error", and a one-line reason
+    refused = Signal(str)          # the database turned our credentials down (final: the worker ends)
+    failed = Signal(str, str)      # what failed unexpectedly (a bug, not the database), one line
     done = Signal(str, bool, str)  # action label, succeeded, one-line message
     finished = Signal()
 
@@ -80,6 +93,10 @@ class Poller(QObject):
         """Run `action(farm)` on the worker; its return value (or error) comes back through `done`."""
         self._requests.put((label, action))
 
+    def start_node(self) -> None:
+        """Start this machine's node again once it has stopped (drained); `opened` tells its new id."""
+        self._requests.put(_START_NODE)
+
     def stop(self) -> None:
         self._requests.put(_STOP)
 
@@ -97,6 +114,8 @@ class Poller(QObject):
         try:
             if self._open():
                 self._serve()
+        except Exception:  # a bug in the loop itself: the window shows that the worker stopped
+            log.exception("the background worker")
         finally:
             self._close()
             self.finished.emit()
@@ -110,23 +129,38 @@ class Poller(QObject):
                 self.farm = Farm(self.url, read_only=self.node_options is None)  # watching changes nothing
                 dashboard = Dashboard(self.farm.store, FarmTiming.of(self.farm.settings()))
                 if self.node_options is not None:
-                    options = dict(self.node_options)
-                    skew = options.pop("clock_skew", 0.0)
-                    self.node = self.farm.node(clock=SystemClock(skew), **options).start()
+                    self.node = self._new_node()
                 break
             except UNREACHABLE as error:
                 self._discard_farm()
+                if REFUSED.search(str(error)):
+                    self.health.emit("error", one_line(error))
+                    self.refused.emit(one_line(error))
+                    return False
                 self.health.emit("lost", f"cannot reach the database: {one_line(error)}; retrying")
             except QPError as error:  # bad settings or a newer schema: retrying will not help
                 self._discard_farm()
                 self.health.emit("error", one_line(error))
                 return False
+            except Exception as error:  # a bug: say so rather than retry it forever
+                log.exception("opening %s", mask(self.url))
+                self._discard_farm()
+                self.health.emit("error", f"opening the farm failed: {unexpected(error)}")
+                return False
             if self._wait(delay) is _STOP:
                 return False
             delay = min(5.0, delay * 2)
         self.dashboard = dashboard
-        self.opened.emit({"database": mask(self.url), "node_id": self.node.id if self.node else None})
+        self._opened()
         return True
+
+    def _new_node(self):
+        options = dict(self.node_options)
+        skew = options.pop("clock_skew", 0.0)
+        return self.farm.node(clock=SystemClock(skew), **options).start()
+
+    def _opened(self) -> None:
+        self.opened.emit({"database": mask(self.url), "node_id": self.node.id if self.node else None})
 
     def _discard_farm(self) -> None:
         if self.farm is not None:
@@ -148,26 +182,39 @@ class Poller(QObject):
                 return
             if isinstance(request, tuple):
                 self._run_action(*request)
+            elif request is _START_NODE:
+                self._run_action("Start node", self._restart_node)
             elif request is None or request is _POLL:
                 healthy = self._poll(healthy)
                 next_poll = time.monotonic() + (self.interval if healthy else max(1.0, self.interval))
                 continue
             next_poll = min(next_poll, time.monotonic())  # show the action's effect at once
 
+    def _restart_node(self, _farm) -> str:
+        if self.node is None or not self.node.stopped.is_set():
+            return "this machine's node is already running"
+        self.node = self._new_node()
+        self._opened()
+        return f"this machine rejoined the farm as machine {self.node.id}"
+
     def _poll(self, healthy: bool | None) -> bool:
         started = time.monotonic()
         try:
             snap = self.dashboard.read(self.query)
+            snap["read_ms"] = (time.monotonic() - started) * 1000
+            snap["mono"] = started
+            snap["node"] = self.node.snapshot() if self.node else None
+            prepare(snap)
         except UNREACHABLE as error:
             self.health.emit("lost", f"database unreachable: {one_line(error)}; retrying")
             return False
         except exc.SQLAlchemyError as error:
             self.health.emit("lost", f"database error: {one_line(error)}; retrying")
             return False
-        snap["read_ms"] = (time.monotonic() - started) * 1000
-        snap["mono"] = started
-        snap["node"] = self.node.snapshot() if self.node else None
-        prepare(snap)
+        except Exception as error:  # a bug in reading or preparing: report it, keep the node and the loop going
+            log.exception("reading the farm")
+            self.failed.emit("Reading the farm", unexpected(error))
+            return bool(healthy)
         if not healthy:
             self.health.emit("ok", "connected")
         self.send(snap)
@@ -183,6 +230,9 @@ class Poller(QObject):
             message = action(self.farm)
         except (QPError, exc.SQLAlchemyError, OSError) as error:
             self.done.emit(label, False, one_line(error))
+        except Exception as error:  # a bug in the action: it fails alone, the worker goes on
+            log.exception("%s", label)
+            self.done.emit(label, False, unexpected(error))
         else:
             self.done.emit(label, True, message)
 

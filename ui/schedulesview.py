@@ -7,8 +7,6 @@ action goes out through `act` as a function of the farm, for the window to run
 on the worker thread, and the next snapshot shows its effect.
 """
 
-from datetime import datetime
-
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMenu, QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget
@@ -17,23 +15,16 @@ from queueprocessor import singletons
 from queueprocessor.output import format_time
 
 from . import text, theme
+from .dialogs import confirm
 from .jobsview import fit_columns, table
 from .models import BACKGROUND, DECORATION, FOREGROUND, ROW_ROLE, TOOLTIP, Column, SnapshotModel
-
-
-def local(epoch: float | None, now: float) -> str:
-    """A database time as the local clock, with the date if it is not today's."""
-    if epoch is None:
-        return ""
-    shown = datetime.fromtimestamp(epoch)
-    return shown.strftime("%H:%M:%S" if shown.date() == datetime.fromtimestamp(now).date() else "%Y-%m-%d %H:%M")
 
 
 def when(epoch: float | None, now: float) -> str:
     """A time to come as the local clock and how far off it is."""
     if epoch is None:
         return "–"
-    return f"{local(epoch, now)} · in {text.duration(max(0.0, epoch - now))}"
+    return f"{text.clock(epoch, millis=False)} · in {text.duration(max(0.0, epoch - now))}"
 
 
 def _machine(machine_id: int | None, context: dict) -> str:
@@ -62,7 +53,7 @@ class SchedulesModel(SnapshotModel):
                tip="The next occurrence, in your time zone, and how far off it is in database time"),
         Column("Last run", _last, tip="What became of the last occurrence's job"),
         Column("Machine", lambda r, c: _machine(r["last_machine"], c), tip="The machine that ran the last occurrence"),
-        Column("Finished", lambda r, c: local(r["last_finished"], c["db_now"]), lambda r, c: r["last_finished"] or 0,
+        Column("Finished", lambda r, c: text.clock(r["last_finished"], millis=False), lambda r, c: r["last_finished"] or 0,
                tip="When the last occurrence's job finished (in your time zone)"),
     ]
     styled = frozenset((BACKGROUND, DECORATION, FOREGROUND, TOOLTIP))
@@ -101,7 +92,7 @@ class SingletonsModel(SnapshotModel):
                    "(removed)"),
         Column("Machine", lambda r, c: _machine(r["owner"], c) if r["state"] == "running" else "",
                tip="The machine holding it now"),
-        Column("Since", lambda r, c: local(r["started_at"], c["db_now"]) if r["state"] == "running" else "",
+        Column("Since", lambda r, c: text.clock(r["started_at"], millis=False) if r["state"] == "running" else "",
                lambda r, c: r["started_at"] or 0, tip="When this machine took it (in your time zone)"),
         Column("Fence", lambda r, c: str(r["fence"]), "fence", True,
                "Bumped by every takeover: a holder quoting an older fence has lost it"),
@@ -277,17 +268,7 @@ class SchedulesView(QWidget):
                                                 lambda farm: singletons.remove(farm.store, name)))
 
     def _confirm(self, question: str, detail: str, then) -> None:
-        """Ask before an action that cannot be undone (without blocking: the window keeps drawing)."""
-        box = QMessageBox(QMessageBox.Icon.Question, "QueueProcessor", question,
-                          QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, self)
-        box.setObjectName("confirmRemove")
-        box.setInformativeText(detail)
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        box.button(QMessageBox.StandardButton.Yes).setText("Remove")
-        box.buttonClicked.connect(
-            lambda button: box.standardButton(button) == QMessageBox.StandardButton.Yes and then())
-        box.open()
-        self.confirm = box
+        self.confirm = confirm(self, "confirmRemove", question, detail, "Remove", then)
 
 
 def _waiting(cancelled: int) -> str:

@@ -3,18 +3,41 @@
 from datetime import datetime
 
 
+def local(epoch: float) -> datetime | None:
+    """A database time as a local datetime; None for one no calendar holds (year 10000, say, written by SQL)."""
+    try:
+        return datetime.fromtimestamp(epoch)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def raw(epoch: float) -> str:
+    """A time no calendar holds, as the epoch seconds it is stored as."""
+    return f"epoch {epoch:.3f} s"
+
+
 def clock(epoch: float | None, millis: bool = True) -> str:
+    """Time of day for today's times; other days with their date; out-of-calendar times as epoch seconds."""
     if epoch is None:
         return "–"
-    text = datetime.fromtimestamp(epoch).strftime("%H:%M:%S.%f")
+    shown = local(epoch)
+    if shown is None:
+        return raw(epoch)
+    if shown.date() != datetime.now().date():
+        return shown.strftime("%Y-%m-%d %H:%M:%S")
+    text = shown.strftime("%H:%M:%S.%f")
     return text[:-3] if millis else text[:-7]
 
 
 def stamp(epoch: float | None) -> str:
-    """Date and time to the millisecond, for details panes."""
+    """Time to the millisecond, for details panes, with the date unless it is today."""
     if epoch is None:
         return "–"
-    return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    shown = local(epoch)
+    if shown is None:
+        return raw(epoch)
+    today = shown.date() == datetime.now().date()
+    return shown.strftime("%H:%M:%S.%f" if today else "%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def ms(seconds: float | None, signed: bool = False) -> str:

@@ -15,21 +15,26 @@ from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QP
 from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QApplication
 
-RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+# resources/ sits beside the package in a checkout; an installed wheel carries it as ui/resources (pyproject
+# maps the one to the other).
+_HERE = Path(__file__).resolve().parent
+RESOURCES = _HERE / "resources" if (_HERE / "resources").is_dir() else _HERE.parent / "resources"
 
-# Outcome of a run, state of a job: one colour each, readable on light and dark backgrounds.
+# Outcome of a run, state of a job: one colour each, at least 3:1 against the light and the dark plot
+# background (WCAG AA for graphics). As text, pass them through `readable`.
 OUTCOME = {
     "running": "#3b82f6",
     "succeeded": "#22a05b",
     "failed": "#dc4a4a",
     "timeout": "#a855f7",
-    "lost": "#e8891b",
+    "lost": "#d97706",
     "cancelled": "#8b919b",
 }
-JOB_STATE = {"queued": "#d4a72c", "running": OUTCOME["running"], "succeeded": OUTCOME["succeeded"],
+JOB_STATE = {"queued": "#b7791f", "running": OUTCOME["running"], "succeeded": OUTCOME["succeeded"],
              "failed": OUTCOME["failed"], "cancelled": OUTCOME["cancelled"]}
-MACHINE_STATE = {"active": "#22a05b", "paused": "#d4a72c", "draining": "#3b82f6", "stopped": "#8b919b",
-                 "dead": "#dc4a4a"}
+# Darker: the state badge writes white on them (4.5:1), and as dots they still stand 3:1 off a dark base.
+MACHINE_STATE = {"active": "#15803d", "paused": "#a16207", "draining": "#2563eb", "stopped": "#6b7280",
+                 "dead": "#dc2626"}
 
 
 @dataclass(frozen=True)
@@ -54,12 +59,12 @@ class Scheme:
 
 LIGHT = Scheme("light", window="#f3f4f6", base="#ffffff", alt_base="#f7f8fa", text="#1f2328", muted="#6b7280",
                border="#d5d9e0", accent="#2563eb", highlight_text="#ffffff", plot_bg="#ffffff",
-               lane_bg="#f1f3f6", dead_bg="#fde2e2", unsynced_bg="#fff4d6", faint_slot="#c9d6ee",
-               turn="#8fb0f5", turn_claimed="#1d4ed8")
+               lane_bg="#f1f3f6", dead_bg="#fde2e2", unsynced_bg="#fff4d6", faint_slot="#e3eaf7",
+               turn="#6b8ee0", turn_claimed="#1e3a8a")
 DARK = Scheme("dark", window="#1e2126", base="#16181c", alt_base="#1b1e23", text="#e6e8eb", muted="#9aa3ae",
               border="#343a42", accent="#4f8cff", highlight_text="#ffffff", plot_bg="#16181c",
-              lane_bg="#1f232a", dead_bg="#4a1f22", unsynced_bg="#45391a", faint_slot="#2f3d57",
-              turn="#34558f", turn_claimed="#8db4ff")
+              lane_bg="#1f232a", dead_bg="#4a1f22", unsynced_bg="#45391a", faint_slot="#222a38",
+              turn="#3f63b0", turn_claimed="#a9c7ff")
 
 
 class Theme(QObject):
@@ -114,10 +119,42 @@ def palette(s: Scheme) -> QPalette:
 
 def style_sheet(s: Scheme) -> str:
     """resources/style.qss with the scheme's colours put in for its @names."""
-    text = (RESOURCES / "style.qss").read_text()
+    text = (RESOURCES / "style.qss").read_text().replace("@arrows", (RESOURCES / "icons" / "arrows").as_posix())
     for name in sorted(Scheme.__dataclass_fields__, key=len, reverse=True):
         text = text.replace(f"@{name}", getattr(s, name))
     return text
+
+
+def luminance(colour: str) -> float:
+    """WCAG relative luminance of a #rrggbb colour."""
+    channels = (int(colour[n:n + 2], 16) / 255 for n in (1, 3, 5))
+    r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG contrast ratio of two colours, 1 to 21."""
+    light, dark = sorted((luminance(a), luminance(b)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def ink(background: str) -> str:
+    """The text colour to write on a filled background: white or near-black, whichever reads better."""
+    return "#ffffff" if contrast("#ffffff", background) >= contrast("#1f2328", background) else "#1f2328"
+
+
+@cache
+def readable(colour: str, background: str, ratio: float = 4.5) -> str:
+    """`colour` darkened or lightened (hue kept) until text in it reads on `background` (WCAG AA: 4.5:1)."""
+    shade = QColor(colour)
+    towards = QColor("#000000" if luminance(background) > 0.18 else "#ffffff")
+    for step in range(21):
+        t = step / 20
+        mixed = QColor.fromRgbF(*(a + (b - a) * t for a, b in ((shade.redF(), towards.redF()),
+                                (shade.greenF(), towards.greenF()), (shade.blueF(), towards.blueF()))))
+        if contrast(mixed.name(), background) >= ratio:
+            return mixed.name()
+    return towards.name()
 
 
 def current() -> Scheme:

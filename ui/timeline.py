@@ -12,15 +12,14 @@ import pyqtgraph as pg
 from PySide6.QtCore import Signal
 
 from . import text, theme
-from .lanes import LanePlot, bars
+from .lanes import LanePlot, bars, own_machine
 
 
 class SlotsTimeline(LanePlot):
     follow_changed = Signal(bool)
 
     def __init__(self, parent=None):
-        super().__init__("Turn slots in database time — strong: a turn that claimed jobs · pale: a turn that "
-                         "found nothing due · faint: upcoming", parent)
+        super().__init__("Turns in database time", parent)
         self.period = 1.0
         self.span = 60.0
         self.ahead = 8.0
@@ -38,12 +37,18 @@ class SlotsTimeline(LanePlot):
         self.manually_moved.connect(lambda: self.set_follow(False))
         self.restyle()
 
+    def legend(self) -> list[tuple[str, str, str]]:
+        scheme = theme.current()
+        return [("fill", scheme.turn_claimed, "claimed jobs"), ("fill", scheme.turn, "found nothing due"),
+                ("outline", scheme.muted, "upcoming"), ("line", theme.OUTCOME["failed"], "now")]
+
     def restyle(self) -> None:
         super().restyle()
         if not hasattr(self, "now_line"):
             return
         scheme = theme.current()
-        self.upcoming_bars.setOpts(brush=scheme.faint_slot)
+        # Upcoming turns differ from taken ones by their outline, not by a shade (both schemes keep 3:1).
+        self.upcoming_bars.setOpts(brush=scheme.faint_slot, pen=pg.mkPen(scheme.muted, width=1))
         self.turn_bars.setOpts(brush=scheme.turn)
         self.claim_bars.setOpts(brush=scheme.turn_claimed)
         self.now_line.setPen(pg.mkPen(theme.OUTCOME["failed"], width=2))
@@ -67,7 +72,7 @@ class SlotsTimeline(LanePlot):
     def draw(self, snapshot: dict) -> None:
         plot = snapshot["plot"]
         self.period = period = snapshot["period"]
-        self.set_lanes(plot["lanes"], snapshot["names"])
+        self.set_lanes(plot["lanes"], snapshot["names"], own_machine(snapshot))
         self.turns = {t["slot"]: t for t in snapshot["turns"]}
         self.upcoming = {slot: machine for slot, machine in snapshot["upcoming"] if slot not in self.turns}
         width = period * 0.92
@@ -95,7 +100,7 @@ class SlotsTimeline(LanePlot):
         if self.follow:
             self.view.setXRange(now - self.span, now + self.ahead, padding=0)
 
-    def text_at(self, x: float, machine_id: int) -> str | None:
+    def text_at(self, x: float, machine_id: int, y: float | None = None) -> str | None:
         slot = math.floor(x / self.period)
         name = self.names.get(machine_id, f"#{machine_id}")
         turn = self.turns.get(slot)

@@ -24,11 +24,14 @@ class JobContext:
 
 
 class JobFailed(Exception):
-    """The work ran and did not succeed; the message is the run's error, `output` what it printed."""
+    """The work ran and did not succeed; the message is the run's error, `output` what it printed.
+    `permanent`: no retry could succeed (the callable does not exist, the host is not allowed), so the job
+    fails at once instead of backing off through its attempts."""
 
-    def __init__(self, message: str, output: str | None = None):
+    def __init__(self, message: str, output: str | None = None, permanent: bool = False):
         super().__init__(message)
         self.output = output
+        self.permanent = permanent
 
 
 OUTPUT_LIMIT = 4000  # characters of output kept with a run (the end: that is where errors are)

@@ -53,8 +53,10 @@ class CommandExecutor(Executor):
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True,
             )
-        except OSError as error:
-            raise JobFailed(f"command {argv[0]!r} could not start: {error.strerror or error}") from None
+        except OSError as error:  # not there, not executable: a retry would fare no better
+            permanent = isinstance(error, (FileNotFoundError, PermissionError, NotADirectoryError))
+            raise JobFailed(f"command {argv[0]!r} could not start: {error.strerror or error}",
+                            permanent=permanent) from None
         tail: deque[bytes] = deque()
         try:
             await asyncio.gather(self._feed(process, job.payload), self._collect(process, tail))

@@ -2,9 +2,13 @@
 or to an absolute URL on a host in the node's allow-list (default: this machine only).
 
 The fence token travels in X-QP-Fence so the downstream service can refuse a
-writer that lost its lease.
+writer that lost its lease. A POST sends the payload as its JSON body; a GET sends
+it as query parameters, which only a flat JSON object of scalars can be (see
+query_of): any other payload fails the run at once, with the reason.
 """
 
+import json
+import sys
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
@@ -19,6 +23,14 @@ LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 # requests in flight (encode/httpx#3215; 32 at once to a local server: about 320 requests/s through one
 # client, 750 through eight).
 CLIENTS = 8
+
+# httpcore asks `import sniffio` which event loop it runs under, several times per request; sniffio is optional
+# (anyio 4 no longer installs it), and where it is missing each of those imports searched sys.path again and
+# failed: a sixth of a node's CPU per HTTP job. Its absence, recorded once, makes the answer instant.
+try:
+    import sniffio  # noqa: F401
+except ImportError:
+    sys.modules.setdefault("sniffio", None)
 
 
 def check_syntax(spec: JobSpec) -> str | None:
@@ -39,6 +51,23 @@ def _split(url: str, what: str):
         return urlsplit(url)
     except ValueError as error:  # e.g. "[::1" or a host that NFKC normalisation would change
         raise InvalidJob(f"{what} is not a valid URL ({error})") from None
+
+
+def query_of(payload: str | None) -> dict[str, str] | None:
+    """A GET's payload as query parameters: a flat JSON object of scalars, strings as they are and other values as
+    JSON (`{"day": "2026-11-22", "full": true}` -> `?day=2026-11-22&full=true`). Anything else cannot be sent
+    with a GET: the run fails for good, saying so."""
+    if payload is None:
+        return None
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or any(isinstance(v, (dict, list)) for v in data.values()):
+        raise JobFailed(f"a GET sends its payload as query parameters, so it must be a flat JSON object such as "
+                        f'{{"day": "2026-11-22"}}, not {payload[:80]}: use POST to send it as a JSON body',
+                        permanent=True)
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in data.items()}
 
 
 class HttpExecutor(Executor):
@@ -75,9 +104,9 @@ class HttpExecutor(Executor):
         try:  # checked again as the HTTP client itself reads it, so no two parsers can disagree on the host
             host = httpx.URL(url).host
         except httpx.InvalidURL as error:
-            raise JobFailed(f"{job.method} {url}: not a valid URL ({error})") from None
+            raise JobFailed(f"{job.method} {url}: not a valid URL ({error})", permanent=True) from None
         if host not in self.allowed_hosts:
-            raise JobFailed(f"{job.method} {url}: host {host!r} is not allowed on this machine")
+            raise JobFailed(f"{job.method} {url}: host {host!r} is not allowed on this machine", permanent=True)
         headers = {
             "X-QP-Job": str(job.id),
             "X-QP-Attempt": str(job.attempts),
@@ -87,8 +116,10 @@ class HttpExecutor(Executor):
         body = job.payload.encode() if job.method == "POST" and job.payload is not None else None
         if body is not None:
             headers["Content-Type"] = "application/json"
+        params = query_of(job.payload) if job.method == "GET" else None
         try:
-            response = await self._clients[job.id % CLIENTS].request(job.method, url, headers=headers, content=body)
+            response = await self._clients[job.id % CLIENTS].request(job.method, url, headers=headers, content=body,
+                                                                     params=params)
         except httpx.HTTPError as error:
             raise JobFailed(f"{job.method} {url}: {type(error).__name__}: {error}") from None
         excerpt = response.text[:500]

@@ -50,18 +50,20 @@ def resolve(target: str, allowed: tuple[str, ...]):
     try:
         thing = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
-        raise JobFailed(f"Python job {target}: no module named {error.name!r} on this machine") from None
+        raise JobFailed(f"Python job {target}: no module named {error.name!r} on this machine",
+                        permanent=True) from None
     for part in path.split("."):
         try:
             thing = getattr(thing, part)
         except AttributeError:
-            raise JobFailed(f"Python job {target}: {module_name} has no attribute {path!r}") from None
+            raise JobFailed(f"Python job {target}: {module_name} has no attribute {path!r}",
+                            permanent=True) from None
         home = thing.__name__ if inspect.ismodule(thing) else getattr(thing, "__module__", None)
         if (home is not None or callable(thing)) and not (isinstance(home, str) and module_allowed(home, allowed)):
             raise JobFailed(f"Python job {target}: {part} is from module {home!r}, which is not allowed on this "
-                            "machine")
+                            "machine", permanent=True)
     if not callable(thing):
-        raise JobFailed(f"Python job {target}: {path} is a {type(thing).__name__}, not a function")
+        raise JobFailed(f"Python job {target}: {path} is a {type(thing).__name__}, not a function", permanent=True)
     return thing
 
 
@@ -94,7 +96,8 @@ class PythonExecutor(Executor):
         self.allowed_modules = tuple(allowed_modules)
         self.workers = workers
         self._pool: ThreadPoolExecutor | None = None  # made on first use, on the runner's loop
-        self._functions: dict[str, Callable] = {}  # targets resolved already (the allow-list does not change)
+        # Targets resolved already (the allow-list does not change), each with whether it is an `async def`.
+        self._functions: dict[str, tuple[Callable, bool]] = {}
 
     def validate(self, spec: JobSpec) -> None:
         module, _ = parse_target(spec.target)
@@ -106,12 +109,13 @@ class PythonExecutor(Executor):
         loop = asyncio.get_running_loop()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="qp-python")
-        function = self._functions.get(job.target)
-        if function is None:
+        known = self._functions.get(job.target)
+        if known is None:
             self.validate(JobSpec(executor=self.name, target=job.target))
             function = await loop.run_in_executor(self._pool, resolve, job.target, self.allowed_modules)
-            self._functions[job.target] = function
-        if inspect.iscoroutinefunction(inspect.unwrap(function)):
+            known = self._functions[job.target] = function, inspect.iscoroutinefunction(inspect.unwrap(function))
+        function, is_async = known
+        if is_async:
             try:
                 return _output(await function(json.loads(job.payload) if job.payload else None, context))
             except asyncio.CancelledError:

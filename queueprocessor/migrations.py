@@ -1,0 +1,42 @@
+"""Upgrades a farm database made by an older QueueProcessor to this one's schema, in place, as a node starts.
+
+One step per schema version. The first node to start with newer code locks the version row, runs the
+steps and bumps the version, all in one transaction; a node starting beside it waits for that lock and
+then finds nothing left to do. Nodes still running the older code go on working: no step changes a table
+or a column, only how they are indexed.
+"""
+
+from sqlalchemy import Column, Index, MetaData, String, Table, select, update
+from sqlalchemy.engine import Connection, Engine
+
+from . import schema
+
+# What step 1 to 2 needs of version 1's qp_jobs, apart from the current tables (an index made on them would join
+# the current schema).
+_VERSION_1_JOBS = Table("qp_jobs", MetaData(), Column("state", String(16)))
+
+
+def _index_queued_jobs_only(conn: Connection) -> None:
+    """1 to 2: the claim's index holds queued jobs only, so a claim and a finish add no entry to it, and
+    failed or cancelled jobs get one of their own for look-ups by state (it held every job before)."""
+    for index in schema.jobs.indexes:
+        if index.name in ("ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"):
+            index.create(conn, checkfirst=True)
+    Index("ix_qp_jobs_queue", _VERSION_1_JOBS.c.state).drop(conn, checkfirst=True)
+
+
+# The step that upgrades a database from each version to the next.
+STEPS = {1: _index_queued_jobs_only}
+
+
+def upgrade(engine: Engine) -> int | None:
+    """Bring an older farm database up to schema.SCHEMA_VERSION; the version it had, or None if it was current."""
+    version_row = schema.meta.c.key == "schema_version"
+    with engine.begin() as conn:  # SQLite: BEGIN IMMEDIATE, its write lock (see database)
+        found = conn.execute(select(schema.meta.c.value).where(version_row).with_for_update()).scalar()
+        if found is None or int(found) >= schema.SCHEMA_VERSION:
+            return None
+        for version in range(int(found), schema.SCHEMA_VERSION):
+            STEPS[version](conn)
+        conn.execute(update(schema.meta).where(version_row).values(value=str(schema.SCHEMA_VERSION)))
+        return int(found)

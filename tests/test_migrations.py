@@ -1,0 +1,74 @@
+"""A farm database made by an older QueueProcessor is upgraded in place when a node starts, and goes on working."""
+
+import threading
+
+from sqlalchemy import inspect, select, text, update
+
+from queueprocessor import schema
+from queueprocessor.farm import Farm
+from queueprocessor.store import JobSpec
+
+JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
+
+
+def make_version_1(url: str) -> int:
+    """A farm database as schema version 1 left it (its claim index held every job, state first; failed
+    jobs had no index of their own), with one job waiting in it. The id of that job."""
+    with Farm(url) as farm:
+        waiting = farm.store.enqueue(JOB)[0]
+        on = " ON qp_jobs" if farm.engine.dialect.name == "mssql" else ""
+        with farm.engine.begin() as conn:
+            conn.execute(text(f"DROP INDEX ix_qp_jobs_queued{on}"))
+            conn.execute(text(f"DROP INDEX ix_qp_jobs_ended_badly{on}"))
+            conn.execute(text("CREATE INDEX ix_qp_jobs_queue ON qp_jobs (state, priority DESC, run_at, id)"))
+            conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="1"))
+    return waiting
+
+
+def shape(farm: Farm) -> tuple[str, set[str]]:
+    with farm.engine.connect() as conn:
+        version = conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).scalar()
+        return version, {index["name"] for index in inspect(conn).get_indexes("qp_jobs")}
+
+
+def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
+    waiting = make_version_1(db_url)
+    with Farm(db_url) as farm:
+        version, indexes = shape(farm)
+        assert version == str(schema.SCHEMA_VERSION) == "2"
+        assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
+        assert "ix_qp_jobs_queue" not in indexes
+
+        store = farm.store
+        fresh = store.enqueue(JOB)[0]
+        me = store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        claimed = {job.id: job for job in store.claim(me, 4, 30.0)}
+        assert set(claimed) == {waiting, fresh}, "the job from before the upgrade and a new one are claimed"
+        assert store.claim(me, 4, 30.0) == []
+        assert store.finish(claimed[waiting], me, "succeeded") == "succeeded"
+        assert store.finish(claimed[fresh], me, "failed", error="boom") == "failed"
+        assert [job["id"] for job in store.list_jobs("succeeded")] == [waiting]
+        assert [job["id"] for job in store.list_jobs("failed")] == [fresh]
+        assert store.list_jobs("queued") == []
+        assert store.job_counts() == {"queued": 0, "running": 0, "succeeded": 1, "failed": 1, "cancelled": 0}
+
+
+def test_nodes_starting_together_upgrade_once(db_url):
+    make_version_1(db_url)
+    errors = []
+
+    def start():
+        try:
+            Farm(db_url).close()
+        except Exception as error:  # noqa: BLE001 - reported below, the test's own thread
+            errors.append(error)
+
+    starters = [threading.Thread(target=start, name="qp-test-start") for _ in range(3)]
+    for starter in starters:
+        starter.start()
+    for starter in starters:
+        starter.join()
+    assert errors == []
+    with Farm(db_url) as farm:
+        version, indexes = shape(farm)
+    assert version == "2" and "ix_qp_jobs_queue" not in indexes and "ix_qp_jobs_queued" in indexes
