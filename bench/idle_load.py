@@ -58,7 +58,7 @@ def measure(server, nodes: int, seconds: float) -> dict:
             for i in range(nodes)]
     try:
         wait_for(lambda: _joined(url, nodes), 60, f"{nodes} nodes to join")
-        # Steady state: every node has taken its first turn (and done its first-turn housekeeping).
+        # Steady state: every node has taken its first turn (and swept missed schedule occurrences on it).
         wait_for(lambda: _turned(url, nodes), 30 + 2 * nodes * PERIOD, f"{nodes} nodes to take a turn each")
         before, cpu_before, t0 = statement_counts(server, database), [cpu_seconds(n.pid) for n in farm], time.monotonic()
         time.sleep(seconds)

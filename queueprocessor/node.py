@@ -49,7 +49,7 @@ class NodeConfig:
     http_base: str = "http://localhost/"
     turn_keep: float = 24 * 3600.0
     keep_jobs: float = 7 * 24 * 3600.0  # finished jobs (and their runs) are deleted this long after they ended
-    housekeeping: float = 60.0  # seconds between a node's retention passes (turn log, finished jobs)
+    housekeeping: float = 60.0  # seconds between the farm's retention passes (turn log, finished jobs)
     tick: float = 0.01
     allow: AllowLists = field(default_factory=AllowLists)
     push: bool = True  # LISTEN for new work on PostgreSQL
@@ -125,7 +125,7 @@ class Node:
         self._backlog_slot = -1
         self._direct = False
         self._last_slot = -1
-        self._housekeep_at = float("-inf")  # monotonic time of the next housekeeping pass
+        self._housekeep_more = False  # our last housekeeping pass was cut short
         # Drop occurrences that waited past their schedule's grace, before this node's next turn claims: set
         # when it starts, when its contact with the database resumes, when it is resumed, and by housekeeping.
         self._sweep_due = True
@@ -420,20 +420,22 @@ class Node:
         if free <= 0 and self._settled(now):
             self.store.requeue_expired(before=now)
         self._flag_backlog(slot, free, claimed)
-        if self.clock.monotonic() >= self._housekeep_at:
+        if slot % max(1, round(self.config.housekeeping / self.config.period)) == 0 or self._housekeep_more:
             self._housekeep()
 
     def _housekeep(self) -> None:
-        """Retention, by elapsed time whatever the number of machines: trim the turn log and delete finished
-        jobs past `keep_jobs` a small batch at a time, for at most a quarter period per turn. A pass cut short
-        goes on at our next turn; a finished one waits `housekeeping` seconds. The next turn also sweeps missed
-        schedule occurrences (see ScheduleStore.drop_missed), for those left waiting while the farm was busy."""
+        """Retention, once per `housekeeping` seconds for the whole farm (by whoever holds the turn of a slot
+        that is a multiple of it), so an idle farm's cost does not grow with its machines: trim the turn log and
+        delete finished jobs past `keep_jobs` a small batch at a time, for at most a quarter period per turn. A
+        pass cut short goes on at our next turn. Our next turn also sweeps missed schedule occurrences (see
+        ScheduleStore.drop_missed), for those left waiting while the farm was busy."""
         started = self.clock.monotonic()
         self.store.prune_turns(self.config.turn_keep)
+        self._housekeep_more = True
         while self.store.prune_jobs(self.config.keep_jobs) == PRUNE_BATCH:
             if self.clock.monotonic() - started > self.config.period / 4:
                 return
-        self._housekeep_at = self.clock.monotonic() + self.config.housekeeping
+        self._housekeep_more = False
         self._sweep_due = True
 
     def _flag_backlog(self, slot: int, free: int, claimed: int) -> None:
