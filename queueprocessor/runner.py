@@ -26,6 +26,10 @@ SINGLETON_SETTLED = 10.0  # seconds a singleton must run before it counts as hav
 # stays ours meanwhile, its lease renewed by every heartbeat that gets through, so a finished job is
 # not run again elsewhere; its fence refuses a late write if someone took it over after all.
 RECORD_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+# A busy node's results wait up to LINGER seconds for others, while fewer than LINGER_UNTIL are waiting and at
+# least as many jobs are still at work: slow jobs (HTTP) end a few at a time, and each write has a fixed cost.
+LINGER = 0.005
+LINGER_UNTIL = 8
 
 
 def backoff(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
@@ -304,6 +308,8 @@ class Recorder:
     async def _write(self) -> None:
         try:
             while self.waiting:
+                if len(self.waiting) < LINGER_UNTIL and self.runner.working() >= LINGER_UNTIL:
+                    await asyncio.sleep(LINGER)  # more results are on their way: write them together
                 batch, self.waiting = self.waiting, []
                 try:
                     written = await self.runner.loop.run_in_executor(

@@ -8,6 +8,7 @@ query_of): any other payload fails the run at once, with the reason.
 """
 
 import json
+import logging
 import sys
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
@@ -31,6 +32,10 @@ try:
     import sniffio  # noqa: F401
 except ImportError:
     sys.modules.setdefault("sniffio", None)
+
+# httpx logs every request at INFO ("HTTP Request: GET ... 200 OK"): at the INFO level a node runs at, a busy
+# node wrote a line per job (4% of its CPU on HTTP jobs), burying its own log. A failure is logged by the runner.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def check_syntax(spec: JobSpec) -> str | None:
