@@ -13,7 +13,8 @@ def format_time(epoch: float | None) -> str:
     if epoch is None or (isinstance(epoch, float) and math.isnan(epoch)):
         return "-"
     try:
-        return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+        # isoformat, not strftime: %Y leaves years before 1000 unpadded on glibc ("999-12-31").
+        return datetime.fromtimestamp(epoch, timezone.utc).replace(tzinfo=None).isoformat(" ", "milliseconds")
     except (OverflowError, OSError, ValueError):
         return f"{epoch:g}"
 

@@ -24,7 +24,7 @@ def clock(epoch: float | None, millis: bool = True) -> str:
     if shown is None:
         return raw(epoch)
     if shown.date() != datetime.now().date():
-        return shown.strftime("%Y-%m-%d %H:%M:%S")
+        return dated(shown, "seconds")
     text = shown.strftime("%H:%M:%S.%f")
     return text[:-3] if millis else text[:-7]
 
@@ -36,8 +36,14 @@ def stamp(epoch: float | None) -> str:
     shown = local(epoch)
     if shown is None:
         return raw(epoch)
-    today = shown.date() == datetime.now().date()
-    return shown.strftime("%H:%M:%S.%f" if today else "%Y-%m-%d %H:%M:%S.%f")[:-3]
+    if shown.date() == datetime.now().date():
+        return shown.strftime("%H:%M:%S.%f")[:-3]
+    return dated(shown, "milliseconds")
+
+
+def dated(shown: datetime, timespec: str) -> str:
+    """Date and time; isoformat, not strftime, whose %Y leaves years before 1000 unpadded on glibc."""
+    return shown.replace(tzinfo=None).isoformat(" ", timespec)
 
 
 def ms(seconds: float | None, signed: bool = False) -> str:
