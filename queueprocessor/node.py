@@ -49,7 +49,7 @@ class NodeConfig:
     http_base: str = "http://localhost/"
     turn_keep: float = 24 * 3600.0
     keep_jobs: float = 7 * 24 * 3600.0  # finished jobs (and their runs) are deleted this long after they ended
-    housekeeping: float = 60.0  # seconds between the farm's retention passes (turn log, finished jobs)
+    housekeeping: float = 300.0  # seconds between the farm's retention passes (turn log, finished jobs)
     tick: float = 0.01
     allow: AllowLists = field(default_factory=AllowLists)
     push: bool = True  # LISTEN for new work on PostgreSQL
