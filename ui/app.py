@@ -24,6 +24,7 @@ from queueprocessor.executors import AllowLists
 try:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
+    from pyqtgraph.util.garbage_collector import GarbageCollector
 except ImportError as error:  # the GUI is an extra: say how to get it, no traceback
     sys.exit(f"error: the desktop app needs PySide6 and pyqtgraph ({error.name} is missing): "
              "pip install 'queueprocessor[gui]'")
@@ -31,6 +32,8 @@ except ImportError as error:  # the GUI is an extra: say how to get it, no trace
 from . import theme
 from .dialogs import DatabaseDialog
 from .mainwindow import MainWindow, recent_databases
+
+_collector: GarbageCollector | None = None  # see collect_on_gui_thread
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -87,7 +90,18 @@ def make_app(argv: list[str], scheme: str | None) -> QApplication:
         current.choice = choice
         current.apply()
     app.setWindowIcon(theme.icon("app"))
+    collect_on_gui_thread()
     return app
+
+
+def collect_on_gui_thread() -> None:
+    """Run Python's garbage collector on a GUI-thread timer only (pyqtgraph's GarbageCollector), not on whichever
+    thread happens to allocate when a threshold is crossed. Run on the worker thread, freeing a Qt wrapper took
+    Qt's connection lock and then waited for the interpreter lock, which the GUI thread held while it waited for
+    that Qt lock in a connect(): the window froze for good (seen in the test suite)."""
+    global _collector
+    if _collector is None:
+        _collector = GarbageCollector(interval=0.1)
 
 
 def settle() -> None:
