@@ -20,12 +20,24 @@ from sqlalchemy import (
     TypeDecorator,
     bindparam,
     event,
+    literal_column,
 )
 from sqlalchemy.sql import operators
 
 SCHEMA_VERSION = 2
 
 metadata = MetaData()
+
+
+# Every job state, as SQL text. Compiled into a statement once and cached with it, where a literal_execute
+# parameter would be rendered into the SQL again on every execution (and executemany takes none at all).
+STATE_SQL = {
+    "queued": literal_column("'queued'"),
+    "running": literal_column("'running'"),
+    "succeeded": literal_column("'succeeded'"),
+    "failed": literal_column("'failed'"),
+    "cancelled": literal_column("'cancelled'"),
+}
 
 
 class JobState(TypeDecorator):
@@ -40,7 +52,9 @@ class JobState(TypeDecorator):
     class comparator_factory(TypeDecorator.Comparator):
         def operate(self, op, *other, **kwargs):
             if op is operators.eq and isinstance(other[0], str):
-                other = (bindparam("state", other[0], String(16), unique=True, literal_execute=True),)
+                text = STATE_SQL.get(other[0])  # no job is in any other state: bound, it still matches none
+                other = (text if text is not None else
+                         bindparam("state", other[0], String(16), unique=True, literal_execute=True),)
             return super().operate(op, *other, **kwargs)
 
 

@@ -8,21 +8,15 @@ rules they keep are Store.claim's and Store.finish's.
 import functools
 
 from sqlalchemy import (BigInteger, Float, Integer, Text, and_, any_, bindparam, case, cast, column, exists, func,
-                        insert, literal, literal_column, or_, select, true, union_all, update)
+                        insert, literal, or_, select, true, union_all, update)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from .dbtime import db_now
-from .schema import Id, jobs, runs, turns
+from .schema import STATE_SQL, Id, jobs, runs, turns
 
 
 LOST = "lease expired: the machine stopped renewing it"
-
-
-# The job states as SQL text, as JobState writes them (see schema), but in the cached compiled form: JobState's
-# literal_execute parameter is rendered into the SQL again on every execution.
-QUEUED = literal_column("'queued'")
-RUNNING = literal_column("'running'")
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,9 +60,9 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
             .subquery()
         )
 
-    queued = best(and_(j.c.state == QUEUED, j.c.run_at <= now + bindparam("b_horizon", type_=Float)))
+    queued = best(and_(j.c.state == "queued", j.c.run_at <= now + bindparam("b_horizon", type_=Float)))
     if take_expired:
-        either = union_all(select(queued), select(best(and_(j.c.state == RUNNING, expired(j))))).subquery()
+        either = union_all(select(queued), select(best(and_(j.c.state == "running", expired(j))))).subquery()
         pick = select(either.c.id).order_by(either.c.priority.desc(), either.c.run_at, either.c.id).limit(limit)
     else:
         pick = select(queued.c.id)
@@ -77,7 +71,7 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
         # planner and take more than `limit` rows; a materialised CTE runs once.
         picked = pick.cte("picked").prefix_with("MATERIALIZED")
         pick = select(picked.c.id)
-    guard = or_(jobs.c.state == QUEUED, and_(jobs.c.state == RUNNING, expired(jobs)))
+    guard = or_(jobs.c.state == "queued", and_(jobs.c.state == "running", expired(jobs)))
     statement = (
         update(jobs)
         .where(jobs.c.id.in_(pick), guard)
@@ -132,7 +126,7 @@ def finish_statement():
     # of the jobs finished since the last vacuum included: the state is checked here in a form that index's
     # predicate does not match.
     ours = jobs.c.id == any_(cast(bindparam("b_id"), ARRAY(BigInteger)))
-    running = func.concat(jobs.c.state, "") == literal_column("'running'")
+    running = func.concat(jobs.c.state, "") == STATE_SQL["running"]
     ended = (
         update(jobs)
         .where(ours, jobs.c.id == v.c.id, jobs.c.fence == v.c.fence, jobs.c.owner == bindparam("b_machine", type_=Id),

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import (and_, bindparam, case, delete, event, exc, false, func, insert, literal, literal_column, or_,
+from sqlalchemy import (and_, bindparam, case, delete, event, exc, false, func, insert, literal, or_,
                         select, text, update)
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import Select
@@ -23,12 +23,12 @@ from sqlalchemy.sql import Select
 from .clock import Sample
 from .dbtime import db_now
 from .errors import DuplicateKey, LostLease, NotFound, QPError
-from .schema import jobs, machines, meta, runs, schedules, turns
+from .schema import STATE_SQL, jobs, machines, meta, runs, schedules, turns
 from .statements import LOST, claim_statement, finish_statement
 
 # Operator wishes and the machine states they lead to.
 WISHES = {"pause": "paused", "resume": "active", "drain": "draining"}
-JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+JOB_STATES = tuple(STATE_SQL)
 FINISHED = ("succeeded", "failed", "cancelled")
 PRUNE_BATCH = 500  # finished jobs deleted per transaction (retention): short enough never to hold up the queue
 
@@ -508,9 +508,8 @@ class Store:
     @staticmethod
     def _write_endings(conn, machine_id: int, endings: Sequence["Ending"]) -> int:
         """The guarded updates for `endings`, one executemany per kind; the number of jobs that were ours."""
-        # The state is written into the text: these run as executemany, which takes no literal_execute parameter.
         mine = and_(jobs.c.id == bindparam("b_id"), jobs.c.owner == machine_id, jobs.c.fence == bindparam("b_fence"),
-                    jobs.c.state == literal_column("'running'"))
+                    jobs.c.state == "running")
         again = [e for e in endings if e.state == "queued"]
         done = [e for e in endings if e.state != "queued"]
         count = 0
