@@ -15,9 +15,9 @@ workers and PostgreSQL spent, per job, is printed too. Three kinds of job:
   runs a plain task in a thread itself.
 - async: an `async def` no-op on each system's event loop.
 - http: a GET of a real local web server (a small asyncio HTTP/1.1 server in
-  its own process, keep-alive): ours is the node's HTTP executor (httpx); the
-  peers' tasks use the same client, httpx.AsyncClient, spread over 8 clients
-  as our executor spreads its requests.
+  its own process, keep-alive): ours is the node's HTTP executor; the peers'
+  tasks use the same client the same way (one aiohttp session, no connection
+  cap, no cookies), and read the answer as it does.
 
 PgQueuer and Procrastinate are installed from PyPI into the benchmark's own
 virtualenv (~/.cache/queueprocessor-bench/peers), never into the project.
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 PEERS_VENV = Path.home() / ".cache" / "queueprocessor-bench" / "peers"
-PEER_PACKAGES = ("pgqueuer==1.6.0", "asyncpg>=0.29", "procrastinate==3.10.0", "psycopg[binary]>=3.2", "httpx>=0.27")
+PEER_PACKAGES = ("pgqueuer==1.6.0", "asyncpg>=0.29", "procrastinate==3.10.0", "psycopg[binary]>=3.2", "aiohttp>=3.9")
 SYSTEMS = ("queueprocessor", "pgqueuer", "procrastinate")
 
 
@@ -48,22 +48,22 @@ async def peer_main(system: str, role: str, dsn: str, kind: str, count: int, con
     import logging
     from datetime import timedelta
 
-    import httpx
+    import aiohttp
 
     logging.getLogger("procrastinate").setLevel(logging.ERROR)  # its advice on where to create the App
-    # Spread over as many clients as our HTTP executor uses (queueprocessor/executors/http.py, CLIENTS), so
-    # every system's HTTP job is the same client work (httpx slows down with many requests on one client).
-    clients = [httpx.AsyncClient() for _ in range(8)]
-    sent = 0
+    # The session our HTTP executor makes (queueprocessor/executors/http.py), so every system's HTTP job is the
+    # same client work.
+    session = (aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar())
+               if role == "worker" and kind == "http" else None)
 
     def noop():
         pass
 
     async def work():
-        nonlocal sent
         if kind == "http":
-            sent += 1
-            (await clients[sent % len(clients)].get(url)).raise_for_status()
+            async with session.get(url, allow_redirects=False) as response:
+                await response.text()
+                response.raise_for_status()
         elif kind == "python":
             await asyncio.to_thread(noop)
 
@@ -80,7 +80,8 @@ async def peer_main(system: str, role: str, dsn: str, kind: str, count: int, con
         if role == "install":
             return await Queries(driver).install()
         if role == "enqueue":
-            return await Queries(driver).enqueue(["job"] * count, [None] * count, [0] * count)
+            await Queries(driver).enqueue(["job"] * count, [None] * count, [0] * count)
+            return print(time.monotonic(), flush=True)  # committed: the drain's clock starts here
         pgq = PgQueuer(driver)
 
         @pgq.entrypoint("job")
@@ -111,7 +112,7 @@ async def peer_main(system: str, role: str, dsn: str, kind: str, count: int, con
             if role == "enqueue":
                 for start in range(0, count, 5000):
                     await job.batch_defer_async(*([{}] * min(5000, count - start)))
-                return
+                return print(time.monotonic(), flush=True)
             print("ready", flush=True)
             await app.run_worker_async(concurrency=concurrency, wait=True, listen_notify=True,
                                        fetch_job_polling_interval=1.0, install_signal_handlers=False)
@@ -227,8 +228,9 @@ def run_case(system: str, kind: str, processes: int, count: int, concurrency: in
         pids = [worker.process.pid for worker in workers]
         cpu = (cpu_of(pids), cpu_of(postgres_pids(server)))
         started = time.monotonic()
-        subprocess.run([*peer, "--role", "enqueue"], check=True, cwd=ROOT)
-        enqueued = time.monotonic()
+        # The enqueue's own process tells when it committed: the workers start then, not once it has exited.
+        enqueued = float(subprocess.run([*peer, "--role", "enqueue"], check=True, cwd=ROOT, capture_output=True,
+                                        text=True).stdout.split()[-1])
         left = ("SELECT count(*) FROM pgqueuer" if system == "pgqueuer" else
                 "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')")
     watcher = open_engine(url, pool_size=1)

@@ -29,7 +29,7 @@ RECORD_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 # A busy node's results wait up to LINGER seconds for others, while fewer than LINGER_UNTIL are waiting and at
 # least as many jobs are still at work: slow jobs (HTTP) end a few at a time, and each write has a fixed cost.
 LINGER = 0.005
-LINGER_UNTIL = 8
+LINGER_UNTIL = 16
 
 
 def backoff(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
@@ -296,6 +296,7 @@ class Recorder:
         self.runner = runner
         self.waiting: list[tuple[Result, asyncio.Future]] = []
         self.busy = False
+        self._lingering: asyncio.Future | None = None  # resolved when the linger is over (see _linger)
 
     async def record(self, result: Result) -> bool:
         future = self.runner.loop.create_future()
@@ -303,13 +304,28 @@ class Recorder:
         if not self.busy:
             self.busy = True
             self.runner.loop.create_task(self._write())
+        elif len(self.waiting) >= LINGER_UNTIL:
+            self._linger_over()
         return await future
+
+    async def _linger(self) -> None:
+        """More results are on their way: wait for them, up to LINGER, or until LINGER_UNTIL are waiting (fast
+        jobs fill a batch in well under LINGER, and the results a node holds unwritten count against its room)."""
+        self._lingering = self.runner.loop.create_future()
+        timer = self.runner.loop.call_later(LINGER, self._linger_over)
+        await self._lingering
+        timer.cancel()
+        self._lingering = None
+
+    def _linger_over(self) -> None:
+        if self._lingering is not None and not self._lingering.done():
+            self._lingering.set_result(None)
 
     async def _write(self) -> None:
         try:
             while self.waiting:
                 if len(self.waiting) < LINGER_UNTIL and self.runner.working() >= LINGER_UNTIL:
-                    await asyncio.sleep(LINGER)  # more results are on their way: write them together
+                    await self._linger()
                 batch, self.waiting = self.waiting, []
                 try:
                     written = await self.runner.loop.run_in_executor(

@@ -6,8 +6,9 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
-import httpx
 import pytest
 
 from queueprocessor.errors import LostLease
@@ -112,7 +113,15 @@ def check_failover(farm, http_target):
         farm.store.finish(stale, victim["id"], "succeeded")
     # ...nor downstream, which sees the new owner's token first.
     base = http_target.base_url
-    fresh = httpx.post(base + "write/report", headers={"X-QP-Job": str(job_id), "X-QP-Fence": str(second["fence"])})
-    late = httpx.post(base + "write/report", headers={"X-QP-Job": str(job_id), "X-QP-Fence": str(first["fence"])})
-    assert (fresh.status_code, late.status_code) == (200, 409)
+
+    def post(fence: int) -> int:
+        request = urllib.request.Request(base + "write/report", method="POST",
+                                         headers={"X-QP-Job": str(job_id), "X-QP-Fence": str(fence)})
+        try:
+            with urllib.request.urlopen(request) as response:
+                return response.status
+        except urllib.error.HTTPError as refused:
+            return refused.code
+
+    assert (post(second["fence"]), post(first["fence"])) == (200, 409)
     assert farm.store.get_job(job_id)["owner"] == second["machine_id"]

@@ -15,12 +15,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import make_url
+from yarl import URL
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -232,8 +232,8 @@ def test_whatever_target_passes_the_http_allow_list_goes_to_an_allowed_host(targ
     except InvalidJob:
         return
     try:
-        host = httpx.URL(executor.url_for(target)).host  # where the client would really connect
-    except httpx.InvalidURL:
+        host = URL(executor.url_for(target)).host  # where the client would really connect
+    except ValueError:
         return  # the client refuses to send it at all
     assert host in LOCAL_HOSTS
 

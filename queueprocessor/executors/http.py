@@ -8,11 +8,10 @@ query_of): any other payload fails the run at once, with the reason.
 """
 
 import json
-import logging
-import sys
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-import httpx
+import aiohttp
+from yarl import URL
 
 from ..errors import InvalidJob
 from ..store import Claimed, JobSpec
@@ -20,23 +19,8 @@ from .base import Executor, JobContext, JobFailed
 
 METHODS = ("GET", "POST")
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
-# Requests are spread over a few clients: one httpx client's connection pool slows down sharply with many
-# requests in flight (encode/httpx#3215; 32 at once to a local server: about 320 requests/s through one
-# client, 750 through eight).
-CLIENTS = 8
 RESOLVED_KEPT = 4096  # targets whose URL a node remembers (see HttpExecutor.resolve)
-
-# httpcore asks `import sniffio` which event loop it runs under, several times per request; sniffio is optional
-# (anyio 4 no longer installs it), and where it is missing each of those imports searched sys.path again and
-# failed: a sixth of a node's CPU per HTTP job. Its absence, recorded once, makes the answer instant.
-try:
-    import sniffio  # noqa: F401
-except ImportError:
-    sys.modules.setdefault("sniffio", None)
-
-# httpx logs every request at INFO ("HTTP Request: GET ... 200 OK"): at the INFO level a node runs at, a busy
-# node wrote a line per job (4% of its CPU on HTTP jobs), burying its own log. A failure is logged by the runner.
-logging.getLogger("httpx").setLevel(logging.WARNING)
+EXCERPT = 500  # characters of the answer kept with the run
 
 
 def check_syntax(spec: JobSpec) -> str | None:
@@ -87,8 +71,8 @@ class HttpExecutor(Executor):
             raise InvalidJob(f"--http-base host {parts.hostname!r} is not in the allowed hosts {', '.join(allowed_hosts)}")
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         self.allowed_hosts = tuple(allowed_hosts)
-        self._clients: list[httpx.AsyncClient] = []
-        self._resolved: dict[tuple[str, str], str] = {}  # (method, target) -> URL, allowed (see resolve)
+        self._session: aiohttp.ClientSession | None = None
+        self._resolved: dict[tuple[str, str], URL] = {}  # (method, target) -> URL, allowed (see resolve)
 
     def validate(self, spec: JobSpec) -> None:
         host = check_syntax(spec)
@@ -103,21 +87,21 @@ class HttpExecutor(Executor):
         # "./" keeps a path a path: joined bare, "/http://elsewhere/x" would become that other URL.
         return urljoin(self.base_url, "./" + target.lstrip("/"))
 
-    def resolve(self, method: str, target: str) -> str:
+    def resolve(self, method: str, target: str) -> URL:
         """The URL a job's target names, once it is known to be allowed (else InvalidJob or a permanent JobFailed).
-        Remembered per target: a farm sends the same few targets thousands of times, and parsing each three
-        times cost more than the request's own header building."""
+        Remembered per target, parsed as the client sends it: a farm sends the same few targets thousands of
+        times, and parsing each three times cost more than the request's own header building."""
         key = (method, target)
         url = self._resolved.get(key)
         if url is None:
             self.validate(JobSpec(executor=self.name, target=target, method=method))
-            url = self.url_for(target)
+            text = self.url_for(target)
             try:  # checked again as the HTTP client itself reads it, so no two parsers can disagree on the host
-                host = httpx.URL(url).host
-            except httpx.InvalidURL as error:
-                raise JobFailed(f"{method} {url}: not a valid URL ({error})", permanent=True) from None
-            if host not in self.allowed_hosts:
-                raise JobFailed(f"{method} {url}: host {host!r} is not allowed on this machine", permanent=True)
+                url = URL(text)
+            except ValueError as error:
+                raise JobFailed(f"{method} {text}: not a valid URL ({error})", permanent=True) from None
+            if url.host not in self.allowed_hosts:
+                raise JobFailed(f"{method} {text}: host {url.host!r} is not allowed on this machine", permanent=True)
             if len(self._resolved) >= RESOLVED_KEPT:
                 self._resolved.clear()
             self._resolved[key] = url
@@ -125,8 +109,13 @@ class HttpExecutor(Executor):
 
     async def run(self, job: Claimed, context: JobContext) -> str | None:
         url = self.resolve(job.method, job.target)
-        if not self._clients:
-            self._clients = [httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0)) for _ in range(CLIENTS)]
+        if self._session is None:  # made on the runner's loop, which it belongs to
+            # aiohttp rather than httpx: a GET to a local server costs its node 80-100 us of CPU, not 750 (see
+            # docs/benchmarks.md). No cap on connections (the node's capacity is the cap); only connecting
+            # has a time limit (the job's own timeout, if it has one, covers the rest). Jobs share no cookies.
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                                  timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0),
+                                                  cookie_jar=aiohttp.DummyCookieJar())
         headers = {
             "X-QP-Job": str(job.id),
             "X-QP-Attempt": str(job.attempts),
@@ -137,17 +126,17 @@ class HttpExecutor(Executor):
         if body is not None:
             headers["Content-Type"] = "application/json"
         params = query_of(job.payload) if job.method == "GET" else None
-        try:
-            response = await self._clients[job.id % CLIENTS].request(job.method, url, headers=headers, content=body,
-                                                                     params=params)
-        except httpx.HTTPError as error:
+        try:  # a redirect is not followed: it could lead off the allow-list
+            async with self._session.request(job.method, url, headers=headers, data=body, params=params,
+                                             allow_redirects=False) as response:
+                excerpt = (await response.text(errors="replace"))[:EXCERPT]
+        except aiohttp.ClientError as error:
             raise JobFailed(f"{job.method} {url}: {type(error).__name__}: {error}") from None
-        excerpt = response.text[:500]
-        if not response.is_success:
-            raise JobFailed(f"{job.method} {url} answered HTTP {response.status_code}: {excerpt[:200]}")
+        if not 200 <= response.status < 300:
+            raise JobFailed(f"{job.method} {url} answered HTTP {response.status}: {excerpt[:200]}")
         return excerpt
 
     async def close(self) -> None:
-        for client in self._clients:
-            await client.aclose()
-        self._clients = []
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
