@@ -113,28 +113,40 @@ HOT_SESSION = (text("SET enable_bitmapscan = off"),)
 class Held:
     """One connection kept for a hot statement (claims, or results): no checkout and no ping per call. It is
     detached from the pool, so its session settings never reach another statement. A call that fails drops it,
-    and the next call connects again; a call made while another is under way uses the pool instead of waiting."""
+    and the next call connects again; a call made while another is under way uses the pool instead of waiting.
+
+    The statement goes straight to the driver, compiled once: SQLAlchemy's execution and row layers cost a
+    busy node a fifth of its interpreter time, for statements whose columns need no conversion. Rows come
+    back as plain tuples; driver errors are raised as SQLAlchemy's, as any other statement's are."""
 
     def __init__(self, engine: Engine, fallback: Callable):
         self.engine = engine
         self.fallback = fallback
         self.conn = None
         self._closer = None
+        self._compiled: dict = {}  # statement -> its SQL for the driver (the hot statements are built once)
         self.lock = threading.Lock()
         event.listen(engine, "engine_disposed", lambda _engine: self.close())
 
-    def run(self, statement, params) -> list:
+    def run(self, statement, params) -> list[tuple]:
         if not self.lock.acquire(blocking=False):
-            return self.fallback(statement, params)
+            return [tuple(row) for row in self.fallback(statement, params)]
         try:
+            compiled = self._compiled.get(statement)
+            if compiled is None:
+                compiled = self._compiled[statement] = statement.compile(dialect=self.engine.dialect)
+            sql = compiled.string
             try:
                 if self.conn is None:
                     self._connect()
-                rows = self.conn.execute(statement, params).all()
-                self.conn.commit()  # autocommit: ends SQLAlchemy's own transaction, no round trip
-                return rows
-            except BaseException:
+                with self.conn.connection.dbapi_connection.cursor() as cursor:  # autocommit: one round trip
+                    cursor.execute(sql, compiled.construct_params(params))
+                    return cursor.fetchall()
+            except BaseException as error:
                 self._drop()
+                if isinstance(error, self.engine.dialect.loaded_dbapi.Error):
+                    raise exc.DBAPIError.instance(sql, params, error, self.engine.dialect.loaded_dbapi.Error,
+                                                  hide_parameters=True, dialect=self.engine.dialect) from None
                 raise
         finally:
             self.lock.release()
@@ -146,6 +158,7 @@ class Held:
         self.conn = conn
         for setting in HOT_SESSION:
             conn.execute(setting)
+        conn.commit()  # autocommit already: this only ends SQLAlchemy's own transaction
 
     def _drop(self) -> None:
         self.conn = None
@@ -409,8 +422,8 @@ class Store:
             params["b_before"] = expired_before
         rows = self._claims.run(claim_statement(self.dialect, take_expired, expired_before is not None, None, turn=True),
                                 params)
-        claimed = _most_urgent_first(Claimed(*row[1:]) for row in rows if row.id is not None)
-        return bool(rows[0].won), claimed
+        claimed = _most_urgent_first(Claimed(*row[1:]) for row in rows if row[1] is not None)  # row: won, job...
+        return bool(rows[0][0]), claimed
 
     def requeue_expired(self, before: float) -> int:
         """Put running jobs whose lease ran out (before `before`, database time) back in the queue.
