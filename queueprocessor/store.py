@@ -376,7 +376,14 @@ class Store:
             with self.engine.begin() as conn:
                 if count == 1:
                     return [conn.execute(statement, row).scalar_one()]
-                return [r[0] for r in conn.execute(statement, [row] * count, ).all()]
+                if self.dialect != "postgresql":
+                    return [r[0] for r in conn.execute(statement, [row] * count).all()]
+                # The copies made by the database, in one statement: no rows sent, none converted one by one.
+                copies = select(*(literal(value, jobs.c[name].type).label(name) for name, value in row.items()),
+                                db_now().label("created_at"), run_at.label("run_at")
+                                ).select_from(func.generate_series(1, count))
+                return [r[0] for r in conn.execute(insert(jobs).from_select([*row, "created_at", "run_at"], copies)
+                                                   .returning(jobs.c.id)).all()]
         except exc.IntegrityError:
             raise DuplicateKey(spec.key) from None
 

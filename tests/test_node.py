@@ -126,6 +126,14 @@ def test_a_get_sends_a_flat_payload_as_query_parameters_and_refuses_any_other(fa
     assert hits[posted]["body"] == '{"day":{"from":1}}' and nested not in hits and listed not in hits
 
 
+def test_a_redirect_is_not_followed_for_it_could_lead_off_the_allow_list(farm, nodes, http_target):
+    nodes("a")
+    job_id = farm.enqueue_http("/redirect/ok", max_attempts=1)[0]
+    job = wait_for(lambda: (j := farm.store.get_job(job_id))["state"] == "failed" and j)
+    assert "answered HTTP 302" in job["last_error"]
+    assert [h["path"] for h in http_target.requests("/")] == ["/redirect/ok"]
+
+
 def test_finished_jobs_and_old_turns_are_deleted_by_the_turn_holder(farm, nodes, http_target):
     nodes("a", keep_jobs=0.5, turn_keep=1.0, housekeeping=0.2)
     done = farm.enqueue_http("/ok", count=3)

@@ -9,6 +9,7 @@ already accepted for that job.
 
 Routes:
     /ok -> 200            /fail -> 500            /status/<code> -> <code>
+    /redirect/<path> -> 302 to /<path>
     /sleep/<seconds> -> 200 after sleeping (503 if the server stops first, 499 and
                         no reply if the caller hangs up first)
     POST /write/<name> -> 200 if X-QP-Fence >= the X-QP-Job's highest accepted fence,
@@ -185,6 +186,8 @@ def _handler_class(target: HttpTarget) -> type[BaseHTTPRequestHandler]:
                 reply = b"" if status in (204, 304) else f"{status}\n".encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "text/plain")
+                if "location" in record:
+                    self.send_header("Location", record["location"])
                 self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
                 self.wfile.write(reply)
@@ -196,6 +199,9 @@ def _handler_class(target: HttpTarget) -> type[BaseHTTPRequestHandler]:
                     return 200
                 case ["fail"]:
                     return 500
+                case ["redirect", *rest]:
+                    record["location"] = "/" + "/".join(rest)
+                    return 302
                 case ["status", code] if code.isdigit() and 200 <= int(code) <= 599:
                     return int(code)
                 case ["sleep", seconds] if _is_seconds(seconds):
