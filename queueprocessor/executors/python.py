@@ -16,11 +16,11 @@ import json
 import re
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import InvalidJob
 from ..store import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed, excerpt
+from .threads import Threads
 
 _TARGET = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<function>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
 STOP_GRACE = 1.0  # seconds a stopped callable gets to return after its flag is set
@@ -84,18 +84,13 @@ def _call(function, payload: str | None, context: JobContext) -> str | None:
     return _output(result)
 
 
-def _consume(future: asyncio.Future) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
 class PythonExecutor(Executor):
     name = "python"
 
     def __init__(self, allowed_modules: tuple[str, ...] = (), workers: int = 64):
         self.allowed_modules = tuple(allowed_modules)
         self.workers = workers
-        self._pool: ThreadPoolExecutor | None = None  # made on first use, on the runner's loop
+        self._threads: Threads | None = None  # made on first use, on the runner's loop
         # Targets resolved already (the allow-list does not change), each with whether it is an `async def`.
         self._functions: dict[str, tuple[Callable, bool]] = {}
 
@@ -106,13 +101,12 @@ class PythonExecutor(Executor):
             raise InvalidJob(f"Python module {module!r} is not allowed on this machine; allowed prefixes: {allowed}")
 
     async def run(self, job: Claimed, context: JobContext) -> str | None:
-        loop = asyncio.get_running_loop()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="qp-python")
+        if self._threads is None:
+            self._threads = Threads(asyncio.get_running_loop(), self.workers, "qp-python")
         known = self._functions.get(job.target)
         if known is None:
             self.validate(JobSpec(executor=self.name, target=job.target))
-            function = await loop.run_in_executor(self._pool, resolve, job.target, self.allowed_modules)
+            function = await self._threads.call(resolve, job.target, self.allowed_modules).done
             known = self._functions[job.target] = function, inspect.iscoroutinefunction(inspect.unwrap(function))
         function, is_async = known
         if is_async:
@@ -123,15 +117,14 @@ class PythonExecutor(Executor):
                 raise
             except Exception as error:
                 raise _failed(error) from None
-        future = loop.run_in_executor(self._pool, _call, function, job.payload, context)
-        future.add_done_callback(_consume)  # a result that comes after we gave up is dropped quietly
+        call = self._threads.call(_call, function, job.payload, context)
         try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
+            return await call.done
+        except asyncio.CancelledError:  # a result that comes after we gave up is dropped
             context.cancelled.set()
-            await asyncio.wait([future], timeout=STOP_GRACE)
+            await self._threads.finished(call, STOP_GRACE)
             raise
 
     async def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._threads is not None:
+            self._threads.close()
