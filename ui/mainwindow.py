@@ -10,6 +10,7 @@ snapshot is logged and reported; the other views still draw it.
 
 import logging
 import time
+from functools import partial
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
@@ -335,7 +336,7 @@ class MainWindow(QMainWindow):
         self.poller.refused.connect(lambda reason: setattr(self, "refusal", reason))
         self.poller.failed.connect(self._failed)
         self.poller.done.connect(self._action_done)
-        self.poller.finished.connect(self._worker_finished)
+        self.poller.finished.connect(partial(self._worker_finished, self.poller))
         self._sync_window()
         self.poller.start()
 
@@ -630,9 +631,14 @@ class MainWindow(QMainWindow):
         self.poller.stop()
         self.close_timer.start()
 
-    def _worker_finished(self) -> None:
+    def _worker_finished(self, poller: Poller) -> None:
         """The worker stopped (we are closing, switching databases, the login was refused, or it ended when
         nobody asked it to): runs on the GUI thread."""
+        if poller is not self.poller:  # an earlier worker, already replaced: its end says nothing of this one
+            return
+        if poller.running:  # its last word is sent; its thread ends a moment later
+            QTimer.singleShot(5, partial(self._worker_finished, poller))
+            return
         if self._closing:
             self._closed = True
             self.close()
