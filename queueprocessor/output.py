@@ -13,10 +13,15 @@ def format_time(epoch: float | None) -> str:
     if epoch is None or (isinstance(epoch, float) and math.isnan(epoch)):
         return "-"
     try:
-        # isoformat, not strftime: %Y leaves years before 1000 unpadded on glibc ("999-12-31").
-        return datetime.fromtimestamp(epoch, timezone.utc).replace(tzinfo=None).isoformat(" ", "milliseconds")
+        return dated(datetime.fromtimestamp(epoch, timezone.utc), "milliseconds")
     except (OverflowError, OSError, ValueError):
         return f"{epoch:g}"
+
+
+def dated(shown: datetime, timespec: str) -> str:
+    """Date and time, to `timespec` (isoformat's); isoformat, not strftime, whose %Y leaves years before 1000
+    unpadded on glibc ("999-12-31")."""
+    return shown.replace(tzinfo=None).isoformat(" ", timespec)
 
 
 def print_json(document) -> None:

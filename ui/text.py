@@ -2,6 +2,8 @@
 
 from datetime import datetime
 
+from queueprocessor.output import dated
+
 
 def local(epoch: float) -> datetime | None:
     """A database time as a local datetime; None for one no calendar holds (year 10000, say, written by SQL)."""
@@ -39,11 +41,6 @@ def stamp(epoch: float | None) -> str:
     if shown.date() == datetime.now().date():
         return shown.strftime("%H:%M:%S.%f")[:-3]
     return dated(shown, "milliseconds")
-
-
-def dated(shown: datetime, timespec: str) -> str:
-    """Date and time; isoformat, not strftime, whose %Y leaves years before 1000 unpadded on glibc."""
-    return shown.replace(tzinfo=None).isoformat(" ", timespec)
 
 
 def ms(seconds: float | None, signed: bool = False) -> str:
