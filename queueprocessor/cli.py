@@ -24,7 +24,6 @@ from . import __version__
 from .clock import SystemClock
 from .database import default_url, describe_failure, mask
 from .errors import ConfigError, QPError
-from . import grabs, singletons
 from .farm import MAX_CAPACITY, Farm, work_spec
 from .grabs import AlreadyTaken, grab_key
 from .output import format_time, print_json, print_table
@@ -361,7 +360,7 @@ def schedule_add(ctx: Context, name, cron, tz, every, misfire, grace, executor, 
 @pass_ctx
 def schedule_list(ctx: Context, as_json: bool) -> None:
     """Every schedule with its next occurrence."""
-    rows = ctx.reader.schedules.all()
+    rows = ctx.reader.list_schedules()
     if as_json:
         return print_json({"schedules": rows})
     print_table(["name", "when", "work", "misfire", "state", "next (UTC)"],
@@ -376,7 +375,7 @@ def schedule_list(ctx: Context, as_json: bool) -> None:
 @pass_ctx
 def schedule_remove(ctx: Context, name: str) -> None:
     """Delete a schedule; its occurrences still waiting in the queue are cancelled."""
-    cancelled = ctx.farm.schedules.remove(name)
+    cancelled = ctx.farm.remove_schedule(name)
     click.echo(f"schedule {name} removed ({cancelled} waiting occurrence(s) cancelled)")
 
 
@@ -385,7 +384,7 @@ def schedule_remove(ctx: Context, name: str) -> None:
 @pass_ctx
 def schedule_pause(ctx: Context, name: str) -> None:
     """Stop making occurrences until resumed (those in between are not run)."""
-    cancelled = ctx.farm.schedules.pause(name)
+    cancelled = ctx.farm.pause_schedule(name)
     click.echo(f"schedule {name} paused ({cancelled} waiting occurrence(s) cancelled)")
 
 
@@ -420,7 +419,7 @@ def singleton_add(ctx: Context, name, executor, target, **work):
 @pass_ctx
 def singleton_list(ctx: Context, as_json: bool) -> None:
     """Every singleton, the machine holding it and since when."""
-    rows = singletons.list_all(ctx.reader.store)
+    rows = ctx.reader.list_singletons()
     if as_json:
         return print_json({"singletons": rows})
     print_table(["name", "job", "state", "machine", "fence", "since", "work", "last error"],
@@ -433,7 +432,7 @@ def singleton_list(ctx: Context, as_json: bool) -> None:
 @pass_ctx
 def singleton_remove(ctx: Context, name: str) -> None:
     """Stop a singleton for good (its machine stops it within a heartbeat)."""
-    click.echo(f"singleton {name}: {singletons.remove(ctx.farm.store, name)}")
+    click.echo(f"singleton {name}: {ctx.farm.remove_singleton(name)}")
 
 
 @cli.command()
@@ -460,7 +459,7 @@ def grab(ctx: Context, key, instance, executor, target, wait, wait_timeout, **wo
             raise click.exceptions.Exit(3)
         job_id = taken.holder.job["id"]
     if wait:
-        holder = grabs.wait(ctx.farm.store, job_id, wait_timeout)
+        holder = ctx.farm.wait_grab(job_id, wait_timeout)
         click.echo(f"job {job_id} {holder.status()}")
         if holder.output:
             click.echo(holder.output.rstrip("\n"))
@@ -513,7 +512,7 @@ def _ms(seconds: float | None, signed: bool = False) -> str:
 @pass_ctx
 def jobs(ctx: Context, state, limit, as_json) -> None:
     """Recent jobs, newest first."""
-    rows = ctx.reader.store.list_jobs(state, limit)
+    rows = ctx.reader.list_jobs(state, limit)
     if as_json:
         return print_json({"jobs": rows})
     print_table(
@@ -553,8 +552,7 @@ def _last_line(output: str | None) -> str:
 @pass_ctx
 def turns(ctx: Context, since: float, as_json: bool) -> None:
     """The turn log: which machine polled in which slot."""
-    store = ctx.reader.store
-    rows = store.read_turns(store.ask_time() - since)
+    rows = ctx.reader.turns(since)
     if as_json:
         return print_json({"turns": rows})
     print_table(["slot", "machine", "taken at", "claimed", "backlog"],
@@ -583,7 +581,7 @@ _wish_command("drain", "Let MACHINE finish its jobs, then stop.")
 @pass_ctx
 def cancel(ctx: Context, job_id: int) -> None:
     """Cancel a queued job, or stop a running one (its owner stops it within a heartbeat)."""
-    click.echo(f"job {job_id}: {ctx.farm.store.cancel(job_id)}")
+    click.echo(f"job {job_id}: {ctx.farm.cancel(job_id)}")
 
 
 @cli.command()
@@ -591,7 +589,7 @@ def cancel(ctx: Context, job_id: int) -> None:
 @pass_ctx
 def retry(ctx: Context, job_id: int) -> None:
     """Queue a failed or cancelled job again for one more attempt."""
-    ctx.farm.store.retry(job_id)
+    ctx.farm.retry(job_id)
     click.echo(f"job {job_id} queued again")
 
 

@@ -9,12 +9,15 @@
         ...
     print(farm.status()["machines"])
 
-The CLI and the desktop app are thin layers over this class.
+The CLI and the desktop app are thin layers over this class: every command they offer is a method here, so
+the API has the same power, and neither of them reaches past it into the stores (an import-linter contract
+in pyproject.toml holds them to that).
 """
 
 import json
 import math
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from sqlalchemy import exc
@@ -29,6 +32,7 @@ from .roster import Liveness, machine_status
 from .schedules import Recurrence
 from .store import JobSpec, Store
 from .store_schedules import ScheduleStore
+from .views import Dashboard, FarmTiming
 
 MAX_PAYLOAD = 64 * 1024
 MAX_INT = 2**31 - 1  # priorities and attempts are 32-bit integer columns
@@ -258,6 +262,27 @@ class Farm:
         grabs.wait(self.store, job_id, timeout)
         return self.job(job_id)
 
+    def wait_grab(self, job_id: int, timeout: float | None = None) -> grabs.Holder:
+        """wait() for a grabbed job, answered as its holder: where it ran, how it ended, its last output."""
+        return grabs.wait(self.store, job_id, timeout)
+
+    def list_jobs(self, state: str | None = None, limit: int = 100) -> list[dict]:
+        """The newest `limit` jobs (in `state`, if given), newest first."""
+        return self.store.list_jobs(state, limit)
+
+    def job_counts(self) -> dict[str, int]:
+        """How many jobs are in each state (every state named, 0 where none)."""
+        return self.store.job_counts()
+
+    def cancel(self, job_id: int) -> str:
+        """Cancel a queued job at once ("cancelled"); ask the owner of a running one to stop it within a
+        heartbeat ("cancelling")."""
+        return self.store.cancel(job_id)
+
+    def retry(self, job_id: int) -> None:
+        """Put a failed or cancelled job back in the queue for one more attempt."""
+        self.store.retry(job_id)
+
     # -- schedules, singletons, locks --------------------------------------
 
     @property
@@ -279,12 +304,36 @@ class Farm:
                                   **self._ahead())
 
     def resume_schedule(self, name: str) -> dict:
+        """Start a paused schedule again from its next occurrence (those in the pause are not run)."""
         return self.schedules.resume(name, **self._ahead())
+
+    def pause_schedule(self, name: str) -> int:
+        """Stop making occurrences until resumed; returns how many waiting ones were cancelled."""
+        return self.schedules.pause(name)
+
+    def remove_schedule(self, name: str) -> int:
+        """Delete a schedule; returns how many of its waiting occurrences were cancelled."""
+        return self.schedules.remove(name)
+
+    def list_schedules(self) -> list[dict]:
+        """Every schedule's row, by name."""
+        return self.schedules.all()
+
+    def get_schedule(self, name: str) -> dict:
+        return self.schedules.get(name)
 
     def singleton(self, name: str, spec: JobSpec) -> int:
         """Keep `spec` running on exactly one live machine; returns its job id."""
         self.check_allowed(spec)
         return singletons.add(self.store, name, self._signed(spec))
+
+    def list_singletons(self) -> list[dict]:
+        """Every singleton (its job's row and `name`), by name."""
+        return singletons.list_all(self.store)
+
+    def remove_singleton(self, name: str) -> str:
+        """Stop a singleton for good: "cancelled" at once if it waits, "cancelling" (within a heartbeat) if it runs."""
+        return singletons.remove(self.store, name)
 
     def lock(self, name: str, wait: float | None = None) -> singletons.Lock:
         """A distributed lock: `with farm.lock("name") as lock:` (lock.fence, lock.lost). `wait`: seconds
@@ -303,6 +352,14 @@ class Farm:
             row["status"] = machine_status(row, now, liveness)
         return {"db_now": now, "database": self.masked_url, "settings": self.current_settings(),
                 "machines": rows, "jobs": self.store.job_counts()}
+
+    def turns(self, seconds: float = 60.0) -> list[dict]:
+        """The turn log of the last `seconds` of database time: which machine took which slot."""
+        return self.store.read_turns(self.store.ask_time() - seconds)
+
+    def dashboard(self, clock: Callable[[], float] = time.monotonic) -> Dashboard:
+        """What a dashboard reads at each poll (views.Dashboard.read), for this farm's timing."""
+        return Dashboard(self.store, FarmTiming.of(self.settings()), clock)
 
     def steer(self, machine: str, wish: str) -> dict:
         """Ask a machine (by name or id) to pause, resume or drain."""

@@ -570,12 +570,12 @@ class MainWindow(QMainWindow):
     def retry(self) -> None:
         job = self.jobs.selected_job()
         if job:
-            self.poller.act(f"Retry job {job['id']}", lambda farm: (farm.store.retry(job["id"]), "queued again")[1])
+            self.poller.act(f"Retry job {job['id']}", lambda farm: (farm.retry(job["id"]), "queued again")[1])
 
     def cancel(self) -> None:
         job = self.jobs.selected_job()
         if job:
-            self.poller.act(f"Cancel job {job['id']}", lambda farm: farm.store.cancel(job["id"]))
+            self.poller.act(f"Cancel job {job['id']}", lambda farm: farm.cancel(job["id"]))
 
     def _job_selected(self, job_id) -> None:
         self._query(job_id=job_id)

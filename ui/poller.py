@@ -28,7 +28,7 @@ from queueprocessor.clock import SystemClock
 from queueprocessor.database import mask
 from queueprocessor.errors import DatabaseUnavailable, QPError
 from queueprocessor.farm import Farm
-from queueprocessor.views import Dashboard, FarmTiming, Query
+from queueprocessor.views import Dashboard, Query
 
 from .arrays import prepare
 
@@ -127,7 +127,7 @@ class Poller(QObject):
             self.health.emit("connecting", f"connecting to {mask(self.url)}")
             try:
                 self.farm = Farm(self.url, read_only=self.node_options is None)  # watching changes nothing
-                dashboard = Dashboard(self.farm.store, FarmTiming.of(self.farm.settings()))
+                dashboard = self.farm.dashboard()
                 if self.node_options is not None:
                     self.node = self._new_node()
                 break

@@ -11,7 +11,6 @@ from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMenu, QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget
 
-from queueprocessor import singletons
 from queueprocessor.output import format_time
 
 from . import text, theme
@@ -243,7 +242,7 @@ class SchedulesView(QWidget):
     def pause(self) -> None:
         if schedule := self.selected(self.schedules_view):
             name = schedule["name"]
-            self.act.emit(f"Pause schedule {name}", lambda farm: f"paused ({_waiting(farm.schedules.pause(name))})")
+            self.act.emit(f"Pause schedule {name}", lambda farm: f"paused ({_waiting(farm.pause_schedule(name))})")
 
     def resume(self) -> None:
         if schedule := self.selected(self.schedules_view):
@@ -257,7 +256,7 @@ class SchedulesView(QWidget):
             self._confirm(f"Remove schedule {name}?", "It makes no more jobs, and its occurrences waiting in the "
                           "queue are cancelled. Jobs that already ran keep their history.",
                           lambda: self.act.emit(f"Remove schedule {name}",
-                                                lambda farm: f"removed ({_waiting(farm.schedules.remove(name))})"))
+                                                lambda farm: f"removed ({_waiting(farm.remove_schedule(name))})"))
 
     def remove_singleton(self) -> None:
         if singleton := self.selected(self.singletons_view):
@@ -265,7 +264,7 @@ class SchedulesView(QWidget):
             self._confirm(f"Remove singleton {name}?", "It stops for good: at once if it waits, within a "
                           "heartbeat if a machine runs it.",
                           lambda: self.act.emit(f"Remove singleton {name}",
-                                                lambda farm: singletons.remove(farm.store, name)))
+                                                lambda farm: farm.remove_singleton(name)))
 
     def _confirm(self, question: str, detail: str, then) -> None:
         self.confirm = confirm(self, "confirmRemove", question, detail, "Remove", then)
