@@ -28,6 +28,7 @@ from .farm import MAX_CAPACITY, Farm, work_spec
 from .grabs import AlreadyTaken, grab_key
 from .output import format_time, print_json, print_table
 from .schedules import Recurrence
+from .states import JobState, Wish
 
 log = logging.getLogger("queueprocessor")
 JOB_ID = click.IntRange(1, 2**63 - 1)  # ids are 64-bit: a larger number names no job, and no driver takes it
@@ -463,7 +464,7 @@ def grab(ctx: Context, key, instance, executor, target, wait, wait_timeout, **wo
         click.echo(f"job {job_id} {holder.status()}")
         if holder.output:
             click.echo(holder.output.rstrip("\n"))
-        raise click.exceptions.Exit(0 if holder.job["state"] == "succeeded" else 1)
+        raise click.exceptions.Exit(0 if holder.job["state"] == JobState.SUCCEEDED else 1)
 
 
 def _parse_time(text: str | None) -> float | None:
@@ -506,7 +507,7 @@ def _ms(seconds: float | None, signed: bool = False) -> str:
 
 
 @cli.command()
-@click.option("--state", type=click.Choice(["queued", "running", "succeeded", "failed", "cancelled"]))
+@click.option("--state", type=click.Choice([state.value for state in JobState]))
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50)
 @click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
 @pass_ctx
@@ -571,9 +572,9 @@ def _wish_command(wish: str, text: str):
     return command
 
 
-_wish_command("pause", "Take MACHINE (name or id) out of the turns; it keeps its running jobs.")
-_wish_command("resume", "Put a paused MACHINE back into the turns.")
-_wish_command("drain", "Let MACHINE finish its jobs, then stop.")
+_wish_command(Wish.PAUSE, "Take MACHINE (name or id) out of the turns; it keeps its running jobs.")
+_wish_command(Wish.RESUME, "Put a paused MACHINE back into the turns.")
+_wish_command(Wish.DRAIN, "Let MACHINE finish its jobs, then stop.")
 
 
 @cli.command()

@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from .errors import NotFound
 from .farm import Farm, work_spec
+from .states import JobState, MachineState
 from .views import FarmTiming, judge_machines
 
 # Simulated wall-clock errors of the demo machines, seconds (the first one is the app's own node).
@@ -139,13 +140,14 @@ def _stop_all(children: list[subprocess.Popen]) -> None:
 def status_line(farm: Farm, timing: FarmTiming, started: float) -> str:
     """One line: each machine with state, offset and the leader star; job counts; recent turns."""
     now, _, rows = farm.store.read_machines()
-    machines = [m for m in judge_machines(rows, now, timing) if m["status"] != "stopped"]
+    machines = [m for m in judge_machines(rows, now, timing) if m["status"] != MachineState.STOPPED]
     parts = []
     for m in machines:
         offset = "" if m["clock_offset"] is None else f" {m['clock_offset']:+.3f}s"
         parts.append(f"{'*' if m['leader'] else ' '}{m['name']} {m['status']}{offset}")
     counts = farm.store.job_counts()
-    jobs = ", ".join(f"{counts[state]} {state}" for state in ("queued", "running", "succeeded", "failed"))
+    shown = (JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED)
+    jobs = ", ".join(f"{counts[state]} {state}" for state in shown)
     turns = len(farm.store.read_turns(now - 10))
     return f"[{time.monotonic() - started:6.1f}s] {' |'.join(parts) or 'no machines yet'} · jobs: {jobs} · " \
            f"turns in the last 10 s: {turns}"

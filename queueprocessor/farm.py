@@ -30,6 +30,7 @@ from .executors import AllowLists, check_allowed, check_form
 from .node import Node, NodeConfig
 from .roster import Liveness, machine_status
 from .schedules import Recurrence
+from .states import MachineState
 from .store import JobSpec, Store
 from .store_schedules import ScheduleStore
 from .views import Dashboard, FarmTiming
@@ -239,8 +240,8 @@ class Farm:
         """Refuse, with the reason, work that no live machine's allow-lists would let it run."""
         now, _, rows = self.store.read_machines()
         liveness = self.liveness()
-        check_allowed(spec, [m["allow"] for m in rows
-                             if m["allow"] and machine_status(m, now, liveness) in ("active", "paused")])
+        taking = (MachineState.ACTIVE, MachineState.PAUSED)
+        check_allowed(spec, [m["allow"] for m in rows if m["allow"] and machine_status(m, now, liveness) in taking])
 
     @staticmethod
     def _signed(spec: JobSpec) -> JobSpec:

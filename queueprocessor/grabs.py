@@ -15,9 +15,8 @@ from sqlalchemy import select
 from .errors import DuplicateKey, InvalidJob, NotFound, QPError
 from .output import format_time
 from .schema import jobs, machines, runs
+from .states import FINISHED, JobState
 from .store import Store
-
-FINAL = ("succeeded", "failed", "cancelled")
 
 
 def origin() -> str:
@@ -42,13 +41,13 @@ class Holder:
 
     @property
     def finished(self) -> bool:
-        return self.job["state"] in FINAL
+        return self.job["state"] in FINISHED
 
     def status(self) -> str:
         job = self.job
-        if job["state"] == "queued":
+        if job["state"] == JobState.QUEUED:
             return "queued, not started yet"
-        if job["state"] == "running":
+        if job["state"] == JobState.RUNNING:
             return f"running on machine {self.machine}, not finished"
         where = f" on machine {self.machine}" if self.machine else ""
         return f"finished, {job['state']}{where} at {format_time(job['finished_at'])} UTC"

@@ -29,7 +29,8 @@ from .executors import AllowLists, Executor
 from .push import BACKLOG, Listener, notify_backlog
 from .roster import Liveness, next_turn, roster, slot_of, slot_owner
 from .runner import JobRunner
-from .store import PRUNE_BATCH, WISHES, Store
+from .states import MachineState, Outcome, Wish
+from .store import PRUNE_BATCH, Store
 from .store_schedules import ScheduleStore
 
 log = logging.getLogger("queueprocessor.node")
@@ -112,7 +113,7 @@ class Node:
         self._pushed = False
         self.instance = uuid.uuid4().hex
         self.id: int | None = None
-        self.state = "active"
+        self.state = MachineState.ACTIVE
         self.done = 0
         self.failed = 0
         self.turns_taken = 0
@@ -179,8 +180,8 @@ class Node:
         if not first:
             self.stopped.wait(30)
             return
-        if drain and self.state not in ("stopped",):
-            self.state = "draining"
+        if drain and self.state != MachineState.STOPPED:
+            self.state = MachineState.DRAINING
             self.runner.release_singletons()
             self._await_idle(timeout, interruptible=True)
         self._stop.set()
@@ -199,7 +200,7 @@ class Node:
                 self.store.mark_stopped(self.id)
             except Exception as exc:
                 log.warning("could not mark machine %s stopped: %s", self.id, exc)
-        self.state = "stopped"
+        self.state = MachineState.STOPPED
         self.stopped.set()
 
     def _await_idle(self, timeout: float | None, interruptible: bool = False) -> None:
@@ -230,7 +231,7 @@ class Node:
                 self._checkin()
             except Exception as exc:  # database down: keep trying; the watchdog fences us off
                 self._lost_contact(exc)
-            if self.state == "draining" and self.runner.count() == 0:
+            if self.state == MachineState.DRAINING and self.runner.count() == 0:
                 log.info("drained: no jobs left, stopping")
                 threading.Thread(target=self.stop, kwargs={"drain": False}, name="qp-stop").start()
                 return
@@ -287,26 +288,26 @@ class Node:
         self.last_error = message
 
     def _apply_wish(self, wish: str | None) -> str | None:
-        if wish not in WISHES or self.state in ("stopped",):
+        if wish not in tuple(Wish) or self.state == MachineState.STOPPED:
             return None
-        target = WISHES[wish]
-        if self.state == "draining" and target != "draining":
+        target = Wish(wish).leads_to
+        if self.state == MachineState.DRAINING and target != MachineState.DRAINING:
             log.info("ignoring %s: this machine is draining", wish)
         elif target != self.state:
             log.info("operator wish: %s (%s -> %s)", wish, self.state, target)
             self.state = target
-            self._sweep_due = self._sweep_due or target == "active"
-            if target == "draining":
+            self._sweep_due = self._sweep_due or target == MachineState.ACTIVE
+            if target == MachineState.DRAINING:
                 self.runner.release_singletons()
         return wish
 
     def _handle_renewals(self, held: list[tuple[int, int]], renewed: dict[int, bool]) -> None:
         for job_id, _fence in held:
             if job_id not in renewed:
-                if self.runner.stop_job(job_id, "lost"):
+                if self.runner.stop_job(job_id, Outcome.LOST):
                     log.warning("job %s: lease lost to another machine, stopped it", job_id)
             elif renewed[job_id]:
-                self.runner.stop_job(job_id, "cancelled")
+                self.runner.stop_job(job_id, Outcome.CANCELLED)
 
     # -- turns ------------------------------------------------------------
 
@@ -331,7 +332,7 @@ class Node:
         there is work to claim directly, and never longer than IDLE_WAKE (rosters change).
         Sleeping to the slot instead of ticking through it keeps an idle node
         under 2% of a core and starts its turns to a fraction of a millisecond, not to a tick."""
-        if not self.db_healthy or self.state != "active":
+        if not self.db_healthy or self.state != MachineState.ACTIVE:
             return IDLE_WAKE
         now = self.estimator.db_now()
         if self._direct or self._pushed or self._backlog_slot >= slot_of(now, self.config.period) - 2:
@@ -365,14 +366,14 @@ class Node:
         overdue = [job_id for job_id, leased_at in self.runner.leases()
                    if now - max(leased_at, self._renewed_at) > limit]
         if overdue:
-            stopped = [job_id for job_id in overdue if self.runner.stop_job(job_id, "lost")]
+            stopped = [job_id for job_id in overdue if self.runner.stop_job(job_id, Outcome.LOST)]
             if stopped:
                 log.warning("no contact with the database for %.1f s: stopping %s jobs before their leases run out",
                             now - self._renewed_at, len(stopped))
             self.db_healthy = False
 
     def _tick(self) -> None:
-        if self.state != "active":
+        if self.state != MachineState.ACTIVE:
             return
         now = self.estimator.db_now()
         slot = slot_of(now, self.config.period)
@@ -486,7 +487,7 @@ class Node:
     def _peer_lately_dead(self, now: float) -> bool:
         """Did a machine die within the last minute (so its jobs' leases may be running out now)?"""
         liveness = self.liveness()
-        return any(m["id"] != self.id and m["state"] != "stopped" and liveness.is_dead(m["last_seen"], now)
+        return any(m["id"] != self.id and m["state"] != MachineState.STOPPED and liveness.is_dead(m["last_seen"], now)
                    and now - m["last_seen"] < self.config.dead_after + LATELY_DEAD for m in self.machines)
 
     def _notice(self, payload: str) -> None:
@@ -501,11 +502,11 @@ class Node:
         if self._direct and self.runner.room(self.config.capacity) >= max(1, self.config.capacity // 2):
             self._wake.set()  # working off a backlog: claim again now that half our room is free
 
-    def _job_done(self, outcome: str) -> None:
+    def _job_done(self, outcome: Outcome) -> None:
         self._room_made()  # a write that ended also makes room when `capacity` results were waiting
-        if outcome == "succeeded":
+        if outcome == Outcome.SUCCEEDED:
             self.done += 1
-        elif outcome in ("failed", "timeout"):
+        elif outcome in (Outcome.FAILED, Outcome.TIMEOUT):
             self.failed += 1
 
     # -- for the CLI and the GUI ------------------------------------------
@@ -515,7 +516,7 @@ class Node:
         synced = self.estimator.synced
         now = self.estimator.db_now() if synced else None
         upcoming = None
-        if synced and self.state == "active":
+        if synced and self.state == MachineState.ACTIVE:
             turn = self._upcoming_turn(now)
             upcoming = None if turn is None else max(0.0, turn * self.config.period - now)
         return {

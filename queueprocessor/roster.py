@@ -7,6 +7,8 @@ same answer, which is what lets the farm take turns without talking.
 import math
 from dataclasses import dataclass
 
+from .states import MachineState
+
 
 @dataclass(frozen=True)
 class Liveness:
@@ -33,7 +35,7 @@ def roster(machines, db_now: float, liveness: Liveness, join_delay: float) -> li
     return sorted(
         m["id"]
         for m in machines
-        if m["state"] == "active"
+        if m["state"] == MachineState.ACTIVE
         and not liveness.is_dead(m["last_seen"], db_now)
         and db_now - m["joined_at"] >= join_delay
     )
@@ -60,8 +62,8 @@ def next_turn(ids: list[int], me: int, db_now: float, period: float) -> int | No
     return slot + ahead
 
 
-def machine_status(row, db_now: float, liveness: Liveness) -> str:
-    """The state an operator sees: the stored state, or 'dead' when the machine stopped checking in."""
-    if row["state"] != "stopped" and liveness.is_dead(row["last_seen"], db_now):
-        return "dead"
-    return row["state"]
+def machine_status(row, db_now: float, liveness: Liveness) -> MachineState:
+    """The state an operator sees: the stored state, or DEAD when the machine stopped checking in."""
+    if row["state"] != MachineState.STOPPED and liveness.is_dead(row["last_seen"], db_now):
+        return MachineState.DEAD
+    return MachineState(row["state"])

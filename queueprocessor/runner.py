@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 from .errors import QPError
 from .executors import Executor, JobContext, JobFailed, executor_for
+from .states import Kind, Outcome
 from .store import Claimed, Ending, Store
 
 log = logging.getLogger("queueprocessor.runner")
 
 # Errors recorded for work this node stopped on purpose (any other stop: the lease was lost).
-STOPPED = {"cancelled": "cancelled by an operator", "released": "handed back: its machine is leaving the farm",
+STOPPED = {Outcome.CANCELLED: "cancelled by an operator", "released": "handed back: its machine is leaving the farm",
            "exit": "handed back unfinished: the operator stopped its machine (no attempt spent)"}
 SINGLETON_SETTLED = 10.0  # seconds a singleton must run before it counts as having started well
 # Pauses between tries to write a result while the database is away (a restart, a failover): the job
@@ -44,7 +45,7 @@ class Running:
     job: Claimed
     context: JobContext
     task: asyncio.Task | None = None
-    stop_reason: str | None = None  # why we cancelled it: "cancelled" or "lost"
+    stop_reason: str | None = None  # why we cancelled it: CANCELLED, LOST, "released" or "exit"
     recording: bool = False  # the work is over; only its result is being written
     begun: bool = False  # _execute has started, so a cancellation reaches its handlers
     leased_at: float = float("-inf")  # monotonic time its claim was sent: its lease runs from no earlier
@@ -152,7 +153,7 @@ class JobRunner:
     def release_singletons(self) -> None:
         """Hand our singletons back: they never finish, so a leaving machine must give them up."""
         with self._lock:
-            ids = [job_id for job_id, entry in self.running.items() if entry.job.kind == "singleton"]
+            ids = [job_id for job_id, entry in self.running.items() if entry.job.kind == Kind.SINGLETON]
         for job_id in ids:
             self.stop_job(job_id, "released")
 
@@ -170,14 +171,14 @@ class JobRunner:
 
     async def _execute(self, entry: Running) -> None:
         job = entry.job
-        outcome, error, output = "succeeded", None, None
+        outcome, error, output = Outcome.SUCCEEDED, None, None
         final = False  # failed for good: no retry could succeed
         try:
             entry.begun = True
             if entry.stop_reason is not None:
                 raise asyncio.CancelledError
             if job.exhausted:
-                outcome, error = "failed", "lease lost on its last attempt (its machine died or was cut off)"
+                outcome, error = Outcome.FAILED, "lease lost on its last attempt (its machine died or was cut off)"
             else:
                 executor = executor_for(self.executors, job.executor)
                 if job.run_at > entry.started:  # claimed early: start exactly at run_at in database time
@@ -188,16 +189,16 @@ class JobRunner:
                 output = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
         except asyncio.TimeoutError:
             entry.context.cancelled.set()
-            outcome, error = "timeout", f"stopped after its timeout of {job.timeout:g} s"
+            outcome, error = Outcome.TIMEOUT, f"stopped after its timeout of {job.timeout:g} s"
         except asyncio.CancelledError:
-            outcome = "cancelled" if entry.stop_reason == "cancelled" else "lost"
+            outcome = Outcome.CANCELLED if entry.stop_reason == Outcome.CANCELLED else Outcome.LOST
             error = STOPPED.get(entry.stop_reason, "stopped: this machine lost its lease")
         except JobFailed as exc:
-            outcome, error, output, final = "failed", str(exc), exc.output, exc.permanent
+            outcome, error, output, final = Outcome.FAILED, str(exc), exc.output, exc.permanent
         except QPError as exc:  # refused by this node: an unknown executor, a target outside its allow-lists
-            outcome, error, final = "failed", str(exc), True
+            outcome, error, final = Outcome.FAILED, str(exc), True
         except Exception as exc:  # a bad job fails alone; the node goes on
-            outcome, error = "failed", f"{type(exc).__name__}: {exc}"
+            outcome, error = Outcome.FAILED, f"{type(exc).__name__}: {exc}"
         self._writing_result(entry)
         self.on_room()
         for pause in (*RECORD_RETRIES, None):
@@ -223,15 +224,15 @@ class JobRunner:
         runs again."""
         if final:
             return None
-        if entry.job.kind == "singleton" and outcome != "cancelled":
+        if entry.job.kind == Kind.SINGLETON and outcome != Outcome.CANCELLED:
             return backoff(1) if self.db_now() - entry.started >= SINGLETON_SETTLED else backoff(4)
-        return backoff(entry.job.attempts) if outcome in ("failed", "timeout") else None
+        return backoff(entry.job.attempts) if outcome in (Outcome.FAILED, Outcome.TIMEOUT) else None
 
     def _record_many(self, results: list["Result"]) -> list[bool]:
         """Write how runs ended, all finishes in one transaction. False for a result to try again later: the
         database is away (unless it was the last try)."""
-        written = {id(r): self._release(r) for r in results if r.outcome == "lost"}
-        ending = [r for r in results if r.outcome != "lost"]
+        written = {id(r): self._release(r) for r in results if r.outcome == Outcome.LOST}
+        ending = [r for r in results if r.outcome != Outcome.LOST]
         try:
             states = self.store.finish_many(self.machine_id, [
                 Ending(r.entry.job, r.outcome, r.error, self._retry_in(r.entry, r.outcome, r.final), r.output)
@@ -244,17 +245,18 @@ class JobRunner:
                 else:
                     log.warning("could not record job %s (%s); its lease will expire and it will be re-run",
                                 r.entry.job.id, exc)
-                    written[id(r)] = self._done(r.entry, "lost")
+                    written[id(r)] = self._done(r.entry, Outcome.LOST)
         else:
             debug = log.isEnabledFor(logging.DEBUG)
             for r, state in zip(ending, states):
                 job = r.entry.job
                 if state is None:
                     log.warning("result of job %s refused by its fence: another machine owns it now", job.id)
-                elif debug or r.outcome != "succeeded":  # a busy node runs thousands a second: successes at debug
-                    log.log(logging.DEBUG if r.outcome == "succeeded" else logging.INFO, "job %s attempt %s %s -> %s%s",
+                elif debug or r.outcome != Outcome.SUCCEEDED:  # a busy node runs thousands a second: successes at debug
+                    level = logging.DEBUG if r.outcome == Outcome.SUCCEEDED else logging.INFO
+                    log.log(level, "job %s attempt %s %s -> %s%s",
                             job.id, job.attempts, r.outcome, state, f" ({r.error})" if r.error else "")
-                written[id(r)] = self._done(r.entry, r.outcome if state else "lost")
+                written[id(r)] = self._done(r.entry, r.outcome if state else Outcome.LOST)
         return [written[id(r)] for r in results]
 
     def _release(self, result: "Result") -> bool:
@@ -268,7 +270,7 @@ class JobRunner:
                 log.warning("could not hand job %s back yet (%s); trying again", job.id, exc)
                 return False
             log.warning("could not hand job %s back (%s); its lease will expire", job.id, exc)
-        return self._done(result.entry, "lost")
+        return self._done(result.entry, Outcome.LOST)
 
     def _done(self, entry: Running, outcome: str) -> bool:
         with self._lock:

@@ -24,6 +24,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql import operators
 
+from .states import JobState, Kind, MachineState, Outcome
+
 SCHEMA_VERSION = 2
 
 metadata = MetaData()
@@ -31,16 +33,10 @@ metadata = MetaData()
 
 # Every job state, as SQL text. Compiled into a statement once and cached with it, where a literal_execute
 # parameter would be rendered into the SQL again on every execution (and executemany takes none at all).
-STATE_SQL = {
-    "queued": literal_column("'queued'"),
-    "running": literal_column("'running'"),
-    "succeeded": literal_column("'succeeded'"),
-    "failed": literal_column("'failed'"),
-    "cancelled": literal_column("'cancelled'"),
-}
+STATE_SQL = {state: literal_column(f"'{state}'") for state in JobState}
 
 
-class JobState(TypeDecorator):
+class StateColumn(TypeDecorator):
     """A job's state, VARCHAR(16). A statement that compares it with a given state names that state in its
     text instead of binding it: a plan made for any value cannot use the indexes kept for one state only
     (psycopg prepares a statement it runs often, and PostgreSQL may then plan it once for all values; SQL
@@ -79,7 +75,7 @@ machines = Table(
     Column("pid", Integer, nullable=False),
     Column("version", String(32), nullable=False),
     # active | paused | draining | stopped ("dead" is judged, never stored).
-    Column("state", String(16), nullable=False, default="active"),
+    Column("state", String(16), nullable=False, default=MachineState.ACTIVE),
     # An operator's wish (pause | resume | drain), applied by the node itself.
     Column("wish", String(16), nullable=True),
     Column("capacity", Integer, nullable=False),
@@ -116,7 +112,7 @@ jobs = Table(
     Column("method", String(10), nullable=False, default="GET"),
     Column("payload", Text, nullable=True),
     # queued | running | succeeded | failed | cancelled
-    Column("state", JobState(), nullable=False, default="queued"),
+    Column("state", StateColumn(), nullable=False, default=JobState.QUEUED),
     Column("priority", Integer, nullable=False, default=0),
     Column("run_at", Time, nullable=False),
     Column("created_at", Time, nullable=False),
@@ -133,7 +129,7 @@ jobs = Table(
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("key", String(400), nullable=True),
     # job | singleton (a singleton is requeued whenever its work ends, and never runs out of attempts)
-    Column("kind", String(16), nullable=False, default="job"),
+    Column("kind", String(16), nullable=False, default=Kind.JOB),
     # Who enqueued it ("host pid N"): a refused grab names the winner.
     Column("origin", String(200), nullable=True),
 )
@@ -142,15 +138,16 @@ jobs = Table(
 # queued jobs in the claim's order; the leases of running jobs, for a turn's search for expired ones; jobs
 # that failed or were cancelled, for the app's look-ups by state (a succeeded job enters none); keys, for the
 # jobs that have one; and the singletons (the app lists them every poll).
-Index("ix_qp_jobs_queued", jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id, postgresql_where=jobs.c.state == "queued",
-      sqlite_where=jobs.c.state == "queued", mssql_where=jobs.c.state == "queued")
-ENDED_BADLY = jobs.c.state.in_(("failed", "cancelled"))
+QUEUED = jobs.c.state == JobState.QUEUED
+Index("ix_qp_jobs_queued", jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id, postgresql_where=QUEUED, sqlite_where=QUEUED,
+      mssql_where=QUEUED)
+ENDED_BADLY = jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED))
 Index("ix_qp_jobs_ended_badly", jobs.c.state, jobs.c.id, postgresql_where=ENDED_BADLY, sqlite_where=ENDED_BADLY,
       mssql_where=ENDED_BADLY)
-Index("ix_qp_jobs_lease", jobs.c.lease_until, postgresql_where=jobs.c.state == "running",
-      sqlite_where=jobs.c.state == "running", mssql_where=jobs.c.state == "running")
-Index("ix_qp_jobs_singletons", jobs.c.key, postgresql_where=jobs.c.kind == "singleton",
-      sqlite_where=jobs.c.kind == "singleton", mssql_where=jobs.c.kind == "singleton")
+Index("ix_qp_jobs_lease", jobs.c.lease_until, postgresql_where=jobs.c.state == JobState.RUNNING,
+      sqlite_where=jobs.c.state == JobState.RUNNING, mssql_where=jobs.c.state == JobState.RUNNING)
+Index("ix_qp_jobs_singletons", jobs.c.key, postgresql_where=jobs.c.kind == Kind.SINGLETON,
+      sqlite_where=jobs.c.kind == Kind.SINGLETON, mssql_where=jobs.c.kind == Kind.SINGLETON)
 Index(
     "ux_qp_jobs_key",
     jobs.c.key,
@@ -179,7 +176,7 @@ runs = Table(
     Column("started_at", Time, nullable=False),
     Column("finished_at", Time, nullable=True),
     # running | succeeded | failed | lost | cancelled | timeout
-    Column("outcome", String(16), nullable=False, default="running"),
+    Column("outcome", String(16), nullable=False, default=Outcome.RUNNING),
     Column("error", Text, nullable=True),
     # An excerpt of what the work printed or returned.
     Column("output", Text, nullable=True),

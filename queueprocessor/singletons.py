@@ -25,8 +25,8 @@ from sqlalchemy import and_, exc, insert, or_, select, update
 
 from .dbtime import db_now
 from .errors import DuplicateKey, InvalidJob, NotFound, QPError
-from .grabs import FINAL
 from .schema import jobs, locks
+from .states import FINISHED, JobState, Kind
 from .store import JobSpec, Store
 
 log = logging.getLogger("queueprocessor.singletons")
@@ -41,10 +41,10 @@ def add(store: Store, name: str, spec: JobSpec) -> int:
         raise InvalidJob(f"singleton name {name!r} must be 1-200 characters without surrounding spaces")
     key = PREFIX + name
     spec = JobSpec(executor=spec.executor, target=spec.target, method=spec.method, payload=spec.payload,
-                   priority=spec.priority, max_attempts=FOREVER, timeout=None, key=key, kind="singleton",
+                   priority=spec.priority, max_attempts=FOREVER, timeout=None, key=key, kind=Kind.SINGLETON,
                    origin=spec.origin)
     # A removed singleton of the same name keeps its history but gives its name up.
-    store._one(update(jobs).where(jobs.c.key == key, jobs.c.state.in_(FINAL)).values(key=None))
+    store._one(update(jobs).where(jobs.c.key == key, jobs.c.state.in_(FINISHED)).values(key=None))
     try:
         return store.enqueue(spec)[0]
     except DuplicateKey:
@@ -60,7 +60,7 @@ def get(store: Store, name: str) -> dict:
 
 
 def list_all(store: Store) -> list[dict]:
-    rows = store._one(select(jobs).where(jobs.c.kind == "singleton", jobs.c.key.isnot(None)).order_by(jobs.c.key))
+    rows = store._one(select(jobs).where(jobs.c.kind == Kind.SINGLETON, jobs.c.key.isnot(None)).order_by(jobs.c.key))
     return [dict(r._mapping, name=r.key[len(PREFIX):]) for r in rows]
 
 
@@ -70,7 +70,7 @@ def remove(store: Store, name: str) -> str:
 
 
 def _where(job: dict) -> str:
-    if job["state"] == "running":
+    if job["state"] == JobState.RUNNING:
         return f"running on machine {job['owner']}" + (", stopping" if job["cancel_requested"] else "")
     return job["state"]
 

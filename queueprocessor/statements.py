@@ -7,13 +7,14 @@ rules they keep are Store.claim's and Store.finish's.
 
 import functools
 
-from sqlalchemy import (BigInteger, Float, Integer, Text, and_, any_, bindparam, case, cast, column, exists, func,
-                        insert, literal, or_, select, true, union_all, update)
+from sqlalchemy import (BigInteger, Float, Integer, String, Text, and_, any_, bindparam, case, cast, column, exists,
+                        func, insert, literal, or_, select, true, union_all, update)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from .dbtime import db_now
 from .schema import STATE_SQL, Id, jobs, runs, turns
+from .states import JobState, Outcome
 
 
 LOST = "lease expired: the machine stopped renewing it"
@@ -60,9 +61,9 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
             .subquery()
         )
 
-    queued = best(and_(j.c.state == "queued", j.c.run_at <= now + bindparam("b_horizon", type_=Float)))
+    queued = best(and_(j.c.state == JobState.QUEUED, j.c.run_at <= now + bindparam("b_horizon", type_=Float)))
     if take_expired:
-        either = union_all(select(queued), select(best(and_(j.c.state == "running", expired(j))))).subquery()
+        either = union_all(select(queued), select(best(and_(j.c.state == JobState.RUNNING, expired(j))))).subquery()
         pick = select(either.c.id).order_by(either.c.priority.desc(), either.c.run_at, either.c.id).limit(limit)
     else:
         pick = select(queued.c.id)
@@ -71,11 +72,11 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
         # planner and take more than `limit` rows; a materialised CTE runs once.
         picked = pick.cte("picked").prefix_with("MATERIALIZED")
         pick = select(picked.c.id)
-    guard = or_(jobs.c.state == "queued", and_(jobs.c.state == "running", expired(jobs)))
+    guard = or_(jobs.c.state == JobState.QUEUED, and_(jobs.c.state == JobState.RUNNING, expired(jobs)))
     statement = (
         update(jobs)
         .where(jobs.c.id.in_(pick), guard)
-        .values(state="running", owner=bindparam("b_machine", type_=Id), fence=jobs.c.fence + 1,
+        .values(state=JobState.RUNNING, owner=bindparam("b_machine", type_=Id), fence=jobs.c.fence + 1,
                 attempts=jobs.c.attempts + 1, lease_until=now + bindparam("b_lease", type_=Float), started_at=now,
                 finished_at=None)
         .returning(jobs.c.id, jobs.c.executor, jobs.c.target, jobs.c.method, jobs.c.payload,
@@ -88,15 +89,15 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     opened = insert(runs).from_select(
         ["job_id", "attempt", "machine_id", "fence", "started_at", "outcome"],
         select(claimed.c.id, claimed.c.attempts, bindparam("b_machine", type_=Id), claimed.c.fence, now,
-               literal("running")),
+               literal(Outcome.RUNNING, String)),
     ).cte("opened")
     # The run a job was taken from ends as lost in the same statement, so no reader sees two running
     # (a first attempt has none: its run rows are not looked up).
     lost = (
         update(runs)
         .where(claimed.c.attempts > 1, runs.c.job_id == claimed.c.id, runs.c.fence < claimed.c.fence,
-               runs.c.outcome == "running")
-        .values(outcome="lost", finished_at=now, error=LOST)
+               runs.c.outcome == Outcome.RUNNING)
+        .values(outcome=Outcome.LOST, finished_at=now, error=LOST)
         .cte("lost")
     )
     if not turn:
@@ -119,14 +120,14 @@ def finish_statement():
     v = select(func.unnest(*(cast(bindparam(f"b_{name}"), ARRAY(kind)) for name, kind in columns))
                .table_valued(*(column(name, kind) for name, kind in columns)).render_derived(name="u")
                ).cte("v").prefix_with("MATERIALIZED")
-    again = v.c.state == "queued"
+    again = v.c.state == JobState.QUEUED
     # The jobs are found by primary key (id = ANY(array)). Joined on the unnested rows alone they were matched
     # against every running job of the farm once per result (6 ms for 32 results with 320 jobs running), and
     # with `state = 'running'` as such the planner still walked the whole index of running jobs, dead entries
     # of the jobs finished since the last vacuum included: the state is checked here in a form that index's
     # predicate does not match.
     ours = jobs.c.id == any_(cast(bindparam("b_id"), ARRAY(BigInteger)))
-    running = func.concat(jobs.c.state, "") == STATE_SQL["running"]
+    running = func.concat(jobs.c.state, "") == STATE_SQL[JobState.RUNNING]
     ended = (
         update(jobs)
         .where(ours, jobs.c.id == v.c.id, jobs.c.fence == v.c.fence, jobs.c.owner == bindparam("b_machine", type_=Id),

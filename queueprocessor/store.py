@@ -23,13 +23,10 @@ from sqlalchemy.sql import Select
 from .clock import Sample
 from .dbtime import db_now
 from .errors import DuplicateKey, LostLease, NotFound, QPError
-from .schema import STATE_SQL, jobs, machines, meta, runs, schedules, turns
+from .schema import jobs, machines, meta, runs, schedules, turns
+from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
 from .statements import LOST, claim_statement, finish_statement
 
-# Operator wishes and the machine states they lead to.
-WISHES = {"pause": "paused", "resume": "active", "drain": "draining"}
-JOB_STATES = tuple(STATE_SQL)
-FINISHED = ("succeeded", "failed", "cancelled")
 PRUNE_BATCH = 500  # finished jobs deleted per transaction (retention): short enough never to hold up the queue
 
 
@@ -48,12 +45,12 @@ class Claimed:
     fence: int
     run_at: float
     priority: int = 0
-    kind: str = "job"
+    kind: str = Kind.JOB
 
     @property
     def exhausted(self) -> bool:
         """Claimed back from a lost lease on its last attempt: fail it, do not run it."""
-        return self.kind != "singleton" and self.attempts > self.max_attempts
+        return self.kind != Kind.SINGLETON and self.attempts > self.max_attempts
 
 
 @dataclass(frozen=True)
@@ -61,19 +58,20 @@ class Ending:
     """How one run ended, as the runner reports it (see Store.finish)."""
 
     job: Claimed
-    outcome: str  # succeeded | failed | timeout | cancelled
+    outcome: Outcome  # SUCCEEDED, FAILED, TIMEOUT or CANCELLED
     error: str | None = None
     retry_in: float | None = None  # requeue after this long, if attempts are left
     output: str | None = None
 
     @property
-    def state(self) -> str:
+    def state(self) -> JobState:
         """The job's state after this ending."""
-        if self.job.kind == "singleton" and self.outcome != "cancelled" and self.retry_in is not None:
-            return "queued"
-        if self.outcome in ("succeeded", "cancelled"):
-            return self.outcome
-        return "queued" if self.retry_in is not None and self.job.attempts < self.job.max_attempts else "failed"
+        if self.job.kind == Kind.SINGLETON and self.outcome != Outcome.CANCELLED and self.retry_in is not None:
+            return JobState.QUEUED
+        if self.outcome in (Outcome.SUCCEEDED, Outcome.CANCELLED):
+            return JobState(self.outcome)
+        again = self.retry_in is not None and self.job.attempts < self.job.max_attempts
+        return JobState.QUEUED if again else JobState.FAILED
 
 
 @dataclass(frozen=True)
@@ -99,7 +97,7 @@ class JobSpec:
     max_attempts: int = 3
     timeout: float | None = None
     key: str | None = None
-    kind: str = "job"  # or "singleton" (see singletons)
+    kind: str = Kind.JOB  # or SINGLETON (see singletons)
     origin: str | None = None  # who enqueued it
 
 
@@ -250,7 +248,7 @@ class Store:
                  allow: str | None = None) -> int:
         values = dict(
             name=name, host=host, instance=instance, pid=pid, version=version, capacity=capacity, allow=allow,
-            state="active", running=0, done_count=0, failed_count=0,
+            state=MachineState.ACTIVE, running=0, done_count=0, failed_count=0,
         )
         with self.engine.begin() as conn:
             conn.execute(insert(machines).values(joined_at=db_now(), last_seen=db_now(), **values))
@@ -298,7 +296,7 @@ class Store:
                 if row:
                     return dict(row._mapping)
             rows = conn.execute(
-                select(machines).where(machines.c.name == ref, machines.c.state != "stopped")
+                select(machines).where(machines.c.name == ref, machines.c.state != MachineState.STOPPED)
             ).all()
         if not rows:
             raise NotFound(f"no running machine is named or numbered {ref!r}: see `queueprocessor status`")
@@ -309,13 +307,13 @@ class Store:
 
     def wish(self, machine_id: int, wish: str) -> None:
         """Write an operator's wish on a machine's row; the machine applies it within a heartbeat."""
-        if wish not in WISHES:
-            raise QPError(f"unknown wish {wish!r}: use one of {', '.join(WISHES)}")
+        if wish not in tuple(Wish):
+            raise QPError(f"unknown wish {wish!r}: use one of {', '.join(Wish)}")
         if self._one(update(machines).where(machines.c.id == machine_id).values(wish=wish)) != 1:
             raise NotFound(f"no machine with id {machine_id}")
 
     def mark_stopped(self, machine_id: int) -> None:
-        self._one(update(machines).where(machines.c.id == machine_id).values(state="stopped", running=0,
+        self._one(update(machines).where(machines.c.id == machine_id).values(state=MachineState.STOPPED, running=0,
                                                                               last_seen=db_now()))
 
     # -- turns ------------------------------------------------------------
@@ -370,7 +368,7 @@ class Store:
         row = dict(
             executor=spec.executor, target=spec.target, method=spec.method, payload=spec.payload,
             priority=spec.priority, max_attempts=spec.max_attempts, timeout=spec.timeout, key=spec.key,
-            kind=spec.kind, origin=spec.origin, state="queued", attempts=0, fence=0, cancel_requested=False,
+            kind=spec.kind, origin=spec.origin, state=JobState.QUEUED, attempts=0, fence=0, cancel_requested=False,
         )
         try:
             with self.engine.begin() as conn:
@@ -440,8 +438,8 @@ class Store:
         """
         return self._one(
             update(jobs)
-            .where(jobs.c.state == "running", jobs.c.lease_until < db_now(), jobs.c.lease_until < before)
-            .values(state="queued", owner=None, lease_until=None,
+            .where(jobs.c.state == JobState.RUNNING, jobs.c.lease_until < db_now(), jobs.c.lease_until < before)
+            .values(state=JobState.QUEUED, owner=None, lease_until=None,
                     last_error="lease expired: its machine stopped renewing it")
         )
 
@@ -453,11 +451,11 @@ class Store:
             if c.attempts > 1:
                 conn.execute(
                     update(runs)
-                    .where(runs.c.job_id == c.id, runs.c.outcome == "running", runs.c.fence < c.fence)
-                    .values(outcome="lost", finished_at=db_now(), error=LOST)
+                    .where(runs.c.job_id == c.id, runs.c.outcome == Outcome.RUNNING, runs.c.fence < c.fence)
+                    .values(outcome=Outcome.LOST, finished_at=db_now(), error=LOST)
                 )
         conn.execute(
-            insert(runs).values(started_at=db_now(), outcome="running"),
+            insert(runs).values(started_at=db_now(), outcome=Outcome.RUNNING),
             [dict(job_id=c.id, attempt=c.attempts, machine_id=machine_id, fence=c.fence) for c in claimed],
         )
 
@@ -467,12 +465,13 @@ class Store:
 
     def any_due(self) -> bool:
         """Is any queued job due? (Cheap: it stops at the first, where a count reads the whole backlog.)"""
-        return self._one(select(select(jobs.c.id).where(jobs.c.state == "queued", jobs.c.run_at <= db_now())
+        return self._one(select(select(jobs.c.id).where(jobs.c.state == JobState.QUEUED, jobs.c.run_at <= db_now())
                                 .exists()))[0][0]
 
     def due_count(self, horizon: float = 0.0) -> int:
         return self._one(
-            select(func.count()).select_from(jobs).where(jobs.c.state == "queued", jobs.c.run_at <= db_now() + horizon)
+            select(func.count()).select_from(jobs)
+            .where(jobs.c.state == JobState.QUEUED, jobs.c.run_at <= db_now() + horizon)
         )[0][0]
 
     def renew(self, machine_id: int, held: Iterable[tuple[int, int]], lease: float) -> dict[int, bool]:
@@ -484,7 +483,7 @@ class Store:
         mine = or_(*(and_(jobs.c.id == job_id, jobs.c.fence == fence) for job_id, fence in held))
         rows = self._one(
             update(jobs)
-            .where(jobs.c.owner == machine_id, jobs.c.state == "running", mine)
+            .where(jobs.c.owner == machine_id, jobs.c.state == JobState.RUNNING, mine)
             .values(lease_until=db_now() + lease)
             .returning(jobs.c.id, jobs.c.cancel_requested)
         )
@@ -529,14 +528,14 @@ class Store:
     def _write_endings(conn, machine_id: int, endings: Sequence["Ending"]) -> int:
         """The guarded updates for `endings`, one executemany per kind; the number of jobs that were ours."""
         mine = and_(jobs.c.id == bindparam("b_id"), jobs.c.owner == machine_id, jobs.c.fence == bindparam("b_fence"),
-                    jobs.c.state == "running")
-        again = [e for e in endings if e.state == "queued"]
-        done = [e for e in endings if e.state != "queued"]
+                    jobs.c.state == JobState.RUNNING)
+        again = [e for e in endings if e.state == JobState.QUEUED]
+        done = [e for e in endings if e.state != JobState.QUEUED]
         count = 0
         if again:
             count += conn.execute(
-                update(jobs).where(mine).values(state="queued", last_error=bindparam("b_error"), lease_until=None,
-                                                run_at=db_now() + bindparam("b_retry"), owner=None),
+                update(jobs).where(mine).values(state=JobState.QUEUED, last_error=bindparam("b_error"),
+                                                lease_until=None, run_at=db_now() + bindparam("b_retry"), owner=None),
                 [dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_retry=e.retry_in) for e in again],
             ).rowcount
         if done:
@@ -562,14 +561,14 @@ class Store:
             count = conn.execute(
                 update(jobs)
                 .where(jobs.c.id == job.id, jobs.c.owner == machine_id, jobs.c.fence == job.fence,
-                       jobs.c.state == "running")
-                .values(state="queued", owner=None, lease_until=None, run_at=db_now(),
+                       jobs.c.state == JobState.RUNNING)
+                .values(state=JobState.QUEUED, owner=None, lease_until=None, run_at=db_now(),
                         attempts=jobs.c.attempts - 1, last_error=reason)
             ).rowcount
             conn.execute(
                 update(runs)
-                .where(runs.c.job_id == job.id, runs.c.fence == job.fence, runs.c.outcome == "running")
-                .values(outcome="lost", finished_at=db_now(), error=reason)
+                .where(runs.c.job_id == job.id, runs.c.fence == job.fence, runs.c.outcome == Outcome.RUNNING)
+                .values(outcome=Outcome.LOST, finished_at=db_now(), error=reason)
             )
         return count == 1
 
@@ -577,12 +576,12 @@ class Store:
         """Cancel a queued job at once; ask the owner of a running one to stop it (within a heartbeat)."""
         with self.engine.begin() as conn:
             if conn.execute(
-                update(jobs).where(jobs.c.id == job_id, jobs.c.state == "queued")
-                .values(state="cancelled", finished_at=db_now(), last_error="cancelled by an operator")
+                update(jobs).where(jobs.c.id == job_id, jobs.c.state == JobState.QUEUED)
+                .values(state=JobState.CANCELLED, finished_at=db_now(), last_error="cancelled by an operator")
             ).rowcount:
-                return "cancelled"
+                return JobState.CANCELLED
             if conn.execute(
-                update(jobs).where(jobs.c.id == job_id, jobs.c.state == "running").values(cancel_requested=True)
+                update(jobs).where(jobs.c.id == job_id, jobs.c.state == JobState.RUNNING).values(cancel_requested=True)
             ).rowcount:
                 return "cancelling"
             state = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar()
@@ -594,8 +593,8 @@ class Store:
         """Put a failed or cancelled job back in the queue for one more attempt."""
         count = self._one(
             update(jobs)
-            .where(jobs.c.id == job_id, jobs.c.state.in_(("failed", "cancelled")))
-            .values(state="queued", run_at=db_now(), owner=None, finished_at=None, cancel_requested=False,
+            .where(jobs.c.id == job_id, jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED)))
+            .values(state=JobState.QUEUED, run_at=db_now(), owner=None, finished_at=None, cancel_requested=False,
                     max_attempts=jobs.c.attempts + 1)
         )
         if count != 1:
@@ -613,14 +612,14 @@ class Store:
     def list_jobs(self, state: str | None = None, limit: int = 100) -> list[dict]:
         statement = select(jobs).order_by(jobs.c.id.desc()).limit(limit)
         if state:
-            if state not in JOB_STATES:
-                raise QPError(f"unknown job state {state!r}: use one of {', '.join(JOB_STATES)}")
+            if state not in tuple(JobState):
+                raise QPError(f"unknown job state {state!r}: use one of {', '.join(JobState)}")
             statement = statement.where(jobs.c.state == state)
         return [dict(r._mapping) for r in self._one(statement)]
 
     def job_counts(self) -> dict[str, int]:
         rows = self._one(select(jobs.c.state, func.count()).group_by(jobs.c.state))
-        return {state: 0 for state in JOB_STATES} | {state: n for state, n in rows}
+        return {state: 0 for state in JobState} | {state: n for state, n in rows}
 
     def list_runs(self, *, since: float = -math.inf, job_id: int | None = None, limit: int = 10_000) -> list[dict]:
         statement = select(runs).order_by(runs.c.started_at.desc()).limit(limit)

@@ -21,6 +21,7 @@ from .dbtime import db_now
 from .errors import InvalidJob, NotFound
 from .schedules import Recurrence, check_name, check_policy, plan
 from .schema import jobs, schedules
+from .states import JobState, Kind
 from .store import JobSpec, Store
 
 log = logging.getLogger("queueprocessor.schedules")
@@ -91,7 +92,7 @@ class ScheduleStore:
         """Cancel the schedule's waiting occurrences, and only those (see _waiting)."""
         return conn.execute(
             update(jobs).where(_waiting(jobs, name))
-            .values(state="cancelled", finished_at=db_now(), last_error=f"schedule {name} was removed or paused")
+            .values(state=JobState.CANCELLED, finished_at=db_now(), last_error=f"schedule {name} was removed or paused")
         ).rowcount
 
     def drop_missed(self) -> int:
@@ -109,7 +110,7 @@ class ScheduleStore:
                                                                 other.c.run_at < db_now() - grace)
                 stale = and_(stale, jobs.c.run_at < newest.scalar_subquery())
             reason = f"missed: more than {grace:g} s late, beyond the schedule's grace (misfire policy {misfire})"
-            count = self.store._one(update(jobs).where(stale).values(state="cancelled", finished_at=db_now(),
+            count = self.store._one(update(jobs).where(stale).values(state=JobState.CANCELLED, finished_at=db_now(),
                                                                      last_error=reason))
             if count:
                 log.warning("schedule %s: %s occurrences %s", name, count, reason)
@@ -158,8 +159,8 @@ class ScheduleStore:
             rows = [dict(executor=schedule["executor"], target=schedule["target"], method=schedule["method"],
                          payload=schedule["payload"], priority=schedule["priority"],
                          max_attempts=schedule["max_attempts"], timeout=schedule["timeout"],
-                         key=f"{name}@{recurrence.label(t)}", kind="job", origin=_origin(name),
-                         state="queued", attempts=0, fence=0, cancel_requested=False, run_at=t)
+                         key=f"{name}@{recurrence.label(t)}", kind=Kind.JOB, origin=_origin(name),
+                         state=JobState.QUEUED, attempts=0, fence=0, cancel_requested=False, run_at=t)
                     for t in occurrences]
             if rows:
                 self._insert_new(conn, rows)
@@ -179,7 +180,7 @@ class ScheduleStore:
                 created_at=db_now(), run_at=db_now(), finished_at=db_now(), executor=schedule["executor"],
                 target=schedule["target"], method=schedule["method"], payload=schedule["payload"],
                 priority=schedule["priority"], max_attempts=schedule["max_attempts"], timeout=schedule["timeout"],
-                kind="job", origin=_origin(name), state="failed", attempts=0, fence=0, cancel_requested=False,
+                kind=Kind.JOB, origin=_origin(name), state=JobState.FAILED, attempts=0, fence=0, cancel_requested=False,
                 last_error=reason))
         log.warning("%s", reason)
 
@@ -202,7 +203,7 @@ def _waiting(table, name: str):
     """The schedule's occurrences still in the queue. A grab may use the same name@instance form (`grab NAME
     INSTANCE`), so the key alone does not tell them apart, the origin does."""
     return and_(table.c.key.startswith(f"{name}@", autoescape=True), table.c.origin == _origin(name),
-                table.c.state == "queued")
+                table.c.state == JobState.QUEUED)
 
 
 def _origin(name: str) -> str:

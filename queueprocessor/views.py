@@ -20,7 +20,8 @@ from .node import NodeConfig
 from .roster import Liveness, machine_status, roster, slot_of, slot_owner
 from .schedules import Recurrence
 from .schema import jobs, machines, runs, schedules, turns
-from .store import JOB_STATES, Store
+from .states import JobState, MachineState
+from .store import Store
 
 # A machine whose clock estimate is this loose (as a share of the period) cannot
 # place itself inside its slots reliably: operators should see it.
@@ -139,8 +140,8 @@ def machine_throughput(store: Store, since: float, until: float) -> dict[int, di
 def find_jobs(store: Store, text: str, state: str | None = None, limit: int = 500) -> list[dict]:
     """The newest `limit` jobs (in `state`, if given) whose id, target, machine name or last error contains
     `text`, ignoring case; newest first. `text` is a bound parameter and its % and _ match only themselves."""
-    if state is not None and state not in JOB_STATES:
-        raise QPError(f"unknown job state {state!r}: use one of {', '.join(JOB_STATES)}")
+    if state is not None and state not in tuple(JobState):
+        raise QPError(f"unknown job state {state!r}: use one of {', '.join(JobState)}")
     named = select(machines.c.id).where(machines.c.name.icontains(text, autoescape=True))
     found = or_(cast(jobs.c.id, String).icontains(text, autoescape=True),
                 jobs.c.target.icontains(text, autoescape=True),
@@ -165,7 +166,7 @@ def judge_machines(rows: list[dict], now: float, timing: FarmTiming, keep_gone: 
     judged = []
     for row in rows:
         status = machine_status(row, now, liveness)
-        if status in ("stopped", "dead") and now - row["last_seen"] > keep_gone:
+        if status in (MachineState.STOPPED, MachineState.DEAD) and now - row["last_seen"] > keep_gone:
             continue
         bound = row["error_bound"]
         judged.append(row | {

@@ -10,7 +10,7 @@ from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QGridLayout, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
                                QSplitter, QTableView, QVBoxLayout, QWidget)
 
-from queueprocessor.store import JOB_STATES
+from queueprocessor.states import JobState
 
 from . import text
 from .gantt import RunsGantt
@@ -165,8 +165,8 @@ class JobsView(QWidget):
         filters = QHBoxLayout()
         self.state = QComboBox()
         self.state.addItem("All states", None)
-        for state in JOB_STATES:
-            self.state.addItem(state.capitalize(), state)
+        for state in JobState:
+            self.state.addItem(state.capitalize(), state.value)
         self.state.setToolTip("Show only jobs in this state (asks the database)")
         self.state.currentIndexChanged.connect(lambda _: self.state_filter_changed.emit(self.state.currentData()))
         self.search = QLineEdit()

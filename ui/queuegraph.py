@@ -14,7 +14,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from queueprocessor.store import JOB_STATES
+from queueprocessor.states import JobState
 
 from . import theme
 from .lanes import bars, header, header_text
@@ -38,7 +38,7 @@ class QueueGraph(QWidget):
         layout.setContentsMargins(8, 8, 8, 8)
         cards = QHBoxLayout()
         self.counts: dict[str, QLabel] = {}
-        for state in JOB_STATES:
+        for state in JobState:
             card = QFrame(objectName="card")
             box = QVBoxLayout(card)
             box.setContentsMargins(12, 6, 12, 6)
