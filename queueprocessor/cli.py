@@ -8,24 +8,23 @@ stderr and a non-zero exit code, never a traceback.
 
 import json
 import logging
-import math
 import os
 import signal
 import sys
 import threading
 import tomllib
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime
 
 import click
 from sqlalchemy import exc
 
 from . import __version__
-from .clock import SystemClock
 from .database import default_url, describe_failure, mask
 from .errors import ConfigError, QPError
-from .farm import MAX_CAPACITY, Farm, work_spec
+from .farm import Farm, work_spec
 from .grabs import AlreadyTaken, grab_key
+from .nodeoptions import NodeCommand, NodeOptions, Seconds, node_options
 from .output import format_time, print_json, print_table
 from .schedules import Recurrence
 from .states import JobState, Wish
@@ -33,22 +32,6 @@ from .states import JobState, Wish
 log = logging.getLogger("queueprocessor")
 JOB_ID = click.IntRange(1, 2**63 - 1)  # ids are 64-bit: a larger number names no job, and no driver takes it
 JOB_ID.name = "integer"  # "'abc' is not a valid integer", not "... integer range"
-
-
-class Seconds(click.FloatRange):
-    """A finite number of seconds: click's FloatRange lets "nan" and "inf" through, and a node given one
-    would sleep forever or compare false with every time."""
-
-    name = "seconds"
-
-    def convert(self, value, param, ctx):
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
-        return number
-
-    def _describe_range(self) -> str:
-        return "" if self.min is None and self.max is None else super()._describe_range()
 
 
 def _load_config(path: str | None) -> dict:
@@ -78,7 +61,9 @@ def _check_config_keys(group: click.Group, config: dict, path: str, prefix: str 
         if isinstance(command, click.Group):
             defaults[key] = _check_config_keys(command, value, path, prefix=f"{prefix}{key}.")
             continue
-        params = {p.name: p for p in command.params}
+        # An option is named by its flag (allow-host) or its parameter (allow_hosts).
+        params = {name: p for p in command.params
+                  for name in (p.name, *(flag.lstrip("-").replace("-", "_") for flag in p.opts))}
         defaults[key] = {}
         for option, given in value.items():
             param = params.get(option.replace("-", "_"))
@@ -160,30 +145,8 @@ def cli(ctx: click.Context, db: str | None, config: str | None, verbose: int) ->
 pass_ctx = click.make_pass_decorator(Context)
 
 
-def _farm_timing_options(command):
-    for name, kind, text in (
-        ("misses", int, "Missed heartbeats after which a machine is dead."),
-        ("heartbeat", Seconds(), "Seconds between check-ins."),
-        ("period", Seconds(), "Seconds per turn slot (one queue poll per period for the whole farm)."),
-    ):
-        command = click.option(f"--{name}", type=kind, envvar=f"QP_{name.upper()}", help=text + " Farm-wide.")(command)
-    return command
-
-
-def _allow_options(command):
-    """What work this machine's node agrees to run (`node` and `gui` both run one)."""
-    for name, metavar, text in reversed((
-        ("host", "HOST", "Also run HTTP jobs on this host (the local machine is always allowed). Repeatable."),
-        ("module", "PREFIX", "Run Python jobs from modules under this prefix, e.g. myapp.jobs. Repeatable."),
-        ("command", "PROGRAM", "Run command jobs whose argv[0] is exactly this. Repeatable."),
-    )):
-        command = click.option(f"--allow-{name}", multiple=True, envvar=f"QP_ALLOW_{name.upper()}", metavar=metavar,
-                               help=text)(command)
-    return command
-
-
 @cli.command("init-db")
-@_farm_timing_options
+@node_options(only=("period", "heartbeat", "misses"))
 @pass_ctx
 def init_db(ctx: Context, period, heartbeat, misses) -> None:
     """Create the tables (a node also does this on first start)."""
@@ -194,33 +157,14 @@ def init_db(ctx: Context, period, heartbeat, misses) -> None:
                f"heartbeat {settings['heartbeat']:g} s, dead after {settings['misses']:g} misses")
 
 
-@cli.command()
-@click.option("--name", envvar="QP_NAME", help="Machine name shown to operators. Default: host name.")
-@click.option("--capacity", type=click.IntRange(1, MAX_CAPACITY), default=4, envvar="QP_CAPACITY",
-              help="Jobs this machine runs at once.")
-@_farm_timing_options
-@click.option("--http-base", default="http://localhost/", envvar="QP_HTTP_BASE",
-              help="Base URL that HTTP job paths are relative to.")
-@click.option("--clock-skew", type=Seconds(), default=0.0, envvar="QP_CLOCK_SKEW",
-              help="Pretend this machine's clock is off by SECONDS (to see skew handled).")
-@click.option("--turn-keep", type=Seconds(), default=86400.0, envvar="QP_TURN_KEEP",
-              help="Seconds of turn history to keep.")
-@click.option("--keep-jobs", type=Seconds(min=0, min_open=True), default=7 * 86400.0, envvar="QP_KEEP_JOBS",
-              help="Seconds finished jobs and their runs are kept before the turn-holder deletes them.")
-@_allow_options
-@click.option("--push/--no-push", default=True, envvar="QP_PUSH",
-              help="On PostgreSQL, start new work as soon as it is enqueued (LISTEN/NOTIFY).")
+@cli.command(cls=NodeCommand)
+@node_options
 @pass_ctx
-def node(ctx: Context, name, capacity, period, heartbeat, misses, http_base, clock_skew, turn_keep, keep_jobs,
-         allow_host, allow_module, allow_command, push) -> None:
+def node(ctx: Context, options: NodeOptions) -> None:
     """Run this machine's node until stopped (SIGTERM or Ctrl-C drains; a second Ctrl-C exits at once)."""
     logging.getLogger("queueprocessor").setLevel(min(logging.INFO, logging.getLogger().level))
     logging.getLogger().setLevel(min(logging.INFO, logging.getLogger().level))
-    the_node = ctx.farm.node(name=name, capacity=capacity, period=period, heartbeat=heartbeat, misses=misses,
-                             http_base=http_base, clock=SystemClock(clock_skew), turn_keep=turn_keep,
-                             keep_jobs=keep_jobs, allow_hosts=allow_host, allow_modules=allow_module,
-                             allow_commands=allow_command, push=push)
-    run_until_signalled(the_node)
+    run_until_signalled(ctx.farm.node(**asdict(options)))
 
 
 def run_until_signalled(the_node) -> None:
@@ -609,33 +553,19 @@ def demo(ctx: Context, nodes: int, seconds: float, headless: bool) -> None:
     run_demo(ctx.url if ctx.chosen else default_url("demo.db"), nodes=nodes, seconds=seconds, headless=headless)
 
 
-@cli.command()
+@cli.command(cls=NodeCommand)
 @click.option("--observe", is_flag=True, help="Only watch the farm: run no node on this machine.")
-@click.option("--name", envvar="QP_NAME", help="Machine name shown to operators. Default: host name.")
-@click.option("--capacity", type=click.IntRange(1, MAX_CAPACITY), default=4, envvar="QP_CAPACITY",
-              help="Jobs this machine runs at once.")
-@click.option("--http-base", default="http://localhost/", envvar="QP_HTTP_BASE",
-              help="Base URL that HTTP job paths are relative to.")
-@click.option("--clock-skew", type=Seconds(), default=0.0, envvar="QP_CLOCK_SKEW",
-              help="Pretend this machine's clock is off by SECONDS (to see skew handled).")
-@_allow_options
+@node_options
 @click.option("--theme", type=click.Choice(["auto", "light", "dark"]), help="Colour scheme. Default: as last chosen.")
 @click.pass_context
-def gui(ctx: click.Context, observe, name, capacity, http_base, clock_skew, allow_host, allow_module, allow_command,
-        theme) -> None:
+def gui(ctx: click.Context, observe, options: NodeOptions, theme) -> None:
     """Open the desktop app: it runs this machine's node (unless --observe) and shows the whole farm live.
 
     Without --db, QP_DB or a db in the config file, the app asks for the database.
     """
     root = ctx.find_root()
     url = root.params.get("db") or _load_config(root.params.get("config")).get("db")
-    args = ["--capacity", str(capacity), "--http-base", http_base, "--clock-skew", repr(clock_skew)]
-    args += ["--observe"] if observe else []
-    args += ["--name", name] if name else []
-    args += ["--theme", theme] if theme else []
-    for option, values in (("--allow-host", allow_host), ("--allow-module", allow_module),
-                           ("--allow-command", allow_command)):
-        args += [part for value in values for part in (option, value)]
+    args = options.to_argv() + (["--observe"] if observe else []) + (["--theme", theme] if theme else [])
     # The app is a separate package the core never imports: run it in place of this process. The URL
     # travels in the environment, so its password never shows in the process list.
     env = {k: v for k, v in os.environ.items() if k != "QP_DB"} | ({"QP_DB": url} if url else {})

@@ -24,6 +24,7 @@ from sqlalchemy import exc
 
 from . import grabs, singletons
 from .api import JobFunction, target_of
+from .clock import SystemClock
 from .database import check_schema, default_url, describe_failure, ensure_schema, mask, open_engine
 from .errors import ConfigError, DuplicateKey, InvalidJob, QPError
 from .executors import AllowLists, check_allowed, check_form
@@ -172,10 +173,11 @@ class Farm:
 
     def node(self, *, name: str | None = None, capacity: int = 4, period: float | None = None,
              heartbeat: float | None = None, misses: int | None = None, http_base: str = "http://localhost/",
-             clock=None, allow_hosts: Iterable[str] = (), allow_modules: Iterable[str] = (),
+             clock=None, clock_skew: float = 0.0, allow_hosts: Iterable[str] = (), allow_modules: Iterable[str] = (),
              allow_commands: Iterable[str] = (), **extra) -> Node:
         """A node for this machine (start() it). The allow-lists say what work it agrees to run: HTTP
-        to the local machine and `allow_hosts`, Python modules under `allow_modules`, `allow_commands`."""
+        to the local machine and `allow_hosts`, Python modules under `allow_modules`, `allow_commands`.
+        The keywords are nodeoptions.NodeOptions' fields; `clock_skew` offsets the system clock (demos)."""
         farm = self.settings(period=period, heartbeat=heartbeat, misses=misses)
         if not 1 <= capacity <= MAX_CAPACITY:
             raise ConfigError(f"--capacity must be from 1 to {MAX_CAPACITY} (got {capacity})")
@@ -184,7 +186,7 @@ class Farm:
                             misses=int(farm["misses"]), http_base=http_base, allow=allow, **extra)
         if name:
             config.name = name
-        return Node(self.store, config, clock=clock, executors=allow.executors(http_base))
+        return Node(self.store, config, clock=clock or SystemClock(clock_skew), executors=allow.executors(http_base))
 
     # -- work -------------------------------------------------------------
 

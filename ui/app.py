@@ -1,7 +1,8 @@
 """Starting the desktop app: options, the database (asked for when none is configured), the window.
 
-    queueprocessor-gui [--db URL] [--observe] [--name NAME] [--capacity N] [--http-base URL] [--clock-skew S]
-                       [--allow-host HOST]... [--allow-module PREFIX]... [--allow-command PROGRAM]...
+    queueprocessor-gui [--db URL] [--observe] [--theme auto|light|dark] [NODE OPTIONS]
+
+The node options are `queueprocessor node`'s own (queueprocessor.nodeoptions), checked the same way.
 
 The database comes from --db, then QP_DB, then a dialog that remembers recent
 ones. Without --observe the app runs this machine's node in-process, with
@@ -9,17 +10,17 @@ the same allow-lists as `queueprocessor node`, and closing the window (or
 SIGTERM, or Ctrl-C in its terminal) stops it.
 """
 
-import argparse
 import gc
 import logging
-import os
 import signal
-import socket
 import sys
+from dataclasses import asdict, dataclass
+
+import click
 
 from queueprocessor.database import parse_url
 from queueprocessor.errors import QPError
-from queueprocessor.executors import AllowLists
+from queueprocessor.nodeoptions import NodeCommand, NodeOptions, node_options as _node_option_set
 
 try:
     from PySide6.QtCore import QSettings
@@ -36,43 +37,45 @@ from .mainwindow import MainWindow, recent_databases
 _collector: GarbageCollector | None = None  # see collect_on_gui_thread
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="queueprocessor-gui", description="The QueueProcessor desktop app.")
-    parser.add_argument("--db", metavar="URL", default=os.environ.get("QP_DB"),
-                        help="Farm database (default: QP_DB, else asked for in a dialog).")
-    parser.add_argument("--observe", action="store_true", help="Only watch the farm: run no node on this machine.")
-    parser.add_argument("--name", default=socket.gethostname(), help="This machine's name in the farm.")
-    parser.add_argument("--capacity", type=int, default=4, help="Jobs this machine runs at once.")
-    parser.add_argument("--http-base", default="http://localhost/", help="Base URL that HTTP job paths are "
-                        "relative to.")
-    parser.add_argument("--clock-skew", type=float, default=0.0, metavar="SECONDS",
-                        help="Pretend this machine's clock is off by SECONDS.")
-    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST",
-                        help="Also run HTTP jobs on this host (the local machine is always allowed). Repeatable.")
-    parser.add_argument("--allow-module", action="append", default=[], metavar="PREFIX",
-                        help="Run Python jobs from modules under this prefix, e.g. myapp.jobs. Repeatable.")
-    parser.add_argument("--allow-command", action="append", default=[], metavar="PROGRAM",
-                        help="Run command jobs whose argv[0] is exactly this. Repeatable.")
-    parser.add_argument("--theme", choices=("auto", "light", "dark"), help="Colour scheme (default: as last "
-                        "chosen, else the system's).")
-    parser.add_argument("--interval", type=float, default=0.4, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+@click.command(cls=NodeCommand, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.option("--db", metavar="URL", envvar="QP_DB", help="Farm database (default: QP_DB, else asked for in a dialog).")
+@click.option("--observe", is_flag=True, help="Only watch the farm: run no node on this machine.")
+@_node_option_set
+@click.option("--theme", type=click.Choice(["auto", "light", "dark"]),
+              help="Colour scheme (default: as last chosen, else the system's).")
+@click.option("--interval", type=float, default=0.4, hidden=True)
+def command(**_params) -> None:
+    """The QueueProcessor desktop app (queueprocessor-gui): options only, see main()."""
+
+
+@dataclass(frozen=True)
+class Args:
+    db: str | None
+    observe: bool
+    options: NodeOptions  # this machine's node, as `queueprocessor node` takes them
+    theme: str | None
+    interval: float
+
+
+def parse_args(argv: list[str] | None) -> Args:
+    """The app's options, the node's among them checked as `queueprocessor node` checks them; a refusal is one
+    line and exit code 2."""
     try:
-        if args.db:
-            parse_url(args.db)
-        if args.capacity < 1:
-            raise QPError(f"--capacity must be at least 1 (got {args.capacity})")
-        AllowLists(args.allow_host, args.allow_module, args.allow_command).executors(args.http_base)
-    except QPError as error:
-        parser.exit(2, f"error: {error}\n")
-    return args
+        ctx = command.make_context("queueprocessor-gui", list(argv or []))
+        if ctx.params["db"]:
+            parse_url(ctx.params["db"])
+    except click.exceptions.Exit as done:  # --help
+        sys.exit(done.exit_code)
+    except (click.ClickException, QPError) as error:
+        text = error.format_message() if isinstance(error, click.ClickException) else str(error)
+        print(f"error: {' '.join(text.split())}", file=sys.stderr)
+        sys.exit(2)
+    return Args(**ctx.params)
 
 
-def node_options(args: argparse.Namespace) -> dict | None:
-    if args.observe:
-        return None
-    return dict(name=args.name, capacity=args.capacity, http_base=args.http_base, clock_skew=args.clock_skew,
-                allow_hosts=args.allow_host, allow_modules=args.allow_module, allow_commands=args.allow_command)
+def node_options(args: Args) -> dict | None:
+    """Farm.node's keywords for this machine's node; None when the app only observes."""
+    return None if args.observe else asdict(args.options)
 
 
 def make_app(argv: list[str], scheme: str | None) -> QApplication:

@@ -1,0 +1,126 @@
+"""The options of a node, defined once for every entry point that runs one: `queueprocessor node`,
+`queueprocessor gui` and the desktop app (`python -m ui`).
+
+Each field of NodeOptions is one option. Its click type checks the value alone (a range, a finite number);
+`checked()` checks what spans several (the allow-lists against --http-base), so the three entry points accept
+and refuse the same values, with the same words. Adding an option is adding a field here: `node_options`
+attaches it to every command that runs a node, `to_argv` carries it from `gui` to the app, and its name is
+the keyword Farm.node takes.
+"""
+
+import math
+from dataclasses import dataclass, field, fields
+
+import click
+
+from .executors import AllowLists
+from .farm import MAX_CAPACITY
+
+
+class Seconds(click.FloatRange):
+    """A finite number of seconds: click's FloatRange lets "nan" and "inf" through, and a node given one
+    would sleep forever or compare false with every time."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return number
+
+    def _describe_range(self) -> str:
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
+
+def _option(help: str, type=None, *, flag: str | None = None, metavar: str | None = None) -> dict:
+    return {"option": dict(help=help, type=type, flag=flag, metavar=metavar)}
+
+
+FARM_WIDE = " Farm-wide."
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    """What a node on this machine is told. Field names are Farm.node's keywords (clock_skew makes its clock)."""
+
+    name: str | None = field(default=None, metadata=_option("Machine name shown to operators. Default: host name."))
+    capacity: int = field(default=4, metadata=_option("Jobs this machine runs at once.",
+                                                      click.IntRange(1, MAX_CAPACITY)))
+    misses: int | None = field(default=None, metadata=_option(
+        "Missed heartbeats after which a machine is dead." + FARM_WIDE, int))
+    heartbeat: float | None = field(default=None, metadata=_option("Seconds between check-ins." + FARM_WIDE,
+                                                                   Seconds()))
+    period: float | None = field(default=None, metadata=_option(
+        "Seconds per turn slot (one queue poll per period for the whole farm)." + FARM_WIDE, Seconds()))
+    http_base: str = field(default="http://localhost/", metadata=_option(
+        "Base URL that HTTP job paths are relative to."))
+    clock_skew: float = field(default=0.0, metadata=_option(
+        "Pretend this machine's clock is off by SECONDS (to see skew handled).", Seconds()))
+    turn_keep: float = field(default=86400.0, metadata=_option("Seconds of turn history to keep.", Seconds()))
+    keep_jobs: float = field(default=7 * 86400.0, metadata=_option(
+        "Seconds finished jobs and their runs are kept before the turn-holder deletes them.",
+        Seconds(min=0, min_open=True)))
+    allow_hosts: tuple[str, ...] = field(default=(), metadata=_option(
+        "Also run HTTP jobs on this host (the local machine is always allowed). Repeatable.",
+        flag="--allow-host", metavar="HOST"))
+    allow_modules: tuple[str, ...] = field(default=(), metadata=_option(
+        "Run Python jobs from modules under this prefix, e.g. myapp.jobs. Repeatable.",
+        flag="--allow-module", metavar="PREFIX"))
+    allow_commands: tuple[str, ...] = field(default=(), metadata=_option(
+        "Run command jobs whose argv[0] is exactly this. Repeatable.", flag="--allow-command", metavar="PROGRAM"))
+    push: bool = field(default=True, metadata=_option(
+        "On PostgreSQL, start new work as soon as it is enqueued (LISTEN/NOTIFY).", flag="--push/--no-push"))
+
+    @classmethod
+    def from_params(cls, params: dict) -> "NodeOptions":
+        """The options among a command's parsed parameters, checked."""
+        return cls(**{f.name: params[f.name] for f in fields(cls) if f.name in params}).checked()
+
+    def checked(self) -> "NodeOptions":
+        """Raise the QPError a node would meet at start for options that only fail together."""
+        AllowLists(self.allow_hosts, self.allow_modules, self.allow_commands).executors(self.http_base)
+        return self
+
+    def to_argv(self) -> list[str]:
+        """These options as a command line any entry point takes back (gui hands them to the app)."""
+        argv = []
+        for f in fields(self):
+            value, flag = getattr(self, f.name), _flag(f)
+            if isinstance(value, bool):
+                argv += [flag.split("/")[0] if value else flag.split("/")[1]]
+            elif isinstance(value, tuple):
+                argv += [part for item in value for part in (flag, item)]
+            elif value is not None:
+                argv += [flag, repr(value) if isinstance(value, float) else str(value)]
+        return argv
+
+
+def _flag(f) -> str:
+    return f.metadata["option"]["flag"] or "--" + f.name.replace("_", "-")
+
+
+class NodeCommand(click.Command):
+    """A command that runs a node: its node options reach the callback as one checked `options`
+    (NodeOptions), and a refusal comes while parsing, before anything opens."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        given = {f.name: ctx.params.pop(f.name) for f in fields(NodeOptions) if f.name in ctx.params}
+        ctx.params["options"] = NodeOptions.from_params(given)
+        return rest
+
+
+def node_options(command=None, *, only: tuple[str, ...] | None = None):
+    """Attach the node's options (or `only` those named) to a click command, each with its QP_* variable."""
+    def attach(command):
+        for f in reversed([f for f in fields(NodeOptions) if only is None or f.name in only]):
+            spec = f.metadata["option"]
+            flag = _flag(f)
+            envvar = "QP_" + flag.split("/")[0].removeprefix("--").replace("-", "_").upper()
+            extra = dict(multiple=True) if isinstance(f.default, tuple) else dict(type=spec["type"], default=f.default)
+            command = click.option(flag, f.name, envvar=envvar, show_envvar=True, metavar=spec["metavar"],
+                                   help=spec["help"], **extra)(command)
+        return command
+
+    return attach if command is None else attach(command)

@@ -1,0 +1,83 @@
+"""`queueprocessor node`, `queueprocessor gui` and the desktop app take one set of node options: each accepts
+the same values, into the same NodeOptions, and refuses the same values with the same words."""
+
+import pytest
+
+pytest.importorskip("PySide6")
+
+import click  # noqa: E402
+
+from queueprocessor import cli  # noqa: E402
+from queueprocessor.errors import QPError  # noqa: E402
+from queueprocessor.nodeoptions import NodeOptions  # noqa: E402
+from ui import app  # noqa: E402
+
+ACCEPTED = [
+    [],
+    ["--capacity", "10000", "--clock-skew", "-1.5", "--name", "desk", "--allow-module", "myapp.jobs",
+     "--allow-host", "a.internal", "--allow-host", "b.internal", "--allow-command", "true", "--no-push"],
+    ["--period", "0.5", "--heartbeat", "2", "--misses", "4", "--turn-keep", "60", "--keep-jobs", "3600",
+     "--http-base", "http://127.0.0.1:8080/"],
+]
+REFUSED = [
+    ["--capacity", "0"],
+    ["--capacity", "10001"],
+    ["--capacity", "99999999999999999999"],
+    ["--capacity", "lots"],
+    ["--clock-skew", "nan"],
+    ["--clock-skew", "inf"],
+    ["--clock-skew", "soon"],
+    ["--turn-keep", "-inf"],
+    ["--keep-jobs", "0"],
+    ["--heartbeat", "nan"],
+    ["--http-base", "ftp://nowhere/"],
+    ["--no-such-option"],
+]
+
+
+def _by_command(command: click.Command, args: list[str]) -> NodeOptions | str:
+    """What the CLI's command makes of `args`: its options, or the line cli.main would print."""
+    try:
+        return command.make_context(command.name, list(args)).params["options"]
+    except click.ClickException as error:
+        return f"error: {' '.join(error.format_message().split())}"
+    except QPError as error:
+        return f"error: {error}"
+
+
+def _by_app(args: list[str], capsys) -> NodeOptions | str:
+    try:
+        return app.parse_args(args).options
+    except SystemExit as done:
+        assert done.code == 2
+        [line] = capsys.readouterr().err.splitlines()
+        return line
+
+
+@pytest.mark.parametrize("args", ACCEPTED, ids=" ".join)
+def test_node_gui_and_the_app_accept_the_same_options(args, capsys):
+    node = _by_command(cli.node, args)
+    assert isinstance(node, NodeOptions), node
+    assert node == _by_command(cli.gui, args) == _by_app(args, capsys)
+    # and gui hands the app exactly these options
+    assert app.parse_args(_by_command(cli.gui, args).to_argv()).options == node
+
+
+@pytest.mark.parametrize("args", REFUSED, ids=" ".join)
+def test_node_gui_and_the_app_refuse_the_same_values_in_the_same_words(args, capsys):
+    node = _by_command(cli.node, args)
+    assert isinstance(node, str) and node.startswith("error: "), node
+    assert node == _by_command(cli.gui, args) == _by_app(args, capsys)
+
+
+def test_the_app_runs_a_node_with_farm_node_keywords(tmp_path):
+    """What the app hands its worker is Farm.node's keywords: the node it makes has the options asked for."""
+    from queueprocessor.farm import Farm
+
+    args = app.parse_args(["--name", "desk", "--capacity", "3", "--keep-jobs", "60", "--no-push",
+                           "--allow-command", "true"])
+    with Farm(f"sqlite:///{tmp_path / 'farm.db'}") as farm:
+        node = farm.node(**app.node_options(args))
+        assert (node.config.name, node.config.capacity, node.config.keep_jobs, node.config.push) == \
+            ("desk", 3, 60.0, False)
+        assert node.config.allow.commands == ("true",)
