@@ -33,7 +33,14 @@ metadata = MetaData()
 
 # Every job state, as SQL text. Compiled into a statement once and cached with it, where a literal_execute
 # parameter would be rendered into the SQL again on every execution (and executemany takes none at all).
-STATE_SQL = {state: literal_column(f"'{state}'") for state in JobState}
+def _quoted(word: str) -> str:
+    """One of our own state words as an SQL string literal: letters only, so nothing in it needs escaping."""
+    if not word.isalpha():
+        raise ValueError(f"not a state word: {word!r}")
+    return f"'{word}'"
+
+
+STATE_SQL = {state: literal_column(_quoted(state)) for state in JobState}
 
 
 class StateColumn(TypeDecorator):
