@@ -10,11 +10,8 @@ import socket
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import select
-
 from .errors import DuplicateKey, InvalidJob, NotFound, QPError
 from .output import format_time
-from .schema import jobs, machines, runs
 from .states import FINISHED, JobState
 from .store import Store
 
@@ -69,18 +66,11 @@ class AlreadyTaken(DuplicateKey):
 
 def holder_of(store: Store, *, key: str | None = None, job_id: int | None = None) -> Holder | None:
     """The job holding `key` (or with that id), with the name of its machine and its last output."""
-    rows = store._one(
-        select(jobs, machines.c.name.label("machine_name"))
-        .select_from(jobs.outerjoin(machines, machines.c.id == jobs.c.owner))
-        .where(jobs.c.key == key if job_id is None else jobs.c.id == job_id)
-    )
-    if not rows:
+    job = store.keyed_job(key=key, job_id=job_id)
+    if job is None:
         return None
-    job = dict(rows[0]._mapping)
-    name = job.pop("machine_name")
-    last = store._one(select(runs.c.output).where(runs.c.job_id == job["id"]).order_by(runs.c.id.desc()).limit(1))
-    machine = None if job["owner"] is None else f"{job['owner']} ({name})"
-    return Holder(job, machine, last[0][0] if last else None)
+    name, output = job.pop("machine_name"), job.pop("last_output")
+    return Holder(job, None if job["owner"] is None else f"{job['owner']} ({name})", output)
 
 
 def refuse(store: Store, error: DuplicateKey) -> AlreadyTaken | DuplicateKey:

@@ -146,8 +146,8 @@ jobs = Table(
 # that failed or were cancelled, for the app's look-ups by state (a succeeded job enters none); keys, for the
 # jobs that have one; and the singletons (the app lists them every poll).
 QUEUED = jobs.c.state == JobState.QUEUED
-Index("ix_qp_jobs_queued", jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id, postgresql_where=QUEUED, sqlite_where=QUEUED,
-      mssql_where=QUEUED)
+Index("ix_qp_jobs_queued", jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id, postgresql_where=QUEUED,
+      sqlite_where=QUEUED, mssql_where=QUEUED)
 ENDED_BADLY = jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED))
 Index("ix_qp_jobs_ended_badly", jobs.c.state, jobs.c.id, postgresql_where=ENDED_BADLY, sqlite_where=ENDED_BADLY,
       mssql_where=ENDED_BADLY)

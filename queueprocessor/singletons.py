@@ -25,8 +25,8 @@ from sqlalchemy import and_, exc, insert, or_, select, update
 
 from .dbtime import db_now
 from .errors import DuplicateKey, InvalidJob, NotFound, QPError
-from .schema import jobs, locks
-from .states import FINISHED, JobState, Kind
+from .schema import locks
+from .states import JobState, Kind
 from .store import JobSpec, Store
 
 log = logging.getLogger("queueprocessor.singletons")
@@ -44,7 +44,7 @@ def add(store: Store, name: str, spec: JobSpec) -> int:
                    priority=spec.priority, max_attempts=FOREVER, timeout=None, key=key, kind=Kind.SINGLETON,
                    origin=spec.origin)
     # A removed singleton of the same name keeps its history but gives its name up.
-    store._one(update(jobs).where(jobs.c.key == key, jobs.c.state.in_(FINISHED)).values(key=None))
+    store.free_key(key)
     try:
         return store.enqueue(spec)[0]
     except DuplicateKey:
@@ -53,15 +53,14 @@ def add(store: Store, name: str, spec: JobSpec) -> int:
 
 
 def get(store: Store, name: str) -> dict:
-    rows = store._one(select(jobs).where(jobs.c.key == PREFIX + name))
-    if not rows:
+    job = store.keyed_job(key=PREFIX + name)
+    if job is None:
         raise NotFound(f"no singleton named {name!r}: see `queueprocessor singleton list`")
-    return dict(rows[0]._mapping)
+    return job
 
 
 def list_all(store: Store) -> list[dict]:
-    rows = store._one(select(jobs).where(jobs.c.kind == Kind.SINGLETON, jobs.c.key.isnot(None)).order_by(jobs.c.key))
-    return [dict(r._mapping, name=r.key[len(PREFIX):]) for r in rows]
+    return [job | {"name": job["key"][len(PREFIX):]} for job in store.singleton_jobs()]
 
 
 def remove(store: Store, name: str) -> str:
@@ -125,18 +124,18 @@ class Lock:
             self._thread.join(10)
             self._thread = None
         try:
-            self.store._one(update(locks).where(self._mine()).values(holder=None, lease_until=None))
+            self.store.count(update(locks).where(self._mine()).values(holder=None, lease_until=None))
         except Exception as error:  # the lease runs out by itself
             log.warning("could not release lock %s (%s); it frees itself when its lease runs out", self.name, error)
 
     def held_by(self) -> str | None:
-        rows = self.store._one(select(locks.c.holder).where(locks.c.name == self.name, locks.c.lease_until > db_now()))
+        rows = self.store.rows(select(locks.c.holder).where(locks.c.name == self.name, locks.c.lease_until > db_now()))
         return rows[0][0] if rows else None
 
     def _try(self) -> int | None:
         """One attempt: take a free or expired lease, bumping its fence. None if someone holds it."""
         now = db_now()
-        rows = self.store._one(
+        rows = self.store.rows(
             update(locks)
             .where(locks.c.name == self.name, or_(locks.c.holder.is_(None), locks.c.lease_until < now))
             .values(holder=self.holder, fence=locks.c.fence + 1, lease_until=now + self.lease, acquired_at=now)
@@ -145,8 +144,8 @@ class Lock:
         if rows:
             return rows[0][0]
         try:
-            self.store._one(insert(locks).values(name=self.name, holder=self.holder, fence=1,
-                                                 lease_until=db_now() + self.lease, acquired_at=db_now()))
+            self.store.count(insert(locks).values(name=self.name, holder=self.holder, fence=1,
+                                                  lease_until=db_now() + self.lease, acquired_at=db_now()))
         except exc.IntegrityError:
             return None
         return 1
@@ -160,7 +159,7 @@ class Lock:
         while not self._released.wait(self.renew_every):
             sent = time.monotonic()
             try:
-                if self.store._one(update(locks).where(self._mine()).values(lease_until=db_now() + self.lease)) == 1:
+                if self.store.count(update(locks).where(self._mine()).values(lease_until=db_now() + self.lease)) == 1:
                     renewed = sent
                     continue
                 self.lost.set()

@@ -191,7 +191,7 @@ class Store:
         self._auto = engine if self.dialect == "sqlite" else engine.execution_options(isolation_level="AUTOCOMMIT")
         self._read = self._auto.execution_options(read_only=True)
         if self.dialect == "postgresql":  # the statements a busy node runs thousands of times a minute
-            self._claims, self._results = Held(self._auto, self._one), Held(self._auto, self._one)
+            self._claims, self._results = Held(self._auto, self.rows), Held(self._auto, self.rows)
 
     def close(self) -> None:
         """Give back the connections kept for claims and results (disposing of the engine does it too)."""
@@ -199,18 +199,26 @@ class Store:
             self._claims.close()
             self._results.close()
 
-    def _one(self, statement, params=None):
+    def rows(self, statement, params=None) -> list:
+        """Run one statement on its own (a read on the read-only engine) and return its rows: a SELECT's,
+        or what a write RETURNs."""
         with (self._read if isinstance(statement, Select) else self._auto).connect() as conn:
-            result = conn.execute(statement, params)
-            rows = result.all() if result.returns_rows else result.rowcount
+            rows = conn.execute(statement, params).all()
             conn.commit()
             return rows
+
+    def count(self, statement, params=None) -> int:
+        """Run one write on its own and return how many rows it matched."""
+        with self._auto.connect() as conn:
+            count = conn.execute(statement, params).rowcount
+            conn.commit()
+            return count
 
     # -- time -------------------------------------------------------------
 
     def ask_time(self) -> float:
         """The database's clock, one short round trip."""
-        return self._one(select(db_now()))[0][0]
+        return self.rows(select(db_now()))[0][0]
 
     def _timed(self, statement, stamp: Callable[[], float]) -> tuple[Sample, list]:
         """Run a read whose first column is db_now(), reading `stamp()` just around the statement,
@@ -229,7 +237,7 @@ class Store:
     # -- farm settings ----------------------------------------------------
 
     def settings(self) -> dict[str, str]:
-        return {k: v for k, v in self._one(select(meta.c.key, meta.c.value))}
+        return {k: v for k, v in self.rows(select(meta.c.key, meta.c.value))}
 
     def adopt_settings(self, wanted: dict[str, str]) -> dict[str, str]:
         """Store settings the farm does not have yet; return the farm's settings (old ones win)."""
@@ -237,7 +245,7 @@ class Store:
         for key, value in wanted.items():
             if key not in have:
                 try:
-                    self._one(insert(meta).values(key=key, value=value))
+                    self.count(insert(meta).values(key=key, value=value))
                 except exc.IntegrityError:
                     pass  # another node stored it first; theirs stands
         return self.settings()
@@ -261,7 +269,7 @@ class Store:
         wish = machines.c.wish
         if applied_wish is not None:
             wish = case((machines.c.wish == applied_wish, None), else_=machines.c.wish)
-        count = self._one(
+        count = self.count(
             update(machines)
             .where(machines.c.id == machine_id)
             .values(last_seen=db_now(), state=state, wish=wish, running=running, done_count=done,
@@ -278,7 +286,7 @@ class Store:
         )
         upcoming = select(func.min(schedules.c.next_run)).where(schedules.c.paused == false()).scalar_subquery()
         statement = select(db_now(), backlog, upcoming, machines).order_by(machines.c.id)
-        sample, rows = self._timed(statement, stamp) if stamp else (None, self._one(statement))
+        sample, rows = self._timed(statement, stamp) if stamp else (None, self.rows(statement))
         if not rows:
             return FarmRead(self.ask_time(), None, None, [])
         return FarmRead(rows[0][0], rows[0][1], rows[0][2], [dict(r._mapping) for r in rows], sample)
@@ -309,20 +317,20 @@ class Store:
         """Write an operator's wish on a machine's row; the machine applies it within a heartbeat."""
         if wish not in tuple(Wish):
             raise QPError(f"unknown wish {wish!r}: use one of {', '.join(Wish)}")
-        if self._one(update(machines).where(machines.c.id == machine_id).values(wish=wish)) != 1:
+        if self.count(update(machines).where(machines.c.id == machine_id).values(wish=wish)) != 1:
             raise NotFound(f"no machine with id {machine_id}")
 
     def mark_stopped(self, machine_id: int) -> None:
-        self._one(update(machines).where(machines.c.id == machine_id).values(state=MachineState.STOPPED, running=0,
-                                                                              last_seen=db_now()))
+        self.count(update(machines).where(machines.c.id == machine_id)
+                   .values(state=MachineState.STOPPED, running=0, last_seen=db_now()))
 
     # -- turns ------------------------------------------------------------
 
     def take_turn(self, slot: int, machine_id: int) -> bool:
         """Record a turn under its slot number. False if another machine already has that slot."""
         try:
-            self._one(insert(turns).values(slot=slot, machine_id=machine_id, taken_at=db_now(),
-                                           claimed=0, backlog=False))
+            self.count(insert(turns).values(slot=slot, machine_id=machine_id, taken_at=db_now(),
+                                            claimed=0, backlog=False))
         except exc.IntegrityError:
             return False
         return True
@@ -332,18 +340,18 @@ class Store:
         values = dict(claimed=turns.c.claimed + claimed)
         if backlog:
             values["backlog"] = True
-        self._one(update(turns).where(turns.c.slot == slot).values(**values))
+        self.count(update(turns).where(turns.c.slot == slot).values(**values))
 
     def backlog_open(self, since_slot: int) -> bool:
         """Did a recent turn find more due work than its holder could take? (work-conserving claims)"""
-        return bool(self._one(select(turns.c.slot).where(turns.c.slot >= since_slot, turns.c.backlog).limit(1)))
+        return bool(self.rows(select(turns.c.slot).where(turns.c.slot >= since_slot, turns.c.backlog).limit(1)))
 
     def read_turns(self, since: float, limit: int = 100_000) -> list[dict]:
-        rows = self._one(select(turns).where(turns.c.taken_at >= since).order_by(turns.c.slot).limit(limit))
+        rows = self.rows(select(turns).where(turns.c.taken_at >= since).order_by(turns.c.slot).limit(limit))
         return [dict(r._mapping) for r in rows]
 
     def prune_turns(self, keep_seconds: float) -> int:
-        return self._one(delete(turns).where(turns.c.taken_at < db_now() - keep_seconds))
+        return self.count(delete(turns).where(turns.c.taken_at < db_now() - keep_seconds))
 
     def prune_jobs(self, keep_seconds: float, batch: int = PRUNE_BATCH) -> int:
         """Delete up to `batch` jobs that finished more than `keep_seconds` ago, and their runs, in one
@@ -436,7 +444,7 @@ class Store:
         Their attempt stays spent; the next claim closes the lost run and fails
         the job if that was its last attempt (Claimed.exhausted).
         """
-        return self._one(
+        return self.count(
             update(jobs)
             .where(jobs.c.state == JobState.RUNNING, jobs.c.lease_until < db_now(), jobs.c.lease_until < before)
             .values(state=JobState.QUEUED, owner=None, lease_until=None,
@@ -461,15 +469,15 @@ class Store:
 
     def mark_started(self, job: Claimed) -> None:
         """A job claimed ahead of its time starts now: its run's start becomes the real one (database time)."""
-        self._one(update(runs).where(runs.c.job_id == job.id, runs.c.fence == job.fence).values(started_at=db_now()))
+        self.count(update(runs).where(runs.c.job_id == job.id, runs.c.fence == job.fence).values(started_at=db_now()))
 
     def any_due(self) -> bool:
         """Is any queued job due? (Cheap: it stops at the first, where a count reads the whole backlog.)"""
-        return self._one(select(select(jobs.c.id).where(jobs.c.state == JobState.QUEUED, jobs.c.run_at <= db_now())
-                                .exists()))[0][0]
+        due = select(jobs.c.id).where(jobs.c.state == JobState.QUEUED, jobs.c.run_at <= db_now())
+        return self.rows(select(due.exists()))[0][0]
 
     def due_count(self, horizon: float = 0.0) -> int:
-        return self._one(
+        return self.rows(
             select(func.count()).select_from(jobs)
             .where(jobs.c.state == JobState.QUEUED, jobs.c.run_at <= db_now() + horizon)
         )[0][0]
@@ -481,7 +489,7 @@ class Store:
         if not held:
             return {}
         mine = or_(*(and_(jobs.c.id == job_id, jobs.c.fence == fence) for job_id, fence in held))
-        rows = self._one(
+        rows = self.rows(
             update(jobs)
             .where(jobs.c.owner == machine_id, jobs.c.state == JobState.RUNNING, mine)
             .values(lease_until=db_now() + lease)
@@ -591,23 +599,46 @@ class Store:
 
     def retry(self, job_id: int) -> None:
         """Put a failed or cancelled job back in the queue for one more attempt."""
-        count = self._one(
+        count = self.count(
             update(jobs)
             .where(jobs.c.id == job_id, jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED)))
             .values(state=JobState.QUEUED, run_at=db_now(), owner=None, finished_at=None, cancel_requested=False,
                     max_attempts=jobs.c.attempts + 1)
         )
         if count != 1:
-            state = self._one(select(jobs.c.state).where(jobs.c.id == job_id))
+            state = self.rows(select(jobs.c.state).where(jobs.c.id == job_id))
             if not state:
                 raise NotFound(f"no job with id {job_id}: see `queueprocessor jobs`")
             raise QPError(f"job {job_id} is {state[0][0]}; only failed or cancelled jobs can be retried")
 
     def get_job(self, job_id: int) -> dict:
-        rows = self._one(select(jobs).where(jobs.c.id == job_id))
+        rows = self.rows(select(jobs).where(jobs.c.id == job_id))
         if not rows:
             raise NotFound(f"no job with id {job_id}: see `queueprocessor jobs`")
         return dict(rows[0]._mapping)
+
+    def keyed_job(self, *, key: str | None = None, job_id: int | None = None) -> dict | None:
+        """The job holding `key` (or with that id), with `machine_name` (of its owner) and `last_output` (of its
+        last run): what a refused grab tells about its winner."""
+        rows = self.rows(
+            select(jobs, machines.c.name.label("machine_name"))
+            .select_from(jobs.outerjoin(machines, machines.c.id == jobs.c.owner))
+            .where(jobs.c.key == key if job_id is None else jobs.c.id == job_id)
+        )
+        if not rows:
+            return None
+        job = dict(rows[0]._mapping)
+        last = self.rows(select(runs.c.output).where(runs.c.job_id == job["id"]).order_by(runs.c.id.desc()).limit(1))
+        return job | {"last_output": last[0][0] if last else None}
+
+    def free_key(self, key: str) -> int:
+        """A finished job holding `key` gives it up (keeping its history), so the key can be used again."""
+        return self.count(update(jobs).where(jobs.c.key == key, jobs.c.state.in_(FINISHED)).values(key=None))
+
+    def singleton_jobs(self) -> list[dict]:
+        """The jobs of the singletons that exist (those removed gave their key up), by key."""
+        statement = select(jobs).where(jobs.c.kind == Kind.SINGLETON, jobs.c.key.isnot(None)).order_by(jobs.c.key)
+        return [dict(r._mapping) for r in self.rows(statement)]
 
     def list_jobs(self, state: str | None = None, limit: int = 100) -> list[dict]:
         statement = select(jobs).order_by(jobs.c.id.desc()).limit(limit)
@@ -615,10 +646,10 @@ class Store:
             if state not in tuple(JobState):
                 raise QPError(f"unknown job state {state!r}: use one of {', '.join(JobState)}")
             statement = statement.where(jobs.c.state == state)
-        return [dict(r._mapping) for r in self._one(statement)]
+        return [dict(r._mapping) for r in self.rows(statement)]
 
     def job_counts(self) -> dict[str, int]:
-        rows = self._one(select(jobs.c.state, func.count()).group_by(jobs.c.state))
+        rows = self.rows(select(jobs.c.state, func.count()).group_by(jobs.c.state))
         return {state: 0 for state in JobState} | {state: n for state, n in rows}
 
     def list_runs(self, *, since: float = -math.inf, job_id: int | None = None, limit: int = 10_000) -> list[dict]:
@@ -627,5 +658,5 @@ class Store:
             statement = statement.where(runs.c.job_id == job_id)
         if since != -math.inf:
             statement = statement.where(or_(runs.c.finished_at.is_(None), runs.c.finished_at >= since))
-        return [dict(r._mapping) for r in self._one(statement)]
+        return [dict(r._mapping) for r in self.rows(statement)]
 

@@ -48,20 +48,20 @@ class ScheduleStore:
                    priority=spec.priority, max_attempts=spec.max_attempts, timeout=spec.timeout, misfire=misfire,
                    grace=grace, paused=False, next_run=recurrence.after(now))
         try:
-            self.store._one(insert(schedules).values(created_at=db_now(), **row))
+            self.store.count(insert(schedules).values(created_at=db_now(), **row))
         except exc.IntegrityError:
             raise InvalidJob(f"a schedule named {name!r} already exists: remove it first, or pick another name") from None
         self.materialise(ahead=ahead, period=period, names=[name])
         return self.get(name)
 
     def get(self, name: str) -> dict:
-        rows = self.store._one(select(schedules).where(schedules.c.name == name))
+        rows = self.store.rows(select(schedules).where(schedules.c.name == name))
         if not rows:
             raise NotFound(f"no schedule named {name!r}: see `queueprocessor schedule list`")
         return dict(rows[0]._mapping)
 
     def all(self) -> list[dict]:
-        return [dict(r._mapping) for r in self.store._one(select(schedules).order_by(schedules.c.name))]
+        return [dict(r._mapping) for r in self.store.rows(select(schedules).order_by(schedules.c.name))]
 
     def remove(self, name: str) -> int:
         """Delete a schedule and cancel its occurrences still waiting in the queue. Returns how many."""
@@ -82,8 +82,8 @@ class ScheduleStore:
         schedule = self.get(name)
         if schedule["paused"]:
             restart = Recurrence.checked(schedule).after(self.store.ask_time())
-            self.store._one(update(schedules).where(schedules.c.name == name, schedules.c.paused)
-                            .values(paused=False, next_run=restart))
+            self.store.count(update(schedules).where(schedules.c.name == name, schedules.c.paused)
+                             .values(paused=False, next_run=restart))
             self.materialise(ahead=ahead, period=period, names=[name])
         return self.get(name)
 
@@ -99,7 +99,7 @@ class ScheduleStore:
         """Cancel waiting occurrences later than their schedule's grace: made into jobs in time, they were not
         started before the farm went down (or stopped taking turns). As for occurrences made late (see plan):
         `skip` drops them all, `once` keeps the newest of them, `all` runs each. Returns how many were dropped."""
-        policies = self.store._one(select(schedules.c.name, schedules.c.misfire, schedules.c.grace)
+        policies = self.store.rows(select(schedules.c.name, schedules.c.misfire, schedules.c.grace)
                                    .where(schedules.c.misfire.in_(("skip", "once"))))
         dropped = 0
         for name, misfire, grace in policies:
@@ -110,8 +110,8 @@ class ScheduleStore:
                                                                 other.c.run_at < db_now() - grace)
                 stale = and_(stale, jobs.c.run_at < newest.scalar_subquery())
             reason = f"missed: more than {grace:g} s late, beyond the schedule's grace (misfire policy {misfire})"
-            count = self.store._one(update(jobs).where(stale).values(state=JobState.CANCELLED, finished_at=db_now(),
-                                                                     last_error=reason))
+            count = self.store.count(update(jobs).where(stale).values(state=JobState.CANCELLED, finished_at=db_now(),
+                                                                      last_error=reason))
             if count:
                 log.warning("schedule %s: %s occurrences %s", name, count, reason)
             dropped += count
@@ -125,7 +125,7 @@ class ScheduleStore:
         query = select(db_now(), later, schedules).where(schedules.c.paused == false(), schedules.c.next_run <= horizon)
         if names is not None:
             query = query.where(schedules.c.name.in_(names))
-        rows = self.store._one(query)
+        rows = self.store.rows(query)
         if not rows:
             return Materialised(0, None)
         now, upcoming = rows[0][0], rows[0][1]

@@ -92,7 +92,7 @@ def plain_dicts(rows) -> list[dict]:
 
 def turns_between(store: Store, since: float, until: float, limit: int = 100_000) -> list[dict]:
     """Turns taken in [since, until] of database time, by slot (the turn log, the truth)."""
-    rows = store._one(
+    rows = store.rows(
         select(turns).where(turns.c.taken_at >= since, turns.c.taken_at <= until).order_by(turns.c.slot).limit(limit)
     )
     return plain_dicts(rows)
@@ -108,7 +108,7 @@ def runs_between(store: Store, since: float, until: float, limit: int = 20_000) 
         .order_by(runs.c.started_at.desc())
         .limit(limit)
     )
-    return plain_dicts(store._one(statement))
+    return plain_dicts(store.rows(statement))
 
 
 def throughput(store: Store, since: float, until: float, bucket: float) -> list[dict]:
@@ -121,7 +121,7 @@ def throughput(store: Store, since: float, until: float, bucket: float) -> list[
         .order_by(slot)
     )
     return [{"start": int(n) * bucket, "outcome": outcome, "count": count}
-            for n, outcome, count in store._one(statement)]
+            for n, outcome, count in store.rows(statement)]
 
 
 def machine_throughput(store: Store, since: float, until: float) -> dict[int, dict[str, int]]:
@@ -132,7 +132,7 @@ def machine_throughput(store: Store, since: float, until: float) -> dict[int, di
         .group_by(runs.c.machine_id, runs.c.outcome)
     )
     counts: dict[int, dict[str, int]] = {}
-    for machine_id, outcome, count in store._one(statement):
+    for machine_id, outcome, count in store.rows(statement):
         counts.setdefault(machine_id, {})[outcome] = count
     return counts
 
@@ -150,7 +150,7 @@ def find_jobs(store: Store, text: str, state: str | None = None, limit: int = 50
     statement = select(jobs).where(found).order_by(jobs.c.id.desc()).limit(limit)
     if state is not None:
         statement = statement.where(jobs.c.state == state)
-    return plain_dicts(store._one(statement))
+    return plain_dicts(store.rows(statement))
 
 
 def judge_machines(rows: list[dict], now: float, timing: FarmTiming, keep_gone: float = GONE_AFTER) -> list[dict]:
@@ -199,7 +199,7 @@ def read_schedules(store: Store, now: float, known: dict | None = None) -> list[
     found by its unique key (name@occurrence), not by scanning the jobs. `known`, a dict kept between calls,
     keeps each schedule's occurrences until the next one comes, so a poll does not ask croniter again.
     """
-    rows = plain_dicts(store._one(select(*(schedules.c[c] for c in SCHEDULE_COLUMNS)).order_by(schedules.c.name)))
+    rows = plain_dicts(store.rows(select(*(schedules.c[c] for c in SCHEDULE_COLUMNS)).order_by(schedules.c.name)))
     known = {} if known is None else known
     fresh, by_key = {}, {}
     for row in rows:
@@ -219,7 +219,7 @@ def read_schedules(store: Store, now: float, known: dict | None = None) -> list[
     keys = list(by_key)
     for start in range(0, len(keys), KEYS_PER_STATEMENT):
         found = select(jobs.c.key, jobs.c.id, jobs.c.state, jobs.c.owner, jobs.c.finished_at, jobs.c.last_error)
-        for key, *job in store._one(found.where(jobs.c.key.in_(keys[start:start + KEYS_PER_STATEMENT]))):
+        for key, *job in store.rows(found.where(jobs.c.key.in_(keys[start:start + KEYS_PER_STATEMENT]))):
             by_key[key].update(zip(("last_job", "last_state", "last_machine", "last_finished", "last_error"), job))
     for row in by_key.values():
         if row["last_job"] is None and row["last_at"] <= row["created_at"]:

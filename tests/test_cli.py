@@ -118,8 +118,8 @@ def test_times_no_date_can_show_are_listed_as_epoch_seconds(sqlite_url):
     with Farm(sqlite_url) as farm:
         [job_id] = farm.enqueue_http("/x")
         farm.schedule("far", farm.python_spec("tests.support.pyjobs:echo"), every=60)
-        farm.store._one(text("UPDATE qp_jobs SET run_at = 1e300, lease_until = -1e13 WHERE id = :id"), {"id": job_id})
-        farm.store._one(text("UPDATE qp_schedules SET next_run = 1e15, every = 1e300"))
+        farm.store.count(text("UPDATE qp_jobs SET run_at = 1e300, lease_until = -1e13 WHERE id = :id"), {"id": job_id})
+        farm.store.count(text("UPDATE qp_schedules SET next_run = 1e15, every = 1e300"))
     for argv, shown in ((["jobs"], "1e+300"), (["job", str(job_id)], "-1e+13"), (["schedule", "list"], "1e+15")):
         done = run(*argv, db=sqlite_url)
         assert done.returncode == 0 and shown in done.stdout, done.stderr

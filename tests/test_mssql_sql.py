@@ -36,7 +36,7 @@ def captured():
 
     limits: list[int] = []
     store.engine = Compiler()
-    store._one = Compiler().execute
+    store.rows = store.count = Compiler().execute
     store.limits = limits
     return store, sql
 

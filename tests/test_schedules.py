@@ -135,7 +135,7 @@ def test_a_schedule_that_cannot_be_planned_is_paused_alone_and_the_rest_of_the_w
            "zero": dict(every=0.0), "negative": dict(every=-1.0), "neither": dict()}
     now = farm.store.ask_time()
     for name, recurrence in bad.items():
-        farm.store._one(insert(schedules).values(
+        farm.store.count(insert(schedules).values(
             **{"cron": None, "tz": None, "every": None, **recurrence}, name=name, executor="python",
             target=f"{pyjobs.__name__}:noop", method="GET", priority=0, max_attempts=1, misfire="once", grace=60.0,
             paused=False, next_run=now, created_at=now))
@@ -186,7 +186,7 @@ def test_occurrences_left_waiting_through_an_outage_follow_the_misfire_policy(fa
 def test_two_machines_materialising_at_once_make_each_occurrence_once(farm):
     farm.settings(**FAST)
     farm.schedule("race", farm.command_spec(["sh", "-c", "true"]), every=0.1)
-    farm.store._one(update(schedules).values(next_run=farm.store.ask_time() - 5))  # as if the farm was down
+    farm.store.count(update(schedules).values(next_run=farm.store.ask_time() - 5))  # as if the farm was down
     barrier = threading.Barrier(4)
 
     def materialise():

@@ -59,7 +59,7 @@ def farm_with_everything(pg_url, tmp_path):
     with Farm(pg_url) as farm:
         farm.settings(**FAST)
         [failed] = farm.store.enqueue(JobSpec("http", "/fail", max_attempts=1))
-        farm.store._one(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
+        farm.store.count(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
         [queued] = farm.enqueue_http("/later", delay=3600)
         machine = farm.store.register(name="desk", host="h", instance=uuid.uuid4().hex, pid=1, version="0",
                                       capacity=1, allow=None)
@@ -378,7 +378,7 @@ def prepare_farm(url: str) -> int:
     """A farm at rest (no node running): a failed job, a queued one, a machine row. Returns the machine id."""
     with Farm(url) as farm:
         [failed] = farm.store.enqueue(JobSpec("http", "/fail", max_attempts=1))
-        farm.store._one(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
+        farm.store.count(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
         farm.enqueue_http("/later", delay=3600)
         return farm.store.register(name="desk", host="h", instance=uuid.uuid4().hex, pid=1, version="0",
                                    capacity=1, allow=None)
