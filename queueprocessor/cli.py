@@ -21,10 +21,10 @@ from sqlalchemy import exc
 
 from . import __version__
 from .database import default_url, describe_failure, mask
-from .errors import ConfigError, QPError
+from .errors import ConfigError, NotFound, QPError
 from .farm import Farm, work_spec
 from .grabs import AlreadyTaken, grab_key
-from .nodeoptions import NodeCommand, NodeOptions, Seconds, node_options
+from .nodeoptions import NodeCommand, NodeOptions, Seconds, flag_of, node_options
 from .output import format_time, print_json, print_table
 from .schedules import Recurrence
 from .states import JobState, Wish
@@ -584,6 +584,21 @@ def _show_envvars(command: click.Command) -> None:
 _show_envvars(cli)
 
 
+# Where to look for what was not found (errors.NotFound.what).
+SEE = {"job": "see `queueprocessor jobs`", "machine": "see `queueprocessor status`",
+       "schedule": "see `queueprocessor schedule list`", "singleton": "see `queueprocessor singleton list`",
+       "farm": "or run `queueprocessor init-db`"}
+
+
+def in_cli_words(error: QPError) -> str:
+    """The core words an error in the API's terms: here the inputs are options (--max-attempts for max_attempts),
+    and what was not found comes with the command that lists what there is."""
+    text = error.say(flag_of)
+    if isinstance(error, NotFound) and error.what in SEE:
+        text += (", " if error.what == "farm" else ": ") + SEE[error.what]
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: one clear line for every error a user can cause."""
     ctx = None
@@ -616,7 +631,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         sys.exit(130)
     except QPError as error:
-        click.echo(f"error: {error}", err=True)
+        click.echo(f"error: {in_cli_words(error)}", err=True)
         sys.exit(1)
     except exc.DBAPIError as error:
         url = ctx.obj.url if ctx is not None and isinstance(ctx.obj, Context) else ""

@@ -8,7 +8,7 @@ from sqlalchemy import create_engine, event, exc, insert, inspect, select
 from sqlalchemy.engine import URL, Engine, make_url
 
 from . import migrations, schema
-from .errors import ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew
+from .errors import ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew, UnusableDatabase
 
 # Short names a user may type, mapped to the driver we ship.
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg", "mssql": "mssql+pyodbc"}
@@ -145,9 +145,10 @@ def describe_failure(error: exc.DBAPIError, url: str | URL) -> DatabaseUnavailab
     """Turn a driver error into one line that names the database (masked) and a next step."""
     reason = str(getattr(error, "orig", error)).strip().splitlines()[0] if str(error) else type(error).__name__
     sqlite = str(url).startswith("sqlite") if not isinstance(url, URL) else url.get_backend_name() == "sqlite"
-    hint = ("check that the file is a QueueProcessor farm's SQLite database, or name another with --db" if sqlite
+    hint = ("check that the file is a QueueProcessor farm's SQLite database, or name another with {0}" if sqlite
             else "check the URL, that the server is running, and the user name and password")
-    return DatabaseUnavailable(f"cannot use the database {mask(url)}: {mask(reason)} — {hint}")
+    return UnusableDatabase("cannot use the database {url}: {reason} — " + hint, *(("db",) if sqlite else ()),
+                            url=mask(url), reason=mask(reason))
 
 
 def ensure_schema(engine: Engine) -> bool:
@@ -177,8 +178,8 @@ def check_schema(engine: Engine) -> None:
 
 
 def _no_farm(url: URL) -> NotFound:
-    return NotFound(f"there is no QueueProcessor farm in {mask(url)} yet: start a node there, or run "
-                    "`queueprocessor init-db`")
+    return NotFound(f"there is no QueueProcessor farm in {mask(url)} yet: start a node there", what="farm",
+                    ref=mask(url))
 
 
 def _schema_version(conn) -> str | None:

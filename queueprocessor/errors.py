@@ -1,8 +1,40 @@
-"""Named errors. Every error a user can cause says what was wrong and what to do."""
+"""Named errors. Every error a user can cause says what was wrong and what to do.
+
+The core says it in the API's own terms (max_attempts, not --max-attempts) and carries the parts as fields, so
+the CLI and the app can each say it in theirs: `say(name)` words the message with `name(keyword)` for each input
+it is about, and NotFound says what was looked for, for a front end to add where to look.
+"""
+
+from collections.abc import Callable
 
 
 class QPError(Exception):
     """An error meant for a person: the message is one line, no traceback needed."""
+
+    def say(self, name: Callable[[str], str] = str) -> str:
+        """The message, naming each input it is about as `name(keyword)` does (the CLI: --max-attempts)."""
+        return str(self)
+
+
+class InputError(QPError):
+    """A value the caller gave is refused. Fields: `inputs`, the API keywords it is about (max_attempts; two for
+    options that exclude each other); `value`, what was given; `limit`, what it must be ("from 1 to 10"); and
+    `parts`, any other text the message shows. The template names them {0}, {1}..., {value}, {limit}, {part}:
+    what comes from outside (a value, a driver's words) is a field, never part of the template."""
+
+    def __init__(self, template: str, *inputs: str, value=None, limit: str | None = None, **parts: str):
+        self.template, self.inputs, self.value, self.limit, self.parts = template, inputs, value, limit, parts
+        super().__init__(self.say())
+
+    def say(self, name: Callable[[str], str] = str) -> str:
+        value = f"{self.value:g}" if isinstance(self.value, float) else repr(self.value) \
+            if isinstance(self.value, str) else self.value
+        return self.template.format(*map(name, self.inputs), value=value, limit=self.limit, **self.parts)
+
+    @classmethod
+    def out_of(cls, what: str, value, limit: str) -> "InputError":
+        """`what` must be `limit` (got `value`)."""
+        return cls("{0} must be {limit} (got {value})", what, value=value, limit=limit)
 
 
 class ConfigError(QPError):
@@ -13,16 +45,61 @@ class DatabaseUnavailable(QPError):
     """The database cannot be reached or refused our credentials."""
 
 
+class UnusableDatabase(InputError, DatabaseUnavailable):
+    """DatabaseUnavailable, naming the database (`parts`: url, masked; reason) and, for a file, the input to change."""
+
+
 class SchemaTooNew(QPError):
     """The database was created by a newer QueueProcessor than this one."""
 
 
 class NotFound(QPError):
-    """A job, machine or schedule named by the user does not exist."""
+    """A job, machine, schedule, singleton or farm named by the user does not exist. Fields: `what` (that word)
+    and `ref` (the id or name asked for)."""
+
+    def __init__(self, message: str, *, what: str, ref=None):
+        super().__init__(message)
+        self.what, self.ref = what, ref
 
 
 class InvalidJob(QPError):
     """A job definition (executor, target, payload) is not acceptable."""
+
+
+class BadJobInput(InputError, InvalidJob):
+    """An option of a job or schedule is refused (see InputError for its fields)."""
+
+
+class BadSetting(InputError, ConfigError):
+    """A node's or the farm's setting is refused (see InputError for its fields)."""
+
+
+class NotAllowed(InvalidJob):
+    """Work outside a node's allow-lists. Fields: `kind` (host, module or command), `value` (the refused one),
+    `allowed` (the list), `option` (the Farm.node keyword that extends it), `target` (the job's, for a host) and
+    `where` (on this machine; on any live machine at an enqueuer's door check)."""
+
+    def __init__(self, kind: str, value: str, allowed: tuple[str, ...], option: str, *, target: str | None = None,
+                 where: str = "on this machine"):
+        self.kind, self.value, self.allowed, self.option, self.target, self.where = \
+            kind, value, allowed, option, target, where
+        super().__init__(self.say())
+
+    def elsewhere(self) -> "NotAllowed":
+        """The same refusal by every live machine."""
+        return NotAllowed(self.kind, self.value, self.allowed, self.option, target=self.target,
+                          where="on any live machine")
+
+    def say(self, name: Callable[[str], str] = str) -> str:
+        allowed = ", ".join(self.allowed)
+        if self.kind == "host":
+            return (f"HTTP job target {self.target!r}: host {self.value!r} is not allowed {self.where}; "
+                    f"allowed hosts: {allowed} (add one with {name(self.option)})")
+        if self.kind == "command":
+            return (f"command {self.value!r} is not allowed {self.where}; "
+                    f"allowed: {allowed or f'none (start the node with {name(self.option)} NAME)'}")
+        return (f"Python module {self.value!r} is not allowed {self.where}; "
+                f"allowed prefixes: {allowed or f'none (start the node with {name(self.option)} PREFIX)'}")
 
 
 class LostLease(QPError):

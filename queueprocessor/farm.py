@@ -26,7 +26,7 @@ from . import grabs, singletons
 from .api import JobFunction, target_of
 from .clock import SystemClock
 from .database import check_schema, default_url, describe_failure, ensure_schema, mask, open_engine
-from .errors import ConfigError, DuplicateKey, InvalidJob, QPError
+from .errors import BadJobInput, BadSetting, DuplicateKey, InvalidJob, QPError
 from .executors import AllowLists, check_allowed, check_form
 from .node import Node, NodeConfig
 from .roster import Liveness, machine_status
@@ -63,8 +63,8 @@ def parse_payload(text: str | None) -> str | None:
     try:
         return json.dumps(json.loads(text, parse_constant=_not_json), separators=(",", ":"))
     except json.JSONDecodeError as error:
-        raise InvalidJob(f"payload is not valid JSON ({error.msg} at line {error.lineno} column {error.colno}): "
-                         "quote it, e.g. --payload '{\"id\": 1}'") from None
+        raise BadJobInput("payload is not valid JSON ({limit}): quote it, e.g. {0} '{{\"id\": 1}}'", "payload",
+                          limit=f"{error.msg} at line {error.lineno} column {error.colno}") from None
     except RecursionError:
         raise InvalidJob("payload is not usable JSON: it is nested too deeply") from None
 
@@ -87,11 +87,11 @@ def work_spec(executor: str, target: str, *, method: str = "GET", payload: str |
               max_attempts: int = 3, timeout: float | None = None, key: str | None = None) -> JobSpec:
     """A job definition checked for form; `payload` is JSON text."""
     if not 1 <= max_attempts <= MAX_INT:
-        raise InvalidJob(f"--max-attempts must be from 1 to {MAX_INT} (got {max_attempts})")
+        raise BadJobInput.out_of("max_attempts", max_attempts, f"from 1 to {MAX_INT}")
     if not -MAX_INT <= priority <= MAX_INT:
-        raise InvalidJob(f"--priority must be from {-MAX_INT} to {MAX_INT} (got {priority})")
+        raise BadJobInput.out_of("priority", priority, f"from {-MAX_INT} to {MAX_INT}")
     if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
-        raise InvalidJob(f"--timeout must be a positive number of seconds (got {timeout})")
+        raise BadJobInput.out_of("timeout", timeout, "a positive number of seconds")
     spec = JobSpec(executor=executor, target=target, method=method.upper(), payload=parse_payload(payload),
                    priority=priority, max_attempts=max_attempts, timeout=timeout, key=key)
     check_form(spec)
@@ -145,17 +145,15 @@ class Farm:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0) or (
                     key == "misses" and not (value == int(value) and value <= MAX_MISSES)):
                 kind = f"a whole number from 1 to {MAX_MISSES}" if key == "misses" else "a positive number of seconds"
-                raise ConfigError(f"--{key} must be {kind} (got {value!r})")
+                raise BadSetting.out_of(key, value, kind)
         if not given and self._settings is not None:
             return self._settings
         stored = self.store.adopt_settings({k: repr(float(given.get(k, DEFAULTS[k]))) for k in FARM_SETTINGS})
         farm = {k: float(stored[k]) for k in FARM_SETTINGS}
         for key, value in given.items():
             if not math.isclose(float(value), farm[key]):
-                raise ConfigError(
-                    f"this farm uses --{key} {farm[key]:g} (every machine must agree); "
-                    f"start the node without --{key}, or with --{key} {farm[key]:g}"
-                )
+                raise BadSetting("this farm uses {0} {value} (every machine must agree); start the node without {0}, "
+                                 "or with {0} {value}", key, value=farm[key])
         self._settings = farm
         return farm
 
@@ -180,7 +178,7 @@ class Farm:
         The keywords are nodeoptions.NodeOptions' fields; `clock_skew` offsets the system clock (demos)."""
         farm = self.settings(period=period, heartbeat=heartbeat, misses=misses)
         if not 1 <= capacity <= MAX_CAPACITY:
-            raise ConfigError(f"--capacity must be from 1 to {MAX_CAPACITY} (got {capacity})")
+            raise BadSetting.out_of("capacity", capacity, f"from 1 to {MAX_CAPACITY}")
         allow = AllowLists(tuple(allow_hosts), tuple(allow_modules), tuple(allow_commands))
         config = NodeConfig(capacity=capacity, period=farm["period"], heartbeat=farm["heartbeat"],
                             misses=int(farm["misses"]), http_base=http_base, allow=allow, **extra)
@@ -226,12 +224,12 @@ class Farm:
     def enqueue(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> list[int]:
         """Queue `count` copies of `spec`. A key already taken raises grabs.AlreadyTaken naming the winner."""
         if count < 1:
-            raise InvalidJob(f"--count must be at least 1 (got {count})")
+            raise BadJobInput.out_of("count", count, "at least 1")
         if not 0 <= delay <= MAX_WAIT:
-            raise InvalidJob(f"--delay must be from 0 to {MAX_WAIT:.0f} seconds, ten years (got {delay:g})")
+            raise BadJobInput.out_of("delay", delay, f"from 0 to {MAX_WAIT:.0f} seconds, ten years")
         if at is not None and not 0 <= at <= LATEST:
-            raise InvalidJob(f"--at must be a time from 1970 to 9999, e.g. 2026-11-22T18:00:00+00:00 or epoch "
-                             f"seconds up to {LATEST:.0f} (got {at:g})")
+            raise BadJobInput.out_of("at", at, "a time from 1970 to 9999, e.g. 2026-11-22T18:00:00+00:00 or epoch "
+                                               f"seconds up to {LATEST:.0f}")
         self.check_allowed(spec)
         try:
             return self.store.enqueue(self._signed(spec), delay=delay, at=at, count=count)
@@ -300,7 +298,7 @@ class Farm:
                  every: float | None = None, misfire: str = "once", grace: float = 3600.0) -> dict:
         """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds."""
         if every is not None and every > MAX_WAIT:
-            raise InvalidJob(f"--every must be at most {MAX_WAIT:.0f} seconds, ten years (got {every:g})")
+            raise BadJobInput.out_of("every", every, f"at most {MAX_WAIT:.0f} seconds, ten years")
         recurrence = Recurrence.parse(cron, tz, every)
         self.check_allowed(spec)
         return self.schedules.add(name, recurrence, self._signed(spec), misfire=misfire, grace=grace,

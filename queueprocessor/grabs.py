@@ -85,7 +85,7 @@ def wait(store: Store, job_id: int, timeout: float | None = None, poll: float = 
     while True:
         holder = holder_of(store, job_id=job_id)
         if holder is None:
-            raise NotFound(f"no job with id {job_id}: see `queueprocessor jobs`")
+            raise NotFound(f"no job with id {job_id}", what="job", ref=job_id)
         if holder.finished:
             return holder
         if deadline is not None and time.monotonic() >= deadline:

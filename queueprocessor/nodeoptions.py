@@ -100,6 +100,13 @@ def _flag(f) -> str:
     return f.metadata["option"]["flag"] or "--" + f.name.replace("_", "-")
 
 
+def flag_of(keyword: str) -> str:
+    """The command-line option for an API keyword (errors.QPError.say): --allow-host for allow_hosts,
+    --max-attempts for max_attempts."""
+    named = next((f for f in fields(NodeOptions) if f.name == keyword), None)
+    return _flag(named).split("/")[0] if named else "--" + keyword.replace("_", "-")
+
+
 class NodeCommand(click.Command):
     """A command that runs a node: its node options reach the callback as one checked `options`
     (NodeOptions), and a refusal comes while parsing, before anything opens."""

@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from .errors import InvalidJob
+from .errors import BadJobInput, InvalidJob
 
 MISFIRE = ("skip", "once", "all")
 MIN_EVERY = 0.1  # seconds; finer than the turn clock is meaningless
@@ -47,12 +47,13 @@ class Recurrence:
     def parse(cls, cron: str | None = None, tz: str | None = None, every: float | None = None) -> "Recurrence":
         """Validate what a user typed; one clear line for anything wrong."""
         if (cron is None) == (every is None):
-            raise InvalidJob("give a schedule either --cron EXPRESSION or --every SECONDS")
+            raise BadJobInput("give a schedule either {0} EXPRESSION or {1} SECONDS", "cron", "every")
         if every is not None:
             if tz is not None:
-                raise InvalidJob("--tz only applies to --cron schedules (an interval is the same in every zone)")
+                raise BadJobInput("{0} only applies to {1} schedules (an interval is the same in every zone)",
+                                  "tz", "cron")
             if not math.isfinite(every) or every < MIN_EVERY:
-                raise InvalidJob(f"--every must be at least {MIN_EVERY:g} seconds (got {every:g})")
+                raise BadJobInput.out_of("every", every, f"at least {MIN_EVERY:g} seconds")
             return cls(every=float(every))
         tz = tz or "UTC"
         cron = MACROS.get(cron.strip().lower(), cron.strip())
@@ -165,7 +166,7 @@ def check_policy(misfire: str, grace: float) -> None:
     if misfire not in MISFIRE:
         raise InvalidJob(f"unknown misfire policy {misfire!r}: use one of {', '.join(MISFIRE)}")
     if not math.isfinite(grace) or grace < 0:
-        raise InvalidJob(f"--grace must be a non-negative number of seconds (got {grace:g})")
+        raise BadJobInput.out_of("grace", grace, "a non-negative number of seconds")
 
 
 def check_name(name: str) -> None:

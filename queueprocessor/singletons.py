@@ -55,7 +55,7 @@ def add(store: Store, name: str, spec: JobSpec) -> int:
 def get(store: Store, name: str) -> dict:
     job = store.keyed_job(key=PREFIX + name)
     if job is None:
-        raise NotFound(f"no singleton named {name!r}: see `queueprocessor singleton list`")
+        raise NotFound(f"no singleton named {name!r}", what="singleton", ref=name)
     return job
 
 

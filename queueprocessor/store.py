@@ -307,7 +307,7 @@ class Store:
                 select(machines).where(machines.c.name == ref, machines.c.state != MachineState.STOPPED)
             ).all()
         if not rows:
-            raise NotFound(f"no running machine is named or numbered {ref!r}: see `queueprocessor status`")
+            raise NotFound(f"no running machine is named or numbered {ref!r}", what="machine", ref=ref)
         if len(rows) > 1:
             ids = ", ".join(str(r.id) for r in rows)
             raise QPError(f"{len(rows)} machines are named {ref!r} (ids {ids}): give the id instead")
@@ -318,7 +318,7 @@ class Store:
         if wish not in tuple(Wish):
             raise QPError(f"unknown wish {wish!r}: use one of {', '.join(Wish)}")
         if self.count(update(machines).where(machines.c.id == machine_id).values(wish=wish)) != 1:
-            raise NotFound(f"no machine with id {machine_id}")
+            raise NotFound(f"no machine with id {machine_id}", what="machine", ref=machine_id)
 
     def mark_stopped(self, machine_id: int) -> None:
         self.count(update(machines).where(machines.c.id == machine_id)
@@ -594,7 +594,7 @@ class Store:
                 return "cancelling"
             state = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar()
         if state is None:
-            raise NotFound(f"no job with id {job_id}: see `queueprocessor jobs`")
+            raise NotFound(f"no job with id {job_id}", what="job", ref=job_id)
         raise QPError(f"job {job_id} is already {state}; only queued or running jobs can be cancelled")
 
     def retry(self, job_id: int) -> None:
@@ -608,13 +608,13 @@ class Store:
         if count != 1:
             state = self.rows(select(jobs.c.state).where(jobs.c.id == job_id))
             if not state:
-                raise NotFound(f"no job with id {job_id}: see `queueprocessor jobs`")
+                raise NotFound(f"no job with id {job_id}", what="job", ref=job_id)
             raise QPError(f"job {job_id} is {state[0][0]}; only failed or cancelled jobs can be retried")
 
     def get_job(self, job_id: int) -> dict:
         rows = self.rows(select(jobs).where(jobs.c.id == job_id))
         if not rows:
-            raise NotFound(f"no job with id {job_id}: see `queueprocessor jobs`")
+            raise NotFound(f"no job with id {job_id}", what="job", ref=job_id)
         return dict(rows[0]._mapping)
 
     def keyed_job(self, *, key: str | None = None, job_id: int | None = None) -> dict | None:

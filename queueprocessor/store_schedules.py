@@ -57,7 +57,7 @@ class ScheduleStore:
     def get(self, name: str) -> dict:
         rows = self.store.rows(select(schedules).where(schedules.c.name == name))
         if not rows:
-            raise NotFound(f"no schedule named {name!r}: see `queueprocessor schedule list`")
+            raise NotFound(f"no schedule named {name!r}", what="schedule", ref=name)
         return dict(rows[0]._mapping)
 
     def all(self) -> list[dict]:
@@ -67,14 +67,14 @@ class ScheduleStore:
         """Delete a schedule and cancel its occurrences still waiting in the queue. Returns how many."""
         with self.store.engine.begin() as conn:
             if not conn.execute(delete(schedules).where(schedules.c.name == name)).rowcount:
-                raise NotFound(f"no schedule named {name!r}: see `queueprocessor schedule list`")
+                raise NotFound(f"no schedule named {name!r}", what="schedule", ref=name)
             return self._cancel_queued(conn, name)
 
     def pause(self, name: str) -> int:
         """Stop making occurrences; cancel those already waiting. Returns how many were cancelled."""
         with self.store.engine.begin() as conn:
             if not conn.execute(update(schedules).where(schedules.c.name == name).values(paused=True)).rowcount:
-                raise NotFound(f"no schedule named {name!r}: see `queueprocessor schedule list`")
+                raise NotFound(f"no schedule named {name!r}", what="schedule", ref=name)
             return self._cancel_queued(conn, name)
 
     def resume(self, name: str, *, ahead: float, period: float) -> dict:
@@ -171,7 +171,7 @@ class ScheduleStore:
         schedule table has no place for it); only the machine whose pause went in says so, once."""
         name = schedule["name"]
         reason = (f"schedule {name} paused: it cannot be planned ({error or type(error).__name__}); "
-                  f"correct or remove it, then `queueprocessor schedule resume {name}`")
+                  "correct or remove it, then resume it")
         with self.store.engine.begin() as conn:
             paused = update(schedules).where(schedules.c.id == schedule["id"], schedules.c.paused == false())
             if not conn.execute(paused.values(paused=True)).rowcount:

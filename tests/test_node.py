@@ -157,8 +157,9 @@ def test_a_failing_job_fails_alone(farm, nodes, http_target):
 
 def test_a_node_must_agree_with_the_farms_timing(farm):
     farm.settings(period=0.2, heartbeat=0.2)
-    with pytest.raises(ConfigError, match="--period 0.2"):
+    with pytest.raises(ConfigError, match="this farm uses period 0.2") as refused:
         farm.node(name="odd", period=0.5)
+    assert (refused.value.inputs, refused.value.value) == (("period",), 0.2)  # for a front end's own words
 
 
 def test_a_backlog_is_shared_by_every_node_with_free_capacity(farm, nodes, http_target):

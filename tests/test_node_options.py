@@ -42,7 +42,7 @@ def _by_command(command: click.Command, args: list[str]) -> NodeOptions | str:
     except click.ClickException as error:
         return f"error: {' '.join(error.format_message().split())}"
     except QPError as error:
-        return f"error: {error}"
+        return f"error: {cli.in_cli_words(error)}"
 
 
 def _by_app(args: list[str], capsys) -> NodeOptions | str:

@@ -20,7 +20,7 @@ import click
 
 from queueprocessor.database import parse_url
 from queueprocessor.errors import QPError
-from queueprocessor.nodeoptions import NodeCommand, NodeOptions, node_options as _node_option_set
+from queueprocessor.nodeoptions import NodeCommand, NodeOptions, flag_of, node_options as _node_option_set
 
 try:
     from PySide6.QtCore import QSettings
@@ -66,8 +66,8 @@ def parse_args(argv: list[str] | None) -> Args:
             parse_url(ctx.params["db"])
     except click.exceptions.Exit as done:  # --help
         sys.exit(done.exit_code)
-    except (click.ClickException, QPError) as error:
-        text = error.format_message() if isinstance(error, click.ClickException) else str(error)
+    except (click.ClickException, QPError) as error:  # options on a command line: named as on one
+        text = error.format_message() if isinstance(error, click.ClickException) else error.say(flag_of)
         print(f"error: {' '.join(text.split())}", file=sys.stderr)
         sys.exit(2)
     return Args(**ctx.params)

@@ -140,11 +140,16 @@ class EnqueueDialog(QDialog):
         try:
             work_spec("http", self.path.text().strip(), **options)  # the checks Farm.enqueue_http makes
         except QPError as error:
-            self.error.setText(str(error))
+            self.error.setText(error.say(lambda keyword: f"“{FIELDS.get(keyword, keyword)}”"))
             return
         self.options = dict(path=self.path.text().strip(), delay=self.delay.value(), count=self.count.value(),
                             **options)
         super().accept()
+
+
+# The form's name for each Farm.enqueue_http keyword an error may be about (errors.InputError.inputs).
+FIELDS = {"priority": "Priority", "delay": "Delay", "max_attempts": "Max attempts", "timeout": "Timeout",
+          "count": "Copies", "payload": "Payload"}
 
 
 def needs_password(url: str) -> bool:

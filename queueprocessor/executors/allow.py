@@ -9,7 +9,7 @@ run with the same reason.
 import json
 from dataclasses import dataclass
 
-from ..errors import InvalidJob
+from ..errors import InvalidJob, NotAllowed
 from ..store import JobSpec
 from .base import Executor
 from .command import CommandExecutor, parse_argv
@@ -58,14 +58,13 @@ def check_form(spec: JobSpec) -> None:
 def check_allowed(spec: JobSpec, published: list[str]) -> None:
     """Refuse `spec` if every live machine's published allow-lists refuse it (none published: accept)."""
     check_form(spec)
-    reasons = []
+    refusals = []
     for text in published:
         try:
             AllowLists.from_json(text).executors()[spec.executor].validate(spec)
             return
-        except InvalidJob as error:
-            reasons.append(str(error))
-    if reasons:
-        reason = reasons[0].replace("on this machine", "on any live machine")
-        raise InvalidJob(reason)
+        except NotAllowed as error:
+            refusals.append(error)
+    if refusals:
+        raise refusals[0].elsewhere()
 

@@ -14,7 +14,7 @@ import os
 import signal
 from collections import deque
 
-from ..errors import InvalidJob
+from ..errors import InvalidJob, NotAllowed
 from ..store import Claimed, JobSpec
 from .base import OUTPUT_LIMIT, Executor, JobContext, JobFailed, excerpt
 
@@ -40,8 +40,7 @@ class CommandExecutor(Executor):
     def validate(self, spec: JobSpec) -> None:
         program = parse_argv(spec.target)[0]
         if program not in self.allowed_commands:
-            allowed = ", ".join(self.allowed_commands) or "none (start the node with --allow-command NAME)"
-            raise InvalidJob(f"command {program!r} is not allowed on this machine; allowed: {allowed}")
+            raise NotAllowed("command", program, self.allowed_commands, "allow_commands")
 
     async def run(self, job: Claimed, context: JobContext) -> str | None:
         self.validate(JobSpec(executor=self.name, target=job.target))

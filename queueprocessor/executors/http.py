@@ -13,7 +13,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import aiohttp
 from yarl import URL
 
-from ..errors import InvalidJob
+from ..errors import BadSetting, InvalidJob, NotAllowed
 from ..store import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed
 
@@ -24,7 +24,7 @@ EXCERPT = 500  # characters of the answer kept with the run
 
 
 def check_syntax(spec: JobSpec) -> str | None:
-    """A path relative to the node's --http-base, or an absolute http(s) URL: returns its host (None if relative)."""
+    """A path relative to the node's http_base, or an absolute http(s) URL: returns its host (None if relative)."""
     if spec.method not in METHODS:
         raise InvalidJob(f"HTTP method {spec.method!r} is not supported: use GET or POST")
     parts = _split(spec.target, f"HTTP job target {spec.target!r}")
@@ -64,11 +64,17 @@ class HttpExecutor(Executor):
     name = "http"
 
     def __init__(self, base_url: str = "http://localhost/", allowed_hosts: tuple[str, ...] = LOCAL_HOSTS):
-        parts = _split(base_url, f"--http-base {base_url!r}")
+        try:
+            parts = urlsplit(base_url)
+        except ValueError as error:
+            raise BadSetting("{0} {value} is not a valid URL ({limit})", "http_base", value=base_url,
+                             limit=str(error)) from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidJob(f"--http-base {base_url!r} is not an http(s) URL, e.g. http://localhost:8080/")
+            raise BadSetting("{0} {value} is not an http(s) URL, e.g. http://localhost:8080/", "http_base",
+                             value=base_url)
         if parts.hostname not in allowed_hosts:
-            raise InvalidJob(f"--http-base host {parts.hostname!r} is not in the allowed hosts {', '.join(allowed_hosts)}")
+            raise BadSetting("{0} host {value} is not in the allowed hosts {limit}", "http_base",
+                             value=parts.hostname, limit=", ".join(allowed_hosts))
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         self.allowed_hosts = tuple(allowed_hosts)
         self._session: aiohttp.ClientSession | None = None
@@ -77,8 +83,7 @@ class HttpExecutor(Executor):
     def validate(self, spec: JobSpec) -> None:
         host = check_syntax(spec)
         if host is not None and host not in self.allowed_hosts:
-            raise InvalidJob(f"HTTP job target {spec.target!r}: host {host!r} is not allowed on this machine; "
-                             f"allowed hosts: {', '.join(self.allowed_hosts)} (add one with --allow-host)")
+            raise NotAllowed("host", host, self.allowed_hosts, "allow_hosts", target=spec.target)
 
     def url_for(self, target: str) -> str:
         parts = urlsplit(target)

@@ -17,7 +17,7 @@ import re
 import traceback
 from collections.abc import Callable
 
-from ..errors import InvalidJob
+from ..errors import InvalidJob, NotAllowed
 from ..store import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed, excerpt
 from .threads import Threads
@@ -97,8 +97,7 @@ class PythonExecutor(Executor):
     def validate(self, spec: JobSpec) -> None:
         module, _ = parse_target(spec.target)
         if not module_allowed(module, self.allowed_modules):
-            allowed = ", ".join(self.allowed_modules) or "none (start the node with --allow-module PREFIX)"
-            raise InvalidJob(f"Python module {module!r} is not allowed on this machine; allowed prefixes: {allowed}")
+            raise NotAllowed("module", module, self.allowed_modules, "allow_modules")
 
     async def run(self, job: Claimed, context: JobContext) -> str | None:
         if self._threads is None:

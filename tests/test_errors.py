@@ -1,0 +1,68 @@
+"""Errors carry their parts as fields and the core words them in the API's terms; the CLI (and the app) say
+them in their own: options as flags, and where to look for what was not found."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from queueprocessor.cli import in_cli_words
+from queueprocessor.errors import BadJobInput, BadSetting, InvalidJob, NotAllowed, NotFound
+from queueprocessor.executors import AllowLists
+from queueprocessor.farm import Farm, work_spec
+from queueprocessor.store import JobSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+FRONT_ENDS = {"cli.py", "nodeoptions.py", "demo.py"}  # the CLI's own modules (the demo is a CLI command)
+CLI_WORDS = re.compile(r"(?<![\"\w-])--[a-z]|`queueprocessor ")
+
+
+def test_an_out_of_range_value_carries_what_value_and_limit():
+    with pytest.raises(BadJobInput) as refused:
+        work_spec("http", "/x", max_attempts=0)
+    error = refused.value
+    assert isinstance(error, InvalidJob)
+    assert (error.inputs, error.value, error.limit) == (("max_attempts",), 0, "from 1 to 2147483647")
+    assert str(error) == "max_attempts must be from 1 to 2147483647 (got 0)"
+    assert in_cli_words(error) == "--max-attempts must be from 1 to 2147483647 (got 0)"
+    assert error.say(lambda keyword: {"max_attempts": "Max attempts"}[keyword]).startswith("Max attempts must be")
+
+
+def test_a_node_setting_is_named_by_the_option_each_front_end_has_for_it():
+    with pytest.raises(BadSetting) as refused:
+        AllowLists().executors("ftp://nowhere/")
+    assert refused.value.inputs == ("http_base",) and refused.value.value == "ftp://nowhere/"
+    assert in_cli_words(refused.value).startswith("--http-base 'ftp://nowhere/' is not an http(s) URL")
+    with pytest.raises(NotAllowed) as refused:
+        AllowLists().executors()["command"].validate(JobSpec("command", '["backup"]'))
+    assert (refused.value.kind, refused.value.value, refused.value.option) == ("command", "backup", "allow_commands")
+    assert in_cli_words(refused.value).endswith("none (start the node with --allow-command NAME)")
+
+
+def test_what_was_not_found_is_a_field_and_the_cli_says_where_to_look(tmp_path):
+    with Farm(f"sqlite:///{tmp_path / 'farm.db'}") as farm:
+        for act, what, look in ((lambda: farm.cancel(424242), "job", "see `queueprocessor jobs`"),
+                                (lambda: farm.remove_schedule("nosuch"), "schedule",
+                                 "see `queueprocessor schedule list`"),
+                                (lambda: farm.remove_singleton("nosuch"), "singleton",
+                                 "see `queueprocessor singleton list`"),
+                                (lambda: farm.steer("nosuch", "pause"), "machine", "see `queueprocessor status`")):
+            with pytest.raises(NotFound) as missing:
+                act()
+            assert missing.value.what == what and "queueprocessor" not in str(missing.value)
+            assert in_cli_words(missing.value) == f"{missing.value}: {look}"
+
+
+def test_the_core_names_no_cli_option_or_command_in_what_it_raises():
+    """Messages the core raises are in the API's terms; only the CLI's own modules speak in flags and commands."""
+    found = []
+    for path in sorted((ROOT / "queueprocessor").rglob("*.py")):
+        if path.name in FRONT_ENDS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                texts = [n.value for n in ast.walk(node.exc)
+                         if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+                found += [f"{path.relative_to(ROOT)}:{node.lineno}: {t}" for t in texts if CLI_WORDS.search(t)]
+    assert found == []
