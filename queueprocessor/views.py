@@ -1,8 +1,9 @@
-"""Read-only queries for dashboards: what the farm did in a window of database time.
+"""What a dashboard shows: the farm's machines judged, whose turn comes next, its schedules' last and next
+occurrences, and everything one poll reads (`Dashboard.read()`), composed from the read statements in
+store_views.
 
 The desktop app draws these, but they are plain data (lists of dicts, no Qt)
-so the CLI, scripts and benchmarks can use them too. `Dashboard.read()` is the
-whole picture one poll needs; each piece is also a function of its own.
+so the CLI, scripts and benchmarks can use them too.
 """
 
 import math
@@ -10,18 +11,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Float, String, and_, cast, func, or_, select
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.functions import FunctionElement
-
 from . import singletons
-from .errors import NotFound, QPError
+from .errors import NotFound
 from .node import NodeConfig
 from .roster import Liveness, machine_status, roster, slot_of, slot_owner
 from .schedules import Recurrence
-from .schema import jobs, machines, runs, schedules, turns
-from .states import JobState, MachineState
+from .states import MachineState
 from .store import Store
+from .store_views import (find_jobs, jobs_by_key, machine_throughput, runs_between, schedule_rows, throughput,
+                          turns_between)
 
 # A machine whose clock estimate is this loose (as a share of the period) cannot
 # place itself inside its slots reliably: operators should see it.
@@ -31,28 +29,6 @@ GONE_AFTER = 600.0
 # A text search of the jobs scans the table when few jobs match (0.5-0.8 s for 500,000 jobs on PostgreSQL,
 # bench/bench_gui.py): polls repeat it at most this share of the time, and show its last result in between.
 SEARCH_SHARE = 0.1
-KEYS_PER_STATEMENT = 500  # well under every backend's limit of bound parameters (SQL Server's is 2,100)
-
-
-class bucket_of(FunctionElement):
-    """floor(time / width) as an integer, portably (SQLite has no floor() without its math extension)."""
-
-    type = Float()
-    inherit_cache = True
-    name = "bucket_of"
-
-
-@compiles(bucket_of)
-def _floor(element, compiler, **kw):
-    time, width = list(element.clauses)
-    return f"FLOOR({compiler.process(time, **kw)} / {compiler.process(width, **kw)})"
-
-
-@compiles(bucket_of, "sqlite")
-def _floor_sqlite(element, compiler, **kw):
-    # Database times are positive, so truncation is floor.
-    time, width = list(element.clauses)
-    return f"CAST({compiler.process(time, **kw)} / {compiler.process(width, **kw)} AS INTEGER)"
 
 
 @dataclass(frozen=True)
@@ -73,84 +49,6 @@ class FarmTiming:
 
     def liveness(self) -> Liveness:
         return Liveness(self.config.dead_after)
-
-
-def plain_dicts(rows) -> list[dict]:
-    """Result rows as dicts keyed by plain strings.
-
-    SQLAlchemy names columns with `quoted_name` strings, which the garbage collector tracks, so a dict
-    keyed by them is tracked too (`dict(row._mapping)`). A dashboard holds 10,000 such rows from each of its
-    last polls, and that many tracked survivors a poll make Python run full collections every few polls,
-    each a pause of 100 ms or more with the interpreter lock held. Dicts of plain strings and numbers are
-    not tracked at all.
-    """
-    if not rows:
-        return []
-    names = [str(name) for name in rows[0]._fields]
-    return [dict(zip(names, row)) for row in rows]
-
-
-def turns_between(store: Store, since: float, until: float, limit: int = 100_000) -> list[dict]:
-    """Turns taken in [since, until] of database time, by slot (the turn log, the truth)."""
-    rows = store.rows(
-        select(turns).where(turns.c.taken_at >= since, turns.c.taken_at <= until).order_by(turns.c.slot).limit(limit)
-    )
-    return plain_dicts(rows)
-
-
-def runs_between(store: Store, since: float, until: float, limit: int = 20_000) -> list[dict]:
-    """Runs that overlap [since, until] (still running ones included), newest first, with their job's target."""
-    overlap = and_(runs.c.started_at <= until, or_(runs.c.finished_at.is_(None), runs.c.finished_at >= since))
-    statement = (
-        select(runs, jobs.c.target, jobs.c.method)
-        .join(jobs, jobs.c.id == runs.c.job_id)
-        .where(overlap)
-        .order_by(runs.c.started_at.desc())
-        .limit(limit)
-    )
-    return plain_dicts(store.rows(statement))
-
-
-def throughput(store: Store, since: float, until: float, bucket: float) -> list[dict]:
-    """Finished runs per `bucket` seconds and outcome: [{start, outcome, count}], oldest first."""
-    slot = bucket_of(runs.c.finished_at, bucket)
-    statement = (
-        select(slot, runs.c.outcome, func.count())
-        .where(runs.c.finished_at >= since, runs.c.finished_at <= until)
-        .group_by(slot, runs.c.outcome)
-        .order_by(slot)
-    )
-    return [{"start": int(n) * bucket, "outcome": outcome, "count": count}
-            for n, outcome, count in store.rows(statement)]
-
-
-def machine_throughput(store: Store, since: float, until: float) -> dict[int, dict[str, int]]:
-    """Finished runs per machine and outcome in [since, until]: {machine id: {outcome: count}}."""
-    statement = (
-        select(runs.c.machine_id, runs.c.outcome, func.count())
-        .where(runs.c.finished_at >= since, runs.c.finished_at <= until)
-        .group_by(runs.c.machine_id, runs.c.outcome)
-    )
-    counts: dict[int, dict[str, int]] = {}
-    for machine_id, outcome, count in store.rows(statement):
-        counts.setdefault(machine_id, {})[outcome] = count
-    return counts
-
-
-def find_jobs(store: Store, text: str, state: str | None = None, limit: int = 500) -> list[dict]:
-    """The newest `limit` jobs (in `state`, if given) whose id, target, machine name or last error contains
-    `text`, ignoring case; newest first. `text` is a bound parameter and its % and _ match only themselves."""
-    if state is not None and state not in tuple(JobState):
-        raise QPError(f"unknown job state {state!r}: use one of {', '.join(JobState)}")
-    named = select(machines.c.id).where(machines.c.name.icontains(text, autoescape=True))
-    found = or_(cast(jobs.c.id, String).icontains(text, autoescape=True),
-                jobs.c.target.icontains(text, autoescape=True),
-                jobs.c.last_error.icontains(text, autoescape=True),
-                jobs.c.owner.in_(named))
-    statement = select(jobs).where(found).order_by(jobs.c.id.desc()).limit(limit)
-    if state is not None:
-        statement = statement.where(jobs.c.state == state)
-    return plain_dicts(store.rows(statement))
 
 
 def judge_machines(rows: list[dict], now: float, timing: FarmTiming, keep_gone: float = GONE_AFTER) -> list[dict]:
@@ -185,10 +83,6 @@ def upcoming_slots(rows: list[dict], now: float, timing: FarmTiming, horizon: fl
     return [(slot, slot_owner(ids, slot)) for slot in range(first, last + 1)] if ids else []
 
 
-SCHEDULE_COLUMNS = ("name", "cron", "tz", "every", "executor", "target", "method", "misfire", "grace", "paused",
-                    "next_run", "created_at")
-
-
 def read_schedules(store: Store, now: float, known: dict | None = None) -> list[dict]:
     """Every schedule by name, with `recurrence` (as text), `next_at` (its next occurrence after `now`, None
     while paused) and its last occurrence: `last_at`, and that job's `last_job`, `last_state`, `last_machine`,
@@ -199,7 +93,7 @@ def read_schedules(store: Store, now: float, known: dict | None = None) -> list[
     found by its unique key (name@occurrence), not by scanning the jobs. `known`, a dict kept between calls,
     keeps each schedule's occurrences until the next one comes, so a poll does not ask croniter again.
     """
-    rows = plain_dicts(store.rows(select(*(schedules.c[c] for c in SCHEDULE_COLUMNS)).order_by(schedules.c.name)))
+    rows = schedule_rows(store)
     known = {} if known is None else known
     fresh, by_key = {}, {}
     for row in rows:
@@ -216,11 +110,8 @@ def read_schedules(store: Store, now: float, known: dict | None = None) -> list[
             by_key[f"{row['name']}@{recurrence.label(last)}"] = row
     known.clear()
     known.update(fresh)
-    keys = list(by_key)
-    for start in range(0, len(keys), KEYS_PER_STATEMENT):
-        found = select(jobs.c.key, jobs.c.id, jobs.c.state, jobs.c.owner, jobs.c.finished_at, jobs.c.last_error)
-        for key, *job in store.rows(found.where(jobs.c.key.in_(keys[start:start + KEYS_PER_STATEMENT]))):
-            by_key[key].update(zip(("last_job", "last_state", "last_machine", "last_finished", "last_error"), job))
+    for key, *job in jobs_by_key(store, list(by_key)):
+        by_key[key].update(zip(("last_job", "last_state", "last_machine", "last_finished", "last_error"), job))
     for row in by_key.values():
         if row["last_job"] is None and row["last_at"] <= row["created_at"]:
             row["last_at"] = None  # an occurrence from before the schedule existed

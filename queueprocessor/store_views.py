@@ -1,0 +1,129 @@
+"""The dashboards' read statements: what the farm did in a window of database time, read-only, one statement
+each (views composes them into what one poll needs). Rows come back as plain dicts (see plain_dicts).
+"""
+
+from sqlalchemy import Float, String, and_, cast, func, or_, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
+
+from .errors import QPError
+from .schema import jobs, machines, runs, schedules, turns
+from .states import JobState
+from .store import Store
+
+KEYS_PER_STATEMENT = 500  # well under every backend's limit of bound parameters (SQL Server's is 2,100)
+
+
+class bucket_of(FunctionElement):
+    """floor(time / width) as an integer, portably (SQLite has no floor() without its math extension)."""
+
+    type = Float()
+    inherit_cache = True
+    name = "bucket_of"
+
+
+@compiles(bucket_of)
+def _floor(element, compiler, **kw):
+    time, width = list(element.clauses)
+    return f"FLOOR({compiler.process(time, **kw)} / {compiler.process(width, **kw)})"
+
+
+@compiles(bucket_of, "sqlite")
+def _floor_sqlite(element, compiler, **kw):
+    # Database times are positive, so truncation is floor.
+    time, width = list(element.clauses)
+    return f"CAST({compiler.process(time, **kw)} / {compiler.process(width, **kw)} AS INTEGER)"
+
+
+def plain_dicts(rows) -> list[dict]:
+    """Result rows as dicts keyed by plain strings.
+
+    SQLAlchemy names columns with `quoted_name` strings, which the garbage collector tracks, so a dict
+    keyed by them is tracked too (`dict(row._mapping)`). A dashboard holds 10,000 such rows from each of its
+    last polls, and that many tracked survivors a poll make Python run full collections every few polls,
+    each a pause of 100 ms or more with the interpreter lock held. Dicts of plain strings and numbers are
+    not tracked at all.
+    """
+    if not rows:
+        return []
+    names = [str(name) for name in rows[0]._fields]
+    return [dict(zip(names, row)) for row in rows]
+
+
+def turns_between(store: Store, since: float, until: float, limit: int = 100_000) -> list[dict]:
+    """Turns taken in [since, until] of database time, by slot (the turn log, the truth)."""
+    rows = store.rows(
+        select(turns).where(turns.c.taken_at >= since, turns.c.taken_at <= until).order_by(turns.c.slot).limit(limit)
+    )
+    return plain_dicts(rows)
+
+
+def runs_between(store: Store, since: float, until: float, limit: int = 20_000) -> list[dict]:
+    """Runs that overlap [since, until] (still running ones included), newest first, with their job's target."""
+    overlap = and_(runs.c.started_at <= until, or_(runs.c.finished_at.is_(None), runs.c.finished_at >= since))
+    statement = (
+        select(runs, jobs.c.target, jobs.c.method)
+        .join(jobs, jobs.c.id == runs.c.job_id)
+        .where(overlap)
+        .order_by(runs.c.started_at.desc())
+        .limit(limit)
+    )
+    return plain_dicts(store.rows(statement))
+
+
+def throughput(store: Store, since: float, until: float, bucket: float) -> list[dict]:
+    """Finished runs per `bucket` seconds and outcome: [{start, outcome, count}], oldest first."""
+    slot = bucket_of(runs.c.finished_at, bucket)
+    statement = (
+        select(slot, runs.c.outcome, func.count())
+        .where(runs.c.finished_at >= since, runs.c.finished_at <= until)
+        .group_by(slot, runs.c.outcome)
+        .order_by(slot)
+    )
+    return [{"start": int(n) * bucket, "outcome": outcome, "count": count}
+            for n, outcome, count in store.rows(statement)]
+
+
+def machine_throughput(store: Store, since: float, until: float) -> dict[int, dict[str, int]]:
+    """Finished runs per machine and outcome in [since, until]: {machine id: {outcome: count}}."""
+    statement = (
+        select(runs.c.machine_id, runs.c.outcome, func.count())
+        .where(runs.c.finished_at >= since, runs.c.finished_at <= until)
+        .group_by(runs.c.machine_id, runs.c.outcome)
+    )
+    counts: dict[int, dict[str, int]] = {}
+    for machine_id, outcome, count in store.rows(statement):
+        counts.setdefault(machine_id, {})[outcome] = count
+    return counts
+
+
+def find_jobs(store: Store, text: str, state: str | None = None, limit: int = 500) -> list[dict]:
+    """The newest `limit` jobs (in `state`, if given) whose id, target, machine name or last error contains
+    `text`, ignoring case; newest first. `text` is a bound parameter and its % and _ match only themselves."""
+    if state is not None and state not in tuple(JobState):
+        raise QPError(f"unknown job state {state!r}: use one of {', '.join(JobState)}")
+    named = select(machines.c.id).where(machines.c.name.icontains(text, autoescape=True))
+    found = or_(cast(jobs.c.id, String).icontains(text, autoescape=True),
+                jobs.c.target.icontains(text, autoescape=True),
+                jobs.c.last_error.icontains(text, autoescape=True),
+                jobs.c.owner.in_(named))
+    statement = select(jobs).where(found).order_by(jobs.c.id.desc()).limit(limit)
+    if state is not None:
+        statement = statement.where(jobs.c.state == state)
+    return plain_dicts(store.rows(statement))
+
+
+SCHEDULE_COLUMNS = ("name", "cron", "tz", "every", "executor", "target", "method", "misfire", "grace", "paused",
+                    "next_run", "created_at")
+
+
+def schedule_rows(store: Store) -> list[dict]:
+    """Every schedule's SCHEDULE_COLUMNS, by name."""
+    return plain_dicts(store.rows(select(*(schedules.c[c] for c in SCHEDULE_COLUMNS)).order_by(schedules.c.name)))
+
+
+def jobs_by_key(store: Store, keys: list[str]) -> list[tuple]:
+    """(key, id, state, owner, finished_at, last_error) of the jobs holding `keys`, found by their unique key."""
+    found = select(jobs.c.key, jobs.c.id, jobs.c.state, jobs.c.owner, jobs.c.finished_at, jobs.c.last_error)
+    return [tuple(row) for start in range(0, len(keys), KEYS_PER_STATEMENT)
+            for row in store.rows(found.where(jobs.c.key.in_(keys[start:start + KEYS_PER_STATEMENT])))]
