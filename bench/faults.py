@@ -357,7 +357,7 @@ def kill_churn(server, quick: bool, seed: int = 5) -> Outcome:
             kills.append((machine, rig.kill(victim)))
             rig.start(victim.name)
         churned = time.time()
-        rig.farm.schedules.remove("tick")
+        rig.farm.remove_schedule("tick")
         singletons.remove(rig.farm.store, "feed")
         rig.settle(120)
         elapsed = time.time() - started

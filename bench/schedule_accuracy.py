@@ -52,7 +52,7 @@ def run(server, seconds: float, kill_at: float, down: float) -> dict:
         print(f"  started it again at +{farm.store.ask_time() - began:.1f} s", flush=True)
         time.sleep(max(0.0, seconds - kill_at - down))
         ended = farm.store.ask_time()
-        farm.schedules.pause("tick")
+        farm.pause_schedule("tick")
         wait_for(lambda: not query(url, "SELECT count(*) FROM qp_jobs WHERE state = 'running'")[0][0], 30,
                  "the last occurrences to finish")
         jobs = query(url, "SELECT id, run_at FROM qp_jobs WHERE key LIKE :ticks AND state <> 'cancelled'",

@@ -106,7 +106,7 @@ def _stop_feeding(stop: threading.Event, feeder: threading.Thread) -> None:
 
 def _ensure_schedule(farm: Farm) -> None:
     try:
-        farm.schedules.get(SCHEDULE)
+        farm.get_schedule(SCHEDULE)
     except NotFound:
         farm.schedule(SCHEDULE, work_spec("http", "/ok?from=schedule"), every=5.0)
 
@@ -145,10 +145,10 @@ def status_line(farm: Farm, timing: FarmTiming, started: float) -> str:
     for m in machines:
         offset = "" if m["clock_offset"] is None else f" {m['clock_offset']:+.3f}s"
         parts.append(f"{'*' if m['leader'] else ' '}{m['name']} {m['status']}{offset}")
-    counts = farm.store.job_counts()
+    counts = farm.job_counts()
     shown = (JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED)
     jobs = ", ".join(f"{counts[state]} {state}" for state in shown)
-    turns = len(farm.store.read_turns(now - 10))
+    turns = len(farm.turns(10))
     return f"[{time.monotonic() - started:6.1f}s] {' |'.join(parts) or 'no machines yet'} · jobs: {jobs} · " \
            f"turns in the last 10 s: {turns}"
 

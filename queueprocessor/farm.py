@@ -118,6 +118,7 @@ class Farm:
             self.engine.dispose()
             raise describe_failure(error, self.url) from None
         self.store = Store(self.engine)
+        self._schedules = ScheduleStore(self.store)
         self._settings = None
 
     @property
@@ -286,10 +287,6 @@ class Farm:
 
     # -- schedules, singletons, locks --------------------------------------
 
-    @property
-    def schedules(self) -> ScheduleStore:
-        return ScheduleStore(self.store)
-
     def _ahead(self) -> dict:
         s = self.current_settings()
         return dict(ahead=NodeConfig(period=s["period"], heartbeat=s["heartbeat"]).schedule_ahead, period=s["period"])
@@ -301,27 +298,27 @@ class Farm:
             raise BadJobInput.out_of("every", every, f"at most {MAX_WAIT:.0f} seconds, ten years")
         recurrence = Recurrence.parse(cron, tz, every)
         self.check_allowed(spec)
-        return self.schedules.add(name, recurrence, self._signed(spec), misfire=misfire, grace=grace,
+        return self._schedules.add(name, recurrence, self._signed(spec), misfire=misfire, grace=grace,
                                   **self._ahead())
 
     def resume_schedule(self, name: str) -> dict:
         """Start a paused schedule again from its next occurrence (those in the pause are not run)."""
-        return self.schedules.resume(name, **self._ahead())
+        return self._schedules.resume(name, **self._ahead())
 
     def pause_schedule(self, name: str) -> int:
         """Stop making occurrences until resumed; returns how many waiting ones were cancelled."""
-        return self.schedules.pause(name)
+        return self._schedules.pause(name)
 
     def remove_schedule(self, name: str) -> int:
         """Delete a schedule; returns how many of its waiting occurrences were cancelled."""
-        return self.schedules.remove(name)
+        return self._schedules.remove(name)
 
     def list_schedules(self) -> list[dict]:
         """Every schedule's row, by name."""
-        return self.schedules.all()
+        return self._schedules.all()
 
     def get_schedule(self, name: str) -> dict:
-        return self.schedules.get(name)
+        return self._schedules.get(name)
 
     def singleton(self, name: str, spec: JobSpec) -> int:
         """Keep `spec` running on exactly one live machine; returns its job id."""

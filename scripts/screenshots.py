@@ -82,7 +82,7 @@ def main() -> None:
     farm = Farm(url)
     for name, page, when in SCHEDULES:
         farm.schedule(name, work_spec("http", page), **when)
-    farm.schedules.pause(SCHEDULES[-1][0])
+    farm.pause_schedule(SCHEDULES[-1][0])
     for name, page in SINGLETONS:
         farm.singleton(name, work_spec("http", page))
     nodes = {name: farm.node(name=name, http_base=base, capacity=3, clock=SystemClock(skew)).start()

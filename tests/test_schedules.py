@@ -12,6 +12,7 @@ from sqlalchemy import insert, update
 from queueprocessor.errors import InvalidJob
 from queueprocessor.schedules import Recurrence, plan
 from queueprocessor.schema import schedules
+from queueprocessor.store_schedules import ScheduleStore
 from tests.support import pyjobs
 from tests.support.work import FAST, Nodes, run_cli, wait_for
 
@@ -94,7 +95,7 @@ def test_each_occurrence_runs_once_on_a_farm_of_three(farm, nodes):
     machines = {nodes(name).id for name in "abc"}
     farm.schedule("tick", farm.python_spec(pyjobs.noop), every=0.5)
     time.sleep(4.0)
-    farm.schedules.pause("tick")
+    farm.pause_schedule("tick")
     jobs = [j for j in farm.store.list_jobs(limit=1000) if j["key"] and j["state"] != "cancelled"]
     wait_for(lambda: all(farm.store.get_job(j["id"])["state"] == "succeeded" for j in jobs))
     times = sorted(j["run_at"] for j in jobs)
@@ -144,8 +145,8 @@ def test_a_schedule_that_cannot_be_planned_is_paused_alone_and_the_rest_of_the_w
     nodes("a")
     wait_for(lambda: all(farm.store.get_job(j)["state"] == "succeeded" for j in queued))
     wait_for(lambda: any(j["key"].startswith("good@") for j in farm.store.list_jobs(state="succeeded") if j["key"]))
-    assert all(farm.schedules.get(name)["paused"] for name in bad)
-    assert not farm.schedules.get("good")["paused"]
+    assert all(farm.get_schedule(name)["paused"] for name in bad)
+    assert not farm.get_schedule("good")["paused"]
     reasons = {j["origin"]: j["last_error"] for j in farm.store.list_jobs(state="failed")}
     assert set(reasons) == {f"schedule {name}" for name in bad}
     assert "malformed cron expression 'bogus'" in reasons["schedule bogus-cron"]
@@ -191,7 +192,7 @@ def test_two_machines_materialising_at_once_make_each_occurrence_once(farm):
 
     def materialise():
         barrier.wait()
-        farm.schedules.materialise(ahead=1.0, period=0.2)
+        ScheduleStore(farm.store).materialise(ahead=1.0, period=0.2)  # as each node does, on its own
 
     threads = [threading.Thread(target=materialise) for _ in range(4)]
     for thread in threads:
@@ -208,14 +209,14 @@ def test_pause_resume_and_remove(farm, capsys):
                    "true") == 0
     assert "schedule poll: every 60 s, next at" in capsys.readouterr().out
     assert run_cli("--db", farm.url, "schedule", "pause", "poll") == 0
-    [row] = farm.schedules.all()
+    [row] = farm.list_schedules()
     assert row["paused"]
     assert run_cli("--db", farm.url, "schedule", "resume", "poll") == 0
-    assert not farm.schedules.get("poll")["paused"]
+    assert not farm.get_schedule("poll")["paused"]
     assert run_cli("--db", farm.url, "schedule", "list") == 0
     assert "poll  every 60 s" in capsys.readouterr().out
     assert run_cli("--db", farm.url, "schedule", "remove", "poll") == 0
-    assert farm.schedules.all() == []
+    assert farm.list_schedules() == []
     assert run_cli("--db", farm.url, "schedule", "remove", "poll") == 1
     assert capsys.readouterr().err == "error: no schedule named 'poll': see `queueprocessor schedule list`\n"
 
@@ -225,7 +226,7 @@ def test_pausing_cancels_the_occurrences_already_waiting(farm):
     farm.schedule("soon", farm.command_spec(["sh", "-c", "true"]), every=0.5)
     waiting = [j for j in farm.store.list_jobs() if j["state"] == "queued"]
     assert waiting, "occurrences within the horizon are made into jobs when the schedule is added"
-    farm.schedules.pause("soon")
+    farm.pause_schedule("soon")
     assert all(farm.store.get_job(j["id"])["state"] == "cancelled" for j in waiting)
 
 
@@ -233,7 +234,7 @@ def test_pausing_a_schedule_leaves_a_grab_of_the_same_name_alone(farm):
     farm.settings(**FAST)
     farm.schedule("report", farm.command_spec(["sh", "-c", "true"]), every=3600)
     grabbed = farm.grab("report", "2026-11-22", farm.command_spec(["sh", "-c", "true"]))
-    farm.schedules.pause("report")
+    farm.pause_schedule("report")
     assert farm.store.get_job(grabbed)["state"] == "queued"
 
 
@@ -246,4 +247,4 @@ def test_bad_schedules_are_one_line_at_the_cli(farm, argv, message, capsys):
     assert run_cli("--db", farm.url, "schedule", "add", "x", *argv, "http", "/ok") == 1
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
-    assert farm.schedules.all() == []
+    assert farm.list_schedules() == []

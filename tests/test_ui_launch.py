@@ -154,7 +154,7 @@ def test_headless_demo_runs_a_farm_and_cleans_up(tmp_path):
         assert len({t["machine_id"] for t in farm.store.read_turns(0)}) == 3
         counts = farm.store.job_counts()
         assert counts["succeeded"] > 5
-        assert farm.schedules.get("demo-every-5s")["every"] == 5.0
+        assert farm.get_schedule("demo-every-5s")["every"] == 5.0
         offsets = sorted(m["clock_offset"] for m in machines)
         assert offsets == pytest.approx([-0.9, -0.25, 0.7], abs=0.05)  # the skews, seen from the database
 

@@ -55,10 +55,10 @@ def test_the_tab_lists_the_schedules_the_database_holds(farm, open_window, qtbot
     farm.schedule("often", farm.python_spec(NOOP), every=5, misfire="skip", grace=60)
     farm.schedule("hourly", farm.command_spec(["sh", "-c", "true"]), cron="0 * * * *", tz="Europe/Paris")
     farm.schedule("nightly", farm.python_spec(NOOP), cron="30 2 * * *")
-    farm.schedules.pause("nightly")
+    farm.pause_schedule("nightly")
     window = open_window(farm.url)
     view = _tab(window)
-    stored = farm.schedules.all()
+    stored = farm.list_schedules()
     qtbot.waitUntil(lambda: _names(view.schedules_model) == [s["name"] for s in stored], timeout=WAIT)
     assert _names(view.schedules_model) == ["hourly", "nightly", "often"]  # by name
 
@@ -113,7 +113,7 @@ def test_pause_resume_and_remove_from_the_tab_change_the_database(farm, open_win
     assert all(action.toolTip() for action in view.schedule_actions)
 
     view.act_pause.trigger()
-    qtbot.waitUntil(lambda: farm.schedules.get("often")["paused"] and _cells(view.schedules_model, "often")[4]
+    qtbot.waitUntil(lambda: farm.get_schedule("often")["paused"] and _cells(view.schedules_model, "often")[4]
                     == "paused", timeout=WAIT)
     assert window.last_result[:2] == ("Pause schedule often", True)
     qtbot.waitUntil(view.act_resume.isEnabled, timeout=WAIT)
@@ -125,7 +125,7 @@ def test_pause_resume_and_remove_from_the_tab_change_the_database(farm, open_win
     assert view.selected(table)["name"] == "often"
 
     view.act_resume.trigger()
-    qtbot.waitUntil(lambda: not farm.schedules.get("often")["paused"] and _cells(view.schedules_model, "often")[4]
+    qtbot.waitUntil(lambda: not farm.get_schedule("often")["paused"] and _cells(view.schedules_model, "often")[4]
                     == "active", timeout=WAIT)
     assert view.selected(table)["name"] == "often"
 
@@ -134,12 +134,12 @@ def test_pause_resume_and_remove_from_the_tab_change_the_database(farm, open_win
     view.act.connect(lambda label, _: asked.append(label))
     view.act_remove.trigger()
     _confirm(view, qtbot, QMessageBox.StandardButton.Cancel)
-    assert asked == [] and [s["name"] for s in farm.schedules.all()] == ["early", "often", "other"]
+    assert asked == [] and [s["name"] for s in farm.list_schedules()] == ["early", "often", "other"]
     view.act_remove.trigger()
     _confirm(view, qtbot, QMessageBox.StandardButton.Yes)
     assert asked == ["Remove schedule often"]
     qtbot.waitUntil(lambda: _names(view.schedules_model) == ["early", "other"], timeout=WAIT)
-    assert [s["name"] for s in farm.schedules.all()] == ["early", "other"]
+    assert [s["name"] for s in farm.list_schedules()] == ["early", "other"]
     assert view.selected(table) is None and not view.act_remove.isEnabled()
 
 
@@ -165,7 +165,7 @@ def test_watch_only_the_tab_changes_nothing(farm, open_window, qtbot):
     qtbot.waitUntil(lambda: window.last_result is not None, timeout=WAIT)
     assert window.last_result[:2] == ("Pause schedule often", False)
     assert view.confirm is None
-    assert not farm.schedules.get("often")["paused"]
+    assert not farm.get_schedule("often")["paused"]
     assert farm.store.get_job(job_id)["state"] == "queued"
 
 

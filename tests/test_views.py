@@ -209,7 +209,7 @@ def test_schedules_carry_their_next_occurrence_and_their_last_ones_job(farm):
     farm.schedule("hourly", farm.command_spec(["sh", "-c", "true"]), cron="0 * * * *", tz="Europe/Paris",
                   misfire="skip", grace=60)
     farm.schedule("later", farm.python_spec("tests.support.pyjobs:noop"), every=3600)
-    farm.schedules.pause("later")
+    farm.pause_schedule("later")
     time.sleep(0.15)  # the first tick is due
     [job] = store.claim(machine, 1, lease=30)
     store.finish(job, machine, "succeeded")
@@ -235,7 +235,7 @@ def test_schedules_carry_their_next_occurrence_and_their_last_ones_job(farm):
     assert later["paused"] and later["next_at"] is None
 
     # Paused, the tick's next occurrence (made into a job in advance) is cancelled, and shows so once due.
-    farm.schedules.pause("tick")
+    farm.pause_schedule("tick")
     after = Recurrence(every=0.1).after(at)
     tick = read_schedules(store, after + 0.01)[2]
     assert tick["next_at"] is None and tick["last_at"] == after and tick["last_state"] == "cancelled"
