@@ -68,8 +68,10 @@ class Ending:
         """The job's state after this ending."""
         if self.job.kind == Kind.SINGLETON and self.outcome != Outcome.CANCELLED and self.retry_in is not None:
             return JobState.QUEUED
-        if self.outcome in (Outcome.SUCCEEDED, Outcome.CANCELLED):
-            return JobState(self.outcome)
+        if self.outcome == Outcome.SUCCEEDED:
+            return JobState.SUCCEEDED
+        if self.outcome == Outcome.CANCELLED:
+            return JobState.CANCELLED
         again = self.retry_in is not None and self.job.attempts < self.job.max_attempts
         return JobState.QUEUED if again else JobState.FAILED
 
