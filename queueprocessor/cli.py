@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import tomllib
-from dataclasses import asdict, replace
+from dataclasses import replace
 from datetime import datetime
 
 import click
@@ -164,7 +164,7 @@ def node(ctx: Context, options: NodeOptions) -> None:
     """Run this machine's node until stopped (SIGTERM or Ctrl-C drains; a second Ctrl-C exits at once)."""
     logging.getLogger("queueprocessor").setLevel(min(logging.INFO, logging.getLogger().level))
     logging.getLogger().setLevel(min(logging.INFO, logging.getLogger().level))
-    run_until_signalled(ctx.farm.node(**asdict(options)))
+    run_until_signalled(ctx.farm.node(**options.node_keywords()))
 
 
 def run_until_signalled(the_node) -> None:

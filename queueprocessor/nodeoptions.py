@@ -5,7 +5,8 @@ Each field of NodeOptions is one option. Its click type checks the value alone (
 `checked()` checks what spans several (the allow-lists against --http-base), so the three entry points accept
 and refuse the same values, with the same words. Adding an option is adding a field here: `node_options`
 attaches it to every command that runs a node, `to_argv` carries it from `gui` to the app, and its name is
-the keyword Farm.node takes.
+the keyword Farm.node takes (`node_keywords()`), unless it is marked `to_node=False`: a setting of the process
+around the node (its logs, say), which each entry point reads from its NodeOptions itself.
 """
 
 import math
@@ -33,8 +34,9 @@ class Seconds(click.FloatRange):
         return "" if self.min is None and self.max is None else super()._describe_range()
 
 
-def _option(help: str, type=None, *, flag: str | None = None, metavar: str | None = None) -> dict:
-    return {"option": dict(help=help, type=type, flag=flag, metavar=metavar)}
+def _option(help: str, type=None, *, flag: str | None = None, metavar: str | None = None,
+            to_node: bool = True) -> dict:
+    return {"option": dict(help=help, type=type, flag=flag, metavar=metavar, to_node=to_node)}
 
 
 FARM_WIDE = " Farm-wide."
@@ -81,6 +83,10 @@ class NodeOptions:
         """Raise the QPError a node would meet at start for options that only fail together."""
         AllowLists(self.allow_hosts, self.allow_modules, self.allow_commands).executors(self.http_base)
         return self
+
+    def node_keywords(self) -> dict:
+        """Farm.node's keywords for these options."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata["option"]["to_node"]}
 
     def to_argv(self) -> list[str]:
         """These options as a command line any entry point takes back (gui hands them to the app)."""

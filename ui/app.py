@@ -14,7 +14,7 @@ import gc
 import logging
 import signal
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import click
 
@@ -75,7 +75,7 @@ def parse_args(argv: list[str] | None) -> Args:
 
 def node_options(args: Args) -> dict | None:
     """Farm.node's keywords for this machine's node; None when the app only observes."""
-    return None if args.observe else asdict(args.options)
+    return None if args.observe else args.options.node_keywords()
 
 
 def make_app(argv: list[str], scheme: str | None) -> QApplication:
