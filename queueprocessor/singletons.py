@@ -21,13 +21,10 @@ import threading
 import time
 import uuid
 
-from sqlalchemy import and_, exc, insert, or_, select, update
-
-from .dbtime import db_now
 from .errors import DuplicateKey, InvalidJob, NotFound, QPError
-from .schema import locks
 from .states import JobState, Kind
 from .store import JobSpec, Store
+from .store_locks import LockStore
 
 log = logging.getLogger("queueprocessor.singletons")
 
@@ -85,7 +82,7 @@ class Lock:
                  poll: float = 0.1):
         if not name or len(name) > 200:
             raise InvalidJob(f"lock name {name!r} must be 1-200 characters")
-        self.store = store
+        self.locks = LockStore(store)
         self.name = name
         self.lease = lease
         self.renew_every = renew_every
@@ -107,7 +104,7 @@ class Lock:
     def acquire(self) -> "Lock":
         """Take the lock, waiting up to `wait` seconds (None: for ever; 0: not at all)."""
         deadline = None if self.wait is None else time.monotonic() + self.wait
-        while (fence := self._try()) is None:
+        while (fence := self.locks.take(self.name, self.holder, self.lease)) is None:
             if deadline is not None and time.monotonic() >= deadline:
                 raise LockHeld(f"lock {self.name!r} is held by {self.held_by() or 'someone'}")
             time.sleep(self.poll)
@@ -124,34 +121,12 @@ class Lock:
             self._thread.join(10)
             self._thread = None
         try:
-            self.store.count(update(locks).where(self._mine()).values(holder=None, lease_until=None))
+            self.locks.give_back(self.name, self.holder, self.fence)
         except Exception as error:  # the lease runs out by itself
             log.warning("could not release lock %s (%s); it frees itself when its lease runs out", self.name, error)
 
     def held_by(self) -> str | None:
-        rows = self.store.rows(select(locks.c.holder).where(locks.c.name == self.name, locks.c.lease_until > db_now()))
-        return rows[0][0] if rows else None
-
-    def _try(self) -> int | None:
-        """One attempt: take a free or expired lease, bumping its fence. None if someone holds it."""
-        now = db_now()
-        rows = self.store.rows(
-            update(locks)
-            .where(locks.c.name == self.name, or_(locks.c.holder.is_(None), locks.c.lease_until < now))
-            .values(holder=self.holder, fence=locks.c.fence + 1, lease_until=now + self.lease, acquired_at=now)
-            .returning(locks.c.fence)
-        )
-        if rows:
-            return rows[0][0]
-        try:
-            self.store.count(insert(locks).values(name=self.name, holder=self.holder, fence=1,
-                                                  lease_until=db_now() + self.lease, acquired_at=db_now()))
-        except exc.IntegrityError:
-            return None
-        return 1
-
-    def _mine(self):
-        return and_(locks.c.name == self.name, locks.c.holder == self.holder, locks.c.fence == self.fence)
+        return self.locks.holder(self.name)
 
     def _keep(self) -> None:
         """Renew every `renew_every`; after renewals failed for the lease minus a margin, declare it lost."""
@@ -159,7 +134,7 @@ class Lock:
         while not self._released.wait(self.renew_every):
             sent = time.monotonic()
             try:
-                if self.store.count(update(locks).where(self._mine()).values(lease_until=db_now() + self.lease)) == 1:
+                if self.locks.renew(self.name, self.holder, self.fence, self.lease):
                     renewed = sent
                     continue
                 self.lost.set()
