@@ -31,6 +31,11 @@ class InputError(QPError):
             if isinstance(self.value, str) else self.value
         return self.template.format(*map(name, self.inputs), value=value, limit=self.limit, **self.parts)
 
+    @property
+    def what(self) -> str | None:
+        """The input it is about (the first, for options that exclude each other)."""
+        return self.inputs[0] if self.inputs else None
+
     @classmethod
     def out_of(cls, what: str, value, limit: str) -> "InputError":
         """`what` must be `limit` (got `value`)."""

@@ -23,7 +23,7 @@ def test_an_out_of_range_value_carries_what_value_and_limit():
         work_spec("http", "/x", max_attempts=0)
     error = refused.value
     assert isinstance(error, InvalidJob)
-    assert (error.inputs, error.value, error.limit) == (("max_attempts",), 0, "from 1 to 2147483647")
+    assert (error.what, error.value, error.limit) == ("max_attempts", 0, "from 1 to 2147483647")
     assert str(error) == "max_attempts must be from 1 to 2147483647 (got 0)"
     assert in_cli_words(error) == "--max-attempts must be from 1 to 2147483647 (got 0)"
     assert error.say(lambda keyword: {"max_attempts": "Max attempts"}[keyword]).startswith("Max attempts must be")
