@@ -25,7 +25,7 @@ from .errors import ConfigError, NotFound, QPError
 from .farm import Farm, work_spec
 from .grabs import AlreadyTaken, grab_key
 from .nodeoptions import NodeCommand, NodeOptions, Seconds, flag_of, node_options
-from .output import format_time, print_json, print_table
+from .output import format_time, machine_label, print_json, print_table
 from .schedules import Recurrence
 from .states import JobState, Wish
 
@@ -368,8 +368,9 @@ def singleton_list(ctx: Context, as_json: bool) -> None:
     if as_json:
         return print_json({"singletons": rows})
     print_table(["name", "job", "state", "machine", "fence", "since", "work", "last error"],
-                [[r["name"], r["id"], r["state"], r["owner"] or "-", r["fence"], format_time(r["started_at"]),
-                  f"{r['executor']} {r['target']}"[:50], (r["last_error"] or "")[:50]] for r in rows])
+                [[r["name"], r["id"], r["state"], machine_label(r["owner_name"], r["owner"]), r["fence"],
+                  format_time(r["started_at"]), f"{r['executor']} {r['target']}"[:50], (r["last_error"] or "")[:50]]
+                 for r in rows])
 
 
 @singleton.command("remove")
@@ -462,8 +463,9 @@ def jobs(ctx: Context, state, limit, as_json) -> None:
         return print_json({"jobs": rows})
     print_table(
         ["id", "state", "executor", "target", "owner", "attempt", "fence", "run at", "finished", "error"],
-        [[j["id"], j["state"], j["executor"], j["target"], j["owner"] or "-", f"{j['attempts']}/{j['max_attempts']}",
-          j["fence"], format_time(j["run_at"]), format_time(j["finished_at"]), (j["last_error"] or "")[:60]]
+        [[j["id"], j["state"], j["executor"], j["target"], machine_label(j["owner_name"], j["owner"]),
+          f"{j['attempts']}/{j['max_attempts']}", j["fence"], format_time(j["run_at"]), format_time(j["finished_at"]),
+          (j["last_error"] or "")[:60]]
          for j in rows],
     )
 
@@ -478,11 +480,14 @@ def job(ctx: Context, job_id: int, as_json: bool) -> None:
     if as_json:
         return print_json(record)
     for key, value in record.items():
-        if key != "runs":
+        if key == "owner":
+            value = machine_label(record["owner_name"], value)
+        if key not in ("runs", "owner_name"):
             click.echo(f"{key:>16}: {format_time(value) if key.endswith(('_at', '_until')) else value}")
     print_table(["attempt", "machine", "fence", "started", "finished", "outcome", "error", "output (end)"],
-                [[r["attempt"], r["machine_id"], r["fence"], format_time(r["started_at"]),
-                  format_time(r["finished_at"]), r["outcome"], r["error"] or "", _last_line(r["output"])]
+                [[r["attempt"], machine_label(r["machine_name"], r["machine_id"]), r["fence"],
+                  format_time(r["started_at"]), format_time(r["finished_at"]), r["outcome"], r["error"] or "",
+                  _last_line(r["output"])]
                  for r in reversed(record["runs"])])
 
 
@@ -501,8 +506,8 @@ def turns(ctx: Context, since: float, as_json: bool) -> None:
     if as_json:
         return print_json({"turns": rows})
     print_table(["slot", "machine", "taken at", "claimed", "backlog"],
-                [[t["slot"], t["machine_id"], format_time(t["taken_at"]), t["claimed"], "yes" if t["backlog"] else ""]
-                 for t in rows])
+                [[t["slot"], machine_label(t["machine_name"], t["machine_id"]), format_time(t["taken_at"]),
+                  t["claimed"], "yes" if t["backlog"] else ""] for t in rows])
 
 
 def _wish_command(wish: str, text: str):

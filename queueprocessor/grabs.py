@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from .errors import DuplicateKey, InvalidJob, NotFound, QPError
-from .output import format_time
+from .output import format_time, machine_label
 from .states import FINISHED, JobState
 from .store import Store
 
@@ -70,7 +70,7 @@ def holder_of(store: Store, *, key: str | None = None, job_id: int | None = None
     if job is None:
         return None
     name, output = job.pop("machine_name"), job.pop("last_output")
-    return Holder(job, None if job["owner"] is None else f"{job['owner']} ({name})", output)
+    return Holder(job, None if job["owner"] is None else machine_label(name, job["owner"]), output)
 
 
 def refuse(store: Store, error: DuplicateKey) -> AlreadyTaken | DuplicateKey:

@@ -24,6 +24,11 @@ def dated(shown: datetime, timespec: str) -> str:
     return shown.replace(tzinfo=None).isoformat(" ", timespec)
 
 
+def machine_label(name: str | None, machine_id: int | None) -> str:
+    """A machine as operators know it: by name, with the id that tells two of the same name apart."""
+    return "-" if machine_id is None else f"{name} ({machine_id})"
+
+
 def print_json(document) -> None:
     """Keys sorted, times kept as epoch seconds (database time): stable across versions and locales."""
     click.echo(json.dumps(document, sort_keys=True, indent=2, default=str))

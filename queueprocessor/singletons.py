@@ -22,6 +22,7 @@ import time
 import uuid
 
 from .errors import DuplicateKey, InvalidJob, NotFound, QPError
+from .output import machine_label
 from .states import JobState, Kind
 from .store import JobSpec, Store
 from .store_locks import LockStore
@@ -67,7 +68,7 @@ def remove(store: Store, name: str) -> str:
 
 def _where(job: dict) -> str:
     if job["state"] == JobState.RUNNING:
-        return f"running on machine {job['owner']}" + (", stopping" if job["cancel_requested"] else "")
+        return f"running on machine {machine_label(job['machine_name'], job['owner'])}" + (", stopping" if job["cancel_requested"] else "")
     return job["state"]
 
 

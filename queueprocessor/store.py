@@ -177,6 +177,18 @@ def _close_quietly(conn) -> None:
         pass
 
 
+def _with_owner_name(statement):
+    """Operators know machines by name: a job read for them carries its owner's (`owner_name`) beside the id."""
+    return statement.add_columns(machines.c.name.label("owner_name")).select_from(
+        jobs.outerjoin(machines, machines.c.id == jobs.c.owner))
+
+
+def _with_machine_name(statement, table):
+    """The same for a table whose rows name a machine by `machine_id` (runs, turns): `machine_name`."""
+    return statement.add_columns(machines.c.name.label("machine_name")).select_from(
+        table.outerjoin(machines, machines.c.id == table.c.machine_id))
+
+
 def _most_urgent_first(claimed: Iterable[Claimed]) -> list[Claimed]:
     """RETURNING has no order; start the most urgent first."""
     return sorted(claimed, key=lambda c: (-c.priority, c.run_at, c.id))
@@ -349,7 +361,8 @@ class Store:
         return bool(self.rows(select(turns.c.slot).where(turns.c.slot >= since_slot, turns.c.backlog).limit(1)))
 
     def read_turns(self, since: float, limit: int = 100_000) -> list[dict]:
-        rows = self.rows(select(turns).where(turns.c.taken_at >= since).order_by(turns.c.slot).limit(limit))
+        rows = self.rows(_with_machine_name(select(turns), turns).where(turns.c.taken_at >= since)
+                         .order_by(turns.c.slot).limit(limit))
         return [dict(r._mapping) for r in rows]
 
     def prune_turns(self, keep_seconds: float) -> int:
@@ -614,7 +627,8 @@ class Store:
             raise QPError(f"job {job_id} is {state[0][0]}; only failed or cancelled jobs can be retried")
 
     def get_job(self, job_id: int) -> dict:
-        rows = self.rows(select(jobs).where(jobs.c.id == job_id))
+        """The job's row, with `owner_name`: the name of the machine that holds (or last held) it."""
+        rows = self.rows(_with_owner_name(select(jobs)).where(jobs.c.id == job_id))
         if not rows:
             raise NotFound(f"no job with id {job_id}", what="job", ref=job_id)
         return dict(rows[0]._mapping)
@@ -639,11 +653,13 @@ class Store:
 
     def singleton_jobs(self) -> list[dict]:
         """The jobs of the singletons that exist (those removed gave their key up), by key."""
-        statement = select(jobs).where(jobs.c.kind == Kind.SINGLETON, jobs.c.key.isnot(None)).order_by(jobs.c.key)
+        statement = (_with_owner_name(select(jobs)).where(jobs.c.kind == Kind.SINGLETON, jobs.c.key.isnot(None))
+                     .order_by(jobs.c.key))
         return [dict(r._mapping) for r in self.rows(statement)]
 
     def list_jobs(self, state: str | None = None, limit: int = 100) -> list[dict]:
-        statement = select(jobs).order_by(jobs.c.id.desc()).limit(limit)
+        """The newest jobs, each with `owner_name` (see get_job)."""
+        statement = _with_owner_name(select(jobs)).order_by(jobs.c.id.desc()).limit(limit)
         if state:
             if state not in tuple(JobState):
                 raise QPError(f"unknown job state {state!r}: use one of {', '.join(JobState)}")
@@ -655,7 +671,7 @@ class Store:
         return {state: 0 for state in JobState} | {state: n for state, n in rows}
 
     def list_runs(self, *, since: float = -math.inf, job_id: int | None = None, limit: int = 10_000) -> list[dict]:
-        statement = select(runs).order_by(runs.c.started_at.desc()).limit(limit)
+        statement = _with_machine_name(select(runs), runs).order_by(runs.c.started_at.desc()).limit(limit)
         if job_id is not None:
             statement = statement.where(runs.c.job_id == job_id)
         if since != -math.inf:

@@ -193,3 +193,30 @@ def test_a_second_interrupt_leaves_at_once_and_hands_jobs_back(sqlite_url, http_
         proc.kill()
         log.close()
         farm.close()
+
+
+@pytest.mark.slow
+def test_tables_and_json_name_the_machines(sqlite_url, http_target, tmp_path):
+    """Operators know machines by name: jobs, job, turns and their JSON carry the name beside the id."""
+    farm = Farm(sqlite_url)
+    proc, log = start_node(sqlite_url, http_target.base_url, tmp_path)
+    try:
+        [job_id] = farm.enqueue_http("/ok")
+        wait_for(lambda: farm.job(job_id)["state"] == "succeeded")
+        machine = farm.status()["machines"][0]["id"]
+        [row] = json.loads(run("jobs", "--json", db=sqlite_url).stdout)["jobs"]
+        assert (row["owner"], row["owner_name"]) == (machine, "solo")
+        record = json.loads(run("job", str(job_id), "--json", db=sqlite_url).stdout)
+        assert [(r["machine_id"], r["machine_name"]) for r in record["runs"]] == [(machine, "solo")]
+        turns = json.loads(run("turns", "--json", db=sqlite_url).stdout)["turns"]
+        assert turns and {(t["machine_id"], t["machine_name"]) for t in turns} == {(machine, "solo")}
+        label = f"solo ({machine})"
+        assert label in run("jobs", db=sqlite_url).stdout
+        shown = run("job", str(job_id), db=sqlite_url).stdout
+        assert f"owner: {label}" in shown and shown.count(label) == 2  # the owner line and the attempt's row
+        assert label in run("turns", db=sqlite_url).stdout
+    finally:
+        proc.kill()
+        proc.wait()
+        log.close()
+        farm.close()

@@ -47,8 +47,8 @@ def test_a_loser_is_told_who_won_and_whether_it_finished(farm, nodes):
     wait_for(lambda: farm.store.get_job(job_id)["state"] == "succeeded")
     with pytest.raises(AlreadyTaken) as late:
         farm.enqueue_python(pyjobs.echo, key="Report-26@2026-11-22")
-    assert late.value.holder.finished and late.value.holder.machine == f"{node.id} (a)"
-    assert f"finished, succeeded on machine {node.id} (a) at " in str(late.value)
+    assert late.value.holder.finished and late.value.holder.machine == f"a ({node.id})"
+    assert f"finished, succeeded on machine a ({node.id}) at " in str(late.value)
 
 
 def test_other_instances_of_the_same_key_are_separate_work(farm):
