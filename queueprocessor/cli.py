@@ -20,7 +20,7 @@ import click
 from sqlalchemy import exc
 
 from . import __version__
-from .database import default_url, describe_failure, mask
+from .database import client_name, default_url, describe_failure, mask
 from .errors import ConfigError, NotFound, QPError
 from .farm import Farm, work_spec
 from .grabs import AlreadyTaken, grab_key
@@ -102,13 +102,14 @@ class Context:
     def __init__(self, url: str | None):
         self.chosen = url is not None  # by --db, QP_DB or the config file
         self.url = url or default_url()
+        self.machine: str | None = None  # a node's --name, which labels the farm's connections
         self._farm: Farm | None = None
 
     @property
     def farm(self) -> Farm:
         """The farm to change: created on first use, with its tables."""
         if self._farm is None:
-            self._farm = Farm(self.url)
+            self._farm = Farm(self.url, client=client_name(self.machine))
         return self._farm
 
     @property
@@ -116,7 +117,7 @@ class Context:
         """The farm only to look at (the app's watch-only mode): a command that reads creates no file or table
         and adopts no settings, so the first node still chooses the farm's timing."""
         if self._farm is None:
-            self._farm = Farm(self.url, read_only=True)
+            self._farm = Farm(self.url, read_only=True, client=client_name(self.machine))
         return self._farm
 
     def close(self) -> None:
@@ -164,6 +165,7 @@ def node(ctx: Context, options: NodeOptions) -> None:
     """Run this machine's node until stopped (SIGTERM or Ctrl-C drains; a second Ctrl-C exits at once)."""
     logging.getLogger("queueprocessor").setLevel(min(logging.INFO, logging.getLogger().level))
     logging.getLogger().setLevel(min(logging.INFO, logging.getLogger().level))
+    ctx.machine = options.name
     run_until_signalled(ctx.farm.node(**options.node_keywords()))
 
 

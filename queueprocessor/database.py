@@ -1,6 +1,7 @@
 """Opening a farm database: URLs, engines, schema creation and the version check."""
 
 import re
+import socket
 from pathlib import Path
 
 import platformdirs
@@ -13,6 +14,8 @@ from .errors import ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew, Un
 # Short names a user may type, mapped to the driver we ship.
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg", "mssql": "mssql+pyodbc"}
 CONNECT_TIMEOUT = 10  # seconds
+PROGRAM = "queueprocessor"  # how a process's connections are labelled on the server (see client_name)
+APP_PROGRAM = "queueprocessor-gui"  # the desktop app's
 _TIMEOUT_ARG = {"postgresql": "connect_timeout", "mssql": "timeout"}  # each driver's name for it
 # From "user:" to the last "@": people type passwords with spaces, "@" and "/" in them unencoded, and a
 # mask that shows too much is worse than one that hides a host name too.
@@ -76,9 +79,42 @@ def parse_url(text: str) -> URL:
     return url
 
 
-def open_engine(text: str, pool_size: int = 5, read_only: bool = False) -> Engine:
+def client_name(machine: str | None = None, program: str = PROGRAM) -> str:
+    """The label on every connection this process opens ('queueprocessor web-3'), so a database administrator
+    sees in pg_stat_activity (SQL Server: sys.dm_exec_sessions) which machine holds what."""
+    return f"{program} {machine or socket.gethostname()}"
+
+
+def labelled(url: URL, client: str) -> URL:
+    """The URL with `client` as its connections' application_name (PostgreSQL) or APP (SQL Server), unless
+    the URL names one itself."""
+    backend, query = url.get_backend_name(), url.query
+    if backend == "postgresql" and "application_name" not in query:
+        return url.update_query_dict({"application_name": client})
+    if backend != "mssql":
+        return url
+    if "odbc_connect" in query:  # a whole connection string, passed on as it is
+        given = query["odbc_connect"]
+        if re.search(r"(?:^|;)\s*app\s*=", given, re.IGNORECASE):
+            return url
+        return url.update_query_dict({"odbc_connect": f"{given.rstrip(';')};APP={_odbc_value(client)}"})
+    return url if any(key.lower() == "app" for key in query) else url.update_query_dict({"APP": client})
+
+
+def _odbc_value(value: str) -> str:
+    """A value as an ODBC connection string takes it: in braces when it holds a separator."""
+    return "{" + value.replace("}", "}}") + "}" if ";" in value or "}" in value or value.startswith("{") else value
+
+
+def unlabelled(url: URL) -> URL:
+    """The URL without connection labels (for messages)."""
+    return url.difference_update_query(["application_name", "APP"])
+
+
+def open_engine(text: str, pool_size: int = 5, read_only: bool = False, client: str | None = None) -> Engine:
     """An engine tuned for the farm's access pattern (short statements, several threads). With `read_only`
-    the database itself refuses every write on its connections (the app's watch-only mode)."""
+    the database itself refuses every write on its connections (the app's watch-only mode). Its connections
+    carry `client` (default: client_name())."""
     url = parse_url(text)
     if url.get_backend_name() == "sqlite":
         return _sqlite_engine(url, read_only)
@@ -86,6 +122,7 @@ def open_engine(text: str, pool_size: int = 5, read_only: bool = False) -> Engin
     # CONNECT_TIMEOUT, unless the URL asks for its own timeout.
     timeout = _TIMEOUT_ARG[url.get_backend_name()]
     connect_args = {} if timeout in url.query else {timeout: CONNECT_TIMEOUT}
+    url = labelled(url, client or client_name())
     engine = _create_engine(url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True, pool_recycle=300,
                             connect_args=connect_args)
     if read_only and url.get_backend_name() == "postgresql":
@@ -174,7 +211,7 @@ def check_schema(engine: Engine) -> None:
     """For a reader that must change nothing: the farm's tables must be there already, and not newer."""
     with engine.connect() as conn:
         if _schema_version(conn) is None:
-            raise _no_farm(engine.url)
+            raise _no_farm(unlabelled(engine.url))
 
 
 def _no_farm(url: URL) -> NotFound:

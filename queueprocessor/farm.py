@@ -99,12 +99,13 @@ def work_spec(executor: str, target: str, *, method: str = "GET", payload: str |
 
 
 class Farm:
-    def __init__(self, url: str | None = None, *, read_only: bool = False):
+    def __init__(self, url: str | None = None, *, read_only: bool = False, client: str | None = None):
         """`read_only`: only look (the app's watch-only mode). Nothing is created or adopted, and the
-        database itself refuses any write through this farm."""
+        database itself refuses any write through this farm. `client` labels its connections on the server
+        (default: database.client_name(), 'queueprocessor <host name>'; a node passes its machine name)."""
         self.url = url or default_url()
         self.read_only = read_only
-        self.engine = open_engine(self.url, read_only=read_only)
+        self.engine = open_engine(self.url, read_only=read_only, client=client)
         try:
             if read_only:
                 check_schema(self.engine)

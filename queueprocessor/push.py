@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import psycopg
 from sqlalchemy import text
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import URL, Connection
 
 from .database import mask
@@ -36,7 +37,8 @@ class Listener:
     """A thread that LISTENs on the jobs channel and calls `on_notice(payload)` for each notice."""
 
     def __init__(self, url: URL, on_notice: Callable[[str], None], poll: float = 0.2):
-        self.dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
+        # The engine's own reading of the URL (its hosts, its application_name, ...), for a plain psycopg connection.
+        self.params = PGDialect_psycopg().create_connect_args(url)[1]
         self.on_notice = on_notice
         self.poll = poll
         self.listening = threading.Event()
@@ -55,7 +57,7 @@ class Listener:
     def _serve(self) -> None:
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+                with psycopg.connect(**self.params, autocommit=True, connect_timeout=5) as conn:
                     conn.execute(f"LISTEN {JOBS_CHANNEL}")
                     self.listening.set()
                     while not self._stop.is_set():

@@ -25,7 +25,7 @@ from PySide6.QtCore import QObject, Signal
 from sqlalchemy import exc
 
 from queueprocessor.clock import SystemClock
-from queueprocessor.database import mask
+from queueprocessor.database import APP_PROGRAM, client_name, mask
 from queueprocessor.errors import DatabaseUnavailable, QPError
 from queueprocessor.farm import Farm
 from queueprocessor.views import Dashboard, Query
@@ -126,7 +126,8 @@ class Poller(QObject):
         while True:
             self.health.emit("connecting", f"connecting to {mask(self.url)}")
             try:
-                self.farm = Farm(self.url, read_only=self.node_options is None)  # watching changes nothing
+                self.farm = Farm(self.url, read_only=self.node_options is None,  # watching changes nothing
+                                 client=client_name((self.node_options or {}).get("name"), APP_PROGRAM))
                 dashboard = self.farm.dashboard()
                 if self.node_options is not None:
                     self.node = self._new_node()

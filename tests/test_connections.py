@@ -1,0 +1,85 @@
+"""What a farm costs its database in connections, and how a database administrator tells them apart
+(issue 11 items 1 and 2), seen the way the administrator sees them: in pg_stat_activity."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from queueprocessor.database import client_name, open_engine
+from queueprocessor.farm import Farm
+from tests.support.work import wait_for
+
+QP = [sys.executable, "-m", "queueprocessor.cli"]
+
+
+def sessions(url: str) -> list[str]:
+    """The application_name of every session on the farm's database but the observer's own."""
+    parts = make_url(url)
+    with psycopg.connect(host=parts.host, port=parts.port, user=parts.username, password=parts.password,
+                         dbname=parts.database, application_name="observer", autocommit=True) as conn:
+        return [name for (name,) in conn.execute(
+            "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")]
+
+
+def active(farm: Farm, *names: str) -> bool:
+    states = {m["name"]: m["state"] for m in farm.status()["machines"]}
+    return all(states.get(name) == "active" for name in names)
+
+
+@pytest.fixture
+def processes():
+    """Started processes; any still running at the end is killed."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+@pytest.mark.postgres
+def test_every_connection_of_a_node_carries_its_machine_name(pg_url, processes):
+    with Farm(pg_url) as farm:
+        processes.append(subprocess.Popen([*QP, "--db", pg_url, "node", "--name", "web 3", "--allow-command",
+                                           "sleep"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_for(lambda: active(farm, "web 3"), 30)
+        farm.enqueue(farm.command_spec(["sleep", "0.3"]), count=12)  # claims and results: every connection
+        seen = set()
+        wait_for(lambda: seen.update(sessions(pg_url)) or farm.job_counts().get("succeeded") == 12, 30)
+    assert seen == {"queueprocessor web 3", client_name()}  # the node's; this test's Farm, by host name
+
+
+@pytest.mark.postgres
+def test_the_apps_connections_carry_gui_and_its_machine_name(pg_url, processes, tmp_path):
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path), QP_DB=pg_url)
+    with Farm(pg_url) as farm:
+        app = subprocess.Popen([*QP, "gui", "--name", "desk-1"], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        processes.append(app)
+        wait_for(lambda: active(farm, "desk-1"), 30)
+        names = set(sessions(pg_url)) - {client_name()}
+        app.send_signal(signal.SIGTERM)
+        assert app.wait(30) == 0
+    assert names == {"queueprocessor-gui desk-1"}
+
+
+@pytest.mark.parametrize("url", [
+    "mssql+pyodbc://qp:pw@db/farm?driver=ODBC+Driver+18+for+SQL+Server",
+    "mssql+pyodbc:///?odbc_connect=DRIVER%3D%7BODBC+Driver+18%7D%3BSERVER%3Ddb%3BUID%3Dqp%3BPWD%3Dpw",
+])
+def test_sql_server_connections_carry_the_name_as_app(url):
+    """No server here: the connection string pyodbc would be given is checked."""
+    engine = open_engine(url, client="queueprocessor rack;7")
+    [connection_string], _ = engine.dialect.create_connect_args(engine.url)
+    assert connection_string.count("APP=") == 1 and ";APP={queueprocessor rack;7}" in connection_string
+
+
+def test_a_name_the_url_gives_is_kept():
+    engine = open_engine("postgresql://qp:pw@db/farm?application_name=billing", client="queueprocessor web-3")
+    assert engine.url.query["application_name"] == "billing"
