@@ -19,7 +19,7 @@ from datetime import datetime
 import click
 from sqlalchemy import exc
 
-from . import __version__
+from . import __version__, logs
 from .database import client_name, default_url, describe_failure, mask
 from .errors import ConfigError, NotFound, QPError
 from .farm import Farm, work_spec
@@ -138,7 +138,7 @@ def cli(ctx: click.Context, db: str | None, config: str | None, verbose: int) ->
     settings = _load_config(config)
     ctx.default_map = _check_config_keys(cli, settings, config)
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(level)
     ctx.obj = Context(db or settings.get("db"))
     ctx.call_on_close(ctx.obj.close)
 
@@ -163,8 +163,7 @@ def init_db(ctx: Context, period, heartbeat, misses) -> None:
 @pass_ctx
 def node(ctx: Context, options: NodeOptions) -> None:
     """Run this machine's node until stopped (SIGTERM or Ctrl-C drains; a second Ctrl-C exits at once)."""
-    logging.getLogger("queueprocessor").setLevel(min(logging.INFO, logging.getLogger().level))
-    logging.getLogger().setLevel(min(logging.INFO, logging.getLogger().level))
+    logs.configure(min(logging.INFO, logging.getLogger().level), options.log_format, options.machine)
     ctx.machine = options.name
     run_until_signalled(ctx.farm.node(**options.node_keywords()))
 

@@ -26,6 +26,7 @@ from . import __version__
 from .clock import Clock, OffsetEstimator, SystemClock
 from .database import mask
 from .executors import AllowLists, Executor
+from .logs import about
 from .push import BACKLOG, Listener, notify_backlog
 from .roster import Liveness, next_turn, roster, slot_of, slot_owner
 from .runner import JobRunner
@@ -305,7 +306,7 @@ class Node:
         for job_id, _fence in held:
             if job_id not in renewed:
                 if self.runner.stop_job(job_id, Outcome.LOST):
-                    log.warning("job %s: lease lost to another machine, stopped it", job_id)
+                    log.warning("job %s: lease lost to another machine, stopped it", job_id, extra=about(job_id))
             elif renewed[job_id]:
                 self.runner.stop_job(job_id, Outcome.CANCELLED)
 

@@ -10,12 +10,15 @@ around the node (its logs, say), which each entry point reads from its NodeOptio
 """
 
 import math
+import socket
 from dataclasses import dataclass, field, fields
+from enum import Enum
 
 import click
 
 from .executors import AllowLists
 from .farm import MAX_CAPACITY
+from .logs import LogFormat
 
 
 class Seconds(click.FloatRange):
@@ -73,6 +76,14 @@ class NodeOptions:
         "Run command jobs whose argv[0] is exactly this. Repeatable.", flag="--allow-command", metavar="PROGRAM"))
     push: bool = field(default=True, metadata=_option(
         "On PostgreSQL, start new work as soon as it is enqueued (LISTEN/NOTIFY).", flag="--push/--no-push"))
+    log_format: LogFormat = field(default=LogFormat.TEXT, metadata=_option(
+        "Log as text, or as one JSON object per line (time, level, logger, machine, message, job_id) for a log "
+        "store.", click.Choice(LogFormat, case_sensitive=False), to_node=False))
+
+    @property
+    def machine(self) -> str:
+        """The machine name its node will have (the host name unless --name says otherwise)."""
+        return self.name or socket.gethostname()
 
     @classmethod
     def from_params(cls, params: dict) -> "NodeOptions":
@@ -131,7 +142,9 @@ def node_options(command=None, *, only: tuple[str, ...] | None = None):
             spec = f.metadata["option"]
             flag = _flag(f)
             envvar = "QP_" + flag.split("/")[0].removeprefix("--").replace("-", "_").upper()
-            extra = dict(multiple=True) if isinstance(f.default, tuple) else dict(type=spec["type"], default=f.default)
+            # An enum's default shows as the word a user types (click would show the member's name).
+            default = f.default.value if isinstance(f.default, Enum) else f.default
+            extra = dict(multiple=True) if isinstance(f.default, tuple) else dict(type=spec["type"], default=default)
             command = click.option(flag, f.name, envvar=envvar, show_envvar=True, metavar=spec["metavar"],
                                    help=spec["help"], **extra)(command)
         return command

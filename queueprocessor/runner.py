@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from .errors import QPError
 from .executors import Executor, JobContext, JobFailed, executor_for
+from .logs import about
 from .states import Kind, Outcome
 from .store import Claimed, Ending, Store
 
@@ -216,7 +217,7 @@ class JobRunner:
         try:
             self.store.mark_started(job)
         except Exception as exc:  # only the history's start time is at stake
-            log.warning("could not record the start of job %s: %s", job.id, exc)
+            log.warning("could not record the start of job %s: %s", job.id, exc, extra=about(job.id))
 
     def _retry_in(self, entry: Running, outcome: str, final: bool) -> float | None:
         """When to run the job again: failures back off; a singleton restarts whenever it ends,
@@ -240,22 +241,25 @@ class JobRunner:
         except Exception as exc:  # database away: try again; in the end the lease expires and it runs elsewhere
             for r in ending:
                 if not r.last_try:
-                    log.warning("could not record job %s yet (%s); trying again", r.entry.job.id, exc)
+                    log.warning("could not record job %s yet (%s); trying again", r.entry.job.id, exc,
+                                extra=about(r.entry.job.id))
                     written[id(r)] = False
                 else:
                     log.warning("could not record job %s (%s); its lease will expire and it will be re-run",
-                                r.entry.job.id, exc)
+                                r.entry.job.id, exc, extra=about(r.entry.job.id))
                     written[id(r)] = self._done(r.entry, Outcome.LOST)
         else:
             debug = log.isEnabledFor(logging.DEBUG)
             for r, state in zip(ending, states):
                 job = r.entry.job
                 if state is None:
-                    log.warning("result of job %s refused by its fence: another machine owns it now", job.id)
+                    log.warning("result of job %s refused by its fence: another machine owns it now", job.id,
+                                extra=about(job.id))
                 elif debug or r.outcome != Outcome.SUCCEEDED:  # a busy node runs thousands a second: successes at debug
                     level = logging.DEBUG if r.outcome == Outcome.SUCCEEDED else logging.INFO
                     log.log(level, "job %s attempt %s %s -> %s%s",
-                            job.id, job.attempts, r.outcome, state, f" ({r.error})" if r.error else "")
+                            job.id, job.attempts, r.outcome, state, f" ({r.error})" if r.error else "",
+                            extra=about(job.id))
                 written[id(r)] = self._done(r.entry, r.outcome if state else Outcome.LOST)
         return [written[id(r)] for r in results]
 
@@ -264,12 +268,12 @@ class JobRunner:
         job = result.entry.job
         try:
             if self.store.release(job, self.machine_id, result.error):
-                log.info("job %s handed back to the queue: %s", job.id, result.error)
+                log.info("job %s handed back to the queue: %s", job.id, result.error, extra=about(job.id))
         except Exception as exc:
             if not result.last_try:
-                log.warning("could not hand job %s back yet (%s); trying again", job.id, exc)
+                log.warning("could not hand job %s back yet (%s); trying again", job.id, exc, extra=about(job.id))
                 return False
-            log.warning("could not hand job %s back (%s); its lease will expire", job.id, exc)
+            log.warning("could not hand job %s back (%s); its lease will expire", job.id, exc, extra=about(job.id))
         return self._done(result.entry, Outcome.LOST)
 
     def _done(self, entry: Running, outcome: str) -> bool:

@@ -18,6 +18,7 @@ ACCEPTED = [
      "--allow-host", "a.internal", "--allow-host", "b.internal", "--allow-command", "true", "--no-push"],
     ["--period", "0.5", "--heartbeat", "2", "--misses", "4", "--turn-keep", "60", "--keep-jobs", "3600",
      "--http-base", "http://127.0.0.1:8080/"],
+    ["--log-format", "json"],
 ]
 REFUSED = [
     ["--capacity", "0"],
@@ -31,6 +32,7 @@ REFUSED = [
     ["--keep-jobs", "0"],
     ["--heartbeat", "nan"],
     ["--http-base", "ftp://nowhere/"],
+    ["--log-format", "xml"],
     ["--no-such-option"],
 ]
 

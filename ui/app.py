@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import click
 
+from queueprocessor import logs
 from queueprocessor.database import parse_url
 from queueprocessor.errors import QPError
 from queueprocessor.nodeoptions import NodeCommand, NodeOptions, flag_of, node_options as _node_option_set
@@ -121,7 +122,7 @@ def settle() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(logging.WARNING, args.options.log_format, args.options.machine)
     app = make_app(sys.argv[:1], args.theme)
     url = args.db
     if not url:
