@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from sqlalchemy import exc as sa_exc
@@ -142,17 +143,37 @@ class Node:
     # -- lifecycle --------------------------------------------------------
 
     def start(self) -> "Node":
-        self.id = self.store.register(
-            name=self.config.name, host=socket.gethostname(), instance=self.instance, pid=os.getpid(),
-            version=__version__, capacity=self.config.capacity, allow=self.config.allow.to_json(),
-        )
-        for _ in range(5):  # a first filtered estimate before we take any turn
-            self.estimator.add(self.store.sample_clock(self.clock.monotonic))
-        self._renewed_at = self.clock.monotonic()
-        self.runner = JobRunner(self.store, self.id, self.executors, self.estimator.db_now, self._job_done,
-                                self._room_made)
-        self.runner.start()
-        self._checkin()
+        """Join the farm: register, sync the clock, start the runner, check in, start the threads.
+
+        A start that fails part way undoes what it did, last step first (as
+        apscheduler's AsyncExitStack start does): the runner stops and the
+        machine row is marked stopped, so nothing is left running or claiming to
+        be active. The node is then stopped for good; a retry makes a new one.
+        """
+        with ExitStack() as undo:
+            undo.callback(self._failed_start)
+            self.id = self.store.register(
+                name=self.config.name, host=socket.gethostname(), instance=self.instance, pid=os.getpid(),
+                version=__version__, capacity=self.config.capacity, allow=self.config.allow.to_json(),
+            )
+            undo.callback(self._mark_stopped)
+            for _ in range(5):  # a first filtered estimate before we take any turn
+                self.estimator.add(self.store.sample_clock(self.clock.monotonic))
+            self._renewed_at = self.clock.monotonic()
+            self.runner = JobRunner(self.store, self.id, self.executors, self.estimator.db_now, self._job_done,
+                                    self._room_made)
+            self.runner.start()
+            undo.callback(self.runner.stop)
+            self._checkin()
+            undo.callback(self._end_threads)
+            self._start_threads()
+            undo.pop_all()
+        log.info("machine %s (%s) joined the farm, capacity %s, offset %+.4f s ±%.4f",
+                 self.id, self.config.name, self.config.capacity, self.estimator.offset(),
+                 self.estimator.error_bound())
+        return self
+
+    def _start_threads(self) -> None:
         self._threads = [
             threading.Thread(target=self._guard, args=(self._heartbeat_loop,), name="qp-heartbeat", daemon=True),
             threading.Thread(target=self._guard, args=(self._turn_loop,), name="qp-turns", daemon=True),
@@ -162,10 +183,31 @@ class Node:
             thread.start()
         if self.config.push and self.store.dialect == "postgresql":
             self.listener = Listener(self.store.engine.url, self._notice).start()
-        log.info("machine %s (%s) joined the farm, capacity %s, offset %+.4f s ±%.4f",
-                 self.id, self.config.name, self.config.capacity, self.estimator.offset(),
-                 self.estimator.error_bound())
-        return self
+
+    def _end_threads(self) -> None:
+        """Stop our threads and wait for them (the runner's loop apart): they see `_stop` within a wait."""
+        self._stop.set()
+        self._wake.set()  # the turn timer may be asleep until its next turn
+        if self.listener is not None:
+            self.listener.stop()
+        for thread in self._threads:
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(5)
+
+    def _failed_start(self) -> None:
+        """The last undo of a failed start: this node is stopped, so stop() has nothing left to do."""
+        with self._stop_lock:
+            self._stopping = True
+        self.state = MachineState.STOPPED
+        self.stopped.set()
+        log.warning("%s could not join the farm: its start was undone", self.config.name)
+
+    def _mark_stopped(self) -> None:
+        """Say on our row that we left (a row we cannot reach ages into dead instead)."""
+        try:
+            self.store.mark_stopped(self.id)
+        except Exception as exc:
+            log.warning("could not mark machine %s stopped: %s", self.id, one_line(exc))
 
     def stop(self, drain: bool = True, timeout: float | None = None, reason: str = "exit") -> None:
         """Leave the farm. With `drain`, finish running jobs first; otherwise hand them back without spending
@@ -185,22 +227,13 @@ class Node:
             self.state = MachineState.DRAINING
             self.runner.release_singletons()
             self._await_idle(timeout, interruptible=True)
-        self._stop.set()
-        self._wake.set()  # the turn timer may be asleep until its next turn
-        if self.listener is not None:
-            self.listener.stop()
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(5)
+        self._end_threads()
         if self.runner is not None:
             self.runner.stop_all(reason)
             self._await_idle(5)
             self.runner.stop()
         if self.id is not None:
-            try:
-                self.store.mark_stopped(self.id)
-            except Exception as exc:
-                log.warning("could not mark machine %s stopped: %s", self.id, exc)
+            self._mark_stopped()
         self.state = MachineState.STOPPED
         self.stopped.set()
 
