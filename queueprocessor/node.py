@@ -1,8 +1,9 @@
 """The node: one machine's part in the farm (DESIGN 1-3, 5).
 
 Named threads, none of which waits on another:
-- qp-heartbeat: every heartbeat, samples the database clock while reading the
-  machine rows, checks in, renews leases and applies operators' wishes;
+- qp-heartbeat: every heartbeat, samples the database clock while reading what
+  changed in the roster (O(1) rows, see roster.KnownMachines), checks in, renews
+  leases and applies operators' wishes;
 - qp-turns: a timer that sleeps until this machine's next turn (ticking every 10 ms
   while there is work to claim directly), takes it and claims work;
 - qp-runner: the asyncio loop that runs the jobs (see runner);
@@ -29,10 +30,11 @@ from .database import mask
 from .executors import AllowLists, Executor
 from .logs import about
 from .push import BACKLOG, Listener, notify_backlog
-from .roster import Liveness, next_turn, roster, slot_of, slot_owner
+from .roster import KnownMachines, Liveness, slot_of, turn_to_take, turn_wait, upcoming_turn
 from .runner import JobRunner
 from .states import MachineState, Outcome, Wish
 from .store import PRUNE_BATCH, Store
+from .store_roster import FarmRead, RosterStore
 from .store_schedules import ScheduleStore
 
 log = logging.getLogger("queueprocessor.node")
@@ -83,6 +85,12 @@ class NodeConfig:
         return min(0.5, self.heartbeat / 2)
 
     @property
+    def stale(self) -> float:
+        """A machine quiet for this long is read by name at every heartbeat (a suspect): late by a heartbeat
+        or so, and a heartbeat and a half before its dead timeout, so every peer reads its last_seen first."""
+        return max(self.dead_after - 1.5 * self.heartbeat, self.dead_after / 2)
+
+    @property
     def join_delay(self) -> float:
         """Join the roster only once every peer has surely read our row."""
         return 1.5 * self.heartbeat
@@ -109,6 +117,7 @@ class Node:
         self.estimator = OffsetEstimator(self.clock)
         self.executors = executors or config.allow.executors(config.http_base)
         self.schedules = ScheduleStore(store)
+        self.peers = RosterStore(store)
         self.next_schedule: float | None = None  # earliest occurrence still to be made a job (heartbeat's view)
         self.listener: Listener | None = None
         self._wake = threading.Event()  # set by a push notice
@@ -121,7 +130,7 @@ class Node:
         self.turns_taken = 0
         self.db_healthy = False
         self.last_error: str | None = None
-        self.machines: list[dict] = []
+        self.known = KnownMachines()  # the machine rows, as of the last heartbeat
         self._streak_start = float("inf")
         self._last_contact_db = float("-inf")
         self._renewed_at = float("-inf")  # monotonic send time of the last successful renewal
@@ -273,12 +282,12 @@ class Node:
     def _checkin(self) -> None:
         sent = self.clock.monotonic()
         since = slot_of(self.estimator.db_now(), self.config.period) - 3
-        farm = self.store.read_farm(since, stamp=self.clock.monotonic)  # also a clock sample
+        farm = self.peers.read_farm(self.id, self.config.stale, since, stamp=self.clock.monotonic)  # a clock sample
         self.estimator.add(farm.sample)
         self._note_contact(farm.now)
-        backlog_slot, self.machines, self.next_schedule = farm.backlog_slot, farm.machines, farm.next_schedule
-        me = next((m for m in self.machines if m["id"] == self.id), None)
-        applied = self._apply_wish(me["wish"] if me else None)
+        self._learn_roster(farm)
+        backlog_slot, self.next_schedule = farm.backlog_slot, farm.next_schedule
+        applied = self._apply_wish(farm.wish)
         held = self.runner.held()
         self._handle_renewals(held, self.store.renew(self.id, held, self.config.lease))
         self.store.heartbeat(
@@ -295,6 +304,19 @@ class Node:
             log.info("database reachable (offset %+.4f s, rtt %.2f ms)", self.estimator.offset(),
                      self.estimator.rtt() * 1000)
         self.db_healthy = True
+
+    def _learn_roster(self, farm: FarmRead) -> None:
+        """Keep our copy of the machine rows current: every row when the roster version moved, else only the
+        suspects' last_seen (see roster.KnownMachines). Suspects we find dead are buried, so nobody reads
+        them again."""
+        if self.known.current(farm.version):
+            self.known.update(farm.now, farm.suspects, self.config.stale)
+        else:
+            version, now, rows = self.peers.read_all()
+            self.known.replace(version, rows, now, self.config.stale)
+        for machine_id, last_seen in self.known.dead(farm.now, self.liveness()):
+            if self.peers.bury(machine_id, last_seen):
+                log.warning("machine %s stopped checking in: judged dead", machine_id)
 
     def _note_contact(self, db_time: float) -> None:
         """Track our unbroken run of check-ins: peers are only judged on silence within it."""
@@ -374,16 +396,14 @@ class Node:
         turn = self._upcoming_turn(now)
         if turn is None:
             return IDLE_WAKE
-        wait = turn * self.config.period + self.estimator.error_bound() + TURN_MARGIN - now
-        return min(max(wait, TURN_MARGIN), IDLE_WAKE)
+        return min(turn_wait(turn, now, self.config.period, self.estimator.error_bound(), TURN_MARGIN), IDLE_WAKE)
+
+    def _roster(self, now: float) -> list[int]:
+        return self.known.roster(now, self.liveness(), self.config.join_delay)
 
     def _upcoming_turn(self, now: float) -> int | None:
         """Our next slot under the current roster that we have not taken yet; None if not in the roster."""
-        ids = roster(self.machines, now, self.liveness(), self.config.join_delay)
-        turn = next_turn(ids, self.id, now, self.config.period)
-        if turn is not None and turn == self._last_slot:
-            turn = next_turn(ids, self.id, (turn + 1) * self.config.period, self.config.period)
-        return turn
+        return upcoming_turn(self._roster(now), self.id, now, self.config.period, self._last_slot)
 
     def _watchdog_loop(self) -> None:
         """The watchdog has its own thread: a turn stuck on a black-holed connection must not keep
@@ -413,9 +433,8 @@ class Node:
         slot = slot_of(now, self.config.period)
         free = self.runner.room(self.config.capacity)
         if slot != self._last_slot:
-            ids = roster(self.machines, now, self.liveness(), self.config.join_delay)
-            inside = now - slot * self.config.period
-            if slot_owner(ids, slot) == self.id and inside > self.estimator.error_bound():
+            if turn_to_take(self._roster(now), self.id, now, self.config.period, self.estimator.error_bound(),
+                            self._last_slot) is not None:
                 self._last_slot = slot
                 self._pushed = False  # the turn's claim covers what the notice announced
                 self._materialise_due()
@@ -522,7 +541,7 @@ class Node:
         """Did a machine die within the last minute (so its jobs' leases may be running out now)?"""
         liveness = self.liveness()
         return any(m["id"] != self.id and m["state"] != MachineState.STOPPED and liveness.is_dead(m["last_seen"], now)
-                   and now - m["last_seen"] < self.config.dead_after + LATELY_DEAD for m in self.machines)
+                   and now - m["last_seen"] < self.config.dead_after + LATELY_DEAD for m in self.known.machines())
 
     def _notice(self, payload: str) -> None:
         """A push notice (listener thread): new work, or another machine's backlog to help with."""

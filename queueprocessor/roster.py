@@ -1,13 +1,15 @@
 """Who is alive and whose turn it is: pure functions of machine rows and database time (DESIGN 2, 3).
 
 Every node evaluates these on the same rows and the same instant and gets the
-same answer, which is what lets the farm take turns without talking.
+same answer, which is what lets the farm take turns without talking. The node
+and bench/simulate.py both decide with these functions, so what the simulator
+shows for a thousand machines is what the code does.
 """
 
 import math
 from dataclasses import dataclass
 
-from .states import MachineState
+from .states import CHECKING_IN, MachineState
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,10 @@ class Liveness:
 
     def is_dead(self, last_seen: float, db_now: float) -> bool:
         return db_now - max(last_seen, self.judge_streak_start) > self.dead_after
+
+    def dies_at(self, last_seen: float) -> float:
+        """The instant a peer last seen at `last_seen` turns dead, unless it checks in again."""
+        return max(last_seen, self.judge_streak_start) + self.dead_after
 
 
 def roster(machines, db_now: float, liveness: Liveness, join_delay: float) -> list[int]:
@@ -62,8 +68,103 @@ def next_turn(ids: list[int], me: int, db_now: float, period: float) -> int | No
     return slot + ahead
 
 
+def upcoming_turn(ids: list[int], me: int, db_now: float, period: float, last_taken: int) -> int | None:
+    """Our next slot under this roster that we have not taken yet (`last_taken`); None if not in the roster."""
+    turn = next_turn(ids, me, db_now, period)
+    if turn is not None and turn == last_taken:
+        turn = next_turn(ids, me, slot_start(turn + 1, period), period)
+    return turn
+
+
+def turn_to_take(ids: list[int], me: int, db_now: float, period: float, error_bound: float,
+                 last_taken: int) -> int | None:
+    """The slot whose turn we take now, if any: ours under this roster, not taken yet, and begun by more than
+    our clock's error bound, so that by our estimate it has surely begun in database time."""
+    slot = slot_of(db_now, period)
+    if slot == last_taken or slot_owner(ids, slot) != me or db_now - slot_start(slot, period) <= error_bound:
+        return None
+    return slot
+
+
+def turn_wait(turn: int, db_now: float, period: float, error_bound: float, margin: float) -> float:
+    """Seconds until we may take `turn` (its start plus our error bound, plus `margin`); at least `margin`."""
+    return max(slot_start(turn, period) + error_bound + margin - db_now, margin)
+
+
 def machine_status(row, db_now: float, liveness: Liveness) -> MachineState:
     """The state an operator sees: the stored state, or DEAD when the machine stopped checking in."""
     if row["state"] != MachineState.STOPPED and liveness.is_dead(row["last_seen"], db_now):
         return MachineState.DEAD
     return MachineState(row["state"])
+
+
+class KnownMachines:
+    """A node's copy of the machine rows, kept current by a heartbeat read of O(1) rows (issue 11).
+
+    The node copies every row only when the farm's roster version moves (a
+    machine joined, stopped, was buried or wrote a new state). Between versions
+    only last_seen moves, and the heartbeat read names just the machines that
+    have been silent for longer than `stale` (the suspects), with their last_seen;
+    every other machine that checks in did so after `read_at - stale`, and that
+    bound stands in for its last_seen. A dying machine turns suspect well before
+    its dead timeout, so every node judges it dead at the same instant from the
+    same last_seen, as when every node read every row.
+    """
+
+    def __init__(self):
+        self.version: int | None = None
+        self._rows: dict[int, dict] = {}  # as read at `version`
+        self._suspects: dict[int, float] = {}  # id -> last_seen
+        self._fresh_since = -math.inf  # every machine checking in that is not a suspect was seen after this
+        self._memo: tuple | None = None  # (key, computed at, valid until, roster)
+
+    def current(self, version: int | None) -> bool:
+        """Is our copy of the rows that version's? (A farm without a version is always re-read.)"""
+        return version is not None and version == self.version
+
+    def replace(self, version: int | None, rows: list[dict], read_at: float, stale: float) -> None:
+        """Every row, as read at database time `read_at` together with their roster version."""
+        self.version = version
+        self._rows = {row["id"]: row for row in rows}
+        self._memo = None
+        self.update(read_at, {row["id"]: row["last_seen"] for row in rows
+                              if row["state"] in CHECKING_IN and row["last_seen"] < read_at - stale}, stale)
+
+    def update(self, read_at: float, suspects: dict[int, float], stale: float) -> None:
+        """A heartbeat read at database time `read_at` under our version: the suspects and their last_seen."""
+        if suspects != self._suspects:
+            self._suspects = dict(suspects)
+            self._memo = None
+        self._fresh_since = read_at - stale
+
+    def last_seen(self, row: dict) -> float:
+        if row["id"] in self._suspects:
+            return self._suspects[row["id"]]
+        if row["state"] in CHECKING_IN:
+            return max(row["last_seen"], self._fresh_since)
+        return row["last_seen"]
+
+    def machines(self) -> list[dict]:
+        """The rows, each with the last_seen we know for it."""
+        return [row | {"last_seen": self.last_seen(row)} for row in self._rows.values()]
+
+    def dead(self, db_now: float, liveness: Liveness) -> list[tuple[int, float]]:
+        """(id, last_seen) of the suspects this judge finds dead: to bury, so that nobody reads them again."""
+        return [(machine_id, seen) for machine_id, seen in self._suspects.items()
+                if machine_id in self._rows and liveness.is_dead(seen, db_now)]
+
+    def roster(self, db_now: float, liveness: Liveness, join_delay: float) -> list[int]:
+        """roster() of what we know, recomputed only when it may have changed: a new version or suspect, a
+        newcomer's join delay or a suspect's dead timeout running out, or our own heartbeats stopping (every
+        machine's bound then ages past the dead timeout)."""
+        key = (self.version, liveness, join_delay)
+        memo = self._memo
+        if (memo is not None and memo[0] == key and memo[1] <= db_now < memo[2]
+                and db_now < liveness.dies_at(self._fresh_since)):
+            return memo[3]
+        rows = self.machines()
+        ids = roster(rows, db_now, liveness, join_delay)
+        changes = [row["joined_at"] + join_delay for row in rows if row["state"] == MachineState.ACTIVE]
+        changes += [liveness.dies_at(seen) for seen in self._suspects.values()]
+        self._memo = (key, db_now, min((t for t in changes if t >= db_now), default=math.inf), ids)
+        return ids

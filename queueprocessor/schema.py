@@ -98,6 +98,17 @@ machines = Table(
     Column("allow", Text, nullable=True),
 )
 
+# The roster version (issue 11): one row, bumped in the same transaction as every change of a row the roster is
+# made of (a machine joins, stops, is buried, or writes a new state), so a heartbeat learns whether any changed by
+# reading one number instead of every machine row (see store_roster).
+roster_version = Table(
+    "qp_roster",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("version", BigInteger, nullable=False),
+)
+event.listen(roster_version, "after_create", DDL("INSERT INTO qp_roster (id, version) VALUES (1, 0)"))
+
 turns = Table(
     "qp_turns",
     metadata,

@@ -34,13 +34,18 @@ class Outcome(StrEnum):
 
 
 class MachineState(StrEnum):
-    """qp_machines.state, and DEAD, which is judged from a row that stopped checking in, never stored."""
+    """qp_machines.state. DEAD is judged from a row that stopped checking in; the first judge to find it dead
+    stores it (a burial, see store_roster), so that its peers stop reading the row, until it checks in again."""
 
     ACTIVE = "active"
     PAUSED = "paused"
     DRAINING = "draining"
     STOPPED = "stopped"
     DEAD = "dead"
+
+
+# The states a machine checks in under: its row's last_seen moves, so the heartbeat read watches it.
+CHECKING_IN = (MachineState.ACTIVE, MachineState.PAUSED, MachineState.DRAINING)
 
 
 class Wish(StrEnum):

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import (and_, bindparam, case, delete, event, exc, false, func, insert, literal, or_,
+from sqlalchemy import (and_, bindparam, case, delete, event, exc, func, insert, literal, or_,
                         select, text, update)
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import Select
@@ -23,9 +23,10 @@ from sqlalchemy.sql import Select
 from .clock import Sample
 from .dbtime import db_now
 from .errors import DuplicateKey, LostLease, NotFound, QPError
-from .schema import jobs, machines, meta, runs, schedules, turns
+from .schema import jobs, machines, meta, runs, turns
 from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
 from .statements import LOST, claim_statement, finish_statement
+from .store_roster import bump_roster, newest_backlog
 
 PRUNE_BATCH = 500  # finished jobs deleted per transaction (retention): short enough never to hold up the queue
 
@@ -74,17 +75,6 @@ class Ending:
             return JobState.CANCELLED
         again = self.retry_in is not None and self.job.attempts < self.job.max_attempts
         return JobState.QUEUED if again else JobState.FAILED
-
-
-@dataclass(frozen=True)
-class FarmRead:
-    """What a node learns from its heartbeat read."""
-
-    now: float
-    backlog_slot: int | None
-    next_schedule: float | None  # earliest occurrence of an active schedule not yet made a job
-    machines: list[dict]
-    sample: Sample | None = None  # the read timed as a clock sample, when asked for
 
 
 @dataclass(frozen=True)
@@ -234,7 +224,7 @@ class Store:
         """The database's clock, one short round trip."""
         return self.rows(select(db_now()))[0][0]
 
-    def _timed(self, statement, stamp: Callable[[], float]) -> tuple[Sample, list]:
+    def timed(self, statement, stamp: Callable[[], float]) -> tuple[Sample, list]:
         """Run a read whose first column is db_now(), reading `stamp()` just around the statement,
         after the connection is checked out (and pinged): a clock sample times one round trip."""
         with self._read.connect() as conn:
@@ -246,7 +236,7 @@ class Store:
 
     def sample_clock(self, stamp: Callable[[], float]) -> Sample:
         """One sample of the database's clock against the local monotonic clock `stamp`."""
-        return self._timed(select(db_now()), stamp)[0]
+        return self.timed(select(db_now()), stamp)[0]
 
     # -- farm settings ----------------------------------------------------
 
@@ -274,41 +264,34 @@ class Store:
         )
         with self.engine.begin() as conn:
             conn.execute(insert(machines).values(joined_at=db_now(), last_seen=db_now(), **values))
+            bump_roster(conn)
             return conn.execute(select(machines.c.id).where(machines.c.instance == instance)).scalar_one()
 
     def heartbeat(self, machine_id: int, *, state: str, applied_wish: str | None, running: int,
                   done: int, failed: int, offset: float | None, rtt: float | None,
                   error_bound: float | None) -> bool:
-        """Check in. Clears the wish the node just applied (only if nobody wished again since)."""
+        """Check in. Clears the wish the node just applied (only if nobody wished again since). One statement
+        while the machine's state stays as stored; a new state bumps the roster version with it."""
         wish = machines.c.wish
         if applied_wish is not None:
             wish = case((machines.c.wish == applied_wish, None), else_=machines.c.wish)
-        count = self.count(
-            update(machines)
-            .where(machines.c.id == machine_id)
-            .values(last_seen=db_now(), state=state, wish=wish, running=running, done_count=done,
-                    failed_count=failed, clock_offset=offset, rtt=rtt, error_bound=error_bound)
-        )
-        return count == 1
-
-    def read_farm(self, backlog_since: int | None = None, stamp: Callable[[], float] | None = None) -> FarmRead:
-        """In one statement: the database's time, the newest backlog turn since a slot, the next
-        schedule occurrence still to be materialised, all machines. With `stamp`, the read is
-        also a clock sample (FarmRead.sample)."""
-        backlog = literal(None) if backlog_since is None else (
-            select(func.max(turns.c.slot)).where(turns.c.slot >= backlog_since, turns.c.backlog).scalar_subquery()
-        )
-        upcoming = select(func.min(schedules.c.next_run)).where(schedules.c.paused == false()).scalar_subquery()
-        statement = select(db_now(), backlog, upcoming, machines).order_by(machines.c.id)
-        sample, rows = self._timed(statement, stamp) if stamp else (None, self.rows(statement))
-        if not rows:
-            return FarmRead(self.ask_time(), None, None, [])
-        return FarmRead(rows[0][0], rows[0][1], rows[0][2], [dict(r._mapping) for r in rows], sample)
+        values = dict(last_seen=db_now(), state=state, wish=wish, running=running, done_count=done,
+                      failed_count=failed, clock_offset=offset, rtt=rtt, error_bound=error_bound)
+        if self.count(update(machines).where(machines.c.id == machine_id, machines.c.state == state).values(**values)):
+            return True
+        with self.engine.begin() as conn:  # a new state, or a check-in after a burial: the roster changed
+            if conn.execute(update(machines).where(machines.c.id == machine_id).values(**values)).rowcount != 1:
+                return False
+            bump_roster(conn)
+        return True
 
     def read_machines(self, backlog_since: int | None = None) -> tuple[float, int | None, list[dict]]:
-        """The database's time, the newest backlog turn since a slot, all machines (see read_farm)."""
-        farm = self.read_farm(backlog_since)
-        return farm.now, farm.backlog_slot, farm.machines
+        """The database's time, the newest backlog turn since a slot, all machines (an operator's view; a node's
+        heartbeat reads O(1) rows instead, see store_roster)."""
+        rows = self.rows(select(db_now(), newest_backlog(backlog_since), machines).order_by(machines.c.id))
+        if not rows:
+            return self.ask_time(), None, []
+        return rows[0][0], rows[0][1], [dict(r._mapping) for r in rows]
 
     def find_machine(self, ref: str) -> dict:
         """A machine by id, or by name among the machines that are not stopped."""
@@ -335,8 +318,10 @@ class Store:
             raise NotFound(f"no machine with id {machine_id}", what="machine", ref=machine_id)
 
     def mark_stopped(self, machine_id: int) -> None:
-        self.count(update(machines).where(machines.c.id == machine_id)
-                   .values(state=MachineState.STOPPED, running=0, last_seen=db_now()))
+        with self.engine.begin() as conn:
+            conn.execute(update(machines).where(machines.c.id == machine_id)
+                         .values(state=MachineState.STOPPED, running=0, last_seen=db_now()))
+            bump_roster(conn)
 
     # -- turns ------------------------------------------------------------
 

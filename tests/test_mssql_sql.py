@@ -13,6 +13,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 
 from queueprocessor import schema
 from queueprocessor.store import Store
+from queueprocessor.store_roster import RosterStore
 
 
 @pytest.fixture
@@ -21,6 +22,11 @@ def captured():
     store = Store.__new__(Store)
     store.dialect = "mssql"
     sql: list[str] = []
+
+    class Matched(list):
+        """No rows come back, and a write matched one row."""
+
+        rowcount = 1
 
     class Compiler:
         """Stands in for the engine and its connection: a claim runs in a transaction of its own."""
@@ -32,11 +38,12 @@ def captured():
             compiled = statement.compile(dialect=pyodbc.dialect())
             sql.append(str(compiled))
             limits.extend(v for k, v in compiled.params.items() if k.startswith("param_"))
-            return []
+            return Matched()
 
     limits: list[int] = []
     store.engine = Compiler()
-    store.rows = store.count = Compiler().execute
+    store.rows = Compiler().execute
+    store.count = lambda statement, params=None: Compiler().execute(statement, params).rowcount
     store.limits = limits
     return store, sql
 
@@ -80,6 +87,21 @@ def test_turn_heartbeat_and_renewal_compile(captured):
     assert "UPDATE qp_machines SET" in beat and "CASE WHEN" in beat
     assert "qp_jobs.owner = :" in renew and "qp_jobs.fence = :" in renew and "OUTPUT inserted.id" in renew
     assert "max(qp_turns.slot)" in read
+
+
+def test_the_roster_statements_compile(captured):
+    store, sql = captured
+    peers = RosterStore(store)
+    with contextlib.suppress(IndexError):  # compiled, not run: no rows come back
+        peers.read_farm(7, stale=1.5, backlog_since=100)
+    with contextlib.suppress(IndexError):
+        peers.read_all()
+    assert peers.bury(7, 1e9)
+    heartbeat_read, read_all, bury, bump = sql
+    assert "LEFT OUTER JOIN qp_machines ON qp_machines.id = :me OR" in heartbeat_read
+    assert "qp_roster.version" in heartbeat_read and "qp_roster.version" in read_all
+    assert "SET state=:state" in bury and "qp_machines.last_seen = :last_seen_1" in bury
+    assert bump.startswith("UPDATE qp_roster SET version=(qp_roster.version + :version_1)")
 
 
 def test_schema_compiles_with_a_filtered_unique_key():

@@ -1,6 +1,9 @@
 """Unit tests of the pure turn-taking functions: every node must compute the same answer."""
 
-from queueprocessor.roster import Liveness, machine_status, next_turn, roster, slot_of, slot_owner
+import pytest
+
+from queueprocessor.roster import (KnownMachines, Liveness, machine_status, next_turn, roster, slot_of, slot_owner,
+                                   turn_to_take, turn_wait, upcoming_turn)
 
 NOW = 10_000.0
 LIVE = Liveness(dead_after=3.0)
@@ -60,3 +63,67 @@ def test_machine_status_reports_dead_but_keeps_stopped():
     assert machine_status(machine(1, seen=NOW - 10), NOW, LIVE) == "dead"
     assert machine_status(machine(1, state="stopped", seen=NOW - 10), NOW, LIVE) == "stopped"
     assert machine_status(machine(1, state="paused"), NOW, LIVE) == "paused"
+
+
+def test_turn_to_take_waits_out_the_error_bound_and_takes_each_slot_once():
+    ids, period = [1, 2], 1.0
+    slot = 10_001  # owned by ids[10_001 % 2] == 2
+    assert turn_to_take(ids, 2, slot + 0.004, period, error_bound=0.005, last_taken=-1) is None  # may not have begun
+    assert turn_to_take(ids, 2, slot + 0.006, period, error_bound=0.005, last_taken=-1) == slot
+    assert turn_to_take(ids, 2, slot + 0.5, period, error_bound=0.005, last_taken=slot) is None  # taken already
+    assert turn_to_take(ids, 1, slot + 0.5, period, error_bound=0.005, last_taken=-1) is None  # not ours
+
+
+def test_upcoming_turn_skips_the_slot_already_taken_and_turn_wait_adds_the_bound():
+    ids, period = [1, 2, 3], 1.0
+    now = 30_000.5  # slot 30_000 belongs to ids[0]
+    assert upcoming_turn(ids, 1, now, period, last_taken=-1) == 30_000
+    assert upcoming_turn(ids, 1, now, period, last_taken=30_000) == 30_003
+    assert upcoming_turn(ids, 9, now, period, last_taken=-1) is None
+    assert turn_wait(30_003, now, period, error_bound=0.002, margin=0.0005) == pytest.approx(2.5025)
+    assert turn_wait(30_000, now, period, error_bound=0.002, margin=0.0005) == 0.0005  # due already
+
+
+def known(rows, read_at=NOW, stale=1.5, version=1):
+    machines = KnownMachines()
+    machines.replace(version, rows, read_at, stale)
+    return machines
+
+
+def test_known_machines_stand_a_bound_in_for_the_last_seen_of_those_not_suspected():
+    rows = [machine(1, seen=NOW - 0.2), machine(2, seen=NOW - 0.9), machine(3, state="stopped", seen=NOW - 50)]
+    peers = known(rows)
+    assert peers.roster(NOW, LIVE, 1.5) == roster(rows, NOW, LIVE, 1.5) == [1, 2]
+    for beat in range(1, 30):  # no row is read again, only the (empty) suspects: both stay alive
+        peers.update(NOW + beat, {}, stale=1.5)
+        assert peers.roster(NOW + beat + 0.9, LIVE, 1.5) == [1, 2]
+    assert {m["id"]: m["last_seen"] for m in peers.machines()} == {1: NOW + 29 - 1.5, 2: NOW + 29 - 1.5, 3: NOW - 50}
+
+
+def test_a_suspect_is_judged_dead_at_its_own_last_seen_plus_the_dead_timeout():
+    peers = known([machine(1), machine(2)])
+    silent_since = NOW + 0.3
+    peers.update(NOW + 2.0, {2: silent_since}, stale=1.5)
+    assert peers.roster(silent_since + 3.0, LIVE, 1.5) == [1, 2]
+    assert peers.dead(silent_since + 3.0, LIVE) == []
+    assert peers.roster(silent_since + 3.001, LIVE, 1.5) == [1]
+    assert peers.dead(silent_since + 3.001, LIVE) == [(2, silent_since)]
+
+
+def test_the_remembered_roster_changes_when_a_newcomer_has_waited_its_join_delay():
+    peers = known([machine(1), machine(2, joined=NOW - 0.5)])
+    assert peers.roster(NOW, LIVE, 1.5) == [1]
+    assert peers.roster(NOW + 0.999, LIVE, 1.5) == [1]
+    assert peers.roster(NOW + 1.0, LIVE, 1.5) == [1, 2]
+
+
+def test_without_heartbeats_of_our_own_every_peer_ages_out_as_before():
+    peers = known([machine(1, seen=NOW), machine(2, seen=NOW)])
+    assert peers.roster(NOW + 0.1, LIVE, 1.5) == [1, 2]
+    assert peers.roster(NOW + 3.1, LIVE, 1.5) == []  # nothing learned for longer than the dead timeout
+
+
+def test_a_version_is_current_only_when_it_is_the_one_read():
+    peers = known([machine(1)], version=4)
+    assert peers.current(4) and not peers.current(5)
+    assert not KnownMachines().current(None) and not known([machine(1)], version=None).current(None)

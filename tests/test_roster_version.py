@@ -1,0 +1,145 @@
+"""The roster version on each backend (issue 11 item 4): a heartbeat reads O(1) rows, every change of the roster
+bumps the version, every node still computes the same roster, and a killed machine is judged dead on time."""
+
+import signal
+import time
+
+import pytest
+from sqlalchemy import select
+
+from queueprocessor.schema import roster_version
+from queueprocessor.store_roster import RosterStore
+from tests.support.work import FAST, NodeProcesses, Nodes, wait_for
+
+DEAD_AFTER = 3 * FAST["heartbeat"]
+
+
+def version(farm) -> int:
+    return farm.store.rows(select(roster_version.c.version))[0][0]
+
+
+def register(store, name):
+    return store.register(name=name, host="h", instance=name, pid=1, version="t", capacity=1)
+
+
+def beat(store, machine_id, state="active"):
+    return store.heartbeat(machine_id, state=state, applied_wish=None, running=0, done=0, failed=0, offset=0.0,
+                           rtt=0.001, error_bound=0.0005)
+
+
+def test_joins_new_states_stops_and_burials_bump_the_version_and_nothing_else_does(farm):
+    store, peers = farm.store, RosterStore(farm.store)
+    v0 = version(farm)
+    a, b = register(store, "a"), register(store, "b")
+    assert version(farm) == v0 + 2
+    assert beat(store, a) and beat(store, b)
+    store.wish(a, "pause")
+    assert version(farm) == v0 + 2, "a check-in in the same state, or a wish, changes no roster"
+    assert beat(store, a, state="paused") and version(farm) == v0 + 3
+    assert beat(store, a, state="active") and version(farm) == v0 + 4
+    seen = next(m["last_seen"] for m in peers.read_all()[2] if m["id"] == b)
+    assert not peers.bury(b, seen - 1.0), "a judge that saw an older last_seen buries nobody"
+    assert peers.bury(b, seen) and version(farm) == v0 + 5
+    assert not peers.bury(b, seen), "buried once"
+    assert {m["id"]: m["state"] for m in peers.read_all()[2]} == {a: "active", b: "dead"}
+    assert beat(store, b) and version(farm) == v0 + 6, "a buried machine's check-in revives it"
+    store.mark_stopped(a)
+    assert version(farm) == v0 + 7
+    assert not beat(store, 999), "no such machine"
+
+
+def test_the_heartbeat_read_answers_with_our_wish_and_only_the_quiet_machines(farm):
+    store, peers = farm.store, RosterStore(farm.store)
+    a, b, c = (register(store, name) for name in "abc")
+    store.wish(a, "drain")
+    read = peers.read_farm(a, stale=0.3)
+    assert read.wish == "drain" and read.suspects == {} and read.version == version(farm)
+    time.sleep(0.4)
+    beat(store, a)
+    beat(store, b)
+    read = peers.read_farm(a, stale=0.3)
+    assert list(read.suspects) == [c], "only c has been quiet for longer than `stale`"
+    store.mark_stopped(c)
+    assert peers.read_farm(a, stale=0.3).suspects == {}, "a stopped machine is nobody's suspect"
+
+
+@pytest.fixture
+def nodes(farm):
+    started = Nodes(farm)
+    yield started
+    started.stop_all()
+
+
+class Spy:
+    """Counts the machine rows each node's heartbeat statements return (the real store answers)."""
+
+    def __init__(self, monkeypatch):
+        self.beats: list[int] = []
+        self.full_reads = 0
+        real_read_farm, real_read_all = RosterStore.read_farm, RosterStore.read_all
+
+        def read_farm(peers, machine_id, *args, **kwargs):
+            read = real_read_farm(peers, machine_id, *args, **kwargs)
+            self.beats.append(1 + len(read.suspects.keys() - {machine_id}))  # our own row, and the suspects
+            return read
+
+        def read_all(peers):
+            self.full_reads += 1
+            return real_read_all(peers)
+
+        monkeypatch.setattr(RosterStore, "read_farm", read_farm)
+        monkeypatch.setattr(RosterStore, "read_all", read_all)
+
+    def reset(self):
+        self.beats.clear()
+        self.full_reads = 0
+
+
+def rosters(nodes, at: float) -> list[list[int]]:
+    return [n.known.roster(at, n.liveness(), n.config.join_delay) for n in nodes]
+
+
+def test_nodes_agree_on_the_roster_and_a_steady_heartbeat_reads_one_row_or_so(farm, nodes, monkeypatch):
+    spy = Spy(monkeypatch)
+    farm_nodes = [nodes(f"n{i}") for i in range(4)]
+    wait_for(lambda: all(len(r) == 4 for r in rosters(farm_nodes, farm.store.ask_time())))
+    spy.reset()
+    time.sleep(10 * FAST["heartbeat"])
+    now, _, rows = farm.store.read_machines()
+    expected = sorted(m["id"] for m in rows)
+    assert rosters(farm_nodes, now) == [expected] * 4
+    assert spy.full_reads == 0, "nothing changed: nobody read every row"
+    assert len(spy.beats) >= 4 * 8
+    assert sum(spy.beats) <= 1.5 * len(spy.beats), f"rows per heartbeat read: {spy.beats}"
+    farm.steer("n0", "pause")
+    wait_for(lambda: all(r == expected[1:] for r in rosters(farm_nodes[1:], farm.store.ask_time())), timeout=2.0)
+    wait_for(lambda: spy.full_reads >= 4, timeout=2.0)
+    time.sleep(3 * FAST["heartbeat"])
+    assert spy.full_reads == 4, "a pause bumps the version: each node reads every row once"
+
+
+def test_a_killed_machine_is_judged_dead_by_every_peer_on_time_and_buried_once(farm, db_url, nodes, tmp_path):
+    survivors = [nodes(f"n{i}") for i in range(3)]
+    processes = NodeProcesses(db_url, tmp_path)
+    try:
+        victim = processes("victim")
+        wait_for(lambda: len(rosters(survivors, farm.store.ask_time())[0]) == 4, timeout=20.0)
+        victim_id = next(m["id"] for m in farm.store.read_machines()[2] if m["name"] == "victim")
+        before = version(farm)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        last_seen = next(m["last_seen"] for m in farm.store.read_machines()[2] if m["id"] == victim_id)
+        judged_at: dict[int, float] = {}
+        while len(judged_at) < len(survivors):  # each survivor's roster, watched at short intervals
+            now = farm.store.ask_time()
+            for node in survivors:
+                if node.id not in judged_at and victim_id not in rosters([node], now)[0]:
+                    judged_at[node.id] = now
+            assert now < last_seen + DEAD_AFTER + 5 * FAST["heartbeat"], "the death went unnoticed"
+            time.sleep(0.01)
+        assert all(t > last_seen + DEAD_AFTER for t in judged_at.values()), "nobody is judged dead early"
+        assert all(t < last_seen + DEAD_AFTER + 2 * FAST["heartbeat"] for t in judged_at.values()), judged_at
+        wait_for(lambda: next(m["state"] for m in farm.store.read_machines()[2] if m["id"] == victim_id) == "dead")
+        assert version(farm) == before + 1, "buried once, by one judge"
+    finally:
+        processes.kill_all()
