@@ -36,8 +36,10 @@ from sqlalchemy import insert, text  # noqa: E402
 
 from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.schema import jobs, machines, runs, turns  # noqa: E402
+from queueprocessor.states import JobState  # noqa: E402
 from queueprocessor.views import Dashboard, FarmTiming, Query, find_jobs  # noqa: E402
 from ui.arrays import prepare  # noqa: E402
+from ui.snapshot import Snapshot  # noqa: E402
 
 OUTCOMES = ("succeeded",) * 16 + ("failed", "timeout", "lost", "cancelled")
 SPAN = 600.0  # seconds of database time in view
@@ -84,19 +86,19 @@ def fill(farm: Farm, machine_count: int, run_count: int) -> float:
     return now
 
 
-def shifted(snapshot: dict, seconds: float, new_jobs: int) -> dict:
+def shifted(reading: dict, seconds: float, new_jobs: int) -> Snapshot:
     """The same farm `seconds` later with `new_jobs` more jobs on top of the list: new objects everywhere,
     as a fresh read gives, and the jobs table's rows change, as they do on a busy farm."""
     move = ("started_at", "finished_at")
-    copy = dict(snapshot, db_now=snapshot["db_now"] + seconds, since=snapshot["since"] + seconds,
-                until=snapshot["until"] + seconds, mono=time.monotonic())
-    copy["runs"] = [dict(r, **{k: r[k] + seconds for k in move if r[k] is not None}) for r in snapshot["runs"]]
-    copy["turns"] = [dict(t, taken_at=t["taken_at"] + seconds) for t in snapshot["turns"]]
-    copy["machines"] = [dict(m, last_seen=m["last_seen"] + seconds) for m in snapshot["machines"]]
-    top = snapshot["jobs"][0]
-    fresh = [dict(top, id=top["id"] + n, state="queued") for n in range(new_jobs, 0, -1)]
-    copy["jobs"] = fresh + [dict(j) for j in snapshot["jobs"][: len(snapshot["jobs"]) - new_jobs]]
-    return prepare(copy)
+    copy = dict(reading, db_now=reading["db_now"] + seconds, since=reading["since"] + seconds,
+                until=reading["until"] + seconds)
+    copy["runs"] = [dict(r, **{k: r[k] + seconds for k in move if r[k] is not None}) for r in reading["runs"]]
+    copy["turns"] = [dict(t, taken_at=t["taken_at"] + seconds) for t in reading["turns"]]
+    copy["machines"] = [dict(m, last_seen=m["last_seen"] + seconds) for m in reading["machines"]]
+    top = reading["jobs"][0]
+    fresh = [dict(top, id=top["id"] + n, state=JobState.QUEUED) for n in range(new_jobs, 0, -1)]
+    copy["jobs"] = fresh + [dict(j) for j in reading["jobs"][: len(reading["jobs"]) - new_jobs]]
+    return Snapshot.of(copy, node=None, read_ms=0.0, mono=time.monotonic())
 
 
 def live_pauses(app, window, seconds: float) -> None:
@@ -110,8 +112,8 @@ def live_pauses(app, window, seconds: float) -> None:
 
     from ui.app import settle
 
-    window.poller.interval = 0.4
-    window.poller.refresh()
+    window.connection.poller.interval = 0.4
+    window.connection.refresh()
     rows = []
     for phase in ("as started", "settled"):
         if phase == "settled":
@@ -135,7 +137,7 @@ def live_pauses(app, window, seconds: float) -> None:
 
         timer = QTimer()
         timer.timeout.connect(beat)
-        window.poller.snapshot.connect(polls.append)
+        window.connection.snapshot.connect(polls.append)
         gc.callbacks.append(watch)
         timer.start(5)
         end = time.monotonic() + seconds
@@ -144,7 +146,7 @@ def live_pauses(app, window, seconds: float) -> None:
             time.sleep(0.002)
         timer.stop()
         gc.callbacks.remove(watch)
-        window.poller.snapshot.disconnect(polls.append)
+        window.connection.snapshot.disconnect(polls.append)
         cpu = [took for _, took in passes]
         on_worker = sum(name != threading.main_thread().name for name, _ in passes)
         rows.append([phase, str(len(polls)), f"{len(passes)} ({on_worker} on the worker)",
@@ -218,7 +220,7 @@ def paint_timer():
     return PaintTimer()
 
 
-def naive_gantt(plot, snapshot: dict, items: list):
+def naive_gantt(plot, snapshot: Snapshot, items: list):
     """The baseline: throw the old bars away and add one rectangle item per run."""
     from PySide6.QtGui import QBrush, QColor, QPen
     from PySide6.QtWidgets import QGraphicsRectItem
@@ -226,11 +228,11 @@ def naive_gantt(plot, snapshot: dict, items: list):
     for item in items:
         plot.removeItem(item)
     items.clear()
-    lanes = {m["id"]: n for n, m in enumerate(snapshot["machines"])}
+    lanes = {m["id"]: n for n, m in enumerate(snapshot.machines)}
     brush, pen = QBrush(QColor("#22a05b")), QPen()
-    for run in snapshot["runs"]:
+    for run in snapshot.runs:
         rect = QGraphicsRectItem(run["started_at"], lanes[run["machine_id"]] - 0.3,
-                                 (run["finished_at"] or snapshot["db_now"]) - run["started_at"], 0.6)
+                                 (run["finished_at"] or snapshot.db_now) - run["started_at"], 0.6)
         rect.setBrush(brush)
         rect.setPen(pen)
         plot.addItem(rect)
@@ -264,14 +266,13 @@ def main() -> None:
         reads, prepares = [], []
         for _ in range(5 if args.quick else 15):
             began = time.perf_counter()
-            snapshot = dashboard.read(query)
+            reading = dashboard.read(query)
             reads.append(time.perf_counter() - began)
             began = time.perf_counter()
-            prepare(snapshot)
+            prepare(reading)
             prepares.append(time.perf_counter() - began)
-        snapshot.update(read_ms=reads[-1] * 1000, mono=time.monotonic(), node=None)
-        assert (len(snapshot["runs"]), len(snapshot["machines"])) == (args.runs, args.machines), \
-            (len(snapshot["runs"]), len(snapshot["machines"]))
+        assert (len(reading["runs"]), len(reading["machines"])) == (args.runs, args.machines), \
+            (len(reading["runs"]), len(reading["machines"]))
 
         import pyqtgraph as pg
         from PySide6.QtWidgets import QApplication
@@ -287,13 +288,13 @@ def main() -> None:
         window.tabs.setCurrentWidget(window.jobs)
         window.timeline.set_follow(False)
         app.processEvents()
-        window.jobs.gantt.view.setXRange(snapshot["since"], snapshot["until"], padding=0)
+        window.jobs.gantt.view.setXRange(reading["since"], reading["until"], padding=0)
         def snaps(count):
             """Fresh snapshots one at a time, made off the clock as the worker thread makes them. Like the
             worker (Poller.send), hold the last two sent, so an old one is freed here, not in a refresh."""
             sent = deque(maxlen=2)
             for n in range(count):
-                sent.append(shifted(snapshot, 0.001 * n, n + 1))
+                sent.append(shifted(reading, 0.001 * n, n + 1))
                 yield sent[-1]
 
         def refresh(snap):
@@ -328,7 +329,7 @@ def main() -> None:
         plot = pg.PlotWidget()
         plot.resize(1100, 300)
         plot.show()
-        plot.setXRange(snapshot["since"], snapshot["until"], padding=0)
+        plot.setXRange(reading["since"], reading["until"], padding=0)
         plot.setYRange(-1, args.machines)
         items: list = []
         naive = []
@@ -344,8 +345,8 @@ def main() -> None:
             window.jobs.gantt.repaint()
             gantt_only.append(time.perf_counter() - began)
 
-        print(f"{args.machines} machines, {args.runs:,} runs and {len(snapshot['turns'])} turns in view, "
-              f"{len(snapshot['jobs'])} jobs listed; {len(ours)} refreshes; window 1440x900 offscreen")
+        print(f"{args.machines} machines, {args.runs:,} runs and {len(reading['turns'])} turns in view, "
+              f"{len(reading['jobs'])} jobs listed; {len(ours)} refreshes; window 1440x900 offscreen")
         print_table(
             ["what", "median ms", "p95 ms", "target"],
             [["worker: read one snapshot (PostgreSQL)", f"{percentile(reads, 50) * 1000:.1f}",

@@ -28,6 +28,7 @@ from queueprocessor.database import open_engine  # noqa: E402
 from queueprocessor.errors import InvalidJob, QPError  # noqa: E402
 from queueprocessor.executors.http import LOCAL_HOSTS, HttpExecutor  # noqa: E402
 from queueprocessor.farm import Farm  # noqa: E402
+from queueprocessor.states import Wish  # noqa: E402
 from queueprocessor.store import JobSpec  # noqa: E402
 from queueprocessor.views import find_jobs  # noqa: E402
 from tests.support.tcpproxy import TcpProxy  # noqa: E402
@@ -421,7 +422,7 @@ def test_the_watch_only_app_cannot_change_anything(pg_url, app, qtbot):  # noqa:
     window = MainWindow(pg_url, None, interval=0.1)
     window.show()
     try:
-        qtbot.waitUntil(lambda: window.snap is not None and bool(window.snap["machines"]), timeout=30_000)
+        qtbot.waitUntil(lambda: window.snap is not None and bool(window.snap.machines), timeout=30_000)
         writers = [window.act_enqueue, window.act_retry, window.act_cancel, window.act_pause, window.act_resume,
                    window.act_drain]
         window.tabs.setCurrentWidget(window.jobs)
@@ -435,10 +436,10 @@ def test_the_watch_only_app_cannot_change_anything(pg_url, app, qtbot):  # noqa:
         for action in writers:
             action.trigger()  # disabled: nothing happens
         # Past the disabled buttons, straight to the worker: the database itself refuses.
-        window._enqueue({"path": "/sneaky"})
+        window.commands.enqueue({"path": "/sneaky"})
         qtbot.waitUntil(lambda: window.last_result is not None, timeout=30_000)
         assert window.last_result[1] is False
-        window.steer(machine, "pause")
+        window.steer(machine, Wish.PAUSE)
         qtbot.waitUntil(lambda: window.last_result[0].startswith("Pause"), timeout=30_000)
         assert window.last_result[1] is False
         time.sleep(0.5)  # a few more polls
@@ -449,13 +450,14 @@ def test_the_watch_only_app_cannot_change_anything(pg_url, app, qtbot):  # noqa:
 
 @pytest.mark.postgres
 def test_the_watch_only_app_creates_nothing_in_an_empty_database(pg_url, app, qtbot):  # noqa: F811
+    from ui.connection import State
     from ui.mainwindow import MainWindow
 
     window = MainWindow(pg_url, None, interval=0.1)
     window.show()
     try:
-        qtbot.waitUntil(lambda: window.health_state == "error", timeout=30_000)
-        assert "no QueueProcessor farm" in window.health_text
+        qtbot.waitUntil(lambda: window.connection.state is State.ENDED, timeout=30_000)
+        assert "no QueueProcessor farm" in window.connection.reason
     finally:
         close(window, qtbot)
     engine = open_engine(pg_url, pool_size=1)

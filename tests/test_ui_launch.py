@@ -100,11 +100,11 @@ app = make_app([], "dark")
 window = MainWindow(sys.argv[1], dict(name="installed", capacity=1), interval=0.2)
 window.show()
 deadline = time.monotonic() + 30
-while time.monotonic() < deadline and not (window.snap and window.snap["node"]):
+while time.monotonic() < deadline and not (window.snap and window.snap.node):
     app.processEvents()
     time.sleep(0.02)
 icons = all(not action.icon().isNull() for action in (window.act_pause, window.act_drain, window.act_follow))
-print(Path(ui.__file__).parent, theme.RESOURCES, window.snap["node"]["state"], icons, len(app.styleSheet()) > 1000)
+print(Path(ui.__file__).parent, theme.RESOURCES, window.snap.node["state"], icons, len(app.styleSheet()) > 1000)
 window.close()
 while window.isVisible():
     app.processEvents()

@@ -62,7 +62,7 @@ def test_the_tab_lists_the_schedules_the_database_holds(farm, open_window, qtbot
     qtbot.waitUntil(lambda: _names(view.schedules_model) == [s["name"] for s in stored], timeout=WAIT)
     assert _names(view.schedules_model) == ["hourly", "nightly", "often"]  # by name
 
-    now = window.snap["db_now"]
+    now = window.snap.db_now
     for schedule in stored:
         recurrence = Recurrence(cron=schedule["cron"], tz=schedule["tz"], every=schedule["every"])
         _, how, work, misfire, state, upcoming, last, machine, finished = _cells(view.schedules_model,
@@ -130,14 +130,15 @@ def test_pause_resume_and_remove_from_the_tab_change_the_database(farm, open_win
     assert view.selected(table)["name"] == "often"
 
     # Remove asks first; Cancel leaves the schedule alone.
-    asked = []
-    view.act.connect(lambda label, _: asked.append(label))
+    window.last_result = None
     view.act_remove.trigger()
     _confirm(view, qtbot, QMessageBox.StandardButton.Cancel)
-    assert asked == [] and [s["name"] for s in farm.list_schedules()] == ["early", "often", "other"]
+    qtbot.wait(500)  # time enough for a command to run, had one been sent
+    assert window.last_result is None and [s["name"] for s in farm.list_schedules()] == ["early", "often", "other"]
     view.act_remove.trigger()
     _confirm(view, qtbot, QMessageBox.StandardButton.Yes)
-    assert asked == ["Remove schedule often"]
+    qtbot.waitUntil(lambda: window.last_result is not None, timeout=WAIT)
+    assert window.last_result[:2] == ("Remove schedule often", True)
     qtbot.waitUntil(lambda: _names(view.schedules_model) == ["early", "other"], timeout=WAIT)
     assert [s["name"] for s in farm.list_schedules()] == ["early", "other"]
     assert view.selected(table) is None and not view.act_remove.isEnabled()
@@ -189,7 +190,7 @@ def test_the_tab_shows_who_ran_each_occurrence_and_who_holds_each_singleton(farm
         assert job["key"] == f"tick@{Recurrence(every=0.5).label(tick['last_at'])}" and job["state"] == "succeeded"
         [run] = job["runs"]
         cells = _cells(view.schedules_model, "tick")
-        assert cells[6:] == ["succeeded", window.snap["names"][run["machine_id"]], _clock(job["finished_at"])]
+        assert cells[6:] == ["succeeded", window.snap.names[run["machine_id"]], _clock(job["finished_at"])]
 
         def held():
             cells = _cells(view.singletons_model, "feed") if view.singletons_model.row_of("feed") is not None else []
@@ -198,7 +199,7 @@ def test_the_tab_shows_who_ran_each_occurrence_and_who_holds_each_singleton(farm
         qtbot.waitUntil(held, timeout=WAIT)
         holder = farm.job(job_id)
         _, work, _, machine, since, fence, _ = _cells(view.singletons_model, "feed")
-        assert (work, machine, since, fence) == (f"python {FEED}", window.snap["names"][holder["owner"]],
+        assert (work, machine, since, fence) == (f"python {FEED}", window.snap.names[holder["owner"]],
                                                  _clock(holder["started_at"]), str(holder["fence"]))
 
         view.select(view.singletons_view, "feed")

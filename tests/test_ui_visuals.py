@@ -20,10 +20,11 @@ from queueprocessor.schema import jobs, machines, runs  # noqa: E402
 from queueprocessor.views import Dashboard, FarmTiming, Query  # noqa: E402
 from ui import text, theme  # noqa: E402
 from ui.app import make_app  # noqa: E402
-from ui.arrays import OUTCOMES, prepare  # noqa: E402
+from ui.arrays import OUTCOMES  # noqa: E402
 from ui.gantt import MIN_PIXELS, RunsGantt  # noqa: E402
 from ui.jobsview import JobDetails, JobsView  # noqa: E402
 from ui.queuegraph import QueueGraph  # noqa: E402
+from ui.snapshot import Snapshot  # noqa: E402
 from ui.timeline import SlotsTimeline  # noqa: E402
 
 
@@ -65,10 +66,10 @@ def add_runs(farm: Farm, spans: list[tuple[int, float, float, str]]) -> None:
                  outcome=outcome, error=None) for n, (machine, start, end, outcome) in enumerate(spans)])
 
 
-def snapshot(farm: Farm, since: float, until: float, node_id: int | None = None, **query) -> dict:
-    snap = Dashboard(farm.store, FarmTiming.of(farm.settings())).read(Query(since=since, until=until, **query))
-    snap["node"] = {"id": node_id} if node_id is not None else None
-    return prepare(snap)
+def snapshot(farm: Farm, since: float, until: float, node_id: int | None = None, **query) -> Snapshot:
+    reading = Dashboard(farm.store, FarmTiming.of(farm.settings())).read(Query(since=since, until=until, **query))
+    return Snapshot.of(reading, node={"id": node_id} if node_id is not None else None, read_ms=0.0,
+                       mono=time.monotonic())
 
 
 def shown(widget, width=1000, height=320):
@@ -214,7 +215,7 @@ def test_the_jobs_table_shows_the_error_before_the_times_and_gives_it_room(app):
 
 def test_the_unfinished_interval_is_pale_and_a_scrolled_back_graph_stays_put(app, farm):
     (machine,) = add_machines(farm, 1)
-    bucket = snapshot(farm, 0, 120)["bucket"]
+    bucket = snapshot(farm, 0, 120).bucket
     now = farm.store.ask_time()
     if not 1 <= now % bucket <= bucket - 2:  # the last run and the snapshot must fall in one interval
         time.sleep(bucket + 1 - now % bucket)
@@ -223,10 +224,10 @@ def test_the_unfinished_interval_is_pale_and_a_scrolled_back_graph_stays_put(app
     graph = shown(QueueGraph(), 1000, 600)
     snap = snapshot(farm, now - 120, now)
     graph.show_snapshot(snap)
-    current = max(row["start"] for row in snap["throughput"])
-    assert current + snap["bucket"] > snap["db_now"]  # the last interval is still under way...
-    assert list(graph.partial["succeeded"].opts["x0"]) == [pytest.approx(current + snap["bucket"] * 0.06)]
-    assert current + snap["bucket"] * 0.06 not in list(graph.stack["succeeded"].opts["x0"])  # ...and drawn pale
+    current = max(row["start"] for row in snap.throughput)
+    assert current + snap.bucket > snap.db_now  # the last interval is still under way...
+    assert list(graph.partial["succeeded"].opts["x0"]) == [pytest.approx(current + snap.bucket * 0.06)]
+    assert current + snap.bucket * 0.06 not in list(graph.stack["succeeded"].opts["x0"])  # ...and drawn pale
     assert graph.plotted_throughput()["succeeded"] == 100  # every finished run is in a bar
     graph.flow.getViewBox().sigRangeChangedManually.emit(None)  # the user drags the graph back...
     graph.states.setXRange(now - 500, now - 400, padding=0)

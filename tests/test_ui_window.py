@@ -21,6 +21,7 @@ from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.views import runs_between, turns_between  # noqa: E402
 from tests.support import pyjobs  # noqa: E402
 from ui.app import make_app, node_options, parse_args  # noqa: E402
+from ui.connection import State  # noqa: E402
 from ui.dialogs import DatabaseDialog, EnqueueDialog, without_password  # noqa: E402
 from ui.mainwindow import MainWindow, recent_databases  # noqa: E402
 from ui.models import ROW_ROLE  # noqa: E402
@@ -56,7 +57,7 @@ def open_window(app, qtbot):
 def close(window, qtbot):
     window.close()
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=WAIT)
-    assert not window.poller.running
+    assert not window.connection.poller.running
     leftover = [t.name for t in threading.enumerate() if t.name.startswith("qp-") and t.is_alive()]
     active = [t for t in window.findChildren(QTimer) if t.isActive() and t.parent() is window]
     assert active == [], f"timers still running after close: {active}"
@@ -92,20 +93,20 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
 
     def settled():
         snap = window.snap
-        return (snap is not None and snap["job_counts"]["queued"] == snap["job_counts"]["running"] == 0
-                and snap["job_counts"]["failed"] == 2 and len({t["machine_id"] for t in snap["turns"]}) == 3)
+        return (snap is not None and snap.job_counts["queued"] == snap.job_counts["running"] == 0
+                and snap.job_counts["failed"] == 2 and len({t["machine_id"] for t in snap.turns}) == 3)
 
     qtbot.waitUntil(settled, timeout=WAIT)
     snap, store = window.snap, farm.store
 
     # Slots timeline: the solid bars are the turn log (slots that ended before the read, so no turn is in flight).
-    last = int((snap["until"] - 2 * snap["period"]) / snap["period"])
-    logged = [(t["slot"], t["machine_id"]) for t in turns_between(store, snap["since"], snap["until"])]
+    last = int((snap.until - 2 * snap.period) / snap.period)
+    logged = [(t["slot"], t["machine_id"]) for t in turns_between(store, snap.since, snap.until)]
     assert [p for p in window.timeline.plotted_turns() if p[0] <= last] == [p for p in logged if p[0] <= last]
     assert len({machine for _, machine in logged}) == 3  # all three machines took turns
     slot, machine = logged[0]
-    hover = window.timeline.describe(slot * snap["period"] + 0.01, machine)
-    assert f"Slot {slot}" in hover and snap["names"][machine] in hover and "claimed" in hover
+    hover = window.timeline.describe(slot * snap.period + 0.01, machine)
+    assert f"Slot {slot}" in hover and snap.names[machine] in hover and "claimed" in hover
 
     # Runs Gantt: one bar per run, in its machine's lane, coloured by its outcome. A run closes in its own
     # statement, so a snapshot may show one still running that the database, read later, has closed: wait for a
@@ -113,7 +114,7 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
     def plotted_runs_are_the_run_log():
         nonlocal snap, runs
         snap = window.snap
-        runs = runs_between(store, snap["since"], snap["until"])
+        runs = runs_between(store, snap.since, snap.until)
         return (sorted(r["outcome"] for r in runs) == ["failed"] * 2 + ["succeeded"] * 6
                 and window.jobs.gantt.plotted_runs() == sorted((r["machine_id"], r["started_at"], r["outcome"])
                                                                for r in runs))
@@ -191,15 +192,20 @@ def _answer_drain(window, qtbot, button):
     box.button(button).click()
 
 
+def _own_node(window):
+    """The node the app runs in-process, on its worker."""
+    return window.connection.poller.node
+
+
 def _status(window, name):
-    return next((m["status"] for m in window.snap["machines"] if m["name"] == name), None) if window.snap else None
+    return next((m["status"] for m in window.snap.machines if m["name"] == name), None) if window.snap else None
 
 
 def test_pause_resume_and_drain_from_the_app_steer_the_node(farm, peers, http_target, open_window, qtbot):
     farm.settings(**FAST)
     peer = peers("peer")
     window = open_window(farm.url, _node(http_target))
-    qtbot.waitUntil(lambda: _status(window, "peer") == "active" and window.snap["node"] is not None, timeout=WAIT)
+    qtbot.waitUntil(lambda: _status(window, "peer") == "active" and window.snap.node is not None, timeout=WAIT)
 
     _steer_from_menu(window, "peer", "pause")
     qtbot.waitUntil(lambda: peer.state == "paused" and _status(window, "peer") == "paused", timeout=WAIT)
@@ -228,25 +234,26 @@ def test_pause_resume_and_drain_from_the_app_steer_the_node(farm, peers, http_ta
     assert window.act_pause.shortcut().toString() == "Ctrl+Shift+P"
     qtbot.waitUntil(window.act_pause.isEnabled, timeout=WAIT)
     window.act_pause.trigger()
-    qtbot.waitUntil(lambda: window.poller.node.state == "paused" and window.node_panel.badge.text() == "paused",
+    qtbot.waitUntil(lambda: _own_node(window).state == "paused" and window.node_panel.badge.text() == "paused",
                     timeout=WAIT)
     assert window.act_resume.isEnabled() and not window.act_pause.isEnabled()
     window.act_resume.trigger()
-    qtbot.waitUntil(lambda: window.poller.node.state == "active", timeout=WAIT)
+    qtbot.waitUntil(lambda: _own_node(window).state == "active", timeout=WAIT)
     assert not window.act_start.isEnabled()
     window.act_drain.trigger()
     _answer_drain(window, qtbot, QMessageBox.StandardButton.Yes)
-    qtbot.waitUntil(lambda: window.poller.node.stopped.is_set(), timeout=WAIT)
-    drained = window.node_id
+    qtbot.waitUntil(lambda: _own_node(window).stopped.is_set(), timeout=WAIT)
+    drained = window.connection.node_id
 
     # Drained, this machine's node starts again without restarting the app: it rejoins as a new machine row.
     qtbot.waitUntil(window.act_start.isEnabled, timeout=WAIT)
     window.act_start.trigger()
-    qtbot.waitUntil(lambda: window.node_id != drained and window.node_panel.badge.text() == "active"
-                    and any(m["id"] == window.node_id and m["status"] == "active" for m in window.snap["machines"]),
+    qtbot.waitUntil(lambda: window.connection.node_id != drained and window.node_panel.badge.text() == "active"
+                    and any(m["id"] == window.connection.node_id and m["status"] == "active"
+                            for m in window.snap.machines),
                     timeout=WAIT)
     assert farm.store.find_machine(str(drained))["state"] == "stopped"
-    assert farm.store.find_machine(str(window.node_id))["state"] == "active"
+    assert farm.store.find_machine(str(window.connection.node_id))["state"] == "active"
     assert not window.act_start.isEnabled() and window.act_pause.isEnabled()
 
 
@@ -305,7 +312,7 @@ def test_the_apps_node_runs_the_work_its_allow_lists_allow(farm, open_window, qt
     args = parse_args(["--name", "desk", "--allow-module", pyjobs.__name__, "--allow-command", "true",
                        "--allow-host", "reports.internal"])
     window = open_window(farm.url, node_options(args))
-    qtbot.waitUntil(lambda: window.snap is not None and window.snap["node"] is not None, timeout=WAIT)
+    qtbot.waitUntil(lambda: window.snap is not None and window.snap.node is not None, timeout=WAIT)
     [machine] = farm.status()["machines"]
     assert json.loads(machine["allow"]) == {"hosts": ["reports.internal"], "modules": [pyjobs.__name__],
                                             "commands": ["true"]}
@@ -321,8 +328,8 @@ def test_closing_leaves_no_thread_or_timer_and_stops_the_node(farm, http_target,
     before = set(threading.enumerate())
     window = MainWindow(farm.url, _node(http_target), interval=0.1)
     window.show()
-    qtbot.waitUntil(lambda: window.snap is not None and window.snap["node"] is not None, timeout=WAIT)
-    node_id = window.node_id
+    qtbot.waitUntil(lambda: window.snap is not None and window.snap.node is not None, timeout=WAIT)
+    node_id = window.connection.node_id
     close(window, qtbot)
     leaked = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
     assert leaked == []
@@ -347,16 +354,18 @@ def test_a_lost_database_shows_as_a_state_and_the_window_stays_live(pg_url, app,
         window = MainWindow(url, None, interval=0.1)
         window.show()
         try:
-            qtbot.waitUntil(lambda: window.snap is not None and window.connection == "ok", timeout=WAIT)
+            qtbot.waitUntil(lambda: window.snap is not None and window.connection.state is State.CONNECTED,
+                            timeout=WAIT)
             proxy.freeze()  # the database stops answering: the read on the worker hangs
-            qtbot.waitUntil(lambda: window.connection == "slow", timeout=WAIT)
-            assert "no answer" in window.health_label.text()
+            qtbot.waitUntil(lambda: window.connection.state is State.SLOW, timeout=WAIT)
+            assert "no answer" in window.status.link.text()
             proxy.cut()  # now it refuses outright
-            qtbot.waitUntil(lambda: window.connection == "lost", timeout=WAIT)
+            qtbot.waitUntil(lambda: window.connection.state is State.LOST, timeout=WAIT)
             assert window.banner.isVisible() and "Showing the farm as of" in window.banner.text()
-            assert target.password not in window.health_label.text() + window.windowTitle()
+            assert target.password not in window.status.link.text() + window.windowTitle()
             proxy.restore()
-            qtbot.waitUntil(lambda: window.connection == "ok" and not window.banner.isVisible(), timeout=WAIT)
+            qtbot.waitUntil(lambda: window.connection.state is State.CONNECTED and not window.banner.isVisible(),
+                            timeout=WAIT)
         finally:
             close(window, qtbot)
 
@@ -364,10 +373,10 @@ def test_a_lost_database_shows_as_a_state_and_the_window_stays_live(pg_url, app,
 def test_open_database_switches_farms_and_moves_this_machines_node(tmp_path, http_target, open_window, qtbot):
     first, second = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
     window = open_window(first, _node(http_target, name="desk"))
-    qtbot.waitUntil(lambda: window.snap is not None and window.snap["node"] is not None, timeout=WAIT)
+    qtbot.waitUntil(lambda: window.snap is not None and window.snap.node is not None, timeout=WAIT)
     window.switch_database(second)
-    qtbot.waitUntil(lambda: window.url == second and window.snap is not None and window.snap["node"] is not None
-                    and [m["name"] for m in window.snap["machines"]] == ["desk"], timeout=WAIT)
+    qtbot.waitUntil(lambda: window.connection.url == second and window.snap is not None and window.snap.node is not None
+                    and [m["name"] for m in window.snap.machines] == ["desk"], timeout=WAIT)
     assert window.windowTitle().endswith(second)
     with Farm(first) as old:
         assert [m["state"] for m in old.status()["machines"]] == ["stopped"]  # it left the first farm
@@ -375,50 +384,51 @@ def test_open_database_switches_farms_and_moves_this_machines_node(tmp_path, htt
 
 def test_a_bug_in_an_action_or_a_poll_is_reported_and_the_node_goes_on(farm, http_target, open_window, qtbot):
     window = open_window(farm.url, _node(http_target))
-    qtbot.waitUntil(lambda: window.snap is not None and window.snap["node"] is not None, timeout=WAIT)
+    qtbot.waitUntil(lambda: window.snap is not None and window.snap.node is not None, timeout=WAIT)
 
-    window.poller.act("Oops", lambda farm: {}["missing"])  # an action with a bug in it
+    window.connection.act("Oops", lambda farm: {}["missing"])  # an action with a bug in it
     qtbot.waitUntil(lambda: window.last_result is not None, timeout=WAIT)
     assert window.last_result == ("Oops", False, "KeyError: 'missing'")
     assert window.banner.isVisible() and "Oops failed: KeyError" in window.banner.text()
-    assert window.poller.running and window.poller.node.state == "active"
+    assert window.connection.poller.running and _own_node(window).state == "active"
     assert _enqueue(window, qtbot, "/ok")  # the next action still runs
 
-    window.poller.set_query(history="a week")  # a bug's stand-in: the read raises TypeError, not a database error
+    window.connection.set_query(history="a week")  # a bug's stand-in: the read raises TypeError, not a database error
     qtbot.waitUntil(lambda: "Reading the farm failed: TypeError" in window.banner.text(), timeout=WAIT)
-    qtbot.waitUntil(lambda: window.connection == "error", timeout=WAIT)  # not "slow": it says what fails
-    assert "Reading the farm failed" in window.health_label.text()
-    window.poller.set_query(history=600.0)
-    qtbot.waitUntil(lambda: window.connection == "ok", timeout=WAIT)
-    assert window.poller.running and farm.store.find_machine(str(window.node_id))["state"] == "active"
+    qtbot.waitUntil(lambda: window.connection.state is State.BROKEN, timeout=WAIT)  # not slow: it says what fails
+    assert "Reading the farm failed" in window.status.link.text()
+    window.connection.set_query(history=600.0)
+    qtbot.waitUntil(lambda: window.connection.state is State.CONNECTED, timeout=WAIT)
+    assert window.connection.poller.running
+    assert farm.store.find_machine(str(window.connection.node_id))["state"] == "active"
 
 
 def test_a_worker_that_ends_unexpectedly_leaves_a_lasting_banner(farm, open_window, qtbot):
     # A node option the engine does not know makes starting it raise TypeError: a bug, not an outage.
     window = open_window(farm.url, dict(name="desk", capacity=1, no_such_option=True))
-    qtbot.waitUntil(lambda: not window.poller.running and window.banner.isVisible(), timeout=WAIT)
+    qtbot.waitUntil(lambda: not window.connection.poller.running and window.banner.isVisible(), timeout=WAIT)
     assert "background worker stopped" in window.banner.text().lower()
     assert "TypeError" in window.banner.text() and "Open Database" in window.banner.text()
-    qtbot.wait(int(window.banner_timer.interval() * 1.2))  # lasting: no timer hides it
-    assert window.banner.isVisible() and window.connection == "error"
-    assert "background worker stopped" in window.health_label.text()
+    qtbot.wait(int(window.banner.timer.interval() * 1.2))  # lasting: no timer hides it
+    assert window.banner.isVisible() and window.connection.state is State.ENDED
+    assert "background worker stopped" in window.status.link.text()
 
 
 def test_one_views_failure_leaves_the_others_drawing(farm, http_target, open_window, qtbot, monkeypatch, caplog):
     farm.settings(**FAST)
     window = open_window(farm.url, _node(http_target))
-    qtbot.waitUntil(lambda: window.snap is not None and window.snap["node"] is not None, timeout=WAIT)
+    qtbot.waitUntil(lambda: window.snap is not None and window.snap.node is not None, timeout=WAIT)
 
     def broken(snap):
         raise ValueError("cannot draw this")
 
     monkeypatch.setattr(window.jobs, "show_snapshot", broken)  # e.g. a payload the jobs view cannot parse
     farm.enqueue_http("/ok", delay=3600, count=3)
-    qtbot.waitUntil(lambda: window.snap["job_counts"]["queued"] == 3, timeout=WAIT)
+    qtbot.waitUntil(lambda: window.snap.job_counts["queued"] == 3, timeout=WAIT)
     shown = window.snap
     qtbot.waitUntil(lambda: window.snap is not shown, timeout=WAIT)  # and one more, to see it logged only once
     assert window.queue.latest is window.snap  # the queue graph, schedules, peers and node panel still draw
-    assert window.schedules.schedules_model.context["db_now"] == window.snap["db_now"]
+    assert window.schedules.schedules_model.context["db_now"] == window.snap.db_now
     assert window.peers.rowCount() == 1 and window.node_panel.badge.text() == "active"
     assert window.banner.isVisible() and "job runs" in window.banner.text() and "ValueError" in window.banner.text()
     [logged] = [r for r in caplog.records if r.name == "ui.mainwindow"]  # once, not every poll
@@ -489,13 +499,13 @@ def test_open_recent_asks_for_the_password_and_a_refused_login_asks_again(pg_url
     dialog.password.setText("not-" + password)
     dialog.accept()
     # The server turns the login down: said once, clearly, and asked again; not retried as an outage.
-    qtbot.waitUntil(lambda: not window.poller.running and asked() is not None, timeout=WAIT)
-    assert window.connection == "error" and "password authentication failed" in window.banner.text()
+    qtbot.waitUntil(lambda: not window.connection.poller.running and asked() is not None, timeout=WAIT)
+    assert window.connection.state is State.REFUSED and "password authentication failed" in window.banner.text()
     dialog = asked()
     assert "refused the login" in dialog.error.text() and dialog.choice.currentText() == recent
-    assert password not in window.banner.text() + window.health_label.text() + dialog.error.text()
+    assert password not in window.banner.text() + window.status.link.text() + dialog.error.text()
     dialog.password.setText(password)
     dialog.accept()
-    qtbot.waitUntil(lambda: window.connection == "ok" and window.snap is not None, timeout=WAIT)
-    assert window.db_label.text() == mask(pg_url) and not window.banner.isVisible()
+    qtbot.waitUntil(lambda: window.connection.state is State.CONNECTED and window.snap is not None, timeout=WAIT)
+    assert window.status.database.text() == mask(pg_url) and not window.banner.isVisible()
     assert recent_databases(QSettings())[0] == recent

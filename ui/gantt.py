@@ -11,7 +11,8 @@ import numpy as np
 
 from . import text, theme
 from .arrays import OUTCOMES
-from .lanes import LanePlot, bars, own_machine
+from .lanes import LanePlot, bars
+from .snapshot import Snapshot
 
 MIN_PIXELS = 3
 
@@ -32,13 +33,13 @@ class RunsGantt(LanePlot):
     def legend(self) -> list[tuple[str, str, str]]:
         return [("fill", theme.OUTCOME[outcome], outcome) for outcome in OUTCOMES]
 
-    def draw(self, snapshot: dict) -> None:
-        plot = snapshot["plot"]
-        self.set_lanes(plot["lanes"], snapshot["names"], own_machine(snapshot))
-        self.runs = snapshot["runs"]
-        self._starts, self._ends, self._lanes = plot["run_start"], plot["run_end"], plot["run_lane"]
-        self._tops, self._heights = plot["run_top"], plot["run_height"]
-        self._bars = plot["run_bars"]
+    def draw(self, snapshot: Snapshot) -> None:
+        plot = snapshot.plot
+        self.set_lanes(plot.lanes, snapshot.names, snapshot.own_id)
+        self.runs = snapshot.runs
+        self._starts, self._ends, self._lanes = plot.run_start, plot.run_end, plot.run_lane
+        self._tops, self._heights = plot.run_top, plot.run_height
+        self._bars = plot.run_bars
         self._size_bars()
 
     def pixel(self) -> float:

@@ -15,6 +15,7 @@ from queueprocessor.states import JobState
 from . import text
 from .gantt import RunsGantt
 from .models import ROW_ROLE, AttemptsModel, JobsModel
+from .snapshot import Snapshot
 
 
 def table(model, stretch: int | None = None, floor: int = 160) -> QTableView:
@@ -214,12 +215,12 @@ class JobsView(QWidget):
             self._selected = job_id
             self.job_selected.emit(job_id)
 
-    def show_snapshot(self, snapshot: dict) -> None:
+    def show_snapshot(self, snapshot: Snapshot) -> None:
         self.gantt.show_snapshot(snapshot)
         # The selection follows its row through the update; if the job left the list and comes back, select it again.
         self._updating = True
         try:
-            self.model.set_rows(snapshot["jobs"], {"names": snapshot["names"]})
+            self.model.set_rows(snapshot.jobs, {"names": snapshot.names})
             if self._selected is not None and self.selected_job() is None:
                 self.select(self._selected)
             shown = self.selected_job()
@@ -229,8 +230,8 @@ class JobsView(QWidget):
                 self.table.clearSelection()
         finally:
             self._updating = False
-        job = snapshot["job"]
-        self.details.show_job(job if job and job["id"] == self._selected else None, snapshot["names"])
+        job = snapshot.job
+        self.details.show_job(job if job and job["id"] == self._selected else None, snapshot.names)
 
     def select(self, job_id: int) -> bool:
         """Select a job by id in the table (False if it is not shown)."""

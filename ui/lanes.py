@@ -16,6 +16,7 @@ from PySide6.QtGui import QCursor, QFont, QFontMetrics
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QToolTip, QVBoxLayout, QWidget
 
 from . import theme
+from .snapshot import Snapshot
 
 LANE_AXIS_WIDTH = 110  # both plots reserve the same width for lane names, so their x axes line up
 EMPTY = np.zeros(0)
@@ -72,7 +73,7 @@ class LanePlot(QWidget):
         self.lane_index: dict[int, int] = {}
         self.own: int | None = None  # this machine's lane (its node runs in this app)
         self._labels: tuple = ()  # what the lane axis shows: (lane names, stride, small font, own lane)
-        self._pending: dict | None = None
+        self._pending: Snapshot | None = None
         self.header = header(title)
         self.plot = pg.PlotWidget(axisItems={"bottom": pg.DateAxisItem()})
         self.plot.setMenuEnabled(False)
@@ -121,7 +122,7 @@ class LanePlot(QWidget):
         self.own_band.setOpts(brush=pg.mkBrush(scheme.accent + "30"))
         self.header.setText(header_text(self.title, self.legend()))
 
-    def show_snapshot(self, snapshot: dict) -> None:
+    def show_snapshot(self, snapshot: Snapshot) -> None:
         """Draw the snapshot if the plot is on screen; otherwise keep it for when it is."""
         self._pending = snapshot
         if self.isVisible():
@@ -137,7 +138,7 @@ class LanePlot(QWidget):
             snapshot, self._pending = self._pending, None
             self.draw(snapshot)
 
-    def draw(self, snapshot: dict) -> None:
+    def draw(self, snapshot: Snapshot) -> None:
         """Feed the plot items the snapshot's arrays."""
         raise NotImplementedError
 
@@ -207,12 +208,6 @@ class LanePlot(QWidget):
 
     def text_at(self, x: float, machine_id: int, y: float | None = None) -> str | None:
         raise NotImplementedError
-
-
-def own_machine(snapshot: dict) -> int | None:
-    """The machine whose node runs in this app, if any."""
-    node = snapshot.get("node")
-    return node["id"] if node else None
 
 
 def _fit(name: str, limit: int = 14) -> str:

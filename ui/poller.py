@@ -1,15 +1,16 @@
 """The one worker thread that talks to the database, so the window never waits on it.
 
 It opens the farm (retrying while the database is unreachable), starts this
-machine's node unless the app only observes, polls a `Dashboard` snapshot
-every `interval` seconds, and runs operators' actions in order between polls.
-Everything reaches the GUI through queued signals: snapshots, health changes,
-action results, and any unexpected error in a poll or an action (logged with
-its traceback and reported; the worker goes on, so one bug cannot stop this
-machine's node). On `stop()` it stops the node (handing its jobs back) and
-closes the farm, then emits `finished`. It holds on to the last snapshots it
-sent, so an old snapshot is freed here rather than on the GUI thread when the
-window lets go of it (freeing 10,000 run rows takes milliseconds).
+machine's node unless the app only observes, polls a `Snapshot` every
+`interval` seconds, and runs operators' actions in order between polls.
+Everything reaches the GUI through queued signals, each a plain event (opened,
+a snapshot, unreachable, a broken read, an action's result, finished): the
+Connection turns them into its one state. Any unexpected error in a poll or an
+action is logged with its traceback and reported; the worker goes on, so one
+bug cannot stop this machine's node. On `stop()` it stops the node (handing its
+jobs back) and closes the farm, then emits `finished`. It holds on to the last
+snapshots it sent, so an old snapshot is freed here rather than on the GUI
+thread when the window lets go of it (freeing 10,000 run rows takes milliseconds).
 """
 
 import logging
@@ -19,7 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
+from enum import Enum
 
 from PySide6.QtCore import QObject, Signal
 from sqlalchemy import exc
@@ -30,7 +31,7 @@ from queueprocessor.errors import DatabaseUnavailable, QPError
 from queueprocessor.farm import Farm
 from queueprocessor.views import Dashboard, Query
 
-from .arrays import prepare
+from .snapshot import Snapshot
 
 log = logging.getLogger("ui.poller")
 
@@ -53,27 +54,36 @@ def unexpected(error: BaseException) -> str:
     return f"{type(error).__name__}: {one_line(error)}"
 
 
+class Ending(Enum):
+    """Why the worker ended."""
+
+    ASKED = "asked"  # stop() was called
+    FAILED = "failed"  # it could not go on: bad settings, a newer schema, a bug
+    REFUSED = "refused"  # the database turned the login down: retrying it cannot help
+
+
 class Poller(QObject):
     """Owns the Farm, the in-process Node and the thread that uses them."""
 
-    opened = Signal(object)         # {"database", "node_id"} once the farm is open (and the node started)
-    snapshot = Signal(object)       # a Dashboard snapshot, plus "node" and "read_ms"
-    health = Signal(str, str)      # "connecting" | "ok" | "lost" | "error", and a one-line reason
-    refused = Signal(str)          # the database turned our credentials down (final: the worker ends)
-    failed = Signal(str, str)      # what failed unexpectedly (a bug, not the database), one line
+    opened = Signal(object)        # this machine's node id (None: the app only observes), once the farm is open
+    snapshot = Signal(object)      # a Snapshot
+    unreachable = Signal(str)      # the database does not answer (one line); the worker tries again
+    broken = Signal(str)           # a read failed unexpectedly (a bug, not the database), one line
     done = Signal(str, bool, str)  # action label, succeeded, one-line message
-    finished = Signal()
+    finished = Signal(object, str)  # the Ending, and one line saying why (empty when asked)
 
-    def __init__(self, url: str, node_options: dict | None = None, interval: float = 0.4):
+    def __init__(self, url: str, node_options: dict | None, interval: float, query: Callable[[], Query]):
+        """`query`: what the next poll reads, asked before each poll (the GUI thread replaces it whole)."""
         super().__init__()
         self.url = url
         self.node_options = node_options
         self.interval = interval
-        self.query = Query()
+        self.query = query
+        self.ending, self.why = Ending.FAILED, "it ended unexpectedly"
         self.farm: Farm | None = None
         self.node = None
         self.dashboard: Dashboard | None = None
-        self._sent: deque[dict] = deque(maxlen=2)
+        self._sent: deque[Snapshot] = deque(maxlen=2)
         self._requests: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="qp-gui-worker", daemon=True)
 
@@ -81,10 +91,6 @@ class Poller(QObject):
 
     def start(self) -> None:
         self._thread.start()
-
-    def set_query(self, **changes) -> None:
-        """Change what the next polls read (a new Query object, so the worker never sees half a change)."""
-        self.query = replace(self.query, **changes)
 
     def refresh(self) -> None:
         self._requests.put(_POLL)
@@ -100,10 +106,6 @@ class Poller(QObject):
     def stop(self) -> None:
         self._requests.put(_STOP)
 
-    def join(self, timeout: float) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
@@ -118,13 +120,17 @@ class Poller(QObject):
             log.exception("the background worker")
         finally:
             self._close()
-            self.finished.emit()
+            self.finished.emit(self.ending, self.why)
+
+    def _end(self, ending: Ending, why: str) -> bool:
+        self.ending, self.why = ending, why
+        return False
 
     def _open(self) -> bool:
-        """Open the farm and start the node, retrying while the database is unreachable. False if stopped."""
+        """Open the farm and start the node, retrying while the database is unreachable. False if the worker
+        ends instead (`ending` says why)."""
         delay = 0.5
         while True:
-            self.health.emit("connecting", f"connecting to {mask(self.url)}")
             try:
                 self.farm = Farm(self.url, read_only=self.node_options is None,  # watching changes nothing
                                  client=client_name((self.node_options or {}).get("name"), APP_PROGRAM))
@@ -135,21 +141,17 @@ class Poller(QObject):
             except UNREACHABLE as error:
                 self._discard_farm()
                 if REFUSED.search(str(error)):
-                    self.health.emit("error", one_line(error))
-                    self.refused.emit(one_line(error))
-                    return False
-                self.health.emit("lost", f"cannot reach the database: {one_line(error)}; retrying")
+                    return self._end(Ending.REFUSED, one_line(error))
+                self.unreachable.emit(f"cannot reach the database: {one_line(error)}; retrying")
             except QPError as error:  # bad settings or a newer schema: retrying will not help
                 self._discard_farm()
-                self.health.emit("error", one_line(error))
-                return False
+                return self._end(Ending.FAILED, one_line(error))
             except Exception as error:  # a bug: say so rather than retry it forever
                 log.exception("opening %s", mask(self.url))
                 self._discard_farm()
-                self.health.emit("error", f"opening the farm failed: {unexpected(error)}")
-                return False
+                return self._end(Ending.FAILED, f"opening the farm failed: {unexpected(error)}")
             if self._wait(delay) is _STOP:
-                return False
+                return self._end(Ending.ASKED, "")
             delay = min(5.0, delay * 2)
         self.dashboard = dashboard
         self._opened()
@@ -161,7 +163,7 @@ class Poller(QObject):
         return self.farm.node(clock=SystemClock(skew), **options).start()
 
     def _opened(self) -> None:
-        self.opened.emit({"database": mask(self.url), "node_id": self.node.id if self.node else None})
+        self.opened.emit(self.node.id if self.node else None)
 
     def _discard_farm(self) -> None:
         if self.farm is not None:
@@ -175,18 +177,18 @@ class Poller(QObject):
             return None
 
     def _serve(self) -> None:
-        healthy = None
         next_poll = time.monotonic()
         while True:
             request = self._wait(max(0.0, next_poll - time.monotonic()))
             if request is _STOP:
+                self._end(Ending.ASKED, "")
                 return
             if isinstance(request, tuple):
                 self._run_action(*request)
             elif request is _START_NODE:
                 self._run_action("Start node", self._restart_node)
             elif request is None or request is _POLL:
-                healthy = self._poll(healthy)
+                healthy = self._poll()
                 next_poll = time.monotonic() + (self.interval if healthy else max(1.0, self.interval))
                 continue
             next_poll = min(next_poll, time.monotonic())  # show the action's effect at once
@@ -198,30 +200,28 @@ class Poller(QObject):
         self._opened()
         return f"this machine rejoined the farm as machine {self.node.id}"
 
-    def _poll(self, healthy: bool | None) -> bool:
+    def _poll(self) -> bool:
+        """Read and send one snapshot; False while the database does not answer."""
         started = time.monotonic()
         try:
-            snap = self.dashboard.read(self.query)
-            snap["read_ms"] = (time.monotonic() - started) * 1000
-            snap["mono"] = started
-            snap["node"] = self.node.snapshot() if self.node else None
-            prepare(snap)
+            reading = self.dashboard.read(self.query())
+            read_ms = (time.monotonic() - started) * 1000
+            node = self.node.snapshot() if self.node else None
+            snap = Snapshot.of(reading, node=node, read_ms=read_ms, mono=started)
         except UNREACHABLE as error:
-            self.health.emit("lost", f"database unreachable: {one_line(error)}; retrying")
+            self.unreachable.emit(f"database unreachable: {one_line(error)}; retrying")
             return False
         except exc.SQLAlchemyError as error:
-            self.health.emit("lost", f"database error: {one_line(error)}; retrying")
+            self.unreachable.emit(f"database error: {one_line(error)}; retrying")
             return False
         except Exception as error:  # a bug in reading or preparing: report it, keep the node and the loop going
             log.exception("reading the farm")
-            self.failed.emit("Reading the farm", unexpected(error))
-            return bool(healthy)
-        if not healthy:
-            self.health.emit("ok", "connected")
+            self.broken.emit(f"Reading the farm failed: {unexpected(error)}")
+            return True
         self.send(snap)
         return True
 
-    def send(self, snap: dict) -> None:
+    def send(self, snap: Snapshot) -> None:
         """Hand a snapshot to the window. The one sent two polls ago, long replaced there, is let go here."""
         self._sent.append(snap)
         self.snapshot.emit(snap)

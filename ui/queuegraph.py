@@ -18,6 +18,7 @@ from queueprocessor.states import JobState
 
 from . import theme
 from .lanes import bars, header, header_text
+from .snapshot import Snapshot
 
 # Throughput bars, stacked bottom to top.
 STACK = ("succeeded", "failed", "timeout", "lost", "cancelled")
@@ -32,7 +33,7 @@ class QueueGraph(QWidget):
         self.history = history
         self.follow = True
         self.samples: deque[tuple[float, dict]] = deque()
-        self.latest: dict | None = None
+        self.latest: Snapshot | None = None
         self._peak = 0.0
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
@@ -103,9 +104,9 @@ class QueueGraph(QWidget):
         for state, label in self.counts.items():
             label.setStyleSheet(f"color: {theme.readable(theme.JOB_STATE[state], scheme.base)}")
 
-    def show_snapshot(self, snapshot: dict) -> None:
+    def show_snapshot(self, snapshot: Snapshot) -> None:
         """Keep the sample; draw only while on screen (showEvent draws the latest when the tab opens)."""
-        now, counts = snapshot["db_now"], snapshot["job_counts"]
+        now, counts = snapshot.db_now, snapshot.job_counts
         self.samples.append((now, counts))
         while self.samples and self.samples[0][0] < now - self.history:
             self.samples.popleft()
@@ -118,19 +119,19 @@ class QueueGraph(QWidget):
         if self.latest is not None:
             self._draw(self.latest)
 
-    def _draw(self, snapshot: dict) -> None:
-        now, counts = snapshot["db_now"], snapshot["job_counts"]
+    def _draw(self, snapshot: Snapshot) -> None:
+        now, counts = snapshot.db_now, snapshot.job_counts
         for state, label in self.counts.items():
             label.setText(f"{counts.get(state, 0):,}")
         times = np.fromiter((t for t, _ in self.samples), dtype=float, count=len(self.samples))
         for state, line in self.lines.items():
             line.setData(times, np.fromiter((c.get(state, 0) for _, c in self.samples), dtype=float,
                                             count=len(self.samples)))
-        self._show_throughput(snapshot["throughput"], snapshot["bucket"], now)
+        self._show_throughput(snapshot.throughput, snapshot.bucket, now)
         if self.follow:
             # Show the history there is (a farm that started a minute ago fills the width), up to `history`.
-            oldest = min([times[0]] + [row["start"] for row in snapshot["throughput"]])
-            self.states.setXRange(max(oldest, now - self.history), now + snapshot["bucket"], padding=0.02)
+            oldest = min([times[0]] + [row["start"] for row in snapshot.throughput])
+            self.states.setXRange(max(oldest, now - self.history), now + snapshot.bucket, padding=0.02)
         peak = max((max(c.get(state, 0) for state in LINES) for _, c in self.samples), default=0)
         self.states.setYRange(0, peak * 1.08 + 1, padding=0)
         self.flow.setYRange(0, self._peak * 1.08 + 1, padding=0)

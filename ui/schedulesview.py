@@ -3,20 +3,22 @@
 Like Hangfire's "Recurring jobs" page: each schedule with how it recurs, its
 next occurrence and what became of its last one; below, each singleton with
 the machine holding it. The tab never touches the database: an operator's
-action goes out through `act` as a function of the farm, for the window to run
-on the worker thread, and the next snapshot shows its effect.
+action is a call of the window's `Commands` (run on the worker thread), and
+the next snapshot shows its effect.
 """
 
-from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMenu, QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget
 
 from queueprocessor.output import format_time
 
 from . import text, theme
+from .commands import Commands
 from .dialogs import confirm
 from .jobsview import fit_columns, table
 from .models import BACKGROUND, DECORATION, FOREGROUND, ROW_ROLE, TOOLTIP, Column, SnapshotModel
+from .snapshot import Snapshot
 
 
 def when(epoch: float | None, now: float) -> str:
@@ -108,11 +110,9 @@ class SingletonsModel(SnapshotModel):
 
 
 class SchedulesView(QWidget):
-    # An operator's action: a label, and a function of the farm that does it and returns what happened.
-    act = Signal(str, object)
-
-    def __init__(self, watch_only: bool = False, parent=None):
+    def __init__(self, commands: Commands, watch_only: bool = False, parent=None):
         super().__init__(parent)
+        self.commands = commands
         self.watch_only = watch_only
         self.schedules_model = SchedulesModel(self)
         self.singletons_model = SingletonsModel(self)
@@ -182,14 +182,14 @@ class SchedulesView(QWidget):
 
     # -- showing ----------------------------------------------------------------
 
-    def show_snapshot(self, snapshot: dict) -> None:
-        context = {"db_now": snapshot["db_now"], "names": snapshot["names"]}
+    def show_snapshot(self, snapshot: Snapshot) -> None:
+        context = {"db_now": snapshot.db_now, "names": snapshot.names}
         # A row keeps its selection through an update; one that left the list and came back is selected again.
         # When the selected row goes, Qt selects its neighbour: not a row the operator chose to act on.
         self._updating = True
         try:
-            for view, rows in ((self.schedules_view, snapshot["schedules"]),
-                               (self.singletons_view, snapshot["singletons"])):
+            for view, rows in ((self.schedules_view, snapshot.schedules),
+                               (self.singletons_view, snapshot.singletons)):
                 view.model().set_rows(rows, context)
                 name, shown = self._selected[view], self.selected(view)
                 if name is not None and (shown is None or shown["name"] != name):
@@ -241,34 +241,24 @@ class SchedulesView(QWidget):
 
     def pause(self) -> None:
         if schedule := self.selected(self.schedules_view):
-            name = schedule["name"]
-            self.act.emit(f"Pause schedule {name}", lambda farm: f"paused ({_waiting(farm.pause_schedule(name))})")
+            self.commands.pause_schedule(schedule["name"])
 
     def resume(self) -> None:
         if schedule := self.selected(self.schedules_view):
-            name = schedule["name"]
-            self.act.emit(f"Resume schedule {name}",
-                          lambda farm: f"active, next at {format_time(farm.resume_schedule(name)['next_run'])} UTC")
+            self.commands.resume_schedule(schedule["name"])
 
     def remove(self) -> None:
         if schedule := self.selected(self.schedules_view):
             name = schedule["name"]
             self._confirm(f"Remove schedule {name}?", "It makes no more jobs, and its occurrences waiting in the "
                           "queue are cancelled. Jobs that already ran keep their history.",
-                          lambda: self.act.emit(f"Remove schedule {name}",
-                                                lambda farm: f"removed ({_waiting(farm.remove_schedule(name))})"))
+                          lambda: self.commands.remove_schedule(name))
 
     def remove_singleton(self) -> None:
         if singleton := self.selected(self.singletons_view):
             name = singleton["name"]
             self._confirm(f"Remove singleton {name}?", "It stops for good: at once if it waits, within a "
-                          "heartbeat if a machine runs it.",
-                          lambda: self.act.emit(f"Remove singleton {name}",
-                                                lambda farm: farm.remove_singleton(name)))
+                          "heartbeat if a machine runs it.", lambda: self.commands.remove_singleton(name))
 
     def _confirm(self, question: str, detail: str, then) -> None:
         self.confirm = confirm(self, "confirmRemove", question, detail, "Remove", then)
-
-
-def _waiting(cancelled: int) -> str:
-    return f"{cancelled} waiting occurrence{'' if cancelled == 1 else 's'} cancelled"

@@ -12,7 +12,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Signal
 
 from . import text, theme
-from .lanes import LanePlot, bars, own_machine
+from .lanes import LanePlot, bars
+from .snapshot import Snapshot
 
 
 class SlotsTimeline(LanePlot):
@@ -69,17 +70,17 @@ class SlotsTimeline(LanePlot):
         left, right = self.view.viewRange()[0]
         return left, right
 
-    def draw(self, snapshot: dict) -> None:
-        plot = snapshot["plot"]
-        self.period = period = snapshot["period"]
-        self.set_lanes(plot["lanes"], snapshot["names"], own_machine(snapshot))
-        self.turns = {t["slot"]: t for t in snapshot["turns"]}
-        self.upcoming = {slot: machine for slot, machine in snapshot["upcoming"] if slot not in self.turns}
+    def draw(self, snapshot: Snapshot) -> None:
+        plot = snapshot.plot
+        self.period = period = snapshot.period
+        self.set_lanes(plot.lanes, snapshot.names, snapshot.own_id)
+        self.turns = {t["slot"]: t for t in snapshot.turns}
+        self.upcoming = {slot: machine for slot, machine in snapshot.upcoming if slot not in self.turns}
         width = period * 0.92
-        slots, lanes = plot["next_slot"], plot["next_lane"]
+        slots, lanes = plot.next_slot, plot.next_lane
         self.upcoming_bars.setOpts(x0=slots * period, width=np.full(len(slots), width), y0=lanes - 0.3,
                                    height=np.full(len(slots), 0.6))
-        slots, lanes, claimed = plot["turn_slot"], plot["turn_lane"], plot["turn_claimed"]
+        slots, lanes, claimed = plot.turn_slot, plot.turn_lane, plot.turn_claimed
         for item, mask in ((self.turn_bars, ~claimed), (self.claim_bars, claimed)):
             n = int(mask.sum())
             item.setOpts(x0=slots[mask] * period, width=np.full(n, width), y0=lanes[mask] - 0.36,

@@ -1,0 +1,66 @@
+"""What an operator can do to the farm from the app, each one public `Farm` call.
+
+Views and menus call these methods and never build a farm call themselves.
+Each command hands `run` a label and a function of the farm that returns the
+one-line message the status bar shows; `run` (Connection.act) runs it on the
+worker thread, so the window never waits on the database, and an error comes
+back as that command's failure.
+"""
+
+from collections.abc import Callable
+
+from queueprocessor.farm import Farm
+from queueprocessor.output import format_time
+from queueprocessor.states import Wish
+
+Run = Callable[[str, Callable[[Farm], str]], None]
+
+
+class Commands:
+    """The operator's commands; `run(label, call)` runs `call(farm)` off the GUI thread (Connection.act)."""
+
+    def __init__(self, run: Run):
+        self.run = run
+
+    def steer(self, machine_id: int, name: str, wish: Wish) -> None:
+        """Ask a machine to pause, resume or drain; the machine applies it itself."""
+        def steer(farm: Farm) -> str:
+            farm.steer(str(machine_id), wish)
+            return f"asked {name} to {wish}; it applies this within one heartbeat"
+
+        self.run(f"{wish.capitalize()} {name}", steer)
+
+    def enqueue(self, options: dict) -> None:
+        """`options`: Farm.enqueue_http's keywords, as the enqueue dialog gives them."""
+        def enqueue(farm: Farm) -> str:
+            ids = farm.enqueue_http(**options)
+            return f"enqueued job {ids[0]}" if len(ids) == 1 else f"enqueued {len(ids)} jobs ({ids[0]}..{ids[-1]})"
+
+        self.run("Enqueue", enqueue)
+
+    def retry(self, job_id: int) -> None:
+        def retry(farm: Farm) -> str:
+            farm.retry(job_id)
+            return "queued again"
+
+        self.run(f"Retry job {job_id}", retry)
+
+    def cancel(self, job_id: int) -> None:
+        self.run(f"Cancel job {job_id}", lambda farm: farm.cancel(job_id))
+
+    def pause_schedule(self, name: str) -> None:
+        self.run(f"Pause schedule {name}", lambda farm: f"paused ({_waiting(farm.pause_schedule(name))})")
+
+    def resume_schedule(self, name: str) -> None:
+        self.run(f"Resume schedule {name}",
+                 lambda farm: f"active, next at {format_time(farm.resume_schedule(name)['next_run'])} UTC")
+
+    def remove_schedule(self, name: str) -> None:
+        self.run(f"Remove schedule {name}", lambda farm: f"removed ({_waiting(farm.remove_schedule(name))})")
+
+    def remove_singleton(self, name: str) -> None:
+        self.run(f"Remove singleton {name}", lambda farm: farm.remove_singleton(name))
+
+
+def _waiting(cancelled: int) -> str:
+    return f"{cancelled} waiting occurrence{'' if cancelled == 1 else 's'} cancelled"
