@@ -10,7 +10,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QPersistentModelIndex, Qt  # noqa: E402
 
-from ui.models import ROW_ROLE, JobsModel  # noqa: E402
+from queueprocessor.states import JobState, MachineState, Outcome  # noqa: E402
+from ui import theme  # noqa: E402
+from ui.models import BACKGROUND, DECORATION, FOREGROUND, ROW_ROLE, TOOLTIP, JobsModel, PeersModel  # noqa: E402
 
 NAMES = {"names": {1: "desk"}}
 
@@ -87,3 +89,48 @@ def test_rows_sorted_on_a_changing_column_move_with_their_selection(model):
     model.sort(0, Qt.SortOrder.DescendingOrder)  # by job id, newest first
     assert _ids(model) == [4, 3, 2] and selected.row() == 1
     assert spy.resets == []
+
+
+def _machine(machine_id, status, synced=True):
+    return dict(id=machine_id, name=f"m{machine_id}", host="h", status=status, leader=False, clock_offset=0.001,
+                error_bound=0.0005 if synced else 0.4, rtt=0.001, last_seen=990.0, capacity=2, running=0,
+                done_count=0, failed_count=0, synced=synced, pid=7, version="t")
+
+
+def _colour(icon) -> str:
+    """The colour of a state dot, at its centre."""
+    return icon.pixmap(10, 10).toImage().pixelColor(5, 5).name()
+
+
+def test_each_column_styles_its_own_cells_over_the_rows_style(qapp):
+    peers = PeersModel()
+    peers.set_rows([_machine(1, MachineState.ACTIVE), _machine(2, MachineState.DEAD),
+                    _machine(3, MachineState.STOPPED), _machine(4, MachineState.ACTIVE, synced=False)],
+                   {"db_now": 1000.0})
+    state = next(n for n, column in enumerate(peers.columns) if column.title == "State")
+    scheme = theme.current()
+
+    # The Machine column shows each machine's state as a dot; no other column has an icon.
+    assert [_colour(peers.index(row, 0).data(DECORATION)) for row in range(4)] == [
+        theme.MACHINE_STATE[s] for s in (MachineState.ACTIVE, MachineState.DEAD, MachineState.STOPPED,
+                                         MachineState.ACTIVE)]
+    assert peers.index(1, state).data(DECORATION) is None
+    # The State column writes "dead" in red; the dead row's other cells keep the normal text colour.
+    assert peers.index(1, state).data(FOREGROUND).name() == theme.MACHINE_STATE[MachineState.DEAD]
+    assert peers.index(1, 0).data(FOREGROUND) is None and peers.index(0, state).data(FOREGROUND) is None
+    # Row styles: a stopped machine greyed out, the dead and the unsynced one shaded, each with its reason.
+    assert {peers.index(2, column).data(FOREGROUND).name() for column in range(12)} == {scheme.muted}
+    assert peers.index(1, 5).data(BACKGROUND).name() == scheme.dead_bg
+    assert peers.index(3, 5).data(BACKGROUND).name() == scheme.unsynced_bg
+    assert peers.index(0, 5).data(BACKGROUND) is None
+    assert peers.index(1, 3).data(TOOLTIP) == "m2 has not checked in for 10.0 s"
+    assert "clock estimate is too loose" in peers.index(3, 3).data(TOOLTIP)
+    assert peers.index(0, 3).data(TOOLTIP) == "machine 1 · pid 7 · version t"
+
+    jobs = JobsModel()
+    jobs.set_rows([_job(1, JobState.FAILED, last_error="HTTP 500\nbody: upstream down"), _job(2, "no such state")],
+                  NAMES)
+    assert _colour(jobs.index(0, 1).data(DECORATION)) == theme.JOB_STATE[JobState.FAILED]
+    assert _colour(jobs.index(1, 1).data(DECORATION)) == theme.OUTCOME[Outcome.CANCELLED]  # grey: a state unknown
+    assert jobs.index(0, 7).data() == "HTTP 500" and jobs.index(0, 7).data(TOOLTIP) == "HTTP 500\nbody: upstream down"
+    assert jobs.index(0, 2).data(TOOLTIP) is None and jobs.index(1, 7).data(TOOLTIP) is None

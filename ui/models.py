@@ -1,7 +1,10 @@
 """Thin Qt table models over the plain rows of a dashboard snapshot.
 
 A model keeps the snapshot's rows as they are and only says how each column
-reads, sorts and is coloured. `set_rows` updates the table in place: rows that
+reads, sorts and is coloured: a `Column` carries its own cell styles (an icon,
+a text colour, a tooltip), and the model's `row_styles` say how a whole row
+stands out (a cell style, where it has something to say, wins), so no style
+picks its column by number. `set_rows` updates the table in place: rows that
 left are removed, new ones inserted, reordered ones moved in one layout change,
 and only rows whose values changed are repainted, so selections and the scroll
 position survive a refresh. Models sort their rows in Python with each
@@ -16,6 +19,8 @@ from operator import itemgetter, ne
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 
+from queueprocessor.states import MachineState, Outcome
+
 from . import text, theme
 
 DISPLAY = int(Qt.ItemDataRole.DisplayRole)
@@ -28,13 +33,37 @@ ROW_ROLE = int(Qt.ItemDataRole.UserRole)
 RIGHT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
 
 
+Style = Callable[[dict, dict], object]  # (row, context) -> the role's value, or None for nothing to say
+
+
 @dataclass(frozen=True)
 class Column:
     title: str
     show: Callable[[dict, dict], str]
     sort: Callable[[dict, dict], object] | str | None = None  # a function of (row, context), or a row field
     numeric: bool = False
-    tip: str = ""
+    tip: str = ""  # the header's tooltip
+    icon: Style | None = None  # the cell's decoration, e.g. its state's dot
+    colour: Style | None = None  # the cell's text colour (QColor)
+    cell_tip: Style | None = None  # the cell's tooltip
+
+    def style(self, role: int) -> Style | None:
+        return {DECORATION: self.icon, FOREGROUND: self.colour, TOOLTIP: self.cell_tip}.get(role)
+
+
+def dot(colours: dict[str, str], field: str) -> Style:
+    """A cell icon: the dot of the row's `field` (a state) in its colour; grey for a state it does not know,
+    none while the field is empty."""
+    def icon(row: dict, _context):
+        state = row[field]
+        return None if state is None else theme.dot(colours.get(state, theme.OUTCOME[Outcome.CANCELLED]))
+
+    return icon
+
+
+def full_text(field: str) -> Style:
+    """A cell tooltip: the whole of a text the cell shows cut to its first line."""
+    return lambda row, _context: row[field] or None
 
 
 def _blocks(rows: Iterable[int]) -> Iterator[tuple[int, int]]:
@@ -54,7 +83,13 @@ def _blocks(rows: Iterable[int]) -> Iterator[tuple[int, int]]:
 class SnapshotModel(QAbstractTableModel):
     columns: list[Column] = []
     key = "id"
-    styled: frozenset[int] = frozenset()  # the roles style() answers
+    row_styles: dict[int, Style] = {}  # role: how a whole row stands out, where its cell has nothing to say
+
+    def __init_subclass__(cls, **kwargs):
+        """Gather each styled role's cell styles, column by column, so data() looks a style up in one step."""
+        super().__init_subclass__(**kwargs)
+        roles = {role for column in cls.columns for role in (DECORATION, FOREGROUND, TOOLTIP) if column.style(role)}
+        cls._cells = {role: [column.style(role) for column in cls.columns] for role in roles | set(cls.row_styles)}
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -162,13 +197,14 @@ class SnapshotModel(QAbstractTableModel):
             return RIGHT if self.columns[index.column()].numeric else None
         if role == ROW_ROLE:
             return self.rows[index.row()]
-        if role in self.styled:
-            return self.style(self.rows[index.row()], index.column(), role)
-        return None
-
-    def style(self, row: dict, column: int, role: int):
-        """Colours, icons and tooltips for the roles in `styled`; subclasses say which rows stand out."""
-        return None
+        cells = self._cells.get(role)
+        if cells is None:
+            return None
+        row, cell = self.rows[index.row()], cells[index.column()]
+        value = cell(row, self.context) if cell else None
+        if value is None and role in self.row_styles:
+            return self.row_styles[role](row, self.context)
+        return value
 
 
 def _offset(row: dict, _context) -> str:
@@ -183,13 +219,41 @@ def _rate(row: dict, context: dict) -> str:
     return f"{sum(counts.values()) / minutes:.1f}"
 
 
+def _unsynced(row: dict) -> bool:
+    """A live machine whose clock estimate is too loose to place itself in its slots."""
+    return not row["synced"] and row["status"] not in (MachineState.STOPPED, MachineState.DEAD)
+
+
+def _peer_background(row: dict, _context):
+    if row["status"] == MachineState.DEAD:
+        return theme.colour(theme.current().dead_bg)
+    return theme.colour(theme.current().unsynced_bg) if _unsynced(row) else None
+
+
+def _dead_in_red(row: dict, _context):
+    return theme.colour(theme.MACHINE_STATE[MachineState.DEAD]) if row["status"] == MachineState.DEAD else None
+
+
+def _muted_if_stopped(row: dict, _context):
+    return theme.colour(theme.current().muted) if row["status"] == MachineState.STOPPED else None
+
+
+def _peer_tip(row: dict, context: dict) -> str:
+    if row["status"] == MachineState.DEAD:
+        return f"{row['name']} has not checked in for {text.duration(context['db_now'] - row['last_seen'])}"
+    if _unsynced(row):
+        return f"{row['name']}'s clock estimate is too loose ({_offset(row, None)}): it may miss its turns"
+    return f"machine {row['id']} · pid {row['pid']} · version {row['version']}"
+
+
 class PeersModel(SnapshotModel):
     """Every machine of the farm, as judged from the database's point of view."""
 
     columns = [
-        Column("Machine", lambda r, c: r["name"], tip="Machine name (the node's --name)"),
+        Column("Machine", lambda r, c: r["name"], tip="Machine name (the node's --name)",
+               icon=dot(theme.MACHINE_STATE, "status")),
         Column("Host", lambda r, c: r["host"]),
-        Column("State", lambda r, c: r["status"],
+        Column("State", lambda r, c: r["status"], colour=_dead_in_red,
                tip="active, paused, draining, stopped, or dead (stopped checking in)"),
         Column("Leader", lambda r, c: "★ now" if r["leader"] else "", lambda r, c: not r["leader"],
                tip="The machine whose turn slot it is now"),
@@ -208,33 +272,11 @@ class PeersModel(SnapshotModel):
         Column("Runs/min", _rate, lambda r, c: float(_rate(r, c)), True,
                "Finished runs per minute over the last ten minutes (database's run log)"),
     ]
-
-    styled = frozenset((BACKGROUND, DECORATION, FOREGROUND, TOOLTIP))
-
-    def style(self, row: dict, column: int, role: int):
-        dead = row["status"] == "dead"
-        unsynced = not row["synced"] and row["status"] not in ("stopped", "dead")
-        if role == BACKGROUND:
-            if dead:
-                return theme.colour(theme.current().dead_bg)
-            if unsynced:
-                return theme.colour(theme.current().unsynced_bg)
-        if role == DECORATION and column == 0:
-            return theme.dot(theme.MACHINE_STATE[row["status"]])
-        if role == FOREGROUND:
-            if dead and column == 2:
-                return theme.colour(theme.MACHINE_STATE["dead"])
-            if row["status"] == "stopped":
-                return theme.colour(theme.current().muted)
-        if role == TOOLTIP:
-            if dead:
-                silent = self.context["db_now"] - row["last_seen"]
-                return f"{row['name']} has not checked in for {text.duration(silent)}"
-            if unsynced:
-                return (f"{row['name']}'s clock estimate is too loose ({_offset(row, None)}): "
-                        "it may miss its turns")
-            return f"machine {row['id']} · pid {row['pid']} · version {row['version']}"
-        return None
+    row_styles = {
+        BACKGROUND: _peer_background,
+        FOREGROUND: _muted_if_stopped,
+        TOOLTIP: _peer_tip,
+    }
 
 
 class JobsModel(SnapshotModel):
@@ -242,24 +284,16 @@ class JobsModel(SnapshotModel):
 
     columns = [
         Column("Job", lambda r, c: str(r["id"]), "id", True),
-        Column("State", lambda r, c: r["state"]),
+        Column("State", lambda r, c: r["state"], icon=dot(theme.JOB_STATE, "state")),
         Column("Target", lambda r, c: f"{r['method']} {r['target']}"),
         Column("Attempts", lambda r, c: f"{r['attempts']}/{r['max_attempts']}", "attempts", True),
         Column("Machine", lambda r, c: c["names"].get(r["owner"], "") if r["owner"] else "",
                tip="The machine that owns (or last owned) the job"),
         Column("Created", lambda r, c: text.clock(r["created_at"]), "created_at"),
         Column("Finished", lambda r, c: text.clock(r["finished_at"]), lambda r, c: r["finished_at"] or 0),
-        Column("Error", lambda r, c: (r["last_error"] or "").splitlines()[0][:120] if r["last_error"] else ""),
+        Column("Error", lambda r, c: (r["last_error"] or "").splitlines()[0][:120] if r["last_error"] else "",
+               cell_tip=full_text("last_error")),
     ]
-
-    styled = frozenset((DECORATION, TOOLTIP))
-
-    def style(self, row: dict, column: int, role: int):
-        if role == DECORATION and column == 1:
-            return theme.dot(theme.JOB_STATE.get(row["state"], theme.OUTCOME["cancelled"]))
-        if role == TOOLTIP and column == 7 and row["last_error"]:
-            return row["last_error"]
-        return None
 
 
 class AttemptsModel(SnapshotModel):
@@ -274,15 +308,6 @@ class AttemptsModel(SnapshotModel):
         Column("Finished", lambda r, c: text.clock(r["finished_at"])),
         Column("Took", lambda r, c: text.duration(r["finished_at"] - r["started_at"]) if r["finished_at"] else "",
                numeric=True),
-        Column("Outcome", lambda r, c: r["outcome"]),
-        Column("Error", lambda r, c: r["error"] or ""),
+        Column("Outcome", lambda r, c: r["outcome"], icon=dot(theme.OUTCOME, "outcome")),
+        Column("Error", lambda r, c: r["error"] or "", cell_tip=full_text("error")),
     ]
-
-    styled = frozenset((DECORATION, TOOLTIP))
-
-    def style(self, row: dict, column: int, role: int):
-        if role == DECORATION and column == 6:
-            return theme.dot(theme.OUTCOME.get(row["outcome"], theme.OUTCOME["cancelled"]))
-        if role == TOOLTIP and column == 7 and row["error"]:
-            return row["error"]
-        return None

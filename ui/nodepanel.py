@@ -5,7 +5,15 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QFormLayout, QFrame, QGridLayout, QHBoxLayout, QLabel, QProgressBar, QSizePolicy,
                                QToolButton, QVBoxLayout, QWidget)
 
+from queueprocessor.states import MachineState
+
 from . import text, theme
+
+# What a state means for this machine, under the buttons.
+NOTES = {MachineState.PAUSED: "Paused: out of the turns, still renewing its running jobs. Resume to rejoin.",
+         MachineState.DRAINING: "Draining: finishing its running jobs, then the node stops.",
+         MachineState.STOPPED: "Stopped: this machine takes no turns and runs no jobs. Start This Machine brings it "
+                               "back."}
 
 
 class NodePanel(QWidget):
@@ -104,12 +112,8 @@ class NodePanel(QWidget):
         self.fields["done"].setText(f"{done:,} · {failed:,}")
         healthy = node["db_healthy"]
         self.fields["database"].setText("reachable" if healthy else f"unreachable: {node['last_error'] or ''}")
-        _restyle(self.fields["database"], "" if healthy else f"color: {theme.MACHINE_STATE['dead']}")
-        notes = {"paused": "Paused: out of the turns, still renewing its running jobs. Resume to rejoin.",
-                 "draining": "Draining: finishing its running jobs, then the node stops.",
-                 "stopped": "Stopped: this machine takes no turns and runs no jobs. Start This Machine "
-                            "brings it back."}
-        self.note.setText(notes.get(node["state"], ""))
+        _restyle(self.fields["database"], "" if healthy else f"color: {theme.MACHINE_STATE[MachineState.DEAD]}")
+        self.note.setText(NOTES.get(node["state"], ""))
 
     def tick(self, elapsed: float) -> None:
         """Count down: `elapsed` seconds since the node snapshot was taken."""
@@ -117,7 +121,7 @@ class NodePanel(QWidget):
         if self.observing or node is None:
             return
         if node["next_turn_in"] is None:
-            self.countdown.setText("not in the turns" if node["state"] != "active" else "joining…")
+            self.countdown.setText("not in the turns" if node["state"] != MachineState.ACTIVE else "joining…")
             self.progress.setValue(0)
             return
         left = max(0.0, node["next_turn_in"] - elapsed)

@@ -14,15 +14,15 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from queueprocessor.states import JobState
+from queueprocessor.states import JobState, Outcome
 
 from . import theme
 from .lanes import bars, header, header_text
 from .snapshot import Snapshot
 
 # Throughput bars, stacked bottom to top.
-STACK = ("succeeded", "failed", "timeout", "lost", "cancelled")
-LINES = ("queued", "running")
+STACK = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.TIMEOUT, Outcome.LOST, Outcome.CANCELLED)
+LINES = (JobState.QUEUED, JobState.RUNNING)
 
 
 class QueueGraph(QWidget):

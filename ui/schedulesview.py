@@ -12,12 +12,13 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMenu, QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget
 
 from queueprocessor.output import format_time
+from queueprocessor.states import JobState, MachineState
 
 from . import text, theme
 from .commands import Commands
 from .dialogs import confirm
 from .jobsview import fit_columns, table
-from .models import BACKGROUND, DECORATION, FOREGROUND, ROW_ROLE, TOOLTIP, Column, SnapshotModel
+from .models import BACKGROUND, FOREGROUND, ROW_ROLE, TOOLTIP, Column, SnapshotModel, dot, full_text
 from .snapshot import Snapshot
 
 
@@ -32,10 +33,28 @@ def _machine(machine_id: int | None, context: dict) -> str:
     return context["names"].get(machine_id, f"#{machine_id}") if machine_id is not None else ""
 
 
+def _state(row: dict) -> MachineState:
+    """A schedule is active or paused, in the words (and colours) of a machine's."""
+    return MachineState.PAUSED if row["paused"] else MachineState.ACTIVE
+
+
 def _last(row: dict, _context) -> str:
     if row["last_at"] is None:
         return "not yet"
     return row["last_state"] or "skipped"
+
+
+def _last_run_tip(row: dict, _context) -> str | None:
+    if row["last_at"] is None:
+        return None
+    job = f"job {row['last_job']}" if row["last_job"] else "no job (its misfire policy skipped it)"
+    error = f"\n{row['last_error']}" if row["last_error"] else ""
+    return f"Occurrence of {text.stamp(row['last_at'])}: {job}{error}"
+
+
+def _if_paused(style):
+    """A row style for paused schedules only."""
+    return lambda row, _context: style(row) if row["paused"] else None
 
 
 class SchedulesModel(SnapshotModel):
@@ -49,36 +68,26 @@ class SchedulesModel(SnapshotModel):
         Column("Misfire", lambda r, c: f"{r['misfire']} · {text.duration(r['grace'])}",
                tip="Occurrences the farm noticed late: skip them, run the newest once, or run all; "
                    "older than the grace, they are dropped"),
-        Column("State", lambda r, c: "paused" if r["paused"] else "active", tip="Paused schedules make no jobs"),
+        Column("State", lambda r, c: _state(r), tip="Paused schedules make no jobs",
+               icon=lambda r, c: theme.dot(theme.MACHINE_STATE[_state(r)])),
         Column("Next", lambda r, c: when(r["next_at"], c["db_now"]), lambda r, c: r["next_at"] or float("inf"),
-               tip="The next occurrence, in your time zone, and how far off it is in database time"),
-        Column("Last run", _last, tip="What became of the last occurrence's job"),
+               tip="The next occurrence, in your time zone, and how far off it is in database time",
+               cell_tip=lambda r, c: f"{format_time(r['next_at'])} UTC" if r["next_at"] is not None else None),
+        Column("Last run", _last, tip="What became of the last occurrence's job",
+               icon=dot(theme.JOB_STATE, "last_state"), cell_tip=_last_run_tip),
         Column("Machine", lambda r, c: _machine(r["last_machine"], c), tip="The machine that ran the last occurrence"),
         Column("Finished", lambda r, c: text.clock(r["last_finished"], millis=False), lambda r, c: r["last_finished"] or 0,
                tip="When the last occurrence's job finished (in your time zone)"),
     ]
-    styled = frozenset((BACKGROUND, DECORATION, FOREGROUND, TOOLTIP))
+    row_styles = {
+        BACKGROUND: _if_paused(lambda r: theme.colour(theme.current().unsynced_bg)),
+        FOREGROUND: _if_paused(lambda r: theme.colour(theme.current().muted)),
+        TOOLTIP: _if_paused(lambda r: f"{r['name']} is paused: Resume starts it again from its next occurrence"),
+    }
 
-    def style(self, row: dict, column: int, role: int):
-        if role == BACKGROUND and row["paused"]:
-            return theme.colour(theme.current().unsynced_bg)
-        if role == FOREGROUND and row["paused"]:
-            return theme.colour(theme.current().muted)
-        if role == DECORATION:
-            if column == 4:
-                return theme.dot(theme.MACHINE_STATE["paused" if row["paused"] else "active"])
-            if column == 6 and row["last_state"]:
-                return theme.dot(theme.JOB_STATE.get(row["last_state"], theme.OUTCOME["cancelled"]))
-        if role == TOOLTIP:
-            if column == 6 and row["last_at"] is not None:
-                job = f"job {row['last_job']}" if row["last_job"] else "no job (its misfire policy skipped it)"
-                error = f"\n{row['last_error']}" if row["last_error"] else ""
-                return f"Occurrence of {text.stamp(row['last_at'])}: {job}{error}"
-            if column == 5 and row["next_at"] is not None:
-                return f"{format_time(row['next_at'])} UTC"
-            if row["paused"]:
-                return f"{row['name']} is paused: Resume starts it again from its next occurrence"
-        return None
+
+def _holding(row: dict) -> bool:
+    return row["state"] == JobState.RUNNING
 
 
 class SingletonsModel(SnapshotModel):
@@ -88,25 +97,18 @@ class SingletonsModel(SnapshotModel):
     columns = [
         Column("Singleton", lambda r, c: r["name"]),
         Column("Work", lambda r, c: f"{r['executor']} {r['target']}"),
-        Column("State", lambda r, c: "stopping" if r["state"] == "running" and r["cancel_requested"] else r["state"],
+        Column("State", lambda r, c: "stopping" if _holding(r) and r["cancel_requested"] else r["state"],
                tip="running (held by a machine), queued (waiting for a turn to start it), stopping or cancelled "
-                   "(removed)"),
-        Column("Machine", lambda r, c: _machine(r["owner"], c) if r["state"] == "running" else "",
+                   "(removed)", icon=dot(theme.JOB_STATE, "state")),
+        Column("Machine", lambda r, c: _machine(r["owner"], c) if _holding(r) else "",
                tip="The machine holding it now"),
-        Column("Since", lambda r, c: text.clock(r["started_at"], millis=False) if r["state"] == "running" else "",
+        Column("Since", lambda r, c: text.clock(r["started_at"], millis=False) if _holding(r) else "",
                lambda r, c: r["started_at"] or 0, tip="When this machine took it (in your time zone)"),
         Column("Fence", lambda r, c: str(r["fence"]), "fence", True,
                "Bumped by every takeover: a holder quoting an older fence has lost it"),
-        Column("Last error", lambda r, c: (r["last_error"] or "").split("\n")[0][:120]),
+        Column("Last error", lambda r, c: (r["last_error"] or "").split("\n")[0][:120],
+               cell_tip=full_text("last_error")),
     ]
-    styled = frozenset((DECORATION, TOOLTIP))
-
-    def style(self, row: dict, column: int, role: int):
-        if role == DECORATION and column == 2:
-            return theme.dot(theme.JOB_STATE.get(row["state"], theme.OUTCOME["cancelled"]))
-        if role == TOOLTIP and column == 6 and row["last_error"]:
-            return row["last_error"]
-        return None
 
 
 class SchedulesView(QWidget):
@@ -223,8 +225,8 @@ class SchedulesView(QWidget):
         self.act_pause.setEnabled(allowed and bool(schedule) and not schedule["paused"])
         self.act_resume.setEnabled(allowed and bool(schedule) and schedule["paused"])
         self.act_remove.setEnabled(allowed and bool(schedule))
-        self.act_remove_singleton.setEnabled(allowed and bool(singleton) and singleton["state"] in ("queued",
-                                                                                                    "running"))
+        self.act_remove_singleton.setEnabled(allowed and bool(singleton)
+                                             and singleton["state"] in (JobState.QUEUED, JobState.RUNNING))
 
     def _menu(self, view: QTableView, actions: list[QAction], position: QPoint) -> None:
         index = view.indexAt(position)

@@ -15,6 +15,8 @@ from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QP
 from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QApplication
 
+from queueprocessor.states import JobState, MachineState, Outcome
+
 # resources/ sits beside the package in a checkout; an installed wheel carries it as ui/resources (pyproject
 # maps the one to the other).
 _HERE = Path(__file__).resolve().parent
@@ -23,18 +25,19 @@ RESOURCES = _HERE / "resources" if (_HERE / "resources").is_dir() else _HERE.par
 # Outcome of a run, state of a job: one colour each, at least 3:1 against the light and the dark plot
 # background (WCAG AA for graphics). As text, pass them through `readable`.
 OUTCOME = {
-    "running": "#3b82f6",
-    "succeeded": "#22a05b",
-    "failed": "#dc4a4a",
-    "timeout": "#a855f7",
-    "lost": "#d97706",
-    "cancelled": "#8b919b",
+    Outcome.RUNNING: "#3b82f6",
+    Outcome.SUCCEEDED: "#22a05b",
+    Outcome.FAILED: "#dc4a4a",
+    Outcome.TIMEOUT: "#a855f7",
+    Outcome.LOST: "#d97706",
+    Outcome.CANCELLED: "#8b919b",
 }
-JOB_STATE = {"queued": "#b7791f", "running": OUTCOME["running"], "succeeded": OUTCOME["succeeded"],
-             "failed": OUTCOME["failed"], "cancelled": OUTCOME["cancelled"]}
+JOB_STATE = {JobState.QUEUED: "#b7791f", JobState.RUNNING: OUTCOME[Outcome.RUNNING],
+             JobState.SUCCEEDED: OUTCOME[Outcome.SUCCEEDED], JobState.FAILED: OUTCOME[Outcome.FAILED],
+             JobState.CANCELLED: OUTCOME[Outcome.CANCELLED]}
 # Darker: the state badge writes white on them (4.5:1), and as dots they still stand 3:1 off a dark base.
-MACHINE_STATE = {"active": "#15803d", "paused": "#a16207", "draining": "#2563eb", "stopped": "#6b7280",
-                 "dead": "#dc2626"}
+MACHINE_STATE = {MachineState.ACTIVE: "#15803d", MachineState.PAUSED: "#a16207", MachineState.DRAINING: "#2563eb",
+                 MachineState.STOPPED: "#6b7280", MachineState.DEAD: "#dc2626"}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Signal
 
+from queueprocessor.states import Outcome
+
 from . import text, theme
 from .lanes import LanePlot, bars
 from .snapshot import Snapshot
@@ -41,7 +43,7 @@ class SlotsTimeline(LanePlot):
     def legend(self) -> list[tuple[str, str, str]]:
         scheme = theme.current()
         return [("fill", scheme.turn_claimed, "claimed jobs"), ("fill", scheme.turn, "found nothing due"),
-                ("outline", scheme.muted, "upcoming"), ("line", theme.OUTCOME["failed"], "now")]
+                ("outline", scheme.muted, "upcoming"), ("line", theme.OUTCOME[Outcome.FAILED], "now")]
 
     def restyle(self) -> None:
         super().restyle()
@@ -52,7 +54,7 @@ class SlotsTimeline(LanePlot):
         self.upcoming_bars.setOpts(brush=scheme.faint_slot, pen=pg.mkPen(scheme.muted, width=1))
         self.turn_bars.setOpts(brush=scheme.turn)
         self.claim_bars.setOpts(brush=scheme.turn_claimed)
-        self.now_line.setPen(pg.mkPen(theme.OUTCOME["failed"], width=2))
+        self.now_line.setPen(pg.mkPen(theme.OUTCOME[Outcome.FAILED], width=2))
 
     def set_follow(self, follow: bool) -> None:
         if follow == self.follow:
