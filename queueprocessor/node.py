@@ -36,6 +36,7 @@ from .states import MachineState, Outcome, Wish
 from .store import PRUNE_BATCH, Store
 from .store_roster import FarmRead, RosterStore
 from .store_schedules import ScheduleStore
+from .tally import Tally
 
 log = logging.getLogger("queueprocessor.node")
 
@@ -58,6 +59,8 @@ class NodeConfig:
     tick: float = 0.01
     allow: AllowLists = field(default_factory=AllowLists)
     push: bool = True  # LISTEN for new work on PostgreSQL
+    metrics_port: int | None = None  # serve Prometheus metrics on this port (queueprocessor.metrics)
+    metrics_host: str = "127.0.0.1"
 
     @property
     def claim_ahead(self) -> float:
@@ -128,6 +131,8 @@ class Node:
         self.done = 0
         self.failed = 0
         self.turns_taken = 0
+        self.tally = Tally()  # what the metrics count (queueprocessor.tally)
+        self.exporter = None  # serves our metrics, with config.metrics_port
         self.db_healthy = False
         self.last_error: str | None = None
         self.known = KnownMachines()  # the machine rows, as of the last heartbeat
@@ -161,6 +166,11 @@ class Node:
         """
         with ExitStack() as undo:
             undo.callback(self._failed_start)
+            if self.config.metrics_port is not None:  # first: a port in use refuses before we join the farm
+                from .metrics import Exporter  # prometheus_client is loaded by a node that serves metrics only
+
+                self.exporter = Exporter(self, self.config.metrics_host, self.config.metrics_port)
+                undo.callback(self.exporter.close)
             self.id = self.store.register(
                 name=self.config.name, host=socket.gethostname(), instance=self.instance, pid=os.getpid(),
                 version=__version__, capacity=self.config.capacity, allow=self.config.allow.to_json(),
@@ -170,7 +180,7 @@ class Node:
                 self.estimator.add(self.store.sample_clock(self.clock.monotonic))
             self._renewed_at = self.clock.monotonic()
             self.runner = JobRunner(self.store, self.id, self.executors, self.estimator.db_now, self._job_done,
-                                    self._room_made)
+                                    self._room_made, self.tally)
             self.runner.start()
             undo.callback(self.runner.stop)
             self._checkin()
@@ -243,6 +253,8 @@ class Node:
             self.runner.stop()
         if self.id is not None:
             self._mark_stopped()
+        if self.exporter is not None:
+            self.exporter.close()
         self.state = MachineState.STOPPED
         self.stopped.set()
 
@@ -273,6 +285,7 @@ class Node:
             try:
                 self._checkin()
             except Exception as exc:  # database down: keep trying; the watchdog fences us off
+                self.tally.renewal_failed()
                 self._lost_contact(exc)
             if self.state == MachineState.DRAINING and self.runner.count() == 0:
                 log.info("drained: no jobs left, stopping")
@@ -422,6 +435,7 @@ class Node:
         if overdue:
             stopped = [job_id for job_id in overdue if self.runner.stop_job(job_id, Outcome.LOST)]
             if stopped:
+                self.tally.fenced()
                 log.warning("no contact with the database for %.1f s: stopping %s jobs before their leases run out",
                             now - self._renewed_at, len(stopped))
             self.db_healthy = False
@@ -471,6 +485,7 @@ class Node:
         (DESIGN 3), where any machine with room takes them first (their run_at is old):
         under a backlog every turn-holder may be full for minutes."""
         self.turns_taken += 1
+        self.tally.turn(now - slot * self.config.period)
         if free <= 0 and self._settled(now):
             self.store.requeue_expired(before=now)
         self._flag_backlog(slot, free, claimed)

@@ -76,6 +76,11 @@ class NodeOptions:
         "Run command jobs whose argv[0] is exactly this. Repeatable.", flag="--allow-command", metavar="PROGRAM"))
     push: bool = field(default=True, metadata=_option(
         "On PostgreSQL, start new work as soon as it is enqueued (LISTEN/NOTIFY).", flag="--push/--no-push"))
+    metrics_port: int | None = field(default=None, metadata=_option(
+        "Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port, logged). Default: off.",
+        click.IntRange(0, 65535), metavar="PORT"))
+    metrics_host: str = field(default="127.0.0.1", metadata=_option(
+        "Address --metrics-port listens on (0.0.0.0: every interface).", metavar="HOST"))
     log_format: LogFormat = field(default=LogFormat.TEXT, metadata=_option(
         "Log as text, or as one JSON object per line (time, level, logger, machine, message, job_id) for a log "
         "store.", click.Choice(LogFormat, case_sensitive=False), to_node=False))

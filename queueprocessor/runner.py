@@ -17,6 +17,7 @@ from .executors import Executor, JobContext, JobFailed, executor_for
 from .logs import about
 from .states import Kind, Outcome
 from .store import Claimed, Ending, Store
+from .tally import Tally
 
 log = logging.getLogger("queueprocessor.runner")
 
@@ -51,6 +52,7 @@ class Running:
     begun: bool = False  # _execute has started, so a cancellation reaches its handlers
     leased_at: float = float("-inf")  # monotonic time its claim was sent: its lease runs from no earlier
     started: float = field(default=0.0)
+    began: float = 0.0  # the loop's (monotonic) time at `started`: its work's duration is measured from here
 
 
 class JobRunner:
@@ -58,15 +60,16 @@ class JobRunner:
 
     def __init__(self, store: Store, machine_id: int, executors: dict[str, Executor],
                  db_now: Callable[[], float], on_done: Callable[[str], None],
-                 on_room: Callable[[], None] = lambda: None):
+                 on_room: Callable[[], None] = lambda: None, tally: Tally | None = None):
         """`on_done(outcome)` once a job's result is written; `on_room()` as soon as its work is over,
-        before that write (see room)."""
+        before that write (see room). `tally` counts claims, durations and endings for the node's metrics."""
         self.store = store
         self.machine_id = machine_id
         self.executors = executors
         self.db_now = db_now
         self.on_done = on_done
         self.on_room = on_room
+        self.tally = tally or Tally()
         self.running: dict[int, Running] = {}
         self._writing = 0  # entries of `running` whose work is over (recording)
         self._lock = threading.Lock()
@@ -130,6 +133,7 @@ class JobRunner:
                    for job in jobs]
         with self._lock:
             self.running.update((entry.job.id, entry) for entry in entries)
+        self.tally.claimed(jobs)
         self.loop.call_soon_threadsafe(self._launch_many, entries)
 
     def stop_job(self, job_id: int, reason: str) -> bool:
@@ -165,9 +169,10 @@ class JobRunner:
     # -- on the loop ------------------------------------------------------
 
     def _launch_many(self, entries: list[Running]) -> None:
-        now = self.db_now()  # one reading for the claim's jobs: each starts now, or sleeps until its run_at
+        # One reading for the claim's jobs: each starts now, or sleeps until its run_at.
+        now, began = self.db_now(), self.loop.time()
         for entry in entries:
-            entry.started = now
+            entry.started, entry.began = now, began
             entry.task = self.loop.create_task(self._execute(entry), name=f"job-{entry.job.id}")
 
     async def _execute(self, entry: Running) -> None:
@@ -185,7 +190,7 @@ class JobRunner:
                 if job.run_at > entry.started:  # claimed early: start exactly at run_at in database time
                     await asyncio.sleep(job.run_at - entry.started)
                     self.loop.run_in_executor(None, self._mark_started, job)
-                    entry.started = self.db_now()
+                    entry.started, entry.began = self.db_now(), self.loop.time()
                 coro = executor.run(job, entry.context)
                 output = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
         except asyncio.TimeoutError:
@@ -212,6 +217,7 @@ class JobRunner:
         with self._lock:
             entry.recording = True
             self._writing += 1
+        self.tally.ran(entry.job, self.loop.time() - entry.began)
 
     def _mark_started(self, job: Claimed) -> None:
         try:
@@ -280,6 +286,7 @@ class JobRunner:
         with self._lock:
             if self.running.pop(entry.job.id, None) is not None and entry.recording:
                 self._writing -= 1
+        self.tally.ended(entry.job, outcome)
         self.on_done(outcome)
         return True
 

@@ -18,7 +18,7 @@ ACCEPTED = [
      "--allow-host", "a.internal", "--allow-host", "b.internal", "--allow-command", "true", "--no-push"],
     ["--period", "0.5", "--heartbeat", "2", "--misses", "4", "--turn-keep", "60", "--keep-jobs", "3600",
      "--http-base", "http://127.0.0.1:8080/"],
-    ["--log-format", "json"],
+    ["--log-format", "json", "--metrics-port", "9100", "--metrics-host", "0.0.0.0"],
 ]
 REFUSED = [
     ["--capacity", "0"],
@@ -33,6 +33,8 @@ REFUSED = [
     ["--heartbeat", "nan"],
     ["--http-base", "ftp://nowhere/"],
     ["--log-format", "xml"],
+    ["--metrics-port", "65536"],
+    ["--metrics-port", "-1"],
     ["--no-such-option"],
 ]
 

@@ -1,0 +1,149 @@
+"""A node's Prometheus metrics, served over HTTP when it is started with `--metrics-port`.
+
+Only a node that serves metrics imports this module, and with it prometheus_client. Nothing is instrumented on the
+node's hot path: a collector reads the node's snapshot and its tally (queueprocessor.tally) when Prometheus
+scrapes, so the metrics cost the node nothing between scrapes. Each node has a registry of its own, so several
+nodes can serve metrics from one process (the tests, the demo).
+
+Farm-wide gauges (queued jobs by queue, live machines) read the same for every machine, so exactly one machine
+exports them, and a sum over the farm counts them once: the farm's reporter, the live machine with the lowest
+id, which changes only when that machine leaves or dies. The holder of the current turn would not do: it changes
+every period, and Prometheus scrapes each machine at a moment of its own, so at any instant the latest scrapes of
+none, one or several machines would have found them holding the turn.
+"""
+
+import errno
+import logging
+import math
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
+                                    InfoMetricFamily, Metric)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from . import __version__
+from .errors import BadSetting
+from .node import one_line
+from .roster import machine_status
+from .states import JobState, MachineState
+from .tally import DEFAULT_QUEUE, Buckets
+
+log = logging.getLogger("queueprocessor.metrics")
+
+GONE = (MachineState.STOPPED, MachineState.DEAD)
+
+
+def _histogram(name: str, documentation: str, labelled: dict[tuple, Buckets], labels: list[str]) -> Metric:
+    family = HistogramMetricFamily(name, documentation, labels=labels)
+    for values, buckets in sorted(labelled.items()):
+        cumulative, total = [], 0
+        for bound, count in zip((*buckets.bounds, math.inf), buckets.counts):
+            total += count
+            cumulative.append((floatToGoString(bound), total))
+        family.add_metric(list(values), cumulative, buckets.sum)
+    return family
+
+
+def _labelled(family, counts: dict[tuple, int]):
+    for values, count in sorted(counts.items()):
+        family.add_metric(list(values), count)
+    return family
+
+
+class NodeCollector(Collector):
+    """Turns a node's state into metrics at each scrape."""
+
+    def __init__(self, node):
+        self.node = node
+
+    def collect(self) -> Iterator[Metric]:
+        node, snapshot, reading = self.node, self.node.snapshot(), self.node.tally.read()
+        if snapshot["id"] is not None:  # the endpoint is up before the node joins the farm
+            info = InfoMetricFamily("queueprocessor_machine", "This node: its machine's name and id.")
+            info.add_metric([], {"machine": snapshot["name"], "id": str(snapshot["id"]), "version": __version__})
+            yield info
+        yield _labelled(CounterMetricFamily("queueprocessor_jobs_claimed", "Jobs this node claimed.",
+                                            labels=["queue", "executor"]), reading.claimed)
+        yield _labelled(CounterMetricFamily(
+            "queueprocessor_jobs_finished", "Runs this node ended, by outcome: succeeded, failed, timeout, cancelled, "
+            "lost (lease lost, self-fenced, or handed back).", labels=["queue", "executor", "outcome"]),
+            reading.ended)
+        yield _histogram("queueprocessor_job_duration_seconds", "How long a job's work ran on this node.",
+                         reading.durations, ["queue", "executor"])
+        yield GaugeMetricFamily("queueprocessor_jobs_running", "Jobs at work on this node.",
+                                value=snapshot["running"])
+        yield GaugeMetricFamily("queueprocessor_jobs_capacity", "Jobs this node runs at once at most.",
+                                value=snapshot["capacity"])
+        yield CounterMetricFamily("queueprocessor_turns_taken", "Turns (queue polls) this node took.",
+                                  value=sum(reading.lateness.counts))
+        yield _histogram("queueprocessor_turn_lateness_seconds", "How far into its slot each turn began.",
+                         {(): reading.lateness}, [])
+        for key, name, text in (("offset", "offset", "Database clock minus this machine's clock."),
+                                ("error_bound", "error_bound", "How far off the offset may be."),
+                                ("rtt", "round_trip", "Round trip of the best clock sample.")):
+            if snapshot[key] is not None:
+                yield GaugeMetricFamily(f"queueprocessor_clock_{name}_seconds", text, value=snapshot[key])
+        yield CounterMetricFamily("queueprocessor_lease_renewals_failed",
+                                  "Check-ins (each renewing every lease held) that failed.",
+                                  value=reading.renewals_failed)
+        yield CounterMetricFamily("queueprocessor_self_fences",
+                                  "Times this node stopped its jobs because it could not renew their leases.",
+                                  value=reading.fences)
+        yield GaugeMetricFamily("queueprocessor_database_unreachable",
+                                "1 while this node cannot reach the database (it claims nothing then).",
+                                value=0 if snapshot["db_healthy"] else 1)
+        yield from self._farm(snapshot)
+
+    def _farm(self, snapshot: dict) -> Iterator[Metric]:
+        """The farm-wide gauges, from the farm's reporter only, which it finds in its heartbeat's view of the
+        machines. Nothing while the database is out of reach: a scrape must not wait on it."""
+        if snapshot["id"] is None or not snapshot["db_healthy"]:
+            return
+        now, liveness = snapshot["db_now"], self.node.liveness()
+        live = [m["id"] for m in self.node.known.machines() if machine_status(m, now, liveness) not in GONE]
+        reporter = min(live, default=None) == snapshot["id"]
+        yield GaugeMetricFamily("queueprocessor_farm_reporter",
+                                "1 on the one machine that exports the farm-wide gauges.", value=int(reporter))
+        if not reporter:
+            return
+        try:
+            queued = self.node.store.job_counts()[JobState.QUEUED]
+        except Exception as error:  # the database went away since the last check-in: the node says so itself
+            log.debug("farm gauges skipped: %s", one_line(error))
+            return
+        yield GaugeMetricFamily("queueprocessor_farm_machines_live", "Machines alive in the farm.", value=len(live))
+        family = GaugeMetricFamily("queueprocessor_farm_jobs_queued", "Jobs waiting in the farm's queues.",
+                                   labels=["queue"])
+        family.add_metric([DEFAULT_QUEUE], queued)
+        yield family
+
+
+class Exporter:
+    """The HTTP endpoint serving one node's metrics, on a thread named qp-metrics."""
+
+    def __init__(self, node, host: str, port: int):
+        """Listen on host:port (0: any free port); BadSetting if that cannot be done."""
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(NodeCollector(node))
+        ProcessCollector(registry=self.registry)
+        try:
+            self.server, self.thread = start_http_server(port, host, self.registry)
+        except OSError as error:  # in use, not an address of this machine, a privileged port
+            reason = "the port is in use" if error.errno == errno.EADDRINUSE else error.strerror or str(error)
+            raise BadSetting("cannot serve metrics on {host} port {value}: {reason}; choose another {0} or {1}",
+                             "metrics_port", "metrics_host", value=port, host=host, reason=reason) from None
+        self.thread.name = "qp-metrics"
+        self.host = host
+        log.info("serving metrics at %s", self.url)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.server.server_port}/metrics"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
