@@ -164,12 +164,13 @@ class Node:
         machine row is marked stopped, so nothing is left running or claiming to
         be active. The node is then stopped for good; a retry makes a new one.
         """
+        if self.config.metrics_port is not None:  # first: a port refused leaves nothing to undo, nothing joined
+            from .metrics import Exporter  # prometheus_client is loaded by a node that serves metrics only
+
+            self.exporter = Exporter(self, self.config.metrics_host, self.config.metrics_port)
         with ExitStack() as undo:
             undo.callback(self._failed_start)
-            if self.config.metrics_port is not None:  # first: a port in use refuses before we join the farm
-                from .metrics import Exporter  # prometheus_client is loaded by a node that serves metrics only
-
-                self.exporter = Exporter(self, self.config.metrics_host, self.config.metrics_port)
+            if self.exporter is not None:
                 undo.callback(self.exporter.close)
             self.id = self.store.register(
                 name=self.config.name, host=socket.gethostname(), instance=self.instance, pid=os.getpid(),

@@ -12,11 +12,13 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import exc
 
 from queueprocessor.farm import Farm
 from tests.support.pyjobs import SEEN
 from tests.support.tcpproxy import TcpProxy
 from tests.support.work import FAST, PYJOBS, ROOT, Nodes, wait_for
+from tests.test_node_threads import REFUSE_CHECKIN, install
 
 
 def scrape(url: str) -> dict[tuple, float]:
@@ -121,6 +123,16 @@ def test_a_node_cut_off_from_the_database_counts_failed_renewals_a_self_fence_an
             wait_for(lambda: value(scrape(node.exporter.url), "queueprocessor_database_unreachable") == 0)
         finally:
             nodes.stop_all()
+
+
+def test_a_start_that_fails_after_the_endpoint_opened_closes_it(tmp_path):
+    with Farm(f"sqlite:///{tmp_path / 'farm.db'}") as farm:
+        install(farm, REFUSE_CHECKIN["sqlite"])
+        node = farm.node(name="doomed", metrics_port=0, **FAST)
+        with pytest.raises(exc.DatabaseError, match="check-in refused by the test"):
+            node.start()
+    with pytest.raises(OSError):  # and its thread is gone (the suite's no_leaked_threads fixture checks)
+        scrape(node.exporter.url)
 
 
 def free_port() -> int:
