@@ -26,6 +26,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from queueprocessor.clock import SystemClock  # noqa: E402
 from queueprocessor.demo import feed, start_web_server  # noqa: E402
 from queueprocessor.farm import Farm, work_spec  # noqa: E402
+from queueprocessor.states import JobState, Outcome, Wish  # noqa: E402
 from ui.app import make_app  # noqa: E402
 from ui.mainwindow import MainWindow  # noqa: E402
 
@@ -54,7 +55,7 @@ def crash(node) -> None:
     node._stop.set()
     for thread in node._threads:
         thread.join(5)
-    node.runner.stop_all("lost")
+    node.runner.stop_all(Outcome.LOST)
     node.runner.stop()
 
 
@@ -97,14 +98,14 @@ def main() -> None:
     window.show()
     try:
         pump(args.warmup)
-        farm.steer("batch-02", "pause")
+        farm.steer("batch-02", Wish.PAUSE)
         crash(nodes.pop("old-box"))
         pump(6.0)
 
         window.tabs.setCurrentWidget(window.peers_view)
         shoot(window, out, "peers-light")
         window.tabs.setCurrentWidget(window.jobs)
-        retried = [j for j in window.snap["jobs"] if j["attempts"] > 1 and j["state"] != "running"]
+        retried = [j for j in window.snap.jobs if j["attempts"] > 1 and j["state"] != JobState.RUNNING]
         if retried:
             window.jobs.select(retried[0]["id"])
             pump(1.0)

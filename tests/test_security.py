@@ -423,8 +423,8 @@ def test_the_watch_only_app_cannot_change_anything(pg_url, app, qtbot):  # noqa:
     window.show()
     try:
         qtbot.waitUntil(lambda: window.snap is not None and bool(window.snap.machines), timeout=30_000)
-        writers = [window.act_enqueue, window.act_retry, window.act_cancel, window.act_pause, window.act_resume,
-                   window.act_drain]
+        writers = [window.act.enqueue, window.act.retry, window.act.cancel, window.act.pause, window.act.resume,
+                   window.act.drain]
         window.tabs.setCurrentWidget(window.jobs)
         qtbot.waitUntil(lambda: window.jobs.table.model().rowCount() > 0, timeout=30_000)
         for row in range(window.jobs.table.model().rowCount()):  # a failed and a queued job: retry, cancel

@@ -103,7 +103,7 @@ deadline = time.monotonic() + 30
 while time.monotonic() < deadline and not (window.snap and window.snap.node):
     app.processEvents()
     time.sleep(0.02)
-icons = all(not action.icon().isNull() for action in (window.act_pause, window.act_drain, window.act_follow))
+icons = all(not action.icon().isNull() for action in (window.act.pause, window.act.drain, window.act.follow))
 print(Path(ui.__file__).parent, theme.RESOURCES, window.snap.node["state"], icons, len(app.styleSheet()) > 1000)
 window.close()
 while window.isVisible():

@@ -229,32 +229,32 @@ def test_pause_resume_and_drain_from_the_app_steer_the_node(farm, peers, http_ta
 
     # This machine's own node, through the Node menu's actions (the panel's buttons and shortcuts). Their
     # labels and tips say "this machine": the Schedules tab has Pause and Resume buttons of its own.
-    for action in (window.act_pause, window.act_resume, window.act_drain, window.act_start):
+    for action in (window.act.pause, window.act.resume, window.act.drain, window.act.start):
         assert "This Machine" in action.text() and "this machine" in action.toolTip(), action.text()
-    assert window.act_pause.shortcut().toString() == "Ctrl+Shift+P"
-    qtbot.waitUntil(window.act_pause.isEnabled, timeout=WAIT)
-    window.act_pause.trigger()
+    assert window.act.pause.shortcut().toString() == "Ctrl+Shift+P"
+    qtbot.waitUntil(window.act.pause.isEnabled, timeout=WAIT)
+    window.act.pause.trigger()
     qtbot.waitUntil(lambda: _own_node(window).state == "paused" and window.node_panel.badge.text() == "paused",
                     timeout=WAIT)
-    assert window.act_resume.isEnabled() and not window.act_pause.isEnabled()
-    window.act_resume.trigger()
+    assert window.act.resume.isEnabled() and not window.act.pause.isEnabled()
+    window.act.resume.trigger()
     qtbot.waitUntil(lambda: _own_node(window).state == "active", timeout=WAIT)
-    assert not window.act_start.isEnabled()
-    window.act_drain.trigger()
+    assert not window.act.start.isEnabled()
+    window.act.drain.trigger()
     _answer_drain(window, qtbot, QMessageBox.StandardButton.Yes)
     qtbot.waitUntil(lambda: _own_node(window).stopped.is_set(), timeout=WAIT)
     drained = window.connection.node_id
 
     # Drained, this machine's node starts again without restarting the app: it rejoins as a new machine row.
-    qtbot.waitUntil(window.act_start.isEnabled, timeout=WAIT)
-    window.act_start.trigger()
+    qtbot.waitUntil(window.act.start.isEnabled, timeout=WAIT)
+    window.act.start.trigger()
     qtbot.waitUntil(lambda: window.connection.node_id != drained and window.node_panel.badge.text() == "active"
                     and any(m["id"] == window.connection.node_id and m["status"] == "active"
                             for m in window.snap.machines),
                     timeout=WAIT)
     assert farm.store.find_machine(str(drained))["state"] == "stopped"
     assert farm.store.find_machine(str(window.connection.node_id))["state"] == "active"
-    assert not window.act_start.isEnabled() and window.act_pause.isEnabled()
+    assert not window.act.start.isEnabled() and window.act.pause.isEnabled()
 
 
 def _enqueue(window, qtbot, path, **fields):
@@ -290,8 +290,8 @@ def test_enqueue_retry_and_cancel_work_end_to_end(farm, http_target, open_window
     _select(window, qtbot, failing, "failed")
     qtbot.waitUntil(lambda: window.jobs.details.title.text().startswith(f"Job {failing} ")
                     and window.jobs.details.attempts.rowCount() == 1, timeout=WAIT)
-    qtbot.waitUntil(window.act_retry.isEnabled, timeout=WAIT)
-    window.act_retry.trigger()
+    qtbot.waitUntil(window.act.retry.isEnabled, timeout=WAIT)
+    window.act.retry.trigger()
     qtbot.waitUntil(lambda: len(farm.store.list_runs(job_id=failing)) == 2
                     and farm.store.get_job(failing)["state"] == "failed", timeout=WAIT)
     assert len(http_target.requests("/fail")) == 2
@@ -301,8 +301,8 @@ def test_enqueue_retry_and_cancel_work_end_to_end(farm, http_target, open_window
 
     later = _enqueue(window, qtbot, "/ok", delay=600)
     _select(window, qtbot, later, "queued")
-    qtbot.waitUntil(window.act_cancel.isEnabled, timeout=WAIT)
-    window.act_cancel.trigger()
+    qtbot.waitUntil(window.act.cancel.isEnabled, timeout=WAIT)
+    window.act.cancel.trigger()
     qtbot.waitUntil(lambda: farm.store.get_job(later)["state"] == "cancelled"
                     and window.last_result == (f"Cancel job {later}", True, "cancelled"), timeout=WAIT)
 
@@ -455,11 +455,11 @@ def test_end_follows_now_in_the_plots_and_goes_to_the_last_row_in_a_table(farm, 
     plot = window.timeline.plot
     plot.setFocus()
     QTest.keyClick(plot, Qt.Key.Key_End)
-    assert window.timeline.follow and window.act_follow.isChecked()
+    assert window.timeline.follow and window.act.follow.isChecked()
     QTest.keyClick(plot, Qt.Key.Key_End)  # not a toggle: pressed while following, it keeps following
-    assert window.timeline.follow and window.act_follow.isChecked()
-    window.act_follow.trigger()
-    assert window.timeline.follow and window.act_follow.isChecked()
+    assert window.timeline.follow and window.act.follow.isChecked()
+    window.act.follow.trigger()
+    assert window.timeline.follow and window.act.follow.isChecked()
 
 
 def test_the_tab_columns_and_sort_order_outlive_the_window(farm, open_window, qtbot):

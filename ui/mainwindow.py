@@ -14,7 +14,7 @@ import logging
 import time
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QApplication, QDockWidget, QMainWindow, QMenu, QSplitter, QTabWidget, QVBoxLayout,
                                QWidget)
 
@@ -22,6 +22,7 @@ from queueprocessor.database import mask
 from queueprocessor.states import JobState, MachineState, Wish
 
 from . import text, theme
+from .actions import Actions
 from .commands import Commands
 from .connection import Connection, State
 from .dialogs import DatabaseDialog, EnqueueDialog, about, confirm, needs_password, without_password
@@ -69,9 +70,12 @@ class MainWindow(QMainWindow):
         self.setObjectName("QueueProcessorMain")
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks)
 
-        self._make_actions()
+        self.act = Actions(self)
+        self._wire_actions()
         self._make_views()
-        self._make_menus()
+        scheme = QApplication.instance().findChild(theme.Theme).choice
+        self.recent_menu = self.act.show_in(self, self.node_dock.toggleViewAction(), scheme, self.set_scheme)
+        self.recent_menu.aboutToShow.connect(self._fill_recent)
         self.status = StatusLine(self.statusBar())
         self._restore()
 
@@ -87,70 +91,30 @@ class MainWindow(QMainWindow):
         self.connection.opened.connect(self._opened)
         self.connection.snapshot.connect(self.show_snapshot)
         self.connection.done.connect(self._action_done)
-        self.connection.set_query(keep_gone=1e12 if self.act_gone.isChecked() else 600.0)
+        self.connection.set_query(keep_gone=1e12 if self.act.gone.isChecked() else 600.0)
         self._sync_window()
         self.connection.open(url)
         QApplication.instance().findChild(theme.Theme).changed.connect(self.restyle)
 
     # -- building -----------------------------------------------------------
 
-    def _action(self, name, label, icon=None, shortcut=None, tip="", slot=None, checkable=False) -> QAction:
-        action = QAction(label, self)
-        action.setObjectName(name)
-        if icon:
-            action.setIcon(theme.icon(icon))
-            action.setData(icon)  # restyle() redraws the icon in the new scheme's colours
-        if shortcut:
-            action.setShortcut(QKeySequence(shortcut))
-            tip = f"{tip} ({action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)})"
-        action.setToolTip(tip)
-        action.setStatusTip(tip)
-        action.setCheckable(checkable)
-        if slot:
-            action.triggered.connect(slot)
-        self.addAction(action)
-        return action
-
-    def _make_actions(self) -> None:
-        a = self._action
-        self.act_open = a("open", "&Open Database…", "database", QKeySequence.StandardKey.Open,
-                          "Watch another farm database", lambda: self.choose_database())
-        self.act_quit = a("quit", "&Quit", "quit", QKeySequence.StandardKey.Quit,
-                          "Stop this machine's node and quit", self.close)
-        self.act_enqueue = a("enqueue", "&Enqueue Job…", "enqueue", "Ctrl+N", "Add an HTTP job to the queue",
-                             self.enqueue)
-        self.act_retry = a("retry", "&Retry Job", "retry", "Ctrl+R", "Queue the selected failed or cancelled job "
-                           "again", self.retry)
-        self.act_cancel = a("cancel", "&Cancel Job", "cancel", "Ctrl+Del", "Cancel the selected queued job, or stop "
-                            "it if it is running", self.cancel)
-        # "this machine" in every label: the Schedules tab has Pause and Resume buttons of its own.
-        self.act_pause = a("pause", "&Pause This Machine", "pause", "Ctrl+Shift+P", "Pause this machine: take "
-                           "its node out of the turns; it keeps its running jobs",
-                           lambda: self.steer(self.connection.node_id, Wish.PAUSE))
-        self.act_resume = a("resume", "Res&ume This Machine", "resume", "Ctrl+Shift+R", "Resume this machine: put "
-                            "its node back into the turns", lambda: self.steer(self.connection.node_id, Wish.RESUME))
-        self.act_drain = a("drain", "&Drain This Machine…", "drain", "Ctrl+Shift+D", "Drain this machine: its node "
-                           "finishes its running jobs, takes no new ones, then stops (asks first)",
-                           lambda: self.drain(self.connection.node_id))
-        self.act_start = a("start", "&Start This Machine", "resume", None, "Start this machine's node again after "
-                           "it stopped: it rejoins the turns", self.connection.start_node)
-        # End: only while a plot has the focus, so End in a table still goes to its last row.
-        self.act_follow = a("follow", "&Follow Now", "follow", "End", "Jump to database time and keep the plots "
-                            "scrolling with it; drag or zoom a plot to look back", self.follow_now, checkable=True)
-        self.removeAction(self.act_follow)
-        self.act_follow.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        self.act_follow.setChecked(True)
-        self.act_refresh = a("refresh", "Re&fresh", "refresh", QKeySequence.StandardKey.Refresh,
-                             "Read the database now", self.connection.refresh)
-        self.act_gone = a("gone", "Show &Long-Gone Machines", None, None,
-                          "Also list machines that stopped or died more than ten minutes ago",
-                          self._gone_toggled, checkable=True)
-        self.act_about = a("about", "&About QueueProcessor", "about", None, "Version and licence",
-                           lambda: about(self, self.connection.url))
-        for action in (self.act_pause, self.act_resume, self.act_drain, self.act_start, self.act_retry,
-                       self.act_cancel):
-            action.setEnabled(False)
-        self.act_enqueue.setEnabled(not self.watch_only)
+    def _wire_actions(self) -> None:
+        """What each action does."""
+        act = self.act
+        act.open.triggered.connect(lambda: self.choose_database())
+        act.quit.triggered.connect(self.close)
+        act.enqueue.triggered.connect(self.enqueue)
+        act.retry.triggered.connect(self.retry)
+        act.cancel.triggered.connect(self.cancel)
+        act.pause.triggered.connect(lambda: self.steer(self.connection.node_id, Wish.PAUSE))
+        act.resume.triggered.connect(lambda: self.steer(self.connection.node_id, Wish.RESUME))
+        act.drain.triggered.connect(lambda: self.drain(self.connection.node_id))
+        act.start.triggered.connect(self.connection.start_node)
+        act.follow.triggered.connect(self.follow_now)
+        act.refresh.triggered.connect(self.connection.refresh)
+        act.gone.triggered.connect(self._gone_toggled)
+        act.about.triggered.connect(lambda: about(self, self.connection.url))
+        act.enqueue.setEnabled(not self.watch_only)
 
     @property
     def watch_only(self) -> bool:
@@ -160,7 +124,7 @@ class MainWindow(QMainWindow):
 
     def _make_views(self) -> None:
         self.timeline = SlotsTimeline()
-        self.timeline.follow_changed.connect(self.act_follow.setChecked)
+        self.timeline.follow_changed.connect(self.act.follow.setChecked)
         self.peers = PeersModel(self)
         self.peers_view = table(self.peers)
         self.peers_view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
@@ -171,7 +135,7 @@ class MainWindow(QMainWindow):
         self.jobs.gantt.plot.setXLink(self.timeline.plot)
         self.jobs.gantt.manually_moved.connect(lambda: self.timeline.set_follow(False))
         for plot in (self.timeline, self.jobs.gantt):
-            plot.addAction(self.act_follow)
+            plot.addAction(self.act.follow)
         self.jobs.job_selected.connect(self._job_selected)
         self.jobs.state_filter_changed.connect(lambda state: self._query(jobs_state=state))
         self.jobs.text_filter_changed.connect(lambda text: self._query(jobs_text=text))
@@ -202,7 +166,7 @@ class MainWindow(QMainWindow):
         box.addWidget(self.split)
         self.setCentralWidget(central)
 
-        self.node_panel = NodePanel([self.act_pause, self.act_resume, self.act_drain, self.act_start])
+        self.node_panel = NodePanel(self.act.node)
         self.node_dock = QDockWidget("This machine", self)
         self.node_dock.setObjectName("nodeDock")
         self.node_dock.setWidget(self.node_panel)
@@ -230,45 +194,6 @@ class MainWindow(QMainWindow):
             ("actions", self._update_actions),
         )
 
-    def _make_menus(self) -> None:
-        bar = self.menuBar()
-        file = bar.addMenu("&File")
-        file.addAction(self.act_open)
-        self.recent_menu = file.addMenu("Open &Recent")
-        self.recent_menu.aboutToShow.connect(self._fill_recent)
-        file.addSeparator()
-        file.addAction(self.act_quit)
-        jobs = bar.addMenu("&Jobs")
-        for action in (self.act_enqueue, self.act_retry, self.act_cancel):
-            jobs.addAction(action)
-        node = bar.addMenu("&Node")
-        for action in (self.act_pause, self.act_resume, self.act_drain, self.act_start):
-            node.addAction(action)
-        view = bar.addMenu("&View")
-        view.addAction(self.act_follow)
-        view.addAction(self.act_refresh)
-        view.addAction(self.act_gone)
-        view.addAction(self.node_dock.toggleViewAction())
-        schemes = view.addMenu("&Appearance")
-        group = QActionGroup(self)
-        current = QApplication.instance().findChild(theme.Theme).choice
-        for choice, label in (("auto", "Follow the &System"), ("light", "&Light"), ("dark", "&Dark")):
-            action = schemes.addAction(label)
-            action.setCheckable(True)
-            action.setChecked(choice == current)
-            action.triggered.connect(lambda _=False, c=choice: self.set_scheme(c))
-            group.addAction(action)
-        bar.addMenu("&Help").addAction(self.act_about)
-
-        tools = self.addToolBar("Main")
-        tools.setObjectName("mainToolBar")
-        tools.setMovable(False)
-        tools.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        for action in (self.act_enqueue, self.act_retry, self.act_cancel, None, self.act_pause, self.act_resume,
-                       self.act_drain, None, self.act_follow, self.act_refresh):
-            tools.addSeparator() if action is None else tools.addAction(action)
-        self.toolbar = tools
-
     # -- settings -------------------------------------------------------------
 
     def _restore(self) -> None:
@@ -285,7 +210,7 @@ class MainWindow(QMainWindow):
             self.split.restoreState(split)
         else:
             self.split.setSizes([290, 560])
-        self.act_gone.setChecked(self.settings.value("view/gone", False, type=bool))
+        self.act.gone.setChecked(self.settings.value("view/gone", False, type=bool))
         self.tabs.setCurrentIndex(self.settings.value("view/tab", 0, type=int))
         for key, view in self._tables().items():
             header = self.settings.value(f"columns/{key}")
@@ -302,7 +227,7 @@ class MainWindow(QMainWindow):
         self.settings.setValue("window/geometry", self.saveGeometry())
         self.settings.setValue("window/state", self.saveState())
         self.settings.setValue("window/split", self.split.saveState())
-        self.settings.setValue("view/gone", self.act_gone.isChecked())
+        self.settings.setValue("view/gone", self.act.gone.isChecked())
         self.settings.setValue("view/tab", self.tabs.currentIndex())
         for key, view in self._tables().items():
             self.settings.setValue(f"columns/{key}", view.horizontalHeader().saveState())
@@ -416,14 +341,14 @@ class MainWindow(QMainWindow):
     def _update_actions(self) -> None:
         node = self.snap.node if self.snap else None
         state = node["state"] if node else None
-        self.act_pause.setEnabled(state == MachineState.ACTIVE)
-        self.act_resume.setEnabled(state == MachineState.PAUSED)
-        self.act_drain.setEnabled(state in (MachineState.ACTIVE, MachineState.PAUSED))
-        self.act_start.setEnabled(state == MachineState.STOPPED and self.connection.live)
+        self.act.pause.setEnabled(state == MachineState.ACTIVE)
+        self.act.resume.setEnabled(state == MachineState.PAUSED)
+        self.act.drain.setEnabled(state in (MachineState.ACTIVE, MachineState.PAUSED))
+        self.act.start.setEnabled(state == MachineState.STOPPED and self.connection.live)
         job = self.jobs.selected_job() if self.tabs.currentWidget() is self.jobs else None
         writable = bool(job) and not self.watch_only
-        self.act_retry.setEnabled(writable and job["state"] in (JobState.FAILED, JobState.CANCELLED))
-        self.act_cancel.setEnabled(writable and job["state"] in (JobState.QUEUED, JobState.RUNNING))
+        self.act.retry.setEnabled(writable and job["state"] in (JobState.FAILED, JobState.CANCELLED))
+        self.act.cancel.setEnabled(writable and job["state"] in (JobState.QUEUED, JobState.RUNNING))
 
     def restyle(self) -> None:
         for action in self.findChildren(QAction):
@@ -500,7 +425,7 @@ class MainWindow(QMainWindow):
 
     def follow_now(self) -> None:
         """Jump to now and follow; pressed while following, it keeps following (it is not a toggle)."""
-        self.act_follow.setChecked(True)
+        self.act.follow.setChecked(True)
         self.timeline.set_follow(True)
 
     def _gone_toggled(self, on: bool) -> None:

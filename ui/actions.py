@@ -1,0 +1,105 @@
+"""The window's actions (menu items, toolbar buttons, shortcuts) and the menus and toolbar that show them.
+
+Each action is made once here, with its words, icon, shortcut and tip; the
+window connects what it does and when it is enabled. "This machine" is in the
+node actions' labels because the Schedules tab has Pause and Resume buttons of
+its own.
+"""
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
+from PySide6.QtWidgets import QMainWindow, QMenu
+
+from . import theme
+
+SCHEMES = (("auto", "Follow the &System"), ("light", "&Light"), ("dark", "&Dark"))
+
+
+def _action(window: QMainWindow, name: str, label: str, icon: str | None, shortcut, tip: str,
+            checkable: bool = False) -> QAction:
+    action = QAction(label, window)
+    action.setObjectName(name)
+    if icon:
+        action.setIcon(theme.icon(icon))
+        action.setData(icon)  # the window's restyle() redraws the icon in the new scheme's colours
+    if shortcut:
+        action.setShortcut(QKeySequence(shortcut))
+        tip = f"{tip} ({action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)})"
+    action.setToolTip(tip)
+    action.setStatusTip(tip)
+    action.setCheckable(checkable)
+    window.addAction(action)
+    return action
+
+
+class Actions:
+    def __init__(self, window: QMainWindow):
+        def a(*args, **kwargs):
+            return _action(window, *args, **kwargs)
+
+        self.open = a("open", "&Open Database…", "database", QKeySequence.StandardKey.Open,
+                      "Watch another farm database")
+        self.quit = a("quit", "&Quit", "quit", QKeySequence.StandardKey.Quit, "Stop this machine's node and quit")
+        self.enqueue = a("enqueue", "&Enqueue Job…", "enqueue", "Ctrl+N", "Add an HTTP job to the queue")
+        self.retry = a("retry", "&Retry Job", "retry", "Ctrl+R", "Queue the selected failed or cancelled job again")
+        self.cancel = a("cancel", "&Cancel Job", "cancel", "Ctrl+Del", "Cancel the selected queued job, or stop it "
+                        "if it is running")
+        self.pause = a("pause", "&Pause This Machine", "pause", "Ctrl+Shift+P", "Pause this machine: take its node "
+                       "out of the turns; it keeps its running jobs")
+        self.resume = a("resume", "Res&ume This Machine", "resume", "Ctrl+Shift+R", "Resume this machine: put its "
+                        "node back into the turns")
+        self.drain = a("drain", "&Drain This Machine…", "drain", "Ctrl+Shift+D", "Drain this machine: its node "
+                       "finishes its running jobs, takes no new ones, then stops (asks first)")
+        self.start = a("start", "&Start This Machine", "resume", None, "Start this machine's node again after it "
+                       "stopped: it rejoins the turns")
+        self.follow = a("follow", "&Follow Now", "follow", "End", "Jump to database time and keep the plots "
+                        "scrolling with it; drag or zoom a plot to look back", checkable=True)
+        # End: only while a plot has the focus (the plots add the action), so End in a table still goes to its
+        # last row.
+        window.removeAction(self.follow)
+        self.follow.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.follow.setChecked(True)
+        self.refresh = a("refresh", "Re&fresh", "refresh", QKeySequence.StandardKey.Refresh, "Read the database now")
+        self.gone = a("gone", "Show &Long-Gone Machines", None, None,
+                      "Also list machines that stopped or died more than ten minutes ago", checkable=True)
+        self.about = a("about", "&About QueueProcessor", "about", None, "Version and licence")
+        for action in (*self.node, self.retry, self.cancel):
+            action.setEnabled(False)
+
+    @property
+    def node(self) -> list[QAction]:
+        """This machine's node: Pause, Resume, Drain, Start (the node panel's buttons too)."""
+        return [self.pause, self.resume, self.drain, self.start]
+
+    def show_in(self, window: QMainWindow, dock: QAction, scheme: str, choose_scheme) -> QMenu:
+        """Put the actions in the window's menus and toolbar, with `dock` (show the node panel) and the colour
+        schemes (`scheme` checked; `choose_scheme(choice)` on a pick). Returns the Open Recent menu, which the
+        window fills when it opens."""
+        bar = window.menuBar()
+        file = bar.addMenu("&File")
+        file.addAction(self.open)
+        recent = file.addMenu("Open &Recent")
+        file.addSeparator()
+        file.addAction(self.quit)
+        bar.addMenu("&Jobs").addActions([self.enqueue, self.retry, self.cancel])
+        bar.addMenu("&Node").addActions(self.node)
+        view = bar.addMenu("&View")
+        view.addActions([self.follow, self.refresh, self.gone, dock])
+        schemes = view.addMenu("&Appearance")
+        group = QActionGroup(window)
+        for choice, label in SCHEMES:
+            action = schemes.addAction(label)
+            action.setCheckable(True)
+            action.setChecked(choice == scheme)
+            action.triggered.connect(lambda _=False, c=choice: choose_scheme(c))
+            group.addAction(action)
+        bar.addMenu("&Help").addAction(self.about)
+
+        tools = window.addToolBar("Main")
+        tools.setObjectName("mainToolBar")
+        tools.setMovable(False)
+        tools.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        for action in (self.enqueue, self.retry, self.cancel, None, self.pause, self.resume, self.drain, None,
+                       self.follow, self.refresh):
+            tools.addSeparator() if action is None else tools.addAction(action)
+        return recent
