@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import tomllib
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime
 
 import click
@@ -26,6 +26,7 @@ from .farm import Farm, work_spec
 from .grabs import AlreadyTaken, grab_key
 from .nodeoptions import NodeCommand, NodeOptions, Seconds, flag_of, node_options
 from .output import format_time, machine_label, print_json, print_table
+from .queues import DEFAULT, UNCHANGED, OnFailure, check_name
 from .schedules import Recurrence
 from .states import JobState, Wish
 
@@ -203,6 +204,10 @@ def _work_options(command):
         click.option("--priority", type=int, default=0, help="Higher runs first."),
         click.option("--max-attempts", type=click.IntRange(min=1), default=3),
         click.option("--timeout", type=Seconds(min=0, min_open=True), help="Seconds before a run is stopped."),
+        click.option("--queue", default=DEFAULT, metavar="NAME", help="The queue it waits in; only machines serving "
+                                                                      "it run it (node --queues)."),
+        click.option("--order-key", metavar="KEY", help="Jobs with the same key in one queue run one at a time, in "
+                                                        "the order they were enqueued."),
     )):
         command = option(command)
     return command
@@ -221,14 +226,14 @@ def _when_options(command):
     return command
 
 
-def _spec(executor: str, words, *, method, payload, priority, max_attempts, timeout):
+def _spec(executor: str, words, *, method, payload, priority, max_attempts, timeout, queue, order_key):
     """A JobSpec from `EXECUTOR TARGET...` on the command line."""
     if executor != "command" and len(words) != 1:
         example = "/reports/run" if executor == "http" else "myapp.jobs:report"
         raise click.UsageError(f"{executor} work takes one target, e.g. {example} (got {len(words)})")
     target = json.dumps(list(words)) if executor == "command" else words[0]
     return work_spec(executor, target, method=method, payload=payload, priority=priority, max_attempts=max_attempts,
-                     timeout=timeout)
+                     timeout=timeout, queue=queue, order_key=order_key)
 
 
 def _enqueue(ctx: Context, spec, *, delay, at, count, key, instance) -> None:
@@ -240,6 +245,13 @@ def _enqueue(ctx: Context, spec, *, delay, at, count, key, instance) -> None:
         spec = replace(spec, key=grab_key(key, instance) if instance is not None else key)
     ids = ctx.farm.enqueue(spec, delay=delay, at=_parse_time(at), count=count)
     click.echo(f"enqueued job {ids[0]}" if len(ids) == 1 else f"enqueued {len(ids)} jobs ({ids[0]}..{ids[-1]})")
+    _warn_unserved(ctx, spec.queue)
+
+
+def _warn_unserved(ctx: Context, queue: str) -> None:
+    if not ctx.farm.serving(queue):
+        click.echo(f"warning: no live machine serves queue {queue!r} yet: its jobs wait until one does "
+                   "(node --queues)", err=True)
 
 
 @enqueue.command("http")
@@ -437,8 +449,8 @@ def status(ctx: Context, as_json: bool) -> None:
         return print_json(report)
     click.echo(f"database {report['database']}  now {format_time(report['db_now'])}")
     print_table(
-        ["id", "name", "host", "status", "offset", "±", "rtt", "seen", "cap", "run", "done", "fail"],
-        [[m["id"], m["name"], m["host"], m["status"],
+        ["id", "name", "host", "status", "queues", "offset", "±", "rtt", "seen", "cap", "run", "done", "fail"],
+        [[m["id"], m["name"], m["host"], m["status"], ",".join(m["queues"]) or "all",
           _ms(m["clock_offset"], signed=True), _ms(m["error_bound"]), _ms(m["rtt"]),
           f"{report['db_now'] - m['last_seen']:.1f}s ago", m["capacity"], m["running"], m["done_count"],
           m["failed_count"]] for m in report["machines"]],
@@ -509,6 +521,76 @@ def turns(ctx: Context, since: float, as_json: bool) -> None:
     print_table(["slot", "machine", "taken at", "claimed", "backlog"],
                 [[t["slot"], machine_label(t["machine_name"], t["machine_id"]), format_time(t["taken_at"]),
                   t["claimed"], "yes" if t["backlog"] else ""] for t in rows])
+
+
+class QueueName(click.ParamType):
+    """A queue name, checked as the API checks it, refused in click's words for an argument."""
+
+    name = "queue name"
+
+    def convert(self, value, param, ctx):
+        try:
+            return check_name(value)
+        except QPError as error:
+            self.fail(error.say(lambda _input: "name"), param, ctx)
+
+
+@cli.group()
+def queue() -> None:
+    """Named queues: pause, resume, limit, rate and ordering policy, farm-wide."""
+
+
+@queue.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def queue_list(ctx: Context, as_json: bool) -> None:
+    """Every queue: waiting, running, limit, rate, order keys waiting, paused, the machines serving it."""
+    infos = ctx.reader.queues()
+    if as_json:
+        return print_json({"queues": [asdict(q) | {"rate": q.rate and str(q.rate)} for q in infos]})
+    print_table(["queue", "waiting", "running", "limit", "rate", "keys waiting", "state", "on failure", "serving"],
+                [[q.name, q.waiting, q.running, q.limit or "-", q.rate or "-", q.order_keys_waiting,
+                  "paused" if q.paused else "active", q.on_failure, ", ".join(q.serving) or "NOBODY"] for q in infos])
+
+
+def _queue_switch(word: str, text: str, said: str):
+    @queue.command(word, help=text)
+    @click.argument("name", type=QueueName())
+    @pass_ctx
+    def command(ctx: Context, name: str) -> None:
+        getattr(ctx.farm, f"{word}_queue")(name)
+        click.echo(f"queue {name} {said}")
+
+    return command
+
+
+_queue_switch("pause", "Start no more jobs of queue NAME anywhere (running ones finish) until resumed.",
+              "paused: no new job of it starts from the next claim on; running ones finish")
+_queue_switch("resume", "Let a paused queue's jobs start again.", "resumed")
+
+
+@queue.command("set")
+@click.argument("name", type=QueueName())
+@click.option("--limit", type=int, help="At most N of its jobs running at once across the farm.")
+@click.option("--no-limit", is_flag=True, help="Remove the limit.")
+@click.option("--rate", metavar="N/UNIT", help="At most N starts per s, min or h across the farm, e.g. 10/s.")
+@click.option("--no-rate", is_flag=True, help="Remove the rate.")
+@click.option("--on-failure", type=click.Choice([p.value for p in OnFailure]),
+              help="A job of an order key that failed for good: block the key's later jobs until it is retried or "
+                   "cancelled, or skip it.")
+@pass_ctx
+def queue_set(ctx: Context, name, limit, no_limit, rate, no_rate, on_failure) -> None:
+    """Change queue NAME's farm-wide limit, rate or ordering policy (the rest stays as it is)."""
+    for given, removed, option in ((limit, no_limit, "limit"), (rate, no_rate, "rate")):
+        if given is not None and removed:
+            raise click.UsageError(f"give --{option} or --no-{option}, not both")
+    if limit is None and rate is None and on_failure is None and not (no_limit or no_rate):
+        raise click.UsageError("nothing to change: give --limit, --rate, --on-failure, --no-limit or --no-rate")
+    ctx.farm.set_queue(name, limit=None if no_limit else UNCHANGED if limit is None else limit,
+                       rate=None if no_rate else UNCHANGED if rate is None else rate,
+                       on_failure=UNCHANGED if on_failure is None else OnFailure(on_failure))
+    [info] = [q for q in ctx.farm.queues() if q.name == name]
+    click.echo(f"queue {name}: limit {info.limit or 'none'}, rate {info.rate or 'none'}, on failure {info.on_failure}")
 
 
 def _wish_command(wish: str, text: str):
@@ -592,7 +674,7 @@ _show_envvars(cli)
 
 # Where to look for what was not found (errors.NotFound.what).
 SEE = {"job": "see `queueprocessor jobs`", "machine": "see `queueprocessor status`",
-       "schedule": "see `queueprocessor schedule list`", "singleton": "see `queueprocessor singleton list`",
+       "schedule": "see `queueprocessor schedule list`", "queue": "see `queueprocessor queue list`", "singleton": "see `queueprocessor singleton list`",
        "farm": "or run `queueprocessor init-db`"}
 
 

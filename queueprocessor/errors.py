@@ -75,6 +75,10 @@ class BadJobInput(InputError, InvalidJob):
     """An option of a job or schedule is refused (see InputError for its fields)."""
 
 
+class BadQueueInput(InputError):
+    """A queue name, order key, limit, rate or served-queue list is refused (see InputError for its fields)."""
+
+
 class BadSetting(InputError, ConfigError):
     """A node's or the farm's setting is refused (see InputError for its fields)."""
 

@@ -26,13 +26,16 @@ from . import grabs, singletons
 from .api import JobFunction, target_of
 from .clock import SystemClock
 from .database import check_schema, default_url, describe_failure, ensure_schema, mask, open_engine
-from .errors import BadJobInput, BadSetting, DuplicateKey, InvalidJob, QPError
+from .errors import BadJobInput, BadQueueInput, BadSetting, DuplicateKey, InvalidJob, NotFound, QPError
 from .executors import AllowLists, check_allowed, check_form
 from .node import Node, NodeConfig
+from .queues import (DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, Served, check_limit, check_name,
+                     check_order_key)
 from .roster import Liveness, machine_status
 from .schedules import Recurrence
 from .states import MachineState
 from .store import JobSpec, Store
+from .store_queues import QueueStore, queue_infos
 from .store_schedules import ScheduleStore
 from .views import Dashboard, FarmTiming
 
@@ -84,8 +87,10 @@ def to_json(value) -> str | None:
 
 
 def work_spec(executor: str, target: str, *, method: str = "GET", payload: str | None = None, priority: int = 0,
-              max_attempts: int = 3, timeout: float | None = None, key: str | None = None) -> JobSpec:
-    """A job definition checked for form; `payload` is JSON text."""
+              max_attempts: int = 3, timeout: float | None = None, key: str | None = None, queue: str = DEFAULT,
+              order_key: str | None = None) -> JobSpec:
+    """A job definition checked for form; `payload` is JSON text. `queue` names the queue it waits in; jobs
+    with the same `order_key` in one queue run one at a time, in the order they were enqueued."""
     if not 1 <= max_attempts <= MAX_INT:
         raise BadJobInput.out_of("max_attempts", max_attempts, f"from 1 to {MAX_INT}")
     if not -MAX_INT <= priority <= MAX_INT:
@@ -93,7 +98,8 @@ def work_spec(executor: str, target: str, *, method: str = "GET", payload: str |
     if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
         raise BadJobInput.out_of("timeout", timeout, "a positive number of seconds")
     spec = JobSpec(executor=executor, target=target, method=method.upper(), payload=parse_payload(payload),
-                   priority=priority, max_attempts=max_attempts, timeout=timeout, key=key)
+                   priority=priority, max_attempts=max_attempts, timeout=timeout, key=key, queue=check_name(queue),
+                   order_key=check_order_key(order_key))
     check_form(spec)
     return spec
 
@@ -120,6 +126,7 @@ class Farm:
             raise describe_failure(error, self.url) from None
         self.store = Store(self.engine)
         self._schedules = ScheduleStore(self.store)
+        self._queues = QueueStore(self.store)
         self._settings = None
 
     @property
@@ -174,16 +181,18 @@ class Farm:
     def node(self, *, name: str | None = None, capacity: int = 4, period: float | None = None,
              heartbeat: float | None = None, misses: int | None = None, http_base: str = "http://localhost/",
              clock=None, clock_skew: float = 0.0, allow_hosts: Iterable[str] = (), allow_modules: Iterable[str] = (),
-             allow_commands: Iterable[str] = (), **extra) -> Node:
+             allow_commands: Iterable[str] = (), queues: str | None = None, **extra) -> Node:
         """A node for this machine (start() it). The allow-lists say what work it agrees to run: HTTP
         to the local machine and `allow_hosts`, Python modules under `allow_modules`, `allow_commands`.
-        The keywords are nodeoptions.NodeOptions' fields; `clock_skew` offsets the system clock (demos)."""
+        `queues`: the queues it serves, e.g. "reports:2,default" (at most 2 reports jobs at once here); None for
+        every queue. The keywords are nodeoptions.NodeOptions' fields; `clock_skew` offsets the system clock."""
         farm = self.settings(period=period, heartbeat=heartbeat, misses=misses)
         if not 1 <= capacity <= MAX_CAPACITY:
             raise BadSetting.out_of("capacity", capacity, f"from 1 to {MAX_CAPACITY}")
         allow = AllowLists(tuple(allow_hosts), tuple(allow_modules), tuple(allow_commands))
         config = NodeConfig(capacity=capacity, period=farm["period"], heartbeat=farm["heartbeat"],
-                            misses=int(farm["misses"]), http_base=http_base, allow=allow, **extra)
+                            misses=int(farm["misses"]), http_base=http_base, allow=allow,
+                            served=Served.parse(queues), **extra)
         if name:
             config.name = name
         return Node(self.store, config, clock=clock or SystemClock(clock_skew), executors=allow.executors(http_base))
@@ -192,9 +201,10 @@ class Farm:
 
     def enqueue_http(self, path: str, *, method: str = "GET", payload: str | None = None, delay: float = 0.0,
                      at: float | None = None, priority: int = 0, max_attempts: int = 3,
-                     timeout: float | None = None, count: int = 1, key: str | None = None) -> list[int]:
+                     timeout: float | None = None, count: int = 1, key: str | None = None, queue: str = DEFAULT,
+                     order_key: str | None = None) -> list[int]:
         spec = work_spec("http", path, method=method, payload=payload, priority=priority,
-                         max_attempts=max_attempts, timeout=timeout, key=key)
+                         max_attempts=max_attempts, timeout=timeout, key=key, queue=queue, order_key=order_key)
         return self.enqueue(spec, delay=delay, at=at, count=count)
 
     def python_spec(self, function: str | JobFunction, payload=None, **options) -> JobSpec:
@@ -214,9 +224,9 @@ class Farm:
     def enqueue_python(self, function: str | JobFunction, payload=None, *, delay: float = 0.0,
                        at: float | None = None, count: int = 1, priority: int | None = None,
                        max_attempts: int | None = None, timeout: float | None = None,
-                       key: str | None = None) -> list[int]:
+                       key: str | None = None, queue: str | None = None, order_key: str | None = None) -> list[int]:
         spec = self.python_spec(function, payload, priority=priority, max_attempts=max_attempts, timeout=timeout,
-                                key=key)
+                                key=key, queue=queue, order_key=order_key)
         return self.enqueue(spec, delay=delay, at=at, count=count)
 
     def enqueue_command(self, argv: Iterable[str], payload=None, *, delay: float = 0.0, at: float | None = None,
@@ -240,10 +250,7 @@ class Farm:
 
     def check_allowed(self, spec: JobSpec) -> None:
         """Refuse, with the reason, work that no live machine's allow-lists would let it run."""
-        now, _, rows = self.store.read_machines()
-        liveness = self.liveness()
-        taking = (MachineState.ACTIVE, MachineState.PAUSED)
-        check_allowed(spec, [m["allow"] for m in rows if m["allow"] and machine_status(m, now, liveness) in taking])
+        check_allowed(spec, [m["allow"] for m in self._live_machines() if m["allow"]])
 
     @staticmethod
     def _signed(spec: JobSpec) -> JobSpec:
@@ -340,6 +347,53 @@ class Farm:
         s = self.current_settings()
         return singletons.Lock(self.store, name, lease=s["heartbeat"] * s["misses"], renew_every=s["heartbeat"],
                                wait=wait)
+
+    # -- queues -----------------------------------------------------------
+
+    def queues(self) -> list[QueueInfo]:
+        """Every queue with work, settings or a machine serving it by name (and `default`), by name."""
+        return queue_infos(self.store, self._live_machines())
+
+    def serving(self, queue: str) -> tuple[str, ...]:
+        """The names of the live machines that serve `queue` (none: its jobs wait until one joins)."""
+        return tuple(m["name"] for m in self._live_machines() if not m["queues"] or queue in m["queues"])
+
+    def pause_queue(self, name: str) -> None:
+        """Start nothing more of queue `name`, farm-wide, from the next claim on; running jobs finish."""
+        self._queues.put(self._known_queue(name), paused=True)
+
+    def resume_queue(self, name: str) -> None:
+        self._queues.put(self._known_queue(name), paused=False)
+
+    def set_queue(self, name: str, *, limit=UNCHANGED, rate=UNCHANGED, on_failure=UNCHANGED) -> None:
+        """Change a queue's farm-wide settings: `limit` (most jobs running at once; None: no limit), `rate`
+        (a Rate or "10/s"; None: no rate) and `on_failure` (OnFailure, for its order keys). Others stay."""
+        values = {}
+        if limit is not UNCHANGED:
+            values["max_running"] = check_limit(limit)
+        if rate is not UNCHANGED:
+            parsed = None if rate is None else Rate.parse(rate)
+            burst = None if parsed is None else parsed.burst(self.current_settings()["period"])
+            values |= dict(rate_count=parsed and parsed.count, rate_per=parsed and parsed.per_seconds, burst=burst,
+                           tokens=None, refilled_at=None)
+        if on_failure is not UNCHANGED:
+            if on_failure not in tuple(OnFailure):
+                raise BadQueueInput("{0} {value} is not a policy: use {limit}", "on_failure", value=on_failure,
+                                    limit=" or ".join(OnFailure))
+            values["on_failure"] = OnFailure(on_failure)
+        self._queues.put(self._known_queue(name), **values)
+
+    def _known_queue(self, name: str) -> str:
+        if not self._queues.known(check_name(name)):
+            raise NotFound(f"no queue named {name!r}: a queue exists once a job is enqueued to it or a machine "
+                           "serves it by name", what="queue", ref=name)
+        return name
+
+    def _live_machines(self) -> list[dict]:
+        """The machine rows that still take work (active or paused, not dead)."""
+        now, _, rows = self.store.read_machines()
+        liveness = self.liveness()
+        return [m for m in rows if machine_status(m, now, liveness) in (MachineState.ACTIVE, MachineState.PAUSED)]
 
     # -- looking ----------------------------------------------------------
 

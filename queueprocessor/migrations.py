@@ -2,11 +2,12 @@
 
 One step per schema version. The first node to start with newer code locks the version row, runs the
 steps and bumps the version, all in one transaction; a node starting beside it waits for that lock and
-then finds nothing left to do. Nodes still running the older code go on working: no step changes a table
-or a column, only how they are indexed.
+then finds nothing left to do. Nodes still running the older code go on working: a step only adds
+indexes, tables, and columns with a server default (so an older node's inserts still fill them).
 """
 
-from sqlalchemy import Column, Index, MetaData, String, Table, select, update
+from sqlalchemy import DDL, Column, Index, MetaData, String, Table, select, update
+from sqlalchemy.schema import CreateColumn
 from sqlalchemy.engine import Connection, Engine
 
 from . import schema
@@ -25,8 +26,28 @@ def _index_queued_jobs_only(conn: Connection) -> None:
     Index("ix_qp_jobs_queue", _VERSION_1_JOBS.c.state).drop(conn, checkfirst=True)
 
 
+def _add_column(conn: Connection, column: Column) -> None:
+    """ALTER TABLE ... ADD one column of the current schema; its server default fills the rows already there.
+    Table and column names are the schema's own constants, never input."""
+    definition = CreateColumn(column).compile(dialect=conn.dialect)
+    add = "ADD" if conn.dialect.name == "mssql" else "ADD COLUMN"
+    conn.execute(DDL(f"ALTER TABLE {column.table.name} {add} {definition}"))
+
+
+def _named_queues(conn: Connection) -> None:
+    """2 to 3: named queues (DESIGN 7). Jobs and schedules get a queue (every existing one is in `default`) and
+    an order key, machines the queues they serve; qp_queues (made by create_all) holds operators' settings."""
+    for column in (schema.jobs.c.queue, schema.jobs.c.order_key, schema.schedules.c.queue,
+                   schema.schedules.c.order_key, schema.machines.c.queues):
+        _add_column(conn, column)
+    for index in schema.jobs.indexes:
+        if index.name in ("ix_qp_jobs_order", "ux_qp_jobs_order_running"):
+            index.create(conn, checkfirst=True)
+    schema.queues.create(conn, checkfirst=True)
+
+
 # The step that upgrades a database from each version to the next.
-STEPS = {1: _index_queued_jobs_only}
+STEPS = {1: _index_queued_jobs_only, 2: _named_queues}
 
 
 def upgrade(engine: Engine) -> int | None:

@@ -30,10 +30,12 @@ from .database import mask
 from .executors import AllowLists, Executor
 from .logs import about
 from .push import BACKLOG, Listener, notify_backlog
+from .queues import Served, served_names
 from .roster import KnownMachines, Liveness, slot_of, turn_to_take, turn_wait, upcoming_turn
 from .runner import JobRunner
 from .states import MachineState, Outcome, Wish
-from .store import PRUNE_BATCH, Store
+from .store import PRUNE_BATCH, Plan, Store
+from .store_queues import QueueStore
 from .store_roster import FarmRead, RosterStore
 from .store_schedules import ScheduleStore
 from .tally import Tally
@@ -61,6 +63,7 @@ class NodeConfig:
     push: bool = True  # LISTEN for new work on PostgreSQL
     metrics_port: int | None = None  # serve Prometheus metrics on this port (queueprocessor.metrics)
     metrics_host: str = "127.0.0.1"
+    served: Served = field(default_factory=Served)  # the queues this machine serves (DESIGN 7)
 
     @property
     def claim_ahead(self) -> float:
@@ -121,6 +124,11 @@ class Node:
         self.executors = executors or config.allow.executors(config.http_base)
         self.schedules = ScheduleStore(store)
         self.peers = RosterStore(store)
+        self.queue_store = QueueStore(store)
+        # Operators' queue settings as of `_queues_changed` (the heartbeat's read says when they change): which
+        # of our queues are paused or guarded by a farm-wide limit or rate.
+        self.queue_settings: dict[str, dict] = {}
+        self._queues_changed: float | None = None
         self.next_schedule: float | None = None  # earliest occurrence still to be made a job (heartbeat's view)
         self.listener: Listener | None = None
         self._wake = threading.Event()  # set by a push notice
@@ -175,6 +183,7 @@ class Node:
             self.id = self.store.register(
                 name=self.config.name, host=socket.gethostname(), instance=self.instance, pid=os.getpid(),
                 version=__version__, capacity=self.config.capacity, allow=self.config.allow.to_json(),
+                queues=str(self.config.served),
             )
             undo.callback(self._mark_stopped)
             for _ in range(5):  # a first filtered estimate before we take any turn
@@ -302,6 +311,8 @@ class Node:
         self._learn_roster(farm)
         backlog_slot, self.next_schedule = farm.backlog_slot, farm.next_schedule
         applied = self._apply_wish(farm.wish)
+        if farm.queues_changed != self._queues_changed:
+            self.queue_settings, self._queues_changed = self.queue_store.settings(), farm.queues_changed
         held = self.runner.held()
         self._handle_renewals(held, self.store.renew(self.id, held, self.config.lease))
         self.store.heartbeat(
@@ -510,9 +521,13 @@ class Node:
 
     def _flag_backlog(self, slot: int, free: int, claimed: int) -> None:
         """Log what our turn (or a claim on a push notice within it) took; if it found more than we had
-        room for (any at all, when we are full), say so, so that every node with room claims directly (at
-        once, on PostgreSQL)."""
-        backlog = claimed >= free and self.store.any_due()
+        room for (any at all, when we are full), or due work in a queue we do not serve that a live peer with room
+        does, say so, so that every node with room claims directly (at once, on PostgreSQL)."""
+        served = self.config.served
+        backlog = claimed >= free and self.store.any_due(among=served.names)
+        elsewhere = self._served_elsewhere()
+        if not backlog and elsewhere is not None:
+            backlog = self.store.any_due(among=elsewhere, besides=served.names)
         if claimed or backlog:
             self.store.record_turn(slot, claimed, backlog)
         if backlog:
@@ -521,6 +536,20 @@ class Node:
                 with self.store.engine.connect() as conn:
                     notify_backlog(conn)
                     conn.commit()
+
+    def _served_elsewhere(self) -> tuple[str, ...] | None:
+        """The queues we do not serve that a live peer in the roster with room does: () for every queue, None
+        when there are none (we serve every queue, or nobody else has room for the others)."""
+        if self.config.served.every:
+            return None
+        now = self.estimator.db_now()
+        peers = set(self.known.roster(now, self.liveness(), self.config.join_delay)) - {self.id}
+        theirs = [served_names(m["queues"]) for m in self.known.machines()
+                  if m["id"] in peers and m["running"] < m["capacity"]]
+        if any(not names for names in theirs):
+            return ()
+        others = sorted({name for names in theirs for name in names} - set(self.config.served.names))
+        return tuple(others) or None
 
     def _claim(self, limit: int, horizon: float = 0.0, turn: int | None = None) -> int | None:
         """Claim and start up to `limit` jobs; how many. With `turn`, first record that slot's turn and
@@ -538,7 +567,7 @@ class Node:
         # turn's holder may have no room for them); otherwise a claim skips looking for them, which costs a
         # scan of the running jobs' lease entries, live and dead.
         take_expired = settled and (turn is not None or self._peer_lately_dead(now))
-        options = dict(horizon=horizon, take_expired=take_expired, expired_before=now)
+        options = dict(horizon=horizon, take_expired=take_expired, expired_before=now, plan=self._plan(limit))
         if turn is None:
             jobs = self.store.claim(self.id, limit, self.config.lease, **options)
         else:
@@ -548,6 +577,19 @@ class Node:
         if jobs:
             self.runner.submit_many(jobs, leased_at=sent)
         return len(jobs)
+
+    def _plan(self, free: int) -> Plan:
+        """Which queues this claim takes from: ours; each queue with a farm-wide limit or rate (as we last read
+        the settings) in a branch of its own whose row the claim locks; each queue we limit ourselves
+        (--queues reports:2) in a branch of its own, at most its room here."""
+        served = self.config.served
+        guarded = {name for name, row in self.queue_settings.items()
+                   if served.serves(name) and not row["paused"]
+                   and (row["max_running"] is not None or row["rate_count"] is not None)}
+        capped = dict(served.caps)
+        alone = tuple((name, min(free, capped[name] - self.runner.held_in(name)) if name in capped else free,
+                       name in guarded) for name in sorted(guarded | set(capped)))
+        return Plan(served.names, alone)
 
     def _settled(self, now: float) -> bool:
         return (now - self._streak_start > self.config.lease

@@ -19,6 +19,7 @@ import click
 from .executors import AllowLists
 from .farm import MAX_CAPACITY
 from .logs import LogFormat
+from .queues import Served
 
 
 class Seconds(click.FloatRange):
@@ -74,6 +75,9 @@ class NodeOptions:
         flag="--allow-module", metavar="PREFIX"))
     allow_commands: tuple[str, ...] = field(default=(), metadata=_option(
         "Run command jobs whose argv[0] is exactly this. Repeatable.", flag="--allow-command", metavar="PROGRAM"))
+    queues: str | None = field(default=None, metadata=_option(
+        "Serve only these queues, e.g. reports:2,default (at most 2 reports jobs at once on this machine). "
+        "Default: every queue.", metavar="NAME[:LIMIT],..."))
     push: bool = field(default=True, metadata=_option(
         "On PostgreSQL, start new work as soon as it is enqueued (LISTEN/NOTIFY).", flag="--push/--no-push"))
     metrics_port: int | None = field(default=None, metadata=_option(
@@ -98,6 +102,7 @@ class NodeOptions:
     def checked(self) -> "NodeOptions":
         """Raise the QPError a node would meet at start for options that only fail together."""
         AllowLists(self.allow_hosts, self.allow_modules, self.allow_commands).executors(self.http_base)
+        Served.parse(self.queues)
         return self
 
     def node_keywords(self) -> dict:

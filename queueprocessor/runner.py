@@ -119,6 +119,12 @@ class JobRunner:
         with self._lock:
             return [(r.job.id, r.job.fence) for r in self.running.values()]
 
+    def held_in(self, queue: str) -> int:
+        """How many jobs of `queue` we hold (a machine's own limit for a queue counts them until their end is
+        written, as the database does)."""
+        with self._lock:
+            return sum(1 for r in self.running.values() if r.job.queue == queue)
+
     def leases(self) -> list[tuple[int, float]]:
         """(job id, monotonic time its claim was sent) for every job we hold."""
         with self._lock:

@@ -24,9 +24,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql import operators
 
+from .queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from .states import JobState, Kind, MachineState, Outcome
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -96,6 +97,9 @@ machines = Table(
     Column("error_bound", Time, nullable=True),
     # The node's allow-lists as JSON, so an enqueuer can refuse work no live machine would run.
     Column("allow", Text, nullable=True),
+    # The queues it serves, as typed after --queues ("reports:2,default"; "" for every queue). Written once, when
+    # the machine registers: a node's queues are fixed for its life.
+    Column("queues", String(2000), nullable=False, default="", server_default=""),
 )
 
 # The roster version (issue 11): one row, bumped in the same transaction as every change of a row the roster is
@@ -150,6 +154,9 @@ jobs = Table(
     Column("kind", String(16), nullable=False, default=Kind.JOB),
     # Who enqueued it ("host pid N"): a refused grab names the winner.
     Column("origin", String(200), nullable=True),
+    Column("queue", String(MAX_NAME), nullable=False, default=DEFAULT, server_default=DEFAULT),
+    # Jobs of one order key in one queue run one at a time, oldest first (see statements.claim_statement).
+    Column("order_key", String(MAX_ORDER_KEY), nullable=True),
 )
 # A claim and a finish change a job's state, so no update is HOT: each new row version enters every index
 # whose condition it meets. So all but the primary key are partial, each the size of what it serves: the
@@ -174,6 +181,14 @@ Index(
     sqlite_where=jobs.c.key.isnot(None),
     mssql_where=jobs.c.key.isnot(None),
 )
+# Order keys: the claim asks whether an older job of the key is unfinished, or any of it running; only jobs
+# with a key enter these. The unique one makes two running jobs of one key impossible whatever the code does.
+ORDERED = jobs.c.order_key.isnot(None)
+Index("ix_qp_jobs_order", jobs.c.queue, jobs.c.order_key, jobs.c.id, postgresql_where=ORDERED, sqlite_where=ORDERED,
+      mssql_where=ORDERED)
+ORDERED_RUNNING = ORDERED & (jobs.c.state == JobState.RUNNING)
+Index("ux_qp_jobs_order_running", jobs.c.queue, jobs.c.order_key, unique=True, postgresql_where=ORDERED_RUNNING,
+      sqlite_where=ORDERED_RUNNING, mssql_where=ORDERED_RUNNING)
 
 # PostgreSQL only: any insert into the queue wakes the listening nodes (see push).
 JOBS_CHANNEL = "qp_jobs"
@@ -229,6 +244,8 @@ schedules = Table(
     # The first occurrence not yet materialised as a job; advanced by compare-and-set.
     Column("next_run", Time, nullable=False),
     Column("created_at", Time, nullable=False),
+    Column("queue", String(MAX_NAME), nullable=False, default=DEFAULT, server_default=DEFAULT),
+    Column("order_key", String(MAX_ORDER_KEY), nullable=True),
     Index("ix_qp_schedules_next", "paused", "next_run"),
 )
 
@@ -242,4 +259,22 @@ locks = Table(
     Column("fence", BigInteger, nullable=False, default=0),
     Column("lease_until", Time, nullable=True),
     Column("acquired_at", Time, nullable=True),
+)
+
+queues = Table(
+    "qp_queues",
+    metadata,
+    # A queue an operator has set something on (a queue with no row is unpaused, unlimited, policy skip).
+    Column("name", String(MAX_NAME), primary_key=True),
+    Column("paused", Boolean, nullable=False, default=False),
+    Column("max_running", Integer, nullable=True),  # farm-wide limit of running jobs
+    Column("rate_count", Integer, nullable=True),  # rate: rate_count starts per rate_per seconds
+    Column("rate_per", Float, nullable=True),
+    # The rate's token bucket, spent by claims in the claim's transaction, refilled in database time.
+    Column("burst", Float, nullable=True),
+    Column("tokens", Float, nullable=True),
+    Column("refilled_at", Time, nullable=True),
+    Column("on_failure", String(8), nullable=False, default=OnFailure.SKIP),
+    # Database time of the last change by an operator: nodes see it in their heartbeat read and re-read.
+    Column("changed_at", Time, nullable=False),
 )

@@ -40,7 +40,7 @@ def add(store: Store, name: str, spec: JobSpec) -> int:
     key = PREFIX + name
     spec = JobSpec(executor=spec.executor, target=spec.target, method=spec.method, payload=spec.payload,
                    priority=spec.priority, max_attempts=FOREVER, timeout=None, key=key, kind=Kind.SINGLETON,
-                   origin=spec.origin)
+                   origin=spec.origin, queue=spec.queue)
     # A removed singleton of the same name keeps its history but gives its name up.
     store.free_key(key)
     try:

@@ -7,21 +7,79 @@ rules they keep are Store.claim's and Store.finish's.
 
 import functools
 
-from sqlalchemy import (BigInteger, Float, Integer, String, Text, and_, any_, bindparam, case, cast, column, exists,
-                        func, insert, literal, or_, select, true, union_all, update)
+from sqlalchemy import (BigInteger, Boolean, Float, Integer, String, Text, and_, any_, bindparam, case, cast, column,
+                        exists, false, func, insert, literal, or_, select, true, union_all, update)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from .dbtime import db_now
-from .schema import STATE_SQL, Id, jobs, runs, turns
+from .queues import OnFailure
+from .schema import STATE_SQL, Id, jobs, queues, runs, turns
 from .states import JobState, Outcome
 
 
 LOST = "lease expired: the machine stopped renewing it"
 
 
+def _least(dialect: str, *values):
+    """The smallest of `values`, none of them NULL: SQLite's many-argument min(), elsewhere least()."""
+    return (func.min if dialect == "sqlite" else func.least)(*values)
+
+
+def bucket(dialect: str, q):
+    """The tokens a queue's rate bucket holds now, in database time: what it held, refilled since, at most
+    its burst (a bucket never spent is full; a queue without a rate has none, NULL)."""
+    refill = (db_now() - q.c.refilled_at) * q.c.rate_count / q.c.rate_per
+    return case((q.c.tokens.is_(None), q.c.burst), else_=_least(dialect, q.c.burst, q.c.tokens + refill))
+
+
 @functools.lru_cache(maxsize=None)
-def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | None, turn: bool = False):
+def spend_statement(dialect: str):
+    """A claim's spending of `b_spent` tokens from queue `b_queue`'s bucket, in the claim's transaction, under
+    the queue row's lock (a queue without a rate has no bucket to spend from)."""
+    return (update(queues).where(queues.c.name == bindparam("b_queue"), queues.c.rate_count.isnot(None))
+            .values(tokens=bucket(dialect, queues) - bindparam("b_spent", type_=Float), refilled_at=db_now()))
+
+
+def _room(dialect: str, i: int, limit):
+    """How many queued jobs branch `i` of a claim may take from queue `b_q{i}`: the room the node gives it
+    (`b_room{i}`: its own limit for the queue, or its free room), cut to the queue's farm-wide room and its rate
+    bucket's whole tokens when the claim holds the queue row's lock (`b_locked{i}`); none at all from a paused
+    queue, or from a limited one whose row the claim did not lock. Read in the claim's own statement, after
+    the lock was taken, so the running jobs it counts include every claim that held the lock before."""
+    q = queues.alias(f"q{i}")
+    r = jobs.alias(f"r{i}")
+    mine = bindparam(f"b_room{i}", type_=Integer)
+    running = select(func.count()).select_from(r).where(r.c.queue == q.c.name, r.c.state == JobState.RUNNING)
+    # (SQLAlchemy gives SQLite a floor() of its own, in Python, that fails on NULL.)
+    tokens = case((q.c.rate_count.is_(None), mine), else_=cast(func.floor(bucket(dialect, q)), Integer))
+    guarded = or_(q.c.max_running.isnot(None), q.c.rate_count.isnot(None))
+    room = case(
+        (q.c.paused, 0),
+        (and_(guarded, bindparam(f"b_locked{i}", type_=Boolean) == false()), 0),
+        else_=_least(dialect, mine, func.coalesce(q.c.max_running - running.scalar_subquery(), mine), tokens),
+    )
+    found = select(room).where(q.c.name == bindparam(f"b_q{i}", type_=String)).scalar_subquery()
+    return (func.max if dialect == "sqlite" else func.greatest)(_least(dialect, func.coalesce(found, mine), limit), 0)
+
+
+def in_order(j):
+    """A job of an order key may start only when no job of its key runs and none enqueued before it is still
+    waiting (or, when its queue says OnFailure.BLOCK, failed for good): so the key's jobs run one at a time, in
+    the order they were enqueued, whoever claims them."""
+    o = jobs.alias("o")
+    p = queues.alias("p")
+    blocks = exists(select(p.c.name).where(p.c.name == j.c.queue, p.c.on_failure == OnFailure.BLOCK))
+    ahead = exists(select(o.c.id).where(
+        o.c.queue == j.c.queue, o.c.order_key == j.c.order_key, o.c.id != j.c.id,
+        or_(o.c.state == JobState.RUNNING,
+            and_(o.c.id < j.c.id, or_(o.c.state == JobState.QUEUED, and_(o.c.state == JobState.FAILED, blocks))))))
+    return or_(j.c.order_key.is_(None), ~ahead)
+
+
+@functools.lru_cache(maxsize=None)
+def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | None, turn: bool = False,
+                    served: bool = False, branches: int = 0):
     """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
 
     Queued and expired jobs are picked apart and merged: each branch follows an index in order
@@ -31,6 +89,11 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     then start with `won` (1 or 0) and carry no job when nothing was claimed.
     `top`: SQL Server only says TOP for a plain number (else ROW_NUMBER() over every due row),
     so there each limit is its own shape.
+
+    Queues (DESIGN 7): with `served`, only jobs of the queues in `b_served`; never a queued job of a paused
+    queue, nor of a queue with a farm-wide limit or rate except through one of the `branches`: branch i takes
+    queue `b_q{i}`'s jobs on their own, at most as many as _room allows. A queued job of an order key must be
+    next in line (in_order).
     """
     j = jobs.alias("j")
     now = db_now()
@@ -51,22 +114,34 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
         ran_out = table.c.lease_until < now
         return and_(ran_out, table.c.lease_until < bindparam("b_before", type_=Float)) if bounded else ran_out
 
-    def best(where):
+    def best(where, most=limit):
         return (
             select(j.c.id, j.c.priority, j.c.run_at).where(where, gate)
             .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
-            .limit(limit)
+            .limit(most)
             .with_for_update(skip_locked=True)
             .with_hint(j, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql")
             .subquery()
         )
 
-    queued = best(and_(j.c.state == JobState.QUEUED, j.c.run_at <= now + bindparam("b_horizon", type_=Float)))
+    mine = true()
+    if served:
+        mine = (j.c.queue == any_(cast(bindparam("b_served"), ARRAY(String))) if dialect == "postgresql"
+                else j.c.queue.in_(bindparam("b_served", expanding=True)))
+    q = queues.alias("q")
+    paused = select(q.c.name).where(q.c.paused)
+    held_back = select(q.c.name).where(or_(q.c.paused, q.c.max_running.isnot(None), q.c.rate_count.isnot(None)))
+    alone = [bindparam(f"b_q{i}", type_=String) for i in range(branches)]
+    due = and_(j.c.state == JobState.QUEUED, j.c.run_at <= now + bindparam("b_horizon", type_=Float), in_order(j))
+    picks = [best(and_(due, mine, j.c.queue.notin_(held_back), *([j.c.queue.notin_(alone)] if alone else [])))]
+    picks += [best(and_(due, j.c.queue == alone[i]), _room(dialect, i, limit)) for i in range(branches)]
     if take_expired:
-        either = union_all(select(queued), select(best(and_(j.c.state == JobState.RUNNING, expired(j))))).subquery()
+        picks.append(best(and_(j.c.state == JobState.RUNNING, expired(j), mine, j.c.queue.notin_(paused))))
+    if len(picks) > 1:
+        either = union_all(*(select(p) for p in picks)).subquery()
         pick = select(either.c.id).order_by(either.c.priority.desc(), either.c.run_at, either.c.id).limit(limit)
     else:
-        pick = select(queued.c.id)
+        pick = select(picks[0].c.id)
     if dialect == "postgresql":
         # A LIMIT ... FOR UPDATE subquery inside IN () may be rescanned by the
         # planner and take more than `limit` rows; a materialised CTE runs once.
@@ -81,7 +156,7 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
                 finished_at=None)
         .returning(jobs.c.id, jobs.c.executor, jobs.c.target, jobs.c.method, jobs.c.payload,
                    jobs.c.attempts, jobs.c.max_attempts, jobs.c.timeout, jobs.c.fence, jobs.c.run_at,
-                   jobs.c.priority, jobs.c.kind)
+                   jobs.c.priority, jobs.c.kind, jobs.c.queue)
     )
     if dialect != "postgresql":
         return statement

@@ -12,6 +12,7 @@ The rules the rest of the code relies on:
 import math
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -23,9 +24,10 @@ from sqlalchemy.sql import Select
 from .clock import Sample
 from .dbtime import db_now
 from .errors import DuplicateKey, LostLease, NotFound, QPError
-from .schema import jobs, machines, meta, runs, turns
+from .queues import DEFAULT, served_names
+from .schema import jobs, machines, meta, queues, runs, turns
 from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
-from .statements import LOST, claim_statement, finish_statement
+from .statements import LOST, claim_statement, finish_statement, spend_statement
 from .store_roster import bump_roster, newest_backlog
 
 PRUNE_BATCH = 500  # finished jobs deleted per transaction (retention): short enough never to hold up the queue
@@ -47,6 +49,7 @@ class Claimed:
     run_at: float
     priority: int = 0
     kind: str = Kind.JOB
+    queue: str = DEFAULT
 
     @property
     def exhausted(self) -> bool:
@@ -91,6 +94,34 @@ class JobSpec:
     key: str | None = None
     kind: str = Kind.JOB  # or SINGLETON (see singletons)
     origin: str | None = None  # who enqueued it
+    queue: str = DEFAULT
+    order_key: str | None = None  # jobs of one key in one queue run one at a time, in enqueue order
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which queues a claim takes from (DESIGN 7), as the node works it out for each claim.
+
+    `served`: the node's queues (() for every queue). `alone`: queues claimed in branches of their own, each
+    (queue, room, locked): at most `room` of its jobs (the node's own limit for it, or all its free room), and,
+    when `locked`, within the queue's farm-wide limit and rate, whose row the claim locks first. A queue with a
+    farm-wide limit or rate gives work only to a claim that locked it."""
+
+    served: tuple[str, ...] = ()
+    alone: tuple[tuple[str, int, bool], ...] = ()
+
+    @property
+    def locks(self) -> tuple[str, ...]:
+        return tuple(sorted(name for name, _room, locked in self.alone if locked))  # in one order: no deadlock
+
+    def params(self) -> dict:
+        params = {"b_served": list(self.served)} if self.served else {}
+        for i, (name, room, locked) in enumerate(self.alone):
+            params |= {f"b_q{i}": name, f"b_room{i}": room, f"b_locked{i}": locked}
+        return params
+
+
+EVERY_QUEUE = Plan()
 
 
 # A backlog enqueued in one go is missing from the table's statistics until autovacuum analyses it (a minute
@@ -257,9 +288,11 @@ class Store:
     # -- machines ---------------------------------------------------------
 
     def register(self, *, name: str, host: str, instance: str, pid: int, version: str, capacity: int,
-                 allow: str | None = None) -> int:
+                 allow: str | None = None, queues: str = "") -> int:
+        """A new machine row; `queues` as typed after --queues (queues.Served), "" for every queue."""
         values = dict(
             name=name, host=host, instance=instance, pid=pid, version=version, capacity=capacity, allow=allow,
+            queues=queues,
             state=MachineState.ACTIVE, running=0, done_count=0, failed_count=0,
         )
         with self.engine.begin() as conn:
@@ -291,7 +324,8 @@ class Store:
         rows = self.rows(select(db_now(), newest_backlog(backlog_since), machines).order_by(machines.c.id))
         if not rows:
             return self.ask_time(), None, []
-        return rows[0][0], rows[0][1], [dict(r._mapping) for r in rows]
+        # A machine's queues as names, () for every queue (its own limits per queue are its business alone).
+        return rows[0][0], rows[0][1], [dict(r._mapping) | {"queues": served_names(r.queues)} for r in rows]
 
     def find_machine(self, ref: str) -> dict:
         """A machine by id, or by name among the machines that are not stopped."""
@@ -376,7 +410,8 @@ class Store:
         row = dict(
             executor=spec.executor, target=spec.target, method=spec.method, payload=spec.payload,
             priority=spec.priority, max_attempts=spec.max_attempts, timeout=spec.timeout, key=spec.key,
-            kind=spec.kind, origin=spec.origin, state=JobState.QUEUED, attempts=0, fence=0, cancel_requested=False,
+            kind=spec.kind, origin=spec.origin, queue=spec.queue, order_key=spec.order_key, state=JobState.QUEUED,
+            attempts=0, fence=0, cancel_requested=False,
         )
         try:
             with self.engine.begin() as conn:
@@ -394,47 +429,59 @@ class Store:
             raise DuplicateKey(spec.key) from None
 
     def claim(self, machine_id: int, limit: int, lease: float, *, horizon: float = 0.0,
-              take_expired: bool = True, expired_before: float | None = None) -> list[Claimed]:
-        """Atomically take up to `limit` claimable jobs, best priority first.
+              take_expired: bool = True, expired_before: float | None = None, plan: Plan = EVERY_QUEUE
+              ) -> list[Claimed]:
+        """Atomically take up to `limit` claimable jobs of the queues `plan` names, best priority first.
 
         Claimable: queued with run_at within `horizon` seconds from now, or (with
         take_expired) running with a lease that ran out, and ran out before
         `expired_before` (database time) if given: a claim that a stalled database
         holds up must not take the leases that ran out during the stall. One
         UPDATE; the subquery skips rows another machine is claiming at the same moment.
+        A plan with limited queues first locks their rows, in the same transaction: the claim that follows
+        counts their running jobs afresh and spends their rate tokens before the lock is let go.
         """
         if limit <= 0:
             return []
-        params = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon)
+        params = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon) | plan.params()
         if expired_before is not None:
             params["b_before"] = expired_before
         statement = claim_statement(self.dialect, take_expired, expired_before is not None,
-                                     limit if self.dialect == "mssql" else None)
-        if self.dialect == "postgresql":  # the claim statement opens the runs itself
+                                    limit if self.dialect == "mssql" else None, served=bool(plan.served),
+                                    branches=len(plan.alone))
+        if self.dialect == "postgresql" and not plan.locks:  # the claim statement opens the runs itself
             return _most_urgent_first(Claimed(*row) for row in self._claims.run(statement, params))
         with self.engine.begin() as conn:  # an attempt and its run row are written together, or neither is
+            if plan.locks:
+                conn.execute(select(queues.c.name).where(queues.c.name.in_(plan.locks)).order_by(queues.c.name)
+                             .with_for_update())
             claimed = _most_urgent_first(Claimed(*row) for row in conn.execute(statement, params))
-            if claimed:
+            if claimed and self.dialect != "postgresql":
                 self._open_runs(conn, machine_id, claimed)
+            spent = Counter(c.queue for c in claimed if c.queue in plan.locks)
+            if spent:
+                conn.execute(spend_statement(self.dialect), [dict(b_queue=q, b_spent=n) for q, n in spent.items()])
         return claimed
 
     def take_turn_and_claim(self, slot: int, machine_id: int, limit: int, lease: float, *, horizon: float = 0.0,
-                            take_expired: bool = True, expired_before: float | None = None
-                            ) -> tuple[bool, list[Claimed]]:
+                            take_expired: bool = True, expired_before: float | None = None,
+                            plan: Plan = EVERY_QUEUE) -> tuple[bool, list[Claimed]]:
         """Record the turn of `slot` and, only if it was ours to take, claim as Store.claim does.
 
         On PostgreSQL both happen in one statement, so an idle farm costs the
-        database one statement per period; elsewhere, two.
+        database one statement per period; elsewhere, and for a plan that locks queues, two.
         """
-        if self.dialect != "postgresql" or limit <= 0:
+        if self.dialect != "postgresql" or limit <= 0 or plan.locks:
             won = self.take_turn(slot, machine_id)
             return won, (self.claim(machine_id, limit, lease, horizon=horizon, take_expired=take_expired,
-                                    expired_before=expired_before) if won else [])
+                                    expired_before=expired_before, plan=plan) if won else [])
         params = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon, b_slot=slot)
+        params |= plan.params()
         if expired_before is not None:
             params["b_before"] = expired_before
-        rows = self._claims.run(claim_statement(self.dialect, take_expired, expired_before is not None, None, turn=True),
-                                params)
+        statement = claim_statement(self.dialect, take_expired, expired_before is not None, None, turn=True,
+                                    served=bool(plan.served), branches=len(plan.alone))
+        rows = self._claims.run(statement, params)
         claimed = _most_urgent_first(Claimed(*row[1:]) for row in rows if row[1] is not None)  # row: won, job...
         return bool(rows[0][0]), claimed
 
@@ -471,9 +518,16 @@ class Store:
         """A job claimed ahead of its time starts now: its run's start becomes the real one (database time)."""
         self.count(update(runs).where(runs.c.job_id == job.id, runs.c.fence == job.fence).values(started_at=db_now()))
 
-    def any_due(self) -> bool:
-        """Is any queued job due? (Cheap: it stops at the first, where a count reads the whole backlog.)"""
-        due = select(jobs.c.id).where(jobs.c.state == JobState.QUEUED, jobs.c.run_at <= db_now())
+    def any_due(self, among: tuple[str, ...] = (), besides: tuple[str, ...] = ()) -> bool:
+        """Is any queued job due in a queue that is not paused, one of `among` (() for any) and none of `besides`?
+        (Cheap: it stops at the first, where a count reads the whole backlog.)"""
+        paused = select(queues.c.name).where(queues.c.paused)
+        due = select(jobs.c.id).where(jobs.c.state == JobState.QUEUED, jobs.c.run_at <= db_now(),
+                                      jobs.c.queue.notin_(paused))
+        if among:
+            due = due.where(jobs.c.queue.in_(among))
+        if besides:
+            due = due.where(jobs.c.queue.notin_(besides))
         return self.rows(select(due.exists()))[0][0]
 
     def due_count(self, horizon: float = 0.0) -> int:

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 
 from .clock import Sample
 from .dbtime import db_now
-from .schema import machines, roster_version, schedules, turns
+from .schema import machines, queues, roster_version, schedules, turns
 from .states import CHECKING_IN, MachineState
 
 if TYPE_CHECKING:  # store imports this module for bump_roster
@@ -57,6 +57,7 @@ class FarmRead:
     wish: str | None  # an operator's wish on this machine's row
     suspects: dict[int, float]  # id -> last_seen of the machines checking in that have been quiet for `stale`
     sample: Sample | None = None  # the read timed as a clock sample, when asked for
+    queues_changed: float | None = None  # when an operator last changed a queue's settings (see store_queues)
 
 
 class RosterStore:
@@ -72,7 +73,9 @@ class RosterStore:
         upcoming = select(func.min(schedules.c.next_run)).where(schedules.c.paused == false()).scalar_subquery()
         quiet = and_(machines.c.state.in_(CHECKING_IN), machines.c.last_seen < db_now() - bindparam("stale", stale))
         watched = or_(machines.c.id == bindparam("me", machine_id), quiet)
-        statement = (select(db_now(), VERSION, backlog, upcoming, machines.c.id, machines.c.last_seen, machines.c.wish)
+        changed = select(func.max(queues.c.changed_at)).scalar_subquery()
+        statement = (select(db_now(), VERSION, backlog, upcoming, machines.c.id, machines.c.last_seen, machines.c.wish,
+                            changed)
                      .select_from(_one_row().outerjoin(machines, watched)))
         if stamp:
             sample, rows = self.store.timed(statement, stamp)
@@ -82,7 +85,7 @@ class RosterStore:
         wish = next((row[6] for row in rows if row[4] == machine_id), None)
         suspects = {row[4]: row[5] for row in rows
                     if row[4] is not None and (row[4] != machine_id or row[5] < now - stale)}
-        return FarmRead(now, version, backlog_slot, next_schedule, wish, suspects, sample)
+        return FarmRead(now, version, backlog_slot, next_schedule, wish, suspects, sample, rows[0][7])
 
     def read_all(self) -> tuple[int | None, float, list[dict]]:
         """The roster version, the database's time and every machine row by id, read together."""

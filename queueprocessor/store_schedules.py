@@ -46,7 +46,8 @@ class ScheduleStore:
         row = dict(name=name, cron=recurrence.cron, tz=recurrence.tz, every=recurrence.every,
                    executor=spec.executor, target=spec.target, method=spec.method, payload=spec.payload,
                    priority=spec.priority, max_attempts=spec.max_attempts, timeout=spec.timeout, misfire=misfire,
-                   grace=grace, paused=False, next_run=recurrence.after(now))
+                   grace=grace, paused=False, next_run=recurrence.after(now), queue=spec.queue,
+                   order_key=spec.order_key)
         try:
             self.store.count(insert(schedules).values(created_at=db_now(), **row))
         except exc.IntegrityError:
@@ -159,7 +160,7 @@ class ScheduleStore:
             rows = [dict(executor=schedule["executor"], target=schedule["target"], method=schedule["method"],
                          payload=schedule["payload"], priority=schedule["priority"],
                          max_attempts=schedule["max_attempts"], timeout=schedule["timeout"],
-                         key=f"{name}@{recurrence.label(t)}", kind=Kind.JOB, origin=_origin(name),
+                         queue=schedule["queue"], order_key=schedule["order_key"], key=f"{name}@{recurrence.label(t)}", kind=Kind.JOB, origin=_origin(name),
                          state=JobState.QUEUED, attempts=0, fence=0, cancel_requested=False, run_at=t)
                     for t in occurrences]
             if rows:
@@ -180,7 +181,7 @@ class ScheduleStore:
                 created_at=db_now(), run_at=db_now(), finished_at=db_now(), executor=schedule["executor"],
                 target=schedule["target"], method=schedule["method"], payload=schedule["payload"],
                 priority=schedule["priority"], max_attempts=schedule["max_attempts"], timeout=schedule["timeout"],
-                kind=Kind.JOB, origin=_origin(name), state=JobState.FAILED, attempts=0, fence=0, cancel_requested=False,
+                queue=schedule["queue"], kind=Kind.JOB, origin=_origin(name), state=JobState.FAILED, attempts=0, fence=0, cancel_requested=False,
                 last_error=reason))
         log.warning("%s", reason)
 

@@ -5,23 +5,46 @@ import threading
 from sqlalchemy import inspect, select, text, update
 
 from queueprocessor import schema
+from queueprocessor.database import open_engine
 from queueprocessor.farm import Farm
-from queueprocessor.store import JobSpec
+from queueprocessor.store import JobSpec, Plan
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
 
 
-def make_version_1(url: str) -> int:
-    """A farm database as schema version 1 left it (its claim index held every job, state first; failed
-    jobs had no index of their own), with one job waiting in it. The id of that job."""
+def make_version_2(url: str) -> int:
+    """A farm database as schema version 2 left it: no named queues (no queue or order key on jobs and
+    schedules, no served queues on machines, no qp_queues), with one job waiting in it. The id of that job."""
     with Farm(url) as farm:
         waiting = farm.store.enqueue(JOB)[0]
         on = " ON qp_jobs" if farm.engine.dialect.name == "mssql" else ""
         with farm.engine.begin() as conn:
+            conn.execute(text(f"DROP INDEX ix_qp_jobs_order{on}"))
+            conn.execute(text(f"DROP INDEX ux_qp_jobs_order_running{on}"))
+            for table, column in (("qp_jobs", "queue"), ("qp_jobs", "order_key"), ("qp_schedules", "queue"),
+                                  ("qp_schedules", "order_key"), ("qp_machines", "queues")):
+                if farm.engine.dialect.name != "sqlite":  # SQLite drops a column's default with it
+                    conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN {column} DROP DEFAULT"))
+                conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
+            conn.execute(text("DROP TABLE qp_queues"))
+            conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="2"))
+    return waiting
+
+
+def make_version_1(url: str) -> int:
+    """A farm database as schema version 1 left it (version 2's, but its claim index held every job, state
+    first; failed jobs had no index of their own), with one job waiting in it. The id of that job."""
+    waiting = make_version_2(url)
+    engine = open_engine(url)
+    on = " ON qp_jobs" if engine.dialect.name == "mssql" else ""
+    try:
+        with engine.begin() as conn:
             conn.execute(text(f"DROP INDEX ix_qp_jobs_queued{on}"))
             conn.execute(text(f"DROP INDEX ix_qp_jobs_ended_badly{on}"))
             conn.execute(text("CREATE INDEX ix_qp_jobs_queue ON qp_jobs (state, priority DESC, run_at, id)"))
             conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="1"))
+    finally:
+        engine.dispose()
     return waiting
 
 
@@ -35,7 +58,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == str(schema.SCHEMA_VERSION) == "2"
+        assert version == str(schema.SCHEMA_VERSION) == "3"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -71,4 +94,23 @@ def test_nodes_starting_together_upgrade_once(db_url):
     assert errors == []
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-    assert version == "2" and "ix_qp_jobs_queue" not in indexes and "ix_qp_jobs_queued" in indexes
+    assert version == "3" and "ix_qp_jobs_queue" not in indexes and "ix_qp_jobs_queued" in indexes
+
+
+def test_a_version_2_database_gets_named_queues_in_place(db_url):
+    """Version 2 to 3: the job already waiting lands in `default`, the new columns work, and queues run."""
+    waiting = make_version_2(db_url)
+    with Farm(db_url) as farm:
+        version, indexes = shape(farm)
+        assert version == "3" and {"ix_qp_jobs_order", "ux_qp_jobs_order_running"} <= indexes
+        assert farm.store.get_job(waiting)["queue"] == "default"
+        ordered = farm.store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports", order_key="k"), count=2)
+        me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4,
+                                 queues="reports")
+        farm.pause_queue("reports")
+        assert farm.store.claim(me, 4, 30.0, plan=Plan(served=("reports",))) == []
+        farm.resume_queue("reports")
+        [first] = farm.store.claim(me, 4, 30.0, plan=Plan(served=("reports",)))
+        assert first.id == ordered[0], "the oldest of the key, and only it"
+        assert [(q.name, q.waiting, q.running, q.order_keys_waiting) for q in farm.queues()] == [
+            ("default", 1, 0, 0), ("reports", 1, 1, 1)]

@@ -1,0 +1,119 @@
+"""Queues (issue 10): what named queues, a limited queue and order keys cost a busy farm, beside one queue.
+
+Every case gets a fresh database on the same throwaway PostgreSQL server and the same worker processes
+(`queueprocessor node --capacity C`), all started and idle before the backlog is written in one statement;
+the clock runs from that commit until the queue is seen empty (polled every 50 ms). Jobs are the no-op
+Python function of bench/jobs.py, so what is measured is the farm, not the work.
+
+- single: the backlog in one queue, `default` (today's figure, the baseline of this run);
+- 8 queues: the same backlog spread over q0..q7, every node serving every queue;
+- 8 queues, q0 limited: the same, with q0 limited to --limit running jobs farm-wide (its claims lock its row);
+- unordered / ordered: --keys keys x --per-key jobs, interleaved as log records arrive (k0 #0, k1 #0, ...
+  k0 #1, ...), without and with order keys: each key's jobs then run one at a time, in order.
+
+Target: 8 queues and the limited case within 10 % of single; ordered beside unordered.
+
+    python bench/queues.py                      # 20,000 jobs; 2 and 4 processes
+    python bench/queues.py --quick              # 4,000 jobs; 2 processes
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import NodeProcess, fresh_database, load_average, print_table, query, start_postgres, stop_all, wait_for  # noqa: E402
+
+from sqlalchemy import text  # noqa: E402
+
+from queueprocessor.farm import Farm  # noqa: E402
+
+CASES = ("single", "8 queues", "8 queues, q0 limited", "unordered", "ordered")
+
+
+def backlog(url: str, count: int, queues: int, keys: int) -> None:
+    """`count` no-op jobs in one INSERT: round-robin over `queues` queues (q0.. or default), and over `keys`
+    order keys (k0..) when `keys`, in id order k0, k1, ..., k0, k1, ..."""
+    queue = "'default'" if queues == 1 else f"'q' || (g % {queues})"
+    key = f"'k' || (g % {keys})" if keys else "NULL"
+    query(url, "INSERT INTO qp_jobs (executor, target, method, state, priority, run_at, created_at, attempts, "
+               "max_attempts, fence, cancel_requested, kind, queue, order_key) "
+               "SELECT 'python', 'bench.jobs:noop', 'GET', 'queued', 0, extract(epoch from clock_timestamp()), "
+               f"extract(epoch from clock_timestamp()), 0, 3, 0, false, 'job', {queue}, {key} "
+               f"FROM generate_series(0, :n - 1) g ORDER BY g", n=count)
+
+
+def run_case(server, case: str, processes: int, count: int, capacity: int, limit: int, keys: int) -> float:
+    """Drain the case's backlog with `processes` nodes; jobs per second."""
+    url = fresh_database(server, "queues")
+    farm = Farm(url)
+    farm.settings()
+    nodes = [NodeProcess(url, f"node-{i}", extra=("--capacity", str(capacity), "--allow-module", "bench.jobs"))
+             for i in range(processes)]
+    try:
+        wait_for(lambda: len(farm.serving("q0")) == processes, 60, "nodes to join")
+        time.sleep(2.5)  # the join delay: every node takes turns
+        if case.endswith("limited"):
+            farm.enqueue_python("bench.jobs:noop", queue="q0")
+            farm.set_queue("q0", limit=limit)
+            time.sleep(1.5)  # every node has read the limit at a heartbeat
+        queues = 8 if case.startswith("8") else 1
+        ordered = keys if case == "ordered" else 0
+        started = time.monotonic()
+        backlog(url, count, queues, ordered)
+        enqueued = time.monotonic()
+        with farm.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # one cheap query a poll
+            left = text("SELECT EXISTS (SELECT 1 FROM qp_jobs WHERE state IN ('queued', 'running'))")
+            while conn.execute(left).scalar():
+                time.sleep(0.05)
+        done = time.monotonic()
+        failed = query(url, "SELECT count(*) FROM qp_jobs WHERE state <> 'succeeded'")[0][0]
+        if failed:
+            raise RuntimeError(f"{case}: {failed} jobs did not succeed")
+    finally:
+        stop_all(nodes)
+        farm.close()
+    query(server.url, f'DROP DATABASE "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+    rate = count / (done - enqueued)
+    print(f"  {case:22} x{processes}: {rate:8.0f} jobs/s (write {enqueued - started:.2f} s, "
+          f"drain {done - enqueued:.2f} s)", flush=True)
+    return rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="4,000 jobs (200 keys x 20), 2 processes")
+    parser.add_argument("--processes", help="comma-separated node counts (default 2,4)")
+    parser.add_argument("--capacity", type=int, default=32, help="jobs each node runs at once")
+    parser.add_argument("--limit", type=int, default=8, help="q0's farm-wide limit in the limited case")
+    parser.add_argument("--keys", type=int, help="order keys (default 1,000; 200 with --quick)")
+    parser.add_argument("--per-key", type=int, default=20, help="jobs per order key")
+    parser.add_argument("--cases", default=",".join(CASES))
+    args = parser.parse_args()
+    keys = args.keys or (200 if args.quick else 1000)
+    count = keys * args.per_key
+    processes = [int(p) for p in (args.processes or ("2" if args.quick else "2,4")).split(",")]
+    cases = [c.strip() for c in args.cases.split(",")]
+    print(f"{count} no-op jobs, capacity {args.capacity} per node, q0 limit {args.limit}, {keys} keys x "
+          f"{args.per_key}; {load_average()}", flush=True)
+    server = start_postgres()
+    try:
+        rates = {(case, n): run_case(server, case, n, count, args.capacity, args.limit, keys)
+                 for n in processes for case in cases}
+    finally:
+        server.stop()
+    rows = []
+    for case in cases:
+        row = [case]
+        for n in processes:
+            base = rates.get(("unordered" if case == "ordered" else "single", n))
+            ratio = f" ({rates[case, n] / base:.2f}x)" if base and case not in ("single", "unordered") else ""
+            row.append(f"{rates[case, n]:.0f}{ratio}")
+        rows.append(row)
+    print_table(["case", *(f"jobs/s x{n}" for n in processes)], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Named queues: what a queue name, an order key, a rate and a machine's served queues may be (DESIGN 7).
+
+Everything here is pure: it checks and parses what people type, so the CLI, the API and the app refuse the
+same names with the same words before anything reaches the database. The statements that enforce a queue's
+pause, limit, rate and order live in the store modules (statements.py, store_queues.py).
+"""
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .errors import BadQueueInput
+
+DEFAULT = "default"
+MAX_NAME = 64  # qp_jobs.queue is String(64)
+MAX_ORDER_KEY = 200  # qp_jobs.order_key is String(200)
+MAX_LIMIT = 1_000_000
+# Names travel in a machine's row as "a,b:2" and on the command line in --queues a,b: no commas, colons or
+# spaces, and a first character that no option or number starts with.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+_NAME_RULE = f"1 to {MAX_NAME} letters, digits, '.', '_' or '-', starting with a letter or digit"
+# "10/s", "10 / min", "3/h": a whole number of starts per unit.
+_RATE = re.compile(r"\s*(\S+?)\s*/\s*(\S+)\s*\Z")
+_UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0, "h": 3600.0, "hour": 3600.0}
+_UNIT_NAMES = {1.0: "s", 60.0: "min", 3600.0: "h"}
+
+
+class OnFailure(StrEnum):
+    """What a job of an order key that failed for good (no attempts left) does to the jobs after it."""
+
+    BLOCK = "block"  # it keeps holding its key until an operator retries or cancels it
+    SKIP = "skip"  # the next job of the key runs
+
+
+class Unchanged:
+    """The default of Farm.set_queue's keywords: leave this setting as it is (None means: remove it)."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED = Unchanged()
+
+
+def check_name(name, what: str = "queue") -> str:
+    """A queue name as given, or BadQueueInput saying what a name may be."""
+    if not isinstance(name, str) or len(name) > MAX_NAME or not _NAME.match(name):
+        raise BadQueueInput("{0} {value} is not a queue name: use {limit}", what, value=name, limit=_NAME_RULE)
+    return name
+
+
+def check_order_key(key: str | None) -> str | None:
+    """An order key as given (any text up to MAX_ORDER_KEY characters), or BadQueueInput."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > MAX_ORDER_KEY:
+        shown = key if not isinstance(key, str) or len(key) <= 40 else key[:40] + "..."
+        raise BadQueueInput("{0} {value} is refused: an order key is {limit}", "order_key", value=shown,
+                            limit=f"1 to {MAX_ORDER_KEY} characters")
+    return key
+
+
+def check_limit(limit) -> int | None:
+    """A farm-wide or per-machine limit: a whole number from 1 (None: no limit)."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise BadQueueInput.out_of("limit", limit, f"a whole number from 1 to {MAX_LIMIT}")
+    return limit
+
+
+@dataclass(frozen=True)
+class Rate:
+    """At most `count` starts per `per_seconds`, farm-wide, in database time: "10/s" is Rate(10, 1.0)."""
+
+    count: int
+    per_seconds: float
+
+    @classmethod
+    def parse(cls, text) -> "Rate":
+        if isinstance(text, Rate):
+            return text
+        found = _RATE.match(text) if isinstance(text, str) else None
+        count = found and found.group(1)
+        unit = found and _UNITS.get(found.group(2).lower())
+        if not found or not count.isdigit() or unit is None or not 1 <= int(count) <= MAX_LIMIT:
+            raise BadQueueInput("{0} {value} is not a rate: use {limit}", "rate", value=text,
+                                limit=f"a whole number of starts from 1 to {MAX_LIMIT} per s, min or h, e.g. 10/s")
+        return cls(int(count), unit)
+
+    @property
+    def per_second(self) -> float:
+        return self.count / self.per_seconds
+
+    def burst(self, period: float) -> float:
+        """The bucket's size: what one period brings (so a turn per period can keep up), and at least one start.
+        Starts over any window of T seconds stay within rate x T + burst."""
+        return max(1.0, min(float(self.count), self.per_second * period))
+
+    def __str__(self) -> str:
+        return f"{self.count}/{_UNIT_NAMES.get(self.per_seconds, f'{self.per_seconds:g}s')}"
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """One queue as operators see it (Farm.queues()): `serving` names the live machines that take its work;
+    `limit` and `rate` are farm-wide."""
+
+    name: str
+    waiting: int
+    running: int
+    limit: int | None
+    rate: Rate | None
+    order_keys_waiting: int
+    paused: bool
+    on_failure: OnFailure
+    serving: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Served:
+    """The queues one machine serves, and its own limit for some (`--queues reports:2,default`).
+    No names: every queue (the default), with no limits of its own."""
+
+    names: tuple[str, ...] = ()
+    caps: tuple[tuple[str, int], ...] = ()  # (queue, most of its jobs this machine runs at once)
+
+    @classmethod
+    def parse(cls, text: str | None) -> "Served":
+        """`a,b:2` as typed (None: every queue). Refuses a list naming no queue, a bad name or limit."""
+        if text is None:
+            return cls()
+        names, caps = [], []
+        for part in str(text).split(","):
+            name, colon, cap = part.strip().partition(":")
+            if not name and not colon:
+                continue
+            check_name(name, "queues")
+            if colon:
+                if not cap.strip().isdigit() or not 1 <= int(cap) <= MAX_LIMIT:
+                    raise BadQueueInput("{0} {value}: a machine's own limit for a queue is {limit}", "queues",
+                                        value=part.strip(), limit=f"NAME:N, N a whole number from 1 to {MAX_LIMIT}")
+                caps.append((name, int(cap)))
+            if name not in names:
+                names.append(name)
+        if not names:
+            raise BadQueueInput("{0} {value} names no queue: give names separated by commas, e.g. reports,default",
+                                "queues", value=text)
+        return cls(tuple(names), tuple(caps))
+
+    @property
+    def every(self) -> bool:
+        return not self.names
+
+    def serves(self, queue: str) -> bool:
+        return self.every or queue in self.names
+
+    def cap(self, queue: str) -> int | None:
+        return dict(self.caps).get(queue)
+
+    def __str__(self) -> str:
+        """As stored on the machine row and typed after --queues ("" for every queue)."""
+        caps = dict(self.caps)
+        return ",".join(f"{n}:{caps[n]}" if n in caps else n for n in self.names)
+
+
+def served_names(stored: str | None) -> tuple[str, ...]:
+    """A machine row's served queues as the contract shows them: a tuple of names, () for every queue."""
+    return Served.parse(stored).names if stored else ()
+

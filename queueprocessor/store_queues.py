@@ -1,0 +1,67 @@
+"""The statements of named queues that operators and dashboards run (DESIGN 7): their settings rows in
+qp_queues, and what waits and runs in each. The claim's own queue guards are in statements.py."""
+
+from sqlalchemy import case, exc, func, insert, select, update
+
+from .dbtime import db_now
+from .queues import DEFAULT, OnFailure, QueueInfo, Rate, served_names
+from .schema import jobs, machines, queues
+from .states import JobState
+from .store import Store
+
+
+class QueueStore:
+    def __init__(self, store: Store):
+        self.store = store
+
+    def settings(self) -> dict[str, dict]:
+        """Every queue an operator has set something on: its qp_queues row, by name."""
+        return {row.name: dict(row._mapping) for row in self.store.rows(select(queues))}
+
+    def counts(self) -> dict[str, tuple[int, int, int]]:
+        """Per queue with work: (waiting, running, order keys waiting)."""
+        waiting = jobs.c.state == JobState.QUEUED
+        statement = (
+            select(jobs.c.queue, func.sum(case((waiting, 1), else_=0)), func.sum(case((waiting, 0), else_=1)),
+                   func.count(case((waiting, jobs.c.order_key)).distinct()))
+            .where(jobs.c.state.in_((JobState.QUEUED, JobState.RUNNING))).group_by(jobs.c.queue)
+        )
+        return {row[0]: (int(row[1]), int(row[2]), row[3]) for row in self.store.rows(statement)}
+
+    def known(self, name: str) -> bool:
+        """Has this queue been set, served by name, or given a job (of any state)?"""
+        if self.store.rows(select(queues.c.name).where(queues.c.name == name)):
+            return True
+        if self.store.rows(select(jobs.c.id).where(jobs.c.queue == name).limit(1)):
+            return True
+        served = self.store.rows(select(machines.c.queues).where(machines.c.queues != ""))
+        return any(name in served_names(row[0]) for row in served)
+
+    def put(self, name: str, **values) -> None:
+        """Set a queue's settings (its row made at first), stamped with the database's time so every node sees
+        the change at its next heartbeat."""
+        values["changed_at"] = db_now()
+        if self.store.count(update(queues).where(queues.c.name == name).values(**values)):
+            return
+        try:
+            self.store.count(insert(queues).values(name=name, **values))
+        except exc.IntegrityError:  # made by another operator meanwhile: ours is the later change
+            self.store.count(update(queues).where(queues.c.name == name).values(**values))
+
+
+def queue_infos(store: Store, live: list[dict]) -> list[QueueInfo]:
+    """Every queue with work, settings or a live machine serving it by name (and `default`), by name. `live`:
+    the machine rows judged alive, each with its `name` and `queues` (names, () for every queue)."""
+    reader = QueueStore(store)
+    settings, counts = reader.settings(), reader.counts()
+    infos = []
+    for name in sorted({DEFAULT, *settings, *counts, *(q for m in live for q in m["queues"])}):
+        row = settings.get(name, {})
+        waiting, running, keys = counts.get(name, (0, 0, 0))
+        infos.append(QueueInfo(
+            name=name, waiting=waiting, running=running, limit=row.get("max_running"),
+            rate=Rate(row["rate_count"], row["rate_per"]) if row.get("rate_count") else None,
+            order_keys_waiting=keys, paused=bool(row.get("paused")),
+            on_failure=OnFailure(row.get("on_failure") or OnFailure.SKIP),
+            serving=tuple(m["name"] for m in live if not m["queues"] or name in m["queues"])))
+    return infos
