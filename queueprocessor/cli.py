@@ -656,7 +656,8 @@ def gui(ctx: click.Context, observe, options: NodeOptions, theme) -> None:
     args = options.to_argv() + (["--observe"] if observe else []) + (["--theme", theme] if theme else [])
     # The app is a separate package the core never imports: run it in place of this process. The URL
     # travels in the environment, so its password never shows in the process list.
-    env = {k: v for k, v in os.environ.items() if k != "QP_DB"} | ({"QP_DB": url} if url else {})
+    env = ({k: v for k, v in os.environ.items() if k != "QP_DB"} | ({"QP_DB": url} if url else {})
+           | options.secret_env())
     os.execve(sys.executable, [sys.executable, "-m", "ui", *args], env)
 
 

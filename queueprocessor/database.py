@@ -8,7 +8,7 @@ import platformdirs
 from sqlalchemy import create_engine, event, exc, insert, inspect, select
 from sqlalchemy.engine import URL, Engine, make_url
 
-from . import migrations, schema
+from . import migrations, schema, store_connections
 from .errors import ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew, UnusableDatabase
 
 # Short names a user may type, mapped to the driver we ship.
@@ -16,6 +16,10 @@ _DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"
 CONNECT_TIMEOUT = 10  # seconds
 PROGRAM = "queueprocessor"  # how a process's connections are labelled on the server (see client_name)
 APP_PROGRAM = "queueprocessor-gui"  # the desktop app's
+# A node's statements take one connection at a time, but for its results while it has jobs (store.Held): the
+# pool keeps one, opens a second only while both are wanted at once, and closes it when given back, so an idle
+# node holds one connection and a busy one two, whatever its capacity. Other threads wait their turn for them.
+POOL_OVERFLOW = 1
 _TIMEOUT_ARG = {"postgresql": "connect_timeout", "mssql": "timeout"}  # each driver's name for it
 # From "user:" to the last "@": people type passwords with spaces, "@" and "/" in them unencoded, and a
 # mask that shows too much is worse than one that hides a host name too.
@@ -79,6 +83,18 @@ def parse_url(text: str) -> URL:
     return url
 
 
+def listen_url(text: str) -> URL:
+    """A node's --listen-db: the PostgreSQL server itself, for push when the farm's URL reaches a pooler."""
+    try:
+        url = parse_url(text)
+    except ConfigError as error:
+        raise ConfigError(f"--listen-db: {error}") from None
+    if url.get_backend_name() != "postgresql":
+        raise ConfigError(f"--listen-db {mask(url)} is not a PostgreSQL URL: push listens on PostgreSQL only; give "
+                          "the server's own address, e.g. postgresql://user:password@dbhost:5432/farm")
+    return url
+
+
 def client_name(machine: str | None = None, program: str = PROGRAM) -> str:
     """The label on every connection this process opens ('queueprocessor web-3'), so a database administrator
     sees in pg_stat_activity (SQL Server: sys.dm_exec_sessions) which machine holds what."""
@@ -111,10 +127,11 @@ def unlabelled(url: URL) -> URL:
     return url.difference_update_query(["application_name", "APP"])
 
 
-def open_engine(text: str, pool_size: int = 5, read_only: bool = False, client: str | None = None) -> Engine:
-    """An engine tuned for the farm's access pattern (short statements, several threads). With `read_only`
-    the database itself refuses every write on its connections (the app's watch-only mode). Its connections
-    carry `client` (default: client_name())."""
+def open_engine(text: str, pool_size: int = 1, read_only: bool = False, client: str | None = None) -> Engine:
+    """An engine tuned for the farm's access pattern (short statements, several threads, few connections: see
+    POOL_OVERFLOW). With `read_only` the database itself refuses every write on its connections (the app's
+    watch-only mode; not through a pooler, see store_connections). Its connections carry `client` (default:
+    client_name())."""
     url = parse_url(text)
     if url.get_backend_name() == "sqlite":
         return _sqlite_engine(url, read_only)
@@ -123,16 +140,10 @@ def open_engine(text: str, pool_size: int = 5, read_only: bool = False, client: 
     timeout = _TIMEOUT_ARG[url.get_backend_name()]
     connect_args = {} if timeout in url.query else {timeout: CONNECT_TIMEOUT}
     url = labelled(url, client or client_name())
-    engine = _create_engine(url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True, pool_recycle=300,
-                            connect_args=connect_args)
-    if read_only and url.get_backend_name() == "postgresql":
-
-        @event.listens_for(engine, "connect")
-        def _refuse_writes(dbapi_connection, _record):
-            with dbapi_connection.cursor() as cursor:
-                cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-            dbapi_connection.commit()  # a SET inside a transaction that is rolled back would be undone
-
+    engine = _create_engine(url, pool_size=pool_size, max_overflow=POOL_OVERFLOW, pool_pre_ping=True,
+                            pool_recycle=300, connect_args=connect_args)
+    if url.get_backend_name() == "postgresql":
+        store_connections.prepare(engine, read_only)
     return engine
 
 

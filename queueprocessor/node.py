@@ -29,7 +29,7 @@ from .clock import Clock, OffsetEstimator, SystemClock
 from .database import mask
 from .executors import AllowLists, Executor
 from .logs import about
-from .push import BACKLOG, Listener, notify_backlog
+from .push import BACKLOG, Listener, notify_backlog, where_to_listen
 from .queues import Served, served_names
 from .roster import KnownMachines, Liveness, slot_of, turn_to_take, turn_wait, upcoming_turn
 from .runner import JobRunner
@@ -64,6 +64,7 @@ class NodeConfig:
     metrics_port: int | None = None  # serve Prometheus metrics on this port (queueprocessor.metrics)
     metrics_host: str = "127.0.0.1"
     served: Served = field(default_factory=Served)  # the queues this machine serves (DESIGN 7)
+    listen_db: str | None = None  # LISTEN there rather than on the farm's URL (which may reach a pooler: see push)
 
     @property
     def claim_ahead(self) -> float:
@@ -211,7 +212,8 @@ class Node:
         for thread in self._threads:
             thread.start()
         if self.config.push and self.store.dialect == "postgresql":
-            self.listener = Listener(self.store.engine.url, self._notice).start()
+            listen = where_to_listen(self.store.engine.url, self.config.listen_db)
+            self.listener = Listener(listen, self._notice).start()
 
     def _end_threads(self) -> None:
         """Stop our threads and wait for them (the runner's loop apart): they see `_stop` within a wait."""

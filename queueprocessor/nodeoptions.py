@@ -16,6 +16,7 @@ from enum import Enum
 
 import click
 
+from .database import listen_url
 from .executors import AllowLists
 from .farm import MAX_CAPACITY
 from .logs import LogFormat
@@ -39,8 +40,10 @@ class Seconds(click.FloatRange):
 
 
 def _option(help: str, type=None, *, flag: str | None = None, metavar: str | None = None,
-            to_node: bool = True) -> dict:
-    return {"option": dict(help=help, type=type, flag=flag, metavar=metavar, to_node=to_node)}
+            to_node: bool = True, secret: bool = False) -> dict:
+    """`secret`: the value may hold a password, so it travels to the app in its QP_* variable, not its argv
+    (which the process list shows)."""
+    return {"option": dict(help=help, type=type, flag=flag, metavar=metavar, to_node=to_node, secret=secret)}
 
 
 FARM_WIDE = " Farm-wide."
@@ -88,6 +91,10 @@ class NodeOptions:
     log_format: LogFormat = field(default=LogFormat.TEXT, metadata=_option(
         "Log as text, or as one JSON object per line (time, level, logger, machine, message, job_id) for a log "
         "store.", click.Choice(LogFormat, case_sensitive=False), to_node=False))
+    listen_db: str | None = field(default=None, metadata=_option(
+        "For push, LISTEN on this PostgreSQL URL: the server's own, when --db reaches it through a pooler such as "
+        "PgBouncer (where LISTEN cannot work). Default: --db; through a pooler without it, the farm polls.",
+        metavar="URL", secret=True))
 
     @property
     def machine(self) -> str:
@@ -103,6 +110,8 @@ class NodeOptions:
         """Raise the QPError a node would meet at start for options that only fail together."""
         AllowLists(self.allow_hosts, self.allow_modules, self.allow_commands).executors(self.http_base)
         Served.parse(self.queues)
+        if self.listen_db is not None:
+            listen_url(self.listen_db)
         return self
 
     def node_keywords(self) -> dict:
@@ -114,6 +123,8 @@ class NodeOptions:
         argv = []
         for f in fields(self):
             value, flag = getattr(self, f.name), _flag(f)
+            if f.metadata["option"]["secret"]:
+                continue
             if isinstance(value, bool):
                 argv += [flag.split("/")[0] if value else flag.split("/")[1]]
             elif isinstance(value, tuple):
@@ -121,6 +132,15 @@ class NodeOptions:
             elif value is not None:
                 argv += [flag, repr(value) if isinstance(value, float) else str(value)]
         return argv
+
+    def secret_env(self) -> dict[str, str]:
+        """The options to_argv leaves out, as the QP_* variables every entry point also reads them from."""
+        return {_envvar(f): getattr(self, f.name) for f in fields(self)
+                if f.metadata["option"]["secret"] and getattr(self, f.name) is not None}
+
+
+def _envvar(f) -> str:
+    return "QP_" + _flag(f).split("/")[0].removeprefix("--").replace("-", "_").upper()
 
 
 def _flag(f) -> str:
@@ -151,7 +171,7 @@ def node_options(command=None, *, only: tuple[str, ...] | None = None):
         for f in reversed([f for f in fields(NodeOptions) if only is None or f.name in only]):
             spec = f.metadata["option"]
             flag = _flag(f)
-            envvar = "QP_" + flag.split("/")[0].removeprefix("--").replace("-", "_").upper()
+            envvar = _envvar(f)
             # An enum's default shows as the word a user types (click would show the member's name).
             default = f.default.value if isinstance(f.default, Enum) else f.default
             extra = dict(multiple=True) if isinstance(f.default, tuple) else dict(type=spec["type"], default=default)

@@ -8,6 +8,10 @@ notifies too, so every node with free capacity joins in without waiting for
 its heartbeat. Polling stays the fallback: a lost notice or a dropped
 listening connection only costs the latency of the next turn. SQLite and SQL
 Server have no push and poll only.
+
+LISTEN needs a session of its own, which a pooler in transaction mode
+(PgBouncer) does not give: a farm reached through one listens on the server's
+own address (--listen-db), or polls, and says so once in its log.
 """
 
 import logging
@@ -19,13 +23,21 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import URL, Connection
 
-from .database import mask
+from .database import labelled, listen_url, mask, unlabelled
 from .schema import JOBS_CHANNEL
+from .store_connections import reaches_pooler
 
 log = logging.getLogger("queueprocessor.push")
 
 BACKLOG = "backlog"
 RECONNECT = 1.0  # seconds between attempts to listen again after losing the connection
+
+
+def where_to_listen(farm_url: URL, listen_db: str | None) -> URL:
+    """The farm's own URL, or `listen_db` when given, carrying the same name as the farm's connections."""
+    if listen_db is None:
+        return farm_url
+    return labelled(listen_url(listen_db), farm_url.query["application_name"])
 
 
 def notify_backlog(conn: Connection) -> None:
@@ -37,6 +49,7 @@ class Listener:
     """A thread that LISTENs on the jobs channel and calls `on_notice(payload)` for each notice."""
 
     def __init__(self, url: URL, on_notice: Callable[[str], None], poll: float = 0.2):
+        self.url = url
         # The engine's own reading of the URL (its hosts, its application_name, ...), for a plain psycopg connection.
         self.params = PGDialect_psycopg().create_connect_args(url)[1]
         self.on_notice = on_notice
@@ -58,6 +71,11 @@ class Listener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(**self.params, autocommit=True, connect_timeout=5) as conn:
+                    if reaches_pooler(conn):
+                        log.warning("push is off, the farm polls: %s reaches a pooler, where LISTEN cannot work; "
+                                    "give --listen-db (QP_LISTEN_DB, listen-db in the config) the PostgreSQL "
+                                    "server's own URL", mask(unlabelled(self.url)))
+                        return
                     conn.execute(f"LISTEN {JOBS_CHANNEL}")
                     self.listening.set()
                     while not self._stop.is_set():

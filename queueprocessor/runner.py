@@ -355,5 +355,7 @@ class Recorder:
                     raise
                 for (_, future), ok in zip(batch, written):
                     future.set_result(ok)
+            if not self.runner.count():  # an idle node keeps one connection (see store.Held)
+                await self.runner.loop.run_in_executor(None, self.runner.store.idle)
         finally:
             self.busy = False

@@ -11,13 +11,12 @@ The rules the rest of the code relies on:
 
 import math
 import threading
-import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import (and_, bindparam, case, delete, event, exc, func, insert, literal, or_,
-                        select, text, update)
+from sqlalchemy import (and_, bindparam, case, delete, exc, func, insert, literal, or_,
+                        select, update)
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import Select
 
@@ -124,71 +123,66 @@ class Plan:
 EVERY_QUEUE = Plan()
 
 
-# A backlog enqueued in one go is missing from the table's statistics until autovacuum analyses it (a minute
-# later at best): planned on them, the claim read and sorted the whole backlog on every call (15 ms at 18,000
-# queued jobs instead of 0.85) and the finish looked its jobs up by bitmap. The hot statements only ever want
-# their index paths, so the connections that run them are told not to plan bitmap scans.
-HOT_SESSION = (text("SET enable_bitmapscan = off"),)
+class Raw:
+    """Hot statements straight to the driver, each compiled once: SQLAlchemy's execution and row layers cost a
+    busy node a fifth of its interpreter time, for statements whose columns need no conversion. Rows come back
+    as plain tuples; driver errors are raised as SQLAlchemy's, as any other statement's are, and a connection
+    the server dropped is invalidated, so the pool connects again."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self._compiled: dict = {}  # statement -> its SQL for the driver (the hot statements are built once)
+
+    def run(self, conn, statement, params) -> list[tuple]:
+        compiled = self._compiled.get(statement)
+        if compiled is None:
+            compiled = self._compiled[statement] = statement.compile(dialect=self.engine.dialect)
+        dbapi_connection = conn.connection.dbapi_connection
+        try:
+            with dbapi_connection.cursor() as cursor:  # autocommit: one round trip
+                cursor.execute(compiled.string, compiled.construct_params(params))
+                return cursor.fetchall()
+        except self.engine.dialect.loaded_dbapi.Error as error:
+            if self.engine.dialect.is_disconnect(error, dbapi_connection, None):
+                conn.invalidate()
+            raise exc.DBAPIError.instance(compiled.string, params, error, self.engine.dialect.loaded_dbapi.Error,
+                                          hide_parameters=True, dialect=self.engine.dialect) from None
 
 
 class Held:
-    """One connection kept for a hot statement (claims, or results): no checkout and no ping per call. It is
-    detached from the pool, so its session settings never reach another statement. A call that fails drops it,
-    and the next call connects again; a call made while another is under way uses the pool instead of waiting.
+    """A pooled connection that the runner's result writer keeps between its statements while the node has jobs
+    (no checkout per batch), and gives back when it has none (`release`), so that an idle node holds one
+    connection. A call made while another is under way takes its own from the pool instead of waiting."""
 
-    The statement goes straight to the driver, compiled once: SQLAlchemy's execution and row layers cost a
-    busy node a fifth of its interpreter time, for statements whose columns need no conversion. Rows come
-    back as plain tuples; driver errors are raised as SQLAlchemy's, as any other statement's are."""
-
-    def __init__(self, engine: Engine, fallback: Callable):
+    def __init__(self, engine: Engine, raw: Raw):
         self.engine = engine
-        self.fallback = fallback
+        self.raw = raw
         self.conn = None
-        self._closer = None
-        self._compiled: dict = {}  # statement -> its SQL for the driver (the hot statements are built once)
         self.lock = threading.Lock()
-        event.listen(engine, "engine_disposed", lambda _engine: self.close())
 
     def run(self, statement, params) -> list[tuple]:
         if not self.lock.acquire(blocking=False):
-            return [tuple(row) for row in self.fallback(statement, params)]
+            with self.engine.connect() as conn:
+                return self.raw.run(conn, statement, params)
         try:
-            compiled = self._compiled.get(statement)
-            if compiled is None:
-                compiled = self._compiled[statement] = statement.compile(dialect=self.engine.dialect)
-            sql = compiled.string
+            if self.conn is None:
+                self.conn = self.engine.connect()
             try:
-                if self.conn is None:
-                    self._connect()
-                with self.conn.connection.dbapi_connection.cursor() as cursor:  # autocommit: one round trip
-                    cursor.execute(sql, compiled.construct_params(params))
-                    return cursor.fetchall()
-            except BaseException as error:
-                self._drop()
-                if isinstance(error, self.engine.dialect.loaded_dbapi.Error):
-                    raise exc.DBAPIError.instance(sql, params, error, self.engine.dialect.loaded_dbapi.Error,
-                                                  hide_parameters=True, dialect=self.engine.dialect) from None
+                return self.raw.run(self.conn, statement, params)
+            except BaseException:
+                self._give_back()
                 raise
         finally:
             self.lock.release()
 
-    def _connect(self) -> None:
-        conn = self.engine.connect()
-        self._closer = weakref.finalize(self, _close_quietly, conn)  # also when the store is dropped unclosed
-        conn.detach()
-        self.conn = conn
-        for setting in HOT_SESSION:
-            conn.execute(setting)
-        conn.commit()  # autocommit already: this only ends SQLAlchemy's own transaction
-
-    def _drop(self) -> None:
-        self.conn = None
-        if self._closer is not None:
-            self._closer()
-
-    def close(self) -> None:
+    def release(self) -> None:
         with self.lock:
-            self._drop()
+            self._give_back()
+
+    def _give_back(self) -> None:
+        if self.conn is not None:
+            conn, self.conn = self.conn, None
+            _close_quietly(conn)
 
 
 def _close_quietly(conn) -> None:
@@ -226,13 +220,19 @@ class Store:
         self._auto = engine if self.dialect == "sqlite" else engine.execution_options(isolation_level="AUTOCOMMIT")
         self._read = self._auto.execution_options(read_only=True)
         if self.dialect == "postgresql":  # the statements a busy node runs thousands of times a minute
-            self._claims, self._results = Held(self._auto, self.rows), Held(self._auto, self.rows)
+            self._raw = Raw(self._auto)
+            self._results = Held(self._auto, self._raw)
 
-    def close(self) -> None:
-        """Give back the connections kept for claims and results (disposing of the engine does it too)."""
+    def idle(self) -> None:
+        """This node holds no jobs (or the farm is closing): give back the connection kept for their results
+        (see Held)."""
         if self.dialect == "postgresql":
-            self._claims.close()
-            self._results.close()
+            self._results.release()
+
+    def _hot(self, statement, params) -> list[tuple]:
+        """A claim, straight to the driver on a pooled connection (see Raw)."""
+        with self._auto.connect() as conn:
+            return self._raw.run(conn, statement, params)
 
     def rows(self, statement, params=None) -> list:
         """Run one statement on its own (a read on the read-only engine) and return its rows: a SELECT's,
@@ -450,7 +450,7 @@ class Store:
                                     limit if self.dialect == "mssql" else None, served=bool(plan.served),
                                     branches=len(plan.alone))
         if self.dialect == "postgresql" and not plan.locks:  # the claim statement opens the runs itself
-            return _most_urgent_first(Claimed(*row) for row in self._claims.run(statement, params))
+            return _most_urgent_first(Claimed(*row) for row in self._hot(statement, params))
         with self.engine.begin() as conn:  # an attempt and its run row are written together, or neither is
             if plan.locks:
                 conn.execute(select(queues.c.name).where(queues.c.name.in_(plan.locks)).order_by(queues.c.name)
@@ -481,7 +481,7 @@ class Store:
             params["b_before"] = expired_before
         statement = claim_statement(self.dialect, take_expired, expired_before is not None, None, turn=True,
                                     served=bool(plan.served), branches=len(plan.alone))
-        rows = self._claims.run(statement, params)
+        rows = self._hot(statement, params)
         claimed = _most_urgent_first(Claimed(*row[1:]) for row in rows if row[1] is not None)  # row: won, job...
         return bool(rows[0][0]), claimed
 

@@ -12,6 +12,7 @@ from queueprocessor import schema
 from queueprocessor.database import open_engine
 from queueprocessor.farm import Farm
 from tests.support.httptarget import HttpTarget
+from tests.support.pgbouncer import PgBouncer
 from tests.support.pgserver import PostgresServer
 
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
@@ -31,9 +32,32 @@ def pg_url(pg_server):
     return pg_server.create_database(f"t_{uuid.uuid4().hex[:12]}")
 
 
+# PostgreSQL reached through PgBouncer in transaction pooling mode: the store contract suite runs on it too.
+PGBOUNCER = pytest.param("pgbouncer", marks=pytest.mark.postgres)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_server):
+    with PgBouncer(pg_server) as bouncer:
+        yield bouncer
+
+
+@pytest.fixture
+def bouncer_url(pg_url, pgbouncer):
+    """A fresh PostgreSQL database for one test, reached through PgBouncer."""
+    return pgbouncer.url_for(pg_url)
+
+
 @pytest.fixture(params=BACKENDS)
 def db_url(request, tmp_path):
     """A fresh, empty farm database on each backend in turn."""
+    return backend_url(request, tmp_path)
+
+
+def backend_url(request, tmp_path) -> str:
+    """db_url's, for a suite that parametrises its own backends (request.param)."""
+    if request.param == "pgbouncer":
+        return request.getfixturevalue("bouncer_url")
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'farm.db'}"
     if request.param == "mssql":  # one server database for every test: emptied of the farm's tables first
@@ -52,6 +76,7 @@ def farm(db_url):
     """A connected farm; on teardown, checks that no connection was left checked out."""
     the_farm = Farm(db_url)
     yield the_farm
+    the_farm.store.idle()  # the connection kept for results while jobs may be running (store.Held)
     leaked = the_farm.engine.pool.checkedout()
     the_farm.close()
     assert leaked == 0, f"{leaked} database connections were not returned to the pool"

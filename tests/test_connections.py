@@ -5,6 +5,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections import Counter
 
 import psycopg
 import pytest
@@ -12,9 +14,11 @@ from sqlalchemy.engine import make_url
 
 from queueprocessor.database import client_name, open_engine
 from queueprocessor.farm import Farm
-from tests.support.work import wait_for
+from tests.support.work import ROOT, wait_for
 
 QP = [sys.executable, "-m", "queueprocessor.cli"]
+PYJOBS = "tests.support.pyjobs"
+IDLE, BUSY = 2, 3  # at most, per node: one connection for statements and one to LISTEN; one more for results
 
 
 def sessions(url: str) -> list[str]:
@@ -41,6 +45,53 @@ def processes():
         if process.poll() is None:
             process.kill()
         process.wait()
+
+
+def per_node(url: str) -> Counter:
+    """Sessions per node process (named 'queueprocessor n<i>'), the observer's own and this test's Farm left out."""
+    return Counter(name for name in sessions(url) if name.startswith("queueprocessor n"))
+
+
+def idle(url: str, nodes: int) -> bool:
+    """Does every node hold what an idle one may: its statements' connection and its LISTEN one (and the
+    connection for results given back after the last job)?"""
+    counts = per_node(url)
+    return len(counts) == nodes and set(counts.values()) == {IDLE}
+
+
+def drain(farm: Farm, url: str, jobs: int) -> Counter:
+    """Enqueue a backlog and, until it is done, sample pg_stat_activity: the most sessions each node held."""
+    done = farm.job_counts().get("succeeded", 0) + jobs
+    most: Counter = Counter()
+    farm.enqueue(farm.python_spec(f"{PYJOBS}:nap", 0.002), count=jobs)
+    deadline = time.monotonic() + 60
+    while farm.job_counts().get("succeeded", 0) < done and time.monotonic() < deadline:
+        most |= per_node(url)
+    assert farm.job_counts().get("succeeded", 0) == done
+    return most
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_node_holds_two_connections_idle_and_three_busy_whatever_its_capacity(pg_url, processes):
+    """1 node, then 8, each of capacity 32: idle, each holds one connection for its statements and one to LISTEN;
+    draining a backlog, at most one more."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def start(name):
+        processes.append(subprocess.Popen([*QP, "--db", pg_url, "node", "--name", name, "--capacity", "32",
+                                           "--allow-module", PYJOBS], env=env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL))
+
+    with Farm(pg_url) as farm:
+        for size in (1, 8):
+            for index in range(len(processes), size):
+                start(f"n{index}")
+            wait_for(lambda: active(farm, *(f"n{i}" for i in range(size))), 60)
+            wait_for(lambda: idle(pg_url, size), 30)
+            busy = drain(farm, pg_url, jobs=200 * size)
+            assert len(busy) == size and max(busy.values()) <= BUSY, busy
+            wait_for(lambda: idle(pg_url, size), 30)  # and back
 
 
 @pytest.mark.postgres

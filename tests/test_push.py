@@ -84,3 +84,37 @@ def test_a_dropped_listening_connection_is_restored(farm, nodes):
     early_in_a_slot(farm)
     enqueued, started = started_slots(farm, farm.enqueue_python(pyjobs.noop)[0])
     assert started == enqueued
+
+
+def test_through_a_pooler_push_listens_on_the_listen_db(pg_url, bouncer_url):
+    """PgBouncer gives LISTEN no session: with --listen-db (the server's own URL) push works through it all the same."""
+    from queueprocessor.farm import Farm
+
+    with Farm(bouncer_url) as farm:
+        nodes = Nodes(farm, period=PERIOD, heartbeat=0.5)
+        try:
+            wait_for(nodes("a", listen_db=pg_url).listener.listening.is_set)
+            time.sleep(PERIOD)
+            early_in_a_slot(farm)
+            enqueued, started = started_slots(farm, farm.enqueue_python(pyjobs.noop)[0])
+            assert started == enqueued
+        finally:
+            nodes.stop_all()
+
+
+def test_through_a_pooler_without_a_listen_db_the_farm_polls_and_says_so_once(bouncer_url, caplog):
+    from queueprocessor.farm import Farm
+
+    with Farm(bouncer_url) as farm:
+        nodes = Nodes(farm, period=PERIOD, heartbeat=0.5)
+        try:
+            node = nodes("a")
+            wait_for(lambda: "push is off" in caplog.text)
+            [line] = [r.getMessage() for r in caplog.records if "push is off" in r.getMessage()]
+            assert "--listen-db" in line and ":***@" in line
+            time.sleep(PERIOD)
+            early_in_a_slot(farm)
+            enqueued, started = started_slots(farm, farm.enqueue_python(pyjobs.noop)[0])
+            assert started == enqueued + 1 and not node.listener.listening.is_set()
+        finally:
+            nodes.stop_all()

@@ -1,0 +1,54 @@
+"""What a PostgreSQL connection is told when it opens, directly or through a pooler (issue 11 item 3).
+
+A pooler in transaction mode (PgBouncer) hands each transaction to whichever
+server connection is free, so nothing may live in a session: a SET would stay
+behind on a server connection another client gets next, and PgBouncer 1.18
+keeps no prepared statement past the transaction that made it. Every statement
+of the farm stands on its own; only these per-connection extras depend on the
+path, and they are chosen here, once per connection, when it opens:
+
+- through a pooler: psycopg's automatic prepared statements are turned off
+  (prepare_threshold None), and no session setting is made;
+- directly: the planner hint below, and for a read-only farm (the app's
+  watch-only mode) the server's own refusal of writes.
+
+A pooler is recognised, not configured: it answers the connection itself, so
+the process id it gives the client for cancelling (BackendKeyData) is its own
+invention, never the server process that runs the client's statements.
+"""
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+# A backlog enqueued in one go is missing from the table's statistics until autovacuum analyses it (a minute
+# later at best): planned on them, the claim read and sorted the whole backlog on every call (15 ms at 18,000
+# queued jobs instead of 0.85) and the finish looked its jobs up by bitmap. A node's statements only ever want
+# their index paths, so its direct connections are told not to plan bitmap scans. Through a pooler they cannot
+# be: give the pooler's connect_query (PgBouncer) the same setting instead (docs/pgbouncer.md).
+PLANNER_HINT = "SET enable_bitmapscan = off"
+READ_ONLY = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
+
+
+def prepare(engine: Engine, read_only: bool) -> None:
+    """Set up each new connection of `engine` (PostgreSQL) for the path it takes to the server."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):
+        if reaches_pooler(dbapi_connection):
+            dbapi_connection.prepare_threshold = None
+            return
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(PLANNER_HINT)
+            if read_only:
+                cursor.execute(READ_ONLY)
+        dbapi_connection.commit()  # a SET inside a transaction that is rolled back would be undone
+
+
+def reaches_pooler(dbapi_connection) -> bool:
+    """Is this psycopg connection to a pooler rather than to the server itself (see the module's docstring)?"""
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        server_pid = cursor.fetchone()[0]
+    if not dbapi_connection.autocommit:
+        dbapi_connection.commit()
+    return server_pid != dbapi_connection.info.backend_pid
