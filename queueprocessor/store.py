@@ -696,13 +696,15 @@ class Store:
                      .order_by(jobs.c.key))
         return [dict(r._mapping) for r in self.rows(statement)]
 
-    def list_jobs(self, state: str | None = None, limit: int = 100) -> list[dict]:
-        """The newest jobs, each with `owner_name` (see get_job)."""
+    def list_jobs(self, state: str | None = None, limit: int = 100, *, queue: str | None = None) -> list[dict]:
+        """The newest jobs (in `state`, of `queue`, if given), each with `owner_name` (see get_job)."""
         statement = _with_owner_name(select(jobs)).order_by(jobs.c.id.desc()).limit(limit)
         if state:
             if state not in tuple(JobState):
                 raise QPError(f"unknown job state {state!r}: use one of {', '.join(JobState)}")
             statement = statement.where(jobs.c.state == state)
+        if queue is not None:
+            statement = statement.where(jobs.c.queue == queue)
         return [dict(r._mapping) for r in self.rows(statement)]
 
     def job_counts(self) -> dict[str, int]:

@@ -97,9 +97,10 @@ def machine_throughput(store: Store, since: float, until: float) -> dict[int, di
     return counts
 
 
-def find_jobs(store: Store, text: str, state: str | None = None, limit: int = 500) -> list[dict]:
-    """The newest `limit` jobs (in `state`, if given) whose id, target, machine name or last error contains
-    `text`, ignoring case; newest first. `text` is a bound parameter and its % and _ match only themselves."""
+def find_jobs(store: Store, text: str, state: str | None = None, limit: int = 500, *,
+              queue: str | None = None) -> list[dict]:
+    """The newest `limit` jobs (in `state`, of `queue`, if given) whose id, target, machine name or last error
+    contains `text`, ignoring case; newest first. `text` is a bound parameter and its % and _ match only themselves."""
     if state is not None and state not in tuple(JobState):
         raise QPError(f"unknown job state {state!r}: use one of {', '.join(JobState)}")
     named = select(machines.c.id).where(machines.c.name.icontains(text, autoescape=True))
@@ -110,6 +111,8 @@ def find_jobs(store: Store, text: str, state: str | None = None, limit: int = 50
     statement = select(jobs).where(found).order_by(jobs.c.id.desc()).limit(limit)
     if state is not None:
         statement = statement.where(jobs.c.state == state)
+    if queue is not None:
+        statement = statement.where(jobs.c.queue == queue)
     return plain_dicts(store.rows(statement))
 
 

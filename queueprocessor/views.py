@@ -18,6 +18,7 @@ from .roster import Liveness, machine_status, roster, slot_of, slot_owner
 from .schedules import Recurrence
 from .states import MachineState
 from .store import Store
+from .store_queues import queue_infos
 from .store_views import (find_jobs, jobs_by_key, machine_throughput, runs_between, schedule_rows, throughput,
                           turns_between)
 
@@ -147,6 +148,7 @@ class Query:
     ahead: float = 10.0
     jobs_state: str | None = None
     jobs_text: str | None = None  # only jobs whose id, target, machine name or error contains this
+    jobs_queue: str | None = None  # only jobs of this queue
     jobs_limit: int = 500
     job_id: int | None = None
     bucket: float = 5.0
@@ -169,9 +171,10 @@ class Dashboard:
     def jobs(self, query: Query) -> list[dict]:
         """The jobs list: the newest in the state asked for, or found by the text asked for."""
         if not query.jobs_text:
-            return self.store.list_jobs(query.jobs_state, query.jobs_limit)
-        return self._search.read((query.jobs_text, query.jobs_state, query.jobs_limit),
-                                 lambda: find_jobs(self.store, query.jobs_text, query.jobs_state, query.jobs_limit))
+            return self.store.list_jobs(query.jobs_state, query.jobs_limit, queue=query.jobs_queue)
+        return self._search.read((query.jobs_text, query.jobs_state, query.jobs_limit, query.jobs_queue),
+                                 lambda: find_jobs(self.store, query.jobs_text, query.jobs_state, query.jobs_limit,
+                                                   queue=query.jobs_queue))
 
     def read(self, query: Query) -> dict:
         store = self.store
@@ -204,4 +207,6 @@ class Dashboard:
             "job": job,
             "schedules": read_schedules(store, now, self._occurrences),
             "singletons": singletons.list_all(store),
+            "queues": queue_infos(store, [m for m in machines if m["status"] in (MachineState.ACTIVE,
+                                                                                  MachineState.PAUSED)]),
         }

@@ -3,14 +3,17 @@
     QT_QPA_PLATFORM=offscreen python scripts/screenshots.py [--out docs/screenshots] [--warmup 45]
 
 A real farm on a throwaway SQLite database: five nodes with skewed clocks and
-the app's own node, the demo's web server and job feeder, a few schedules (one
-paused) and singletons; after the warm-up one machine is paused and one
-crashes (it stops checking in, so it turns dead). Shot at 1440x900, at
-1024x640 (a laptop), and last with MANY machines in the farm.
+the app's own node, each serving its own queues, the demo's web server and job
+feeder, a few schedules (one paused) and singletons, and named queues (one
+limited, one rated with order keys, one paused); after the warm-up one machine
+is paused and one crashes (it stops checking in, so it turns dead, and the
+queue only it served is left unserved). Shot at 1440x900, at 1024x640 (a
+laptop), and last with MANY machines in the farm.
 """
 
 import argparse
 import os
+import random
 import sys
 import tempfile
 import threading
@@ -30,7 +33,14 @@ from queueprocessor.states import JobState, Outcome, Wish  # noqa: E402
 from ui.app import make_app  # noqa: E402
 from ui.mainwindow import MainWindow  # noqa: E402
 
-PEERS = (("web-01", 0.35), ("web-02", -0.8), ("batch-01", 1.6), ("batch-02", 0.05), ("old-box", -2.4))
+# name, clock skew, the queues it serves (None: every queue). Only old-box serves gpu: it dies.
+PEERS = (("web-01", 0.35, "default,partner-api,emails"), ("web-02", -0.8, "default,partner-api,emails"),
+         ("batch-01", 1.6, "reports:1,default"), ("batch-02", 0.05, "reports,partner-api"), ("old-box", -2.4, None))
+# queue, Farm.set_queue's settings; emails is paused as well.
+QUEUES = (("reports", dict(limit=2)), ("partner-api", dict(rate="3/s", on_failure="block")), ("emails", {}))
+# queue, demo page, order keys (0: none): what the queue feeder picks from.
+QUEUE_WORK = (("reports", "/slow?ms=2500", 0), ("partner-api", "/ok", 6), ("emails", "/ok", 0),
+              ("gpu", "/slow?ms=4000", 0))
 # name, demo page, how it recurs; the last one is paused.
 SCHEDULES = (("cache-warmup", "/ok?job=warmup", dict(every=5.0)),
              ("partner-sync", "/flaky", dict(every=15.0, misfire="all")),
@@ -48,6 +58,14 @@ def pump(seconds: float) -> None:
     while time.monotonic() < end:
         app.processEvents()
         time.sleep(0.01)
+
+
+def feed_queues(farm: Farm, stop: threading.Event) -> None:
+    """Work for the named queues, a few jobs a second; partner-api's with order keys (one account at a time)."""
+    while not stop.wait(0.3):
+        queue, page, keys = random.choice(QUEUE_WORK)
+        order_key = f"account-{random.randrange(keys)}" if keys else None
+        farm.enqueue_http(page, queue=queue, order_key=order_key)
 
 
 def crash(node) -> None:
@@ -86,14 +104,18 @@ def main() -> None:
     farm.pause_schedule(SCHEDULES[-1][0])
     for name, page in SINGLETONS:
         farm.singleton(name, work_spec("http", page))
-    nodes = {name: farm.node(name=name, http_base=base, capacity=3, clock=SystemClock(skew)).start()
-             for name, skew in PEERS}
+    nodes = {name: farm.node(name=name, http_base=base, capacity=3, clock=SystemClock(skew), queues=queues).start()
+             for name, skew, queues in PEERS}
+    for name, settings in QUEUES:  # queues the nodes serve by name: they exist now
+        farm.set_queue(name, **settings)
+    farm.pause_queue("emails")
     stop = threading.Event()
-    feeder = threading.Thread(target=feed, args=(farm, stop), daemon=True)
-    feeder.start()
+    for work in (feed, feed_queues):
+        threading.Thread(target=work, args=(farm, stop), daemon=True).start()
 
     make_app([], "light")
-    window = MainWindow(url, dict(name="ops-desk", capacity=4, http_base=base, clock_skew=0.9), interval=0.4)
+    window = MainWindow(url, dict(name="ops-desk", capacity=4, http_base=base, clock_skew=0.9,
+                                  queues="default,reports"), interval=0.4)
     window.resize(1440, 900)
     window.show()
     try:
@@ -115,6 +137,9 @@ def main() -> None:
         window.tabs.setCurrentWidget(window.schedules)
         window.schedules.select(window.schedules.schedules_view, "partner-sync")
         shoot(window, out, "schedules-light")
+        window.tabs.setCurrentWidget(window.queues)
+        window.queues.table.selectRow(window.queues.model.row_of("reports"))
+        shoot(window, out, "queues-light")
 
         window.resize(1024, 640)
         window.tabs.setCurrentWidget(window.peers_view)

@@ -199,4 +199,5 @@ def test_enqueue_dialog_refuses_bad_jobs_with_the_reason(app, qtbot):
     dialog.accept()
     assert dialog.result() == 1
     assert dialog.options == dict(path="/reports", method="POST", payload='{"day": "2026-11-22"}', priority=0,
-                                  max_attempts=3, timeout=5.0, key=None, delay=0.0, count=1)
+                                  max_attempts=3, timeout=5.0, key=None, delay=0.0, count=1, queue="default",
+                                  order_key=None)

@@ -19,7 +19,8 @@ NAMES = {"names": {1: "desk"}}
 
 def _job(job_id, state="queued", **fields):
     return dict(id=job_id, state=state, method="GET", target=f"/work/{job_id}", attempts=0, max_attempts=3,
-                owner=None, created_at=1_700_000_000.0 + job_id, finished_at=None, last_error=None) | fields
+                owner=None, created_at=1_700_000_000.0 + job_id, finished_at=None, last_error=None, queue="default",
+                order_key=None) | fields
 
 
 @pytest.fixture
@@ -94,7 +95,7 @@ def test_rows_sorted_on_a_changing_column_move_with_their_selection(model):
 def _machine(machine_id, status, synced=True):
     return dict(id=machine_id, name=f"m{machine_id}", host="h", status=status, leader=False, clock_offset=0.001,
                 error_bound=0.0005 if synced else 0.4, rtt=0.001, last_seen=990.0, capacity=2, running=0,
-                done_count=0, failed_count=0, synced=synced, pid=7, version="t")
+                done_count=0, failed_count=0, synced=synced, pid=7, version="t", queues=())
 
 
 def _colour(icon) -> str:

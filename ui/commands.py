@@ -61,6 +61,32 @@ class Commands:
     def remove_singleton(self, name: str) -> None:
         self.run(f"Remove singleton {name}", lambda farm: farm.remove_singleton(name))
 
+    def pause_queue(self, name: str) -> None:
+        self.run(f"Pause queue {name}", _saying(lambda farm: farm.pause_queue(name), "paused: its running jobs "
+                                                "finish, nothing new of it starts (within a heartbeat)"))
+
+    def resume_queue(self, name: str) -> None:
+        self.run(f"Resume queue {name}", _saying(lambda farm: farm.resume_queue(name),
+                                                 "resumed: its jobs start again (within a heartbeat)"))
+
+    def set_queue(self, name: str, changes: dict) -> None:
+        """`changes`: Farm.set_queue's keywords for what the operator changed (None lifts a limit or rate)."""
+        def set_queue(farm: Farm) -> str:
+            farm.set_queue(name, **changes)
+            return ", ".join(f"{key.replace('_', ' ')} {'none' if value is None else value}"
+                             for key, value in changes.items())
+
+        self.run(f"Set queue {name}", set_queue)
+
+
+def _saying(call: Callable[[Farm], None], message: str) -> Callable[[Farm], str]:
+    """A farm call that returns nothing, as a command: it reports `message` once done."""
+    def command(farm: Farm) -> str:
+        call(farm)
+        return message
+
+    return command
+
 
 def _waiting(cancelled: int) -> str:
     return f"{cancelled} waiting occurrence{'' if cancelled == 1 else 's'} cancelled"

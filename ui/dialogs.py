@@ -1,5 +1,7 @@
 """Dialogs: choose a database, enqueue a job, confirm, about. Each validates its input before it closes."""
 
+from collections.abc import Iterable
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
                                QHBoxLayout, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox,
@@ -9,6 +11,7 @@ from queueprocessor import __version__, database
 from queueprocessor.database import default_url, mask, parse_url
 from queueprocessor.errors import QPError
 from queueprocessor.farm import work_spec
+from queueprocessor.queues import DEFAULT, OnFailure, QueueInfo, Rate, check_limit
 
 from . import theme
 
@@ -88,7 +91,8 @@ class DatabaseDialog(QDialog):
 class EnqueueDialog(QDialog):
     """A new HTTP job: what `queueprocessor enqueue http` takes, as a form."""
 
-    def __init__(self, parent=None):
+    def __init__(self, parent=None, queues: Iterable[str] = ()):
+        """`queues`: the farm's queue names, offered in the queue field (any other name may be typed)."""
         super().__init__(parent)
         self.setWindowTitle("Enqueue a job")
         self.setWindowIcon(theme.icon("enqueue"))
@@ -102,6 +106,12 @@ class EnqueueDialog(QDialog):
         self.method = QComboBox()
         self.method.addItems(["GET", "POST"])
         form.addRow("Method", self.method)
+        self.queue = QComboBox()
+        self.queue.setEditable(True)
+        self.queue.addItems(sorted({DEFAULT, *queues}))
+        self.queue.setCurrentText(DEFAULT)
+        self.queue.setToolTip("Only machines serving this queue run the job; a new name makes a new queue")
+        form.addRow("Queue", self.queue)
         self.payload = QPlainTextEdit()
         self.payload.setPlaceholderText('JSON body for POST, e.g. {"report": "daily"}')
         self.payload.setFixedHeight(80)
@@ -123,33 +133,101 @@ class EnqueueDialog(QDialog):
         self.key = QLineEdit()
         self.key.setPlaceholderText("optional: a second job with the same key is refused")
         form.addRow("Unique key", self.key)
-        layout.addLayout(form)
-        self.error = QLabel("", objectName="error")
-        self.error.setWordWrap(True)
-        layout.addWidget(self.error)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Enqueue")
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        layout.addWidget(buttons)
+        self.order_key = QLineEdit()
+        self.order_key.setPlaceholderText("optional: jobs with the same order key run one at a time, in order")
+        form.addRow("Order key", self.order_key)
+        self.error = _finish_form(self, layout, form, "Enqueue")
 
     def accept(self) -> None:
         options = dict(method=self.method.currentText(), payload=self.payload.toPlainText().strip() or None,
                        priority=self.priority.value(), max_attempts=self.attempts.value(),
-                       timeout=self.timeout.value() or None, key=self.key.text().strip() or None)
+                       timeout=self.timeout.value() or None, key=self.key.text().strip() or None,
+                       queue=self.queue.currentText().strip(), order_key=self.order_key.text().strip() or None)
         try:
             work_spec("http", self.path.text().strip(), **options)  # the checks Farm.enqueue_http makes
         except QPError as error:
-            self.error.setText(error.say(lambda keyword: f"“{FIELDS.get(keyword, keyword)}”"))
+            self.error.setText(in_form_terms(error))
             return
         self.options = dict(path=self.path.text().strip(), delay=self.delay.value(), count=self.count.value(),
                             **options)
         super().accept()
 
 
-# The form's name for each Farm.enqueue_http keyword an error may be about (errors.InputError.inputs).
+class QueueDialog(QDialog):
+    """A queue's farm-wide limit, rate and failure policy. The core's own parsing checks each field before the
+    dialog closes; `changes` holds only what the operator changed (Farm.set_queue's keywords), so a setting
+    another operator changed meanwhile is left as they set it."""
+
+    def __init__(self, info: QueueInfo, parent=None):
+        super().__init__(parent)
+        self.info = info
+        self.changes: dict = {}
+        self.setWindowTitle(f"Queue {info.name}")
+        self.setWindowIcon(theme.icon("limit"))
+        layout = QVBoxLayout(self)
+        form = QFormLayout()
+        self.limit = QLineEdit("" if info.limit is None else str(info.limit))
+        self.limit.setPlaceholderText("none: no farm-wide limit")
+        self.limit.setToolTip("Most jobs of this queue running at once across the whole farm")
+        form.addRow("Limit", self.limit)
+        self.rate = QLineEdit("" if info.rate is None else str(info.rate))
+        self.rate.setPlaceholderText("none, or e.g. 10/s, 120/min")
+        self.rate.setToolTip("Most starts of this queue's jobs per second or per minute, farm-wide; the surplus "
+                             "waits, nothing is dropped")
+        form.addRow("Rate", self.rate)
+        self.on_failure = QComboBox()
+        for policy in OnFailure:
+            self.on_failure.addItem(policy.value, policy)
+        self.on_failure.setCurrentIndex(self.on_failure.findData(info.on_failure))
+        self.on_failure.setToolTip("block: a failing job holds its order key until it succeeds or runs out of "
+                                   "attempts; skip: the next job of its key runs at once")
+        form.addRow("On failure", self.on_failure)
+        self.error = _finish_form(self, layout, form, "Set")
+
+    def accept(self) -> None:
+        try:
+            limit, rate = self.limit.text().strip(), self.rate.text().strip()
+            wanted = {"limit": check_limit(_whole(limit)) if limit else None,
+                      "rate": Rate.parse(rate) if rate else None,
+                      "on_failure": self.on_failure.currentData()}
+        except QPError as error:
+            self.error.setText(in_form_terms(error))
+            return
+        self.changes = {key: value for key, value in wanted.items() if value != getattr(self.info, key)}
+        super().accept()
+
+
+def _finish_form(dialog: QDialog, layout: QVBoxLayout, form: QFormLayout, verb: str) -> QLabel:
+    """Put the form, the line its refusals show in (returned) and the `verb`/Cancel buttons into the dialog."""
+    layout.addLayout(form)
+    error = QLabel("", objectName="error")
+    error.setWordWrap(True)
+    layout.addWidget(error)
+    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+    buttons.button(QDialogButtonBox.StandardButton.Ok).setText(verb)
+    buttons.accepted.connect(dialog.accept)
+    buttons.rejected.connect(dialog.reject)
+    layout.addWidget(buttons)
+    return error
+
+
+def _whole(text: str) -> int | str:
+    """Typed digits as the number they spell; anything else as it is, for the core's check to refuse by name."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+# The forms' name for each Farm keyword an error may be about (errors.InputError.inputs).
 FIELDS = {"priority": "Priority", "delay": "Delay", "max_attempts": "Max attempts", "timeout": "Timeout",
-          "count": "Copies", "payload": "Payload"}
+          "count": "Copies", "payload": "Payload", "queue": "Queue", "order_key": "Order key", "limit": "Limit",
+          "rate": "Rate"}
+
+
+def in_form_terms(error: QPError) -> str:
+    """The core's one-line refusal, naming each field as the form labels it."""
+    return error.say(lambda keyword: f"“{FIELDS.get(keyword, keyword)}”")
 
 
 def needs_password(url: str) -> bool:

@@ -1,6 +1,6 @@
 """The Job runs tab: the runs Gantt, the recent jobs table with its filters, and the selected job's details.
 
-Both filters are database queries the worker runs (the table holds only the
+The filters (state, queue, text) are database queries the worker runs (the table holds only the
 newest jobs that match), so a search finds old jobs too.
 """
 
@@ -89,7 +89,7 @@ class JobDetails(QWidget):
         self.fields: dict[str, QLabel] = {}
         pairs = ((("state", "State"), ("target", "Target")), (("created", "Created"), ("finished", "Finished")),
                  (("options", "Priority · timeout"), ("key", "Key")))
-        wide = (("error", "Last error"), ("payload", "Payload"))
+        wide = (("queue", "Queue · order key"), ("error", "Last error"), ("payload", "Payload"))
         cells = [(row, pair * 2, 1, key, label) for row, both in enumerate(pairs)
                  for pair, (key, label) in enumerate(both)]
         cells += [(len(pairs) + n, 0, 3, key, label) for n, (key, label) in enumerate(wide)]
@@ -127,6 +127,7 @@ class JobDetails(QWidget):
         timeout = text.duration(job["timeout"]) if job["timeout"] else "no timeout"
         self.fields["options"].setText(f"{job['priority']} · {timeout}")
         self.fields["key"].setText(job["key"] or "–")
+        self.fields["queue"].setText(f"{job['queue']} · {job['order_key']}" if job["order_key"] else job["queue"])
         self.fields["error"].setText(job["last_error"] or "–")
         self.fields["payload"].setText(_payload(job["payload"]))
         self.attempts.set_rows(sorted(job["runs"], key=lambda r: (r["attempt"], r["id"])), {"names": names})
@@ -150,6 +151,7 @@ class JobsView(QWidget):
     job_selected = Signal(object)      # a job id, or None
     state_filter_changed = Signal(object)  # a job state, or None for all
     text_filter_changed = Signal(object)   # text to look for, or None for all
+    queue_filter_changed = Signal(object)  # a queue name, or None for all
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -170,6 +172,10 @@ class JobsView(QWidget):
             self.state.addItem(state.capitalize(), state.value)
         self.state.setToolTip("Show only jobs in this state (asks the database)")
         self.state.currentIndexChanged.connect(lambda _: self.state_filter_changed.emit(self.state.currentData()))
+        self.queue = QComboBox()
+        self.queue.addItem("All queues", None)
+        self.queue.setToolTip("Show only jobs of this queue (asks the database)")
+        self.queue.currentIndexChanged.connect(lambda _: self.queue_filter_changed.emit(self.queue.currentData()))
         self.search = QLineEdit()
         self.search.setPlaceholderText("Filter by text: id, target, machine, error…")
         self.search.setToolTip("Show only jobs whose id, target, machine or error contains this text, "
@@ -181,14 +187,15 @@ class JobsView(QWidget):
         self.search_timer.timeout.connect(lambda: self.text_filter_changed.emit(self.search.text().strip() or None))
         self.search.textChanged.connect(lambda _: self.search_timer.start())
         filters.addWidget(self.state)
+        filters.addWidget(self.queue)
         filters.addWidget(self.search, 1)
         box.addLayout(filters)
         self.model = JobsModel(self)
         self.table = table(self.model, stretch=7)
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
-        fit_columns(self.table, (56, 100, 160, 70, 100, 100, 100, 160))
-        arrange(self.table, (0, 1, 2, 7, 4, 3, 5, 6))  # the error beside the job; times last
+        fit_columns(self.table, (56, 100, 160, 70, 100, 100, 100, 160, 90))
+        arrange(self.table, (0, 1, 8, 2, 7, 4, 3, 5, 6))  # the queue and error beside the job; times last
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
         box.addWidget(self.table)
         lower.addWidget(left)
@@ -217,6 +224,7 @@ class JobsView(QWidget):
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
         self.gantt.show_snapshot(snapshot)
+        self._offer_queues([info.name for info in snapshot.queues])
         # The selection follows its row through the update; if the job left the list and comes back, select it again.
         self._updating = True
         try:
@@ -232,6 +240,22 @@ class JobsView(QWidget):
             self._updating = False
         job = snapshot.job
         self.details.show_job(job if job and job["id"] == self._selected else None, snapshot.names)
+
+    def _offer_queues(self, names: list[str]) -> None:
+        """Offer these queues in the filter; the one chosen stays chosen (and listed) even once it is empty."""
+        chosen = self.queue.currentData()
+        wanted = sorted({*names, *([chosen] if chosen else [])})
+        if wanted == [self.queue.itemData(n) for n in range(1, self.queue.count())]:
+            return
+        self.queue.blockSignals(True)  # the filter itself does not change
+        try:
+            while self.queue.count() > 1:
+                self.queue.removeItem(1)
+            for name in wanted:
+                self.queue.addItem(name, name)
+            self.queue.setCurrentIndex(self.queue.findData(chosen) if chosen else 0)
+        finally:
+            self.queue.blockSignals(False)
 
     def select(self, job_id: int) -> bool:
         """Select a job by id in the table (False if it is not shown)."""

@@ -26,10 +26,11 @@ from .actions import Actions
 from .commands import Commands
 from .connection import Connection, State
 from .dialogs import DatabaseDialog, EnqueueDialog, about, confirm, needs_password, without_password
-from .jobsview import JobsView, fit_columns, table
+from .jobsview import JobsView, arrange, fit_columns, table
 from .models import ROW_ROLE, PeersModel
 from .nodepanel import NodePanel
 from .queuegraph import QueueGraph
+from .queuesview import QueuesView
 from .schedulesview import SchedulesView
 from .snapshot import Snapshot
 from .statusline import Banner, StatusLine
@@ -130,7 +131,8 @@ class MainWindow(QMainWindow):
         self.peers_view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.peers_view.customContextMenuRequested.connect(self._peer_menu)
         self.peers_view.setToolTip("Right-click a machine to pause, resume or drain it")
-        fit_columns(self.peers_view, (120, 90, 80, 64, 160, 80, 84, 60, 60, 56, 56, 60))
+        fit_columns(self.peers_view, (120, 90, 80, 64, 160, 80, 84, 60, 60, 56, 56, 60, 190))
+        arrange(self.peers_view, (0, 1, 2, 12, *range(3, 12)))  # the queues a machine serves beside its state
         self.jobs = JobsView()
         self.jobs.gantt.plot.setXLink(self.timeline.plot)
         self.jobs.gantt.manually_moved.connect(lambda: self.timeline.set_follow(False))
@@ -139,18 +141,21 @@ class MainWindow(QMainWindow):
         self.jobs.job_selected.connect(self._job_selected)
         self.jobs.state_filter_changed.connect(lambda state: self._query(jobs_state=state))
         self.jobs.text_filter_changed.connect(lambda text: self._query(jobs_text=text))
+        self.jobs.queue_filter_changed.connect(lambda queue: self._query(jobs_queue=queue))
         self.jobs.table.doubleClicked.connect(lambda _: self.jobs.details.setFocus())
         self.queue = QueueGraph()
         self.timeline.follow_changed.connect(self.queue.set_follow)
         self.queue.manually_moved.connect(lambda: self.timeline.set_follow(False))
         self.schedules = SchedulesView(self.commands, self.watch_only)
+        self.queues = QueuesView(self.commands, self.watch_only)
 
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(False)
         self.tabs.addTab(self.peers_view, "Peers")
         self.tabs.addTab(self.jobs, "Job runs")
-        self.tabs.addTab(self.queue, "Queue")
+        self.tabs.addTab(self.queue, "All jobs")  # every queue together; the Queues tab shows each
         self.tabs.addTab(self.schedules, "Schedules")
+        self.tabs.addTab(self.queues, "Queues")
         self.tabs.currentChanged.connect(lambda _: self._update_actions())
 
         self.banner = Banner(lambda: self.connection.state is State.CONNECTED)
@@ -189,6 +194,7 @@ class MainWindow(QMainWindow):
             ("job runs", lambda: self.jobs.show_snapshot(snap)),
             ("queue graph", lambda: self.queue.show_snapshot(snap)),
             ("schedules", lambda: self.schedules.show_snapshot(snap)),
+            ("queues", lambda: self.queues.show_snapshot(snap)),
             ("node panel", lambda: self.node_panel.show_node(snap.node, max(1, active) * snap.period, snap.own_row)),
             ("farm summary", lambda: self.status.show_farm(snap)),
             ("actions", self._update_actions),
@@ -221,7 +227,7 @@ class MainWindow(QMainWindow):
     def _tables(self) -> dict:
         """The tables whose column widths and sort order outlive the app."""
         return {"peers": self.peers_view, "jobs": self.jobs.table, "schedules": self.schedules.schedules_view,
-                "singletons": self.schedules.singletons_view}
+                "singletons": self.schedules.singletons_view, "queues": self.queues.table}
 
     def _save(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())
@@ -358,6 +364,7 @@ class MainWindow(QMainWindow):
         self.timeline.restyle()
         self.jobs.gantt.restyle()
         self.queue.restyle()
+        self.queues.restyle()
         if self.snap:
             self.show_snapshot(self.snap)
 
@@ -406,7 +413,7 @@ class MainWindow(QMainWindow):
         self.peer_menu = menu
 
     def enqueue(self) -> None:
-        dialog = EnqueueDialog(self)
+        dialog = EnqueueDialog(self, [info.name for info in self.snap.queues] if self.snap else [])
         dialog.setObjectName("enqueueDialog")
         dialog.accepted.connect(lambda: self.commands.enqueue(dialog.options))
         dialog.open()

@@ -219,6 +219,11 @@ def _rate(row: dict, context: dict) -> str:
     return f"{sum(counts.values()) / minutes:.1f}"
 
 
+def served(queues: tuple[str, ...]) -> str:
+    """The queues a machine serves (its --queues), as the peers table and the node panel say them."""
+    return ", ".join(queues) or "every queue"
+
+
 def _unsynced(row: dict) -> bool:
     """A live machine whose clock estimate is too loose to place itself in its slots."""
     return not row["synced"] and row["status"] not in (MachineState.STOPPED, MachineState.DEAD)
@@ -271,6 +276,8 @@ class PeersModel(SnapshotModel):
                "Runs that failed or timed out on this machine since it started"),
         Column("Runs/min", _rate, lambda r, c: float(_rate(r, c)), True,
                "Finished runs per minute over the last ten minutes (database's run log)"),
+        Column("Queues", lambda r, c: served(r["queues"]), cell_tip=lambda r, c: served(r["queues"]),
+               tip="The queues the machine takes jobs of (its --queues); every queue when it names none"),
     ]
     row_styles = {
         BACKGROUND: _peer_background,
@@ -293,6 +300,8 @@ class JobsModel(SnapshotModel):
         Column("Finished", lambda r, c: text.clock(r["finished_at"]), lambda r, c: r["finished_at"] or 0),
         Column("Error", lambda r, c: (r["last_error"] or "").splitlines()[0][:120] if r["last_error"] else "",
                cell_tip=full_text("last_error")),
+        Column("Queue", lambda r, c: r["queue"], "queue",
+               cell_tip=lambda r, c: f"order key {r['order_key']}" if r["order_key"] else None),
     ]
 
 

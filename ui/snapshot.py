@@ -8,6 +8,8 @@ more field here (views.Dashboard.read must fill it).
 
 from dataclasses import dataclass, fields
 
+from queueprocessor.queues import QueueInfo
+
 from .arrays import LaneArrays, prepare
 
 
@@ -32,6 +34,7 @@ class Snapshot:
     job: dict | None  # the selected job with its runs
     schedules: list[dict]
     singletons: list[dict]
+    queues: list[QueueInfo]  # every named queue, by name
     # What the app adds.
     node: dict | None  # this machine's node (Node.snapshot()); None when the app only observes
     read_ms: float  # how long the read took

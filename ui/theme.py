@@ -17,6 +17,8 @@ from PySide6.QtWidgets import QApplication
 
 from queueprocessor.states import JobState, MachineState, Outcome
 
+from .queuestate import QueueState
+
 # resources/ sits beside the package in a checkout; an installed wheel carries it as ui/resources (pyproject
 # maps the one to the other).
 _HERE = Path(__file__).resolve().parent
@@ -38,6 +40,11 @@ JOB_STATE = {JobState.QUEUED: "#b7791f", JobState.RUNNING: OUTCOME[Outcome.RUNNI
 # Darker: the state badge writes white on them (4.5:1), and as dots they still stand 3:1 off a dark base.
 MACHINE_STATE = {MachineState.ACTIVE: "#15803d", MachineState.PAUSED: "#a16207", MachineState.DRAINING: "#2563eb",
                  MachineState.STOPPED: "#6b7280", MachineState.DEAD: "#dc2626"}
+# A queue as the Queues tab judges it: paused like a paused machine; unserved (its jobs wait for a machine that
+# serves it) as alarming as a dead one.
+QUEUE_STATE = {QueueState.ACTIVE: MACHINE_STATE[MachineState.ACTIVE],
+               QueueState.PAUSED: MACHINE_STATE[MachineState.PAUSED],
+               QueueState.UNSERVED: MACHINE_STATE[MachineState.DEAD]}
 
 
 @dataclass(frozen=True)

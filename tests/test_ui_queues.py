@@ -1,0 +1,260 @@
+"""The app's side of named queues against a real farm (SQLite and PostgreSQL), real nodes and real Qt widgets
+offscreen: the Queues tab shows the queues the database holds and its right-click menu changes them; the job
+runs filter by queue; the enqueue dialog's queue and order key reach the job row; the peers table and this
+machine's panel show the queues each machine serves."""
+
+import os
+import re
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from queueprocessor.farm import Farm  # noqa: E402
+from queueprocessor.queues import OnFailure, Rate  # noqa: E402
+from tests import test_ui_window  # noqa: E402
+from tests.support.work import FAST, Nodes  # noqa: E402
+from ui import theme  # noqa: E402
+from ui.app import node_options, parse_args  # noqa: E402
+from ui.commands import Commands  # noqa: E402
+from ui.dialogs import EnqueueDialog, QueueDialog  # noqa: E402
+from ui.models import BACKGROUND, ROW_ROLE, TOOLTIP  # noqa: E402
+
+app, open_window = test_ui_window.app, test_ui_window.open_window  # the window tests' fixtures
+WAIT = test_ui_window.WAIT
+LATER = 3600  # s: a delay that keeps a job waiting for the whole test
+
+
+def _tab(window):
+    window.tabs.setCurrentWidget(window.queues)
+    return window.queues
+
+
+def _rows(model) -> list[dict]:
+    return [model.index(row, 0).data(ROW_ROLE) for row in range(model.rowCount())]
+
+
+def _cells(model, name) -> list[str]:
+    row = model.row_of(name)
+    return [model.index(row, column).data() for column in range(model.columnCount())]
+
+
+def _shown(view) -> dict:
+    return {name: view.queues[name] for name in (row["name"] for row in _rows(view.model))}
+
+
+def _menu(view, name):
+    """Right-click the queue's row; the menu's actions by their text."""
+    model = view.model
+    view._table_menu(view.table.visualRect(model.index(model.row_of(name), 0)).center())
+    return {action.text(): action for action in view.menu.actions()}
+
+
+def test_the_tab_shows_the_queues_of_a_real_farm(farm, open_window, qtbot):
+    farm.settings(**FAST)
+    nodes = Nodes(farm)
+    try:
+        nodes("reporter", queues="reports,default")
+        farm.enqueue_http("/reports/daily", delay=LATER, queue="reports", count=3)
+        farm.set_queue("reports", limit=2, rate="10/s", on_failure=OnFailure.BLOCK)
+        farm.enqueue_http("/render", delay=LATER, queue="gpu", count=2, order_key="scene-1")
+        window = open_window(farm.url)  # --observe: only the reporter serves queues
+        view = _tab(window)
+        qtbot.waitUntil(lambda: set(_shown(view)) >= {"reports", "gpu"} and _shown(view) == {
+            info.name: info for info in farm.queues()}, timeout=WAIT)
+
+        name, state, waiting, running, limit, rate, keys, on_failure, serving = _cells(view.model, "reports")
+        assert (state, waiting, running, limit, rate, on_failure, serving) == (
+            "active", "3", "0", "2", str(Rate(10, 1.0)), "block", "reporter")
+        assert _cells(view.model, "gpu")[1:3] + _cells(view.model, "gpu")[6:] == [
+            "unserved", "2", "1", _queue(farm, "gpu").on_failure, "none"]
+        # The unserved queue stands out, and says why its jobs wait.
+        gpu = view.model.row_of("gpu")
+        assert view.model.index(gpu, 0).data(BACKGROUND).name() == theme.current().dead_bg
+        assert "No live machine serves gpu" in view.model.index(gpu, 0).data(TOOLTIP)
+
+        # Each queue's chart draws its waiting and running counts over time, the latest as the table shows them.
+        qtbot.waitUntil(lambda: len(view.charts.charts["reports"].plotted()) >= 2, timeout=WAIT)
+        assert sorted(view.charts.charts) == sorted(info.name for info in farm.queues())
+        assert view.charts.charts["reports"].plotted()[-1][1:] == (3, 0)
+        assert view.charts.charts["gpu"].plotted()[-1][1:] == (2, 0)
+        assert view.charts.charts["reports"].cap.isVisible() and view.charts.charts["reports"].cap.value() == 2
+        assert not view.charts.charts["gpu"].cap.isVisible()
+    finally:
+        nodes.stop_all()
+
+
+def test_pause_resume_and_limits_from_the_menu_reach_the_database(farm, open_window, qtbot):
+    farm.settings(**FAST)
+    farm.enqueue_http("/reports/daily", delay=LATER, queue="reports")
+    window = open_window(farm.url, dict(name="desk", capacity=1))
+    view = _tab(window)
+    qtbot.waitUntil(lambda: "reports" in _shown(view), timeout=WAIT)
+
+    actions = _menu(view, "reports")
+    assert [(text, action.isEnabled()) for text, action in actions.items()] == [
+        ("Pause queue reports", True), ("Resume queue reports", False), ("Limit and rate of reports…", True)]
+    actions["Pause queue reports"].trigger()
+    view.menu.close()
+    qtbot.waitUntil(lambda: _queue(farm, "reports").paused and _cells(view.model, "reports")[1] == "paused",
+                    timeout=WAIT)
+    assert window.last_result[:2] == ("Pause queue reports", True)
+
+    actions = _menu(view, "reports")
+    assert not actions["Pause queue reports"].isEnabled()
+    actions["Resume queue reports"].trigger()
+    view.menu.close()
+    qtbot.waitUntil(lambda: not _queue(farm, "reports").paused and _cells(view.model, "reports")[1] == "active",
+                    timeout=WAIT)
+
+    # Limit and rate: bad input is one line in the dialog, which stays open and changes nothing.
+    dialog = _edit(view, "reports")
+    for limit, rate, word in (("0", "", "Limit"), ("two", "", "Limit"), ("", "ten/s", "Rate"),
+                              ("", "5/fortnight", "Rate")):
+        dialog.limit.setText(limit)
+        dialog.rate.setText(rate)
+        dialog.accept()
+        assert dialog.isVisible() and word in dialog.error.text() and "\n" not in dialog.error.text()
+    assert (_queue(farm, "reports").limit, _queue(farm, "reports").rate) == (None, None)
+    dialog.limit.setText("3")
+    dialog.rate.setText("5/min")
+    dialog.on_failure.setCurrentIndex(dialog.on_failure.findData(OnFailure.SKIP))
+    dialog.accept()
+    assert not dialog.isVisible()
+    qtbot.waitUntil(lambda: _cells(view.model, "reports")[4:6] == ["3", str(Rate(5, 60.0))], timeout=WAIT)
+    stored = _queue(farm, "reports")
+    assert (stored.limit, stored.rate, stored.on_failure) == (3, Rate(5, 60.0), OnFailure.SKIP)
+
+    # Emptied fields lift the limit and the rate.
+    dialog = _edit(view, "reports")
+    assert (dialog.limit.text(), dialog.rate.text()) == ("3", str(Rate(5, 60.0)))
+    dialog.limit.setText("")
+    dialog.rate.setText("")
+    dialog.accept()
+    qtbot.waitUntil(lambda: _cells(view.model, "reports")[4:6] == ["none", "none"], timeout=WAIT)
+    assert (_queue(farm, "reports").limit, _queue(farm, "reports").rate) == (None, None)
+
+
+def _queue(farm, name):
+    return next(info for info in farm.queues() if info.name == name)
+
+
+def _edit(view, name) -> QueueDialog:
+    _menu(view, name)[f"Limit and rate of {name}…"].trigger()
+    view.menu.close()
+    assert view.dialog.isVisible()
+    return view.dialog
+
+
+def test_watch_only_the_menu_changes_nothing(farm, open_window, qtbot):
+    farm.enqueue_http("/reports/daily", delay=LATER, queue="reports")
+    window = open_window(farm.url)  # --observe
+    view = _tab(window)
+    qtbot.waitUntil(lambda: "reports" in _shown(view), timeout=WAIT)
+    assert not any(action.isEnabled() for action in _menu(view, "reports").values())
+    view.menu.close()
+
+
+def test_the_job_runs_filter_by_queue(farm, open_window, qtbot):
+    reports = farm.enqueue_http("/reports/daily", delay=LATER, queue="reports", count=3)
+    gpu = farm.enqueue_http("/render", delay=LATER, queue="gpu", count=2)
+    plain = farm.enqueue_http("/ok", delay=LATER, count=2)
+    farm.cancel(reports[0])
+    window = open_window(farm.url)
+    window.tabs.setCurrentWidget(window.jobs)
+    everything = sorted(reports + gpu + plain, reverse=True)
+    qtbot.waitUntil(lambda: test_ui_window._listed(window) == everything, timeout=WAIT)
+    jobs = window.jobs
+    qtbot.waitUntil(lambda: [jobs.queue.itemText(n) for n in range(jobs.queue.count())] == [
+        "All queues", "default", "gpu", "reports"], timeout=WAIT)
+
+    jobs.queue.setCurrentIndex(jobs.queue.findData("reports"))
+    qtbot.waitUntil(lambda: test_ui_window._listed(window) == reports[::-1], timeout=WAIT)
+    assert {row["queue"] for row in _rows(window.jobs.model)} == {"reports"}
+    jobs.state.setCurrentIndex(jobs.state.findData("cancelled"))  # with the state filter too
+    qtbot.waitUntil(lambda: test_ui_window._listed(window) == [reports[0]], timeout=WAIT)
+    jobs.search.setText("render")  # and the text search: nothing of reports matches
+    qtbot.waitUntil(lambda: test_ui_window._listed(window) == [], timeout=WAIT)
+    jobs.search.setText("")
+    jobs.state.setCurrentIndex(jobs.state.findData(None))
+    jobs.queue.setCurrentIndex(jobs.queue.findData("gpu"))
+    qtbot.waitUntil(lambda: test_ui_window._listed(window) == gpu[::-1], timeout=WAIT)
+    jobs.queue.setCurrentIndex(jobs.queue.findData(None))
+    qtbot.waitUntil(lambda: test_ui_window._listed(window) == everything, timeout=WAIT)
+
+
+def test_the_enqueue_dialogs_queue_and_order_key_reach_the_job_row(farm, http_target, open_window, qtbot):
+    farm.settings(**FAST)
+    window = open_window(farm.url, test_ui_window._node(http_target))
+    farm.enqueue_http("/ok", delay=LATER, queue="reports")
+    qtbot.waitUntil(lambda: window.snap is not None and "reports" in [q.name for q in window.snap.queues],
+                    timeout=WAIT)
+
+    # The queue field offers the farm's queues; a new name may be typed (it makes a new queue).
+    dialog = _enqueue_dialog(window)
+    assert [dialog.queue.itemText(n) for n in range(dialog.queue.count())] == ["default", "reports"]
+    assert dialog.queue.currentText() == "default"
+    dialog.queue.setCurrentText("reports")
+    dialog.order_key.setText("invoice-7")
+    dialog.delay.setValue(LATER)
+    dialog.accept()
+    qtbot.waitUntil(lambda: window.last_result is not None and window.last_result[0] == "Enqueue", timeout=WAIT)
+    label, ok, message = window.last_result
+    assert ok, message
+    job = farm.store.get_job(int(re.search(r"job (\d+)", message).group(1)))
+    assert (job["queue"], job["order_key"]) == ("reports", "invoice-7")
+
+    # The job's details say its queue and order key.
+    test_ui_window._select(window, qtbot, job["id"], "queued")
+    qtbot.waitUntil(lambda: window.jobs.details.fields["queue"].text() == "reports · invoice-7", timeout=WAIT)
+
+    # A bad queue name or order key: one line in the dialog, which stays open; nothing is enqueued.
+    before = len(farm.store.list_jobs())
+    for queue, order_key, word in (("no spaces", "", "Queue"), ("reports", "k" * 300, "Order key")):
+        dialog = _enqueue_dialog(window)
+        dialog.queue.setCurrentText(queue)
+        dialog.order_key.setText(order_key)
+        dialog.accept()
+        assert dialog.isVisible() and word in dialog.error.text() and "\n" not in dialog.error.text()
+        dialog.reject()
+    assert len(farm.store.list_jobs()) == before
+
+
+def _enqueue_dialog(window) -> EnqueueDialog:
+    window.enqueue()
+    return window.findChildren(EnqueueDialog)[-1]
+
+
+def test_peers_and_this_machine_show_the_queues_they_serve(farm, open_window, qtbot):
+    farm.settings(**FAST)
+    nodes = Nodes(farm)
+    try:
+        nodes("everything")
+        nodes("reporter", queues="reports:2")
+        args = parse_args(["--name", "desk", "--queues", "reports,default"])
+        window = open_window(farm.url, node_options(args))
+        qtbot.waitUntil(lambda: window.snap is not None and len(window.snap.machines) == 3
+                        and window.snap.own_row is not None, timeout=WAIT)
+        peers = window.peers
+        column = next(n for n, c in enumerate(peers.columns) if c.title == "Queues")
+        shown = {peers.index(row, 0).data(): peers.index(row, column).data() for row in range(peers.rowCount())}
+        assert shown == {"everything": "every queue", "reporter": "reports", "desk": "reports, default"}
+        assert window.node_panel.fields["queues"].text() == "reports, default"
+    finally:
+        nodes.stop_all()
+
+
+def test_the_queue_commands_are_farm_calls_with_the_message_the_status_bar_shows(tmp_path):
+    with Farm(f"sqlite:///{tmp_path / 'farm.db'}") as farm:
+        said = []
+        commands = Commands(lambda label, call: said.append((label, call(farm))))
+        farm.enqueue_http("/later", delay=LATER, queue="reports")
+        commands.pause_queue("reports")
+        assert said[-1][0] == "Pause queue reports" and said[-1][1].startswith("paused")
+        assert _queue(farm, "reports").paused
+        commands.resume_queue("reports")
+        assert said[-1][0] == "Resume queue reports" and not _queue(farm, "reports").paused
+        commands.set_queue("reports", dict(limit=4, rate=Rate(2, 60.0)))
+        assert said[-1] == ("Set queue reports", "limit 4, rate 2/min")
+        commands.set_queue("reports", dict(limit=None))
+        assert said[-1] == ("Set queue reports", "limit none")
+        stored = _queue(farm, "reports")
+        assert (stored.limit, stored.rate) == (None, Rate(2, 60.0))

@@ -1,0 +1,190 @@
+"""The Queues tab: every named queue with its counts, limits and serving machines, and its jobs over time.
+
+A table on top (waiting, running, limit, rate, order keys, failure policy,
+the live machines serving it) and below it a small chart per queue. A queue
+no live machine serves is flagged: its jobs are accepted but wait until a
+machine that serves it joins. Right-click a queue (in the table or on its
+chart) to pause, resume or edit its limit and rate. Like the Schedules tab,
+it never touches the database: an action is a call of the window's `Commands`
+(run on the worker thread), and the next snapshot shows its effect.
+"""
+
+from dataclasses import fields
+
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QLabel, QMenu, QSplitter, QVBoxLayout, QWidget
+
+from queueprocessor.queues import QueueInfo
+
+from . import text, theme
+from .commands import Commands
+from .dialogs import QueueDialog
+from .jobsview import fit_columns, table
+from .models import BACKGROUND, FOREGROUND, ROW_ROLE, TOOLTIP, Column, SnapshotModel, dot
+from .queuecharts import QueueCharts
+from .queuestate import QueueState
+from .snapshot import Snapshot
+
+SHOWN_NAMES = 3  # serving machines named in the table; the rest are counted (all are in the tooltip)
+
+
+def row_of(info: QueueInfo) -> dict:
+    """The table's row for a queue: its fields and its state, as a plain dict (the model compares rows to
+    repaint only those that changed)."""
+    return {f.name: getattr(info, f.name) for f in fields(info)} | {"state": QueueState.of(info)}
+
+
+def _serving(row: dict, _context) -> str:
+    serving = row["serving"]
+    if not serving:
+        return "none"
+    more = len(serving) - SHOWN_NAMES
+    return ", ".join(serving[:SHOWN_NAMES]) + (f" +{more}" if more > 0 else "")
+
+
+def _optional(value) -> str:
+    return "none" if value is None else str(value)
+
+
+def _queue_tip(row: dict, _context) -> str | None:
+    if row["state"] is QueueState.UNSERVED:
+        return (f"No live machine serves {row['name']}: its {row['waiting']:,} waiting jobs start when a node "
+                f"serving it joins (--queues {row['name']}, or no --queues for every queue)")
+    if row["state"] is QueueState.PAUSED:
+        return f"{row['name']} is paused: its running jobs finish and nothing new starts until it is resumed"
+    return None
+
+
+def _queue_background(row: dict, _context):
+    """Unserved queues stand out as dead machines do; paused ones as paused schedules do."""
+    if row["state"] is QueueState.UNSERVED:
+        return theme.colour(theme.current().dead_bg)
+    return theme.colour(theme.current().unsynced_bg) if row["state"] is QueueState.PAUSED else None
+
+
+def _muted_if_paused(row: dict, _context):
+    return theme.colour(theme.current().muted) if row["state"] is QueueState.PAUSED else None
+
+
+class QueuesModel(SnapshotModel):
+    """Every queue, by name."""
+
+    key = "name"
+    columns = [
+        Column("Queue", lambda r, c: r["name"]),
+        Column("State", lambda r, c: r["state"], icon=dot(theme.QUEUE_STATE, "state"),
+               tip="active; paused (running jobs finish, nothing new starts); unserved (no live machine serves it: "
+                   "its jobs wait)"),
+        Column("Waiting", lambda r, c: f"{r['waiting']:,}", "waiting", True, "Jobs queued, due or not"),
+        Column("Running", lambda r, c: f"{r['running']:,}", "running", True),
+        Column("Limit", lambda r, c: _optional(r["limit"]), lambda r, c: r["limit"] or 0, True,
+               "Most jobs of this queue running at once across the whole farm"),
+        Column("Rate", lambda r, c: _optional(r["rate"]), lambda r, c: r["rate"].per_second if r["rate"] else 0.0,
+               True, "Most starts of this queue's jobs per second, minute or hour, farm-wide"),
+        Column("Order keys", lambda r, c: f"{r['order_keys_waiting']:,}", "order_keys_waiting", True,
+               "Order keys with jobs waiting: each key's jobs run one at a time, in enqueue order"),
+        Column("On failure", lambda r, c: r["on_failure"],
+               tip="block: a job that failed for good holds its order key; skip: the next job of its key runs"),
+        Column("Serving", _serving, lambda r, c: len(r["serving"]), tip="Live machines that take this queue's jobs",
+               cell_tip=lambda r, c: ", ".join(r["serving"]) or None),
+    ]
+    row_styles = {BACKGROUND: _queue_background, FOREGROUND: _muted_if_paused, TOOLTIP: _queue_tip}
+
+
+class QueuesView(QWidget):
+    def __init__(self, commands: Commands, watch_only: bool = False, parent=None):
+        super().__init__(parent)
+        self.commands = commands
+        self.watch_only = watch_only
+        self.queues: dict[str, QueueInfo] = {}
+        self.latest: Snapshot | None = None
+        self.menu: QMenu | None = None
+        self.dialog: QueueDialog | None = None
+        self.model = QueuesModel(self)
+        self.table = table(self.model)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._table_menu)
+        self.table.setToolTip("Right-click a queue to pause, resume or change its limit and rate")
+        fit_columns(self.table, (120, 96, 70, 70, 56, 70, 80, 76, 200))
+        self.charts = QueueCharts()
+        self.charts.menu_requested.connect(self.show_menu)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.table)
+        lower = QWidget()
+        box = QVBoxLayout(lower)
+        box.setContentsMargins(0, 4, 0, 0)
+        self.caption = QLabel(objectName="muted")
+        box.addWidget(self.caption)
+        box.addWidget(self.charts, 1)
+        split.addWidget(lower)
+        split.setSizes([200, 320])
+        layout.addWidget(split)
+        self.split = split
+
+    # -- showing ----------------------------------------------------------------
+
+    def show_snapshot(self, snapshot: Snapshot) -> None:
+        """Keep a sample of every queue; draw the charts only while on screen (showEvent draws the latest)."""
+        self.queues = {info.name: info for info in snapshot.queues}
+        self.model.set_rows([row_of(info) for info in snapshot.queues])
+        self.charts.add(snapshot.db_now, snapshot.queues)
+        self.latest = snapshot
+        if self.isVisible():
+            self._draw()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self.latest is not None:
+            self._draw()
+
+    def _draw(self) -> None:
+        since = self.charts.draw(self.latest.db_now, self.latest.queues)
+        self.caption.setText(f"Jobs waiting and running per queue since {text.clock(since, millis=False)} "
+                             f"({text.duration(self.charts.history)} at most) · dashed line: the farm-wide limit")
+
+    def restyle(self) -> None:
+        self.charts.restyle()
+        if self.latest is not None and self.isVisible():
+            self._draw()
+
+    # -- the context menu -------------------------------------------------------
+
+    def _table_menu(self, position: QPoint) -> None:
+        index = self.table.indexAt(position)
+        if index.isValid():
+            self.table.selectRow(index.row())
+            self.show_menu(index.data(ROW_ROLE)["name"], self.table.viewport().mapToGlobal(position))
+
+    def show_menu(self, name: str, where: QPoint) -> None:
+        """Pause, Resume and Limit and rate for one queue, at a global position."""
+        info = self.queues.get(name)
+        if info is None:
+            return
+        menu = QMenu(self)
+        menu.setObjectName("queueMenu")
+        for icon, label, enabled, slot in (
+                ("pause", f"Pause queue {name}", not info.paused, lambda: self.commands.pause_queue(name)),
+                ("resume", f"Resume queue {name}", info.paused, lambda: self.commands.resume_queue(name)),
+                ("limit", f"Limit and rate of {name}…", True, lambda: self.edit(name))):
+            action = menu.addAction(theme.icon(icon), label)
+            action.setEnabled(enabled and not self.watch_only)
+            action.triggered.connect(slot)
+        menu.popup(where)
+        self.menu = menu
+
+    def edit(self, name: str) -> None:
+        """Ask for the queue's limit, rate and failure policy; set what the operator changed."""
+        dialog = QueueDialog(self.queues[name], self)
+        dialog.setObjectName("queueDialog")
+        dialog.accepted.connect(lambda: self._set(name, dialog.changes))
+        dialog.open()
+        self.dialog = dialog
+
+    def _set(self, name: str, changes: dict) -> None:
+        if changes:
+            self.commands.set_queue(name, changes)
