@@ -4,18 +4,54 @@ Named threads, none of which waits on another:
 - qp-heartbeat: every heartbeat, samples the database clock while reading what
   changed in the roster (O(1) rows, see roster.KnownMachines), checks in, renews
   leases and applies operators' wishes;
-- qp-turns: a timer that sleeps until this machine's next turn (ticking every 10 ms
-  while there is work to claim directly), takes it and claims work;
+- qp-turns: a timer that sleeps until this machine's next turn, the next change of
+  the roster or a notice (ticking every 10 ms while there is work to claim
+  directly), takes the turn and claims work;
 - qp-runner: the asyncio loop that runs the jobs (see runner);
-- qp-listen (PostgreSQL only): wakes the turn timer when work is enqueued (see push);
+- qp-listen (PostgreSQL only): tells the turn timer when work is enqueued (see push);
 - qp-watchdog: fences the node off (stops its jobs) when it has not renewed its
   leases for longer than the lease minus a margin, even while another thread is
-  stuck on a dead connection.
+  stuck on a dead connection; it sleeps while the node holds no job.
 A thread that dies stops the node loudly.
+
+One writer per piece of state. Every mutable field has one owner, the only
+thread that writes it; the others only read it (one reference, read whole) and,
+to make the owner act, send it a notice: an Event (anyone sets it; the owner
+clears it before it acts, so a notice given meanwhile waits for its next look)
+or the turn thread's queue of backlog slots. So no wish can undo a drain, and
+no backlog notice is lost to the turn thread resetting its backlog.
+
+  field                                   owner          how the others reach it
+  --------------------------------------  -------------  --------------------------------------------------
+  id, runner, listener, exporter,         start()        read only, once the threads run
+  _threads
+  _wished (pause, resume, drain)          qp-heartbeat   an operator's wish on the machine row
+  state (a property)                      -              stopped; else draining once stop() sets _leaving
+                                                         (no wish clears it); else _wished
+  _known, known (its copy for readers),   qp-heartbeat   - (start() runs the first check-in, before the
+  _upcoming, queue_settings,                             thread exists)
+  _queues_changed, _checked_in,
+  _streak_start, _last_contact_db,
+  _renewed_at
+  db_healthy (a property)                 -              _checked_in, leases renewed in time, and no
+                                                         _unreachable: set by qp-turns when a turn loses
+                                                         the database, cleared by qp-heartbeat as a
+                                                         check-in begins
+  _backlog_slot, _direct, _last_slot,     qp-turns       _backlogs, a queue of backlog slots (qp-listen,
+  _made, _housekeep_more, turns_taken                    qp-heartbeat); _pushed, new work (qp-listen);
+                                                         _wake, look now (anyone)
+  _sweep (sweep missed occurrences)       qp-turns       set by qp-heartbeat (contact back, resumed) and
+                                                         qp-turns (housekeeping)
+  _holding (jobs started: watch them)     qp-watchdog    set by qp-turns when it starts jobs, and stop()
+  _failures[thread name]                  that thread    last_error (a property) shows the newest
+  done, failed (properties)               the tally      counted under its lock by the runner's writer
+  _begun, _stopping                       _stop_lock     whoever holds the lock
 """
 
 import logging
+import math
 import os
+import queue
 import socket
 import threading
 import uuid
@@ -42,9 +78,9 @@ from .tally import Tally
 
 log = logging.getLogger("queueprocessor.node")
 
-IDLE_WAKE = 0.1  # the turn timer's longest sleep: a roster change or a stalled database is noticed this fast
 TURN_MARGIN = 0.0005  # wake this far past the instant our error bound lets us take the turn
 LATELY_DEAD = 60.0  # seconds after a peer's death during which every claim also looks for expired leases
+GUARDED = ("qp-heartbeat", "qp-turns", "qp-watchdog")  # the node's own threads (see _guard)
 
 
 @dataclass
@@ -126,42 +162,81 @@ class Node:
         self.schedules = ScheduleStore(store)
         self.peers = RosterStore(store)
         self.queue_store = QueueStore(store)
+        self.tally = Tally()  # what the metrics count (queueprocessor.tally)
+        self.instance = uuid.uuid4().hex
+        self.id: int | None = None
+        self.runner: JobRunner | None = None
+        self.listener: Listener | None = None
+        self.exporter = None  # serves our metrics, with config.metrics_port
+        self._threads: list[threading.Thread] = []
+        # qp-heartbeat's
+        self._wished = MachineState.ACTIVE
+        self._known = KnownMachines()  # the machine rows, as of the last heartbeat
+        self.known = self._known.copy()
+        self._upcoming: tuple[int, float | None] = (0, None)  # (farm read number, earliest occurrence to make)
         # Operators' queue settings as of `_queues_changed` (the heartbeat's read says when they change): which
         # of our queues are paused or guarded by a farm-wide limit or rate.
         self.queue_settings: dict[str, dict] = {}
         self._queues_changed: float | None = None
-        self.next_schedule: float | None = None  # earliest occurrence still to be made a job (heartbeat's view)
-        self.listener: Listener | None = None
-        self._wake = threading.Event()  # set by a push notice
-        self._pushed = False
-        self.instance = uuid.uuid4().hex
-        self.id: int | None = None
-        self.state = MachineState.ACTIVE
-        self.done = 0
-        self.failed = 0
-        self.turns_taken = 0
-        self.tally = Tally()  # what the metrics count (queueprocessor.tally)
-        self.exporter = None  # serves our metrics, with config.metrics_port
-        self.db_healthy = False
-        self.last_error: str | None = None
-        self.known = KnownMachines()  # the machine rows, as of the last heartbeat
+        self._checked_in = False
         self._streak_start = float("inf")
         self._last_contact_db = float("-inf")
         self._renewed_at = float("-inf")  # monotonic send time of the last successful renewal
+        # qp-turns'
         self._backlog_slot = -1
         self._direct = False
         self._last_slot = -1
+        self._made: tuple[int, float | None] = (-1, None)  # (farm read number, earliest occurrence left)
         self._housekeep_more = False  # our last housekeeping pass was cut short
+        self.turns_taken = 0
+        # Notices (see the module docstring)
+        self._backlogs: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._pushed = threading.Event()
+        self._wake = threading.Event()
+        self._unreachable = threading.Event()
         # Drop occurrences that waited past their schedule's grace, before this node's next turn claims: set
         # when it starts, when its contact with the database resumes, when it is resumed, and by housekeeping.
-        self._sweep_due = True
+        self._sweep = threading.Event()
+        self._sweep.set()
+        self._holding = threading.Event()
+        self._failures: dict[str, tuple[float, str] | None] = dict.fromkeys(GUARDED)
+        # Lifecycle: latches, set once
+        self._leaving = threading.Event()
         self._stop = threading.Event()
-        self._stop_lock = threading.Lock()
-        self._stopping = False
         self._hurry = threading.Event()
         self.stopped = threading.Event()
-        self.runner: JobRunner | None = None
-        self._threads: list[threading.Thread] = []
+        self._started = threading.Event()  # start() is over: joined, or undone
+        self._stop_lock = threading.Lock()
+        self._begun = False  # start() was called
+        self._stopping = False
+
+    @property
+    def state(self) -> MachineState:
+        """Stopped; else draining once stop() began a drain (no operator's wish undoes it); else the wish's."""
+        if self.stopped.is_set():
+            return MachineState.STOPPED
+        return MachineState.DRAINING if self._leaving.is_set() else self._wished
+
+    @property
+    def db_healthy(self) -> bool:
+        """Do we claim? Only while our last check-in got through, no turn has lost the database since one
+        began, and our leases were renewed in time (a check-in stuck on a dead connection says nothing)."""
+        overdue = self.clock.monotonic() - self._renewed_at > self.config.lease - self.config.fence_margin
+        return self._checked_in and not self._unreachable.is_set() and not overdue
+
+    @property
+    def last_error(self) -> str | None:
+        """The newest failure any of our threads saw."""
+        failures = [failure for failure in self._failures.values() if failure is not None]
+        return max(failures)[1] if failures else None
+
+    @property
+    def done(self) -> int:
+        return self.tally.ended_with(Outcome.SUCCEEDED)
+
+    @property
+    def failed(self) -> int:
+        return self.tally.ended_with(Outcome.FAILED, Outcome.TIMEOUT)
 
     # -- lifecycle --------------------------------------------------------
 
@@ -172,14 +247,28 @@ class Node:
         apscheduler's AsyncExitStack start does): the runner stops and the
         machine row is marked stopped, so nothing is left running or claiming to
         be active. The node is then stopped for good; a retry makes a new one.
+        A stop() that comes during the start (a signal) waits for it to be over.
         """
-        if self.config.metrics_port is not None:  # first: a port refused leaves nothing to undo, nothing joined
-            from .metrics import Exporter  # prometheus_client is loaded by a node that serves metrics only
+        with self._stop_lock:
+            if self._stopping:
+                raise RuntimeError("this node was stopped: make a new one to join the farm again")
+            self._begun = True
+        try:
+            self._join()
+        finally:
+            self._started.set()
+        log.info("machine %s (%s) joined the farm, capacity %s, offset %+.4f s ±%.4f",
+                 self.id, self.config.name, self.config.capacity, self.estimator.offset(),
+                 self.estimator.error_bound())
+        return self
 
-            self.exporter = Exporter(self, self.config.metrics_host, self.config.metrics_port)
+    def _join(self) -> None:
         with ExitStack() as undo:
             undo.callback(self._failed_start)
-            if self.exporter is not None:
+            if self.config.metrics_port is not None:  # first: a port refused leaves nothing else to undo
+                from .metrics import Exporter  # prometheus_client is loaded by a node that serves metrics only
+
+                self.exporter = Exporter(self, self.config.metrics_host, self.config.metrics_port)
                 undo.callback(self.exporter.close)
             self.id = self.store.register(
                 name=self.config.name, host=socket.gethostname(), instance=self.instance, pid=os.getpid(),
@@ -198,17 +287,12 @@ class Node:
             undo.callback(self._end_threads)
             self._start_threads()
             undo.pop_all()
-        log.info("machine %s (%s) joined the farm, capacity %s, offset %+.4f s ±%.4f",
-                 self.id, self.config.name, self.config.capacity, self.estimator.offset(),
-                 self.estimator.error_bound())
-        return self
 
     def _start_threads(self) -> None:
-        self._threads = [
-            threading.Thread(target=self._guard, args=(self._heartbeat_loop,), name="qp-heartbeat", daemon=True),
-            threading.Thread(target=self._guard, args=(self._turn_loop,), name="qp-turns", daemon=True),
-            threading.Thread(target=self._guard, args=(self._watchdog_loop,), name="qp-watchdog", daemon=True),
-        ]
+        loops = {"qp-heartbeat": self._heartbeat_loop, "qp-turns": self._turn_loop,
+                 "qp-watchdog": self._watchdog_loop}
+        self._threads = [threading.Thread(target=self._guard, args=(loops[name],), name=name, daemon=True)
+                         for name in GUARDED]
         for thread in self._threads:
             thread.start()
         if self.config.push and self.store.dialect == "postgresql":
@@ -219,6 +303,7 @@ class Node:
         """Stop our threads and wait for them (the runner's loop apart): they see `_stop` within a wait."""
         self._stop.set()
         self._wake.set()  # the turn timer may be asleep until its next turn
+        self._holding.set()  # the watchdog may be asleep until a job starts
         if self.listener is not None:
             self.listener.stop()
         for thread in self._threads:
@@ -226,12 +311,11 @@ class Node:
                 thread.join(5)
 
     def _failed_start(self) -> None:
-        """The last undo of a failed start: this node is stopped, so stop() has nothing left to do."""
+        """The last undo of a failed start (whose error says why): this node is stopped, so stop() has
+        nothing left to do."""
         with self._stop_lock:
             self._stopping = True
-        self.state = MachineState.STOPPED
         self.stopped.set()
-        log.warning("%s could not join the farm: its start was undone", self.config.name)
 
     def _mark_stopped(self) -> None:
         """Say on our row that we left (a row we cannot reach ages into dead instead)."""
@@ -250,12 +334,18 @@ class Node:
         if not drain:
             self._hurry.set()
         with self._stop_lock:
-            first, self._stopping = not self._stopping, True
+            first, self._stopping, begun = not self._stopping, True, self._begun
         if not first:
             self.stopped.wait(30)
             return
-        if drain and self.state != MachineState.STOPPED:
-            self.state = MachineState.DRAINING
+        if not begun:  # never started: nothing to leave
+            self.stopped.set()
+            return
+        self._started.wait()
+        if self.stopped.is_set():  # the start failed and undid itself
+            return
+        if drain:
+            self._leaving.set()
             self.runner.release_singletons()
             self._await_idle(timeout, interruptible=True)
         self._end_threads()
@@ -267,7 +357,6 @@ class Node:
             self._mark_stopped()
         if self.exporter is not None:
             self.exporter.close()
-        self.state = MachineState.STOPPED
         self.stopped.set()
 
     def _await_idle(self, timeout: float | None, interruptible: bool = False) -> None:
@@ -281,9 +370,22 @@ class Node:
         try:
             loop()
         except Exception:
-            log.exception("thread %s died; stopping this node", threading.current_thread().name)
-            self.last_error = f"thread {threading.current_thread().name} died"
+            name = threading.current_thread().name
+            log.exception("thread %s died; stopping this node", name)
+            self._failures[name] = (self.clock.monotonic(), f"thread {name} died")
             threading.Thread(target=self.stop, kwargs={"drain": False, "reason": "released"}, name="qp-stop").start()
+
+    def _note_failure(self, exc: Exception, headline: str) -> None:
+        """Keep a failure as this thread's last, and log it: the database out of reach once per outage and
+        message, anything else once per message (a statement refused at every tick says so once)."""
+        name, message = threading.current_thread().name, one_line(exc)
+        last = self._failures.get(name)
+        news = last is None or last[1] != message
+        if unreachable(exc) and (news or self.db_healthy):
+            log.warning("database unreachable, claiming paused: %s", message)
+        elif news and not unreachable(exc):
+            log.error("%s: %s", headline, message, exc_info=exc)
+        self._failures[name] = (self.clock.monotonic(), message)
 
     # -- heartbeat --------------------------------------------------------
 
@@ -298,20 +400,23 @@ class Node:
                 self._checkin()
             except Exception as exc:  # database down: keep trying; the watchdog fences us off
                 self.tally.renewal_failed()
-                self._lost_contact(exc)
+                self._note_failure(exc, "check-in failed, claiming paused")
+                self._checked_in = False
             if self.state == MachineState.DRAINING and self.runner.count() == 0:
                 log.info("drained: no jobs left, stopping")
                 threading.Thread(target=self.stop, kwargs={"drain": False}, name="qp-stop").start()
                 return
 
     def _checkin(self) -> None:
+        healthy = self.db_healthy
+        self._unreachable.clear()  # a turn that loses the database from now on is news to this check-in
         sent = self.clock.monotonic()
         since = slot_of(self.estimator.db_now(), self.config.period) - 3
         farm = self.peers.read_farm(self.id, self.config.stale, since, stamp=self.clock.monotonic)  # a clock sample
         self.estimator.add(farm.sample)
         self._note_contact(farm.now)
         self._learn_roster(farm)
-        backlog_slot, self.next_schedule = farm.backlog_slot, farm.next_schedule
+        self._upcoming = (self._upcoming[0] + 1, farm.next_schedule)
         applied = self._apply_wish(farm.wish)
         if farm.queues_changed != self._queues_changed:
             self.queue_settings, self._queues_changed = self.queue_store.settings(), farm.queues_changed
@@ -323,25 +428,25 @@ class Node:
             error_bound=self.estimator.error_bound(),
         )
         self._renewed_at = sent
-        if backlog_slot is not None:
-            self._backlog_slot = max(self._backlog_slot, backlog_slot)
-        if self.clock.monotonic() - sent > self.config.lease - self.config.fence_margin:
-            return  # the database stalled under this check-in: the next one, due at once, renews our leases
-        if not self.db_healthy:
+        if farm.backlog_slot is not None:
+            self._backlogs.put(farm.backlog_slot)
+        self._checked_in = True
+        if self.db_healthy and not healthy:  # not yet after a check-in the database stalled under (see db_healthy)
             log.info("database reachable (offset %+.4f s, rtt %.2f ms)", self.estimator.offset(),
                      self.estimator.rtt() * 1000)
-        self.db_healthy = True
+        self._wake.set()  # the roster may have changed: the turn timer plans again
 
     def _learn_roster(self, farm: FarmRead) -> None:
         """Keep our copy of the machine rows current: every row when the roster version moved, else only the
         suspects' last_seen (see roster.KnownMachines). Suspects we find dead are buried, so nobody reads
         them again."""
-        if self.known.current(farm.version):
-            self.known.update(farm.now, farm.suspects, self.config.stale)
+        if self._known.current(farm.version):
+            self._known.update(farm.now, farm.suspects, self.config.stale)
         else:
             version, now, rows = self.peers.read_all()
-            self.known.replace(version, rows, now, self.config.stale)
-        for machine_id, last_seen in self.known.dead(farm.now, self.liveness()):
+            self._known.replace(version, rows, now, self.config.stale)
+        self.known = self._known.copy()
+        for machine_id, last_seen in self._known.dead(farm.now, self.liveness()):
             if self.peers.bury(machine_id, last_seen):
                 log.warning("machine %s stopped checking in: judged dead", machine_id)
 
@@ -349,37 +454,23 @@ class Node:
         """Track our unbroken run of check-ins: peers are only judged on silence within it."""
         if db_time - self._last_contact_db > 2 * self.config.heartbeat:
             self._streak_start = db_time
-            self._sweep_due = True  # the farm may have been down for longer than a schedule's grace
+            self._sweep.set()  # the farm may have been down for longer than a schedule's grace
         self._last_contact_db = db_time
 
-    def _lost_contact(self, exc: Exception) -> None:
-        """A check-in (or, with the database away, a turn) failed: claim nothing until a check-in gets through."""
-        message = one_line(exc)
-        if self.db_healthy or message != self.last_error:
-            if unreachable(exc):
-                log.warning("database unreachable, claiming paused: %s", message)
-            else:
-                log.error("check-in failed, claiming paused: %s", message, exc_info=exc)
-        self.db_healthy = False
-        self.last_error = message
-
-    def _turn_failed(self, exc: Exception) -> None:
-        """A turn failed with the database in reach (a statement it refused, a bug): say so once, go on."""
-        message = one_line(exc)
-        if message != self.last_error:
-            log.error("turn failed: %s", message, exc_info=exc)
-        self.last_error = message
-
     def _apply_wish(self, wish: str | None) -> str | None:
-        if wish not in tuple(Wish) or self.state == MachineState.STOPPED:
+        """Apply an operator's wish to our state. A drain is for good: once draining, by a wish or by stop(),
+        the state stays draining whatever this writes (see state)."""
+        state = self.state
+        if wish not in tuple(Wish) or state == MachineState.STOPPED:
             return None
         target = Wish(wish).leads_to
-        if self.state == MachineState.DRAINING and target != MachineState.DRAINING:
+        if state == MachineState.DRAINING and target != MachineState.DRAINING:
             log.info("ignoring %s: this machine is draining", wish)
-        elif target != self.state:
-            log.info("operator wish: %s (%s -> %s)", wish, self.state, target)
-            self.state = target
-            self._sweep_due = self._sweep_due or target == MachineState.ACTIVE
+        elif target != state:
+            log.info("operator wish: %s (%s -> %s)", wish, state, target)
+            self._wished = target
+            if target == MachineState.ACTIVE:
+                self._sweep.set()
             if target == MachineState.DRAINING:
                 self.runner.release_singletons()
         return wish
@@ -401,29 +492,41 @@ class Node:
         while not self._stop.is_set():
             if self._wake.wait(self._next_wake()):
                 self._wake.clear()
+            self._take_backlog_notices()
             if self.db_healthy:
                 try:
                     self._tick()
                 except Exception as exc:
-                    if unreachable(exc):
-                        self._lost_contact(exc)
-                    else:
-                        self._turn_failed(exc)
+                    self._note_failure(exc, "turn failed")
+                    if unreachable(exc):  # claim nothing until a check-in gets through
+                        self._unreachable.set()
 
-    def _next_wake(self) -> float:
-        """How long the turn timer may sleep: until we are surely inside our next slot, a tick while
-        there is work to claim directly, and never longer than IDLE_WAKE (rosters change).
-        Sleeping to the slot instead of ticking through it keeps an idle node
-        under 2% of a core and starts its turns to a fraction of a millisecond, not to a tick."""
+    def _take_backlog_notices(self) -> None:
+        """Fold the backlog slots other threads sent (a push, a heartbeat's read) into ours. Taken after our
+        own reset, a notice that came in while we reset is kept, not lost."""
+        while True:
+            try:
+                slot = self._backlogs.get_nowait()
+            except queue.Empty:
+                return
+            self._backlog_slot = max(self._backlog_slot, slot)
+
+    def _next_wake(self) -> float | None:
+        """How long the turn timer may sleep (None: until woken): until we are surely inside our next slot or
+        the roster changes by itself, whichever comes first; a tick while there is work to claim directly.
+        Whatever else changes our plans wakes us: each check-in (new rows, contact back), a push, stop().
+        Sleeping until then instead of waking to look keeps an idle node's CPU to a fraction of a percent of
+        a core, and starts its turns to a fraction of a millisecond."""
         if not self.db_healthy or self.state != MachineState.ACTIVE:
-            return IDLE_WAKE
+            return None
         now = self.estimator.db_now()
-        if self._direct or self._pushed or self._backlog_slot >= slot_of(now, self.config.period) - 2:
+        if self._direct or self._pushed.is_set() or self._backlog_slot >= slot_of(now, self.config.period) - 2:
             return self.config.tick
+        wait = self.known.changes_at(now, self.liveness(), self.config.join_delay) + TURN_MARGIN - now
         turn = self._upcoming_turn(now)
-        if turn is None:
-            return IDLE_WAKE
-        return min(turn_wait(turn, now, self.config.period, self.estimator.error_bound(), TURN_MARGIN), IDLE_WAKE)
+        if turn is not None:
+            wait = min(wait, turn_wait(turn, now, self.config.period, self.estimator.error_bound(), TURN_MARGIN))
+        return None if wait == math.inf else max(wait, TURN_MARGIN)
 
     def _roster(self, now: float) -> list[int]:
         return self.known.roster(now, self.liveness(), self.config.join_delay)
@@ -434,9 +537,16 @@ class Node:
 
     def _watchdog_loop(self) -> None:
         """The watchdog has its own thread: a turn stuck on a black-holed connection must not keep
-        it from stopping our jobs before their leases run out."""
-        while not self._stop.wait(self.config.fence_margin / 4):
-            self._watchdog()
+        it from stopping our jobs before their leases run out. While we hold no job it sleeps until
+        the turn thread starts some (or stop())."""
+        while not self._stop.is_set():
+            if self.runner.count():
+                self._stop.wait(self.config.fence_margin / 4)
+                self._watchdog()
+                continue
+            self._holding.clear()
+            if not self.runner.count():  # looked again after clearing: a job started meanwhile is not missed
+                self._holding.wait()
 
     def _watchdog(self) -> None:
         """Self-fencing: jobs whose leases we could not renew in time are stopped before they run out.
@@ -446,13 +556,11 @@ class Node:
         limit = self.config.lease - self.config.fence_margin
         overdue = [job_id for job_id, leased_at in self.runner.leases()
                    if now - max(leased_at, self._renewed_at) > limit]
-        if overdue:
-            stopped = [job_id for job_id in overdue if self.runner.stop_job(job_id, Outcome.LOST)]
-            if stopped:
-                self.tally.fenced()
-                log.warning("no contact with the database for %.1f s: stopping %s jobs before their leases run out",
-                            now - self._renewed_at, len(stopped))
-            self.db_healthy = False
+        stopped = [job_id for job_id in overdue if self.runner.stop_job(job_id, Outcome.LOST)]
+        if stopped:
+            self.tally.fenced()
+            log.warning("no contact with the database for %.1f s: stopping %s jobs before their leases run out",
+                        now - self._renewed_at, len(stopped))
 
     def _tick(self) -> None:
         if self.state != MachineState.ACTIVE:
@@ -464,17 +572,17 @@ class Node:
             if turn_to_take(self._roster(now), self.id, now, self.config.period, self.estimator.error_bound(),
                             self._last_slot) is not None:
                 self._last_slot = slot
-                self._pushed = False  # the turn's claim covers what the notice announced
+                self._pushed.clear()  # the turn's claim covers what the notice announced
                 self._materialise_due()
-                if self._sweep_due:
-                    self._sweep_due = False
+                if self._sweep.is_set():
+                    self._sweep.clear()
                     self.schedules.drop_missed()
                 claimed = self._claim(free, self.config.claim_ahead, turn=slot)
                 if claimed is not None:
                     self._took_turn(slot, free, claimed, now)
                 return
-        if self._pushed:
-            self._pushed = False
+        if self._pushed.is_set():
+            self._pushed.clear()
             if self._last_slot == slot:  # our turn is under way: take the new work now, or flag it if we are full
                 self._flag_backlog(slot, free, self._claim(free, self.config.claim_ahead))
         if self._backlog_slot >= slot - 2 and free > 0 and not self._direct:
@@ -487,10 +595,14 @@ class Node:
                 self._backlog_slot = -1
 
     def _materialise_due(self) -> None:
-        """Make due schedule occurrences jobs before our turn claims (idempotent: each is a unique key)."""
-        if self.next_schedule is not None and self.next_schedule <= self.estimator.db_now() + self.config.schedule_ahead:
+        """Make due schedule occurrences jobs before our turn claims (idempotent: each is a unique key).
+        Until the heartbeat reads the schedules again, what we made tells the next occurrence left."""
+        reading, upcoming = self._upcoming
+        if self._made[0] == reading:
+            upcoming = self._made[1]
+        if upcoming is not None and upcoming <= self.estimator.db_now() + self.config.schedule_ahead:
             made = self.schedules.materialise(ahead=self.config.schedule_ahead, period=self.config.period)
-            self.next_schedule = made.next_schedule
+            self._made = (reading, made.next_schedule)
 
     def _took_turn(self, slot: int, free: int, claimed: int, now: float) -> None:
         """The turn was ours: say whether it left a backlog for the others, and keep the tables trimmed.
@@ -519,7 +631,7 @@ class Node:
             if self.clock.monotonic() - started > self.config.period / 4:
                 return
         self._housekeep_more = False
-        self._sweep_due = True
+        self._sweep.set()
 
     def _flag_backlog(self, slot: int, free: int, claimed: int) -> None:
         """Log what our turn (or a claim on a push notice within it) took; if it found more than we had
@@ -578,6 +690,7 @@ class Node:
                 return None
         if jobs:
             self.runner.submit_many(jobs, leased_at=sent)
+            self._holding.set()
         return len(jobs)
 
     def _plan(self, free: int) -> Plan:
@@ -606,21 +719,18 @@ class Node:
     def _notice(self, payload: str) -> None:
         """A push notice (listener thread): new work, or another machine's backlog to help with."""
         if payload == BACKLOG:
-            self._backlog_slot = slot_of(self.estimator.db_now(), self.config.period)
+            self._backlogs.put(slot_of(self.estimator.db_now(), self.config.period))
         else:
-            self._pushed = True
+            self._pushed.set()
         self._wake.set()
 
     def _room_made(self) -> None:
         if self._direct and self.runner.room(self.config.capacity) >= max(1, self.config.capacity // 2):
             self._wake.set()  # working off a backlog: claim again now that half our room is free
 
-    def _job_done(self, outcome: Outcome) -> None:
+    def _job_done(self, _outcome: Outcome) -> None:
+        """A job's result is written (the tally counts how it ended)."""
         self._room_made()  # a write that ended also makes room when `capacity` results were waiting
-        if outcome == Outcome.SUCCEEDED:
-            self.done += 1
-        elif outcome in (Outcome.FAILED, Outcome.TIMEOUT):
-            self.failed += 1
 
     # -- for the CLI and the GUI ------------------------------------------
 

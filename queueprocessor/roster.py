@@ -6,6 +6,7 @@ and bench/simulate.py both decide with these functions, so what the simulator
 shows for a thousand machines is what the code does.
 """
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -152,6 +153,20 @@ class KnownMachines:
         """(id, last_seen) of the suspects this judge finds dead: to bury, so that nobody reads them again."""
         return [(machine_id, seen) for machine_id, seen in self._suspects.items()
                 if machine_id in self._rows and liveness.is_dead(seen, db_now)]
+
+    def copy(self) -> "KnownMachines":
+        """A copy for other threads to read while the heartbeat goes on learning in ours: whole, because our
+        rows and suspects are replaced, never changed in place. Its memo is its own; readers that fill it
+        from the same copy fill it alike."""
+        twin = copy.copy(self)
+        twin._memo = None
+        return twin
+
+    def changes_at(self, db_now: float, liveness: Liveness, join_delay: float) -> float:
+        """The first instant from `db_now` on at which roster() may change by itself, with no new read (a
+        join delay or a dead timeout running out); inf if none is coming. A node sleeps until then."""
+        self.roster(db_now, liveness, join_delay)
+        return min(self._memo[2], liveness.dies_at(self._fresh_since))
 
     def roster(self, db_now: float, liveness: Liveness, join_delay: float) -> list[int]:
         """roster() of what we know, recomputed only when it may have changed: a new version or suspect, a

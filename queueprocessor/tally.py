@@ -86,6 +86,11 @@ class Tally:
         with self._lock:
             self._ended[(*job_labels(job), outcome)] += 1
 
+    def ended_with(self, *outcomes: str) -> int:
+        """How many jobs ended with one of these outcomes, whatever their queue and executor."""
+        with self._lock:
+            return sum(count for (*_labels, outcome), count in self._ended.items() if outcome in outcomes)
+
     def turn(self, lateness: float) -> None:
         """A turn taken `lateness` seconds into its slot."""
         with self._lock:
