@@ -2,7 +2,9 @@
 counters and gauges move as jobs run and as the database goes away, one machine exports the farm-wide gauges, and
 a port that cannot be had is one clear line."""
 
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -39,6 +41,14 @@ def total(nodes, name: str, **labels) -> float:
 
 
 PY = dict(queue="default", executor="python")
+
+
+def dashboard_names() -> set[str]:
+    """The metric names resources/grafana-dashboard.json's queries use."""
+    dashboard = json.loads((ROOT / "resources" / "grafana-dashboard.json").read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    exprs += [variable["definition"] for variable in dashboard["templating"]["list"] if "definition" in variable]
+    return {name for expr in exprs for name in re.findall(r"queueprocessor_\w+", expr)}
 
 
 @pytest.fixture
@@ -88,6 +98,8 @@ def test_two_nodes_serve_metrics_that_move_as_jobs_run_and_one_exports_the_farm_
     assert total(nodes.started, "queueprocessor_farm_reporter") == 1
     assert total(nodes.started, "queueprocessor_farm_jobs_queued", queue="default") == 3
     assert total(nodes.started, "queueprocessor_farm_machines_live") == 2
+    exported = {key[0] for node in nodes.started for key in scrape(node.exporter.url)}
+    assert dashboard_names() <= exported, "the Grafana dashboard asks for a metric no node exports"
     reporter = next(n for n in nodes.started if value(scrape(n.exporter.url), "queueprocessor_farm_reporter"))
     other = second if reporter is first else first
     assert value(scrape(other.exporter.url), "queueprocessor_farm_jobs_queued", queue="default") is None
