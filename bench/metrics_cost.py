@@ -4,9 +4,9 @@ second and without, side by side in the same drain.
 One node process (`queueprocessor node --capacity C --metrics-port 0`) drains a backlog of N no-op Python jobs
 (the cheapest job there is, so a per-job cost shows the most) on a throwaway PostgreSQL server. While it drains,
 this script alternates windows of W seconds: in a scraped window it GETs /metrics once a second, as Prometheus
-would (the node is the farm's reporter, so each scrape also counts the queued jobs in the database); in a quiet
-window nobody asks. Each window's throughput is the jobs that succeeded in it (counted in the database at its
-edges) over its length. Neighbouring windows share the machine's load of the moment, which on a shared machine
+would (the node is the farm's reporter, so it also counts the waiting jobs in the database, at most every
+metrics.WAITING_EVERY seconds); in a quiet window nobody asks. Each window's throughput is the jobs that
+succeeded in it (counted in the database at its edges) over its length. Neighbouring windows share the machine's load of the moment, which on a shared machine
 moves far more between runs than any cost measured here; the first window of a drain (start-up) and the one in
 which the backlog ran out are left out. Each round is a fresh database and node, and starts with the other case.
 

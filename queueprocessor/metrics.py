@@ -7,14 +7,16 @@ nodes can serve metrics from one process (the tests, the demo).
 
 Farm-wide gauges (queued jobs by queue, live machines) read the same for every machine, so exactly one machine
 exports them, and a sum over the farm counts them once: the farm's reporter, the live machine with the lowest
-id, which changes only when that machine leaves or dies. The holder of the current turn would not do: it changes
-every period, and Prometheus scrapes each machine at a moment of its own, so at any instant the latest scrapes of
-none, one or several machines would have found them holding the turn.
+id, which changes only when that machine leaves or dies (it counts the waiting jobs at most every WAITING_EVERY
+seconds). The holder of the current turn would not do: it changes every period, and Prometheus scrapes each
+machine at a moment of its own, so at any instant the latest scrapes of none, one or several machines would have
+found them holding the turn.
 """
 
 import errno
 import logging
 import math
+import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
@@ -27,12 +29,17 @@ from . import __version__
 from .errors import BadSetting
 from .node import one_line
 from .roster import machine_status
-from .states import JobState, MachineState
-from .tally import DEFAULT_QUEUE, Buckets
+from .queues import DEFAULT
+from .states import MachineState
+from .store_queues import QueueStore
+from .tally import Buckets
 
 log = logging.getLogger("queueprocessor.metrics")
 
 GONE = (MachineState.STOPPED, MachineState.DEAD)
+# Seconds a reporter reuses its count of the waiting jobs: counting a backlog of 100,000 takes the database a
+# tenth of a second, too much to do at every scrape of a 1 s scrape interval.
+WAITING_EVERY = 5.0
 
 
 def _histogram(name: str, documentation: str, labelled: dict[tuple, Buckets], labels: list[str]) -> Metric:
@@ -57,6 +64,7 @@ class NodeCollector(Collector):
 
     def __init__(self, node):
         self.node = node
+        self._waiting_read: tuple[float, dict[str, int]] = (-math.inf, {})  # (monotonic time, jobs per queue)
 
     def collect(self) -> Iterator[Metric]:
         node, snapshot, reading = self.node, self.node.snapshot(), self.node.tally.read()
@@ -108,16 +116,30 @@ class NodeCollector(Collector):
                                 "1 on the one machine that exports the farm-wide gauges.", value=int(reporter))
         if not reporter:
             return
-        try:
-            queued = self.node.store.job_counts()[JobState.QUEUED]
-        except Exception as error:  # the database went away since the last check-in: the node says so itself
-            log.debug("farm gauges skipped: %s", one_line(error))
+        waiting = self._waiting()
+        if waiting is None:
             return
         yield GaugeMetricFamily("queueprocessor_farm_machines_live", "Machines alive in the farm.", value=len(live))
         family = GaugeMetricFamily("queueprocessor_farm_jobs_queued", "Jobs waiting in the farm's queues.",
                                    labels=["queue"])
-        family.add_metric([DEFAULT_QUEUE], queued)
+        for queue, count in sorted(waiting.items()):
+            family.add_metric([queue], count)
         yield family
+
+    def _waiting(self) -> dict[str, int] | None:
+        """Jobs waiting per queue (DEFAULT always named), read at most once per WAITING_EVERY; None if the
+        database cannot be asked."""
+        read_at, waiting = self._waiting_read
+        if time.monotonic() - read_at < WAITING_EVERY:
+            return waiting
+        try:
+            counts = QueueStore(self.node.store).counts()
+        except Exception as error:  # the database went away since the last check-in: the node says so itself
+            log.debug("farm gauges skipped: %s", one_line(error))
+            return None
+        waiting = {DEFAULT: 0} | {queue: counted[0] for queue, counted in counts.items()}
+        self._waiting_read = (time.monotonic(), waiting)
+        return waiting
 
 
 class Exporter:

@@ -12,7 +12,6 @@ from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
 
-DEFAULT_QUEUE = "default"
 # Upper bounds, in seconds, of the histograms' buckets: jobs run from milliseconds (HTTP) to hours (commands);
 # a turn starts within a millisecond or two of its slot unless the node or the database is slow.
 RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
@@ -21,7 +20,7 @@ LATENESS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5
 
 def job_labels(job) -> tuple[str, str]:
     """(queue, executor) of a claimed job."""
-    return getattr(job, "queue", DEFAULT_QUEUE), job.executor
+    return job.queue, job.executor
 
 
 class Buckets:

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import exc
 
 from queueprocessor.farm import Farm
+from queueprocessor.metrics import WAITING_EVERY
 from tests.support.pyjobs import SEEN
 from tests.support.tcpproxy import TcpProxy
 from tests.support.work import FAST, PYJOBS, ROOT, Nodes, wait_for
@@ -72,17 +73,21 @@ def test_two_nodes_serve_metrics_that_move_as_jobs_run_and_one_exports_the_farm_
 
     [waiting] = farm.enqueue(farm.python_spec(f"{PYJOBS}:wait_for_cancel"))
     wait_for(lambda: total(nodes.started, "queueprocessor_jobs_running") == 1)
-    farm.enqueue(farm.python_spec(f"{PYJOBS}:echo", 1), count=4)
+    farm.enqueue(farm.python_spec(f"{PYJOBS}:echo", 1), count=3)
+    farm.enqueue(farm.python_spec(f"{PYJOBS}:echo", 1, queue="reports"))
     farm.enqueue(farm.python_spec(f"{PYJOBS}:fail", 1, max_attempts=1), count=2)
     farm.enqueue(farm.python_spec(f"{PYJOBS}:wait_for_cancel", max_attempts=1, timeout=0.05))
     farm.cancel(waiting)
     wait_for(lambda: total(nodes.started, "queueprocessor_jobs_finished_total", outcome="failed", **PY) == 2)
     wait_for(lambda: total(nodes.started, "queueprocessor_jobs_finished_total", outcome="timeout", **PY) == 1)
     wait_for(lambda: total(nodes.started, "queueprocessor_jobs_finished_total", outcome="cancelled", **PY) == 1)
-    assert total(nodes.started, "queueprocessor_jobs_finished_total", outcome="succeeded", **PY) == 4
-    assert total(nodes.started, "queueprocessor_jobs_claimed_total", **PY) == 8
-    assert total(nodes.started, "queueprocessor_job_duration_seconds_count", **PY) == 8
-    assert total(nodes.started, "queueprocessor_job_duration_seconds_bucket", le="+Inf", **PY) == 8
+    wait_for(lambda: total(nodes.started, "queueprocessor_jobs_finished_total", outcome="succeeded", **PY) == 3)
+    assert total(nodes.started, "queueprocessor_jobs_finished_total", outcome="succeeded", queue="reports",
+                 executor="python") == 1
+    assert total(nodes.started, "queueprocessor_jobs_claimed_total", queue="reports", executor="python") == 1
+    assert total(nodes.started, "queueprocessor_jobs_claimed_total", **PY) == 7
+    assert total(nodes.started, "queueprocessor_job_duration_seconds_count", **PY) == 7
+    assert total(nodes.started, "queueprocessor_job_duration_seconds_bucket", le="+Inf", **PY) == 7
     assert total(nodes.started, "queueprocessor_job_duration_seconds_sum", **PY) >= 0.05  # the timeout's run
     assert total(nodes.started, "queueprocessor_jobs_running") == 0
     for node in nodes.started:
@@ -95,8 +100,11 @@ def test_two_nodes_serve_metrics_that_move_as_jobs_run_and_one_exports_the_farm_
 
     # The farm-wide gauges come from one machine only, so their sum over the farm counts them once.
     farm.enqueue(farm.python_spec(f"{PYJOBS}:echo", 1), delay=3600, count=3)
+    farm.enqueue(farm.python_spec(f"{PYJOBS}:echo", 1, queue="reports"), delay=3600)
     assert total(nodes.started, "queueprocessor_farm_reporter") == 1
-    assert total(nodes.started, "queueprocessor_farm_jobs_queued", queue="default") == 3
+    wait_for(lambda: total(nodes.started, "queueprocessor_farm_jobs_queued", queue="default") == 3,
+             timeout=2 * WAITING_EVERY)  # the reporter counts again once its last count is WAITING_EVERY old
+    assert total(nodes.started, "queueprocessor_farm_jobs_queued", queue="reports") == 1
     assert total(nodes.started, "queueprocessor_farm_machines_live") == 2
     exported = {key[0] for node in nodes.started for key in scrape(node.exporter.url)}
     assert dashboard_names() <= exported, "the Grafana dashboard asks for a metric no node exports"
