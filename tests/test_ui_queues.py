@@ -8,6 +8,8 @@ import re
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from PySide6.QtCore import QPoint  # noqa: E402
+
 from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.queues import OnFailure, Rate  # noqa: E402
 from tests import test_ui_window  # noqa: E402
@@ -92,8 +94,12 @@ def test_pause_resume_and_limits_from_the_menu_reach_the_database(farm, open_win
     actions = _menu(view, "reports")
     assert [(text, action.isEnabled()) for text, action in actions.items()] == [
         ("Pause queue reports", True), ("Resume queue reports", False), ("Limit and rate of reports…", True)]
-    actions["Pause queue reports"].trigger()
     view.menu.close()
+    view.menu = None
+    view.charts.charts["reports"].plot.customContextMenuRequested.emit(QPoint(5, 5))  # its chart has it too
+    assert [action.text() for action in view.menu.actions()] == list(actions)
+    view.menu.close()
+    actions["Pause queue reports"].trigger()
     qtbot.waitUntil(lambda: _queue(farm, "reports").paused and _cells(view.model, "reports")[1] == "paused",
                     timeout=WAIT)
     assert window.last_result[:2] == ("Pause queue reports", True)
@@ -246,7 +252,11 @@ def test_the_queue_commands_are_farm_calls_with_the_message_the_status_bar_shows
     with Farm(f"sqlite:///{tmp_path / 'farm.db'}") as farm:
         said = []
         commands = Commands(lambda label, call: said.append((label, call(farm))))
-        farm.enqueue_http("/later", delay=LATER, queue="reports")
+        # Work for a queue no live machine serves is accepted, and the message says it waits.
+        commands.enqueue(dict(path="/later", delay=LATER, queue="reports"))
+        [job] = farm.list_jobs()
+        assert said[-1] == ("Enqueue", f"enqueued job {job['id']}; no live machine serves queue reports yet: it waits")
+        assert job["queue"] == "reports"
         commands.pause_queue("reports")
         assert said[-1][0] == "Pause queue reports" and said[-1][1].startswith("paused")
         assert _queue(farm, "reports").paused

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from queueprocessor.farm import Farm
 from queueprocessor.output import format_time
+from queueprocessor.queues import DEFAULT
 from queueprocessor.states import Wish
 
 Run = Callable[[str, Callable[[Farm], str]], None]
@@ -34,7 +35,10 @@ class Commands:
         """`options`: Farm.enqueue_http's keywords, as the enqueue dialog gives them."""
         def enqueue(farm: Farm) -> str:
             ids = farm.enqueue_http(**options)
-            return f"enqueued job {ids[0]}" if len(ids) == 1 else f"enqueued {len(ids)} jobs ({ids[0]}..{ids[-1]})"
+            done = f"enqueued job {ids[0]}" if len(ids) == 1 else f"enqueued {len(ids)} jobs ({ids[0]}..{ids[-1]})"
+            queue = options.get("queue", DEFAULT)
+            # Accepted, but said: like `enqueue`'s warning, the Queues tab shows the queue as unserved too.
+            return done if farm.serving(queue) else f"{done}; no live machine serves queue {queue} yet: it waits"
 
         self.run("Enqueue", enqueue)
 
