@@ -67,6 +67,11 @@ def test_a_sqlite_farm_connects_moves_to_another_and_disconnects(tmp_path, link,
     assert connection.seen == [State.STOPPING, State.DISCONNECTED] and not connection.poller.running
     with Farm(second) as farm:
         assert [m["state"] for m in farm.status()["machines"]] == [MachineState.STOPPED]
+    # No worker to run a command: it fails at once, saying so, rather than wait for ever.
+    answers = []
+    connection.done.connect(lambda *answer: answers.append(answer))
+    Commands(connection.act).cancel(1)
+    assert answers == [("Cancel job 1", False, "not reading a farm now: open a database (File ▸ Open Database…)")]
 
 
 def test_watching_a_file_with_no_farm_ends_with_one_line_and_opening_again_connects(tmp_path, link, qtbot):

@@ -90,9 +90,12 @@ class Connection(QObject):
             self.poller.stop()
 
     def act(self, label: str, action) -> None:
-        """Run `action(farm)` on the worker; `done` brings back its message or its error."""
-        if self.live:
+        """Run `action(farm)` on the worker; `done` brings back its message or its error, or says at once that
+        no worker will run it."""
+        if self.live and self.state is not State.STOPPING:
             self.poller.act(label, action)
+        else:
+            self.done.emit(label, False, "not reading a farm now: open a database (File ▸ Open Database…)")
 
     def start_node(self) -> None:
         if self.live:
