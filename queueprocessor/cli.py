@@ -4,6 +4,11 @@ Options come from the command line, then QP_* environment variables, then the
 TOML config file (`--config`, a `[node]`-style table per command and a
 top-level `db`), then defaults. Every error a user can cause is one line on
 stderr and a non-zero exit code, never a traceback.
+
+A command answers as fast as what it does allows: this module loads only click and the light modules (errors,
+states, output, urls, nodeoptions), and a command's handler loads the farm side it uses (`Context.farm` the
+engine and SQLAlchemy, `Farm.node` the node, aiohttp and the executors). So `--help` loads no SQLAlchemy and
+`enqueue` no node; tests/test_cli_imports.py holds both.
 """
 
 import json
@@ -15,20 +20,20 @@ import threading
 import tomllib
 from dataclasses import asdict, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import click
-from sqlalchemy import exc
 
 from . import __version__, logs
-from .database import client_name, default_url, describe_failure, mask
-from .errors import ConfigError, NotFound, QPError
-from .farm import Farm, work_spec
-from .grabs import AlreadyTaken, grab_key
+from .errors import ConfigError, NotFound, QPError, echoed
 from .nodeoptions import NodeCommand, NodeOptions, Seconds, flag_of, node_options
 from .output import format_time, machine_label, print_json, print_table
 from .queues import DEFAULT, UNCHANGED, OnFailure, check_name
-from .schedules import Recurrence
 from .states import JobState, Wish
+from .urls import default_url, mask
+
+if TYPE_CHECKING:
+    from .farm import Farm
 
 log = logging.getLogger("queueprocessor")
 JOB_ID = click.IntRange(1, 2**63 - 1)  # ids are 64-bit: a larger number names no job, and no driver takes it
@@ -57,7 +62,7 @@ def _check_config_keys(group: click.Group, config: dict, path: str, prefix: str 
             continue
         command = group.commands.get(key)
         if command is None or not isinstance(value, dict):
-            raise ConfigError(f"config file {path}: unknown key {prefix + key!r}: use 'db' or a table named after "
+            raise ConfigError(f"config file {path}: unknown key {echoed(prefix + key)}: use 'db' or a table named after "
                               f"a command ({', '.join(sorted(group.commands))})")
         if isinstance(command, click.Group):
             defaults[key] = _check_config_keys(command, value, path, prefix=f"{prefix}{key}.")
@@ -69,7 +74,7 @@ def _check_config_keys(group: click.Group, config: dict, path: str, prefix: str 
         for option, given in value.items():
             param = params.get(option.replace("-", "_"))
             if param is None:
-                raise ConfigError(f"config file {path}: [{prefix}{key}] has no option {option!r}: "
+                raise ConfigError(f"config file {path}: [{prefix}{key}] has no option {echoed(option)}: "
                                   f"see `queueprocessor {(prefix + key).replace('.', ' ')} --help`")
             defaults[key][param.name] = _typed(param, given, f"config file {path}: [{prefix}{key}] {option}")
     return defaults
@@ -92,7 +97,7 @@ def _typed(param: click.Parameter, value, where: str):
     items = value if repeats and isinstance(value, list) else [value]
     for item in items:
         if not isinstance(item, wanted) or (isinstance(item, bool) and bool not in wanted):
-            shown = str(item).lower() if isinstance(item, bool) else repr(item) if isinstance(item, str) else item
+            shown = str(item).lower() if isinstance(item, bool) else echoed(item)
             raise ConfigError(f"{where} must be {text}{', or a list of them' if repeats else ''} (got {shown})")
     return items if repeats else value
 
@@ -104,21 +109,26 @@ class Context:
         self.chosen = url is not None  # by --db, QP_DB or the config file
         self.url = url or default_url()
         self.machine: str | None = None  # a node's --name, which labels the farm's connections
-        self._farm: Farm | None = None
+        self._farm: "Farm | None" = None
 
     @property
-    def farm(self) -> Farm:
+    def farm(self) -> "Farm":
         """The farm to change: created on first use, with its tables."""
-        if self._farm is None:
-            self._farm = Farm(self.url, client=client_name(self.machine))
-        return self._farm
+        return self._open(read_only=False)
 
     @property
-    def reader(self) -> Farm:
+    def reader(self) -> "Farm":
         """The farm only to look at (the app's watch-only mode): a command that reads creates no file or table
         and adopts no settings, so the first node still chooses the farm's timing."""
+        return self._open(read_only=True)
+
+    def _open(self, read_only: bool) -> "Farm":
         if self._farm is None:
-            self._farm = Farm(self.url, read_only=True, client=client_name(self.machine))
+            # The engine and SQLAlchemy: loaded by the first command that uses the farm.
+            from .database import client_name
+            from .farm import Farm
+
+            self._farm = Farm(self.url, read_only=read_only, client=client_name(self.machine))
         return self._farm
 
     def close(self) -> None:
@@ -228,6 +238,8 @@ def _when_options(command):
 
 def _spec(executor: str, words, *, method, payload, priority, max_attempts, timeout, queue, order_key):
     """A JobSpec from `EXECUTOR TARGET...` on the command line."""
+    from .farm import work_spec
+
     if executor != "command" and len(words) != 1:
         example = "/reports/run" if executor == "http" else "myapp.jobs:report"
         raise click.UsageError(f"{executor} work takes one target, e.g. {example} (got {len(words)})")
@@ -242,6 +254,8 @@ def _enqueue(ctx: Context, spec, *, delay, at, count, key, instance) -> None:
     if instance is not None and key is None:
         raise click.UsageError("--instance needs --key")
     if key is not None:
+        from .grabs import grab_key
+
         spec = replace(spec, key=grab_key(key, instance) if instance is not None else key)
     ids = ctx.farm.enqueue(spec, delay=delay, at=_parse_time(at), count=count)
     click.echo(f"enqueued job {ids[0]}" if len(ids) == 1 else f"enqueued {len(ids)} jobs ({ids[0]}..{ids[-1]})")
@@ -310,7 +324,7 @@ def schedule_add(ctx: Context, name, cron, tz, every, misfire, grace, executor, 
     """Run EXECUTOR TARGET... on a schedule, e.g. `schedule add nightly --cron '0 3 * * *' command -- backup`."""
     row = ctx.farm.schedule(name, _spec(executor, target, **work), cron=cron, tz=tz, every=every, misfire=misfire,
                             grace=grace)
-    click.echo(f"schedule {name}: {Recurrence.of(row).describe()}, next at {format_time(row['next_run'])} UTC")
+    click.echo(f"schedule {name}: {_recurrence(row)}, next at {format_time(row['next_run'])} UTC")
 
 
 @schedule.command("list")
@@ -322,10 +336,17 @@ def schedule_list(ctx: Context, as_json: bool) -> None:
     if as_json:
         return print_json({"schedules": rows})
     print_table(["name", "when", "work", "misfire", "state", "next (UTC)"],
-                [[r["name"], Recurrence.of(r).describe(), f"{r['executor']} {r['target']}"[:60],
+                [[r["name"], _recurrence(r), f"{r['executor']} {r['target']}"[:60],
                   f"{r['misfire']}/{r['grace']:g}s", "paused" if r["paused"] else "active",
                   "-" if r["paused"] else format_time(r["next_run"])]
                  for r in rows])
+
+
+def _recurrence(row: dict) -> str:
+    """A schedule's occurrences in words (croniter is loaded by the schedule commands only)."""
+    from .schedules import Recurrence
+
+    return Recurrence.of(row).describe()
 
 
 @schedule.command("remove")
@@ -409,6 +430,8 @@ def grab(ctx: Context, key, instance, executor, target, wait, wait_timeout, **wo
     A second grab of the same pair is refused, naming the winner and whether it finished (exit code 3),
     or with --wait, waits for the winner's result. With --wait the exit code is 0 only if the work succeeded.
     """
+    from .grabs import AlreadyTaken
+
     try:
         job_id = ctx.farm.grab(key, instance, _spec(executor, target, **work))
         click.echo(f"grabbed {key}@{instance}: job {job_id}")
@@ -435,7 +458,7 @@ def _parse_time(text: str | None) -> float | None:
     try:
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not a time: use ISO 8601 (2026-11-22T18:00:00+00:00) "
+        raise click.BadParameter(f"{echoed(text)} is not a time: use ISO 8601 (2026-11-22T18:00:00+00:00) "
                                  "or epoch seconds", param_hint="--at") from None
 
 
@@ -688,6 +711,17 @@ def in_cli_words(error: QPError) -> str:
     return text
 
 
+def _qp_variables() -> list[str]:
+    return [value for name, value in os.environ.items() if name.startswith("QP_")]
+
+
+def _cut_inputs(message: str, inputs: list[str]) -> str:
+    """Click repeats a refused argument or QP_* value whole: cut each long one as every other error does."""
+    for given in inputs:
+        message = message.replace(repr(given), echoed(given)).replace(given, echoed(given, quote=False))
+    return message
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: one clear line for every error a user can cause."""
     ctx = None
@@ -696,7 +730,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             arg.encode()
         except UnicodeEncodeError:  # bytes that are not UTF-8 arrive as lone surrogates
-            click.echo(f"error: argument {mask(arg)!r} is not valid UTF-8 text", err=True)
+            click.echo(f"error: argument {echoed(mask(arg))} is not valid UTF-8 text", err=True)
             sys.exit(2)
     try:
         ctx = cli.make_context("queueprocessor", args)
@@ -715,22 +749,33 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as error:
         # One line like every other error; a usage error names the help that explains the option.
         hint = f" (see `{error.ctx.command_path} --help`)" if isinstance(error, click.UsageError) and error.ctx else ""
-        click.echo(f"error: {' '.join(error.format_message().split())}{hint}", err=True)
+        message = _cut_inputs(error.format_message(), [*args, *_qp_variables()])
+        click.echo(f"error: {' '.join(message.split())}{hint}", err=True)
         sys.exit(error.exit_code)
     except click.exceptions.Abort:
         sys.exit(130)
     except QPError as error:
         click.echo(f"error: {in_cli_words(error)}", err=True)
         sys.exit(1)
-    except exc.DBAPIError as error:
-        url = ctx.obj.url if ctx is not None and isinstance(ctx.obj, Context) else ""
-        click.echo(f"error: {describe_failure(error, url)}", err=True)
-        sys.exit(1)
-    except exc.SQLAlchemyError as error:
-        click.echo(f"error: database problem: {mask(str(error).splitlines()[0])}", err=True)
-        sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as error:
+        click.echo(f"error: {_database_failure(error, ctx)}", err=True)
+        sys.exit(1)
+
+
+def _database_failure(error: Exception, ctx: click.Context | None) -> str:
+    """A database error in one line; anything else goes on up. SQLAlchemy is loaded here, on the way out: if it
+    was not loaded before, the error is not its own."""
+    from sqlalchemy import exc
+
+    from .database import describe_failure
+
+    if isinstance(error, exc.DBAPIError):
+        return str(describe_failure(error, ctx.obj.url if ctx is not None and isinstance(ctx.obj, Context) else ""))
+    if isinstance(error, exc.SQLAlchemyError):
+        return f"database problem: {mask(str(error).splitlines()[0])}"
+    raise error
 
 
 if __name__ == "__main__":

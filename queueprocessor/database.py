@@ -1,15 +1,16 @@
-"""Opening a farm database: URLs, engines, schema creation and the version check."""
+"""Opening a farm database: URLs, engines, schema creation and the version check (urls: the default URL and
+masking, which need no engine)."""
 
 import re
 import socket
 from pathlib import Path
 
-import platformdirs
 from sqlalchemy import create_engine, event, exc, insert, inspect, select
 from sqlalchemy.engine import URL, Engine, make_url
 
 from . import migrations, schema, store_connections
 from .errors import ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew, UnusableDatabase
+from .urls import mask
 
 # Short names a user may type, mapped to the driver we ship.
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg", "mssql": "mssql+pyodbc"}
@@ -21,29 +22,7 @@ APP_PROGRAM = "queueprocessor-gui"  # the desktop app's
 # node holds one connection and a busy one two, whatever its capacity. Other threads wait their turn for them.
 POOL_OVERFLOW = 1
 _TIMEOUT_ARG = {"postgresql": "connect_timeout", "mssql": "timeout"}  # each driver's name for it
-# From "user:" to the last "@": people type passwords with spaces, "@" and "/" in them unencoded, and a
-# mask that shows too much is worse than one that hides a host name too.
-_PASSWORD_IN_URL = re.compile(r"(://[^:/@]*:).*@", re.DOTALL)
-# The same in a URL that does not parse (postgresql//u:pw@h, postgresql:/u:pw@h, u:pw@h): from the user's
-# ":" to the last "@", the scheme, if any, and the user kept.
-_PASSWORD_IN_TEXT = re.compile(r"((?:^|(?<=[\s'\"(=]))(?:[A-Za-z][\w+.-]*)?:?/*[^:/@\s'\"]*:)(?!//|\s).*@", re.DOTALL)
-# password=... or pwd=... in a query string or an ODBC connection string, plain or URL-encoded: to the
-# next ";" or the end, past any {braces} ("&" may be the password's own in a connection string).
-_PASSWORD_PARAM = re.compile(r"((?:password|pwd)(?:=|%3D))(?:\{[^}]*\}?|%7B.*?(?:%7D|$))?(?:(?!%3B)[^;])*",
-                             re.IGNORECASE)
 _ODBC_PASSWORD = re.compile(r"(?:^|;)\s*(?:password|pwd)\s*=(?:\{[^}]*\}?)?[^;]*", re.IGNORECASE)
-
-
-def default_url(file: str = "farm.db") -> str:
-    """The embedded default: one SQLite file in the user's data directory (made by the first writer)."""
-    return f"sqlite:///{Path(platformdirs.user_data_dir('queueprocessor')) / file}"
-
-
-def mask(url: str | URL) -> str:
-    """The URL with its password replaced by ***, safe to log or show."""
-    text = url.render_as_string(hide_password=True) if isinstance(url, URL) else str(url)
-    text = _PASSWORD_PARAM.sub(r"\1***", text)  # first: an "@" in such a password is no user's "@"
-    return _PASSWORD_IN_TEXT.sub(r"\1***@", _PASSWORD_IN_URL.sub(r"\1***@", text))
 
 
 def without_password(text: str) -> str:

@@ -7,6 +7,20 @@ it is about, and NotFound says what was looked for, for a front end to add where
 
 from collections.abc import Callable
 
+# Characters of a user's input that an error repeats: enough to recognise it, and the message still fits a line.
+ECHO_LIMIT = 60
+
+
+def echoed(value, *, quote: bool = True) -> str:
+    """A user's input as an error repeats it: repr() for text (unless `quote` is false), and anything longer than
+    ECHO_LIMIT cut there and followed by its length, so a 5,000-character name does not bury the message in it."""
+    if not isinstance(value, str):
+        value, quote = str(value), False
+    if len(value) <= ECHO_LIMIT:
+        return repr(value) if quote else value
+    start = value[:ECHO_LIMIT]
+    return f"{start!r}... ({len(value)} characters)" if quote else f"{start}... ({len(value)} characters)"
+
 
 class QPError(Exception):
     """An error meant for a person: the message is one line, no traceback needed."""
@@ -27,8 +41,7 @@ class InputError(QPError):
         super().__init__(self.say())
 
     def say(self, name: Callable[[str], str] = str) -> str:
-        value = f"{self.value:g}" if isinstance(self.value, float) else repr(self.value) \
-            if isinstance(self.value, str) else self.value
+        value = f"{self.value:g}" if isinstance(self.value, float) else echoed(self.value)
         return self.template.format(*map(name, self.inputs), value=value, limit=self.limit, **self.parts)
 
     @property
@@ -102,12 +115,12 @@ class NotAllowed(InvalidJob):
     def say(self, name: Callable[[str], str] = str) -> str:
         allowed = ", ".join(self.allowed)
         if self.kind == "host":
-            return (f"HTTP job target {self.target!r}: host {self.value!r} is not allowed {self.where}; "
+            return (f"HTTP job target {echoed(self.target)}: host {echoed(self.value)} is not allowed {self.where}; "
                     f"allowed hosts: {allowed} (add one with {name(self.option)})")
         if self.kind == "command":
-            return (f"command {self.value!r} is not allowed {self.where}; "
+            return (f"command {echoed(self.value)} is not allowed {self.where}; "
                     f"allowed: {allowed or f'none (start the node with {name(self.option)} NAME)'}")
-        return (f"Python module {self.value!r} is not allowed {self.where}; "
+        return (f"Python module {echoed(self.value)} is not allowed {self.where}; "
                 f"allowed prefixes: {allowed or f'none (start the node with {name(self.option)} PREFIX)'}")
 
 
@@ -119,5 +132,5 @@ class DuplicateKey(InvalidJob):
     """A job with this key already exists: the pair was grabbed (or the occurrence materialised) before."""
 
     def __init__(self, key: str | None):
-        super().__init__(f"a job with key {key!r} already exists")
+        super().__init__(f"a job with key {echoed(key)} already exists")
         self.key = key

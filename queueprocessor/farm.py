@@ -19,37 +19,34 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from sqlalchemy import exc
 
 from . import grabs, singletons
+from .allow import AllowLists, check_allowed, check_form
 from .api import JobFunction, target_of
 from .clock import SystemClock
-from .database import check_schema, default_url, describe_failure, ensure_schema, mask, open_engine
+from .database import check_schema, describe_failure, ensure_schema, open_engine
 from .errors import BadJobInput, BadQueueInput, BadSetting, DuplicateKey, InvalidJob, NotFound, QPError
-from .executors import AllowLists, check_allowed, check_form
-from .node import Node, NodeConfig
+from .limits import LATEST, MAX_CAPACITY, MAX_INT, MAX_MISSES, MAX_PAYLOAD, MAX_WAIT
 from .queues import (DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, Served, check_limit, check_name,
                      check_order_key)
 from .roster import Liveness, machine_status
-from .schedules import Recurrence
+from .schedules import Recurrence, ahead_of
 from .states import MachineState
 from .store import JobSpec, Store
 from .store_queues import QueueStore, queue_infos
 from .store_schedules import ScheduleStore
-from .views import Dashboard, FarmTiming
+from .urls import default_url, mask
 
-MAX_PAYLOAD = 64 * 1024
-MAX_INT = 2**31 - 1  # priorities and attempts are 32-bit integer columns
-MAX_CAPACITY = 10_000  # jobs at once on one machine
-MAX_MISSES = 1000
+if TYPE_CHECKING:  # loaded by the methods that return them, so that enqueueing never loads a node (cli.py)
+    from .node import Node
+    from .views import Dashboard
+
 # Settings every machine must share, or turns and death verdicts would disagree.
 FARM_SETTINGS = ("period", "heartbeat", "misses")
 DEFAULTS = {"period": 1.0, "heartbeat": 1.0, "misses": 3}
-# Work is for dates a person can read (years 1970 to 9999) and waits that make sense: a delay or an interval
-# beyond ten years is a typo, and a time past 9999 cannot even be shown.
-LATEST = 253402300799.0  # 9999-12-31 23:59:59 UTC
-MAX_WAIT = 10 * 365.25 * 86400  # ten years, seconds
 
 
 def parse_payload(text: str | None) -> str | None:
@@ -182,11 +179,13 @@ class Farm:
     def node(self, *, name: str | None = None, capacity: int = 4, period: float | None = None,
              heartbeat: float | None = None, misses: int | None = None, http_base: str = "http://localhost/",
              clock=None, clock_skew: float = 0.0, allow_hosts: Iterable[str] = (), allow_modules: Iterable[str] = (),
-             allow_commands: Iterable[str] = (), queues: str | None = None, **extra) -> Node:
+             allow_commands: Iterable[str] = (), queues: str | None = None, **extra) -> "Node":
         """A node for this machine (start() it). The allow-lists say what work it agrees to run: HTTP
         to the local machine and `allow_hosts`, Python modules under `allow_modules`, `allow_commands`.
         `queues`: the queues it serves, e.g. "reports:2,default" (at most 2 reports jobs at once here); None for
         every queue. The keywords are nodeoptions.NodeOptions' fields; `clock_skew` offsets the system clock."""
+        from .node import Node, NodeConfig  # the engine, aiohttp and the executors: only a node loads them
+
         farm = self.settings(period=period, heartbeat=heartbeat, misses=misses)
         if not 1 <= capacity <= MAX_CAPACITY:
             raise BadSetting.out_of("capacity", capacity, f"from 1 to {MAX_CAPACITY}")
@@ -298,7 +297,7 @@ class Farm:
 
     def _ahead(self) -> dict:
         s = self.current_settings()
-        return dict(ahead=NodeConfig(period=s["period"], heartbeat=s["heartbeat"]).schedule_ahead, period=s["period"])
+        return dict(ahead=ahead_of(s["period"], s["heartbeat"]), period=s["period"])
 
     def schedule(self, name: str, spec: JobSpec, *, cron: str | None = None, tz: str | None = None,
                  every: float | None = None, misfire: str = "once", grace: float = 3600.0) -> dict:
@@ -411,8 +410,10 @@ class Farm:
         """The turn log of the last `seconds` of database time: which machine took which slot."""
         return self.store.read_turns(self.store.ask_time() - seconds)
 
-    def dashboard(self, clock: Callable[[], float] = time.monotonic) -> Dashboard:
+    def dashboard(self, clock: Callable[[], float] = time.monotonic) -> "Dashboard":
         """What a dashboard reads at each poll (views.Dashboard.read), for this farm's timing."""
+        from .views import Dashboard, FarmTiming  # the app's reading, which knows a node's timing: not the CLI's
+
         return Dashboard(self.store, FarmTiming.of(self.settings()), clock)
 
     def steer(self, machine: str, wish: str) -> dict:

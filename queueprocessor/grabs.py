@@ -10,7 +10,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from .errors import DuplicateKey, InvalidJob, NotFound, QPError
+from .errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from .output import format_time, machine_label
 from .states import FINISHED, JobState
 from .store import Store
@@ -23,8 +23,8 @@ def origin() -> str:
 
 def grab_key(key: str, instance: str) -> str:
     if not key or "@" in key or not instance or len(key) + len(instance) > 399:
-        raise InvalidJob(f"grab key {key!r} and instance {instance!r} must be non-empty, the key without '@', "
-                         "together at most 399 characters")
+        raise InvalidJob(f"grab key {echoed(key)} and instance {echoed(instance)} must be non-empty, the key "
+                         "without '@', together at most 399 characters")
     return f"{key}@{instance}"
 
 

@@ -11,7 +11,7 @@ import logging
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from .database import mask
+from .urls import mask
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

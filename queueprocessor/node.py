@@ -69,6 +69,7 @@ from .push import BACKLOG, Listener, notify_backlog, where_to_listen
 from .queues import Served, served_names
 from .roster import KnownMachines, Liveness, slot_of, turn_to_take, turn_wait, upcoming_turn
 from .runner import JobRunner
+from .schedules import ahead_of
 from .states import MachineState, Outcome, Wish
 from .store import PRUNE_BATCH, Plan, Store
 from .store_queues import QueueStore
@@ -109,9 +110,7 @@ class NodeConfig:
 
     @property
     def schedule_ahead(self) -> float:
-        """Occurrences become jobs this early: a lost turn or a heartbeat's delay in noticing never makes
-        them late."""
-        return 2 * self.period + self.heartbeat
+        return ahead_of(self.period, self.heartbeat)
 
     @property
     def dead_after(self) -> float:

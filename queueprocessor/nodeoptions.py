@@ -16,9 +16,9 @@ from enum import Enum
 
 import click
 
-from .database import listen_url
-from .executors import AllowLists
-from .farm import MAX_CAPACITY
+from .allow import AllowLists
+from .errors import echoed
+from .limits import MAX_CAPACITY
 from .logs import LogFormat
 from .queues import Served
 
@@ -32,7 +32,7 @@ class Seconds(click.FloatRange):
     def convert(self, value, param, ctx):
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+            self.fail(f"{echoed(value)} is not a finite number of seconds", param, ctx)
         return number
 
     def _describe_range(self) -> str:
@@ -111,6 +111,8 @@ class NodeOptions:
         AllowLists(self.allow_hosts, self.allow_modules, self.allow_commands).executors(self.http_base)
         Served.parse(self.queues)
         if self.listen_db is not None:
+            from .database import listen_url  # SQLAlchemy: only a command that runs a node comes here
+
             listen_url(self.listen_db)
         return self
 

@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from .errors import BadJobInput, InvalidJob
+from .errors import BadJobInput, InvalidJob, echoed
 
 MISFIRE = ("skip", "once", "all")
 MIN_EVERY = 0.1  # seconds; finer than the turn clock is meaningless
@@ -60,15 +60,15 @@ class Recurrence:
         try:
             ZoneInfo(tz)
         except (ZoneInfoNotFoundError, ValueError):
-            raise InvalidJob(f"unknown time zone {tz!r}: use an IANA name such as Europe/Berlin or UTC") from None
+            raise InvalidJob(f"unknown time zone {echoed(tz)}: use an IANA name such as Europe/Berlin or UTC") from None
         if len(cron.split()) not in (5, 6) or not croniter.is_valid(cron):
-            raise InvalidJob(f"malformed cron expression {cron!r}: expected 5 fields (minute hour day month "
+            raise InvalidJob(f"malformed cron expression {echoed(cron)}: expected 5 fields (minute hour day month "
                              "weekday), e.g. '30 2 * * *', or 6 with seconds last")
         recurrence = cls(cron=cron, tz=tz)
         try:
             recurrence.after(datetime.now(timezone.utc).timestamp())
         except ValueError:  # croniter's "failed to find next date", e.g. 30 February
-            raise InvalidJob(f"cron expression {cron!r} never matches a real date") from None
+            raise InvalidJob(f"cron expression {echoed(cron)} never matches a real date") from None
         return recurrence
 
     @classmethod
@@ -162,14 +162,19 @@ def plan(recurrence: Recurrence, next_run: float, now: float, *, ahead: float, p
     return Plan(missed + on_time, occ)
 
 
+def ahead_of(period: float, heartbeat: float) -> float:
+    """How early occurrences become jobs: a lost turn or a heartbeat's delay in noticing never makes them late."""
+    return 2 * period + heartbeat
+
+
 def check_policy(misfire: str, grace: float) -> None:
     if misfire not in MISFIRE:
-        raise InvalidJob(f"unknown misfire policy {misfire!r}: use one of {', '.join(MISFIRE)}")
+        raise InvalidJob(f"unknown misfire policy {echoed(misfire)}: use one of {', '.join(MISFIRE)}")
     if not math.isfinite(grace) or grace < 0:
         raise BadJobInput.out_of("grace", grace, "a non-negative number of seconds")
 
 
 def check_name(name: str) -> None:
     if not name or len(name) > 200 or "@" in name or name != name.strip():
-        raise InvalidJob(f"schedule name {name!r} must be 1-200 characters without '@' or surrounding spaces")
+        raise InvalidJob(f"schedule name {echoed(name)} must be 1-200 characters without '@' or surrounding spaces")
 

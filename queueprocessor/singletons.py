@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 
-from .errors import DuplicateKey, InvalidJob, NotFound, QPError
+from .errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from .output import machine_label
 from .states import JobState, Kind
 from .store import JobSpec, Store
@@ -36,7 +36,7 @@ FOREVER = 2**31 - 1  # a singleton never runs out of attempts
 def add(store: Store, name: str, spec: JobSpec) -> int:
     """Define a singleton; the next turn-holder with room starts it. Refused while one of that name lives."""
     if not name or len(name) > 200 or name != name.strip():
-        raise InvalidJob(f"singleton name {name!r} must be 1-200 characters without surrounding spaces")
+        raise InvalidJob(f"singleton name {echoed(name)} must be 1-200 characters without surrounding spaces")
     key = PREFIX + name
     spec = JobSpec(executor=spec.executor, target=spec.target, method=spec.method, payload=spec.payload,
                    priority=spec.priority, max_attempts=FOREVER, timeout=None, key=key, kind=Kind.SINGLETON,
@@ -47,13 +47,13 @@ def add(store: Store, name: str, spec: JobSpec) -> int:
         return store.enqueue(spec)[0]
     except DuplicateKey:
         current = get(store, name)
-        raise InvalidJob(f"singleton {name!r} already exists ({_where(current)}): remove it first") from None
+        raise InvalidJob(f"singleton {echoed(name)} already exists ({_where(current)}): remove it first") from None
 
 
 def get(store: Store, name: str) -> dict:
     job = store.keyed_job(key=PREFIX + name)
     if job is None:
-        raise NotFound(f"no singleton named {name!r}", what="singleton", ref=name)
+        raise NotFound(f"no singleton named {echoed(name)}", what="singleton", ref=name)
     return job
 
 
@@ -82,7 +82,7 @@ class Lock:
     def __init__(self, store: Store, name: str, *, lease: float, renew_every: float, wait: float | None = None,
                  poll: float = 0.1):
         if not name or len(name) > 200:
-            raise InvalidJob(f"lock name {name!r} must be 1-200 characters")
+            raise InvalidJob(f"lock name {echoed(name)} must be 1-200 characters")
         self.locks = LockStore(store)
         self.name = name
         self.lease = lease
@@ -107,7 +107,7 @@ class Lock:
         deadline = None if self.wait is None else time.monotonic() + self.wait
         while (fence := self.locks.take(self.name, self.holder, self.lease)) is None:
             if deadline is not None and time.monotonic() >= deadline:
-                raise LockHeld(f"lock {self.name!r} is held by {self.held_by() or 'someone'}")
+                raise LockHeld(f"lock {echoed(self.name)} is held by {self.held_by() or 'someone'}")
             time.sleep(self.poll)
         self.fence = fence
         self.lost.clear()

@@ -22,7 +22,7 @@ from sqlalchemy.sql import Select
 
 from .clock import Sample
 from .dbtime import db_now
-from .errors import DuplicateKey, LostLease, NotFound, QPError
+from .errors import DuplicateKey, LostLease, NotFound, QPError, echoed
 from .queues import DEFAULT, served_names
 from .schema import jobs, machines, meta, queues, runs, turns
 from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
@@ -338,16 +338,16 @@ class Store:
                 select(machines).where(machines.c.name == ref, machines.c.state != MachineState.STOPPED)
             ).all()
         if not rows:
-            raise NotFound(f"no running machine is named or numbered {ref!r}", what="machine", ref=ref)
+            raise NotFound(f"no running machine is named or numbered {echoed(ref)}", what="machine", ref=ref)
         if len(rows) > 1:
             ids = ", ".join(str(r.id) for r in rows)
-            raise QPError(f"{len(rows)} machines are named {ref!r} (ids {ids}): give the id instead")
+            raise QPError(f"{len(rows)} machines are named {echoed(ref)} (ids {ids}): give the id instead")
         return dict(rows[0]._mapping)
 
     def wish(self, machine_id: int, wish: str) -> None:
         """Write an operator's wish on a machine's row; the machine applies it within a heartbeat."""
         if wish not in tuple(Wish):
-            raise QPError(f"unknown wish {wish!r}: use one of {', '.join(Wish)}")
+            raise QPError(f"unknown wish {echoed(wish)}: use one of {', '.join(Wish)}")
         if self.count(update(machines).where(machines.c.id == machine_id).values(wish=wish)) != 1:
             raise NotFound(f"no machine with id {machine_id}", what="machine", ref=machine_id)
 
@@ -701,7 +701,7 @@ class Store:
         statement = _with_owner_name(select(jobs)).order_by(jobs.c.id.desc()).limit(limit)
         if state:
             if state not in tuple(JobState):
-                raise QPError(f"unknown job state {state!r}: use one of {', '.join(JobState)}")
+                raise QPError(f"unknown job state {echoed(state)}: use one of {', '.join(JobState)}")
             statement = statement.where(jobs.c.state == state)
         if queue is not None:
             statement = statement.where(jobs.c.queue == queue)

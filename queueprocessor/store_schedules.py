@@ -18,7 +18,7 @@ from sqlalchemy import and_, delete, exc, false, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .dbtime import db_now
-from .errors import InvalidJob, NotFound
+from .errors import InvalidJob, NotFound, echoed
 from .schedules import Recurrence, check_name, check_policy, plan
 from .schema import jobs, schedules
 from .states import JobState, Kind
@@ -51,14 +51,15 @@ class ScheduleStore:
         try:
             self.store.count(insert(schedules).values(created_at=db_now(), **row))
         except exc.IntegrityError:
-            raise InvalidJob(f"a schedule named {name!r} already exists: remove it first, or pick another name") from None
+            raise InvalidJob(f"a schedule named {echoed(name)} already exists: remove it first, "
+                             "or pick another name") from None
         self.materialise(ahead=ahead, period=period, names=[name])
         return self.get(name)
 
     def get(self, name: str) -> dict:
         rows = self.store.rows(select(schedules).where(schedules.c.name == name))
         if not rows:
-            raise NotFound(f"no schedule named {name!r}", what="schedule", ref=name)
+            raise NotFound(f"no schedule named {echoed(name)}", what="schedule", ref=name)
         return dict(rows[0]._mapping)
 
     def all(self) -> list[dict]:
@@ -68,14 +69,14 @@ class ScheduleStore:
         """Delete a schedule and cancel its occurrences still waiting in the queue. Returns how many."""
         with self.store.engine.begin() as conn:
             if not conn.execute(delete(schedules).where(schedules.c.name == name)).rowcount:
-                raise NotFound(f"no schedule named {name!r}", what="schedule", ref=name)
+                raise NotFound(f"no schedule named {echoed(name)}", what="schedule", ref=name)
             return self._cancel_queued(conn, name)
 
     def pause(self, name: str) -> int:
         """Stop making occurrences; cancel those already waiting. Returns how many were cancelled."""
         with self.store.engine.begin() as conn:
             if not conn.execute(update(schedules).where(schedules.c.name == name).values(paused=True)).rowcount:
-                raise NotFound(f"no schedule named {name!r}", what="schedule", ref=name)
+                raise NotFound(f"no schedule named {echoed(name)}", what="schedule", ref=name)
             return self._cancel_queued(conn, name)
 
     def resume(self, name: str, *, ahead: float, period: float) -> dict:

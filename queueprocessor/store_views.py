@@ -6,7 +6,7 @@ from sqlalchemy import Float, String, and_, cast, func, or_, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-from .errors import QPError
+from .errors import QPError, echoed
 from .schema import jobs, machines, runs, schedules, turns
 from .states import JobState
 from .store import Store
@@ -102,7 +102,7 @@ def find_jobs(store: Store, text: str, state: str | None = None, limit: int = 50
     """The newest `limit` jobs (in `state`, of `queue`, if given) whose id, target, machine name or last error
     contains `text`, ignoring case; newest first. `text` is a bound parameter and its % and _ match only themselves."""
     if state is not None and state not in tuple(JobState):
-        raise QPError(f"unknown job state {state!r}: use one of {', '.join(JobState)}")
+        raise QPError(f"unknown job state {echoed(state)}: use one of {', '.join(JobState)}")
     named = select(machines.c.id).where(machines.c.name.icontains(text, autoescape=True))
     found = or_(cast(jobs.c.id, String).icontains(text, autoescape=True),
                 jobs.c.target.icontains(text, autoescape=True),

@@ -40,17 +40,17 @@ STAND_INS = {
 }
 
 
-def shown_args(ran: Ran) -> str:
-    words = []
-    for word in ran.case.args:
-        for placeholder, stand_in in STAND_INS.items():
-            word = word.replace(placeholder, stand_in)
-        if len(word) > 160:  # a payload of 70000 characters; a long URL is shown whole
-            word = f"{word[:20]}...({len(word)} characters)"
-        words.append(word if re.fullmatch(r"[\w/.:@=+,-]+", word) else repr(word))
-    env = " ".join(f"{k}={v}" for k, v in ran.case.env.items())
+def shown_word(word: str) -> str:
+    """An argument or variable as the page shows it: stand-ins filled in, a payload of 70000 characters or a
+    name of 5000 shortened (a long URL is shown whole)."""
     for placeholder, stand_in in STAND_INS.items():
-        env = env.replace(placeholder, stand_in)
+        word = word.replace(placeholder, stand_in)
+    return f"{word[:20]}...({len(word)} characters)" if len(word) > 160 else word
+
+
+def shown_args(ran: Ran) -> str:
+    words = [word if re.fullmatch(r"[\w/.:@=+,-]+", word) else repr(word) for word in map(shown_word, ran.case.args)]
+    env = " ".join(f"{k}={shown_word(v)}" for k, v in ran.case.env.items())
     command = f"`{env + ' ' if env else ''}queueprocessor {' '.join(words)}`"
     if ran.case.config:
         command += f" with {STAND_INS['{config}']} holding `{'; '.join(ran.case.config.strip().splitlines())}`"

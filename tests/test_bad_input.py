@@ -25,6 +25,7 @@ import pytest
 from sqlalchemy import inspect, text
 
 from queueprocessor.database import open_engine
+from queueprocessor.errors import ECHO_LIMIT
 from queueprocessor.farm import Farm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +51,8 @@ def case(kind, args, says, **extra) -> Case:
 
 
 DB = ("--db", "{db}")
+LONG = "x" * 5000
+CUT = rf"'x{{{ECHO_LIMIT}}}'\.\.\. \(5000 characters\)"  # LONG as an error repeats it
 CAPACITY = r"^error: Invalid value for '--capacity' \(env var: 'QP_CAPACITY'\): "
 BAD_INPUTS = [
     # -- the command line -------------------------------------------------
@@ -268,6 +271,16 @@ BAD_INPUTS = [
     case("schema", [*DB, "status"], r"^error: this database has schema version 999, newer than", newer_schema=True),
     case("schema", [*DB, "node"], r"^error: this database has schema version 999, newer than", newer_schema=True),
     case("schema", [*DB, "enqueue", "http", "/x"], r"^error: this database has schema version 999", newer_schema=True),
+    # -- long input: repeated cut at ECHO_LIMIT characters, with its length (issue 13) --
+    case("long input", [*DB, "schedule", "add", LONG, "--every", "60", "http", "/x"],
+         r"^error: schedule name " + CUT + " must be 1-200 characters"),
+    case("long input", [*DB, "schedule", "remove", LONG], r"^error: no schedule named " + CUT + ": see"),
+    case("long input", [*DB, "singleton", "add", LONG, "http", "/x"], r"^error: singleton name " + CUT),
+    case("long input", [*DB, "pause", LONG], r"^error: no running machine is named or numbered " + CUT),
+    case("long input", [*DB, "enqueue", "python", LONG], r"^error: Python job target " + CUT),
+    case("long input", [*DB, "jobs", "--state", LONG], r"^error: Invalid value for '--state': " + CUT + " is not"),
+    case("long input", [*DB, LONG], r"^error: No such command " + CUT),
+    case("long input", [*DB, "node"], CAPACITY + CUT, env={"QP_CAPACITY": LONG}),
     # -- hostile names ----------------------------------------------------
     case("hostile name", [*DB, "pause", "x'; DROP TABLE qp_machines; --"], r"^error: no running machine is named"),
     case("hostile name", [*DB, "job", "1; DROP TABLE qp_jobs"], r"^error: Invalid value for 'JOB_ID'"),
@@ -433,6 +446,7 @@ def test_bad_input_gets_one_clear_line_and_changes_nothing(refused, pg_server, i
     lines = ran.stderr.strip().splitlines()
     assert len(lines) == 1, ran.stderr
     assert re.search(ran.case.says, lines[0]), lines[0]
+    assert LONG[:ECHO_LIMIT + 1] not in shown, "a long input was repeated whole"
     assert ran.after == ran.before, "the database changed"
     assert ran.created == [], "files were created"
 

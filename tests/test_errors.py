@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from queueprocessor.cli import in_cli_words
-from queueprocessor.errors import BadJobInput, BadSetting, InvalidJob, NotAllowed, NotFound
+from queueprocessor.errors import ECHO_LIMIT, BadJobInput, BadSetting, InvalidJob, NotAllowed, NotFound, echoed
 from queueprocessor.executors import AllowLists
 from queueprocessor.farm import Farm, work_spec
 from queueprocessor.store import JobSpec
@@ -27,6 +27,15 @@ def test_an_out_of_range_value_carries_what_value_and_limit():
     assert str(error) == "max_attempts must be from 1 to 2147483647 (got 0)"
     assert in_cli_words(error) == "--max-attempts must be from 1 to 2147483647 (got 0)"
     assert error.say(lambda keyword: {"max_attempts": "Max attempts"}[keyword]).startswith("Max attempts must be")
+
+
+def test_an_echoed_input_is_cut_at_a_readable_length_and_says_how_long_it_was():
+    assert echoed("nightly") == "'nightly'" and echoed("x" * ECHO_LIMIT) == repr("x" * ECHO_LIMIT)
+    assert echoed("x" * 5000) == f"{'x' * ECHO_LIMIT!r}... (5000 characters)"
+    assert echoed("y" * 5000, quote=False) == f"{'y' * ECHO_LIMIT}... (5000 characters)"
+    assert echoed(10**100) == f"{'1' + '0' * (ECHO_LIMIT - 1)}... (101 characters)"
+    refused = BadJobInput.out_of("timeout", "z" * 5000, "a positive number of seconds")
+    assert str(refused) == f"timeout must be a positive number of seconds (got {'z' * ECHO_LIMIT!r}... (5000 characters))"
 
 
 def test_a_node_setting_is_named_by_the_option_each_front_end_has_for_it():

@@ -8,10 +8,11 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpin
                                QVBoxLayout, QWidget)
 
 from queueprocessor import __version__, database
-from queueprocessor.database import default_url, mask, parse_url
+from queueprocessor.database import parse_url
 from queueprocessor.errors import QPError
 from queueprocessor.farm import work_spec
 from queueprocessor.queues import DEFAULT, OnFailure, QueueInfo, Rate, check_limit
+from queueprocessor.urls import default_url, mask
 
 from . import theme
 

@@ -9,26 +9,15 @@ terminates its whole process group, then kills it if it lingers.
 """
 
 import asyncio
-import json
 import os
 import signal
 from collections import deque
 
-from ..errors import InvalidJob, NotAllowed
+from ..allow import check_command, parse_argv
 from ..store import Claimed, JobSpec
 from .base import OUTPUT_LIMIT, Executor, JobContext, JobFailed, excerpt
 
 KILL_GRACE = 1.0  # seconds between SIGTERM and SIGKILL
-
-
-def parse_argv(target: str) -> list[str]:
-    try:
-        argv = json.loads(target)
-    except json.JSONDecodeError:
-        argv = None
-    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv) or not argv[0]:
-        raise InvalidJob(f"command job target {target!r} is not a JSON list of strings such as [\"backup\", \"--full\"]")
-    return argv
 
 
 class CommandExecutor(Executor):
@@ -38,9 +27,7 @@ class CommandExecutor(Executor):
         self.allowed_commands = tuple(allowed_commands)
 
     def validate(self, spec: JobSpec) -> None:
-        program = parse_argv(spec.target)[0]
-        if program not in self.allowed_commands:
-            raise NotAllowed("command", program, self.allowed_commands, "allow_commands")
+        check_command(spec.target, self.allowed_commands)
 
     async def run(self, job: Claimed, context: JobContext) -> str | None:
         self.validate(JobSpec(executor=self.name, target=job.target))

@@ -16,7 +16,8 @@ import json
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from ..errors import BadSetting, InvalidJob, NotAllowed
+from ..allow import LOCAL_HOSTS, check_host
+from ..errors import BadSetting
 from ..store import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed
 
@@ -24,30 +25,8 @@ if TYPE_CHECKING:
     import aiohttp
     from yarl import URL
 
-METHODS = ("GET", "POST")
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 RESOLVED_KEPT = 4096  # targets whose URL a node remembers (see HttpExecutor.resolve)
 EXCERPT = 500  # characters of the answer kept with the run
-
-
-def check_syntax(spec: JobSpec) -> str | None:
-    """A path relative to the node's http_base, or an absolute http(s) URL: returns its host (None if relative)."""
-    if spec.method not in METHODS:
-        raise InvalidJob(f"HTTP method {spec.method!r} is not supported: use GET or POST")
-    parts = _split(spec.target, f"HTTP job target {spec.target!r}")
-    if not (parts.scheme or parts.netloc or spec.target.startswith("//")):
-        return None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidJob(f"HTTP job target {spec.target!r} is neither a path such as /reports/run nor an "
-                         "http(s) URL")
-    return parts.hostname
-
-
-def _split(url: str, what: str):
-    try:
-        return urlsplit(url)
-    except ValueError as error:  # e.g. "[::1" or a host that NFKC normalisation would change
-        raise InvalidJob(f"{what} is not a valid URL ({error})") from None
 
 
 def query_of(payload: str | None) -> dict[str, str] | None:
@@ -88,9 +67,7 @@ class HttpExecutor(Executor):
         self._resolved: dict[tuple[str, str], URL] = {}  # (method, target) -> URL, allowed (see resolve)
 
     def validate(self, spec: JobSpec) -> None:
-        host = check_syntax(spec)
-        if host is not None and host not in self.allowed_hosts:
-            raise NotAllowed("host", host, self.allowed_hosts, "allow_hosts", target=spec.target)
+        check_host(spec, self.allowed_hosts)
 
     def url_for(self, target: str) -> str:
         parts = urlsplit(target)

@@ -13,32 +13,15 @@ import asyncio
 import importlib
 import inspect
 import json
-import re
 import traceback
 from collections.abc import Callable
 
-from ..errors import InvalidJob, NotAllowed
+from ..allow import check_module, module_allowed, parse_target
 from ..store import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed, excerpt
 from .threads import Threads
 
-_TARGET = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<function>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
 STOP_GRACE = 1.0  # seconds a stopped callable gets to return after its flag is set
-
-
-def parse_target(target: str) -> tuple[str, str]:
-    """Split `package.module:function` into module and attribute path."""
-    match = _TARGET.match(target)
-    if not match:
-        raise InvalidJob(f"Python job target {target!r} is not of the form package.module:function")
-    if any(part.startswith("_") for part in match["function"].split(".")):
-        raise InvalidJob(f"Python job target {target!r} names a private attribute: jobs call public functions")
-    return match["module"], match["function"]
-
-
-def module_allowed(module: str, prefixes: tuple[str, ...]) -> bool:
-    """`app` allows `app` and `app.jobs`, not `apple`."""
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 def resolve(target: str, allowed: tuple[str, ...]):
@@ -95,9 +78,7 @@ class PythonExecutor(Executor):
         self._functions: dict[str, tuple[Callable, bool]] = {}
 
     def validate(self, spec: JobSpec) -> None:
-        module, _ = parse_target(spec.target)
-        if not module_allowed(module, self.allowed_modules):
-            raise NotAllowed("module", module, self.allowed_modules, "allow_modules")
+        check_module(spec.target, self.allowed_modules)
 
     async def run(self, job: Claimed, context: JobContext) -> str | None:
         if self._threads is None:

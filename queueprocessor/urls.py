@@ -1,0 +1,31 @@
+"""Database URLs as text: the default farm's, and any URL made safe to show. No SQLAlchemy here: every
+command names its database (or masks it in an error) before it loads the engine, and `--help` loads none.
+"""
+
+import re
+from pathlib import Path
+
+import platformdirs
+
+# From "user:" to the last "@": people type passwords with spaces, "@" and "/" in them unencoded, and a
+# mask that shows too much is worse than one that hides a host name too.
+_PASSWORD_IN_URL = re.compile(r"(://[^:/@]*:).*@", re.DOTALL)
+# The same in a URL that does not parse (postgresql//u:pw@h, postgresql:/u:pw@h, u:pw@h): from the user's
+# ":" to the last "@", the scheme, if any, and the user kept.
+_PASSWORD_IN_TEXT = re.compile(r"((?:^|(?<=[\s'\"(=]))(?:[A-Za-z][\w+.-]*)?:?/*[^:/@\s'\"]*:)(?!//|\s).*@", re.DOTALL)
+# password=... or pwd=... in a query string or an ODBC connection string, plain or URL-encoded: to the
+# next ";" or the end, past any {braces} ("&" may be the password's own in a connection string).
+_PASSWORD_PARAM = re.compile(r"((?:password|pwd)(?:=|%3D))(?:\{[^}]*\}?|%7B.*?(?:%7D|$))?(?:(?!%3B)[^;])*",
+                             re.IGNORECASE)
+
+
+def default_url(file: str = "farm.db") -> str:
+    """The embedded default: one SQLite file in the user's data directory (made by the first writer)."""
+    return f"sqlite:///{Path(platformdirs.user_data_dir('queueprocessor')) / file}"
+
+
+def mask(url) -> str:
+    """The URL (text or a SQLAlchemy URL) with its password replaced by ***, safe to log or show."""
+    text = url.render_as_string(hide_password=True) if hasattr(url, "render_as_string") else str(url)
+    text = _PASSWORD_PARAM.sub(r"\1***", text)  # first: an "@" in such a password is no user's "@"
+    return _PASSWORD_IN_TEXT.sub(r"\1***@", _PASSWORD_IN_URL.sub(r"\1***@", text))

@@ -1,0 +1,60 @@
+"""A command loads what it needs and no more (issue 13): `--help` answers without SQLAlchemy, and commands that
+only write or read rows never load a node, its runner, the executors or aiohttp (nor the metrics library a node
+serves). Each case is a real `queueprocessor` process; it reports the modules it ended with."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from queueprocessor.farm import Farm
+
+# Runs the CLI's entry point as the installed script does, then prints what is loaded as the last line.
+PROBE = """
+import json, sys
+from queueprocessor.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    print(json.dumps(sorted(sys.modules)))
+"""
+NODE_SIDE = {"aiohttp", "queueprocessor.node", "queueprocessor.runner", "queueprocessor.executors",
+             "queueprocessor.push", "prometheus_client", "psycopg"}
+
+
+def loaded_by(*args: str, db: str | None = None) -> tuple[set[str], str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QP_")} | ({"QP_DB": db} if db else {})
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    *shown, modules = done.stdout.splitlines()
+    return set(json.loads(modules)), "\n".join(shown)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
+    return f"sqlite:///{tmp_path / 'farm.db'}"
+
+
+def test_enqueue_writes_its_row_without_loading_a_node(sqlite_url):
+    modules, shown = loaded_by("enqueue", "http", "/x", db=sqlite_url)
+    assert shown == "enqueued job 1"
+    assert {"sqlalchemy", "queueprocessor.farm"} <= modules  # it did open the farm
+    assert not NODE_SIDE & modules, sorted(NODE_SIDE & modules)
+    with Farm(sqlite_url) as farm:
+        assert [j["target"] for j in farm.list_jobs()] == ["/x"]
+
+
+@pytest.mark.parametrize("command", [["status"], ["jobs", "--json"], ["schedule", "list"]])
+def test_commands_that_read_load_no_node_either(sqlite_url, command):
+    Farm(sqlite_url).close()
+    modules, _ = loaded_by(*command, db=sqlite_url)
+    assert "queueprocessor.farm" in modules and not NODE_SIDE & modules, sorted(NODE_SIDE & modules)
+
+
+@pytest.mark.parametrize("command", [["--help"], ["enqueue", "http", "--help"], ["node", "--help"]])
+def test_help_loads_no_sqlalchemy(command):
+    modules, shown = loaded_by(*command)
+    assert shown.startswith("Usage: ")
+    assert not {"sqlalchemy", "queueprocessor.farm"} & modules
