@@ -264,7 +264,7 @@ def _enqueue(ctx: Context, spec, *, delay, at, count, key, instance) -> None:
 
 def _warn_unserved(ctx: Context, queue: str) -> None:
     if not ctx.farm.serving(queue):
-        click.echo(f"warning: no live machine serves queue {queue!r} yet: its jobs wait until one does "
+        click.echo(f"warning: no live machine serves queue {echoed(queue)} yet: its jobs wait until one does "
                    "(node --queues)", err=True)
 
 

@@ -28,7 +28,7 @@ from .allow import AllowLists, check_allowed, check_form
 from .api import JobFunction, target_of
 from .clock import SystemClock
 from .database import check_schema, describe_failure, ensure_schema, open_engine
-from .errors import BadJobInput, BadQueueInput, BadSetting, DuplicateKey, InvalidJob, NotFound, QPError
+from .errors import BadJobInput, BadQueueInput, BadSetting, DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from .limits import LATEST, MAX_CAPACITY, MAX_INT, MAX_MISSES, MAX_PAYLOAD, MAX_WAIT
 from .queues import (DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, Served, check_limit, check_name,
                      check_order_key)
@@ -385,7 +385,7 @@ class Farm:
 
     def _known_queue(self, name: str) -> str:
         if not self._queues.known(check_name(name)):
-            raise NotFound(f"no queue named {name!r}: a queue exists once a job is enqueued to it or a machine "
+            raise NotFound(f"no queue named {echoed(name)}: a queue exists once a job is enqueued to it or a machine "
                            "serves it by name", what="queue", ref=name)
         return name
 

@@ -54,8 +54,7 @@ def check_order_key(key: str | None) -> str | None:
     if key is None:
         return None
     if not isinstance(key, str) or not key or len(key) > MAX_ORDER_KEY:
-        shown = key if not isinstance(key, str) or len(key) <= 40 else key[:40] + "..."
-        raise BadQueueInput("{0} {value} is refused: an order key is {limit}", "order_key", value=shown,
+        raise BadQueueInput("{0} {value} is refused: an order key is {limit}", "order_key", value=key,
                             limit=f"1 to {MAX_ORDER_KEY} characters")
     return key
 
