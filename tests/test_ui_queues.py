@@ -64,8 +64,8 @@ def test_the_tab_shows_the_queues_of_a_real_farm(farm, open_window, qtbot):
             info.name: info for info in farm.queues()}, timeout=WAIT)
 
         name, state, waiting, running, limit, rate, keys, on_failure, serving = _cells(view.model, "reports")
-        assert (state, waiting, running, limit, rate, on_failure, serving) == (
-            "active", "3", "0", "2", str(Rate(10, 1.0)), "block", "reporter")
+        assert (state, waiting, running, limit, rate, keys, on_failure, serving) == (
+            "active", "3", "0", "2", str(Rate(10, 1.0)), "0", "block", "reporter")
         assert _cells(view.model, "gpu")[1:3] + _cells(view.model, "gpu")[6:] == [
             "unserved", "2", "1", _queue(farm, "gpu").on_failure, "none"]
         # The unserved queue stands out, and says why its jobs wait.
@@ -80,6 +80,12 @@ def test_the_tab_shows_the_queues_of_a_real_farm(farm, open_window, qtbot):
         assert view.charts.charts["gpu"].plotted()[-1][1:] == (2, 0)
         assert view.charts.charts["reports"].cap.isVisible() and view.charts.charts["reports"].cap.value() == 2
         assert not view.charts.charts["gpu"].cap.isVisible()
+        # Over time: more work for gpu shows as a step up, the earlier samples kept.
+        farm.enqueue_http("/render", delay=LATER, queue="gpu", count=2)
+        gpu_chart = view.charts.charts["gpu"]
+        qtbot.waitUntil(lambda: gpu_chart.plotted()[-1][1] == 4, timeout=WAIT)
+        times, waiting = zip(*((t, w) for t, w, _ in gpu_chart.plotted()))
+        assert list(times) == sorted(times) and waiting[0] == 2 and set(waiting) == {2, 4}
     finally:
         nodes.stop_all()
 

@@ -170,18 +170,19 @@ class QueuesView(QWidget):
         for icon, label, enabled, slot in (
                 ("pause", f"Pause queue {name}", not info.paused, lambda: self.commands.pause_queue(name)),
                 ("resume", f"Resume queue {name}", info.paused, lambda: self.commands.resume_queue(name)),
-                ("limit", f"Limit and rate of {name}…", True, lambda: self.edit(name))):
+                ("limit", f"Limit and rate of {name}…", True, lambda: self.edit(info))):
             action = menu.addAction(theme.icon(icon), label)
             action.setEnabled(enabled and not self.watch_only)
             action.triggered.connect(slot)
         menu.popup(where)
         self.menu = menu
 
-    def edit(self, name: str) -> None:
-        """Ask for the queue's limit, rate and failure policy; set what the operator changed."""
-        dialog = QueueDialog(self.queues[name], self)
+    def edit(self, info: QueueInfo) -> None:
+        """Ask for the queue's limit, rate and failure policy, starting from `info` (what the operator saw when
+        asking); set what they changed."""
+        dialog = QueueDialog(info, self)
         dialog.setObjectName("queueDialog")
-        dialog.accepted.connect(lambda: self._set(name, dialog.changes))
+        dialog.accepted.connect(lambda: self._set(info.name, dialog.changes))
         dialog.open()
         self.dialog = dialog
 
