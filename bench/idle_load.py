@@ -13,6 +13,11 @@ rate is judged against the target within that.
 
     python bench/idle_load.py            # 1, 2, 4, 8, 16 nodes, 30 s each
     python bench/idle_load.py --quick    # 1 and 3 nodes, 6 s each
+    python bench/idle_load.py --nodes 16 --queues 8 [--roles] [--limited]   # issue 10: named queues
+
+With --queues N every node serves the queues q0..q(N-1) by name (--roles: node i serves only q(i mod N) and
+q(i+1 mod N), so a turn-holder also looks for due work it does not serve; --limited: q0 has a farm-wide limit,
+so claims that may take its jobs lock its row first). The target stays 1/period + 2 x nodes/heartbeat.
 """
 
 import argparse
@@ -22,6 +27,8 @@ from collections import Counter
 
 from common import (NodeProcess, cpu_seconds, fresh_database, load_average, print_table, query,
                     start_postgres, stop_all, wait_for)
+
+from queueprocessor.farm import Farm
 
 PERIOD = 1.0
 HEARTBEAT = 1.0
@@ -51,15 +58,28 @@ def kind(statement: str) -> str:
 _CHANGE = re.compile(r'\b(INSERT\s+INTO|(?<!FOR )UPDATE|DELETE\s+FROM)\s+"?(\w+)', re.IGNORECASE)
 
 
-def measure(server, nodes: int, seconds: float) -> dict:
+def served(i: int, queues: int, roles: bool) -> tuple[str, ...]:
+    """--queues for node i: none (every queue), all `queues` by name, or with `roles` two of them."""
+    if not queues:
+        return ()
+    names = [f"q{(i + k) % queues}" for k in range(2)] if roles else [f"q{k}" for k in range(queues)]
+    return ("--queues", ",".join(names))
+
+
+def measure(server, nodes: int, seconds: float, queues: int = 0, roles: bool = False, limited: bool = False) -> dict:
     url = fresh_database(server, "idle")
     database = url.rsplit("/", 1)[1]
-    farm = [NodeProcess(url, f"idle-{i}", extra=("--period", str(PERIOD), "--heartbeat", str(HEARTBEAT)))
+    farm = [NodeProcess(url, f"idle-{i}", extra=("--period", str(PERIOD), "--heartbeat", str(HEARTBEAT),
+                                                 *served(i, queues, roles)))
             for i in range(nodes)]
     try:
         wait_for(lambda: _joined(url, nodes), 60, f"{nodes} nodes to join")
         # Steady state: every node has taken its first turn (and swept missed schedule occurrences on it).
         wait_for(lambda: _turned(url, nodes), 30 + 2 * nodes * PERIOD, f"{nodes} nodes to take a turn each")
+        if limited:
+            with Farm(url) as operator:
+                operator.set_queue("q0", limit=4)
+            time.sleep(2 * HEARTBEAT)  # every node has read it
         before, cpu_before, t0 = statement_counts(server, database), [cpu_seconds(n.pid) for n in farm], time.monotonic()
         time.sleep(seconds)
         after, cpu_after, t1 = statement_counts(server, database), [cpu_seconds(n.pid) for n in farm], time.monotonic()
@@ -95,15 +115,20 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 and 3 nodes, 6 s each (under a minute)")
     parser.add_argument("--nodes", type=int, nargs="+", help="farm sizes (default 1 2 4 8 16)")
     parser.add_argument("--seconds", type=float, help="measuring window per size (default 30)")
+    parser.add_argument("--queues", type=int, default=0, help="nodes serve queues q0.. by name (issue 10)")
+    parser.add_argument("--roles", action="store_true", help="with --queues: each node serves two of them")
+    parser.add_argument("--limited", action="store_true", help="with --queues: q0 has a farm-wide limit")
     args = parser.parse_args()
     sizes = args.nodes or ([1, 3] if args.quick else [1, 2, 4, 8, 16])
     seconds = args.seconds or (6.0 if args.quick else 30.0)
 
-    print(f"idle load: period {PERIOD:g} s, heartbeat {HEARTBEAT:g} s, {seconds:g} s window per size; "
+    shape = (f"{args.queues} queues{', roles' if args.roles else ''}{', q0 limited' if args.limited else ''}; "
+             if args.queues else "")
+    print(f"idle load: period {PERIOD:g} s, heartbeat {HEARTBEAT:g} s, {seconds:g} s window per size; {shape}"
           f"{load_average()}")
     server = start_postgres(stat_statements=True)
     try:
-        results = [measure(server, n, seconds) for n in sizes]
+        results = [measure(server, n, seconds, args.queues, args.roles, args.limited) for n in sizes]
     finally:
         server.stop()
     print_table(

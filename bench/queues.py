@@ -6,31 +6,100 @@ the clock runs from that commit until the queue is seen empty (polled every 50 m
 Python function of bench/jobs.py, so what is measured is the farm, not the work.
 
 - single: the backlog in one queue, `default` (today's figure, the baseline of this run);
-- 8 queues: the same backlog spread over q0..q7, every node serving every queue;
-- 8 queues, q0 limited: the same, with q0 limited to --limit running jobs farm-wide (its claims lock its row);
+- queues8: the same backlog spread over q0..q7, every node serving every queue;
+- limited: the same, with q0 limited to --limit running jobs farm-wide (every claim then locks q0's row and
+  counts its running jobs). Its rate is that of the seven unlimited queues' jobs (drained while q0's wait
+  their turn: what a limited queue costs the rest of the farm); q0's own drain is printed beside it;
 - unordered / ordered: --keys keys x --per-key jobs, interleaved as log records arrive (k0 #0, k1 #0, ...
   k0 #1, ...), without and with order keys: each key's jobs then run one at a time, in order.
 
-Target: 8 queues and the limited case within 10 % of single; ordered beside unordered.
+- graphile: the ordered case on Graphile Worker 0.16 (npm `graphile-worker`, Node 20), whose jobs with the
+  same `queue_name` run one at a time in order: the same keys, jobs (a no-op task), processes and concurrency
+  on the same server, its jobs added by its own `graphile_worker.add_job` in one statement. Installed with npm
+  into ~/.cache/queueprocessor-bench/graphile, never into the project.
+
+Target: queues8 and limited within 10 % of single; ordered beside unordered, and at least 2x graphile.
 
     python bench/queues.py                      # 20,000 jobs; 2 and 4 processes
     python bench/queues.py --quick              # 4,000 jobs; 2 processes
 """
 
 import argparse
-import sys
+import os
+import subprocess
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import NodeProcess, fresh_database, load_average, print_table, query, start_postgres, stop_all, wait_for
+from sqlalchemy import text
 
-from common import NodeProcess, fresh_database, load_average, print_table, query, start_postgres, stop_all, wait_for  # noqa: E402
+from queueprocessor.database import open_engine
+from queueprocessor.farm import Farm
 
-from sqlalchemy import text  # noqa: E402
+CASES = ("single", "queues8", "limited", "unordered", "ordered", "graphile")
+GRAPHILE = Path.home() / ".cache" / "queueprocessor-bench" / "graphile"
+# A Graphile Worker process: a no-op task, its logs silenced (it logs every job), "ready" once it listens.
+GRAPHILE_WORKER = """
+const { run, Logger } = require("graphile-worker");
+(async () => {
+  const runner = await run({
+    connectionString: process.env.DSN, concurrency: Number(process.env.CONCURRENCY), pollInterval: 1000,
+    logger: new Logger(() => () => {}), taskList: { noop: async () => {} },
+  });
+  console.log("ready");
+  await runner.promise;
+})();
+"""
 
-from queueprocessor.farm import Farm  # noqa: E402
 
-CASES = ("single", "8 queues", "8 queues, q0 limited", "unordered", "ordered")
+def graphile_ready() -> Path:
+    """Graphile Worker 0.16 installed (npm) beside its worker script; the script's path."""
+    if not (GRAPHILE / "node_modules" / "graphile-worker").exists():
+        GRAPHILE.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "graphile-worker@0.16"], cwd=GRAPHILE,
+                       check=True, capture_output=True)
+    script = GRAPHILE / "worker.js"
+    script.write_text(GRAPHILE_WORKER)
+    return script
+
+
+def run_graphile(server, processes: int, count: int, capacity: int, keys: int, patience: float) -> float:
+    """The ordered backlog on Graphile Worker: jobs per second (by what it finished, if it is still at it after
+    `patience` seconds)."""
+    url = fresh_database(server, "graphile")
+    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    script = graphile_ready()
+    env = dict(os.environ, DSN=dsn, CONCURRENCY=str(capacity))
+    workers = []
+    try:
+        for _ in range(processes):  # one at a time: the first installs its schema
+            worker = subprocess.Popen(["node", str(script)], cwd=GRAPHILE, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True)
+            workers.append(worker)
+            if worker.stdout.readline().strip() != "ready":
+                raise RuntimeError("a Graphile Worker process did not start")
+        time.sleep(1.0)  # listening
+        started = time.monotonic()
+        query(url, "SELECT count(graphile_worker.add_job('noop', '{}'::json, queue_name := 'k' || (g % :keys))) "
+                   "FROM (SELECT g FROM generate_series(0, :n - 1) g ORDER BY g) s", keys=keys, n=count)
+        enqueued = time.monotonic()
+        engine = open_engine(url, pool_size=1)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            left = text("SELECT count(*) FROM graphile_worker._private_jobs")
+            while (waiting := conn.execute(left).scalar()) and time.monotonic() - enqueued < patience:
+                time.sleep(0.05)
+        done = time.monotonic()
+        engine.dispose()
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.wait()
+    query(server.url, f'DROP DATABASE "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+    rate = (count - waiting) / (done - enqueued)
+    partial = f", only {count - waiting} of {count} done when it ran out of patience" if waiting else ""
+    print(f"  {'graphile':10} x{processes}: {rate:8.0f} jobs/s (add_job {enqueued - started:.2f} s, "
+          f"drain {done - enqueued:.2f} s{partial})", flush=True)
+    return rate
 
 
 def backlog(url: str, count: int, queues: int, keys: int) -> None:
@@ -45,8 +114,11 @@ def backlog(url: str, count: int, queues: int, keys: int) -> None:
                f"FROM generate_series(0, :n - 1) g ORDER BY g", n=count)
 
 
-def run_case(server, case: str, processes: int, count: int, capacity: int, limit: int, keys: int) -> float:
+def run_case(server, case: str, processes: int, count: int, capacity: int, limit: int, keys: int,
+             patience: float) -> float:
     """Drain the case's backlog with `processes` nodes; jobs per second."""
+    if case == "graphile":
+        return run_graphile(server, processes, count, capacity, keys, patience)
     url = fresh_database(server, "queues")
     farm = Farm(url)
     farm.settings()
@@ -55,20 +127,26 @@ def run_case(server, case: str, processes: int, count: int, capacity: int, limit
     try:
         wait_for(lambda: len(farm.serving("q0")) == processes, 60, "nodes to join")
         time.sleep(2.5)  # the join delay: every node takes turns
-        if case.endswith("limited"):
+        if case == "limited":
             farm.enqueue_python("bench.jobs:noop", queue="q0")
             farm.set_queue("q0", limit=limit)
             time.sleep(1.5)  # every node has read the limit at a heartbeat
-        queues = 8 if case.startswith("8") else 1
+        queues = 8 if case in ("queues8", "limited") else 1
         ordered = keys if case == "ordered" else 0
         started = time.monotonic()
         backlog(url, count, queues, ordered)
         enqueued = time.monotonic()
         with farm.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # one cheap query a poll
+            rest = text("SELECT EXISTS (SELECT 1 FROM qp_jobs WHERE state IN ('queued', 'running') AND queue <> 'q0')")
+            while case == "limited" and conn.execute(rest).scalar():
+                time.sleep(0.05)
+            done = time.monotonic()
             left = text("SELECT EXISTS (SELECT 1 FROM qp_jobs WHERE state IN ('queued', 'running'))")
             while conn.execute(left).scalar():
                 time.sleep(0.05)
-        done = time.monotonic()
+        if case != "limited":
+            done = time.monotonic()
+        limited = time.monotonic() - enqueued
         failed = query(url, "SELECT count(*) FROM qp_jobs WHERE state <> 'succeeded'")[0][0]
         if failed:
             raise RuntimeError(f"{case}: {failed} jobs did not succeed")
@@ -76,9 +154,11 @@ def run_case(server, case: str, processes: int, count: int, capacity: int, limit
         stop_all(nodes)
         farm.close()
     query(server.url, f'DROP DATABASE "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
-    rate = count / (done - enqueued)
-    print(f"  {case:22} x{processes}: {rate:8.0f} jobs/s (write {enqueued - started:.2f} s, "
-          f"drain {done - enqueued:.2f} s)", flush=True)
+    measured = count - count // 8 if case == "limited" else count
+    rate = measured / (done - enqueued)
+    tail = f"; q0, limited to {limit}, drained after {limited:.2f} s" if case == "limited" else ""
+    print(f"  {case:10} x{processes}: {rate:8.0f} jobs/s (write {enqueued - started:.2f} s, "
+          f"drain {done - enqueued:.2f} s{tail})", flush=True)
     return rate
 
 
@@ -91,6 +171,8 @@ def main() -> None:
     parser.add_argument("--keys", type=int, help="order keys (default 1,000; 200 with --quick)")
     parser.add_argument("--per-key", type=int, default=20, help="jobs per order key")
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--patience", type=float, default=60.0,
+                        help="seconds Graphile Worker gets before it is rated by the jobs it finished")
     args = parser.parse_args()
     keys = args.keys or (200 if args.quick else 1000)
     count = keys * args.per_key
@@ -100,7 +182,7 @@ def main() -> None:
           f"{args.per_key}; {load_average()}", flush=True)
     server = start_postgres()
     try:
-        rates = {(case, n): run_case(server, case, n, count, args.capacity, args.limit, keys)
+        rates = {(case, n): run_case(server, case, n, count, args.capacity, args.limit, keys, args.patience)
                  for n in processes for case in cases}
     finally:
         server.stop()
@@ -108,8 +190,11 @@ def main() -> None:
     for case in cases:
         row = [case]
         for n in processes:
-            base = rates.get(("unordered" if case == "ordered" else "single", n))
-            ratio = f" ({rates[case, n] / base:.2f}x)" if base and case not in ("single", "unordered") else ""
+            if case == "graphile":  # how many times its rate ours is, ordered
+                ratio = f" (ordered: {rates[('ordered', n)] / rates[case, n]:.2f}x)" if ("ordered", n) in rates else ""
+            else:
+                base = rates.get(("unordered" if case == "ordered" else "single", n))
+                ratio = f" ({rates[case, n] / base:.2f}x)" if base and case not in ("single", "unordered") else ""
             row.append(f"{rates[case, n]:.0f}{ratio}")
         rows.append(row)
     print_table(["case", *(f"jobs/s x{n}" for n in processes)], rows)

@@ -34,7 +34,7 @@ from .queues import (DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, Served, che
                      check_order_key)
 from .roster import Liveness, machine_status
 from .schedules import Recurrence, ahead_of
-from .states import MachineState
+from .states import SERVING
 from .store import JobSpec, Store
 from .store_queues import QueueStore, queue_infos
 from .store_schedules import ScheduleStore
@@ -393,7 +393,7 @@ class Farm:
         """The machine rows that still take work (active or paused, not dead)."""
         now, _, rows = self.store.read_machines()
         liveness = self.liveness()
-        return [m for m in rows if machine_status(m, now, liveness) in (MachineState.ACTIVE, MachineState.PAUSED)]
+        return [m for m in rows if machine_status(m, now, liveness) in SERVING]
 
     # -- looking ----------------------------------------------------------
 

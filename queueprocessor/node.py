@@ -29,7 +29,7 @@ no backlog notice is lost to the turn thread resetting its backlog.
   state (a property)                      -              stopped; else draining once stop() sets _leaving
                                                          (no wish clears it); else _wished
   _known, known (its copy for readers),   qp-heartbeat   - (start() runs the first check-in, before the
-  _upcoming, queue_settings,                             thread exists)
+  _upcoming, queue_settings, _guarded,                   thread exists)
   _queues_changed, _checked_in,
   _streak_start, _last_contact_db,
   _renewed_at
@@ -42,6 +42,8 @@ no backlog notice is lost to the turn thread resetting its backlog.
                                                          _wake, look now (anyone)
   _sweep (sweep missed occurrences)       qp-turns       set by qp-heartbeat (contact back, resumed) and
                                                          qp-turns (housekeeping)
+  _limited_freed (claim limited queues)   qp-turns       set by the runner's writer when a job of one of
+                                                         _guarded ends
   _holding (jobs started: watch them)     qp-watchdog    set by qp-turns when it starts jobs, and stop()
   _failures[thread name]                  that thread    last_error (a property) shows the newest
   done, failed (properties)               the tally      counted under its lock by the runner's writer
@@ -71,7 +73,7 @@ from .roster import KnownMachines, Liveness, slot_of, turn_to_take, turn_wait, u
 from .runner import JobRunner
 from .schedules import ahead_of
 from .states import MachineState, Outcome, Wish
-from .store import PRUNE_BATCH, Plan, Store
+from .store import PRUNE_BATCH, Claimed, Plan, Store
 from .store_queues import QueueStore
 from .store_roster import FarmRead, RosterStore
 from .store_schedules import ScheduleStore
@@ -176,8 +178,10 @@ class Node:
         # Operators' queue settings as of `_queues_changed` (the heartbeat's read says when they change): which
         # of our queues are paused or guarded by a farm-wide limit or rate.
         self.queue_settings: dict[str, dict] = {}
+        self._guarded: frozenset[str] = frozenset()  # ours with a farm-wide limit or rate: their claims lock
         self._queues_changed: float | None = None
         self._checked_in = False
+        self._limited_freed = threading.Event()  # a job of a guarded queue ended here: claim its room at once
         self._streak_start = float("inf")
         self._last_contact_db = float("-inf")
         self._renewed_at = float("-inf")  # monotonic send time of the last successful renewal
@@ -419,6 +423,9 @@ class Node:
         applied = self._apply_wish(farm.wish)
         if farm.queues_changed != self._queues_changed:
             self.queue_settings, self._queues_changed = self.queue_store.settings(), farm.queues_changed
+            self._guarded = frozenset(name for name, row in self.queue_settings.items()
+                                      if self.config.served.serves(name) and not row["paused"]
+                                      and (row["max_running"] is not None or row["rate_count"] is not None))
         held = self.runner.held()
         self._handle_renewals(held, self.store.renew(self.id, held, self.config.lease))
         self.store.heartbeat(
@@ -583,7 +590,10 @@ class Node:
         if self._pushed.is_set():
             self._pushed.clear()
             if self._last_slot == slot:  # our turn is under way: take the new work now, or flag it if we are full
-                self._flag_backlog(slot, free, self._claim(free, self.config.claim_ahead))
+                self._flag_backlog(slot, free, self._claim(free, self.config.claim_ahead, guarded=True))
+        if self._limited_freed.is_set() and free > 0:
+            self._limited_freed.clear()
+            self._claim(free, guarded=True)
         if self._backlog_slot >= slot - 2 and free > 0 and not self._direct:
             self._direct = True
         if self._direct and free >= max(1, self.config.capacity // 4):
@@ -634,8 +644,8 @@ class Node:
 
     def _flag_backlog(self, slot: int, free: int, claimed: int) -> None:
         """Log what our turn (or a claim on a push notice within it) took; if it found more than we had
-        room for (any at all, when we are full), or due work in a queue we do not serve that a live peer with room
-        does, say so, so that every node with room claims directly (at once, on PostgreSQL)."""
+        room for (any at all, when we are full), or due work in a queue we do not serve that a live peer does,
+        say so, so that every node with room claims directly (at once, on PostgreSQL)."""
         served = self.config.served
         backlog = claimed >= free and self.store.any_due(among=served.names)
         elsewhere = self._served_elsewhere()
@@ -651,22 +661,23 @@ class Node:
                     conn.commit()
 
     def _served_elsewhere(self) -> tuple[str, ...] | None:
-        """The queues we do not serve that a live peer in the roster with room does: () for every queue, None
-        when there are none (we serve every queue, or nobody else has room for the others)."""
+        """The queues we do not serve that a live peer in the roster does: () for every queue, None when there
+        are none (we serve every queue, or nobody else serves the others). Whether that peer has room is its own
+        to judge when it sees the flag: the rows we know are read only when the roster changes."""
         if self.config.served.every:
             return None
         now = self.estimator.db_now()
         peers = set(self.known.roster(now, self.liveness(), self.config.join_delay)) - {self.id}
-        theirs = [served_names(m["queues"]) for m in self.known.machines()
-                  if m["id"] in peers and m["running"] < m["capacity"]]
+        theirs = [served_names(m["queues"]) for m in self.known.machines() if m["id"] in peers]
         if any(not names for names in theirs):
             return ()
         others = sorted({name for names in theirs for name in names} - set(self.config.served.names))
         return tuple(others) or None
 
-    def _claim(self, limit: int, horizon: float = 0.0, turn: int | None = None) -> int | None:
+    def _claim(self, limit: int, horizon: float = 0.0, turn: int | None = None, guarded: bool = False) -> int | None:
         """Claim and start up to `limit` jobs; how many. With `turn`, first record that slot's turn and
-        claim only if it was ours (None if another machine has it)."""
+        claim only if it was ours (None if another machine has it). With `guarded` (or `turn`), then also the
+        jobs of our queues with a farm-wide limit or rate, if any is due, with the room left."""
         # Leases that ran out while we ourselves could not reach the database are
         # not taken: their owners deserve a full lease to renew after the stall. We
         # are settled once our unbroken run of check-ins is longer than a lease and
@@ -680,30 +691,34 @@ class Node:
         # turn's holder may have no room for them); otherwise a claim skips looking for them, which costs a
         # scan of the running jobs' lease entries, live and dead.
         take_expired = settled and (turn is not None or self._peer_lately_dead(now))
-        options = dict(horizon=horizon, take_expired=take_expired, expired_before=now, plan=self._plan(limit))
+        options = dict(horizon=horizon, take_expired=take_expired, expired_before=now)
         if turn is None:
-            jobs = self.store.claim(self.id, limit, self.config.lease, **options)
+            jobs = self.store.claim(self.id, limit, self.config.lease, plan=self._plan(limit), **options)
         else:
-            won, jobs = self.store.take_turn_and_claim(turn, self.id, limit, self.config.lease, **options)
+            won, jobs = self.store.take_turn_and_claim(turn, self.id, limit, self.config.lease,
+                                                       plan=self._plan(limit), **options)
             if not won:
                 return None
+        room = limit - len(jobs)
+        if (turn is not None or guarded) and room > 0 and self._guarded and self.store.any_due(
+                among=tuple(self._guarded)):
+            jobs += self.store.claim(self.id, room, self.config.lease, plan=self._plan(room, guarded=True), **options)
         if jobs:
             self.runner.submit_many(jobs, leased_at=sent)
             self._holding.set()
         return len(jobs)
 
-    def _plan(self, free: int) -> Plan:
-        """Which queues this claim takes from: ours; each queue with a farm-wide limit or rate (as we last read
-        the settings) in a branch of its own whose row the claim locks; each queue we limit ourselves
-        (--queues reports:2) in a branch of its own, at most its room here."""
-        served = self.config.served
-        guarded = {name for name, row in self.queue_settings.items()
-                   if served.serves(name) and not row["paused"]
-                   and (row["max_running"] is not None or row["rate_count"] is not None)}
-        capped = dict(served.caps)
+    def _plan(self, free: int, guarded: bool = False) -> Plan:
+        """Which queues a claim takes from. Our claims: every queue we serve (a queue we limit ourselves, as in
+        --queues reports:2, in a branch of its own, at most its room here), none with a farm-wide limit or rate.
+        With `guarded`, only those (as we last read the settings), each in a branch of its own whose row the
+        claim locks: a claim that must wait for other machines' claims of a limited queue, so it is made only
+        when such work may be there (see _claim), and never holds up the claims of the other queues."""
+        capped = dict(self.config.served.caps)
+        names = sorted(self._guarded) if guarded else sorted(set(capped) - self._guarded)
         alone = tuple((name, min(free, capped[name] - self.runner.held_in(name)) if name in capped else free,
-                       name in guarded) for name in sorted(guarded | set(capped)))
-        return Plan(served.names, alone)
+                       guarded) for name in names)
+        return Plan(tuple(names) if guarded else self.config.served.names, alone)
 
     def _settled(self, now: float) -> bool:
         return (now - self._streak_start > self.config.lease
@@ -727,9 +742,12 @@ class Node:
         if self._direct and self.runner.room(self.config.capacity) >= max(1, self.config.capacity // 2):
             self._wake.set()  # working off a backlog: claim again now that half our room is free
 
-    def _job_done(self, _outcome: Outcome) -> None:
+    def _job_done(self, job: Claimed, _outcome: Outcome) -> None:
         """A job's result is written (the tally counts how it ended)."""
         self._room_made()  # a write that ended also makes room when `capacity` results were waiting
+        if job.queue in self._guarded:  # its place under the limit is free now, not at our next turn
+            self._limited_freed.set()
+            self._wake.set()
 
     # -- for the CLI and the GUI ------------------------------------------
 

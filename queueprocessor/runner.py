@@ -59,9 +59,9 @@ class JobRunner:
     """Owns the event loop thread and the set of jobs this node is running."""
 
     def __init__(self, store: Store, machine_id: int, executors: dict[str, Executor],
-                 db_now: Callable[[], float], on_done: Callable[[str], None],
+                 db_now: Callable[[], float], on_done: Callable[[Claimed, str], None],
                  on_room: Callable[[], None] = lambda: None, tally: Tally | None = None):
-        """`on_done(outcome)` once a job's result is written; `on_room()` as soon as its work is over,
+        """`on_done(job, outcome)` once a job's result is written; `on_room()` as soon as its work is over,
         before that write (see room). `tally` counts claims, durations and endings for the node's metrics."""
         self.store = store
         self.machine_id = machine_id
@@ -293,7 +293,7 @@ class JobRunner:
             if self.running.pop(entry.job.id, None) is not None and entry.recording:
                 self._writing -= 1
         self.tally.ended(entry.job, outcome)
-        self.on_done(outcome)
+        self.on_done(entry.job, outcome)
         return True
 
 

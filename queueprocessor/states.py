@@ -46,6 +46,9 @@ class MachineState(StrEnum):
 
 # The states a machine checks in under: its row's last_seen moves, so the heartbeat read watches it.
 CHECKING_IN = (MachineState.ACTIVE, MachineState.PAUSED, MachineState.DRAINING)
+# A live machine in one of these still takes work of the queues it serves (one draining finishes its own only):
+# who `queue list` and the app show as serving a queue, and whose allow-lists an enqueue is checked against.
+SERVING = (MachineState.ACTIVE, MachineState.PAUSED)
 
 
 class Wish(StrEnum):

@@ -142,7 +142,8 @@ def test_a_job_stopped_before_its_task_first_runs_is_handed_back(pg_url):
         machine = farm.store.register(name="m", host="h", instance="i", pid=1, version="0", capacity=1,
                                       allow="{}")
         [job] = farm.store.claim(machine, 1, lease=30)
-        runner = JobRunner(farm.store, machine, {"http": HttpExecutor()}, farm.store.ask_time, lambda _: None)
+        runner = JobRunner(farm.store, machine, {"http": HttpExecutor()}, farm.store.ask_time,
+                           lambda _job, _outcome: None)
         runner.start()
         try:
             busy = threading.Event()

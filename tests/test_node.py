@@ -193,7 +193,7 @@ def test_a_full_farm_still_puts_a_dead_machines_jobs_back_first(farm, nodes, htt
 
 def test_a_job_writing_its_result_makes_room_but_at_most_capacity_results_wait(farm):
     """Capacity limits the jobs at work: the next claim overlaps the writes of finished ones, up to a bound."""
-    runner = JobRunner(farm.store, 1, {}, farm.store.ask_time, lambda _: None)
+    runner = JobRunner(farm.store, 1, {}, farm.store.ask_time, lambda _job, _outcome: None)
     try:
         def hold(job_id, writing):
             job = Claimed(job_id, "http", "/ok", "GET", None, 1, 3, None, 1, 0.0)

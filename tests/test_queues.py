@@ -5,12 +5,14 @@ machines with in-process nodes (roles, pause) here, and with real node processes
 test_queues_farm.py.
 """
 
-import time
-
 import pytest
+from sqlalchemy import update
+from sqlalchemy.dialects.mssql import pyodbc
 
 from queueprocessor.errors import BadQueueInput, NotFound
 from queueprocessor.queues import OnFailure, QueueInfo, Rate, Served
+from queueprocessor.schema import jobs
+from queueprocessor.statements import claim_statement, spend_statement
 from queueprocessor.store import JobSpec, Plan
 from tests.support.work import PYJOBS, Nodes, wait_for
 
@@ -130,11 +132,11 @@ def test_a_farm_wide_limit_counts_running_jobs_and_leases_taken_over(farm):
     a, b = machine(farm, "a"), machine(farm, "b")
     locked = Plan(alone=(("reports", 8, True),))
     assert store.claim(a, 8, 30.0) == [], "a claim that does not lock a limited queue takes none of it"
-    [first] = store.claim(a, 1, 0.05, plan=locked)
+    [first] = store.claim(a, 1, 30.0, plan=locked)
     assert len(store.claim(b, 8, 30.0, plan=locked)) == 1
     assert store.claim(b, 8, 30.0, plan=locked) == [], "two running: the limit"
-    time.sleep(0.2)  # the first lease runs out: its job still counts until its fence moves
-    assert store.claim(b, 8, 30.0, plan=locked, take_expired=False) == []
+    store.count(update(jobs).where(jobs.c.id == first.id).values(lease_until=jobs.c.lease_until - 60))  # a dies
+    assert store.claim(b, 8, 30.0, plan=locked, take_expired=False) == [], "its job counts until its fence moves"
     taken = store.claim(b, 8, 30.0, plan=locked)
     assert [job.id for job in taken] == [first.id], "the expired lease is taken over, still within the limit"
     assert store.claim(b, 8, 30.0, plan=locked) == []
@@ -186,3 +188,15 @@ def test_a_paused_queue_is_applied_by_running_nodes_and_resumed(farm, http_targe
         assert farm.wait(held, timeout=20)["state"] == "succeeded"
     finally:
         nodes.stop_all()
+
+
+@pytest.mark.parametrize("served, branches", [(True, 0), (False, 2), (True, 1)])
+def test_the_queue_guards_compile_for_sql_server(served, branches):
+    """No SQL Server runs here: the claim's queue shapes and the bucket's spending compile to T-SQL (LEAST and
+    GREATEST need SQL Server 2022)."""
+    dialect = pyodbc.dialect()
+    claim = str(claim_statement("mssql", True, True, 4, served=served, branches=branches).compile(dialect=dialect))
+    assert claim.startswith("UPDATE qp_jobs SET") and claim.count("WITH (UPDLOCK, ROWLOCK, READPAST)") == 2 + branches
+    assert ("qp_jobs.queue IN" in claim or "j.queue IN" in claim) == served
+    assert claim.count("least(") >= 2 * branches
+    assert "UPDATE qp_queues SET tokens" in str(spend_statement("mssql").compile(dialect=dialect))
