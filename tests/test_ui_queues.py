@@ -6,6 +6,8 @@ machine's panel show the queues each machine serves."""
 import os
 import re
 
+import pytest
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QPoint  # noqa: E402
@@ -274,3 +276,11 @@ def test_the_queue_commands_are_farm_calls_with_the_message_the_status_bar_shows
         assert said[-1] == ("Set queue reports", "limit none")
         stored = _queue(farm, "reports")
         assert (stored.limit, stored.rate) == (None, Rate(2, 60.0))
+
+
+def test_the_apps_queues_option_is_refused_in_one_line_as_the_nodes(capsys):
+    for bad in ("re ports", ",", "reports:0"):
+        with pytest.raises(SystemExit) as refused:
+            parse_args(["--queues", bad])
+        err = capsys.readouterr().err
+        assert refused.value.code == 2 and err.startswith("error: --queues ") and err.count("\n") == 1, err
