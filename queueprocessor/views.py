@@ -16,7 +16,7 @@ from .errors import NotFound
 from .node import NodeConfig
 from .roster import Liveness, machine_status, roster, slot_of, slot_owner
 from .schedules import Recurrence
-from .states import MachineState
+from .states import SERVING, MachineState
 from .store import Store
 from .store_queues import queue_infos
 from .store_views import (find_jobs, jobs_by_key, machine_throughput, runs_between, schedule_rows, throughput,
@@ -207,6 +207,5 @@ class Dashboard:
             "job": job,
             "schedules": read_schedules(store, now, self._occurrences),
             "singletons": singletons.list_all(store),
-            "queues": queue_infos(store, [m for m in machines if m["status"] in (MachineState.ACTIVE,
-                                                                                  MachineState.PAUSED)]),
+            "queues": queue_infos(store, [m for m in machines if m["status"] in SERVING]),
         }
