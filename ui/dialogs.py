@@ -165,6 +165,7 @@ class QueueDialog(QDialog):
         self.changes: dict = {}
         self.setWindowTitle(f"Queue {info.name}")
         self.setWindowIcon(theme.icon("limit"))
+        self.setMinimumWidth(440)  # a refusal fits on two lines under the fields, not squeezing them
         layout = QVBoxLayout(self)
         form = QFormLayout()
         self.limit = QLineEdit("" if info.limit is None else str(info.limit))
