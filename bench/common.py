@@ -60,14 +60,15 @@ class NodeProcess:
     """One `queueprocessor node` process, as an operator starts it; its log goes to a temp file."""
 
     def __init__(self, url: str, name: str, skew: float = 0.0, http_base: str = "http://127.0.0.1:9/",
-                 extra: tuple[str, ...] = ()):
+                 extra: tuple[str, ...] = (), root: Path = ROOT):
+        """`root`: the source tree whose code runs (another one: a baseline checked out from git)."""
         self.name = name
         self.skew = skew
         self.log = tempfile.NamedTemporaryFile(prefix=f"qp-bench-{name}-", suffix=".log", delete=False)
         command = [sys.executable, "-m", "queueprocessor.cli", "--db", url, "node", "--name", name,
                    "--clock-skew", repr(skew), "--http-base", http_base, *extra]
-        self.process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=self.log,
-                                        stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        self.process = subprocess.Popen(command, cwd=root, stdin=subprocess.DEVNULL, stdout=self.log,
+                                        stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(root)))
 
     @property
     def pid(self) -> int:
