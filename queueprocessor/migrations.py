@@ -46,8 +46,18 @@ def _named_queues(conn: Connection) -> None:
     schema.queues.create(conn, checkfirst=True)
 
 
+def _heartbeat_reads(conn: Connection) -> None:
+    """3 to 4: the heartbeat reads O(1) rows (store_roster). qp_roster (made by create_all) holds the roster
+    version; machine rows get the indexes the read uses and, on PostgreSQL, room enough for it to use them."""
+    schema.roster_version.create(conn, checkfirst=True)
+    for index in schema.machines.indexes:
+        index.create(conn, checkfirst=True)
+    if conn.dialect.name == "postgresql":
+        conn.execute(DDL(f"ALTER TABLE qp_machines SET (fillfactor = {schema.MACHINES_FILL})"))
+
+
 # The step that upgrades a database from each version to the next.
-STEPS = {1: _index_queued_jobs_only, 2: _named_queues}
+STEPS = {1: _index_queued_jobs_only, 2: _named_queues, 3: _heartbeat_reads}
 
 
 def upgrade(engine: Engine) -> int | None:

@@ -415,10 +415,11 @@ class Node:
         self._unreachable.clear()  # a turn that loses the database from now on is news to this check-in
         sent = self.clock.monotonic()
         since = slot_of(self.estimator.db_now(), self.config.period) - 3
-        farm = self.peers.read_farm(self.id, self.config.stale, since, stamp=self.clock.monotonic)  # a clock sample
+        before = self.estimator.db_now() - self.config.stale  # a machine last seen before is a suspect
+        farm = self.peers.read_farm(self.id, before, since, stamp=self.clock.monotonic)  # also a clock sample
         self.estimator.add(farm.sample)
         self._note_contact(farm.now)
-        self._learn_roster(farm)
+        self._learn_roster(farm, before)
         self._upcoming = (self._upcoming[0] + 1, farm.next_schedule)
         applied = self._apply_wish(farm.wish)
         if farm.queues_changed != self._queues_changed:
@@ -442,15 +443,15 @@ class Node:
                      self.estimator.rtt() * 1000)
         self._wake.set()  # the roster may have changed: the turn timer plans again
 
-    def _learn_roster(self, farm: FarmRead) -> None:
+    def _learn_roster(self, farm: FarmRead, before: float) -> None:
         """Keep our copy of the machine rows current: every row when the roster version moved, else only the
         suspects' last_seen (see roster.KnownMachines). Suspects we find dead are buried, so nobody reads
         them again."""
         if self._known.current(farm.version):
-            self._known.update(farm.now, farm.suspects, self.config.stale)
+            self._known.update(before, farm.suspects)
         else:
-            version, now, rows = self.peers.read_all()
-            self._known.replace(version, rows, now, self.config.stale)
+            version, rows = self.peers.read_all()
+            self._known.replace(version, rows, before)
         self.known = self._known.copy()
         for machine_id, last_seen in self._known.dead(farm.now, self.liveness()):
             if self.peers.bury(machine_id, last_seen):

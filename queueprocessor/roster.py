@@ -6,6 +6,7 @@ and bench/simulate.py both decide with these functions, so what the simulator
 shows for a thousand machines is what the code does.
 """
 
+import bisect
 import copy
 import math
 from dataclasses import dataclass
@@ -61,12 +62,12 @@ def slot_start(slot: int, period: float) -> float:
 
 
 def next_turn(ids: list[int], me: int, db_now: float, period: float) -> int | None:
-    """The first slot at or after now that belongs to `me` under this roster, or None if not in it."""
-    if me not in ids:
+    """The first slot at or after now that belongs to `me` under this roster (sorted), or None if not in it."""
+    place = bisect.bisect_left(ids, me)
+    if place == len(ids) or ids[place] != me:
         return None
     slot = slot_of(db_now, period)
-    ahead = (ids.index(me) - slot) % len(ids)
-    return slot + ahead
+    return slot + (place - slot) % len(ids)
 
 
 def upcoming_turn(ids: list[int], me: int, db_now: float, period: float, last_taken: int) -> int | None:
@@ -104,12 +105,12 @@ class KnownMachines:
 
     The node copies every row only when the farm's roster version moves (a
     machine joined, stopped, was buried or wrote a new state). Between versions
-    only last_seen moves, and the heartbeat read names just the machines that
-    have been silent for longer than `stale` (the suspects), with their last_seen;
-    every other machine that checks in did so after `read_at - stale`, and that
-    bound stands in for its last_seen. A dying machine turns suspect well before
-    its dead timeout, so every node judges it dead at the same instant from the
-    same last_seen, as when every node read every row.
+    only last_seen moves, and the heartbeat read names just the machines checking
+    in that were last seen before a bound (`before`, a little over a heartbeat
+    ago): the suspects, with their last_seen. Every other machine checking in was
+    seen since, and the bound stands in for its last_seen. A dying machine turns
+    suspect well before its dead timeout, so every node judges it dead at the same
+    instant from the same last_seen, as when every node read every row.
     """
 
     def __init__(self):
@@ -117,26 +118,26 @@ class KnownMachines:
         self._rows: dict[int, dict] = {}  # as read at `version`
         self._suspects: dict[int, float] = {}  # id -> last_seen
         self._fresh_since = -math.inf  # every machine checking in that is not a suspect was seen after this
-        self._memo: tuple | None = None  # (key, computed at, valid until, roster)
+        self._memo: tuple | None = None  # see roster()
 
     def current(self, version: int | None) -> bool:
         """Is our copy of the rows that version's? (A farm without a version is always re-read.)"""
         return version is not None and version == self.version
 
-    def replace(self, version: int | None, rows: list[dict], read_at: float, stale: float) -> None:
-        """Every row, as read at database time `read_at` together with their roster version."""
+    def replace(self, version: int | None, rows: list[dict], before: float) -> None:
+        """Every row, read together with their roster version; those checking in last seen `before` are suspects."""
         self.version = version
         self._rows = {row["id"]: row for row in rows}
         self._memo = None
-        self.update(read_at, {row["id"]: row["last_seen"] for row in rows
-                              if row["state"] in CHECKING_IN and row["last_seen"] < read_at - stale}, stale)
+        self.update(before, {row["id"]: row["last_seen"] for row in rows
+                             if row["state"] in CHECKING_IN and row["last_seen"] < before})
 
-    def update(self, read_at: float, suspects: dict[int, float], stale: float) -> None:
-        """A heartbeat read at database time `read_at` under our version: the suspects and their last_seen."""
+    def update(self, before: float, suspects: dict[int, float]) -> None:
+        """A heartbeat read under our version: the machines checking in last seen before `before`."""
         if suspects != self._suspects:
             self._suspects = dict(suspects)
             self._memo = None
-        self._fresh_since = read_at - stale
+        self._fresh_since = before
 
     def last_seen(self, row: dict) -> float:
         if row["id"] in self._suspects:
@@ -173,7 +174,7 @@ class KnownMachines:
         newcomer's join delay or a suspect's dead timeout running out, or our own heartbeats stopping (every
         machine's bound then ages past the dead timeout)."""
         key = (self.version, liveness, join_delay)
-        memo = self._memo
+        memo = self._memo  # (key, valid from, valid until, roster)
         if (memo is not None and memo[0] == key and memo[1] <= db_now < memo[2]
                 and db_now < liveness.dies_at(self._fresh_since)):
             return memo[3]
@@ -181,5 +182,7 @@ class KnownMachines:
         ids = roster(rows, db_now, liveness, join_delay)
         changes = [row["joined_at"] + join_delay for row in rows if row["state"] == MachineState.ACTIVE]
         changes += [liveness.dies_at(seen) for seen in self._suspects.values()]
-        self._memo = (key, db_now, min((t for t in changes if t >= db_now), default=math.inf), ids)
+        # Valid from the last change before now (our estimate of now may step back a little) to the next one.
+        self._memo = (key, max((t for t in changes if t < db_now), default=-math.inf),
+                      min((t for t in changes if t >= db_now), default=math.inf), ids)
         return ids

@@ -25,9 +25,9 @@ from sqlalchemy import (
 from sqlalchemy.sql import operators
 
 from .queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
-from .states import JobState, Kind, MachineState, Outcome
+from .states import CHECKING_IN, JobState, Kind, MachineState, Outcome
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -73,6 +73,10 @@ meta = Table(
     Column("value", String(200), nullable=False),
 )
 
+# Machine rows spread thin (about four to a page): PostgreSQL reads a table of a few pages whole rather than look a
+# row up by index, so the heartbeats of a farm of dozens would each read every machine row after all.
+MACHINES_FILL = 10
+
 machines = Table(
     "qp_machines",
     metadata,
@@ -100,7 +104,17 @@ machines = Table(
     # The queues it serves, as typed after --queues ("reports:2,default"; "" for every queue). Written once, when
     # the machine registers: a node's queues are fixed for its life.
     Column("queues", String(2000), nullable=False, default="", server_default=""),
+    postgresql_with={"fillfactor": MACHINES_FILL},
 )
+# The heartbeat read (store_roster) asks two questions of these rows that an index answers without reading the
+# others: the oldest last_seen of the machines checking in (the first entry of the first index), and whether an
+# operator left a wish on ours (the second holds only the machines with one, usually none).
+# The states are written as SQL text, not bound, so that a planner can match the statements to the index.
+CHECKING_IN_SQL = machines.c.state.in_([literal_column(_quoted(state)) for state in CHECKING_IN])
+Index("ix_qp_machines_seen", machines.c.last_seen, postgresql_where=CHECKING_IN_SQL, sqlite_where=CHECKING_IN_SQL,
+      mssql_where=CHECKING_IN_SQL)
+WISHED = machines.c.wish.isnot(None)
+Index("ix_qp_machines_wished", machines.c.id, postgresql_where=WISHED, sqlite_where=WISHED, mssql_where=WISHED)
 
 # The roster version (issue 11): one row, bumped in the same transaction as every change of a row the roster is
 # made of (a machine joins, stops, is buried, or writes a new state), so a heartbeat learns whether any changed by

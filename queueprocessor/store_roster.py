@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy import and_, bindparam, false, func, literal, or_, select, true, update
+from sqlalchemy import bindparam, false, func, literal, select, true, update
 from sqlalchemy.engine import Connection
 
 from .clock import Sample
 from .dbtime import db_now
-from .schema import machines, queues, roster_version, schedules, turns
-from .states import CHECKING_IN, MachineState
+from .schema import CHECKING_IN_SQL, WISHED, machines, queues, roster_version, schedules, turns
+from .states import MachineState
 
 if TYPE_CHECKING:  # store imports this module for bump_roster
     from .store import Store
@@ -55,7 +55,7 @@ class FarmRead:
     backlog_slot: int | None
     next_schedule: float | None  # earliest occurrence of an active schedule not yet made a job
     wish: str | None  # an operator's wish on this machine's row
-    suspects: dict[int, float]  # id -> last_seen of the machines checking in that have been quiet for `stale`
+    suspects: dict[int, float]  # id -> last_seen of the machines checking in last seen before the read's bound
     sample: Sample | None = None  # the read timed as a clock sample, when asked for
     queues_changed: float | None = None  # when an operator last changed a queue's settings (see store_queues)
 
@@ -64,36 +64,39 @@ class RosterStore:
     def __init__(self, store: "Store"):
         self.store = store
 
-    def read_farm(self, machine_id: int, stale: float, backlog_since: int | None = None,
+    def read_farm(self, machine_id: int, before: float, backlog_since: int | None = None,
                   stamp: Callable[[], float] | None = None) -> FarmRead:
-        """The heartbeat's read, one statement of O(1) rows: the database's time, the roster version, the
-        newest backlog turn since a slot, the next schedule occurrence to materialise, our own row's wish, and
-        the suspects. With `stamp`, the read is also a clock sample."""
-        backlog = newest_backlog(backlog_since)
+        """The heartbeat's read, one statement: the database's time, the roster version, the newest backlog turn
+        since a slot, the next schedule occurrence to materialise, our own row's wish, and the suspects: the
+        machines checking in that were last seen before `before`. With `stamp`, the read is also a clock sample.
+
+        It reads O(1) rows: the wish and the oldest last_seen come from their indexes (schema), and the
+        machines are scanned for suspects only when that oldest one is older than `before`."""
+        wish = (select(machines.c.wish).where(machines.c.id == bindparam("me", machine_id), WISHED)
+                .correlate(None).scalar_subquery())
+        oldest = select(func.min(machines.c.last_seen)).where(CHECKING_IN_SQL).correlate(None).scalar_subquery()
+        bound = bindparam("before", before)
+        suspects = (select(machines.c.id, machines.c.last_seen)
+                    .where(oldest < bound, CHECKING_IN_SQL, machines.c.last_seen < bound).subquery("suspects"))
         upcoming = select(func.min(schedules.c.next_run)).where(schedules.c.paused == false()).scalar_subquery()
-        quiet = and_(machines.c.state.in_(CHECKING_IN), machines.c.last_seen < db_now() - bindparam("stale", stale))
-        watched = or_(machines.c.id == bindparam("me", machine_id), quiet)
         changed = select(func.max(queues.c.changed_at)).scalar_subquery()
-        statement = (select(db_now(), VERSION, backlog, upcoming, machines.c.id, machines.c.last_seen, machines.c.wish,
-                            changed)
-                     .select_from(_one_row().outerjoin(machines, watched)))
+        statement = (select(db_now(), VERSION, newest_backlog(backlog_since), upcoming, wish, changed, suspects.c.id,
+                            suspects.c.last_seen)
+                     .select_from(_one_row().outerjoin(suspects, true())))
         if stamp:
             sample, rows = self.store.timed(statement, stamp)
         else:
             sample, rows = None, self.store.rows(statement)
-        now, version, backlog_slot, next_schedule = rows[0][:4]
-        wish = next((row[6] for row in rows if row[4] == machine_id), None)
-        suspects = {row[4]: row[5] for row in rows
-                    if row[4] is not None and (row[4] != machine_id or row[5] < now - stale)}
-        return FarmRead(now, version, backlog_slot, next_schedule, wish, suspects, sample, rows[0][7])
+        first = rows[0]
+        return FarmRead(first[0], first[1], first[2], first[3], first[4],
+                        {row[6]: row[7] for row in rows if row[6] is not None}, sample, first[5])
 
-    def read_all(self) -> tuple[int | None, float, list[dict]]:
-        """The roster version, the database's time and every machine row by id, read together."""
-        rows = self.store.rows(select(db_now(), VERSION, machines)
-                               .select_from(_one_row().outerjoin(machines, true())).order_by(machines.c.id))
+    def read_all(self) -> tuple[int | None, list[dict]]:
+        """The roster version and every machine row by id, read together."""
+        rows = self.store.rows(select(VERSION, machines).select_from(_one_row().outerjoin(machines, true()))
+                               .order_by(machines.c.id))
         keys = machines.c.keys()
-        found = [dict(zip(keys, row[2:])) for row in rows if row[2] is not None]
-        return rows[0][1], rows[0][0], found
+        return rows[0][0], [dict(zip(keys, row[1:])) for row in rows if row[1] is not None]
 
     def bury(self, machine_id: int, last_seen: float) -> bool:
         """Store a machine's death, if it is still as silent as its judge saw it; the roster changed."""
@@ -101,7 +104,7 @@ class RosterStore:
             buried = conn.execute(
                 update(machines)
                 .where(machines.c.id == machine_id, machines.c.last_seen == last_seen,
-                       machines.c.state.in_(CHECKING_IN))
+                       CHECKING_IN_SQL)
                 .values(state=MachineState.DEAD)
             ).rowcount == 1
             if buried:

@@ -8,26 +8,47 @@ from queueprocessor import schema
 from queueprocessor.database import open_engine
 from queueprocessor.farm import Farm
 from queueprocessor.store import JobSpec, Plan
+from queueprocessor.store_roster import RosterStore
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
 
 
-def make_version_2(url: str) -> int:
-    """A farm database as schema version 2 left it: no named queues (no queue or order key on jobs and
-    schedules, no served queues on machines, no qp_queues), with one job waiting in it. The id of that job."""
+def make_version_3(url: str) -> int:
+    """A farm database as schema version 3 left it: no roster version, machine rows without the heartbeat's
+    indexes, packed full; with one job waiting in it. The id of that job."""
     with Farm(url) as farm:
         waiting = farm.store.enqueue(JOB)[0]
-        on = " ON qp_jobs" if farm.engine.dialect.name == "mssql" else ""
+        dialect = farm.engine.dialect.name
         with farm.engine.begin() as conn:
+            for index in ("ix_qp_machines_seen", "ix_qp_machines_wished"):
+                conn.execute(text(f"DROP INDEX {index}{' ON qp_machines' if dialect == 'mssql' else ''}"))
+            if dialect == "postgresql":
+                conn.execute(text("ALTER TABLE qp_machines RESET (fillfactor)"))
+            conn.execute(text("DROP TABLE qp_roster"))
+            conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="3"))
+    return waiting
+
+
+def make_version_2(url: str) -> int:
+    """A farm database as schema version 2 left it (version 3's, without named queues: no queue or order key on
+    jobs and schedules, no served queues on machines, no qp_queues), with one job waiting in it. The id of that
+    job."""
+    waiting = make_version_3(url)
+    engine = open_engine(url)
+    try:
+        on = " ON qp_jobs" if engine.dialect.name == "mssql" else ""
+        with engine.begin() as conn:
             conn.execute(text(f"DROP INDEX ix_qp_jobs_order{on}"))
             conn.execute(text(f"DROP INDEX ux_qp_jobs_order_running{on}"))
             for table, column in (("qp_jobs", "queue"), ("qp_jobs", "order_key"), ("qp_schedules", "queue"),
                                   ("qp_schedules", "order_key"), ("qp_machines", "queues")):
-                if farm.engine.dialect.name != "sqlite":  # SQLite drops a column's default with it
+                if engine.dialect.name != "sqlite":  # SQLite drops a column's default with it
                     conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN {column} DROP DEFAULT"))
                 conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
             conn.execute(text("DROP TABLE qp_queues"))
             conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="2"))
+    finally:
+        engine.dispose()
     return waiting
 
 
@@ -58,7 +79,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == str(schema.SCHEMA_VERSION) == "3"
+        assert version == str(schema.SCHEMA_VERSION) == "4"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -94,7 +115,7 @@ def test_nodes_starting_together_upgrade_once(db_url):
     assert errors == []
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-    assert version == "3" and "ix_qp_jobs_queue" not in indexes and "ix_qp_jobs_queued" in indexes
+    assert version == "4" and "ix_qp_jobs_queue" not in indexes and "ix_qp_jobs_queued" in indexes
 
 
 def test_a_version_2_database_gets_named_queues_in_place(db_url):
@@ -102,7 +123,7 @@ def test_a_version_2_database_gets_named_queues_in_place(db_url):
     waiting = make_version_2(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == "3" and {"ix_qp_jobs_order", "ux_qp_jobs_order_running"} <= indexes
+        assert version == "4" and {"ix_qp_jobs_order", "ux_qp_jobs_order_running"} <= indexes
         assert farm.store.get_job(waiting)["queue"] == "default"
         ordered = farm.store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports", order_key="k"), count=2)
         me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4,
@@ -114,3 +135,22 @@ def test_a_version_2_database_gets_named_queues_in_place(db_url):
         assert first.id == ordered[0], "the oldest of the key, and only it"
         assert [(q.name, q.waiting, q.running, q.order_keys_waiting) for q in farm.queues()] == [
             ("default", 1, 0, 0), ("reports", 1, 1, 1)]
+
+
+def test_a_version_3_database_gets_the_roster_version_and_the_heartbeat_indexes_in_place(db_url):
+    """Version 3 to 4: qp_roster appears and counts from the first change; machine rows get their indexes (and,
+    on PostgreSQL, their fill factor); a heartbeat reads through them."""
+    make_version_3(db_url)
+    with Farm(db_url) as farm:
+        version, _ = shape(farm)
+        with farm.engine.connect() as conn:
+            indexes = {index["name"] for index in inspect(conn).get_indexes("qp_machines")}
+            fill = conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'qp_machines'")).scalar() \
+                if farm.engine.dialect.name == "postgresql" else None
+        assert version == "4" and {"ix_qp_machines_seen", "ix_qp_machines_wished"} <= indexes
+        assert fill in (None, [f"fillfactor={schema.MACHINES_FILL}"])
+        assert farm.engine.dialect.name != "postgresql" or fill is not None
+        peers = RosterStore(farm.store)
+        me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        read = peers.read_farm(me, before=farm.store.ask_time() - 60)
+        assert read.version == 1 and read.suspects == {}

@@ -93,12 +93,14 @@ def test_the_roster_statements_compile(captured):
     store, sql = captured
     peers = RosterStore(store)
     with contextlib.suppress(IndexError):  # compiled, not run: no rows come back
-        peers.read_farm(7, stale=1.5, backlog_since=100)
+        peers.read_farm(7, before=1e9, backlog_since=100)
     with contextlib.suppress(IndexError):
         peers.read_all()
     assert peers.bury(7, 1e9)
     heartbeat_read, read_all, bury, bump = sql
-    assert "LEFT OUTER JOIN qp_machines ON qp_machines.id = :me OR" in heartbeat_read
+    assert "qp_machines.id = :me AND qp_machines.wish IS NOT NULL" in heartbeat_read
+    assert "(SELECT min(qp_machines.last_seen) AS min_2 FROM qp_machines WHERE qp_machines.state IN ('active', " \
+           "'paused', 'draining')) < :before" in " ".join(heartbeat_read.split())
     assert "qp_roster.version" in heartbeat_read and "qp_roster.version" in read_all
     assert "SET state=:state" in bury and "qp_machines.last_seen = :last_seen_1" in bury
     assert bump.startswith("UPDATE qp_roster SET version=(qp_roster.version + :version_1)")

@@ -84,9 +84,9 @@ def test_upcoming_turn_skips_the_slot_already_taken_and_turn_wait_adds_the_bound
     assert turn_wait(30_000, now, period, error_bound=0.002, margin=0.0005) == 0.0005  # due already
 
 
-def known(rows, read_at=NOW, stale=1.5, version=1):
+def known(rows, before=NOW - 1.5, version=1):
     machines = KnownMachines()
-    machines.replace(version, rows, read_at, stale)
+    machines.replace(version, rows, before)
     return machines
 
 
@@ -95,7 +95,7 @@ def test_known_machines_stand_a_bound_in_for_the_last_seen_of_those_not_suspecte
     peers = known(rows)
     assert peers.roster(NOW, LIVE, 1.5) == roster(rows, NOW, LIVE, 1.5) == [1, 2]
     for beat in range(1, 30):  # no row is read again, only the (empty) suspects: both stay alive
-        peers.update(NOW + beat, {}, stale=1.5)
+        peers.update(NOW + beat - 1.5, {})
         assert peers.roster(NOW + beat + 0.9, LIVE, 1.5) == [1, 2]
     assert {m["id"]: m["last_seen"] for m in peers.machines()} == {1: NOW + 29 - 1.5, 2: NOW + 29 - 1.5, 3: NOW - 50}
 
@@ -103,7 +103,7 @@ def test_known_machines_stand_a_bound_in_for_the_last_seen_of_those_not_suspecte
 def test_a_suspect_is_judged_dead_at_its_own_last_seen_plus_the_dead_timeout():
     peers = known([machine(1), machine(2)])
     silent_since = NOW + 0.3
-    peers.update(NOW + 2.0, {2: silent_since}, stale=1.5)
+    peers.update(NOW + 0.5, {2: silent_since})
     assert peers.roster(silent_since + 3.0, LIVE, 1.5) == [1, 2]
     assert peers.dead(silent_since + 3.0, LIVE) == []
     assert peers.roster(silent_since + 3.001, LIVE, 1.5) == [1]
@@ -113,6 +113,7 @@ def test_a_suspect_is_judged_dead_at_its_own_last_seen_plus_the_dead_timeout():
 def test_the_remembered_roster_changes_when_a_newcomer_has_waited_its_join_delay():
     peers = known([machine(1), machine(2, joined=NOW - 0.5)])
     assert peers.roster(NOW, LIVE, 1.5) == [1]
+    assert peers.changes_at(NOW, LIVE, 1.5) == NOW + 1.0
     assert peers.roster(NOW + 0.999, LIVE, 1.5) == [1]
     assert peers.roster(NOW + 1.0, LIVE, 1.5) == [1, 2]
 

@@ -37,11 +37,11 @@ def test_joins_new_states_stops_and_burials_bump_the_version_and_nothing_else_do
     assert version(farm) == v0 + 2, "a check-in in the same state, or a wish, changes no roster"
     assert beat(store, a, state="paused") and version(farm) == v0 + 3
     assert beat(store, a, state="active") and version(farm) == v0 + 4
-    seen = next(m["last_seen"] for m in peers.read_all()[2] if m["id"] == b)
+    seen = next(m["last_seen"] for m in peers.read_all()[1] if m["id"] == b)
     assert not peers.bury(b, seen - 1.0), "a judge that saw an older last_seen buries nobody"
     assert peers.bury(b, seen) and version(farm) == v0 + 5
     assert not peers.bury(b, seen), "buried once"
-    assert {m["id"]: m["state"] for m in peers.read_all()[2]} == {a: "active", b: "dead"}
+    assert {m["id"]: m["state"] for m in peers.read_all()[1]} == {a: "active", b: "dead"}
     assert beat(store, b) and version(farm) == v0 + 6, "a buried machine's check-in revives it"
     store.mark_stopped(a)
     assert version(farm) == v0 + 7
@@ -52,15 +52,17 @@ def test_the_heartbeat_read_answers_with_our_wish_and_only_the_quiet_machines(fa
     store, peers = farm.store, RosterStore(farm.store)
     a, b, c = (register(store, name) for name in "abc")
     store.wish(a, "drain")
-    read = peers.read_farm(a, stale=0.3)
+    read = peers.read_farm(a, before=store.ask_time() - 60)
     assert read.wish == "drain" and read.suspects == {} and read.version == version(farm)
-    time.sleep(0.4)
+    assert peers.read_farm(b, before=store.ask_time() - 60).wish is None
+    before = store.ask_time()
     beat(store, a)
     beat(store, b)
-    read = peers.read_farm(a, stale=0.3)
-    assert list(read.suspects) == [c], "only c has been quiet for longer than `stale`"
+    read = peers.read_farm(a, before=before)
+    assert list(read.suspects) == [c], "only c was last seen before the bound"
+    assert read.suspects[c] == next(m["last_seen"] for m in peers.read_all()[1] if m["id"] == c)
     store.mark_stopped(c)
-    assert peers.read_farm(a, stale=0.3).suspects == {}, "a stopped machine is nobody's suspect"
+    assert peers.read_farm(a, before=before).suspects == {}, "a stopped machine is nobody's suspect"
 
 
 @pytest.fixture
