@@ -28,8 +28,8 @@ from prometheus_client.utils import floatToGoString
 from . import __version__
 from .errors import BadSetting
 from .node import one_line
-from .roster import machine_status
 from .queues import DEFAULT
+from .roster import machine_status
 from .states import MachineState
 from .store_queues import QueueStore
 from .tally import Buckets
@@ -43,6 +43,7 @@ WAITING_EVERY = 5.0
 
 
 def _histogram(name: str, documentation: str, labelled: dict[tuple, Buckets], labels: list[str]) -> Metric:
+    """A histogram family from the tally's buckets, one series per label values (Prometheus counts cumulatively)."""
     family = HistogramMetricFamily(name, documentation, labels=labels)
     for values, buckets in sorted(labelled.items()):
         cumulative, total = [], 0
@@ -53,7 +54,8 @@ def _histogram(name: str, documentation: str, labelled: dict[tuple, Buckets], la
     return family
 
 
-def _labelled(family, counts: dict[tuple, int]):
+def _labelled(family: CounterMetricFamily, counts: dict[tuple, int]) -> CounterMetricFamily:
+    """`family` with one series per label values."""
     for values, count in sorted(counts.items()):
         family.add_metric(list(values), count)
     return family

@@ -92,6 +92,13 @@ BAD_INPUTS = [
     case("command line", [*DB, "turns", "--since", "inf"],
          r"^error: Invalid value for '--since': 'inf' is not a finite number of seconds"),
     case("command line", [*DB, "node", "--clock-skew", "soon"], r"^error: Invalid value for '--clock-skew'"),
+    case("command line", [*DB, "node", "--metrics-port", "70000"],
+         r"^error: Invalid value for '--metrics-port' \(env var: 'QP_METRICS_PORT'\): 70000 is not in the range"),
+    case("command line", [*DB, "node", "--metrics-port", "9100", "--metrics-host", "no.such.host.invalid"],
+         r"^error: cannot serve metrics on no.such.host.invalid port 9100: .*; choose another --metrics-port or "
+         r"--metrics-host$"),
+    case("command line", [*DB, "node", "--log-format", "xml"],
+         r"^error: Invalid value for '--log-format' \(env var: 'QP_LOG_FORMAT'\): 'xml' is not one of 'text', 'json'"),
     # -- the config file --------------------------------------------------
     case("config file", ["--config", "{tmp}/missing.toml", "status"], r"^error: config file .*missing.toml does not exist"),
     case("config file", ["--config", "{tmp}", "status"], r"^error: cannot read config file .*: Is a directory"),
