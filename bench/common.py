@@ -28,17 +28,30 @@ from queueprocessor.output import print_table  # noqa: E402
 from tests.support.pgserver import PostgresServer  # noqa: E402
 
 __all__ = ["NodeProcess", "WakeProbe", "cpu_seconds", "fresh_database", "load_average", "ms", "percentile",
-           "print_table", "query", "start_postgres", "stop_all", "wait_for"]
+           "print_table", "query", "rss_mb", "start_postgres", "stop_all", "wait_for"]
 
 
-def start_postgres(stat_statements: bool = False) -> PostgresServer:
-    """A throwaway server; with `stat_statements`, one that counts every statement it runs."""
+def start_postgres(stat_statements: bool = False, max_connections: int | None = None) -> PostgresServer:
+    """A throwaway server; with `stat_statements`, one that counts every statement it runs; with
+    `max_connections`, one that accepts no more clients than that (PostgreSQL's default is 100)."""
     server = PostgresServer().start()
     if stat_statements:
         query(server.url, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+    if max_connections is not None:
+        query(server.url, f"ALTER SYSTEM SET max_connections = {int(max_connections)}")
+    if stat_statements or max_connections is not None:
         server.restart()
+    if stat_statements:
         query(server.url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     return server
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory (VmRSS), MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
 
 
 def fresh_database(server: PostgresServer, prefix: str = "bench") -> str:

@@ -25,6 +25,10 @@ The target: at least as fast as the faster of the two.
 
     python bench/throughput.py            # 20,000 jobs; 1, 2, 4 processes; python, async and http
     python bench/throughput.py --quick    # 2,000 jobs; 1 and 2 processes
+
+`--systems queueprocessor,queueprocessor-pgbouncer` runs our nodes directly
+and through a PgBouncer in transaction pooling mode (tests.support.pgbouncer,
+pool of 20) in front of the same server, side by side (issue 11: within 20 %).
 """
 
 import argparse
@@ -39,6 +43,7 @@ from pathlib import Path
 PEERS_VENV = Path.home() / ".cache" / "queueprocessor-bench" / "peers"
 PEER_PACKAGES = ("pgqueuer==1.6.0", "asyncpg>=0.29", "procrastinate==3.10.0", "psycopg[binary]>=3.2", "aiohttp>=3.9")
 SYSTEMS = ("queueprocessor", "pgqueuer", "procrastinate")
+THROUGH_PGBOUNCER = "queueprocessor-pgbouncer"  # our nodes reach the server through PgBouncer (not a default)
 
 
 # -- the peers, run inside their own virtualenv --------------------------------------------------
@@ -189,10 +194,10 @@ def postgres_pids(server) -> list[int]:
 
 
 def run_case(system: str, kind: str, processes: int, count: int, concurrency: int, server, web_url: str,
-             peers: str, patience: float) -> tuple[float, float, float]:
+             peers: str, patience: float, pgbouncer=None) -> tuple[float, float, float]:
     """Drain `count` jobs with `processes` workers: jobs per second, and CPU per job (microseconds) of the
     workers and of PostgreSQL. A system that has not drained the backlog after `patience` seconds is rated by
-    what it finished by then."""
+    what it finished by then. THROUGH_PGBOUNCER's nodes reach the server through `pgbouncer`."""
     from common import NodeProcess, ROOT, fresh_database, query, stop_all, wait_for
     from sqlalchemy import text
 
@@ -203,10 +208,11 @@ def run_case(system: str, kind: str, processes: int, count: int, concurrency: in
     dsn = url.replace("postgresql+psycopg://", "postgresql://")
     peer = [peers, str(Path(__file__).resolve()), "--peer", system, "--dsn", dsn, "--kind", kind, "--count",
             str(count), "--concurrency", str(concurrency), "--url", web_url]
-    if system == "queueprocessor":
+    if system.startswith("queueprocessor"):
         farm = Farm(url)
         farm.settings()
-        workers = [NodeProcess(url, f"node-{i}", http_base=web_url, extra=(
+        nodes_url = pgbouncer.url_for(url) if system == THROUGH_PGBOUNCER else url
+        workers = [NodeProcess(nodes_url, f"node-{i}", http_base=web_url, extra=(
             "--capacity", str(concurrency), "--allow-module", "bench.jobs")) for i in range(processes)]
         wait_for(lambda: len(farm.status()["machines"]) == processes, 60, "nodes to join")
         time.sleep(2.5)  # the join delay: every node takes turns
@@ -244,12 +250,13 @@ def run_case(system: str, kind: str, processes: int, count: int, concurrency: in
     watcher.dispose()
     failed = {
         "queueprocessor": "SELECT count(*) FROM qp_jobs WHERE state IN ('failed', 'cancelled')",
+        THROUGH_PGBOUNCER: "SELECT count(*) FROM qp_jobs WHERE state IN ('failed', 'cancelled')",
         "procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('failed', 'aborted', 'cancelled')",
         "pgqueuer": "SELECT count(*) FROM pgqueuer_log WHERE status IN ('exception', 'canceled')",
     }[system]
     if query(url, failed)[0][0]:
         raise RuntimeError(f"{system}: {query(url, failed)[0][0]} jobs did not succeed")
-    if system == "queueprocessor":
+    if system.startswith("queueprocessor"):
         stop_all(workers)
         farm.close()
     else:
@@ -290,12 +297,15 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from common import ROOT, load_average, print_table, start_postgres
 
+    from tests.support.pgbouncer import PgBouncer
+
     count = args.jobs or (2_000 if args.quick else 20_000)
     processes = [int(p) for p in (args.processes or ("1,2" if args.quick else "1,2,4")).split(",")]
     kinds = args.kinds.split(",")
     peers = peers_python()
     print(f"{count} jobs, concurrency {args.concurrency} per process; {load_average()}", flush=True)
     server = start_postgres()
+    pgbouncer = PgBouncer(server).start() if THROUGH_PGBOUNCER in args.systems.split(",") else None
     port = 18000 + os.getpid() % 1000
     web = Worker([sys.executable, str(Path(__file__).resolve()), "--serve", str(port)], ROOT)
     results: dict[tuple[str, int, str], tuple[float, float, float]] = {}
@@ -305,9 +315,11 @@ def main() -> None:
             for n in processes:
                 for system in args.systems.split(","):
                     results[kind, n, system] = run_case(system, kind, n, count, args.concurrency, server,
-                                                        f"http://127.0.0.1:{port}/", peers, args.patience)
+                                                        f"http://127.0.0.1:{port}/", peers, args.patience, pgbouncer)
     finally:
         web.stop()
+        if pgbouncer is not None:
+            pgbouncer.stop()
         server.stop()
     print(f"\nthroughput, jobs per second ({count} jobs, concurrency {args.concurrency} per process; "
           f"{load_average()})")
@@ -316,10 +328,12 @@ def main() -> None:
     for kind in kinds:
         for n in processes:
             rate = {s: results[kind, n, s][0] for s in systems}
-            best_peer = max((v for s, v in rate.items() if s != "queueprocessor"), default=float("nan"))
+            best_peer = max((v for s, v in rate.items() if not s.startswith("queueprocessor")), default=float("nan"))
+            nan = float("nan")
             rows.append([kind, n, *(f"{rate[s]:.0f}" for s in systems),
-                         f"{rate.get('queueprocessor', float('nan')) / best_peer:.2f}"])
-    print_table(["jobs", "processes", *systems, "ours / best peer"], rows)
+                         f"{rate.get('queueprocessor', nan) / best_peer:.2f}",
+                         f"{rate.get(THROUGH_PGBOUNCER, nan) / rate.get('queueprocessor', nan):.2f}"])
+    print_table(["jobs", "processes", *systems, "ours / best peer", "through PgBouncer / direct"], rows)
     print("\nCPU per job, microseconds: workers + PostgreSQL (what a job costs, whatever else the cores are doing)")
     rows = [[kind, n, *(f"{results[kind, n, s][1]:.0f} + {results[kind, n, s][2]:.0f}" for s in systems)]
             for kind in kinds for n in processes]

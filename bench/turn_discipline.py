@@ -18,8 +18,16 @@ than once (target 0), missed slots are slots nobody polled (target at most
 0.5%), and the gap between consecutive polls should stay near the period
 (target |gap - period| p99 at most 15 ms).
 
-    python bench/turn_discipline.py            # 1, 2, 4, 8, 16 nodes, 30 s each
-    python bench/turn_discipline.py --quick    # 3 nodes, 8 s
+The server is left at PostgreSQL's default max_connections of 100 (issue 11
+item 6): a node holds one connection for its statements and, with push, one
+to LISTEN, so 64 nodes fit only without push (64 connections), and the naive
+baseline (one connection per poller) only beside farms of up to 16 nodes. The
+sizes that do not fit both say so in the table. The resident memory (RSS) of
+each idle node is shown too (issue 11: at most 60 MB).
+
+    python bench/turn_discipline.py                     # 1, 2, 4, 8, 16 nodes, 30 s each
+    python bench/turn_discipline.py --nodes 32 64       # the farm alone, push off where it does not fit
+    python bench/turn_discipline.py --quick             # 3 nodes, 8 s
 """
 
 import argparse
@@ -32,7 +40,7 @@ import time
 from collections import Counter
 
 from common import (ROOT, NodeProcess, WakeProbe, fresh_database, load_average, ms, percentile, print_table, query,
-                    start_postgres, stop_all, wait_for)
+                    rss_mb, start_postgres, stop_all, wait_for)
 
 HEARTBEAT = 1.0
 JOIN_DELAY = 1.5 * HEARTBEAT
@@ -42,6 +50,14 @@ NAIVE_TABLES = (
     "CREATE TABLE bench_naive_ready (machine TEXT NOT NULL)",
 )
 DB_NOW = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+MAX_CONNECTIONS = 100  # PostgreSQL's default
+SPARE = 8  # for PostgreSQL's superuser reserve and this script's own connections
+
+
+def fits(nodes: int) -> tuple[bool, bool]:
+    """(push, naive baseline): what fits in MAX_CONNECTIONS beside `nodes` nodes."""
+    push = 2 * nodes + SPARE <= MAX_CONNECTIONS
+    return push, (2 if push else 1) * nodes + nodes + SPARE <= MAX_CONNECTIONS
 
 
 # -- the naive baseline, one process per machine ---------------------------
@@ -99,14 +115,16 @@ def run_size(server, nodes: int, seconds: float, period: float, rng: random.Rand
     for statement in NAIVE_TABLES:
         query(url, statement)
     skews = [rng.uniform(-1.0, 1.0) for _ in range(nodes)]
-    farm = [NodeProcess(url, f"qp-{i}", skew=s, extra=("--period", str(period), "--heartbeat", str(HEARTBEAT)))
+    push, baseline = fits(nodes)
+    farm = [NodeProcess(url, f"qp-{i}", skew=s, extra=("--period", str(period), "--heartbeat", str(HEARTBEAT),
+                                                       "--push" if push else "--no-push"))
             for i, s in enumerate(skews)]
     naive = [subprocess.Popen([sys.executable, __file__, "naive-node", url, str(i), str(nodes), repr(s),
                                str(period), f"naive-{i}"], cwd=ROOT, stdin=subprocess.DEVNULL)
-             for i, s in enumerate(skews)]
+             for i, s in enumerate(skews) if baseline]
     try:
-        joined = wait_for(lambda: _all_joined(url, nodes), 90, f"{nodes} nodes to join")
-        wait_for(lambda: query(url, "SELECT count(*) FROM bench_naive_ready")[0][0] >= nodes, 60,
+        joined = wait_for(lambda: _all_joined(url, nodes), 90 + 2 * nodes, f"{nodes} nodes to join")
+        wait_for(lambda: query(url, "SELECT count(*) FROM bench_naive_ready")[0][0] >= len(naive), 60,
                  f"{nodes} naive pollers to start")
         # The steady state: every node in every roster (joined long enough ago and read by everyone's
         # heartbeat), and every node past its first turn (start-up work: first statements, a busy machine).
@@ -119,6 +137,7 @@ def run_size(server, nodes: int, seconds: float, period: float, rng: random.Rand
         with WakeProbe() as probe:
             time.sleep(max(0.0, (last_slot + 2) * period - start))
         bound = query(url, "SELECT max(error_bound) FROM qp_machines WHERE state = 'active'")[0][0]
+        memory = [rss_mb(node.pid) for node in farm]
         dead = [n.name for n in farm if not n.alive()] + [f"naive-{i}" for i, p in enumerate(naive) if p.poll()]
         if dead:
             raise RuntimeError(f"processes died during the window: {dead}")
@@ -135,11 +154,15 @@ def run_size(server, nodes: int, seconds: float, period: float, rng: random.Rand
     ours["bound"] = bound
     ours["outside"] = sum(1 for slot, taken_at in turns
                           if first_slot <= slot <= last_slot and math.floor(taken_at / period) != slot)
-    theirs = judge(polls, first_slot, last_slot, period)
-    theirs["outside"] = theirs["bound"] = math.nan
+    ours["rss"] = f"{percentile(memory, 50):.0f} / {max(memory):.0f}"
     spread = f"{min(skews):+.2f}..{max(skews):+.2f} s"
     machine = {"nodes": nodes, "skews": spread, "wake_p99": percentile(probe.late, 99), "wake_max": max(probe.late)}
-    return [dict(ours, system="QueueProcessor", **machine), dict(theirs, system="naive local clock", **machine)]
+    rows = [dict(ours, system="QueueProcessor" + ("" if push else " (push off)"), **machine)]
+    if baseline:
+        theirs = judge(polls, first_slot, last_slot, period)
+        theirs["outside"] = theirs["bound"] = math.nan
+        rows.append(dict(theirs, system="naive local clock", rss="-", **machine))
+    return rows
 
 
 def _all_joined(url: str, nodes: int) -> float | None:
@@ -164,8 +187,8 @@ def main() -> None:
     rng = random.Random(args.seed)
 
     print(f"turn discipline: period {args.period:g} s, heartbeat {HEARTBEAT:g} s, skews uniform in +-1 s, "
-          f"{seconds:g} s window per size; {load_average()}")
-    server = start_postgres()
+          f"{seconds:g} s window per size, max_connections {MAX_CONNECTIONS}; {load_average()}")
+    server = start_postgres(max_connections=MAX_CONNECTIONS)
     try:
         results = [row for n in sizes for row in run_size(server, n, seconds, args.period, rng)]
     finally:
@@ -173,14 +196,15 @@ def main() -> None:
     print_table(
         ["nodes", "skews", "system", "slots", "polls", "double polls", "missed slots", "outside slot",
          "into slot p50 ms", "p99 ms", "max error bound ms", "gap p50 ms", "gap p99 ms", "|gap-period| p50 ms",
-         "|gap-period| p99 ms", "max ms", "targets met", "machine wake-up delay p99 / max ms"],
+         "|gap-period| p99 ms", "max ms", "targets met", "RSS per node median / max MB",
+         "machine wake-up delay p99 / max ms"],
         [[r["nodes"], r["skews"], r["system"], r["slots"], r["polls"], r["double"],
           f"{r['missed']} ({100 * r['missed'] / r['slots']:.1f}%)",
           "-" if math.isnan(r["outside"]) else r["outside"], ms(r["late_p50"]), ms(r["late_p99"]), ms(r["bound"]),
           ms(r["gap_p50"]), ms(r["gap_p99"]), ms(r["dev_p50"]), ms(r["dev_p99"]), ms(r["dev_max"]),
-          _verdict(r), f"{ms(r['wake_p99'])} / {ms(r['wake_max'])}"] for r in results],
+          _verdict(r), r["rss"], f"{ms(r['wake_p99'])} / {ms(r['wake_max'])}"] for r in results],
     )
-    print("\ntargets: 0 double polls, missed slots <= 0.5%, |gap - period| p99 <= 15 ms. Machine wake-up delay: how\n"
+    print("\ntargets: 0 double polls, missed slots <= 0.5%, |gap - period| p99 <= 15 ms, RSS <= 60 MB. Wake-up delay: how\n"
           "late a thread sleeping 10 ms woke during the window (the machine's load, not the farm's code)")
     print(load_average())
 

@@ -19,6 +19,7 @@ ACCEPTED = [
     ["--period", "0.5", "--heartbeat", "2", "--misses", "4", "--turn-keep", "60", "--keep-jobs", "3600",
      "--http-base", "http://127.0.0.1:8080/"],
     ["--log-format", "json", "--metrics-port", "9100", "--metrics-host", "0.0.0.0"],
+    ["--listen-db", "postgresql://qp:s3cret@db.internal/farm"],
 ]
 REFUSED = [
     ["--capacity", "0"],
@@ -36,6 +37,8 @@ REFUSED = [
     ["--metrics-port", "65536"],
     ["--metrics-port", "-1"],
     ["--no-such-option"],
+    ["--listen-db", "sqlite:///farm.db"],
+    ["--listen-db", "postgresql//qp:s3cret@db.internal/farm"],
 ]
 
 
@@ -59,12 +62,16 @@ def _by_app(args: list[str], capsys) -> NodeOptions | str:
 
 
 @pytest.mark.parametrize("args", ACCEPTED, ids=" ".join)
-def test_node_gui_and_the_app_accept_the_same_options(args, capsys):
+def test_node_gui_and_the_app_accept_the_same_options(args, capsys, monkeypatch):
     node = _by_command(cli.node, args)
     assert isinstance(node, NodeOptions), node
     assert node == _by_command(cli.gui, args) == _by_app(args, capsys)
-    # and gui hands the app exactly these options
-    assert app.parse_args(_by_command(cli.gui, args).to_argv()).options == node
+    # and gui hands the app exactly these options: a URL with a password in its environment, not its argv
+    handed = _by_command(cli.gui, args)
+    for variable, value in handed.secret_env().items():
+        monkeypatch.setenv(variable, value)
+    assert "s3cret" not in " ".join(handed.to_argv())
+    assert app.parse_args(handed.to_argv()).options == node
 
 
 @pytest.mark.parametrize("args", REFUSED, ids=" ".join)
