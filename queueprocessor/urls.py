@@ -13,10 +13,12 @@ _PASSWORD_IN_URL = re.compile(r"(://[^:/@]*:).*@", re.DOTALL)
 # The same in a URL that does not parse (postgresql//u:pw@h, postgresql:/u:pw@h, u:pw@h): from the user's
 # ":" to the last "@", the scheme, if any, and the user kept.
 _PASSWORD_IN_TEXT = re.compile(r"((?:^|(?<=[\s'\"(=]))(?:[A-Za-z][\w+.-]*)?:?/*[^:/@\s'\"]*:)(?!//|\s).*@", re.DOTALL)
-# password=... or pwd=... in a query string or an ODBC connection string, plain or URL-encoded: to the
-# next ";" or the end, past any {braces} ("&" may be the password's own in a connection string).
-_PASSWORD_PARAM = re.compile(r"((?:password|pwd)(?:=|%3D))(?:\{[^}]*\}?|%7B.*?(?:%7D|$))?(?:(?!%3B)[^;])*",
-                             re.IGNORECASE)
+# password=... or pwd=... in a query string or an ODBC connection string, plain or URL-encoded, past any
+# {braces}: after a plain "=" to the next ";" or the end ("&" may be the password's own in a connection
+# string, and "%3B" is a URL-encoded password's own ";"); after an encoded "%3D" (an ODBC connection string
+# inside a URL) to the next "%3B" or ";".
+_PASSWORD_PARAM = re.compile(r"((?:password|pwd)=)(?:\{[^}]*\}?)?[^;]*"
+                             r"|((?:password|pwd)%3D)(?:%7B.*?(?:%7D|$))?(?:(?!%3B)[^;])*", re.IGNORECASE)
 
 
 def default_url(file: str = "farm.db") -> str:
@@ -27,5 +29,6 @@ def default_url(file: str = "farm.db") -> str:
 def mask(url) -> str:
     """The URL (text or a SQLAlchemy URL) with its password replaced by ***, safe to log or show."""
     text = url.render_as_string(hide_password=True) if hasattr(url, "render_as_string") else str(url)
-    text = _PASSWORD_PARAM.sub(r"\1***", text)  # first: an "@" in such a password is no user's "@"
+    # First: an "@" in such a password is no user's "@".
+    text = _PASSWORD_PARAM.sub(lambda m: (m[1] or m[2]) + "***", text)
     return _PASSWORD_IN_TEXT.sub(r"\1***@", _PASSWORD_IN_URL.sub(r"\1***@", text))
