@@ -130,12 +130,13 @@ def test_pause_resume_and_limits_from_the_menu_reach_the_database(farm, open_win
     assert (_queue(farm, "reports").limit, _queue(farm, "reports").rate) == (None, None)
     dialog.limit.setText("3")
     dialog.rate.setText("5/min")
-    dialog.on_failure.setCurrentIndex(dialog.on_failure.findData(OnFailure.SKIP))
+    assert dialog.on_failure.currentData() == _queue(farm, "reports").on_failure == OnFailure.SKIP  # the default
+    dialog.on_failure.setCurrentIndex(dialog.on_failure.findData(OnFailure.BLOCK))
     dialog.accept()
     assert not dialog.isVisible()
     qtbot.waitUntil(lambda: _cells(view.model, "reports")[4:6] == ["3", str(Rate(5, 60.0))], timeout=WAIT)
     stored = _queue(farm, "reports")
-    assert (stored.limit, stored.rate, stored.on_failure) == (3, Rate(5, 60.0), OnFailure.SKIP)
+    assert (stored.limit, stored.rate, stored.on_failure) == (3, Rate(5, 60.0), OnFailure.BLOCK)
 
     # Emptied fields lift the limit and the rate.
     dialog = _edit(view, "reports")
