@@ -27,7 +27,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from common import ROOT, NodeProcess, fresh_database, load_average, print_table, query, start_postgres, stop_all, wait_for
+from common import (ROOT, NodeProcess, fresh_database, load_average, print_table, query, start_postgres, stop_all,
+                    wait_for)
 
 HEARTBEAT = 1.0
 READS_MACHINES = re.compile(r"^\s*SELECT\b.*\bqp_machines\b", re.IGNORECASE | re.DOTALL)
