@@ -120,19 +120,10 @@ class PostgresServer:
         try:
             socket_dir = self.base_dir / "sock"
             socket_dir.mkdir()
-            pwfile = self.base_dir / "pwfile"
-            pwfile.write_text(self.password + "\n")
             if os.geteuid() == 0:
                 shutil.chown(self.base_dir, self.user)
                 shutil.chown(socket_dir, self.user)
-                shutil.chown(pwfile, self.user)
-            self._run(
-                "initdb", "-D", self.data_dir, "-U", self.user, f"--pwfile={pwfile}",
-                "--auth-host=scram-sha-256", "--auth-local=trust",
-                "-E", "UTF8", "--locale=C", "--no-sync",
-            )
-            pwfile.unlink()
-            settings = dict(_SETTINGS, unix_socket_directories=f"'{socket_dir}'")
+            settings = dict(_SETTINGS, unix_socket_directories=f"'{socket_dir}'", **self._create_cluster())
             for attempt in range(_START_ATTEMPTS):
                 self.port = _free_port()
                 settings["port"] = str(self.port)
@@ -153,6 +144,25 @@ class PostgresServer:
         """Restart on the same port and data (`mode` is pg_ctl's shutdown mode)."""
         self._resume()
         self._pg_ctl("restart", "-m", mode, "-l", self.base_dir / "server.log")
+
+    def _create_cluster(self) -> dict[str, str]:
+        """Make the data directory; return the settings it needs besides the common ones (initdb's: none)."""
+        pwfile = self.base_dir / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        if os.geteuid() == 0:
+            shutil.chown(pwfile, self.user)
+        self._run(
+            "initdb", "-D", self.data_dir, "-U", self.user, f"--pwfile={pwfile}",
+            "--auth-host=scram-sha-256", "--auth-local=trust",
+            "-E", "UTF8", "--locale=C", "--no-sync",
+        )
+        pwfile.unlink()
+        return {}
+
+    def halt(self, mode: str = "fast") -> None:
+        """Shut the server down and keep its files (stop() deletes them): a primary that goes away."""
+        self._resume()
+        self._pg_ctl("stop", "-m", mode)
 
     def stop(self) -> None:
         """Kill the server (immediate mode, no checkpoint) and delete its files."""
