@@ -4,7 +4,9 @@ Every change of a row the roster is made of bumps qp_roster.version in the
 same transaction (bump_roster): a machine joining, stopping, writing a new
 state, or being buried. So a heartbeat reads one number, its own row's wish and
 the few machines that have gone quiet (read_farm), and reads every row
-(read_all) only when the number moved. A burial stores a judged death on the
+(read_all) only when the number moved; partial indexes answer the rest (schema),
+so a steady heartbeat reads a handful of index entries whatever the farm's
+size. A burial stores a judged death on the
 dead machine's row, guarded by the last_seen the judge saw, so it never buries
 a machine that has checked in since; the buried machine's next check-in
 revives it (Store.heartbeat) and bumps the version again.
