@@ -351,11 +351,15 @@ class Recorder:
                         None, self.runner._record_many, [result for result, _ in batch])
                 except BaseException as exc:  # a bug, not the database: fail loudly, never leave a job waiting
                     for _, future in batch:
-                        future.set_exception(exc)
+                        if not future.done():
+                            future.set_exception(exc)
                     raise
+                # A job cancelled while its result was on its way (a stop that raced its end) no longer waits.
                 for (_, future), ok in zip(batch, written):
-                    future.set_result(ok)
-            if not self.runner.count():  # an idle node keeps one connection (see store.Held)
-                await self.runner.loop.run_in_executor(None, self.runner.store.idle)
+                    if not future.done():
+                        future.set_result(ok)
+                if not self.waiting and not self.runner.count():
+                    # An idle node keeps one connection (store.Held); results that come meanwhile go round again.
+                    await self.runner.loop.run_in_executor(None, self.runner.store.idle)
         finally:
             self.busy = False
