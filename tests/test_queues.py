@@ -10,11 +10,12 @@ from sqlalchemy import update
 from sqlalchemy.dialects.mssql import pyodbc
 
 from queueprocessor.errors import BadQueueInput, NotFound
+from queueprocessor.farm import Farm
 from queueprocessor.queues import OnFailure, QueueInfo, Rate, Served
 from queueprocessor.schema import jobs
 from queueprocessor.statements import claim_statement, spend_statement
 from queueprocessor.store import JobSpec, Plan
-from tests.support.work import PYJOBS, Nodes, wait_for
+from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
 
 NOOP = f"{PYJOBS}:noop"
 
@@ -200,3 +201,16 @@ def test_the_queue_guards_compile_for_sql_server(served, branches):
     assert ("qp_jobs.queue IN" in claim or "j.queue IN" in claim) == served
     assert claim.count("least(") >= 2 * branches
     assert "UPDATE qp_queues SET tokens" in str(spend_statement("mssql").compile(dialect=dialect))
+
+
+def test_enqueue_to_a_queue_nobody_serves_is_accepted_with_a_one_line_warning(db_url, capsys):
+    assert run_cli("--db", db_url, "enqueue", "python", NOOP, "--queue", "reports", "--order-key", "k") == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("enqueued job ") and err.strip().splitlines() == [
+        "warning: no live machine serves queue 'reports' yet: its jobs wait until one does (node --queues)"]
+    with Farm(db_url) as farm:
+        [job] = farm.list_jobs()
+        assert (job["queue"], job["order_key"], job["state"]) == ("reports", "k", "queued")
+        machine(farm, "r", queues="reports")
+    assert run_cli("--db", db_url, "enqueue", "python", NOOP, "--queue", "reports") == 0
+    assert capsys.readouterr().err == "", "served: no warning"
