@@ -68,7 +68,8 @@ def check_rotation(farm: Farm) -> None:
 
 
 def check_restart(farm: Farm, pgbouncer) -> None:
-    """PgBouncer restarted while jobs flow: every job runs once, and nobody is declared dead."""
+    """PgBouncer restarted while jobs flow: every job succeeds once, and nobody is declared dead. A claim whose
+    answer the cut swallowed leaves a run that never started: its lease runs out and the job is claimed again."""
     ids = set(farm.enqueue_python(f"{PYJOBS}:nap", 0.005, count=400))
     with DeathWatch(farm) as watch:
         wait_for(lambda: farm.job_counts().get("succeeded", 0) >= 50, 30)
@@ -77,7 +78,8 @@ def check_restart(farm: Farm, pgbouncer) -> None:
         time.sleep(1)  # a death verdict would show by now
     assert watch.dead == set()
     runs = [r for r in farm.store.list_runs(limit=10_000) if r["job_id"] in ids]
-    assert sorted(r["job_id"] for r in runs) == sorted(ids) and {r["outcome"] for r in runs} == {"succeeded"}
+    assert sorted(r["job_id"] for r in runs if r["outcome"] == "succeeded") == sorted(ids)
+    assert {r["outcome"] for r in runs} <= {"succeeded", "lost"}
 
 
 def check_failover(farm: Farm) -> None:
