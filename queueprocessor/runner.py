@@ -157,8 +157,10 @@ class JobRunner:
 
     def _cancel(self, entry: Running) -> None:
         # A task cancelled before its first step never enters _execute, so the job would stay
-        # running (and renewed) forever; one not begun yet sees stop_reason when it begins.
-        if entry.begun:
+        # running (and renewed) forever; one not begun yet sees stop_reason when it begins. One whose
+        # work ended after stop_job() looked is writing its result: cancelling that write would lose it
+        # (both run on this loop, so `recording` cannot change under this look).
+        if entry.begun and not entry.recording:
             entry.task.cancel()
 
     def release_singletons(self) -> None:
