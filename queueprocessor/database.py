@@ -9,7 +9,7 @@ from sqlalchemy import create_engine, event, exc, insert, inspect, select
 from sqlalchemy.engine import URL, Engine, make_url
 
 from . import migrations, schema, store_connections
-from .errors import ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew, UnusableDatabase
+from .errors import BadSetting, ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew, UnusableDatabase
 from .urls import mask
 
 # Short names a user may type, mapped to the driver we ship.
@@ -63,14 +63,15 @@ def parse_url(text: str) -> URL:
 
 
 def listen_url(text: str) -> URL:
-    """A node's --listen-db: the PostgreSQL server itself, for push when the farm's URL reaches a pooler."""
+    """A node's listen_db: the PostgreSQL server itself, for push when the farm's URL reaches a pooler. Errors
+    name the setting as its front end spells it (the CLI: --listen-db)."""
     try:
         url = parse_url(text)
     except ConfigError as error:
-        raise ConfigError(f"--listen-db: {error}") from None
+        raise BadSetting("{0}: {reason}", "listen_db", reason=str(error)) from None
     if url.get_backend_name() != "postgresql":
-        raise ConfigError(f"--listen-db {mask(url)} is not a PostgreSQL URL: push listens on PostgreSQL only; give "
-                          "the server's own address, e.g. postgresql://user:password@dbhost:5432/farm")
+        raise BadSetting("{0} {url} is not a PostgreSQL URL: push listens on PostgreSQL only; give the server's own "
+                         "address, e.g. postgresql://user:password@dbhost:5432/farm", "listen_db", url=mask(url))
     return url
 
 
