@@ -21,19 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, fresh_database, load_average, print_table, start_postgres
+from common import ROOT, fresh_database, load_average, print_table, source_tree, start_postgres
 
 TARGETS = {"--help": 0.15, "enqueue http /x": 0.2}  # seconds of wall clock (issue 13)
 COMMANDS = ("--help", "enqueue http /x", "status")
 LAUNCH = "import sys; from queueprocessor.cli import main; sys.exit(main())"  # what the console script runs
 FLOOR = "import click, sqlalchemy, sqlalchemy.dialects.sqlite"  # what any command that opens a farm must load
-
-
-def unpack(ref: str, into: Path) -> Path:
-    """The repository at `ref`, as files (no git state)."""
-    archive = subprocess.run(["git", "archive", ref], cwd=ROOT, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
 
 
 def timed(tree: Path, args: list[str], db: str, cache: Path, code: str = LAUNCH) -> tuple[float, float]:
@@ -65,7 +58,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="qp-cli-time-") as tmp:
             tmp = Path(tmp)
             (tmp / "before").mkdir()
-            sides = {"before": unpack(options.before, tmp / "before"), "after": ROOT}
+            sides = {"before": source_tree(options.before, tmp / "before"), "after": ROOT}
             rows = []
             for backend in ("sqlite", "postgresql"):
                 dbs = {side: f"sqlite:///{tmp / side}.db" if backend == "sqlite" else fresh_database(server, side)

@@ -46,6 +46,14 @@ def start_postgres(stat_statements: bool = False, max_connections: int | None = 
     return server
 
 
+def source_tree(ref: str, into: Path) -> Path:
+    """The repository at git `ref`, extracted as files into `into` (no worktree, nothing written to the
+    repository): the "before" side of a benchmark that compares code."""
+    archive = subprocess.run(["git", "archive", ref], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
 def rss_mb(pid: int) -> float:
     """A process's resident memory (VmRSS), MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

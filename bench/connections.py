@@ -27,8 +27,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from common import (ROOT, NodeProcess, fresh_database, load_average, print_table, query, start_postgres, stop_all,
-                    wait_for)
+from common import (ROOT, NodeProcess, fresh_database, load_average, print_table, query, source_tree, start_postgres,
+                    stop_all, wait_for)
 from sqlalchemy import text
 
 from queueprocessor.database import open_engine
@@ -115,12 +115,9 @@ def main() -> None:
     parser.add_argument("--before", metavar="REF", help="also measure the code at this git ref, side by side")
     args = parser.parse_args()
     trees = [("after (this tree)", ROOT)]
-    checkout = None
+    old = tempfile.TemporaryDirectory(prefix="qp-before-")
     if args.before:
-        checkout = Path(tempfile.mkdtemp(prefix="qp-before-")) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(checkout), args.before],
-                       check=True, capture_output=True)
-        trees.insert(0, (f"before ({args.before})", checkout))
+        trees.insert(0, (f"before ({args.before})", source_tree(args.before, Path(old.name))))
     print(f"connections per node: capacity {CAPACITY}, push on, {JOBS_PER_NODE} jobs per node; {load_average()}")
     server = start_postgres()
     rows = []
@@ -132,8 +129,7 @@ def main() -> None:
                              _summary(got["after"], nodes)])
     finally:
         server.stop()
-        if checkout is not None:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(checkout)], check=False)
+        old.cleanup()
     print_table(["nodes", "code", "idle: sessions per node", "draining a backlog: most at once per node",
                  "idle again after it"], rows)
     print("\ntargets: idle <= 2 per node (statements + LISTEN), busy <= 3, whatever the capacity")

@@ -21,24 +21,16 @@ Counters are flushed by the server about once a second, so a figure is exact to 
 
 import argparse
 import re
-import subprocess
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-from common import (ROOT, NodeProcess, fresh_database, load_average, print_table, query, start_postgres, stop_all,
-                    wait_for)
+from common import (ROOT, NodeProcess, fresh_database, load_average, print_table, query, source_tree, start_postgres,
+                    stop_all, wait_for)
 
 HEARTBEAT = 1.0
 READS_MACHINES = re.compile(r"^\s*SELECT\b.*\bqp_machines\b", re.IGNORECASE | re.DOTALL)
-
-
-def checkout(ref: str, into: Path) -> Path:
-    """The source tree of `ref`, extracted (no worktree, nothing written to the repository)."""
-    archive = subprocess.run(["git", "archive", ref], cwd=ROOT, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
 
 
 def counters(server, url: str) -> dict:
@@ -98,7 +90,7 @@ def main() -> None:
     server = start_postgres(stat_statements=True)
     try:
         with tempfile.TemporaryDirectory(prefix="qp-before-") as old:
-            before = measure(server, "before", checkout(args.before, Path(old)), sizes, seconds)
+            before = measure(server, "before", source_tree(args.before, Path(old)), sizes, seconds)
         after = measure(server, "after", ROOT, sizes, seconds)
     finally:
         server.stop()
