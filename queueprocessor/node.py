@@ -649,8 +649,7 @@ class Node:
         say so, so that every node with room claims directly (at once, on PostgreSQL)."""
         served = self.config.served
         backlog = claimed >= free and self.store.any_due(among=served.names)
-        elsewhere = self._served_elsewhere()
-        if not backlog and elsewhere is not None:
+        if not backlog and (elsewhere := self._served_elsewhere()) is not None:
             backlog = self.store.any_due(among=elsewhere, besides=served.names)
         if claimed or backlog:
             self.store.record_turn(slot, claimed, backlog)
@@ -668,7 +667,7 @@ class Node:
         if self.config.served.every:
             return None
         now = self.estimator.db_now()
-        peers = set(self.known.roster(now, self.liveness(), self.config.join_delay)) - {self.id}
+        peers = set(self._roster(now)) - {self.id}
         theirs = [served_names(m["queues"]) for m in self.known.machines() if m["id"] in peers]
         if any(not names for names in theirs):
             return ()
