@@ -31,7 +31,7 @@ from .database import check_schema, describe_failure, ensure_schema, open_engine
 from .errors import BadJobInput, BadQueueInput, BadSetting, DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from .limits import LATEST, MAX_CAPACITY, MAX_INT, MAX_MISSES, MAX_PAYLOAD, MAX_WAIT
 from .queues import (DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, Served, check_limit, check_name,
-                     check_order_key)
+                     check_order_key, serving_machines)
 from .roster import Liveness, machine_status
 from .schedules import Recurrence, ahead_of
 from .states import SERVING
@@ -356,7 +356,7 @@ class Farm:
 
     def serving(self, queue: str) -> tuple[str, ...]:
         """The names of the live machines that serve `queue` (none: its jobs wait until one joins)."""
-        return tuple(m["name"] for m in self._live_machines() if not m["queues"] or queue in m["queues"])
+        return serving_machines(self._live_machines(), queue)
 
     def pause_queue(self, name: str) -> None:
         """Start nothing more of queue `name`, farm-wide, from the next claim on; running jobs finish."""

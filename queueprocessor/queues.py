@@ -154,13 +154,16 @@ class Served:
     def serves(self, queue: str) -> bool:
         return self.every or queue in self.names
 
-    def cap(self, queue: str) -> int | None:
-        return dict(self.caps).get(queue)
-
     def __str__(self) -> str:
         """As stored on the machine row and typed after --queues ("" for every queue)."""
         caps = dict(self.caps)
         return ",".join(f"{n}:{caps[n]}" if n in caps else n for n in self.names)
+
+
+def serving_machines(live: list[dict], queue: str) -> tuple[str, ...]:
+    """The names of the machines among `live` (rows with `name` and `queues`, () for every queue) that serve
+    `queue`."""
+    return tuple(m["name"] for m in live if not m["queues"] or queue in m["queues"])
 
 
 def served_names(stored: str | None) -> tuple[str, ...]:

@@ -4,7 +4,7 @@ qp_queues, and what waits and runs in each. The claim's own queue guards are in 
 from sqlalchemy import case, exc, func, insert, select, update
 
 from .dbtime import db_now
-from .queues import DEFAULT, OnFailure, QueueInfo, Rate, served_names
+from .queues import DEFAULT, OnFailure, QueueInfo, Rate, served_names, serving_machines
 from .schema import jobs, machines, queues
 from .states import JobState
 from .store import Store
@@ -63,5 +63,5 @@ def queue_infos(store: Store, live: list[dict]) -> list[QueueInfo]:
             rate=Rate(row["rate_count"], row["rate_per"]) if row.get("rate_count") else None,
             order_keys_waiting=keys, paused=bool(row.get("paused")),
             on_failure=OnFailure(row.get("on_failure") or OnFailure.SKIP),
-            serving=tuple(m["name"] for m in live if not m["queues"] or name in m["queues"])))
+            serving=serving_machines(live, name)))
     return infos
