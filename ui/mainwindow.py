@@ -39,6 +39,13 @@ from .timeline import SlotsTimeline
 
 RECENT = 8
 CLOSE_GRACE = 15.0  # longest a close waits for the node to stop before leaving anyway
+KEEP_GONE = 600.0  # seconds a stopped or dead machine stays listed, unless long-gone machines are shown
+
+
+def keep_gone(shown: bool) -> float:
+    """How long the peers list keeps gone machines: for ever when the operator asks to see them."""
+    return 1e12 if shown else KEEP_GONE
+
 
 log = logging.getLogger("ui.mainwindow")
 
@@ -92,7 +99,7 @@ class MainWindow(QMainWindow):
         self.connection.opened.connect(self._opened)
         self.connection.snapshot.connect(self.show_snapshot)
         self.connection.done.connect(self._action_done)
-        self.connection.set_query(keep_gone=1e12 if self.act.gone.isChecked() else 600.0)
+        self.connection.set_query(keep_gone=keep_gone(self.act.gone.isChecked()))
         self._sync_window()
         self.connection.open(url)
         QApplication.instance().findChild(theme.Theme).changed.connect(self.restyle)
@@ -436,7 +443,7 @@ class MainWindow(QMainWindow):
         self.timeline.set_follow(True)
 
     def _gone_toggled(self, on: bool) -> None:
-        self._query(keep_gone=1e12 if on else 600.0)
+        self._query(keep_gone=keep_gone(on))
 
     def choose_database(self, url: str | None = None, problem: str = "") -> None:
         dialog = DatabaseDialog(recent_databases(self.settings), self, url, problem)
