@@ -6,6 +6,7 @@ A real SQLite farm written as SQL would write it, read by the real Dashboard, dr
 import math
 import os
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from queueprocessor.farm import Farm  # noqa: E402
+from queueprocessor.queues import OnFailure, QueueInfo  # noqa: E402
 from queueprocessor.schema import jobs, machines, runs  # noqa: E402
 from queueprocessor.views import Dashboard, FarmTiming, Query  # noqa: E402
 from ui import text, theme  # noqa: E402
@@ -23,6 +25,7 @@ from ui.app import make_app  # noqa: E402
 from ui.arrays import OUTCOMES  # noqa: E402
 from ui.gantt import MIN_PIXELS, RunsGantt  # noqa: E402
 from ui.jobsview import JobDetails, JobsView  # noqa: E402
+from ui.queuecharts import QueueCharts  # noqa: E402
 from ui.queuegraph import QueueGraph  # noqa: E402
 from ui.snapshot import Snapshot  # noqa: E402
 from ui.timeline import SlotsTimeline  # noqa: E402
@@ -236,6 +239,20 @@ def test_the_unfinished_interval_is_pale_and_a_scrolled_back_graph_stays_put(app
     assert graph.states.getViewBox().viewRange()[0] == pytest.approx([now - 500, now - 400])  # ...it stays there
     graph.set_follow(True)
     assert graph.states.getViewBox().viewRange()[0][1] > now
+
+
+def test_the_sampled_plots_draw_their_history_and_forget_what_is_older(app, farm):
+    """The All jobs graph and each queue's chart sample a count per snapshot; both keep `history` seconds."""
+    graph = shown(QueueGraph(history=10.0), 1000, 600)
+    charts = shown(QueueCharts(history=10.0), 700, 400)
+    base = snapshot(farm, 0, 120)
+    for now, waiting in ((100.0, 1), (105.0, 2), (112.0, 3)):
+        graph.show_snapshot(replace(base, db_now=now, job_counts={"queued": waiting}, throughput=[]))
+        reports = QueueInfo("reports", waiting, 1, None, None, 0, False, OnFailure.SKIP, ("web-1",))
+        charts.add(now, [reports])
+    assert [list(data) for data in graph.lines["queued"].getData()] == [[105.0, 112.0], [2.0, 3.0]]
+    assert charts.draw(112.0, [reports]) == 105.0  # every chart starts at the oldest sample kept
+    assert charts.charts["reports"].plotted() == [(105.0, 2, 1), (112.0, 3, 1)]
 
 
 @pytest.mark.parametrize("scheme", [theme.LIGHT, theme.DARK])

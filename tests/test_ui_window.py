@@ -6,6 +6,7 @@ import json
 import os
 import re
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -13,7 +14,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QSettings, Qt, QThreadPool, QTimer  # noqa: E402
 from PySide6.QtTest import QTest  # noqa: E402
-from PySide6.QtWidgets import QMessageBox  # noqa: E402
+from PySide6.QtWidgets import QLabel, QMessageBox  # noqa: E402
 
 from queueprocessor.clock import SystemClock  # noqa: E402
 from queueprocessor.database import mask  # noqa: E402
@@ -368,6 +369,22 @@ def test_a_lost_database_shows_as_a_state_and_the_window_stays_live(pg_url, app,
                             timeout=WAIT)
         finally:
             close(window, qtbot)
+
+
+def test_the_status_bar_link_says_the_latest_read_and_is_set_only_when_that_changes(farm, open_window, qtbot,
+                                                                                   monkeypatch):
+    window = open_window(farm.url)
+    qtbot.waitUntil(lambda: window.snap is not None and window.connection.state is State.CONNECTED, timeout=WAIT)
+    link = window.status.link
+    assert f"connected · read {window.snap.read_ms:.0f} ms" in link.text()
+    set_to = []
+    monkeypatch.setattr(link, "setText", lambda text: set_to.append(text) or QLabel.setText(link, text))
+    shown = link.text()
+    for _ in range(20):  # the window's 100 ms ticks (run here without letting a new snapshot in)
+        window._tick()
+    assert set_to == [] and link.text() == shown
+    window.show_snapshot(replace(window.snap, read_ms=window.snap.read_ms + 1234))  # a slower read: said at once
+    assert len(set_to) == 1 and f"read {window.snap.read_ms:.0f} ms" in link.text()
 
 
 def test_open_database_switches_farms_and_moves_this_machines_node(tmp_path, http_target, open_window, qtbot):

@@ -204,6 +204,7 @@ class MainWindow(QMainWindow):
             ("queues", lambda: self.queues.show_snapshot(snap)),
             ("node panel", lambda: self.node_panel.show_node(snap.node, max(1, active) * snap.period, snap.own_row)),
             ("farm summary", lambda: self.status.show_farm(snap)),
+            ("status link", self._show_link),  # the read's time
             ("actions", self._update_actions),
         )
 
@@ -349,7 +350,8 @@ class MainWindow(QMainWindow):
             self.node_panel.tick(time.monotonic() - self.snap.mono if self.snap.node else 0.0)
         if self.connection.live:
             self._sync_window()
-        self._show_link()
+        if self.connection.state is State.SLOW:  # it counts the seconds without an answer
+            self._show_link()
 
     def _update_actions(self) -> None:
         node = self.snap.node if self.snap else None

@@ -22,6 +22,7 @@ from queueprocessor.states import JobState
 from . import theme
 from .lanes import header_text
 from .queuestate import QueueState
+from .samples import keep
 
 CHART_WIDTH = 300  # pixels a chart needs to read well: as many per row as fit the width
 CHART_HEIGHT = 96  # pixels of plot under each chart's title
@@ -63,9 +64,7 @@ class QueueChart(QWidget):
         self.restyle()
 
     def add(self, now: float, info: QueueInfo, history: float) -> None:
-        self.samples.append((now, info.waiting, info.running))
-        while self.samples and self.samples[0][0] < now - history:
-            self.samples.popleft()
+        keep(self.samples, (now, info.waiting, info.running), history)
 
     def draw(self, info: QueueInfo, x_range: tuple[float, float]) -> None:
         state = QueueState.of(info)

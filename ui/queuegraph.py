@@ -18,6 +18,7 @@ from queueprocessor.states import JobState, Outcome
 
 from . import theme
 from .lanes import bars, header, header_text
+from .samples import keep
 from .snapshot import Snapshot
 
 # Throughput bars, stacked bottom to top.
@@ -106,10 +107,7 @@ class QueueGraph(QWidget):
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
         """Keep the sample; draw only while on screen (showEvent draws the latest when the tab opens)."""
-        now, counts = snapshot.db_now, snapshot.job_counts
-        self.samples.append((now, counts))
-        while self.samples and self.samples[0][0] < now - self.history:
-            self.samples.popleft()
+        keep(self.samples, (snapshot.db_now, snapshot.job_counts), self.history)
         self.latest = snapshot
         if self.isVisible():
             self._draw(snapshot)

@@ -29,6 +29,7 @@ class StatusLine:
         self.database = QLabel()
         self.database.setToolTip("The farm database (password hidden)")
         self.link = QLabel()
+        self._link: tuple[str, str] | None = None  # the link's text and tooltip as shown
         self.farm = QLabel()
         self.clock = QLabel()
         self.clock.setToolTip("The database's clock (its time zone shown as yours)")
@@ -41,6 +42,7 @@ class StatusLine:
         self.database.setText(mask(url))
 
     def show_link(self, state: State, reason: str, snap: Snapshot | None) -> None:
+        """Say the link's state; the label is set again only when what it says changed."""
         if state is State.CONNECTED and snap is not None:
             reason = f"connected · read {snap.read_ms:.0f} ms"
         elif state is State.SLOW and snap is not None:
@@ -48,8 +50,11 @@ class StatusLine:
         elif state is State.ENDED:
             reason = "background worker stopped"
         colour = theme.MACHINE_STATE[COLOUR.get(state, MachineState.STOPPED)]
-        self.link.setText(f"<span style='color:{colour}'>●</span> {reason}")
-        self.link.setToolTip(TIP.get(state, reason))
+        shown = (f"<span style='color:{colour}'>●</span> {reason}", TIP.get(state, reason))
+        if shown != self._link:
+            self._link = shown
+            self.link.setText(shown[0])
+            self.link.setToolTip(shown[1])
 
     def show_farm(self, snap: Snapshot) -> None:
         """How many machines are in each state, and whose slot it is."""
