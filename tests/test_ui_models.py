@@ -10,9 +10,12 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QPersistentModelIndex, Qt  # noqa: E402
 
+from queueprocessor.queues import OnFailure, QueueInfo  # noqa: E402
 from queueprocessor.states import JobState, MachineState, Outcome  # noqa: E402
 from ui import theme  # noqa: E402
 from ui.models import BACKGROUND, DECORATION, FOREGROUND, ROW_ROLE, TOOLTIP, JobsModel, PeersModel  # noqa: E402
+from ui.queuesview import QueuesModel, row_of  # noqa: E402
+from ui.schedulesview import SchedulesModel  # noqa: E402
 
 NAMES = {"names": {1: "desk"}}
 
@@ -135,3 +138,28 @@ def test_each_column_styles_its_own_cells_over_the_rows_style(qapp):
     assert _colour(jobs.index(1, 1).data(DECORATION)) == theme.OUTCOME[Outcome.CANCELLED]  # grey: a state unknown
     assert jobs.index(0, 7).data() == "HTTP 500" and jobs.index(0, 7).data(TOOLTIP) == "HTTP 500\nbody: upstream down"
     assert jobs.index(0, 2).data(TOOLTIP) is None and jobs.index(1, 7).data(TOOLTIP) is None
+
+
+def _looks(model, row) -> tuple:
+    """How a row stands out: its background and text colours (None: as any row)."""
+    colours = (model.index(row, 1).data(role) for role in (BACKGROUND, FOREGROUND))
+    return tuple(colour.name() if colour is not None else None for colour in colours)
+
+
+def test_rows_that_mean_the_same_stand_out_the_same_in_every_table(qapp):
+    """A dead machine and an unserved queue alarm alike; a paused queue and a paused schedule are shaded and
+    greyed alike; a stopped machine is greyed only."""
+    peers = PeersModel()
+    peers.set_rows([_machine(1, MachineState.DEAD), _machine(2, MachineState.STOPPED),
+                    _machine(3, MachineState.ACTIVE)], {"db_now": 1000.0})
+    queues = QueuesModel()
+    queues.set_rows([row_of(QueueInfo(name, 2, 0, None, None, 0, paused, OnFailure.SKIP, serving))
+                     for name, paused, serving in (("gpu", False, ()), ("emails", True, ("web-1",)),
+                                                   ("default", False, ("web-1",)))])
+    schedules = SchedulesModel()
+    schedules.set_rows([dict(name="nightly", paused=True), dict(name="often", paused=False)])
+    scheme = theme.current()
+    assert _looks(peers, 0) == _looks(queues, queues.row_of("gpu")) == (scheme.dead_bg, None)
+    assert _looks(queues, queues.row_of("emails")) == _looks(schedules, 0) == (scheme.unsynced_bg, scheme.muted)
+    assert _looks(peers, 1) == (None, scheme.muted)
+    assert _looks(peers, 2) == _looks(queues, queues.row_of("default")) == _looks(schedules, 1) == (None, None)

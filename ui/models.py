@@ -4,7 +4,8 @@ A model keeps the snapshot's rows as they are and only says how each column
 reads, sorts and is coloured: a `Column` carries its own cell styles (an icon,
 a text colour, a tooltip), and the model's `row_styles` say how a whole row
 stands out (a cell style, where it has something to say, wins), so no style
-picks its column by number. `set_rows` updates the table in place: rows that
+picks its column by number. Every table marks its rows with the same `Mark`s
+(alarm, warning, paused, gone), so a state looks the same wherever it shows. `set_rows` updates the table in place: rows that
 left are removed, new ones inserted, reordered ones moved in one layout change,
 and only rows whose values changed are repainted, so selections and the scroll
 position survive a refresh. Models sort their rows in Python with each
@@ -15,6 +16,7 @@ at once for the roles a model does not style.
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from enum import Enum
 from operator import itemgetter, ne
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
@@ -64,6 +66,33 @@ def dot(colours: dict[str, str], field: str) -> Style:
 def full_text(field: str) -> Style:
     """A cell tooltip: the whole of a text the cell shows cut to its first line."""
     return lambda row, _context: row[field] or None
+
+
+class Mark(Enum):
+    """How a whole row stands out, the same in every table: each table only says which of its rows get which."""
+
+    ALARM = ("dead_bg", False)  # a dead machine, a queue no live machine serves
+    WARNING = ("unsynced_bg", False)  # a machine whose clock estimate is too loose
+    PAUSED = ("unsynced_bg", True)  # held by an operator: shaded, its text greyed
+    GONE = (None, True)  # a stopped machine: greyed
+
+    def __init__(self, background: str | None, muted: bool):
+        self.background = background  # the Scheme colour behind the row
+        self.muted = muted  # whether its text is greyed
+
+
+def marked(mark: Callable[[dict], Mark | None], tip: Style) -> dict[int, Style]:
+    """A model's row_styles: each row's background and text colour from its `mark` (None: as any row), and
+    its tooltip."""
+    def background(row: dict, _context):
+        found = mark(row)
+        return theme.colour(getattr(theme.current(), found.background)) if found and found.background else None
+
+    def foreground(row: dict, _context):
+        found = mark(row)
+        return theme.colour(theme.current().muted) if found and found.muted else None
+
+    return {BACKGROUND: background, FOREGROUND: foreground, TOOLTIP: tip}
 
 
 def _blocks(rows: Iterable[int]) -> Iterator[tuple[int, int]]:
@@ -229,18 +258,16 @@ def _unsynced(row: dict) -> bool:
     return not row["synced"] and row["status"] not in (MachineState.STOPPED, MachineState.DEAD)
 
 
-def _peer_background(row: dict, _context):
+def _peer_mark(row: dict) -> Mark | None:
     if row["status"] == MachineState.DEAD:
-        return theme.colour(theme.current().dead_bg)
-    return theme.colour(theme.current().unsynced_bg) if _unsynced(row) else None
+        return Mark.ALARM
+    if row["status"] == MachineState.STOPPED:
+        return Mark.GONE
+    return Mark.WARNING if _unsynced(row) else None
 
 
 def _dead_in_red(row: dict, _context):
     return theme.colour(theme.MACHINE_STATE[MachineState.DEAD]) if row["status"] == MachineState.DEAD else None
-
-
-def _muted_if_stopped(row: dict, _context):
-    return theme.colour(theme.current().muted) if row["status"] == MachineState.STOPPED else None
 
 
 def _peer_tip(row: dict, context: dict) -> str:
@@ -279,11 +306,7 @@ class PeersModel(SnapshotModel):
         Column("Queues", lambda r, c: served(r["queues"]), cell_tip=lambda r, c: served(r["queues"]),
                tip="The queues the machine takes jobs of (its --queues); every queue when it names none"),
     ]
-    row_styles = {
-        BACKGROUND: _peer_background,
-        FOREGROUND: _muted_if_stopped,
-        TOOLTIP: _peer_tip,
-    }
+    row_styles = marked(_peer_mark, _peer_tip)
 
 
 class JobsModel(SnapshotModel):

@@ -20,7 +20,7 @@ from . import text, theme
 from .commands import Commands
 from .dialogs import QueueDialog
 from .jobsview import fit_columns, table
-from .models import BACKGROUND, FOREGROUND, ROW_ROLE, TOOLTIP, Column, SnapshotModel, dot
+from .models import ROW_ROLE, Column, Mark, SnapshotModel, dot, marked
 from .queuecharts import QueueCharts
 from .queuestate import QueueState
 from .snapshot import Snapshot
@@ -55,15 +55,8 @@ def _queue_tip(row: dict, _context) -> str | None:
     return None
 
 
-def _queue_background(row: dict, _context):
-    """Unserved queues stand out as dead machines do; paused ones as paused schedules do."""
-    if row["state"] is QueueState.UNSERVED:
-        return theme.colour(theme.current().dead_bg)
-    return theme.colour(theme.current().unsynced_bg) if row["state"] is QueueState.PAUSED else None
-
-
-def _muted_if_paused(row: dict, _context):
-    return theme.colour(theme.current().muted) if row["state"] is QueueState.PAUSED else None
+# Unserved queues stand out as dead machines do; paused ones as paused schedules do.
+MARKS = {QueueState.UNSERVED: Mark.ALARM, QueueState.PAUSED: Mark.PAUSED}
 
 
 class QueuesModel(SnapshotModel):
@@ -88,7 +81,7 @@ class QueuesModel(SnapshotModel):
         Column("Serving", _serving, lambda r, c: len(r["serving"]), tip="Live machines that take this queue's jobs",
                cell_tip=lambda r, c: ", ".join(r["serving"]) or None),
     ]
-    row_styles = {BACKGROUND: _queue_background, FOREGROUND: _muted_if_paused, TOOLTIP: _queue_tip}
+    row_styles = marked(lambda row: MARKS.get(row["state"]), _queue_tip)
 
 
 class QueuesView(QWidget):

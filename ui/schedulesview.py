@@ -18,7 +18,7 @@ from . import text, theme
 from .commands import Commands
 from .dialogs import confirm
 from .jobsview import fit_columns, table
-from .models import BACKGROUND, FOREGROUND, ROW_ROLE, TOOLTIP, Column, SnapshotModel, dot, full_text
+from .models import ROW_ROLE, Column, Mark, SnapshotModel, dot, full_text, marked
 from .snapshot import Snapshot
 
 
@@ -52,9 +52,8 @@ def _last_run_tip(row: dict, _context) -> str | None:
     return f"Occurrence of {text.stamp(row['last_at'])}: {job}{error}"
 
 
-def _if_paused(style):
-    """A row style for paused schedules only."""
-    return lambda row, _context: style(row) if row["paused"] else None
+def _paused_tip(row: dict, _context) -> str | None:
+    return f"{row['name']} is paused: Resume starts it again from its next occurrence" if row["paused"] else None
 
 
 class SchedulesModel(SnapshotModel):
@@ -79,11 +78,7 @@ class SchedulesModel(SnapshotModel):
         Column("Finished", lambda r, c: text.clock(r["last_finished"], millis=False), lambda r, c: r["last_finished"] or 0,
                tip="When the last occurrence's job finished (in your time zone)"),
     ]
-    row_styles = {
-        BACKGROUND: _if_paused(lambda r: theme.colour(theme.current().unsynced_bg)),
-        FOREGROUND: _if_paused(lambda r: theme.colour(theme.current().muted)),
-        TOOLTIP: _if_paused(lambda r: f"{r['name']} is paused: Resume starts it again from its next occurrence"),
-    }
+    row_styles = marked(lambda row: Mark.PAUSED if row["paused"] else None, _paused_tip)
 
 
 def _holding(row: dict) -> bool:
