@@ -23,7 +23,7 @@ from sqlalchemy.sql import Select
 from .clock import Sample
 from .dbtime import db_now
 from .errors import DuplicateKey, LostLease, NotFound, QPError, echoed
-from .queues import DEFAULT, served_names
+from .queues import DEFAULT, Served
 from .schema import jobs, machines, meta, queues, runs, turns
 from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
 from .statements import LOST, claim_statement, finish_statement, spend_statement
@@ -324,8 +324,10 @@ class Store:
         rows = self.rows(select(db_now(), newest_backlog(backlog_since), machines).order_by(machines.c.id))
         if not rows:
             return self.ask_time(), None, []
-        # A machine's queues as names, () for every queue (its own limits per queue are its business alone).
-        return rows[0][0], rows[0][1], [dict(r._mapping) | {"queues": served_names(r.queues)} for r in rows]
+        # A machine's queues as names, () for every queue, and its own limits for some ({queue: most at once}).
+        served = [Served.parse(r.queues or None) for r in rows]
+        return rows[0][0], rows[0][1], [dict(r._mapping) | {"queues": s.names, "caps": dict(s.caps)}
+                                        for r, s in zip(rows, served)]
 
     def find_machine(self, ref: str) -> dict:
         """A machine by id, or by name among the machines that are not stopped."""

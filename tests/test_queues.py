@@ -74,6 +74,7 @@ def test_queue_list_says_what_waits_runs_and_who_serves(farm):
     farm.set_queue("reports", limit=None)
     assert [q.limit for q in farm.queues()] == [None, None]
     assert farm.status()["machines"][0]["queues"] == ("reports",)
+    assert [m["caps"] for m in farm.status()["machines"]] == [{"reports": 1}, {}]  # its own limit, published
 
 
 def test_bad_queue_settings_change_nothing(farm):

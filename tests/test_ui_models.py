@@ -98,7 +98,7 @@ def test_rows_sorted_on_a_changing_column_move_with_their_selection(model):
 def _machine(machine_id, status, synced=True):
     return dict(id=machine_id, name=f"m{machine_id}", host="h", status=status, leader=False, clock_offset=0.001,
                 error_bound=0.0005 if synced else 0.4, rtt=0.001, last_seen=990.0, capacity=2, running=0,
-                done_count=0, failed_count=0, synced=synced, pid=7, version="t", queues=())
+                done_count=0, failed_count=0, synced=synced, pid=7, version="t", queues=(), caps={})
 
 
 def _colour(icon) -> str:
@@ -153,7 +153,7 @@ def test_rows_that_mean_the_same_stand_out_the_same_in_every_table(qapp):
     peers.set_rows([_machine(1, MachineState.DEAD), _machine(2, MachineState.STOPPED),
                     _machine(3, MachineState.ACTIVE)], {"db_now": 1000.0})
     queues = QueuesModel()
-    queues.set_rows([row_of(QueueInfo(name, 2, 0, None, None, 0, paused, OnFailure.SKIP, serving))
+    queues.set_rows([row_of(QueueInfo(name, 2, 0, None, None, 0, paused, OnFailure.SKIP, serving), {})
                      for name, paused, serving in (("gpu", False, ()), ("emails", True, ("web-1",)),
                                                    ("default", False, ("web-1",)))])
     schedules = SchedulesModel()

@@ -238,21 +238,26 @@ def _enqueue_dialog(window) -> EnqueueDialog:
     return window.findChildren(EnqueueDialog)[-1]
 
 
-def test_peers_and_this_machine_show_the_queues_they_serve(farm, open_window, qtbot):
+def test_peers_queues_and_this_machine_show_the_queues_each_serves_with_its_own_limits(farm, open_window, qtbot):
     farm.settings(**FAST)
     nodes = Nodes(farm)
     try:
         nodes("everything")
         nodes("reporter", queues="reports:2")
-        args = parse_args(["--name", "desk", "--queues", "reports,default"])
+        args = parse_args(["--name", "desk", "--queues", "reports,default:3"])
         window = open_window(farm.url, node_options(args))
         qtbot.waitUntil(lambda: window.snap is not None and len(window.snap.machines) == 3
                         and window.snap.own_row is not None, timeout=WAIT)
         peers = window.peers
         column = next(n for n, c in enumerate(peers.columns) if c.title == "Queues")
         shown = {peers.index(row, 0).data(): peers.index(row, column).data() for row in range(peers.rowCount())}
-        assert shown == {"everything": "every queue", "reporter": "reports", "desk": "reports, default"}
-        assert window.node_panel.fields["queues"].text() == "reports, default"
+        assert shown == {"everything": "every queue", "reporter": "reports ≤2", "desk": "reports, default ≤3"}
+        assert window.node_panel.fields["queues"].text() == "reports, default ≤3"
+        # The Queues tab names the machines serving each queue, each with its own limit for that queue.
+        view = _tab(window)
+        qtbot.waitUntil(lambda: {"reports", "default"} <= set(_shown(view)), timeout=WAIT)
+        assert _cells(view.model, "reports")[-1] == "everything, reporter ≤2, desk"
+        assert _cells(view.model, "default")[-1] == "everything, desk ≤3"
     finally:
         nodes.stop_all()
 

@@ -5,13 +5,14 @@ reads, sorts and is coloured: a `Column` carries its own cell styles (an icon,
 a text colour, a tooltip), and the model's `row_styles` say how a whole row
 stands out (a cell style, where it has something to say, wins), so no style
 picks its column by number. Every table marks its rows with the same `Mark`s
-(alarm, warning, paused, gone), so a state looks the same wherever it shows. `set_rows` updates the table in place: rows that
-left are removed, new ones inserted, reordered ones moved in one layout change,
-and only rows whose values changed are repainted, so selections and the scroll
-position survive a refresh. Models sort their rows in Python with each
-column's key (one call per row). `data()` is called for every role of every
-painted cell (seven calls a cell), so it answers from plain ints and returns
-at once for the roles a model does not style.
+(alarm, warning, paused, gone), so a state looks the same wherever it shows.
+`set_rows` updates the table in place: rows that left are removed, new ones
+inserted, reordered ones moved in one layout change, and only rows whose
+values changed are repainted, so selections and the scroll position survive a
+refresh. Models sort their rows in Python with each column's key (one call per
+row). `data()` is called for every role of every painted cell (seven calls a
+cell), so it answers from plain ints and returns at once for the roles a model
+does not style.
 """
 
 from collections.abc import Callable, Iterable, Iterator
@@ -248,9 +249,15 @@ def _rate(row: dict, context: dict) -> str:
     return f"{sum(counts.values()) / minutes:.1f}"
 
 
-def served(queues: tuple[str, ...]) -> str:
-    """The queues a machine serves (its --queues), as the peers table and the node panel say them."""
-    return ", ".join(queues) or "every queue"
+def capped(name: str, cap: int | None) -> str:
+    """A queue or machine name with the machine's own limit for the queue (its --queues NAME:N), if it has one."""
+    return name if cap is None else f"{name} ≤{cap}"
+
+
+def served(row: dict) -> str:
+    """The queues a machine serves (its --queues) with its own limits, as the peers table and the node panel say
+    them."""
+    return ", ".join(capped(queue, row["caps"].get(queue)) for queue in row["queues"]) or "every queue"
 
 
 def _unsynced(row: dict) -> bool:
@@ -303,8 +310,9 @@ class PeersModel(SnapshotModel):
                "Runs that failed or timed out on this machine since it started"),
         Column("Runs/min", _rate, lambda r, c: float(_rate(r, c)), True,
                "Finished runs per minute over the last ten minutes (database's run log)"),
-        Column("Queues", lambda r, c: served(r["queues"]), cell_tip=lambda r, c: served(r["queues"]),
-               tip="The queues the machine takes jobs of (its --queues); every queue when it names none"),
+        Column("Queues", lambda r, c: served(r), cell_tip=lambda r, c: served(r),
+               tip="The queues the machine takes jobs of (its --queues); every queue when it names none; "
+                   "≤N: its own limit of that queue's jobs at once"),
     ]
     row_styles = marked(_peer_mark, _peer_tip)
 

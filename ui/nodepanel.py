@@ -60,7 +60,8 @@ class NodePanel(QWidget):
             ("running", "Running", "Jobs running here / capacity, as of its last check-in (as the peers table)"),
             ("done", "Done · failed", "Runs finished here since the node started, as of its last check-in"),
             ("database", "Database", "Whether this node's last check-in reached the database"),
-            ("queues", "Queues", "The queues this node takes jobs of (its --queues), as its machine row says"),
+            ("queues", "Queues", "The queues this node takes jobs of (its --queues), as its machine row says; "
+                                "≤N: at most N of that queue's jobs at once here"),
         ):
             value = QLabel("–")
             value.setToolTip(tip)
@@ -115,7 +116,7 @@ class NodePanel(QWidget):
         healthy = node["db_healthy"]
         self.fields["database"].setText("reachable" if healthy else f"unreachable: {node['last_error'] or ''}")
         _restyle(self.fields["database"], "" if healthy else f"color: {theme.MACHINE_STATE[MachineState.DEAD]}")
-        self.fields["queues"].setText(served(row["queues"]) if row else "–")
+        self.fields["queues"].setText(served(row) if row else "–")
         self.note.setText(NOTES.get(node["state"], ""))
 
     def tick(self, elapsed: float) -> None:

@@ -15,12 +15,13 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QLabel, QMenu, QSplitter, QVBoxLayout, QWidget
 
 from queueprocessor.queues import QueueInfo
+from queueprocessor.states import SERVING
 
 from . import text, theme
 from .commands import Commands
 from .dialogs import QueueDialog
 from .jobsview import fit_columns, table
-from .models import ROW_ROLE, Column, Mark, SnapshotModel, dot, marked
+from .models import ROW_ROLE, Column, Mark, SnapshotModel, capped, dot, marked
 from .queuecharts import QueueCharts
 from .queuestate import QueueState
 from .snapshot import Snapshot
@@ -28,18 +29,21 @@ from .snapshot import Snapshot
 SHOWN_NAMES = 3  # serving machines named in the table; the rest are counted (all are in the tooltip)
 
 
-def row_of(info: QueueInfo) -> dict:
-    """The table's row for a queue: its fields and its state, as a plain dict (the model compares rows to
-    repaint only those that changed)."""
-    return {f.name: getattr(info, f.name) for f in fields(info)} | {"state": QueueState.of(info)}
+def row_of(info: QueueInfo, caps: dict[str, dict[str, int]]) -> dict:
+    """The table's row for a queue: its fields, its state and the serving machines' own limits for it (`caps`:
+    each live machine's by its name), as a plain dict (the model compares rows to repaint only those that
+    changed)."""
+    return {f.name: getattr(info, f.name) for f in fields(info)} | {
+        "state": QueueState.of(info),
+        "caps": {name: caps[name][info.name] for name in info.serving if info.name in caps.get(name, {})}}
 
 
-def _serving(row: dict, _context) -> str:
-    serving = row["serving"]
-    if not serving:
-        return "none"
-    more = len(serving) - SHOWN_NAMES
-    return ", ".join(serving[:SHOWN_NAMES]) + (f" +{more}" if more > 0 else "")
+def _machines(row: dict, shown: int | None = None) -> str:
+    """The serving machines, each with its own limit for the queue, the first `shown` of them (the rest
+    counted)."""
+    serving = row["serving"][:shown]
+    more = len(row["serving"]) - len(serving)
+    return ", ".join(capped(name, row["caps"].get(name)) for name in serving) + (f" +{more}" if more else "")
 
 
 def _optional(value) -> str:
@@ -78,8 +82,9 @@ class QueuesModel(SnapshotModel):
                "Order keys with jobs waiting: each key's jobs run one at a time, in enqueue order"),
         Column("On failure", lambda r, c: r["on_failure"],
                tip="block: a job that failed for good holds its order key; skip: the next job of its key runs"),
-        Column("Serving", _serving, lambda r, c: len(r["serving"]), tip="Live machines that take this queue's jobs",
-               cell_tip=lambda r, c: ", ".join(r["serving"]) or None),
+        Column("Serving", lambda r, c: _machines(r, SHOWN_NAMES) or "none", lambda r, c: len(r["serving"]),
+               tip="Live machines that take this queue's jobs; ≤N: that machine's own limit of them at once "
+                   "(its --queues NAME:N)", cell_tip=lambda r, c: _machines(r) or None),
     ]
     row_styles = marked(lambda row: MARKS.get(row["state"]), _queue_tip)
 
@@ -124,7 +129,8 @@ class QueuesView(QWidget):
     def show_snapshot(self, snapshot: Snapshot) -> None:
         """Keep a sample of every queue; draw the charts only while on screen (showEvent draws the latest)."""
         self.queues = {info.name: info for info in snapshot.queues}
-        self.model.set_rows([row_of(info) for info in snapshot.queues])
+        caps = {m["name"]: m["caps"] for m in snapshot.machines if m["status"] in SERVING}
+        self.model.set_rows([row_of(info, caps) for info in snapshot.queues])
         self.charts.add(snapshot.db_now, snapshot.queues)
         self.latest = snapshot
         if self.isVisible():
