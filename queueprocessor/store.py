@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import (and_, bindparam, case, delete, exc, func, insert, literal, or_,
+from sqlalchemy import (and_, bindparam, delete, exc, func, insert, literal, or_,
                         select, update)
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import Select
@@ -27,8 +27,9 @@ from .queues import DEFAULT, Served
 from .schema import jobs, machines, meta, queues, runs, turns
 from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
 from .statements import LOST, claim_statement, finish_statement, spend_statement
-from .store_roster import bump_roster, newest_backlog
+from .store_roster import bump_roster, checkin_statement, newest_backlog
 
+CLOCK = select(db_now())  # built once: Raw compiles each statement it is given once
 PRUNE_BATCH = 500  # finished jobs deleted per transaction (retention): short enough never to hold up the queue
 
 
@@ -230,7 +231,8 @@ class Store:
             self._results.release()
 
     def _hot(self, statement, params) -> list[tuple]:
-        """A claim, straight to the driver on a pooled connection (see Raw)."""
+        """A statement built once (a claim, a check-in), straight to the driver on a pooled connection (see
+        Raw)."""
         with self._auto.connect() as conn:
             return self._raw.run(conn, statement, params)
 
@@ -253,21 +255,25 @@ class Store:
 
     def ask_time(self) -> float:
         """The database's clock, one short round trip."""
-        return self.rows(select(db_now()))[0][0]
+        return self.rows(CLOCK)[0][0]
 
-    def timed(self, statement, stamp: Callable[[], float]) -> tuple[Sample, list]:
-        """Run a read whose first column is db_now(), reading `stamp()` just around the statement,
-        after the connection is checked out (and pinged): a clock sample times one round trip."""
+    def timed(self, statement, stamp: Callable[[], float], params=None) -> tuple[Sample, list]:
+        """Run a read built once whose first column is db_now(), reading `stamp()` just around the statement,
+        after the connection is checked out (and pinged): a clock sample times one round trip. On PostgreSQL
+        it goes straight to the driver (see Raw), its rows plain tuples."""
         with self._read.connect() as conn:
             t0 = stamp()
-            rows = conn.execute(statement).all()
+            if self.dialect == "postgresql":
+                rows = self._raw.run(conn, statement, params or {})
+            else:
+                rows = conn.execute(statement, params).all()
             t1 = stamp()
             conn.commit()
         return Sample(t0, t1, rows[0][0] if rows else None), rows
 
     def sample_clock(self, stamp: Callable[[], float]) -> Sample:
         """One sample of the database's clock against the local monotonic clock `stamp`."""
-        return self.timed(select(db_now()), stamp)[0]
+        return self.timed(CLOCK, stamp)[0]
 
     # -- farm settings ----------------------------------------------------
 
@@ -305,15 +311,18 @@ class Store:
                   error_bound: float | None) -> bool:
         """Check in. Clears the wish the node just applied (only if nobody wished again since). One statement
         while the machine's state stays as stored; a new state bumps the roster version with it."""
-        wish = machines.c.wish
-        if applied_wish is not None:
-            wish = case((machines.c.wish == applied_wish, None), else_=machines.c.wish)
-        values = dict(last_seen=db_now(), state=state, wish=wish, running=running, done_count=done,
-                      failed_count=failed, clock_offset=offset, rtt=rtt, error_bound=error_bound)
-        if self.count(update(machines).where(machines.c.id == machine_id, machines.c.state == state).values(**values)):
+        params = dict(b_me=machine_id, b_state=state, b_running=running, b_done=done, b_failed=failed,
+                      b_offset=offset, b_rtt=rtt, b_bound=error_bound)
+        applied = applied_wish is not None
+        if applied:
+            params["b_applied"] = applied_wish
+        if self.dialect == "postgresql":
+            if self._hot(checkin_statement(applied, returning=True), params):
+                return True
+        elif self.count(checkin_statement(applied), params):
             return True
         with self.engine.begin() as conn:  # a new state, or a check-in after a burial: the roster changed
-            if conn.execute(update(machines).where(machines.c.id == machine_id).values(**values)).rowcount != 1:
+            if conn.execute(checkin_statement(applied, any_state=True), params).rowcount != 1:
                 return False
             bump_roster(conn)
         return True

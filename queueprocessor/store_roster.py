@@ -10,18 +10,25 @@ size. A burial stores a judged death on the
 dead machine's row, guarded by the last_seen the judge saw, so it never buries
 a machine that has checked in since; the buried machine's next check-in
 revives it (Store.heartbeat) and bumps the version again.
+
+The two statements every node runs every heartbeat, the read (farm_statement)
+and the check-in (checkin_statement), are built once, everything that varies
+bound, and on PostgreSQL go straight to the driver (store.Raw), as the claim
+does: building and executing them through SQLAlchemy was most of an idle
+node's CPU (issue 11 item 5).
 """
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sqlalchemy import bindparam, false, func, literal, select, true, update
+from sqlalchemy import BigInteger, Float, Integer, String, bindparam, case, false, func, literal, select, true, update
 from sqlalchemy.engine import Connection
 
 from .clock import Sample
 from .dbtime import db_now
-from .schema import CHECKING_IN_SQL, WISHED, machines, queues, roster_version, schedules, turns
+from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, roster_version, schedules, turns
 from .states import MachineState
 
 if TYPE_CHECKING:  # store imports this module for bump_roster
@@ -48,6 +55,46 @@ def _one_row():
     return select(literal(1).label("one")).subquery("one")
 
 
+@functools.lru_cache(maxsize=None)
+def farm_statement(backlog: bool):
+    """The heartbeat's read (RosterStore.read_farm) for machine `me`, suspects last seen before `before` and, with
+    `backlog`, the newest backlog turn from slot `since` on.
+
+    It reads O(1) rows: the wish and the oldest last_seen come from their indexes (schema), and the machines
+    are scanned for suspects only when that oldest one is older than `before`."""
+    wish = (select(machines.c.wish).where(machines.c.id == bindparam("me", type_=Id), WISHED)
+            .correlate(None).scalar_subquery())
+    oldest = select(func.min(machines.c.last_seen)).where(CHECKING_IN_SQL).correlate(None).scalar_subquery()
+    bound = bindparam("before", type_=Float)
+    suspects = (select(machines.c.id, machines.c.last_seen)
+                .where(oldest < bound, CHECKING_IN_SQL, machines.c.last_seen < bound).subquery("suspects"))
+    upcoming = select(func.min(schedules.c.next_run)).where(schedules.c.paused == false()).scalar_subquery()
+    changed = select(func.max(queues.c.changed_at)).scalar_subquery()
+    since = bindparam("since", type_=BigInteger) if backlog else None
+    return (select(db_now(), VERSION, newest_backlog(since), upcoming, wish, changed, suspects.c.id,
+                   suspects.c.last_seen)
+            .select_from(_one_row().outerjoin(suspects, true())))
+
+
+@functools.lru_cache(maxsize=None)
+def checkin_statement(applied: bool, any_state: bool = False, returning: bool = False):
+    """A machine's check-in (Store.heartbeat): machine `b_me` writes its figures and is seen now; with
+    `applied`, the wish `b_applied` it just applied is cleared, unless an operator wished again since. It
+    matches only while the row's state is `b_state` (a new state changes the roster: see Store.heartbeat),
+    or whatever the state with `any_state`; with `returning`, it answers with the id it matched."""
+    wish = machines.c.wish
+    if applied:
+        wish = case((machines.c.wish == bindparam("b_applied", type_=String), None), else_=machines.c.wish)
+    state = bindparam("b_state", type_=String)
+    mine = machines.c.id == bindparam("b_me", type_=Id)
+    statement = update(machines).where(mine if any_state else mine & (machines.c.state == state)).values(
+        last_seen=db_now(), state=state, wish=wish, running=bindparam("b_running", type_=Integer),
+        done_count=bindparam("b_done", type_=Integer), failed_count=bindparam("b_failed", type_=Integer),
+        clock_offset=bindparam("b_offset", type_=Float), rtt=bindparam("b_rtt", type_=Float),
+        error_bound=bindparam("b_bound", type_=Float))
+    return statement.returning(machines.c.id) if returning else statement
+
+
 @dataclass(frozen=True)
 class FarmRead:
     """What a node learns from its heartbeat read."""
@@ -68,27 +115,18 @@ class RosterStore:
 
     def read_farm(self, machine_id: int, before: float, backlog_since: int | None = None,
                   stamp: Callable[[], float] | None = None) -> FarmRead:
-        """The heartbeat's read, one statement: the database's time, the roster version, the newest backlog turn
-        since a slot, the next schedule occurrence to materialise, our own row's wish, and the suspects: the
-        machines checking in that were last seen before `before`. With `stamp`, the read is also a clock sample.
-
-        It reads O(1) rows: the wish and the oldest last_seen come from their indexes (schema), and the
-        machines are scanned for suspects only when that oldest one is older than `before`."""
-        wish = (select(machines.c.wish).where(machines.c.id == bindparam("me", machine_id), WISHED)
-                .correlate(None).scalar_subquery())
-        oldest = select(func.min(machines.c.last_seen)).where(CHECKING_IN_SQL).correlate(None).scalar_subquery()
-        bound = bindparam("before", before)
-        suspects = (select(machines.c.id, machines.c.last_seen)
-                    .where(oldest < bound, CHECKING_IN_SQL, machines.c.last_seen < bound).subquery("suspects"))
-        upcoming = select(func.min(schedules.c.next_run)).where(schedules.c.paused == false()).scalar_subquery()
-        changed = select(func.max(queues.c.changed_at)).scalar_subquery()
-        statement = (select(db_now(), VERSION, newest_backlog(backlog_since), upcoming, wish, changed, suspects.c.id,
-                            suspects.c.last_seen)
-                     .select_from(_one_row().outerjoin(suspects, true())))
+        """The heartbeat's read, one statement (farm_statement): the database's time, the roster version, the
+        newest backlog turn since a slot, the next schedule occurrence to materialise, our own row's wish, and
+        the suspects: the machines checking in that were last seen before `before`. With `stamp`, the read is
+        also a clock sample."""
+        params = {"me": machine_id, "before": before}
+        if backlog_since is not None:
+            params["since"] = backlog_since
+        statement = farm_statement(backlog_since is not None)
         if stamp:
-            sample, rows = self.store.timed(statement, stamp)
+            sample, rows = self.store.timed(statement, stamp, params)
         else:
-            sample, rows = None, self.store.rows(statement)
+            sample, rows = None, self.store.rows(statement, params)
         first = rows[0]
         return FarmRead(first[0], first[1], first[2], first[3], first[4],
                         {row[6]: row[7] for row in rows if row[6] is not None}, sample, first[5])

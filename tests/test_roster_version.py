@@ -65,6 +65,35 @@ def test_the_heartbeat_read_answers_with_our_wish_and_only_the_quiet_machines(fa
     assert peers.read_farm(a, before=before).suspects == {}, "a stopped machine is nobody's suspect"
 
 
+def test_a_check_in_writes_its_figures_and_clears_only_the_wish_it_applied(farm):
+    """The heartbeat's two statements are built once with everything bound (store_roster): each call still
+    writes its own values, and the read still answers for its own machine and slot."""
+    store, peers = farm.store, RosterStore(farm.store)
+    a, b = register(store, "a"), register(store, "b")
+    seen = store.find_machine(str(a))["last_seen"]
+    store.wish(a, "pause")
+    time.sleep(0.01)  # the database's clock moves on
+    assert store.heartbeat(a, state="active", applied_wish="drain", running=2, done=5, failed=1, offset=0.25,
+                           rtt=0.002, error_bound=0.001)
+    row = store.find_machine(str(a))
+    assert (row["running"], row["done_count"], row["failed_count"]) == (2, 5, 1)
+    assert (row["clock_offset"], row["rtt"], row["error_bound"]) == (0.25, 0.002, 0.001)
+    assert row["last_seen"] > seen and row["state"] == "active"
+    assert row["wish"] == "pause", "an operator's wish other than the one the node applied is kept"
+    assert peers.read_farm(a, before=0.0).wish == "pause" and peers.read_farm(b, before=0.0).wish is None
+    v = version(farm)
+    assert store.heartbeat(a, state="paused", applied_wish="pause", running=0, done=6, failed=1, offset=0.0,
+                           rtt=0.001, error_bound=0.0005)
+    row = store.find_machine(str(a))
+    assert row["wish"] is None and row["state"] == "paused" and row["done_count"] == 6
+    assert version(farm) == v + 1, "the new state bumped the roster version"
+    assert store.take_turn(100, b)
+    store.record_turn(100, claimed=3, backlog=True)
+    assert peers.read_farm(a, before=0.0, backlog_since=99).backlog_slot == 100
+    assert peers.read_farm(a, before=0.0, backlog_since=101).backlog_slot is None
+    assert peers.read_farm(a, before=0.0).backlog_slot is None, "no slot asked about"
+
+
 @pytest.fixture
 def nodes(farm):
     started = Nodes(farm)
