@@ -113,11 +113,7 @@ class LanePlot(QWidget):
 
     def restyle(self) -> None:
         scheme = theme.current()
-        self.plot.setBackground(scheme.plot_bg)
-        for name in ("left", "bottom"):
-            axis = self.plot.getPlotItem().getAxis(name)
-            axis.setPen(scheme.border)
-            axis.setTextPen(scheme.text)
+        theme.paint_plot(self.plot)
         self.stripes.setOpts(brush=scheme.lane_bg)
         self.own_band.setOpts(brush=pg.mkBrush(scheme.accent + "30"))
         self.header.setText(header_text(self.title, self.legend()))

@@ -92,14 +92,10 @@ class QueueChart(QWidget):
         return [(float(t), int(w), int(r)) for t, w, r in zip(times, waiting, running)]
 
     def restyle(self) -> None:
-        scheme = theme.current()
-        self.plot.setBackground(scheme.plot_bg)
-        axis = self.plot.getPlotItem().getAxis("left")
-        axis.setPen(scheme.border)
-        axis.setTextPen(scheme.text)
+        theme.paint_plot(self.plot)
         for state, line in self.lines.items():
             line.setPen(pg.mkPen(theme.JOB_STATE[state], width=2))
-        self.cap.setPen(pg.mkPen(scheme.muted, width=1.5, style=Qt.PenStyle.DashLine))  # seen on a running line
+        self.cap.setPen(pg.mkPen(theme.current().muted, width=1.5, style=Qt.PenStyle.DashLine))  # seen on a running line
 
 
 class QueueCharts(QScrollArea):

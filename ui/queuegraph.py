@@ -91,11 +91,7 @@ class QueueGraph(QWidget):
     def restyle(self) -> None:
         scheme = theme.current()
         for plot in (self.states, self.flow):
-            plot.setBackground(scheme.plot_bg)
-            for name in ("left", "bottom"):
-                axis = plot.getPlotItem().getAxis(name)
-                axis.setPen(scheme.border)
-                axis.setTextPen(scheme.text)
+            theme.paint_plot(plot)
         legends = self.legends()
         self.headers[self.states].setText(header_text("Jobs waiting and running", legends["states"]))
         self.headers[self.flow].setText(header_text("Runs finished per interval", legends["flow"]))

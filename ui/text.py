@@ -19,28 +19,26 @@ def raw(epoch: float) -> str:
 
 
 def clock(epoch: float | None, millis: bool = True) -> str:
-    """Time of day for today's times; other days with their date; out-of-calendar times as epoch seconds."""
+    """Time of day for today's times; other days with their date (to the second)."""
+    return _when(epoch, "milliseconds" if millis else "seconds", "seconds")
+
+
+def stamp(epoch: float | None) -> str:
+    """Time to the millisecond, for details panes, with the date unless it is today."""
+    return _when(epoch, "milliseconds", "milliseconds")
+
+
+def _when(epoch: float | None, today: str, other_days: str) -> str:
+    """A time of today as the time of day, of another day with its date, each to its isoformat timespec
+    (cut, not rounded); a time no calendar holds as epoch seconds."""
     if epoch is None:
         return "–"
     shown = local(epoch)
     if shown is None:
         return raw(epoch)
     if shown.date() != datetime.now().date():
-        return dated(shown, "seconds")
-    text = shown.strftime("%H:%M:%S.%f")
-    return text[:-3] if millis else text[:-7]
-
-
-def stamp(epoch: float | None) -> str:
-    """Time to the millisecond, for details panes, with the date unless it is today."""
-    if epoch is None:
-        return "–"
-    shown = local(epoch)
-    if shown is None:
-        return raw(epoch)
-    if shown.date() == datetime.now().date():
-        return shown.strftime("%H:%M:%S.%f")[:-3]
-    return dated(shown, "milliseconds")
+        return dated(shown, other_days)
+    return shown.time().isoformat(today)
 
 
 def ms(seconds: float | None, signed: bool = False) -> str:

@@ -109,6 +109,16 @@ class Theme(QObject):
         self.changed.emit()
 
 
+def paint_plot(plot: pg.PlotWidget) -> None:
+    """A plot in the current scheme: its background, and its axes' lines and labels."""
+    scheme = current()
+    plot.setBackground(scheme.plot_bg)
+    for name in ("left", "bottom"):
+        axis = plot.getPlotItem().getAxis(name)
+        axis.setPen(scheme.border)
+        axis.setTextPen(scheme.text)
+
+
 def palette(s: Scheme) -> QPalette:
     p = QPalette()
     roles = {
