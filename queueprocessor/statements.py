@@ -191,33 +191,33 @@ def finish_statement():
     """
     columns = [("id", BigInteger), ("fence", BigInteger), ("state", Text), ("error", Text), ("retry", Float),
                ("outcome", Text), ("output", Text)]
-    # Materialised: the planner joins the jobs to it by nested loop, which re-ran the unnest once per job.
-    v = select(func.unnest(*(cast(bindparam(f"b_{name}"), ARRAY(kind)) for name, kind in columns))
-               .table_valued(*(column(name, kind) for name, kind in columns)).render_derived(name="u")
-               ).cte("v").prefix_with("MATERIALIZED")
+    v = (func.unnest(*(cast(bindparam(f"b_{name}"), ARRAY(kind)) for name, kind in columns))
+         .table_valued(*(column(name, kind) for name, kind in columns)).render_derived(name="v"))
     again = v.c.state == JobState.QUEUED
-    # The jobs are found by primary key (id = ANY(array)). Joined on the unnested rows alone they were matched
-    # against every running job of the farm once per result (6 ms for 32 results with 320 jobs running), and
-    # with `state = 'running'` as such the planner still walked the whole index of running jobs, dead entries
-    # of the jobs finished since the last vacuum included: the state is checked here in a form that index's
-    # predicate does not match.
+    # The jobs are found by primary key (id = ANY(array)) and joined to their results by hash. The planner
+    # guessed badly from the table's statistics, stale for the minute after a backlog was enqueued in one go:
+    # with the guard as plain conditions on the jobs it thought them one row, then read the whole table or
+    # matched every job against every result (the square of the batch: 75 us a job at 256). So the guard is one
+    # condition over both sides, evaluated on the joined rows, and the state is checked in a form that the
+    # partial index of running jobs does not match (walking it, dead entries included, cost more still).
     ours = jobs.c.id == any_(cast(bindparam("b_id"), ARRAY(BigInteger)))
-    running = func.concat(jobs.c.state, "") == STATE_SQL[JobState.RUNNING]
+    guard = case((jobs.c.fence == v.c.fence, and_(jobs.c.owner == bindparam("b_machine", type_=Id),
+                                                    func.concat(jobs.c.state, "") == STATE_SQL[JobState.RUNNING])),
+                 else_=false())
     ended = (
         update(jobs)
-        .where(ours, jobs.c.id == v.c.id, jobs.c.fence == v.c.fence, jobs.c.owner == bindparam("b_machine", type_=Id),
-               running)
+        .where(ours, jobs.c.id == v.c.id, guard)
         .values(state=v.c.state, last_error=v.c.error, lease_until=None,
                 run_at=case((again, db_now() + v.c.retry), else_=jobs.c.run_at),
                 owner=case((again, None), else_=jobs.c.owner),
                 finished_at=case((again, jobs.c.finished_at), else_=db_now()))
-        .returning(jobs.c.id)
+        .returning(jobs.c.id, v.c.fence, v.c.outcome, v.c.error, v.c.output)
         .cte("ended")
     )
     logged = (
         update(runs)
-        .where(runs.c.job_id == v.c.id, runs.c.fence == v.c.fence, v.c.id.in_(select(ended.c.id)))
-        .values(outcome=v.c.outcome, finished_at=db_now(), error=v.c.error, output=v.c.output)
+        .where(runs.c.job_id == ended.c.id, runs.c.fence == ended.c.fence)
+        .values(outcome=ended.c.outcome, finished_at=db_now(), error=ended.c.error, output=ended.c.output)
         .cte("logged")
     )
     return select(ended.c.id).add_cte(logged)
