@@ -33,6 +33,9 @@ RECORD_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 # least as many jobs are still at work: slow jobs (HTTP) end a few at a time, and each write has a fixed cost.
 LINGER = 0.005
 LINGER_UNTIL = 16
+# How long a stopping runner waits for the result writer's last statement (a batch, or the give-back of its
+# connection) before it closes its loop: closed under it, the writer's task was destroyed pending.
+LAST_WRITE = 5.0
 
 
 def backoff(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
@@ -83,6 +86,7 @@ class JobRunner:
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
+        self.recorder.settle(LAST_WRITE)
         for executor in self.executors.values():
             closer = getattr(executor, "close", None)
             if closer:
@@ -317,6 +321,7 @@ class Recorder:
         self.runner = runner
         self.waiting: list[tuple[Result, asyncio.Future]] = []
         self.busy = False
+        self.task: asyncio.Task | None = None  # the writer (_write), while busy
         self._lingering: asyncio.Future | None = None  # resolved when the linger is over (see _linger)
 
     async def record(self, result: Result) -> bool:
@@ -324,10 +329,22 @@ class Recorder:
         self.waiting.append((result, future))
         if not self.busy:
             self.busy = True
-            self.runner.loop.create_task(self._write())
+            self.task = self.runner.loop.create_task(self._write())
         elif len(self.waiting) >= LINGER_UNTIL:
             self._linger_over()
         return await future
+
+    def settle(self, timeout: float) -> None:
+        """On the stopped loop, before it closes: let the writer's statement under way end (up to `timeout`
+        seconds; then it is cancelled, and a result it carried is left to its lease)."""
+        task = self.task
+        if task is None or task.done():
+            return
+        loop = self.runner.loop
+        loop.run_until_complete(asyncio.wait({task}, timeout=timeout))
+        if not task.done():
+            task.cancel()
+            loop.run_until_complete(asyncio.wait({task}))
 
     async def _linger(self) -> None:
         """More results are on their way: wait for them, up to LINGER, or until LINGER_UNTIL are waiting (fast
