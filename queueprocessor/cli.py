@@ -257,14 +257,11 @@ def _enqueue(ctx: Context, spec, *, delay, at, count, key, instance) -> None:
         from .grabs import grab_key
 
         spec = replace(spec, key=grab_key(key, instance) if instance is not None else key)
-    ids = ctx.farm.enqueue(spec, delay=delay, at=_parse_time(at), count=count)
+    done = ctx.farm.submit(spec, delay=delay, at=_parse_time(at), count=count)
+    ids = done.ids
     click.echo(f"enqueued job {ids[0]}" if len(ids) == 1 else f"enqueued {len(ids)} jobs ({ids[0]}..{ids[-1]})")
-    _warn_unserved(ctx, spec.queue)
-
-
-def _warn_unserved(ctx: Context, queue: str) -> None:
-    if not ctx.farm.serving(queue):
-        click.echo(f"warning: no live machine serves queue {echoed(queue)} yet: its jobs wait until one does "
+    if not done.served:
+        click.echo(f"warning: no live machine serves queue {echoed(spec.queue)} yet: its jobs wait until one does "
                    "(node --queues)", err=True)
 
 
@@ -612,7 +609,7 @@ def queue_set(ctx: Context, name, limit, no_limit, rate, no_rate, on_failure) ->
     ctx.farm.set_queue(name, limit=None if no_limit else UNCHANGED if limit is None else limit,
                        rate=None if no_rate else UNCHANGED if rate is None else rate,
                        on_failure=UNCHANGED if on_failure is None else OnFailure(on_failure))
-    [info] = [q for q in ctx.farm.queues() if q.name == name]
+    info = ctx.farm.queue(name)
     click.echo(f"queue {name}: limit {info.limit or 'none'}, rate {info.rate or 'none'}, on failure {info.on_failure}")
 
 

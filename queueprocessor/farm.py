@@ -18,7 +18,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from sqlalchemy import exc
@@ -99,6 +99,14 @@ def work_spec(executor: str, target: str, *, method: str = "GET", payload: str |
                    order_key=check_order_key(order_key))
     check_form(spec)
     return spec
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """What Farm.submit queued: the jobs' ids, and whether a live machine serves their queue."""
+
+    ids: list[int]
+    served: bool
 
 
 class Farm:
@@ -235,6 +243,11 @@ class Farm:
 
     def enqueue(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> list[int]:
         """Queue `count` copies of `spec`. A key already taken raises grabs.AlreadyTaken naming the winner."""
+        return self.submit(spec, delay=delay, at=at, count=count).ids
+
+    def submit(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> Enqueued:
+        """As enqueue, and say whether a live machine serves the jobs' queue (if none does, they wait until one
+        does), from the same read of the machine rows as the allow-list check."""
         if count < 1:
             raise BadJobInput.out_of("count", count, "at least 1")
         if not 0 <= delay <= MAX_WAIT:
@@ -242,15 +255,22 @@ class Farm:
         if at is not None and not 0 <= at <= LATEST:
             raise BadJobInput.out_of("at", at, "a time from 1970 to 9999, e.g. 2026-11-22T18:00:00+00:00 or epoch "
                                                f"seconds up to {LATEST:.0f}")
-        self.check_allowed(spec)
+        live = self._live_allowing(spec)
         try:
-            return self.store.enqueue(self._signed(spec), delay=delay, at=at, count=count)
+            ids = self.store.enqueue(self._signed(spec), delay=delay, at=at, count=count)
         except DuplicateKey as error:
             raise grabs.refuse(self.store, error) from None
+        return Enqueued(ids, bool(serving_machines(live, spec.queue)))
 
     def check_allowed(self, spec: JobSpec) -> None:
         """Refuse, with the reason, work that no live machine's allow-lists would let it run."""
-        check_allowed(spec, [m["allow"] for m in self._live_machines() if m["allow"]])
+        self._live_allowing(spec)
+
+    def _live_allowing(self, spec: JobSpec) -> list[dict]:
+        """check_allowed, and the live machines' rows it read."""
+        live = self._live_machines()
+        check_allowed(spec, [m["allow"] for m in live if m["allow"]])
+        return live
 
     @staticmethod
     def _signed(spec: JobSpec) -> JobSpec:
@@ -353,6 +373,12 @@ class Farm:
     def queues(self) -> list[QueueInfo]:
         """Every queue with work, settings or a machine serving it by name (and `default`), by name."""
         return queue_infos(self.store, self._live_machines())
+
+    def queue(self, name: str) -> QueueInfo:
+        """One queue, as queues() shows it (NotFound for a name no job, setting or machine has used but
+        `default`'s), its settings and counts read alone."""
+        known = name if name == DEFAULT else self._known_queue(name)
+        return queue_infos(self.store, self._live_machines(), only=known)[0]
 
     def serving(self, queue: str) -> tuple[str, ...]:
         """The names of the live machines that serve `queue` (none: its jobs wait until one joins)."""

@@ -38,8 +38,8 @@ no backlog notice is lost to the turn thread resetting its backlog.
                                                          the database, cleared by qp-heartbeat as a
                                                          check-in begins
   _backlog_slot, _direct, _last_slot,     qp-turns       _backlogs, a queue of backlog slots (qp-listen,
-  _made, _housekeep_more, turns_taken                    qp-heartbeat); _pushed, new work (qp-listen);
-                                                         _wake, look now (anyone)
+  _made, _housekeep_more, _elsewhere,                    qp-heartbeat); _pushed, new work (qp-listen);
+  turns_taken                                            _wake, look now (anyone)
   _sweep (sweep missed occurrences)       qp-turns       set by qp-heartbeat (contact back, resumed) and
                                                          qp-turns (housekeeping)
   _limited_freed (claim limited queues)   qp-turns       set by the runner's writer when a job of one of
@@ -58,7 +58,7 @@ import socket
 import threading
 import uuid
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import exc as sa_exc
 
@@ -73,7 +73,7 @@ from .roster import KnownMachines, Liveness, slot_of, turn_to_take, turn_wait, u
 from .runner import JobRunner
 from .schedules import ahead_of
 from .states import MachineState, Outcome, Wish
-from .store import PRUNE_BATCH, Claimed, Plan, Store
+from .store import PRUNE_BATCH, Claimed, Looks, Plan, Store, Turn
 from .store_queues import QueueStore
 from .store_roster import FarmRead, RosterStore
 from .store_schedules import ScheduleStore
@@ -191,6 +191,7 @@ class Node:
         self._last_slot = -1
         self._made: tuple[int, float | None] = (-1, None)  # (farm read number, earliest occurrence left)
         self._housekeep_more = False  # our last housekeeping pass was cut short
+        self._elsewhere: tuple = (None, None)  # ((roster version, roster), _served_elsewhere()'s answer for it)
         self.turns_taken = 0
         # Notices (see the module docstring)
         self._backlogs: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -584,9 +585,9 @@ class Node:
                 if self._sweep.is_set():
                     self._sweep.clear()
                     self.schedules.drop_missed()
-                claimed = self._claim(free, self.config.claim_ahead, turn=slot)
-                if claimed is not None:
-                    self._took_turn(slot, free, claimed, now)
+                turn = self._take_turn(slot, free)
+                if turn is not None:
+                    self._took_turn(slot, free, turn, now)
                 return
         if self._pushed.is_set():
             self._pushed.clear()
@@ -614,7 +615,7 @@ class Node:
             made = self.schedules.materialise(ahead=self.config.schedule_ahead, period=self.config.period)
             self._made = (reading, made.next_schedule)
 
-    def _took_turn(self, slot: int, free: int, claimed: int, now: float) -> None:
+    def _took_turn(self, slot: int, free: int, turn: Turn, now: float) -> None:
         """The turn was ours: say whether it left a backlog for the others, and keep the tables trimmed.
 
         A turn with no room to claim still puts expired leases back in the queue
@@ -624,7 +625,7 @@ class Node:
         self.tally.turn(now - slot * self.config.period)
         if free <= 0 and self._settled(now):
             self.store.requeue_expired(before=now)
-        self._flag_backlog(slot, free, claimed)
+        self._flag_backlog(slot, free, len(turn.claimed), turn.elsewhere_due)
         if slot % max(1, round(self.config.housekeeping / self.config.period)) == 0 or self._housekeep_more:
             self._housekeep()
 
@@ -643,14 +644,16 @@ class Node:
         self._housekeep_more = False
         self._sweep.set()
 
-    def _flag_backlog(self, slot: int, free: int, claimed: int) -> None:
+    def _flag_backlog(self, slot: int, free: int, claimed: int, elsewhere_due: bool | None = None) -> None:
         """Log what our turn (or a claim on a push notice within it) took; if it found more than we had
-        room for (any at all, when we are full), or due work in a queue we do not serve that a live peer does,
-        say so, so that every node with room claims directly (at once, on PostgreSQL)."""
+        room for (any at all, when we are full), or due work in a queue we do not serve that a live peer does
+        (`elsewhere_due`, when our turn's statement looked already), say so, so that every node with room
+        claims directly (at once, on PostgreSQL)."""
         served = self.config.served
         backlog = claimed >= free and self.store.any_due(among=served.names)
-        if not backlog and (elsewhere := self._served_elsewhere()) is not None:
-            backlog = self.store.any_due(among=elsewhere, besides=served.names)
+        if not backlog and elsewhere_due is None and (elsewhere := self._served_elsewhere()) is not None:
+            elsewhere_due = self.store.any_due(among=elsewhere, besides=served.names)
+        backlog = backlog or bool(elsewhere_due)
         if claimed or backlog:
             self.store.record_turn(slot, claimed, backlog)
         if backlog:
@@ -663,62 +666,76 @@ class Node:
     def _served_elsewhere(self) -> tuple[str, ...] | None:
         """The queues we do not serve that a live peer in the roster does: () for every queue, None when there
         are none (we serve every queue, or nobody else serves the others). Whether that peer has room is its own
-        to judge when it sees the flag: the rows we know are read only when the roster changes."""
+        to judge when it sees the flag. Worked out again only when the roster or its rows change."""
         if self.config.served.every:
             return None
-        now = self.estimator.db_now()
-        peers = set(self._roster(now)) - {self.id}
-        theirs = [served_names(m["queues"]) for m in self.known.machines() if m["id"] in peers]
-        if any(not names for names in theirs):
-            return ()
-        others = sorted({name for names in theirs for name in names} - set(self.config.served.names))
-        return tuple(others) or None
+        roster = self._roster(self.estimator.db_now())
+        key = (self.known.version, tuple(roster))
+        if self._elsewhere[0] != key:
+            peers = set(roster) - {self.id}
+            theirs = [served_names(m["queues"]) for m in self.known.machines() if m["id"] in peers]
+            others = sorted({name for names in theirs for name in names} - set(self.config.served.names))
+            self._elsewhere = (key, () if any(not names for names in theirs) else tuple(others) or None)
+        return self._elsewhere[1]
 
-    def _claim(self, limit: int, horizon: float = 0.0, turn: int | None = None, guarded: bool = False) -> int | None:
-        """Claim and start up to `limit` jobs; how many. With `turn`, first record that slot's turn and
-        claim only if it was ours (None if another machine has it). With `guarded` (or `turn`), then also the
-        jobs of our queues with a farm-wide limit or rate, if any is due, with the room left."""
-        # Leases that ran out while we ourselves could not reach the database are
-        # not taken: their owners deserve a full lease to renew after the stall. We
-        # are settled once our unbroken run of check-ins is longer than a lease and
-        # still going (an overdue check-in may be a stall we have not noticed yet),
-        # and the claim only takes leases that ran out before it was sent, in case
-        # the database holds it up.
+    def _claim_options(self) -> dict:
+        """What every claim of ours passes on about expired leases. Leases that ran out while we ourselves
+        could not reach the database are not taken: their owners deserve a full lease to renew after the
+        stall. We are settled once our unbroken run of check-ins is longer than a lease and still going (an
+        overdue check-in may be a stall we have not noticed yet), and the claim only takes leases that ran out
+        before it was sent, in case the database holds it up."""
         now = self.estimator.db_now()
-        settled = self._settled(now)
+        return dict(take_expired=self._settled(now), expired_before=now)
+
+    def _take_turn(self, slot: int, free: int) -> Turn | None:
+        """Record our slot's turn and claim in one statement (None if another machine has the slot), which
+        also looks for due work we do not claim there (store.Looks): if a job of our guarded queues is due, the
+        turn claimed nothing, and one locked claim takes every queue's jobs in one order of priority."""
+        options = self._claim_options()  # expired leases go back to work on turns (DESIGN 3)
         sent = self.clock.monotonic()
+        looks = Looks(tuple(sorted(self._guarded)), self._served_elsewhere(), self.config.served.names)
+        turn = self.store.take_turn_and_claim(slot, self.id, free, self.config.lease, horizon=self.config.claim_ahead,
+                                              plan=self._plan(free), looks=looks, **options)
+        if not turn.won:
+            return None
+        claimed = turn.claimed
+        if turn.guarded_due and free > 0:
+            claimed = self.store.claim(self.id, free, self.config.lease, horizon=self.config.claim_ahead,
+                                       plan=self._plan(free, guarded=True), **options)
+        self._start(claimed, sent)
+        return replace(turn, claimed=claimed)
+
+    def _claim(self, limit: int, horizon: float = 0.0, guarded: bool = False) -> int:
+        """Claim and start up to `limit` jobs; how many. With `guarded`, when a job of our queues with a
+        farm-wide limit or rate is due, one locked claim of every queue, so priority holds across them."""
+        options = self._claim_options()
         # Expired leases go back to work on turns (DESIGN 3), and on any claim while a peer lately died (the
         # turn's holder may have no room for them); otherwise a claim skips looking for them, which costs a
         # scan of the running jobs' lease entries, live and dead.
-        take_expired = settled and (turn is not None or self._peer_lately_dead(now))
-        options = dict(horizon=horizon, take_expired=take_expired, expired_before=now)
-        if turn is None:
-            jobs = self.store.claim(self.id, limit, self.config.lease, plan=self._plan(limit), **options)
-        else:
-            won, jobs = self.store.take_turn_and_claim(turn, self.id, limit, self.config.lease,
-                                                       plan=self._plan(limit), **options)
-            if not won:
-                return None
-        room = limit - len(jobs)
-        if (turn is not None or guarded) and room > 0 and self._guarded and self.store.any_due(
-                among=tuple(self._guarded)):
-            jobs += self.store.claim(self.id, room, self.config.lease, plan=self._plan(room, guarded=True), **options)
-        if jobs:
-            self.runner.submit_many(jobs, leased_at=sent)
-            self._holding.set()
+        options["take_expired"] = options["take_expired"] and self._peer_lately_dead(options["expired_before"])
+        sent = self.clock.monotonic()
+        locked = guarded and limit > 0 and self._guarded and self.store.any_due(among=tuple(self._guarded))
+        jobs = self.store.claim(self.id, limit, self.config.lease, horizon=horizon, plan=self._plan(limit, locked),
+                                **options)
+        self._start(jobs, sent)
         return len(jobs)
 
+    def _start(self, jobs: list[Claimed], leased_at: float) -> None:
+        if jobs:
+            self.runner.submit_many(jobs, leased_at=leased_at)
+            self._holding.set()
+
     def _plan(self, free: int, guarded: bool = False) -> Plan:
-        """Which queues a claim takes from. Our claims: every queue we serve (a queue we limit ourselves, as in
-        --queues reports:2, in a branch of its own, at most its room here), none with a farm-wide limit or rate.
-        With `guarded`, only those (as we last read the settings), each in a branch of its own whose row the
-        claim locks: a claim that must wait for other machines' claims of a limited queue, so it is made only
-        when such work may be there (see _claim), and never holds up the claims of the other queues."""
+        """Which queues a claim takes from: every queue we serve (a queue we limit ourselves, as in --queues
+        reports:2, in a branch of its own, at most its room here), none with a farm-wide limit or rate. With
+        `guarded`, those too (as we last read the settings), each in a branch of its own whose row the claim
+        locks: a claim that must wait for other machines' claims of a limited queue, so it is made only when
+        such work is due (see _claim, _take_turn), and never by the claims of a backlog."""
         capped = dict(self.config.served.caps)
-        names = sorted(self._guarded) if guarded else sorted(set(capped) - self._guarded)
+        names = sorted(set(capped) - self._guarded) + (sorted(self._guarded) if guarded else [])
         alone = tuple((name, min(free, capped[name] - self.runner.held_in(name)) if name in capped else free,
-                       guarded) for name in names)
-        return Plan(tuple(names) if guarded else self.config.served.names, alone)
+                       name in self._guarded) for name in names)
+        return Plan(self.config.served.names, alone)
 
     def _settled(self, now: float) -> bool:
         return (now - self._streak_start > self.config.lease

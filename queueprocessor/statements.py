@@ -8,7 +8,7 @@ rules they keep are Store.claim's and Store.finish's.
 import functools
 
 from sqlalchemy import (BigInteger, Boolean, Float, Integer, String, Text, and_, any_, bindparam, case, cast, column,
-                        exists, false, func, insert, literal, or_, select, true, union_all, update)
+                        exists, false, func, insert, literal, null, or_, select, true, union_all, update)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
@@ -22,8 +22,18 @@ LOST = "lease expired: the machine stopped renewing it"
 
 
 def _least(dialect: str, *values):
-    """The smallest of `values`, none of them NULL: SQLite's many-argument min(), elsewhere least()."""
+    """The smallest of `values`, none of them NULL: SQLite's many-argument min(), PostgreSQL's least(); SQL
+    Server has least() only from 2022 on, so there nested CASEs, which 2017 and 2019 run too."""
+    if dialect == "mssql":
+        return functools.reduce(lambda a, b: case((a <= b, a), else_=b), values)
     return (func.min if dialect == "sqlite" else func.least)(*values)
+
+
+def _greatest(dialect: str, *values):
+    """The largest of `values`, none of them NULL (see _least)."""
+    if dialect == "mssql":
+        return functools.reduce(lambda a, b: case((a >= b, a), else_=b), values)
+    return (func.max if dialect == "sqlite" else func.greatest)(*values)
 
 
 def bucket(dialect: str, q):
@@ -60,7 +70,7 @@ def _room(dialect: str, i: int, limit):
         else_=_least(dialect, mine, func.coalesce(q.c.max_running - running.scalar_subquery(), mine), tokens),
     )
     found = select(room).where(q.c.name == bindparam(f"b_q{i}", type_=String)).scalar_subquery()
-    return (func.max if dialect == "sqlite" else func.greatest)(_least(dialect, func.coalesce(found, mine), limit), 0)
+    return _greatest(dialect, _least(dialect, func.coalesce(found, mine), limit), 0)
 
 
 def in_order(j):
@@ -69,7 +79,9 @@ def in_order(j):
     the order they were enqueued, whoever claims them."""
     o = jobs.alias("o")
     p = queues.alias("p")
-    blocks = exists(select(p.c.name).where(p.c.name == j.c.queue, p.c.on_failure == OnFailure.BLOCK))
+    # o's queue is j's: named through o, the sub-select is correlated with the query it sits in (through j, two
+    # levels up, it was not: any BLOCK queue's row then blocked every key).
+    blocks = exists(select(p.c.name).where(p.c.name == o.c.queue, p.c.on_failure == OnFailure.BLOCK))
     ahead = exists(select(o.c.id).where(
         o.c.queue == j.c.queue, o.c.order_key == j.c.order_key, o.c.id != j.c.id,
         or_(o.c.state == JobState.RUNNING,
@@ -77,16 +89,87 @@ def in_order(j):
     return or_(j.c.order_key.is_(None), ~ahead)
 
 
+def among(dialect: str, column, name: str):
+    """`column` is one of the names in list parameter `name` (PostgreSQL: one array, so one statement text
+    whatever the list's length)."""
+    if dialect == "postgresql":
+        return column == any_(cast(bindparam(name), ARRAY(String)))
+    return column.in_(bindparam(name, expanding=True))
+
+
+def due(j, horizon: bool = True):
+    """Job `j` is queued, due (within `b_horizon` seconds from now, or now) and next in line for its key."""
+    when = db_now() + bindparam("b_horizon", type_=Float) if horizon else db_now()
+    return and_(j.c.state == JobState.QUEUED, j.c.run_at <= when, in_order(j))
+
+
+def _unpaused(j):
+    q = queues.alias("qp")
+    return j.c.queue.notin_(select(q.c.name).where(q.c.paused))
+
+
+def guarded_due(dialect: str):
+    """The turn's look at the queues it does not claim from (DESIGN 9): is a job of one of `b_guarded` (the
+    node's queues with a farm-wide limit or rate, claimed only under their row's lock) due within the horizon,
+    next in line for its key and not paused? If so, the turn claims nothing and the node makes one locked claim
+    of every queue, so the queues' jobs are taken in one order of priority."""
+    g = jobs.alias("g")
+    return exists(select(g.c.id).where(due(g), among(dialect, g.c.queue, "b_guarded"), _unpaused(g)))
+
+
+def elsewhere_due(dialect: str):
+    """The turn's other look: is a job due now in a queue the node does not serve (`b_served`) but a live
+    peer does (one of `b_elsewhere`, or any with `b_any_other`: a peer serves every queue), not paused? If so
+    the turn is flagged as a backlog, so a machine that serves it claims at once."""
+    e = jobs.alias("e")
+    theirs = or_(bindparam("b_any_other", type_=Boolean), among(dialect, e.c.queue, "b_elsewhere"))
+    return exists(select(e.c.id).where(due(e, horizon=False), theirs, ~among(dialect, e.c.queue, "b_served"),
+                                       _unpaused(e)))
+
+
+def looks(dialect: str, guarded: bool, elsewhere: bool, room_left=None) -> list:
+    """The two looks as columns `guarded_due` and `elsewhere_due`, NULL where not asked (elsewhere_due also
+    where the condition `room_left` does not hold: a full turn-holder first asks about its own backlog)."""
+    guarded_look = case((guarded_due(dialect), true()), else_=false()) if guarded else null()
+    elsewhere_look = null()
+    if elsewhere:
+        skip = [] if room_left is None else [(~room_left, null())]
+        elsewhere_look = case(*skip, (elsewhere_due(dialect), true()), else_=false())
+    # Each in a sub-select of its own: in SQLite's RETURNING, SQLAlchemy would drop the aliases from its columns.
+    return [select(guarded_look).scalar_subquery().label("guarded_due"),
+            select(elsewhere_look).scalar_subquery().label("elsewhere_due")]
+
+
+@functools.lru_cache(maxsize=None)
+def turn_statement(dialect: str, guarded: bool, elsewhere: bool):
+    """Where the claim cannot record the turn itself (all but PostgreSQL): the record of slot `b_slot`,
+    returning the turn's looks (see `looks`) on SQLite; SQL Server allows no sub-select in OUTPUT, so it asks
+    them apart (looks_statement)."""
+    record = insert(turns).values(slot=bindparam("b_slot", type_=BigInteger),
+                                  machine_id=bindparam("b_machine", type_=Id), taken_at=db_now(), claimed=0,
+                                  backlog=False)
+    if dialect == "mssql":
+        return record
+    return record.returning(turns.c.slot, *looks(dialect, guarded, elsewhere))
+
+
+@functools.lru_cache(maxsize=None)
+def looks_statement(dialect: str, guarded: bool, elsewhere: bool):
+    return select(*looks(dialect, guarded, elsewhere))
+
+
 @functools.lru_cache(maxsize=None)
 def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | None, turn: bool = False,
-                    served: bool = False, branches: int = 0):
+                    served: bool = False, branches: int = 0, guarded: bool = False, elsewhere: bool = False):
     """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
 
     Queued and expired jobs are picked apart and merged: each branch follows an index in order
     (ix_qp_jobs_queued, ix_qp_jobs_lease) instead of sorting the whole backlog per claim. On
     PostgreSQL the same statement opens the run rows and, with `turn`, first records the turn of
     slot `b_slot`, claiming only if that record went in: an idle turn is one statement. Its rows
-    then start with `won` (1 or 0) and carry no job when nothing was claimed.
+    then start with `won` (1 or 0) and the turn's looks (`guarded_due`, `elsewhere_due`: see `looks`;
+    with `guarded` the claim takes nothing when guarded work is due, and `elsewhere_due` is asked only
+    when the claim left room), and carry no job when nothing was claimed.
     `top`: SQL Server only says TOP for a plain number (else ROW_NUMBER() over every due row),
     so there each limit is its own shape.
 
@@ -109,6 +192,8 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
             .cte("turn")
         )
         gate = exists(select(recorded.c.slot))
+        if guarded:
+            gate = and_(gate, ~guarded_due(dialect))
 
     def expired(table):
         ran_out = table.c.lease_until < now
@@ -124,17 +209,14 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
             .subquery()
         )
 
-    mine = true()
-    if served:
-        mine = (j.c.queue == any_(cast(bindparam("b_served"), ARRAY(String))) if dialect == "postgresql"
-                else j.c.queue.in_(bindparam("b_served", expanding=True)))
+    mine = among(dialect, j.c.queue, "b_served") if served else true()
     q = queues.alias("q")
     paused = select(q.c.name).where(q.c.paused)
     held_back = select(q.c.name).where(or_(q.c.paused, q.c.max_running.isnot(None), q.c.rate_count.isnot(None)))
     alone = [bindparam(f"b_q{i}", type_=String) for i in range(branches)]
-    due = and_(j.c.state == JobState.QUEUED, j.c.run_at <= now + bindparam("b_horizon", type_=Float), in_order(j))
-    picks = [best(and_(due, mine, j.c.queue.notin_(held_back), *([j.c.queue.notin_(alone)] if alone else [])))]
-    picks += [best(and_(due, j.c.queue == alone[i]), _room(dialect, i, limit)) for i in range(branches)]
+    waiting = due(j)
+    picks = [best(and_(waiting, mine, j.c.queue.notin_(held_back), *([j.c.queue.notin_(alone)] if alone else [])))]
+    picks += [best(and_(waiting, j.c.queue == alone[i]), _room(dialect, i, limit)) for i in range(branches)]
     if take_expired:
         picks.append(best(and_(j.c.state == JobState.RUNNING, expired(j), mine, j.c.queue.notin_(paused))))
     if len(picks) > 1:
@@ -178,8 +260,10 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     if not turn:
         return select(claimed).add_cte(opened).add_cte(lost)
     won = select(func.count()).select_from(recorded).scalar_subquery().label("won")
+    room_left = select(func.count()).select_from(claimed).scalar_subquery() < limit
     one = select(literal(1).label("one")).subquery("one")
-    return select(won, *claimed.c).select_from(one.outerjoin(claimed, true())).add_cte(opened).add_cte(lost)
+    return (select(won, *looks(dialect, guarded, elsewhere, room_left), *claimed.c)
+            .select_from(one.outerjoin(claimed, true())).add_cte(opened).add_cte(lost))
 
 
 @functools.lru_cache(maxsize=None)

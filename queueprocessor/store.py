@@ -26,7 +26,8 @@ from .errors import DuplicateKey, LostLease, NotFound, QPError, echoed
 from .queues import DEFAULT, Served
 from .schema import jobs, machines, meta, queues, runs, turns
 from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
-from .statements import LOST, claim_statement, finish_statement, spend_statement
+from .statements import (LOST, claim_statement, finish_statement, looks_statement, spend_statement,
+                         turn_statement)
 from .store_roster import bump_roster, checkin_statement, newest_backlog
 
 CLOCK = select(db_now())  # built once: Raw compiles each statement it is given once
@@ -122,6 +123,39 @@ class Plan:
 
 
 EVERY_QUEUE = Plan()
+
+
+@dataclass(frozen=True)
+class Looks:
+    """What a turn asks besides its claim, in the same statement (DESIGN 9). `guarded`: our queues with a
+    farm-wide limit or rate; while one of their jobs is due the turn claims nothing and says so, and we make
+    one locked claim of every queue instead, so priority holds across them. `elsewhere`: the queues we do not
+    serve that a live peer does (() for every queue we do not serve; None: do not ask), with `served`, ours."""
+
+    guarded: tuple[str, ...] = ()
+    elsewhere: tuple[str, ...] | None = None
+    served: tuple[str, ...] = ()
+
+    def params(self) -> dict:
+        params = {"b_guarded": list(self.guarded)} if self.guarded else {}
+        if self.elsewhere is not None:
+            params |= dict(b_elsewhere=list(self.elsewhere), b_any_other=not self.elsewhere,
+                           b_served=list(self.served))
+        return params
+
+
+NO_LOOKS = Looks()
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A turn: was the slot ours, what it claimed, and what its looks saw (None: not asked, or, for
+    `elsewhere_due`, not asked because the claim took all the room it had)."""
+
+    won: bool
+    claimed: list[Claimed]
+    guarded_due: bool | None = None
+    elsewhere_due: bool | None = None
 
 
 class Raw:
@@ -372,12 +406,25 @@ class Store:
 
     def take_turn(self, slot: int, machine_id: int) -> bool:
         """Record a turn under its slot number. False if another machine already has that slot."""
+        return self._record_turn(slot, machine_id, NO_LOOKS, 0.0)[0]
+
+    def _record_turn(self, slot: int, machine_id: int, looks: Looks, horizon: float
+                     ) -> tuple[bool, bool | None, bool | None]:
+        """take_turn, and what the looks saw (None: not asked) if it was ours: on SQLite in the same statement,
+        on SQL Server in a second one."""
+        guarded, elsewhere = bool(looks.guarded), looks.elsewhere is not None
+        params = dict(b_slot=slot, b_machine=machine_id, b_horizon=horizon) | looks.params()
         try:
-            self.count(insert(turns).values(slot=slot, machine_id=machine_id, taken_at=db_now(),
-                                            claimed=0, backlog=False))
+            if self.dialect != "mssql":
+                [(_slot, *seen)] = self.rows(turn_statement(self.dialect, guarded, elsewhere), params)
+                return True, *seen
+            self.count(turn_statement(self.dialect, guarded, elsewhere), params)
         except exc.IntegrityError:
-            return False
-        return True
+            return False, None, None
+        if not (guarded or elsewhere):
+            return True, None, None
+        [seen] = self.rows(looks_statement(self.dialect, guarded, elsewhere), params)
+        return True, *seen
 
     def record_turn(self, slot: int, claimed: int, backlog: bool) -> None:
         """Add what the turn's holder claimed in its slot (its turn, then any claims on push notices)."""
@@ -476,25 +523,35 @@ class Store:
 
     def take_turn_and_claim(self, slot: int, machine_id: int, limit: int, lease: float, *, horizon: float = 0.0,
                             take_expired: bool = True, expired_before: float | None = None,
-                            plan: Plan = EVERY_QUEUE) -> tuple[bool, list[Claimed]]:
-        """Record the turn of `slot` and, only if it was ours to take, claim as Store.claim does.
+                            plan: Plan = EVERY_QUEUE, looks: Looks = NO_LOOKS) -> Turn:
+        """Record the turn of `slot` and, only if it was ours to take, claim as Store.claim does and look as
+        `looks` asks (while guarded work is due, claim nothing).
 
-        On PostgreSQL both happen in one statement, so an idle farm costs the
-        database one statement per period; elsewhere, and for a plan that locks queues, two.
+        On PostgreSQL all of it is one statement, so an idle farm costs the
+        database one statement per period, roles and limited queues or not;
+        elsewhere, and for a plan that locks queues, two.
         """
         if self.dialect != "postgresql" or limit <= 0 or plan.locks:
-            won = self.take_turn(slot, machine_id)
-            return won, (self.claim(machine_id, limit, lease, horizon=horizon, take_expired=take_expired,
-                                    expired_before=expired_before, plan=plan) if won else [])
+            won, guarded_due, elsewhere_due = self._record_turn(slot, machine_id, looks, horizon)
+            if not won:
+                return Turn(False, [])
+            claimed = [] if guarded_due else self.claim(machine_id, limit, lease, horizon=horizon,
+                                                        take_expired=take_expired, expired_before=expired_before,
+                                                        plan=plan)
+            return Turn(True, claimed, guarded_due, elsewhere_due)
         params = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon, b_slot=slot)
-        params |= plan.params()
+        params |= plan.params() | looks.params()
         if expired_before is not None:
             params["b_before"] = expired_before
         statement = claim_statement(self.dialect, take_expired, expired_before is not None, None, turn=True,
-                                    served=bool(plan.served), branches=len(plan.alone))
+                                    served=bool(plan.served), branches=len(plan.alone), guarded=bool(looks.guarded),
+                                    elsewhere=looks.elsewhere is not None)
         rows = self._hot(statement, params)
-        claimed = _most_urgent_first(Claimed(*row[1:]) for row in rows if row[1] is not None)  # row: won, job...
-        return bool(rows[0][0]), claimed
+        won, guarded_due, elsewhere_due = rows[0][:3]
+        if not won:
+            return Turn(False, [])
+        return Turn(True, _most_urgent_first(Claimed(*row[3:]) for row in rows if row[3] is not None), guarded_due,
+                    elsewhere_due)
 
     def requeue_expired(self, before: float) -> int:
         """Put running jobs whose lease ran out (before `before`, database time) back in the queue.

@@ -14,18 +14,21 @@ class QueueStore:
     def __init__(self, store: Store):
         self.store = store
 
-    def settings(self) -> dict[str, dict]:
-        """Every queue an operator has set something on: its qp_queues row, by name."""
-        return {row.name: dict(row._mapping) for row in self.store.rows(select(queues))}
+    def settings(self, only: str | None = None) -> dict[str, dict]:
+        """Every queue an operator has set something on (or only queue `only`): its qp_queues row, by name."""
+        statement = select(queues) if only is None else select(queues).where(queues.c.name == only)
+        return {row.name: dict(row._mapping) for row in self.store.rows(statement)}
 
-    def counts(self) -> dict[str, tuple[int, int, int]]:
-        """Per queue with work: (waiting, running, order keys waiting)."""
+    def counts(self, only: str | None = None) -> dict[str, tuple[int, int, int]]:
+        """Per queue with work (or only queue `only`): (waiting, running, order keys waiting)."""
         waiting = jobs.c.state == JobState.QUEUED
         statement = (
             select(jobs.c.queue, func.sum(case((waiting, 1), else_=0)), func.sum(case((waiting, 0), else_=1)),
                    func.count(case((waiting, jobs.c.order_key)).distinct()))
             .where(jobs.c.state.in_((JobState.QUEUED, JobState.RUNNING))).group_by(jobs.c.queue)
         )
+        if only is not None:
+            statement = statement.where(jobs.c.queue == only)
         return {row[0]: (int(row[1]), int(row[2]), row[3]) for row in self.store.rows(statement)}
 
     def known(self, name: str) -> bool:
@@ -49,13 +52,15 @@ class QueueStore:
             self.store.count(update(queues).where(queues.c.name == name).values(**values))
 
 
-def queue_infos(store: Store, live: list[dict]) -> list[QueueInfo]:
-    """Every queue with work, settings or a live machine serving it by name (and `default`), by name. `live`:
-    the machine rows judged alive, each with its `name` and `queues` (names, () for every queue)."""
+def queue_infos(store: Store, live: list[dict], only: str | None = None) -> list[QueueInfo]:
+    """Every queue with work, settings or a live machine serving it by name (and `default`), by name; or only
+    queue `only`, whose settings and counts alone are read. `live`: the machine rows judged alive, each with
+    its `name` and `queues` (names, () for every queue)."""
     reader = QueueStore(store)
-    settings, counts = reader.settings(), reader.counts()
+    settings, counts = reader.settings(only), reader.counts(only)
+    names = {DEFAULT, *settings, *counts, *(q for m in live for q in m["queues"])} if only is None else {only}
     infos = []
-    for name in sorted({DEFAULT, *settings, *counts, *(q for m in live for q in m["queues"])}):
+    for name in sorted(names):
         row = settings.get(name, {})
         waiting, running, keys = counts.get(name, (0, 0, 0))
         infos.append(QueueInfo(

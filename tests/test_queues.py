@@ -5,16 +5,18 @@ machines with in-process nodes (roles, pause) here, and with real node processes
 test_queues_farm.py.
 """
 
+import psycopg
 import pytest
-from sqlalchemy import update
+from sqlalchemy import event, update
 from sqlalchemy.dialects.mssql import pyodbc
 
 from queueprocessor.errors import BadQueueInput, NotFound
 from queueprocessor.farm import Farm
 from queueprocessor.queues import OnFailure, QueueInfo, Rate, Served
 from queueprocessor.schema import jobs
-from queueprocessor.statements import claim_statement, spend_statement
-from queueprocessor.store import JobSpec, Plan
+from queueprocessor.statements import claim_statement, looks_statement, spend_statement, turn_statement
+from queueprocessor.roster import slot_of
+from queueprocessor.store import JobSpec, Looks, Plan, Turn
 from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
 
 NOOP = f"{PYJOBS}:noop"
@@ -114,6 +116,9 @@ def test_a_job_that_failed_for_good_blocks_its_key_or_not_as_the_queue_says(farm
     store = farm.store
     first, after = store.enqueue(spec(order_key="k", max_attempts=1), count=2)
     farm.set_queue("default", on_failure=policy)
+    other = OnFailure.SKIP if policy == OnFailure.BLOCK else OnFailure.BLOCK
+    store.enqueue(spec("strict"))
+    farm.set_queue("strict", on_failure=other, limit=1)  # another queue's policy is its own
     me = machine(farm)
     [job] = store.claim(me, 8, 30.0)
     assert store.finish(job, me, "failed", error="boom") == "failed"
@@ -193,15 +198,21 @@ def test_a_paused_queue_is_applied_by_running_nodes_and_resumed(farm, http_targe
 
 
 @pytest.mark.parametrize("served, branches", [(True, 0), (False, 2), (True, 1)])
-def test_the_queue_guards_compile_for_sql_server(served, branches):
-    """No SQL Server runs here: the claim's queue shapes and the bucket's spending compile to T-SQL (LEAST and
-    GREATEST need SQL Server 2022)."""
+def test_the_queue_guards_compile_for_sql_server_2017(served, branches):
+    """No SQL Server runs here: the claim's queue shapes, the bucket's spending and the turn's looks compile to
+    T-SQL without LEAST and GREATEST (SQL Server 2022 only): CASE instead, and no sub-select in OUTPUT."""
     dialect = pyodbc.dialect()
     claim = str(claim_statement("mssql", True, True, 4, served=served, branches=branches).compile(dialect=dialect))
     assert claim.startswith("UPDATE qp_jobs SET") and claim.count("WITH (UPDLOCK, ROWLOCK, READPAST)") == 2 + branches
     assert ("qp_jobs.queue IN" in claim or "j.queue IN" in claim) == served
-    assert claim.count("least(") >= 2 * branches
-    assert "UPDATE qp_queues SET tokens" in str(spend_statement("mssql").compile(dialect=dialect))
+    spend = str(spend_statement("mssql").compile(dialect=dialect))
+    assert "UPDATE qp_queues SET tokens" in spend
+    for sql in (claim, spend):
+        assert "least(" not in sql.lower() and "greatest(" not in sql.lower()
+    assert claim.count("CASE WHEN") >= 3 * branches  # the room: at most mine, the limit's, the tokens', and >= 0
+    turn = str(turn_statement("mssql", True, True).compile(dialect=dialect))
+    assert turn.startswith("INSERT INTO qp_turns") and "OUTPUT" not in turn and "SELECT" not in turn
+    assert str(looks_statement("mssql", True, True).compile(dialect=dialect)).count("EXISTS (SELECT") >= 2
 
 
 def test_enqueue_to_a_queue_nobody_serves_is_accepted_with_a_one_line_warning(db_url, capsys):
@@ -215,3 +226,134 @@ def test_enqueue_to_a_queue_nobody_serves_is_accepted_with_a_one_line_warning(db
         machine(farm, "r", queues="reports")
     assert run_cli("--db", db_url, "enqueue", "python", NOOP, "--queue", "reports") == 0
     assert capsys.readouterr().err == "", "served: no warning"
+
+
+class Sent:
+    """Every statement this process sends to the farm's database from now on, as the driver gets it (on
+    PostgreSQL the hot statements bypass SQLAlchemy's execution, so they are seen at the driver's cursor)."""
+
+    def __init__(self, engine):
+        self.statements: list[str] = []
+        if engine.dialect.name != "postgresql":
+            event.listen(engine, "before_cursor_execute", lambda _conn, _cursor, sql, *_: self.statements.append(sql))
+            return
+        seen = self.statements
+
+        class Counted(psycopg.Cursor):
+            def execute(self, query, *args, **kwargs):
+                seen.append(str(query))
+                return super().execute(query, *args, **kwargs)
+
+        # Every connection gets it at its next checkout, those already in the pool too.
+        event.listen(engine.pool, "checkout", lambda dbapi_connection, *_: setattr(dbapi_connection, "cursor_factory",
+                                                                                  Counted))
+
+    def reading(self, table: str) -> list[str]:
+        return [s for s in list(self.statements) if table in s]
+
+
+def test_an_idle_farm_with_roles_and_a_limited_queue_polls_once_a_turn(farm, http_target):
+    """Roles and a limited queue add no statement to an idle turn: what a turn-holder asks about work it does
+    not claim rides in its turn's own statement (PostgreSQL: one statement a turn; elsewhere: the turn's
+    record, then its claim)."""
+    nodes = Nodes(farm, http_base=http_target.base_url, housekeeping=1e6)
+    try:
+        a, b = nodes("a", queues="qa"), nodes("b", queues="qb")
+        farm.set_queue("qa", limit=2)
+        wait_for(lambda: a.turns_taken >= 2 and b.turns_taken >= 2 and "qa" in a.queue_settings)  # in steady state
+        sent = Sent(farm.engine)
+        before = a.turns_taken + b.turns_taken
+        wait_for(lambda: a.turns_taken + b.turns_taken >= before + 8)
+        turns = a.turns_taken + b.turns_taken - before
+        polls = sent.reading("qp_jobs")
+    finally:
+        nodes.stop_all()
+    postgresql = farm.store.dialect == "postgresql"
+    per_turn = 1 if postgresql else 2
+    assert [s for s in polls if not ("INSERT INTO qp_turns" in s  # the turn (PostgreSQL: with its claim)
+                                     or not postgresql and s.startswith("UPDATE qp_jobs"))] == []
+    # A window cuts a turn at each end: a turn counted may have sent its statements before it opened.
+    assert turns * per_turn - 2 * per_turn <= len(polls) <= (turns + 2) * per_turn
+
+
+def test_a_job_of_a_queue_the_turn_holder_does_not_serve_starts_within_a_period(farm, http_target):
+    """Two machines serve qa, one qb. A qb job due halfway into a slot after qb's machine held the turn (its
+    claim ahead stopped short of it) is not that machine's until two slots later; the next turn-holder, which
+    does not serve qb, sees it due and flags its turn, and the qb machine claims it directly in that slot."""
+    period = 1.0
+    nodes = Nodes(farm, http_base=http_target.base_url, period=period, heartbeat=0.2)
+    try:
+        a1, a2, b = nodes("a1", queues="qa"), nodes("a2", queues="qa"), nodes("b", queues="qb")
+        wait_for(lambda: all(n.turns_taken for n in (a1, a2, b)), timeout=20)
+        roster = sorted(n.id for n in (a1, a2, b))
+        s = slot_of(farm.store.ask_time(), period) + 2
+        while roster[(s - 1) % 3] != b.id:
+            s += 1
+        [job] = farm.enqueue_python(NOOP, queue="qb", at=(s + 0.5) * period)
+        done = farm.wait(job, timeout=20)
+        [run] = done["runs"]
+        turns = {t["slot"]: t for t in farm.store.read_turns(since=(s - 1) * period)}
+    finally:
+        nodes.stop_all()
+    assert run["machine_id"] == b.id
+    started = slot_of(run["started_at"], period)
+    assert started == s + 1, "started in the slot after it was due, before the qb machine's own turn"
+    assert turns[started]["machine_id"] != b.id and turns[started]["backlog"]
+
+
+def test_a_turn_of_a_node_with_a_limited_queue_claims_every_queue_in_one_order_of_priority(farm, http_target):
+    """While a job of a limited queue is due, the turn claims nothing itself and the node makes one locked claim
+    of every queue it serves, most urgent first: so the limited queue's urgent job starts before less urgent
+    work of the others (it used to be claimed after them, with the room they left)."""
+    low = farm.enqueue_python(NOOP, count=3)  # default queue, priority 0
+    [urgent] = farm.enqueue_python(NOOP, priority=9)
+    [limited, held] = farm.enqueue_python(NOOP, queue="limited", priority=5, count=2)
+    farm.set_queue("limited", limit=1)
+    nodes = Nodes(farm, http_base=http_target.base_url)
+    try:
+        nodes("n", capacity=2, queues="default,limited")
+        assert all(farm.wait(job, timeout=20)["state"] == "succeeded" for job in [*low, urgent, limited, held])
+    finally:
+        nodes.stop_all()
+    runs = sorted(farm.store.list_runs(), key=lambda r: r["id"])
+    assert {r["job_id"] for r in runs[:2]} == {urgent, limited}, "the node's first claim: the two most urgent"
+    assert held in {r["job_id"] for r in runs[2:]}
+
+
+def test_a_turn_says_what_it_saw_of_work_it_does_not_claim(farm):
+    store = farm.store
+    me = machine(farm, "a", queues="qa,limited")
+    plan = Plan(served=("qa", "limited"))
+    looks = Looks(guarded=("limited",), elsewhere=("qb",), served=("qa", "limited"))
+    assert store.take_turn_and_claim(1, me, 4, 30.0, plan=plan, looks=looks) == Turn(True, [], False, False)
+    assert store.take_turn_and_claim(1, me, 4, 30.0, plan=plan, looks=looks) == Turn(False, [])
+    store.enqueue(spec("qb"))
+    farm.pause_queue("qb")
+    assert store.take_turn_and_claim(2, me, 4, 30.0, plan=plan, looks=looks).elsewhere_due is False, "paused"
+    farm.resume_queue("qb")
+    farm.set_queue("limited", limit=1)
+    [limited] = store.enqueue(spec("limited"))
+    plain = store.enqueue(spec("qa"), count=2)
+    turn = store.take_turn_and_claim(3, me, 4, 30.0, plan=plan, looks=looks)
+    assert turn == Turn(True, [], True, True), "limited work due: the turn leaves every queue to a locked claim"
+    joint = store.claim(me, 4, 30.0, plan=Plan(("qa", "limited"), (("limited", 4, True),)))
+    assert sorted(job.id for job in joint) == sorted([limited, *plain])
+    everyone = Looks(elsewhere=(), served=("qa", "limited"))  # a peer serves every queue
+    assert store.take_turn_and_claim(4, me, 4, 30.0, plan=plan, looks=everyone) == Turn(True, [], None, True)
+
+
+def test_an_enqueue_reads_the_machines_once_and_one_queue_is_read_alone(farm):
+    machine(farm, "r", queues="reports")
+    farm.store.enqueue(spec("other"), count=2)
+    farm.store.enqueue(spec("reports"))
+    sent = Sent(farm.engine)
+    assert farm.submit(spec("reports")).served and not farm.submit(spec("nobody")).served
+    assert len(sent.reading("qp_machines")) == 2, "one read of the machine rows per enqueue, for both questions"
+    farm.set_queue("reports", limit=3)
+    sent.statements.clear()
+    info = farm.queue("reports")
+    assert (info.name, info.limit, info.waiting, info.serving) == ("reports", 3, 2, ("r",))
+    of_queues = sent.reading("qp_queues") + sent.reading("qp_jobs")
+    assert of_queues and all("qp_queues.name = " in s or "qp_jobs.queue = " in s for s in of_queues), \
+        "the one queue's settings and counts, not every queue's"
+    assert farm.queue("default").waiting == 0

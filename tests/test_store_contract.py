@@ -10,7 +10,7 @@ from queueprocessor import schema
 from queueprocessor.database import ensure_schema
 from queueprocessor.errors import LostLease, NotFound, QPError, SchemaTooNew
 from queueprocessor.runner import backoff
-from queueprocessor.store import JobSpec
+from queueprocessor.store import JobSpec, Turn
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
 
 HTTP = JobSpec(executor="http", target="/ok")
@@ -220,13 +220,12 @@ def test_a_turn_and_its_claim_go_together(farm):
     store = farm.store
     a, b = register(store, "a"), register(store, "b")
     store.enqueue(HTTP, count=3)
-    won, claimed = store.take_turn_and_claim(7, a, 2, lease=5)
-    assert won and len(claimed) == 2 and all(c.fence == 1 for c in claimed)
-    lost, nothing = store.take_turn_and_claim(7, b, 2, lease=5)
-    assert (lost, nothing) == (False, [])  # the slot was taken: the loser claims nothing
+    turn = store.take_turn_and_claim(7, a, 2, lease=5)
+    claimed = turn.claimed
+    assert turn.won and len(claimed) == 2 and all(c.fence == 1 for c in claimed)
+    assert store.take_turn_and_claim(7, b, 2, lease=5) == Turn(False, [])  # the slot was taken: nothing claimed
     assert store.due_count() == 1
-    won, none_due = store.take_turn_and_claim(8, b, 0, lease=5)
-    assert won and none_due == []
+    assert store.take_turn_and_claim(8, b, 0, lease=5) == Turn(True, [])  # no room: no claim, and no looks asked
     assert [(t["slot"], t["machine_id"]) for t in store.read_turns(0)] == [(7, a), (8, b)]
     assert {r["job_id"] for r in store.list_runs()} == {c.id for c in claimed}
 
