@@ -195,8 +195,7 @@ def run_until_signalled(the_node) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     the_node.start()
-    while not the_node.stopped.wait(0.2):
-        pass
+    the_node.stopped.wait()  # a signal still runs its handler here (a lock's wait is interrupted by it)
 
 
 @cli.group()

@@ -412,7 +412,7 @@ class Node:
                 return
 
     def _checkin(self) -> None:
-        healthy = self.db_healthy
+        healthy, state, liveness = self.db_healthy, self.state, self.liveness()
         self._unreachable.clear()  # a turn that loses the database from now on is news to this check-in
         sent = self.clock.monotonic()
         since = slot_of(self.estimator.db_now(), self.config.period) - 3
@@ -420,7 +420,7 @@ class Node:
         farm = self.peers.read_farm(self.id, before, since, stamp=self.clock.monotonic)  # also a clock sample
         self.estimator.add(farm.sample)
         self._note_contact(farm.now)
-        self._learn_roster(farm, before)
+        moved = self._learn_roster(farm, before)
         self._upcoming = (self._upcoming[0] + 1, farm.next_schedule)
         applied = self._apply_wish(farm.wish)
         if farm.queues_changed != self._queues_changed:
@@ -442,21 +442,25 @@ class Node:
         if self.db_healthy and not healthy:  # not yet after a check-in the database stalled under (see db_healthy)
             log.info("database reachable (offset %+.4f s, rtt %.2f ms)", self.estimator.offset(),
                      self.estimator.rtt() * 1000)
-        self._wake.set()  # the roster may have changed: the turn timer plans again
+        if (moved or not healthy or self.state != state or self.liveness() != liveness
+                or farm.backlog_slot is not None):
+            self._wake.set()  # the turn timer plans again (a check-in that changed nothing leaves its plan be)
 
-    def _learn_roster(self, farm: FarmRead, before: float) -> None:
+    def _learn_roster(self, farm: FarmRead, before: float) -> bool:
         """Keep our copy of the machine rows current: every row when the roster version moved, else only the
         suspects' last_seen (see roster.KnownMachines). Suspects we find dead are buried, so nobody reads
-        them again."""
+        them again. Whether the rows or the suspects changed."""
         if self._known.current(farm.version):
-            self._known.update(before, farm.suspects)
+            moved = self._known.update(before, farm.suspects)
         else:
             version, rows = self.peers.read_all()
             self._known.replace(version, rows, before)
+            moved = True
         self.known = self._known.copy()
         for machine_id, last_seen in self._known.dead(farm.now, self.liveness()):
             if self.peers.bury(machine_id, last_seen):
                 log.warning("machine %s stopped checking in: judged dead", machine_id)
+        return moved
 
     def _note_contact(self, db_time: float) -> None:
         """Track our unbroken run of check-ins: peers are only judged on silence within it."""

@@ -132,12 +132,15 @@ class KnownMachines:
         self.update(before, {row["id"]: row["last_seen"] for row in rows
                              if row["state"] in CHECKING_IN and row["last_seen"] < before})
 
-    def update(self, before: float, suspects: dict[int, float]) -> None:
-        """A heartbeat read under our version: the machines checking in last seen before `before`."""
-        if suspects != self._suspects:
-            self._suspects = dict(suspects)
-            self._memo = None
+    def update(self, before: float, suspects: dict[int, float]) -> bool:
+        """A heartbeat read under our version: the machines checking in last seen before `before`. Whether the
+        suspects changed (else the roster changes only as time passes, as changes_at says)."""
         self._fresh_since = before
+        if suspects == self._suspects:
+            return False
+        self._suspects = dict(suspects)
+        self._memo = None
+        return True
 
     def last_seen(self, row: dict) -> float:
         if row["id"] in self._suspects:

@@ -5,8 +5,6 @@ command names its database (or masks it in an error) before it loads the engine,
 import re
 from pathlib import Path
 
-import platformdirs
-
 # From "user:" to the last "@": people type passwords with spaces, "@" and "/" in them unencoded, and a
 # mask that shows too much is worse than one that hides a host name too.
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@]*:).*@", re.DOTALL)
@@ -22,7 +20,10 @@ _PASSWORD_PARAM = re.compile(r"((?:password|pwd)=)(?:\{[^}]*\}?)?[^;]*"
 
 
 def default_url(file: str = "farm.db") -> str:
-    """The embedded default: one SQLite file in the user's data directory (made by the first writer)."""
+    """The embedded default: one SQLite file in the user's data directory (made by the first writer). Only
+    a command given no database asks for it, so platformdirs is loaded then (a node spares its memory)."""
+    import platformdirs
+
     return f"sqlite:///{Path(platformdirs.user_data_dir('queueprocessor')) / file}"
 
 

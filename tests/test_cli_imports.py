@@ -4,12 +4,16 @@ serves). Each case is a real `queueprocessor` process; it reports the modules it
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
+from sqlalchemy import func, select
 
 from queueprocessor.farm import Farm
+from queueprocessor.schema import turns
+from tests.support.work import wait_for
 
 # Runs the CLI's entry point as the installed script does, then prints what is loaded as the last line.
 PROBE = """
@@ -58,3 +62,24 @@ def test_help_loads_no_sqlalchemy(command):
     modules, shown = loaded_by(*command)
     assert shown.startswith("Usage: ")
     assert not {"sqlalchemy", "queueprocessor.farm"} & modules
+
+
+def test_an_idle_node_loads_no_schedule_parser_http_client_or_metrics_library(sqlite_url):
+    """Issue 11: an idle node's memory. What only some work needs is loaded by the first such work: croniter
+    (and dateutil) by a cron schedule, aiohttp by an HTTP job, prometheus_client by --metrics-port, and
+    platformdirs only by a command given no database."""
+    Farm(sqlite_url).close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QP_")} | {"QP_DB": sqlite_url}
+    node = subprocess.Popen([sys.executable, "-c", PROBE, "node", "--name", "idle", "--period", "0.2",
+                             "--heartbeat", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        with Farm(sqlite_url) as farm:
+            wait_for(lambda: farm.store.rows(select(func.count()).select_from(turns))[0][0] >= 2, timeout=30)
+    finally:
+        node.send_signal(signal.SIGTERM)
+        out, err = node.communicate(timeout=30)
+    assert node.returncode == 0, err
+    modules = set(json.loads(out.splitlines()[-1]))
+    assert "queueprocessor.node" in modules
+    unneeded = {"croniter", "dateutil", "aiohttp", "prometheus_client", "platformdirs"}
+    assert not unneeded & modules, sorted(unneeded & modules)

@@ -190,3 +190,37 @@ def test_a_backlog_notice_that_comes_while_the_turn_thread_resets_is_kept(tmp_pa
             assert node.turns_taken == 1, "the job was claimed directly, not on a turn"
         finally:
             nodes.stop_all()
+
+
+def test_a_check_in_wakes_the_turn_timer_only_when_its_plan_may_change(farm, monkeypatch):
+    """The turn timer sleeps until its turn or the roster's next change; a check-in wakes it to plan again
+    only when it brought something new: new rows, a new suspect, a new state, a backlog to help with.
+    (The node's threads are not started: the test makes each check-in itself.)"""
+    from queueprocessor.node import Node
+
+    monkeypatch.setattr(Node, "_start_threads", lambda node: None)
+    node = Nodes(farm)("a")
+    try:
+        node._wake.clear()
+        node._checkin()
+        assert not node._wake.is_set(), "nothing changed: the timer's plan stands"
+        farm.store.register(name="b", host="h", instance="b", pid=1, version="t", capacity=1)
+        node._checkin()
+        assert node._wake.is_set(), "a machine joined: new rows"
+        node._wake.clear()
+        node._checkin()
+        assert not node._wake.is_set()
+        farm.steer("a", "pause")
+        node._checkin()
+        assert node._wake.is_set() and node.state == MachineState.PAUSED, "a new state"
+        node._checkin()  # reads the rows again: writing its new state bumped the roster version
+        node._wake.clear()
+        node._checkin()
+        assert not node._wake.is_set()
+        slot = int(farm.store.ask_time() / FAST["period"])
+        farm.store.take_turn(slot, node.id)
+        farm.store.record_turn(slot, claimed=4, backlog=True)
+        node._checkin()
+        assert node._wake.is_set(), "a backlog others may help with"
+    finally:
+        node.stop(drain=False)
