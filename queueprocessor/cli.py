@@ -28,7 +28,7 @@ from . import __version__, logs
 from .errors import ConfigError, NotFound, QPError, echoed
 from .nodeoptions import NodeCommand, NodeOptions, Seconds, flag_of, node_options
 from .output import format_time, machine_label, print_json, print_table
-from .queues import DEFAULT, UNCHANGED, OnFailure, check_name
+from .queues import DEFAULT, UNCHANGED, OnFailure, Served, check_name
 from .states import JobState, Wish
 from .urls import default_url, mask
 
@@ -469,7 +469,7 @@ def status(ctx: Context, as_json: bool) -> None:
     click.echo(f"database {report['database']}  now {format_time(report['db_now'])}")
     print_table(
         ["id", "name", "host", "status", "queues", "offset", "±", "rtt", "seen", "cap", "run", "done", "fail"],
-        [[m["id"], m["name"], m["host"], m["status"], ",".join(m["queues"]) or "all",
+        [[m["id"], m["name"], m["host"], m["status"], str(Served(m["queues"], tuple(m["caps"].items()))) or "all",
           _ms(m["clock_offset"], signed=True), _ms(m["error_bound"]), _ms(m["rtt"]),
           f"{report['db_now'] - m['last_seen']:.1f}s ago", m["capacity"], m["running"], m["done_count"],
           m["failed_count"]] for m in report["machines"]],

@@ -81,6 +81,15 @@ def test_json_documents_for_status_jobs_turns(sqlite_url):
     assert json.loads(run("turns", "--json", db=sqlite_url).stdout) == {"turns": []}
 
 
+def test_status_lists_each_machines_queues_as_its_queues_option_says(sqlite_url):
+    with Farm(sqlite_url) as farm:
+        for name, queues in (("reporter", "reports:2,default"), ("anything", "")):
+            farm.store.register(name=name, host="h", instance=name, pid=1, version="t", capacity=4, queues=queues)
+    rows = [line.split() for line in run("status", db=sqlite_url).stdout.splitlines()]
+    shown = {row[1]: row[4] for row in rows if row[0].isdigit()}  # id, name, host, status, queues, ...
+    assert shown == {"reporter": "reports:2,default", "anything": "all"}
+
+
 @pytest.mark.parametrize("argv", [["status"], ["jobs"], ["job", "1"], ["turns"], ["schedule", "list"],
                                   ["singleton", "list"]])
 def test_a_read_command_on_a_missing_database_says_so_and_creates_nothing(tmp_path, argv):
