@@ -87,12 +87,13 @@ class JobDetails(QWidget):
         grid.setHorizontalSpacing(10)
         grid.setVerticalSpacing(3)
         self.fields: dict[str, QLabel] = {}
-        pairs = ((("state", "State"), ("target", "Target")), (("created", "Created"), ("finished", "Finished")),
-                 (("options", "Priority · timeout"), ("key", "Key")))
-        wide = (("queue", "Queue · order key"), ("error", "Last error"), ("payload", "Payload"))
-        cells = [(row, pair * 2, 1, key, label) for row, both in enumerate(pairs)
-                 for pair, (key, label) in enumerate(both)]
-        cells += [(len(pairs) + n, 0, 3, key, label) for n, (key, label) in enumerate(wide)]
+        # Texts that can be long (a state with its attempts, a URL, a schedule's key) get the whole width; two
+        # short ones share a line, so none wraps into a narrow column that the pane's height then cuts off.
+        lines = ((("state", "State"),), (("target", "Target"),), (("created", "Created"), ("finished", "Finished")),
+                 (("priority", "Priority"), ("timeout", "Timeout")), (("queue", "Queue · order key"),),
+                 (("key", "Key"),), (("error", "Last error"),), (("payload", "Payload"),))
+        cells = [(row, pair * 2, 3 if len(line) == 1 else 1, key, label) for row, line in enumerate(lines)
+                 for pair, (key, label) in enumerate(line)]
         for row, column, span, key, label in cells:
             value = QLabel("")
             value.setTextFormat(Qt.TextFormat.PlainText)  # payloads and errors are shown as they are
@@ -124,8 +125,8 @@ class JobDetails(QWidget):
         self.fields["target"].setText(f"{job['executor']} {job['method']} {job['target']}")
         self.fields["created"].setText(text.stamp(job["created_at"]))
         self.fields["finished"].setText(text.stamp(job["finished_at"]))
-        timeout = text.duration(job["timeout"]) if job["timeout"] else "no timeout"
-        self.fields["options"].setText(f"{job['priority']} · {timeout}")
+        self.fields["priority"].setText(str(job["priority"]))
+        self.fields["timeout"].setText(text.duration(job["timeout"]) if job["timeout"] else "none")
         self.fields["key"].setText(job["key"] or "–")
         self.fields["queue"].setText(f"{job['queue']} · {job['order_key']}" if job["order_key"] else job["queue"])
         self.fields["error"].setText(job["last_error"] or "–")
@@ -203,7 +204,7 @@ class JobsView(QWidget):
         lower.addWidget(self.details)
         lower.setSizes([640, 460])
         split.addWidget(lower)
-        split.setSizes([240, 300])
+        split.setSizes([200, 340])
         self.split, self.lower = split, lower
         layout.addWidget(split)
         self._selected: int | None = None

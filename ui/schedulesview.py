@@ -113,7 +113,7 @@ class SchedulesView(QWidget):
         self.watch_only = watch_only
         self.schedules_model = SchedulesModel(self)
         self.singletons_model = SingletonsModel(self)
-        self.schedules_view = self._table(self.schedules_model, (120, 210, 150, 96, 76, 180, 110, 90))
+        self.schedules_view = self._table(self.schedules_model, (120, 210, 140, 96, 76, 205, 110, 90))
         self.singletons_view = self._table(self.singletons_model, (140, 240, 100, 90, 150, 50))
         self.act_pause = self._action("pause", "Pause", "Stop making jobs of the selected schedule; its "
                                       "occurrences waiting in the queue are cancelled", self.pause)
