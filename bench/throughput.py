@@ -24,7 +24,9 @@ peer's best setting:
 
 - queueprocessor: our nodes, `--capacity` C (--concurrency, alias --capacity);
   queueprocessor-pgbouncer: the same through a PgBouncer in transaction pooling
-  mode (tests.support.pgbouncer, pool of 20; issue 11: within 20 %).
+  mode (tests.support.pgbouncer, pool of 20; issue 11: within 20 %);
+  with --before REF, also our nodes on the code of a git ref (a before/after
+  in the same run, on the same server).
 - pgqueuer, procrastinate: from PyPI, in the bench's own virtualenv
   (~/.cache/queueprocessor-bench/peers), at --peer-concurrency (default C) jobs
   at once per process (PgQueuer's max_concurrent_tasks, batches of half that).
@@ -59,6 +61,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +72,8 @@ PEERS_VENV = CACHE / "peers"
 PEER_PACKAGES = ("pgqueuer==1.6.0", "asyncpg>=0.29", "procrastinate==3.10.0", "psycopg[binary]>=3.2", "aiohttp>=3.9")
 PEER_FILES = Path(__file__).resolve().parent / "peers"  # the Node peers' scripts and the ceiling's pgbench script
 OURS, THROUGH_PGBOUNCER = "queueprocessor", "queueprocessor-pgbouncer"  # the second: not a default
+BEFORE = "queueprocessor-before"  # our nodes on the code of --before REF
+OUR_SYSTEMS = (OURS, THROUGH_PGBOUNCER, BEFORE)
 PYTHON_PEERS = ("pgqueuer", "procrastinate")
 
 
@@ -206,6 +211,9 @@ class Config:
 def configs_of(system: str, args) -> list[Config]:
     if system in (OURS, THROUGH_PGBOUNCER):
         return [Config(system, "", f"--capacity {args.concurrency}", {"capacity": args.concurrency})]
+    if system == BEFORE:
+        return [Config(system, args.before, f"--capacity {args.concurrency}, the code of {args.before}",
+                       {"capacity": args.concurrency})]
     if system == "pgqueuer":
         return [Config(system, f"{c} at once", f"max_concurrent_tasks {c}, batch_size {max(1, c // 2)}",
                        {"concurrency": c}) for c in args.peer_concurrency]
@@ -287,13 +295,15 @@ def install(what: str, command: list[str], cwd: Path) -> bool:
     return done.returncode == 0
 
 
-def installed_systems(systems: list[str], server) -> dict[str, str | Path]:
-    """What runs each peer system (a Python, a Node peer's folder, pgbench); a system that cannot run is left
-    out, with one line."""
+def installed_systems(systems: list[str], server, before: str | None) -> dict[str, str | Path]:
+    """What runs each system but ours (a Python, a Node peer's folder, pgbench, the tree of `before`); a system
+    that cannot run is left out, with one line."""
     found: dict[str, str | Path] = {}
     python = peers_python() if set(systems) & set(PYTHON_PEERS) else None
     for system in systems:
-        if system in PYTHON_PEERS:
+        if system == BEFORE:
+            where = older_tree(before)
+        elif system in PYTHON_PEERS:
             where = python
         elif system in NODE_PEERS:
             where = node_peer(system)
@@ -306,6 +316,18 @@ def installed_systems(systems: list[str], server) -> dict[str, str | Path]:
         if where is not None:
             found[system] = where
     return found
+
+
+def older_tree(ref: str) -> Path | None:
+    """The repository at `ref`, extracted into a temporary folder (removed at the end of the run)."""
+    from common import source_tree
+
+    try:
+        return source_tree(ref, Path(tempfile.mkdtemp(prefix="qp-before-")))
+    except subprocess.CalledProcessError as error:
+        print(f"--before {ref}: git archive failed ({error.stderr.decode().strip() or error.returncode}); "
+              "left out of this run", flush=True)
+        return None
 
 
 # -- the orchestra --------------------------------------------------------------------------------
@@ -388,34 +410,54 @@ def stopping(workers: list[Worker]) -> Callable[[], None]:
 
 
 def start_ours(bench: Bench, config: Config, kind: str, processes: int, url: str) -> Running:
-    from common import NodeProcess, stop_all, wait_for
+    """Our nodes, and the farm's calls made by the same code (this checkout's, or --before's) in processes of
+    their own (farm_main): an older tree gets the schema and the enqueue of its own code."""
+    from common import ROOT, NodeProcess, stop_all
 
+    root = bench.installed[BEFORE] if config.system == BEFORE else ROOT
+    env = dict(os.environ, PYTHONPATH=str(root))
+
+    def farm(action: str, count: int) -> list[str]:
+        return [sys.executable, str(Path(__file__).resolve()), "--farm", action, "--dsn", url, "--kind", kind,
+                "--count", str(count)]
+
+    subprocess.run(farm("settings", 0), cwd=root, env=env, check=True, capture_output=True)
+    nodes_url = bench.pgbouncer.url_for(url) if config.system == THROUGH_PGBOUNCER else url
+    nodes = [NodeProcess(nodes_url, f"node-{i}", http_base=bench.web_url, root=root, extra=(
+        "--capacity", str(config.options["capacity"]), "--allow-module", "bench.jobs")) for i in range(processes)]
+    try:
+        subprocess.run(farm("joined", processes), cwd=root, env=env, check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError:
+        stop_all(nodes)
+        raise
+    time.sleep(2.5)  # the join delay: every node takes turns
+    return Running([node.pid for node in nodes], committed_at(farm("enqueue", bench.count), root, env),
+                   lambda: stop_all(nodes))
+
+
+def farm_main(action: str, url: str, kind: str, count: int) -> None:
+    """One farm call for start_ours, by the queueprocessor on PYTHONPATH: make the schema, wait until `count`
+    nodes have joined, or enqueue `count` jobs of `kind` and print when they committed."""
     from queueprocessor.farm import Farm
 
     farm = Farm(url)
-    farm.settings()
-    nodes_url = bench.pgbouncer.url_for(url) if config.system == THROUGH_PGBOUNCER else url
-    nodes = [NodeProcess(nodes_url, f"node-{i}", http_base=bench.web_url, extra=(
-        "--capacity", str(config.options["capacity"]), "--allow-module", "bench.jobs")) for i in range(processes)]
-
-    def stop() -> None:
-        stop_all(nodes)
-        farm.close()
-
-    def enqueue() -> float:
-        if kind == "http":
-            farm.enqueue_http("/", count=bench.count)
-        else:
-            farm.enqueue_python("bench.jobs:noop" if kind == "python" else "bench.jobs:noop_async", count=bench.count)
-        return time.monotonic()
-
     try:
-        wait_for(lambda: len(farm.status()["machines"]) == processes, 60, "nodes to join")
-    except TimeoutError:
-        stop()
-        raise
-    time.sleep(2.5)  # the join delay: every node takes turns
-    return Running([node.pid for node in nodes], enqueue, stop)
+        if action == "settings":
+            farm.settings()
+        elif action == "joined":
+            deadline = time.monotonic() + 60
+            while len(farm.status()["machines"]) != count:
+                if time.monotonic() > deadline:
+                    sys.exit(f"{count} nodes did not join within 60 s")
+                time.sleep(0.1)
+        else:
+            if kind == "http":
+                farm.enqueue_http("/", count=count)
+            else:
+                farm.enqueue_python("bench.jobs:noop" if kind == "python" else "bench.jobs:noop_async", count=count)
+            print(time.monotonic(), flush=True)  # committed
+    finally:
+        farm.close()
 
 
 def start_python_peer(bench: Bench, config: Config, kind: str, processes: int, url: str) -> Running:
@@ -446,7 +488,7 @@ def committed_at(command: list, cwd: Path, env: dict | None = None) -> Callable[
                                         text=True).stdout.split()[-1])
 
 
-STARTERS = {OURS: start_ours, THROUGH_PGBOUNCER: start_ours, **dict.fromkeys(PYTHON_PEERS, start_python_peer),
+STARTERS = {**dict.fromkeys(OUR_SYSTEMS, start_ours), **dict.fromkeys(PYTHON_PEERS, start_python_peer),
             **dict.fromkeys(NODE_PEERS, start_node_peer)}
 
 
@@ -496,7 +538,7 @@ def drain(bench: Bench, config: Config, kind: str, processes: int, url: str) -> 
 
     from queueprocessor.database import open_engine
 
-    table = OURS if config.system == THROUGH_PGBOUNCER else config.system
+    table = OURS if config.system in OUR_SYSTEMS else config.system
     running = STARTERS[config.system](bench, config, kind, processes, url)
     try:
         cpu = (cpu_of(running.pids), cpu_of(postgres_pids(bench.server)))
@@ -562,7 +604,7 @@ def report(config: Config, kind: str, processes: int, finished: int, count: int,
            used: tuple[float, float], detail: str) -> Result:
     partial = "" if finished == count else f", only {finished} of {count} done when it ran out of patience"
     result = Result(finished / seconds, *(1e6 * u / max(1, finished) for u in used))
-    print(f"  {config.system:15} {config.name:12} {kind:6} x{processes}: {result.rate:8.0f} jobs/s, CPU per job "
+    print(f"  {config.system:21} {config.name:12} {kind:6} x{processes}: {result.rate:8.0f} jobs/s, CPU per job "
           f"{result.workers_us:.0f} us workers + {result.postgres_us:.0f} us postgres ({detail}"
           f"drain {seconds:.2f} s{partial})", flush=True)
     return result
@@ -584,23 +626,24 @@ def best(results: Results, kind: str, processes: int, system: str) -> tuple[str,
 def print_comparison(results: Results, systems: list[str], kinds: list[str], processes: list[int]) -> None:
     from common import print_table
 
-    peers = [s for s in systems if s not in (OURS, THROUGH_PGBOUNCER, CEILING)]
+    peers = [s for s in systems if s not in (*OUR_SYSTEMS, CEILING)]
+    ratios = {"ours / best peer": (OURS, "best peer"), "ours / PostgreSQL alone": (OURS, CEILING),
+              "ours / before": (OURS, BEFORE), "through PgBouncer / direct": (THROUGH_PGBOUNCER, OURS)}
+    ratios = {title: pair for title, pair in ratios.items() if set(pair) - {"best peer"} <= set(systems)}
     rows = []
     for kind in kinds:
         for n in processes:
             top = {s: best(results, kind, n, s) for s in systems}
             rate = {s: found[1].rate if found else math.nan for s, found in top.items()}
-            best_peer = max((rate[s] for s in peers if top[s]), default=math.nan)
+            rate["best peer"] = max((rate[s] for s in peers if top[s]), default=math.nan)
             cells = [f"{found[1].rate:.0f}" + (f" ({found[0]})" if found[0] else "") if found else "-"
                      for found in top.values()]
-            rows.append([kind, n, *cells, ratio(rate.get(OURS), best_peer), ratio(rate.get(OURS), rate.get(CEILING)),
-                         ratio(rate.get(THROUGH_PGBOUNCER), rate.get(OURS))])
-    print_table(["jobs", "processes", *systems, "ours / best peer", "ours / PostgreSQL alone",
-                 "through PgBouncer / direct"], rows)
+            rows.append([kind, n, *cells, *(ratio(rate[a], rate[b]) for a, b in ratios.values())])
+    print_table(["jobs", "processes", *systems, *ratios], rows)
 
 
-def ratio(a: float | None, b: float | None) -> str:
-    return "-" if a is None or b is None or math.isnan(a) or math.isnan(b) else f"{a / b:.2f}"
+def ratio(a: float, b: float) -> str:
+    return "-" if math.isnan(a) or math.isnan(b) else f"{a / b:.2f}"
 
 
 def print_every_config(results: Results, configs: list[Config]) -> None:
@@ -634,7 +677,9 @@ def main() -> None:
                              "2 to 8 loops; default 2x8000,4x4000)")
     parser.add_argument("--ceiling-batches", type=numbers, default=[1, 32, 1000],
                         help="pgbench's batch sizes (default 1,32,1000)")
-    for hidden in ("--peer", "--role", "--dsn", "--kind", "--url", "--serve"):
+    parser.add_argument("--before", metavar="REF",
+                        help="also run our nodes on the code of this git ref (e.g. main, 20f9f88), in the same run")
+    for hidden in ("--peer", "--role", "--dsn", "--kind", "--url", "--serve", "--farm"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -643,12 +688,16 @@ def main() -> None:
     if args.peer:
         return asyncio.run(peer_main(args.peer, args.role, args.dsn, args.kind, args.count, args.concurrency,
                                      args.url))
+    if args.farm:
+        return farm_main(args.farm, args.dsn, args.kind, args.count)
     systems = [s.strip() for s in args.systems.split(",")]
     unknown = set(systems) - {*SYSTEMS, THROUGH_PGBOUNCER}
     if unknown:
         parser.error(f"unknown --systems {', '.join(sorted(unknown))}: choose from {', '.join(SYSTEMS)}, "
                      f"{THROUGH_PGBOUNCER}")
     args.peer_concurrency = args.peer_concurrency or [args.concurrency]
+    if args.before:
+        systems.insert(systems.index(OURS) + 1 if OURS in systems else 0, BEFORE)
     run_all(args, systems)
 
 
@@ -697,9 +746,10 @@ def run_all(args, systems: list[str]) -> None:
     port = 18000 + os.getpid() % 1000
     web = Worker([sys.executable, str(Path(__file__).resolve()), "--serve", str(port)], ROOT)
     results: Results = {}
+    installed: dict[str, str | Path] = {}
     try:
-        bench = Bench(server, count, args.patience, f"http://127.0.0.1:{port}/", pgbouncer,
-                      installed_systems(systems, server))
+        installed.update(installed_systems(systems, server, args.before))
+        bench = Bench(server, count, args.patience, f"http://127.0.0.1:{port}/", pgbouncer, installed)
         systems = [s for s in systems if s in (OURS, THROUGH_PGBOUNCER) or s in bench.installed]
         configs = [config for system in systems for config in configs_of(system, args)]
         web.wait_ready()
@@ -711,7 +761,7 @@ def run_all(args, systems: list[str]) -> None:
                     try:
                         result = run_case(bench, config, kind, n)
                     except (RuntimeError, TimeoutError, subprocess.CalledProcessError) as error:
-                        print(f"  {config.system:15} {config.name:12} {kind:6} x{n}: failed, {failure(error)}", flush=True)
+                        print(f"  {config.system:21} {config.name:12} {kind:6} x{n}: failed, {failure(error)}", flush=True)
                         continue
                     results["-" if config.system == CEILING else kind, n, config.system, config.name] = result
     finally:
@@ -719,6 +769,8 @@ def run_all(args, systems: list[str]) -> None:
         if pgbouncer is not None:
             pgbouncer.stop()
         server.stop()
+        if BEFORE in installed:
+            shutil.rmtree(installed[BEFORE])
     print(f"\nthroughput, jobs per second, each peer at its best setting here ({count} jobs; ours at --capacity "
           f"{args.concurrency}; {load_average()})")
     print_comparison(results, systems, kinds, processes)
