@@ -120,9 +120,10 @@ def open_engine(text: str, pool_size: int = 1, read_only: bool = False, client: 
     timeout = _TIMEOUT_ARG[url.get_backend_name()]
     connect_args = {} if timeout in url.query else {timeout: CONNECT_TIMEOUT}
     url = labelled(url, client or client_name())
-    engine = _create_engine(url, pool_size=pool_size, max_overflow=POOL_OVERFLOW, pool_pre_ping=True,
+    postgresql = url.get_backend_name() == "postgresql"  # its checkouts are checked without a ping (store_connections)
+    engine = _create_engine(url, pool_size=pool_size, max_overflow=POOL_OVERFLOW, pool_pre_ping=not postgresql,
                             pool_recycle=300, connect_args=connect_args)
-    if url.get_backend_name() == "postgresql":
+    if postgresql:
         store_connections.prepare(engine, read_only)
     return engine
 

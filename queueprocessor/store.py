@@ -293,7 +293,7 @@ class Store:
 
     def timed(self, statement, stamp: Callable[[], float], params=None) -> tuple[Sample, list]:
         """Run a read built once whose first column is db_now(), reading `stamp()` just around the statement,
-        after the connection is checked out (and pinged): a clock sample times one round trip. On PostgreSQL
+        after the connection is checked out: a clock sample times one round trip. On PostgreSQL
         it goes straight to the driver (see Raw), its rows plain tuples."""
         with self._read.connect() as conn:
             t0 = stamp()

@@ -15,9 +15,19 @@ path, and they are chosen here, once per connection, when it opens:
 A pooler is recognised, not configured: it answers the connection itself, so
 the process id it gives the client for cancelling (BackendKeyData) is its own
 invention, never the server process that runs the client's statements.
+
+A connection taken from the pool is checked without a round trip (issue 11):
+an idle connection hears from the server only when it is being closed (a
+restart, a failover, pg_terminate_backend, a pooler going down), so one whose
+socket has anything to read, or that psycopg knows is broken, is discarded and
+a new one opened. A ping per checkout (SQLAlchemy's pool_pre_ping) cost every
+statement a second round trip: a node's turn, the one statement whose timing
+the farm's turns depend on, waited for the server twice.
 """
 
-from sqlalchemy import event
+import select
+
+from sqlalchemy import event, exc
 from sqlalchemy.engine import Engine
 
 # A backlog enqueued in one go is missing from the table's statistics until autovacuum analyses it (a minute
@@ -42,6 +52,19 @@ def prepare(engine: Engine, read_only: bool) -> None:
             if read_only:
                 cursor.execute(READ_ONLY)
         dbapi_connection.commit()  # a SET inside a transaction that is rolled back would be undone
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection, _record, _proxy):
+        if closing(dbapi_connection):
+            raise exc.DisconnectionError("the server closed this connection")  # the pool opens a new one
+
+
+def closing(dbapi_connection) -> bool:
+    """Has the server given up this idle psycopg connection (see the module's docstring)?"""
+    if dbapi_connection.closed or dbapi_connection.broken:
+        return True
+    readable, _, _ = select.select([dbapi_connection.fileno()], [], [], 0)
+    return bool(readable)
 
 
 def reaches_pooler(dbapi_connection) -> bool:

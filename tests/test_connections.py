@@ -10,6 +10,7 @@ from collections import Counter
 
 import psycopg
 import pytest
+from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from queueprocessor.database import client_name, open_engine
@@ -134,3 +135,20 @@ def test_sql_server_connections_carry_the_name_as_app(url):
 def test_a_name_the_url_gives_is_kept():
     engine = open_engine("postgresql://qp:pw@db/farm?application_name=billing", client="queueprocessor web-3")
     assert engine.url.query["application_name"] == "billing"
+
+
+@pytest.mark.postgres
+def test_a_pooled_connection_the_server_closed_is_replaced_when_taken_and_a_live_one_is_kept(pg_url):
+    """No ping per checkout (store_connections.closing): a live pooled connection is handed out as it is, and
+    one whose server process was ended (a restart, a failover, an administrator) is found closed and replaced,
+    so the statement that takes it does not fail."""
+    with Farm(pg_url) as farm:
+        backend = farm.store.rows(select(func.pg_backend_pid()))[0][0]
+        assert farm.store.rows(select(func.pg_backend_pid()))[0][0] == backend, "the live one is kept"
+        parts = make_url(pg_url)
+        with psycopg.connect(host=parts.host, port=parts.port, user=parts.username, password=parts.password,
+                             dbname=parts.database, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+            wait_for(lambda: not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend,)).fetchall())
+        replaced = farm.store.rows(select(func.pg_backend_pid()))[0][0]
+        assert replaced != backend

@@ -300,7 +300,7 @@ def test_finished_jobs_and_their_runs_are_deleted_after_their_keeping_age(farm):
 def test_claims_and_results_go_on_after_the_database_drops_their_connection(pg_url):
     """Results keep their connection between calls (no checkout, no ping per call): one the server dropped costs
     the call that finds out, and the next call connects again, fences and run rows intact. Claims take the
-    pool's, pinged first."""
+    pool's, which finds the dropped one closed (store_connections.closing) and opens another."""
     from queueprocessor.farm import Farm
 
     farm = Farm(pg_url)
