@@ -59,6 +59,7 @@ import math
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -394,11 +395,11 @@ def start_workers(commands: list[list], cwd: Path, env: dict | None = None) -> l
     try:
         for worker in workers:
             worker.wait_ready()
-    except RuntimeError:
+        time.sleep(1.0)  # listening
+    except BaseException:  # also a SIGTERM of the whole run
         for worker in workers:
             worker.stop()
         raise
-    time.sleep(1.0)  # listening
     return workers
 
 
@@ -427,10 +428,10 @@ def start_ours(bench: Bench, config: Config, kind: str, processes: int, url: str
         "--capacity", str(config.options["capacity"]), "--allow-module", "bench.jobs")) for i in range(processes)]
     try:
         subprocess.run(farm("joined", processes), cwd=root, env=env, check=True, capture_output=True, text=True)
-    except subprocess.CalledProcessError:
+        time.sleep(2.5)  # the join delay: every node takes turns
+    except BaseException:  # also a SIGTERM of the whole run
         stop_all(nodes)
         raise
-    time.sleep(2.5)  # the join delay: every node takes turns
     return Running([node.pid for node in nodes], committed_at(farm("enqueue", bench.count), root, env),
                    lambda: stop_all(nodes))
 
@@ -737,6 +738,7 @@ def run_all(args, systems: list[str]) -> None:
 
     from tests.support.pgbouncer import PgBouncer
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped (SIGTERM)"))  # the finally below still cleans up
     count = args.jobs or (2_000 if args.quick else 20_000)
     processes = [int(p) for p in (args.processes or ("1,2" if args.quick else "1,2,4")).split(",")]
     kinds = [k.strip() for k in args.kinds.split(",")]
