@@ -165,8 +165,8 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
 
     Queued and expired jobs are picked apart and merged: each branch follows an index in order
     (ix_qp_jobs_queued, ix_qp_jobs_lease) instead of sorting the whole backlog per claim. On
-    PostgreSQL the same statement opens the run rows and, with `turn`, first records the turn of
-    slot `b_slot`, claiming only if that record went in: an idle turn is one statement. Its rows
+    PostgreSQL the same statement ends as lost the runs of the jobs it takes over and, with `turn`, first
+    records the turn of slot `b_slot`, claiming only if that record went in: an idle turn is one statement. Its rows
     then start with `won` (1 or 0) and the turn's looks (`guarded_due`, `elsewhere_due`: see `looks`;
     with `guarded` the claim takes nothing when guarded work is due, and `elsewhere_due` is asked only
     when the claim left room), and carry no job when nothing was claimed.
@@ -201,7 +201,7 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
 
     def best(where, most=limit):
         return (
-            select(j.c.id, j.c.priority, j.c.run_at).where(where, gate)
+            select(j.c.id, j.c.priority, j.c.run_at, j.c.state, j.c.owner, j.c.started_at).where(where, gate)
             .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
             .limit(most)
             .with_for_update(skip_locked=True)
@@ -219,11 +219,12 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     picks += [best(and_(waiting, j.c.queue == alone[i]), _room(dialect, i, limit)) for i in range(branches)]
     if take_expired:
         picks.append(best(and_(j.c.state == JobState.RUNNING, expired(j), mine, j.c.queue.notin_(paused))))
+    either = union_all(*(select(p) for p in picks)).subquery() if len(picks) > 1 else picks[0]
+    # On PostgreSQL the picked rows also say whose run a taken-over job leaves, and since when (see `lost`).
+    taken_from = [either.c.state, either.c.owner, either.c.started_at] if dialect == "postgresql" else []
+    pick = select(either.c.id, *taken_from)
     if len(picks) > 1:
-        either = union_all(*(select(p) for p in picks)).subquery()
-        pick = select(either.c.id).order_by(either.c.priority.desc(), either.c.run_at, either.c.id).limit(limit)
-    else:
-        pick = select(picks[0].c.id)
+        pick = pick.order_by(either.c.priority.desc(), either.c.run_at, either.c.id).limit(limit)
     if dialect == "postgresql":
         # A LIMIT ... FOR UPDATE subquery inside IN () may be rescanned by the
         # planner and take more than `limit` rows; a materialised CTE runs once.
@@ -243,35 +244,30 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     if dialect != "postgresql":
         return statement
     claimed = statement.cte("claimed")
-    opened = insert(runs).from_select(
-        ["job_id", "attempt", "machine_id", "fence", "started_at", "outcome"],
-        select(claimed.c.id, claimed.c.attempts, bindparam("b_machine", type_=Id), claimed.c.fence, now,
-               literal(Outcome.RUNNING, String)),
-    ).cte("opened")
-    # The run a job was taken from ends as lost in the same statement, so no reader sees two running
-    # (a first attempt has none: its run rows are not looked up).
-    lost = (
-        update(runs)
-        .where(claimed.c.attempts > 1, runs.c.job_id == claimed.c.id, runs.c.fence < claimed.c.fence,
-               runs.c.outcome == Outcome.RUNNING)
-        .values(outcome=Outcome.LOST, finished_at=now, error=LOST)
-        .cte("lost")
-    )
+    # A run's row is written once, when it ends (see Store.finish); while it runs, it is its job's row. A job
+    # taken over from a machine whose lease ran out ends that machine's run as lost, in the same statement.
+    lost = insert(runs).from_select(
+        ["job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error"],
+        select(claimed.c.id, claimed.c.attempts - 1, picked.c.owner, claimed.c.fence - 1, picked.c.started_at, now,
+               literal(Outcome.LOST, String), literal(LOST, Text))
+        .select_from(claimed.join(picked, picked.c.id == claimed.c.id))
+        .where(picked.c.state == JobState.RUNNING),
+    ).cte("lost")
     if not turn:
-        return select(claimed).add_cte(opened).add_cte(lost)
+        return select(claimed).add_cte(lost)
     won = select(func.count()).select_from(recorded).scalar_subquery().label("won")
     room_left = select(func.count()).select_from(claimed).scalar_subquery() < limit
     one = select(literal(1).label("one")).subquery("one")
     return (select(won, *looks(dialect, guarded, elsewhere, room_left), *claimed.c)
-            .select_from(one.outerjoin(claimed, true())).add_cte(opened).add_cte(lost))
+            .select_from(one.outerjoin(claimed, true())).add_cte(lost))
 
 
 @functools.lru_cache(maxsize=None)
 def finish_statement():
     """PostgreSQL: how a batch of runs ended, in one statement: arrays in, the ids that were still ours out.
 
-    Each job is matched on owner and fence as in Store.finish; only the runs of
-    those jobs are closed.
+    Each job is matched on owner and fence as in Store.finish; only the jobs that
+    were still ours get their run's row, which is written here, once (its start is the job's).
     """
     columns = [("id", BigInteger), ("fence", BigInteger), ("state", Text), ("error", Text), ("retry", Float),
                ("outcome", Text), ("output", Text)]
@@ -295,13 +291,12 @@ def finish_statement():
                 run_at=case((again, db_now() + v.c.retry), else_=jobs.c.run_at),
                 owner=case((again, None), else_=jobs.c.owner),
                 finished_at=case((again, jobs.c.finished_at), else_=db_now()))
-        .returning(jobs.c.id, v.c.fence, v.c.outcome, v.c.error, v.c.output)
+        .returning(jobs.c.id, jobs.c.attempts, jobs.c.fence, jobs.c.started_at, v.c.outcome, v.c.error, v.c.output)
         .cte("ended")
     )
-    logged = (
-        update(runs)
-        .where(runs.c.job_id == ended.c.id, runs.c.fence == ended.c.fence)
-        .values(outcome=ended.c.outcome, finished_at=db_now(), error=ended.c.error, output=ended.c.output)
-        .cte("logged")
-    )
+    logged = insert(runs).from_select(
+        ["job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error", "output"],
+        select(ended.c.id, ended.c.attempts, bindparam("b_machine", type_=Id), ended.c.fence, ended.c.started_at,
+               db_now(), ended.c.outcome, ended.c.error, ended.c.output),
+    ).cte("logged")
     return select(ended.c.id).add_cte(logged)

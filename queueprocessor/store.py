@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import (and_, bindparam, delete, exc, func, insert, literal, or_,
-                        select, update)
+from sqlalchemy import (String, Text, and_, bindparam, delete, exc, func, insert, literal, null, or_, select,
+                        union_all, update)
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import Select
 
@@ -24,7 +24,7 @@ from .clock import Sample
 from .dbtime import db_now
 from .errors import DuplicateKey, LostLease, NotFound, QPError, echoed
 from .queues import DEFAULT, Served
-from .schema import jobs, machines, meta, queues, runs, turns
+from .schema import Id, jobs, machines, meta, queues, runs, turns
 from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
 from .statements import (LOST, claim_statement, finish_statement, looks_statement, spend_statement,
                          turn_statement)
@@ -233,10 +233,35 @@ def _with_owner_name(statement):
         jobs.outerjoin(machines, machines.c.id == jobs.c.owner))
 
 
+def run_history():
+    """Every run, as rows of qp_runs: those that ended, and those in progress. A run's row is written once, when it
+    ends (a claim and a finish are each one write per job on the hot path); until then the run is its job's row,
+    running, with its owner, fence, attempt and start, and is read from there (its `id` is NULL)."""
+    ended = select(runs.c.id, runs.c.job_id, runs.c.attempt, runs.c.machine_id, runs.c.fence, runs.c.started_at,
+                   runs.c.finished_at, runs.c.outcome, runs.c.error, runs.c.output)
+    running = select(null().label("id"), jobs.c.id.label("job_id"), jobs.c.attempts.label("attempt"),
+                     jobs.c.owner.label("machine_id"), jobs.c.fence, jobs.c.started_at, null().label("finished_at"),
+                     literal(Outcome.RUNNING, String).label("outcome"), null().label("error"), null().label("output")
+                     ).where(jobs.c.state == JobState.RUNNING)
+    return union_all(ended, running).subquery("runs")
+
+
 def _with_machine_name(statement, table):
     """The same for a table whose rows name a machine by `machine_id` (runs, turns): `machine_name`."""
     return statement.add_columns(machines.c.name.label("machine_name")).select_from(
         table.outerjoin(machines, machines.c.id == table.c.machine_id))
+
+
+def _run_ended(machine_id: int, *guard):
+    """The row of job `b_id`'s run, which ends now with `b_outcome`, `b_error` and `b_output`, written once (`guard`:
+    only if the job is still as the caller holds it). Its attempt, fence and start are the job's: a run in progress
+    is its job's row (see run_history); finish_statement writes it so on PostgreSQL."""
+    return insert(runs).from_select(
+        ["job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error", "output"],
+        select(jobs.c.id, jobs.c.attempts, literal(machine_id, Id), jobs.c.fence, jobs.c.started_at, db_now(),
+               bindparam("b_outcome", type_=String), bindparam("b_error", type_=Text),
+               bindparam("b_output", type_=Text))
+        .where(jobs.c.id == bindparam("b_id"), *guard))
 
 
 def _most_urgent_first(claimed: Iterable[Claimed]) -> list[Claimed]:
@@ -509,13 +534,14 @@ class Store:
                                     branches=len(plan.alone))
         if self.dialect == "postgresql" and not plan.locks:  # the claim statement opens the runs itself
             return _most_urgent_first(Claimed(*row) for row in self._hot(statement, params))
-        with self.engine.begin() as conn:  # an attempt and its run row are written together, or neither is
+        with self.engine.begin() as conn:  # a take-over and the lost run's row are written together, or neither is
             if plan.locks:
                 conn.execute(select(queues.c.name).where(queues.c.name.in_(plan.locks)).order_by(queues.c.name)
                              .with_for_update())
+            leaving = self._expired_runs(conn, expired_before) if take_expired and self.dialect != "postgresql" else {}
             claimed = _most_urgent_first(Claimed(*row) for row in conn.execute(statement, params))
-            if claimed and self.dialect != "postgresql":
-                self._open_runs(conn, machine_id, claimed)
+            self._end_lost(conn, [(c.id, c.attempts - 1, *leaving[c.id], c.fence - 1) for c in claimed
+                                  if c.id in leaving], LOST)
             spent = Counter(c.queue for c in claimed if c.queue in plan.locks)
             if spent:
                 conn.execute(spend_statement(self.dialect), [dict(b_queue=q, b_spent=n) for q, n in spent.items()])
@@ -556,35 +582,50 @@ class Store:
     def requeue_expired(self, before: float) -> int:
         """Put running jobs whose lease ran out (before `before`, database time) back in the queue.
 
-        Their attempt stays spent; the next claim closes the lost run and fails
+        Their attempt stays spent, and their runs end as lost; the next claim fails
         the job if that was its last attempt (Claimed.exhausted).
         """
-        return self.count(
-            update(jobs)
-            .where(jobs.c.state == JobState.RUNNING, jobs.c.lease_until < db_now(), jobs.c.lease_until < before)
-            .values(state=JobState.QUEUED, owner=None, lease_until=None,
-                    last_error="lease expired: its machine stopped renewing it")
-        )
+        with self.engine.begin() as conn:
+            leaving = self._expired_runs(conn, before)
+            if not leaving:
+                return 0
+            taken = conn.execute(
+                update(jobs)
+                .where(jobs.c.id.in_(list(leaving)), jobs.c.state == JobState.RUNNING, jobs.c.lease_until < db_now(),
+                       jobs.c.lease_until < before)
+                .values(state=JobState.QUEUED, owner=None, lease_until=None,
+                        last_error="lease expired: its machine stopped renewing it")
+                .returning(jobs.c.id, jobs.c.attempts, jobs.c.fence)
+            ).all()
+            self._end_lost(conn, [(job_id, attempts, *leaving[job_id], fence) for job_id, attempts, fence in taken],
+                           LOST)
+        return len(taken)
 
     @staticmethod
-    def _open_runs(conn, machine_id: int, claimed: Sequence[Claimed]) -> None:
-        """Where the claim statement cannot do it (all but PostgreSQL), in the claim's transaction: start a
-        run row per claimed job and end as lost the runs of the machines those jobs were taken from."""
-        for c in claimed:
-            if c.attempts > 1:
-                conn.execute(
-                    update(runs)
-                    .where(runs.c.job_id == c.id, runs.c.outcome == Outcome.RUNNING, runs.c.fence < c.fence)
-                    .values(outcome=Outcome.LOST, finished_at=db_now(), error=LOST)
-                )
-        conn.execute(
-            insert(runs).values(started_at=db_now(), outcome=Outcome.RUNNING),
-            [dict(job_id=c.id, attempt=c.attempts, machine_id=machine_id, fence=c.fence) for c in claimed],
-        )
+    def _expired_runs(conn, before: float | None) -> dict[int, tuple[int, float]]:
+        """{job id: (owner, started_at)} of the running jobs whose lease ran out (before `before`), locked for
+        the transaction as a claim locks them: whose runs a take-over that follows in it ends as lost (the
+        claim statement does it itself on PostgreSQL)."""
+        ran_out = [jobs.c.lease_until < db_now()] + ([jobs.c.lease_until < before] if before is not None else [])
+        rows = conn.execute(select(jobs.c.id, jobs.c.owner, jobs.c.started_at)
+                            .where(jobs.c.state == JobState.RUNNING, *ran_out)
+                            .with_for_update(skip_locked=True)
+                            .with_hint(jobs, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql"))
+        return {row[0]: (row[1], row[2]) for row in rows}
+
+    @staticmethod
+    def _end_lost(conn, ended: Sequence[tuple[int, int, int, float, int]], reason: str) -> None:
+        """The rows of runs that ended lost, each (job id, attempt, machine, started_at, fence), written once
+        (a run in progress is its job's row: see run_history)."""
+        if ended:
+            conn.execute(insert(runs).values(finished_at=db_now(), outcome=Outcome.LOST, error=reason), [
+                dict(job_id=job_id, attempt=attempt, machine_id=machine, started_at=started, fence=fence)
+                for job_id, attempt, machine, started, fence in ended])
 
     def mark_started(self, job: Claimed) -> None:
         """A job claimed ahead of its time starts now: its run's start becomes the real one (database time)."""
-        self.count(update(runs).where(runs.c.job_id == job.id, runs.c.fence == job.fence).values(started_at=db_now()))
+        self.count(update(jobs).where(jobs.c.id == job.id, jobs.c.fence == job.fence, jobs.c.state == JobState.RUNNING)
+                   .values(started_at=db_now()))
 
     def any_due(self, among: tuple[str, ...] = (), besides: tuple[str, ...] = ()) -> bool:
         """Is any queued job due in a queue that is not paused, one of `among` (() for any) and none of `besides`?
@@ -656,7 +697,8 @@ class Store:
 
     @staticmethod
     def _write_endings(conn, machine_id: int, endings: Sequence["Ending"]) -> int:
-        """The guarded updates for `endings`, one executemany per kind; the number of jobs that were ours."""
+        """The guarded updates for `endings`, one executemany per kind, and their runs' rows; the number of jobs
+        that were ours."""
         mine = and_(jobs.c.id == bindparam("b_id"), jobs.c.owner == machine_id, jobs.c.fence == bindparam("b_fence"),
                     jobs.c.state == JobState.RUNNING)
         again = [e for e in endings if e.state == JobState.QUEUED]
@@ -675,19 +717,17 @@ class Store:
                 [dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_state=e.state) for e in done],
             ).rowcount
         if count == len(endings):
-            conn.execute(
-                update(runs).where(runs.c.job_id == bindparam("b_id"), runs.c.fence == bindparam("b_fence"))
-                .values(outcome=bindparam("b_outcome"), finished_at=db_now(), error=bindparam("b_error"),
-                        output=bindparam("b_output")),
-                [dict(b_id=e.job.id, b_fence=e.job.fence, b_outcome=e.outcome, b_error=e.error, b_output=e.output)
-                 for e in endings],
-            )
+            conn.execute(_run_ended(machine_id), [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error,
+                                                       b_output=e.output) for e in endings])
         return count
 
     def release(self, job: Claimed, machine_id: int, reason: str) -> bool:
         """Give a job back to the queue without spending an attempt (the node stopped it, e.g. when
-        it fenced itself off). False if it was no longer ours."""
+        it fenced itself off); its run ends as lost. False if it was no longer ours."""
         with self.engine.begin() as conn:
+            conn.execute(_run_ended(machine_id, jobs.c.owner == machine_id, jobs.c.fence == job.fence,
+                                    jobs.c.state == JobState.RUNNING),
+                         dict(b_id=job.id, b_outcome=Outcome.LOST, b_error=reason, b_output=None))
             count = conn.execute(
                 update(jobs)
                 .where(jobs.c.id == job.id, jobs.c.owner == machine_id, jobs.c.fence == job.fence,
@@ -695,11 +735,6 @@ class Store:
                 .values(state=JobState.QUEUED, owner=None, lease_until=None, run_at=db_now(),
                         attempts=jobs.c.attempts - 1, last_error=reason)
             ).rowcount
-            conn.execute(
-                update(runs)
-                .where(runs.c.job_id == job.id, runs.c.fence == job.fence, runs.c.outcome == Outcome.RUNNING)
-                .values(outcome=Outcome.LOST, finished_at=db_now(), error=reason)
-            )
         return count == 1
 
     def cancel(self, job_id: int) -> str:
@@ -780,10 +815,11 @@ class Store:
         return {state: 0 for state in JobState} | {state: n for state, n in rows}
 
     def list_runs(self, *, since: float = -math.inf, job_id: int | None = None, limit: int = 10_000) -> list[dict]:
-        statement = _with_machine_name(select(runs), runs).order_by(runs.c.started_at.desc()).limit(limit)
+        history = run_history()
+        statement = _with_machine_name(select(history), history).order_by(history.c.started_at.desc()).limit(limit)
         if job_id is not None:
-            statement = statement.where(runs.c.job_id == job_id)
+            statement = statement.where(history.c.job_id == job_id)
         if since != -math.inf:
-            statement = statement.where(or_(runs.c.finished_at.is_(None), runs.c.finished_at >= since))
+            statement = statement.where(or_(history.c.finished_at.is_(None), history.c.finished_at >= since))
         return [dict(r._mapping) for r in self.rows(statement)]
 

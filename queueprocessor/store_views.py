@@ -9,7 +9,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from .errors import QPError, echoed
 from .schema import jobs, machines, runs, schedules, turns
 from .states import JobState
-from .store import Store
+from .store import Store, run_history
 
 KEYS_PER_STATEMENT = 500  # well under every backend's limit of bound parameters (SQL Server's is 2,100)
 
@@ -60,12 +60,14 @@ def turns_between(store: Store, since: float, until: float, limit: int = 100_000
 
 def runs_between(store: Store, since: float, until: float, limit: int = 20_000) -> list[dict]:
     """Runs that overlap [since, until] (still running ones included), newest first, with their job's target."""
-    overlap = and_(runs.c.started_at <= until, or_(runs.c.finished_at.is_(None), runs.c.finished_at >= since))
+    history = run_history()
+    overlap = and_(history.c.started_at <= until,
+                   or_(history.c.finished_at.is_(None), history.c.finished_at >= since))
     statement = (
-        select(runs, jobs.c.target, jobs.c.method)
-        .join(jobs, jobs.c.id == runs.c.job_id)
+        select(history, jobs.c.target, jobs.c.method)
+        .join(jobs, jobs.c.id == history.c.job_id)
         .where(overlap)
-        .order_by(runs.c.started_at.desc())
+        .order_by(history.c.started_at.desc())
         .limit(limit)
     )
     return plain_dicts(store.rows(statement))

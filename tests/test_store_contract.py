@@ -4,7 +4,7 @@ import threading
 import time
 
 import pytest
-from sqlalchemy import exc, text, update
+from sqlalchemy import exc, func, select, text, update
 
 from queueprocessor import schema
 from queueprocessor.database import ensure_schema
@@ -253,25 +253,36 @@ def test_backoff_doubles_up_to_its_cap_with_jitter_between_half_and_the_whole_st
     assert all(0.5 <= backoff(1, base=1.0, cap=0.5) * 2 <= 1.0 for _ in range(100))
 
 
-def test_a_claim_and_its_run_row_are_written_together_or_not_at_all(farm):
-    """A failure between the claim and the run row (here: the history table is missing) leaves the job as it
-    was, not running with an attempt spent and no history."""
+def test_a_run_has_one_row_written_with_its_end_or_none_at_all(farm):
+    """A run's row is written once, when it ends, in the same transaction as its job's new state (one write per
+    job at the claim and one at the end). While it runs, the history shows it from its job's row; a failure at its
+    end (here: the history table is missing) leaves the job running and ours, with no row, and the next try writes
+    the one row, whose start is the claim's."""
     store = farm.store
     me = register(store)
     [job_id] = store.enqueue(HTTP)
+    [claimed] = store.claim(me, 1, lease=30)
+    started = store.get_job(job_id)["started_at"]
+    assert [(r["id"], r["machine_id"], r["outcome"], r["started_at"]) for r in store.list_runs(job_id=job_id)] == [
+        (None, me, "running", started)]
     rename = "ALTER TABLE {} RENAME TO {}"
     with farm.engine.begin() as conn:
         conn.execute(text(rename.format("qp_runs", "qp_runs_away")))
     try:
         with pytest.raises(exc.DBAPIError):
-            store.claim(me, 1, lease=5)
+            store.finish(claimed, me, "succeeded")
     finally:
         with farm.engine.begin() as conn:
             conn.execute(text(rename.format("qp_runs_away", "qp_runs")))
     job = store.get_job(job_id)
-    assert (job["state"], job["attempts"], job["fence"], job["owner"]) == ("queued", 0, 0, None)
-    [claimed] = store.claim(me, 1, lease=5)
-    assert [(r["attempt"], r["fence"]) for r in store.list_runs(job_id=job_id)] == [(claimed.attempts, claimed.fence)]
+    assert (job["state"], job["owner"], job["fence"], job["attempts"]) == ("running", me, claimed.fence, 1)
+    assert store.finish(claimed, me, "succeeded") == "succeeded"
+    [run] = store.list_runs(job_id=job_id)
+    assert (run["attempt"], run["machine_id"], run["fence"], run["outcome"], run["started_at"]) == (
+        1, me, claimed.fence, "succeeded", started)
+    assert run["id"] is not None and run["finished_at"] >= started
+    with farm.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(schema.runs)).scalar() == 1
 
 
 def test_finished_jobs_and_their_runs_are_deleted_after_their_keeping_age(farm):

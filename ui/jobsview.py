@@ -131,7 +131,7 @@ class JobDetails(QWidget):
         self.fields["queue"].setText(f"{job['queue']} · {job['order_key']}" if job["order_key"] else job["queue"])
         self.fields["error"].setText(job["last_error"] or "–")
         self.fields["payload"].setText(_payload(job["payload"]))
-        self.attempts.set_rows(sorted(job["runs"], key=lambda r: (r["attempt"], r["id"])), {"names": names})
+        self.attempts.set_rows(sorted(job["runs"], key=lambda r: (r["attempt"], r["fence"])), {"names": names})
 
 
 def _payload(payload: str | None) -> str:
