@@ -191,6 +191,7 @@ class JobRunner:
         job = entry.job
         outcome, error, output = Outcome.SUCCEEDED, None, None
         final = False  # failed for good: no retry could succeed
+        marking = None  # the write of its real start, for a job claimed ahead of its time
         try:
             entry.begun = True
             if entry.stop_reason is not None:
@@ -201,7 +202,7 @@ class JobRunner:
                 executor = executor_for(self.executors, job.executor)
                 if job.run_at > entry.started:  # claimed early: start exactly at run_at in database time
                     await asyncio.sleep(job.run_at - entry.started)
-                    self.loop.run_in_executor(None, self._mark_started, job)
+                    marking = self.loop.run_in_executor(None, self._mark_started, job)
                     entry.started, entry.began = self.db_now(), self.loop.time()
                 coro = executor.run(job, entry.context)
                 output = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
@@ -219,6 +220,8 @@ class JobRunner:
             outcome, error = Outcome.FAILED, f"{type(exc).__name__}: {exc}"
         self._writing_result(entry)
         self.on_room()
+        if marking is not None:  # the run's row takes its start from the job's row when it ends: written first
+            await asyncio.wait({marking})
         for pause in (*RECORD_RETRIES, None):
             if await self.recorder.record(Result(entry, outcome, error, output, pause is None, final)):
                 return

@@ -57,11 +57,14 @@ def test_every_claim_a_node_makes_compiles_for_sql_server(captured, take_expired
     options = dict(take_expired=take_expired, expired_before=expired_before)
     if turn:  # SQL Server records the turn first, then claims as Store.claim does
         store.take_turn_and_claim(123, 7, limit, lease=3.0, **options)
-        turn_sql, claim = sql
+        turn_sql, *leaving, claim = sql
         assert turn_sql.startswith("INSERT INTO qp_turns")
     else:
         store.claim(7, limit, lease=3.0, **options)
-        [claim] = sql
+        *leaving, claim = sql
+    # Taking expired leases over, the claim first reads (and locks) whose runs it will end as lost.
+    assert [(s.startswith("SELECT qp_jobs.id, qp_jobs.owner, qp_jobs.started_at"),
+             "WITH (UPDLOCK, ROWLOCK, READPAST)" in s) for s in leaving] == ([(True, True)] if take_expired else [])
     branches = 2 if take_expired else 1  # queued jobs, and jobs whose lease ran out
     assert claim.startswith("UPDATE qp_jobs SET") and "OUTPUT inserted.id" in claim
     assert claim.count("WITH (UPDLOCK, ROWLOCK, READPAST)") == branches
