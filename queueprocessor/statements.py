@@ -166,8 +166,8 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     Queued and expired jobs are picked apart and merged: each branch follows an index in order
     (ix_qp_jobs_queued, ix_qp_jobs_lease) instead of sorting the whole backlog per claim. On
     PostgreSQL the same statement ends as lost the runs of the jobs it takes over and, with `turn`, first
-    records the turn of slot `b_slot`, claiming only if that record went in: an idle turn is one statement. Its rows
-    then start with `won` (1 or 0) and the turn's looks (`guarded_due`, `elsewhere_due`: see `looks`;
+    records the turn of slot `b_slot`, claiming only if that record went in: an idle turn is one statement.
+    Its rows then start with `won` (1 or 0) and the turn's looks (`guarded_due`, `elsewhere_due`: see `looks`;
     with `guarded` the claim takes nothing when guarded work is due, and `elsewhere_due` is asked only
     when the claim left room), and carry no job when nothing was claimed.
     `top`: SQL Server only says TOP for a plain number (else ROW_NUMBER() over every due row),

@@ -533,7 +533,7 @@ class Store:
         statement = claim_statement(self.dialect, take_expired, expired_before is not None,
                                     limit if self.dialect == "mssql" else None, served=bool(plan.served),
                                     branches=len(plan.alone))
-        if self.dialect == "postgresql" and not plan.locks:  # the claim statement opens the runs itself
+        if self.dialect == "postgresql" and not plan.locks:  # the claim statement ends the lost runs itself
             return _most_urgent_first(Claimed(*row) for row in self._hot(statement, params))
         with self.engine.begin() as conn:  # a take-over and the lost run's row are written together, or neither is
             if plan.locks:
@@ -542,7 +542,7 @@ class Store:
             leaving = self._expired_runs(conn, expired_before) if take_expired and self.dialect != "postgresql" else {}
             claimed = _most_urgent_first(Claimed(*row) for row in conn.execute(statement, params))
             self._end_lost(conn, [(c.id, c.attempts - 1, *leaving[c.id], c.fence - 1) for c in claimed
-                                  if c.id in leaving], LOST)
+                                  if c.id in leaving])
             spent = Counter(c.queue for c in claimed if c.queue in plan.locks)
             if spent:
                 conn.execute(spend_statement(self.dialect), [dict(b_queue=q, b_spent=n) for q, n in spent.items()])
@@ -598,8 +598,7 @@ class Store:
                         last_error="lease expired: its machine stopped renewing it")
                 .returning(jobs.c.id, jobs.c.attempts, jobs.c.fence)
             ).all()
-            self._end_lost(conn, [(job_id, attempts, *leaving[job_id], fence) for job_id, attempts, fence in taken],
-                           LOST)
+            self._end_lost(conn, [(job_id, attempts, *leaving[job_id], fence) for job_id, attempts, fence in taken])
         return len(taken)
 
     @staticmethod
@@ -615,11 +614,11 @@ class Store:
         return {row[0]: (row[1], row[2]) for row in rows}
 
     @staticmethod
-    def _end_lost(conn, ended: Sequence[tuple[int, int, int, float, int]], reason: str) -> None:
+    def _end_lost(conn, ended: Sequence[tuple[int, int, int, float, int]]) -> None:
         """The rows of runs that ended lost, each (job id, attempt, machine, started_at, fence), written once
         (a run in progress is its job's row: see run_history)."""
         if ended:
-            conn.execute(insert(runs).values(finished_at=db_now(), outcome=Outcome.LOST, error=reason), [
+            conn.execute(insert(runs).values(finished_at=db_now(), outcome=Outcome.LOST, error=LOST), [
                 dict(job_id=job_id, attempt=attempt, machine_id=machine, started_at=started, fence=fence)
                 for job_id, attempt, machine, started, fence in ended])
 

@@ -269,9 +269,11 @@ def test_an_idle_farm_with_roles_and_a_limited_queue_polls_once_a_turn(farm, htt
     finally:
         nodes.stop_all()
     postgresql = farm.store.dialect == "postgresql"
-    per_turn = 1 if postgresql else 2
+    # Elsewhere the claim first reads whose runs it would end as lost (the expired leases it may take over).
+    per_turn = 1 if postgresql else 3
     assert [s for s in polls if not ("INSERT INTO qp_turns" in s  # the turn (PostgreSQL: with its claim)
-                                     or not postgresql and s.startswith("UPDATE qp_jobs"))] == []
+                                     or not postgresql and s.startswith(("UPDATE qp_jobs", "SELECT qp_jobs.id, "
+                                                                         "qp_jobs.owner, qp_jobs.started_at")))] == []
     # A window cuts a turn at each end: a turn counted may have sent its statements before it opened.
     assert turns * per_turn - 2 * per_turn <= len(polls) <= (turns + 2) * per_turn
 
