@@ -22,6 +22,11 @@ Target: queues8 and limited within 10 % of single; ordered beside unordered, and
 
     python bench/queues.py                      # 20,000 jobs; 2 and 4 processes
     python bench/queues.py --quick              # 4,000 jobs; 2 processes
+    python bench/queues.py --processes 2 --cases single,queues8,limited --rounds 5   # issue 10's comparison
+
+One drain of 20,000 jobs lasts a few seconds, and on a shared machine the same workload moves +-20 % from one
+to the next: compare with --rounds, which interleaves the cases (each round in a rotated order) and reports
+each case's median and spread, and its ratio to the baseline taken within each round.
 """
 
 import argparse
@@ -29,6 +34,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from statistics import median
 
 from common import NodeProcess, fresh_database, load_average, print_table, query, start_postgres, stop_all, wait_for
 from sqlalchemy import text
@@ -162,6 +168,34 @@ def run_case(server, case: str, processes: int, count: int, capacity: int, limit
     return rate
 
 
+def rotated(cases: list[str], round_number: int) -> list[str]:
+    """The cases in the order of round `round_number`: each round starts one case later, so that no case always
+    runs first, last or after the same neighbour while the shared machine's load drifts."""
+    k = round_number % len(cases)
+    return cases[k:] + cases[:k]
+
+
+def summary(rates: dict, cases: list[str], processes: list[int], rounds: int) -> list[list]:
+    """A row per case: its median jobs/s over the rounds (min-max), and its median ratio to its baseline in the
+    same round (min-max of the rounds' ratios), the cases of one round having run within a few minutes."""
+    rows = []
+    for case in cases:
+        row = [case]
+        for n in processes:
+            own = [rates[case, n, r] for r in range(rounds)]
+            cell = f"{median(own):.0f} ({min(own):.0f}-{max(own):.0f})"
+            if case == "graphile" and ("ordered", n, 0) in rates:  # how many times its rate ours is, ordered
+                times = [rates["ordered", n, r] / rates[case, n, r] for r in range(rounds)]
+                cell += f"; ordered: {median(times):.2f}x ({min(times):.2f}-{max(times):.2f})"
+            base = "unordered" if case == "ordered" else "single"
+            if case not in ("single", "unordered", "graphile") and (base, n, 0) in rates:
+                ratios = [rates[case, n, r] / rates[base, n, r] for r in range(rounds)]
+                cell += f"; {median(ratios):.2f}x {base} ({min(ratios):.2f}-{max(ratios):.2f})"
+            row.append(cell)
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="4,000 jobs (200 keys x 20), 2 processes")
@@ -171,6 +205,9 @@ def main() -> None:
     parser.add_argument("--keys", type=int, help="order keys (default 1,000; 200 with --quick)")
     parser.add_argument("--per-key", type=int, default=20, help="jobs per order key")
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every case this many times, interleaved (each round in a rotated order); "
+                             "report medians and min-max")
     parser.add_argument("--patience", type=float, default=60.0,
                         help="seconds Graphile Worker gets before it is rated by the jobs it finished")
     args = parser.parse_args()
@@ -179,25 +216,21 @@ def main() -> None:
     processes = [int(p) for p in (args.processes or ("2" if args.quick else "2,4")).split(",")]
     cases = [c.strip() for c in args.cases.split(",")]
     print(f"{count} no-op jobs, capacity {args.capacity} per node, q0 limit {args.limit}, {keys} keys x "
-          f"{args.per_key}; {load_average()}", flush=True)
+          f"{args.per_key}, {args.rounds} round(s); {load_average()}", flush=True)
     server = start_postgres()
+    rates = {}
     try:
-        rates = {(case, n): run_case(server, case, n, count, args.capacity, args.limit, keys, args.patience)
-                 for n in processes for case in cases}
+        for r in range(args.rounds):
+            print(f"round {r + 1}: {load_average()}", flush=True)
+            for n in processes:
+                for case in rotated(cases, r):
+                    rates[case, n, r] = run_case(server, case, n, count, args.capacity, args.limit, keys,
+                                                 args.patience)
     finally:
         server.stop()
-    rows = []
-    for case in cases:
-        row = [case]
-        for n in processes:
-            if case == "graphile":  # how many times its rate ours is, ordered
-                ratio = f" (ordered: {rates[('ordered', n)] / rates[case, n]:.2f}x)" if ("ordered", n) in rates else ""
-            else:
-                base = rates.get(("unordered" if case == "ordered" else "single", n))
-                ratio = f" ({rates[case, n] / base:.2f}x)" if base and case not in ("single", "unordered") else ""
-            row.append(f"{rates[case, n]:.0f}{ratio}")
-        rows.append(row)
-    print_table(["case", *(f"jobs/s x{n}" for n in processes)], rows)
+    print_table(["case", *(f"jobs/s x{n}: median (min-max); ratio median (min-max)" for n in processes)],
+                summary(rates, cases, processes, args.rounds))
+    print(load_average())
 
 
 if __name__ == "__main__":
