@@ -6,9 +6,8 @@ newest jobs that match), so a search finds old jobs too.
 
 import json
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QGridLayout, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
-                               QSplitter, QTableView, QVBoxLayout, QWidget)
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QSplitter, QVBoxLayout, QWidget
 
 from queueprocessor.states import JobState
 
@@ -16,61 +15,7 @@ from . import text
 from .gantt import RunsGantt
 from .models import ROW_ROLE, AttemptsModel, JobsModel
 from .snapshot import Snapshot
-
-
-def table(model, stretch: int | None = None, floor: int = 160) -> QTableView:
-    """A read-only table of whole rows; `stretch`: the column that takes the width the others leave, but never
-    less than `floor` pixels (then the columns after it scroll), else the last column stretches."""
-    view = QTableView()
-    view.setModel(model)
-    view.setAlternatingRowColors(True)
-    view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-    view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-    view.setShowGrid(False)
-    view.setWordWrap(False)
-    view.verticalHeader().hide()
-    view.verticalHeader().setDefaultSectionSize(view.fontMetrics().height() + 10)
-    header = view.horizontalHeader()
-    header.setHighlightSections(False)
-    header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)  # numbers say right
-    header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-    header.setStretchLastSection(stretch is None)
-    if stretch is not None:
-        _Stretch(view, stretch, floor)
-    return view
-
-
-class _Stretch(QObject):
-    """Sizes a column to the room the other columns leave whenever the table is resized (Qt's own Stretch
-    mode would squeeze it to nothing when the others fill the table)."""
-
-    def __init__(self, view: QTableView, column: int, floor: int):
-        super().__init__(view)
-        self.view, self.column, self.floor = view, column, floor
-        view.viewport().installEventFilter(self)
-
-    def eventFilter(self, watched, event) -> bool:
-        if event.type() == QEvent.Type.Resize:
-            header = self.view.horizontalHeader()
-            others = sum(header.sectionSize(c) for c in range(header.count())
-                         if c != self.column and not header.isSectionHidden(c))
-            header.resizeSection(self.column, max(self.floor, self.view.viewport().width() - others))
-        return False
-
-
-def arrange(view: QTableView, order: tuple[int, ...]) -> None:
-    """Show the model's columns in this order, left to right (the model keeps its own)."""
-    header = view.horizontalHeader()
-    for visual, logical in enumerate(order):
-        header.moveSection(header.visualIndex(logical), visual)
-
-
-def fit_columns(view: QTableView, widths: tuple[int, ...]) -> None:
-    """Give each column its width, but never less than its header needs (bold, plus the sort arrow)."""
-    model, metrics = view.model(), view.horizontalHeader().fontMetrics()
-    for column, width in enumerate(widths):
-        title = model.headerData(column, Qt.Orientation.Horizontal) or ""
-        view.setColumnWidth(column, max(width, int(metrics.horizontalAdvance(title) * 1.1) + 34))
+from .tables import arrange, table
 
 
 class JobDetails(QWidget):
@@ -106,8 +51,7 @@ class JobDetails(QWidget):
         grid.setColumnStretch(3, 1)
         layout.addLayout(grid)
         self.attempts = AttemptsModel(self)
-        self.attempts_view = table(self.attempts, stretch=7, floor=120)
-        fit_columns(self.attempts_view, (40, 80, 40, 90, 90, 50, 80, 120))
+        self.attempts_view = table(self.attempts, (40, 80, 40, 90, 90, 50, 80, 120), stretch=7, floor=120)
         # What happened first (outcome, error), then when: times are the widest and least read.
         arrange(self.attempts_view, (0, 1, 2, 6, 7, 5, 3, 4))
         layout.addWidget(self.attempts_view, 1)
@@ -192,10 +136,8 @@ class JobsView(QWidget):
         filters.addWidget(self.search, 1)
         box.addLayout(filters)
         self.model = JobsModel(self)
-        self.table = table(self.model, stretch=7)
-        self.table.setSortingEnabled(True)
-        self.table.sortByColumn(0, Qt.SortOrder.DescendingOrder)
-        fit_columns(self.table, (56, 100, 160, 70, 100, 100, 100, 160, 90))
+        self.table = table(self.model, (56, 100, 160, 70, 100, 100, 100, 160, 90), stretch=7,
+                           order=Qt.SortOrder.DescendingOrder)
         arrange(self.table, (0, 1, 8, 2, 7, 4, 3, 5, 6))  # the queue and error beside the job; times last
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
         box.addWidget(self.table)

@@ -26,7 +26,7 @@ from .actions import Actions
 from .commands import Commands
 from .connection import Connection, State
 from .dialogs import DatabaseDialog, EnqueueDialog, about, confirm, needs_password, without_password
-from .jobsview import JobsView, arrange, fit_columns, table
+from .jobsview import JobsView
 from .models import ROW_ROLE, PeersModel
 from .nodepanel import NodePanel
 from .queuegraph import QueueGraph
@@ -35,6 +35,7 @@ from .schedulesview import SchedulesView
 from .snapshot import Snapshot
 from .statusline import Banner, StatusLine
 from .tablekeys import home_end_by_rows
+from .tables import arrange, table
 from .timeline import SlotsTimeline
 
 RECENT = 8
@@ -134,11 +135,9 @@ class MainWindow(QMainWindow):
         self.timeline = SlotsTimeline()
         self.timeline.follow_changed.connect(self.act.follow.setChecked)
         self.peers = PeersModel(self)
-        self.peers_view = table(self.peers)
-        self.peers_view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.peers_view.customContextMenuRequested.connect(self._peer_menu)
+        self.peers_view = table(self.peers, (120, 90, 80, 64, 160, 80, 84, 60, 60, 56, 56, 60, 190),
+                                menu=self._peer_menu)
         self.peers_view.setToolTip("Right-click a machine to pause, resume or drain it")
-        fit_columns(self.peers_view, (120, 90, 80, 64, 160, 80, 84, 60, 60, 56, 56, 60, 190))
         arrange(self.peers_view, (0, 1, 2, 12, *range(3, 12)))  # the queues a machine serves beside its state
         self.jobs = JobsView()
         self.jobs.gantt.plot.setXLink(self.timeline.plot)

@@ -95,7 +95,8 @@ class QueueChart(QWidget):
         theme.paint_plot(self.plot)
         for state, line in self.lines.items():
             line.setPen(pg.mkPen(theme.JOB_STATE[state], width=2))
-        self.cap.setPen(pg.mkPen(theme.current().muted, width=1.5, style=Qt.PenStyle.DashLine))  # seen on a running line
+        # Seen on a running line at the limit.
+        self.cap.setPen(pg.mkPen(theme.current().muted, width=1.5, style=Qt.PenStyle.DashLine))
 
 
 class QueueCharts(QScrollArea):

@@ -20,11 +20,11 @@ from queueprocessor.states import SERVING
 from . import text, theme
 from .commands import Commands
 from .dialogs import QueueDialog
-from .jobsview import fit_columns, table
 from .models import ROW_ROLE, Column, Mark, SnapshotModel, capped, dot, marked
 from .queuecharts import QueueCharts
 from .queuestate import QueueState
 from .snapshot import Snapshot
+from .tables import table
 
 SHOWN_NAMES = 3  # serving machines named in the table; the rest are counted (all are in the tooltip)
 
@@ -99,13 +99,9 @@ class QueuesView(QWidget):
         self.menu: QMenu | None = None
         self.dialog: QueueDialog | None = None
         self.model = QueuesModel(self)
-        self.table = table(self.model)
-        self.table.setSortingEnabled(True)
-        self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)
-        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.table.customContextMenuRequested.connect(self._table_menu)
+        self.table = table(self.model, (120, 96, 70, 70, 56, 70, 80, 76, 200), order=Qt.SortOrder.AscendingOrder,
+                           menu=self._table_menu)
         self.table.setToolTip("Right-click a queue to pause, resume or change its limit and rate")
-        fit_columns(self.table, (120, 96, 70, 70, 56, 70, 80, 76, 200))
         self.charts = QueueCharts()
         self.charts.menu_requested.connect(self.show_menu)
 

@@ -17,9 +17,11 @@ from queueprocessor.states import JobState, MachineState
 from . import text, theme
 from .commands import Commands
 from .dialogs import confirm
-from .jobsview import fit_columns, table
 from .models import ROW_ROLE, Column, Mark, SnapshotModel, dot, full_text, marked
 from .snapshot import Snapshot
+from .tables import table
+
+ASCENDING = Qt.SortOrder.AscendingOrder
 
 
 def when(epoch: float | None, now: float) -> str:
@@ -113,8 +115,10 @@ class SchedulesView(QWidget):
         self.watch_only = watch_only
         self.schedules_model = SchedulesModel(self)
         self.singletons_model = SingletonsModel(self)
-        self.schedules_view = self._table(self.schedules_model, (120, 210, 140, 96, 76, 205, 110, 90))
-        self.singletons_view = self._table(self.singletons_model, (140, 240, 100, 90, 150, 50))
+        self.schedules_view = table(self.schedules_model, (120, 210, 140, 96, 76, 205, 110, 90), order=ASCENDING,
+                                    menu=lambda at: self._menu(self.schedules_view, self.schedule_actions, at))
+        self.singletons_view = table(self.singletons_model, (140, 240, 100, 90, 150, 50), order=ASCENDING,
+                                     menu=lambda at: self._menu(self.singletons_view, [self.act_remove_singleton], at))
         self.act_pause = self._action("pause", "Pause", "Stop making jobs of the selected schedule; its "
                                       "occurrences waiting in the queue are cancelled", self.pause)
         self.act_resume = self._action("resume", "Resume", "Start the selected schedule again from its next "
@@ -137,21 +141,11 @@ class SchedulesView(QWidget):
         self.split = split
         self._selected: dict[QTableView, str | None] = {self.schedules_view: None, self.singletons_view: None}
         self._updating = False
-        for view, actions in ((self.schedules_view, self.schedule_actions),
-                              (self.singletons_view, [self.act_remove_singleton])):
+        for view in (self.schedules_view, self.singletons_view):
             view.selectionModel().selectionChanged.connect(lambda *_, v=view: self._selection_changed(v))
-            view.customContextMenuRequested.connect(lambda position, v=view, a=actions: self._menu(v, a, position))
         self._update_actions()
 
     # -- building -------------------------------------------------------------
-
-    def _table(self, model: SnapshotModel, widths: tuple[int, ...]) -> QTableView:
-        view = table(model)
-        view.setSortingEnabled(True)
-        view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
-        view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        fit_columns(view, widths)
-        return view
 
     def _action(self, icon: str, label: str, tip: str, slot) -> QAction:
         action = QAction(theme.icon(icon), label, self)

@@ -1,0 +1,72 @@
+"""How the app's tables look and behave: whole rows, read-only, sized to their titles, sortable and
+right-clickable where asked."""
+
+from collections.abc import Callable
+
+from PySide6.QtCore import QEvent, QObject, QPoint, Qt
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView
+
+
+def table(model, widths: tuple[int, ...], *, stretch: int | None = None, floor: int = 160,
+          order: Qt.SortOrder | None = None, menu: Callable[[QPoint], None] | None = None) -> QTableView:
+    """A read-only table of whole rows, its columns `widths` wide (at least their titles' width). `stretch`: the
+    column that takes the width the others leave, but never less than `floor` pixels (then the columns after
+    it scroll), else the last column stretches. `order`: sortable, first sorted on its first column so.
+    `menu`: what a right-click at a (viewport) position opens."""
+    view = QTableView()
+    view.setModel(model)
+    view.setAlternatingRowColors(True)
+    view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+    view.setShowGrid(False)
+    view.setWordWrap(False)
+    view.verticalHeader().hide()
+    view.verticalHeader().setDefaultSectionSize(view.fontMetrics().height() + 10)
+    header = view.horizontalHeader()
+    header.setHighlightSections(False)
+    header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)  # numbers say right
+    header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+    header.setStretchLastSection(stretch is None)
+    if stretch is not None:
+        _Stretch(view, stretch, floor)
+    _fit_columns(view, widths)
+    if order is not None:
+        view.setSortingEnabled(True)
+        view.sortByColumn(0, order)
+    if menu is not None:
+        view.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        view.customContextMenuRequested.connect(menu)
+    return view
+
+
+class _Stretch(QObject):
+    """Sizes a column to the room the other columns leave whenever the table is resized (Qt's own Stretch
+    mode would squeeze it to nothing when the others fill the table)."""
+
+    def __init__(self, view: QTableView, column: int, floor: int):
+        super().__init__(view)
+        self.view, self.column, self.floor = view, column, floor
+        view.viewport().installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:
+        if event.type() == QEvent.Type.Resize:
+            header = self.view.horizontalHeader()
+            others = sum(header.sectionSize(c) for c in range(header.count())
+                         if c != self.column and not header.isSectionHidden(c))
+            header.resizeSection(self.column, max(self.floor, self.view.viewport().width() - others))
+        return False
+
+
+def arrange(view: QTableView, order: tuple[int, ...]) -> None:
+    """Show the model's columns in this order, left to right (the model keeps its own)."""
+    header = view.horizontalHeader()
+    for visual, logical in enumerate(order):
+        header.moveSection(header.visualIndex(logical), visual)
+
+
+def _fit_columns(view: QTableView, widths: tuple[int, ...]) -> None:
+    """Give each column its width, but never less than its header needs (bold, plus the sort arrow)."""
+    model, metrics = view.model(), view.horizontalHeader().fontMetrics()
+    for column, width in enumerate(widths):
+        title = model.headerData(column, Qt.Orientation.Horizontal) or ""
+        view.setColumnWidth(column, max(width, int(metrics.horizontalAdvance(title) * 1.1) + 34))
