@@ -187,6 +187,7 @@ def ensure_schema(engine: Engine) -> bool:
     Several nodes may start at once on an empty database: a loser of the
     creation race simply finds the tables there on its next try.
     """
+    schema.partial_for(engine.dialect.name)
     for attempt in range(3):
         try:
             created = _create_or_check(engine)

@@ -11,11 +11,11 @@ reason is left as a failed job of the schedule, where the operator looks; the
 rest of the farm's work goes on.
 """
 
+import importlib
 import logging
 from dataclasses import dataclass
 
 from sqlalchemy import and_, delete, exc, false, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from .dbtime import db_now
 from .errors import InvalidJob, NotFound, echoed
@@ -189,8 +189,8 @@ class ScheduleStore:
     def _insert_new(self, conn, rows: list[dict]) -> None:
         """Insert jobs, leaving out any whose key already exists (an occurrence made before)."""
         dialect = self.store.dialect
-        if dialect in ("postgresql", "sqlite"):
-            module = postgresql if dialect == "postgresql" else sqlite
+        if dialect in ("postgresql", "sqlite"):  # each has its own INSERT ... ON CONFLICT, loaded only here
+            module = importlib.import_module(f"sqlalchemy.dialects.{dialect}")
             conn.execute(module.insert(jobs).values(created_at=db_now()).on_conflict_do_nothing(), rows)
             return
         for row in rows:

@@ -9,8 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
+from queueprocessor.errors import NotFound
 from queueprocessor.farm import Farm
 from queueprocessor.schema import turns
 from tests.support.work import wait_for
@@ -64,16 +65,17 @@ def test_help_loads_no_sqlalchemy(command):
     assert not {"sqlalchemy", "queueprocessor.farm"} & modules
 
 
-def test_an_idle_node_loads_no_schedule_parser_http_client_or_metrics_library(sqlite_url):
+def test_an_idle_node_loads_no_schedule_parser_http_client_metrics_library_or_other_database(db_url):
     """Issue 11: an idle node's memory. What only some work needs is loaded by the first such work: croniter
     (and dateutil) by a cron schedule, aiohttp by an HTTP job, prometheus_client by --metrics-port, and
-    platformdirs only by a command given no database."""
-    Farm(sqlite_url).close()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QP_")} | {"QP_DB": sqlite_url}
+    platformdirs only by a command given no database; and no other database's SQLAlchemy dialect, while the
+    partial indexes it built still hold only the rows of their condition (schema.partial_for)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QP_")} | {"QP_DB": db_url}
     node = subprocess.Popen([sys.executable, "-c", PROBE, "node", "--name", "idle", "--period", "0.2",
                              "--heartbeat", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        with Farm(sqlite_url) as farm:
+        wait_for(lambda: _has_farm(db_url), timeout=30)
+        with Farm(db_url) as farm:
             wait_for(lambda: farm.store.rows(select(func.count()).select_from(turns))[0][0] >= 2, timeout=30)
     finally:
         node.send_signal(signal.SIGTERM)
@@ -81,5 +83,21 @@ def test_an_idle_node_loads_no_schedule_parser_http_client_or_metrics_library(sq
     assert node.returncode == 0, err
     modules = set(json.loads(out.splitlines()[-1]))
     assert "queueprocessor.node" in modules
-    unneeded = {"croniter", "dateutil", "aiohttp", "prometheus_client", "platformdirs"}
+    unneeded = {"croniter", "dateutil", "aiohttp", "prometheus_client", "platformdirs", "sqlalchemy.dialects.mssql"}
+    if db_url.startswith("postgresql"):
+        unneeded.add("sqlalchemy.dialects.sqlite")
     assert not unneeded & modules, sorted(unneeded & modules)
+    with Farm(db_url) as farm:
+        conditions = farm.store.rows(text(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_qp_jobs_queued'" if db_url.startswith("postgresql")
+            else "SELECT sql FROM sqlite_master WHERE name = 'ix_qp_jobs_queued'"))
+    assert "WHERE" in conditions[0][0] and "queued" in conditions[0][0], conditions
+
+
+def _has_farm(url: str) -> bool:
+    """Whether the node made its farm's tables yet."""
+    try:
+        Farm(url, read_only=True).close()
+    except NotFound:
+        return False
+    return True
