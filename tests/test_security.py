@@ -369,7 +369,10 @@ def test_hostile_text_only_ever_reaches_the_database_as_a_parameter(pg_url, http
         tables = inspect(farm.engine).get_table_names()
     assert (stored["target"], stored["key"], json.loads(stored["payload"])) == ("/" + MARK, MARK, {"m": MARK})
     assert {"qp_jobs", "qp_machines", "qp_runs", "qp_turns"} <= set(tables)
-    assert len(statements) > 50
+    # The capture saw the statements that carried the hostile text: the enqueue, the schedule and the steer.
+    # (The node's hot statements go straight to the driver, compiled once from constructs: store.Raw.)
+    for carrier in ("INSERT INTO qp_jobs", "INSERT INTO qp_schedules", "UPDATE qp_machines SET wish"):
+        assert any(s.startswith(carrier) for s in statements), carrier
     assert not [s for s in statements if "QP7x" in s]
 
 
