@@ -103,7 +103,8 @@ def due(j, horizon: bool = True):
     return and_(j.c.state == JobState.QUEUED, j.c.run_at <= when, in_order(j))
 
 
-def _unpaused(j):
+def unpaused(j):
+    """Job `j`'s queue is not paused."""
     q = queues.alias("qp")
     return j.c.queue.notin_(select(q.c.name).where(q.c.paused))
 
@@ -114,7 +115,7 @@ def guarded_due(dialect: str):
     next in line for its key and not paused? If so, the turn claims nothing and the node makes one locked claim
     of every queue, so the queues' jobs are taken in one order of priority."""
     g = jobs.alias("g")
-    return exists(select(g.c.id).where(due(g), among(dialect, g.c.queue, "b_guarded"), _unpaused(g)))
+    return exists(select(g.c.id).where(due(g), among(dialect, g.c.queue, "b_guarded"), unpaused(g)))
 
 
 def elsewhere_due(dialect: str):
@@ -124,7 +125,7 @@ def elsewhere_due(dialect: str):
     e = jobs.alias("e")
     theirs = or_(bindparam("b_any_other", type_=Boolean), among(dialect, e.c.queue, "b_elsewhere"))
     return exists(select(e.c.id).where(due(e, horizon=False), theirs, ~among(dialect, e.c.queue, "b_served"),
-                                       _unpaused(e)))
+                                       unpaused(e)))
 
 
 def looks(dialect: str, guarded: bool, elsewhere: bool, room_left=None) -> list:
@@ -155,6 +156,7 @@ def turn_statement(dialect: str, guarded: bool, elsewhere: bool):
 
 @functools.lru_cache(maxsize=None)
 def looks_statement(dialect: str, guarded: bool, elsewhere: bool):
+    """SQL Server's turn looks, asked after its turn record (see turn_statement)."""
     return select(*looks(dialect, guarded, elsewhere))
 
 
@@ -211,14 +213,13 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
 
     mine = among(dialect, j.c.queue, "b_served") if served else true()
     q = queues.alias("q")
-    paused = select(q.c.name).where(q.c.paused)
     held_back = select(q.c.name).where(or_(q.c.paused, q.c.max_running.isnot(None), q.c.rate_count.isnot(None)))
     alone = [bindparam(f"b_q{i}", type_=String) for i in range(branches)]
     waiting = due(j)
     picks = [best(and_(waiting, mine, j.c.queue.notin_(held_back), *([j.c.queue.notin_(alone)] if alone else [])))]
     picks += [best(and_(waiting, j.c.queue == alone[i]), _room(dialect, i, limit)) for i in range(branches)]
     if take_expired:
-        picks.append(best(and_(j.c.state == JobState.RUNNING, expired(j), mine, j.c.queue.notin_(paused))))
+        picks.append(best(and_(j.c.state == JobState.RUNNING, expired(j), mine, unpaused(j))))
     either = union_all(*(select(p) for p in picks)).subquery() if len(picks) > 1 else picks[0]
     # On PostgreSQL the picked rows also say whose run a taken-over job leaves, and since when (see `lost`).
     taken_from = [either.c.state, either.c.owner, either.c.started_at] if dialect == "postgresql" else []

@@ -9,6 +9,7 @@ The rules the rest of the code relies on:
   match nothing the caller lost the job to another machine (LostLease).
 """
 
+import functools
 import math
 import threading
 from collections import Counter
@@ -28,7 +29,7 @@ from .queues import DEFAULT, Served
 from .schema import Id, jobs, machines, meta, queues, runs, turns
 from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
 from .statements import (LOST, claim_statement, finish_statement, looks_statement, spend_statement,
-                         turn_statement)
+                         turn_statement, unpaused)
 from .store_roster import bump_roster, checkin_statement, newest_backlog
 
 CLOCK = select(db_now())  # built once: Raw compiles each statement it is given once
@@ -234,6 +235,7 @@ def _with_owner_name(statement):
         jobs.outerjoin(machines, machines.c.id == jobs.c.owner))
 
 
+@functools.cache
 def run_history():
     """Every run, as rows of qp_runs: those that ended, and those in progress. A run's row is written once, when it
     ends (a claim and a finish are each one write per job on the hot path); until then the run is its job's row,
@@ -630,9 +632,7 @@ class Store:
     def any_due(self, among: tuple[str, ...] = (), besides: tuple[str, ...] = ()) -> bool:
         """Is any queued job due in a queue that is not paused, one of `among` (() for any) and none of `besides`?
         (Cheap: it stops at the first, where a count reads the whole backlog.)"""
-        paused = select(queues.c.name).where(queues.c.paused)
-        due = select(jobs.c.id).where(jobs.c.state == JobState.QUEUED, jobs.c.run_at <= db_now(),
-                                      jobs.c.queue.notin_(paused))
+        due = select(jobs.c.id).where(jobs.c.state == JobState.QUEUED, jobs.c.run_at <= db_now(), unpaused(jobs))
         if among:
             due = due.where(jobs.c.queue.in_(among))
         if besides:
