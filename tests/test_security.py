@@ -27,7 +27,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from queueprocessor.database import open_engine  # noqa: E402
 from queueprocessor.errors import InvalidJob, QPError  # noqa: E402
 from queueprocessor.executors.http import LOCAL_HOSTS, HttpExecutor  # noqa: E402
-from queueprocessor.farm import Farm  # noqa: E402
+from queueprocessor.farm import Farm, work_spec  # noqa: E402
 from queueprocessor.states import Wish  # noqa: E402
 from queueprocessor.store import JobSpec  # noqa: E402
 from queueprocessor.views import find_jobs  # noqa: E402
@@ -439,7 +439,7 @@ def test_the_watch_only_app_cannot_change_anything(pg_url, app, qtbot):  # noqa:
         for action in writers:
             action.trigger()  # disabled: nothing happens
         # Past the disabled buttons, straight to the worker: the database itself refuses.
-        window.commands.enqueue({"path": "/sneaky"})
+        window.commands.enqueue(work_spec("http", "/sneaky"))
         qtbot.waitUntil(lambda: window.last_result is not None, timeout=30_000)
         assert window.last_result[1] is False
         window.steer(machine, Wish.PAUSE)

@@ -139,13 +139,13 @@ def test_the_commands_are_farm_calls_with_the_message_the_status_bar_shows(tmp_p
         said = []
         commands = Commands(lambda label, call: said.append((label, call(farm))))
 
-        commands.enqueue(dict(path="/later", delay=3600))
+        commands.enqueue(work_spec("http", "/later"), delay=3600)
         [(label, message)] = said
         [job] = farm.list_jobs()
         unserved = "; no live machine serves queue default yet: it waits"  # no node in this farm
         assert (label, message) == ("Enqueue", f"enqueued job {job['id']}{unserved}")
         assert job["state"] == JobState.QUEUED
-        commands.enqueue(dict(path="/bulk", delay=3600, count=3))
+        commands.enqueue(work_spec("http", "/bulk"), delay=3600, count=3)
         ids = sorted(j["id"] for j in farm.list_jobs() if j["target"] == "/bulk")
         assert said[-1] == ("Enqueue", f"enqueued 3 jobs ({ids[0]}..{ids[-1]}){unserved}")
 

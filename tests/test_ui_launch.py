@@ -15,7 +15,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from queueprocessor.farm import Farm  # noqa: E402
+from queueprocessor.farm import Farm, work_spec  # noqa: E402
 from ui.app import make_app  # noqa: E402
 from ui.dialogs import DatabaseDialog, EnqueueDialog  # noqa: E402
 from ui.mainwindow import recent_databases, remember  # noqa: E402
@@ -198,6 +198,5 @@ def test_enqueue_dialog_refuses_bad_jobs_with_the_reason(app, qtbot):
     dialog.timeout.setValue(5)
     dialog.accept()
     assert dialog.result() == 1
-    assert dialog.options == dict(path="/reports", method="POST", payload='{"day": "2026-11-22"}', priority=0,
-                                  max_attempts=3, timeout=5.0, key=None, delay=0.0, count=1, queue="default",
-                                  order_key=None)
+    assert dialog.options == dict(spec=work_spec("http", "/reports", method="POST", payload='{"day": "2026-11-22"}',
+                                                 timeout=5.0), delay=0.0, count=1)

@@ -12,7 +12,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QPoint  # noqa: E402
 
-from queueprocessor.farm import Farm  # noqa: E402
+from queueprocessor.farm import Farm, work_spec  # noqa: E402
 from queueprocessor.queues import OnFailure, Rate  # noqa: E402
 from tests import test_ui_window  # noqa: E402
 from tests.support.work import FAST, Nodes  # noqa: E402
@@ -196,12 +196,13 @@ def test_the_job_runs_filter_by_queue(farm, open_window, qtbot):
     qtbot.waitUntil(lambda: test_ui_window._listed(window) == everything, timeout=WAIT)
 
 
-def test_the_enqueue_dialogs_queue_and_order_key_reach_the_job_row(farm, http_target, open_window, qtbot):
+def test_the_enqueue_dialog_reaches_the_job_row_and_says_when_no_live_machine_serves_its_queue(farm, http_target,
+                                                                                               open_window, qtbot):
     farm.settings(**FAST)
-    window = open_window(farm.url, test_ui_window._node(http_target))
+    window = open_window(farm.url, test_ui_window._node(http_target) | dict(queues="reports"))
     farm.enqueue_http("/ok", delay=LATER, queue="reports")
-    qtbot.waitUntil(lambda: window.snap is not None and "reports" in [q.name for q in window.snap.queues],
-                    timeout=WAIT)
+    qtbot.waitUntil(lambda: window.snap is not None and window.snap.own_row is not None
+                    and "reports" in [q.name for q in window.snap.queues], timeout=WAIT)
 
     # The queue field offers the farm's queues; a new name may be typed (it makes a new queue).
     dialog = _enqueue_dialog(window)
@@ -210,12 +211,18 @@ def test_the_enqueue_dialogs_queue_and_order_key_reach_the_job_row(farm, http_ta
     dialog.queue.setCurrentText("reports")
     dialog.order_key.setText("invoice-7")
     dialog.delay.setValue(LATER)
-    dialog.accept()
-    qtbot.waitUntil(lambda: window.last_result is not None and window.last_result[0] == "Enqueue", timeout=WAIT)
-    label, ok, message = window.last_result
-    assert ok, message
-    job = farm.store.get_job(int(re.search(r"job (\d+)", message).group(1)))
+    job = _enqueued(farm, window, dialog, qtbot)
     assert (job["queue"], job["order_key"]) == ("reports", "invoice-7")
+    # This machine serves reports: the status bar says the job was enqueued, and no more.
+    assert window.statusBar().currentMessage() == f"Enqueue: enqueued job {job['id']}"
+
+    # No live machine serves default here: the job is accepted, and the status bar says it waits.
+    dialog = _enqueue_dialog(window)
+    dialog.delay.setValue(LATER)
+    waiting = _enqueued(farm, window, dialog, qtbot)
+    assert waiting["queue"] == "default" and waiting["state"] == "queued"
+    assert window.statusBar().currentMessage() == (f"Enqueue: enqueued job {waiting['id']}; no live machine serves "
+                                                   "queue default yet: it waits")
 
     # The job's details say its queue and order key.
     test_ui_window._select(window, qtbot, job["id"], "queued")
@@ -236,6 +243,16 @@ def test_the_enqueue_dialogs_queue_and_order_key_reach_the_job_row(farm, http_ta
 def _enqueue_dialog(window) -> EnqueueDialog:
     window.enqueue()
     return window.findChildren(EnqueueDialog)[-1]
+
+
+def _enqueued(farm, window, dialog, qtbot) -> dict:
+    """Press Enqueue in the dialog; the job row it made, once the window has the command's answer."""
+    window.last_result = None
+    dialog.accept()
+    qtbot.waitUntil(lambda: window.last_result is not None, timeout=WAIT)
+    label, ok, message = window.last_result
+    assert label == "Enqueue" and ok, message
+    return farm.store.get_job(int(re.search(r"job (\d+)", message).group(1)))
 
 
 def test_peers_queues_and_this_machine_show_the_queues_each_serves_with_its_own_limits(farm, open_window, qtbot):
@@ -267,7 +284,7 @@ def test_the_queue_commands_are_farm_calls_with_the_message_the_status_bar_shows
         said = []
         commands = Commands(lambda label, call: said.append((label, call(farm))))
         # Work for a queue no live machine serves is accepted, and the message says it waits.
-        commands.enqueue(dict(path="/later", delay=LATER, queue="reports"))
+        commands.enqueue(work_spec("http", "/later", queue="reports"), delay=LATER)
         [job] = farm.list_jobs()
         assert said[-1] == ("Enqueue", f"enqueued job {job['id']}; no live machine serves queue reports yet: it waits")
         assert job["queue"] == "reports"

@@ -9,9 +9,8 @@ back as that command's failure.
 
 from collections.abc import Callable
 
-from queueprocessor.farm import Farm
+from queueprocessor.farm import Farm, JobSpec
 from queueprocessor.output import format_time
-from queueprocessor.queues import DEFAULT
 from queueprocessor.states import Wish
 
 Run = Callable[[str, Callable[[Farm], str]], None]
@@ -31,14 +30,14 @@ class Commands:
 
         self.run(f"{wish.capitalize()} {name}", steer)
 
-    def enqueue(self, options: dict) -> None:
-        """`options`: Farm.enqueue_http's keywords, as the enqueue dialog gives them."""
+    def enqueue(self, spec: JobSpec, *, delay: float = 0.0, count: int = 1) -> None:
+        """Queue `count` copies of `spec` (the enqueue dialog's `options`)."""
         def enqueue(farm: Farm) -> str:
-            ids = farm.enqueue_http(**options)
-            done = f"enqueued job {ids[0]}" if len(ids) == 1 else f"enqueued {len(ids)} jobs ({ids[0]}..{ids[-1]})"
-            queue = options.get("queue", DEFAULT)
+            done = farm.submit(spec, delay=delay, count=count)
+            ids = done.ids
+            said = f"enqueued job {ids[0]}" if len(ids) == 1 else f"enqueued {len(ids)} jobs ({ids[0]}..{ids[-1]})"
             # Accepted, but said: like `enqueue`'s warning, the Queues tab shows the queue as unserved too.
-            return done if farm.serving(queue) else f"{done}; no live machine serves queue {queue} yet: it waits"
+            return said if done.served else f"{said}; no live machine serves queue {spec.queue} yet: it waits"
 
         self.run("Enqueue", enqueue)
 

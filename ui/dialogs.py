@@ -97,7 +97,7 @@ class EnqueueDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Enqueue a job")
         self.setWindowIcon(theme.icon("enqueue"))
-        self.options: dict = {}
+        self.options: dict = {}  # once accepted: Farm.submit's arguments (the job's spec, delay, count)
         layout = QVBoxLayout(self)
         form = QFormLayout()
         self.path = QLineEdit("/ok")
@@ -145,12 +145,11 @@ class EnqueueDialog(QDialog):
                        timeout=self.timeout.value() or None, key=self.key.text().strip() or None,
                        queue=self.queue.currentText().strip(), order_key=self.order_key.text().strip() or None)
         try:
-            work_spec("http", self.path.text().strip(), **options)  # the checks Farm.enqueue_http makes
+            spec = work_spec("http", self.path.text().strip(), **options)
         except QPError as error:
             self.error.setText(in_form_terms(error))
             return
-        self.options = dict(path=self.path.text().strip(), delay=self.delay.value(), count=self.count.value(),
-                            **options)
+        self.options = dict(spec=spec, delay=self.delay.value(), count=self.count.value())
         super().accept()
 
 

@@ -423,7 +423,7 @@ class MainWindow(QMainWindow):
     def enqueue(self) -> None:
         dialog = EnqueueDialog(self, [info.name for info in self.snap.queues] if self.snap else [])
         dialog.setObjectName("enqueueDialog")
-        dialog.accepted.connect(lambda: self.commands.enqueue(dialog.options))
+        dialog.accepted.connect(lambda: self.commands.enqueue(**dialog.options))
         dialog.open()
 
     def retry(self) -> None:
