@@ -13,7 +13,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtGui import QFontMetrics  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtWidgets import QApplication, QTabWidget, QWidget  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from queueprocessor.farm import Farm  # noqa: E402
@@ -23,10 +23,12 @@ from queueprocessor.views import Dashboard, FarmTiming, Query  # noqa: E402
 from ui import text, theme  # noqa: E402
 from ui.app import make_app  # noqa: E402
 from ui.arrays import OUTCOMES  # noqa: E402
+from ui.commands import Commands  # noqa: E402
 from ui.gantt import MIN_PIXELS, RunsGantt  # noqa: E402
 from ui.jobsview import JobDetails, JobsView  # noqa: E402
 from ui.queuecharts import QueueCharts  # noqa: E402
 from ui.queuegraph import QueueGraph  # noqa: E402
+from ui.queuesview import QueuesView  # noqa: E402
 from ui.snapshot import Snapshot  # noqa: E402
 from ui.timeline import SlotsTimeline  # noqa: E402
 
@@ -239,6 +241,47 @@ def test_the_unfinished_interval_is_pale_and_a_scrolled_back_graph_stays_put(app
     assert graph.states.getViewBox().viewRange()[0] == pytest.approx([now - 500, now - 400])  # ...it stays there
     graph.set_follow(True)
     assert graph.states.getViewBox().viewRange()[0][1] > now
+
+
+def test_a_plot_behind_a_tab_draws_nothing_and_draws_the_latest_data_when_its_tab_is_shown(app, farm):
+    """The runs Gantt, the All jobs graph and the Queues tab alike: hidden, they keep the data but draw none of
+    it; shown, they draw the latest snapshot; on screen, each new one at once."""
+    (machine,) = add_machines(farm, 1)
+    now = farm.store.ask_time()
+    farm.enqueue_http("/later", delay=3600, queue="reports")
+    add_runs(farm, [(machine, now - 30, now - 29, "succeeded")])
+    older = snapshot(farm, now - 60, now)
+    farm.enqueue_http("/later", delay=3600, queue="reports")
+    add_runs(farm, [(machine, now - 20, now - 19, "failed")])
+    latest = snapshot(farm, now - 60, now)
+    gantt, graph, queues = RunsGantt(), QueueGraph(), QueuesView(Commands(lambda label, call: None))
+    tabs = QTabWidget()
+    for n, view in enumerate((QWidget(), gantt, graph, queues)):
+        tabs.addTab(view, str(n))
+    shown(tabs, 1000, 700)
+    for snap in (older, latest):
+        for view in (gantt, graph, queues):
+            view.show_snapshot(snap)
+
+    def drawn() -> dict:
+        """What each view has drawn, read from its plot items and labels (without asking it to draw)."""
+        _, queued = graph.lines["queued"].getData()  # None before the first draw
+        return {"runs": sorted(float(x) for item in gantt.items.values() for x in item.opts["x0"]),
+                "queued card": graph.counts["queued"].text(), "queued line": list(queued if queued is not None else []),
+                "reports chart": [waiting for _, waiting, _ in queues.charts.charts["reports"].plotted()]}
+
+    assert drawn() == {"runs": [], "queued card": "–", "queued line": [], "reports chart": []}
+    for view in (gantt, graph, queues):
+        tabs.setCurrentWidget(view)
+    # Each drew the latest snapshot when shown, with every sample kept while it was hidden.
+    assert drawn() == {"runs": [now - 30, now - 20], "queued card": "2", "queued line": [1.0, 2.0],
+                       "reports chart": [1, 2]}
+    farm.enqueue_http("/later", delay=3600, queue="reports")
+    newer = snapshot(farm, now - 60, now + 1)
+    for view in (gantt, graph, queues):
+        view.show_snapshot(newer)
+    assert drawn()["reports chart"] == [1, 2, 3]  # on screen: drawn at once
+    assert drawn()["queued card"] == "2"  # behind its tab again: not drawn
 
 
 def test_the_sampled_plots_draw_their_history_and_forget_what_is_older(app, farm):

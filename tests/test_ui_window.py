@@ -444,7 +444,7 @@ def test_one_views_failure_leaves_the_others_drawing(farm, http_target, open_win
     qtbot.waitUntil(lambda: window.snap.job_counts["queued"] == 3, timeout=WAIT)
     shown = window.snap
     qtbot.waitUntil(lambda: window.snap is not shown, timeout=WAIT)  # and one more, to see it logged only once
-    assert window.queue.latest is window.snap  # the queue graph, schedules, peers and node panel still draw
+    assert window.queue.drawing.latest is window.snap  # the queue graph, schedules, peers and node panel still draw
     assert window.schedules.schedules_model.context["db_now"] == window.snap.db_now
     assert window.peers.rowCount() == 1 and window.node_panel.badge.text() == "active"
     assert window.banner.isVisible() and "job runs" in window.banner.text() and "ValueError" in window.banner.text()

@@ -62,7 +62,7 @@ class RunsGantt(LanePlot):
 
     def plotted_bars(self) -> list[dict]:
         """Every bar as drawn (machine, outcome, x0, width, y0, height): what tests check rows and widths on."""
-        self.flush()
+        self.drawing.flush()
         shown = []
         for outcome, item in self.items.items():
             for x0, width, y0, height in zip(*(item.opts[key] for key in ("x0", "width", "y0", "height"))):

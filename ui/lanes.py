@@ -2,8 +2,8 @@
 
 Plot items are created once; a refresh only feeds them new arrays
 (`setOpts`), so a refresh costs the same whatever was shown before. A plot
-that is not on screen (its tab is hidden) only keeps the latest snapshot and
-draws it when shown, or when asked what it plots.
+that is not on screen (its tab is hidden) draws only the latest snapshot, when
+shown (OnScreen), or when asked what it plots.
 """
 
 import math
@@ -16,6 +16,7 @@ from PySide6.QtGui import QCursor, QFont, QFontMetrics
 from PySide6.QtWidgets import QGraphicsItem, QLabel, QToolTip, QVBoxLayout, QWidget
 
 from . import theme
+from .onscreen import OnScreen
 from .snapshot import Snapshot
 
 LANE_AXIS_WIDTH = 110  # both plots reserve the same width for lane names, so their x axes line up
@@ -73,7 +74,7 @@ class LanePlot(QWidget):
         self.lane_index: dict[int, int] = {}
         self.own: int | None = None  # this machine's lane (its node runs in this app)
         self._labels: tuple = ()  # what the lane axis shows: (lane names, stride, small font, own lane)
-        self._pending: Snapshot | None = None
+        self.drawing = OnScreen(self, self.draw)
         self.header = header(title)
         self.plot = pg.PlotWidget(axisItems={"bottom": pg.DateAxisItem()})
         self.plot.setMenuEnabled(False)
@@ -119,20 +120,7 @@ class LanePlot(QWidget):
         self.header.setText(header_text(self.title, self.legend()))
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
-        """Draw the snapshot if the plot is on screen; otherwise keep it for when it is."""
-        self._pending = snapshot
-        if self.isVisible():
-            self.flush()
-
-    def showEvent(self, event) -> None:
-        super().showEvent(event)
-        self.flush()
-
-    def flush(self) -> None:
-        """Draw the snapshot that arrived while the plot was hidden, if any."""
-        if self._pending is not None:
-            snapshot, self._pending = self._pending, None
-            self.draw(snapshot)
+        self.drawing.show(snapshot)
 
     def draw(self, snapshot: Snapshot) -> None:
         """Feed the plot items the snapshot's arrays."""
@@ -199,7 +187,7 @@ class LanePlot(QWidget):
 
     def describe(self, x: float, machine_id: int, y: float | None = None) -> str | None:
         """Hover text for database time x in a machine's lane, at height y if known (None: nothing there)."""
-        self.flush()
+        self.drawing.flush()
         return self.text_at(x, machine_id, y)
 
     def text_at(self, x: float, machine_id: int, y: float | None = None) -> str | None:

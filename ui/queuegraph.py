@@ -18,6 +18,7 @@ from queueprocessor.states import JobState, Outcome
 
 from . import theme
 from .lanes import bars, header, header_text
+from .onscreen import OnScreen
 from .samples import keep
 from .snapshot import Snapshot
 
@@ -34,7 +35,7 @@ class QueueGraph(QWidget):
         self.history = history
         self.follow = True
         self.samples: deque[tuple[float, dict]] = deque()
-        self.latest: Snapshot | None = None
+        self.drawing = OnScreen(self, self._draw)
         self._peak = 0.0
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 8, 8, 8)
@@ -81,8 +82,8 @@ class QueueGraph(QWidget):
     def set_follow(self, follow: bool) -> None:
         """Follow now (the slots timeline's Follow switch), or stay where the user scrolled."""
         self.follow = follow
-        if follow and self.latest is not None and self.isVisible():
-            self._draw(self.latest)
+        if follow:
+            self.drawing.redraw()
 
     def _moved(self) -> None:
         self.follow = False
@@ -102,16 +103,9 @@ class QueueGraph(QWidget):
             label.setStyleSheet(f"color: {theme.readable(theme.JOB_STATE[state], scheme.base)}")
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
-        """Keep the sample; draw only while on screen (showEvent draws the latest when the tab opens)."""
+        """Keep the sample, hidden or not; draw while on screen."""
         keep(self.samples, (snapshot.db_now, snapshot.job_counts), self.history)
-        self.latest = snapshot
-        if self.isVisible():
-            self._draw(snapshot)
-
-    def showEvent(self, event) -> None:
-        super().showEvent(event)
-        if self.latest is not None:
-            self._draw(self.latest)
+        self.drawing.show(snapshot)
 
     def _draw(self, snapshot: Snapshot) -> None:
         now, counts = snapshot.db_now, snapshot.job_counts

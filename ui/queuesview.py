@@ -21,6 +21,7 @@ from . import text, theme
 from .commands import Commands
 from .dialogs import QueueDialog
 from .models import ROW_ROLE, Column, Mark, SnapshotModel, capped, dot, marked
+from .onscreen import OnScreen
 from .queuecharts import QueueCharts
 from .queuestate import QueueState
 from .snapshot import Snapshot
@@ -95,7 +96,6 @@ class QueuesView(QWidget):
         self.commands = commands
         self.watch_only = watch_only
         self.queues: dict[str, QueueInfo] = {}
-        self.latest: Snapshot | None = None
         self.menu: QMenu | None = None
         self.dialog: QueueDialog | None = None
         self.model = QueuesModel(self)
@@ -119,33 +119,26 @@ class QueuesView(QWidget):
         split.setSizes([200, 320])
         layout.addWidget(split)
         self.split = split
+        self.drawing = OnScreen(self, self._draw)
 
     # -- showing ----------------------------------------------------------------
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
-        """Keep a sample of every queue; draw the charts only while on screen (showEvent draws the latest)."""
+        """Keep a sample of every queue, hidden or not; draw the charts while on screen."""
         self.queues = {info.name: info for info in snapshot.queues}
         caps = {m["name"]: m["caps"] for m in snapshot.machines if m["status"] in SERVING}
         self.model.set_rows([row_of(info, caps) for info in snapshot.queues])
         self.charts.add(snapshot.db_now, snapshot.queues)
-        self.latest = snapshot
-        if self.isVisible():
-            self._draw()
+        self.drawing.show(snapshot)
 
-    def showEvent(self, event) -> None:
-        super().showEvent(event)
-        if self.latest is not None:
-            self._draw()
-
-    def _draw(self) -> None:
-        since = self.charts.draw(self.latest.db_now, self.latest.queues)
+    def _draw(self, snapshot: Snapshot) -> None:
+        since = self.charts.draw(snapshot.db_now, snapshot.queues)
         self.caption.setText(f"Jobs waiting and running per queue since {text.clock(since, millis=False)} "
                              f"({text.duration(self.charts.history)} at most) · dashed line: the farm-wide limit")
 
     def restyle(self) -> None:
         self.charts.restyle()
-        if self.latest is not None and self.isVisible():
-            self._draw()
+        self.drawing.redraw()
 
     # -- the context menu -------------------------------------------------------
 

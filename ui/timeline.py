@@ -90,7 +90,7 @@ class SlotsTimeline(LanePlot):
 
     def plotted_turns(self) -> list[tuple[int, int]]:
         """(slot, lane machine id) of every solid bar: what tests compare with the turn log."""
-        self.flush()
+        self.drawing.flush()
         shown = []
         for item in (self.turn_bars, self.claim_bars):
             x0, y0 = item.opts["x0"], item.opts["y0"]
