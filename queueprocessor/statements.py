@@ -263,31 +263,49 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
             .select_from(one.outerjoin(claimed, true())).add_cte(lost))
 
 
-@functools.lru_cache(maxsize=None)
-def finish_statement():
-    """PostgreSQL: how a batch of runs ended, in one statement: arrays in, the ids that were still ours out.
+def _by_id(names_types):
+    """PostgreSQL: the rows of arrays `b_<name>` (one element per job, `id` first) as table `v`, and the jobs they
+    name, found by primary key (`id = ANY(array)`) and joined to them by hash.
 
-    Each job is matched on owner and fence as in Store.finish; only the jobs that
-    were still ours get their run's row, which is written here, once (its start is the job's).
-    """
-    columns = [("id", BigInteger), ("fence", BigInteger), ("state", Text), ("error", Text), ("retry", Float),
-               ("outcome", Text), ("output", Text)]
-    v = (func.unnest(*(cast(bindparam(f"b_{name}"), ARRAY(kind)) for name, kind in columns))
-         .table_valued(*(column(name, kind) for name, kind in columns)).render_derived(name="v"))
-    again = v.c.state == JobState.QUEUED
-    # The jobs are found by primary key (id = ANY(array)) and joined to their results by hash. The planner
-    # guessed badly from the table's statistics, stale for the minute after a backlog was enqueued in one go:
-    # with the guard as plain conditions on the jobs it thought them one row, then read the whole table or
-    # matched every job against every result (the square of the batch: 75 us a job at 256). So the guard is one
-    # condition over both sides, evaluated on the joined rows, and the state is checked in a form that the
-    # partial index of running jobs does not match (walking it, dead entries included, cost more still).
+    The planner guessed badly from the table's statistics, stale for the minute after a backlog was enqueued in
+    one go: with the owner/fence guard as plain conditions on the jobs it thought them one row, then read the
+    whole table or matched every job against every row of `v` (the square of the batch: 75 us a job at 256). So
+    the guard is one condition over both sides, evaluated on the joined rows, and the state is checked in a form
+    that the partial index of running jobs does not match (walking it, dead entries included, cost more still).
+    Returns `v` and the condition: the job is `v`'s, and still ours (owner `b_machine`, fence, running)."""
+    v = (func.unnest(*(cast(bindparam(f"b_{name}"), ARRAY(kind)) for name, kind in names_types))
+         .table_valued(*(column(name, kind) for name, kind in names_types)).render_derived(name="v"))
     ours = jobs.c.id == any_(cast(bindparam("b_id"), ARRAY(BigInteger)))
     guard = case((jobs.c.fence == v.c.fence, and_(jobs.c.owner == bindparam("b_machine", type_=Id),
                                                     func.concat(jobs.c.state, "") == STATE_SQL[JobState.RUNNING])),
                  else_=false())
+    return v, and_(ours, jobs.c.id == v.c.id, guard)
+
+
+@functools.lru_cache(maxsize=None)
+def renew_statement():
+    """PostgreSQL: the renewal of the leases of jobs `b_id` (fences `b_fence`), by `b_lease` seconds from now, of
+    those still ours (see Store.renew): arrays in, so one statement text and one plan whatever their number (as
+    one OR per job, the planner read the whole table: a second for 512 jobs)."""
+    _v, ours = _by_id([("id", BigInteger), ("fence", BigInteger)])
+    return (update(jobs).where(ours).values(lease_until=db_now() + bindparam("b_lease", type_=Float))
+            .returning(jobs.c.id, jobs.c.cancel_requested))
+
+
+@functools.lru_cache(maxsize=None)
+def finish_statement():
+    """PostgreSQL: how a batch of runs ended, in one statement: arrays in, the ids that were still ours out.
+
+    Each job is matched on owner and fence as in Store.finish (see _by_id); only the jobs that
+    were still ours get their run's row, which is written here, once (its start is the job's).
+    """
+    columns = [("id", BigInteger), ("fence", BigInteger), ("state", Text), ("error", Text), ("retry", Float),
+               ("outcome", Text), ("output", Text)]
+    v, ours = _by_id(columns)
+    again = v.c.state == JobState.QUEUED
     ended = (
         update(jobs)
-        .where(ours, jobs.c.id == v.c.id, guard)
+        .where(ours)
         .values(state=v.c.state, last_error=v.c.error, lease_until=None,
                 run_at=case((again, db_now() + v.c.retry), else_=jobs.c.run_at),
                 owner=case((again, None), else_=jobs.c.owner),

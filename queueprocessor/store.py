@@ -28,8 +28,8 @@ from .errors import DuplicateKey, LostLease, NotFound, QPError, echoed
 from .queues import DEFAULT, Served
 from .schema import Id, jobs, machines, meta, queues, runs, turns
 from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
-from .statements import (LOST, claim_statement, finish_statement, looks_statement, spend_statement,
-                         turn_statement, unpaused)
+from .statements import (LOST, claim_statement, finish_statement, looks_statement, renew_statement,
+                         spend_statement, turn_statement, unpaused)
 from .store_roster import bump_roster, checkin_statement, newest_backlog
 
 CLOCK = select(db_now())  # built once: Raw compiles each statement it is given once
@@ -651,6 +651,10 @@ class Store:
         held = list(held)
         if not held:
             return {}
+        if self.dialect == "postgresql":
+            rows = self._hot(renew_statement(), dict(b_machine=machine_id, b_id=[job_id for job_id, _ in held],
+                                                     b_fence=[fence for _, fence in held], b_lease=lease))
+            return {job_id: bool(cancel) for job_id, cancel in rows}
         mine = or_(*(and_(jobs.c.id == job_id, jobs.c.fence == fence) for job_id, fence in held))
         rows = self.rows(
             update(jobs)

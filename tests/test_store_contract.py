@@ -115,6 +115,25 @@ def test_a_stale_fence_cannot_write(farm):
     assert runs[first.fence]["outcome"] == "lost" and runs[second.fence]["outcome"] == "succeeded"
 
 
+def test_a_renewal_extends_each_lease_held_as_quoted_and_no_other(farm):
+    """Each (job, fence) pair is matched on its own: a job taken over (by a peer, or by ourselves under a newer
+    fence) or finished is left out of the answer and its lease alone; every other lease is extended."""
+    store = farm.store
+    a, b = register(store, "a"), register(store, "b")
+    store.enqueue(HTTP, count=5)
+    jobs = store.claim(a, 5, lease=0.05)
+    time.sleep(0.1)
+    [theirs] = store.claim(b, 1, lease=30)
+    [again] = store.claim(a, 1, lease=30)  # one of our own, taken back under a newer fence
+    done, *held = [j for j in jobs if j.id not in (theirs.id, again.id)]
+    store.finish(done, a, "succeeded")
+    before = store.ask_time()
+    assert store.renew(a, [(j.id, j.fence) for j in jobs], lease=60) == {j.id: False for j in held}
+    assert all(store.get_job(j.id)["lease_until"] >= before + 60 for j in held)
+    assert all(store.get_job(j.id)["lease_until"] < before + 60 for j in (theirs, again))
+    assert store.renew(a, [(again.id, again.fence)], lease=60) == {again.id: False}
+
+
 def test_an_expired_lease_on_the_last_attempt_comes_back_exhausted(farm):
     store = farm.store
     me = register(store)
