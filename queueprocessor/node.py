@@ -764,8 +764,7 @@ class Node:
             self._wake.set()  # working off a backlog: claim again now that half our room is free
 
     def _job_done(self, job: Claimed, _outcome: Outcome) -> None:
-        """A job's result is written (the tally counts how it ended)."""
-        self._room_made()  # a write that ended also makes room when `capacity` results were waiting
+        """A job's result is written (the tally counts how it ended; the runner calls _room_made after a batch)."""
         if job.queue in self._guarded:  # its place under the limit is free now, not at our next turn
             self._limited_freed.set()
             self._wake.set()

@@ -10,7 +10,6 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from .errors import QPError
 from .executors import Executor, JobContext, JobFailed, executor_for
@@ -45,17 +44,25 @@ def backoff(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
     return random.uniform(0.5, 1.0) * min(cap, base * 2 ** (attempt - 1))
 
 
-@dataclass
 class Running:
-    job: Claimed
-    context: JobContext
-    task: asyncio.Task | None = None
-    stop_reason: str | None = None  # why we cancelled it: CANCELLED, LOST, "released" or "exit"
-    recording: bool = False  # the work is over; only its result is being written
-    begun: bool = False  # _execute has started, so a cancellation reaches its handlers
-    leased_at: float = float("-inf")  # monotonic time its claim was sent: its lease runs from no earlier
-    started: float = field(default=0.0)
-    began: float = 0.0  # the loop's (monotonic) time at `started`: its work's duration is measured from here
+    """A job this node holds, from its claim until its end is written (a busy node makes thousands a second:
+    slots, and its ending kept here rather than in an object of its own)."""
+
+    __slots__ = ("job", "context", "task", "stop_reason", "recording", "begun", "leased_at", "started", "began",
+                 "ending", "tries")
+
+    def __init__(self, job: Claimed, context: JobContext, leased_at: float = float("-inf")):
+        self.job = job
+        self.context = context
+        self.task: asyncio.Task | None = None
+        self.stop_reason: str | None = None  # why we cancelled it: CANCELLED, LOST, "released" or "exit"
+        self.recording = False  # the work is over; only its result is being written
+        self.begun = False  # _execute has started, so a cancellation reaches its handlers
+        self.leased_at = leased_at  # monotonic time its claim was sent: its lease runs from no earlier
+        self.started = 0.0
+        self.began = 0.0  # the loop's (monotonic) time at `started`: its work's duration is measured from here
+        self.ending: tuple[str, str | None, str | None, bool] | None = None  # (outcome, error, output, final)
+        self.tries = 0  # writes of its ending that the database was away for
 
 
 class JobRunner:
@@ -64,8 +71,9 @@ class JobRunner:
     def __init__(self, store: Store, machine_id: int, executors: dict[str, Executor],
                  db_now: Callable[[], float], on_done: Callable[[Claimed, str], None],
                  on_room: Callable[[], None] = lambda: None, tally: Tally | None = None):
-        """`on_done(job, outcome)` once a job's result is written; `on_room()` as soon as its work is over,
-        before that write (see room). `tally` counts claims, durations and endings for the node's metrics."""
+        """`on_done(job, outcome)` once a job's result is written; `on_room()` as soon as jobs' work is over,
+        before that write (see room), and again once their results are written (one call for the jobs of a pass of
+        the loop, or of a batch). `tally` counts claims, durations and endings for the node's metrics."""
         self.store = store
         self.machine_id = machine_id
         self.executors = executors
@@ -75,6 +83,7 @@ class JobRunner:
         self.tally = tally or Tally()
         self.running: dict[int, Running] = {}
         self._writing = 0  # entries of `running` whose work is over (recording)
+        self._worked: list[tuple[Claimed, float]] = []  # (job, seconds it worked) since the last _report_worked
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._serve, name="qp-runner", daemon=True)
@@ -185,7 +194,7 @@ class JobRunner:
         now, began = self.db_now(), self.loop.time()
         for entry in entries:
             entry.started, entry.began = now, began
-            entry.task = self.loop.create_task(self._execute(entry), name=f"job-{entry.job.id}")
+            entry.task = self.loop.create_task(self._execute(entry))
 
     async def _execute(self, entry: Running) -> None:
         job = entry.job
@@ -219,20 +228,25 @@ class JobRunner:
         except Exception as exc:  # a bad job fails alone; the node goes on
             outcome, error = Outcome.FAILED, f"{type(exc).__name__}: {exc}"
         self._writing_result(entry)
-        self.on_room()
         if marking is not None:  # the run's row takes its start from the job's row when it ends: written first
             await asyncio.wait({marking})
-        for pause in (*RECORD_RETRIES, None):
-            if await self.recorder.record(Result(entry, outcome, error, output, pause is None, final)):
-                return
-            await asyncio.sleep(pause)
+        entry.ending = outcome, error, output, final
+        self.recorder.record(entry)  # the job's task ends here: the writer sees its result through
 
     def _writing_result(self, entry: Running) -> None:
-        """Its work is over: it no longer counts against capacity (see room), only its result is to be written."""
+        """Its work is over: it no longer counts against capacity (see room), only its result is to be written.
+        The tally and the node hear of it once per pass of the loop, for every job that ended in that pass."""
         with self._lock:
             entry.recording = True
             self._writing += 1
-        self.tally.ran(entry.job, self.loop.time() - entry.began)
+        self._worked.append((entry.job, self.loop.time() - entry.began))
+        if len(self._worked) == 1:
+            self.loop.call_soon(self._report_worked)
+
+    def _report_worked(self) -> None:
+        worked, self._worked = self._worked, []
+        self.tally.ran(worked)
+        self.on_room()
 
     def _mark_started(self, job: Claimed) -> None:
         try:
@@ -250,70 +264,72 @@ class JobRunner:
             return backoff(1) if self.db_now() - entry.started >= SINGLETON_SETTLED else backoff(4)
         return backoff(entry.job.attempts) if outcome in (Outcome.FAILED, Outcome.TIMEOUT) else None
 
-    def _record_many(self, results: list["Result"]) -> list[bool]:
-        """Write how runs ended, all finishes in one transaction. False for a result to try again later: the
-        database is away (unless it was the last try)."""
-        written = {id(r): self._release(r) for r in results if r.outcome == Outcome.LOST}
-        ending = [r for r in results if r.outcome != Outcome.LOST]
+    def _record_many(self, entries: list[Running]) -> list[Running]:
+        """Write how runs ended, all finishes in one transaction. Returns those to try again later: the
+        database is away (unless it was their last try)."""
+        again, done, ending = [], [], []
+        for entry in entries:
+            if entry.ending[0] != Outcome.LOST:
+                ending.append(entry)
+            elif self._release(entry):
+                done.append((entry, Outcome.LOST))
+            else:
+                again.append(entry)
+        endings = []
+        for entry in ending:
+            outcome, error, output, final = entry.ending
+            endings.append(Ending(entry.job, outcome, error, self._retry_in(entry, outcome, final), output))
         try:
-            states = self.store.finish_many(self.machine_id, [
-                Ending(r.entry.job, r.outcome, r.error, self._retry_in(r.entry, r.outcome, r.final), r.output)
-                for r in ending])
+            states = self.store.finish_many(self.machine_id, endings)
         except Exception as exc:  # database away: try again; in the end the lease expires and it runs elsewhere
-            for r in ending:
-                if not r.last_try:
-                    log.warning("could not record job %s yet (%s); trying again", r.entry.job.id, exc,
-                                extra=about(r.entry.job.id))
-                    written[id(r)] = False
+            for entry in ending:
+                if entry.tries < len(RECORD_RETRIES):
+                    log.warning("could not record job %s yet (%s); trying again", entry.job.id, exc,
+                                extra=about(entry.job.id))
+                    again.append(entry)
                 else:
                     log.warning("could not record job %s (%s); its lease will expire and it will be re-run",
-                                r.entry.job.id, exc, extra=about(r.entry.job.id))
-                    written[id(r)] = self._done(r.entry, Outcome.LOST)
+                                entry.job.id, exc, extra=about(entry.job.id))
+                    done.append((entry, Outcome.LOST))
         else:
             debug = log.isEnabledFor(logging.DEBUG)
-            for r, state in zip(ending, states):
-                job = r.entry.job
+            for entry, state in zip(ending, states):
+                job, (outcome, error, _, _) = entry.job, entry.ending
                 if state is None:
                     log.warning("result of job %s refused by its fence: another machine owns it now", job.id,
                                 extra=about(job.id))
-                elif debug or r.outcome != Outcome.SUCCEEDED:  # a busy node runs thousands a second: successes at debug
-                    level = logging.DEBUG if r.outcome == Outcome.SUCCEEDED else logging.INFO
-                    log.log(level, "job %s attempt %s %s -> %s%s",
-                            job.id, job.attempts, r.outcome, state, f" ({r.error})" if r.error else "",
-                            extra=about(job.id))
-                written[id(r)] = self._done(r.entry, r.outcome if state else Outcome.LOST)
-        return [written[id(r)] for r in results]
+                elif debug or outcome != Outcome.SUCCEEDED:  # thousands a second on a busy node: successes at debug
+                    level = logging.DEBUG if outcome == Outcome.SUCCEEDED else logging.INFO
+                    log.log(level, "job %s attempt %s %s -> %s%s", job.id, job.attempts, outcome, state,
+                            f" ({error})" if error else "", extra=about(job.id))
+                done.append((entry, outcome if state else Outcome.LOST))
+        self._done(done)
+        return again
 
-    def _release(self, result: "Result") -> bool:
-        """We stopped it ourselves; hand it back if it is still ours (it usually is not)."""
-        job = result.entry.job
+    def _release(self, entry: Running) -> bool:
+        """We stopped it ourselves; hand it back if it is still ours (it usually is not). False: try again."""
+        job, error = entry.job, entry.ending[1]
         try:
-            if self.store.release(job, self.machine_id, result.error):
-                log.info("job %s handed back to the queue: %s", job.id, result.error, extra=about(job.id))
+            if self.store.release(job, self.machine_id, error):
+                log.info("job %s handed back to the queue: %s", job.id, error, extra=about(job.id))
         except Exception as exc:
-            if not result.last_try:
+            if entry.tries < len(RECORD_RETRIES):
                 log.warning("could not hand job %s back yet (%s); trying again", job.id, exc, extra=about(job.id))
                 return False
             log.warning("could not hand job %s back (%s); its lease will expire", job.id, exc, extra=about(job.id))
-        return self._done(result.entry, Outcome.LOST)
-
-    def _done(self, entry: Running, outcome: str) -> bool:
-        with self._lock:
-            if self.running.pop(entry.job.id, None) is not None and entry.recording:
-                self._writing -= 1
-        self.tally.ended(entry.job, outcome)
-        self.on_done(entry.job, outcome)
         return True
 
-
-@dataclass(frozen=True)
-class Result:
-    entry: Running
-    outcome: str
-    error: str | None
-    output: str | None
-    last_try: bool
-    final: bool = False  # failed for good (see JobFailed.permanent)
+    def _done(self, done: list[tuple[Running, str]]) -> None:
+        """Jobs whose end is written (or given up on) leave `running`; the tally and the node hear of them, and
+        of the room made, once for the batch."""
+        with self._lock:
+            for entry, _ in done:
+                del self.running[entry.job.id]
+            self._writing -= len(done)
+        self.tally.ended([(entry.job, outcome) for entry, outcome in done])
+        for entry, outcome in done:
+            self.on_done(entry.job, outcome)
+        self.on_room()
 
 
 class Recorder:
@@ -322,20 +338,20 @@ class Recorder:
 
     def __init__(self, runner: JobRunner):
         self.runner = runner
-        self.waiting: list[tuple[Result, asyncio.Future]] = []
+        self.waiting: list[Running] = []  # ended, their `ending` not written yet
         self.busy = False
         self.task: asyncio.Task | None = None  # the writer (_write), while busy
         self._lingering: asyncio.Future | None = None  # resolved when the linger is over (see _linger)
 
-    async def record(self, result: Result) -> bool:
-        future = self.runner.loop.create_future()
-        self.waiting.append((result, future))
+    def record(self, entry: Running) -> None:
+        """Write `entry.ending` with the next batch. Nobody waits for it: the writer tries again by itself while
+        the database is away, and the job leaves `running` (its lease no longer renewed) once it is written."""
+        self.waiting.append(entry)
         if not self.busy:
             self.busy = True
             self.task = self.runner.loop.create_task(self._write())
         elif len(self.waiting) >= LINGER_UNTIL:
             self._linger_over()
-        return await future
 
     def settle(self, timeout: float) -> None:
         """On the stopped loop, before it closes: let the writer's statement under way end (up to `timeout`
@@ -368,18 +384,10 @@ class Recorder:
                 if len(self.waiting) < LINGER_UNTIL and self.runner.working() >= LINGER_UNTIL:
                     await self._linger()
                 batch, self.waiting = self.waiting, []
-                try:
-                    written = await self.runner.loop.run_in_executor(
-                        None, self.runner._record_many, [result for result, _ in batch])
-                except BaseException as exc:  # a bug, not the database: fail loudly, never leave a job waiting
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
-                    raise
-                # A job cancelled while its result was on its way (a stop that raced its end) no longer waits.
-                for (_, future), ok in zip(batch, written):
-                    if not future.done():
-                        future.set_result(ok)
+                loop = self.runner.loop
+                for entry in await loop.run_in_executor(None, self.runner._record_many, batch):
+                    loop.call_later(RECORD_RETRIES[entry.tries], self.record, entry)
+                    entry.tries += 1
                 if not self.waiting and not self.runner.count():
                     # An idle node keeps one connection (store.Held); results that come meanwhile go round again.
                     await self.runner.loop.run_in_executor(None, self.runner.store.idle)

@@ -60,9 +60,9 @@ class Claimed(NamedTuple):
         return self.kind != Kind.SINGLETON and self.attempts > self.max_attempts
 
 
-@dataclass(frozen=True)
-class Ending:
-    """How one run ended, as the runner reports it (see Store.finish)."""
+class Ending(NamedTuple):
+    """How one run ended, as the runner reports it (see Store.finish); a tuple, as a busy node makes thousands a
+    second."""
 
     job: Claimed
     outcome: Outcome  # SUCCEEDED, FAILED, TIMEOUT or CANCELLED

@@ -1,5 +1,5 @@
-"""What a node counts as it works, for its metrics: a few additions under one lock per job or turn, read whole by a
-scrape (queueprocessor.metrics turns a reading into Prometheus metrics).
+"""What a node counts as it works, for its metrics: a few additions under one lock per batch of jobs or turn, read
+whole by a scrape (queueprocessor.metrics turns a reading into Prometheus metrics).
 
 The node keeps these counts whether or not it serves metrics: they cost well under a microsecond a job, and a node
 that serves them does no more work per job than one that does not (prometheus_client's own metric objects would
@@ -71,19 +71,20 @@ class Tally:
         with self._lock:
             self._claimed.update(job_labels(job) for job in jobs)
 
-    def ran(self, job, seconds: float) -> None:
-        """A job's work is over after `seconds` (however it ended)."""
-        labels = job_labels(job)
+    def ran(self, worked) -> None:
+        """Jobs whose work is over, each (job, seconds it took), however it ended."""
         with self._lock:
-            buckets = self._durations.get(labels)
-            if buckets is None:
-                buckets = self._durations[labels] = Buckets(RUN_BUCKETS)
-            buckets.add(seconds)
+            for job, seconds in worked:
+                labels = job_labels(job)
+                buckets = self._durations.get(labels)
+                if buckets is None:
+                    buckets = self._durations[labels] = Buckets(RUN_BUCKETS)
+                buckets.add(seconds)
 
-    def ended(self, job, outcome: str) -> None:
-        """How a job's run ended, once that is written (or given up: LOST)."""
+    def ended(self, endings) -> None:
+        """How jobs' runs ended, each (job, outcome), once that is written (or given up: LOST)."""
         with self._lock:
-            self._ended[(*job_labels(job), outcome)] += 1
+            self._ended.update((*job_labels(job), outcome) for job, outcome in endings)
 
     def ended_with(self, *outcomes: str) -> int:
         """How many jobs ended with one of these outcomes, whatever their queue and executor."""
