@@ -139,7 +139,7 @@ class Farm:
         return mask(self.url)
 
     def close(self) -> None:
-        self.store.idle()  # a connection checked out when the pool is disposed of would be left open
+        self.store.give_back()  # a connection checked out when the pool is disposed of would be left open
         self.engine.dispose()
 
     def __enter__(self):

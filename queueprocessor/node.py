@@ -406,6 +406,8 @@ class Node:
                 self.tally.renewal_failed()
                 self._note_failure(exc, "check-in failed, claiming paused")
                 self._checked_in = False
+            if self.runner.count() == 0:
+                self.store.idle()
             if self.state == MachineState.DRAINING and self.runner.count() == 0:
                 log.info("drained: no jobs left, stopping")
                 threading.Thread(target=self.stop, kwargs={"drain": False}, name="qp-stop").start()
