@@ -6,7 +6,11 @@ in pg_stat_activity, per node process (matched by client port):
 
 - idle: once every node has joined and holds what it settles to;
 - busy: the most each node held at once while the farm drained a backlog of
-  400 jobs per node (Python jobs sleeping 10 ms), sampled every 50 ms.
+  400 jobs per node (Python jobs sleeping 10 ms), sampled every 50 ms;
+- opened: the connections each node opened while draining (client ports seen
+  in those samples that were not there idle): a node that closes and opens a
+  connection at every busy/idle flip sets one up on its hot path each time;
+- idle again: store.KEEP seconds and a heartbeat or two after the drain.
 
 Targets: at most 2 idle (one for statements, one to LISTEN), at most 3 busy,
 whatever the capacity. With --before REF the same is measured, in the same run,
@@ -32,19 +36,25 @@ from common import (ROOT, NodeProcess, fresh_database, load_average, print_table
 from sqlalchemy import text
 
 from queueprocessor.database import open_engine
+from queueprocessor.store import KEEP
 
 PYJOBS = "tests.support.pyjobs"
 CAPACITY = 32
 JOBS_PER_NODE = 400
 
 
-def sessions(observer, pids: dict[int, str]) -> Counter:
-    """Client sessions on the farm's database per node, by the node process that holds them (matched by the
-    client port each node's sockets use: code before issue 11 names no connection). `observer`: a connection."""
+def sessions(observer, pids: dict[int, str]) -> set[tuple[str, int]]:
+    """Client sessions on the farm's database, as (node, client port), by the node process that holds them
+    (matched by the client port each node's sockets use: code before issue 11 names no connection).
+    `observer`: a connection."""
     rows = observer.execute(text("SELECT client_port FROM pg_stat_activity WHERE datname = current_database() "
                                  "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")).all()
     ports = _ports_by_pid(pids)
-    return Counter(ports[port] for (port,) in rows if port in ports)
+    return {(ports[port], port) for (port,) in rows if port in ports}
+
+
+def per_node(seen: set[tuple[str, int]]) -> Counter:
+    return Counter(name for name, _port in seen)
 
 
 def _ports_by_pid(pids: dict[int, str]) -> dict[int, str]:
@@ -84,7 +94,7 @@ def measure(server, nodes: int, root: Path) -> dict:
         subprocess.run([sys.executable, "-m", "queueprocessor.cli", "--db", url, "enqueue", "python",
                         f"{PYJOBS}:nap", "--payload", "0.01", "--count", str(jobs)], cwd=root, check=True,
                        capture_output=True, env=dict(os.environ, PYTHONPATH=str(root)))
-        most: list[Counter] = []
+        most: list[set] = []
         done = text("SELECT count(*) FROM qp_jobs WHERE state = 'succeeded'")
 
         def drained() -> bool:
@@ -94,14 +104,15 @@ def measure(server, nodes: int, root: Path) -> dict:
         wait_for(drained, 600, f"{nodes} nodes to drain {jobs} jobs", poll=0.05)
         busy = Counter()
         for sample in most:
-            busy |= sample
-        time.sleep(2)
+            busy |= per_node(sample)
+        opened = per_node(set().union(*most) - idle)
+        time.sleep(KEEP + 2)
         after = sessions(observer, pids)
     finally:
         observer.close()
         engine.dispose()
         stop_all(farm)
-    return {"idle": idle, "busy": busy, "after": after}
+    return {"idle": per_node(idle), "busy": busy, "opened": opened, "after": per_node(after)}
 
 
 def _summary(counts: Counter, nodes: int) -> str:
@@ -126,12 +137,12 @@ def main() -> None:
             for label, root in trees:
                 got = measure(server, nodes, root)
                 rows.append([nodes, label, _summary(got["idle"], nodes), _summary(got["busy"], nodes),
-                             _summary(got["after"], nodes)])
+                             _summary(got["opened"], nodes), _summary(got["after"], nodes)])
     finally:
         server.stop()
         old.cleanup()
     print_table(["nodes", "code", "idle: sessions per node", "draining a backlog: most at once per node",
-                 "idle again after it"], rows)
+                 "opened while draining, per node", "idle again after it"], rows)
     print("\ntargets: idle <= 2 per node (statements + LISTEN), busy <= 3, whatever the capacity")
     print(load_average())
 

@@ -17,9 +17,10 @@ _DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"
 CONNECT_TIMEOUT = 10  # seconds
 PROGRAM = "queueprocessor"  # how a process's connections are labelled on the server (see client_name)
 APP_PROGRAM = "queueprocessor-gui"  # the desktop app's
-# A node's statements take one connection at a time, but for its results while it has jobs (store.Held): the
-# pool keeps one, opens a second only while both are wanted at once, and closes it when given back, so an idle
-# node holds one connection and a busy one two, whatever its capacity. Other threads wait their turn for them.
+# A node's statements take one connection at a time, but for its results, whose connection store.Held keeps
+# while the node is busy and for a few seconds after: the pool keeps one, opens a second only while both are
+# wanted at once, and closes it when given back, so an idle node holds one connection and a busy one two,
+# whatever its capacity. Other threads wait their turn for them.
 POOL_OVERFLOW = 1
 _TIMEOUT_ARG = {"postgresql": "connect_timeout", "mssql": "timeout"}  # each driver's name for it
 _ODBC_PASSWORD = re.compile(r"(?:^|;)\s*(?:password|pwd)\s*=(?:\{[^}]*\}?)?[^;]*", re.IGNORECASE)

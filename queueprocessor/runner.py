@@ -388,8 +388,5 @@ class Recorder:
                 for entry in await loop.run_in_executor(None, self.runner._record_many, batch):
                     loop.call_later(RECORD_RETRIES[entry.tries], self.record, entry)
                     entry.tries += 1
-                if not self.waiting and not self.runner.count():
-                    # An idle node keeps one connection (store.Held); results that come meanwhile go round again.
-                    await self.runner.loop.run_in_executor(None, self.runner.store.idle)
         finally:
             self.busy = False

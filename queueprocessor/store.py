@@ -12,6 +12,7 @@ The rules the rest of the code relies on:
 import functools
 import math
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from .statements import (LOST, claim_statement, finish_statement, looks_statemen
 from .store_roster import bump_roster, checkin_statement, newest_backlog
 
 CLOCK = select(db_now())  # built once: Raw compiles each statement it is given once
+KEEP = 5.0  # seconds a node without jobs keeps the connection for their results after its last use (see Held)
 PRUNE_BATCH = 500  # finished jobs deleted per transaction (retention): short enough never to hold up the queue
 
 
@@ -187,16 +189,18 @@ class Raw:
 
 
 class Held:
-    """A pooled connection that the runner's result writer keeps between its statements while the node has jobs
-    (no checkout per batch, and psycopg's prepared statements stay on it), and gives back once it has had none for
-    a while (`rest`, see Store.idle), so that an idle node holds one connection. A call made while another is
-    under way takes its own from the pool instead of waiting."""
+    """A pooled connection that the runner's result writer keeps between its statements (no checkout per batch,
+    and psycopg's prepared statements stay on it), also over the short idle spells of a node whose jobs come in
+    bursts: given back to the pool beside the one it keeps, it would be closed, and the next busy moment would
+    open one again (connection set-up, and statements planned afresh, on the hot path at every flip). Unused for
+    KEEP seconds it is given back (`rest`, see Store.idle), so that an idle node holds one connection for
+    statements. A call made while another is under way takes its own from the pool instead of waiting."""
 
     def __init__(self, engine: Engine, raw: Raw):
         self.engine = engine
         self.raw = raw
         self.conn = None
-        self.used = False  # a statement ran on `conn` since the last rest()
+        self.used = 0.0  # time.monotonic() of its last statement
         self.lock = threading.Lock()
 
     def run(self, statement, params) -> list[tuple]:
@@ -206,7 +210,7 @@ class Held:
         try:
             if self.conn is None:
                 self.conn = self.engine.connect()
-            self.used = True
+            self.used = time.monotonic()
             try:
                 return self.raw.run(self.conn, statement, params)
             except BaseException:
@@ -216,13 +220,12 @@ class Held:
             self.lock.release()
 
     def rest(self) -> None:
-        """Give the connection back if no statement used it since the last call (and none is using it now)."""
+        """Give the connection back if no statement used it for KEEP seconds (and none is using it now)."""
         if not self.lock.acquire(blocking=False):
             return
         try:
-            if not self.used:
+            if time.monotonic() - self.used >= KEEP:
                 self._give_back()
-            self.used = False
         finally:
             self.lock.release()
 
@@ -301,12 +304,11 @@ class Store:
             self._results = Held(self._auto, self._raw)
 
     def idle(self) -> None:
-        """This node holds no jobs: give back the connection kept for their results (see Held) at the second call
-        with no result written in between. The runner's writer calls it as its last result is written, the
-        node's heartbeat at every beat while it holds no job: so an idle node gives it back within a heartbeat,
-        and one working off a backlog, which holds no job for a moment between two claims, keeps it. (Given back
-        at once, a drain of 100,000 jobs opened 150 connections, each a new server process that parsed and
-        planned the node's statements afresh: a third of the database's CPU per job.)"""
+        """This node holds no jobs (its heartbeat says so at every beat): give back the connection kept for their
+        results once no result was written for KEEP seconds (see Held). A node working off a backlog, which holds
+        no job for a moment between two claims, or fed bursts of jobs a moment apart, keeps it. (Given back at
+        once, a drain of 100,000 jobs opened 150 connections, each a new server process that parsed and planned
+        the node's statements afresh: a third of the database's CPU per job.)"""
         if self.dialect == "postgresql":
             self._results.rest()
 

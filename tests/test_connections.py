@@ -10,12 +10,13 @@ from collections import Counter
 
 import psycopg
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.engine import make_url
 
 from queueprocessor.database import client_name, open_engine
 from queueprocessor.farm import Farm
-from tests.support.work import ROOT, wait_for
+from queueprocessor.store import KEEP
+from tests.support.work import ROOT, Nodes, wait_for
 
 QP = [sys.executable, "-m", "queueprocessor.cli"]
 PYJOBS = "tests.support.pyjobs"
@@ -96,6 +97,29 @@ def test_a_node_holds_two_connections_idle_and_three_busy_whatever_its_capacity(
 
 
 @pytest.mark.postgres
+def test_a_node_opens_no_connection_between_bursts_of_jobs_and_gives_one_back_once_idle(pg_url):
+    """Jobs that come in bursts a moment apart flip a node from busy to idle and back: it keeps the connections
+    its first burst opened (no connection set-up on the hot path at every flip, and no closed backend lingering
+    beside a new one); idle for longer than store.KEEP, it is back to one for statements and one to LISTEN."""
+    with Farm(pg_url, client="queueprocessor n0") as farm, Farm(pg_url) as observer:
+        opened = []
+        event.listen(farm.engine, "connect", lambda *_: opened.append(1))
+        nodes = Nodes(farm)
+        try:
+            nodes("n0", capacity=4)
+            for burst in range(1, 5):
+                observer.enqueue(observer.python_spec(f"{PYJOBS}:nap", 0.01), count=40)
+                wait_for(lambda: observer.job_counts().get("succeeded", 0) == 40 * burst)
+                if burst == 1:
+                    first = len(opened)
+                time.sleep(0.5)  # idle, for less than KEEP
+            assert len(opened) == first, f"{len(opened) - first} connections opened after the first burst"
+            wait_for(lambda: per_node(pg_url)["queueprocessor n0"] == IDLE, timeout=KEEP + 5)
+        finally:
+            nodes.stop_all()
+
+
+@pytest.mark.postgres
 def test_every_connection_of_a_node_carries_its_machine_name(pg_url, processes):
     with Farm(pg_url) as farm:
         processes.append(subprocess.Popen([*QP, "--db", pg_url, "node", "--name", "web 3", "--allow-command",
@@ -152,7 +176,6 @@ def test_a_pooled_connection_the_server_closed_is_replaced_when_taken_and_a_live
             wait_for(lambda: not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend,)).fetchall())
         replaced = farm.store.rows(select(func.pg_backend_pid()))[0][0]
         assert replaced != backend
-
 
 
 @pytest.mark.postgres

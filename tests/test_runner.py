@@ -9,20 +9,22 @@ from queueprocessor.store import JobSpec
 
 
 def test_a_stopping_runner_lets_the_result_writers_last_statement_end_before_its_loop_closes(farm, caplog):
-    """The writer's last statement after a batch gives its connection back (store.idle, in a thread of the
-    loop's executor). A runner stopped while that thread is held there used to close its loop under the
-    writer's task, which was then destroyed pending ("Task was destroyed but it is pending ... Recorder._write")."""
+    """The writer writes results in a thread of the loop's executor. A runner stopped while that thread is held
+    there used to close its loop under the writer's task, which was then destroyed pending ("Task was destroyed
+    but it is pending ... Recorder._write")."""
     store = farm.store
     held, release, over = threading.Event(), threading.Event(), threading.Event()
-    give_back = store.idle
+    finish_many = store.finish_many
 
-    def idle_held_up():  # the real give-back, on the real executor thread, held until the test lets it go
+    def finish_held_up(*args):  # the real write, on the real executor thread, held until the test lets it go
         held.set()
         release.wait(10)
-        give_back()
-        over.set()
+        try:
+            return finish_many(*args)
+        finally:
+            over.set()
 
-    store.idle = idle_held_up
+    store.finish_many = finish_held_up
     machine = store.register(name="m", host="h", instance="runner-test", pid=1, version="0", capacity=1)
     store.enqueue(JobSpec(executor="python", target="tests.support.pyjobs:echo"))
     [job] = store.claim(machine, 1, 30.0)
@@ -30,7 +32,7 @@ def test_a_stopping_runner_lets_the_result_writers_last_statement_end_before_its
     runner = JobRunner(store, machine, {}, store.ask_time, lambda _job, _outcome: ended.set())
     runner.start()
     runner.submit(job)  # no executor for it here: it fails at once, and its result is written
-    assert ended.wait(10) and held.wait(10), "the writer reached its give-back"
+    assert held.wait(10), "the writer reached its statement"
     threading.Timer(0.5, release.set).start()
     try:
         with caplog.at_level(logging.ERROR, logger="asyncio"):
@@ -44,5 +46,5 @@ def test_a_stopping_runner_lets_the_result_writers_last_statement_end_before_its
         assert "destroyed but it is pending" not in caplog.text
     finally:
         release.set()
-        store.idle = give_back
+        store.finish_many = finish_many
     assert farm.job(job.id)["state"] == "failed"
