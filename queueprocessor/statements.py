@@ -203,7 +203,8 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
 
     def best(where, most=limit):
         return (
-            select(j.c.id, j.c.priority, j.c.run_at, j.c.state, j.c.owner, j.c.started_at).where(where, gate)
+            select(j.c.id, j.c.priority, j.c.run_at, j.c.state, j.c.owner, j.c.started_at, j.c.attempts, j.c.fence)
+            .where(where, gate)
             .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
             .limit(most)
             .with_for_update(skip_locked=True)
@@ -221,8 +222,9 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     if take_expired:
         picks.append(best(and_(j.c.state == JobState.RUNNING, expired(j), mine, unpaused(j))))
     either = union_all(*(select(p) for p in picks)).subquery() if len(picks) > 1 else picks[0]
-    # On PostgreSQL the picked rows also say whose run a taken-over job leaves, and since when (see `lost`).
-    taken_from = [either.c.state, either.c.owner, either.c.started_at] if dialect == "postgresql" else []
+    # On PostgreSQL the picked rows also say which run a taken-over job leaves (see _lost).
+    taken_from = [either.c.state, either.c.owner, either.c.started_at, either.c.attempts, either.c.fence] \
+        if dialect == "postgresql" and take_expired else []
     pick = select(either.c.id, *taken_from)
     if len(picks) > 1:
         pick = pick.order_by(either.c.priority.desc(), either.c.run_at, either.c.id).limit(limit)
@@ -245,22 +247,28 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     if dialect != "postgresql":
         return statement
     claimed = statement.cte("claimed")
-    # A run's row is written once, when it ends (see Store.finish); while it runs, it is its job's row. A job
-    # taken over from a machine whose lease ran out ends that machine's run as lost, in the same statement.
-    lost = insert(runs).from_select(
-        ["job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error"],
-        select(claimed.c.id, claimed.c.attempts - 1, picked.c.owner, claimed.c.fence - 1, picked.c.started_at, now,
-               literal(Outcome.LOST, String), literal(LOST, Text))
-        .select_from(claimed.join(picked, picked.c.id == claimed.c.id))
-        .where(picked.c.state == JobState.RUNNING),
-    ).cte("lost")
+    ending = [_lost(picked, now).cte("lost")] if take_expired else []
     if not turn:
-        return select(claimed).add_cte(lost)
+        return select(claimed).add_cte(*ending)
     won = select(func.count()).select_from(recorded).scalar_subquery().label("won")
     room_left = select(func.count()).select_from(claimed).scalar_subquery() < limit
     one = select(literal(1).label("one")).subquery("one")
     return (select(won, *looks(dialect, guarded, elsewhere, room_left), *claimed.c)
-            .select_from(one.outerjoin(claimed, true())).add_cte(lost))
+            .select_from(one.outerjoin(claimed, true())).add_cte(*ending))
+
+
+def _lost(picked, now):
+    """A run's row is written once, when it ends (see Store.finish); while it runs, it is its job's row. A job a
+    claim takes over from a machine whose lease ran out ends that machine's run as lost, in the same statement:
+    the picked rows that were running, as they were (every picked row is claimed: the pick locked it, and the
+    claim's guard is the condition it was picked on). Joined to the claimed rows instead, the planner, thinking
+    each side one row, matched every claimed row against every picked one: 256 x 256 a claim at --capacity 256."""
+    return insert(runs).from_select(
+        ["job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error"],
+        select(picked.c.id, picked.c.attempts, picked.c.owner, picked.c.fence, picked.c.started_at, now,
+               literal(Outcome.LOST, String), literal(LOST, Text))
+        .where(picked.c.state == JobState.RUNNING),
+    )
 
 
 def _by_id(names_types):
