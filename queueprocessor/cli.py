@@ -11,6 +11,7 @@ engine and SQLAlchemy, `Farm.node` the node, aiohttp and the executors). So `--h
 `enqueue` no node; tests/test_cli_imports.py holds both.
 """
 
+import gc
 import json
 import logging
 import os
@@ -195,6 +196,9 @@ def run_until_signalled(the_node) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     the_node.start()
+    # What the process holds once started (modules, the engine, compiled statements) lives as long as it does: the
+    # collector no longer walks it at each full collection, which a busy node's jobs set off every few seconds.
+    gc.freeze()
     the_node.stopped.wait()  # a signal still runs its handler here (a lock's wait is interrupted by it)
 
 
