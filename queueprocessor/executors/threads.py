@@ -2,9 +2,11 @@
 
 run_in_executor makes two futures per call (a concurrent one with its own lock and condition, and the asyncio
 one chained to it); with no-op jobs that bookkeeping was a third of the loop thread's time (py-spy --gil), and
-the loop thread is what a node running plain functions waits on. Here a call is one queue put there and one
-call_soon_threadsafe back. As with a thread pool, a thread is added whenever more calls are under way than
-there are threads, up to a limit: a call that blocks never holds up another.
+the loop thread is what a node running plain functions waits on. Here a call is one queue put there, and its
+result one append to a list that the loop takes whole: one call_soon_threadsafe (a wake-up of the loop, a write
+to its pipe) for all the calls that ended meanwhile, not one per call. As with a thread pool, a thread is added
+whenever more calls are under way than there are threads, up to a limit: a call that blocks never holds up
+another.
 """
 
 import asyncio
@@ -33,6 +35,8 @@ class Threads:
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
         self._threads = 0
         self._under_way = 0  # calls handed over and not yet back (changed on the loop only)
+        self._ended: list[tuple[Call, object, BaseException | None]] = []  # back from the threads, not yet seen
+        self._ended_lock = threading.Lock()
 
     def call(self, function: Callable, *args) -> Call:
         """Run `function(*args)` in a thread; call only on the loop."""
@@ -71,18 +75,25 @@ class Threads:
                 outcome = function(*args), None
             except BaseException as error:  # handed back to the awaiting job, as run_in_executor would
                 outcome = None, error
-            try:
-                self.loop.call_soon_threadsafe(self._back, call, *outcome)
-            except RuntimeError:  # the loop is closed: the node is gone, nobody waits for this
-                return
+            with self._ended_lock:
+                self._ended.append((call, *outcome))
+                first = len(self._ended) == 1  # the loop has not been told yet
+            if first:
+                try:
+                    self.loop.call_soon_threadsafe(self._back)
+                except RuntimeError:  # the loop is closed: the node is gone, nobody waits for this
+                    return
 
-    def _back(self, call: Call, result, error: BaseException | None) -> None:
-        self._under_way -= 1
-        call.over = True
-        if not call.done.done():
-            if error is None:
-                call.done.set_result(result)
-            else:
-                call.done.set_exception(error)
-        if call._ended is not None and not call._ended.done():
-            call._ended.set_result(None)
+    def _back(self) -> None:
+        with self._ended_lock:
+            ended, self._ended = self._ended, []
+        self._under_way -= len(ended)
+        for call, result, error in ended:
+            call.over = True
+            if not call.done.done():
+                if error is None:
+                    call.done.set_result(result)
+                else:
+                    call.done.set_exception(error)
+            if call._ended is not None and not call._ended.done():
+                call._ended.set_result(None)
