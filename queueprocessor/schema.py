@@ -233,9 +233,9 @@ runs = Table(
     Column("output", Text, nullable=True),
     Index("ix_qp_runs_job", "job_id"),
     Index("ix_qp_runs_started", "started_at"),
-    # A run row is written twice, opened by the claim and closed by the finish, which changes no indexed
-    # column: room left in each page lets PostgreSQL keep both versions there (a HOT update, no new index
-    # entries).
+    # Room left in each page was for a run row written twice (opened by the claim, closed by the finish: a HOT
+    # update). It is written once now, when the run ends (store.run_history); the room only waits for a schema
+    # step to give it back (a new version, which every older node would then refuse).
     postgresql_with={"fillfactor": 70},
 )
 
