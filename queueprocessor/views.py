@@ -202,6 +202,7 @@ class Dashboard:
             "job_counts": store.job_counts(),
             "throughput": throughput(store, now - query.history, now, query.bucket),
             "bucket": query.bucket,
+            "history": query.history,
             "machine_throughput": machine_throughput(store, now - query.history, now),
             "jobs": self.jobs(query),
             "job": job,

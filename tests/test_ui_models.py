@@ -13,6 +13,7 @@ from PySide6.QtCore import QPersistentModelIndex, Qt  # noqa: E402
 from queueprocessor.queues import OnFailure, QueueInfo  # noqa: E402
 from queueprocessor.states import JobState, MachineState, Outcome  # noqa: E402
 from ui import theme  # noqa: E402
+from ui.app import make_app  # noqa: E402
 from ui.models import BACKGROUND, DECORATION, FOREGROUND, ROW_ROLE, TOOLTIP, JobsModel, PeersModel  # noqa: E402
 from ui.queuesview import QueuesModel, row_of  # noqa: E402
 from ui.schedulesview import SchedulesModel  # noqa: E402
@@ -119,8 +120,10 @@ def test_each_column_styles_its_own_cells_over_the_rows_style(qapp):
         theme.MACHINE_STATE[s] for s in (MachineState.ACTIVE, MachineState.DEAD, MachineState.STOPPED,
                                          MachineState.ACTIVE)]
     assert peers.index(1, state).data(DECORATION) is None
-    # The State column writes "dead" in red; the dead row's other cells keep the normal text colour.
-    assert peers.index(1, state).data(FOREGROUND).name() == theme.MACHINE_STATE[MachineState.DEAD]
+    # The State column writes "dead" in red (a shade that reads on the dead row); the row's other cells keep the
+    # normal text colour.
+    assert peers.index(1, state).data(FOREGROUND).name() == theme.readable(theme.MACHINE_STATE[MachineState.DEAD],
+                                                                            scheme.dead_bg)
     assert peers.index(1, 0).data(FOREGROUND) is None and peers.index(0, state).data(FOREGROUND) is None
     # Row styles: a stopped machine greyed out, the dead and the unsynced one shaded, each with its reason.
     assert {peers.index(2, column).data(FOREGROUND).name() for column in range(12)} == {scheme.muted}
@@ -146,20 +149,38 @@ def _looks(model, row) -> tuple:
     return tuple(colour.name() if colour is not None else None for colour in colours)
 
 
-def test_rows_that_mean_the_same_stand_out_the_same_in_every_table(qapp):
+@pytest.fixture(params=["light", "dark"])
+def scheme(qapp, request):
+    """Each colour scheme in turn (then light again, as the other tests expect)."""
+    make_app([], request.param)
+    yield theme.current()
+    make_app([], "light")
+
+
+def test_rows_that_mean_the_same_stand_out_the_same_in_every_table_and_read_in_either_scheme(scheme):
     """A dead machine and an unserved queue alarm alike; a paused queue and a paused schedule are shaded and
-    greyed alike; a stopped machine is greyed only."""
+    greyed alike; a stopped machine is greyed only. Every cell's text keeps WCAG AA contrast on its row's shading
+    (the dead machine's red state and the greyed rows read as well as any)."""
     peers = PeersModel()
     peers.set_rows([_machine(1, MachineState.DEAD), _machine(2, MachineState.STOPPED),
-                    _machine(3, MachineState.ACTIVE)], {"db_now": 1000.0})
+                    _machine(3, MachineState.ACTIVE), _machine(4, MachineState.ACTIVE, synced=False)],
+                   {"db_now": 1000.0})
     queues = QueuesModel()
     queues.set_rows([row_of(QueueInfo(name, 2, 0, None, None, 0, paused, OnFailure.SKIP, serving), {})
                      for name, paused, serving in (("gpu", False, ()), ("emails", True, ("web-1",)),
                                                    ("default", False, ("web-1",)))])
     schedules = SchedulesModel()
     schedules.set_rows([dict(name="nightly", paused=True), dict(name="often", paused=False)])
-    scheme = theme.current()
     assert _looks(peers, 0) == _looks(queues, queues.row_of("gpu")) == (scheme.dead_bg, None)
-    assert _looks(queues, queues.row_of("emails")) == _looks(schedules, 0) == (scheme.unsynced_bg, scheme.muted)
-    assert _looks(peers, 1) == (None, scheme.muted)
+    paused = _looks(queues, queues.row_of("emails"))
+    assert paused == _looks(schedules, 0) and paused[0] == scheme.unsynced_bg and paused[1] not in (None, scheme.text)
+    assert _looks(peers, 1)[0] is None and _looks(peers, 1)[1] not in (None, scheme.text)
     assert _looks(peers, 2) == _looks(queues, queues.row_of("default")) == _looks(schedules, 1) == (None, None)
+    for model in (peers, queues, schedules):
+        for row in range(model.rowCount()):
+            for column in range(model.columnCount()):
+                index = model.index(row, column)
+                text, shade = (index.data(role) for role in (FOREGROUND, BACKGROUND))
+                for background in ([shade.name()] if shade else [scheme.base, scheme.alt_base]):
+                    ink = text.name() if text else scheme.text
+                    assert theme.contrast(ink, background) >= 4.5, (model.columns[column].title, row, ink)

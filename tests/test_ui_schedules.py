@@ -86,10 +86,10 @@ def test_the_tab_lists_the_schedules_the_database_holds(farm, open_window, qtbot
             assert farm.store.get_job(row["last_job"])["state"] == last == "queued"
         assert (machine, finished) == ("", "–")
 
-    # Paused rows stand out: muted text on a tinted background, in every column.
+    # Paused rows stand out: greyed text (still readable) on a tinted background, in every column.
     model, paused = view.schedules_model, view.schedules_model.row_of("nightly")
     scheme = theme.current()
-    assert model.index(paused, 2).data(FOREGROUND).name() == scheme.muted
+    assert model.index(paused, 2).data(FOREGROUND).name() == theme.readable(scheme.muted, scheme.unsynced_bg)
     assert model.index(paused, 2).data(BACKGROUND).name() == scheme.unsynced_bg
     assert model.index(model.row_of("often"), 2).data(BACKGROUND) is None
 

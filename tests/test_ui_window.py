@@ -12,9 +12,9 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QSettings, Qt, QThreadPool, QTimer  # noqa: E402
+from PySide6.QtCore import QPoint, QSettings, Qt, QThreadPool, QTimer  # noqa: E402
 from PySide6.QtTest import QTest  # noqa: E402
-from PySide6.QtWidgets import QLabel, QMessageBox  # noqa: E402
+from PySide6.QtWidgets import QApplication, QLabel, QMenu, QMessageBox  # noqa: E402
 
 from queueprocessor.clock import SystemClock  # noqa: E402
 from queueprocessor.database import mask  # noqa: E402
@@ -145,8 +145,12 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
     assert window.node_panel.name.text().startswith("gui")
     assert window.node_panel.badge.text() == "active"
     row = next(r for r in range(window.peers.rowCount()) if window.peers.index(r, 0).data() == "gui")
-    done, failed = (window.peers.index(row, column).data() for column in (9, 10))
+    done, failed = (window.peers.index(row, _column(window.peers, title)).data() for title in ("Done", "Failed"))
     assert window.node_panel.fields["done"].text() == f"{int(done):,} · {int(failed):,}"
+
+
+def _column(model, title: str) -> int:
+    return next(n for n, column in enumerate(model.columns) if column.title == title)
 
 
 def _listed(window):
@@ -491,6 +495,64 @@ def test_the_tab_columns_and_sort_order_outlive_the_window(farm, open_window, qt
     header = again.jobs.table.horizontalHeader()
     assert (header.sortIndicatorSection(), header.sortIndicatorOrder()) == (2, Qt.SortOrder.AscendingOrder)
     assert again.peers_view.columnWidth(0) == 211
+    close(again, qtbot)
+
+    QSettings().setValue("titles/peers", ["Machine", "Capacity"])  # as if an app with other columns saved it
+    other = open_window(farm.url)
+    assert other.peers_view.columnWidth(0) == 120  # that layout is not laid over these columns
+
+
+def test_the_window_reads_whole_on_a_desktop_and_a_laptop_screen(farm, peers, http_target, open_window, qtbot):
+    """1440x900: the peers and schedules tables show their columns without scrolling sideways, and the peers table
+    cuts no value; the least needed columns are hidden, a right-click on the header away, a choice that outlives
+    the window. 1024x640: the jobs filter's text box goes under the lists rather than shrink beside them to "Fi…"."""
+    farm.settings(**FAST)
+    peers("web-01", -0.6)
+    window = open_window(farm.url, _node(http_target))
+    window.resize(1440, 900)
+    qtbot.waitUntil(lambda: window.snap is not None and window.peers.rowCount() == 2, timeout=WAIT)
+    view, header = window.peers_view, window.peers_view.horizontalHeader()
+    assert "Host" not in _columns(view) and "Round trip" not in _columns(view)
+    qtbot.waitUntil(lambda: view.horizontalScrollBar().maximum() == 0, timeout=WAIT)
+    window.tabs.setCurrentWidget(window.schedules)  # the schedules table too, with Misfire hidden
+    assert "Misfire" not in _columns(window.schedules.schedules_view)
+    qtbot.waitUntil(lambda: window.schedules.schedules_view.horizontalScrollBar().maximum() == 0, timeout=WAIT)
+    window.tabs.setCurrentWidget(window.peers_view)
+    for row in range(window.peers.rowCount()):
+        for column in map(header.logicalIndex, range(header.count())):
+            index = window.peers.index(row, column)
+            icon = 20 if index.data(Qt.ItemDataRole.DecorationRole) is not None else 0
+            assert view.fontMetrics().horizontalAdvance(index.data()) + icon + 8 <= header.sectionSize(column) \
+                or header.isSectionHidden(column), (index.data(), header.sectionSize(column))
+
+    header.customContextMenuRequested.emit(QPoint(5, 5))
+    menu = view.findChild(QMenu, "columnsMenu")
+    checks = {action.text(): action for action in menu.actions()}
+    assert list(checks) == _columns(view, hidden=True)
+    assert not checks["Machine"].isEnabled()  # it names the row
+    assert [name for name, action in checks.items() if not action.isChecked()] == ["Host", "Round trip"]
+    checks["Host"].trigger()
+    assert "Host" in _columns(view)
+    close(window, qtbot)
+
+    again = open_window(farm.url)
+    assert "Host" in _columns(again.peers_view) and "Round trip" not in _columns(again.peers_view)
+    again.tabs.setCurrentWidget(again.jobs)
+    jobs = again.jobs
+    hint = jobs.search.fontMetrics().horizontalAdvance("Filter by text: id, target")
+    for size, under in (((1024, 640), True), ((1440, 900), False)):
+        again.resize(*size)
+        qtbot.waitUntil(lambda: jobs.filters.beside is not under, timeout=WAIT)
+        QApplication.processEvents()
+        assert (jobs.search.y() > jobs.queue.y()) is under and jobs.search.width() >= hint
+
+
+def _columns(view, hidden=False) -> list[str]:
+    """A table's column titles in the order shown (those hidden too, if asked)."""
+    header = view.horizontalHeader()
+    return [view.model().headerData(logical, Qt.Orientation.Horizontal)
+            for logical in map(header.logicalIndex, range(header.count()))
+            if hidden or not header.isSectionHidden(logical)]
 
 
 @pytest.mark.postgres

@@ -7,7 +7,7 @@ newest jobs that match), so a search finds old jobs too.
 import json
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QComboBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QGridLayout, QLabel, QLineEdit, QSplitter, QVBoxLayout, QWidget
 
 from queueprocessor.states import JobState
 
@@ -90,6 +90,43 @@ def _payload(payload: str | None) -> str:
 
 
 SEARCH_PAUSE = 300  # ms of no typing before the text filter goes to the database
+SEARCH_READS = "Filter by text: id, target"  # what the text box must have room to show beside the lists
+
+
+class FilterRow(QWidget):
+    """The state and queue lists with the text box beside them, or on a line of its own under them when the pane
+    is too narrow for the box to show the start of its hint (squeezed beside them, it read "Fi…")."""
+
+    def __init__(self, lists: tuple[QComboBox, ...], search: QLineEdit):
+        super().__init__()
+        self.lists, self.search = lists, search
+        self.grid = QGridLayout(self)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        for column, widget in enumerate(lists):
+            self.grid.addWidget(widget, 0, column)
+        self.beside: bool | None = None
+
+    def arrange(self) -> None:
+        """Put the text box beside the lists if it has the room there, else under them."""
+        spacing = self.grid.horizontalSpacing()
+        lists = sum(widget.sizeHint().width() + spacing for widget in self.lists)
+        wanted = self.search.fontMetrics().horizontalAdvance(SEARCH_READS) + 40  # its margins and clear button
+        beside = self.width() - lists >= wanted
+        if beside == self.beside:
+            return
+        self.beside = beside
+        self.grid.removeWidget(self.search)
+        if beside:
+            self.grid.addWidget(self.search, 0, len(self.lists))
+        else:
+            self.grid.addWidget(self.search, 1, 0, 1, len(self.lists))
+        # The text box takes the room the lists leave, beside them or under them.
+        for column in range(len(self.lists) + 1):
+            self.grid.setColumnStretch(column, 1 if (column == len(self.lists)) == beside else 0)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self.arrange()
 
 
 class JobsView(QWidget):
@@ -110,7 +147,6 @@ class JobsView(QWidget):
         left = QWidget()
         box = QVBoxLayout(left)
         box.setContentsMargins(0, 0, 0, 0)
-        filters = QHBoxLayout()
         self.state = QComboBox()
         self.state.addItem("All states", None)
         for state in JobState:
@@ -131,10 +167,8 @@ class JobsView(QWidget):
         self.search_timer.setInterval(SEARCH_PAUSE)
         self.search_timer.timeout.connect(lambda: self.text_filter_changed.emit(self.search.text().strip() or None))
         self.search.textChanged.connect(lambda _: self.search_timer.start())
-        filters.addWidget(self.state)
-        filters.addWidget(self.queue)
-        filters.addWidget(self.search, 1)
-        box.addLayout(filters)
+        self.filters = FilterRow((self.state, self.queue), self.search)
+        box.addWidget(self.filters)
         self.model = JobsModel(self)
         self.table = table(self.model, (56, 100, 160, 70, 100, 100, 100, 160, 90), stretch=7,
                            order=Qt.SortOrder.DescendingOrder)
@@ -199,6 +233,7 @@ class JobsView(QWidget):
             self.queue.setCurrentIndex(self.queue.findData(chosen) if chosen else 0)
         finally:
             self.queue.blockSignals(False)
+        self.filters.arrange()  # a longer queue name widens the list
 
     def select(self, job_id: int) -> bool:
         """Select a job by id in the table (False if it is not shown)."""

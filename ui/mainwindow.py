@@ -57,6 +57,11 @@ def remember(settings: QSettings, url: str) -> None:
     settings.setValue("recent", [without_password(url), *recent][:RECENT])
 
 
+def _titles(view) -> list[str]:
+    """A table's column titles, saved with its layout."""
+    return [view.model().headerData(column, Qt.Orientation.Horizontal) for column in range(view.model().columnCount())]
+
+
 def recent_databases(settings: QSettings) -> list[str]:
     value = settings.value("recent", [])
     return [value] if isinstance(value, str) else list(value or [])
@@ -135,10 +140,13 @@ class MainWindow(QMainWindow):
         self.timeline = SlotsTimeline()
         self.timeline.follow_changed.connect(self.act.follow.setChecked)
         self.peers = PeersModel(self)
-        self.peers_view = table(self.peers, (120, 90, 80, 64, 160, 80, 84, 60, 60, 56, 56, 60, 190),
-                                menu=self._peer_menu)
-        self.peers_view.setToolTip("Right-click a machine to pause, resume or drain it")
-        arrange(self.peers_view, (0, 1, 2, 12, *range(3, 12)))  # the queues a machine serves beside its state
+        # Host and Round trip (Clock offset's ± comes from it) hidden at first: the rest fits at 1440 px beside
+        # the dock.
+        self.peers_view = table(self.peers, (120, 90, 80, 64, 160, 80, 84, 80, 56, 56, 60, 190),
+                                menu=self._peer_menu, hidden=(1, 5))
+        self.peers_view.setToolTip("Right-click a machine to pause, resume or drain it; right-click a column title "
+                                   "to show or hide columns (Host, Round trip)")
+        arrange(self.peers_view, (0, 1, 2, 11, *range(3, 11)))  # the queues a machine serves beside its state
         self.jobs = JobsView()
         self.jobs.gantt.plot.setXLink(self.timeline.plot)
         self.jobs.gantt.manually_moved.connect(lambda: self.timeline.set_follow(False))
@@ -191,8 +199,7 @@ class MainWindow(QMainWindow):
 
     def _views(self, snap: Snapshot) -> tuple:
         """(name, update) for every view a snapshot updates; the name is what a failure report calls it."""
-        history = self.connection.query.history
-        context = {"db_now": snap.db_now, "throughput": snap.machine_throughput, "history": history}
+        context = {"db_now": snap.db_now, "throughput": snap.machine_throughput, "history": snap.history}
         active = sum(1 for m in snap.machines if m["status"] == MachineState.ACTIVE)
         return (
             ("slots timeline", lambda: self.timeline.show_snapshot(snap)),
@@ -227,6 +234,8 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentIndex(self.settings.value("view/tab", 0, type=int))
         for key, view in self._tables().items():
             header = self.settings.value(f"columns/{key}")
+            if self.settings.value(f"titles/{key}") != _titles(view):
+                continue  # a layout saved for other columns (an older app's) would be laid over these: dropped
             if header is not None and view.horizontalHeader().restoreState(header) and view.isSortingEnabled():
                 view.sortByColumn(view.horizontalHeader().sortIndicatorSection(),
                                   view.horizontalHeader().sortIndicatorOrder())
@@ -244,6 +253,7 @@ class MainWindow(QMainWindow):
         self.settings.setValue("view/tab", self.tabs.currentIndex())
         for key, view in self._tables().items():
             self.settings.setValue(f"columns/{key}", view.horizontalHeader().saveState())
+            self.settings.setValue(f"titles/{key}", _titles(view))
         self.settings.sync()
 
     def _fill_recent(self) -> None:

@@ -91,7 +91,10 @@ def marked(mark: Callable[[dict], Mark | None], tip: Style) -> dict[int, Style]:
 
     def foreground(row: dict, _context):
         found = mark(row)
-        return theme.colour(theme.current().muted) if found and found.muted else None
+        if not (found and found.muted):
+            return None
+        scheme = theme.current()  # grey, but still readable on the row's shading (WCAG AA)
+        return theme.colour(theme.readable(scheme.muted, getattr(scheme, found.background or "base")))
 
     return {BACKGROUND: background, FOREGROUND: foreground, TOOLTIP: tip}
 
@@ -274,7 +277,10 @@ def _peer_mark(row: dict) -> Mark | None:
 
 
 def _dead_in_red(row: dict, _context):
-    return theme.colour(theme.MACHINE_STATE[MachineState.DEAD]) if row["status"] == MachineState.DEAD else None
+    """Red that reads on the dead row's shading."""
+    if row["status"] != MachineState.DEAD:
+        return None
+    return theme.colour(theme.readable(theme.MACHINE_STATE[MachineState.DEAD], theme.current().dead_bg))
 
 
 def _peer_tip(row: dict, context: dict) -> str:
@@ -302,8 +308,8 @@ class PeersModel(SnapshotModel):
                "Round trip of the machine's best clock sample"),
         Column("Last seen", lambda r, c: text.ago(c["db_now"] - r["last_seen"]),
                lambda r, c: c["db_now"] - r["last_seen"], True, "Time since the machine's last check-in"),
-        Column("Capacity", lambda r, c: str(r["capacity"]), "capacity", True),
-        Column("Running", lambda r, c: str(r["running"]), "running", True),
+        Column("Running", lambda r, c: f"{r['running']} / {r['capacity']}", "running", True,
+               "Jobs running / the machine's capacity (its --capacity), as of its last check-in"),
         Column("Done", lambda r, c: str(r["done_count"]), "done_count", True,
                "Runs this machine finished successfully since it started"),
         Column("Failed", lambda r, c: str(r["failed_count"]), "failed_count", True,

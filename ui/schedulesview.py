@@ -115,8 +115,10 @@ class SchedulesView(QWidget):
         self.watch_only = watch_only
         self.schedules_model = SchedulesModel(self)
         self.singletons_model = SingletonsModel(self)
+        # Misfire (a setting, seldom read) hidden at first: the rest fits at 1440 px beside the dock.
         self.schedules_view = table(self.schedules_model, (120, 210, 140, 96, 76, 205, 110, 90), order=ASCENDING,
-                                    menu=lambda at: self._menu(self.schedules_view, self.schedule_actions, at))
+                                    menu=lambda at: self._menu(self.schedules_view, self.schedule_actions, at),
+                                    hidden=(3,))
         self.singletons_view = table(self.singletons_model, (140, 240, 100, 90, 150, 50), order=ASCENDING,
                                      menu=lambda at: self._menu(self.singletons_view, [self.act_remove_singleton], at))
         self.act_pause = self._action("pause", "Pause", "Stop making jobs of the selected schedule; its "

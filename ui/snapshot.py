@@ -29,6 +29,7 @@ class Snapshot:
     job_counts: dict[str, int]
     throughput: list[dict]
     bucket: float
+    history: float  # the seconds up to db_now that both throughputs count
     machine_throughput: dict[int, dict[str, int]]
     jobs: list[dict]
     job: dict | None  # the selected job with its runs

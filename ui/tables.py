@@ -1,18 +1,21 @@
 """How the app's tables look and behave: whole rows, read-only, sized to their titles, sortable and
-right-clickable where asked."""
+right-clickable where asked; a right-click on the header shows or hides columns (Qt saves that with the header's
+state, so the choice outlives the app)."""
 
 from collections.abc import Callable
 
 from PySide6.QtCore import QEvent, QObject, QPoint, Qt
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QMenu, QTableView
 
 
 def table(model, widths: tuple[int, ...], *, stretch: int | None = None, floor: int = 160,
-          order: Qt.SortOrder | None = None, menu: Callable[[QPoint], None] | None = None) -> QTableView:
+          order: Qt.SortOrder | None = None, menu: Callable[[QPoint], None] | None = None,
+          hidden: tuple[int, ...] = ()) -> QTableView:
     """A read-only table of whole rows, its columns `widths` wide (at least their titles' width). `stretch`: the
     column that takes the width the others leave, but never less than `floor` pixels (then the columns after
     it scroll), else the last column stretches. `order`: sortable, first sorted on its first column so.
-    `menu`: what a right-click at a (viewport) position opens."""
+    `menu`: what a right-click at a (viewport) position opens. `hidden`: columns hidden until the operator shows
+    them from the header's menu (the least needed, where all would not fit)."""
     view = QTableView()
     view.setModel(model)
     view.setAlternatingRowColors(True)
@@ -27,9 +30,13 @@ def table(model, widths: tuple[int, ...], *, stretch: int | None = None, floor: 
     header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)  # numbers say right
     header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
     header.setStretchLastSection(stretch is None)
-    if stretch is not None:
-        _Stretch(view, stretch, floor)
+    fit = _Stretch(view, stretch, floor).fit if stretch is not None else lambda: None
     _fit_columns(view, widths)
+    for column in hidden:
+        header.hideSection(column)
+    header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+    header.customContextMenuRequested.connect(lambda position: _columns_menu(view, fit).popup(
+        header.mapToGlobal(position)))
     if order is not None:
         view.setSortingEnabled(True)
         view.sortByColumn(0, order)
@@ -50,11 +57,35 @@ class _Stretch(QObject):
 
     def eventFilter(self, watched, event) -> bool:
         if event.type() == QEvent.Type.Resize:
-            header = self.view.horizontalHeader()
-            others = sum(header.sectionSize(c) for c in range(header.count())
-                         if c != self.column and not header.isSectionHidden(c))
-            header.resizeSection(self.column, max(self.floor, self.view.viewport().width() - others))
+            self.fit()
         return False
+
+    def fit(self) -> None:
+        header = self.view.horizontalHeader()
+        others = sum(header.sectionSize(c) for c in range(header.count())
+                     if c != self.column and not header.isSectionHidden(c))
+        header.resizeSection(self.column, max(self.floor, self.view.viewport().width() - others))
+
+
+def _columns_menu(view: QTableView, fit: Callable[[], None]) -> QMenu:
+    """A check for each column, in the order shown, that shows or hides it (the first names the row: it stays);
+    `fit` gives the stretching column the room that leaves."""
+    header = view.horizontalHeader()
+    menu = QMenu(view)
+    menu.setObjectName("columnsMenu")
+    menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+
+    def show(column: int, shown: bool) -> None:
+        header.setSectionHidden(column, not shown)
+        fit()
+
+    for logical in map(header.logicalIndex, range(header.count())):
+        action = menu.addAction(view.model().headerData(logical, Qt.Orientation.Horizontal))
+        action.setCheckable(True)
+        action.setChecked(not header.isSectionHidden(logical))
+        action.setEnabled(logical != 0)
+        action.toggled.connect(lambda shown, column=logical: show(column, shown))
+    return menu
 
 
 def arrange(view: QTableView, order: tuple[int, ...]) -> None:
