@@ -6,11 +6,12 @@ then finds nothing left to do. Nodes still running the older code go on working:
 indexes, tables, and columns with a server default (so an older node's inserts still fill them).
 """
 
-from sqlalchemy import DDL, Column, Index, MetaData, String, Table, select, update
+from sqlalchemy import DDL, Column, Index, MetaData, String, Table, inspect, select, update
 from sqlalchemy.schema import CreateColumn
 from sqlalchemy.engine import Connection, Engine
 
 from . import schema
+from .statements import recount_statement
 
 # What step 1 to 2 needs of version 1's qp_jobs, apart from the current tables (an index made on them would join
 # the current schema).
@@ -56,8 +57,18 @@ def _heartbeat_reads(conn: Connection) -> None:
         conn.execute(DDL(f"ALTER TABLE qp_machines SET (fillfactor = {schema.MACHINES_FILL})"))
 
 
+def _running_counts(conn: Connection) -> None:
+    """4 to 5: a limited queue's row counts its running jobs (DESIGN 9), counted here for the queues limited
+    already. A node of version 4 still running starts jobs without counting them (it counts the running jobs
+    themselves): the next housekeeping pass counts again (QueueStore.recount). (A database older than 3 has
+    its qp_queues made whole by step 2.)"""
+    if "running" not in {column["name"] for column in inspect(conn).get_columns("qp_queues")}:
+        _add_column(conn, schema.queues.c.running)
+    conn.execute(recount_statement())
+
+
 # The step that upgrades a database from each version to the next.
-STEPS = {1: _index_queued_jobs_only, 2: _named_queues, 3: _heartbeat_reads}
+STEPS = {1: _index_queued_jobs_only, 2: _named_queues, 3: _heartbeat_reads, 4: _running_counts}
 
 
 def upgrade(engine: Engine) -> int | None:

@@ -643,6 +643,7 @@ class Node:
         ScheduleStore.drop_missed), for those left waiting while the farm was busy."""
         started = self.clock.monotonic()
         self.store.prune_turns(self.config.turn_keep)
+        self.queue_store.recount()
         self._housekeep_more = True
         while self.store.prune_jobs(self.config.keep_jobs) == PRUNE_BATCH:
             if self.clock.monotonic() - started > self.config.period / 4:
@@ -712,17 +713,17 @@ class Node:
         return replace(turn, claimed=claimed)
 
     def _claim(self, limit: int, horizon: float = 0.0, guarded: bool = False) -> int:
-        """Claim and start up to `limit` jobs; how many. With `guarded`, when a job of our queues with a
-        farm-wide limit or rate is due, one locked claim of every queue, so priority holds across them."""
+        """Claim and start up to `limit` jobs; how many. With `guarded`, our queues with a farm-wide limit or
+        rate too, in one claim with every other queue, so priority holds across them (a guarded queue with no
+        room or no job due gives nothing and, on PostgreSQL, is not even locked: see statements._held)."""
         options = self._claim_options()
         # Expired leases go back to work on turns (DESIGN 3), and on any claim while a peer lately died (the
         # turn's holder may have no room for them); otherwise a claim skips looking for them, which costs a
         # scan of the running jobs' lease entries, live and dead.
         options["take_expired"] = options["take_expired"] and self._peer_lately_dead(options["expired_before"])
         sent = self.clock.monotonic()
-        locked = guarded and limit > 0 and self._guarded and self.store.any_due(among=tuple(self._guarded))
-        jobs = self.store.claim(self.id, limit, self.config.lease, horizon=horizon, plan=self._plan(limit, locked),
-                                **options)
+        jobs = self.store.claim(self.id, limit, self.config.lease, horizon=horizon,
+                                plan=self._plan(limit, guarded and bool(self._guarded)), **options)
         self._start(jobs, sent)
         return len(jobs)
 

@@ -27,7 +27,7 @@ from sqlalchemy.sql import ColumnElement, operators
 from .queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from .states import CHECKING_IN, JobState, Kind, MachineState, Outcome
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 
@@ -286,6 +286,9 @@ queues = Table(
     Column("name", String(MAX_NAME), primary_key=True),
     Column("paused", Boolean, nullable=False, default=False),
     Column("max_running", Integer, nullable=True),  # farm-wide limit of running jobs
+    # While there is a limit: how many of the queue's jobs run, moved by every statement that moves one of them
+    # into or out of running, so a claim checks the limit on this row alone (DESIGN 9).
+    Column("running", Integer, nullable=False, default=0, server_default="0"),
     Column("rate_count", Integer, nullable=True),  # rate: rate_count starts per rate_per seconds
     Column("rate_per", Float, nullable=True),
     # The rate's token bucket, spent by claims in the claim's transaction, refilled in database time.

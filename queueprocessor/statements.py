@@ -43,31 +43,98 @@ def bucket(dialect: str, q):
     return case((q.c.tokens.is_(None), q.c.burst), else_=_least(dialect, q.c.burst, q.c.tokens + refill))
 
 
-@functools.lru_cache(maxsize=None)
-def spend_statement(dialect: str):
-    """A claim's spending of `b_spent` tokens from queue `b_queue`'s bucket, in the claim's transaction, under
-    the queue row's lock (a queue without a rate has no bucket to spend from)."""
-    return (update(queues).where(queues.c.name == bindparam("b_queue"), queues.c.rate_count.isnot(None))
-            .values(tokens=bucket(dialect, queues) - bindparam("b_spent", type_=Float), refilled_at=db_now()))
+def _guarded(q):
+    """Queue row `q` has a farm-wide limit or rate: its jobs start only within them."""
+    return or_(q.c.max_running.isnot(None), q.c.rate_count.isnot(None))
 
 
-def _room(dialect: str, i: int, limit):
-    """How many queued jobs branch `i` of a claim may take from queue `b_q{i}`: the room the node gives it
-    (`b_room{i}`: its own limit for the queue, or its free room), cut to the queue's farm-wide room and its rate
-    bucket's whole tokens when the claim holds the queue row's lock (`b_locked{i}`); none at all from a paused
-    queue, or from a limited one whose row the claim did not lock. Read in the claim's own statement, after
-    the lock was taken, so the running jobs it counts include every claim that held the lock before."""
-    q = queues.alias(f"q{i}")
-    r = jobs.alias(f"r{i}")
-    mine = bindparam(f"b_room{i}", type_=Integer)
-    running = select(func.count()).select_from(r).where(r.c.queue == q.c.name, r.c.state == JobState.RUNNING)
-    # (SQLAlchemy gives SQLite a floor() of its own, in Python, that fails on NULL.)
+def _cut(dialect: str, q, mine):
+    """`mine` cut to the room guarded queue row `q` gives: its free places under the limit, its bucket's whole
+    tokens. (SQLAlchemy gives SQLite a floor() of its own, in Python, that fails on NULL: hence the CASE.)"""
     tokens = case((q.c.rate_count.is_(None), mine), else_=cast(func.floor(bucket(dialect, q)), Integer))
-    guarded = or_(q.c.max_running.isnot(None), q.c.rate_count.isnot(None))
+    return _least(dialect, mine, func.coalesce(q.c.max_running - q.c.running, mine), tokens)
+
+
+def taken(dialect: str, n) -> dict:
+    """What starting `n` jobs of a queue does to its row: `n` more running, if it is limited, and `n` tokens
+    spent, if it is rated (from the bucket as it is now, in database time)."""
+    q = queues
+    rated = q.c.rate_count.isnot(None)
+    return dict(running=case((q.c.max_running.isnot(None), q.c.running + n), else_=q.c.running),
+                tokens=case((rated, bucket(dialect, q) - n), else_=q.c.tokens),
+                refilled_at=case((rated, db_now()), else_=q.c.refilled_at))
+
+
+@functools.lru_cache(maxsize=None)
+def taken_statement(dialect: str):
+    """Where the claim cannot count for itself (all but PostgreSQL): `b_spent` jobs of queue `b_queue` started,
+    written in the claim's transaction, under the row's lock."""
+    return update(queues).where(queues.c.name == bindparam("b_queue")).values(
+        **taken(dialect, bindparam("b_spent", type_=Integer)))
+
+
+def freed(counts):
+    """The running counts of limited queues lowered by `counts`' rows (queue, n: how many of its jobs left
+    running), their rows locked in name order first, as every claim locks them, so the two never deadlock."""
+    limited = (select(queues.c.name).where(queues.c.name.in_(select(counts.c.queue)), queues.c.max_running.isnot(None))
+               .order_by(queues.c.name).with_for_update().cte("limited"))
+    return (update(queues).where(queues.c.name == counts.c.queue, queues.c.name.in_(select(limited.c.name)))
+            .values(running=queues.c.running - counts.c.n))
+
+
+@functools.lru_cache(maxsize=None)
+def freed_statement():
+    """Where jobs leave running in a transaction of several statements (a release, a requeue, a finish on all
+    but PostgreSQL): `b_freed` jobs of queue `b_queue` did, which lowers its running count if it is limited.
+    Run per queue in name order (see `freed`)."""
+    return (update(queues).where(queues.c.name == bindparam("b_queue"), queues.c.max_running.isnot(None))
+            .values(running=queues.c.running - bindparam("b_freed", type_=Integer)))
+
+
+@functools.lru_cache(maxsize=None)
+def recount_statement(one: bool = False):
+    """The running count of every limited queue (with `one`, of queue `b_queue` only), counted afresh from its
+    jobs (see QueueStore.recount)."""
+    r = jobs.alias("r")
+    running = select(func.count()).select_from(r).where(r.c.queue == queues.c.name, r.c.state == JobState.RUNNING)
+    which = [queues.c.name == bindparam("b_queue", type_=String)] if one else []
+    return update(queues).where(queues.c.max_running.isnot(None), *which).values(running=running.scalar_subquery())
+
+
+def _held(dialect: str):
+    """PostgreSQL: the rows of the claim's guarded queues (`b_guard`) that can give it work now (not paused, a
+    free place, a whole token, a job due), locked in name order. A locking read returns each row as the last
+    claim or finish that held it left it, where the statement's snapshot may be older: so the claim cuts its
+    branches to the room the row gives now, and counts what it took on the row, in the same statement
+    (DESIGN 9)."""
+    h = queues.alias("h")
+    g = jobs.alias("hj")
+    return (select(h.c.name, h.c.max_running, h.c.running, h.c.rate_count, h.c.rate_per, h.c.burst, h.c.tokens,
+                   h.c.refilled_at)
+            .where(among(dialect, h.c.name, "b_guard"), h.c.paused == false(),
+                   or_(h.c.max_running.is_(None), h.c.running < h.c.max_running),
+                   or_(h.c.rate_count.is_(None), bucket(dialect, h) >= 1),
+                   exists(select(g.c.id).where(g.c.queue == h.c.name, due(g))))
+            .order_by(h.c.name).with_for_update().cte("held"))
+
+
+def _room(dialect: str, i: int, limit, held=None):
+    """How many queued jobs branch `i` of a claim may take from queue `b_q{i}`: the room the node gives it
+    (`b_room{i}`: its own limit for the queue, or its free room), cut, for a queue with a farm-wide limit or
+    rate, to the room its row gives (see _cut): as the claim statement locked it (`held`, PostgreSQL), or as
+    the claim's transaction locked it before (Store.claim). None at all from a paused queue, or from a guarded
+    one that the node did not know as guarded (`b_locked{i}` false: it has not read the settings yet)."""
+    q = queues.alias(f"q{i}")
+    mine = bindparam(f"b_room{i}", type_=Integer)
+    if held is None:
+        cut = _cut(dialect, q, mine)
+    else:  # no held row: the queue gives no room now
+        cut = func.coalesce(select(_cut(dialect, held, mine)).where(held.c.name == q.c.name).scalar_subquery(), 0)
     room = case(
         (q.c.paused, 0),
-        (and_(guarded, bindparam(f"b_locked{i}", type_=Boolean) == false()), 0),
-        else_=_least(dialect, mine, func.coalesce(q.c.max_running - running.scalar_subquery(), mine), tokens),
+        (and_(_guarded(q), bindparam(f"b_locked{i}", type_=Boolean) == false()), 0),
+        (_guarded(q), cut),
+        else_=mine,
     )
     found = select(room).where(q.c.name == bindparam(f"b_q{i}", type_=String)).scalar_subquery()
     return _greatest(dialect, _least(dialect, func.coalesce(found, mine), limit), 0)
@@ -177,8 +244,9 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
 
     Queues (DESIGN 7): with `served`, only jobs of the queues in `b_served`; never a queued job of a paused
     queue, nor of a queue with a farm-wide limit or rate except through one of the `branches`: branch i takes
-    queue `b_q{i}`'s jobs on their own, at most as many as _room allows. A queued job of an order key must be
-    next in line (in_order).
+    queue `b_q{i}`'s jobs on their own, at most as many as _room allows. On PostgreSQL the statement locks the
+    rows of those guarded queues (`b_guard`) itself and counts what it started on them (_held, _counted). A
+    queued job of an order key must be next in line (in_order).
     """
     j = jobs.alias("j")
     now = db_now()
@@ -203,7 +271,8 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
 
     def best(where, most=limit):
         return (
-            select(j.c.id, j.c.priority, j.c.run_at, j.c.state, j.c.owner, j.c.started_at, j.c.attempts, j.c.fence)
+            select(j.c.id, j.c.priority, j.c.run_at, j.c.state, j.c.owner, j.c.started_at, j.c.attempts, j.c.fence,
+                   j.c.queue)
             .where(where, gate)
             .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
             .limit(most)
@@ -214,18 +283,19 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
 
     mine = among(dialect, j.c.queue, "b_served") if served else true()
     q = queues.alias("q")
-    held_back = select(q.c.name).where(or_(q.c.paused, q.c.max_running.isnot(None), q.c.rate_count.isnot(None)))
+    held_back = select(q.c.name).where(or_(q.c.paused, _guarded(q)))
     alone = [bindparam(f"b_q{i}", type_=String) for i in range(branches)]
+    held = _held(dialect) if dialect == "postgresql" and branches else None
     waiting = due(j)
     picks = [best(and_(waiting, mine, j.c.queue.notin_(held_back), *([j.c.queue.notin_(alone)] if alone else [])))]
-    picks += [best(and_(waiting, j.c.queue == alone[i]), _room(dialect, i, limit)) for i in range(branches)]
+    picks += [best(and_(waiting, j.c.queue == alone[i]), _room(dialect, i, limit, held)) for i in range(branches)]
     if take_expired:
         picks.append(best(and_(j.c.state == JobState.RUNNING, expired(j), mine, unpaused(j))))
     either = union_all(*(select(p) for p in picks)).subquery() if len(picks) > 1 else picks[0]
     # On PostgreSQL the picked rows also say which run a taken-over job leaves (see _lost).
     taken_from = [either.c.state, either.c.owner, either.c.started_at, either.c.attempts, either.c.fence] \
         if dialect == "postgresql" and take_expired else []
-    pick = select(either.c.id, *taken_from)
+    pick = select(either.c.id, *taken_from, *([either.c.queue] if held is not None else []))
     if len(picks) > 1:
         pick = pick.order_by(either.c.priority.desc(), either.c.run_at, either.c.id).limit(limit)
     if dialect == "postgresql":
@@ -248,6 +318,8 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
         return statement
     claimed = statement.cte("claimed")
     ending = [_lost(picked, now).cte("lost")] if take_expired else []
+    if held is not None:
+        ending.append(_counted(dialect, picked, held, take_expired).cte("counted"))
     if not turn:
         return select(claimed).add_cte(*ending)
     won = select(func.count()).select_from(recorded).scalar_subquery().label("won")
@@ -269,6 +341,17 @@ def _lost(picked, now):
                literal(Outcome.LOST, String), literal(LOST, Text))
         .where(picked.c.state == JobState.RUNNING),
     )
+
+
+def _counted(dialect: str, picked, held, take_expired: bool):
+    """What a claim started of each guarded queue whose row it holds (see _held), counted on that row in the
+    same statement: the picked rows that were queued (every picked row is claimed, see _lost), not those taken
+    over, which were running and counted already."""
+    queued = [picked.c.state == JobState.QUEUED] if take_expired else []
+    started = (select(picked.c.queue, func.count().label("n")).where(*queued).group_by(picked.c.queue)
+               .subquery("started"))
+    return (update(queues).where(queues.c.name == started.c.queue, queues.c.name.in_(select(held.c.name)))
+            .values(**taken(dialect, started.c.n)))
 
 
 def _by_id(names_types):
@@ -305,7 +388,8 @@ def finish_statement():
     """PostgreSQL: how a batch of runs ended, in one statement: arrays in, the ids that were still ours out.
 
     Each job is matched on owner and fence as in Store.finish (see _by_id); only the jobs that
-    were still ours get their run's row, which is written here, once (its start is the job's).
+    were still ours get their run's row, which is written here, once (its start is the job's), and leave their
+    limited queue's running count.
     """
     columns = [("id", BigInteger), ("fence", BigInteger), ("state", Text), ("error", Text), ("retry", Float),
                ("outcome", Text), ("output", Text)]
@@ -318,7 +402,8 @@ def finish_statement():
                 run_at=case((again, db_now() + v.c.retry), else_=jobs.c.run_at),
                 owner=case((again, None), else_=jobs.c.owner),
                 finished_at=case((again, jobs.c.finished_at), else_=db_now()))
-        .returning(jobs.c.id, jobs.c.attempts, jobs.c.fence, jobs.c.started_at, v.c.outcome, v.c.error, v.c.output)
+        .returning(jobs.c.id, jobs.c.attempts, jobs.c.fence, jobs.c.started_at, v.c.outcome, v.c.error, v.c.output,
+                   jobs.c.queue)
         .cte("ended")
     )
     logged = insert(runs).from_select(
@@ -326,4 +411,6 @@ def finish_statement():
         select(ended.c.id, ended.c.attempts, bindparam("b_machine", type_=Id), ended.c.fence, ended.c.started_at,
                db_now(), ended.c.outcome, ended.c.error, ended.c.output),
     ).cte("logged")
-    return select(ended.c.id).add_cte(logged)
+    # Every job that ended left running: its queue's running count, if it is limited, goes down with it.
+    gone = select(ended.c.queue, func.count().label("n")).group_by(ended.c.queue).subquery("gone")
+    return select(ended.c.id).add_cte(logged, freed(gone).cte("freed"))

@@ -29,8 +29,8 @@ from .errors import DuplicateKey, LostLease, NotFound, QPError, echoed
 from .queues import DEFAULT, Served
 from .schema import Id, jobs, machines, meta, queues, runs, turns
 from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
-from .statements import (LOST, claim_statement, finish_statement, looks_statement, renew_statement,
-                         spend_statement, turn_statement, unpaused)
+from .statements import (LOST, claim_statement, finish_statement, freed_statement, looks_statement,
+                         renew_statement, taken_statement, turn_statement, unpaused)
 from .store_roster import bump_roster, checkin_statement, newest_backlog
 
 CLOCK = select(db_now())  # built once: Raw compiles each statement it is given once
@@ -109,8 +109,8 @@ class Plan:
 
     `served`: the node's queues (() for every queue). `alone`: queues claimed in branches of their own, each
     (queue, room, locked): at most `room` of its jobs (the node's own limit for it, or all its free room), and,
-    when `locked`, within the queue's farm-wide limit and rate, whose row the claim locks first. A queue with a
-    farm-wide limit or rate gives work only to a claim that locked it."""
+    when `locked`, within the queue's farm-wide limit and rate, whose row the claim locks (on PostgreSQL in the
+    claim statement itself). A queue with a farm-wide limit or rate gives work only to a claim that locked it."""
 
     served: tuple[str, ...] = ()
     alone: tuple[tuple[str, int, bool], ...] = ()
@@ -121,6 +121,8 @@ class Plan:
 
     def params(self) -> dict:
         params = {"b_served": list(self.served)} if self.served else {}
+        if self.alone:
+            params["b_guard"] = list(self.locks)
         for i, (name, room, locked) in enumerate(self.alone):
             params |= {f"b_q{i}": name, f"b_room{i}": room, f"b_locked{i}": locked}
         return params
@@ -282,6 +284,14 @@ def _run_ended(machine_id: int, *guard):
                bindparam("b_outcome", type_=String), bindparam("b_error", type_=Text),
                bindparam("b_output", type_=Text))
         .where(jobs.c.id == bindparam("b_id"), *guard))
+
+
+def _free(conn, queues_left: Iterable[str]) -> None:
+    """Jobs of these queues (one name per job) left running in this transaction: their limited queues' running
+    counts go down with them, in name order (see statements.freed)."""
+    left = Counter(queues_left)
+    if left:
+        conn.execute(freed_statement(), [dict(b_queue=q, b_freed=n) for q, n in sorted(left.items())])
 
 
 def _most_urgent_first(claimed: Iterable[Claimed]) -> list[Claimed]:
@@ -549,8 +559,9 @@ class Store:
         `expired_before` (database time) if given: a claim that a stalled database
         holds up must not take the leases that ran out during the stall. One
         UPDATE; the subquery skips rows another machine is claiming at the same moment.
-        A plan with limited queues first locks their rows, in the same transaction: the claim that follows
-        counts their running jobs afresh and spends their rate tokens before the lock is let go.
+        A plan with limited or rated queues claims them within their rows' running count and rate bucket, and
+        adds what it started to both before the rows' lock is let go: on PostgreSQL the claim statement does
+        all of it; elsewhere a transaction locks the rows first and writes the counts after the claim.
         """
         if limit <= 0:
             return []
@@ -560,7 +571,7 @@ class Store:
         statement = claim_statement(self.dialect, take_expired, expired_before is not None,
                                     limit if self.dialect == "mssql" else None, served=bool(plan.served),
                                     branches=len(plan.alone))
-        if self.dialect == "postgresql" and not plan.locks:  # the claim statement ends the lost runs itself
+        if self.dialect == "postgresql":  # the claim statement ends the lost runs and counts what it took itself
             return _most_urgent_first(Claimed(*row) for row in self._hot(statement, params))
         with self.engine.begin() as conn:  # a take-over and the lost run's row are written together, or neither is
             if plan.locks:
@@ -570,9 +581,10 @@ class Store:
             claimed = _most_urgent_first(Claimed(*row) for row in conn.execute(statement, params))
             self._end_lost(conn, [(c.id, c.attempts - 1, *leaving[c.id], c.fence - 1) for c in claimed
                                   if c.id in leaving])
-            spent = Counter(c.queue for c in claimed if c.queue in plan.locks)
-            if spent:
-                conn.execute(spend_statement(self.dialect), [dict(b_queue=q, b_spent=n) for q, n in spent.items()])
+            started = Counter(c.queue for c in claimed if c.queue in plan.locks and c.id not in leaving)
+            if started:
+                conn.execute(taken_statement(self.dialect),
+                             [dict(b_queue=q, b_spent=n) for q, n in sorted(started.items())])
         return claimed
 
     def take_turn_and_claim(self, slot: int, machine_id: int, limit: int, lease: float, *, horizon: float = 0.0,
@@ -623,9 +635,10 @@ class Store:
                        jobs.c.lease_until < before)
                 .values(state=JobState.QUEUED, owner=None, lease_until=None,
                         last_error="lease expired: its machine stopped renewing it")
-                .returning(jobs.c.id, jobs.c.attempts, jobs.c.fence)
+                .returning(jobs.c.id, jobs.c.attempts, jobs.c.fence, jobs.c.queue)
             ).all()
-            self._end_lost(conn, [(job_id, attempts, *leaving[job_id], fence) for job_id, attempts, fence in taken])
+            self._end_lost(conn, [(job_id, attempts, *leaving[job_id], fence) for job_id, attempts, fence, _ in taken])
+            _free(conn, [queue for *_, queue in taken])
         return len(taken)
 
     @staticmethod
@@ -748,6 +761,7 @@ class Store:
         if count == len(endings):
             conn.execute(_run_ended(machine_id), [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error,
                                                        b_output=e.output) for e in endings])
+            _free(conn, [e.job.queue for e in endings])
         return count
 
     def release(self, job: Claimed, machine_id: int, reason: str) -> bool:
@@ -764,6 +778,8 @@ class Store:
                 .values(state=JobState.QUEUED, owner=None, lease_until=None, run_at=db_now(),
                         attempts=jobs.c.attempts - 1, last_error=reason)
             ).rowcount
+            if count:
+                _free(conn, [job.queue])
         return count == 1
 
     def cancel(self, job_id: int) -> str:

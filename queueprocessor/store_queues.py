@@ -7,6 +7,7 @@ from .dbtime import db_now
 from .queues import DEFAULT, OnFailure, QueueInfo, Rate, served_names, serving_machines
 from .schema import jobs, machines, queues
 from .states import JobState
+from .statements import recount_statement
 from .store import Store
 
 
@@ -42,14 +43,29 @@ class QueueStore:
 
     def put(self, name: str, **values) -> None:
         """Set a queue's settings (its row made at first), stamped with the database's time so every node sees
-        the change at its next heartbeat."""
+        the change at its next heartbeat. A limit comes with its running count, counted under the row's lock."""
         values["changed_at"] = db_now()
-        if self.store.count(update(queues).where(queues.c.name == name).values(**values)):
-            return
         try:
-            self.store.count(insert(queues).values(name=name, **values))
+            self._write(name, values)
         except exc.IntegrityError:  # made by another operator meanwhile: ours is the later change
-            self.store.count(update(queues).where(queues.c.name == name).values(**values))
+            self._write(name, values)
+
+    def _write(self, name: str, values: dict) -> None:
+        with self.store.engine.begin() as conn:
+            if not conn.execute(update(queues).where(queues.c.name == name).values(**values)).rowcount:
+                conn.execute(insert(queues).values(name=name, **values))
+            if values.get("max_running") is not None:
+                conn.execute(recount_statement(one=True), dict(b_queue=name))
+
+    def recount(self) -> None:
+        """Count every limited queue's running jobs afresh (housekeeping), under their rows' lock, taken in name
+        order as claims take it: a count that went wrong is repaired. Every statement that moves a limited
+        queue's job into or out of running moves its count in the same transaction, so none should; but a
+        claim planned just before a limit was set, or a node of an older version, starts jobs uncounted."""
+        with self.store.engine.begin() as conn:
+            conn.execute(select(queues.c.name).where(queues.c.max_running.isnot(None)).order_by(queues.c.name)
+                         .with_for_update())
+            conn.execute(recount_statement())
 
 
 def queue_infos(store: Store, live: list[dict], only: str | None = None) -> list[QueueInfo]:

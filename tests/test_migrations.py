@@ -13,19 +13,45 @@ from queueprocessor.store_roster import RosterStore
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
 
 
+def drop_column(conn, table: str, column: str) -> None:
+    """A column an older version did not have, gone (SQLite drops a column's default with it; the others first
+    need it dropped)."""
+    if conn.dialect.name != "sqlite":
+        conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN {column} DROP DEFAULT"))
+    conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
+
+
+def make_version_4(url: str) -> int:
+    """A farm database as schema version 4 left it (as this version made it, whatever is in it already): queue
+    rows without their running count; with one job waiting in it. The id of that job."""
+    with Farm(url) as farm:
+        waiting = farm.store.enqueue(JOB)[0]
+    engine = open_engine(url)
+    try:
+        with engine.begin() as conn:
+            drop_column(conn, "qp_queues", "running")
+            conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="4"))
+    finally:
+        engine.dispose()
+    return waiting
+
+
 def make_version_3(url: str) -> int:
     """A farm database as schema version 3 left it: no roster version, machine rows without the heartbeat's
     indexes, packed full; with one job waiting in it. The id of that job."""
-    with Farm(url) as farm:
-        waiting = farm.store.enqueue(JOB)[0]
-        dialect = farm.engine.dialect.name
-        with farm.engine.begin() as conn:
+    waiting = make_version_4(url)
+    engine = open_engine(url)
+    try:
+        dialect = engine.dialect.name
+        with engine.begin() as conn:
             for index in ("ix_qp_machines_seen", "ix_qp_machines_wished"):
                 conn.execute(text(f"DROP INDEX {index}{' ON qp_machines' if dialect == 'mssql' else ''}"))
             if dialect == "postgresql":
                 conn.execute(text("ALTER TABLE qp_machines RESET (fillfactor)"))
             conn.execute(text("DROP TABLE qp_roster"))
             conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="3"))
+    finally:
+        engine.dispose()
     return waiting
 
 
@@ -42,9 +68,7 @@ def make_version_2(url: str) -> int:
             conn.execute(text(f"DROP INDEX ux_qp_jobs_order_running{on}"))
             for table, column in (("qp_jobs", "queue"), ("qp_jobs", "order_key"), ("qp_schedules", "queue"),
                                   ("qp_schedules", "order_key"), ("qp_machines", "queues")):
-                if engine.dialect.name != "sqlite":  # SQLite drops a column's default with it
-                    conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN {column} DROP DEFAULT"))
-                conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
+                drop_column(conn, table, column)
             conn.execute(text("DROP TABLE qp_queues"))
             conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="2"))
     finally:
@@ -79,7 +103,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == str(schema.SCHEMA_VERSION) == "4"
+        assert version == str(schema.SCHEMA_VERSION) == "5"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -115,7 +139,7 @@ def test_nodes_starting_together_upgrade_once(db_url):
     assert errors == []
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-    assert version == "4" and "ix_qp_jobs_queue" not in indexes and "ix_qp_jobs_queued" in indexes
+    assert version == "5" and "ix_qp_jobs_queue" not in indexes and "ix_qp_jobs_queued" in indexes
 
 
 def test_a_version_2_database_gets_named_queues_in_place(db_url):
@@ -123,7 +147,7 @@ def test_a_version_2_database_gets_named_queues_in_place(db_url):
     waiting = make_version_2(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == "4" and {"ix_qp_jobs_order", "ux_qp_jobs_order_running"} <= indexes
+        assert version == "5" and {"ix_qp_jobs_order", "ux_qp_jobs_order_running"} <= indexes
         assert farm.store.get_job(waiting)["queue"] == "default"
         ordered = farm.store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports", order_key="k"), count=2)
         me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4,
@@ -147,10 +171,27 @@ def test_a_version_3_database_gets_the_roster_version_and_the_heartbeat_indexes_
             indexes = {index["name"] for index in inspect(conn).get_indexes("qp_machines")}
             fill = conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'qp_machines'")).scalar() \
                 if farm.engine.dialect.name == "postgresql" else None
-        assert version == "4" and {"ix_qp_machines_seen", "ix_qp_machines_wished"} <= indexes
+        assert version == "5" and {"ix_qp_machines_seen", "ix_qp_machines_wished"} <= indexes
         assert fill in (None, [f"fillfactor={schema.MACHINES_FILL}"])
         assert farm.engine.dialect.name != "postgresql" or fill is not None
         peers = RosterStore(farm.store)
         me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
         read = peers.read_farm(me, before=farm.store.ask_time() - 60)
         assert read.version == 1 and read.suspects == {}
+
+
+def test_a_version_4_database_counts_the_running_jobs_of_its_limited_queues_in_place(db_url):
+    """Version 4 to 5: queue rows get their running count, counted for the queues limited already, so a limit
+    holds across the upgrade: 2 of a limit of 3 were running, one more starts."""
+    with Farm(db_url) as farm:
+        farm.store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports"), count=4)
+        farm.set_queue("reports", limit=3)
+        me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        guarded = Plan(served=("reports",), alone=(("reports", 4, True),))
+        assert len(farm.store.claim(me, 2, 30.0, plan=guarded)) == 2
+    make_version_4(db_url)
+    with Farm(db_url) as farm:
+        version, _ = shape(farm)
+        running = farm.store.rows(select(schema.queues.c.running).where(schema.queues.c.name == "reports"))
+        assert version == "5" and running == [(2,)]
+        assert len(farm.store.claim(me, 4, 30.0, plan=guarded)) == 1

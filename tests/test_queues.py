@@ -14,7 +14,8 @@ from queueprocessor.errors import BadQueueInput, NotFound
 from queueprocessor.farm import Farm
 from queueprocessor.queues import OnFailure, QueueInfo, Rate, Served
 from queueprocessor.schema import jobs
-from queueprocessor.statements import claim_statement, looks_statement, spend_statement, turn_statement
+from queueprocessor.statements import (claim_statement, freed_statement, looks_statement, recount_statement,
+                                      taken_statement, turn_statement)
 from queueprocessor.roster import slot_of
 from queueprocessor.store import JobSpec, Looks, Plan, Turn
 from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
@@ -205,8 +206,10 @@ def test_the_queue_guards_compile_for_sql_server_2017(served, branches):
     claim = str(claim_statement("mssql", True, True, 4, served=served, branches=branches).compile(dialect=dialect))
     assert claim.startswith("UPDATE qp_jobs SET") and claim.count("WITH (UPDLOCK, ROWLOCK, READPAST)") == 2 + branches
     assert ("qp_jobs.queue IN" in claim or "j.queue IN" in claim) == served
-    spend = str(spend_statement("mssql").compile(dialect=dialect))
-    assert "UPDATE qp_queues SET tokens" in spend
+    spend = str(taken_statement("mssql").compile(dialect=dialect))
+    assert "UPDATE qp_queues SET running" in spend and "tokens=" in spend
+    for other in (freed_statement(), recount_statement(), recount_statement(one=True)):
+        assert str(other.compile(dialect=dialect)).startswith("UPDATE qp_queues SET running")
     for sql in (claim, spend):
         assert "least(" not in sql.lower() and "greatest(" not in sql.lower()
     assert claim.count("CASE WHEN") >= 3 * branches  # the room: at most mine, the limit's, the tokens', and >= 0
