@@ -2,8 +2,9 @@
 
 Each virtual machine decides with the node's own code: queueprocessor.clock.OffsetEstimator (its estimate of
 database time and error bound, from round trips), roster.KnownMachines (its copy of the rows, kept current by
-the heartbeat read), Liveness (the stall rule), and roster.turn_to_take / upcoming_turn / turn_wait (whether a
-slot is its turn, and when to wake for the next). What is modelled is everything around that code:
+the heartbeat read), Liveness (the stall rule), roster.turn_to_take (whether a slot is its turn), and the turn
+timer's node.turn_timer_wait and node.Outlook (when to wake for the next). What is modelled is everything around
+that code:
 
 - the database: machine rows, the roster version, the turn table's unique slot key, each statement applied at
   the instant it reaches the database (one-way delays drawn independently for each direction: a lognormal
@@ -12,8 +13,9 @@ slot is its turn, and when to wake for the next). What is modelled is everything
   (within +-20 ppm) from its own origin, and its idea of database time comes only from its round trips;
 - the machines' life: joins, deaths (SIGKILL: silent from then on), operators' pauses and resumes, and
   freezes (a stalled process: silent past its dead timeout, then back, unaware);
-- the turn timer: as the node's, it sleeps until its next turn or the roster's next change by time alone (a
-  newcomer's join delay, a suspect's dead timeout), and each check-in wakes it to plan again.
+- the turn timer: the node's own plan (node.turn_timer_wait: it sleeps until its next turn or the roster's next
+  change by time alone, a newcomer's join delay or a suspect's dead timeout), woken to plan again only by a
+  check-in that brought news (node.Outlook.news), as the node's.
 
 It reports double polls (two turns recorded in one slot of database time) and missed slots (none) over the
 slots measured, and the statements per second the real farm would make on PostgreSQL (where an idle turn is
@@ -39,8 +41,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from queueprocessor.clock import OffsetEstimator, Sample  # noqa: E402
-from queueprocessor.node import TURN_MARGIN, NodeConfig  # noqa: E402
-from queueprocessor.roster import KnownMachines, Liveness, slot_of, turn_to_take, turn_wait, upcoming_turn  # noqa: E402
+from queueprocessor.node import NodeConfig, Outlook, turn_timer_wait  # noqa: E402
+from queueprocessor.roster import KnownMachines, Liveness, slot_of, turn_to_take  # noqa: E402
 from queueprocessor.states import CHECKING_IN, MachineState, Wish  # noqa: E402
 
 WARMUP = 60.0  # seconds of database time before the measured slots: every machine joined and settled
@@ -181,6 +183,10 @@ class Machine:
     def liveness(self) -> Liveness:
         return self._liveness
 
+    def outlook(self) -> Outlook:
+        """Node._outlook: a virtual node's database is always reachable (a frozen one does not know it stalled)."""
+        return Outlook(True, self.state, self._liveness)
+
     def note_contact(self, db_time: float) -> None:
         """Node._note_contact: the stall rule's unbroken run of check-ins."""
         if db_time - self.last_contact > 2 * self.config.heartbeat:
@@ -280,27 +286,31 @@ class Simulation:
             self.at(machine.frozen_until, self._answered, machine, t0, read_at, before, read, machine.frozen_until)
             return
         with self.node_at(returned):
+            outlook = machine.outlook()
             machine.estimator.add(Sample(t0, machine.clock.monotonic(), read_at))
             machine.note_contact(read_at)
             version, wish, suspects = read
             if machine.known.current(version):
-                machine.known.update(before, suspects)
-                self._learned(machine, read_at, wish)
+                moved = machine.known.update(before, suspects)
+                self._learned(machine, read_at, wish, outlook, moved)
             else:  # Node._learn_roster: every row, one more round trip
                 there, back = self.round_trip()
-                self.at(self.now + there, self._read_all, machine, back, read_at, before, wish)
+                self.at(self.now + there, self._read_all, machine, back, read_at, before, wish, outlook)
 
-    def _read_all(self, machine: Machine, back: float, read_at: float, before: float, wish: str | None) -> None:
+    def _read_all(self, machine: Machine, back: float, read_at: float, before: float, wish: str | None,
+                  outlook: Outlook) -> None:
         full = self.db.read_all()
-        self.at(self.now + back, self._all_answered, machine, full, read_at, before, wish)
+        self.at(self.now + back, self._all_answered, machine, full, read_at, before, wish, outlook)
 
-    def _all_answered(self, machine: Machine, full: tuple, read_at: float, before: float, wish: str | None) -> None:
+    def _all_answered(self, machine: Machine, full: tuple, read_at: float, before: float, wish: str | None,
+                      outlook: Outlook) -> None:
         if machine.alive:
             machine.known.replace(*full, before)
-            self._learned(machine, read_at, wish)
+            self._learned(machine, read_at, wish, outlook, True)
 
-    def _learned(self, machine: Machine, read_at: float, wish: str | None) -> None:
-        """Bury the suspects found dead, apply the operator's wish, check in; plan the turn timer."""
+    def _learned(self, machine: Machine, read_at: float, wish: str | None, outlook: Outlook, moved: bool) -> None:
+        """Bury the suspects found dead, apply the operator's wish, check in; plan the turn timer again if the
+        check-in brought news (`outlook`: the node's before it, `moved`: new rows or suspects)."""
         for dead_id, last_seen in machine.known.dead(read_at, machine.liveness()):
             there = self.latency()
             self.at(self.now + there, self.db.bury, dead_id, last_seen)
@@ -311,26 +321,20 @@ class Simulation:
         there, back = self.round_trip()
         self.at(self.now + there, self.db.heartbeat, machine.id, machine.state, applied, self.now + there)
         self.send_heartbeat(machine, self.now + there + back + machine.clock.seconds(self.config.heartbeat))
-        self.plan_turn(machine)
+        if outlook.news(machine.outlook(), moved, backlog=False):
+            self.plan_turn(machine)
 
     # -- the turn timer ----------------------------------------------------
 
     def plan_turn(self, machine: Machine) -> None:
-        """Node._next_wake: sleep until we are surely inside our next slot or the roster changes by itself (both
-        from the node's own code); each check-in wakes the timer to plan again, so an earlier plan is dropped."""
+        """Node._next_wake (an idle node's): the node's own plan; a new plan drops the earlier one."""
         machine.wake_generation += 1
         if machine.state != MachineState.ACTIVE:
             return
-        now = machine.estimator.db_now()
-        liveness = machine.liveness()
-        wait = machine.known.changes_at(now, liveness, self.config.join_delay) + TURN_MARGIN - now
-        ids = machine.known.roster(now, liveness, self.config.join_delay)
-        turn = upcoming_turn(ids, machine.id, now, self.config.period, machine.last_slot)
-        if turn is not None:
-            wait = min(wait, turn_wait(turn, now, self.config.period, machine.estimator.error_bound(), TURN_MARGIN))
-        if wait < math.inf:
-            self.at(self.now + machine.clock.seconds(max(wait, TURN_MARGIN)), self._tick, machine,
-                    machine.wake_generation)
+        wait = turn_timer_wait(machine.known, machine.id, machine.estimator.db_now(), machine.liveness(), self.config,
+                               machine.last_slot, machine.estimator.error_bound())
+        if wait is not None:
+            self.at(self.now + machine.clock.seconds(wait), self._tick, machine, machine.wake_generation)
 
     def _tick(self, machine: Machine, generation: int) -> None:
         """Node._tick: take the turn if it is ours (the insert reaches the database after its delay)."""

@@ -140,6 +140,35 @@ class NodeConfig:
         return 1.5 * self.heartbeat
 
 
+@dataclass(frozen=True)
+class Outlook:
+    """What the turn timer's plan rests on besides the rows: contact with the database, our state, the stall
+    rule's streak. Taken before and after a check-in, it says whether the check-in brought news (bench/simulate.py
+    plans its virtual nodes' timers by the same rule)."""
+
+    healthy: bool
+    state: MachineState
+    liveness: Liveness
+
+    def news(self, after: "Outlook", moved: bool, backlog: bool) -> bool:
+        """Whether a check-in that began with this outlook and ended with `after` may change the timer's plan:
+        new rows or suspects (`moved`), contact back, a new state or streak, a backlog to help with. One that
+        changed nothing leaves the plan be: the timer sleeps on to its turn."""
+        return moved or not self.healthy or after.state != self.state or after.liveness != self.liveness or backlog
+
+
+def turn_timer_wait(known: KnownMachines, me: int, now: float, liveness: Liveness, config: NodeConfig,
+                    last_taken: int, error_bound: float) -> float | None:
+    """How long an idle active node's turn timer may sleep (None: until woken): until we are surely inside our
+    next slot under the roster we know, or that roster changes by itself (a newcomer's join delay, a suspect's
+    dead timeout), whichever comes first."""
+    wait = known.changes_at(now, liveness, config.join_delay) + TURN_MARGIN - now
+    turn = upcoming_turn(known.roster(now, liveness, config.join_delay), me, now, config.period, last_taken)
+    if turn is not None:
+        wait = min(wait, turn_wait(turn, now, config.period, error_bound, TURN_MARGIN))
+    return None if wait == math.inf else max(wait, TURN_MARGIN)
+
+
 def unreachable(exc: Exception) -> bool:
     """Is this the database being out of reach (refused, dropped, timed out, locked), not a statement it refused
     or a fault of ours? Only then does a node say the database is unreachable."""
@@ -414,7 +443,7 @@ class Node:
                 return
 
     def _checkin(self) -> None:
-        healthy, state, liveness = self.db_healthy, self.state, self.liveness()
+        outlook = self._outlook()
         self._unreachable.clear()  # a turn that loses the database from now on is news to this check-in
         sent = self.clock.monotonic()
         since = slot_of(self.estimator.db_now(), self.config.period) - 3
@@ -441,12 +470,11 @@ class Node:
         if farm.backlog_slot is not None:
             self._backlogs.put(farm.backlog_slot)
         self._checked_in = True
-        if self.db_healthy and not healthy:  # not yet after a check-in the database stalled under (see db_healthy)
+        if self.db_healthy and not outlook.healthy:  # not after a check-in the database stalled under (db_healthy)
             log.info("database reachable (offset %+.4f s, rtt %.2f ms)", self.estimator.offset(),
                      self.estimator.rtt() * 1000)
-        if (moved or not healthy or self.state != state or self.liveness() != liveness
-                or farm.backlog_slot is not None):
-            self._wake.set()  # the turn timer plans again (a check-in that changed nothing leaves its plan be)
+        if outlook.news(self._outlook(), moved, farm.backlog_slot is not None):
+            self._wake.set()  # the turn timer plans again
 
     def _learn_roster(self, farm: FarmRead, before: float) -> bool:
         """Keep our copy of the machine rows current: every row when the roster version moved, else only the
@@ -502,6 +530,9 @@ class Node:
     def liveness(self) -> Liveness:
         return Liveness(self.config.dead_after, self._streak_start)
 
+    def _outlook(self) -> Outlook:
+        return Outlook(self.db_healthy, self.state, self.liveness())
+
     def _turn_loop(self) -> None:
         while not self._stop.is_set():
             if self._wake.wait(self._next_wake()):
@@ -536,11 +567,8 @@ class Node:
         now = self.estimator.db_now()
         if self._direct or self._pushed.is_set() or self._backlog_slot >= slot_of(now, self.config.period) - 2:
             return self.config.tick
-        wait = self.known.changes_at(now, self.liveness(), self.config.join_delay) + TURN_MARGIN - now
-        turn = self._upcoming_turn(now)
-        if turn is not None:
-            wait = min(wait, turn_wait(turn, now, self.config.period, self.estimator.error_bound(), TURN_MARGIN))
-        return None if wait == math.inf else max(wait, TURN_MARGIN)
+        return turn_timer_wait(self.known, self.id, now, self.liveness(), self.config, self._last_slot,
+                               self.estimator.error_bound())
 
     def _roster(self, now: float) -> list[int]:
         return self.known.roster(now, self.liveness(), self.config.join_delay)
