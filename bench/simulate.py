@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
 
 from queueprocessor.clock import OffsetEstimator, Sample  # noqa: E402
 from queueprocessor.node import NodeConfig, Outlook, turn_timer_wait  # noqa: E402
-from queueprocessor.roster import KnownMachines, Liveness, slot_of, turn_to_take  # noqa: E402
+from queueprocessor.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take  # noqa: E402
 from queueprocessor.states import CHECKING_IN, MachineState, Wish  # noqa: E402
 
 WARMUP = 60.0  # seconds of database time before the measured slots: every machine joined and settled
@@ -96,6 +96,7 @@ class Database:
         self.version = 0
         self.turns: dict[int, float] = {}  # slot -> when its turn was recorded
         self.refused = 0  # turn inserts that found their slot taken
+        self.late = 0  # turn inserts that arrived after their slot ended (statements.turn_row)
         self.statements: Counter = Counter()
         self.rows_returned = 0
         self._seen: list[tuple[float, int]] = []  # (last_seen, id) as written; stale entries are skipped
@@ -151,9 +152,11 @@ class Database:
             self.statements["check-in, new state (update + version)"] += 2
         self._write_seen(machine_id, now)
 
-    def take_turn(self, slot: int, now: float) -> None:
+    def take_turn(self, slot: int, now: float, ends: float) -> None:
         self.statements["turn (insert + claim, one statement)"] += 1
-        if slot in self.turns:
+        if now >= ends:
+            self.late += 1
+        elif slot in self.turns:
             self.refused += 1
         else:
             self.turns[slot] = now
@@ -352,7 +355,7 @@ class Simulation:
             if slot is not None:
                 machine.last_slot = slot
                 recorded = self.now + self.latency()
-                self.at(recorded, self.db.take_turn, slot, recorded)
+                self.at(recorded, self.db.take_turn, slot, recorded, slot_end(slot, self.config.period))
         self.plan_turn(machine)
 
     # -- what happens to machines ------------------------------------------
@@ -412,7 +415,8 @@ def simulate(args) -> dict:
     sim.run(end)
     double, missed = judge(sim.db.turns, first, last, args.period)
     seconds = end - WARMUP
-    return dict(double=double, missed=missed, slots=args.slots, refused=sim.db.refused, seconds=seconds,
+    return dict(double=double, missed=missed, slots=args.slots, refused=sim.db.refused, late=sim.db.late,
+                seconds=seconds,
                 statements={k: (v - statements_before[k]) / seconds for k, v in sim.db.statements.items()},
                 rows=(sim.db.rows_returned - rows_before) / seconds, bound_ratio=sim.bound_ratio,
                 life=dict(sim.life), machines=len(sim.machines))
@@ -446,7 +450,8 @@ def main() -> None:
           f"seed {args.seed}; during the slots: {result['life']}")
     print(f"double polls {result['double']} (target 0), missed slots {result['missed']} "
           f"({100 * result['missed'] / result['slots']:.2f} %, target <= 1 %), turn inserts refused by the slot key "
-          f"{result['refused']}; largest clock error at a turn decision {result['bound_ratio']:.2f} of its bound")
+          f"{result['refused']}, refused as late for their slot {result['late']}; largest clock error at a turn "
+          f"decision {result['bound_ratio']:.2f} of its bound")
     print(f"statements per second the farm would make on PostgreSQL: {sum(result['statements'].values()):.1f} "
           f"({sum(result['statements'].values()) / args.machines:.2f} per machine), rows returned by them "
           f"{result['rows']:.1f}/s")

@@ -69,7 +69,7 @@ from .executors import AllowLists, Executor
 from .logs import about
 from .push import BACKLOG, Listener, notify_backlog, where_to_listen
 from .queues import Served, served_names
-from .roster import KnownMachines, Liveness, slot_of, turn_to_take, turn_wait, upcoming_turn
+from .roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take, turn_wait, upcoming_turn
 from .runner import JobRunner
 from .schedules import ahead_of
 from .states import MachineState, Outcome, Wish
@@ -730,7 +730,8 @@ class Node:
         sent = self.clock.monotonic()
         looks = Looks(tuple(sorted(self._guarded)), self._served_elsewhere(), self.config.served.names)
         turn = self.store.take_turn_and_claim(slot, self.id, free, self.config.lease, horizon=self.config.claim_ahead,
-                                              plan=self._plan(free), looks=looks, **options)
+                                              plan=self._plan(free), looks=looks,
+                                              ends=slot_end(slot, self.config.period), **options)
         if not turn.won:
             return None
         claimed = turn.claimed

@@ -53,6 +53,11 @@ def slot_of(db_now: float, period: float) -> int:
     return math.floor(db_now / period)
 
 
+def slot_end(slot: int, period: float) -> float:
+    """When `slot` ends in database time: a turn recorded later is refused (statements.turn_row)."""
+    return (slot + 1) * period
+
+
 def slot_owner(ids: list[int], slot: int) -> int | None:
     return ids[slot % len(ids)] if ids else None
 

@@ -8,7 +8,8 @@ rules they keep are Store.claim's and Store.finish's.
 import functools
 
 from sqlalchemy import (BigInteger, Boolean, Float, Integer, String, Text, and_, any_, bindparam, case, cast, column,
-                        exists, false, func, insert, literal, null, or_, select, true, union_all, update)
+                        exists, false, func, insert, literal, literal_column, null, or_, select, true, union_all,
+                        update)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
@@ -208,14 +209,25 @@ def looks(dialect: str, guarded: bool, elsewhere: bool, room_left=None) -> list:
             select(elsewhere_look).scalar_subquery().label("elsewhere_due")]
 
 
+TURN_COLUMNS = ["slot", "machine_id", "taken_at", "claimed", "backlog"]
+
+
+def turn_row(ends: bool):
+    """The row of slot `b_slot`'s turn, taken by `b_machine` now. With `ends`, only while that slot lasts in
+    database time (until `b_ends`): an insert held up on its way past the slot's end would otherwise poll
+    beside the next slot's own turn, two polls in one slot (DESIGN 2)."""
+    now = db_now()
+    row = select(bindparam("b_slot", type_=BigInteger), bindparam("b_machine", type_=Id), now,
+                 literal_column("0", Integer), false())
+    return row.where(now < bindparam("b_ends", type_=Float)) if ends else row
+
+
 @functools.lru_cache(maxsize=None)
-def turn_statement(dialect: str, guarded: bool, elsewhere: bool):
-    """Where the claim cannot record the turn itself (all but PostgreSQL): the record of slot `b_slot`,
-    returning the turn's looks (see `looks`) on SQLite; SQL Server allows no sub-select in OUTPUT, so it asks
-    them apart (looks_statement)."""
-    record = insert(turns).values(slot=bindparam("b_slot", type_=BigInteger),
-                                  machine_id=bindparam("b_machine", type_=Id), taken_at=db_now(), claimed=0,
-                                  backlog=False)
+def turn_statement(dialect: str, guarded: bool, elsewhere: bool, ends: bool = False):
+    """Where the claim cannot record the turn itself (all but PostgreSQL): the record of slot `b_slot` (see
+    turn_row; none if it came too late), returning the turn's looks (see `looks`) on SQLite; SQL Server allows
+    no sub-select in OUTPUT, so it asks them apart (looks_statement)."""
+    record = insert(turns).from_select(TURN_COLUMNS, turn_row(ends))
     if dialect == "mssql":
         return record
     return record.returning(turns.c.slot, *looks(dialect, guarded, elsewhere))
@@ -229,13 +241,15 @@ def looks_statement(dialect: str, guarded: bool, elsewhere: bool):
 
 @functools.lru_cache(maxsize=None)
 def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | None, turn: bool = False,
-                    served: bool = False, branches: int = 0, guarded: bool = False, elsewhere: bool = False):
+                    served: bool = False, branches: int = 0, guarded: bool = False, elsewhere: bool = False,
+                    ends: bool = False):
     """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
 
     Queued and expired jobs are picked apart and merged: each branch follows an index in order
     (ix_qp_jobs_queued, ix_qp_jobs_lease) instead of sorting the whole backlog per claim. On
     PostgreSQL the same statement ends as lost the runs of the jobs it takes over and, with `turn`, first
-    records the turn of slot `b_slot`, claiming only if that record went in: an idle turn is one statement.
+    records the turn of slot `b_slot` (turn_row), claiming only if that record went in: an idle turn is one
+    statement.
     Its rows then start with `won` (1 or 0) and the turn's looks (`guarded_due`, `elsewhere_due`: see `looks`;
     with `guarded` the claim takes nothing when guarded work is due, and `elsewhere_due` is asked only
     when the claim left room), and carry no job when nothing was claimed.
@@ -255,8 +269,7 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     if turn:
         recorded = (
             pg_insert(turns)
-            .values(slot=bindparam("b_slot", type_=BigInteger), machine_id=bindparam("b_machine", type_=Id),
-                    taken_at=now, claimed=0, backlog=False)
+            .from_select(TURN_COLUMNS, turn_row(ends))
             .on_conflict_do_nothing(index_elements=[turns.c.slot])
             .returning(turns.c.slot)
             .cte("turn")

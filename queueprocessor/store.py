@@ -467,21 +467,28 @@ class Store:
 
     # -- turns ------------------------------------------------------------
 
-    def take_turn(self, slot: int, machine_id: int) -> bool:
-        """Record a turn under its slot number. False if another machine already has that slot."""
-        return self._record_turn(slot, machine_id, NO_LOOKS, 0.0)[0]
+    def take_turn(self, slot: int, machine_id: int, ends: float | None = None) -> bool:
+        """Record a turn under its slot number. False if another machine already has that slot, or if the
+        record reached the database after `ends`, the slot's end in database time (a node taking its turn
+        always gives it; without it, history is written, as tests and tools do)."""
+        return self._record_turn(slot, machine_id, NO_LOOKS, 0.0, ends)[0]
 
-    def _record_turn(self, slot: int, machine_id: int, looks: Looks, horizon: float
+    def _record_turn(self, slot: int, machine_id: int, looks: Looks, horizon: float, ends: float | None
                      ) -> tuple[bool, bool | None, bool | None]:
         """take_turn, and what the looks saw (None: not asked) if it was ours: on SQLite in the same statement,
         on SQL Server in a second one."""
         guarded, elsewhere = bool(looks.guarded), looks.elsewhere is not None
-        params = dict(b_slot=slot, b_machine=machine_id, b_horizon=horizon) | looks.params()
+        params = dict(b_slot=slot, b_machine=machine_id, b_horizon=horizon, b_ends=ends) | looks.params()
+        statement = turn_statement(self.dialect, guarded, elsewhere, ends is not None)
         try:
             if self.dialect != "mssql":
-                [(_slot, *seen)] = self.rows(turn_statement(self.dialect, guarded, elsewhere), params)
+                rows = self.rows(statement, params)
+                if not rows:  # too late for its slot
+                    return False, None, None
+                [(_slot, *seen)] = rows
                 return True, *seen
-            self.count(turn_statement(self.dialect, guarded, elsewhere), params)
+            if not self.count(statement, params):
+                return False, None, None
         except exc.IntegrityError:
             return False, None, None
         if not (guarded or elsewhere):
@@ -589,29 +596,30 @@ class Store:
 
     def take_turn_and_claim(self, slot: int, machine_id: int, limit: int, lease: float, *, horizon: float = 0.0,
                             take_expired: bool = True, expired_before: float | None = None,
-                            plan: Plan = EVERY_QUEUE, looks: Looks = NO_LOOKS) -> Turn:
-        """Record the turn of `slot` and, only if it was ours to take, claim as Store.claim does and look as
-        `looks` asks (while guarded work is due, claim nothing).
+                            plan: Plan = EVERY_QUEUE, looks: Looks = NO_LOOKS, ends: float | None = None) -> Turn:
+        """Record the turn of `slot` (as take_turn, before `ends`) and, only if it was ours to take, claim as
+        Store.claim does and look as `looks` asks (while guarded work is due, claim nothing).
 
         On PostgreSQL all of it is one statement, so an idle farm costs the
         database one statement per period, roles and limited queues or not;
         elsewhere, and for a plan that locks queues, two.
         """
         if self.dialect != "postgresql" or limit <= 0 or plan.locks:
-            won, guarded_due, elsewhere_due = self._record_turn(slot, machine_id, looks, horizon)
+            won, guarded_due, elsewhere_due = self._record_turn(slot, machine_id, looks, horizon, ends)
             if not won:
                 return Turn(False, [])
             claimed = [] if guarded_due else self.claim(machine_id, limit, lease, horizon=horizon,
                                                         take_expired=take_expired, expired_before=expired_before,
                                                         plan=plan)
             return Turn(True, claimed, guarded_due, elsewhere_due)
-        params = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon, b_slot=slot)
+        params = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon, b_slot=slot,
+                      b_ends=ends)
         params |= plan.params() | looks.params()
         if expired_before is not None:
             params["b_before"] = expired_before
         statement = claim_statement(self.dialect, take_expired, expired_before is not None, None, turn=True,
                                     served=bool(plan.served), branches=len(plan.alone), guarded=bool(looks.guarded),
-                                    elsewhere=looks.elsewhere is not None)
+                                    elsewhere=looks.elsewhere is not None, ends=ends is not None)
         rows = self._hot(statement, params)
         won, guarded_due, elsewhere_due = rows[0][:3]
         if not won:

@@ -213,8 +213,9 @@ def test_the_queue_guards_compile_for_sql_server_2017(served, branches):
     for sql in (claim, spend):
         assert "least(" not in sql.lower() and "greatest(" not in sql.lower()
     assert claim.count("CASE WHEN") >= 3 * branches  # the room: at most mine, the limit's, the tokens', and >= 0
-    turn = str(turn_statement("mssql", True, True).compile(dialect=dialect))
-    assert turn.startswith("INSERT INTO qp_turns") and "OUTPUT" not in turn and "SELECT" not in turn
+    turn = str(turn_statement("mssql", True, True, True).compile(dialect=dialect))
+    assert turn.startswith("INSERT INTO qp_turns") and "OUTPUT" not in turn and "EXISTS" not in turn
+    assert turn.endswith("< :b_ends")  # only while its slot lasts
     assert str(looks_statement("mssql", True, True).compile(dialect=dialect)).count("EXISTS (SELECT") >= 2
 
 

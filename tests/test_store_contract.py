@@ -9,6 +9,7 @@ from sqlalchemy import exc, func, select, text, update
 from queueprocessor import schema
 from queueprocessor.database import ensure_schema
 from queueprocessor.errors import LostLease, NotFound, QPError, SchemaTooNew
+from queueprocessor.roster import slot_end, slot_of
 from queueprocessor.runner import backoff
 from queueprocessor.store import JobSpec, Turn
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
@@ -59,6 +60,20 @@ def test_a_slot_is_taken_once(farm):
     assert store.take_turn(43, b)
     turns = store.read_turns(0)
     assert [(t["slot"], t["machine_id"]) for t in turns] == [(42, a), (43, b)]
+
+
+def test_a_turn_that_reaches_the_database_after_its_slot_ended_is_refused(farm):
+    """An insert held up past its slot's end would poll beside the next slot's own turn: two polls in one slot."""
+    store = farm.store
+    a = register(store, "a")
+    period = 1.0
+    now = store.ask_time()
+    over = slot_of(now, period) - 1
+    assert not store.take_turn(over, a, ends=slot_end(over, period))
+    assert not store.take_turn_and_claim(over, a, 4, 30.0, ends=slot_end(over, period)).won
+    current = slot_of(now, period) + 1  # it lasts beyond the next second, whatever this moment's fraction
+    assert store.take_turn(current, a, ends=slot_end(current, period))
+    assert [t["slot"] for t in store.read_turns(0)] == [current]
 
 
 def test_claim_takes_due_jobs_by_priority_and_bumps_the_fence(farm):
