@@ -32,8 +32,8 @@ RECORD_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 # least as many jobs are still at work: slow jobs (HTTP) end a few at a time, and each write has a fixed cost.
 LINGER = 0.005
 LINGER_UNTIL = 16
-# How long a stopping runner waits for the result writer's last statement (a batch, or the give-back of its
-# connection) before it closes its loop: closed under it, the writer's task was destroyed pending.
+# How long a stopping runner lets the jobs it still holds end and their results be written (a stopped job's task,
+# a write under way or waiting to try again) before it closes its loop.
 LAST_WRITE = 5.0
 
 
@@ -95,12 +95,31 @@ class JobRunner:
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
-        self.recorder.settle(LAST_WRITE)
+        self.loop.run_until_complete(self._wind_down(LAST_WRITE))
         for executor in self.executors.values():
             closer = getattr(executor, "close", None)
             if closer:
                 self.loop.run_until_complete(closer())
         self.loop.close()
+
+    async def _wind_down(self, timeout: float) -> None:
+        """On the stopped loop, before it closes: the jobs still held end and their results are written, for up to
+        `timeout` seconds (stop() often comes right after stop_all(), and a job takes passes of the loop to stop).
+        Then what is left is cancelled, and each job still held is named: its lease will expire. A task left
+        pending would be destroyed with the loop ("Task was destroyed but it is pending"), its result lost."""
+        deadline = self.loop.time() + timeout
+        while (self.count() or self._others()) and self.loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for job_id, _ in self.held():
+            log.warning("could not record job %s before stopping; its lease will expire and it will be re-run",
+                        job_id, extra=about(job_id))
+        while tasks := self._others():  # a job's task cancelled here hands its result to a new writer: once more
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+
+    def _others(self) -> set[asyncio.Task]:
+        return asyncio.all_tasks(self.loop) - {asyncio.current_task(self.loop)}
 
     def stop(self) -> None:
         if self.thread.is_alive():
@@ -352,18 +371,6 @@ class Recorder:
             self.task = self.runner.loop.create_task(self._write())
         elif len(self.waiting) >= LINGER_UNTIL:
             self._linger_over()
-
-    def settle(self, timeout: float) -> None:
-        """On the stopped loop, before it closes: let the writer's statement under way end (up to `timeout`
-        seconds; then it is cancelled, and a result it carried is left to its lease)."""
-        task = self.task
-        if task is None or task.done():
-            return
-        loop = self.runner.loop
-        loop.run_until_complete(asyncio.wait({task}, timeout=timeout))
-        if not task.done():
-            task.cancel()
-            loop.run_until_complete(asyncio.wait({task}))
 
     async def _linger(self) -> None:
         """More results are on their way: wait for them, up to LINGER, or until LINGER_UNTIL are waiting (fast

@@ -2,6 +2,8 @@
 
 import gc
 import logging
+import subprocess
+import sys
 import threading
 
 from queueprocessor.runner import JobRunner
@@ -48,3 +50,76 @@ def test_a_stopping_runner_lets_the_result_writers_last_statement_end_before_its
         release.set()
         store.finish_many = finish_many
     assert farm.job(job.id)["state"] == "failed"
+
+
+def test_a_result_the_database_was_away_for_is_still_written_by_a_stopping_runner(farm, caplog):
+    """The writer tries a result again a moment after the database refused it, the job held meanwhile. A runner
+    stopped in that moment used to close its loop with the try still to come: the result was lost without a word,
+    the job left running until its lease expired."""
+    store = farm.store
+    refused = threading.Event()
+    finish_many = store.finish_many
+
+    def away_once(*args):  # the database is away for the first write (a restart), back for the next
+        if not refused.is_set():
+            refused.set()
+            raise ConnectionError("server closed the connection unexpectedly")
+        return finish_many(*args)
+
+    store.finish_many = away_once
+    machine = store.register(name="m", host="h", instance="runner-test", pid=1, version="0", capacity=1)
+    [job_id] = store.enqueue(JobSpec(executor="python", target="tests.support.pyjobs:echo"))
+    [job] = store.claim(machine, 1, 30.0)
+    runner = JobRunner(store, machine, {}, store.ask_time, lambda _job, _outcome: None)
+    runner.start()
+    try:
+        runner.submit(job)  # no executor for it here: it fails at once, and its result is to be written
+        assert refused.wait(10)
+        with caplog.at_level(logging.WARNING):
+            runner.stop()
+            del runner
+            gc.collect()
+    finally:
+        store.finish_many = finish_many
+    assert "destroyed but it is pending" not in caplog.text
+    assert store.get_job(job_id)["state"] == "failed"
+
+
+STOPPING = """
+import json, sys, time
+from pathlib import Path
+from queueprocessor.executors.command import CommandExecutor
+from queueprocessor.farm import Farm
+from queueprocessor.runner import JobRunner
+from queueprocessor.store import JobSpec
+
+url, started = sys.argv[1], Path(sys.argv[2])
+with Farm(url) as farm:
+    store = farm.store
+    machine = store.register(name="m", host="h", instance="stop-test", pid=1, version="0", capacity=3)
+    argv = ["sh", "-c", 'echo >> "$0"; exec sleep 30', str(started)]
+    store.enqueue(JobSpec(executor="command", target=json.dumps(argv)), count=3)
+    jobs = store.claim(machine, 3, 30.0)
+    runner = JobRunner(store, machine, {"command": CommandExecutor(("sh",))}, store.ask_time, lambda *_: None)
+    runner.start()
+    runner.submit_many(jobs)
+    deadline = time.monotonic() + 10
+    while (not started.exists() or len(started.read_text()) < 3) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    runner.stop_all("exit")
+    runner.stop()
+"""
+
+
+def test_a_runner_stopped_as_its_jobs_are_stopping_hands_every_one_back_and_leaves_no_task_behind(farm, db_url,
+                                                                                                      tmp_path):
+    """A stop that comes right after the jobs were told to stop (the operator's exit, a crash in the screenshot
+    script): stopping a command takes its process's end, several passes of the loop, and the loop used to close
+    under the jobs' tasks and the writer of their results ("Task was destroyed but it is pending"), leaving the
+    jobs running in the database until their leases expired."""
+    done = subprocess.run([sys.executable, "-c", STOPPING, db_url, str(tmp_path / "started")], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Task was destroyed" not in done.stderr
+    jobs = farm.list_jobs()
+    assert [(job["state"], job["owner"], job["attempts"]) for job in jobs] == [("queued", None, 0)] * 3
