@@ -547,6 +547,23 @@ def test_the_window_reads_whole_on_a_desktop_and_a_laptop_screen(farm, peers, ht
         assert (jobs.search.y() > jobs.queue.y()) is under and jobs.search.width() >= hint
 
 
+def test_the_jobs_table_shows_its_columns_without_scrolling_sideways_at_1440(farm, open_window, qtbot):
+    """1440x900, a full table: the job, its state, queue, target, error and machine are all in view, the error
+    taking the room the others leave; the attempts and times, which the selected job's details show, are hidden,
+    a right-click on the header away."""
+    farm.enqueue_http("/api/partners/sync?account=7&full=1", delay=3600, count=40)
+    window = open_window(farm.url)
+    window.resize(1440, 900)
+    window.tabs.setCurrentWidget(window.jobs)
+    view = window.jobs.table
+    qtbot.waitUntil(lambda: view.model().rowCount() == 40 and view.verticalScrollBar().isVisible(), timeout=WAIT)
+    qtbot.waitUntil(lambda: view.horizontalScrollBar().maximum() == 0, timeout=WAIT)
+    assert not view.horizontalScrollBar().isVisible()
+    assert _columns(view) == ["Job", "State", "Queue", "Target", "Error", "Machine"]
+    assert _columns(view, hidden=True)[6:] == ["Attempts", "Created", "Finished"]
+    assert view.horizontalHeader().sectionSize(7) >= 120, "the error has room to be read"
+
+
 def _columns(view, hidden=False) -> list[str]:
     """A table's column titles in the order shown (those hidden too, if asked)."""
     header = view.horizontalHeader()

@@ -170,8 +170,10 @@ class JobsView(QWidget):
         self.filters = FilterRow((self.state, self.queue), self.search)
         box.addWidget(self.filters)
         self.model = JobsModel(self)
-        self.table = table(self.model, (56, 100, 160, 70, 100, 100, 100, 160, 90), stretch=7,
-                           order=Qt.SortOrder.DescendingOrder)
+        # At 1440 wide the pane has room for six columns: the attempts and times, which the selected job's details
+        # show, are hidden (a right-click on the header away), the target is cut short, the error takes the rest.
+        self.table = table(self.model, (56, 100, 130, 70, 90, 100, 100, 120, 80), stretch=7, floor=120,
+                           order=Qt.SortOrder.DescendingOrder, hidden=(3, 5, 6))
         arrange(self.table, (0, 1, 8, 2, 7, 4, 3, 5, 6))  # the queue and error beside the job; times last
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
         box.addWidget(self.table)
