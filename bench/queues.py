@@ -2,14 +2,18 @@
 
 Every case gets a fresh database on the same throwaway PostgreSQL server and the same worker processes
 (`queueprocessor node --capacity C`), all started and idle before the backlog is written in one statement;
-the clock runs from that commit until the queue is seen empty (polled every 50 ms). Jobs are the no-op
-Python function of bench/jobs.py, so what is measured is the farm, not the work.
+the clock is the database's, from that commit to the end of the last job measured (its finished_at), and a
+case's rate counts every job that ended in between. Jobs are the no-op Python function of bench/jobs.py, so
+what is measured is the farm, not the work.
 
 - single: the backlog in one queue, `default` (today's figure, the baseline of this run);
 - queues8: the same backlog spread over q0..q7, every node serving every queue;
-- limited: the same, with q0 limited to --limit running jobs farm-wide (every claim then locks q0's row and
-  counts its running jobs). Its rate is that of the seven unlimited queues' jobs (drained while q0's wait
-  their turn: what a limited queue costs the rest of the farm); q0's own drain is printed beside it;
+- limited: the same, with q0 limited to --limit running jobs farm-wide (a claim that may start one locks q0's
+  row and counts on it). Measured until the seven unlimited queues are drained: the farm's rate (their jobs
+  and the q0 jobs that ended meanwhile), and, as `limited: q1-q7`, theirs alone (what a limited queue costs
+  the rest of the farm); q0's own drain is printed beside them;
+- paused: the same, with q0 paused until the seven others are drained (its jobs waiting ahead of theirs all
+  along: a held-back queue's jobs are gated, out of the index the others' claims walk, DESIGN 9), then resumed;
 - unordered / ordered: --keys keys x --per-key jobs, interleaved as log records arrive (k0 #0, k1 #0, ...
   k0 #1, ...), without and with order keys: each key's jobs then run one at a time, in order.
 
@@ -41,8 +45,9 @@ from sqlalchemy import text
 
 from queueprocessor.database import open_engine
 from queueprocessor.farm import Farm
+from queueprocessor.schema import jobs
 
-CASES = ("single", "queues8", "limited", "unordered", "ordered", "graphile")
+CASES = ("single", "queues8", "limited", "paused", "unordered", "ordered", "graphile")
 GRAPHILE = Path.home() / ".cache" / "queueprocessor-bench" / "graphile"
 # A Graphile Worker process: a no-op task, its logs silenced (it logs every job), "ready" once it listens.
 GRAPHILE_WORKER = """
@@ -113,59 +118,79 @@ def backlog(url: str, count: int, queues: int, keys: int) -> None:
     order keys (k0..) when `keys`, in id order k0, k1, ..., k0, k1, ..."""
     queue = "'default'" if queues == 1 else f"'q' || (g % {queues})"
     key = f"'k' || (g % {keys})" if keys else "NULL"
+    # Gated as Store.enqueue sets it (DESIGN 9), where the code measured has the flag (not before schema 6).
+    gated = ("", "") if "gated" not in jobs.c else (
+        ", gated", ", EXISTS (SELECT 1 FROM qp_queues WHERE name = {0} AND (paused OR max_running IS NOT NULL "
+                   "OR rate_count IS NOT NULL))".format(queue))
     query(url, "INSERT INTO qp_jobs (executor, target, method, state, priority, run_at, created_at, attempts, "
-               "max_attempts, fence, cancel_requested, kind, queue, order_key) "
+               f"max_attempts, fence, cancel_requested, kind, queue, order_key{gated[0]}) "
                "SELECT 'python', 'bench.jobs:noop', 'GET', 'queued', 0, extract(epoch from clock_timestamp()), "
-               f"extract(epoch from clock_timestamp()), 0, 3, 0, false, 'job', {queue}, {key} "
+               f"extract(epoch from clock_timestamp()), 0, 3, 0, false, 'job', {queue}, {key}{gated[1]} "
                f"FROM generate_series(0, :n - 1) g ORDER BY g", n=count)
 
 
 def run_case(server, case: str, processes: int, count: int, capacity: int, limit: int, keys: int,
-             patience: float) -> float:
-    """Drain the case's backlog with `processes` nodes; jobs per second."""
+             patience: float) -> dict[str, float]:
+    """Drain the case's backlog with `processes` nodes: jobs per second, by figure (the case's own, and for the
+    cases with q0 held back, also the seven other queues' alone). Timed in database time, from the backlog's
+    commit to the last measured job's end (finished_at), so the 0.2 s polls that wait for it add nothing."""
     if case == "graphile":
-        return run_graphile(server, processes, count, capacity, keys, patience)
+        return {case: run_graphile(server, processes, count, capacity, keys, patience)}
     url = fresh_database(server, "queues")
     farm = Farm(url)
     farm.settings()
     nodes = [NodeProcess(url, f"node-{i}", extra=("--capacity", str(capacity), "--allow-module", "bench.jobs"))
              for i in range(processes)]
+    held_back = case in ("limited", "paused")
     try:
         wait_for(lambda: len(farm.serving("q0")) == processes, 60, "nodes to join")
         time.sleep(2.5)  # the join delay: every node takes turns
-        if case == "limited":
+        if held_back:
             farm.enqueue_python("bench.jobs:noop", queue="q0")
-            farm.set_queue("q0", limit=limit)
-            time.sleep(1.5)  # every node has read the limit at a heartbeat
-        queues = 8 if case in ("queues8", "limited") else 1
+            if case == "limited":
+                farm.set_queue("q0", limit=limit)
+            else:
+                farm.pause_queue("q0")
+            time.sleep(1.5)  # every node has read the setting at a heartbeat
+        queues = 8 if case in ("queues8", "limited", "paused") else 1
         ordered = keys if case == "ordered" else 0
         started = time.monotonic()
         backlog(url, count, queues, ordered)
         enqueued = time.monotonic()
         with farm.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # one cheap query a poll
+            begun = float(conn.execute(text("SELECT extract(epoch from clock_timestamp())")).scalar())
             rest = text("SELECT EXISTS (SELECT 1 FROM qp_jobs WHERE state IN ('queued', 'running') AND queue <> 'q0')")
-            while case == "limited" and conn.execute(rest).scalar():
-                time.sleep(0.05)
-            done = time.monotonic()
+            while held_back and conn.execute(rest).scalar():
+                time.sleep(0.2)
+            if case == "paused":
+                farm.resume_queue("q0")
             left = text("SELECT EXISTS (SELECT 1 FROM qp_jobs WHERE state IN ('queued', 'running'))")
             while conn.execute(left).scalar():
-                time.sleep(0.05)
-        if case != "limited":
-            done = time.monotonic()
-        limited = time.monotonic() - enqueued
+                time.sleep(0.2)
         failed = query(url, "SELECT count(*) FROM qp_jobs WHERE state <> 'succeeded'")[0][0]
         if failed:
             raise RuntimeError(f"{case}: {failed} jobs did not succeed")
+        others = "queue <> 'q0'" if held_back else "true"
+        [(ended, last, within, measured)] = query(
+            url, f"SELECT max(finished_at) FILTER (WHERE {others}), max(finished_at), "
+                 f"count(*) FILTER (WHERE finished_at <= (SELECT max(finished_at) FROM qp_jobs WHERE {others})), "
+                 f"count(*) FILTER (WHERE {others}) FROM qp_jobs WHERE finished_at > :begun", begun=begun)
     finally:
         stop_all(nodes)
         farm.close()
     query(server.url, f'DROP DATABASE "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
-    measured = count - count // 8 if case == "limited" else count
-    rate = measured / (done - enqueued)
-    tail = f"; q0, limited to {limit}, drained after {limited:.2f} s" if case == "limited" else ""
-    print(f"  {case:10} x{processes}: {rate:8.0f} jobs/s (write {enqueued - started:.2f} s, "
-          f"drain {done - enqueued:.2f} s{tail})", flush=True)
-    return rate
+    drain = ended - begun
+    rates = {case: within / drain}
+    tail = ""
+    if case == "limited":
+        rates["limited: q1-q7"] = measured / drain
+        tail = (f"; q1-q7 alone {measured / drain:.0f} jobs/s; q0 limited to {limit}: {within - measured} of its "
+                f"jobs ended meanwhile, all after {last - begun:.2f} s")
+    elif case == "paused":
+        tail = f"; q0 resumed then, drained after {last - begun:.2f} s"
+    print(f"  {case:10} x{processes}: {within / drain:8.0f} jobs/s, every job that ended in the drain (write "
+          f"{enqueued - started:.2f} s, drain {drain:.2f} s{tail})", flush=True)
+    return rates
 
 
 def rotated(cases: list[str], round_number: int) -> list[str]:
@@ -218,18 +243,20 @@ def main() -> None:
     print(f"{count} no-op jobs, capacity {args.capacity} per node, q0 limit {args.limit}, {keys} keys x "
           f"{args.per_key}, {args.rounds} round(s); {load_average()}", flush=True)
     server = start_postgres()
-    rates = {}
+    rates, figures = {}, {}  # figures: the cases' figures, in the order first seen
     try:
         for r in range(args.rounds):
             print(f"round {r + 1}: {load_average()}", flush=True)
             for n in processes:
                 for case in rotated(cases, r):
-                    rates[case, n, r] = run_case(server, case, n, count, args.capacity, args.limit, keys,
-                                                 args.patience)
+                    for figure, rate in run_case(server, case, n, count, args.capacity, args.limit, keys,
+                                                 args.patience).items():
+                        rates[figure, n, r] = rate
+                        figures.setdefault(figure, None)
     finally:
         server.stop()
     print_table(["case", *(f"jobs/s x{n}: median (min-max); ratio median (min-max)" for n in processes)],
-                summary(rates, cases, processes, args.rounds))
+                summary(rates, [f for c in cases for f in figures if f.split(":")[0] == c], processes, args.rounds))
     print(load_average())
 
 

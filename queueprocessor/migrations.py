@@ -11,18 +11,21 @@ from sqlalchemy.schema import CreateColumn
 from sqlalchemy.engine import Connection, Engine
 
 from . import schema
-from .statements import recount_statement
+from .statements import recount_statement, regate_statements
 
-# What step 1 to 2 needs of version 1's qp_jobs, apart from the current tables (an index made on them would join
+# What steps 1 to 2 and 5 to 6 need of an older qp_jobs, apart from the current tables (an index made on them would join
 # the current schema).
 _VERSION_1_JOBS = Table("qp_jobs", MetaData(), Column("state", String(16)))
+# The claim's index of versions 2 to 5, which held every queued job.
+QUEUED_BEFORE_6 = DDL("CREATE INDEX ix_qp_jobs_queued ON qp_jobs (priority DESC, run_at, id) WHERE state = 'queued'")
 
 
 def _index_queued_jobs_only(conn: Connection) -> None:
     """1 to 2: the claim's index holds queued jobs only, so a claim and a finish add no entry to it, and
     failed or cancelled jobs get one of their own for look-ups by state (it held every job before)."""
+    conn.execute(QUEUED_BEFORE_6)
     for index in schema.jobs.indexes:
-        if index.name in ("ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"):
+        if index.name == "ix_qp_jobs_ended_badly":
             index.create(conn, checkfirst=True)
     Index("ix_qp_jobs_queue", _VERSION_1_JOBS.c.state).drop(conn, checkfirst=True)
 
@@ -67,8 +70,22 @@ def _running_counts(conn: Connection) -> None:
     conn.execute(recount_statement())
 
 
+def _gated_jobs(conn: Connection) -> None:
+    """5 to 6: the queued jobs of held-back queues (paused, limited, rated) are gated (DESIGN 9) and kept in an
+    index of their own, out of the claim's main index, which is made again with its new condition. A node of
+    version 5 still running enqueues jobs ungated (the column's default): the next housekeeping pass sets their
+    flags (QueueStore.recount); until then a held-back queue's new jobs wait, and its limit and rate still hold."""
+    _add_column(conn, schema.jobs.c.gated)
+    Index("ix_qp_jobs_queued", _VERSION_1_JOBS.c.state).drop(conn)
+    for index in schema.jobs.indexes:
+        if index.name in ("ix_qp_jobs_queued", "ix_qp_jobs_gated"):
+            index.create(conn)
+    for statement in regate_statements():
+        conn.execute(statement)
+
+
 # The step that upgrades a database from each version to the next.
-STEPS = {1: _index_queued_jobs_only, 2: _named_queues, 3: _heartbeat_reads, 4: _running_counts}
+STEPS = {1: _index_queued_jobs_only, 2: _named_queues, 3: _heartbeat_reads, 4: _running_counts, 5: _gated_jobs}
 
 
 def upgrade(engine: Engine) -> int | None:

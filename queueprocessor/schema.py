@@ -20,14 +20,16 @@ from sqlalchemy import (
     TypeDecorator,
     bindparam,
     event,
+    false,
     literal_column,
+    true,
 )
 from sqlalchemy.sql import ColumnElement, operators
 
 from .queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from .states import CHECKING_IN, JobState, Kind, MachineState, Outcome
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 metadata = MetaData()
 
@@ -188,6 +190,9 @@ jobs = Table(
     Column("queue", String(MAX_NAME), nullable=False, default=DEFAULT, server_default=DEFAULT),
     # Jobs of one order key in one queue run one at a time, oldest first (see statements.claim_statement).
     Column("order_key", String(MAX_ORDER_KEY), nullable=True),
+    # Its queue holds its jobs back (paused, or a farm-wide limit or rate; see statements.gated_now): kept out of
+    # the index every other claim walks, so a held-back queue's backlog is never in that walk's way.
+    Column("gated", Boolean, nullable=False, default=False, server_default=false()),
 )
 # A claim and a finish change a job's state, so no update is HOT: each new row version enters every index
 # whose condition it meets. So all but the primary key are partial, each the size of what it serves: the
@@ -195,7 +200,11 @@ jobs = Table(
 # that failed or were cancelled, for the app's look-ups by state (a succeeded job enters none); keys, for the
 # jobs that have one; and the singletons (the app lists them every poll).
 QUEUED = jobs.c.state == JobState.QUEUED
-partial("ix_qp_jobs_queued", jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id, where=QUEUED)
+partial("ix_qp_jobs_queued", jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id, where=QUEUED & (jobs.c.gated == false()))
+# The queued jobs of held-back queues, by queue: each such queue's claim branch, and the turn's look for its due
+# jobs, read its own jobs only (DESIGN 9).
+partial("ix_qp_jobs_gated", jobs.c.queue, jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id,
+        where=QUEUED & (jobs.c.gated == true()))
 ENDED_BADLY = jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED))
 partial("ix_qp_jobs_ended_badly", jobs.c.state, jobs.c.id, where=ENDED_BADLY)
 partial("ix_qp_jobs_lease", jobs.c.lease_until, where=jobs.c.state == JobState.RUNNING)

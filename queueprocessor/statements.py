@@ -49,6 +49,37 @@ def _guarded(q):
     return or_(q.c.max_running.isnot(None), q.c.rate_count.isnot(None))
 
 
+def _holds_back(q):
+    """Queue row `q` keeps its jobs from the claim's main branch: it is paused, or guarded (see _guarded)."""
+    return or_(q.c.paused, _guarded(q))
+
+
+def gated_now(queue):
+    """Whether a job of `queue` (a column or a value) is gated now: its queue's row holds its jobs back (see
+    _holds_back). Every statement that makes a job queued from outside running sets it so (an enqueue, a retry);
+    a change of the row sets it again for the queue's unfinished jobs (QueueStore.put, regate_statements)."""
+    g = queues.alias("gq")
+    return case((exists(select(g.c.name).where(g.c.name == queue, _holds_back(g))), true()), else_=false())
+
+
+@functools.lru_cache(maxsize=None)
+def regate_statements(one: bool = False) -> tuple:
+    """The updates that set the gated flag of every queued or running job (with `one`, of queue `b_queue` only)
+    to what its queue's row says now: queued jobs to gate, each walking the index it is in (when no queue holds
+    its jobs back, the first reads nothing), queued jobs to let go, and running jobs, which keep their flag for
+    when they are queued again (a retry, a lost lease)."""
+    which = [jobs.c.queue == bindparam("b_queue", type_=String)] if one else []
+    q = queues.alias("rq")
+    holding = select(q.c.name).where(_holds_back(q))
+    queued, running = jobs.c.state == JobState.QUEUED, jobs.c.state == JobState.RUNNING
+    return (
+        update(jobs).where(queued, jobs.c.gated == false(), jobs.c.queue.in_(holding), *which).values(gated=true()),
+        update(jobs).where(queued, jobs.c.gated == true(), jobs.c.queue.notin_(holding), *which).values(gated=false()),
+        update(jobs).where(running, jobs.c.gated != gated_now(jobs.c.queue), *which)
+        .values(gated=gated_now(jobs.c.queue)),
+    )
+
+
 def _cut(dialect: str, q, mine):
     """`mine` cut to the room guarded queue row `q` gives: its free places under the limit, its bucket's whole
     tokens. (SQLAlchemy gives SQLite a floor() of its own, in Python, that fails on NULL: hence the CASE.)"""
@@ -115,7 +146,7 @@ def _held(dialect: str):
             .where(among(dialect, h.c.name, "b_guard"), h.c.paused == false(),
                    or_(h.c.max_running.is_(None), h.c.running < h.c.max_running),
                    or_(h.c.rate_count.is_(None), bucket(dialect, h) >= 1),
-                   exists(select(g.c.id).where(g.c.queue == h.c.name, due(g))))
+                   exists(select(g.c.id).where(g.c.gated == true(), g.c.queue == h.c.name, due(g))))
             .order_by(h.c.name).with_for_update().cte("held"))
 
 
@@ -183,7 +214,7 @@ def guarded_due(dialect: str):
     next in line for its key and not paused? If so, the turn claims nothing and the node makes one locked claim
     of every queue, so the queues' jobs are taken in one order of priority."""
     g = jobs.alias("g")
-    return exists(select(g.c.id).where(due(g), among(dialect, g.c.queue, "b_guarded"), unpaused(g)))
+    return exists(select(g.c.id).where(g.c.gated == true(), due(g), among(dialect, g.c.queue, "b_guarded"), unpaused(g)))
 
 
 def elsewhere_due(dialect: str):
@@ -192,8 +223,8 @@ def elsewhere_due(dialect: str):
     the turn is flagged as a backlog, so a machine that serves it claims at once."""
     e = jobs.alias("e")
     theirs = or_(bindparam("b_any_other", type_=Boolean), among(dialect, e.c.queue, "b_elsewhere"))
-    return exists(select(e.c.id).where(due(e, horizon=False), theirs, ~among(dialect, e.c.queue, "b_served"),
-                                       unpaused(e)))
+    return exists(select(e.c.id).where(e.c.gated == false(), due(e, horizon=False), theirs,
+                                       ~among(dialect, e.c.queue, "b_served"), unpaused(e)))
 
 
 def looks(dialect: str, guarded: bool, elsewhere: bool, room_left=None) -> list:
@@ -241,7 +272,7 @@ def looks_statement(dialect: str, guarded: bool, elsewhere: bool):
 
 @functools.lru_cache(maxsize=None)
 def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | None, turn: bool = False,
-                    served: bool = False, branches: int = 0, guarded: bool = False, elsewhere: bool = False,
+                    served: bool = False, branches: tuple[bool, ...] = (), guarded: bool = False, elsewhere: bool = False,
                     ends: bool = False):
     """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
 
@@ -258,7 +289,8 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
 
     Queues (DESIGN 7): with `served`, only jobs of the queues in `b_served`; never a queued job of a paused
     queue, nor of a queue with a farm-wide limit or rate except through one of the `branches`: branch i takes
-    queue `b_q{i}`'s jobs on their own, at most as many as _room allows. On PostgreSQL the statement locks the
+    queue `b_q{i}`'s jobs on their own, at most as many as _room allows, from the gated jobs' index when
+    `branches[i]` (the queue is guarded, so its jobs are gated) and else from the main one. On PostgreSQL the statement locks the
     rows of those guarded queues (`b_guard`) itself and counts what it started on them (_held, _counted). A
     queued job of an order key must be next in line (in_order).
     """
@@ -296,12 +328,16 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
 
     mine = among(dialect, j.c.queue, "b_served") if served else true()
     q = queues.alias("q")
-    held_back = select(q.c.name).where(or_(q.c.paused, _guarded(q)))
-    alone = [bindparam(f"b_q{i}", type_=String) for i in range(branches)]
+    held_back = select(q.c.name).where(_holds_back(q))
+    alone = [bindparam(f"b_q{i}", type_=String) for i in range(len(branches))]
     held = _held(dialect) if dialect == "postgresql" and branches else None
     waiting = due(j)
-    picks = [best(and_(waiting, mine, j.c.queue.notin_(held_back), *([j.c.queue.notin_(alone)] if alone else [])))]
-    picks += [best(and_(waiting, j.c.queue == alone[i]), _room(dialect, i, limit, held)) for i in range(branches)]
+    # The main branch reads the index of ungated jobs (a gated one's queue holds it back); it still checks the
+    # queue's row, for the moment between a row's change and the flags it sets (QueueStore.put).
+    picks = [best(and_(waiting, j.c.gated == false(), mine, j.c.queue.notin_(held_back),
+                       *([j.c.queue.notin_(alone)] if alone else [])))]
+    picks += [best(and_(waiting, j.c.gated == (true() if locked else false()), j.c.queue == alone[i]),
+                   _room(dialect, i, limit, held)) for i, locked in enumerate(branches)]
     if take_expired:
         picks.append(best(and_(j.c.state == JobState.RUNNING, expired(j), mine, unpaused(j))))
     either = union_all(*(select(p) for p in picks)).subquery() if len(picks) > 1 else picks[0]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from sqlalchemy import (String, Text, and_, bindparam, delete, exc, func, insert, literal, null, or_, select,
+from sqlalchemy import (String, Text, and_, bindparam, delete, exc, false, func, insert, literal, null, or_, select,
                         union_all, update)
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import Select
@@ -29,7 +29,7 @@ from .errors import DuplicateKey, LostLease, NotFound, QPError, echoed
 from .queues import DEFAULT, Served
 from .schema import Id, jobs, machines, meta, queues, runs, turns
 from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
-from .statements import (LOST, claim_statement, finish_statement, freed_statement, looks_statement,
+from .statements import (LOST, claim_statement, finish_statement, freed_statement, gated_now, looks_statement,
                          renew_statement, taken_statement, turn_statement, unpaused)
 from .store_roster import bump_roster, checkin_statement, newest_backlog
 
@@ -114,6 +114,11 @@ class Plan:
 
     served: tuple[str, ...] = ()
     alone: tuple[tuple[str, int, bool], ...] = ()
+
+    @property
+    def branches(self) -> tuple[bool, ...]:
+        """Per branch of its own, whether its queue is guarded (see statements.claim_statement)."""
+        return tuple(locked for _name, _room, locked in self.alone)
 
     @property
     def locks(self) -> tuple[str, ...]:
@@ -534,7 +539,8 @@ class Store:
     def enqueue(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> list[int]:
         """Insert `count` copies of a job, due after `delay` seconds or at epoch `at` (database time)."""
         run_at = literal(at) if at is not None else db_now() + delay
-        statement = insert(jobs).values(created_at=db_now(), run_at=run_at).returning(jobs.c.id)
+        gated = gated_now(literal(spec.queue, String))
+        statement = insert(jobs).values(created_at=db_now(), run_at=run_at, gated=gated).returning(jobs.c.id)
         row = dict(
             executor=spec.executor, target=spec.target, method=spec.method, payload=spec.payload,
             priority=spec.priority, max_attempts=spec.max_attempts, timeout=spec.timeout, key=spec.key,
@@ -549,10 +555,10 @@ class Store:
                     return [r[0] for r in conn.execute(statement, [row] * count).all()]
                 # The copies made by the database, in one statement: no rows sent, none converted one by one.
                 copies = select(*(literal(value, jobs.c[name].type).label(name) for name, value in row.items()),
-                                db_now().label("created_at"), run_at.label("run_at")
+                                db_now().label("created_at"), run_at.label("run_at"), gated.label("gated")
                                 ).select_from(func.generate_series(1, count))
-                return [r[0] for r in conn.execute(insert(jobs).from_select([*row, "created_at", "run_at"], copies)
-                                                   .returning(jobs.c.id)).all()]
+                made = insert(jobs).from_select([*row, "created_at", "run_at", "gated"], copies).returning(jobs.c.id)
+                return [r[0] for r in conn.execute(made).all()]
         except exc.IntegrityError:
             raise DuplicateKey(spec.key) from None
 
@@ -577,7 +583,7 @@ class Store:
             params["b_before"] = expired_before
         statement = claim_statement(self.dialect, take_expired, expired_before is not None,
                                     limit if self.dialect == "mssql" else None, served=bool(plan.served),
-                                    branches=len(plan.alone))
+                                    branches=plan.branches)
         if self.dialect == "postgresql":  # the claim statement ends the lost runs and counts what it took itself
             return _most_urgent_first(Claimed(*row) for row in self._hot(statement, params))
         with self.engine.begin() as conn:  # a take-over and the lost run's row are written together, or neither is
@@ -618,7 +624,7 @@ class Store:
         if expired_before is not None:
             params["b_before"] = expired_before
         statement = claim_statement(self.dialect, take_expired, expired_before is not None, None, turn=True,
-                                    served=bool(plan.served), branches=len(plan.alone), guarded=bool(looks.guarded),
+                                    served=bool(plan.served), branches=plan.branches, guarded=bool(looks.guarded),
                                     elsewhere=looks.elsewhere is not None, ends=ends is not None)
         rows = self._hot(statement, params)
         won, guarded_due, elsewhere_due = rows[0][:3]
@@ -676,9 +682,11 @@ class Store:
                    .values(started_at=db_now()))
 
     def any_due(self, among: tuple[str, ...] = (), besides: tuple[str, ...] = ()) -> bool:
-        """Is any queued job due in a queue that is not paused, one of `among` (() for any) and none of `besides`?
+        """Is any queued job due that a claim's main branch takes: in a queue that is not held back (paused, or
+        limited or rated farm-wide: those are claimed apart), one of `among` (() for any) and none of `besides`?
         (Cheap: it stops at the first, where a count reads the whole backlog.)"""
-        due = select(jobs.c.id).where(jobs.c.state == JobState.QUEUED, jobs.c.run_at <= db_now(), unpaused(jobs))
+        due = select(jobs.c.id).where(jobs.c.state == JobState.QUEUED, jobs.c.gated == false(),
+                                      jobs.c.run_at <= db_now(), unpaused(jobs))
         if among:
             due = due.where(jobs.c.queue.in_(among))
         if besides:
@@ -813,7 +821,7 @@ class Store:
             update(jobs)
             .where(jobs.c.id == job_id, jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED)))
             .values(state=JobState.QUEUED, run_at=db_now(), owner=None, finished_at=None, cancel_requested=False,
-                    max_attempts=jobs.c.attempts + 1)
+                    max_attempts=jobs.c.attempts + 1, gated=gated_now(jobs.c.queue))
         )
         if count != 1:
             state = self.rows(select(jobs.c.state).where(jobs.c.id == job_id))

@@ -1,14 +1,28 @@
 """The statements of named queues that operators and dashboards run (DESIGN 7): their settings rows in
 qp_queues, and what waits and runs in each. The claim's own queue guards are in statements.py."""
 
-from sqlalchemy import case, exc, func, insert, select, update
+import time
+
+from sqlalchemy import case, exc, func, insert, select, text, update
 
 from .dbtime import db_now
 from .queues import DEFAULT, OnFailure, QueueInfo, Rate, served_names, serving_machines
 from .schema import jobs, machines, queues
 from .states import JobState
-from .statements import recount_statement
+from .statements import recount_statement, regate_statements
 from .store import Store
+
+
+# The settings that hold a queue's jobs back (see statements.gated_now): a change of one sets their flags again.
+HOLDING = frozenset({"paused", "max_running", "rate_count"})
+# How long a change of those waits for older transactions before it sets the flags (see QueueStore._regate).
+PATIENCE = 5.0
+
+# PostgreSQL: is a transaction of another client of this database older than `b_since` (database time) still
+# open? (pg_stat_activity shows another role's sessions without their times: those are not waited for.)
+_OLDER_OPEN = text("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+                   "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
+                   "AND xact_start < to_timestamp(:b_since))")
 
 
 class QueueStore:
@@ -49,6 +63,24 @@ class QueueStore:
             self._write(name, values)
         except exc.IntegrityError:  # made by another operator meanwhile: ours is the later change
             self._write(name, values)
+        if HOLDING & values.keys():
+            self._regate(name)
+
+    def _regate(self, name: str) -> None:
+        """Set the gated flag of queue `name`'s unfinished jobs to what its row says now (statements.gated_now).
+        An enqueue that read the row before our change may not have committed yet, and its job would miss this
+        update: on PostgreSQL we first wait, as CREATE INDEX CONCURRENTLY does, for every transaction that began
+        before the change to end, for at most PATIENCE seconds (a job that still slips through, by a client
+        holding a transaction open that long, is set right by the next housekeeping pass: recount). On SQLite
+        a write waits for the one before it; on SQL Server the update waits for the rows others are inserting."""
+        if self.store.dialect == "postgresql":
+            since = self.store.ask_time()
+            deadline = time.monotonic() + PATIENCE
+            while self.store.rows(_OLDER_OPEN, dict(b_since=since))[0][0] and time.monotonic() < deadline:
+                time.sleep(0.01)
+        with self.store.engine.begin() as conn:
+            for statement in regate_statements(one=True):
+                conn.execute(statement, dict(b_queue=name))
 
     def _write(self, name: str, values: dict) -> None:
         with self.store.engine.begin() as conn:
@@ -61,11 +93,15 @@ class QueueStore:
         """Count every limited queue's running jobs afresh (housekeeping), under their rows' lock, taken in name
         order as claims take it: a count that went wrong is repaired. Every statement that moves a limited
         queue's job into or out of running moves its count in the same transaction, so none should; but a
-        claim planned just before a limit was set, or a node of an older version, starts jobs uncounted."""
+        claim planned just before a limit was set, or a node of an older version, starts jobs uncounted.
+        Gated flags are set right too, for a job that slipped past its queue's change (see _regate)."""
         with self.store.engine.begin() as conn:
             conn.execute(select(queues.c.name).where(queues.c.max_running.isnot(None)).order_by(queues.c.name)
                          .with_for_update())
             conn.execute(recount_statement())
+        with self.store.engine.begin() as conn:
+            for statement in regate_statements():
+                conn.execute(statement)
 
 
 def queue_infos(store: Store, live: list[dict], only: str | None = None) -> list[QueueInfo]:

@@ -15,12 +15,13 @@ import importlib
 import logging
 from dataclasses import dataclass
 
-from sqlalchemy import and_, delete, exc, false, func, insert, select, update
+from sqlalchemy import String, and_, delete, exc, false, func, insert, literal, select, update
 
 from .dbtime import db_now
 from .errors import InvalidJob, NotFound, echoed
 from .schedules import Recurrence, check_name, check_policy, plan
 from .schema import jobs, schedules
+from .statements import gated_now
 from .states import JobState, Kind
 from .store import JobSpec, Store
 
@@ -165,7 +166,7 @@ class ScheduleStore:
                          state=JobState.QUEUED, attempts=0, fence=0, cancel_requested=False, run_at=t)
                     for t in occurrences]
             if rows:
-                self._insert_new(conn, rows)
+                self._insert_new(conn, rows, schedule["queue"])
         return True
 
     def _halt(self, schedule: dict, error: Exception) -> None:
@@ -186,17 +187,18 @@ class ScheduleStore:
                 last_error=reason))
         log.warning("%s", reason)
 
-    def _insert_new(self, conn, rows: list[dict]) -> None:
-        """Insert jobs, leaving out any whose key already exists (an occurrence made before)."""
+    def _insert_new(self, conn, rows: list[dict], queue: str) -> None:
+        """Insert jobs of `queue`, leaving out any whose key already exists (an occurrence made before)."""
         dialect = self.store.dialect
+        made = dict(created_at=db_now(), gated=gated_now(literal(queue, String)))
         if dialect in ("postgresql", "sqlite"):  # each has its own INSERT ... ON CONFLICT, loaded only here
             module = importlib.import_module(f"sqlalchemy.dialects.{dialect}")
-            conn.execute(module.insert(jobs).values(created_at=db_now()).on_conflict_do_nothing(), rows)
+            conn.execute(module.insert(jobs).values(**made).on_conflict_do_nothing(), rows)
             return
         for row in rows:
             try:
                 with conn.begin_nested():
-                    conn.execute(insert(jobs).values(created_at=db_now(), **row))
+                    conn.execute(insert(jobs).values(**made, **row))
             except exc.IntegrityError:
                 pass
 

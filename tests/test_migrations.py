@@ -2,15 +2,17 @@
 
 import threading
 
-from sqlalchemy import inspect, select, text, update
+from sqlalchemy import func, insert, inspect, select, text, update
 
 from queueprocessor import schema
 from queueprocessor.database import open_engine
 from queueprocessor.farm import Farm
+from queueprocessor.migrations import QUEUED_BEFORE_6
 from queueprocessor.store import JobSpec, Plan
 from queueprocessor.store_roster import RosterStore
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
+CURRENT = str(schema.SCHEMA_VERSION)
 
 
 def drop_column(conn, table: str, column: str) -> None:
@@ -21,16 +23,38 @@ def drop_column(conn, table: str, column: str) -> None:
     conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
 
 
+def set_version(conn, version: int) -> None:
+    conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value=str(version)))
+
+
+def make_version_5(url: str) -> None:
+    """A farm database as schema version 5 left it (as this version made it, whatever is in it already): no gated
+    flag on jobs, and the claim's index holding every queued job."""
+    Farm(url).close()
+    engine = open_engine(url)
+    on = " ON qp_jobs" if engine.dialect.name == "mssql" else ""
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP INDEX ix_qp_jobs_gated{on}"))
+            conn.execute(text(f"DROP INDEX ix_qp_jobs_queued{on}"))
+            conn.execute(QUEUED_BEFORE_6)
+            drop_column(conn, "qp_jobs", "gated")
+            set_version(conn, 5)
+    finally:
+        engine.dispose()
+
+
 def make_version_4(url: str) -> int:
-    """A farm database as schema version 4 left it (as this version made it, whatever is in it already): queue
-    rows without their running count; with one job waiting in it. The id of that job."""
+    """A farm database as schema version 4 left it: queue rows without their running count; with one job
+    waiting in it. The id of that job."""
     with Farm(url) as farm:
         waiting = farm.store.enqueue(JOB)[0]
+    make_version_5(url)
     engine = open_engine(url)
     try:
         with engine.begin() as conn:
             drop_column(conn, "qp_queues", "running")
-            conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="4"))
+            set_version(conn, 4)
     finally:
         engine.dispose()
     return waiting
@@ -49,7 +73,7 @@ def make_version_3(url: str) -> int:
             if dialect == "postgresql":
                 conn.execute(text("ALTER TABLE qp_machines RESET (fillfactor)"))
             conn.execute(text("DROP TABLE qp_roster"))
-            conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="3"))
+            set_version(conn, 3)
     finally:
         engine.dispose()
     return waiting
@@ -70,7 +94,7 @@ def make_version_2(url: str) -> int:
                                   ("qp_schedules", "order_key"), ("qp_machines", "queues")):
                 drop_column(conn, table, column)
             conn.execute(text("DROP TABLE qp_queues"))
-            conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="2"))
+            set_version(conn, 2)
     finally:
         engine.dispose()
     return waiting
@@ -87,7 +111,7 @@ def make_version_1(url: str) -> int:
             conn.execute(text(f"DROP INDEX ix_qp_jobs_queued{on}"))
             conn.execute(text(f"DROP INDEX ix_qp_jobs_ended_badly{on}"))
             conn.execute(text("CREATE INDEX ix_qp_jobs_queue ON qp_jobs (state, priority DESC, run_at, id)"))
-            conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="1"))
+            set_version(conn, 1)
     finally:
         engine.dispose()
     return waiting
@@ -103,7 +127,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == str(schema.SCHEMA_VERSION) == "5"
+        assert version == CURRENT == "6"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -139,7 +163,7 @@ def test_nodes_starting_together_upgrade_once(db_url):
     assert errors == []
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-    assert version == "5" and "ix_qp_jobs_queue" not in indexes and "ix_qp_jobs_queued" in indexes
+    assert version == CURRENT and "ix_qp_jobs_queue" not in indexes and "ix_qp_jobs_queued" in indexes
 
 
 def test_a_version_2_database_gets_named_queues_in_place(db_url):
@@ -147,7 +171,7 @@ def test_a_version_2_database_gets_named_queues_in_place(db_url):
     waiting = make_version_2(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == "5" and {"ix_qp_jobs_order", "ux_qp_jobs_order_running"} <= indexes
+        assert version == CURRENT and {"ix_qp_jobs_order", "ux_qp_jobs_order_running"} <= indexes
         assert farm.store.get_job(waiting)["queue"] == "default"
         ordered = farm.store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports", order_key="k"), count=2)
         me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4,
@@ -171,7 +195,7 @@ def test_a_version_3_database_gets_the_roster_version_and_the_heartbeat_indexes_
             indexes = {index["name"] for index in inspect(conn).get_indexes("qp_machines")}
             fill = conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'qp_machines'")).scalar() \
                 if farm.engine.dialect.name == "postgresql" else None
-        assert version == "5" and {"ix_qp_machines_seen", "ix_qp_machines_wished"} <= indexes
+        assert version == CURRENT and {"ix_qp_machines_seen", "ix_qp_machines_wished"} <= indexes
         assert fill in (None, [f"fillfactor={schema.MACHINES_FILL}"])
         assert farm.engine.dialect.name != "postgresql" or fill is not None
         peers = RosterStore(farm.store)
@@ -193,5 +217,40 @@ def test_a_version_4_database_counts_the_running_jobs_of_its_limited_queues_in_p
     with Farm(db_url) as farm:
         version, _ = shape(farm)
         running = farm.store.rows(select(schema.queues.c.running).where(schema.queues.c.name == "reports"))
-        assert version == "5" and running == [(2,)]
+        assert version == CURRENT and running == [(2,)]
         assert len(farm.store.claim(me, 4, 30.0, plan=guarded)) == 1
+
+
+def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db_url):
+    """Version 5 to 6: the waiting jobs of a paused queue and of a limited one are gated as the node starts, so the
+    main claim passes them by and each is claimed through its own queue's branch: the limited queue's within its
+    limit, the paused queue's once it is resumed. Jobs of other queues are not gated."""
+    with Farm(db_url) as farm:
+        plain = farm.store.enqueue(JOB, count=2)
+        farm.store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports"), count=3)
+        farm.store.enqueue(JobSpec("python", "bench.jobs:noop", queue="mail"), count=2)
+    make_version_5(db_url)
+    with Farm(db_url) as farm:
+        farm.set_queue("reports", limit=2)  # pause and limit as a version 5 farm left them: rows only
+    make_version_5(db_url)
+    engine = open_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(update(schema.queues).where(schema.queues.c.name == "reports").values(running=0))
+            conn.execute(insert(schema.queues).values(name="mail", paused=True, changed_at=0))
+    finally:
+        engine.dispose()
+    with Farm(db_url) as farm:
+        version, indexes = shape(farm)
+        assert version == CURRENT and {"ix_qp_jobs_queued", "ix_qp_jobs_gated"} <= indexes
+        gated = dict(farm.store.rows(select(schema.jobs.c.queue, func.bool_and(schema.jobs.c.gated)
+                                            if farm.engine.dialect.name == "postgresql" else
+                                            func.min(schema.jobs.c.gated)).group_by(schema.jobs.c.queue)))
+        assert {queue: bool(flag) for queue, flag in gated.items()} == {"default": False, "reports": True,
+                                                                        "mail": True}
+        me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
+        assert sorted(c.id for c in farm.store.claim(me, 8, 30.0)) == plain
+        guarded = Plan(alone=(("reports", 8, True),))
+        assert [c.queue for c in farm.store.claim(me, 8, 30.0, plan=guarded)] == ["reports", "reports"]
+        farm.resume_queue("mail")
+        assert [c.queue for c in farm.store.claim(me, 8, 30.0)] == ["mail", "mail"]

@@ -15,7 +15,7 @@ from queueprocessor.farm import Farm
 from queueprocessor.queues import OnFailure, QueueInfo, Rate, Served
 from queueprocessor.schema import jobs
 from queueprocessor.statements import (claim_statement, freed_statement, looks_statement, recount_statement,
-                                      taken_statement, turn_statement)
+                                      regate_statements, taken_statement, turn_statement)
 from queueprocessor.roster import slot_of
 from queueprocessor.store import JobSpec, Looks, Plan, Turn
 from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
@@ -198,13 +198,19 @@ def test_a_paused_queue_is_applied_by_running_nodes_and_resumed(farm, http_targe
         nodes.stop_all()
 
 
-@pytest.mark.parametrize("served, branches", [(True, 0), (False, 2), (True, 1)])
+@pytest.mark.parametrize("served, branches", [(True, ()), (False, (True, False)), (True, (True,))])
 def test_the_queue_guards_compile_for_sql_server_2017(served, branches):
     """No SQL Server runs here: the claim's queue shapes, the bucket's spending and the turn's looks compile to
-    T-SQL without LEAST and GREATEST (SQL Server 2022 only): CASE instead, and no sub-select in OUTPUT."""
+    T-SQL without LEAST and GREATEST (SQL Server 2022 only): CASE instead, and no sub-select in OUTPUT; the
+    gated flags are bits, set and compared as 1 and 0."""
     dialect = pyodbc.dialect()
     claim = str(claim_statement("mssql", True, True, 4, served=served, branches=branches).compile(dialect=dialect))
-    assert claim.startswith("UPDATE qp_jobs SET") and claim.count("WITH (UPDLOCK, ROWLOCK, READPAST)") == 2 + branches
+    assert claim.startswith("UPDATE qp_jobs SET") and claim.count("WITH (UPDLOCK, ROWLOCK, READPAST)") == 2 + len(
+        branches)
+    assert claim.count("j.gated = 1") == branches.count(True) and claim.count("j.gated = 0") == 1 + branches.count(
+        False)
+    for regate in regate_statements():
+        assert "gated=" in str(regate.compile(dialect=dialect)).replace(" ", "")
     assert ("qp_jobs.queue IN" in claim or "j.queue IN" in claim) == served
     spend = str(taken_statement("mssql").compile(dialect=dialect))
     assert "UPDATE qp_queues SET running" in spend and "tokens=" in spend
@@ -212,7 +218,7 @@ def test_the_queue_guards_compile_for_sql_server_2017(served, branches):
         assert str(other.compile(dialect=dialect)).startswith("UPDATE qp_queues SET running")
     for sql in (claim, spend):
         assert "least(" not in sql.lower() and "greatest(" not in sql.lower()
-    assert claim.count("CASE WHEN") >= 3 * branches  # the room: at most mine, the limit's, the tokens', and >= 0
+    assert claim.count("CASE WHEN") >= 3 * len(branches)  # the room: at most mine, the limit's, the tokens', and >= 0
     turn = str(turn_statement("mssql", True, True, True).compile(dialect=dialect))
     assert turn.startswith("INSERT INTO qp_turns") and "OUTPUT" not in turn and "EXISTS" not in turn
     assert turn.endswith("< :b_ends")  # only while its slot lasts
