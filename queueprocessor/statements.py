@@ -214,7 +214,8 @@ def guarded_due(dialect: str):
     next in line for its key and not paused? If so, the turn claims nothing and the node makes one locked claim
     of every queue, so the queues' jobs are taken in one order of priority."""
     g = jobs.alias("g")
-    return exists(select(g.c.id).where(g.c.gated == true(), due(g), among(dialect, g.c.queue, "b_guarded"), unpaused(g)))
+    return exists(select(g.c.id).where(g.c.gated == true(), due(g), among(dialect, g.c.queue, "b_guarded"),
+                                       unpaused(g)))
 
 
 def elsewhere_due(dialect: str):
@@ -272,12 +273,12 @@ def looks_statement(dialect: str, guarded: bool, elsewhere: bool):
 
 @functools.lru_cache(maxsize=None)
 def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | None, turn: bool = False,
-                    served: bool = False, branches: tuple[bool, ...] = (), guarded: bool = False, elsewhere: bool = False,
-                    ends: bool = False):
+                    served: bool = False, branches: tuple[bool, ...] = (), guarded: bool = False,
+                    elsewhere: bool = False, ends: bool = False):
     """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
 
     Queued and expired jobs are picked apart and merged: each branch follows an index in order
-    (ix_qp_jobs_queued, ix_qp_jobs_lease) instead of sorting the whole backlog per claim. On
+    (ix_qp_jobs_queued, ix_qp_jobs_gated, ix_qp_jobs_lease) instead of sorting the whole backlog per claim. On
     PostgreSQL the same statement ends as lost the runs of the jobs it takes over and, with `turn`, first
     records the turn of slot `b_slot` (turn_row), claiming only if that record went in: an idle turn is one
     statement.
@@ -289,10 +290,10 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
 
     Queues (DESIGN 7): with `served`, only jobs of the queues in `b_served`; never a queued job of a paused
     queue, nor of a queue with a farm-wide limit or rate except through one of the `branches`: branch i takes
-    queue `b_q{i}`'s jobs on their own, at most as many as _room allows, from the gated jobs' index when
-    `branches[i]` (the queue is guarded, so its jobs are gated) and else from the main one. On PostgreSQL the statement locks the
-    rows of those guarded queues (`b_guard`) itself and counts what it started on them (_held, _counted). A
-    queued job of an order key must be next in line (in_order).
+    queue `b_q{i}`'s jobs on their own, at most as many as _room allows: from the gated jobs' index when
+    `branches[i]` (the queue is guarded, so its jobs are gated), else from the main one. On PostgreSQL the
+    statement locks the rows of those guarded queues (`b_guard`) itself and counts what it started on them
+    (_held, _counted). A queued job of an order key must be next in line (in_order).
     """
     j = jobs.alias("j")
     now = db_now()
