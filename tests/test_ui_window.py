@@ -564,6 +564,38 @@ def test_the_jobs_table_shows_its_columns_without_scrolling_sideways_at_1440(far
     assert view.horizontalHeader().sectionSize(7) >= 120, "the error has room to be read"
 
 
+def test_the_attempts_table_shows_its_columns_without_scrolling_sideways_at_1440(farm, open_window, qtbot):
+    """1440x900, a job tried twice, the first with a long error: the attempt, machine, outcome and error are in
+    view, the error cut short with the whole of it in the tooltip; the fence and times are a right-click away, a
+    choice that outlives the window."""
+    machine = farm.store.register(name="web-01", host="host", instance="i-1", pid=1, version="t", capacity=1)
+    (job_id,) = farm.enqueue_http("/flaky")
+    error = "GET http://127.0.0.1:8080/flaky: HTTP 503 Service Unavailable: " + "upstream timed out; " * 8
+    (claimed,) = farm.store.claim(machine, 1, 60)
+    farm.store.finish(claimed, machine, "failed", error=error, retry_in=0)
+    (claimed,) = farm.store.claim(machine, 1, 60)
+    farm.store.finish(claimed, machine, "succeeded")
+    window = open_window(farm.url)
+    window.resize(1440, 900)
+    window.tabs.setCurrentWidget(window.jobs)
+    qtbot.waitUntil(lambda: window.jobs.select(job_id), timeout=WAIT)
+    view = window.jobs.details.attempts_view
+    qtbot.waitUntil(lambda: view.model().rowCount() == 2, timeout=WAIT)
+    qtbot.waitUntil(lambda: view.horizontalScrollBar().maximum() == 0, timeout=WAIT)
+    assert not view.horizontalScrollBar().isVisible()
+    shown = _columns(view)
+    assert shown == ["Attempt", "Machine", "Outcome", "Error"]
+    assert [title for title in _columns(view, hidden=True) if title not in shown] == ["Fence", "Took", "Started",
+                                                                                      "Finished"]
+    cell = view.model().index(0, 7)
+    assert view.visualRect(cell).right() <= view.viewport().width() and view.columnWidth(7) >= 120
+    assert view.fontMetrics().horizontalAdvance(cell.data()) > view.columnWidth(7), "the error is cut short"
+    assert cell.data(Qt.ItemDataRole.ToolTipRole) == error
+    view.horizontalHeader().showSection(2)  # as the header's menu does: a choice that outlives the window
+    close(window, qtbot)
+    assert "Fence" in _columns(open_window(farm.url).jobs.details.attempts_view)
+
+
 def _columns(view, hidden=False) -> list[str]:
     """A table's column titles in the order shown (those hidden too, if asked)."""
     header = view.horizontalHeader()

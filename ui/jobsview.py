@@ -51,7 +51,10 @@ class JobDetails(QWidget):
         grid.setColumnStretch(3, 1)
         layout.addLayout(grid)
         self.attempts = AttemptsModel(self)
-        self.attempts_view = table(self.attempts, (40, 80, 40, 90, 90, 50, 80, 120), stretch=7, floor=120)
+        # The pane is some 440 px wide at 1440: the fence and the times, the least read, are hidden (a right-click
+        # on the header away) so the error has the room left, cut short with the whole of it in its tooltip.
+        self.attempts_view = table(self.attempts, (40, 80, 40, 90, 90, 50, 80, 120), stretch=7, floor=120,
+                                   hidden=(2, 3, 4, 5))
         # What happened first (outcome, error), then when: times are the widest and least read.
         arrange(self.attempts_view, (0, 1, 2, 6, 7, 5, 3, 4))
         layout.addWidget(self.attempts_view, 1)

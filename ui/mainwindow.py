@@ -243,7 +243,8 @@ class MainWindow(QMainWindow):
     def _tables(self) -> dict:
         """The tables whose column widths and sort order outlive the app."""
         return {"peers": self.peers_view, "jobs": self.jobs.table, "schedules": self.schedules.schedules_view,
-                "singletons": self.schedules.singletons_view, "queues": self.queues.table}
+                "singletons": self.schedules.singletons_view, "queues": self.queues.table,
+                "attempts": self.jobs.details.attempts_view}
 
     def _save(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())
