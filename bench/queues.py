@@ -45,7 +45,11 @@ from sqlalchemy import text
 
 from queueprocessor.database import open_engine
 from queueprocessor.farm import Farm
-from queueprocessor.schema import jobs
+
+try:
+    from queueprocessor.statements import regate_statements
+except ImportError:  # the code measured predates gated jobs (schema 6, DESIGN 9)
+    regate_statements = None
 
 CASES = ("single", "queues8", "limited", "paused", "unordered", "ordered", "graphile")
 GRAPHILE = Path.home() / ".cache" / "queueprocessor-bench" / "graphile"
@@ -115,18 +119,23 @@ def run_graphile(server, processes: int, count: int, capacity: int, keys: int, p
 
 def backlog(url: str, count: int, queues: int, keys: int) -> None:
     """`count` no-op jobs in one INSERT: round-robin over `queues` queues (q0.. or default), and over `keys`
-    order keys (k0..) when `keys`, in id order k0, k1, ..., k0, k1, ..."""
+    order keys (k0..) when `keys`, in id order k0, k1, ..., k0, k1, ...; gated in the same commit where their
+    queue holds them back."""
     queue = "'default'" if queues == 1 else f"'q' || (g % {queues})"
     key = f"'k' || (g % {keys})" if keys else "NULL"
-    # Gated as Store.enqueue sets it (DESIGN 9), where the code measured has the flag (not before schema 6).
-    gated = ("", "") if "gated" not in jobs.c else (
-        ", gated", ", EXISTS (SELECT 1 FROM qp_queues WHERE name = {0} AND (paused OR max_running IS NOT NULL "
-                   "OR rate_count IS NOT NULL))".format(queue))
-    query(url, "INSERT INTO qp_jobs (executor, target, method, state, priority, run_at, created_at, attempts, "
-               f"max_attempts, fence, cancel_requested, kind, queue, order_key{gated[0]}) "
-               "SELECT 'python', 'bench.jobs:noop', 'GET', 'queued', 0, extract(epoch from clock_timestamp()), "
-               f"extract(epoch from clock_timestamp()), 0, 3, 0, false, 'job', {queue}, {key}{gated[1]} "
-               f"FROM generate_series(0, :n - 1) g ORDER BY g", n=count)
+    engine = open_engine(url, pool_size=1)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO qp_jobs (executor, target, method, state, priority, run_at, created_at, attempts, "
+                "max_attempts, fence, cancel_requested, kind, queue, order_key) "
+                "SELECT 'python', 'bench.jobs:noop', 'GET', 'queued', 0, extract(epoch from clock_timestamp()), "
+                f"extract(epoch from clock_timestamp()), 0, 3, 0, false, 'job', {queue}, {key} "
+                "FROM generate_series(0, :n - 1) g ORDER BY g"), dict(n=count))
+            for statement in regate_statements() if regate_statements else ():  # gated as Store.enqueue gates them
+                conn.execute(statement)
+    finally:
+        engine.dispose()
 
 
 def run_case(server, case: str, processes: int, count: int, capacity: int, limit: int, keys: int,
