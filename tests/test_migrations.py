@@ -1,6 +1,7 @@
 """A farm database made by an older QueueProcessor is upgraded in place when a node starts, and goes on working."""
 
 import threading
+from contextlib import contextmanager
 
 from sqlalchemy import func, insert, inspect, select, text, update
 
@@ -27,21 +28,32 @@ def set_version(conn, version: int) -> None:
     conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value=str(version)))
 
 
+def drop_index(conn, name: str, table: str = "qp_jobs") -> None:
+    """SQL Server names the index's table too."""
+    conn.execute(text(f"DROP INDEX {name}{f' ON {table}' if conn.dialect.name == 'mssql' else ''}"))
+
+
+@contextmanager
+def rewriting(url: str):
+    """One transaction on the farm database at `url`, to make it as an older version left it."""
+    engine = open_engine(url)
+    try:
+        with engine.begin() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
 def make_version_5(url: str) -> None:
     """A farm database as schema version 5 left it (as this version made it, whatever is in it already): no gated
     flag on jobs, and the claim's index holding every queued job."""
     Farm(url).close()
-    engine = open_engine(url)
-    on = " ON qp_jobs" if engine.dialect.name == "mssql" else ""
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f"DROP INDEX ix_qp_jobs_gated{on}"))
-            conn.execute(text(f"DROP INDEX ix_qp_jobs_queued{on}"))
-            conn.execute(QUEUED_BEFORE_6)
-            drop_column(conn, "qp_jobs", "gated")
-            set_version(conn, 5)
-    finally:
-        engine.dispose()
+    with rewriting(url) as conn:
+        drop_index(conn, "ix_qp_jobs_gated")
+        drop_index(conn, "ix_qp_jobs_queued")
+        conn.execute(QUEUED_BEFORE_6)
+        drop_column(conn, "qp_jobs", "gated")
+        set_version(conn, 5)
 
 
 def make_version_4(url: str) -> int:
@@ -50,13 +62,9 @@ def make_version_4(url: str) -> int:
     with Farm(url) as farm:
         waiting = farm.store.enqueue(JOB)[0]
     make_version_5(url)
-    engine = open_engine(url)
-    try:
-        with engine.begin() as conn:
-            drop_column(conn, "qp_queues", "running")
-            set_version(conn, 4)
-    finally:
-        engine.dispose()
+    with rewriting(url) as conn:
+        drop_column(conn, "qp_queues", "running")
+        set_version(conn, 4)
     return waiting
 
 
@@ -64,18 +72,13 @@ def make_version_3(url: str) -> int:
     """A farm database as schema version 3 left it: no roster version, machine rows without the heartbeat's
     indexes, packed full; with one job waiting in it. The id of that job."""
     waiting = make_version_4(url)
-    engine = open_engine(url)
-    try:
-        dialect = engine.dialect.name
-        with engine.begin() as conn:
-            for index in ("ix_qp_machines_seen", "ix_qp_machines_wished"):
-                conn.execute(text(f"DROP INDEX {index}{' ON qp_machines' if dialect == 'mssql' else ''}"))
-            if dialect == "postgresql":
-                conn.execute(text("ALTER TABLE qp_machines RESET (fillfactor)"))
-            conn.execute(text("DROP TABLE qp_roster"))
-            set_version(conn, 3)
-    finally:
-        engine.dispose()
+    with rewriting(url) as conn:
+        for index in ("ix_qp_machines_seen", "ix_qp_machines_wished"):
+            drop_index(conn, index, "qp_machines")
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("ALTER TABLE qp_machines RESET (fillfactor)"))
+        conn.execute(text("DROP TABLE qp_roster"))
+        set_version(conn, 3)
     return waiting
 
 
@@ -84,19 +87,14 @@ def make_version_2(url: str) -> int:
     jobs and schedules, no served queues on machines, no qp_queues), with one job waiting in it. The id of that
     job."""
     waiting = make_version_3(url)
-    engine = open_engine(url)
-    try:
-        on = " ON qp_jobs" if engine.dialect.name == "mssql" else ""
-        with engine.begin() as conn:
-            conn.execute(text(f"DROP INDEX ix_qp_jobs_order{on}"))
-            conn.execute(text(f"DROP INDEX ux_qp_jobs_order_running{on}"))
-            for table, column in (("qp_jobs", "queue"), ("qp_jobs", "order_key"), ("qp_schedules", "queue"),
-                                  ("qp_schedules", "order_key"), ("qp_machines", "queues")):
-                drop_column(conn, table, column)
-            conn.execute(text("DROP TABLE qp_queues"))
-            set_version(conn, 2)
-    finally:
-        engine.dispose()
+    with rewriting(url) as conn:
+        drop_index(conn, "ix_qp_jobs_order")
+        drop_index(conn, "ux_qp_jobs_order_running")
+        for table, column in (("qp_jobs", "queue"), ("qp_jobs", "order_key"), ("qp_schedules", "queue"),
+                              ("qp_schedules", "order_key"), ("qp_machines", "queues")):
+            drop_column(conn, table, column)
+        conn.execute(text("DROP TABLE qp_queues"))
+        set_version(conn, 2)
     return waiting
 
 
@@ -104,16 +102,11 @@ def make_version_1(url: str) -> int:
     """A farm database as schema version 1 left it (version 2's, but its claim index held every job, state
     first; failed jobs had no index of their own), with one job waiting in it. The id of that job."""
     waiting = make_version_2(url)
-    engine = open_engine(url)
-    on = " ON qp_jobs" if engine.dialect.name == "mssql" else ""
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f"DROP INDEX ix_qp_jobs_queued{on}"))
-            conn.execute(text(f"DROP INDEX ix_qp_jobs_ended_badly{on}"))
-            conn.execute(text("CREATE INDEX ix_qp_jobs_queue ON qp_jobs (state, priority DESC, run_at, id)"))
-            set_version(conn, 1)
-    finally:
-        engine.dispose()
+    with rewriting(url) as conn:
+        drop_index(conn, "ix_qp_jobs_queued")
+        drop_index(conn, "ix_qp_jobs_ended_badly")
+        conn.execute(text("CREATE INDEX ix_qp_jobs_queue ON qp_jobs (state, priority DESC, run_at, id)"))
+        set_version(conn, 1)
     return waiting
 
 
@@ -233,13 +226,9 @@ def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db
     with Farm(db_url) as farm:
         farm.set_queue("reports", limit=2)  # pause and limit as a version 5 farm left them: rows only
     make_version_5(db_url)
-    engine = open_engine(db_url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(update(schema.queues).where(schema.queues.c.name == "reports").values(running=0))
-            conn.execute(insert(schema.queues).values(name="mail", paused=True, changed_at=0))
-    finally:
-        engine.dispose()
+    with rewriting(db_url) as conn:
+        conn.execute(update(schema.queues).where(schema.queues.c.name == "reports").values(running=0))
+        conn.execute(insert(schema.queues).values(name="mail", paused=True, changed_at=0))
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
         assert version == CURRENT and {"ix_qp_jobs_queued", "ix_qp_jobs_gated"} <= indexes
