@@ -652,14 +652,19 @@ class Node:
     def _took_turn(self, slot: int, free: int, turn: Turn, now: float) -> None:
         """The turn was ours: say whether it left a backlog for the others, and keep the tables trimmed.
 
-        A turn with no room to claim still puts expired leases back in the queue
-        (DESIGN 3), where any machine with room takes them first (their run_at is old):
-        under a backlog every turn-holder may be full for minutes."""
+        A turn that filled its room (or had none) puts the expired leases it could not take back in the queue
+        (DESIGN 3), where they are a backlog that any machine with room takes at once, first (their run_at is
+        old): under a backlog every turn-holder may be full for minutes, and a dead machine's jobs may be more
+        than the next turn-holders have room for. A turn that may not take expired leases (we are not settled:
+        we just joined, or the database stalled) flags those it finds as a backlog, for the settled machines:
+        a machine restarted after a crash is unsettled just when its dead predecessor's leases run out."""
         self.turns_taken += 1
         self.tally.turn(now - slot * self.config.period)
-        if free <= 0 and self._settled(now):
+        settled = self._settled(now)
+        if len(turn.claimed) >= free and settled:
             self.store.requeue_expired(before=now)
-        self._flag_backlog(slot, free, len(turn.claimed), turn.elsewhere_due)
+        self._flag_backlog(slot, free, len(turn.claimed), turn.elsewhere_due,
+                           expired=not settled and self.store.any_expired())
         if slot % max(1, round(self.config.housekeeping / self.config.period)) == 0 or self._housekeep_more:
             self._housekeep()
 
@@ -679,13 +684,14 @@ class Node:
         self._housekeep_more = False
         self._sweep.set()
 
-    def _flag_backlog(self, slot: int, free: int, claimed: int, elsewhere_due: bool | None = None) -> None:
+    def _flag_backlog(self, slot: int, free: int, claimed: int, elsewhere_due: bool | None = None,
+                      expired: bool = False) -> None:
         """Log what our turn (or a claim on a push notice within it) took; if it found more than we had
-        room for (any at all, when we are full), or due work in a queue we do not serve that a live peer does
-        (`elsewhere_due`, when our turn's statement looked already), say so, so that every node with room
-        claims directly (at once, on PostgreSQL)."""
+        room for (any at all, when we are full), due work in a queue we do not serve that a live peer does
+        (`elsewhere_due`, when our turn's statement looked already), or leases run out that it could not take
+        (`expired`), say so, so that every node with room claims directly (at once, on PostgreSQL)."""
         served = self.config.served
-        backlog = claimed >= free and self.store.any_due(among=served.names)
+        backlog = expired or (claimed >= free and self.store.any_due(among=served.names))
         if not backlog and elsewhere_due is None and (elsewhere := self._served_elsewhere()) is not None:
             elsewhere_due = self.store.any_due(among=elsewhere, besides=served.names)
         backlog = backlog or bool(elsewhere_due)

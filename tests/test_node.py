@@ -8,10 +8,12 @@ from sqlalchemy import exc
 from queueprocessor.clock import SystemClock
 from queueprocessor.errors import ConfigError
 from queueprocessor.executors import JobContext
+from queueprocessor.farm import Farm
 from queueprocessor.node import unreachable
+from queueprocessor.roster import slot_of
 from queueprocessor.runner import STOPPED, JobRunner, Running
 from queueprocessor.store import Claimed
-from tests.support.work import FAST, wait_for
+from tests.support.work import FAST, Nodes, wait_for
 
 
 @pytest.fixture
@@ -189,6 +191,70 @@ def test_a_full_farm_still_puts_a_dead_machines_jobs_back_first(farm, nodes, htt
     wait_for(lambda: farm.store.job_counts()["succeeded"] == 5, timeout=15)
     starts = {j: farm.store.list_runs(job_id=j)[0]["started_at"] for j in [orphan, *newer]}
     assert starts[orphan] < min(starts[j] for j in newer)
+
+
+def restarts(farm, ghost, job_ids):
+    """When each job began to run again after the ghost machine held it, and where."""
+    return [next((run["started_at"], run["machine_id"]) for run in farm.job(j)["runs"] if run["machine_id"] != ghost)
+            for j in job_ids]
+
+
+def test_a_dead_machines_jobs_beyond_the_turn_holders_room_go_at_once_to_a_machine_with_room(farm, http_target):
+    """The first turn after a machine's death may fall to a machine with room for only one of its jobs: the
+    others must not wait for the turn of a machine with room."""
+    period = 1.0
+    start = Nodes(farm, http_target.base_url, period=period)
+    ghost = farm.store.register(name="ghost", host="h", instance="ghost", pid=1, version="t", capacity=6)
+    orphans = farm.enqueue_http("/sleep/0.5", count=6)
+    held = [(job.id, job.fence) for job in farm.store.claim(ghost, 6, lease=60)]  # and then the ghost dies
+    try:
+        a = start("a", capacity=2)
+        [busy] = farm.enqueue_http("/sleep/30")
+        wait_for(lambda: farm.store.get_job(busy)["owner"] == a.id)  # a has room for one more
+        b = start("b", capacity=8)
+        time.sleep(1.0)  # both settled, the ghost dead: the turns go to a (even slots) and b
+        turn = slot_of(farm.store.ask_time(), period) + 2
+        turn += turn % 2
+        lease_end = turn * period - 0.1  # just before a's turn, well after b's
+        assert len(farm.store.renew(ghost, held, lease_end - farm.store.ask_time())) == 6
+        wait_for(lambda: farm.store.job_counts()["succeeded"] == 6, timeout=15)
+    finally:
+        start.stop_all()
+    began = restarts(farm, ghost, orphans)
+    assert sorted(machine for _, machine in began) == [a.id] + [b.id] * 5
+    assert max(t for t, _ in began) < lease_end + period / 2, "the jobs a had no room for waited for b's turn"
+
+
+@pytest.mark.postgres
+def test_a_machine_too_new_to_take_expired_leases_hands_them_to_one_that_may_at_once(pg_url, http_target):
+    """A machine takes expired leases only once its own run of check-ins is longer than a lease (it cannot tell
+    a stall of the database from a death before), yet it takes turns from its join delay on: a machine
+    restarted after a crash does so just as its dead predecessor's leases run out. Such a turn must not leave
+    them to the next turn of a settled machine."""
+    period = 0.5
+    with Farm(pg_url) as farm:
+        start = Nodes(farm, http_target.base_url, period=period, heartbeat=1.0, misses=4)  # lease 4 s, join 1.5 s
+        ghost = farm.store.register(name="ghost", host="h", instance="ghost", pid=1, version="t", capacity=4)
+        orphans = farm.enqueue_http("/ok", count=4)
+        held = [(job.id, job.fence) for job in farm.store.claim(ghost, 4, lease=60)]  # and then the ghost dies
+        try:
+            a = start("a")
+            # a judged the ghost dead and buried it: it is in nobody's roster, a newcomer's included
+            wait_for(lambda: [m["state"] for m in farm.status()["machines"] if m["id"] == ghost] == ["dead"])
+            before = farm.store.ask_time()
+            start("n")
+            after = farm.store.ask_time()
+            # n's turns (odd slots, after a's) from its join delay on, until a lease after its first check-in
+            turn = next(slot for slot in range(slot_of(after + 1.6, period), slot_of(before + 3.7, period))
+                        if slot % 2 and slot * period >= after + 1.6)
+            lease_end = turn * period - 0.1  # after a's turn before it
+            assert len(farm.store.renew(ghost, held, lease_end - farm.store.ask_time())) == 4
+            wait_for(lambda: farm.store.job_counts()["succeeded"] == 4, timeout=15)
+        finally:
+            start.stop_all()
+        began = restarts(farm, ghost, orphans)
+    assert {machine for _, machine in began} == {a.id}, "n took expired leases before it was settled"
+    assert max(t for t, _ in began) < lease_end + period / 2, "the jobs waited for a's next turn"
 
 
 def test_a_job_writing_its_result_makes_room_but_at_most_capacity_results_wait(farm):

@@ -270,8 +270,11 @@ def test_expired_leases_go_back_to_the_queue_ahead_of_newer_work(farm):
     [old] = store.enqueue(HTTP)
     [first] = store.claim(dead, 1, lease=0.05)
     store.enqueue(HTTP)  # newer work
+    assert not store.any_expired()
     time.sleep(0.1)
+    assert store.any_expired()  # what a machine that may not take it over yet tells the others
     assert store.requeue_expired(before=store.ask_time()) == 1
+    assert not store.any_expired()
     job = store.get_job(old)
     assert (job["state"], job["owner"], job["attempts"]) == ("queued", None, 1)
     [again] = store.claim(alive, 1, lease=5, take_expired=False)
