@@ -356,6 +356,10 @@ def kill_churn(server, quick: bool, seed: int = 5) -> Outcome:
             machine = rig.machine_id(victim)
             kills.append((machine, rig.kill(victim)))
             rig.start(victim.name)
+        # The last kill may have taken the singleton's holder: it is handed over before it is removed.
+        live = {rig.machine_id(n) for n in rig.live()}
+        wait_for(lambda: (runs := [r for r in rig.target.requests() if r["job"] == feed])
+                 and runs[-1]["machine"] in live, 30, "the singleton to run on a live machine")
         churned = time.time()
         rig.farm.remove_schedule("tick")
         singletons.remove(rig.farm.store, "feed")
