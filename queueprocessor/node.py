@@ -39,7 +39,7 @@ no backlog notice is lost to the turn thread resetting its backlog.
                                                          check-in begins
   _backlog_slot, _direct, _last_slot,     qp-turns       _backlogs, a queue of backlog slots (qp-listen,
   _made, _housekeep_more, _elsewhere,                    qp-heartbeat); _pushed, new work (qp-listen);
-  turns_taken                                            _wake, look now (anyone)
+  _freed_seen, turns_taken                               _wake, look now (anyone)
   _sweep (sweep missed occurrences)       qp-turns       set by qp-heartbeat (contact back, resumed) and
                                                          qp-turns (housekeeping)
   _limited_freed (claim limited queues)   qp-turns       set by the runner's writer when a job of one of
@@ -83,6 +83,9 @@ log = logging.getLogger("queueprocessor.node")
 
 TURN_MARGIN = 0.0005  # wake this far past the instant our error bound lets us take the turn
 LATELY_DEAD = 60.0  # seconds after a peer's death during which every claim also looks for expired leases
+# While a backlog is worked off, a place freed under a limited queue's limit waits at most this long to be
+# filled by the next claim of a quarter of our capacity, instead of a claim of its own (see _tick).
+FREED_WAIT = 0.05
 GUARDED = ("qp-heartbeat", "qp-turns", "qp-watchdog")  # the node's own threads (see _guard)
 
 
@@ -217,6 +220,7 @@ class Node:
         # qp-turns'
         self._backlog_slot = -1
         self._direct = False
+        self._freed_seen: float | None = None  # monotonic time a tick first saw _limited_freed while _direct
         self._last_slot = -1
         self._made: tuple[int, float | None] = (-1, None)  # (farm read number, earliest occurrence left)
         self._housekeep_more = False  # our last housekeeping pass was cut short
@@ -626,18 +630,41 @@ class Node:
         if self._pushed.is_set():
             self._pushed.clear()
             if self._last_slot == slot:  # our turn is under way: take the new work now, or flag it if we are full
+                self._take_freed()  # the claim is guarded: it fills the places freed under a limit too
                 self._flag_backlog(slot, free, self._claim(free, self.config.claim_ahead, guarded=True))
-        if self._limited_freed.is_set() and free > 0:
-            self._limited_freed.clear()
-            self._claim(free, guarded=True)
+                free = self.runner.room(self.config.capacity)
         if self._backlog_slot >= slot - 2 and free > 0 and not self._direct:
             self._direct = True
-        if self._direct and free >= max(1, self.config.capacity // 4):
+        if self._direct:
             # Work-conserving: a recent turn found more than its holder could take. Slow jobs free a slot or
-            # two per tick: claiming for each cost a statement per couple of jobs (HTTP jobs: 4 per claim).
-            if not self._claim(free):
-                self._direct = False
-                self._backlog_slot = -1
+            # two per tick: claiming for each cost a statement per couple of jobs (HTTP jobs: 4 per claim), so
+            # we claim a quarter of our capacity at a time. A place freed under a limited queue's limit rides
+            # with that claim (guarded then), waiting for it at most FREED_WAIT.
+            if free >= max(1, self.config.capacity // 4) or (free > 0 and self._freed_waited()):
+                if not self._claim(free, guarded=self._take_freed()):
+                    self._direct = False
+                    self._backlog_slot = -1
+        elif free > 0 and self._take_freed():
+            self._claim(free, guarded=True)
+
+    def _take_freed(self) -> bool:
+        """Whether a job of a guarded queue ended here since our last guarded claim (see _job_done): if so, the
+        claim about to be made is guarded, and a job that ends after this look is kept for the next one."""
+        freed = self._limited_freed.is_set()
+        if freed:
+            self._limited_freed.clear()
+            self._freed_seen = None
+        return freed
+
+    def _freed_waited(self) -> bool:
+        """Has a place freed under a limit waited FREED_WAIT for a backlog's claim (counted from the tick that
+        first saw it)?"""
+        if not self._limited_freed.is_set():
+            return False
+        now = self.clock.monotonic()
+        if self._freed_seen is None:
+            self._freed_seen = now
+        return now - self._freed_seen >= FREED_WAIT
 
     def _materialise_due(self) -> None:
         """Make due schedule occurrences jobs before our turn claims (idempotent: each is a unique key).

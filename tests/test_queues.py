@@ -18,6 +18,7 @@ from queueprocessor.statements import (claim_statement, freed_statement, looks_s
                                       regate_statements, taken_statement, turn_statement)
 from queueprocessor.roster import slot_of
 from queueprocessor.store import JobSpec, Looks, Plan, Turn
+from tests.support.httptarget import most_at_once
 from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
 
 NOOP = f"{PYJOBS}:noop"
@@ -330,6 +331,23 @@ def test_a_turn_of_a_node_with_a_limited_queue_claims_every_queue_in_one_order_o
     runs = sorted(farm.store.list_runs(), key=lambda r: r["id"])
     assert {r["job_id"] for r in runs[:2]} == {urgent, limited}, "the node's first claim: the two most urgent"
     assert held in {r["job_id"] for r in runs[2:]}
+
+
+def test_a_node_working_off_a_backlog_with_a_limited_queue_never_runs_more_than_its_capacity(farm, http_target):
+    """A place freed under a queue's limit and the room a backlog's claim fills were claimed in the same tick from
+    one look at the room, so a node ran up to twice its capacity: now the place rides with the backlog's claim."""
+    farm.enqueue_http("/ok", queue="limited")  # makes the queue known, then limit it
+    farm.set_queue("limited", limit=1)
+    ids = farm.enqueue_http("/sleep/0.03", count=60) + farm.enqueue_http("/sleep/0.02", queue="limited", count=30)
+    nodes = Nodes(farm, http_base=http_target.base_url)
+    try:
+        nodes("n", capacity=2)
+        assert all(farm.wait(job, timeout=30)["state"] == "succeeded" for job in ids)
+    finally:
+        nodes.stop_all()
+    served = http_target.requests("/sleep")
+    assert most_at_once([r for r in served if r["path"].startswith("/sleep/0.02")]) == 1, "the limit held"
+    assert most_at_once(served) == 2, "and the node's capacity"
 
 
 def test_a_turn_says_what_it_saw_of_work_it_does_not_claim(farm):

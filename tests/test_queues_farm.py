@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from queueprocessor.farm import Farm
 from queueprocessor.schema import jobs
 from queueprocessor.states import JobState
+from tests.support.httptarget import most_at_once
 from tests.support.work import FAST, PYJOBS, NodeProcesses, wait_for
 
 pytestmark = pytest.mark.postgres
@@ -28,16 +29,6 @@ def processes(pg_url, tmp_path):
     started = NodeProcesses(pg_url, tmp_path)
     yield started
     started.kill_all()
-
-
-def most_at_once(records: list[dict]) -> int:
-    """The most requests the target was serving at the same moment."""
-    edges = sorted([(r["started"], 1) for r in records] + [(r["ended"], -1) for r in records])
-    most = now = 0
-    for _time, step in edges:
-        now += step
-        most = max(most, now)
-    return most
 
 
 class RunningSampler:

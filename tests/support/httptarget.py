@@ -219,3 +219,13 @@ def _is_seconds(text: str) -> bool:
         return float(text) >= 0
     except ValueError:
         return False
+
+
+def most_at_once(records: list[dict]) -> int:
+    """The most of `records` (requests, see HttpTarget.requests) the target was serving at the same moment."""
+    edges = sorted([(r["started"], 1) for r in records] + [(r["ended"], -1) for r in records])
+    most = now = 0
+    for _time, step in edges:
+        now += step
+        most = max(most, now)
+    return most
