@@ -27,20 +27,24 @@ Target: queues8 and limited within 10 % of single; ordered beside unordered, and
     python bench/queues.py                      # 20,000 jobs; 2 and 4 processes
     python bench/queues.py --quick              # 4,000 jobs; 2 processes
     python bench/queues.py --processes 2 --cases single,queues8,limited --rounds 5   # issue 10's comparison
+    python bench/queues.py --processes 2 --cases single,limited --rounds 8 --before REF   # REF's nodes beside
 
 One drain of 20,000 jobs lasts a few seconds, and on a shared machine the same workload moves +-20 % from one
 to the next: compare with --rounds, which interleaves the cases (each round in a rotated order) and reports
-each case's median and spread, and its ratio to the baseline taken within each round.
+each case's median and spread, and its ratio to the baseline taken within each round. --before REF runs the
+nodes of the code at git REF (same schema) as well, its cases interleaved with this tree's in every round.
 """
 
 import argparse
 import os
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from statistics import median
 
-from common import NodeProcess, fresh_database, load_average, print_table, query, start_postgres, stop_all, wait_for
+from common import (ROOT, NodeProcess, fresh_database, load_average, print_table, query, source_tree, start_postgres,
+                    stop_all, wait_for)
 from sqlalchemy import text
 
 from queueprocessor.database import open_engine
@@ -139,16 +143,18 @@ def backlog(url: str, count: int, queues: int, keys: int) -> None:
 
 
 def run_case(server, case: str, processes: int, count: int, capacity: int, limit: int, keys: int,
-             patience: float) -> dict[str, float]:
-    """Drain the case's backlog with `processes` nodes: jobs per second, by figure (the case's own, and for the
-    cases with q0 held back, also the seven other queues' alone). Timed in database time, from the backlog's
-    commit to the last measured job's end (finished_at), so the 0.2 s polls that wait for it add nothing."""
+             patience: float, root: Path = ROOT) -> dict[str, float]:
+    """Drain the case's backlog with `processes` nodes running the code in `root`: jobs per second, by figure
+    (the case's own, and for the cases with q0 held back, also the seven other queues' alone). Timed in database
+    time, from the backlog's commit to the last measured job's end (finished_at), so the 0.2 s polls that wait
+    for it add nothing."""
     if case == "graphile":
         return {case: run_graphile(server, processes, count, capacity, keys, patience)}
     url = fresh_database(server, "queues")
     farm = Farm(url)
     farm.settings()
-    nodes = [NodeProcess(url, f"node-{i}", extra=("--capacity", str(capacity), "--allow-module", "bench.jobs"))
+    nodes = [NodeProcess(url, f"node-{i}", extra=("--capacity", str(capacity), "--allow-module", "bench.jobs"),
+                         root=root)
              for i in range(processes)]
     held_back = case in ("limited", "paused")
     try:
@@ -202,20 +208,21 @@ def run_case(server, case: str, processes: int, count: int, capacity: int, limit
     return rates
 
 
-def rotated(cases: list[str], round_number: int) -> list[str]:
+def rotated(cases: list, round_number: int) -> list:
     """The cases in the order of round `round_number`: each round starts one case later, so that no case always
     runs first, last or after the same neighbour while the shared machine's load drifts."""
     k = round_number % len(cases)
     return cases[k:] + cases[:k]
 
 
-def summary(rates: dict, cases: list[str], processes: list[int], rounds: int) -> list[list]:
-    """A row per case: its median jobs/s over the rounds (min-max), and its median ratio to its baseline in the
-    same round (min-max of the rounds' ratios), the cases of one round having run within a few minutes."""
+def summary(rates: dict, cases: list[str], columns: list, rounds: int) -> list[list]:
+    """A row per case: per column (node count, and the code measured), its median jobs/s over the rounds
+    (min-max), and its median ratio to its baseline in the same round (min-max of the rounds' ratios), the cases
+    of one round having run within a few minutes."""
     rows = []
     for case in cases:
         row = [case]
-        for n in processes:
+        for n in columns:
             own = [rates[case, n, r] for r in range(rounds)]
             cell = f"{median(own):.0f} ({min(own):.0f}-{max(own):.0f})"
             if case == "graphile" and ("ordered", n, 0) in rates:  # how many times its rate ours is, ordered
@@ -244,6 +251,8 @@ def main() -> None:
                              "report medians and min-max")
     parser.add_argument("--patience", type=float, default=60.0,
                         help="seconds Graphile Worker gets before it is rated by the jobs it finished")
+    parser.add_argument("--before", metavar="REF", help="also run the nodes of the code at this git ref (the same "
+                        "schema), its cases interleaved with this tree's in every round")
     args = parser.parse_args()
     keys = args.keys or (200 if args.quick else 1000)
     count = keys * args.per_key
@@ -251,21 +260,27 @@ def main() -> None:
     cases = [c.strip() for c in args.cases.split(",")]
     print(f"{count} no-op jobs, capacity {args.capacity} per node, q0 limit {args.limit}, {keys} keys x "
           f"{args.per_key}, {args.rounds} round(s); {load_average()}", flush=True)
+    old = tempfile.TemporaryDirectory(prefix="qp-before-")
+    trees = [("", ROOT)] + ([(f"{args.before} ", source_tree(args.before, Path(old.name)))] if args.before else [])
     server = start_postgres()
     rates, figures = {}, {}  # figures: the cases' figures, in the order first seen
     try:
         for r in range(args.rounds):
             print(f"round {r + 1}: {load_average()}", flush=True)
             for n in processes:
-                for case in rotated(cases, r):
+                for (label, root), case in rotated([(tree, case) for tree in trees for case in cases], r):
+                    if label:
+                        print(f"  ({label.strip()})", end="", flush=True)
                     for figure, rate in run_case(server, case, n, count, args.capacity, args.limit, keys,
-                                                 args.patience).items():
-                        rates[figure, n, r] = rate
+                                                 args.patience, root).items():
+                        rates[figure, f"{label}x{n}", r] = rate
                         figures.setdefault(figure, None)
     finally:
         server.stop()
-    print_table(["case", *(f"jobs/s x{n}: median (min-max); ratio median (min-max)" for n in processes)],
-                summary(rates, [f for c in cases for f in figures if f.split(":")[0] == c], processes, args.rounds))
+        old.cleanup()
+    columns = [f"{label}x{n}" for n in processes for label, _root in trees]
+    print_table(["case", *(f"jobs/s {column}: median (min-max); ratio median (min-max)" for column in columns)],
+                summary(rates, [f for c in cases for f in figures if f.split(":")[0] == c], columns, args.rounds))
     print(load_average())
 
 
