@@ -126,8 +126,6 @@ class Plan:
 
     def params(self) -> dict:
         params = {"b_served": list(self.served)} if self.served else {}
-        if self.alone:
-            params["b_guard"] = list(self.locks)
         for i, (name, room, locked) in enumerate(self.alone):
             params |= {f"b_q{i}": name, f"b_room{i}": room, f"b_locked{i}": locked}
         return params

@@ -103,6 +103,24 @@ def test_a_job_that_slipped_past_its_queues_change_is_set_right_by_housekeeping(
 
 
 @pytest.mark.postgres
+def test_the_server_keeps_one_plan_for_the_claim_of_a_limited_queue(pg_url):
+    """The node that holds a limited queue's places claims with its row locked many times a second. Planned
+    afresh at every run, that claim cost the server a millisecond of planning, as much as its run (named by an
+    array, the queue rows were guessed ten: statements._held). Once psycopg has prepared it (after five runs on
+    a connection), the server runs it on the plan it keeps."""
+    with Farm(pg_url) as farm:
+        farm.store.enqueue(REPORTS, count=20)
+        farm.set_queue("reports", limit=1)
+        me = machine(farm)
+        claimed = sum(len(farm.store.claim(me, 8, 30.0, plan=LOCKED)) for _ in range(12))
+        with farm.engine.connect() as conn:  # the pool's one connection, which ran the claims
+            plans = conn.exec_driver_sql("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                                         "WHERE statement LIKE 'WITH held AS%%'").all()
+    assert claimed == 1, "the limit held"
+    assert len(plans) == 1 and plans[0][0] >= 1 and plans[0][1] <= 5, plans
+
+
+@pytest.mark.postgres
 def test_a_change_waits_for_an_enqueue_that_read_the_queue_before_it(pg_url):
     """An enqueue in flight when a queue is limited read the queue as free: its job is written ungated. The
     change waits for that transaction to end before it gates the queue's jobs, so the job is gated with them."""
