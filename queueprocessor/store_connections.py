@@ -39,7 +39,9 @@ from sqlalchemy.engine import Engine
 # plan_cache_mode is left to the server on purpose. Forced to plan a prepared statement once for every value,
 # the claim is costed for an unknown LIMIT (the planner assumes a tenth of the queue): at 80,000 queued jobs
 # with fresh statistics that passed jit_above_cost, and every claim was JIT-compiled, 70-80 ms a claim
-# instead of 0.8. Left to choose, the server plans such a claim for its values each time instead.
+# instead of 0.8. Left to choose, the server keeps a statement's one plan only while it costs no more than a
+# plan for the values at hand, and plans for the values otherwise (so a statement must not make its kept plan
+# look dearer than it is: see statements._held).
 PLANNER_HINT = "SET enable_bitmapscan = off"
 READ_ONLY = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
 
