@@ -133,18 +133,17 @@ def recount_statement(one: bool = False):
     return update(queues).where(queues.c.max_running.isnot(None), *which).values(running=running.scalar_subquery())
 
 
-def _held(dialect: str, branches: tuple[bool, ...]):
-    """PostgreSQL: the rows of the claim's guarded queues (the `b_q{i}` of the branches that lock) that can give
-    it work now (not paused, a free place, a whole token, a job due), locked in name order. A locking read
-    returns each row as the last claim or finish that held it left it, where the statement's snapshot may be
-    older: so the claim cuts its branches to the room the row gives now, and counts what it took on the row, in
-    the same statement (DESIGN 9).
+def _held(dialect: str, names: list):
+    """PostgreSQL: the rows of the claim's guarded queues (`names`: the queue parameters of the branches that
+    lock) that can give it work now (not paused, a free place, a whole token, a job due), locked in name order.
+    A locking read returns each row as the last claim or finish that held it left it, where the statement's
+    snapshot may be older: so the claim cuts its branches to the room the row gives now, and counts what it took
+    on the row, in the same statement (DESIGN 9).
     The rows are named one parameter each, not by one array: planned for any array, the server guessed ten rows
     and costed the plan it keeps above one for the names at hand, so it planned the claim afresh at every run
     (1 ms, as much as the run)."""
     h = queues.alias("h")
     g = jobs.alias("hj")
-    names = [bindparam(f"b_q{i}", type_=String) for i, locked in enumerate(branches) if locked]
     return (select(h.c.name, h.c.max_running, h.c.running, h.c.rate_count, h.c.rate_per, h.c.burst, h.c.tokens,
                    h.c.refilled_at)
             .where(h.c.name.in_(names) if names else false(), h.c.paused == false(),
@@ -335,7 +334,8 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     q = queues.alias("q")
     held_back = select(q.c.name).where(_holds_back(q))
     alone = [bindparam(f"b_q{i}", type_=String) for i in range(len(branches))]
-    held = _held(dialect, branches) if dialect == "postgresql" and branches else None
+    locking = [name for name, locked in zip(alone, branches) if locked]
+    held = _held(dialect, locking) if dialect == "postgresql" and branches else None
     waiting = due(j)
     # The main branch reads the index of ungated jobs (a gated one's queue holds it back); it still checks the
     # queue's row, for the moment between a row's change and the flags it sets (QueueStore.put).
