@@ -26,13 +26,15 @@ Target: queues8 and limited within 10 % of single; ordered beside unordered, and
 
     python bench/queues.py                      # 20,000 jobs; 2 and 4 processes
     python bench/queues.py --quick              # 4,000 jobs; 2 processes
-    python bench/queues.py --processes 2 --cases single,queues8,limited --rounds 5   # issue 10's comparison
+    python bench/queues.py --processes 2 --cases single,queues8,limited --keys 4000 --per-key 50 --rounds 12
+                                                # issue 10's comparison: 200,000 jobs, drains of 7-9 s
     python bench/queues.py --processes 2 --cases single,limited --rounds 8 --before REF   # REF's nodes beside
 
 One drain of 20,000 jobs lasts a few seconds, and on a shared machine the same workload moves +-20 % from one
-to the next: compare with --rounds, which interleaves the cases (each round in a rotated order) and reports
-each case's median and spread, and its ratio to the baseline taken within each round. --before REF runs the
-nodes of the code at git REF (same schema) as well, its cases interleaved with this tree's in every round.
+to the next (on 2 cores, one round's ratio of two 3 s drains spans 0.6-1.3): compare long drains with
+--rounds, which interleaves the cases (each round in a rotated order) and reports each case's median and
+spread, and its ratio to the baseline taken within each round. --before REF runs the nodes of the code at
+git REF (same schema) as well, its cases interleaved with this tree's in every round.
 """
 
 import argparse
@@ -260,8 +262,8 @@ def main() -> None:
     cases = [c.strip() for c in args.cases.split(",")]
     print(f"{count} no-op jobs, capacity {args.capacity} per node, q0 limit {args.limit}, {keys} keys x "
           f"{args.per_key}, {args.rounds} round(s); {load_average()}", flush=True)
-    old = tempfile.TemporaryDirectory(prefix="qp-before-")
-    trees = [("", ROOT)] + ([(f"{args.before} ", source_tree(args.before, Path(old.name)))] if args.before else [])
+    old = tempfile.TemporaryDirectory(prefix="qp-before-") if args.before else None
+    trees = [("", ROOT)] + ([(f"{args.before} ", source_tree(args.before, Path(old.name)))] if old else [])
     server = start_postgres()
     rates, figures = {}, {}  # figures: the cases' figures, in the order first seen
     try:
@@ -277,7 +279,8 @@ def main() -> None:
                         figures.setdefault(figure, None)
     finally:
         server.stop()
-        old.cleanup()
+        if old:
+            old.cleanup()
     columns = [f"{label}x{n}" for n in processes for label, _root in trees]
     print_table(["case", *(f"jobs/s {column}: median (min-max); ratio median (min-max)" for column in columns)],
                 summary(rates, [f for c in cases for f in figures if f.split(":")[0] == c], columns, args.rounds))
