@@ -1,5 +1,5 @@
 """Opening a farm database: URLs, engines, schema creation and the version check (urls: the default URL and
-masking, which need no engine)."""
+masking, which need no engine); and telling a database out of reach from any other error."""
 
 import re
 import socket
@@ -179,6 +179,13 @@ def describe_failure(error: exc.DBAPIError, url: str | URL) -> DatabaseUnavailab
             else "check the URL, that the server is running, and the user name and password")
     return UnusableDatabase("cannot use the database {url}: {reason} — " + hint, *(("db",) if sqlite else ()),
                             url=mask(url), reason=mask(reason))
+
+
+def unreachable(error: Exception) -> bool:
+    """Is this the database being out of reach (refused, dropped, timed out, locked), not a statement it refused
+    or a fault of ours? Only then does a node say the database is unreachable."""
+    return (isinstance(error, (exc.OperationalError, exc.InterfaceError, exc.TimeoutError, OSError))
+            or bool(getattr(error, "connection_invalidated", False)))
 
 
 def ensure_schema(engine: Engine) -> bool:

@@ -26,6 +26,11 @@ def about(job_id: int) -> dict:
     return {"job_id": job_id}
 
 
+def one_line(exc: Exception) -> str:
+    """An error as one line fit for the log (a password in a driver's message masked)."""
+    return mask(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+
 class MaskPasswords(logging.Filter):
     """Masks database URLs' passwords in a record's message and traceback (a driver's error may quote the URL)."""
 

@@ -27,7 +27,7 @@ from prometheus_client.utils import floatToGoString
 
 from . import __version__
 from .errors import BadSetting
-from .node import one_line
+from .logs import one_line
 from .queues import DEFAULT
 from .roster import machine_status
 from .states import MachineState

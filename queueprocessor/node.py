@@ -60,13 +60,11 @@ import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import exc as sa_exc
-
 from . import __version__
 from .clock import Clock, OffsetEstimator, SystemClock
-from .database import mask
+from .database import unreachable
 from .executors import AllowLists, Executor
-from .logs import about
+from .logs import about, one_line
 from .push import BACKLOG, Listener, notify_backlog, where_to_listen
 from .queues import Served, served_names
 from .roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take, turn_wait, upcoming_turn
@@ -170,18 +168,6 @@ def turn_timer_wait(known: KnownMachines, me: int, now: float, liveness: Livenes
     if turn is not None:
         wait = min(wait, turn_wait(turn, now, config.period, error_bound, TURN_MARGIN))
     return None if wait == math.inf else max(wait, TURN_MARGIN)
-
-
-def unreachable(exc: Exception) -> bool:
-    """Is this the database being out of reach (refused, dropped, timed out, locked), not a statement it refused
-    or a fault of ours? Only then does a node say the database is unreachable."""
-    return (isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError, OSError))
-            or bool(getattr(exc, "connection_invalidated", False)))
-
-
-def one_line(exc: Exception) -> str:
-    """An error as one line fit for the log (a password in a driver's message masked)."""
-    return mask(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
 
 class Node:

@@ -6,10 +6,10 @@ import pytest
 from sqlalchemy import exc
 
 from queueprocessor.clock import SystemClock
+from queueprocessor.database import unreachable
 from queueprocessor.errors import ConfigError
 from queueprocessor.executors import JobContext
 from queueprocessor.farm import Farm
-from queueprocessor.node import unreachable
 from queueprocessor.roster import slot_of
 from queueprocessor.runner import STOPPED, JobRunner, Running
 from queueprocessor.store import Claimed
