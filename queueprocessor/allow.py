@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 from .errors import InvalidJob, NotAllowed, echoed
 
 if TYPE_CHECKING:  # a JobSpec is only passed through here: importing the store would load SQLAlchemy
-    from .executors import Executor
     from .store import JobSpec
 
 EXECUTORS = ("http", "python", "command")
@@ -57,13 +56,6 @@ class AllowLists:
             check_command(spec.target, self.commands)
         else:
             check_form(spec)
-
-    def executors(self, http_base: str = "http://localhost/") -> dict[str, "Executor"]:
-        """The executors that run work under these lists: only a node needs them, so only this loads them."""
-        from .executors import CommandExecutor, HttpExecutor, PythonExecutor
-
-        return {"http": HttpExecutor(http_base, self.http_hosts), "python": PythonExecutor(self.modules),
-                "command": CommandExecutor(self.commands)}
 
 
 def check_form(spec: "JobSpec") -> None:

@@ -192,7 +192,8 @@ class Farm:
         to the local machine and `allow_hosts`, Python modules under `allow_modules`, `allow_commands`.
         `queues`: the queues it serves, e.g. "reports:2,default" (at most 2 reports jobs at once here); None for
         every queue. The keywords are nodeoptions.NodeOptions' fields; `clock_skew` offsets the system clock."""
-        from .node import Node, NodeConfig  # the engine, aiohttp and the executors: only a node loads them
+        from .executors import make_executors  # aiohttp and subprocesses: only a node loads them
+        from .node import Node, NodeConfig  # the engine and the node's threads: likewise
 
         farm = self.settings(period=period, heartbeat=heartbeat, misses=misses)
         if not 1 <= capacity <= MAX_CAPACITY:
@@ -203,7 +204,7 @@ class Farm:
                             served=Served.parse(queues), **extra)
         if name:
             config.name = name
-        return Node(self.store, config, clock=clock or SystemClock(clock_skew), executors=allow.executors(http_base))
+        return Node(self.store, config, clock=clock or SystemClock(clock_skew), executors=make_executors(allow, http_base))
 
     # -- work -------------------------------------------------------------
 

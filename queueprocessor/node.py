@@ -63,7 +63,7 @@ from dataclasses import dataclass, field, replace
 from . import __version__
 from .clock import Clock, OffsetEstimator, SystemClock
 from .database import unreachable
-from .executors import AllowLists, Executor
+from .executors import AllowLists, Executor, make_executors
 from .logs import about, one_line
 from .push import BACKLOG, Listener, notify_backlog, where_to_listen
 from .queues import Served, served_names
@@ -177,7 +177,7 @@ class Node:
         self.config = config
         self.clock = clock or SystemClock()
         self.estimator = OffsetEstimator(self.clock)
-        self.executors = executors or config.allow.executors(config.http_base)
+        self.executors = executors or make_executors(config.allow, config.http_base)
         self.schedules = ScheduleStore(store)
         self.peers = RosterStore(store)
         self.queue_store = QueueStore(store)

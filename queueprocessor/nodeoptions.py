@@ -108,7 +108,9 @@ class NodeOptions:
 
     def checked(self) -> "NodeOptions":
         """Raise the QPError a node would meet at start for options that only fail together."""
-        AllowLists(self.allow_hosts, self.allow_modules, self.allow_commands).executors(self.http_base)
+        from .executors import make_executors  # only a command that runs a node comes here
+
+        make_executors(AllowLists(self.allow_hosts, self.allow_modules, self.allow_commands), self.http_base)
         Served.parse(self.queues)
         if self.listen_db is not None:
             from .database import listen_url  # SQLAlchemy: only a command that runs a node comes here

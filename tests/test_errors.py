@@ -9,7 +9,7 @@ import pytest
 
 from queueprocessor.cli import in_cli_words
 from queueprocessor.errors import ECHO_LIMIT, BadJobInput, BadSetting, InvalidJob, NotAllowed, NotFound, echoed
-from queueprocessor.executors import AllowLists
+from queueprocessor.executors import AllowLists, make_executors
 from queueprocessor.farm import Farm, work_spec
 from queueprocessor.store import JobSpec
 
@@ -40,11 +40,11 @@ def test_an_echoed_input_is_cut_at_a_readable_length_and_says_how_long_it_was():
 
 def test_a_node_setting_is_named_by_the_option_each_front_end_has_for_it():
     with pytest.raises(BadSetting) as refused:
-        AllowLists().executors("ftp://nowhere/")
+        make_executors(AllowLists(), "ftp://nowhere/")
     assert refused.value.inputs == ("http_base",) and refused.value.value == "ftp://nowhere/"
     assert in_cli_words(refused.value).startswith("--http-base 'ftp://nowhere/' is not an http(s) URL")
     with pytest.raises(NotAllowed) as refused:
-        AllowLists().executors()["command"].validate(JobSpec("command", '["backup"]'))
+        make_executors(AllowLists())["command"].validate(JobSpec("command", '["backup"]'))
     assert (refused.value.kind, refused.value.value, refused.value.option) == ("command", "backup", "allow_commands")
     assert in_cli_words(refused.value).endswith("none (start the node with --allow-command NAME)")
 
