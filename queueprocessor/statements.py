@@ -1,8 +1,9 @@
-"""The hot statements, built once per shape: claiming work and recording how it ended.
+"""The hot statements, built once per shape: claiming work, recording how it ended, and a machine's check-in
+with the roster version it bumps (store_roster reads that version).
 
 Everything that varies is a bound parameter, so SQLAlchemy compiles each shape
 once and a busy node spends its time running work, not building SQL. The
-rules they keep are Store.claim's and Store.finish's.
+rules they keep are Store.claim's, Store.finish's and Store.heartbeat's.
 """
 
 import functools
@@ -12,10 +13,11 @@ from sqlalchemy import (BigInteger, Boolean, Float, Integer, String, Text, and_,
                         update)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.engine import Connection
 
 from .dbtime import db_now
 from .queues import OnFailure
-from .schema import STATE_SQL, Id, jobs, queues, runs, turns
+from .schema import STATE_SQL, Id, jobs, machines, queues, roster_version, runs, turns
 from .states import JobState, Outcome
 
 
@@ -468,3 +470,37 @@ def finish_statement():
     # Every job that ended left running: its queue's running count, if it is limited, goes down with it.
     gone = select(ended.c.queue, func.count().label("n")).group_by(ended.c.queue).subquery("gone")
     return select(ended.c.id).add_cte(logged, freed(gone).cte("freed"))
+
+
+# -- the roster version (see store_roster) ---------------------------------
+
+def bump_roster(conn: Connection) -> None:
+    """Say, inside the transaction that changed a roster row, that the roster changed."""
+    conn.execute(update(roster_version).where(roster_version.c.id == 1)
+                 .values(version=roster_version.c.version + 1))
+
+
+def newest_backlog(since: int | None):
+    """The newest slot from `since` on whose turn found more due work than its holder could take, as a column."""
+    if since is None:
+        return literal(None)
+    return select(func.max(turns.c.slot)).where(turns.c.slot >= since, turns.c.backlog).scalar_subquery()
+
+
+@functools.lru_cache(maxsize=None)
+def checkin_statement(applied: bool, any_state: bool = False, returning: bool = False):
+    """A machine's check-in (Store.heartbeat): machine `b_me` writes its figures and is seen now; with
+    `applied`, the wish `b_applied` it just applied is cleared, unless an operator wished again since. It
+    matches only while the row's state is `b_state` (a new state changes the roster: see Store.heartbeat),
+    or whatever the state with `any_state`; with `returning`, it answers with the id it matched."""
+    wish = machines.c.wish
+    if applied:
+        wish = case((machines.c.wish == bindparam("b_applied", type_=String), None), else_=machines.c.wish)
+    state = bindparam("b_state", type_=String)
+    mine = machines.c.id == bindparam("b_me", type_=Id)
+    statement = update(machines).where(mine if any_state else mine & (machines.c.state == state)).values(
+        last_seen=db_now(), state=state, wish=wish, running=bindparam("b_running", type_=Integer),
+        done_count=bindparam("b_done", type_=Integer), failed_count=bindparam("b_failed", type_=Integer),
+        clock_offset=bindparam("b_offset", type_=Float), rtt=bindparam("b_rtt", type_=Float),
+        error_bound=bindparam("b_bound", type_=Float))
+    return statement.returning(machines.c.id) if returning else statement

@@ -29,9 +29,9 @@ from .errors import DuplicateKey, LostLease, NotFound, QPError, echoed
 from .queues import DEFAULT, Served
 from .schema import Id, jobs, machines, meta, queues, runs, turns
 from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
-from .statements import (LOST, claim_statement, finish_statement, freed_statement, gated_now, looks_statement,
-                         renew_statement, taken_statement, turn_statement, unpaused)
-from .store_roster import bump_roster, checkin_statement, newest_backlog
+from .statements import (LOST, bump_roster, checkin_statement, claim_statement, finish_statement, freed_statement,
+                         gated_now, looks_statement, newest_backlog, renew_statement, taken_statement, turn_statement,
+                         unpaused)
 
 CLOCK = select(db_now())  # built once: Raw compiles each statement it is given once
 KEEP = 5.0  # seconds a node without jobs keeps the connection for their results after its last use (see Held)

@@ -1,53 +1,37 @@
-"""The statements behind the roster version (issue 11): a heartbeat learns what changed in O(1) rows.
+"""The roster version (issue 11): a heartbeat learns what changed in O(1) rows.
 
-Every change of a row the roster is made of bumps qp_roster.version in the
-same transaction (bump_roster): a machine joining, stopping, writing a new
-state, or being buried. So a heartbeat reads one number, its own row's wish and
-the few machines that have gone quiet (read_farm), and reads every row
-(read_all) only when the number moved; partial indexes answer the rest (schema),
-so a steady heartbeat reads a handful of index entries whatever the farm's
-size. A burial stores a judged death on the
-dead machine's row, guarded by the last_seen the judge saw, so it never buries
-a machine that has checked in since; the buried machine's next check-in
-revives it (Store.heartbeat) and bumps the version again.
+Every change of a row the roster is made of bumps qp_roster.version in the same
+transaction (statements.bump_roster, beside the store's other writes): a machine
+joining, stopping, writing a new state, or being buried. So a heartbeat reads
+one number, its own row's wish and the few machines that have gone quiet
+(read_farm), and reads every row (read_all) only when the number moved; partial
+indexes answer the rest (schema), so a steady heartbeat reads a handful of index
+entries whatever the farm's size. A burial stores a judged death on the dead
+machine's row, guarded by the last_seen the judge saw, so it never buries a
+machine that has checked in since; the buried machine's next check-in revives it
+(Store.heartbeat) and bumps the version again.
 
 The two statements every node runs every heartbeat, the read (farm_statement)
-and the check-in (checkin_statement), are built once, everything that varies
-bound, and on PostgreSQL go straight to the driver (store.Raw), as the claim
-does: building and executing them through SQLAlchemy was most of an idle
-node's CPU (issue 11 item 5).
+and the check-in (statements.checkin_statement, run by Store.heartbeat), are
+built once, everything that varies bound, and on PostgreSQL go straight to the
+driver (store.Raw), as the claim does: building and executing them through
+SQLAlchemy was most of an idle node's CPU (issue 11 item 5).
 """
 
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from sqlalchemy import BigInteger, Float, Integer, String, bindparam, case, false, func, literal, select, true, update
-from sqlalchemy.engine import Connection
+from sqlalchemy import BigInteger, Float, bindparam, false, func, literal, select, true, update
 
 from .clock import Sample
 from .dbtime import db_now
-from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, roster_version, schedules, turns
+from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, roster_version, schedules
 from .states import MachineState
-
-if TYPE_CHECKING:  # store imports this module for bump_roster
-    from .store import Store
+from .statements import bump_roster, newest_backlog
+from .store import Store
 
 VERSION = select(roster_version.c.version).where(roster_version.c.id == 1).scalar_subquery()
-
-
-def bump_roster(conn: Connection) -> None:
-    """Say, inside the transaction that changed a roster row, that the roster changed."""
-    conn.execute(update(roster_version).where(roster_version.c.id == 1)
-                 .values(version=roster_version.c.version + 1))
-
-
-def newest_backlog(since: int | None):
-    """The newest slot from `since` on whose turn found more due work than its holder could take, as a column."""
-    if since is None:
-        return literal(None)
-    return select(func.max(turns.c.slot)).where(turns.c.slot >= since, turns.c.backlog).scalar_subquery()
 
 
 def _one_row():
@@ -76,25 +60,6 @@ def farm_statement(backlog: bool):
             .select_from(_one_row().outerjoin(suspects, true())))
 
 
-@functools.lru_cache(maxsize=None)
-def checkin_statement(applied: bool, any_state: bool = False, returning: bool = False):
-    """A machine's check-in (Store.heartbeat): machine `b_me` writes its figures and is seen now; with
-    `applied`, the wish `b_applied` it just applied is cleared, unless an operator wished again since. It
-    matches only while the row's state is `b_state` (a new state changes the roster: see Store.heartbeat),
-    or whatever the state with `any_state`; with `returning`, it answers with the id it matched."""
-    wish = machines.c.wish
-    if applied:
-        wish = case((machines.c.wish == bindparam("b_applied", type_=String), None), else_=machines.c.wish)
-    state = bindparam("b_state", type_=String)
-    mine = machines.c.id == bindparam("b_me", type_=Id)
-    statement = update(machines).where(mine if any_state else mine & (machines.c.state == state)).values(
-        last_seen=db_now(), state=state, wish=wish, running=bindparam("b_running", type_=Integer),
-        done_count=bindparam("b_done", type_=Integer), failed_count=bindparam("b_failed", type_=Integer),
-        clock_offset=bindparam("b_offset", type_=Float), rtt=bindparam("b_rtt", type_=Float),
-        error_bound=bindparam("b_bound", type_=Float))
-    return statement.returning(machines.c.id) if returning else statement
-
-
 @dataclass(frozen=True)
 class FarmRead:
     """What a node learns from its heartbeat read."""
@@ -110,7 +75,7 @@ class FarmRead:
 
 
 class RosterStore:
-    def __init__(self, store: "Store"):
+    def __init__(self, store: Store):
         self.store = store
 
     def read_farm(self, machine_id: int, before: float, backlog_since: int | None = None,
