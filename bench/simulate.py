@@ -41,8 +41,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from queueprocessor.clock import OffsetEstimator, Sample  # noqa: E402
-from queueprocessor.node import NodeConfig, Outlook, turn_timer_wait  # noqa: E402
+from queueprocessor.node import Outlook  # noqa: E402
+from queueprocessor.node_config import NodeConfig  # noqa: E402
 from queueprocessor.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take  # noqa: E402
+from queueprocessor.turn_timer import turn_timer_wait  # noqa: E402
 from queueprocessor.states import CHECKING_IN, MachineState, Wish  # noqa: E402
 
 WARMUP = 60.0  # seconds of database time before the measured slots: every machine joined and settled
@@ -330,7 +332,7 @@ class Simulation:
     # -- the turn timer ----------------------------------------------------
 
     def plan_turn(self, machine: Machine) -> None:
-        """Node._next_wake (an idle node's): the node's own plan; a new plan drops the earlier one."""
+        """TurnTimer.next_wake (an idle node's): the node's own plan; a new plan drops the earlier one."""
         machine.wake_generation += 1
         if machine.state != MachineState.ACTIVE:
             return

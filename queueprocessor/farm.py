@@ -30,6 +30,7 @@ from .clock import SystemClock
 from .database import check_schema, describe_failure, ensure_schema, open_engine
 from .errors import BadJobInput, BadQueueInput, BadSetting, DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from .limits import LATEST, MAX_CAPACITY, MAX_INT, MAX_MISSES, MAX_PAYLOAD, MAX_WAIT
+from .node_config import NodeConfig
 from .queues import (DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, Served, check_limit, check_name,
                      check_order_key, serving_machines)
 from .roster import Liveness, machine_status
@@ -193,7 +194,7 @@ class Farm:
         `queues`: the queues it serves, e.g. "reports:2,default" (at most 2 reports jobs at once here); None for
         every queue. The keywords are nodeoptions.NodeOptions' fields; `clock_skew` offsets the system clock."""
         from .executors import make_executors  # aiohttp and subprocesses: only a node loads them
-        from .node import Node, NodeConfig  # the engine and the node's threads: likewise
+        from .node import Node  # the engine and the node's threads: likewise
 
         farm = self.settings(period=period, heartbeat=heartbeat, misses=misses)
         if not 1 <= capacity <= MAX_CAPACITY:

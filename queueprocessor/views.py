@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from . import singletons
 from .errors import NotFound
-from .node import NodeConfig
+from .node_config import NodeConfig
 from .roster import Liveness, machine_status, roster, slot_of, slot_owner
 from .schedules import Recurrence
 from .states import SERVING, MachineState

@@ -168,7 +168,7 @@ def test_a_backlog_notice_that_comes_while_the_turn_thread_resets_is_kept(tmp_pa
         nodes = Nodes(farm, period=3600.0)
         try:
             node = nodes("a")
-            wait_for(lambda: node.turns_taken == 1)
+            wait_for(lambda: node.turns.taken == 1)
             [job_id] = farm.enqueue(farm.python_spec(f"{PYJOBS}:echo", "late"), delay=0.5)
             due = farm.store.get_job(job_id)["run_at"]
 
@@ -177,17 +177,17 @@ def test_a_backlog_notice_that_comes_while_the_turn_thread_resets_is_kept(tmp_pa
                         and "qp_jobs" in statement and not hold.is_set()):
                     hold.set()  # this claim looked before the job was due, and will come back empty
                     wait_for(lambda: node.estimator.db_now() > due + 0.05)
-                    node._notice(BACKLOG)  # as the listener thread does
+                    node.turns.notice(BACKLOG)  # as the listener thread does
 
             hold = threading.Event()
             event.listen(farm.engine, "after_cursor_execute", during_the_empty_claim)
             try:
-                node._notice(BACKLOG)
+                node.turns.notice(BACKLOG)
                 wait_for(hold.is_set, timeout=5)
                 wait_for(lambda: farm.store.get_job(job_id)["state"] == JobState.SUCCEEDED, timeout=5)
             finally:
                 event.remove(farm.engine, "after_cursor_execute", during_the_empty_claim)
-            assert node.turns_taken == 1, "the job was claimed directly, not on a turn"
+            assert node.turns.taken == 1, "the job was claimed directly, not on a turn"
         finally:
             nodes.stop_all()
 
@@ -201,26 +201,26 @@ def test_a_check_in_wakes_the_turn_timer_only_when_its_plan_may_change(farm, mon
     monkeypatch.setattr(Node, "_start_threads", lambda node: None)
     node = Nodes(farm)("a")
     try:
-        node._wake.clear()
+        node.turns.wake.clear()
         node._checkin()
-        assert not node._wake.is_set(), "nothing changed: the timer's plan stands"
+        assert not node.turns.wake.is_set(), "nothing changed: the timer's plan stands"
         farm.store.register(name="b", host="h", instance="b", pid=1, version="t", capacity=1)
         node._checkin()
-        assert node._wake.is_set(), "a machine joined: new rows"
-        node._wake.clear()
+        assert node.turns.wake.is_set(), "a machine joined: new rows"
+        node.turns.wake.clear()
         node._checkin()
-        assert not node._wake.is_set()
+        assert not node.turns.wake.is_set()
         farm.steer("a", "pause")
         node._checkin()
-        assert node._wake.is_set() and node.state == MachineState.PAUSED, "a new state"
+        assert node.turns.wake.is_set() and node.state == MachineState.PAUSED, "a new state"
         node._checkin()  # reads the rows again: writing its new state bumped the roster version
-        node._wake.clear()
+        node.turns.wake.clear()
         node._checkin()
-        assert not node._wake.is_set()
+        assert not node.turns.wake.is_set()
         slot = int(farm.store.ask_time() / FAST["period"])
         farm.store.take_turn(slot, node.id)
         farm.store.record_turn(slot, claimed=4, backlog=True)
         node._checkin()
-        assert node._wake.is_set(), "a backlog others may help with"
+        assert node.turns.wake.is_set(), "a backlog others may help with"
     finally:
         node.stop(drain=False)

@@ -174,7 +174,7 @@ def test_roles_work_of_a_queue_waits_for_a_machine_that_serves_it(farm, http_tar
         plain = nodes("plain", queues="default")
         [job] = farm.enqueue_python(NOOP, queue="reports")
         assert farm.serving("reports") == ()
-        wait_for(lambda: plain.turns_taken >= 3)
+        wait_for(lambda: plain.turns.taken >= 3)
         assert farm.job(job)["state"] == "queued", "no live machine serves reports: it waits"
         reporter = nodes("reporter", queues="reports:1")
         assert farm.serving("reports") == ("reporter",)
@@ -271,11 +271,11 @@ def test_an_idle_farm_with_roles_and_a_limited_queue_polls_once_a_turn(farm, htt
     try:
         a, b = nodes("a", queues="qa"), nodes("b", queues="qb")
         farm.set_queue("qa", limit=2)
-        wait_for(lambda: a.turns_taken >= 2 and b.turns_taken >= 2 and "qa" in a.queue_settings)  # in steady state
+        wait_for(lambda: a.turns.taken >= 2 and b.turns.taken >= 2 and "qa" in a.queue_settings)  # in steady state
         sent = Sent(farm.engine)
-        before = a.turns_taken + b.turns_taken
-        wait_for(lambda: a.turns_taken + b.turns_taken >= before + 8)
-        turns = a.turns_taken + b.turns_taken - before
+        before = a.turns.taken + b.turns.taken
+        wait_for(lambda: a.turns.taken + b.turns.taken >= before + 8)
+        turns = a.turns.taken + b.turns.taken - before
         polls = sent.reading("qp_jobs")
     finally:
         nodes.stop_all()
@@ -297,7 +297,7 @@ def test_a_job_of_a_queue_the_turn_holder_does_not_serve_starts_within_a_period(
     nodes = Nodes(farm, http_base=http_target.base_url, period=period, heartbeat=0.2)
     try:
         a1, a2, b = nodes("a1", queues="qa"), nodes("a2", queues="qa"), nodes("b", queues="qb")
-        wait_for(lambda: all(n.turns_taken for n in (a1, a2, b)), timeout=20)
+        wait_for(lambda: all(n.turns.taken for n in (a1, a2, b)), timeout=20)
         roster = sorted(n.id for n in (a1, a2, b))
         s = slot_of(farm.store.ask_time(), period) + 2
         while roster[(s - 1) % 3] != b.id:
