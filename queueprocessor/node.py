@@ -390,7 +390,8 @@ class Node:
         self.known = self._known.copy()
         for machine_id, last_seen in self._known.dead(farm.now, self.liveness()):
             if self.peers.bury(machine_id, last_seen):
-                log.warning("machine %s stopped checking in: judged dead", machine_id)
+                log.warning("machine %s (%s) stopped checking in: judged dead", machine_id,
+                            self._known.name(machine_id))
         return moved
 
     def _note_contact(self, db_time: float) -> None:

@@ -163,6 +163,10 @@ class KnownMachines:
         return [(machine_id, seen) for machine_id, seen in self._suspects.items()
                 if machine_id in self._rows and liveness.is_dead(seen, db_now)]
 
+    def name(self, machine_id: int) -> str:
+        """A known machine's name, for what an operator reads (ids mean nothing to them)."""
+        return self._rows[machine_id]["name"]
+
     def copy(self) -> "KnownMachines":
         """A copy for other threads to read while the heartbeat goes on learning in ours: whole, because our
         rows and suspects are replaced, never changed in place. Its memo is its own; readers that fill it

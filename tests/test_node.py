@@ -193,6 +193,14 @@ def test_a_full_farm_still_puts_a_dead_machines_jobs_back_first(farm, nodes, htt
     assert starts[orphan] < min(starts[j] for j in newer)
 
 
+def test_a_machine_judged_dead_is_logged_by_its_name(farm, nodes, caplog):
+    caplog.set_level("WARNING", logger="queueprocessor.node")
+    nodes("a")
+    ghost = farm.store.register(name="ghost-7", host="h", instance="ghost", pid=1, version="t", capacity=1)
+    wait_for(lambda: "judged dead" in caplog.text, timeout=15)  # it never checks in
+    assert f"machine {ghost} (ghost-7) stopped checking in: judged dead" in caplog.text, caplog.text
+
+
 def restarts(farm, ghost, job_ids):
     """When each job began to run again after the ghost machine held it, and where."""
     return [next((run["started_at"], run["machine_id"]) for run in farm.job(j)["runs"] if run["machine_id"] != ghost)
