@@ -1,0 +1,106 @@
+"""Python function calls per job in a node: a figure that does not move with the machine's load.
+
+Throughput on a shared 2-core machine moves +-20 % from one drain to the next, so a change that should not
+alter what a node does per job (a restructuring, a move of code between modules) is checked here instead:
+one in-process node (`--capacity`) drains `--jobs` no-op Python jobs on a throwaway PostgreSQL server while a
+profile hook counts every Python function call in each of the node's threads, from the enqueue to the last
+job's end. The figures are calls per job, by thread: the turn timer (claims), the runner's loop (starts and
+results), the loop's worker threads (result writes), the Python executor's threads (the job itself), the
+rest (heartbeat, watchdog, listener). Each run gets a fresh database; the node runs in a process of its own
+importing the code measured (this tree, or with --before the tree at a git ref, in the same run, rotated).
+
+    python bench/calls_per_job.py                      # 20,000 jobs, capacity 32, 2 runs
+    python bench/calls_per_job.py --quick              # 4,000 jobs, 1 run
+    python bench/calls_per_job.py --before REF         # the code at git REF beside this tree's
+"""
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from common import ROOT, fresh_database, load_average, print_table, source_tree, start_postgres
+
+GROUPS = (("turns", ("qp-turns",)), ("runner loop", ("qp-runner",)), ("loop workers", ("asyncio_",)),
+          ("job threads", ("qp-python-",)))
+
+
+def group_of(thread: str) -> str:
+    return next((group for group, prefixes in GROUPS if thread.startswith(prefixes)), "rest")
+
+
+def measure(url: str, jobs: int, capacity: int) -> dict[str, float]:
+    """In the child process: drain `jobs` no-op jobs with one node; calls per job by thread group."""
+    from queueprocessor.farm import Farm
+
+    calls: collections.Counter[str] = collections.Counter()
+    counting = threading.Event()
+
+    def hook(frame, event, arg):
+        if event == "call" and counting.is_set():
+            calls[group_of(threading.current_thread().name)] += 1
+
+    farm = Farm(url)
+    farm.settings()
+    threading.setprofile(hook)  # every thread the node starts from here on counts its calls
+    node = farm.node(name="calls", capacity=capacity, allow_modules=["bench.jobs"]).start()
+    time.sleep(2.0)  # joined, its first turns taken: the drain alone is counted
+    counting.set()
+    farm.enqueue_python("bench.jobs:noop", count=jobs)
+    while farm.store.job_counts().get("succeeded", 0) < jobs:
+        time.sleep(0.05)
+    counting.clear()
+    node.stop(drain=False)
+    farm.close()
+    per_job = {group: calls[group] / jobs for group, _ in GROUPS + (("rest", ()),)}
+    return per_job | {"total": sum(calls.values()) / jobs}
+
+
+def run(root: Path, url: str, jobs: int, capacity: int) -> dict[str, float]:
+    """One drain by the code in `root`, in a process of its own."""
+    child = subprocess.run([sys.executable, __file__, "--child", url, "--jobs", str(jobs), "--capacity", str(capacity)],
+                           cwd=root, env=dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{root / 'bench'}"),
+                           capture_output=True, text=True, check=True)
+    return json.loads(child.stdout.splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="4,000 jobs, 1 run")
+    parser.add_argument("--jobs", type=int)
+    parser.add_argument("--capacity", type=int, default=32)
+    parser.add_argument("--runs", type=int, help="drains per tree (default 2; 1 with --quick)")
+    parser.add_argument("--before", metavar="REF", help="also measure the code at this git ref")
+    parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.jobs = args.jobs or (4000 if args.quick else 20000)
+    args.runs = args.runs or (1 if args.quick else 2)
+    if args.child:
+        print(json.dumps(measure(args.child, args.jobs, args.capacity)))
+        return
+    print(f"{args.jobs} no-op jobs, one node of capacity {args.capacity}, {args.runs} run(s); {load_average()}",
+          flush=True)
+    with tempfile.TemporaryDirectory(prefix="qp-before-") as old:
+        trees = [("this tree", ROOT)] + ([(args.before, source_tree(args.before, Path(old)))] if args.before else [])
+        server = start_postgres()
+        try:
+            results = collections.defaultdict(list)
+            for r in range(args.runs):
+                for label, root in trees[r % len(trees):] + trees[:r % len(trees)]:
+                    results[label].append(run(root, fresh_database(server, "calls"), args.jobs, args.capacity))
+        finally:
+            server.stop()
+    columns = [group for group, _ in GROUPS] + ["rest", "total"]
+    print_table(["code", "run", *(f"{c} calls/job" for c in columns)],
+                [[label, str(i + 1), *(f"{figures[c]:.1f}" for c in columns)]
+                 for label, runs in results.items() for i, figures in enumerate(runs)])
+
+
+if __name__ == "__main__":
+    main()
