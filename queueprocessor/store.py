@@ -297,6 +297,14 @@ def _free(conn, queues_left: Iterable[str]) -> None:
         conn.execute(freed_statement(), [dict(b_queue=q, b_freed=n) for q, n in sorted(left.items())])
 
 
+def _ran_out(before: float | None = None) -> list:
+    """A running job whose lease ran out (before `before` too, database time, if given): what a take-over takes,
+    as the statements outside the claim state it (the claim states it with its own bound time: see
+    statements.claim_statement)."""
+    return [jobs.c.state == JobState.RUNNING, jobs.c.lease_until < db_now(),
+            *([jobs.c.lease_until < before] if before is not None else [])]
+
+
 def _most_urgent_first(claimed: Iterable[Claimed]) -> list[Claimed]:
     """RETURNING has no order; start the most urgent first."""
     return sorted(claimed, key=lambda c: (-c.priority, c.run_at, c.id))
@@ -643,8 +651,7 @@ class Store:
                 return 0
             taken = conn.execute(
                 update(jobs)
-                .where(jobs.c.id.in_(list(leaving)), jobs.c.state == JobState.RUNNING, jobs.c.lease_until < db_now(),
-                       jobs.c.lease_until < before)
+                .where(jobs.c.id.in_(list(leaving)), *_ran_out(before))
                 .values(state=JobState.QUEUED, owner=None, lease_until=None,
                         last_error="lease expired: its machine stopped renewing it")
                 .returning(jobs.c.id, jobs.c.attempts, jobs.c.fence, jobs.c.queue)
@@ -658,9 +665,8 @@ class Store:
         """{job id: (owner, started_at)} of the running jobs whose lease ran out (before `before`), locked for
         the transaction as a claim locks them: whose runs a take-over that follows in it ends as lost (the
         claim statement does it itself on PostgreSQL)."""
-        ran_out = [jobs.c.lease_until < db_now()] + ([jobs.c.lease_until < before] if before is not None else [])
         rows = conn.execute(select(jobs.c.id, jobs.c.owner, jobs.c.started_at)
-                            .where(jobs.c.state == JobState.RUNNING, *ran_out)
+                            .where(*_ran_out(before))
                             .with_for_update(skip_locked=True)
                             .with_hint(jobs, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql"))
         return {row[0]: (row[1], row[2]) for row in rows}
@@ -694,7 +700,7 @@ class Store:
     def any_expired(self) -> bool:
         """Is any running job's lease out, in a queue that is not paused (one a settled machine's claim takes
         over)? (Cheap: it stops at the first.)"""
-        out = select(jobs.c.id).where(jobs.c.state == JobState.RUNNING, jobs.c.lease_until < db_now(), unpaused(jobs))
+        out = select(jobs.c.id).where(*_ran_out(), unpaused(jobs))
         return self.rows(select(out.exists()))[0][0]
 
     def due_count(self, horizon: float = 0.0) -> int:
