@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import ROOT, fresh_database, load_average, print_table, source_tree, start_postgres
+from common import ROOT, fresh_database, load_average, print_table, rotated, source_tree, start_postgres
 
 GROUPS = (("turns", ("qp-turns",)), ("runner loop", ("qp-runner",)), ("loop workers", ("asyncio_",)),
           ("job threads", ("qp-python-",)))
@@ -92,7 +92,7 @@ def main() -> None:
         try:
             results = collections.defaultdict(list)
             for r in range(args.runs):
-                for label, root in trees[r % len(trees):] + trees[:r % len(trees)]:
+                for label, root in rotated(trees, r):
                     results[label].append(run(root, fresh_database(server, "calls"), args.jobs, args.capacity))
         finally:
             server.stop()

@@ -195,6 +195,13 @@ def ms(seconds: float, signed: bool = False) -> str:
     return f"{seconds * 1000:+.2f}" if signed else f"{seconds * 1000:.2f}"
 
 
+def rotated(cases: list, round_number: int) -> list:
+    """The cases (or code trees) in the order of round `round_number`: each round starts one case later, so that
+    no case always runs first, last or after the same neighbour while the shared machine's load drifts."""
+    k = round_number % len(cases)
+    return cases[k:] + cases[:k]
+
+
 def load_average() -> str:
     """The machine's load, printed beside every figure: other work on the cores skews timing."""
     one, five, fifteen = os.getloadavg()

@@ -45,8 +45,8 @@ import time
 from pathlib import Path
 from statistics import median
 
-from common import (ROOT, NodeProcess, fresh_database, load_average, print_table, query, source_tree, start_postgres,
-                    stop_all, wait_for)
+from common import (ROOT, NodeProcess, fresh_database, load_average, print_table, query, rotated, source_tree,
+                    start_postgres, stop_all, wait_for)
 from sqlalchemy import text
 
 from queueprocessor.database import open_engine
@@ -208,13 +208,6 @@ def run_case(server, case: str, processes: int, count: int, capacity: int, limit
     print(f"  {case:10} x{processes}: {within / drain:8.0f} jobs/s, every job that ended in the drain (write "
           f"{enqueued - started:.2f} s, drain {drain:.2f} s{tail})", flush=True)
     return rates
-
-
-def rotated(cases: list, round_number: int) -> list:
-    """The cases in the order of round `round_number`: each round starts one case later, so that no case always
-    runs first, last or after the same neighbour while the shared machine's load drifts."""
-    k = round_number % len(cases)
-    return cases[k:] + cases[:k]
 
 
 def summary(rates: dict, cases: list[str], columns: list, rounds: int) -> list[list]:
