@@ -129,8 +129,10 @@ class TurnTimer:
         return turn_timer_wait(self.node.known, self.node.id, now, self.node.liveness(), self.config,
                                self._last_slot, self.estimator.error_bound())
 
-    def _roster(self, now: float) -> list[int]:
-        return self.node.known.roster(now, self.node.liveness(), self.config.join_delay)
+    def _roster(self, now: float, known: KnownMachines | None = None) -> list[int]:
+        """The roster at `now` by our copy of the machine rows (`known`: one already read, to read more from)."""
+        known = self.node.known if known is None else known
+        return known.roster(now, self.node.liveness(), self.config.join_delay)
 
     def upcoming(self, now: float) -> int | None:
         """Our next slot under the current roster that we have not taken yet; None if not in the roster."""
@@ -268,7 +270,7 @@ class TurnTimer:
         if self.config.served.every:
             return None
         known = self.node.known  # read once: the heartbeat replaces it whole
-        roster = known.roster(self.estimator.db_now(), self.node.liveness(), self.config.join_delay)
+        roster = self._roster(self.estimator.db_now(), known)
         key = (known.version, tuple(roster))
         if self._elsewhere[0] != key:
             peers = set(roster) - {self.node.id}
