@@ -205,7 +205,8 @@ class Farm:
                             served=Served.parse(queues), **extra)
         if name:
             config.name = name
-        return Node(self.store, config, clock=clock or SystemClock(clock_skew), executors=make_executors(allow, http_base))
+        return Node(self.store, config, clock=clock or SystemClock(clock_skew),
+                    executors=make_executors(allow, http_base))
 
     # -- work -------------------------------------------------------------
 
