@@ -66,7 +66,7 @@ from .logs import about, one_line
 from .node_config import NodeConfig
 from .push import Listener, where_to_listen
 from .roster import KnownMachines, Liveness, slot_of
-from .runner import JobRunner
+from .runner import JobRunner, RunKey
 from .states import MachineState, Outcome, Wish
 from .store import Store
 from .store_queues import QueueStore
@@ -137,6 +137,7 @@ class Node:
         # Lifecycle: latches, set once
         self._leaving = threading.Event()
         self._stop = threading.Event()
+        self._no_turns = threading.Event()  # set before _stop: a stopping node claims nothing more
         self._hurry = threading.Event()
         self.stopped = threading.Event()
         self._started = threading.Event()  # start() is over: joined, or undone
@@ -214,7 +215,7 @@ class Node:
                 self.estimator.add(self.store.sample_clock(self.clock.monotonic))
             self._renewed_at = self.clock.monotonic()
             self.runner = JobRunner(self.store, self.id, self.executors, self.estimator.db_now,
-                                    self.turns.job_done, self.turns.room_made, self.tally)
+                                    self.turns.job_done, self.turns.room_made, self.tally, self.config.fenced_grace)
             self.runner.start()
             undo.callback(self.runner.stop)
             self._checkin()
@@ -235,14 +236,20 @@ class Node:
 
     def _end_threads(self) -> None:
         """Stop our threads and wait for them (the runner's loop apart): they see `_stop` within a wait."""
+        self._end_turns()
         self._stop.set()
-        self.turns.wake.set()  # the turn timer may be asleep until its next turn
         self._holding.set()  # the watchdog may be asleep until a job starts
         if self.listener is not None:
             self.listener.stop()
         for thread in self._threads:
             if thread.is_alive() and thread is not threading.current_thread():
                 thread.join(5)
+
+    def _end_turns(self) -> None:
+        """Take no more turns: the turn thread sees it within a wait (one still claiming hands back what it gets,
+        once the runner refuses: see stop)."""
+        self._no_turns.set()
+        self.turns.wake.set()  # the turn timer may be asleep until its next turn
 
     def _failed_start(self) -> None:
         """The last undo of a failed start (whose error says why): this node is stopped, so stop() has
@@ -282,11 +289,14 @@ class Node:
             self._leaving.set()
             self.runner.release_singletons()
             self._await_idle(timeout, interruptible=True)
+        # The heartbeat renews and the watchdog fences the jobs until they have stopped; a turn still under way
+        # hands back what it claims.
+        self.runner.refuse(reason)
+        self._end_turns()
+        self.runner.stop_all(reason)
+        self._await_idle(5)
         self._end_threads()
-        if self.runner is not None:
-            self.runner.stop_all(reason)
-            self._await_idle(5)
-            self.runner.stop()
+        self.runner.stop()
         if self.id is not None:
             self._mark_stopped()
         if self.exporter is not None:
@@ -360,8 +370,10 @@ class Node:
             self.guarded = frozenset(name for name, row in self.queue_settings.items()
                                       if self.config.served.serves(name) and not row["paused"]
                                       and (row["max_running"] is not None or row["rate_count"] is not None))
-        held = self.runner.held()
-        self._handle_renewals(held, self.store.renew(self.id, held, self.config.lease))
+        held, renewing = self.runner.held(), self.clock.monotonic()
+        renewed = self.store.renew(self.id, held, self.config.lease)
+        self.runner.renewed(list(renewed), renewing)
+        self._handle_renewals(held, renewed)
         self.store.heartbeat(
             self.id, state=self.state, applied_wish=applied, running=self.runner.working(), done=self.done,
             failed=self.failed, offset=self.estimator.offset(), rtt=self.estimator.rtt(),
@@ -419,13 +431,14 @@ class Node:
                 self.runner.release_singletons()
         return wish
 
-    def _handle_renewals(self, held: list[tuple[int, int]], renewed: dict[int, bool]) -> None:
-        for job_id, _fence in held:
-            if job_id not in renewed:
-                if self.runner.stop_job(job_id, Outcome.LOST):
-                    log.warning("job %s: lease lost to another machine, stopped it", job_id, extra=about(job_id))
-            elif renewed[job_id]:
-                self.runner.stop_job(job_id, Outcome.CANCELLED)
+    def _handle_renewals(self, held: list[RunKey], renewed: dict[RunKey, bool]) -> None:
+        """Stop the runs whose leases were not renewed (taken over), and those an operator cancelled."""
+        for key in held:
+            if key not in renewed:
+                if self.runner.stop_job(key, Outcome.LOST):
+                    log.warning("job %s: lease lost to another machine, stopped it", key[0], extra=about(key[0]))
+            elif renewed[key]:
+                self.runner.stop_job(key, Outcome.CANCELLED)
 
     # -- turns ------------------------------------------------------------
 
@@ -442,11 +455,11 @@ class Node:
         return Outlook(self.db_healthy, self.state, self.liveness())
 
     def _turn_loop(self) -> None:
-        while not self._stop.is_set():
+        while not self._no_turns.is_set():
             if self.turns.wake.wait(self.turns.next_wake()):
                 self.turns.wake.clear()
             self.turns.take_backlog_notices()
-            if self.db_healthy:
+            if self.db_healthy and not self._no_turns.is_set():
                 try:
                     self.turns.tick()
                 except Exception as exc:
@@ -460,7 +473,7 @@ class Node:
         the turn thread starts some (or stop())."""
         while not self._stop.is_set():
             if self.runner.count():
-                self._stop.wait(self.config.fence_margin / 4)
+                self._stop.wait(self.config.watchdog_every)
                 self._watchdog()
                 continue
             self._holding.clear()
@@ -469,13 +482,13 @@ class Node:
 
     def _watchdog(self) -> None:
         """Self-fencing: jobs whose leases we could not renew in time are stopped before they run out.
-        A job's lease runs from our last renewal or from its claim, whichever was sent later: a job
-        claimed once the database came back is not stopped for the silence before it."""
+        A run's lease runs from the send time of its claim or of the last renewal that renewed it: a job
+        claimed once the database came back is not stopped for the silence before it, and one claimed while a
+        renewal was on its way is not credited with that renewal."""
         now = self.clock.monotonic()
         limit = self.config.lease - self.config.fence_margin
-        overdue = [job_id for job_id, leased_at in self.runner.leases()
-                   if now - max(leased_at, self._renewed_at) > limit]
-        stopped = [job_id for job_id in overdue if self.runner.stop_job(job_id, Outcome.LOST)]
+        overdue = [key for key, leased_at in self.runner.leases() if now - leased_at > limit]
+        stopped = [key for key in overdue if self.runner.stop_job(key, Outcome.LOST)]
         if stopped:
             self.tally.fenced()
             log.warning("no contact with the database for %.1f s: stopping %s jobs before their leases run out",

@@ -53,6 +53,17 @@ class NodeConfig:
         return min(0.5, self.heartbeat / 2)
 
     @property
+    def watchdog_every(self) -> float:
+        """How often the watchdog looks for leases about to run out: a stop begins at most this late."""
+        return self.fence_margin / 4
+
+    @property
+    def fenced_grace(self) -> float:
+        """How long a job stopped for its lease may take to end by itself before it is forced (a command's
+        SIGKILL): with the watchdog's lateness, half the margin, so the stop is over before the lease runs out."""
+        return self.fence_margin / 4
+
+    @property
     def stale(self) -> float:
         """A machine quiet for this long is read by name at every heartbeat (a suspect): late by a heartbeat
         or so, and a heartbeat and a half before its dead timeout, so every peer reads its last_seen first."""

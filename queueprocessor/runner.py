@@ -3,6 +3,11 @@
 Cancellation is how a node keeps its promises: a job past its timeout, a job
 an operator cancelled, and every job of a node that lost contact with the
 database for longer than its lease (self-fencing) are stopped here.
+
+A run is known by its job and fence (RunKey), never by its job alone: a node can claim a job back (a new
+fence) while its own stopped run of it (the old fence) is still ending, and each run must stay renewed and
+stoppable until its own end is written. The newer run starts its work only once the older one's has ended,
+so this machine never runs one job twice at once either.
 """
 
 import asyncio
@@ -17,6 +22,8 @@ from .logs import about
 from .states import Kind, Outcome
 from .store import Claimed, Ending, Store
 from .tally import Tally
+
+RunKey = tuple[int, int]  # (job id, fence): one run of a job, as every write of it is guarded
 
 log = logging.getLogger("queueprocessor.runner")
 
@@ -48,21 +55,23 @@ class Running:
     """A job this node holds, from its claim until its end is written (a busy node makes thousands a second:
     slots, and its ending kept here rather than in an object of its own)."""
 
-    __slots__ = ("job", "context", "task", "stop_reason", "recording", "begun", "leased_at", "started", "began",
-                 "ending", "tries")
+    __slots__ = ("job", "key", "context", "task", "stop_reason", "recording", "begun", "leased_at", "started",
+                 "began", "ending", "tries", "prior")
 
     def __init__(self, job: Claimed, context: JobContext, leased_at: float = float("-inf")):
         self.job = job
+        self.key: RunKey = (job.id, job.fence)
         self.context = context
         self.task: asyncio.Task | None = None
         self.stop_reason: str | None = None  # why we cancelled it: CANCELLED, LOST, "released" or "exit"
         self.recording = False  # the work is over; only its result is being written
         self.begun = False  # _execute has started, so a cancellation reaches its handlers
-        self.leased_at = leased_at  # monotonic time its claim was sent: its lease runs from no earlier
+        self.leased_at = leased_at  # monotonic send time of its claim or of the last renewal that renewed it
         self.started = 0.0
         self.began = 0.0  # the loop's (monotonic) time at `started`: its work's duration is measured from here
         self.ending: tuple[str, str | None, str | None, bool] | None = None  # (outcome, error, output, final)
         self.tries = 0  # writes of its ending that the database was away for
+        self.prior: Running | None = None  # this machine's older run of the same job, still held at our claim
 
 
 class JobRunner:
@@ -70,10 +79,12 @@ class JobRunner:
 
     def __init__(self, store: Store, machine_id: int, executors: dict[str, Executor],
                  db_now: Callable[[], float], on_done: Callable[[Claimed, str], None],
-                 on_room: Callable[[], None] = lambda: None, tally: Tally | None = None):
+                 on_room: Callable[[], None] = lambda: None, tally: Tally | None = None, fenced_grace: float = 0.1):
         """`on_done(job, outcome)` once a job's result is written; `on_room()` as soon as jobs' work is over,
         before that write (see room), and again once their results are written (one call for the jobs of a pass of
-        the loop, or of a batch). `tally` counts claims, durations and endings for the node's metrics."""
+        the loop, or of a batch). `tally` counts claims, durations and endings for the node's metrics.
+        `fenced_grace`: how long a job stopped for a lost lease may take to end by itself before it is forced
+        (see JobContext.grace): its stop must be over before the lease runs out."""
         self.store = store
         self.machine_id = machine_id
         self.executors = executors
@@ -81,8 +92,12 @@ class JobRunner:
         self.on_done = on_done
         self.on_room = on_room
         self.tally = tally or Tally()
-        self.running: dict[int, Running] = {}
+        self.fenced_grace = fenced_grace
+        self.running: dict[RunKey, Running] = {}
+        self._newest: dict[int, Running] = {}  # job id -> its newest run in `running` (see submit_many)
         self._writing = 0  # entries of `running` whose work is over (recording)
+        self._refusing: str | None = None  # a stop reason: runs submitted from now on are handed back at once
+        self._no_singletons = False  # draining: singletons submitted from now on are handed back at once
         self._worked: list[tuple[Claimed, float]] = []  # (job, seconds it worked) since the last _report_worked
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
@@ -110,7 +125,7 @@ class JobRunner:
         deadline = self.loop.time() + timeout
         while (self.count() or self._others()) and self.loop.time() < deadline:
             await asyncio.sleep(0.01)
-        for job_id, _ in self.held():
+        for job_id, _fence in self.held():
             log.warning("could not record job %s before stopping; its lease will expire and it will be re-run",
                         job_id, extra=about(job_id))
         while tasks := self._others():  # a job's task cancelled here hands its result to a new writer: once more
@@ -147,9 +162,9 @@ class JobRunner:
             working = held - self._writing
         return min(capacity - working, 2 * capacity - held)
 
-    def held(self) -> list[tuple[int, int]]:
+    def held(self) -> list[RunKey]:
         with self._lock:
-            return [(r.job.id, r.job.fence) for r in self.running.values()]
+            return list(self.running)
 
     def held_in(self, queue: str) -> int:
         """How many jobs of `queue` we hold (a machine's own limit for a queue counts them until their end is
@@ -157,32 +172,58 @@ class JobRunner:
         with self._lock:
             return sum(1 for r in self.running.values() if r.job.queue == queue)
 
-    def leases(self) -> list[tuple[int, float]]:
-        """(job id, monotonic time its claim was sent) for every job we hold."""
+    def leases(self) -> list[tuple[RunKey, float]]:
+        """(run, monotonic send time of its claim or its last renewal) for every run we hold."""
         with self._lock:
-            return [(r.job.id, r.leased_at) for r in self.running.values()]
+            return [(key, r.leased_at) for key, r in self.running.items()]
+
+    def renewed(self, runs: list[RunKey], sent: float) -> None:
+        """These runs' leases were renewed by a statement sent at `sent` (monotonic): their leases run from no
+        earlier. Only the runs it renewed: one claimed while it was on its way is not credited with it."""
+        with self._lock:
+            for key in runs:
+                entry = self.running.get(key)
+                if entry is not None and entry.leased_at < sent:
+                    entry.leased_at = sent
 
     def submit(self, job: Claimed, leased_at: float = float("-inf")) -> None:
         self.submit_many([job], leased_at)
 
     def submit_many(self, jobs: list[Claimed], leased_at: float = float("-inf")) -> None:
-        """Start a claim's jobs: one wake-up of the loop for all of them."""
+        """Start a claim's jobs: one wake-up of the loop for all of them. A job we still hold a run of (stopped,
+        and ending) gets a run of its own beside it, which starts once the older run's work is over. A claim that
+        comes after refuse() (a stop) or, for singletons, after release_singletons() (a drain) is handed back."""
         entries = [Running(job, JobContext(job.id, job.attempts, job.fence, self.machine_id), leased_at=leased_at)
                    for job in jobs]
         with self._lock:
-            self.running.update((entry.job.id, entry) for entry in entries)
+            for entry in entries:
+                entry.prior = self._newest.get(entry.job.id)
+                self._newest[entry.job.id] = entry
+                self.running[entry.key] = entry
+                if self._refusing is not None:
+                    entry.stop_reason = self._refusing
+                elif self._no_singletons and entry.job.kind == Kind.SINGLETON:
+                    entry.stop_reason = "released"
         self.tally.claimed(jobs)
         self.loop.call_soon_threadsafe(self._launch_many, entries)
 
-    def stop_job(self, job_id: int, reason: str) -> bool:
-        """Stop a running job: reason 'cancelled' (operator), 'lost' (lease gone or fenced off), 'released'
-        (handed back to the farm) or 'exit' (handed back: the operator stopped the node at once). False if there
-        was nothing left to stop."""
+    def refuse(self, reason: str) -> None:
+        """From now on hand back every job submitted, with `reason` (see stop_job): the node is stopping, and a
+        turn still under way may yet claim some."""
         with self._lock:
-            entry = self.running.get(job_id)
+            self._refusing = reason
+
+    def stop_job(self, key: RunKey, reason: str) -> bool:
+        """Stop a run: reason 'cancelled' (operator), 'lost' (lease gone or fenced off), 'released' (handed back
+        to the farm) or 'exit' (handed back: the operator stopped the node at once). False if there was nothing
+        left to stop. A run stopped for a lost lease is given `fenced_grace` to end before it is forced."""
+        with self._lock:
+            entry = self.running.get(key)
             if entry is None or entry.stop_reason is not None or entry.recording:
                 return False
             entry.stop_reason = reason
+            if reason == Outcome.LOST:
+                entry.context.grace = self.fenced_grace
         entry.context.cancelled.set()
         self.loop.call_soon_threadsafe(self._cancel, entry)
         return True
@@ -196,15 +237,17 @@ class JobRunner:
             entry.task.cancel()
 
     def release_singletons(self) -> None:
-        """Hand our singletons back: they never finish, so a leaving machine must give them up."""
+        """Hand our singletons back, and any claimed from now on: they never finish, so a leaving machine must
+        give them up (a turn already past its look at our state may still claim one)."""
         with self._lock:
-            ids = [job_id for job_id, entry in self.running.items() if entry.job.kind == Kind.SINGLETON]
-        for job_id in ids:
-            self.stop_job(job_id, "released")
+            self._no_singletons = True
+            keys = [key for key, entry in self.running.items() if entry.job.kind == Kind.SINGLETON]
+        for key in keys:
+            self.stop_job(key, "released")
 
     def stop_all(self, reason: str) -> None:
-        for job_id in [job_id for job_id, _ in self.held()]:
-            self.stop_job(job_id, reason)
+        for key in self.held():
+            self.stop_job(key, reason)
 
     # -- on the loop ------------------------------------------------------
 
@@ -224,6 +267,7 @@ class JobRunner:
             entry.begun = True
             if entry.stop_reason is not None:
                 raise asyncio.CancelledError
+            await self._after_prior(entry)
             if job.exhausted:
                 outcome, error = Outcome.FAILED, "lease lost on its last attempt (its machine died or was cut off)"
             else:
@@ -251,6 +295,16 @@ class JobRunner:
             await asyncio.wait({marking})
         entry.ending = outcome, error, output, final
         self.recorder.record(entry)  # the job's task ends here: the writer sees its result through
+
+    async def _after_prior(self, entry: Running) -> None:
+        """Wait until our older run of this job (stopped: its fence is out of date) has stopped working, so the
+        job never runs twice at once here. Meanwhile the new run is held, renewed and stoppable like any other."""
+        prior, entry.prior = entry.prior, None
+        if prior is None or prior.task is None or prior.task.done():
+            return
+        log.info("job %s claimed again (fence %s) while its stopped run (fence %s) is still ending: it starts once "
+                 "that run has", entry.job.id, entry.job.fence, prior.job.fence, extra=about(entry.job.id))
+        await asyncio.wait({prior.task})
 
     def _writing_result(self, entry: Running) -> None:
         """Its work is over: it no longer counts against capacity (see room), only its result is to be written.
@@ -343,7 +397,9 @@ class JobRunner:
         of the room made, once for the batch."""
         with self._lock:
             for entry, _ in done:
-                del self.running[entry.job.id]
+                del self.running[entry.key]
+                if self._newest.get(entry.job.id) is entry:
+                    del self._newest[entry.job.id]
             self._writing -= len(done)
         self.tally.ended([(entry.job, outcome) for entry, outcome in done])
         for entry, outcome in done:

@@ -436,12 +436,13 @@ def renew_statement():
     one OR per job, the planner read the whole table: a second for 512 jobs)."""
     _v, ours = _by_id([("id", BigInteger), ("fence", BigInteger)])
     return (update(jobs).where(ours).values(lease_until=db_now() + bindparam("b_lease", type_=Float))
-            .returning(jobs.c.id, jobs.c.cancel_requested))
+            .returning(jobs.c.id, jobs.c.fence, jobs.c.cancel_requested))
 
 
 @functools.lru_cache(maxsize=None)
 def finish_statement():
-    """PostgreSQL: how a batch of runs ended, in one statement: arrays in, the ids that were still ours out.
+    """PostgreSQL: how a batch of runs ended, in one statement: arrays in, the (id, fence) of the runs that were still
+    ours out.
 
     Each job is matched on owner and fence as in Store.finish (see _by_id); only the jobs that
     were still ours get their run's row, which is written here, once (its start is the job's), and leave their
@@ -469,7 +470,7 @@ def finish_statement():
     ).cte("logged")
     # Every job that ended left running: its queue's running count, if it is limited, goes down with it.
     gone = select(ended.c.queue, func.count().label("n")).group_by(ended.c.queue).subquery("gone")
-    return select(ended.c.id).add_cte(logged, freed(gone).cte("freed"))
+    return select(ended.c.id, ended.c.fence).add_cte(logged, freed(gone).cte("freed"))
 
 
 # -- the roster version (see store_roster) ---------------------------------

@@ -709,24 +709,25 @@ class Store:
             .where(jobs.c.state == JobState.QUEUED, jobs.c.run_at <= db_now() + horizon)
         )[0][0]
 
-    def renew(self, machine_id: int, held: Iterable[tuple[int, int]], lease: float) -> dict[int, bool]:
-        """Extend the leases this machine still holds. Returns {job id: cancel requested} for those renewed;
-        a job missing from the answer was lost to another machine."""
+    def renew(self, machine_id: int, held: Iterable[tuple[int, int]], lease: float) -> dict[tuple[int, int], bool]:
+        """Extend the leases of the runs (job id, fence) this machine still holds. Returns {(job id, fence): cancel
+        requested} for those renewed; a run missing from the answer was lost (its job taken over, or claimed
+        again under a newer fence)."""
         held = list(held)
         if not held:
             return {}
         if self.dialect == "postgresql":
             rows = self._hot(renew_statement(), dict(b_machine=machine_id, b_id=[job_id for job_id, _ in held],
                                                      b_fence=[fence for _, fence in held], b_lease=lease))
-            return {job_id: bool(cancel) for job_id, cancel in rows}
+            return {(job_id, fence): bool(cancel) for job_id, fence, cancel in rows}
         mine = or_(*(and_(jobs.c.id == job_id, jobs.c.fence == fence) for job_id, fence in held))
         rows = self.rows(
             update(jobs)
             .where(jobs.c.owner == machine_id, jobs.c.state == JobState.RUNNING, mine)
             .values(lease_until=db_now() + lease)
-            .returning(jobs.c.id, jobs.c.cancel_requested)
+            .returning(jobs.c.id, jobs.c.fence, jobs.c.cancel_requested)
         )
-        return {row[0]: bool(row[1]) for row in rows}
+        return {(job_id, fence): bool(cancel) for job_id, fence, cancel in rows}
 
     def finish(self, job: Claimed, machine_id: int, outcome: str, *, error: str | None = None,
                retry_in: float | None = None, output: str | None = None) -> str:
@@ -745,12 +746,12 @@ class Store:
         """finish() for many runs in one transaction (a busy node's results, a few round trips for all).
         Returns each job's new state, None where the fence moved on."""
         if self.dialect == "postgresql" and endings:
-            ours = {row[0] for row in self._results.run(finish_statement(), dict(
+            ours = {(job_id, fence) for job_id, fence in self._results.run(finish_statement(), dict(
                 b_machine=machine_id, b_id=[e.job.id for e in endings], b_fence=[e.job.fence for e in endings],
                 b_state=[e.state for e in endings], b_error=[e.error for e in endings],
                 b_retry=[e.retry_in for e in endings], b_outcome=[e.outcome for e in endings],
                 b_output=[e.output for e in endings]))}
-            return [e.state if e.job.id in ours else None for e in endings]
+            return [e.state if (e.job.id, e.job.fence) in ours else None for e in endings]
         if len(endings) > 1 and self.engine.dialect.supports_sane_multi_rowcount:
             with self.engine.connect() as conn:
                 with conn.begin() as transaction:

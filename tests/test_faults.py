@@ -151,7 +151,7 @@ def test_a_job_stopped_before_its_task_first_runs_is_handed_back(pg_url):
             runner.loop.call_soon_threadsafe(lambda: (busy.set(), time.sleep(0.3)))
             busy.wait(5)  # the loop is busy: the launch and the stop queue up behind it, in that order
             runner.submit(job)
-            assert runner.stop_job(job_id, "lost")
+            assert runner.stop_job((job.id, job.fence), "lost")
             deadline = time.monotonic() + 10
             while runner.count() and time.monotonic() < deadline:
                 time.sleep(0.05)

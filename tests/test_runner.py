@@ -6,8 +6,12 @@ import subprocess
 import sys
 import threading
 
+from queueprocessor.executors.http import HttpExecutor
+from queueprocessor.farm import Farm
 from queueprocessor.runner import JobRunner
+from queueprocessor.states import Outcome
 from queueprocessor.store import JobSpec
+from tests.support.work import wait_for
 
 
 def test_a_stopping_runner_lets_the_result_writers_last_statement_end_before_its_loop_closes(farm, caplog):
@@ -123,3 +127,56 @@ def test_a_runner_stopped_as_its_jobs_are_stopping_hands_every_one_back_and_leav
     assert "Task was destroyed" not in done.stderr
     jobs = farm.list_jobs()
     assert [(job["state"], job["owner"], job["attempts"]) for job in jobs] == [("queued", None, 0)] * 3
+
+
+def test_a_job_claimed_back_while_its_stopped_run_is_ending_stays_renewed_and_stoppable(pg_url, http_target, caplog):
+    """After a database freeze the watchdog stops a job (its lease about to run out); once the database is back,
+    this machine claims the job again, under a new fence, while the stopped run's hand-back is still being tried.
+    The runner tracked runs by job id: the new run overwrote the old, the old run's end then dropped the new one,
+    which was no longer renewed (its lease ran out and another machine ran the job beside it) nor stoppable, and
+    its own end raised KeyError in the result writer. Each run is now held under its job and fence until its own
+    end is written, and the target sees the two runs one after the other."""
+    with Farm(pg_url) as farm:
+        store = farm.store
+        machine = store.register(name="m", host="h", instance="reclaim", pid=1, version="0", capacity=2)
+        [job_id] = farm.enqueue_http("/sleep/30")
+        [old] = store.claim(machine, 1, lease=30)
+        handing_back, thawed = threading.Event(), threading.Event()
+        release = store.release
+
+        def release_after_the_thaw(*args):  # the real hand-back, held up as by the frozen database
+            handing_back.set()
+            thawed.wait(10)
+            return release(*args)
+
+        store.release = release_after_the_thaw
+        runner = JobRunner(store, machine, {"http": HttpExecutor(http_target.base_url)}, store.ask_time,
+                           lambda _job, _outcome: None)
+        runner.start()
+        try:
+            with caplog.at_level(logging.INFO):
+                runner.submit(old)
+                wait_for(lambda: len(http_target.requests("/sleep")) == 1)
+                runner.stop_all(Outcome.LOST)  # the watchdog, as the freeze went on
+                assert handing_back.wait(10)
+                wait_for(lambda: http_target.requests("/sleep")[0]["ended"])  # the target saw the call end
+                store.renew(machine, [(job_id, old.fence)], lease=-1.0)  # its lease ran out meanwhile
+                [new] = store.claim(machine, 1, lease=30)  # this machine's turn after the thaw takes it back
+                assert (new.id, new.fence) == (job_id, old.fence + 1)
+                runner.submit(new)
+                thawed.set()  # the old run's hand-back is refused (the fence moved on) and its run ends
+                wait_for(lambda: len(http_target.requests("/sleep")) == 2)
+                assert runner.held() == [(job_id, new.fence)], "the new run is still held after the old one ended"
+                assert store.renew(machine, runner.held(), lease=30) == {(job_id, new.fence): False}
+                runner.stop_all(Outcome.CANCELLED)
+                wait_for(lambda: runner.count() == 0)
+        finally:
+            thawed.set()
+            store.release = release
+            runner.stop()
+        first, second = sorted(http_target.requests("/sleep"), key=lambda r: r["fence"])
+        assert (first["fence"], second["fence"]) == (old.fence, new.fence)
+        assert first["ended"] <= second["started"], "the new run began before the stopped one had ended"
+        assert second["ended"] is not None, "the new run could not be stopped"
+        assert store.get_job(job_id)["state"] == "cancelled"
+        assert "KeyError" not in caplog.text and "never retrieved" not in caplog.text

@@ -11,7 +11,8 @@ from queueprocessor.database import ensure_schema
 from queueprocessor.errors import LostLease, NotFound, QPError, SchemaTooNew
 from queueprocessor.roster import slot_end, slot_of
 from queueprocessor.runner import backoff
-from queueprocessor.store import JobSpec, Turn
+from queueprocessor.states import Outcome
+from queueprocessor.store import Ending, JobSpec, Turn
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
 
 HTTP = JobSpec(executor="http", target="/ok")
@@ -124,10 +125,25 @@ def test_a_stale_fence_cannot_write(farm):
     with pytest.raises(LostLease):
         store.finish(first, a, "succeeded")
     assert not store.release(first, a, "late")
-    assert store.renew(b, [(second.id, second.fence)], lease=30) == {second.id: False}
+    assert store.renew(b, [(second.id, second.fence)], lease=30) == {(second.id, second.fence): False}
     assert store.finish(second, b, "succeeded") == "succeeded"
     runs = {r["fence"]: r for r in store.list_runs(job_id=first.id)}
     assert runs[first.fence]["outcome"] == "lost" and runs[second.fence]["outcome"] == "succeeded"
+
+
+def test_results_of_two_runs_of_one_job_in_one_batch_are_told_apart_by_fence(farm):
+    """A node can hold two runs of one job (the older stopped, the newer claimed back) and write both endings in
+    one batch: only the run whose fence is current may write, and the answer says which that was."""
+    store = farm.store
+    a = register(store, "a")
+    store.enqueue(HTTP)
+    [old] = store.claim(a, 1, lease=0.05)
+    time.sleep(0.1)
+    [new] = store.claim(a, 1, lease=30)
+    assert (new.id, new.fence) == (old.id, old.fence + 1)
+    endings = [Ending(old, Outcome.SUCCEEDED), Ending(new, Outcome.FAILED, "boom")]
+    assert store.finish_many(a, endings) == [None, "failed"]
+    assert store.get_job(new.id)["state"] == "failed"
 
 
 def test_a_renewal_extends_each_lease_held_as_quoted_and_no_other(farm):
@@ -143,10 +159,10 @@ def test_a_renewal_extends_each_lease_held_as_quoted_and_no_other(farm):
     done, *held = [j for j in jobs if j.id not in (theirs.id, again.id)]
     store.finish(done, a, "succeeded")
     before = store.ask_time()
-    assert store.renew(a, [(j.id, j.fence) for j in jobs], lease=60) == {j.id: False for j in held}
+    assert store.renew(a, [(j.id, j.fence) for j in jobs], lease=60) == {(j.id, j.fence): False for j in held}
     assert all(store.get_job(j.id)["lease_until"] >= before + 60 for j in held)
     assert all(store.get_job(j.id)["lease_until"] < before + 60 for j in (theirs, again))
-    assert store.renew(a, [(again.id, again.fence)], lease=60) == {again.id: False}
+    assert store.renew(a, [(again.id, again.fence)], lease=60) == {(again.id, again.fence): False}
 
 
 def test_an_expired_lease_on_the_last_attempt_comes_back_exhausted(farm):
@@ -195,7 +211,7 @@ def test_cancel_and_retry(farm):
     [job] = store.claim(me, 1, lease=5)
     assert job.id == running
     assert store.cancel(running) == "cancelling"
-    assert store.renew(me, [(job.id, job.fence)], lease=5) == {job.id: True}
+    assert store.renew(me, [(job.id, job.fence)], lease=5) == {(job.id, job.fence): True}
     store.finish(job, me, "cancelled", error="cancelled by an operator")
     with pytest.raises(QPError, match="already cancelled"):
         store.cancel(running)

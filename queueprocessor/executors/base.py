@@ -11,13 +11,18 @@ from abc import ABC, abstractmethod
 from ..store import Claimed, JobSpec
 
 
+STOP_GRACE = 1.0  # seconds a stopped job gets to end by itself before it is forced or reported (JobContext.grace)
+
+
 class JobContext:
     """What a running job may know about itself; `cancelled` is set when it must stop.
 
     The flag is made on first use, by the job or by whoever stops it: most jobs never look at it, and an Event
-    (a lock and a condition) cost a busy node a twentieth of its time per job."""
+    (a lock and a condition) cost a busy node a twentieth of its time per job. `grace` is how long the job may
+    take to end by itself once told: the runner shortens it for a job whose lease is being lost, whose stop must be
+    over before another machine may take the job."""
 
-    __slots__ = ("job_id", "attempt", "fence", "machine_id", "_cancelled")
+    __slots__ = ("job_id", "attempt", "fence", "machine_id", "grace", "_cancelled")
     _making = threading.Lock()  # two threads asking for the flag at once get the same one
 
     def __init__(self, job_id: int, attempt: int, fence: int, machine_id: int):
@@ -25,6 +30,7 @@ class JobContext:
         self.attempt = attempt
         self.fence = fence
         self.machine_id = machine_id
+        self.grace = STOP_GRACE
         self._cancelled: threading.Event | None = None
 
     @property

@@ -5,7 +5,8 @@ expanded by a shell. argv[0] must be on the node's allow-list exactly as
 written (`backup` allows `backup` found on PATH, not `/tmp/backup`). The
 payload arrives on stdin, the job's identity in QP_* environment variables,
 and the end of stdout and stderr is kept with the run. Stopping a command
-terminates its whole process group, then kills it if it lingers.
+terminates its whole process group, then kills it if it lingers past the
+job's grace (shortened when its lease is being lost: see JobContext.grace).
 """
 
 import asyncio
@@ -16,9 +17,6 @@ from collections import deque
 from ..allow import check_command, parse_argv
 from ..store import Claimed, JobSpec
 from .base import OUTPUT_LIMIT, Executor, JobContext, JobFailed, excerpt
-
-KILL_GRACE = 1.0  # seconds between SIGTERM and SIGKILL
-
 
 class CommandExecutor(Executor):
     name = "command"
@@ -49,7 +47,7 @@ class CommandExecutor(Executor):
             code = await process.wait()
         except asyncio.CancelledError:
             context.cancelled.set()
-            await self._stop(process)
+            await self._stop(process, context.grace)
             raise
         output = excerpt(b"".join(tail).decode("utf-8", "replace"))
         if code != 0:
@@ -78,14 +76,18 @@ class CommandExecutor(Executor):
                 kept -= len(tail.popleft())
 
     @staticmethod
-    async def _stop(process: asyncio.subprocess.Process) -> None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                await asyncio.wait_for(asyncio.shield(process.wait()), KILL_GRACE)
-                return
-            except asyncio.TimeoutError:
-                continue
+    async def _stop(process: asyncio.subprocess.Process, grace: float) -> None:
+        """SIGTERM to the group, SIGKILL after `grace`; over once the program has exited (SIGKILL is certain)."""
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            await asyncio.wait_for(asyncio.shield(process.wait()), grace)
+            return
+        except ProcessLookupError:
+            return
+        except asyncio.TimeoutError:
+            pass
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        await asyncio.shield(process.wait())

@@ -2,10 +2,15 @@
 
 A plain function runs in a worker thread so the node's event loop stays free.
 A thread cannot be killed, so stopping one (timeout, cancel, lost lease) sets
-`context.cancelled` and waits a short grace for the callable to notice; one
-that ignores its flag is left to finish alone and its result is discarded.
-An `async def` function runs on the node's event loop instead, and stopping
-it cancels it (and sets the flag too). Only modules under the node's allowed
+`context.cancelled` and waits for the callable to return. One that ignores its
+flag past the job's grace is reported loudly, and its run stays held until it
+returns: its result is discarded, but the job is not started again on this
+machine meanwhile, nor (its lease renewed) on any other, unless the lease is
+lost, as when the machine is cut off from the database: then another machine
+may start the job while the ignored flag lets the old call run on. Work that
+must stop for certain checks its flag, or is an `async def` function, which
+runs on the node's event loop and is cancelled at once (the flag is set too),
+or a command, whose process is killed. Only modules under the node's allowed
 prefixes are imported at all, in a worker thread, once per target.
 """
 
@@ -13,15 +18,17 @@ import asyncio
 import importlib
 import inspect
 import json
+import logging
 import traceback
 from collections.abc import Callable
 
 from ..allow import check_module, module_allowed, parse_target
+from ..logs import about
 from ..store import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed, excerpt
 from .threads import Threads
 
-STOP_GRACE = 1.0  # seconds a stopped callable gets to return after its flag is set
+log = logging.getLogger("queueprocessor.executors.python")
 
 
 def resolve(target: str, allowed: tuple[str, ...]):
@@ -100,9 +107,13 @@ class PythonExecutor(Executor):
         call = self._threads.call(_call, function, job.payload, context)
         try:
             return await call.done
-        except asyncio.CancelledError:  # a result that comes after we gave up is dropped
+        except asyncio.CancelledError:  # its result is dropped; its run ends once the call has returned
             context.cancelled.set()
-            await self._threads.finished(call, STOP_GRACE)
+            if not await self._threads.finished(call, context.grace):
+                log.error("job %s: Python function %s has not returned %g s after it was told to stop (it does not "
+                          "check context.cancelled); the job stays held here until it returns", job.id, job.target,
+                          context.grace, extra=about(job.id))
+                await self._threads.finished(call, None)
             raise
 
     async def close(self) -> None:

@@ -48,14 +48,17 @@ class Threads:
         self._calls.put((call, function, args))
         return call
 
-    async def finished(self, call: Call, timeout: float) -> None:
-        """Wait up to `timeout` seconds for the thread to be done with `call` (its `done` may be cancelled)."""
+    async def finished(self, call: Call, timeout: float | None) -> bool:
+        """Wait up to `timeout` seconds (None: for ever) for the thread to be done with `call` (its `done` may be
+        cancelled). Whether it is."""
         if not call.over:
-            call._ended = self.loop.create_future()
+            if call._ended is None:
+                call._ended = self.loop.create_future()
             try:
-                await asyncio.wait_for(call._ended, timeout)
+                await asyncio.wait_for(asyncio.shield(call._ended), timeout)
             except TimeoutError:
                 pass
+        return call.over
 
     def close(self) -> None:
         """Drop the calls not started yet and let every thread end (a call under way runs to its end, alone)."""
