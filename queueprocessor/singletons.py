@@ -10,8 +10,9 @@ dies its lease runs out and the next turn-holder's claim takes it over.
 A lock is the same kind of lease for code that is not a job:
 `with farm.lock("name") as lock:` holds it, a thread renews it every
 heartbeat, and `lock.fence` is a token a downstream service can use to
-refuse a holder that lost it. `lock.lost` is set when renewals failed for so
-long that the lease may have passed to someone else.
+refuse a holder that lost it. `lock.lost` is set when no renewal got through
+for the lease minus a margin: before the lease could pass to someone else,
+even while a renewal hangs.
 """
 
 import logging
@@ -87,13 +88,13 @@ class Lock:
         self.name = name
         self.lease = lease
         self.renew_every = renew_every
+        self.margin = min(0.5, renew_every / 2)  # `lost` comes this long before the lease can run out: its wake-up
         self.wait = wait
         self.poll = poll
         self.holder = f"{socket.gethostname()} pid {os.getpid()} {uuid.uuid4().hex[:8]}"
         self.fence: int | None = None
         self.lost = threading.Event()
-        self._released = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._tenure: _Tenure | None = None
 
     def __enter__(self) -> "Lock":
         self.acquire()
@@ -105,22 +106,22 @@ class Lock:
     def acquire(self) -> "Lock":
         """Take the lock, waiting up to `wait` seconds (None: for ever; 0: not at all)."""
         deadline = None if self.wait is None else time.monotonic() + self.wait
-        while (fence := self.locks.take(self.name, self.holder, self.lease)) is None:
+        while True:
+            sent = time.monotonic()
+            if (fence := self.locks.take(self.name, self.holder, self.lease)) is not None:
+                break
             if deadline is not None and time.monotonic() >= deadline:
                 raise LockHeld(f"lock {echoed(self.name)} is held by {self.held_by() or 'someone'}")
             time.sleep(self.poll)
         self.fence = fence
         self.lost.clear()
-        self._released.clear()
-        self._thread = threading.Thread(target=self._keep, name=f"qp-lock-{self.name}"[:60], daemon=True)
-        self._thread.start()
+        self._tenure = _Tenure(self, fence, sent)
         return self
 
     def release(self) -> None:
-        self._released.set()
-        if self._thread is not None:
-            self._thread.join(10)
-            self._thread = None
+        if self._tenure is not None:
+            self._tenure.end()
+            self._tenure = None
         try:
             self.locks.give_back(self.name, self.holder, self.fence)
         except Exception as error:  # the lease runs out by itself
@@ -129,22 +130,57 @@ class Lock:
     def held_by(self) -> str | None:
         return self.locks.holder(self.name)
 
-    def _keep(self) -> None:
-        """Renew every `renew_every`; after renewals failed for the lease minus a margin, declare it lost."""
-        renewed = time.monotonic()
-        while not self._released.wait(self.renew_every):
+
+class _Tenure:
+    """One holding of a lock, kept by two threads. One renews it every `renew_every` from the send time of the
+    previous renewal, so a slow one that comes back in time is credited from when it was sent and the next goes
+    out at once. The other, a watchdog that no hanging renewal can hold up, sets `lost` at a deadline: the lease
+    minus the margin from the send time of the last successful take or renewal. The database wrote that lease's
+    end after the send, by its own clock, so no other taker can have the lock before the deadline has passed."""
+
+    def __init__(self, lock: Lock, fence: int, sent: float):
+        self.lock = lock
+        self.fence = fence
+        self.deadline = sent + lock.lease - lock.margin  # monotonic; only moves later
+        self.over = threading.Event()  # released or lost: both threads end
+        self._losing = threading.Lock()
+        name = f"qp-lock-{lock.name}"[:60]
+        self.threads = [threading.Thread(target=self._renew, args=(sent,), name=name, daemon=True),
+                        threading.Thread(target=self._watch, name=name, daemon=True)]
+        for thread in self.threads:
+            thread.start()
+
+    def end(self) -> None:
+        self.over.set()
+        for thread in self.threads:
+            thread.join(10)
+
+    def _renew(self, sent: float) -> None:
+        lock = self.lock
+        while not self.over.wait(max(0.0, sent + lock.renew_every - time.monotonic())):
             sent = time.monotonic()
             try:
-                if self.locks.renew(self.name, self.holder, self.fence, self.lease):
-                    renewed = sent
-                    continue
-                self.lost.set()
-                log.warning("lock %s: taken over by another holder", self.name)
+                ours = lock.locks.renew(lock.name, lock.holder, self.fence, lock.lease)
+            except Exception as error:  # the watchdog declares it lost if none gets through in time
+                if not self.over.is_set():
+                    log.warning("lock %s: could not renew (%s)", lock.name, error)
+                continue
+            if not ours:
+                self._lose("taken over by another holder")
                 return
-            except Exception as error:
-                log.warning("lock %s: could not renew (%s)", self.name, error)
-            if time.monotonic() - renewed > self.lease - min(0.5, self.renew_every / 2):
-                self.lost.set()
-                log.warning("lock %s: no renewal for %.1f s, it may have passed to another holder",
-                            self.name, time.monotonic() - renewed)
+            self.deadline = max(self.deadline, sent + lock.lease - lock.margin)
+
+    def _watch(self) -> None:
+        while not self.over.wait(max(0.0, self.deadline - time.monotonic())):
+            if time.monotonic() >= self.deadline:
+                self._lose(f"not renewed in time ({self.lock.lease - self.lock.margin:.1f} s), "
+                           "it may pass to another holder")
                 return
+
+    def _lose(self, why: str) -> None:
+        with self._losing:  # a late answer from either thread after a release or the other's verdict says nothing
+            if self.over.is_set():
+                return
+            self.over.set()
+        self.lock.lost.set()
+        log.warning("lock %s: %s", self.lock.name, why)

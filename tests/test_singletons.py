@@ -6,10 +6,14 @@ import threading
 import time
 
 import pytest
+from sqlalchemy import select
 
 from queueprocessor.errors import InvalidJob
+from queueprocessor.farm import Farm
+from queueprocessor.schema import locks
 from queueprocessor.singletons import LockHeld
 from tests.support import pyjobs
+from tests.support.tcpproxy import TcpProxy
 from tests.support.work import NodeProcesses, Nodes, run_cli, wait_for
 
 FEED = f"{pyjobs.__name__}:wait_for_cancel"  # continuous work: runs until told to stop
@@ -146,3 +150,45 @@ def test_a_dead_holders_lock_is_taken_once_its_lease_runs_out(farm):
         holder_proc.kill()
         holder_proc.wait()
         holder_proc.stdout.close()
+
+
+class Stamped(threading.Event):
+    """A lock's `lost`, stamped with the database's time read just after it was set: never earlier than the set."""
+
+    def __init__(self, clock):
+        super().__init__()
+        self.clock, self.at = clock, None
+
+    def set(self) -> None:
+        super().set()
+        self.at = self.clock()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("fault", ["freeze", "cut"])
+def test_a_cut_off_holder_knows_it_may_have_lost_its_lock_before_anyone_else_takes_it(pg_server, pg_url, fault):
+    """freeze: its renewal hangs unanswered; cut: each renewal fails at once. Default lease: 3 s, renewed every 1 s."""
+    with Farm(pg_url) as here, TcpProxy("127.0.0.1", pg_server.port) as proxy, \
+            Farm(pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/")) as there:
+        held = there.lock("ledger")
+        held.lost = Stamped(here.store.ask_time)
+        with held:
+            getattr(proxy, fault)()
+            try:
+                with here.lock("ledger") as taker:
+                    [(taken_at,)] = here.store.rows(select(locks.c.acquired_at).where(locks.c.name == "ledger"))
+                    assert (taker.fence, held.lost.is_set()) == (2, True)
+                    assert wait_for(lambda: held.lost.at) < taken_at
+            finally:
+                proxy.restore()
+
+
+@pytest.mark.postgres
+def test_a_lock_renewed_over_a_slow_link_is_kept(pg_server, pg_url):
+    with Farm(pg_url) as here, TcpProxy("127.0.0.1", pg_server.port) as proxy, \
+            Farm(pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/")) as there:
+        with there.lock("ledger") as held:
+            proxy.up_delay = 0.8  # each renewal takes most of the 1 s between renewals
+            time.sleep(4)  # longer than the 3 s lease
+            assert not held.lost.is_set() and here.lock("ledger").held_by() == held.holder
+            proxy.up_delay = 0
