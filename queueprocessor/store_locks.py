@@ -32,7 +32,8 @@ class LockStore:
         return 1
 
     def renew(self, name: str, holder: str, fence: int, lease: float) -> bool:
-        """Extend our lease; False if it is no longer ours."""
+        """Extend our lease from the database's now; False if it is no longer ours. One that ran out untaken is
+        extended too: its holder and fence prove that nobody took it meanwhile."""
         return self.store.count(update(locks).where(_ours(name, holder, fence))
                                 .values(lease_until=db_now() + lease)) == 1
 
