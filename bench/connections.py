@@ -35,8 +35,8 @@ from common import (ROOT, NodeProcess, fresh_database, load_average, print_table
                     stop_all, wait_for)
 from sqlalchemy import text
 
-from queueprocessor.database import open_engine
-from queueprocessor.store import KEEP
+from queueprocessor.store.database import open_engine
+from queueprocessor.store.jobs import KEEP
 
 PYJOBS = "tests.support.pyjobs"
 CAPACITY = 32

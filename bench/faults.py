@@ -68,9 +68,9 @@ from common import (
 from sqlalchemy.exc import OperationalError
 
 from queueprocessor import singletons
-from queueprocessor.clock import SystemClock
+from queueprocessor.rules.clock import SystemClock
 from queueprocessor.farm import Farm
-from queueprocessor.store import JobSpec
+from queueprocessor.store.jobs import JobSpec
 from tests.support.httptarget import HttpTarget
 from tests.support.tcpproxy import TcpProxy
 

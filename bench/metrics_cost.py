@@ -13,7 +13,7 @@ which the backlog ran out are left out. Each round is a fresh database and node,
 Printed: each window, then per case the sum of jobs over the sum of seconds, the median over the windows of
 each one's throughput against the mean of its two neighbours' (scraped / quiet: a steady drift of the load, or
 of the drain itself as its table grows, cancels out), and the node's CPU per job in each case. A node with no --metrics-port does the
-same work per job (the counts it keeps are always kept, see queueprocessor/tally.py); it only lacks the endpoint.
+same work per job (the counts it keeps are always kept, see queueprocessor/node/tally.py); it only lacks the endpoint.
 
     python bench/metrics_cost.py              # 150,000 jobs, 2 s windows, 3 rounds
     python bench/metrics_cost.py --quick      # 60,000 jobs, 1 round

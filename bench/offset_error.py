@@ -25,10 +25,10 @@ import time
 from common import load_average, ms, percentile, print_table, start_postgres
 from sqlalchemy import select
 
-from queueprocessor.clock import OffsetEstimator, Sample, SystemClock
-from queueprocessor.database import open_engine
-from queueprocessor.dbtime import db_now
-from queueprocessor.store import Store
+from queueprocessor.rules.clock import OffsetEstimator, Sample, SystemClock
+from queueprocessor.store.database import open_engine
+from queueprocessor.store.dbtime import db_now
+from queueprocessor.store.jobs import Store
 from tests.support.tcpproxy import TcpProxy
 
 SKEWS = (-2.0, -1.0, 0.0, 1.0, 2.0, 5.0)

@@ -49,11 +49,11 @@ from common import (ROOT, NodeProcess, fresh_database, load_average, print_table
                     start_postgres, stop_all, wait_for)
 from sqlalchemy import text
 
-from queueprocessor.database import open_engine
+from queueprocessor.store.database import open_engine
 from queueprocessor.farm import Farm
 
 try:
-    from queueprocessor.statements import regate_statements
+    from queueprocessor.store.statements import regate_statements
 except ImportError:  # the code measured predates gated jobs (schema 6, DESIGN 9)
     regate_statements = None
 

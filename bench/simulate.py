@@ -1,6 +1,6 @@
 """A thousand machines in simulation (issue 11 item 7): the real roster, slot and turn-taking code on virtual clocks.
 
-Each virtual machine decides with the node's own code: queueprocessor.clock.OffsetEstimator (its estimate of
+Each virtual machine decides with the node's own code: queueprocessor.rules.clock.OffsetEstimator (its estimate of
 database time and error bound, from round trips), roster.KnownMachines (its copy of the rows, kept current by
 the heartbeat read), Liveness (the stall rule), roster.turn_to_take (whether a slot is its turn), and the turn
 timer's node.turn_timer_wait and node.Outlook (when to wake for the next). What is modelled is everything around
@@ -40,12 +40,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from queueprocessor.clock import OffsetEstimator, Sample  # noqa: E402
-from queueprocessor.node import Outlook  # noqa: E402
-from queueprocessor.node_config import NodeConfig  # noqa: E402
-from queueprocessor.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take  # noqa: E402
-from queueprocessor.turn_timer import turn_timer_wait  # noqa: E402
-from queueprocessor.states import CHECKING_IN, MachineState, Wish  # noqa: E402
+from queueprocessor.rules.clock import OffsetEstimator, Sample  # noqa: E402
+from queueprocessor.node.node import Outlook  # noqa: E402
+from queueprocessor.node.config import NodeConfig  # noqa: E402
+from queueprocessor.rules.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take  # noqa: E402
+from queueprocessor.node.turn_timer import turn_timer_wait  # noqa: E402
+from queueprocessor.rules.states import CHECKING_IN, MachineState, Wish  # noqa: E402
 
 WARMUP = 60.0  # seconds of database time before the measured slots: every machine joined and settled
 SAMPLES_AT_START = 5  # clock samples a node takes before its first check-in (Node.start)

@@ -537,7 +537,7 @@ def drain(bench: Bench, config: Config, kind: str, processes: int, url: str) -> 
     from common import query
     from sqlalchemy import text
 
-    from queueprocessor.database import open_engine
+    from queueprocessor.store.database import open_engine
 
     table = OURS if config.system in OUR_SYSTEMS else config.system
     running = STARTERS[config.system](bench, config, kind, processes, url)

@@ -66,8 +66,8 @@ def naive_node(url: str, index: int, count: int, skew: float, period: float, nam
     """Poll when it is my slot on my own (skewed) wall clock; log each poll; until SIGTERM."""
     from sqlalchemy import text
 
-    from queueprocessor.clock import SystemClock
-    from queueprocessor.database import open_engine
+    from queueprocessor.rules.clock import SystemClock
+    from queueprocessor.store.database import open_engine
 
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))

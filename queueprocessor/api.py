@@ -18,7 +18,7 @@ import functools
 import sys
 from collections.abc import Callable
 
-from .errors import InvalidJob
+from .rules.errors import InvalidJob
 
 
 def target_of(function: Callable) -> str:

@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from . import __version__, logs
-from .errors import ConfigError, NotFound, QPError, echoed
+from . import __version__
+from .rules import logs
+from .rules.errors import ConfigError, NotFound, QPError, echoed
 from .nodeoptions import NodeCommand, NodeOptions, Seconds, flag_of, node_options
-from .output import format_time, machine_label, print_json, print_table
-from .queues import DEFAULT, UNCHANGED, OnFailure, Served, check_name
-from .states import JobState, Wish
-from .urls import default_url, mask
+from .rules.output import format_time, machine_label, print_json, print_table
+from .rules.queues import DEFAULT, UNCHANGED, OnFailure, Served, check_name
+from .rules.states import JobState, Wish
+from .rules.urls import default_url, mask
 
 if TYPE_CHECKING:
     from .farm import Farm
@@ -126,7 +127,7 @@ class Context:
     def _open(self, read_only: bool) -> "Farm":
         if self._farm is None:
             # The engine and SQLAlchemy: loaded by the first command that uses the farm.
-            from .database import client_name
+            from .store.database import client_name
             from .farm import Farm
 
             self._farm = Farm(self.url, read_only=read_only, client=client_name(self.machine))
@@ -344,7 +345,7 @@ def schedule_list(ctx: Context, as_json: bool) -> None:
 
 def _recurrence(row: dict) -> str:
     """A schedule's occurrences in words (croniter is loaded by the schedule commands only)."""
-    from .schedules import Recurrence
+    from .rules.schedules import Recurrence
 
     return Recurrence.of(row).describe()
 
@@ -769,7 +770,7 @@ def _database_failure(error: Exception, ctx: click.Context | None) -> str:
     was not loaded before, the error is not its own."""
     from sqlalchemy import exc
 
-    from .database import describe_failure
+    from .store.database import describe_failure
 
     if isinstance(error, exc.DBAPIError):
         return str(describe_failure(error, ctx.obj.url if ctx is not None and isinstance(ctx.obj, Context) else ""))

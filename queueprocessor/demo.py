@@ -21,9 +21,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from .errors import NotFound
+from .rules.errors import NotFound
 from .farm import Farm, work_spec
-from .states import JobState, MachineState
+from .rules.states import JobState, MachineState
 from .views import FarmTiming, judge_machines
 
 # Simulated wall-clock errors of the demo machines, seconds (the first one is the app's own node).

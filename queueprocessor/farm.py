@@ -24,25 +24,25 @@ from typing import TYPE_CHECKING
 from sqlalchemy import exc
 
 from . import grabs, singletons
-from .allow import AllowLists, check_allowed, check_form
+from .rules.allow import AllowLists, check_allowed, check_form
 from .api import JobFunction, target_of
-from .clock import SystemClock
-from .database import check_schema, describe_failure, ensure_schema, open_engine
-from .errors import BadJobInput, BadQueueInput, BadSetting, DuplicateKey, InvalidJob, NotFound, QPError, echoed
-from .limits import LATEST, MAX_CAPACITY, MAX_INT, MAX_MISSES, MAX_PAYLOAD, MAX_WAIT
-from .node_config import NodeConfig
-from .queues import (DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, Served, check_limit, check_name,
+from .rules.clock import SystemClock
+from .store.database import check_schema, describe_failure, ensure_schema, open_engine
+from .rules.errors import BadJobInput, BadQueueInput, BadSetting, DuplicateKey, InvalidJob, NotFound, QPError, echoed
+from .rules.limits import LATEST, MAX_CAPACITY, MAX_INT, MAX_MISSES, MAX_PAYLOAD, MAX_WAIT
+from .node.config import NodeConfig
+from .rules.queues import (DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, Served, check_limit, check_name,
                      check_order_key, serving_machines)
-from .roster import Liveness, machine_status
-from .schedules import Recurrence, ahead_of
-from .states import SERVING
-from .store import JobSpec, Store
-from .store_queues import QueueStore, queue_infos
-from .store_schedules import ScheduleStore
-from .urls import default_url, mask
+from .rules.roster import Liveness, machine_status
+from .rules.schedules import Recurrence, ahead_of
+from .rules.states import SERVING
+from .store.jobs import JobSpec, Store
+from .store.queues import QueueStore, queue_infos
+from .store.schedules import ScheduleStore
+from .rules.urls import default_url, mask
 
 if TYPE_CHECKING:  # loaded by the methods that return them, so that enqueueing never loads a node (cli.py)
-    from .node import Node
+    from .node.node import Node
     from .views import Dashboard
 
 # Settings every machine must share, or turns and death verdicts would disagree.
@@ -194,7 +194,7 @@ class Farm:
         `queues`: the queues it serves, e.g. "reports:2,default" (at most 2 reports jobs at once here); None for
         every queue. The keywords are nodeoptions.NodeOptions' fields; `clock_skew` offsets the system clock."""
         from .executors import make_executors  # aiohttp and subprocesses: only a node loads them
-        from .node import Node  # the engine and the node's threads: likewise
+        from .node.node import Node  # the engine and the node's threads: likewise
 
         farm = self.settings(period=period, heartbeat=heartbeat, misses=misses)
         if not 1 <= capacity <= MAX_CAPACITY:

@@ -10,10 +10,10 @@ import socket
 import time
 from dataclasses import dataclass
 
-from .errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
-from .output import format_time, machine_label
-from .states import FINISHED, JobState
-from .store import Store
+from .rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
+from .rules.output import format_time, machine_label
+from .rules.states import FINISHED, JobState
+from .store.jobs import Store
 
 
 def origin() -> str:

@@ -16,11 +16,11 @@ from enum import Enum
 
 import click
 
-from .allow import AllowLists
-from .errors import echoed
-from .limits import MAX_CAPACITY
-from .logs import LogFormat
-from .queues import Served
+from .rules.allow import AllowLists
+from .rules.errors import echoed
+from .rules.limits import MAX_CAPACITY
+from .rules.logs import LogFormat
+from .rules.queues import Served
 
 
 class Seconds(click.FloatRange):
@@ -113,7 +113,7 @@ class NodeOptions:
         make_executors(AllowLists(self.allow_hosts, self.allow_modules, self.allow_commands), self.http_base)
         Served.parse(self.queues)
         if self.listen_db is not None:
-            from .database import listen_url  # SQLAlchemy: only a command that runs a node comes here
+            from .store.database import listen_url  # SQLAlchemy: only a command that runs a node comes here
 
             listen_url(self.listen_db)
         return self

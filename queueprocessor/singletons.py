@@ -22,11 +22,11 @@ import threading
 import time
 import uuid
 
-from .errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
-from .output import machine_label
-from .states import JobState, Kind
-from .store import JobSpec, Store
-from .store_locks import LockStore
+from .rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
+from .rules.output import machine_label
+from .rules.states import JobState, Kind
+from .store.jobs import JobSpec, Store
+from .store.locks import LockStore
 
 log = logging.getLogger("queueprocessor.singletons")
 

@@ -1,6 +1,6 @@
 """What a dashboard shows: the farm's machines judged, whose turn comes next, its schedules' last and next
 occurrences, and everything one poll reads (`Dashboard.read()`), composed from the read statements in
-store_views.
+store/views.py.
 
 The desktop app draws these, but they are plain data (lists of dicts, no Qt)
 so the CLI, scripts and benchmarks can use them too.
@@ -12,14 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import singletons
-from .errors import NotFound
-from .node_config import NodeConfig
-from .roster import Liveness, machine_status, roster, slot_of, slot_owner
-from .schedules import Recurrence
-from .states import SERVING, MachineState
-from .store import Store
-from .store_queues import queue_infos
-from .store_views import (find_jobs, jobs_by_key, machine_throughput, runs_between, schedule_rows, throughput,
+from .rules.errors import NotFound
+from .node.config import NodeConfig
+from .rules.roster import Liveness, machine_status, roster, slot_of, slot_owner
+from .rules.schedules import Recurrence
+from .rules.states import SERVING, MachineState
+from .store.jobs import Store
+from .store.queues import queue_infos
+from .store.views import (find_jobs, jobs_by_key, machine_throughput, runs_between, schedule_rows, throughput,
                           turns_between)
 
 # A machine whose clock estimate is this loose (as a share of the period) cannot
@@ -107,7 +107,7 @@ def read_schedules(store: Store, now: float, known: dict | None = None) -> list[
         fresh[what] = (last, upcoming)
         row.update(recurrence=recurrence.describe(), next_at=None if row["paused"] else upcoming, last_at=last,
                    last_job=None, last_state=None, last_machine=None, last_finished=None, last_error=None)
-        if last is not None:  # the key store_schedules gives each occurrence's job
+        if last is not None:  # the key store/schedules.py gives each occurrence's job
             by_key[f"{row['name']}@{recurrence.label(last)}"] = row
     known.clear()
     known.update(fresh)

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from queueprocessor import schema
-from queueprocessor.database import open_engine
+from queueprocessor.store import schema
+from queueprocessor.store.database import open_engine
 from queueprocessor.farm import Farm
 from tests.support.httptarget import HttpTarget
 from tests.support.pgbouncer import PgBouncer

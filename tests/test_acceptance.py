@@ -11,9 +11,9 @@ import urllib.request
 
 import pytest
 
-from queueprocessor.errors import LostLease
+from queueprocessor.rules.errors import LostLease
 from queueprocessor.farm import Farm
-from queueprocessor.store import Claimed
+from queueprocessor.store.jobs import Claimed
 from tests.support.work import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
-from queueprocessor.database import open_engine
-from queueprocessor.errors import ECHO_LIMIT
+from queueprocessor.store.database import open_engine
+from queueprocessor.rules.errors import ECHO_LIMIT
 from queueprocessor.farm import Farm
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,9 +11,9 @@ import sys
 import pytest
 from sqlalchemy import func, select, text
 
-from queueprocessor.errors import NotFound
+from queueprocessor.rules.errors import NotFound
 from queueprocessor.farm import Farm
-from queueprocessor.schema import turns
+from queueprocessor.store.schema import turns
 from tests.support.work import wait_for
 
 # Runs the CLI's entry point as the installed script does, then prints what is loaded as the last line.
@@ -25,8 +25,8 @@ try:
 finally:
     print(json.dumps(sorted(sys.modules)))
 """
-NODE_SIDE = {"aiohttp", "queueprocessor.node", "queueprocessor.runner", "queueprocessor.executors",
-             "queueprocessor.push", "prometheus_client", "psycopg"}
+NODE_SIDE = {"aiohttp", "queueprocessor.node.node", "queueprocessor.node.runner", "queueprocessor.executors",
+             "queueprocessor.node.push", "prometheus_client", "psycopg"}
 
 
 def loaded_by(*args: str, db: str | None = None) -> tuple[set[str], str]:
@@ -82,7 +82,7 @@ def test_an_idle_node_loads_no_schedule_parser_http_client_metrics_library_or_ot
         out, err = node.communicate(timeout=30)
     assert node.returncode == 0, err
     modules = set(json.loads(out.splitlines()[-1]))
-    assert "queueprocessor.node" in modules
+    assert "queueprocessor.node.node" in modules
     unneeded = {"croniter", "dateutil", "aiohttp", "prometheus_client", "platformdirs", "sqlalchemy.dialects.mssql"}
     if db_url.startswith("postgresql"):
         unneeded.add("sqlalchemy.dialects.sqlite")

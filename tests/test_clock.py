@@ -2,7 +2,7 @@
 
 import pytest
 
-from queueprocessor.clock import FakeClock, OffsetEstimator, SystemClock
+from queueprocessor.rules.clock import FakeClock, OffsetEstimator, SystemClock
 
 
 def ask(clock, db_offset, before, after):

@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import event, func, select
 from sqlalchemy.engine import make_url
 
-from queueprocessor.database import client_name, open_engine
+from queueprocessor.store.database import client_name, open_engine
 from queueprocessor.farm import Farm
-from queueprocessor.store import KEEP
+from queueprocessor.store.jobs import KEEP
 from tests.support.work import ROOT, Nodes, wait_for
 
 QP = [sys.executable, "-m", "queueprocessor.cli"]
@@ -163,7 +163,7 @@ def test_a_name_the_url_gives_is_kept():
 
 @pytest.mark.postgres
 def test_a_pooled_connection_the_server_closed_is_replaced_when_taken_and_a_live_one_is_kept(pg_url):
-    """No ping per checkout (store_connections.closing): a live pooled connection is handed out as it is, and
+    """No ping per checkout (store.connections.closing): a live pooled connection is handed out as it is, and
     one whose server process was ended (a restart, a failover, an administrator) is found closed and replaced,
     so the statement that takes it does not fail."""
     with Farm(pg_url) as farm:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from queueprocessor.cli import in_cli_words
-from queueprocessor.errors import ECHO_LIMIT, BadJobInput, BadSetting, InvalidJob, NotAllowed, NotFound, echoed
+from queueprocessor.rules.errors import ECHO_LIMIT, BadJobInput, BadSetting, InvalidJob, NotAllowed, NotFound, echoed
 from queueprocessor.executors import AllowLists, make_executors
 from queueprocessor.farm import Farm, work_spec
-from queueprocessor.store import JobSpec
+from queueprocessor.store.jobs import JobSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 FRONT_ENDS = {"cli.py", "nodeoptions.py", "demo.py"}  # the CLI's own modules (the demo is a CLI command)

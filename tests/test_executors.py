@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from queueprocessor.errors import InvalidJob
-from queueprocessor.store import JobSpec
+from queueprocessor.rules.errors import InvalidJob
+from queueprocessor.store.jobs import JobSpec
 from tests.support import pyjobs
 from tests.support.work import Nodes, run_cli, wait_for
 

@@ -14,7 +14,7 @@ import pytest
 
 from queueprocessor.executors import HttpExecutor
 from queueprocessor.farm import Farm
-from queueprocessor.runner import JobRunner
+from queueprocessor.node.runner import JobRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import faults

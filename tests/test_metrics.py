@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import exc
 
 from queueprocessor.farm import Farm
-from queueprocessor.metrics import WAITING_EVERY
+from queueprocessor.node.metrics import WAITING_EVERY
 from tests.support.pyjobs import SEEN
 from tests.support.tcpproxy import TcpProxy
 from tests.support.work import FAST, PYJOBS, ROOT, Nodes, wait_for

@@ -5,12 +5,12 @@ from contextlib import contextmanager
 
 from sqlalchemy import func, insert, inspect, select, text, update
 
-from queueprocessor import schema
-from queueprocessor.database import open_engine
+from queueprocessor.store import schema
+from queueprocessor.store.database import open_engine
 from queueprocessor.farm import Farm
-from queueprocessor.migrations import QUEUED_BEFORE_6
-from queueprocessor.store import JobSpec, Plan
-from queueprocessor.store_roster import RosterStore
+from queueprocessor.store.migrations import QUEUED_BEFORE_6
+from queueprocessor.store.jobs import JobSpec, Plan
+from queueprocessor.store.roster import RosterStore
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
 CURRENT = str(schema.SCHEMA_VERSION)

@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy.dialects.mssql import pyodbc
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from queueprocessor import schema
-from queueprocessor.store import Store
-from queueprocessor.store_roster import RosterStore
+from queueprocessor.store import schema
+from queueprocessor.store.jobs import Store
+from queueprocessor.store.roster import RosterStore
 
 
 @pytest.fixture

@@ -5,14 +5,14 @@ import time
 import pytest
 from sqlalchemy import exc
 
-from queueprocessor.clock import SystemClock
-from queueprocessor.database import unreachable
-from queueprocessor.errors import ConfigError
+from queueprocessor.rules.clock import SystemClock
+from queueprocessor.store.database import unreachable
+from queueprocessor.rules.errors import ConfigError
 from queueprocessor.executors import JobContext
 from queueprocessor.farm import Farm
-from queueprocessor.roster import slot_of
-from queueprocessor.runner import STOPPED, JobRunner, Running
-from queueprocessor.store import Claimed
+from queueprocessor.rules.roster import slot_of
+from queueprocessor.node.runner import STOPPED, JobRunner, Running
+from queueprocessor.store.jobs import Claimed
 from tests.support.work import FAST, Nodes, wait_for
 
 

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import event, exc, text
 
 from queueprocessor.farm import Farm
-from queueprocessor.push import BACKLOG
-from queueprocessor.states import JobState, MachineState
+from queueprocessor.node.push import BACKLOG
+from queueprocessor.rules.states import JobState, MachineState
 from tests.support.work import FAST, PYJOBS, Nodes, wait_for
 
 # The database refuses the first check-in (an UPDATE that says the machine is active) but lets the
@@ -196,7 +196,7 @@ def test_a_check_in_wakes_the_turn_timer_only_when_its_plan_may_change(farm, mon
     """The turn timer sleeps until its turn or the roster's next change; a check-in wakes it to plan again
     only when it brought something new: new rows, a new suspect, a new state, a backlog to help with.
     (The node's threads are not started: the test makes each check-in itself.)"""
-    from queueprocessor.node import Node
+    from queueprocessor.node.node import Node
 
     monkeypatch.setattr(Node, "_start_threads", lambda node: None)
     node = Nodes(farm)("a")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from queueprocessor.farm import Farm
-from queueprocessor.states import MachineState
+from queueprocessor.rules.states import MachineState
 from tests.support.work import PYJOBS, NodeProcesses, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import URL
 
 from queueprocessor.cli import _parse_time
-from queueprocessor.clock import FakeClock, OffsetEstimator, SystemClock
-from queueprocessor.database import mask, parse_url, without_password
-from queueprocessor.errors import ConfigError, InvalidJob
+from queueprocessor.rules.clock import FakeClock, OffsetEstimator, SystemClock
+from queueprocessor.store.database import mask, parse_url, without_password
+from queueprocessor.rules.errors import ConfigError, InvalidJob
 from queueprocessor.farm import MAX_PAYLOAD, parse_payload
-from queueprocessor.output import format_time
-from queueprocessor.roster import (
+from queueprocessor.rules.output import format_time
+from queueprocessor.rules.roster import (
     Liveness,
     machine_status,
     next_turn,
@@ -33,7 +33,7 @@ from queueprocessor.roster import (
     slot_owner,
     slot_start,
 )
-from queueprocessor.schedules import MAX_PER_PASS, MIN_EVERY, Recurrence, plan
+from queueprocessor.rules.schedules import MAX_PER_PASS, MIN_EVERY, Recurrence, plan
 
 PROPERTY = settings(deadline=None, database=None, max_examples=200)
 SLOW = settings(deadline=None, database=None, max_examples=40)

@@ -5,7 +5,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from queueprocessor.roster import slot_of
+from queueprocessor.rules.roster import slot_of
 from tests.support import pyjobs
 from tests.support.work import Nodes, wait_for
 

@@ -9,10 +9,10 @@ import pytest
 from sqlalchemy import func, select, update
 
 from queueprocessor.farm import Farm
-from queueprocessor.schema import jobs, queues
-from queueprocessor.states import JobState, Outcome
-from queueprocessor.store import Ending, JobSpec, Plan
-from queueprocessor.store_queues import QueueStore
+from queueprocessor.store.schema import jobs, queues
+from queueprocessor.rules.states import JobState, Outcome
+from queueprocessor.store.jobs import Ending, JobSpec, Plan
+from queueprocessor.store.queues import QueueStore
 from tests.support.work import PYJOBS
 
 REPORTS = JobSpec("python", f"{PYJOBS}:noop", queue="reports")

@@ -10,14 +10,14 @@ import pytest
 from sqlalchemy import event, update
 from sqlalchemy.dialects.mssql import pyodbc
 
-from queueprocessor.errors import BadQueueInput, NotFound
+from queueprocessor.rules.errors import BadQueueInput, NotFound
 from queueprocessor.farm import Farm
-from queueprocessor.queues import OnFailure, QueueInfo, Rate, Served
-from queueprocessor.schema import jobs
-from queueprocessor.statements import (claim_statement, freed_statement, looks_statement, recount_statement,
+from queueprocessor.rules.queues import OnFailure, QueueInfo, Rate, Served
+from queueprocessor.store.schema import jobs
+from queueprocessor.store.statements import (claim_statement, freed_statement, looks_statement, recount_statement,
                                       regate_statements, taken_statement, turn_statement)
-from queueprocessor.roster import slot_of
-from queueprocessor.store import JobSpec, Looks, Plan, Turn
+from queueprocessor.rules.roster import slot_of
+from queueprocessor.store.jobs import JobSpec, Looks, Plan, Turn
 from tests.support.httptarget import most_at_once
 from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from queueprocessor.roster import (KnownMachines, Liveness, machine_status, next_turn, roster, slot_of, slot_owner,
+from queueprocessor.rules.roster import (KnownMachines, Liveness, machine_status, next_turn, roster, slot_of, slot_owner,
                                    turn_to_take, turn_wait, upcoming_turn)
 
 NOW = 10_000.0

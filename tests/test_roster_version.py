@@ -7,8 +7,8 @@ import time
 import pytest
 from sqlalchemy import select
 
-from queueprocessor.schema import roster_version
-from queueprocessor.store_roster import RosterStore
+from queueprocessor.store.schema import roster_version
+from queueprocessor.store.roster import RosterStore
 from tests.support.work import FAST, NodeProcesses, Nodes, wait_for
 
 DEAD_AFTER = 3 * FAST["heartbeat"]
@@ -66,7 +66,7 @@ def test_the_heartbeat_read_answers_with_our_wish_and_only_the_quiet_machines(fa
 
 
 def test_a_check_in_writes_its_figures_and_clears_only_the_wish_it_applied(farm):
-    """The heartbeat's two statements are built once with everything bound (store_roster): each call still
+    """The heartbeat's two statements are built once with everything bound (store/roster.py): each call still
     writes its own values, and the read still answers for its own machine and slot."""
     store, peers = farm.store, RosterStore(farm.store)
     a, b = register(store, "a"), register(store, "b")

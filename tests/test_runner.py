@@ -8,9 +8,9 @@ import threading
 
 from queueprocessor.executors.http import HttpExecutor
 from queueprocessor.farm import Farm
-from queueprocessor.runner import JobRunner
-from queueprocessor.states import Outcome
-from queueprocessor.store import JobSpec
+from queueprocessor.node.runner import JobRunner
+from queueprocessor.rules.states import Outcome
+from queueprocessor.store.jobs import JobSpec
 from tests.support.work import wait_for
 
 
@@ -94,8 +94,8 @@ import json, sys, time
 from pathlib import Path
 from queueprocessor.executors.command import CommandExecutor
 from queueprocessor.farm import Farm
-from queueprocessor.runner import JobRunner
-from queueprocessor.store import JobSpec
+from queueprocessor.node.runner import JobRunner
+from queueprocessor.store.jobs import JobSpec
 
 url, started = sys.argv[1], Path(sys.argv[2])
 with Farm(url) as farm:

@@ -9,10 +9,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from sqlalchemy import insert, update
 
-from queueprocessor.errors import InvalidJob
-from queueprocessor.schedules import Recurrence, plan
-from queueprocessor.schema import schedules
-from queueprocessor.store_schedules import ScheduleStore
+from queueprocessor.rules.errors import InvalidJob
+from queueprocessor.rules.schedules import Recurrence, plan
+from queueprocessor.store.schema import schedules
+from queueprocessor.store.schedules import ScheduleStore
 from tests.support import pyjobs
 from tests.support.work import FAST, Nodes, run_cli, wait_for
 

@@ -24,12 +24,12 @@ from yarl import URL
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from queueprocessor.database import open_engine  # noqa: E402
-from queueprocessor.errors import InvalidJob, QPError  # noqa: E402
+from queueprocessor.store.database import open_engine  # noqa: E402
+from queueprocessor.rules.errors import InvalidJob, QPError  # noqa: E402
 from queueprocessor.executors.http import LOCAL_HOSTS, HttpExecutor  # noqa: E402
 from queueprocessor.farm import Farm, work_spec  # noqa: E402
-from queueprocessor.states import Wish  # noqa: E402
-from queueprocessor.store import JobSpec  # noqa: E402
+from queueprocessor.rules.states import Wish  # noqa: E402
+from queueprocessor.store.jobs import JobSpec  # noqa: E402
 from queueprocessor.views import find_jobs  # noqa: E402
 from tests.support.tcpproxy import TcpProxy  # noqa: E402
 from tests.test_bad_input import run_cli, snapshot  # noqa: E402

@@ -8,9 +8,9 @@ import time
 import pytest
 from sqlalchemy import select
 
-from queueprocessor.errors import InvalidJob
+from queueprocessor.rules.errors import InvalidJob
 from queueprocessor.farm import Farm
-from queueprocessor.schema import locks
+from queueprocessor.store.schema import locks
 from queueprocessor.singletons import LockHeld
 from tests.support import pyjobs
 from tests.support.tcpproxy import TcpProxy

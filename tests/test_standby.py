@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from queueprocessor.farm import Farm
-from queueprocessor.states import JobState, Outcome
+from queueprocessor.rules.states import JobState, Outcome
 from tests.support.pgserver import PostgresServer
 from tests.support.standby import StandbyServer
 from tests.support.work import wait_for

@@ -6,13 +6,13 @@ import time
 import pytest
 from sqlalchemy import exc, func, select, text, update
 
-from queueprocessor import schema
-from queueprocessor.database import ensure_schema
-from queueprocessor.errors import LostLease, NotFound, QPError, SchemaTooNew
-from queueprocessor.roster import slot_end, slot_of
-from queueprocessor.runner import backoff
-from queueprocessor.states import Outcome
-from queueprocessor.store import Ending, JobSpec, Turn
+from queueprocessor.store import schema
+from queueprocessor.store.database import ensure_schema
+from queueprocessor.rules.errors import LostLease, NotFound, QPError, SchemaTooNew
+from queueprocessor.rules.roster import slot_end, slot_of
+from queueprocessor.node.runner import backoff
+from queueprocessor.rules.states import Outcome
+from queueprocessor.store.jobs import Ending, JobSpec, Turn
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
 
 HTTP = JobSpec(executor="http", target="/ok")
@@ -364,7 +364,7 @@ def test_finished_jobs_and_their_runs_are_deleted_after_their_keeping_age(farm):
 def test_claims_and_results_go_on_after_the_database_drops_their_connection(pg_url):
     """Results keep their connection between calls (no checkout, no ping per call): one the server dropped costs
     the call that finds out, and the next call connects again, fences and run rows intact. Claims take the
-    pool's, which finds the dropped one closed (store_connections.closing) and opens another."""
+    pool's, which finds the dropped one closed (store.connections.closing) and opens another."""
     from queueprocessor.farm import Farm
 
     farm = Farm(pg_url)

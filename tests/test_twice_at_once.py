@@ -14,10 +14,10 @@ from queueprocessor.executors.command import CommandExecutor
 from queueprocessor.executors.http import HttpExecutor
 from queueprocessor.executors.python import PythonExecutor
 from queueprocessor.farm import Farm
-from queueprocessor.node_config import NodeConfig
-from queueprocessor.runner import STOPPED, JobRunner, Running
-from queueprocessor.states import Kind, Outcome
-from queueprocessor.store import Claimed, JobSpec
+from queueprocessor.node.config import NodeConfig
+from queueprocessor.node.runner import STOPPED, JobRunner, Running
+from queueprocessor.rules.states import Kind, Outcome
+from queueprocessor.store.jobs import Claimed, JobSpec
 from tests.support import pyjobs
 from tests.support.work import Nodes, wait_for
 

@@ -10,7 +10,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from queueprocessor.farm import Farm, work_spec  # noqa: E402
-from queueprocessor.states import JobState, MachineState, Wish  # noqa: E402
+from queueprocessor.rules.states import JobState, MachineState, Wish  # noqa: E402
 from ui.commands import Commands  # noqa: E402
 from ui.connection import Connection, State  # noqa: E402
 from ui.snapshot import Snapshot  # noqa: E402

@@ -10,8 +10,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QPersistentModelIndex, Qt  # noqa: E402
 
-from queueprocessor.queues import OnFailure, QueueInfo  # noqa: E402
-from queueprocessor.states import JobState, MachineState, Outcome  # noqa: E402
+from queueprocessor.rules.queues import OnFailure, QueueInfo  # noqa: E402
+from queueprocessor.rules.states import JobState, MachineState, Outcome  # noqa: E402
 from ui import theme  # noqa: E402
 from ui.app import make_app  # noqa: E402
 from ui.models import BACKGROUND, DECORATION, FOREGROUND, ROW_ROLE, TOOLTIP, JobsModel, PeersModel  # noqa: E402

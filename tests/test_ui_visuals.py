@@ -17,8 +17,8 @@ from PySide6.QtWidgets import QApplication, QTabWidget, QWidget  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from queueprocessor.farm import Farm  # noqa: E402
-from queueprocessor.queues import OnFailure, QueueInfo  # noqa: E402
-from queueprocessor.schema import jobs, machines, runs  # noqa: E402
+from queueprocessor.rules.queues import OnFailure, QueueInfo  # noqa: E402
+from queueprocessor.store.schema import jobs, machines, runs  # noqa: E402
 from queueprocessor.views import Dashboard, FarmTiming, Query  # noqa: E402
 from ui import text, theme  # noqa: E402
 from ui.app import make_app  # noqa: E402

@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import event
 
 from queueprocessor import singletons
-from queueprocessor.errors import QPError
-from queueprocessor.schedules import Recurrence
-from queueprocessor.store import JobSpec
+from queueprocessor.rules.errors import QPError
+from queueprocessor.rules.schedules import Recurrence
+from queueprocessor.store.jobs import JobSpec
 from queueprocessor.views import (Dashboard, FarmTiming, Query, find_jobs, judge_machines,
                                   machine_throughput, read_schedules,
                                   runs_between, throughput, turns_between, upcoming_slots)

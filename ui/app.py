@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import click
 
-from queueprocessor import logs
-from queueprocessor.database import parse_url
-from queueprocessor.errors import QPError
+from queueprocessor.rules import logs
+from queueprocessor.store.database import parse_url
+from queueprocessor.rules.errors import QPError
 from queueprocessor.nodeoptions import NodeCommand, NodeOptions, flag_of, node_options as _node_option_set
 
 try:

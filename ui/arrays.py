@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from queueprocessor.states import Outcome
+from queueprocessor.rules.states import Outcome
 
 # Drawing order, and the legend's: a run still going first.
 OUTCOMES = (Outcome.RUNNING, Outcome.SUCCEEDED, Outcome.FAILED, Outcome.TIMEOUT, Outcome.LOST, Outcome.CANCELLED)

@@ -10,8 +10,8 @@ back as that command's failure.
 from collections.abc import Callable
 
 from queueprocessor.farm import Farm, JobSpec
-from queueprocessor.output import format_time
-from queueprocessor.states import Wish
+from queueprocessor.rules.output import format_time
+from queueprocessor.rules.states import Wish
 
 Run = Callable[[str, Callable[[Farm], str]], None]
 

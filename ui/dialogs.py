@@ -7,12 +7,13 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpin
                                QHBoxLayout, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox,
                                QVBoxLayout, QWidget)
 
-from queueprocessor import __version__, database
-from queueprocessor.database import parse_url
-from queueprocessor.errors import QPError
+from queueprocessor import __version__
+from queueprocessor.store import database
+from queueprocessor.store.database import parse_url
+from queueprocessor.rules.errors import QPError
 from queueprocessor.farm import work_spec
-from queueprocessor.queues import DEFAULT, OnFailure, QueueInfo, Rate, check_limit
-from queueprocessor.urls import default_url, mask
+from queueprocessor.rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, check_limit
+from queueprocessor.rules.urls import default_url, mask
 
 from . import theme
 

@@ -9,7 +9,7 @@ import json
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QGridLayout, QLabel, QLineEdit, QSplitter, QVBoxLayout, QWidget
 
-from queueprocessor.states import JobState
+from queueprocessor.rules.states import JobState
 
 from . import text
 from .gantt import RunsGantt

@@ -22,7 +22,7 @@ from operator import itemgetter, ne
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 
-from queueprocessor.states import MachineState, Outcome
+from queueprocessor.rules.states import MachineState, Outcome
 
 from . import text, theme
 

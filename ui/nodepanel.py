@@ -5,7 +5,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QFormLayout, QFrame, QGridLayout, QHBoxLayout, QLabel, QProgressBar, QSizePolicy,
                                QToolButton, QVBoxLayout, QWidget)
 
-from queueprocessor.states import MachineState
+from queueprocessor.rules.states import MachineState
 
 from . import text, theme
 from .models import served

@@ -25,9 +25,9 @@ from enum import Enum
 from PySide6.QtCore import QObject, Signal
 from sqlalchemy import exc
 
-from queueprocessor.clock import SystemClock
-from queueprocessor.database import APP_PROGRAM, client_name, mask
-from queueprocessor.errors import DatabaseUnavailable, QPError
+from queueprocessor.rules.clock import SystemClock
+from queueprocessor.store.database import APP_PROGRAM, client_name, mask
+from queueprocessor.rules.errors import DatabaseUnavailable, QPError
 from queueprocessor.farm import Farm
 from queueprocessor.views import Dashboard, Query
 

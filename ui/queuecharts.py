@@ -16,8 +16,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from queueprocessor.queues import QueueInfo
-from queueprocessor.states import JobState
+from queueprocessor.rules.queues import QueueInfo
+from queueprocessor.rules.states import JobState
 
 from . import theme
 from .lanes import header_text

@@ -14,7 +14,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from queueprocessor.states import JobState, Outcome
+from queueprocessor.rules.states import JobState, Outcome
 
 from . import theme
 from .lanes import bars, header, header_text

@@ -2,7 +2,7 @@
 
 from enum import StrEnum
 
-from queueprocessor.queues import QueueInfo
+from queueprocessor.rules.queues import QueueInfo
 
 
 class QueueState(StrEnum):

@@ -14,8 +14,8 @@ from dataclasses import fields
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QLabel, QMenu, QSplitter, QVBoxLayout, QWidget
 
-from queueprocessor.queues import QueueInfo
-from queueprocessor.states import SERVING
+from queueprocessor.rules.queues import QueueInfo
+from queueprocessor.rules.states import SERVING
 
 from . import text, theme
 from .commands import Commands

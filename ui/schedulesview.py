@@ -11,8 +11,8 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMenu, QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget
 
-from queueprocessor.output import format_time
-from queueprocessor.states import JobState, MachineState
+from queueprocessor.rules.output import format_time
+from queueprocessor.rules.states import JobState, MachineState
 
 from . import text, theme
 from .commands import Commands

@@ -8,7 +8,7 @@ more field here (views.Dashboard.read must fill it).
 
 from dataclasses import dataclass, fields
 
-from queueprocessor.queues import QueueInfo
+from queueprocessor.rules.queues import QueueInfo
 
 from .arrays import LaneArrays, prepare
 

@@ -2,7 +2,7 @@
 
 from datetime import datetime
 
-from queueprocessor.output import dated
+from queueprocessor.rules.output import dated
 
 
 def local(epoch: float) -> datetime | None:

@@ -15,7 +15,7 @@ from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPainter, QPalette, QP
 from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QApplication
 
-from queueprocessor.states import JobState, MachineState, Outcome
+from queueprocessor.rules.states import JobState, MachineState, Outcome
 
 from .queuestate import QueueState
 

@@ -11,7 +11,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Signal
 
-from queueprocessor.states import Outcome
+from queueprocessor.rules.states import Outcome
 
 from . import text, theme
 from .lanes import LanePlot, bars

@@ -1,7 +1,7 @@
-"""Executors by name. Each node builds its own set, with its own allow-lists (queueprocessor.allow)."""
+"""Executors by name. Each node builds its own set, with its own allow-lists (queueprocessor.rules.allow)."""
 
-from ..allow import AllowLists
-from ..errors import InvalidJob
+from ..rules.allow import AllowLists
+from ..rules.errors import InvalidJob
 from .base import Executor, JobContext, JobFailed
 from .command import CommandExecutor
 from .http import HttpExecutor

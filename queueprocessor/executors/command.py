@@ -14,8 +14,8 @@ import os
 import signal
 from collections import deque
 
-from ..allow import check_command, parse_argv
-from ..store import Claimed, JobSpec
+from ..rules.allow import check_command, parse_argv
+from ..store.jobs import Claimed, JobSpec
 from .base import OUTPUT_LIMIT, Executor, JobContext, JobFailed, excerpt
 
 class CommandExecutor(Executor):

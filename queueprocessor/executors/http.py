@@ -16,9 +16,9 @@ import json
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from ..allow import LOCAL_HOSTS, check_host
-from ..errors import BadSetting
-from ..store import Claimed, JobSpec
+from ..rules.allow import LOCAL_HOSTS, check_host
+from ..rules.errors import BadSetting
+from ..store.jobs import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed
 
 if TYPE_CHECKING:

@@ -22,9 +22,9 @@ import logging
 import traceback
 from collections.abc import Callable
 
-from ..allow import check_module, module_allowed, parse_target
-from ..logs import about
-from ..store import Claimed, JobSpec
+from ..rules.allow import check_module, module_allowed, parse_target
+from ..rules.logs import about
+from ..store.jobs import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed, excerpt
 from .threads import Threads
 

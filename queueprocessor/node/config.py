@@ -5,9 +5,9 @@ them (views, the turn timer, bench/simulate.py) does not load the node and its e
 import socket
 from dataclasses import dataclass, field
 
-from .allow import AllowLists
-from .queues import Served
-from .schedules import ahead_of
+from ..rules.allow import AllowLists
+from ..rules.queues import Served
+from ..rules.schedules import ahead_of
 
 
 @dataclass
@@ -24,7 +24,7 @@ class NodeConfig:
     tick: float = 0.01
     allow: AllowLists = field(default_factory=AllowLists)
     push: bool = True  # LISTEN for new work on PostgreSQL
-    metrics_port: int | None = None  # serve Prometheus metrics on this port (queueprocessor.metrics)
+    metrics_port: int | None = None  # serve Prometheus metrics on this port (queueprocessor.node.metrics)
     metrics_host: str = "127.0.0.1"
     served: Served = field(default_factory=Served)  # the queues this machine serves (DESIGN 7)
     listen_db: str | None = None  # LISTEN there rather than on the farm's URL (which may reach a pooler: see push)

@@ -1,7 +1,7 @@
 """A node's Prometheus metrics, served over HTTP when it is started with `--metrics-port`.
 
 Only a node that serves metrics imports this module, and with it prometheus_client. Nothing is instrumented on the
-node's hot path: a collector reads the node's snapshot and its tally (queueprocessor.tally) when Prometheus
+node's hot path: a collector reads the node's snapshot and its tally (queueprocessor.node.tally) when Prometheus
 scrapes, so the metrics cost the node nothing between scrapes. Each node has a registry of its own, so several
 nodes can serve metrics from one process (the tests, the demo).
 
@@ -25,13 +25,13 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, Hist
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from . import __version__
-from .errors import BadSetting
-from .logs import one_line
-from .queues import DEFAULT
-from .roster import machine_status
-from .states import MachineState
-from .store_queues import QueueStore
+from .. import __version__
+from ..rules.errors import BadSetting
+from ..rules.logs import one_line
+from ..rules.queues import DEFAULT
+from ..rules.roster import machine_status
+from ..rules.states import MachineState
+from ..store.queues import QueueStore
 from .tally import Buckets
 
 log = logging.getLogger("queueprocessor.metrics")

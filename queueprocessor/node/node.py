@@ -58,20 +58,20 @@ import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from . import __version__
-from .clock import Clock, OffsetEstimator, SystemClock
-from .database import unreachable
-from .executors import Executor, make_executors
-from .logs import about, one_line
-from .node_config import NodeConfig
+from .. import __version__
+from ..rules.clock import Clock, OffsetEstimator, SystemClock
+from ..store.database import unreachable
+from ..executors import Executor, make_executors
+from ..rules.logs import about, one_line
+from .config import NodeConfig
 from .push import Listener, where_to_listen
-from .roster import KnownMachines, Liveness, slot_of
+from ..rules.roster import KnownMachines, Liveness, slot_of
 from .runner import JobRunner, RunKey
-from .states import MachineState, Outcome, Wish
-from .store import Store
-from .store_queues import QueueStore
-from .store_roster import FarmRead, RosterStore
-from .store_schedules import ScheduleStore
+from ..rules.states import MachineState, Outcome, Wish
+from ..store.jobs import Store
+from ..store.queues import QueueStore
+from ..store.roster import FarmRead, RosterStore
+from ..store.schedules import ScheduleStore
 from .tally import Tally
 from .turn_timer import TurnTimer
 

@@ -16,11 +16,11 @@ import random
 import threading
 from collections.abc import Callable
 
-from .errors import QPError
-from .executors import Executor, JobContext, JobFailed, executor_for
-from .logs import about
-from .states import Kind, Outcome
-from .store import Claimed, Ending, Store
+from ..rules.errors import QPError
+from ..executors import Executor, JobContext, JobFailed, executor_for
+from ..rules.logs import about
+from ..rules.states import Kind, Outcome
+from ..store.jobs import Claimed, Ending, Store
 from .tally import Tally
 
 RunKey = tuple[int, int]  # (job id, fence): one run of a job, as every write of it is guarded

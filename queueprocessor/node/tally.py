@@ -1,5 +1,5 @@
 """What a node counts as it works, for its metrics: a few additions under one lock per batch of jobs or turn, read
-whole by a scrape (queueprocessor.metrics turns a reading into Prometheus metrics).
+whole by a scrape (queueprocessor.node.metrics turns a reading into Prometheus metrics).
 
 The node keeps these counts whether or not it serves metrics: they cost well under a microsecond a job, and a node
 that serves them does no more work per job than one that does not (prometheus_client's own metric objects would

@@ -17,16 +17,16 @@ import threading
 from dataclasses import replace
 from typing import Protocol
 
-from .clock import Clock, OffsetEstimator
-from .node_config import NodeConfig
+from ..rules.clock import Clock, OffsetEstimator
+from .config import NodeConfig
 from .push import BACKLOG, Listener, notify_backlog
-from .queues import served_names
-from .roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take, turn_wait, upcoming_turn
+from ..rules.queues import served_names
+from ..rules.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take, turn_wait, upcoming_turn
 from .runner import JobRunner
-from .states import MachineState, Outcome
-from .store import PRUNE_BATCH, Claimed, Looks, Plan, Store, Turn
-from .store_queues import QueueStore
-from .store_schedules import ScheduleStore
+from ..rules.states import MachineState, Outcome
+from ..store.jobs import PRUNE_BATCH, Claimed, Looks, Plan, Store, Turn
+from ..store.queues import QueueStore
+from ..store.schedules import ScheduleStore
 from .tally import Tally
 
 TURN_MARGIN = 0.0005  # wake this far past the instant our error bound lets us take the turn

@@ -5,7 +5,7 @@ calendar) or at a fixed interval (occurrences at whole multiples of the
 interval since the epoch, so every machine computes the same instants).
 Each occurrence becomes a job keyed `name@occurrence`; the database's unique
 key is what makes it run once however many machines see it (see
-store_schedules for the statements).
+store/schedules.py for the statements).
 
 Daylight saving: when clocks go forward, a time in the skipped hour runs at
 the jump (croniter's rule, as Vixie cron does). When they go back, a wall

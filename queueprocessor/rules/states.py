@@ -35,7 +35,7 @@ class Outcome(StrEnum):
 
 class MachineState(StrEnum):
     """qp_machines.state. DEAD is judged from a row that stopped checking in; the first judge to find it dead
-    stores it (a burial, see store_roster), so that its peers stop reading the row, until it checks in again."""
+    stores it (a burial, see store/roster.py), so that its peers stop reading the row, until it checks in again."""
 
     ACTIVE = "active"
     PAUSED = "paused"

@@ -8,9 +8,9 @@ from pathlib import Path
 from sqlalchemy import create_engine, event, exc, insert, inspect, select
 from sqlalchemy.engine import URL, Engine, make_url
 
-from . import migrations, schema, store_connections
-from .errors import BadSetting, ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew, UnusableDatabase
-from .urls import mask
+from . import connections, migrations, schema
+from ..rules.errors import BadSetting, ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew, UnusableDatabase
+from ..rules.urls import mask
 
 # Short names a user may type, mapped to the driver we ship.
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg", "mssql": "mssql+pyodbc"}
@@ -111,7 +111,7 @@ def unlabelled(url: URL) -> URL:
 def open_engine(text: str, pool_size: int = 1, read_only: bool = False, client: str | None = None) -> Engine:
     """An engine tuned for the farm's access pattern (short statements, several threads, few connections: see
     POOL_OVERFLOW). With `read_only` the database itself refuses every write on its connections (the app's
-    watch-only mode; not through a pooler, see store_connections). Its connections carry `client` (default:
+    watch-only mode; not through a pooler, see store/connections.py). Its connections carry `client` (default:
     client_name())."""
     url = parse_url(text)
     if url.get_backend_name() == "sqlite":
@@ -121,11 +121,11 @@ def open_engine(text: str, pool_size: int = 1, read_only: bool = False, client: 
     timeout = _TIMEOUT_ARG[url.get_backend_name()]
     connect_args = {} if timeout in url.query else {timeout: CONNECT_TIMEOUT}
     url = labelled(url, client or client_name())
-    postgresql = url.get_backend_name() == "postgresql"  # its checkouts are checked without a ping (store_connections)
+    postgresql = url.get_backend_name() == "postgresql"  # its checkouts are checked without a ping (connections)
     engine = _create_engine(url, pool_size=pool_size, max_overflow=POOL_OVERFLOW, pool_pre_ping=not postgresql,
                             pool_recycle=300, connect_args=connect_args)
     if postgresql:
-        store_connections.prepare(engine, read_only)
+        connections.prepare(engine, read_only)
     return engine
 
 

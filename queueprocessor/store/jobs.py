@@ -23,12 +23,12 @@ from sqlalchemy import (String, Text, and_, bindparam, delete, exc, false, func,
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import Select
 
-from .clock import Sample
+from ..rules.clock import Sample
 from .dbtime import db_now
-from .errors import DuplicateKey, LostLease, NotFound, QPError, echoed
-from .queues import DEFAULT, Served
+from ..rules.errors import DuplicateKey, LostLease, NotFound, QPError, echoed
+from ..rules.queues import DEFAULT, Served
 from .schema import Id, jobs, machines, meta, queues, runs, turns
-from .states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
+from ..rules.states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
 from .statements import (LOST, bump_roster, checkin_statement, claim_statement, finish_statement, freed_statement,
                          gated_now, looks_statement, newest_backlog, renew_statement, taken_statement, turn_statement,
                          unpaused)
@@ -437,7 +437,7 @@ class Store:
 
     def read_machines(self, backlog_since: int | None = None) -> tuple[float, int | None, list[dict]]:
         """The database's time, the newest backlog turn since a slot, all machines (an operator's view; a node's
-        heartbeat reads O(1) rows instead, see store_roster)."""
+        heartbeat reads O(1) rows instead, see store/roster.py)."""
         rows = self.rows(select(db_now(), newest_backlog(backlog_since), machines).order_by(machines.c.id))
         if not rows:
             return self.ask_time(), None, []

@@ -6,7 +6,7 @@ from sqlalchemy import and_, exc, insert, or_, select, update
 
 from .dbtime import db_now
 from .schema import locks
-from .store import Store
+from .jobs import Store
 
 
 class LockStore:

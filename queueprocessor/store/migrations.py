@@ -51,7 +51,7 @@ def _named_queues(conn: Connection) -> None:
 
 
 def _heartbeat_reads(conn: Connection) -> None:
-    """3 to 4: the heartbeat reads O(1) rows (store_roster). qp_roster (made by create_all) holds the roster
+    """3 to 4: the heartbeat reads O(1) rows (store/roster.py). qp_roster (made by create_all) holds the roster
     version; machine rows get the indexes the read uses and, on PostgreSQL, room enough for it to use them."""
     schema.roster_version.create(conn, checkfirst=True)
     for index in schema.machines.indexes:

@@ -6,11 +6,11 @@ import time
 from sqlalchemy import case, exc, func, insert, select, text, update
 
 from .dbtime import db_now
-from .queues import DEFAULT, OnFailure, QueueInfo, Rate, served_names, serving_machines
+from ..rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, served_names, serving_machines
 from .schema import jobs, machines, queues
-from .states import JobState
+from ..rules.states import JobState
 from .statements import recount_statement, regate_statements
-from .store import Store
+from .jobs import Store
 
 
 # The settings that hold a queue's jobs back (see statements.gated_now): a change of one sets their flags again.

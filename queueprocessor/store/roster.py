@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 from sqlalchemy import BigInteger, Float, bindparam, false, func, literal, select, true, update
 
-from .clock import Sample
+from ..rules.clock import Sample
 from .dbtime import db_now
 from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, roster_version, schedules
-from .states import MachineState
+from ..rules.states import MachineState
 from .statements import bump_roster, newest_backlog
-from .store import Store
+from .jobs import Store
 
 VERSION = select(roster_version.c.version).where(roster_version.c.id == 1).scalar_subquery()
 
@@ -71,7 +71,7 @@ class FarmRead:
     wish: str | None  # an operator's wish on this machine's row
     suspects: dict[int, float]  # id -> last_seen of the machines checking in last seen before the read's bound
     sample: Sample | None = None  # the read timed as a clock sample, when asked for
-    queues_changed: float | None = None  # when an operator last changed a queue's settings (see store_queues)
+    queues_changed: float | None = None  # when an operator last changed a queue's settings (see store/queues.py)
 
 
 class RosterStore:

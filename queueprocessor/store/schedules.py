@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from sqlalchemy import String, and_, delete, exc, false, func, insert, literal, select, update
 
 from .dbtime import db_now
-from .errors import InvalidJob, NotFound, echoed
-from .schedules import Recurrence, check_name, check_policy, plan
+from ..rules.errors import InvalidJob, NotFound, echoed
+from ..rules.schedules import Recurrence, check_name, check_policy, plan
 from .schema import jobs, schedules
 from .statements import gated_now
-from .states import JobState, Kind
-from .store import JobSpec, Store
+from ..rules.states import JobState, Kind
+from .jobs import JobSpec, Store
 
 log = logging.getLogger("queueprocessor.schedules")
 

@@ -26,8 +26,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql import ColumnElement, operators
 
-from .queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
-from .states import CHECKING_IN, JobState, Kind, MachineState, Outcome
+from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
+from ..rules.states import CHECKING_IN, JobState, Kind, MachineState, Outcome
 
 SCHEMA_VERSION = 6
 
@@ -126,7 +126,7 @@ machines = Table(
     Column("queues", String(2000), nullable=False, default="", server_default=""),
     postgresql_with={"fillfactor": MACHINES_FILL},
 )
-# The heartbeat read (store_roster) asks two questions of these rows that an index answers without reading the
+# The heartbeat read (store/roster.py) asks two questions of these rows that an index answers without reading the
 # others: the oldest last_seen of the machines checking in (the first entry of the first index), and whether an
 # operator left a wish on ours (the second holds only the machines with one, usually none).
 # The states are written as SQL text, not bound, so that a planner can match the statements to the index.
@@ -137,7 +137,7 @@ partial("ix_qp_machines_wished", machines.c.id, where=WISHED)
 
 # The roster version (issue 11): one row, bumped in the same transaction as every change of a row the roster is
 # made of (a machine joins, stops, is buried, or writes a new state), so a heartbeat learns whether any changed by
-# reading one number instead of every machine row (see store_roster).
+# reading one number instead of every machine row (see store/roster.py).
 roster_version = Table(
     "qp_roster",
     metadata,

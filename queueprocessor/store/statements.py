@@ -1,5 +1,5 @@
 """The hot statements, built once per shape: claiming work, recording how it ended, and a machine's check-in
-with the roster version it bumps (store_roster reads that version).
+with the roster version it bumps (store/roster.py reads that version).
 
 Everything that varies is a bound parameter, so SQLAlchemy compiles each shape
 once and a busy node spends its time running work, not building SQL. The
@@ -16,9 +16,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
 from .dbtime import db_now
-from .queues import OnFailure
+from ..rules.queues import OnFailure
 from .schema import STATE_SQL, Id, jobs, machines, queues, roster_version, runs, turns
-from .states import JobState, Outcome
+from ..rules.states import JobState, Outcome
 
 
 LOST = "lease expired: the machine stopped renewing it"
@@ -473,7 +473,7 @@ def finish_statement():
     return select(ended.c.id, ended.c.fence).add_cte(logged, freed(gone).cte("freed"))
 
 
-# -- the roster version (see store_roster) ---------------------------------
+# -- the roster version (see store/roster.py) ---------------------------------
 
 def bump_roster(conn: Connection) -> None:
     """Say, inside the transaction that changed a roster row, that the roster changed."""

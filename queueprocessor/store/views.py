@@ -6,10 +6,10 @@ from sqlalchemy import Float, String, and_, cast, func, or_, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-from .errors import QPError, echoed
+from ..rules.errors import QPError, echoed
 from .schema import jobs, machines, runs, schedules, turns
-from .states import JobState
-from .store import Store, run_history
+from ..rules.states import JobState
+from .jobs import Store, run_history
 
 KEYS_PER_STATEMENT = 500  # well under every backend's limit of bound parameters (SQL Server's is 2,100)
 

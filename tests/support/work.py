@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from queueprocessor.cli import main
-from queueprocessor.clock import SystemClock
+from queueprocessor.rules.clock import SystemClock
 
 FAST = dict(period=0.2, heartbeat=0.2)
 PYJOBS = "tests.support.pyjobs"

@@ -1,0 +1,6 @@
+"""The store: every statement the farm runs, the tables they run on, and the engine they run through.
+
+database.py opens a farm database; schema.py and migrations.py define and upgrade its tables; statements.py builds
+the hot statements once; jobs.py (the Store), roster.py, queues.py, schedules.py, locks.py and views.py run them.
+A module here imports SQLAlchemy, rules/ and the store's own modules, never a node, an executor or the Farm.
+"""
