@@ -59,30 +59,75 @@ def fill(farm: Farm, machine_count: int, run_count: int) -> float:
     start = now - SPAN
     rng = random.Random(7)
     with store.engine.begin() as conn:
-        conn.execute(insert(machines), [
-            dict(name=f"node-{n:02d}", host=f"host-{n:02d}", instance=f"bench-{n}", pid=1000 + n, version="bench",
-                 state="active", capacity=8, running=0, done_count=rng.randrange(5000), failed_count=rng.randrange(50),
-                 joined_at=start - 60, last_seen=now - rng.random(), clock_offset=rng.uniform(-2, 2),
-                 rtt=rng.uniform(0.0005, 0.003), error_bound=rng.uniform(0.0003, 0.002))
-            for n in range(machine_count)])
+        conn.execute(
+            insert(machines),
+            [
+                dict(
+                    name=f"node-{n:02d}",
+                    host=f"host-{n:02d}",
+                    instance=f"bench-{n}",
+                    pid=1000 + n,
+                    version="bench",
+                    state="active",
+                    capacity=8,
+                    running=0,
+                    done_count=rng.randrange(5000),
+                    failed_count=rng.randrange(50),
+                    joined_at=start - 60,
+                    last_seen=now - rng.random(),
+                    clock_offset=rng.uniform(-2, 2),
+                    rtt=rng.uniform(0.0005, 0.003),
+                    error_bound=rng.uniform(0.0003, 0.002),
+                )
+                for n in range(machine_count)
+            ],
+        )
         ids = [row[0] for row in conn.execute(machines.select().with_only_columns(machines.c.id))]
         job_rows, run_rows = [], []
         for n in range(run_count):
             began = start + SPAN * n / run_count
             took = rng.uniform(0.05, 4.0)
             outcome = rng.choice(OUTCOMES)
-            job_rows.append(dict(id=n + 1, executor="http", target=f"/work/{n % 97}", method="GET", state=outcome
-                                 if outcome in ("succeeded", "failed", "cancelled") else "failed", priority=0,
-                                 run_at=began, created_at=began - 0.2, attempts=1, max_attempts=3, fence=n + 1,
-                                 started_at=began, finished_at=began + took, cancel_requested=False))
-            run_rows.append(dict(job_id=n + 1, attempt=1, machine_id=rng.choice(ids), fence=n + 1,
-                                 started_at=began, finished_at=began + took, outcome=outcome,
-                                 error=None if outcome == "succeeded" else "HTTP 500"))
+            job_rows.append(
+                dict(
+                    id=n + 1,
+                    executor="http",
+                    target=f"/work/{n % 97}",
+                    method="GET",
+                    state=outcome if outcome in ("succeeded", "failed", "cancelled") else "failed",
+                    priority=0,
+                    run_at=began,
+                    created_at=began - 0.2,
+                    attempts=1,
+                    max_attempts=3,
+                    fence=n + 1,
+                    started_at=began,
+                    finished_at=began + took,
+                    cancel_requested=False,
+                )
+            )
+            run_rows.append(
+                dict(
+                    job_id=n + 1,
+                    attempt=1,
+                    machine_id=rng.choice(ids),
+                    fence=n + 1,
+                    started_at=began,
+                    finished_at=began + took,
+                    outcome=outcome,
+                    error=None if outcome == "succeeded" else "HTTP 500",
+                )
+            )
         conn.execute(insert(jobs), job_rows)
         conn.execute(insert(runs), run_rows)
         first = int(start)
-        conn.execute(insert(turns), [dict(slot=slot, machine_id=ids[slot % len(ids)], taken_at=slot + 0.01,
-                                          claimed=slot % 3, backlog=False) for slot in range(first, int(now))])
+        conn.execute(
+            insert(turns),
+            [
+                dict(slot=slot, machine_id=ids[slot % len(ids)], taken_at=slot + 0.01, claimed=slot % 3, backlog=False)
+                for slot in range(first, int(now))
+            ],
+        )
     return now
 
 
@@ -90,8 +135,9 @@ def shifted(reading: dict, seconds: float, new_jobs: int) -> Snapshot:
     """The same farm `seconds` later with `new_jobs` more jobs on top of the list: new objects everywhere,
     as a fresh read gives, and the jobs table's rows change, as they do on a busy farm."""
     move = ("started_at", "finished_at")
-    copy = dict(reading, db_now=reading["db_now"] + seconds, since=reading["since"] + seconds,
-                until=reading["until"] + seconds)
+    copy = dict(
+        reading, db_now=reading["db_now"] + seconds, since=reading["since"] + seconds, until=reading["until"] + seconds
+    )
     copy["runs"] = [dict(r, **{k: r[k] + seconds for k in move if r[k] is not None}) for r in reading["runs"]]
     copy["turns"] = [dict(t, taken_at=t["taken_at"] + seconds) for t in reading["turns"]]
     copy["machines"] = [dict(m, last_seen=m["last_seen"] + seconds) for m in reading["machines"]]
@@ -149,13 +195,27 @@ def live_pauses(app, window, seconds: float) -> None:
         window.connection.snapshot.disconnect(polls.append)
         cpu = [took for _, took in passes]
         on_worker = sum(name != threading.main_thread().name for name, _ in passes)
-        rows.append([phase, str(len(polls)), f"{len(passes)} ({on_worker} on the worker)",
-                     f"{percentile(cpu, 50) * 1000:.1f} / {max(cpu, default=float('nan')) * 1000:.1f}",
-                     f"{percentile(gaps, 99) * 1000:.0f} / {max(gaps) * 1000:.0f}"])
+        rows.append(
+            [
+                phase,
+                str(len(polls)),
+                f"{len(passes)} ({on_worker} on the worker)",
+                f"{percentile(cpu, 50) * 1000:.1f} / {max(cpu, default=float('nan')) * 1000:.1f}",
+                f"{percentile(gaps, 99) * 1000:.0f} / {max(gaps) * 1000:.0f}",
+            ]
+        )
         polls.clear()
     print(f"the window's own worker polling every 0.4 s, {seconds:g} s each way")
-    print_table(["objects made at startup", "polls", "full GC passes", "CPU ms a pass, median / max",
-                 "GUI waits ms, p99 / max"], rows)
+    print_table(
+        [
+            "objects made at startup",
+            "polls",
+            "full GC passes",
+            "CPU ms a pass, median / max",
+            "GUI waits ms, p99 / max",
+        ],
+        rows,
+    )
 
 
 def search_times(farm: Farm, extra: int, repeats: int) -> None:
@@ -163,16 +223,22 @@ def search_times(farm: Farm, extra: int, repeats: int) -> None:
     the table shows them unfiltered, and the text search (find_jobs), which scans the table when little
     matches."""
     with farm.store.engine.begin() as conn:
-        conn.execute(text(
-            "INSERT INTO qp_jobs (id, executor, target, method, kind, state, priority, run_at, created_at,"
-            " attempts, max_attempts, fence, cancel_requested, last_error)"
-            " SELECT (SELECT max(id) FROM qp_jobs) + g, 'http', '/archive/' || (g % 97), 'GET', 'job', 'succeeded',"
-            " 0, 0, 0, 1, 3, 1, false, CASE WHEN g % 10 = 0 THEN 'HTTP 502 from upstream' END"
-            " FROM generate_series(1, :n) g"), {"n": extra})
+        conn.execute(
+            text(
+                "INSERT INTO qp_jobs (id, executor, target, method, kind, state, priority, run_at, created_at,"
+                " attempts, max_attempts, fence, cancel_requested, last_error)"
+                " SELECT (SELECT max(id) FROM qp_jobs) + g, 'http', '/archive/' || (g % 97), 'GET', 'job', 'succeeded',"
+                " 0, 0, 0, 1, 3, 1, false, CASE WHEN g % 10 = 0 THEN 'HTTP 502 from upstream' END"
+                " FROM generate_series(1, :n) g"
+            ),
+            {"n": extra},
+        )
         conn.execute(text("ANALYZE qp_jobs"))
-    cases = [("newest 500 jobs, no filter (store.list_jobs)", lambda: farm.store.list_jobs(None, 500)),
-             ("text search, 500 of many matches ('upstream')", lambda: find_jobs(farm.store, "upstream")),
-             ("text search, nothing matches (a full scan)", lambda: find_jobs(farm.store, "no such text"))]
+    cases = [
+        ("newest 500 jobs, no filter (store.list_jobs)", lambda: farm.store.list_jobs(None, 500)),
+        ("text search, 500 of many matches ('upstream')", lambda: find_jobs(farm.store, "upstream")),
+        ("text search, nothing matches (a full scan)", lambda: find_jobs(farm.store, "no such text")),
+    ]
     rows = []
     for label, read in cases:
         times = []
@@ -231,8 +297,12 @@ def naive_gantt(plot, snapshot: Snapshot, items: list):
     lanes = {m["id"]: n for n, m in enumerate(snapshot.machines)}
     brush, pen = QBrush(QColor("#22a05b")), QPen()
     for run in snapshot.runs:
-        rect = QGraphicsRectItem(run["started_at"], lanes[run["machine_id"]] - 0.3,
-                                 (run["finished_at"] or snapshot.db_now) - run["started_at"], 0.6)
+        rect = QGraphicsRectItem(
+            run["started_at"],
+            lanes[run["machine_id"]] - 0.3,
+            (run["finished_at"] or snapshot.db_now) - run["started_at"],
+            0.6,
+        )
         rect.setBrush(brush)
         rect.setPen(pen)
         plot.addItem(rect)
@@ -246,12 +316,25 @@ def main() -> None:
     parser.add_argument("--refreshes", type=int, default=60)
     parser.add_argument("--quick", action="store_true", help="A short run (fewer refreshes).")
     parser.add_argument("--profile", metavar="FILE", help="Also profile the timed refreshes (cProfile) into FILE.")
-    parser.add_argument("--live", type=float, default=20.0, metavar="SECONDS",
-                        help="Then let the window's own worker poll for SECONDS, before and after settling (0: skip).")
-    parser.add_argument("--search-jobs", type=int, default=500_000, metavar="N",
-                        help="Then add N finished jobs and time the jobs list and its text search (0: skip).")
-    parser.add_argument("--paint-times", action="store_true",
-                        help="Also list which widgets' paint events took the refreshes' time (adds overhead).")
+    parser.add_argument(
+        "--live",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="Then let the window's own worker poll for SECONDS, before and after settling (0: skip).",
+    )
+    parser.add_argument(
+        "--search-jobs",
+        type=int,
+        default=500_000,
+        metavar="N",
+        help="Then add N finished jobs and time the jobs list and its text search (0: skip).",
+    )
+    parser.add_argument(
+        "--paint-times",
+        action="store_true",
+        help="Also list which widgets' paint events took the refreshes' time (adds overhead).",
+    )
     args = parser.parse_args()
     refreshes = 15 if args.quick else args.refreshes
     print(load_average())
@@ -271,8 +354,10 @@ def main() -> None:
             began = time.perf_counter()
             prepare(reading)
             prepares.append(time.perf_counter() - began)
-        assert (len(reading["runs"]), len(reading["machines"])) == (args.runs, args.machines), \
-            (len(reading["runs"]), len(reading["machines"]))
+        assert (len(reading["runs"]), len(reading["machines"])) == (args.runs, args.machines), (
+            len(reading["runs"]),
+            len(reading["machines"]),
+        )
 
         import pyqtgraph as pg
         from PySide6.QtWidgets import QApplication
@@ -289,6 +374,7 @@ def main() -> None:
         window.timeline.set_follow(False)
         app.processEvents()
         window.jobs.gantt.view.setXRange(reading["since"], reading["until"], padding=0)
+
         def snaps(count):
             """Fresh snapshots one at a time, made off the clock as the worker thread makes them. Like the
             worker (Poller.send), hold the last two sent, so an old one is freed here, not in a refresh."""
@@ -345,31 +431,67 @@ def main() -> None:
             window.jobs.gantt.repaint()
             gantt_only.append(time.perf_counter() - began)
 
-        print(f"{args.machines} machines, {args.runs:,} runs and {len(reading['turns'])} turns in view, "
-              f"{len(reading['jobs'])} jobs listed; {len(ours)} refreshes; window 1440x900 offscreen")
+        print(
+            f"{args.machines} machines, {args.runs:,} runs and {len(reading['turns'])} turns in view, "
+            f"{len(reading['jobs'])} jobs listed; {len(ours)} refreshes; window 1440x900 offscreen"
+        )
         print_table(
             ["what", "median ms", "p95 ms", "target"],
-            [["worker: read one snapshot (PostgreSQL)", f"{percentile(reads, 50) * 1000:.1f}",
-              f"{percentile(reads, 95) * 1000:.1f}", "off the GUI thread"],
-             ["worker: snapshot to plot arrays (numpy)", f"{percentile(prepares, 50) * 1000:.1f}",
-              f"{percentile(prepares, 95) * 1000:.1f}", "off the GUI thread"],
-             ["GUI: refresh all views + paint", f"{percentile(ours, 50) * 1000:.1f}",
-              f"{percentile(ours, 95) * 1000:.1f}", "< 16"],
-             ["GUI: the same, CPU time of the GUI thread", f"{percentile(cpu, 50) * 1000:.1f}",
-              f"{percentile(cpu, 95) * 1000:.1f}", "< 16"],
-             ["GUI: runs Gantt alone (setData bars)", f"{percentile(gantt_only, 50) * 1000:.1f}",
-              f"{percentile(gantt_only, 95) * 1000:.1f}", ""],
-             ["naive Gantt: one rect item per run", f"{percentile(naive, 50) * 1000:.1f}",
-              f"{percentile(naive, 95) * 1000:.1f}", "baseline"]],
+            [
+                [
+                    "worker: read one snapshot (PostgreSQL)",
+                    f"{percentile(reads, 50) * 1000:.1f}",
+                    f"{percentile(reads, 95) * 1000:.1f}",
+                    "off the GUI thread",
+                ],
+                [
+                    "worker: snapshot to plot arrays (numpy)",
+                    f"{percentile(prepares, 50) * 1000:.1f}",
+                    f"{percentile(prepares, 95) * 1000:.1f}",
+                    "off the GUI thread",
+                ],
+                [
+                    "GUI: refresh all views + paint",
+                    f"{percentile(ours, 50) * 1000:.1f}",
+                    f"{percentile(ours, 95) * 1000:.1f}",
+                    "< 16",
+                ],
+                [
+                    "GUI: the same, CPU time of the GUI thread",
+                    f"{percentile(cpu, 50) * 1000:.1f}",
+                    f"{percentile(cpu, 95) * 1000:.1f}",
+                    "< 16",
+                ],
+                [
+                    "GUI: runs Gantt alone (setData bars)",
+                    f"{percentile(gantt_only, 50) * 1000:.1f}",
+                    f"{percentile(gantt_only, 95) * 1000:.1f}",
+                    "",
+                ],
+                [
+                    "naive Gantt: one rect item per run",
+                    f"{percentile(naive, 50) * 1000:.1f}",
+                    f"{percentile(naive, 95) * 1000:.1f}",
+                    "baseline",
+                ],
+            ],
         )
         if paints is not None:
-            print_table(["paint events during the refreshes", "ms a refresh"],
-                        [[name, f"{total / len(ours) * 1000:.2f}"]
-                         for name, total in sorted(paints.totals.items(), key=lambda item: -item[1])
-                         if total / len(ours) * 1000 >= 0.05])
-        print_table(["memory", "MB resident"],
-                    [["python + imports, before the app", f"{base_rss:.0f}"],
-                     ["the app after the refreshes (target < 250)", f"{app_rss:.0f}"]])
+            print_table(
+                ["paint events during the refreshes", "ms a refresh"],
+                [
+                    [name, f"{total / len(ours) * 1000:.2f}"]
+                    for name, total in sorted(paints.totals.items(), key=lambda item: -item[1])
+                    if total / len(ours) * 1000 >= 0.05
+                ],
+            )
+        print_table(
+            ["memory", "MB resident"],
+            [
+                ["python + imports, before the app", f"{base_rss:.0f}"],
+                ["the app after the refreshes (target < 250)", f"{app_rss:.0f}"],
+            ],
+        )
         print(load_average())
         plot.close()
         items.clear()

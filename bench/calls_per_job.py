@@ -27,8 +27,12 @@ from pathlib import Path
 
 from common import ROOT, fresh_database, load_average, print_table, rotated, source_tree, start_postgres
 
-GROUPS = (("turns", ("qp-turns",)), ("runner loop", ("qp-runner",)), ("loop workers", ("asyncio_",)),
-          ("job threads", ("qp-python-",)))
+GROUPS = (
+    ("turns", ("qp-turns",)),
+    ("runner loop", ("qp-runner",)),
+    ("loop workers", ("asyncio_",)),
+    ("job threads", ("qp-python-",)),
+)
 
 
 def group_of(thread: str) -> str:
@@ -64,9 +68,14 @@ def measure(url: str, jobs: int, capacity: int) -> dict[str, float]:
 
 def run(root: Path, url: str, jobs: int, capacity: int) -> dict[str, float]:
     """One drain by the code in `root`, in a process of its own."""
-    child = subprocess.run([sys.executable, __file__, "--child", url, "--jobs", str(jobs), "--capacity", str(capacity)],
-                           cwd=root, env=dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{root / 'bench'}"),
-                           capture_output=True, text=True, check=True)
+    child = subprocess.run(
+        [sys.executable, __file__, "--child", url, "--jobs", str(jobs), "--capacity", str(capacity)],
+        cwd=root,
+        env=dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{root / 'bench'}"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(child.stdout.splitlines()[-1])
 
 
@@ -84,8 +93,10 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.child, args.jobs, args.capacity)))
         return
-    print(f"{args.jobs} no-op jobs, one node of capacity {args.capacity}, {args.runs} run(s); {load_average()}",
-          flush=True)
+    print(
+        f"{args.jobs} no-op jobs, one node of capacity {args.capacity}, {args.runs} run(s); {load_average()}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="qp-before-") as old:
         trees = [("this tree", ROOT)] + ([(args.before, source_tree(args.before, Path(old)))] if args.before else [])
         server = start_postgres()
@@ -97,9 +108,14 @@ def main() -> None:
         finally:
             server.stop()
     columns = [group for group, _ in GROUPS] + ["rest", "total"]
-    print_table(["code", "run", *(f"{c} calls/job" for c in columns)],
-                [[label, str(i + 1), *(f"{figures[c]:.1f}" for c in columns)]
-                 for label, runs in results.items() for i, figures in enumerate(runs)])
+    print_table(
+        ["code", "run", *(f"{c} calls/job" for c in columns)],
+        [
+            [label, str(i + 1), *(f"{figures[c]:.1f}" for c in columns)]
+            for label, runs in results.items()
+            for i, figures in enumerate(runs)
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,9 @@ def timed(tree: Path, args: list[str], db: str, cache: Path, code: str = LAUNCH)
     env = {k: v for k, v in os.environ.items() if not k.startswith("QP_") and k != "PYTHONDONTWRITEBYTECODE"}
     env.update(PYTHONPATH=str(tree), PYTHONPYCACHEPREFIX=str(cache), QP_DB=db)
     started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-c", code, *args], cwd=tree, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, *args], cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
     child.returncode = os.waitstatus_to_exitcode(status)
@@ -61,8 +62,10 @@ def main() -> None:
             sides = {"before": source_tree(options.before, tmp / "before"), "after": ROOT}
             rows = []
             for backend in ("sqlite", "postgresql"):
-                dbs = {side: f"sqlite:///{tmp / side}.db" if backend == "sqlite" else fresh_database(server, side)
-                       for side in sides}
+                dbs = {
+                    side: f"sqlite:///{tmp / side}.db" if backend == "sqlite" else fresh_database(server, side)
+                    for side in sides
+                }
                 for side, tree in sides.items():  # create each farm and compile the bytecode, untimed
                     for command in COMMANDS:
                         timed(tree, command.split(), dbs[side], tmp / "pycache")
@@ -71,16 +74,32 @@ def main() -> None:
                     for _ in range(runs):
                         for side, tree in sides.items():
                             figures[side].append(timed(tree, command.split(), dbs[side], tmp / "pycache"))
-                    rows.append([command, backend, *(_shown(figures[side]) for side in sides),
-                                 f"{TARGETS[command]:.2f} s" if command in TARGETS else "-"])
+                    rows.append(
+                        [
+                            command,
+                            backend,
+                            *(_shown(figures[side]) for side in sides),
+                            f"{TARGETS[command]:.2f} s" if command in TARGETS else "-",
+                        ]
+                    )
             floor = [timed(ROOT, [], "", tmp / "pycache", FLOOR) for _ in range(runs)]
             rows.append(["(no command: python -c 'import click, sqlalchemy')", "-", "-", _shown(floor), "-"])
     finally:
         server.stop()
-    print(f"queueprocessor commands, {runs} runs each, alternated; before = {options.before}, after = working tree; "
-          f"{load_average()}")
-    print_table(["command", "database", f"before ({options.before}): wall median / best, CPU",
-                 "after: wall median / best, CPU", "target (wall)"], rows)
+    print(
+        f"queueprocessor commands, {runs} runs each, alternated; before = {options.before}, after = working tree; "
+        f"{load_average()}"
+    )
+    print_table(
+        [
+            "command",
+            "database",
+            f"before ({options.before}): wall median / best, CPU",
+            "after: wall median / best, CPU",
+            "target (wall)",
+        ],
+        rows,
+    )
 
 
 def _shown(figures: list[tuple[float, float]]) -> str:

@@ -27,8 +27,21 @@ from queueprocessor.store.database import open_engine  # noqa: E402
 from queueprocessor.rules.output import print_table  # noqa: E402
 from tests.support.pgserver import PostgresServer  # noqa: E402
 
-__all__ = ["NodeProcess", "WakeProbe", "cpu_seconds", "fresh_database", "load_average", "ms", "percentile",
-           "print_table", "query", "rss_mb", "start_postgres", "stop_all", "wait_for"]
+__all__ = [
+    "NodeProcess",
+    "WakeProbe",
+    "cpu_seconds",
+    "fresh_database",
+    "load_average",
+    "ms",
+    "percentile",
+    "print_table",
+    "query",
+    "rss_mb",
+    "start_postgres",
+    "stop_all",
+    "wait_for",
+]
 
 
 def start_postgres(stat_statements: bool = False, max_connections: int | None = None) -> PostgresServer:
@@ -80,16 +93,42 @@ def query(url: str, sql: str, **params) -> list[tuple]:
 class NodeProcess:
     """One `queueprocessor node` process, as an operator starts it; its log goes to a temp file."""
 
-    def __init__(self, url: str, name: str, skew: float = 0.0, http_base: str = "http://127.0.0.1:9/",
-                 extra: tuple[str, ...] = (), root: Path = ROOT):
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        skew: float = 0.0,
+        http_base: str = "http://127.0.0.1:9/",
+        extra: tuple[str, ...] = (),
+        root: Path = ROOT,
+    ):
         """`root`: the source tree whose code runs (another one: a baseline checked out from git)."""
         self.name = name
         self.skew = skew
         self.log = tempfile.NamedTemporaryFile(prefix=f"qp-bench-{name}-", suffix=".log", delete=False)
-        command = [sys.executable, "-m", "queueprocessor.cli", "--db", url, "node", "--name", name,
-                   "--clock-skew", repr(skew), "--http-base", http_base, *extra]
-        self.process = subprocess.Popen(command, cwd=root, stdin=subprocess.DEVNULL, stdout=self.log,
-                                        stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(root)))
+        command = [
+            sys.executable,
+            "-m",
+            "queueprocessor.cli",
+            "--db",
+            url,
+            "node",
+            "--name",
+            name,
+            "--clock-skew",
+            repr(skew),
+            "--http-base",
+            http_base,
+            *extra,
+        ]
+        self.process = subprocess.Popen(
+            command,
+            cwd=root,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONPATH=str(root)),
+        )
 
     @property
     def pid(self) -> int:
@@ -130,8 +169,7 @@ def stop_all(nodes: list[NodeProcess]) -> None:
         if node.process.returncode in (0, -signal.SIGKILL, -signal.SIGTERM):
             node.discard_log()
         else:
-            print(f"node {node.name} exited with {node.process.returncode}; log kept: {node.log.name}",
-                  file=sys.stderr)
+            print(f"node {node.name} exited with {node.process.returncode}; log kept: {node.log.name}", file=sys.stderr)
 
 
 def wait_for(condition, timeout: float, what: str, poll: float = 0.1):

@@ -31,8 +31,18 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from common import (ROOT, NodeProcess, fresh_database, load_average, print_table, query, source_tree, start_postgres,
-                    stop_all, wait_for)
+from common import (
+    ROOT,
+    NodeProcess,
+    fresh_database,
+    load_average,
+    print_table,
+    query,
+    source_tree,
+    start_postgres,
+    stop_all,
+    wait_for,
+)
 from sqlalchemy import text
 
 from queueprocessor.store.database import open_engine
@@ -47,8 +57,12 @@ def sessions(observer, pids: dict[int, str]) -> set[tuple[str, int]]:
     """Client sessions on the farm's database, as (node, client port), by the node process that holds them
     (matched by the client port each node's sockets use: code before issue 11 names no connection).
     `observer`: a connection."""
-    rows = observer.execute(text("SELECT client_port FROM pg_stat_activity WHERE datname = current_database() "
-                                 "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")).all()
+    rows = observer.execute(
+        text(
+            "SELECT client_port FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        )
+    ).all()
     ports = _ports_by_pid(pids)
     return {(ports[port], port) for (port,) in rows if port in ports}
 
@@ -78,22 +92,49 @@ def _ports_by_pid(pids: dict[int, str]) -> dict[int, str]:
 
 def measure(server, nodes: int, root: Path) -> dict:
     url = fresh_database(server, "conns")
-    subprocess.run([sys.executable, "-m", "queueprocessor.cli", "--db", url, "init-db"], cwd=root, check=True,
-                   capture_output=True, env=dict(os.environ, PYTHONPATH=str(root)))
-    farm = [NodeProcess(url, f"n{i}", extra=("--capacity", str(CAPACITY), "--allow-module", PYJOBS), root=root)
-            for i in range(nodes)]
+    subprocess.run(
+        [sys.executable, "-m", "queueprocessor.cli", "--db", url, "init-db"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        env=dict(os.environ, PYTHONPATH=str(root)),
+    )
+    farm = [
+        NodeProcess(url, f"n{i}", extra=("--capacity", str(CAPACITY), "--allow-module", PYJOBS), root=root)
+        for i in range(nodes)
+    ]
     pids = {node.pid: node.name for node in farm}
     engine = open_engine(url)
     observer = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
     try:
-        wait_for(lambda: query(url, "SELECT count(*) FROM qp_machines WHERE state = 'active'")[0][0] >= nodes,
-                 60 + 2 * nodes, f"{nodes} nodes to join")
+        wait_for(
+            lambda: query(url, "SELECT count(*) FROM qp_machines WHERE state = 'active'")[0][0] >= nodes,
+            60 + 2 * nodes,
+            f"{nodes} nodes to join",
+        )
         time.sleep(3)  # every node has taken a turn and settled
         idle = sessions(observer, pids)
         jobs = JOBS_PER_NODE * nodes
-        subprocess.run([sys.executable, "-m", "queueprocessor.cli", "--db", url, "enqueue", "python",
-                        f"{PYJOBS}:nap", "--payload", "0.01", "--count", str(jobs)], cwd=root, check=True,
-                       capture_output=True, env=dict(os.environ, PYTHONPATH=str(root)))
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "queueprocessor.cli",
+                "--db",
+                url,
+                "enqueue",
+                "python",
+                f"{PYJOBS}:nap",
+                "--payload",
+                "0.01",
+                "--count",
+                str(jobs),
+            ],
+            cwd=root,
+            check=True,
+            capture_output=True,
+            env=dict(os.environ, PYTHONPATH=str(root)),
+        )
         most: list[set] = []
         done = text("SELECT count(*) FROM qp_jobs WHERE state = 'succeeded'")
 
@@ -136,13 +177,30 @@ def main() -> None:
         for nodes in args.nodes:
             for label, root in trees:
                 got = measure(server, nodes, root)
-                rows.append([nodes, label, _summary(got["idle"], nodes), _summary(got["busy"], nodes),
-                             _summary(got["opened"], nodes), _summary(got["after"], nodes)])
+                rows.append(
+                    [
+                        nodes,
+                        label,
+                        _summary(got["idle"], nodes),
+                        _summary(got["busy"], nodes),
+                        _summary(got["opened"], nodes),
+                        _summary(got["after"], nodes),
+                    ]
+                )
     finally:
         server.stop()
         old.cleanup()
-    print_table(["nodes", "code", "idle: sessions per node", "draining a backlog: most at once per node",
-                 "opened while draining, per node", "idle again after it"], rows)
+    print_table(
+        [
+            "nodes",
+            "code",
+            "idle: sessions per node",
+            "draining a backlog: most at once per node",
+            "opened while draining, per node",
+            "idle again after it",
+        ],
+        rows,
+    )
     print("\ntargets: idle <= 2 per node (statements + LISTEN), busy <= 3, whatever the capacity")
     print(load_average())
 

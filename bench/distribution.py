@@ -15,8 +15,7 @@ the idlest's; the target is at most 1.25.
 import argparse
 import time
 
-from common import (NodeProcess, fresh_database, load_average, print_table, query, start_postgres, stop_all,
-                    wait_for)
+from common import NodeProcess, fresh_database, load_average, print_table, query, start_postgres, stop_all, wait_for
 from queueprocessor.farm import Farm
 
 NODES = 4
@@ -25,8 +24,12 @@ NAP = 0.02  # seconds of work per job
 
 
 def shares(url: str, since_id: int) -> dict[str, int]:
-    rows = query(url, "SELECT m.name, count(*) FROM qp_runs r JOIN qp_machines m ON m.id = r.machine_id "
-                      "WHERE r.job_id > :since AND r.outcome = 'succeeded' GROUP BY m.name", since=since_id)
+    rows = query(
+        url,
+        "SELECT m.name, count(*) FROM qp_runs r JOIN qp_machines m ON m.id = r.machine_id "
+        "WHERE r.job_id > :since AND r.outcome = 'succeeded' GROUP BY m.name",
+        since=since_id,
+    )
     return dict(rows)
 
 
@@ -35,14 +38,17 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a small run (under a minute)")
     args = parser.parse_args()
     backlog, trickle_seconds, rate = (800, 10.0, 40.0) if args.quick else (4000, 60.0, 40.0)
-    print(f"distribution: {NODES} nodes of capacity {CAPACITY}, jobs of {NAP * 1000:g} ms; {load_average()}",
-          flush=True)
+    print(
+        f"distribution: {NODES} nodes of capacity {CAPACITY}, jobs of {NAP * 1000:g} ms; {load_average()}", flush=True
+    )
     server = start_postgres()
     url = fresh_database(server, "distribution")
     farm = Farm(url)
     farm.settings()
-    nodes = [NodeProcess(url, f"node-{i}", extra=("--capacity", str(CAPACITY), "--allow-module", "bench.jobs"))
-             for i in range(NODES)]
+    nodes = [
+        NodeProcess(url, f"node-{i}", extra=("--capacity", str(CAPACITY), "--allow-module", "bench.jobs"))
+        for i in range(NODES)
+    ]
     results = {}
     try:
         wait_for(lambda: len(farm.status()["machines"]) == NODES, 60, "nodes to join")

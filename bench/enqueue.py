@@ -67,12 +67,27 @@ def copy(url: str, count: int) -> float:
 
     Farm(url).close()  # the schema
     parts = make_url(url)
-    columns = ("executor", "target", "method", "priority", "max_attempts", "kind", "origin", "queue", "state",
-               "attempts", "fence", "cancel_requested", "created_at", "run_at")
+    columns = (
+        "executor",
+        "target",
+        "method",
+        "priority",
+        "max_attempts",
+        "kind",
+        "origin",
+        "queue",
+        "state",
+        "attempts",
+        "fence",
+        "cancel_requested",
+        "created_at",
+        "run_at",
+    )
     now = time.time()
     row = ("python", "bench.jobs:noop_async", "GET", 0, 3, "job", "bench", "default", "queued", 0, 0, False, now, now)
-    with psycopg.connect(host=parts.host, port=parts.port, user=parts.username, password=parts.password,
-                         dbname=parts.database) as conn:
+    with psycopg.connect(
+        host=parts.host, port=parts.port, user=parts.username, password=parts.password, dbname=parts.database
+    ) as conn:
         started = time.perf_counter()
         with conn.cursor().copy(f"COPY qp_jobs ({', '.join(columns)}) FROM STDIN") as writer:
             for _ in range(count):
@@ -87,8 +102,12 @@ def pgqueuer(url: str, count: int, distinct: bool) -> float | None:
     python = peers_python()
     if python is None:
         return None
-    done = subprocess.run([python, str(HERE), "--pgqueuer", dsn_of(url), str(count), str(int(distinct))],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [python, str(HERE), "--pgqueuer", dsn_of(url), str(count), str(int(distinct))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(done.stdout.split()[-1])
 
 
@@ -109,8 +128,12 @@ def drain(server, count: int, analyze: bool) -> float:
             farm.enqueue(farm.python_spec("bench.jobs:noop_async"), count=count)
             if analyze:
                 query(url, "ANALYZE qp_jobs")
-            wait_for(lambda: query(url, "SELECT count(*) FROM qp_jobs WHERE state = 'succeeded'")[0][0] >= count,
-                     300, f"{count} jobs drained", poll=0.05)
+            wait_for(
+                lambda: query(url, "SELECT count(*) FROM qp_jobs WHERE state = 'succeeded'")[0][0] >= count,
+                300,
+                f"{count} jobs drained",
+                poll=0.05,
+            )
             return time.perf_counter() - started
         finally:
             stop_all([node])
@@ -143,8 +166,10 @@ def main() -> None:
         "COPY of the same rows into qp_jobs": lambda url: copy(url, args.jobs),
     }
     timed: dict[str, list[float]] = {name: [] for name in cases}
-    drains: dict[str, list[float]] = {"as shipped (statistics stale until autovacuum)": [],
-                                      "ANALYZE qp_jobs after the enqueue": []}
+    drains: dict[str, list[float]] = {
+        "as shipped (statistics stale until autovacuum)": [],
+        "ANALYZE qp_jobs after the enqueue": [],
+    }
     server = start_postgres()
     try:
         for round_ in range(args.rounds):
@@ -161,8 +186,13 @@ def main() -> None:
     print_table(["bulk enqueue", "jobs/s, median (range)"], [[name, rate(args.jobs, s)] for name, s in timed.items()])
     if args.drain:
         print()
-        print_table([f"bulk enqueue of {args.jobs:,} `async def` no-ops and one node's drain (capacity {CAPACITY})",
-                     "jobs/s, median (range)"], [[name, rate(args.jobs, s)] for name, s in drains.items()])
+        print_table(
+            [
+                f"bulk enqueue of {args.jobs:,} `async def` no-ops and one node's drain (capacity {CAPACITY})",
+                "jobs/s, median (range)",
+            ],
+            [[name, rate(args.jobs, s)] for name, s in drains.items()],
+        )
     print(load_average())
 
 

@@ -18,8 +18,17 @@ import argparse
 import random
 import time
 
-from common import (NodeProcess, fresh_database, load_average, percentile, print_table, query, start_postgres,
-                    stop_all, wait_for)
+from common import (
+    NodeProcess,
+    fresh_database,
+    load_average,
+    percentile,
+    print_table,
+    query,
+    start_postgres,
+    stop_all,
+    wait_for,
+)
 from queueprocessor.farm import Farm
 from tests.support.httptarget import HttpTarget
 
@@ -41,17 +50,27 @@ class Bench:
 
     def add_node(self) -> None:
         self.started += 1
-        self.nodes.append(NodeProcess(self.url, f"node-{self.started}", http_base=self.http_base,
-                                      extra=("--period", str(PERIOD), "--heartbeat", str(HEARTBEAT),
-                                             "--misses", str(MISSES))))
+        self.nodes.append(
+            NodeProcess(
+                self.url,
+                f"node-{self.started}",
+                http_base=self.http_base,
+                extra=("--period", str(PERIOD), "--heartbeat", str(HEARTBEAT), "--misses", str(MISSES)),
+            )
+        )
 
     def wait_for_roster(self, size: int) -> None:
         """Until `size` live machines have been in the farm long enough to take turns."""
+
         def ready():
             now = self.farm.store.ask_time()
-            rows = query(self.url, "SELECT joined_at FROM qp_machines WHERE state = 'active' AND last_seen > :t",
-                         t=now - MISSES * HEARTBEAT)
+            rows = query(
+                self.url,
+                "SELECT joined_at FROM qp_machines WHERE state = 'active' AND last_seen > :t",
+                t=now - MISSES * HEARTBEAT,
+            )
             return len(rows) >= size and all(now - joined > JOIN_DELAY + HEARTBEAT for (joined,) in rows)
+
         wait_for(ready, 60, f"{size} machines in the roster")
 
     def trial(self) -> dict:
@@ -64,8 +83,11 @@ class Bench:
         lease_until = store.get_job(job_id)["lease_until"]
         killed_at = store.ask_time()
         victim.kill()
-        second = wait_for(lambda: [r for r in store.list_runs(job_id=job_id) if r["attempt"] == 2], 60,
-                          f"job {job_id} to be taken over")[0]
+        second = wait_for(
+            lambda: [r for r in store.list_runs(job_id=job_id) if r["attempt"] == 2],
+            60,
+            f"job {job_id} to be taken over",
+        )[0]
         store.cancel(job_id)
         wait_for(lambda: store.get_job(job_id)["state"] == "cancelled", 30, f"job {job_id} to stop")
         self.nodes.remove(victim)
@@ -87,8 +109,10 @@ def main() -> None:
     trials = args.trials or (2 if args.quick else 10)
     target = MISSES * HEARTBEAT + 2 * PERIOD
 
-    print(f"failover: 3 nodes, period {PERIOD:g} s, heartbeat {HEARTBEAT:g} s, dead after {MISSES} misses, "
-          f"{trials} SIGKILLs; {load_average()}")
+    print(
+        f"failover: 3 nodes, period {PERIOD:g} s, heartbeat {HEARTBEAT:g} s, dead after {MISSES} misses, "
+        f"{trials} SIGKILLs; {load_average()}"
+    )
     server = start_postgres()
     http = HttpTarget()
     bench = None
@@ -100,8 +124,11 @@ def main() -> None:
         for n in range(trials):
             bench.wait_for_roster(3)
             results.append(bench.trial())
-            print(f"  trial {n + 1}: job back after {results[-1]['failover']:.3f} s "
-                  f"(its lease had {results[-1]['lease_left']:.3f} s left)", flush=True)
+            print(
+                f"  trial {n + 1}: job back after {results[-1]['failover']:.3f} s "
+                f"(its lease had {results[-1]['lease_left']:.3f} s left)",
+                flush=True,
+            )
             bench.add_node()  # the farm gets its third machine back
     finally:
         if bench is not None:
@@ -113,12 +140,29 @@ def main() -> None:
     turn_wait = [r["failover"] - r["lease_left"] for r in results]
     print()
     print_table(
-        ["system", "trials", "kill to restart p50 s", "max s", "of which lease left p50 s", "then turn wait max s",
-         "target s", "met"],
-        [["QueueProcessor", len(results), f"{percentile(failover, 50):.3f}", f"{max(failover):.3f}",
-          f"{percentile(lease, 50):.3f}", f"{max(turn_wait):.3f}", f"{target:g}",
-          "yes" if max(failover) <= target else "NO"],
-         ["Hangfire (default ServerTimeout)", "-", f"{HANGFIRE_SERVER_TIMEOUT:g}", "-", "-", "-", "-", "-"]],
+        [
+            "system",
+            "trials",
+            "kill to restart p50 s",
+            "max s",
+            "of which lease left p50 s",
+            "then turn wait max s",
+            "target s",
+            "met",
+        ],
+        [
+            [
+                "QueueProcessor",
+                len(results),
+                f"{percentile(failover, 50):.3f}",
+                f"{max(failover):.3f}",
+                f"{percentile(lease, 50):.3f}",
+                f"{max(turn_wait):.3f}",
+                f"{target:g}",
+                "yes" if max(failover) <= target else "NO",
+            ],
+            ["Hangfire (default ServerTimeout)", "-", f"{HANGFIRE_SERVER_TIMEOUT:g}", "-", "-", "-", "-", "-"],
+        ],
     )
     print(f"\n{load_average()}")
 

@@ -81,8 +81,10 @@ SELF_STOP = "stopped: this machine lost its lease"
 RECLAIMED = "lease expired"
 # What no fault may leave in a node's log (issue 24): these scenarios cause nothing a node should crash or leak an
 # exception over, so any such line is an error a user did not cause.
-LOG_ERRORS = re.compile(r"Traceback|exception was never retrieved|KeyError|Exception in thread|"
-                        r"Task was destroyed but it is pending| (ERROR|CRITICAL) ")
+LOG_ERRORS = re.compile(
+    r"Traceback|exception was never retrieved|KeyError|Exception in thread|"
+    r"Task was destroyed but it is pending| (ERROR|CRITICAL) "
+)
 
 
 @dataclass(frozen=True)
@@ -137,16 +139,29 @@ class Rig:
     # -- nodes ------------------------------------------------------------
 
     def start(self, name: str, url: str | None = None, http_base: str | None = None) -> NodeProcess:
-        node = NodeProcess(url or self.url, name, http_base=http_base or self.target.base_url,
-                           extra=("--capacity", str(self.capacity), "--allow-module", "tests.support.pyjobs",
-                                  "--allow-command", "true"))
+        node = NodeProcess(
+            url or self.url,
+            name,
+            http_base=http_base or self.target.base_url,
+            extra=(
+                "--capacity",
+                str(self.capacity),
+                "--allow-module",
+                "tests.support.pyjobs",
+                "--allow-command",
+                "true",
+            ),
+        )
         self.nodes.append(node)
         return node
 
     def machine_id(self, node: NodeProcess) -> int:
         if node.pid not in self._ids:
-            rows = wait_for(lambda: query(self.url, "SELECT id FROM qp_machines WHERE pid = :pid", pid=node.pid),
-                            30, f"node {node.name} to register")
+            rows = wait_for(
+                lambda: query(self.url, "SELECT id FROM qp_machines WHERE pid = :pid", pid=node.pid),
+                30,
+                f"node {node.name} to register",
+            )
             self._ids[node.pid] = rows[0][0]
         return self._ids[node.pid]
 
@@ -168,8 +183,18 @@ class Rig:
         def steer(wish: str, state: str) -> None:
             for machine in ids:
                 self.farm.store.wish(machine, wish)
-            wait_for(lambda: len(query(self.url, "SELECT id FROM qp_machines WHERE id = ANY(:ids) AND state = :s",
-                                       ids=ids, s=state)) == len(ids), 30, f"{len(ids)} machines {state}")
+            wait_for(
+                lambda: (
+                    len(
+                        query(
+                            self.url, "SELECT id FROM qp_machines WHERE id = ANY(:ids) AND state = :s", ids=ids, s=state
+                        )
+                    )
+                    == len(ids)
+                ),
+                30,
+                f"{len(ids)} machines {state}",
+            )
 
         steer("pause", "paused")
         try:
@@ -187,8 +212,11 @@ class Rig:
         settle = self.timing.join_delay + 2 * self.timing.heartbeat
 
         def ready():
-            rows = query(self.url, "SELECT id, joined_at FROM qp_machines WHERE id = ANY(:ids) AND state = 'active'",
-                         ids=list(ids))
+            rows = query(
+                self.url,
+                "SELECT id, joined_at FROM qp_machines WHERE id = ANY(:ids) AND state = 'active'",
+                ids=list(ids),
+            )
             now = time.time()
             return len(rows) == len(ids) and all(now - joined > settle for _, joined in rows)
 
@@ -197,20 +225,28 @@ class Rig:
 
     def settle(self, timeout: float) -> None:
         """Until no job is queued or running."""
+
         def idle():
             counts = self.farm.store.job_counts()
             return counts["queued"] == 0 and counts["running"] == 0
+
         try:
             wait_for(idle, timeout, "the queue to drain", poll=0.25)
         except TimeoutError as error:
-            stuck = query(self.url, "SELECT j.id, j.state, j.owner, j.lease_until - :now, m.name, m.now_seen "
-                                    "FROM qp_jobs j LEFT JOIN (SELECT id, name, :now - last_seen AS now_seen "
-                                    "FROM qp_machines) m ON m.id = j.owner WHERE j.state IN ('queued', 'running') "
-                                    "LIMIT 10", now=time.time())
+            stuck = query(
+                self.url,
+                "SELECT j.id, j.state, j.owner, j.lease_until - :now, m.name, m.now_seen "
+                "FROM qp_jobs j LEFT JOIN (SELECT id, name, :now - last_seen AS now_seen "
+                "FROM qp_machines) m ON m.id = j.owner WHERE j.state IN ('queued', 'running') "
+                "LIMIT 10",
+                now=time.time(),
+            )
             alive = {f"{n.name}#{n.pid}": n.alive() for n in self.nodes}
             tails = "\n".join(f"--- {n.name}#{n.pid}\n" + "\n".join(n.output().splitlines()[-12:]) for n in self.nodes)
-            raise TimeoutError(f"{error}: {self.farm.store.job_counts()}; unfinished (id, state, owner, lease left, "
-                               f"owner name, owner silent for): {stuck}; nodes alive: {alive}\n{tails}") from None
+            raise TimeoutError(
+                f"{error}: {self.farm.store.job_counts()}; unfinished (id, state, owner, lease left, "
+                f"owner name, owner silent for): {stuck}; nodes alive: {alive}\n{tails}"
+            ) from None
 
     def close(self) -> None:
         """Stop every node (drain), keep their logs for the password check, free the service."""
@@ -230,8 +266,15 @@ class Rig:
         """What every scenario reports: from the farm's history and the service's record."""
         jobs = query(self.url, "SELECT id, state, fence FROM qp_jobs WHERE kind <> 'singleton'")
         work = {job for job, _, _ in jobs}  # a singleton runs again and again by design: see its own figures
-        runs = [run for run in query(self.url, "SELECT job_id, machine_id, fence, started_at, finished_at, outcome, "
-                                               "error FROM qp_runs ORDER BY job_id, fence") if run[0] in work]
+        runs = [
+            run
+            for run in query(
+                self.url,
+                "SELECT job_id, machine_id, fence, started_at, finished_at, outcome, "
+                "error FROM qp_runs ORDER BY job_id, fence",
+            )
+            if run[0] in work
+        ]
         requests = [r for r in self.target.requests() if r["job"] in work]
         answered = {(r["job"], r["fence"]) for r in requests if r["status"] == 200}
         by_job: dict[int, list[tuple]] = {}
@@ -270,8 +313,12 @@ class Rig:
 
     def log_errors(self) -> list[str]:
         """Every line of a node's log that shows an error no user caused (LOG_ERRORS), named by its node."""
-        return [f"{name}: {line}" for name, text in self.logs.items() for line in text.splitlines()
-                if LOG_ERRORS.search(line)]
+        return [
+            f"{name}: {line}"
+            for name, text in self.logs.items()
+            for line in text.splitlines()
+            if LOG_ERRORS.search(line)
+        ]
 
     def log_lines(self, needle: str) -> list[str]:
         return [f"{name}: {line}" for name, text in self.logs.items() for line in text.splitlines() if needle in line]
@@ -296,6 +343,7 @@ UNRECORDED = "finished, but its result was not recorded before its lease expired
 
 
 # -- PostgreSQL as a whole ----------------------------------------------------
+
 
 def postgres_pids(server) -> list[int]:
     """The postmaster and every backend it forked: freezing only the postmaster would not stall queries."""
@@ -322,8 +370,22 @@ def signal_all(pids: list[int], sig: int) -> None:
 
 def wait_checked_in(rig: Rig, ids: list[int], since: float, timeout: float) -> float:
     """Seconds after `since` until every machine in `ids` has checked in after `since`."""
-    wait_for(lambda: len(query(rig.url, "SELECT id FROM qp_machines WHERE id = ANY(:ids) AND last_seen > :t",
-                               ids=list(ids), t=since)) == len(ids), timeout, "every node to check in", poll=0.02)
+    wait_for(
+        lambda: (
+            len(
+                query(
+                    rig.url,
+                    "SELECT id FROM qp_machines WHERE id = ANY(:ids) AND last_seen > :t",
+                    ids=list(ids),
+                    t=since,
+                )
+            )
+            == len(ids)
+        ),
+        timeout,
+        "every node to check in",
+        poll=0.02,
+    )
     return time.time() - since
 
 
@@ -334,8 +396,9 @@ def first_after(rig: Rig, sql: str, since: float) -> float | None:
 
 def turns_out_of_turn(rig: Rig, ids: list[int], since: float, until: float) -> tuple[int, int]:
     """(turns taken by a machine other than the slot's owner under the roster of all live machines, turns)."""
-    rows = query(rig.url, "SELECT slot, machine_id FROM qp_turns WHERE taken_at >= :a AND taken_at < :b",
-                 a=since, b=until)
+    rows = query(
+        rig.url, "SELECT slot, machine_id FROM qp_turns WHERE taken_at >= :a AND taken_at < :b", a=since, b=until
+    )
     return sum(machine != ids[slot % len(ids)] for slot, machine in rows), len(rows)
 
 
@@ -344,6 +407,7 @@ def secs(value: float | None) -> str:
 
 
 # -- scenarios ----------------------------------------------------------------
+
 
 def kill_churn(server, quick: bool, seed: int = 5) -> Outcome:
     """A node SIGKILLed every few seconds (at random, or the singleton's holder) and started again under the same
@@ -375,8 +439,11 @@ def kill_churn(server, quick: bool, seed: int = 5) -> Outcome:
             rig.start(victim.name)
         # The last kill may have taken the singleton's holder: it is handed over before it is removed.
         live = {rig.machine_id(n) for n in rig.live()}
-        wait_for(lambda: (runs := [r for r in rig.target.requests() if r["job"] == feed])
-                 and runs[-1]["machine"] in live, 30, "the singleton to run on a live machine")
+        wait_for(
+            lambda: (runs := [r for r in rig.target.requests() if r["job"] == feed]) and runs[-1]["machine"] in live,
+            30,
+            "the singleton to run on a live machine",
+        )
         churned = time.time()
         rig.farm.remove_schedule("tick")
         singletons.remove(rig.farm.store, "feed")
@@ -384,12 +451,19 @@ def kill_churn(server, quick: bool, seed: int = 5) -> Outcome:
         elapsed = time.time() - started
         takeovers = []
         for machine, killed in kills:
-            rows = query(rig.url, "SELECT min(n.started_at) FROM qp_runs o JOIN qp_runs n ON n.job_id = o.job_id "
-                                  "AND n.fence > o.fence WHERE o.machine_id = :m AND o.outcome = 'lost' "
-                                  "GROUP BY o.job_id", m=machine)
+            rows = query(
+                rig.url,
+                "SELECT min(n.started_at) FROM qp_runs o JOIN qp_runs n ON n.job_id = o.job_id "
+                "AND n.fence > o.fence WHERE o.machine_id = :m AND o.outcome = 'lost' "
+                "GROUP BY o.job_id",
+                m=machine,
+            )
             takeovers += [start - killed for (start,) in rows]
-        ticks = query(rig.url, "SELECT state, count(*) FROM qp_jobs WHERE key LIKE 'tick@%' AND run_at < :t "
-                               "GROUP BY state", t=churned - 2 * timing.period)  # (later ones: cut off by removal)
+        ticks = query(
+            rig.url,
+            "SELECT state, count(*) FROM qp_jobs WHERE key LIKE 'tick@%' AND run_at < :t GROUP BY state",
+            t=churned - 2 * timing.period,
+        )  # (later ones: cut off by removal)
         feeds = sorted((r for r in rig.target.requests() if r["job"] == feed), key=lambda r: r["started"])
         gaps = [b["started"] - a["ended"] for a, b in zip(feeds, feeds[1:]) if b["started"] < churned]
     finally:
@@ -397,19 +471,38 @@ def kill_churn(server, quick: bool, seed: int = 5) -> Outcome:
     tally = rig.tally()
     ticks = dict(ticks)
     return Outcome(
-        "kill", f"SIGKILL a random node every {every:g} s and restart it ({size} nodes, {count} HTTP jobs, "
-                f"{2 * (count // 10)} Python and command jobs, a schedule every second, a singleton)", tally,
-        recovery=(f"killed machines' jobs ran elsewhere after median {secs(statistics.median(takeovers))}, "
-                  f"max {secs(max(takeovers))} (lease {timing.lease:g} s); the singleton was back after at most "
-                  f"{secs(max(gaps, default=None))}" if takeovers else "no job was in flight"),
-        facts={"kills": len(kills), "takeovers": len(takeovers), "takeover_max": max(takeovers, default=0.0),
-               "elapsed": elapsed, "lease": timing.lease, "period": timing.period, "churn": churned - started,
-               "ticks": ticks, "singleton_runs": len(feeds), "singleton_gap_max": max(gaps, default=0.0),
-               "singleton_holders": len({r["machine"] for r in feeds})},
-        notes=[(f"schedule every 1 s over {churned - started:.0f} s of churn: {sum(ticks.values())} occurrences, "
+        "kill",
+        f"SIGKILL a random node every {every:g} s and restart it ({size} nodes, {count} HTTP jobs, "
+        f"{2 * (count // 10)} Python and command jobs, a schedule every second, a singleton)",
+        tally,
+        recovery=(
+            f"killed machines' jobs ran elsewhere after median {secs(statistics.median(takeovers))}, "
+            f"max {secs(max(takeovers))} (lease {timing.lease:g} s); the singleton was back after at most "
+            f"{secs(max(gaps, default=None))}"
+            if takeovers
+            else "no job was in flight"
+        ),
+        facts={
+            "kills": len(kills),
+            "takeovers": len(takeovers),
+            "takeover_max": max(takeovers, default=0.0),
+            "elapsed": elapsed,
+            "lease": timing.lease,
+            "period": timing.period,
+            "churn": churned - started,
+            "ticks": ticks,
+            "singleton_runs": len(feeds),
+            "singleton_gap_max": max(gaps, default=0.0),
+            "singleton_holders": len({r["machine"] for r in feeds}),
+        },
+        notes=[
+            (
+                f"schedule every 1 s over {churned - started:.0f} s of churn: {sum(ticks.values())} occurrences, "
                 f"{ticks.get('succeeded', 0)} succeeded, each once (unique key); singleton: {len(feeds)} runs on "
                 f"{len({r['machine'] for r in feeds})} machines, never two at once, longest gap "
-                f"{secs(max(gaps, default=None))}")],
+                f"{secs(max(gaps, default=None))}"
+            )
+        ],
     )
 
 
@@ -434,11 +527,18 @@ def postgres_restart(server, quick: bool) -> Outcome:
         rig.close()
     tally = rig.tally()
     return Outcome(
-        "restart", f"PostgreSQL restarted mid-run (3 nodes, {count} jobs)", tally,
+        "restart",
+        f"PostgreSQL restarted mid-run (3 nodes, {count} jobs)",
+        tally,
         recovery=f"down {secs(up - down)}; every node checked in {secs(checked_in)} and the first job started "
-                 f"{secs(resumed)} after it was back",
-        facts={"down": up - down, "checked_in": checked_in, "resumed": resumed, "nodes_alive": alive,
-               "heartbeat": timing.heartbeat},
+        f"{secs(resumed)} after it was back",
+        facts={
+            "down": up - down,
+            "checked_in": checked_in,
+            "resumed": resumed,
+            "nodes_alive": alive,
+            "heartbeat": timing.heartbeat,
+        },
     )
 
 
@@ -507,15 +607,25 @@ def postgres_freeze(server, quick: bool) -> Outcome:
         rig.close()
     tally = rig.tally()
     return Outcome(
-        "freeze", f"PostgreSQL frozen (SIGSTOP) for {frozen_for:g} s, dead timeout {timing.lease:g} s "
-                  f"(3 nodes, {count + 3} jobs)", tally,
+        "freeze",
+        f"PostgreSQL frozen (SIGSTOP) for {frozen_for:g} s, dead timeout {timing.lease:g} s "
+        f"(3 nodes, {count + 3} jobs)",
+        tally,
         recovery=f"every node checked in {secs(checked_in)}, first turn {secs(first_turn)}, first job "
-                 f"{secs(resumed)} after the thaw (heartbeat {timing.heartbeat:g} s)",
-        facts={"frozen_for": thawed - frozen, "checked_in": checked_in, "first_turn": first_turn,
-               "resumed": resumed, "wrong_turns": wrong_turns, "turns": turns, "nodes_alive": alive,
-               "status_dead_polls": len(shown_dead), "status_polls": watcher.polls,
-               "status_dead_for": (max(t for t, _ in shown_dead) - thawed) if shown_dead else 0.0,
-               "heartbeat": timing.heartbeat},
+        f"{secs(resumed)} after the thaw (heartbeat {timing.heartbeat:g} s)",
+        facts={
+            "frozen_for": thawed - frozen,
+            "checked_in": checked_in,
+            "first_turn": first_turn,
+            "resumed": resumed,
+            "wrong_turns": wrong_turns,
+            "turns": turns,
+            "nodes_alive": alive,
+            "status_dead_polls": len(shown_dead),
+            "status_polls": watcher.polls,
+            "status_dead_for": (max(t for t, _ in shown_dead) - thawed) if shown_dead else 0.0,
+            "heartbeat": timing.heartbeat,
+        },
     )
 
 
@@ -535,7 +645,9 @@ def long_jobs(server, quick: bool) -> Outcome:
         rig.close()
     tally = rig.tally()
     return Outcome(
-        "long", f"jobs of {length:g} s, ten times the {timing.lease:g} s lease (3 nodes, 6 jobs)", tally,
+        "long",
+        f"jobs of {length:g} s, ten times the {timing.lease:g} s lease (3 nodes, 6 jobs)",
+        tally,
         recovery="nothing to recover",
         facts={"length": length, "max_requests_per_job": max(requests.values(), default=0)},
     )
@@ -554,9 +666,14 @@ def clock_step(server, quick: bool) -> Outcome:
         stepped = rig.farm.node(name="stepped", capacity=2, http_base=rig.target.base_url, clock=clock).start()
         ids = rig.wait_roster()
         ids = sorted(ids + [stepped.id])
-        wait_for(lambda: time.time() - query(rig.url, "SELECT joined_at FROM qp_machines WHERE id = :i",
-                                              i=stepped.id)[0][0] > timing.join_delay + 2 * timing.heartbeat,
-                 30, "the stepped node to join")
+        wait_for(
+            lambda: (
+                time.time() - query(rig.url, "SELECT joined_at FROM qp_machines WHERE id = :i", i=stepped.id)[0][0]
+                > timing.join_delay + 2 * timing.heartbeat
+            ),
+            30,
+            "the stepped node to join",
+        )
         jobs_per_phase = int(phase / timing.period) * 3
         phases = []
         for label, step in (("before", 0.0), ("wall clock +1 h", 3600.0), ("stepped back -1 h", -3600.0)):
@@ -571,28 +688,54 @@ def clock_step(server, quick: bool) -> Outcome:
         rig.settle(120)
         rows = []
         for label, begin, end, offset in phases:
-            lateness = [t - slot * timing.period for slot, t in query(
-                rig.url, "SELECT slot, taken_at FROM qp_turns WHERE machine_id = :m AND taken_at >= :a "
-                         "AND taken_at < :b", m=stepped.id, a=begin, b=end)]
+            lateness = [
+                t - slot * timing.period
+                for slot, t in query(
+                    rig.url,
+                    "SELECT slot, taken_at FROM qp_turns WHERE machine_id = :m AND taken_at >= :a AND taken_at < :b",
+                    m=stepped.id,
+                    a=begin,
+                    b=end,
+                )
+            ]
             wrong, turns = turns_out_of_turn(rig, ids, begin, end)
-            ran = query(rig.url, "SELECT count(*), sum(CASE WHEN outcome = 'lost' THEN 1 ELSE 0 END) FROM qp_runs "
-                                 "WHERE machine_id = :m AND started_at >= :a AND started_at < :b",
-                        m=stepped.id, a=begin, b=end)[0]
-            rows.append({"phase": label, "offset": offset, "turns": len(lateness), "wrong_turns": wrong,
-                         "farm_turns": turns, "late_max": max(lateness, default=0.0), "runs": ran[0],
-                         "lost": ran[1] or 0})
+            ran = query(
+                rig.url,
+                "SELECT count(*), sum(CASE WHEN outcome = 'lost' THEN 1 ELSE 0 END) FROM qp_runs "
+                "WHERE machine_id = :m AND started_at >= :a AND started_at < :b",
+                m=stepped.id,
+                a=begin,
+                b=end,
+            )[0]
+            rows.append(
+                {
+                    "phase": label,
+                    "offset": offset,
+                    "turns": len(lateness),
+                    "wrong_turns": wrong,
+                    "farm_turns": turns,
+                    "late_max": max(lateness, default=0.0),
+                    "runs": ran[0],
+                    "lost": ran[1] or 0,
+                }
+            )
     finally:
         if stepped is not None:
             stepped.stop(drain=False)
         rig.close()
     tally = rig.tally()
     return Outcome(
-        "clock", "a node's wall clock stepped +1 h then -1 h mid-run (3 nodes, one in-process)", tally,
+        "clock",
+        "a node's wall clock stepped +1 h then -1 h mid-run (3 nodes, one in-process)",
+        tally,
         recovery="nothing to recover: its turns and leases run on database time anchored to its monotonic clock",
         facts={"phases": rows, "period": timing.period},
-        notes=[f"{r['phase']}: published offset {r['offset']:+.3f} s, {r['turns']} turns by the stepped node, "
-               f"latest {r['late_max'] * 1000:.0f} ms into its slot, {r['wrong_turns']} of {r['farm_turns']} farm "
-               f"turns out of turn, {r['runs']} runs, {r['lost']} lost" for r in rows],
+        notes=[
+            f"{r['phase']}: published offset {r['offset']:+.3f} s, {r['turns']} turns by the stepped node, "
+            f"latest {r['late_max'] * 1000:.0f} ms into its slot, {r['wrong_turns']} of {r['farm_turns']} farm "
+            f"turns out of turn, {r['runs']} runs, {r['lost']} lost"
+            for r in rows
+        ],
     )
 
 
@@ -616,16 +759,23 @@ def cut_off(server, quick: bool, mode: str = "cut") -> Outcome:
         proxy.cut() if mode == "cut" else proxy.freeze()
         cut = time.time()
         rig.downed[machine] = (cut, "cut off")
-        wait_for(lambda: all(any(r["job"] == job and r["machine"] != machine for r in rig.target.requests())
-                             for job in held), 30, "its jobs to run elsewhere")
+        wait_for(
+            lambda: all(
+                any(r["job"] == job and r["machine"] != machine for r in rig.target.requests()) for job in held
+            ),
+            30,
+            "its jobs to run elsewhere",
+        )
         time.sleep(timing.lease)
         proxy.restore()
         restored = time.time()
         rejoined = wait_checked_in(rig, [machine], restored, 30)
         rig.settle(length * 4 + 30)
         stopped_after = max(r["ended"] for r in rig.requests_from(machine, "/sleep") if r["job"] in held) - cut
-        taken_after = min(r["started"] for r in rig.target.requests("/sleep")
-                          if r["job"] in held and r["machine"] != machine) - cut
+        taken_after = (
+            min(r["started"] for r in rig.target.requests("/sleep") if r["job"] in held and r["machine"] != machine)
+            - cut
+        )
         wrong, _ = turns_out_of_turn(rig, ids, restored + rejoined + timing.join_delay, time.time())
     finally:
         rig.close()
@@ -633,12 +783,20 @@ def cut_off(server, quick: bool, mode: str = "cut") -> Outcome:
     tally = rig.tally()
     how = "connections reset" if mode == "cut" else "packets dropped, statements hang"
     return Outcome(
-        mode, f"a node cut off from the database ({how}) while running {length:g} s jobs (3 nodes)", tally,
+        mode,
+        f"a node cut off from the database ({how}) while running {length:g} s jobs (3 nodes)",
+        tally,
         recovery=f"the cut-off node stopped its {len(held)} jobs {secs(stopped_after)} after the cut (lease "
-                 f"{timing.lease:g} s); they ran elsewhere {secs(taken_after)} after it; it checked in again "
-                 f"{secs(rejoined)} after the link came back",
-        facts={"held": len(held), "stopped_after": stopped_after, "taken_after": taken_after, "rejoined": rejoined,
-               "lease": timing.lease, "wrong_turns_after_rejoin": wrong},
+        f"{timing.lease:g} s); they ran elsewhere {secs(taken_after)} after it; it checked in again "
+        f"{secs(rejoined)} after the link came back",
+        facts={
+            "held": len(held),
+            "stopped_after": stopped_after,
+            "taken_after": taken_after,
+            "rejoined": rejoined,
+            "lease": timing.lease,
+            "wrong_turns_after_rejoin": wrong,
+        },
     )
 
 
@@ -653,16 +811,25 @@ def partition(server, quick: bool) -> Outcome:
     db_proxy.start()
     web_proxy.start()
     try:
-        victim = rig.start("partitioned", url=rig.url.replace(f":{server.port}/", f":{db_proxy.port}/"),
-                           http_base=f"http://127.0.0.1:{web_proxy.port}/")
+        victim = rig.start(
+            "partitioned",
+            url=rig.url.replace(f":{server.port}/", f":{db_proxy.port}/"),
+            http_base=f"http://127.0.0.1:{web_proxy.port}/",
+        )
         peers = [rig.start(f"peer-{i}") for i in range(2)]
         rig.wait_roster()
         machine = rig.machine_id(victim)
+
         def in_flight():
             """The node's running jobs whose write has not reached the service yet."""
             seen = {(r["job"], r["fence"]) for r in rig.requests_from(machine, "/write")}
-            return [row for row in query(rig.url, "SELECT id, fence FROM qp_jobs WHERE owner = :m AND "
-                                                  "state = 'running'", m=machine) if tuple(row) not in seen]
+            return [
+                row
+                for row in query(
+                    rig.url, "SELECT id, fence FROM qp_jobs WHERE owner = :m AND state = 'running'", m=machine
+                )
+                if tuple(row) not in seen
+            ]
 
         with rig.paused(peers):  # the victim does the work until the partition comes; then its peers take over
             for i in range(count):
@@ -680,14 +847,21 @@ def partition(server, quick: bool) -> Outcome:
         rig.settle(120)
         time.sleep(timing.heartbeat)
         writes = rig.target.requests("/write")
-        late = [r for r in rig.requests_from(machine, "/write") if r["started"] >= healed
-                and any(o["job"] == r["job"] and o["fence"] > r["fence"] and o["started"] < r["started"]
-                        for o in writes)]
+        late = [
+            r
+            for r in rig.requests_from(machine, "/write")
+            if r["started"] >= healed
+            and any(o["job"] == r["job"] and o["fence"] > r["fence"] and o["started"] < r["started"] for o in writes)
+        ]
         # Whether a write in flight arrives late depends on how its connection closed; a straggler that
         # does arrive is exactly such a request, so each job taken from the node is also sent once more
         # as it sent it, with its fence.
-        taken = query(rig.url, "SELECT job_id, fence FROM qp_runs WHERE machine_id = :m AND outcome = 'lost' "
-                               "AND error LIKE 'lease expired%'", m=machine)
+        taken = query(
+            rig.url,
+            "SELECT job_id, fence FROM qp_runs WHERE machine_id = :m AND outcome = 'lost' "
+            "AND error LIKE 'lease expired%'",
+            m=machine,
+        )
         stragglers = [straggle(rig.target.base_url, job, fence, machine) for job, fence in taken]
         stopped_at = min(log_times(victim, "no contact with the database"), default=None)
         refused = len(log_times(victim, "refused by its fence"))
@@ -698,16 +872,23 @@ def partition(server, quick: bool) -> Outcome:
     tally = rig.tally()
     late_accepted = sum(bool(r["accepted"]) for r in late)
     return Outcome(
-        "partition", f"a node partitioned from database and service for {healed - frozen:.1f} s with its writes "
-                     f"in flight, then healed (3 nodes, {count} POST /write jobs)", tally,
+        "partition",
+        f"a node partitioned from database and service for {healed - frozen:.1f} s with its writes "
+        f"in flight, then healed (3 nodes, {count} POST /write jobs)",
+        tally,
         recovery=f"the partitioned node stopped its jobs {secs(stopped_at and stopped_at - frozen)} into the "
-                 f"partition (lease {timing.lease:g} s); {len(late)} of its writes to the service arrived after the "
-                 f"heal with an old fence: {len(late) - late_accepted} refused (409), {late_accepted} accepted; "
-                 f"{refused} of its results reached the database late and were refused by the fence; "
-                 f"{len(stragglers)} stragglers replayed: {stragglers.count(409)} refused (409)",
-        facts={"late_writes": len(late), "late_accepted": late_accepted, "late_results_refused": refused,
-               "stragglers": stragglers,
-               "self_stop_after": None if stopped_at is None else stopped_at - frozen, "lease": timing.lease},
+        f"partition (lease {timing.lease:g} s); {len(late)} of its writes to the service arrived after the "
+        f"heal with an old fence: {len(late) - late_accepted} refused (409), {late_accepted} accepted; "
+        f"{refused} of its results reached the database late and were refused by the fence; "
+        f"{len(stragglers)} stragglers replayed: {stragglers.count(409)} refused (409)",
+        facts={
+            "late_writes": len(late),
+            "late_accepted": late_accepted,
+            "late_results_refused": refused,
+            "stragglers": stragglers,
+            "self_stop_after": None if stopped_at is None else stopped_at - frozen,
+            "lease": timing.lease,
+        },
     )
 
 
@@ -730,10 +911,18 @@ def stalled_node(server, quick: bool) -> Outcome:
             frozen = time.time()
             rig.downed[machine] = (frozen, "frozen (SIGSTOP)")
         held = {r["job"] for r in rig.requests_from(machine, "/sleep")}
-        wait_for(lambda: all(any(r["job"] == job and r["machine"] != machine and r["ended"]
-                                 for r in rig.target.requests()) for job in held), 60, "its jobs to run elsewhere")
-        taken_after = max(r["started"] for r in rig.target.requests("/sleep")
-                          if r["job"] in held and r["machine"] != machine) - frozen
+        wait_for(
+            lambda: all(
+                any(r["job"] == job and r["machine"] != machine and r["ended"] for r in rig.target.requests())
+                for job in held
+            ),
+            60,
+            "its jobs to run elsewhere",
+        )
+        taken_after = (
+            max(r["started"] for r in rig.target.requests("/sleep") if r["job"] in held and r["machine"] != machine)
+            - frozen
+        )
         time.sleep(max(0.0, frozen + 2 * timing.lease - time.time()))
         victim.process.send_signal(signal.SIGCONT)
         woke = time.time()
@@ -747,14 +936,23 @@ def stalled_node(server, quick: bool) -> Outcome:
         rig.close()
     tally = rig.tally()
     return Outcome(
-        "stall", f"a node process frozen (SIGSTOP) for {woke - frozen:.1f} s, twice its lease, with {len(held)} "
-                 f"jobs of {length:g} s in hand (3 nodes)", tally,
+        "stall",
+        f"a node process frozen (SIGSTOP) for {woke - frozen:.1f} s, twice its lease, with {len(held)} "
+        f"jobs of {length:g} s in hand (3 nodes)",
+        tally,
         recovery=f"its jobs ran elsewhere {secs(taken_after)} after the freeze (lease {timing.lease:g} s); it "
-                 f"checked in again {secs(rejoined)} after waking; of its {answered} calls answered while it was "
-                 f"frozen, {refused} results reached the database and were refused by the fence, the rest "
-                 f"were stopped by its own watchdog",
-        facts={"held": len(held), "answered": answered, "late_results_refused": refused, "alive": alive,
-               "taken_after": taken_after, "lease": timing.lease, "period": timing.period},
+        f"checked in again {secs(rejoined)} after waking; of its {answered} calls answered while it was "
+        f"frozen, {refused} results reached the database and were refused by the fence, the rest "
+        f"were stopped by its own watchdog",
+        facts={
+            "held": len(held),
+            "answered": answered,
+            "late_results_refused": refused,
+            "alive": alive,
+            "taken_after": taken_after,
+            "lease": timing.lease,
+            "period": timing.period,
+        },
     )
 
 
@@ -793,22 +991,38 @@ def same_name(server, quick: bool) -> Outcome:
         twin_ids = [rig.machine_id(t) for t in twins]
         turns = dict(query(rig.url, "SELECT machine_id, count(*) FROM qp_turns GROUP BY machine_id"))
         runs = dict(query(rig.url, "SELECT machine_id, count(*) FROM qp_runs GROUP BY machine_id"))
-        pause = subprocess.run([sys.executable, "-m", "queueprocessor.cli", "--db", rig.url, "pause", "twin"],
-                               capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+        pause = subprocess.run(
+            [sys.executable, "-m", "queueprocessor.cli", "--db", rig.url, "pause", "twin"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+            check=False,
+        )
     finally:
         rig.close()
     tally = rig.tally()
     tally["password_in_logs"] += server.password in pause.stdout + pause.stderr
     return Outcome(
-        "twins", f"two processes with the same machine name (3 nodes, {count} jobs)", tally,
+        "twins",
+        f"two processes with the same machine name (3 nodes, {count} jobs)",
+        tally,
         recovery="nothing to recover",
-        facts={"twin_ids": twin_ids, "twin_turns": [turns.get(i, 0) for i in twin_ids],
-               "twin_runs": [runs.get(i, 0) for i in twin_ids], "pause_exit": pause.returncode,
-               "pause_says": (pause.stdout + pause.stderr).strip()},
-        notes=[(f"machines {twin_ids[0]} and {twin_ids[1]} both named 'twin' took "
+        facts={
+            "twin_ids": twin_ids,
+            "twin_turns": [turns.get(i, 0) for i in twin_ids],
+            "twin_runs": [runs.get(i, 0) for i in twin_ids],
+            "pause_exit": pause.returncode,
+            "pause_says": (pause.stdout + pause.stderr).strip(),
+        },
+        notes=[
+            (
+                f"machines {twin_ids[0]} and {twin_ids[1]} both named 'twin' took "
                 f"{turns.get(twin_ids[0], 0)} and {turns.get(twin_ids[1], 0)} turns and ran "
                 f"{runs.get(twin_ids[0], 0)} and {runs.get(twin_ids[1], 0)} jobs; `queueprocessor pause twin` "
-                f"exits {pause.returncode}: {(pause.stdout + pause.stderr).strip()}")],
+                f"exits {pause.returncode}: {(pause.stdout + pause.stderr).strip()}"
+            )
+        ],
     )
 
 
@@ -841,8 +1055,10 @@ class Shape:
 
     def __str__(self) -> str:
         cut = "all" if len(self.cut) == self.nodes else ",".join(map(str, self.cut))
-        return (f"{self.nodes} nodes, {len(self.lengths)} jobs of {min(self.lengths):g}-{max(self.lengths):g} s, "
-                f"fault of {self.length:g} s at {self.lead:g} s, nodes cut: {cut}")
+        return (
+            f"{self.nodes} nodes, {len(self.lengths)} jobs of {min(self.lengths):g}-{max(self.lengths):g} s, "
+            f"fault of {self.length:g} s at {self.lead:g} s, nodes cut: {cut}"
+        )
 
 
 def random_shape(rng: random.Random, kind: str) -> Shape:
@@ -851,13 +1067,20 @@ def random_shape(rng: random.Random, kind: str) -> Shape:
     long as its longest job), a fault of FAULT_LENGTH while they run; half the partitions cut only some nodes."""
     nodes = rng.choice((3, 4))
     top = math.exp(rng.uniform(*map(math.log, JOB_LENGTH)))
-    lengths = tuple(round(rng.uniform(max(JOB_LENGTH[0], top / 3), top), 1) for _ in range(
-        rng.randint(nodes, nodes * CAPACITY)))
+    lengths = tuple(
+        round(rng.uniform(max(JOB_LENGTH[0], top / 3), top), 1) for _ in range(rng.randint(nodes, nodes * CAPACITY))
+    )
     cut = tuple(range(nodes))
     if kind in PARTITIONS and rng.random() < 0.5:
         cut = tuple(sorted(rng.sample(cut, rng.randint(1, nodes - 1))))
-    return Shape(kind, nodes, lengths, lead=round(rng.uniform(0.2, min(lengths) + 0.5), 2),
-                 length=round(rng.uniform(*FAULT_LENGTH), 1), cut=cut)
+    return Shape(
+        kind,
+        nodes,
+        lengths,
+        lead=round(rng.uniform(0.2, min(lengths) + 0.5), 2),
+        length=round(rng.uniform(*FAULT_LENGTH), 1),
+        cut=cut,
+    )
 
 
 @dataclass
@@ -873,8 +1096,13 @@ class Trial:
 
     @property
     def failed(self) -> bool:
-        return bool(self.twice or self.tally["lost"] or self.tally["log_errors"] or self.tally["stuck_runs"]
-                    or self.tally["stale_completions"])
+        return bool(
+            self.twice
+            or self.tally["lost"]
+            or self.tally["log_errors"]
+            or self.tally["stuck_runs"]
+            or self.tally["stale_completions"]
+        )
 
 
 def strike(server, shape: Shape, proxies: list[TcpProxy]):
@@ -907,8 +1135,7 @@ def fault_trial(server, shape: Shape, timing: Timing) -> Trial:
         ids = [rig.machine_id(node) for node in rig.nodes]
         for length in shape.lengths:
             rig.farm.enqueue_http(f"/sleep/{length:g}", timeout=120)
-        wait_for(lambda: len({r["job"] for r in rig.target.requests()}) == len(shape.lengths), 30,
-                 "every job to start")
+        wait_for(lambda: len({r["job"] for r in rig.target.requests()}) == len(shape.lengths), 30, "every job to start")
         first = min(r["started"] for r in rig.target.requests())
         time.sleep(max(0.0, first + shape.lead - time.time()))
         began = time.time()
@@ -922,8 +1149,11 @@ def fault_trial(server, shape: Shape, timing: Timing) -> Trial:
         try:  # every job runs again at most once more from the fault's end, plus a take-over
             rig.settle(2 * max(shape.lengths) + 30)
             # A run nothing tracks any more ends on its own: wait for it, so that its end is judged too.
-            wait_for(lambda: all(r["ended"] for r in rig.target.requests()), max(shape.lengths) + 30,
-                     "every request to the service to end")
+            wait_for(
+                lambda: all(r["ended"] for r in rig.target.requests()),
+                max(shape.lengths) + 30,
+                "every request to the service to end",
+            )
         except TimeoutError as error:  # a finding, judged below (a job not succeeded is lost), not a crash
             stuck = str(error).splitlines()[0]
         time.sleep(timing.heartbeat)  # what a run's end makes a node log (a refused result, an error)
@@ -937,8 +1167,9 @@ def fault_trial(server, shape: Shape, timing: Timing) -> Trial:
     takeovers, claimed_back = [], 0
     for job in {r["job"] for r in requests}:
         runs = sorted((r for r in requests if r["job"] == job), key=lambda r: r["started"])
-        stopped = next((i for i, r in enumerate(runs) if r["started"] < ended and r["ended"] > began
-                        and r["status"] != 200), None)
+        stopped = next(
+            (i for i, r in enumerate(runs) if r["started"] < ended and r["ended"] > began and r["status"] != 200), None
+        )
         if stopped is not None and stopped + 1 < len(runs):
             takeovers.append(runs[stopped + 1]["started"] - ended)
             claimed_back += runs[stopped + 1]["machine"] == runs[stopped]["machine"]
@@ -954,14 +1185,17 @@ def trial_evidence(rig: Rig, twice: list[tuple[dict, dict]], tally: dict, began:
     for job in jobs:
         for r in sorted((r for r in rig.target.requests() if r["job"] == job), key=lambda r: r["started"]):
             end = "-" if r["ended"] is None else f"{r['ended'] - began:+.2f}"
-            lines.append(f"service: job {job} attempt {r['attempt']} fence {r['fence']} machine {r['machine']} "
-                         f"{r['started'] - began:+.2f} .. {end} s, HTTP {r['status']}")
+            lines.append(
+                f"service: job {job} attempt {r['attempt']} fence {r['fence']} machine {r['machine']} "
+                f"{r['started'] - began:+.2f} .. {end} s, HTTP {r['status']}"
+            )
         lines += rig.log_lines(f"job {job} ")[:12]
     return lines + tally["log_errors"][:12]
 
 
-def fault_trials(server, quick: bool, kind: str, trials: int | None = None, seed: int = 24,
-                 shapes: list[Shape] | None = None) -> Outcome:
+def fault_trials(
+    server, quick: bool, kind: str, trials: int | None = None, seed: int = 24, shapes: list[Shape] | None = None
+) -> Outcome:
     """`trials` faults of `kind`, each of a random shape (or the given `shapes`), each on a fresh farm (a fresh
     database on the one server). The long form uses the short form's timing too (lease 1.5 s): every fault of 2 s
     or more outlasts that lease, and a trial takes about 5 s beside its fault and its longest job (about 21 s in
@@ -975,9 +1209,12 @@ def fault_trials(server, quick: bool, kind: str, trials: int | None = None, seed
         trial = fault_trial(server, shape, QUICK)
         results.append(trial)
         t = trial.tally
-        print(f"  {kind} {number}/{len(shapes)} [{shape}]: {len(trial.twice)} twice at once, {t['lost']} lost, "
-              f"{t['service_repeats']} re-runs ({trial.claimed_back} claimed back by their machine), "
-              f"{len(t['log_errors'])} log errors [{time.monotonic() - began:.0f} s]", flush=True)
+        print(
+            f"  {kind} {number}/{len(shapes)} [{shape}]: {len(trial.twice)} twice at once, {t['lost']} lost, "
+            f"{t['service_repeats']} re-runs ({trial.claimed_back} claimed back by their machine), "
+            f"{len(t['log_errors'])} log errors [{time.monotonic() - began:.0f} s]",
+            flush=True,
+        )
         for line in trial.evidence if trial.failed else []:
             print(f"      {line}", flush=True)
     return summarise(kind, results)
@@ -985,8 +1222,19 @@ def fault_trials(server, quick: bool, kind: str, trials: int | None = None, seed
 
 def summarise(kind: str, results: list[Trial]) -> Outcome:
     """One outcome for every trial of a kind: their tallies added up, the take-overs pooled."""
-    tally = {"jobs": 0, "succeeded": 0, "cancelled": 0, "lost": 0, "overlaps": 0, "reruns": 0, "false_deaths": 0,
-             "stuck_runs": 0, "stale_completions": 0, "service_repeats": 0, "password_in_logs": 0}
+    tally = {
+        "jobs": 0,
+        "succeeded": 0,
+        "cancelled": 0,
+        "lost": 0,
+        "overlaps": 0,
+        "reruns": 0,
+        "false_deaths": 0,
+        "stuck_runs": 0,
+        "stale_completions": 0,
+        "service_repeats": 0,
+        "password_in_logs": 0,
+    }
     causes, lost_ids, log_errors, odd = Counter(), [], [], []
     for number, trial in enumerate(results, 1):
         for key in tally:
@@ -995,24 +1243,42 @@ def summarise(kind: str, results: list[Trial]) -> Outcome:
         lost_ids += [f"{number}:{job}" for job in trial.tally["lost_ids"]]
         log_errors += [f"trial {number}: {line}" for line in trial.tally["log_errors"]]
     twice = sum(len(t.twice) for t in results)
-    tally.update(causes=dict(causes), lost_ids=lost_ids[:20], log_errors=log_errors, odd=odd,
-                 same_fence_overlaps=tally["overlaps"] - twice, overlaps=twice)
+    tally.update(
+        causes=dict(causes),
+        lost_ids=lost_ids[:20],
+        log_errors=log_errors,
+        odd=odd,
+        same_fence_overlaps=tally["overlaps"] - twice,
+        overlaps=twice,
+    )
     takeovers = sorted(x for t in results for x in t.takeovers)
     failing = [(n, t) for n, t in enumerate(results, 1) if t.failed]
     shapes = [t.shape for t in results]
     stopped = len(takeovers)
     return Outcome(
-        kind, (f"{len(results)} trials: {FAULT_KINDS[kind]} for {min(s.length for s in shapes):g}-"
-               f"{max(s.length for s in shapes):g} s, {min(s.nodes for s in shapes)}-{max(s.nodes for s in shapes)} "
-               f"nodes, jobs of {min(min(s.lengths) for s in shapes):g}-{max(max(s.lengths) for s in shapes):g} s"),
+        kind,
+        (
+            f"{len(results)} trials: {FAULT_KINDS[kind]} for {min(s.length for s in shapes):g}-"
+            f"{max(s.length for s in shapes):g} s, {min(s.nodes for s in shapes)}-{max(s.nodes for s in shapes)} "
+            f"nodes, jobs of {min(min(s.lengths) for s in shapes):g}-{max(max(s.lengths) for s in shapes):g} s"
+        ),
         tally,
-        recovery=(f"{stopped} runs stopped by the faults ran again {secs(statistics.median(takeovers))} (median), "
-                  f"max {secs(takeovers[-1])} after the fault ended ({sum(t.claimed_back for t in results)} on "
-                  f"the machine that had been stopped)" if takeovers else "no run was stopped"),
-        facts={"trials": len(results), "twice": twice, "twice_trials": sum(bool(t.twice) for t in results),
-               "failed_trials": [n for n, _ in failing], "takeovers": takeovers,
-               "claimed_back": sum(t.claimed_back for t in results),
-               "reruns_per_fault": tally["service_repeats"] / len(results)},
+        recovery=(
+            f"{stopped} runs stopped by the faults ran again {secs(statistics.median(takeovers))} (median), "
+            f"max {secs(takeovers[-1])} after the fault ended ({sum(t.claimed_back for t in results)} on "
+            f"the machine that had been stopped)"
+            if takeovers
+            else "no run was stopped"
+        ),
+        facts={
+            "trials": len(results),
+            "twice": twice,
+            "twice_trials": sum(bool(t.twice) for t in results),
+            "failed_trials": [n for n, _ in failing],
+            "takeovers": takeovers,
+            "claimed_back": sum(t.claimed_back for t in results),
+            "reruns_per_fault": tally["service_repeats"] / len(results),
+        },
         notes=[f"trial {n} [{t.shape}]: " + " | ".join(t.evidence[:40]) for n, t in failing[:3]],
     )
 
@@ -1033,6 +1299,7 @@ SCENARIOS = {
 
 
 # -- report -------------------------------------------------------------------
+
 
 def causes_text(causes: dict) -> str:
     return "; ".join(f"{n} {cause}" for cause, n in sorted(causes.items(), key=lambda kv: -kv[1])) or "-"
@@ -1074,50 +1341,70 @@ def render(outcomes: list[Outcome], command: str) -> str:
         "## Faults",
         "",
         SECTION_BEGIN,
-        (f"`{command}` on {load_average()}, {datetime.now():%Y-%m-%d}. Real PostgreSQL 15, real node processes, "
-         "a real HTTP service recording every request. *Lost*: jobs that did not end succeeded. *Twice at once*: "
-         "pairs of requests for one job that the service saw overlap (in the many-trial rows: on different fences). "
-         "*Re-runs*: runs of a job after its first, by cause; \"lease expired while its machine lived\" would be a "
-         "live machine declared dead. The rows of many trials (issue 24) run each trial on a fresh farm and use the "
-         f"short form's timing (heartbeat {QUICK.heartbeat:g} s, lease {QUICK.lease:g} s), so that every fault of "
-         "2 s or more outlasts the lease and the whole long form stays near half an hour. *Error lines*: lines of "
-         "a node's log with a traceback, an exception nobody retrieved or an ERROR (target 0)."),
+        (
+            f"`{command}` on {load_average()}, {datetime.now():%Y-%m-%d}. Real PostgreSQL 15, real node processes, "
+            "a real HTTP service recording every request. *Lost*: jobs that did not end succeeded. *Twice at once*: "
+            "pairs of requests for one job that the service saw overlap (in the many-trial rows: on different fences). "
+            '*Re-runs*: runs of a job after its first, by cause; "lease expired while its machine lived" would be a '
+            "live machine declared dead. The rows of many trials (issue 24) run each trial on a fresh farm and use the "
+            f"short form's timing (heartbeat {QUICK.heartbeat:g} s, lease {QUICK.lease:g} s), so that every fault of "
+            "2 s or more outlasts the lease and the whole long form stays near half an hour. *Error lines*: lines of "
+            "a node's log with a traceback, an exception nobody retrieved or an ERROR (target 0)."
+        ),
         "",
         "| scenario | jobs run | lost | twice at once | re-runs (cause) | time to recover |",
         "|---|---|---|---|---|---|",
     ]
     for o in outcomes:
         t = o.tally
-        lines.append(f"| {o.title} | {t['succeeded']} / {t['jobs']} | {t['lost']} | {t['overlaps']} | "
-                     f"{t['reruns']} ({causes_text(t['causes'])}) | {o.recovery} |")
+        lines.append(
+            f"| {o.title} | {t['succeeded']} / {t['jobs']} | {t['lost']} | {t['overlaps']} | "
+            f"{t['reruns']} ({causes_text(t['causes'])}) | {o.recovery} |"
+        )
     lines.append("")
     for o in outcomes:
-        extra = [f"stale completions accepted: {o.tally['stale_completions']}",
-                 f"runs left 'running': {o.tally['stuck_runs']}",
-                 f"password in node logs: {o.tally['password_in_logs']}",
-                 f"error lines in node logs: {len(o.tally['log_errors'])}"]
+        extra = [
+            f"stale completions accepted: {o.tally['stale_completions']}",
+            f"runs left 'running': {o.tally['stuck_runs']}",
+            f"password in node logs: {o.tally['password_in_logs']}",
+            f"error lines in node logs: {len(o.tally['log_errors'])}",
+        ]
         if o.name == "freeze":
             f = o.facts
-            extra += [f"turns out of turn (a live machine skipped): {f['wrong_turns']} of {f['turns']}",
-                      (f"live machines shown dead by `status` after the thaw: {f['status_dead_polls']} of "
-                       f"{f['status_polls']} polls, for {f['status_dead_for']:.2f} s")]
+            extra += [
+                f"turns out of turn (a live machine skipped): {f['wrong_turns']} of {f['turns']}",
+                (
+                    f"live machines shown dead by `status` after the thaw: {f['status_dead_polls']} of "
+                    f"{f['status_polls']} polls, for {f['status_dead_for']:.2f} s"
+                ),
+            ]
         if o.name in FAULT_KINDS:
             f = o.facts
             takeovers = f["takeovers"]
-            extra += [f"twice at once in {f['twice_trials']} of {f['trials']} trials",
-                      f"re-runs per fault {f['reruns_per_fault']:.2f} (the service's count)",
-                      (f"{len(takeovers)} stopped runs ran again after the fault's end: median "
-                       f"{secs(percentile(takeovers, 50))}, 90th percentile {secs(percentile(takeovers, 90))}, max "
-                       f"{secs(takeovers[-1])} (negative: during the fault, on a machine it did not cut off); "
-                       f"{f['claimed_back']} on the machine that had been stopped") if takeovers
-                      else "no stopped run ran again"]
+            extra += [
+                f"twice at once in {f['twice_trials']} of {f['trials']} trials",
+                f"re-runs per fault {f['reruns_per_fault']:.2f} (the service's count)",
+                (
+                    f"{len(takeovers)} stopped runs ran again after the fault's end: median "
+                    f"{secs(percentile(takeovers, 50))}, 90th percentile {secs(percentile(takeovers, 90))}, max "
+                    f"{secs(takeovers[-1])} (negative: during the fault, on a machine it did not cut off); "
+                    f"{f['claimed_back']} on the machine that had been stopped"
+                )
+                if takeovers
+                else "no stopped run ran again",
+            ]
         lines.append(f"- **{o.name}**: " + "; ".join(extra + o.notes) + ".")
     for o in outcomes:
         if o.name == "kill" and o.facts["takeover_max"] > o.facts["lease"] + 3 * o.facts["period"]:
-            lines += ["", (f"**Open**: under a backlog, a killed machine's jobs waited up to "
-                           f"{o.facts['takeover_max']:.0f} s (lease {o.facts['lease']:g} s) to run elsewhere: expired "
-                           "leases are taken back by a turn's claim only, and the holder of a turn has no room when "
-                           "every node is busy. DESIGN 3 wants them back in the queue on the next turn.")]
+            lines += [
+                "",
+                (
+                    f"**Open**: under a backlog, a killed machine's jobs waited up to "
+                    f"{o.facts['takeover_max']:.0f} s (lease {o.facts['lease']:g} s) to run elsewhere: expired "
+                    "leases are taken back by a turn's claim only, and the holder of a turn has no room when "
+                    "every node is busy. DESIGN 3 wants them back in the queue on the next turn."
+                ),
+            ]
     lines += ["", "Found by these scenarios and fixed:", ""] + [f"- {found}" for found in FOUND]
     lines += ["", SECTION_END]
     return "\n".join(lines) + "\n"
@@ -1127,8 +1414,9 @@ def write_section(text: str) -> None:
     """Replace only the Faults section of docs/benchmarks.md (other sections belong to other benchmarks)."""
     BENCHMARKS.parent.mkdir(exist_ok=True)
     old = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
-    pattern = re.compile(r"## Faults\n\n" + re.escape(SECTION_BEGIN) + r".*?" + re.escape(SECTION_END) + r"\n",
-                         re.DOTALL)
+    pattern = re.compile(
+        r"## Faults\n\n" + re.escape(SECTION_BEGIN) + r".*?" + re.escape(SECTION_END) + r"\n", re.DOTALL
+    )
     if pattern.search(old):
         new = pattern.sub(lambda _: text, old)
     else:
@@ -1141,9 +1429,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short form, about two minutes")
     parser.add_argument("--only", nargs="+", choices=list(SCENARIOS), help="run only these scenarios")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
-    parser.add_argument("--trials", type=int, help=f"trials of each of {', '.join(FAULT_KINDS)} (default: "
-                                                   f"{', '.join(f'{k} {v[1]}' for k, v in TRIALS.items())}; short "
-                                                   f"form {', '.join(str(v[0]) for v in TRIALS.values())})")
+    parser.add_argument(
+        "--trials",
+        type=int,
+        help=f"trials of each of {', '.join(FAULT_KINDS)} (default: "
+        f"{', '.join(f'{k} {v[1]}' for k, v in TRIALS.items())}; short "
+        f"form {', '.join(str(v[0]) for v in TRIALS.values())})",
+    )
     parser.add_argument("--seed", type=int, default=24, help="draws the trials' shapes")
     args = parser.parse_args()
     names = args.only or list(SCENARIOS)
@@ -1159,21 +1451,52 @@ def main() -> None:
                 outcome = SCENARIOS[name](server, args.quick)
             outcomes.append(outcome)
             t = outcome.tally
-            print(f"{name}: {t['succeeded']}/{t['jobs']} run, {t['lost']} lost, {t['overlaps']} twice at once, "
-                  f"{t['reruns']} re-runs ({causes_text(t['causes'])}); {outcome.recovery} "
-                  f"[{time.monotonic() - began:.0f} s]", flush=True)
+            print(
+                f"{name}: {t['succeeded']}/{t['jobs']} run, {t['lost']} lost, {t['overlaps']} twice at once, "
+                f"{t['reruns']} re-runs ({causes_text(t['causes'])}); {outcome.recovery} "
+                f"[{time.monotonic() - began:.0f} s]",
+                flush=True,
+            )
             for note in outcome.notes:
                 print(f"    {note}", flush=True)
     finally:
         server.stop()
     print()
-    print_table(["scenario", "trials", "run", "lost", "twice", "re-runs", "service re-runs/fault", "false deaths",
-                 "stale completions", "stuck", "password", "log errors", "take-over median/max"],
-                [[o.name, o.facts.get("trials", 1), f"{o.tally['succeeded']}/{o.tally['jobs']}", o.tally["lost"],
-                  o.tally["overlaps"], o.tally["reruns"], f"{o.facts.get('reruns_per_fault', o.tally['reruns']):.2f}",
-                  o.tally["false_deaths"], o.tally["stale_completions"],
-                  o.tally["stuck_runs"], o.tally["password_in_logs"], len(o.tally["log_errors"]),
-                  takeover_text(o.facts.get("takeovers"))] for o in outcomes])
+    print_table(
+        [
+            "scenario",
+            "trials",
+            "run",
+            "lost",
+            "twice",
+            "re-runs",
+            "service re-runs/fault",
+            "false deaths",
+            "stale completions",
+            "stuck",
+            "password",
+            "log errors",
+            "take-over median/max",
+        ],
+        [
+            [
+                o.name,
+                o.facts.get("trials", 1),
+                f"{o.tally['succeeded']}/{o.tally['jobs']}",
+                o.tally["lost"],
+                o.tally["overlaps"],
+                o.tally["reruns"],
+                f"{o.facts.get('reruns_per_fault', o.tally['reruns']):.2f}",
+                o.tally["false_deaths"],
+                o.tally["stale_completions"],
+                o.tally["stuck_runs"],
+                o.tally["password_in_logs"],
+                len(o.tally["log_errors"]),
+                takeover_text(o.facts.get("takeovers")),
+            ]
+            for o in outcomes
+        ],
+    )
     if not args.quick and not args.only and not args.no_write:
         write_section(render(outcomes, "python bench/faults.py"))
         print(f"\nwrote the Faults section of {BENCHMARKS.relative_to(ROOT)}")

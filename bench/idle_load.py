@@ -29,8 +29,19 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from common import (ROOT, NodeProcess, cpu_seconds, fresh_database, load_average, print_table, query, source_tree,
-                    start_postgres, stop_all, wait_for)
+from common import (
+    ROOT,
+    NodeProcess,
+    cpu_seconds,
+    fresh_database,
+    load_average,
+    print_table,
+    query,
+    source_tree,
+    start_postgres,
+    stop_all,
+    wait_for,
+)
 
 from queueprocessor.farm import Farm
 
@@ -40,8 +51,11 @@ HEARTBEAT = 1.0
 
 def statement_counts(server, database: str) -> Counter:
     """Calls per normalised statement text so far, for one database."""
-    rows = query(server.url, "SELECT s.query, s.calls FROM pg_stat_statements s JOIN pg_database d "
-                             "ON d.oid = s.dbid WHERE d.datname = :db", db=database)
+    rows = query(
+        server.url,
+        "SELECT s.query, s.calls FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = :db",
+        db=database,
+    )
     counts = Counter()
     for statement, calls in rows:
         counts[" ".join(statement.split())] += calls
@@ -70,14 +84,21 @@ def served(i: int, queues: int, roles: bool) -> tuple[str, ...]:
     return ("--queues", ",".join(names))
 
 
-def measure(server, nodes: int, seconds: float, queues: int = 0, roles: bool = False, limited: bool = False,
-            root: Path = ROOT) -> dict:
+def measure(
+    server, nodes: int, seconds: float, queues: int = 0, roles: bool = False, limited: bool = False, root: Path = ROOT
+) -> dict:
     """One farm of `nodes` idle node processes running the code in `root`."""
     url = fresh_database(server, "idle")
     database = url.rsplit("/", 1)[1]
-    farm = [NodeProcess(url, f"idle-{i}", extra=("--period", str(PERIOD), "--heartbeat", str(HEARTBEAT),
-                                                 *served(i, queues, roles)), root=root)
-            for i in range(nodes)]
+    farm = [
+        NodeProcess(
+            url,
+            f"idle-{i}",
+            extra=("--period", str(PERIOD), "--heartbeat", str(HEARTBEAT), *served(i, queues, roles)),
+            root=root,
+        )
+        for i in range(nodes)
+    ]
     try:
         wait_for(lambda: _joined(url, nodes), 60, f"{nodes} nodes to join")
         # Steady state: every node has taken its first turn (and swept missed schedule occurrences on it).
@@ -86,7 +107,11 @@ def measure(server, nodes: int, seconds: float, queues: int = 0, roles: bool = F
             with Farm(url) as operator:
                 operator.set_queue("q0", limit=4)
             time.sleep(2 * HEARTBEAT)  # every node has read it
-        before, cpu_before, t0 = statement_counts(server, database), [cpu_seconds(n.pid) for n in farm], time.monotonic()
+        before, cpu_before, t0 = (
+            statement_counts(server, database),
+            [cpu_seconds(n.pid) for n in farm],
+            time.monotonic(),
+        )
         time.sleep(seconds)
         after, cpu_after, t1 = statement_counts(server, database), [cpu_seconds(n.pid) for n in farm], time.monotonic()
         dead = [n.name for n in farm if not n.alive()]
@@ -100,9 +125,16 @@ def measure(server, nodes: int, seconds: float, queues: int = 0, roles: bool = F
     by_kind = Counter()
     for statement, calls in delta.items():
         by_kind[kind(statement)] += calls
-    return {"nodes": nodes, "window": window, "rate": sum(delta.values()) / window,
-            "target": 1 / PERIOD + 2 * nodes / HEARTBEAT, "resolution": (2 * nodes + 1) / window, "cpu_mean": sum(cpu) / len(cpu), "cpu_max": max(cpu),
-            "kinds": {k: v / window for k, v in by_kind.items()}}
+    return {
+        "nodes": nodes,
+        "window": window,
+        "rate": sum(delta.values()) / window,
+        "target": 1 / PERIOD + 2 * nodes / HEARTBEAT,
+        "resolution": (2 * nodes + 1) / window,
+        "cpu_mean": sum(cpu) / len(cpu),
+        "cpu_max": max(cpu),
+        "kinds": {k: v / window for k, v in by_kind.items()},
+    }
 
 
 def _turned(url: str, nodes: int) -> bool:
@@ -129,34 +161,63 @@ def main() -> None:
     sizes = args.nodes or ([1, 3] if args.quick else [1, 2, 4, 8, 16])
     seconds = args.seconds or (6.0 if args.quick else 30.0)
 
-    shape = (f"{args.queues} queues{', roles' if args.roles else ''}{', q0 limited' if args.limited else ''}; "
-             if args.queues else "")
-    print(f"idle load: period {PERIOD:g} s, heartbeat {HEARTBEAT:g} s, {seconds:g} s window per size; {shape}"
-          f"{load_average()}")
+    shape = (
+        f"{args.queues} queues{', roles' if args.roles else ''}{', q0 limited' if args.limited else ''}; "
+        if args.queues
+        else ""
+    )
+    print(
+        f"idle load: period {PERIOD:g} s, heartbeat {HEARTBEAT:g} s, {seconds:g} s window per size; {shape}"
+        f"{load_average()}"
+    )
     trees = [("this tree", ROOT)]
     old = tempfile.TemporaryDirectory(prefix="qp-before-")
     if args.before:
         trees.insert(0, (args.before, source_tree(args.before, Path(old.name))))
     server = start_postgres(stat_statements=True)
     try:
-        results = [measure(server, n, seconds, args.queues, args.roles, args.limited, root) | {"code": label}
-                   for n in sizes for label, root in trees]
+        results = [
+            measure(server, n, seconds, args.queues, args.roles, args.limited, root) | {"code": label}
+            for n in sizes
+            for label, root in trees
+        ]
     finally:
         server.stop()
         old.cleanup()
     print_table(
-        ["nodes", "code", "statements/s", "counted to +-", "target 1/period + 2n/heartbeat", "met", "node CPU mean",
-         "node CPU max",
-         "target CPU"],
-        [[r["nodes"], r["code"], f"{r['rate']:.2f}", f"{r['resolution']:.2f}", f"{r['target']:.2f}",
-          "yes" if r["rate"] <= r["target"] + r["resolution"] else "NO",
-          f"{r['cpu_mean'] * 100:.2f}%", f"{r['cpu_max'] * 100:.2f}%", "<= 0.3%"] for r in results],
+        [
+            "nodes",
+            "code",
+            "statements/s",
+            "counted to +-",
+            "target 1/period + 2n/heartbeat",
+            "met",
+            "node CPU mean",
+            "node CPU max",
+            "target CPU",
+        ],
+        [
+            [
+                r["nodes"],
+                r["code"],
+                f"{r['rate']:.2f}",
+                f"{r['resolution']:.2f}",
+                f"{r['target']:.2f}",
+                "yes" if r["rate"] <= r["target"] + r["resolution"] else "NO",
+                f"{r['cpu_mean'] * 100:.2f}%",
+                f"{r['cpu_max'] * 100:.2f}%",
+                "<= 0.3%",
+            ]
+            for r in results
+        ],
     )
     print()
     print("statements per second by kind (the per-node ones grow with the farm, the per-period ones must not):")
     kinds = sorted({k for r in results for k in r["kinds"]}, key=lambda k: -results[-1]["kinds"].get(k, 0))
-    print_table(["statement"] + [f"{r['nodes']} node{'s' if r['nodes'] > 1 else ''} ({r['code']})" for r in results],
-                [[k] + [f"{r['kinds'].get(k, 0):.2f}" for r in results] for k in kinds])
+    print_table(
+        ["statement"] + [f"{r['nodes']} node{'s' if r['nodes'] > 1 else ''} ({r['code']})" for r in results],
+        [[k] + [f"{r['kinds'].get(k, 0):.2f}" for r in results] for k in kinds],
+    )
     print(f"\n{load_average()}")
 
 

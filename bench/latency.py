@@ -16,8 +16,17 @@ import argparse
 import random
 import time
 
-from common import (NodeProcess, fresh_database, load_average, ms, percentile, print_table, start_postgres,
-                    stop_all, wait_for)
+from common import (
+    NodeProcess,
+    fresh_database,
+    load_average,
+    ms,
+    percentile,
+    print_table,
+    start_postgres,
+    stop_all,
+    wait_for,
+)
 from queueprocessor.farm import Farm
 
 PERIOD = 1.0
@@ -37,8 +46,9 @@ def measure(server, push: bool, samples: int, rng: random.Random) -> list[float]
         for _ in range(samples):
             time.sleep(rng.uniform(0.2, 1.2))  # any phase of the turn cycle
             [job_id] = farm.enqueue_python("bench.jobs:noop")
-            job = wait_for(lambda: (j := farm.job(job_id))["state"] == "succeeded" and j, 10, f"job {job_id}",
-                           poll=0.02)
+            job = wait_for(
+                lambda: (j := farm.job(job_id))["state"] == "succeeded" and j, 10, f"job {job_id}", poll=0.02
+            )
             latencies.append(job["runs"][0]["started_at"] - job["created_at"])
         return latencies
     finally:
@@ -65,10 +75,18 @@ def main() -> None:
     for push, target in ((True, 0.020), (False, PERIOD)):
         values = results[push]
         met = percentile(values, 50) <= target if push else max(values) <= target + 0.05
-        rows.append(["push (LISTEN/NOTIFY)" if push else "polling only (--no-push)", len(values),
-                     ms(percentile(values, 50)), ms(percentile(values, 90)), ms(percentile(values, 99)),
-                     ms(max(values)), f"p50 <= {target * 1000:g}" if push else f"max <= {target * 1000:g} (+50)",
-                     "yes" if met else "NO"])
+        rows.append(
+            [
+                "push (LISTEN/NOTIFY)" if push else "polling only (--no-push)",
+                len(values),
+                ms(percentile(values, 50)),
+                ms(percentile(values, 90)),
+                ms(percentile(values, 99)),
+                ms(max(values)),
+                f"p50 <= {target * 1000:g}" if push else f"max <= {target * 1000:g} (+50)",
+                "yes" if met else "NO",
+            ]
+        )
     print_table(["mode", "jobs", "p50 ms", "p90 ms", "p99 ms", "max ms", "target ms", "met"], rows)
     print(f"\n{load_average()}")
 

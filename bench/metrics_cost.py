@@ -28,8 +28,17 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import NodeProcess, cpu_seconds, fresh_database, load_average, print_table, query, start_postgres, \
-    stop_all, wait_for  # noqa: E402
+from common import (
+    NodeProcess,
+    cpu_seconds,
+    fresh_database,
+    load_average,
+    print_table,
+    query,
+    start_postgres,
+    stop_all,
+    wait_for,
+)  # noqa: E402
 
 from queueprocessor.farm import Farm  # noqa: E402
 
@@ -44,8 +53,11 @@ def scrape(url: str) -> str:
 
 def claimed(exposition: str) -> float:
     """The node's claimed-jobs counter in one scrape."""
-    return sum(float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines()
-               if line.startswith("queueprocessor_jobs_claimed_total{"))
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in exposition.splitlines()
+        if line.startswith("queueprocessor_jobs_claimed_total{")
+    )
 
 
 def window(case: str, seconds: float, endpoint: str, url: str, pid: int) -> tuple[int, float, float]:
@@ -65,8 +77,9 @@ def drain(server, first: str, count: int, capacity: int, seconds: float) -> list
     windows = []
     with Farm(url) as farm:
         farm.settings()
-        node = NodeProcess(url, "drainer", extra=("--capacity", str(capacity), "--allow-module", "bench.jobs",
-                                                  "--metrics-port", "0"))
+        node = NodeProcess(
+            url, "drainer", extra=("--capacity", str(capacity), "--allow-module", "bench.jobs", "--metrics-port", "0")
+        )
         try:
             endpoint = wait_for(lambda: re.search(r"serving metrics at (\S+)", node.output()), 60, "the endpoint")[1]
             wait_for(lambda: farm.status()["machines"], 60, "the node to join")
@@ -106,8 +119,11 @@ def main() -> None:
     args = parser.parse_args()
     count = args.jobs or (60_000 if args.quick else 150_000)
     rounds = args.rounds or (1 if args.quick else 3)
-    print(f"{count} no-op Python jobs, one node of capacity {args.capacity}, {args.window:g} s windows, {rounds} "
-          f"rounds; {load_average()}", flush=True)
+    print(
+        f"{count} no-op Python jobs, one node of capacity {args.capacity}, {args.window:g} s windows, {rounds} "
+        f"rounds; {load_average()}",
+        flush=True,
+    )
     server = start_postgres()
     windows, ratios = [], []
     try:
@@ -116,21 +132,35 @@ def main() -> None:
             windows += drained
             ratios += [scraped_over_quiet(*three) for three in zip(drained, drained[1:], drained[2:])]
             for case, jobs, elapsed, cpu in drained:
-                print(f"  round {round_ + 1} {case:8}: {jobs / elapsed:6.0f} jobs/s, node CPU "
-                      f"{1e6 * cpu / max(1, jobs):4.0f} us/job", flush=True)
+                print(
+                    f"  round {round_ + 1} {case:8}: {jobs / elapsed:6.0f} jobs/s, node CPU "
+                    f"{1e6 * cpu / max(1, jobs):4.0f} us/job",
+                    flush=True,
+                )
     finally:
         server.stop()
-    rate = {case: sum(w[1] for w in windows if w[0] == case) / sum(w[2] for w in windows if w[0] == case)
-            for case in (QUIET, SCRAPED)}
-    cpu = {case: 1e6 * sum(w[3] for w in windows if w[0] == case) / sum(w[1] for w in windows if w[0] == case)
-           for case in (QUIET, SCRAPED)}
+    rate = {
+        case: sum(w[1] for w in windows if w[0] == case) / sum(w[2] for w in windows if w[0] == case)
+        for case in (QUIET, SCRAPED)
+    }
+    cpu = {
+        case: 1e6 * sum(w[3] for w in windows if w[0] == case) / sum(w[1] for w in windows if w[0] == case)
+        for case in (QUIET, SCRAPED)
+    }
     print(f"\n{len(windows)} windows ({load_average()})")
-    print_table(["", QUIET, "scraped every 1 s", "scraped / quiet"],
-                [["jobs/s, all windows", f"{rate[QUIET]:.0f}", f"{rate[SCRAPED]:.0f}",
-                  f"{rate[SCRAPED] / rate[QUIET]:.3f}"],
-                 ["jobs/s, each window against its neighbours", "", "",
-                  f"{statistics.median(ratios):.3f} (median of {len(ratios)})"],
-                 ["node CPU us/job", f"{cpu[QUIET]:.0f}", f"{cpu[SCRAPED]:.0f}", f"{cpu[SCRAPED] / cpu[QUIET]:.3f}"]])
+    print_table(
+        ["", QUIET, "scraped every 1 s", "scraped / quiet"],
+        [
+            ["jobs/s, all windows", f"{rate[QUIET]:.0f}", f"{rate[SCRAPED]:.0f}", f"{rate[SCRAPED] / rate[QUIET]:.3f}"],
+            [
+                "jobs/s, each window against its neighbours",
+                "",
+                "",
+                f"{statistics.median(ratios):.3f} (median of {len(ratios)})",
+            ],
+            ["node CPU us/job", f"{cpu[QUIET]:.0f}", f"{cpu[SCRAPED]:.0f}", f"{cpu[SCRAPED] / cpu[QUIET]:.3f}"],
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -73,9 +73,14 @@ def measure(take_sample, skew: float, samples: int, step: float, rng: random.Ran
         rtts.append(estimator.rtt())
     size = [abs(e) for e in errors]
     return {
-        "skew": skew, "samples": samples, "mean": sum(errors) / len(errors),
-        "p50": percentile(size, 50), "p99": percentile(size, 99), "max": max(size),
-        "bound_p50": percentile(bounds, 50), "rtt_p50": percentile(rtts, 50),
+        "skew": skew,
+        "samples": samples,
+        "mean": sum(errors) / len(errors),
+        "p50": percentile(size, 50),
+        "p99": percentile(size, 99),
+        "max": max(size),
+        "bound_p50": percentile(bounds, 50),
+        "rtt_p50": percentile(rtts, 50),
         "covered": sum(1 for e, b in zip(size, bounds) if e <= b) / len(size),
     }
 
@@ -106,8 +111,10 @@ def main() -> None:
     samples = args.samples or (40 if args.quick else 200)
     rng = random.Random(args.seed)
 
-    print(f"offset error: skews {', '.join(f'{s:+g}' for s in skews)} s, {samples} samples each, "
-          f"{WARM_UP} warm-up samples; {load_average()}")
+    print(
+        f"offset error: skews {', '.join(f'{s:+g}' for s in skews)} s, {samples} samples each, "
+        f"{WARM_UP} warm-up samples; {load_average()}"
+    )
     server = start_postgres()
     rows, summary = [], []
     try:
@@ -122,20 +129,41 @@ def main() -> None:
             held, ways = samplers(engine, store)
             try:
                 if not delays:
-                    print(f"premise: database clock vs this machine's clock, worst gap beyond rtt/2: "
-                          f"{check_same_clock(store) * 1000:.3f} ms")
+                    print(
+                        f"premise: database clock vs this machine's clock, worst gap beyond rtt/2: "
+                        f"{check_same_clock(store) * 1000:.3f} ms"
+                    )
                 for way, ask_db in ways:
                     results = [measure(ask_db, skew, samples, args.step, rng) for skew in skews]
-                    rows += [[path, way, f"{r['skew']:+g}", r["samples"], ms(r["rtt_p50"]),
-                              ms(r["mean"], signed=True), ms(r["p50"]), ms(r["p99"]), ms(r["max"]),
-                              ms(r["bound_p50"]), f"{r['covered'] * 100:.1f}%"] for r in results]
+                    rows += [
+                        [
+                            path,
+                            way,
+                            f"{r['skew']:+g}",
+                            r["samples"],
+                            ms(r["rtt_p50"]),
+                            ms(r["mean"], signed=True),
+                            ms(r["p50"]),
+                            ms(r["p99"]),
+                            ms(r["max"]),
+                            ms(r["bound_p50"]),
+                            f"{r['covered'] * 100:.1f}%",
+                        ]
+                        for r in results
+                    ]
                     worst_p99 = max(r["p99"] for r in results)
-                    summary.append([
-                        path, way, ms(0.0 if not delays else (delays[0] - delays[1]) / 2, signed=True),
-                        ms(sum(r["mean"] for r in results) / len(results), signed=True), ms(worst_p99),
-                        ms(max(r["max"] for r in results)), f"{min(r['covered'] for r in results) * 100:.1f}%",
-                        ("yes" if worst_p99 <= TARGET else "NO") if not delays else "-",
-                    ])
+                    summary.append(
+                        [
+                            path,
+                            way,
+                            ms(0.0 if not delays else (delays[0] - delays[1]) / 2, signed=True),
+                            ms(sum(r["mean"] for r in results) / len(results), signed=True),
+                            ms(worst_p99),
+                            ms(max(r["max"] for r in results)),
+                            f"{min(r['covered'] for r in results) * 100:.1f}%",
+                            ("yes" if worst_p99 <= TARGET else "NO") if not delays else "-",
+                        ]
+                    )
             finally:
                 held.close()
                 engine.dispose()
@@ -143,11 +171,36 @@ def main() -> None:
                     proxy.stop()
     finally:
         server.stop()
-    print_table(["path", "sampler", "skew s", "samples", "rtt p50 ms", "mean error ms", "|error| p50 ms",
-                 "|error| p99 ms", "max ms", "error bound p50 ms", "bound covers error"], rows)
+    print_table(
+        [
+            "path",
+            "sampler",
+            "skew s",
+            "samples",
+            "rtt p50 ms",
+            "mean error ms",
+            "|error| p50 ms",
+            "|error| p99 ms",
+            "max ms",
+            "error bound p50 ms",
+            "bound covers error",
+        ],
+        rows,
+    )
     print()
-    print_table(["path", "sampler", "Cristian bias (up-down)/2 ms", "mean error ms", "worst |error| p99 ms",
-                 "max ms", "bound covers error", "p99 <= 2 ms"], summary)
+    print_table(
+        [
+            "path",
+            "sampler",
+            "Cristian bias (up-down)/2 ms",
+            "mean error ms",
+            "worst |error| p99 ms",
+            "max ms",
+            "bound covers error",
+            "p99 <= 2 ms",
+        ],
+        summary,
+    )
     print(f"\n{load_average()}")
 
 

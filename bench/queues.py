@@ -45,8 +45,19 @@ import time
 from pathlib import Path
 from statistics import median
 
-from common import (ROOT, NodeProcess, fresh_database, load_average, print_table, query, rotated, source_tree,
-                    start_postgres, stop_all, wait_for)
+from common import (
+    ROOT,
+    NodeProcess,
+    fresh_database,
+    load_average,
+    print_table,
+    query,
+    rotated,
+    source_tree,
+    start_postgres,
+    stop_all,
+    wait_for,
+)
 from sqlalchemy import text
 
 from queueprocessor.store.database import open_engine
@@ -77,8 +88,12 @@ def graphile_ready() -> Path:
     """Graphile Worker 0.16 installed (npm) beside its worker script; the script's path."""
     if not (GRAPHILE / "node_modules" / "graphile-worker").exists():
         GRAPHILE.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "graphile-worker@0.16"], cwd=GRAPHILE,
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "graphile-worker@0.16"],
+            cwd=GRAPHILE,
+            check=True,
+            capture_output=True,
+        )
     script = GRAPHILE / "worker.js"
     script.write_text(GRAPHILE_WORKER)
     return script
@@ -94,15 +109,26 @@ def run_graphile(server, processes: int, count: int, capacity: int, keys: int, p
     workers = []
     try:
         for _ in range(processes):  # one at a time: the first installs its schema
-            worker = subprocess.Popen(["node", str(script)], cwd=GRAPHILE, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True)
+            worker = subprocess.Popen(
+                ["node", str(script)],
+                cwd=GRAPHILE,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
             workers.append(worker)
             if worker.stdout.readline().strip() != "ready":
                 raise RuntimeError("a Graphile Worker process did not start")
         time.sleep(1.0)  # listening
         started = time.monotonic()
-        query(url, "SELECT count(graphile_worker.add_job('noop', '{}'::json, queue_name := 'k' || (g % :keys))) "
-                   "FROM (SELECT g FROM generate_series(0, :n - 1) g ORDER BY g) s", keys=keys, n=count)
+        query(
+            url,
+            "SELECT count(graphile_worker.add_job('noop', '{}'::json, queue_name := 'k' || (g % :keys))) "
+            "FROM (SELECT g FROM generate_series(0, :n - 1) g ORDER BY g) s",
+            keys=keys,
+            n=count,
+        )
         enqueued = time.monotonic()
         engine = open_engine(url, pool_size=1)
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -118,8 +144,11 @@ def run_graphile(server, processes: int, count: int, capacity: int, keys: int, p
     query(server.url, f'DROP DATABASE "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
     rate = (count - waiting) / (done - enqueued)
     partial = f", only {count - waiting} of {count} done when it ran out of patience" if waiting else ""
-    print(f"  {'graphile':10} x{processes}: {rate:8.0f} jobs/s (add_job {enqueued - started:.2f} s, "
-          f"drain {done - enqueued:.2f} s{partial})", flush=True)
+    print(
+        f"  {'graphile':10} x{processes}: {rate:8.0f} jobs/s (add_job {enqueued - started:.2f} s, "
+        f"drain {done - enqueued:.2f} s{partial})",
+        flush=True,
+    )
     return rate
 
 
@@ -132,20 +161,33 @@ def backlog(url: str, count: int, queues: int, keys: int) -> None:
     engine = open_engine(url, pool_size=1)
     try:
         with engine.begin() as conn:
-            conn.execute(text(
-                "INSERT INTO qp_jobs (executor, target, method, state, priority, run_at, created_at, attempts, "
-                "max_attempts, fence, cancel_requested, kind, queue, order_key) "
-                "SELECT 'python', 'bench.jobs:noop', 'GET', 'queued', 0, extract(epoch from clock_timestamp()), "
-                f"extract(epoch from clock_timestamp()), 0, 3, 0, false, 'job', {queue}, {key} "
-                "FROM generate_series(0, :n - 1) g ORDER BY g"), dict(n=count))
+            conn.execute(
+                text(
+                    "INSERT INTO qp_jobs (executor, target, method, state, priority, run_at, created_at, attempts, "
+                    "max_attempts, fence, cancel_requested, kind, queue, order_key) "
+                    "SELECT 'python', 'bench.jobs:noop', 'GET', 'queued', 0, extract(epoch from clock_timestamp()), "
+                    f"extract(epoch from clock_timestamp()), 0, 3, 0, false, 'job', {queue}, {key} "
+                    "FROM generate_series(0, :n - 1) g ORDER BY g"
+                ),
+                dict(n=count),
+            )
             for statement in regate_statements() if regate_statements else ():  # gated as Store.enqueue gates them
                 conn.execute(statement)
     finally:
         engine.dispose()
 
 
-def run_case(server, case: str, processes: int, count: int, capacity: int, limit: int, keys: int,
-             patience: float, root: Path = ROOT) -> dict[str, float]:
+def run_case(
+    server,
+    case: str,
+    processes: int,
+    count: int,
+    capacity: int,
+    limit: int,
+    keys: int,
+    patience: float,
+    root: Path = ROOT,
+) -> dict[str, float]:
     """Drain the case's backlog with `processes` nodes running the code in `root`: jobs per second, by figure
     (the case's own, and for the cases with q0 held back, also the seven other queues' alone). Timed in database
     time, from the backlog's commit to the last measured job's end (finished_at), so the 0.2 s polls that wait
@@ -155,9 +197,10 @@ def run_case(server, case: str, processes: int, count: int, capacity: int, limit
     url = fresh_database(server, "queues")
     farm = Farm(url)
     farm.settings()
-    nodes = [NodeProcess(url, f"node-{i}", extra=("--capacity", str(capacity), "--allow-module", "bench.jobs"),
-                         root=root)
-             for i in range(processes)]
+    nodes = [
+        NodeProcess(url, f"node-{i}", extra=("--capacity", str(capacity), "--allow-module", "bench.jobs"), root=root)
+        for i in range(processes)
+    ]
     held_back = case in ("limited", "paused")
     try:
         wait_for(lambda: len(farm.serving("q0")) == processes, 60, "nodes to join")
@@ -189,9 +232,12 @@ def run_case(server, case: str, processes: int, count: int, capacity: int, limit
             raise RuntimeError(f"{case}: {failed} jobs did not succeed")
         others = "queue <> 'q0'" if held_back else "true"
         [(ended, last, within, measured)] = query(
-            url, f"SELECT max(finished_at) FILTER (WHERE {others}), max(finished_at), "
-                 f"count(*) FILTER (WHERE finished_at <= (SELECT max(finished_at) FROM qp_jobs WHERE {others})), "
-                 f"count(*) FILTER (WHERE {others}) FROM qp_jobs WHERE finished_at > :begun", begun=begun)
+            url,
+            f"SELECT max(finished_at) FILTER (WHERE {others}), max(finished_at), "
+            f"count(*) FILTER (WHERE finished_at <= (SELECT max(finished_at) FROM qp_jobs WHERE {others})), "
+            f"count(*) FILTER (WHERE {others}) FROM qp_jobs WHERE finished_at > :begun",
+            begun=begun,
+        )
     finally:
         stop_all(nodes)
         farm.close()
@@ -201,12 +247,17 @@ def run_case(server, case: str, processes: int, count: int, capacity: int, limit
     tail = ""
     if case == "limited":
         rates["limited: q1-q7"] = measured / drain
-        tail = (f"; q1-q7 alone {measured / drain:.0f} jobs/s; q0 limited to {limit}: {within - measured} of its "
-                f"jobs ended meanwhile, all after {last - begun:.2f} s")
+        tail = (
+            f"; q1-q7 alone {measured / drain:.0f} jobs/s; q0 limited to {limit}: {within - measured} of its "
+            f"jobs ended meanwhile, all after {last - begun:.2f} s"
+        )
     elif case == "paused":
         tail = f"; q0 resumed then, drained after {last - begun:.2f} s"
-    print(f"  {case:10} x{processes}: {within / drain:8.0f} jobs/s, every job that ended in the drain (write "
-          f"{enqueued - started:.2f} s, drain {drain:.2f} s{tail})", flush=True)
+    print(
+        f"  {case:10} x{processes}: {within / drain:8.0f} jobs/s, every job that ended in the drain (write "
+        f"{enqueued - started:.2f} s, drain {drain:.2f} s{tail})",
+        flush=True,
+    )
     return rates
 
 
@@ -241,20 +292,34 @@ def main() -> None:
     parser.add_argument("--keys", type=int, help="order keys (default 1,000; 200 with --quick)")
     parser.add_argument("--per-key", type=int, default=20, help="jobs per order key")
     parser.add_argument("--cases", default=",".join(CASES))
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="run every case this many times, interleaved (each round in a rotated order); "
-                             "report medians and min-max")
-    parser.add_argument("--patience", type=float, default=60.0,
-                        help="seconds Graphile Worker gets before it is rated by the jobs it finished")
-    parser.add_argument("--before", metavar="REF", help="also run the nodes of the code at this git ref (the same "
-                        "schema), its cases interleaved with this tree's in every round")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every case this many times, interleaved (each round in a rotated order); report medians and min-max",
+    )
+    parser.add_argument(
+        "--patience",
+        type=float,
+        default=60.0,
+        help="seconds Graphile Worker gets before it is rated by the jobs it finished",
+    )
+    parser.add_argument(
+        "--before",
+        metavar="REF",
+        help="also run the nodes of the code at this git ref (the same "
+        "schema), its cases interleaved with this tree's in every round",
+    )
     args = parser.parse_args()
     keys = args.keys or (200 if args.quick else 1000)
     count = keys * args.per_key
     processes = [int(p) for p in (args.processes or ("2" if args.quick else "2,4")).split(",")]
     cases = [c.strip() for c in args.cases.split(",")]
-    print(f"{count} no-op jobs, capacity {args.capacity} per node, q0 limit {args.limit}, {keys} keys x "
-          f"{args.per_key}, {args.rounds} round(s); {load_average()}", flush=True)
+    print(
+        f"{count} no-op jobs, capacity {args.capacity} per node, q0 limit {args.limit}, {keys} keys x "
+        f"{args.per_key}, {args.rounds} round(s); {load_average()}",
+        flush=True,
+    )
     old = tempfile.TemporaryDirectory(prefix="qp-before-") if args.before else None
     trees = [("", ROOT)] + ([(f"{args.before} ", source_tree(args.before, Path(old.name)))] if old else [])
     server = start_postgres()
@@ -266,8 +331,9 @@ def main() -> None:
                 for (label, root), case in rotated([(tree, case) for tree in trees for case in cases], r):
                     if label:
                         print(f"  ({label.strip()})", end="", flush=True)
-                    for figure, rate in run_case(server, case, n, count, args.capacity, args.limit, keys,
-                                                 args.patience, root).items():
+                    for figure, rate in run_case(
+                        server, case, n, count, args.capacity, args.limit, keys, args.patience, root
+                    ).items():
                         rates[figure, f"{label}x{n}", r] = rate
                         figures.setdefault(figure, None)
     finally:
@@ -275,8 +341,10 @@ def main() -> None:
         if old:
             old.cleanup()
     columns = [f"{label}x{n}" for n in processes for label, _root in trees]
-    print_table(["case", *(f"jobs/s {column}: median (min-max); ratio median (min-max)" for column in columns)],
-                summary(rates, [f for c in cases for f in figures if f.split(":")[0] == c], columns, args.rounds))
+    print_table(
+        ["case", *(f"jobs/s {column}: median (min-max); ratio median (min-max)" for column in columns)],
+        summary(rates, [f for c in cases for f in figures if f.split(":")[0] == c], columns, args.rounds),
+    )
     print(load_average())
 
 

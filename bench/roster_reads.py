@@ -26,8 +26,18 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from common import (ROOT, NodeProcess, fresh_database, load_average, print_table, query, source_tree, start_postgres,
-                    stop_all, wait_for)
+from common import (
+    ROOT,
+    NodeProcess,
+    fresh_database,
+    load_average,
+    print_table,
+    query,
+    source_tree,
+    start_postgres,
+    stop_all,
+    wait_for,
+)
 
 HEARTBEAT = 1.0
 READS_MACHINES = re.compile(r"^\s*SELECT\b.*\bqp_machines\b", re.IGNORECASE | re.DOTALL)
@@ -36,12 +46,20 @@ READS_MACHINES = re.compile(r"^\s*SELECT\b.*\bqp_machines\b", re.IGNORECASE | re
 def counters(server, url: str) -> dict:
     """The farm database's counters so far: rows returned by reads of qp_machines, statements, tuples scanned."""
     database = url.rsplit("/", 1)[1]
-    rows = query(server.url, "SELECT s.query, s.calls, s.rows FROM pg_stat_statements s JOIN pg_database d "
-                             "ON d.oid = s.dbid WHERE d.datname = :db", db=database)
-    [(seq, fetched)] = query(url, "SELECT seq_tup_read, coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables "
-                                  "WHERE relname = 'qp_machines'")
-    return Counter(returned=sum(r for q, _, r in rows if READS_MACHINES.match(q)),
-                   statements=sum(c for _, c, _ in rows), scanned=seq + fetched)
+    rows = query(
+        server.url,
+        "SELECT s.query, s.calls, s.rows FROM pg_stat_statements s JOIN pg_database d "
+        "ON d.oid = s.dbid WHERE d.datname = :db",
+        db=database,
+    )
+    [(seq, fetched)] = query(
+        url, "SELECT seq_tup_read, coalesce(idx_tup_fetch, 0) FROM pg_stat_user_tables WHERE relname = 'qp_machines'"
+    )
+    return Counter(
+        returned=sum(r for q, _, r in rows if READS_MACHINES.match(q)),
+        statements=sum(c for _, c, _ in rows),
+        scanned=seq + fetched,
+    )
 
 
 def active(url: str) -> int:
@@ -58,8 +76,10 @@ def measure(server, label: str, root: Path, sizes: list[int], seconds: float) ->
     results = []
     try:
         for size in sizes:
-            farm += [NodeProcess(url, f"{label}-{i}", root=root, extra=("--heartbeat", str(HEARTBEAT)))
-                     for i in range(len(farm), size)]
+            farm += [
+                NodeProcess(url, f"{label}-{i}", root=root, extra=("--heartbeat", str(HEARTBEAT)))
+                for i in range(len(farm), size)
+            ]
             wait_for(lambda: active(url) >= size, 60 + 3 * size, f"{size} {label} nodes to join")
             time.sleep(3 * HEARTBEAT)  # past the newcomers' join delay: every node has read the last change
             before, t0 = counters(server, url), time.monotonic()
@@ -70,8 +90,11 @@ def measure(server, label: str, root: Path, sizes: list[int], seconds: float) ->
                 raise RuntimeError(f"nodes died during the window: {dead}")
             rates = {k: (after[k] - before[k]) / (t1 - t0) for k in ("returned", "scanned", "statements")}
             results.append({"nodes": size, **rates})
-            print(f"  {label:6} {size:3} nodes: {rates['returned']:9.1f} rows returned/s, "
-                  f"{rates['scanned']:9.1f} tuples scanned/s, {rates['statements']:7.1f} statements/s", flush=True)
+            print(
+                f"  {label:6} {size:3} nodes: {rates['returned']:9.1f} rows returned/s, "
+                f"{rates['scanned']:9.1f} tuples scanned/s, {rates['statements']:7.1f} statements/s",
+                flush=True,
+            )
     finally:
         stop_all(farm)
     return results
@@ -96,11 +119,31 @@ def main() -> None:
         server.stop()
     print()
     print_table(
-        ["nodes", "rows returned/s before", "after", "per node before", "after",
-         "tuples scanned/s before", "after", "statements/s before", "after"],
-        [[b["nodes"], f"{b['returned']:.1f}", f"{a['returned']:.1f}", f"{b['returned'] / b['nodes']:.2f}",
-          f"{a['returned'] / a['nodes']:.2f}", f"{b['scanned']:.0f}", f"{a['scanned']:.0f}",
-          f"{b['statements']:.1f}", f"{a['statements']:.1f}"] for b, a in zip(before, after)],
+        [
+            "nodes",
+            "rows returned/s before",
+            "after",
+            "per node before",
+            "after",
+            "tuples scanned/s before",
+            "after",
+            "statements/s before",
+            "after",
+        ],
+        [
+            [
+                b["nodes"],
+                f"{b['returned']:.1f}",
+                f"{a['returned']:.1f}",
+                f"{b['returned'] / b['nodes']:.2f}",
+                f"{a['returned'] / a['nodes']:.2f}",
+                f"{b['scanned']:.0f}",
+                f"{a['scanned']:.0f}",
+                f"{b['statements']:.1f}",
+                f"{a['statements']:.1f}",
+            ]
+            for b, a in zip(before, after)
+        ],
     )
     print(f"\ntarget: rows returned per node flat in the farm's size (about 1 per heartbeat). {load_average()}")
 

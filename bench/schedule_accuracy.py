@@ -23,8 +23,18 @@ import argparse
 import bisect
 import time
 
-from common import (NodeProcess, fresh_database, load_average, ms, percentile, print_table, query, start_postgres,
-                    stop_all, wait_for)
+from common import (
+    NodeProcess,
+    fresh_database,
+    load_average,
+    ms,
+    percentile,
+    print_table,
+    query,
+    start_postgres,
+    stop_all,
+    wait_for,
+)
 from queueprocessor.farm import Farm
 
 PERIOD = 1.0
@@ -53,10 +63,14 @@ def run(server, seconds: float, kill_at: float, down: float) -> dict:
         time.sleep(max(0.0, seconds - kill_at - down))
         ended = farm.store.ask_time()
         farm.pause_schedule("tick")
-        wait_for(lambda: not query(url, "SELECT count(*) FROM qp_jobs WHERE state = 'running'")[0][0], 30,
-                 "the last occurrences to finish")
-        jobs = query(url, "SELECT id, run_at FROM qp_jobs WHERE key LIKE :ticks AND state <> 'cancelled'",
-                     ticks="tick@%")
+        wait_for(
+            lambda: not query(url, "SELECT count(*) FROM qp_jobs WHERE state = 'running'")[0][0],
+            30,
+            "the last occurrences to finish",
+        )
+        jobs = query(
+            url, "SELECT id, run_at FROM qp_jobs WHERE key LIKE :ticks AND state <> 'cancelled'", ticks="tick@%"
+        )
         runs = query(url, "SELECT job_id, outcome, started_at, output FROM qp_runs")
         turns = sorted(t for (t,) in query(url, "SELECT taken_at FROM qp_turns"))
         return dict(began=began, ended=ended, killed=killed, back=killed + down, jobs=jobs, runs=runs, turns=turns)
@@ -78,11 +92,17 @@ def analyse(data: dict) -> list[dict]:
         mine = runs.get(job_id, [])
         done = [(float(output), started) for outcome, started, output in mine if outcome == "succeeded"]
         turn = data["turns"][bisect.bisect_left(data["turns"], second)] if data["turns"][-1] >= second else None
-        rows.append(dict(second=second, executions=len(done), claims=len(mine),
-                         lateness=(done[0][0] - second) if done else None,
-                         recorded=(done[0][1] - second) if done else None,
-                         polled=None if turn is None else turn - second,
-                         near_kill=data["killed"] - 2 <= second <= data["back"] + 10))
+        rows.append(
+            dict(
+                second=second,
+                executions=len(done),
+                claims=len(mine),
+                lateness=(done[0][0] - second) if done else None,
+                recorded=(done[0][1] - second) if done else None,
+                polled=None if turn is None else turn - second,
+                near_kill=data["killed"] - 2 <= second <= data["back"] + 10,
+            )
+        )
     return rows
 
 
@@ -90,10 +110,18 @@ def summarise(label: str, rows: list) -> list:
     late = [r["lateness"] for r in rows if r["lateness"] is not None]
     recorded = [r["recorded"] for r in rows if r["recorded"] is not None]
     counts = [r["executions"] for r in rows]
-    return [label, len(rows), ms(percentile(late, 50)), ms(percentile(late, 99)), ms(max(late)),
-            f"{ms(percentile(recorded, 50))} / {ms(percentile(recorded, 99))}",
-            counts.count(0), counts.count(1), sum(1 for c in counts if c > 1),
-            sum(r["claims"] - r["executions"] for r in rows)]
+    return [
+        label,
+        len(rows),
+        ms(percentile(late, 50)),
+        ms(percentile(late, 99)),
+        ms(max(late)),
+        f"{ms(percentile(recorded, 50))} / {ms(percentile(recorded, 99))}",
+        counts.count(0),
+        counts.count(1),
+        sum(1 for c in counts if c > 1),
+        sum(r["claims"] - r["executions"] for r in rows),
+    ]
 
 
 def main() -> None:
@@ -103,8 +131,11 @@ def main() -> None:
     args = parser.parse_args()
     seconds = args.seconds or (30.0 if args.quick else 300.0)
     kill_at, down = (10.0, 5.0) if args.quick else (seconds / 3, 10.0)
-    print(f"schedule accuracy: every 1 s on {NODES} nodes for {seconds:g} s, node-1 killed at +{kill_at:g} s "
-          f"and back {down:g} s later; {load_average()}", flush=True)
+    print(
+        f"schedule accuracy: every 1 s on {NODES} nodes for {seconds:g} s, node-1 killed at +{kill_at:g} s "
+        f"and back {down:g} s later; {load_average()}",
+        flush=True,
+    )
     server = start_postgres()
     try:
         data = run(server, seconds, kill_at, down)
@@ -113,20 +144,36 @@ def main() -> None:
     rows = analyse(data)
     print()
     print_table(
-        ["occurrences", "count", "work began: late p50 ms", "p99 ms", "max ms", "recorded start p50 / p99 ms",
-         "0 runs", "1 run", "2+ runs", "claims lost to the kill"],
-        [summarise("all", rows),
-         summarise("steady (away from the kill)", [r for r in rows if not r["near_kill"]]),
-         summarise("from 2 s before the kill to 10 s after the restart", [r for r in rows if r["near_kill"]])],
+        [
+            "occurrences",
+            "count",
+            "work began: late p50 ms",
+            "p99 ms",
+            "max ms",
+            "recorded start p50 / p99 ms",
+            "0 runs",
+            "1 run",
+            "2+ runs",
+            "claims lost to the kill",
+        ],
+        [
+            summarise("all", rows),
+            summarise("steady (away from the kill)", [r for r in rows if not r["near_kill"]]),
+            summarise("from 2 s before the kill to 10 s after the restart", [r for r in rows if r["near_kill"]]),
+        ],
     )
     polled = [r["polled"] for r in rows if r["polled"] is not None]
-    print(f"\nbaseline, poll-only (the first turn at or after each due time, from the same run's turn log): "
-          f"lateness p50 {ms(percentile(polled, 50))} ms, p99 {ms(percentile(polled, 99))} ms, "
-          f"max {ms(max(polled))} ms")
+    print(
+        f"\nbaseline, poll-only (the first turn at or after each due time, from the same run's turn log): "
+        f"lateness p50 {ms(percentile(polled, 50))} ms, p99 {ms(percentile(polled, 99))} ms, "
+        f"max {ms(max(polled))} ms"
+    )
     late = [r["lateness"] for r in rows if r["lateness"] is not None]
     once = all(r["executions"] == 1 for r in rows)
-    print(f"targets: p99 <= 20 ms: {'yes' if percentile(late, 99) <= 0.020 else 'NO'}; "
-          f"exactly one run per occurrence: {'yes' if once else 'NO'}")
+    print(
+        f"targets: p99 <= 20 ms: {'yes' if percentile(late, 99) <= 0.020 else 'NO'}; "
+        f"exactly one run per occurrence: {'yes' if once else 'NO'}"
+    )
     print(f"{load_average()}")
 
 

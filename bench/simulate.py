@@ -105,8 +105,9 @@ class Database:
         self._quiet: dict[int, float] = {}  # checking-in machines last seen before some reader's bound
 
     def register(self, machine_id: int, now: float, joined_at: float) -> None:
-        self.rows[machine_id] = dict(id=machine_id, state=MachineState.ACTIVE, last_seen=now, joined_at=joined_at,
-                                     wish=None)
+        self.rows[machine_id] = dict(
+            id=machine_id, state=MachineState.ACTIVE, last_seen=now, joined_at=joined_at, wish=None
+        )
         self._write_seen(machine_id, now)
         self.version += 1
         self.statements["register (insert + version)"] += 2
@@ -284,8 +285,9 @@ class Simulation:
         read = self.db.read_farm(machine.id, before)
         self._answered(machine, t0, self.now, before, read, self.now + self.latency())
 
-    def _answered(self, machine: Machine, t0: float, read_at: float, before: float, read: tuple,
-                  returned: float) -> None:
+    def _answered(
+        self, machine: Machine, t0: float, read_at: float, before: float, read: tuple, returned: float
+    ) -> None:
         """The read's answer: clock sample, the stall rule's streak, then what changed in the roster."""
         if returned < machine.frozen_until:  # the answer waits for the process to thaw
             self.at(machine.frozen_until, self._answered, machine, t0, read_at, before, read, machine.frozen_until)
@@ -302,13 +304,15 @@ class Simulation:
                 there, back = self.round_trip()
                 self.at(self.now + there, self._read_all, machine, back, read_at, before, wish, outlook)
 
-    def _read_all(self, machine: Machine, back: float, read_at: float, before: float, wish: str | None,
-                  outlook: Outlook) -> None:
+    def _read_all(
+        self, machine: Machine, back: float, read_at: float, before: float, wish: str | None, outlook: Outlook
+    ) -> None:
         full = self.db.read_all()
         self.at(self.now + back, self._all_answered, machine, full, read_at, before, wish, outlook)
 
-    def _all_answered(self, machine: Machine, full: tuple, read_at: float, before: float, wish: str | None,
-                      outlook: Outlook) -> None:
+    def _all_answered(
+        self, machine: Machine, full: tuple, read_at: float, before: float, wish: str | None, outlook: Outlook
+    ) -> None:
         if machine.alive:
             machine.known.replace(*full, before)
             self._learned(machine, read_at, wish, outlook, True)
@@ -336,8 +340,15 @@ class Simulation:
         machine.wake_generation += 1
         if machine.state != MachineState.ACTIVE:
             return
-        wait = turn_timer_wait(machine.known, machine.id, machine.estimator.db_now(), machine.liveness(), self.config,
-                               machine.last_slot, machine.estimator.error_bound())
+        wait = turn_timer_wait(
+            machine.known,
+            machine.id,
+            machine.estimator.db_now(),
+            machine.liveness(),
+            self.config,
+            machine.last_slot,
+            machine.estimator.error_bound(),
+        )
         if wait is not None:
             self.at(self.now + machine.clock.seconds(wait), self._tick, machine, machine.wake_generation)
 
@@ -382,10 +393,12 @@ class Simulation:
             self.at(self.rng.uniform(start, end), self.join, next_id)
             next_id += 1
             self.at(self.rng.uniform(start, end), self._random, self.kill)
-            self.at(self.rng.uniform(start, end), self._random,
-                    lambda m: self._pause_for(m, self.rng.uniform(5, 60)))
-            self.at(self.rng.uniform(start, end), self._random,
-                    lambda m: self.freeze(m, self.rng.uniform(1.5, 3) * self.config.dead_after))
+            self.at(self.rng.uniform(start, end), self._random, lambda m: self._pause_for(m, self.rng.uniform(5, 60)))
+            self.at(
+                self.rng.uniform(start, end),
+                self._random,
+                lambda m: self.freeze(m, self.rng.uniform(1.5, 3) * self.config.dead_after),
+            )
 
     def _pause_for(self, machine: Machine, seconds: float) -> None:
         self.pause(machine, Wish.PAUSE)
@@ -417,27 +430,40 @@ def simulate(args) -> dict:
     sim.run(end)
     double, missed = judge(sim.db.turns, first, last, args.period)
     seconds = end - WARMUP
-    return dict(double=double, missed=missed, slots=args.slots, refused=sim.db.refused, late=sim.db.late,
-                seconds=seconds,
-                statements={k: (v - statements_before[k]) / seconds for k, v in sim.db.statements.items()},
-                rows=(sim.db.rows_returned - rows_before) / seconds, bound_ratio=sim.bound_ratio,
-                life=dict(sim.life), machines=len(sim.machines))
+    return dict(
+        double=double,
+        missed=missed,
+        slots=args.slots,
+        refused=sim.db.refused,
+        late=sim.db.late,
+        seconds=seconds,
+        statements={k: (v - statements_before[k]) / seconds for k, v in sim.db.statements.items()},
+        rows=(sim.db.rows_returned - rows_before) / seconds,
+        bound_ratio=sim.bound_ratio,
+        life=dict(sim.life),
+        machines=len(sim.machines),
+    )
 
 
 def options(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--machines", type=int, default=1000)
     parser.add_argument("--slots", type=int, default=10_000, help="slots measured after the warm-up")
-    parser.add_argument("--period", type=float, default=0.25,
-                        help="slot length, seconds (default 0.25: 10,000 slots in 42 minutes of farm time, four to a "
-                             "heartbeat, so a roster change's moment of disagreement spans four slots, not one)")
+    parser.add_argument(
+        "--period",
+        type=float,
+        default=0.25,
+        help="slot length, seconds (default 0.25: 10,000 slots in 42 minutes of farm time, four to a "
+        "heartbeat, so a roster change's moment of disagreement spans four slots, not one)",
+    )
     parser.add_argument("--heartbeat", type=float, default=1.0)
     parser.add_argument("--misses", type=int, default=3)
     parser.add_argument("--latency", type=float, default=0.0005, help="median one-way delay, seconds")
     parser.add_argument("--tail", type=float, default=0.01, help="share of statements delayed by the tail")
     parser.add_argument("--tail-cap", type=float, default=0.5, help="longest tail delay, seconds")
-    parser.add_argument("--churn", type=int, default=5,
-                        help="joins, deaths, pauses and freezes (of each) during the measured slots")
+    parser.add_argument(
+        "--churn", type=int, default=5, help="joins, deaths, pauses and freezes (of each) during the measured slots"
+    )
     parser.add_argument("--seed", type=int, default=11)
     return parser.parse_args(argv)
 
@@ -446,17 +472,23 @@ def main() -> None:
     args = options()
     started = time.monotonic()
     result = simulate(args)
-    print(f"{result['machines']} machines ({args.machines} at the start), {args.slots:,} slots of {args.period:g} s, "
-          f"heartbeat {args.heartbeat:g} s, dead after {args.misses} misses; one-way latency median "
-          f"{args.latency * 1000:g} ms, {args.tail:.0%} with a Pareto tail up to {args.tail_cap:g} s; "
-          f"seed {args.seed}; during the slots: {result['life']}")
-    print(f"double polls {result['double']} (target 0), missed slots {result['missed']} "
-          f"({100 * result['missed'] / result['slots']:.2f} %, target <= 1 %), turn inserts refused by the slot key "
-          f"{result['refused']}, refused as late for their slot {result['late']}; largest clock error at a turn "
-          f"decision {result['bound_ratio']:.2f} of its bound")
-    print(f"statements per second the farm would make on PostgreSQL: {sum(result['statements'].values()):.1f} "
-          f"({sum(result['statements'].values()) / args.machines:.2f} per machine), rows returned by them "
-          f"{result['rows']:.1f}/s")
+    print(
+        f"{result['machines']} machines ({args.machines} at the start), {args.slots:,} slots of {args.period:g} s, "
+        f"heartbeat {args.heartbeat:g} s, dead after {args.misses} misses; one-way latency median "
+        f"{args.latency * 1000:g} ms, {args.tail:.0%} with a Pareto tail up to {args.tail_cap:g} s; "
+        f"seed {args.seed}; during the slots: {result['life']}"
+    )
+    print(
+        f"double polls {result['double']} (target 0), missed slots {result['missed']} "
+        f"({100 * result['missed'] / result['slots']:.2f} %, target <= 1 %), turn inserts refused by the slot key "
+        f"{result['refused']}, refused as late for their slot {result['late']}; largest clock error at a turn "
+        f"decision {result['bound_ratio']:.2f} of its bound"
+    )
+    print(
+        f"statements per second the farm would make on PostgreSQL: {sum(result['statements'].values()):.1f} "
+        f"({sum(result['statements'].values()) / args.machines:.2f} per machine), rows returned by them "
+        f"{result['rows']:.1f}/s"
+    )
     for kind, rate in sorted(result["statements"].items(), key=lambda item: -item[1]):
         print(f"  {rate:9.2f}/s  {kind}")
     print(f"simulated in {time.monotonic() - started:.0f} s")

@@ -106,8 +106,11 @@ async def peer_main(system: str, role: str, dsn: str, kind: str, count: int, con
     logging.getLogger("procrastinate").setLevel(logging.ERROR)  # its advice on where to create the App
     # The session our HTTP executor makes (queueprocessor/executors/http.py), so every system's HTTP job is the
     # same client work.
-    session = (aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar())
-               if role == "worker" and kind == "http" else None)
+    session = (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar())
+        if role == "worker" and kind == "http"
+        else None
+    )
 
     def noop():
         pass
@@ -143,18 +146,21 @@ async def peer_main(system: str, role: str, dsn: str, kind: str, count: int, con
 
         print("ready", flush=True)
         # Idle, it waits for a notice or 1 s (its default is 30 s): Procrastinate's polling interval, our period.
-        await pgq.run(batch_size=max(1, concurrency // 2), max_concurrent_tasks=concurrency,
-                      dequeue_timeout=timedelta(seconds=1))
+        await pgq.run(
+            batch_size=max(1, concurrency // 2), max_concurrent_tasks=concurrency, dequeue_timeout=timedelta(seconds=1)
+        )
     else:
         import procrastinate
 
         app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn, max_size=8))
 
         if kind == "python":
+
             @app.task(name="job")
             def job():
                 noop()
         else:
+
             @app.task(name="job")
             async def job():
                 await work()
@@ -167,8 +173,13 @@ async def peer_main(system: str, role: str, dsn: str, kind: str, count: int, con
                     await job.batch_defer_async(*([{}] * min(5000, count - start)))
                 return print(time.monotonic(), flush=True)
             print("ready", flush=True)
-            await app.run_worker_async(concurrency=concurrency, wait=True, listen_notify=True,
-                                       fetch_job_polling_interval=1.0, install_signal_handlers=False)
+            await app.run_worker_async(
+                concurrency=concurrency,
+                wait=True,
+                listen_notify=True,
+                fetch_job_polling_interval=1.0,
+                install_signal_handlers=False,
+            )
 
 
 # -- the web server the HTTP jobs call ------------------------------------------------------------
@@ -179,8 +190,14 @@ async def serve(port: int) -> None:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 if length:
                     await reader.readexactly(length)
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok")
@@ -213,23 +230,45 @@ def configs_of(system: str, args) -> list[Config]:
     if system in (OURS, THROUGH_PGBOUNCER):
         return [Config(system, "", f"--capacity {args.concurrency}", {"capacity": args.concurrency})]
     if system == BEFORE:
-        return [Config(system, args.before, f"--capacity {args.concurrency}, the code of {args.before}",
-                       {"capacity": args.concurrency})]
+        return [
+            Config(
+                system,
+                args.before,
+                f"--capacity {args.concurrency}, the code of {args.before}",
+                {"capacity": args.concurrency},
+            )
+        ]
     if system == "pgqueuer":
-        return [Config(system, f"{c} at once", f"max_concurrent_tasks {c}, batch_size {max(1, c // 2)}",
-                       {"concurrency": c}) for c in args.peer_concurrency]
+        return [
+            Config(system, f"{c} at once", f"max_concurrent_tasks {c}, batch_size {max(1, c // 2)}", {"concurrency": c})
+            for c in args.peer_concurrency
+        ]
     if system == "procrastinate":
         return [Config(system, f"{c} at once", f"concurrency {c}", {"concurrency": c}) for c in args.peer_concurrency]
     if system == "graphile":
-        modes = {"defaults": Config(system, "defaults", f"-j {GRAPHILE_JOBS}", {"BATCHING": "0"}),
-                 "batch": Config(system, "batching", f"-j {GRAPHILE_JOBS}, localQueue 500, completeJobBatchDelay 0",
-                                 {"BATCHING": "1"})}
+        modes = {
+            "defaults": Config(system, "defaults", f"-j {GRAPHILE_JOBS}", {"BATCHING": "0"}),
+            "batch": Config(
+                system, "batching", f"-j {GRAPHILE_JOBS}, localQueue 500, completeJobBatchDelay 0", {"BATCHING": "1"}
+            ),
+        }
         return [modes[mode] for mode in args.graphile]
     if system == "pgboss":
-        return [Config(system, spec, f"{spec.split('x')[0]} work() loops x batchSize {spec.split('x')[1]}",
-                       {"LOOPS": spec.split("x")[0], "BATCH_SIZE": spec.split("x")[1]}) for spec in args.pgboss]
-    return [Config(system, f"batch {b}", f"claim {b} rows FOR UPDATE SKIP LOCKED, commit; mark them done, commit",
-                   {"batch": b}) for b in args.ceiling_batches]
+        return [
+            Config(
+                system,
+                spec,
+                f"{spec.split('x')[0]} work() loops x batchSize {spec.split('x')[1]}",
+                {"LOOPS": spec.split("x")[0], "BATCH_SIZE": spec.split("x")[1]},
+            )
+            for spec in args.pgboss
+        ]
+    return [
+        Config(
+            system, f"batch {b}", f"claim {b} rows FOR UPDATE SKIP LOCKED, commit; mark them done, commit", {"batch": b}
+        )
+        for b in args.ceiling_batches
+    ]
 
 
 def runs_kind(system: str, kind: str, kinds: list[str]) -> bool:
@@ -249,9 +288,11 @@ def peers_python() -> str | None:
     python, installed = PEERS_VENV / "bin" / "python", PEERS_VENV / "installed.txt"
     if not installed.exists() or installed.read_text() != "\n".join(PEER_PACKAGES):
         print(f"installing {', '.join(PEER_PACKAGES)} into {PEERS_VENV} ...", flush=True)
-        made = (install("PgQueuer and Procrastinate", [sys.executable, "-m", "venv", str(PEERS_VENV)], CACHE)
-                and install("PgQueuer and Procrastinate", [str(python), "-m", "pip", "install", "--quiet",
-                                                           *PEER_PACKAGES], PEERS_VENV))
+        made = install(
+            "PgQueuer and Procrastinate", [sys.executable, "-m", "venv", str(PEERS_VENV)], CACHE
+        ) and install(
+            "PgQueuer and Procrastinate", [str(python), "-m", "pip", "install", "--quiet", *PEER_PACKAGES], PEERS_VENV
+        )
         if not made:
             return None
         installed.write_text("\n".join(PEER_PACKAGES))
@@ -264,16 +305,20 @@ def node_peer(system: str) -> Path | None:
     peer = NODE_PEERS[system]
     folder = CACHE / f"{peer.package}-{peer.version}"
     if shutil.which("node") is None:
-        print(f"{peer.package}: node is not on PATH (Node 20: apt-get install nodejs); left out of this run",
-              flush=True)
+        print(
+            f"{peer.package}: node is not on PATH (Node 20: apt-get install nodejs); left out of this run", flush=True
+        )
         return None
     installed = folder / "node_modules" / peer.package / "package.json"
     if not installed.exists() or json.loads(installed.read_text())["version"] != peer.version:
         print(f"installing {peer.package}@{peer.version} into {folder} ...", flush=True)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "package.json").write_text('{"private": true}\n')
-        if not install(f"{peer.package}@{peer.version}", ["npm", "install", "--no-audit", "--no-fund", "--save-exact",
-                                                          f"{peer.package}@{peer.version}"], folder):
+        if not install(
+            f"{peer.package}@{peer.version}",
+            ["npm", "install", "--no-audit", "--no-fund", "--save-exact", f"{peer.package}@{peer.version}"],
+            folder,
+        ):
             return None
     for name in peer.files:
         shutil.copyfile(PEER_FILES / name, folder / name)
@@ -291,8 +336,7 @@ def install(what: str, command: list[str], cwd: Path) -> bool:
     if done.returncode:
         lines = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()
         said = next((line for line in lines if "error" in line.lower()), lines[-1])  # npm's and pip's first word
-        print(f"{what}: {Path(command[0]).name} {command[1]} failed ({said.strip()}); left out of this run",
-              flush=True)
+        print(f"{what}: {Path(command[0]).name} {command[1]} failed ({said.strip()}); left out of this run", flush=True)
     return done.returncode == 0
 
 
@@ -326,8 +370,11 @@ def older_tree(ref: str) -> Path | None:
     try:
         return source_tree(ref, Path(tempfile.mkdtemp(prefix="qp-before-")))
     except subprocess.CalledProcessError as error:
-        print(f"--before {ref}: git archive failed ({error.stderr.decode().strip() or error.returncode}); "
-              "left out of this run", flush=True)
+        print(
+            f"--before {ref}: git archive failed ({error.stderr.decode().strip() or error.returncode}); "
+            "left out of this run",
+            flush=True,
+        )
         return None
 
 
@@ -375,13 +422,20 @@ class Worker:
     """A worker process that says 'ready' on stdout once it is listening."""
 
     def __init__(self, command: list, cwd: Path, env: dict | None = None):
-        self.process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                        text=True, env=env or dict(os.environ, PYTHONPATH=str(cwd)))
+        self.process = subprocess.Popen(
+            command,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env or dict(os.environ, PYTHONPATH=str(cwd)),
+        )
 
     def wait_ready(self) -> None:
         if self.process.stdout.readline().strip() != "ready":
-            raise RuntimeError(f"{' '.join(map(str, self.process.args[:3]))} did not start "
-                               f"(exit {self.process.poll()})")
+            raise RuntimeError(
+                f"{' '.join(map(str, self.process.args[:3]))} did not start (exit {self.process.poll()})"
+            )
 
     def stop(self) -> None:
         self.process.kill()
@@ -407,6 +461,7 @@ def stopping(workers: list[Worker]) -> Callable[[], None]:
     def stop() -> None:
         for worker in workers:
             worker.stop()
+
     return stop
 
 
@@ -419,21 +474,40 @@ def start_ours(bench: Bench, config: Config, kind: str, processes: int, url: str
     env = dict(os.environ, PYTHONPATH=str(root))
 
     def farm(action: str, count: int) -> list[str]:
-        return [sys.executable, str(Path(__file__).resolve()), "--farm", action, "--dsn", url, "--kind", kind,
-                "--count", str(count)]
+        return [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--farm",
+            action,
+            "--dsn",
+            url,
+            "--kind",
+            kind,
+            "--count",
+            str(count),
+        ]
 
     subprocess.run(farm("settings", 0), cwd=root, env=env, check=True, capture_output=True)
     nodes_url = bench.pgbouncer.url_for(url) if config.system == THROUGH_PGBOUNCER else url
-    nodes = [NodeProcess(nodes_url, f"node-{i}", http_base=bench.web_url, root=root, extra=(
-        "--capacity", str(config.options["capacity"]), "--allow-module", "bench.jobs")) for i in range(processes)]
+    nodes = [
+        NodeProcess(
+            nodes_url,
+            f"node-{i}",
+            http_base=bench.web_url,
+            root=root,
+            extra=("--capacity", str(config.options["capacity"]), "--allow-module", "bench.jobs"),
+        )
+        for i in range(processes)
+    ]
     try:
         subprocess.run(farm("joined", processes), cwd=root, env=env, check=True, capture_output=True, text=True)
         time.sleep(2.5)  # the join delay: every node takes turns
     except BaseException:  # also a SIGTERM of the whole run
         stop_all(nodes)
         raise
-    return Running([node.pid for node in nodes], committed_at(farm("enqueue", bench.count), root, env),
-                   lambda: stop_all(nodes))
+    return Running(
+        [node.pid for node in nodes], committed_at(farm("enqueue", bench.count), root, env), lambda: stop_all(nodes)
+    )
 
 
 def farm_main(action: str, url: str, kind: str, count: int) -> None:
@@ -464,13 +538,27 @@ def farm_main(action: str, url: str, kind: str, count: int) -> None:
 def start_python_peer(bench: Bench, config: Config, kind: str, processes: int, url: str) -> Running:
     from common import ROOT
 
-    peer = [bench.installed[config.system], str(Path(__file__).resolve()), "--peer", config.system,
-            "--dsn", dsn_of(url), "--kind", kind, "--count", str(bench.count),
-            "--concurrency", str(config.options["concurrency"]), "--url", bench.web_url]
+    peer = [
+        bench.installed[config.system],
+        str(Path(__file__).resolve()),
+        "--peer",
+        config.system,
+        "--dsn",
+        dsn_of(url),
+        "--kind",
+        kind,
+        "--count",
+        str(bench.count),
+        "--concurrency",
+        str(config.options["concurrency"]),
+        "--url",
+        bench.web_url,
+    ]
     subprocess.run([*peer, "--role", "install"], check=True, cwd=ROOT)
     workers = start_workers([[*peer, "--role", "worker"]] * processes, ROOT)
-    return Running([w.process.pid for w in workers], committed_at([*peer, "--role", "enqueue"], ROOT),
-                   stopping(workers))
+    return Running(
+        [w.process.pid for w in workers], committed_at([*peer, "--role", "enqueue"], ROOT), stopping(workers)
+    )
 
 
 def start_node_peer(bench: Bench, config: Config, kind: str, processes: int, url: str) -> Running:
@@ -478,19 +566,24 @@ def start_node_peer(bench: Bench, config: Config, kind: str, processes: int, url
     env = dict(os.environ, DSN=dsn_of(url), COUNT=str(bench.count), CONCURRENCY=str(GRAPHILE_JOBS), **config.options)
     subprocess.run(["node", script, "install"], check=True, cwd=folder, env=env, capture_output=True)
     workers = start_workers([["node", script, "worker"]] * processes, folder, env)
-    return Running([w.process.pid for w in workers], committed_at(["node", script, "enqueue"], folder, env),
-                   stopping(workers))
+    return Running(
+        [w.process.pid for w in workers], committed_at(["node", script, "enqueue"], folder, env), stopping(workers)
+    )
 
 
 def committed_at(command: list, cwd: Path, env: dict | None = None) -> Callable[[], float]:
     """A peer's enqueue, in a process of its own that prints when its backlog committed, by CLOCK_MONOTONIC (the
     clock time.monotonic() reads): the peer's workers start then, not once that process has exited."""
-    return lambda: float(subprocess.run(command, check=True, cwd=cwd, env=env, capture_output=True,
-                                        text=True).stdout.split()[-1])
+    return lambda: float(
+        subprocess.run(command, check=True, cwd=cwd, env=env, capture_output=True, text=True).stdout.split()[-1]
+    )
 
 
-STARTERS = {**dict.fromkeys(OUR_SYSTEMS, start_ours), **dict.fromkeys(PYTHON_PEERS, start_python_peer),
-            **dict.fromkeys(NODE_PEERS, start_node_peer)}
+STARTERS = {
+    **dict.fromkeys(OUR_SYSTEMS, start_ours),
+    **dict.fromkeys(PYTHON_PEERS, start_python_peer),
+    **dict.fromkeys(NODE_PEERS, start_node_peer),
+}
 
 
 def dsn_of(url: str) -> str:
@@ -560,8 +653,16 @@ def drain(bench: Bench, config: Config, kind: str, processes: int, url: str) -> 
         running.stop()
     if failed:
         raise RuntimeError(f"{config.system}: {failed} jobs did not succeed")
-    return report(config, kind, processes, finished, bench.count, done - enqueued, used,
-                  f"enqueue {enqueued - started:.1f} s, {shared}")
+    return report(
+        config,
+        kind,
+        processes,
+        finished,
+        bench.count,
+        done - enqueued,
+        used,
+        f"enqueue {enqueued - started:.1f} s, {shared}",
+    )
 
 
 def shares(url: str, processes: int) -> str:
@@ -569,8 +670,12 @@ def shares(url: str, processes: int) -> str:
     at most 1.25 over a drain of 100,000); a machine that ran nothing counts as 0."""
     from common import query
 
-    ran = [n for _, n in query(url, "SELECT machine_id, count(*) FROM qp_runs WHERE outcome = 'succeeded' "
-                                    "GROUP BY machine_id")]
+    ran = [
+        n
+        for _, n in query(
+            url, "SELECT machine_id, count(*) FROM qp_runs WHERE outcome = 'succeeded' GROUP BY machine_id"
+        )
+    ]
     counts = sorted([0] * (processes - len(ran)) + ran)
     spread = f"{counts[-1] / counts[0]:.2f}" if counts[0] else "inf"
     return f"jobs per machine {'/'.join(map(str, counts))}, max/min {spread}, "
@@ -580,17 +685,39 @@ def run_ceiling(bench: Bench, config: Config, clients: int, url: str) -> Result:
     """The database alone: `clients` pgbench clients claim and complete the backlog in batches, no worker."""
     from common import query
 
-    query(url, "CREATE TABLE ceiling_jobs (id bigserial PRIMARY KEY, state smallint NOT NULL DEFAULT 0, "
-               "payload jsonb NOT NULL DEFAULT '{}')")
+    query(
+        url,
+        "CREATE TABLE ceiling_jobs (id bigserial PRIMARY KEY, state smallint NOT NULL DEFAULT 0, "
+        "payload jsonb NOT NULL DEFAULT '{}')",
+    )
     query(url, "CREATE INDEX ceiling_queued ON ceiling_jobs (id) WHERE state = 0")
     query(url, "INSERT INTO ceiling_jobs (state) SELECT 0 FROM generate_series(1, :n)", n=bench.count)
     query(url, "VACUUM ANALYZE ceiling_jobs")
     server, batch = bench.server, config.options["batch"]
     transactions = math.ceil(bench.count / batch / clients)  # SKIP LOCKED: the clients' batches never overlap
-    command = [str(bench.installed[CEILING]), "--no-vacuum", "--protocol", "prepared", "--file",
-               str(PEER_FILES / "ceiling.sql"), "--define", f"batch={batch}", "--client", str(clients), "--jobs",
-               str(clients), "--transactions", str(transactions), "--host", "127.0.0.1", "--port", str(server.port),
-               "--username", server.user, url.rsplit("/", 1)[1]]
+    command = [
+        str(bench.installed[CEILING]),
+        "--no-vacuum",
+        "--protocol",
+        "prepared",
+        "--file",
+        str(PEER_FILES / "ceiling.sql"),
+        "--define",
+        f"batch={batch}",
+        "--client",
+        str(clients),
+        "--jobs",
+        str(clients),
+        "--transactions",
+        str(transactions),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(server.port),
+        "--username",
+        server.user,
+        url.rsplit("/", 1)[1],
+    ]
     cpu = (resource.getrusage(resource.RUSAGE_CHILDREN), cpu_of(postgres_pids(server)))
     started = time.monotonic()
     done = subprocess.run(command, env=dict(os.environ, PGPASSWORD=server.password), capture_output=True, text=True)
@@ -598,8 +725,7 @@ def run_ceiling(bench: Bench, config: Config, clients: int, url: str) -> Result:
     if done.returncode:
         raise RuntimeError(f"pgbench failed: {(done.stderr.strip() or 'no output').splitlines()[-1]}")
     mine = resource.getrusage(resource.RUSAGE_CHILDREN)
-    used = (mine.ru_utime + mine.ru_stime - cpu[0].ru_utime - cpu[0].ru_stime,
-            cpu_of(postgres_pids(server)) - cpu[1])
+    used = (mine.ru_utime + mine.ru_stime - cpu[0].ru_utime - cpu[0].ru_stime, cpu_of(postgres_pids(server)) - cpu[1])
     finished = query(url, "SELECT count(*) FROM ceiling_jobs WHERE state = 2")[0][0]
     return report(config, "-", clients, finished, bench.count, elapsed, used, "")
 
@@ -610,17 +736,29 @@ def failure(error: Exception) -> str:
     if isinstance(error, subprocess.CalledProcessError):
         said = (error.stderr or b"").decode() if isinstance(error.stderr, bytes) else (error.stderr or "")
         return f"its {Path(str(error.cmd[1])).name} exited with {error.returncode}" + (
-            f": {said.strip().splitlines()[-1]}" if said.strip() else "")
+            f": {said.strip().splitlines()[-1]}" if said.strip() else ""
+        )
     return str(error)
 
 
-def report(config: Config, kind: str, processes: int, finished: int, count: int, seconds: float,
-           used: tuple[float, float], detail: str) -> Result:
+def report(
+    config: Config,
+    kind: str,
+    processes: int,
+    finished: int,
+    count: int,
+    seconds: float,
+    used: tuple[float, float],
+    detail: str,
+) -> Result:
     partial = "" if finished == count else f", only {finished} of {count} done when it ran out of patience"
     result = Result(finished / seconds, *(1e6 * u / max(1, finished) for u in used))
-    print(f"  {config.system:21} {config.name:12} {kind:6} x{processes}: {result.rate:8.0f} jobs/s, CPU per job "
-          f"{result.workers_us:.0f} us workers + {result.postgres_us:.0f} us postgres ({detail}"
-          f"drain {seconds:.2f} s{partial})", flush=True)
+    print(
+        f"  {config.system:21} {config.name:12} {kind:6} x{processes}: {result.rate:8.0f} jobs/s, CPU per job "
+        f"{result.workers_us:.0f} us workers + {result.postgres_us:.0f} us postgres ({detail}"
+        f"drain {seconds:.2f} s{partial})",
+        flush=True,
+    )
     return result
 
 
@@ -632,8 +770,7 @@ Results = dict[tuple[str, int, str, str], Result]  # (kind, processes, system, c
 
 def best(results: Results, kind: str, processes: int, system: str) -> tuple[str, Result] | None:
     """A system's best config in one case (the ceiling: whatever the kind)."""
-    found = [(name, r) for (k, n, s, name), r in results.items()
-             if s == system and n == processes and k in (kind, "-")]
+    found = [(name, r) for (k, n, s, name), r in results.items() if s == system and n == processes and k in (kind, "-")]
     return max(found, key=lambda item: item[1].rate, default=None)
 
 
@@ -641,8 +778,12 @@ def print_comparison(results: Results, systems: list[str], kinds: list[str], pro
     from common import print_table
 
     peers = [s for s in systems if s not in (*OUR_SYSTEMS, CEILING)]
-    ratios = {"ours / best peer": (OURS, "best peer"), "ours / PostgreSQL alone": (OURS, CEILING),
-              "ours / before": (OURS, BEFORE), "through PgBouncer / direct": (THROUGH_PGBOUNCER, OURS)}
+    ratios = {
+        "ours / best peer": (OURS, "best peer"),
+        "ours / PostgreSQL alone": (OURS, CEILING),
+        "ours / before": (OURS, BEFORE),
+        "through PgBouncer / direct": (THROUGH_PGBOUNCER, OURS),
+    }
     ratios = {title: pair for title, pair in ratios.items() if set(pair) - {"best peer"} <= set(systems)}
     rows = []
     for kind in kinds:
@@ -650,8 +791,10 @@ def print_comparison(results: Results, systems: list[str], kinds: list[str], pro
             top = {s: best(results, kind, n, s) for s in systems}
             rate = {s: found[1].rate if found else math.nan for s, found in top.items()}
             rate["best peer"] = max((rate[s] for s in peers if top[s]), default=math.nan)
-            cells = [f"{found[1].rate:.0f}" + (f" ({found[0]})" if found[0] else "") if found else "-"
-                     for found in top.values()]
+            cells = [
+                f"{found[1].rate:.0f}" + (f" ({found[0]})" if found[0] else "") if found else "-"
+                for found in top.values()
+            ]
             rows.append([kind, n, *cells, *(ratio(rate[a], rate[b]) for a, b in ratios.values())])
     print_table(["jobs", "processes", *systems, *ratios], rows)
 
@@ -664,35 +807,67 @@ def print_every_config(results: Results, configs: list[Config]) -> None:
     from common import print_table
 
     setting = {(c.system, c.name): c.setting for c in configs}
-    print_table(["system", "setting", "jobs", "processes", "jobs/s", "CPU per job, us: workers + PostgreSQL"],
-                [[system, setting[system, name], kind, n, f"{r.rate:.0f}", f"{r.workers_us:.0f} + {r.postgres_us:.0f}"]
-                 for (kind, n, system, name), r in results.items()])
+    print_table(
+        ["system", "setting", "jobs", "processes", "jobs/s", "CPU per job, us: workers + PostgreSQL"],
+        [
+            [system, setting[system, name], kind, n, f"{r.rate:.0f}", f"{r.workers_us:.0f} + {r.postgres_us:.0f}"]
+            for (kind, n, system, name), r in results.items()
+        ],
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2,000 jobs, 1 and 2 processes")
     parser.add_argument("--jobs", type=int, help="backlog size (default 20,000; 2,000 with --quick)")
-    parser.add_argument("--concurrency", "--capacity", dest="concurrency", type=int, default=32,
-                        help="our nodes' --capacity (and the Python peers' concurrency, unless --peer-concurrency)")
-    parser.add_argument("--peer-concurrency", type=numbers,
-                        help="comma-separated concurrencies for PgQueuer and Procrastinate (default: --concurrency)")
+    parser.add_argument(
+        "--concurrency",
+        "--capacity",
+        dest="concurrency",
+        type=int,
+        default=32,
+        help="our nodes' --capacity (and the Python peers' concurrency, unless --peer-concurrency)",
+    )
+    parser.add_argument(
+        "--peer-concurrency",
+        type=numbers,
+        help="comma-separated concurrencies for PgQueuer and Procrastinate (default: --concurrency)",
+    )
     parser.add_argument("--kinds", default="python,async,http")
-    parser.add_argument("--systems", default=",".join(SYSTEMS),
-                        help=f"comma-separated systems to run (default: {','.join(SYSTEMS)}; also "
-                             f"{THROUGH_PGBOUNCER}; Procrastinate needs the whole --patience per case)")
+    parser.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help=f"comma-separated systems to run (default: {','.join(SYSTEMS)}; also "
+        f"{THROUGH_PGBOUNCER}; Procrastinate needs the whole --patience per case)",
+    )
     parser.add_argument("--processes", help="comma-separated worker process counts (default 1,2,4)")
-    parser.add_argument("--patience", type=float, default=120.0,
-                        help="seconds a system gets to drain the backlog before it is rated by what it finished")
-    parser.add_argument("--graphile", type=choices("defaults", "batch"), default=["defaults", "batch"],
-                        help="Graphile Worker's modes: defaults, batch (default: both)")
-    parser.add_argument("--pgboss", type=pgboss_specs, default=["2x8000", "4x4000"],
-                        help="pg-boss settings, LOOPSxBATCH_SIZE, comma-separated, or 'sweep' (batch 250 to 8000 x "
-                             "2 to 8 loops; default 2x8000,4x4000)")
-    parser.add_argument("--ceiling-batches", type=numbers, default=[1, 32, 1000],
-                        help="pgbench's batch sizes (default 1,32,1000)")
-    parser.add_argument("--before", metavar="REF",
-                        help="also run our nodes on the code of this git ref (e.g. main, 20f9f88), in the same run")
+    parser.add_argument(
+        "--patience",
+        type=float,
+        default=120.0,
+        help="seconds a system gets to drain the backlog before it is rated by what it finished",
+    )
+    parser.add_argument(
+        "--graphile",
+        type=choices("defaults", "batch"),
+        default=["defaults", "batch"],
+        help="Graphile Worker's modes: defaults, batch (default: both)",
+    )
+    parser.add_argument(
+        "--pgboss",
+        type=pgboss_specs,
+        default=["2x8000", "4x4000"],
+        help="pg-boss settings, LOOPSxBATCH_SIZE, comma-separated, or 'sweep' (batch 250 to 8000 x "
+        "2 to 8 loops; default 2x8000,4x4000)",
+    )
+    parser.add_argument(
+        "--ceiling-batches", type=numbers, default=[1, 32, 1000], help="pgbench's batch sizes (default 1,32,1000)"
+    )
+    parser.add_argument(
+        "--before",
+        metavar="REF",
+        help="also run our nodes on the code of this git ref (e.g. main, 20f9f88), in the same run",
+    )
     for hidden in ("--peer", "--role", "--dsn", "--kind", "--url", "--serve", "--farm"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
@@ -700,15 +875,15 @@ def main() -> None:
     if args.serve:
         return asyncio.run(serve(int(args.serve)))
     if args.peer:
-        return asyncio.run(peer_main(args.peer, args.role, args.dsn, args.kind, args.count, args.concurrency,
-                                     args.url))
+        return asyncio.run(peer_main(args.peer, args.role, args.dsn, args.kind, args.count, args.concurrency, args.url))
     if args.farm:
         return farm_main(args.farm, args.dsn, args.kind, args.count)
     systems = [s.strip() for s in args.systems.split(",")]
     unknown = set(systems) - {*SYSTEMS, THROUGH_PGBOUNCER}
     if unknown:
-        parser.error(f"unknown --systems {', '.join(sorted(unknown))}: choose from {', '.join(SYSTEMS)}, "
-                     f"{THROUGH_PGBOUNCER}")
+        parser.error(
+            f"unknown --systems {', '.join(sorted(unknown))}: choose from {', '.join(SYSTEMS)}, {THROUGH_PGBOUNCER}"
+        )
     args.peer_concurrency = args.peer_concurrency or [args.concurrency]
     if args.before:
         systems.insert(systems.index(OURS) + 1 if OURS in systems else 0, BEFORE)
@@ -731,6 +906,7 @@ def choices(*allowed: str) -> Callable[[str], list[str]]:
         if not set(chosen) <= set(allowed):
             raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(allowed)}")
         return chosen
+
     return parse
 
 
@@ -776,7 +952,9 @@ def run_all(args, systems: list[str]) -> None:
                     try:
                         result = run_case(bench, config, kind, n)
                     except (RuntimeError, TimeoutError, subprocess.CalledProcessError) as error:
-                        print(f"  {config.system:21} {config.name:12} {kind:6} x{n}: failed, {failure(error)}", flush=True)
+                        print(
+                            f"  {config.system:21} {config.name:12} {kind:6} x{n}: failed, {failure(error)}", flush=True
+                        )
                         continue
                     results["-" if config.system == CEILING else kind, n, config.system, config.name] = result
     finally:
@@ -786,11 +964,15 @@ def run_all(args, systems: list[str]) -> None:
         server.stop()
         if BEFORE in installed:
             shutil.rmtree(installed[BEFORE])
-    print(f"\nthroughput, jobs per second, each peer at its best setting here ({count} jobs; ours at --capacity "
-          f"{args.concurrency}; {load_average()})")
+    print(
+        f"\nthroughput, jobs per second, each peer at its best setting here ({count} jobs; ours at --capacity "
+        f"{args.concurrency}; {load_average()})"
+    )
     print_comparison(results, systems, kinds, processes)
-    print("\nevery setting; CPU per job in microseconds (what a job costs, whatever else the cores are doing; "
-          "for PostgreSQL alone, pgbench's CPU stands for the workers')")
+    print(
+        "\nevery setting; CPU per job in microseconds (what a job costs, whatever else the cores are doing; "
+        "for PostgreSQL alone, pgbench's CPU stands for the workers')"
+    )
     print_every_config(results, configs)
     print(json.dumps({f"{k}/{n}/{s}/{c}": [round(x) for x in r] for (k, n, s, c), r in results.items()}))
 

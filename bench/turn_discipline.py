@@ -39,8 +39,21 @@ import sys
 import time
 from collections import Counter
 
-from common import (ROOT, NodeProcess, WakeProbe, fresh_database, load_average, ms, percentile, print_table, query,
-                    rss_mb, start_postgres, stop_all, wait_for)
+from common import (
+    ROOT,
+    NodeProcess,
+    WakeProbe,
+    fresh_database,
+    load_average,
+    ms,
+    percentile,
+    print_table,
+    query,
+    rss_mb,
+    start_postgres,
+    stop_all,
+    wait_for,
+)
 
 HEARTBEAT = 1.0
 JOIN_DELAY = 1.5 * HEARTBEAT
@@ -61,6 +74,7 @@ def fits(nodes: int) -> tuple[bool, bool]:
 
 
 # -- the naive baseline, one process per machine ---------------------------
+
 
 def naive_node(url: str, index: int, count: int, skew: float, period: float, name: str) -> None:
     """Poll when it is my slot on my own (skewed) wall clock; log each poll; until SIGTERM."""
@@ -91,6 +105,7 @@ def naive_node(url: str, index: int, count: int, skew: float, period: float, nam
 
 # -- measuring ------------------------------------------------------------
 
+
 def judge(times: list[float], first_slot: int, last_slot: int, period: float) -> dict:
     """Double polls, missed slots and gaps of polls made at `times` (database time), over slots first..last."""
     inside = sorted(t for t in times if first_slot <= math.floor(t / period) <= last_slot)
@@ -99,14 +114,17 @@ def judge(times: list[float], first_slot: int, last_slot: int, period: float) ->
     gaps = [b - a for a, b in zip(inside, inside[1:])]
     late = [t - math.floor(t / period) * period for t in inside]
     return {
-        "slots": slots, "polls": len(inside),
+        "slots": slots,
+        "polls": len(inside),
         "double": sum(1 for n in per_slot.values() if n > 1),
         "missed": slots - len(per_slot),
-        "gap_p50": percentile(gaps, 50), "gap_p99": percentile(gaps, 99),
+        "gap_p50": percentile(gaps, 50),
+        "gap_p99": percentile(gaps, 99),
         "dev_p50": percentile([abs(g - period) for g in gaps], 50),
         "dev_p99": percentile([abs(g - period) for g in gaps], 99),
         "dev_max": max((abs(g - period) for g in gaps), default=math.nan),
-        "late_p50": percentile(late, 50), "late_p99": percentile(late, 99),
+        "late_p50": percentile(late, 50),
+        "late_p99": percentile(late, 99),
     }
 
 
@@ -116,21 +134,42 @@ def run_size(server, nodes: int, seconds: float, period: float, rng: random.Rand
         query(url, statement)
     skews = [rng.uniform(-1.0, 1.0) for _ in range(nodes)]
     push, baseline = fits(nodes)
-    farm = [NodeProcess(url, f"qp-{i}", skew=s, extra=("--period", str(period), "--heartbeat", str(HEARTBEAT),
-                                                       "--push" if push else "--no-push"))
-            for i, s in enumerate(skews)]
-    naive = [subprocess.Popen([sys.executable, __file__, "naive-node", url, str(i), str(nodes), repr(s),
-                               str(period), f"naive-{i}"], cwd=ROOT, stdin=subprocess.DEVNULL)
-             for i, s in enumerate(skews) if baseline]
+    farm = [
+        NodeProcess(
+            url,
+            f"qp-{i}",
+            skew=s,
+            extra=("--period", str(period), "--heartbeat", str(HEARTBEAT), "--push" if push else "--no-push"),
+        )
+        for i, s in enumerate(skews)
+    ]
+    naive = [
+        subprocess.Popen(
+            [sys.executable, __file__, "naive-node", url, str(i), str(nodes), repr(s), str(period), f"naive-{i}"],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+        )
+        for i, s in enumerate(skews)
+        if baseline
+    ]
     try:
         joined = wait_for(lambda: _all_joined(url, nodes), 90 + 2 * nodes, f"{nodes} nodes to join")
-        wait_for(lambda: query(url, "SELECT count(*) FROM bench_naive_ready")[0][0] >= len(naive), 60,
-                 f"{nodes} naive pollers to start")
+        wait_for(
+            lambda: query(url, "SELECT count(*) FROM bench_naive_ready")[0][0] >= len(naive),
+            60,
+            f"{nodes} naive pollers to start",
+        )
         # The steady state: every node in every roster (joined long enough ago and read by everyone's
         # heartbeat), and every node past its first turn (start-up work: first statements, a busy machine).
         settle_until = joined + JOIN_DELAY + 2 * HEARTBEAT
-        wait_for(lambda: query(url, "SELECT count(DISTINCT machine_id) FROM qp_turns WHERE taken_at > :t",
-                               t=settle_until)[0][0] >= nodes, 30 + 2 * nodes * period, f"{nodes} first turns")
+        wait_for(
+            lambda: (
+                query(url, "SELECT count(DISTINCT machine_id) FROM qp_turns WHERE taken_at > :t", t=settle_until)[0][0]
+                >= nodes
+            ),
+            30 + 2 * nodes * period,
+            f"{nodes} first turns",
+        )
         start = query(url, f"SELECT {DB_NOW}")[0][0]
         first_slot = math.ceil(start / period)
         last_slot = first_slot + round(seconds / period) - 1
@@ -147,13 +186,15 @@ def run_size(server, nodes: int, seconds: float, period: float, rng: random.Rand
         stop_all(farm)
         for process in naive:
             process.wait(10)
-    turns = query(url, "SELECT slot, taken_at FROM qp_turns WHERE slot BETWEEN :a AND :b", a=first_slot - 1,
-                  b=last_slot + 1)
+    turns = query(
+        url, "SELECT slot, taken_at FROM qp_turns WHERE slot BETWEEN :a AND :b", a=first_slot - 1, b=last_slot + 1
+    )
     polls = [row[0] for row in query(url, "SELECT at FROM bench_naive_polls")]
     ours = judge([taken_at for _, taken_at in turns], first_slot, last_slot, period)
     ours["bound"] = bound
-    ours["outside"] = sum(1 for slot, taken_at in turns
-                          if first_slot <= slot <= last_slot and math.floor(taken_at / period) != slot)
+    ours["outside"] = sum(
+        1 for slot, taken_at in turns if first_slot <= slot <= last_slot and math.floor(taken_at / period) != slot
+    )
     ours["rss"] = f"{percentile(memory, 50):.0f} / {max(memory):.0f}"
     spread = f"{min(skews):+.2f}..{max(skews):+.2f} s"
     machine = {"nodes": nodes, "skews": spread, "wake_p99": percentile(probe.late, 99), "wake_max": max(probe.late)}
@@ -186,32 +227,79 @@ def main() -> None:
     seconds = args.seconds or (8.0 if args.quick else 30.0)
     rng = random.Random(args.seed)
 
-    print(f"turn discipline: period {args.period:g} s, heartbeat {HEARTBEAT:g} s, skews uniform in +-1 s, "
-          f"{seconds:g} s window per size, max_connections {MAX_CONNECTIONS}; {load_average()}")
+    print(
+        f"turn discipline: period {args.period:g} s, heartbeat {HEARTBEAT:g} s, skews uniform in +-1 s, "
+        f"{seconds:g} s window per size, max_connections {MAX_CONNECTIONS}; {load_average()}"
+    )
     server = start_postgres(max_connections=MAX_CONNECTIONS)
     try:
         results = [row for n in sizes for row in run_size(server, n, seconds, args.period, rng)]
     finally:
         server.stop()
     print_table(
-        ["nodes", "skews", "system", "slots", "polls", "double polls", "missed slots", "outside slot",
-         "into slot p50 ms", "p99 ms", "max error bound ms", "gap p50 ms", "gap p99 ms", "|gap-period| p50 ms",
-         "|gap-period| p99 ms", "max ms", "targets met", "RSS per node median / max MB",
-         "machine wake-up delay p99 / max ms"],
-        [[r["nodes"], r["skews"], r["system"], r["slots"], r["polls"], r["double"],
-          f"{r['missed']} ({100 * r['missed'] / r['slots']:.1f}%)",
-          "-" if math.isnan(r["outside"]) else r["outside"], ms(r["late_p50"]), ms(r["late_p99"]), ms(r["bound"]),
-          ms(r["gap_p50"]), ms(r["gap_p99"]), ms(r["dev_p50"]), ms(r["dev_p99"]), ms(r["dev_max"]),
-          _verdict(r), r["rss"], f"{ms(r['wake_p99'])} / {ms(r['wake_max'])}"] for r in results],
+        [
+            "nodes",
+            "skews",
+            "system",
+            "slots",
+            "polls",
+            "double polls",
+            "missed slots",
+            "outside slot",
+            "into slot p50 ms",
+            "p99 ms",
+            "max error bound ms",
+            "gap p50 ms",
+            "gap p99 ms",
+            "|gap-period| p50 ms",
+            "|gap-period| p99 ms",
+            "max ms",
+            "targets met",
+            "RSS per node median / max MB",
+            "machine wake-up delay p99 / max ms",
+        ],
+        [
+            [
+                r["nodes"],
+                r["skews"],
+                r["system"],
+                r["slots"],
+                r["polls"],
+                r["double"],
+                f"{r['missed']} ({100 * r['missed'] / r['slots']:.1f}%)",
+                "-" if math.isnan(r["outside"]) else r["outside"],
+                ms(r["late_p50"]),
+                ms(r["late_p99"]),
+                ms(r["bound"]),
+                ms(r["gap_p50"]),
+                ms(r["gap_p99"]),
+                ms(r["dev_p50"]),
+                ms(r["dev_p99"]),
+                ms(r["dev_max"]),
+                _verdict(r),
+                r["rss"],
+                f"{ms(r['wake_p99'])} / {ms(r['wake_max'])}",
+            ]
+            for r in results
+        ],
     )
-    print("\ntargets: 0 double polls, missed slots <= 0.5%, |gap - period| p99 <= 15 ms, RSS <= 60 MB. Wake-up delay: how\n"
-          "late a thread sleeping 10 ms woke during the window (the machine's load, not the farm's code)")
+    print(
+        "\ntargets: 0 double polls, missed slots <= 0.5%, |gap - period| p99 <= 15 ms, RSS <= 60 MB. Wake-up delay: how\n"
+        "late a thread sleeping 10 ms woke during the window (the machine's load, not the farm's code)"
+    )
     print(load_average())
 
 
 def _verdict(r: dict) -> str:
-    failed = [name for name, ok in (("double", r["double"] == 0), ("missed", r["missed"] <= 0.005 * r["slots"]),
-                                    ("gap", r["dev_p99"] <= 0.015)) if not ok]
+    failed = [
+        name
+        for name, ok in (
+            ("double", r["double"] == 0),
+            ("missed", r["missed"] <= 0.005 * r["slots"]),
+            ("gap", r["dev_p99"] <= 0.015),
+        )
+        if not ok
+    ]
     return "yes" if not failed else "NO: " + ", ".join(failed)
 
 

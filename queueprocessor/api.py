@@ -27,8 +27,10 @@ def target_of(function: Callable) -> str:
     if module == "__main__":  # run with `python -m package.module`: the real name is on its spec
         spec = getattr(sys.modules["__main__"], "__spec__", None)
         if spec is None:
-            raise InvalidJob(f"{name} is defined in a script run by path; nodes cannot import it: put it in a "
-                             "module (or run the script with python -m)")
+            raise InvalidJob(
+                f"{name} is defined in a script run by path; nodes cannot import it: put it in a "
+                "module (or run the script with python -m)"
+            )
         module = spec.name
     if "<" in name:
         raise InvalidJob(f"{name} is not defined at the top level of its module; nodes cannot import it")
@@ -56,9 +58,9 @@ class JobFunction:
         return farm.schedule(name, farm.python_spec(self, payload), **options)
 
 
-def job(function: Callable | None = None, *, max_attempts: int = 3, timeout: float | None = None,
-        priority: int = 0):
+def job(function: Callable | None = None, *, max_attempts: int = 3, timeout: float | None = None, priority: int = 0):
     """Decorate a function `f(payload, context)` to make it a job: `@job` or `@job(max_attempts=5, ...)`."""
+
     def wrap(f: Callable) -> JobFunction:
         return JobFunction(f, max_attempts=max_attempts, timeout=timeout, priority=priority)
 

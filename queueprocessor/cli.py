@@ -64,20 +64,27 @@ def _check_config_keys(group: click.Group, config: dict, path: str, prefix: str 
             continue
         command = group.commands.get(key)
         if command is None or not isinstance(value, dict):
-            raise ConfigError(f"config file {path}: unknown key {echoed(prefix + key)}: use 'db' or a table named after "
-                              f"a command ({', '.join(sorted(group.commands))})")
+            raise ConfigError(
+                f"config file {path}: unknown key {echoed(prefix + key)}: use 'db' or a table named after "
+                f"a command ({', '.join(sorted(group.commands))})"
+            )
         if isinstance(command, click.Group):
             defaults[key] = _check_config_keys(command, value, path, prefix=f"{prefix}{key}.")
             continue
         # An option is named by its flag (allow-host) or its parameter (allow_hosts).
-        params = {name: p for p in command.params
-                  for name in (p.name, *(flag.lstrip("-").replace("-", "_") for flag in p.opts))}
+        params = {
+            name: p
+            for p in command.params
+            for name in (p.name, *(flag.lstrip("-").replace("-", "_") for flag in p.opts))
+        }
         defaults[key] = {}
         for option, given in value.items():
             param = params.get(option.replace("-", "_"))
             if param is None:
-                raise ConfigError(f"config file {path}: [{prefix}{key}] has no option {echoed(option)}: "
-                                  f"see `queueprocessor {(prefix + key).replace('.', ' ')} --help`")
+                raise ConfigError(
+                    f"config file {path}: [{prefix}{key}] has no option {echoed(option)}: "
+                    f"see `queueprocessor {(prefix + key).replace('.', ' ')} --help`"
+                )
             defaults[key][param.name] = _typed(param, given, f"config file {path}: [{prefix}{key}] {option}")
     return defaults
 
@@ -138,10 +145,13 @@ class Context:
             self._farm.close()
 
 
-@click.group(context_settings={"auto_envvar_prefix": "QP", "help_option_names": ["-h", "--help"],
-                               "show_default": True})
-@click.option("--db", envvar="QP_DB", metavar="URL",
-              help="Farm database, e.g. postgresql://user:pw@host/farm. Default: a SQLite file in your data folder.")
+@click.group(context_settings={"auto_envvar_prefix": "QP", "help_option_names": ["-h", "--help"], "show_default": True})
+@click.option(
+    "--db",
+    envvar="QP_DB",
+    metavar="URL",
+    help="Farm database, e.g. postgresql://user:pw@host/farm. Default: a SQLite file in your data folder.",
+)
 @click.option("--config", envvar="QP_CONFIG", metavar="FILE", help="TOML file with defaults for any option.")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 @click.version_option(__version__, prog_name="queueprocessor")
@@ -167,8 +177,10 @@ def init_db(ctx: Context, period, heartbeat, misses) -> None:
     farm = ctx.farm
     settings = farm.settings(period=period, heartbeat=heartbeat, misses=misses)
     verb = "created" if farm.created else "is up to date"
-    click.echo(f"schema {verb} in {farm.masked_url}; period {settings['period']:g} s, "
-               f"heartbeat {settings['heartbeat']:g} s, dead after {settings['misses']:g} misses")
+    click.echo(
+        f"schema {verb} in {farm.masked_url}; period {settings['period']:g} s, "
+        f"heartbeat {settings['heartbeat']:g} s, dead after {settings['misses']:g} misses"
+    )
 
 
 @cli.command(cls=NodeCommand)
@@ -210,32 +222,53 @@ def enqueue() -> None:
 
 def _work_options(command):
     """What every kind of work takes besides its target (enqueue, schedule, singleton, grab)."""
-    for option in reversed((
-        click.option("--method", type=click.Choice(["GET", "POST"], case_sensitive=False), default="GET",
-                     help="HTTP jobs only."),
-        click.option("--payload", metavar="JSON", help="JSON given to the work (HTTP POST body, Python argument, "
-                                                       "command's stdin)."),
-        click.option("--priority", type=int, default=0, help="Higher runs first."),
-        click.option("--max-attempts", type=click.IntRange(min=1), default=3),
-        click.option("--timeout", type=Seconds(min=0, min_open=True), help="Seconds before a run is stopped."),
-        click.option("--queue", default=DEFAULT, metavar="NAME", help="The queue it waits in; only machines serving "
-                                                                      "it run it (node --queues)."),
-        click.option("--order-key", metavar="KEY", help="Jobs with the same key in one queue run one at a time, in "
-                                                        "the order they were enqueued."),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "--method",
+                type=click.Choice(["GET", "POST"], case_sensitive=False),
+                default="GET",
+                help="HTTP jobs only.",
+            ),
+            click.option(
+                "--payload",
+                metavar="JSON",
+                help="JSON given to the work (HTTP POST body, Python argument, command's stdin).",
+            ),
+            click.option("--priority", type=int, default=0, help="Higher runs first."),
+            click.option("--max-attempts", type=click.IntRange(min=1), default=3),
+            click.option("--timeout", type=Seconds(min=0, min_open=True), help="Seconds before a run is stopped."),
+            click.option(
+                "--queue",
+                default=DEFAULT,
+                metavar="NAME",
+                help="The queue it waits in; only machines serving it run it (node --queues).",
+            ),
+            click.option(
+                "--order-key",
+                metavar="KEY",
+                help="Jobs with the same key in one queue run one at a time, in the order they were enqueued.",
+            ),
+        )
+    ):
         command = option(command)
     return command
 
 
 def _when_options(command):
-    for option in reversed((
-        click.option("--delay", type=Seconds(min=0), default=0.0, help="Seconds from now (database time)."),
-        click.option("--at", "at", metavar="TIME", help="Run at an ISO 8601 time or epoch seconds."),
-        click.option("--count", type=click.IntRange(min=1, max=1_000_000), default=1, help="Enqueue this many copies."),
-        click.option("--key", help="Unique key: a second job with the same key (and instance) is refused, "
-                                   "naming the winner."),
-        click.option("--instance", help="With --key: the instance of the keyed work, e.g. a date."),
-    )):
+    for option in reversed(
+        (
+            click.option("--delay", type=Seconds(min=0), default=0.0, help="Seconds from now (database time)."),
+            click.option("--at", "at", metavar="TIME", help="Run at an ISO 8601 time or epoch seconds."),
+            click.option(
+                "--count", type=click.IntRange(min=1, max=1_000_000), default=1, help="Enqueue this many copies."
+            ),
+            click.option(
+                "--key", help="Unique key: a second job with the same key (and instance) is refused, naming the winner."
+            ),
+            click.option("--instance", help="With --key: the instance of the keyed work, e.g. a date."),
+        )
+    ):
         command = option(command)
     return command
 
@@ -248,8 +281,17 @@ def _spec(executor: str, words, *, method, payload, priority, max_attempts, time
         example = "/reports/run" if executor == "http" else "myapp.jobs:report"
         raise click.UsageError(f"{executor} work takes one target, e.g. {example} (got {len(words)})")
     target = json.dumps(list(words)) if executor == "command" else words[0]
-    return work_spec(executor, target, method=method, payload=payload, priority=priority, max_attempts=max_attempts,
-                     timeout=timeout, queue=queue, order_key=order_key)
+    return work_spec(
+        executor,
+        target,
+        method=method,
+        payload=payload,
+        priority=priority,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        queue=queue,
+        order_key=order_key,
+    )
 
 
 def _enqueue(ctx: Context, spec, *, delay, at, count, key, instance) -> None:
@@ -265,8 +307,11 @@ def _enqueue(ctx: Context, spec, *, delay, at, count, key, instance) -> None:
     ids = done.ids
     click.echo(f"enqueued job {ids[0]}" if len(ids) == 1 else f"enqueued {len(ids)} jobs ({ids[0]}..{ids[-1]})")
     if not done.served:
-        click.echo(f"warning: no live machine serves queue {echoed(spec.queue)} yet: its jobs wait until one does "
-                   "(node --queues)", err=True)
+        click.echo(
+            f"warning: no live machine serves queue {echoed(spec.queue)} yet: its jobs wait until one does "
+            "(node --queues)",
+            err=True,
+        )
 
 
 @enqueue.command("http")
@@ -313,18 +358,27 @@ def schedule() -> None:
 @click.option("--cron", metavar="EXPR", help="Cron expression, e.g. '30 2 * * *' (6th field: seconds).")
 @click.option("--tz", metavar="ZONE", help="Time zone of --cron, e.g. Europe/Berlin. Default: UTC.")
 @click.option("--every", type=Seconds(), metavar="SECONDS", help="Fixed interval, at whole multiples since the epoch.")
-@click.option("--misfire", type=click.Choice(["skip", "once", "all"]), default="once",
-              help="Occurrences the farm noticed late (it was down): skip them, run the newest once, or run all.")
-@click.option("--grace", type=Seconds(min=0), default=3600.0,
-              help="Seconds after which a missed occurrence is dropped whatever --misfire says.")
+@click.option(
+    "--misfire",
+    type=click.Choice(["skip", "once", "all"]),
+    default="once",
+    help="Occurrences the farm noticed late (it was down): skip them, run the newest once, or run all.",
+)
+@click.option(
+    "--grace",
+    type=Seconds(min=0),
+    default=3600.0,
+    help="Seconds after which a missed occurrence is dropped whatever --misfire says.",
+)
 @_executor
 @_target
 @_work_options
 @pass_ctx
 def schedule_add(ctx: Context, name, cron, tz, every, misfire, grace, executor, target, **work):
     """Run EXECUTOR TARGET... on a schedule, e.g. `schedule add nightly --cron '0 3 * * *' command -- backup`."""
-    row = ctx.farm.schedule(name, _spec(executor, target, **work), cron=cron, tz=tz, every=every, misfire=misfire,
-                            grace=grace)
+    row = ctx.farm.schedule(
+        name, _spec(executor, target, **work), cron=cron, tz=tz, every=every, misfire=misfire, grace=grace
+    )
     click.echo(f"schedule {name}: {_recurrence(row)}, next at {format_time(row['next_run'])} UTC")
 
 
@@ -336,11 +390,20 @@ def schedule_list(ctx: Context, as_json: bool) -> None:
     rows = ctx.reader.list_schedules()
     if as_json:
         return print_json({"schedules": rows})
-    print_table(["name", "when", "work", "misfire", "state", "next (UTC)"],
-                [[r["name"], _recurrence(r), f"{r['executor']} {r['target']}"[:60],
-                  f"{r['misfire']}/{r['grace']:g}s", "paused" if r["paused"] else "active",
-                  "-" if r["paused"] else format_time(r["next_run"])]
-                 for r in rows])
+    print_table(
+        ["name", "when", "work", "misfire", "state", "next (UTC)"],
+        [
+            [
+                r["name"],
+                _recurrence(r),
+                f"{r['executor']} {r['target']}"[:60],
+                f"{r['misfire']}/{r['grace']:g}s",
+                "paused" if r["paused"] else "active",
+                "-" if r["paused"] else format_time(r["next_run"]),
+            ]
+            for r in rows
+        ],
+    )
 
 
 def _recurrence(row: dict) -> str:
@@ -402,10 +465,22 @@ def singleton_list(ctx: Context, as_json: bool) -> None:
     rows = ctx.reader.list_singletons()
     if as_json:
         return print_json({"singletons": rows})
-    print_table(["name", "job", "state", "machine", "fence", "since", "work", "last error"],
-                [[r["name"], r["id"], r["state"], machine_label(r["owner_name"], r["owner"]), r["fence"],
-                  format_time(r["started_at"]), f"{r['executor']} {r['target']}"[:50], (r["last_error"] or "")[:50]]
-                 for r in rows])
+    print_table(
+        ["name", "job", "state", "machine", "fence", "since", "work", "last error"],
+        [
+            [
+                r["name"],
+                r["id"],
+                r["state"],
+                machine_label(r["owner_name"], r["owner"]),
+                r["fence"],
+                format_time(r["started_at"]),
+                f"{r['executor']} {r['target']}"[:50],
+                (r["last_error"] or "")[:50],
+            ]
+            for r in rows
+        ],
+    )
 
 
 @singleton.command("remove")
@@ -459,8 +534,10 @@ def _parse_time(text: str | None) -> float | None:
     try:
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
-        raise click.BadParameter(f"{echoed(text)} is not a time: use ISO 8601 (2026-11-22T18:00:00+00:00) "
-                                 "or epoch seconds", param_hint="--at") from None
+        raise click.BadParameter(
+            f"{echoed(text)} is not a time: use ISO 8601 (2026-11-22T18:00:00+00:00) or epoch seconds",
+            param_hint="--at",
+        ) from None
 
 
 @cli.command()
@@ -474,10 +551,24 @@ def status(ctx: Context, as_json: bool) -> None:
     click.echo(f"database {report['database']}  now {format_time(report['db_now'])}")
     print_table(
         ["id", "name", "host", "status", "queues", "offset", "±", "rtt", "seen", "cap", "run", "done", "fail"],
-        [[m["id"], m["name"], m["host"], m["status"], str(Served(m["queues"], tuple(m["caps"].items()))) or "all",
-          _ms(m["clock_offset"], signed=True), _ms(m["error_bound"]), _ms(m["rtt"]),
-          f"{report['db_now'] - m['last_seen']:.1f}s ago", m["capacity"], m["running"], m["done_count"],
-          m["failed_count"]] for m in report["machines"]],
+        [
+            [
+                m["id"],
+                m["name"],
+                m["host"],
+                m["status"],
+                str(Served(m["queues"], tuple(m["caps"].items()))) or "all",
+                _ms(m["clock_offset"], signed=True),
+                _ms(m["error_bound"]),
+                _ms(m["rtt"]),
+                f"{report['db_now'] - m['last_seen']:.1f}s ago",
+                m["capacity"],
+                m["running"],
+                m["done_count"],
+                m["failed_count"],
+            ]
+            for m in report["machines"]
+        ],
     )
     click.echo("jobs: " + ", ".join(f"{n} {state}" for state, n in report["jobs"].items()))
 
@@ -500,10 +591,21 @@ def jobs(ctx: Context, state, limit, as_json) -> None:
         return print_json({"jobs": rows})
     print_table(
         ["id", "state", "executor", "target", "owner", "attempt", "fence", "run at", "finished", "error"],
-        [[j["id"], j["state"], j["executor"], j["target"], machine_label(j["owner_name"], j["owner"]),
-          f"{j['attempts']}/{j['max_attempts']}", j["fence"], format_time(j["run_at"]), format_time(j["finished_at"]),
-          (j["last_error"] or "")[:60]]
-         for j in rows],
+        [
+            [
+                j["id"],
+                j["state"],
+                j["executor"],
+                j["target"],
+                machine_label(j["owner_name"], j["owner"]),
+                f"{j['attempts']}/{j['max_attempts']}",
+                j["fence"],
+                format_time(j["run_at"]),
+                format_time(j["finished_at"]),
+                (j["last_error"] or "")[:60],
+            ]
+            for j in rows
+        ],
     )
 
 
@@ -521,11 +623,22 @@ def job(ctx: Context, job_id: int, as_json: bool) -> None:
             value = machine_label(record["owner_name"], value)
         if key not in ("runs", "owner_name"):
             click.echo(f"{key:>16}: {format_time(value) if key.endswith(('_at', '_until')) else value}")
-    print_table(["attempt", "machine", "fence", "started", "finished", "outcome", "error", "output (end)"],
-                [[r["attempt"], machine_label(r["machine_name"], r["machine_id"]), r["fence"],
-                  format_time(r["started_at"]), format_time(r["finished_at"]), r["outcome"], r["error"] or "",
-                  _last_line(r["output"])]
-                 for r in reversed(record["runs"])])
+    print_table(
+        ["attempt", "machine", "fence", "started", "finished", "outcome", "error", "output (end)"],
+        [
+            [
+                r["attempt"],
+                machine_label(r["machine_name"], r["machine_id"]),
+                r["fence"],
+                format_time(r["started_at"]),
+                format_time(r["finished_at"]),
+                r["outcome"],
+                r["error"] or "",
+                _last_line(r["output"]),
+            ]
+            for r in reversed(record["runs"])
+        ],
+    )
 
 
 def _last_line(output: str | None) -> str:
@@ -542,9 +655,19 @@ def turns(ctx: Context, since: float, as_json: bool) -> None:
     rows = ctx.reader.turns(since)
     if as_json:
         return print_json({"turns": rows})
-    print_table(["slot", "machine", "taken at", "claimed", "backlog"],
-                [[t["slot"], machine_label(t["machine_name"], t["machine_id"]), format_time(t["taken_at"]),
-                  t["claimed"], "yes" if t["backlog"] else ""] for t in rows])
+    print_table(
+        ["slot", "machine", "taken at", "claimed", "backlog"],
+        [
+            [
+                t["slot"],
+                machine_label(t["machine_name"], t["machine_id"]),
+                format_time(t["taken_at"]),
+                t["claimed"],
+                "yes" if t["backlog"] else "",
+            ]
+            for t in rows
+        ],
+    )
 
 
 class QueueName(click.ParamType):
@@ -572,9 +695,23 @@ def queue_list(ctx: Context, as_json: bool) -> None:
     infos = ctx.reader.queues()
     if as_json:
         return print_json({"queues": [asdict(q) | {"rate": q.rate and str(q.rate)} for q in infos]})
-    print_table(["queue", "waiting", "running", "limit", "rate", "keys waiting", "state", "on failure", "serving"],
-                [[q.name, q.waiting, q.running, q.limit or "-", q.rate or "-", q.order_keys_waiting,
-                  "paused" if q.paused else "active", q.on_failure, ", ".join(q.serving) or "NOBODY"] for q in infos])
+    print_table(
+        ["queue", "waiting", "running", "limit", "rate", "keys waiting", "state", "on failure", "serving"],
+        [
+            [
+                q.name,
+                q.waiting,
+                q.running,
+                q.limit or "-",
+                q.rate or "-",
+                q.order_keys_waiting,
+                "paused" if q.paused else "active",
+                q.on_failure,
+                ", ".join(q.serving) or "NOBODY",
+            ]
+            for q in infos
+        ],
+    )
 
 
 def _queue_switch(word: str, text: str, said: str):
@@ -588,8 +725,11 @@ def _queue_switch(word: str, text: str, said: str):
     return command
 
 
-_queue_switch("pause", "Start no more jobs of queue NAME anywhere (running ones finish) until resumed.",
-              "paused: no new job of it starts from the next claim on; running ones finish")
+_queue_switch(
+    "pause",
+    "Start no more jobs of queue NAME anywhere (running ones finish) until resumed.",
+    "paused: no new job of it starts from the next claim on; running ones finish",
+)
 _queue_switch("resume", "Let a paused queue's jobs start again.", "resumed")
 
 
@@ -599,9 +739,12 @@ _queue_switch("resume", "Let a paused queue's jobs start again.", "resumed")
 @click.option("--no-limit", is_flag=True, help="Remove the limit.")
 @click.option("--rate", metavar="N/UNIT", help="At most N starts per s, min or h across the farm, e.g. 10/s.")
 @click.option("--no-rate", is_flag=True, help="Remove the rate.")
-@click.option("--on-failure", type=click.Choice([p.value for p in OnFailure]),
-              help="A job of an order key that failed for good: block the key's later jobs until it is retried or "
-                   "cancelled, or skip it.")
+@click.option(
+    "--on-failure",
+    type=click.Choice([p.value for p in OnFailure]),
+    help="A job of an order key that failed for good: block the key's later jobs until it is retried or "
+    "cancelled, or skip it.",
+)
 @pass_ctx
 def queue_set(ctx: Context, name, limit, no_limit, rate, no_rate, on_failure) -> None:
     """Change queue NAME's farm-wide limit, rate or ordering policy (the rest stays as it is)."""
@@ -610,9 +753,12 @@ def queue_set(ctx: Context, name, limit, no_limit, rate, no_rate, on_failure) ->
             raise click.UsageError(f"give --{option} or --no-{option}, not both")
     if limit is None and rate is None and on_failure is None and not (no_limit or no_rate):
         raise click.UsageError("nothing to change: give --limit, --rate, --on-failure, --no-limit or --no-rate")
-    ctx.farm.set_queue(name, limit=None if no_limit else UNCHANGED if limit is None else limit,
-                       rate=None if no_rate else UNCHANGED if rate is None else rate,
-                       on_failure=UNCHANGED if on_failure is None else OnFailure(on_failure))
+    ctx.farm.set_queue(
+        name,
+        limit=None if no_limit else UNCHANGED if limit is None else limit,
+        rate=None if no_rate else UNCHANGED if rate is None else rate,
+        on_failure=UNCHANGED if on_failure is None else OnFailure(on_failure),
+    )
     info = ctx.farm.queue(name)
     click.echo(f"queue {name}: limit {info.limit or 'none'}, rate {info.rate or 'none'}, on failure {info.on_failure}")
 
@@ -680,8 +826,7 @@ def gui(ctx: click.Context, observe, options: NodeOptions, theme) -> None:
     args = options.to_argv() + (["--observe"] if observe else []) + (["--theme", theme] if theme else [])
     # The app is a separate package the core never imports: run it in place of this process. The URL
     # travels in the environment, so its password never shows in the process list.
-    env = ({k: v for k, v in os.environ.items() if k != "QP_DB"} | ({"QP_DB": url} if url else {})
-           | options.secret_env())
+    env = {k: v for k, v in os.environ.items() if k != "QP_DB"} | ({"QP_DB": url} if url else {}) | options.secret_env()
     os.execve(sys.executable, [sys.executable, "-m", "ui", *args], env)
 
 
@@ -698,9 +843,14 @@ _show_envvars(cli)
 
 
 # Where to look for what was not found (errors.NotFound.what).
-SEE = {"job": "see `queueprocessor jobs`", "machine": "see `queueprocessor status`",
-       "schedule": "see `queueprocessor schedule list`", "queue": "see `queueprocessor queue list`", "singleton": "see `queueprocessor singleton list`",
-       "farm": "or run `queueprocessor init-db`"}
+SEE = {
+    "job": "see `queueprocessor jobs`",
+    "machine": "see `queueprocessor status`",
+    "schedule": "see `queueprocessor schedule list`",
+    "queue": "see `queueprocessor queue list`",
+    "singleton": "see `queueprocessor singleton list`",
+    "farm": "or run `queueprocessor init-db`",
+}
 
 
 def in_cli_words(error: QPError) -> str:

@@ -115,8 +115,14 @@ def _spawn(args: list[str], url: str, log: Path) -> subprocess.Popen:
     """A child process with the database in its environment (a password never shows in `ps`)."""
     env = dict(os.environ, QP_DB=url)
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, *args], env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, *args],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _node_args(name: str, skew: float, base: str) -> list[str]:
@@ -149,8 +155,10 @@ def status_line(farm: Farm, timing: FarmTiming, started: float) -> str:
     shown = (JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED)
     jobs = ", ".join(f"{counts[state]} {state}" for state in shown)
     turns = len(farm.turns(10))
-    return f"[{time.monotonic() - started:6.1f}s] {' |'.join(parts) or 'no machines yet'} · jobs: {jobs} · " \
-           f"turns in the last 10 s: {turns}"
+    return (
+        f"[{time.monotonic() - started:6.1f}s] {' |'.join(parts) or 'no machines yet'} · jobs: {jobs} · "
+        f"turns in the last 10 s: {turns}"
+    )
 
 
 def _leave(signum, _frame):
@@ -186,14 +194,20 @@ def run_demo(url: str, *, nodes: int = 3, seconds: float = 0.0, headless: bool =
                 time.sleep(1.0)
                 print(status_line(farm, timing, started), flush=True)
         else:
-            app = _spawn(["-m", "ui", "--name", "demo-1", "--clock-skew", f"{SKEWS[0]:+.2f}", "--http-base", base],
-                         url, logs / "app.log")
+            app = _spawn(
+                ["-m", "ui", "--name", "demo-1", "--clock-skew", f"{SKEWS[0]:+.2f}", "--http-base", base],
+                url,
+                logs / "app.log",
+            )
             children.insert(0, app)
             try:
                 app.wait(seconds or None)
             except subprocess.TimeoutExpired:
                 pass
             if app.returncode not in (None, 0):
-                print(f"demo: the desktop app exited with status {app.returncode}; see {logs / 'app.log'}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"demo: the desktop app exited with status {app.returncode}; see {logs / 'app.log'}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     print("demo stopped: every node left the farm", flush=True)

@@ -31,8 +31,18 @@ from .store.database import check_schema, describe_failure, ensure_schema, open_
 from .rules.errors import BadJobInput, BadQueueInput, BadSetting, DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from .rules.limits import LATEST, MAX_CAPACITY, MAX_INT, MAX_MISSES, MAX_PAYLOAD, MAX_WAIT
 from .node.config import NodeConfig
-from .rules.queues import (DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, Served, check_limit, check_name,
-                     check_order_key, serving_machines)
+from .rules.queues import (
+    DEFAULT,
+    UNCHANGED,
+    OnFailure,
+    QueueInfo,
+    Rate,
+    Served,
+    check_limit,
+    check_name,
+    check_order_key,
+    serving_machines,
+)
 from .rules.roster import Liveness, machine_status
 from .rules.schedules import Recurrence, ahead_of
 from .rules.states import SERVING
@@ -59,13 +69,18 @@ def parse_payload(text: str | None) -> str | None:
     except UnicodeEncodeError:  # bytes that were not UTF-8 on the command line arrive as lone surrogates
         raise InvalidJob("payload is not valid UTF-8 text") from None
     if size > MAX_PAYLOAD:
-        raise InvalidJob(f"payload is {size} bytes, over the {MAX_PAYLOAD} byte limit: "
-                         "store large data elsewhere and pass a reference")
+        raise InvalidJob(
+            f"payload is {size} bytes, over the {MAX_PAYLOAD} byte limit: "
+            "store large data elsewhere and pass a reference"
+        )
     try:
         return json.dumps(json.loads(text, parse_constant=_not_json), separators=(",", ":"))
     except json.JSONDecodeError as error:
-        raise BadJobInput("payload is not valid JSON ({limit}): quote it, e.g. {0} '{{\"id\": 1}}'", "payload",
-                          limit=f"{error.msg} at line {error.lineno} column {error.colno}") from None
+        raise BadJobInput(
+            "payload is not valid JSON ({limit}): quote it, e.g. {0} '{{\"id\": 1}}'",
+            "payload",
+            limit=f"{error.msg} at line {error.lineno} column {error.colno}",
+        ) from None
     except RecursionError:
         raise InvalidJob("payload is not usable JSON: it is nested too deeply") from None
 
@@ -84,9 +99,19 @@ def to_json(value) -> str | None:
         raise InvalidJob(f"payload cannot be sent as JSON: {error}") from None
 
 
-def work_spec(executor: str, target: str, *, method: str = "GET", payload: str | None = None, priority: int = 0,
-              max_attempts: int = 3, timeout: float | None = None, key: str | None = None, queue: str = DEFAULT,
-              order_key: str | None = None) -> JobSpec:
+def work_spec(
+    executor: str,
+    target: str,
+    *,
+    method: str = "GET",
+    payload: str | None = None,
+    priority: int = 0,
+    max_attempts: int = 3,
+    timeout: float | None = None,
+    key: str | None = None,
+    queue: str = DEFAULT,
+    order_key: str | None = None,
+) -> JobSpec:
     """A job definition checked for form; `payload` is JSON text. `queue` names the queue it waits in; jobs
     with the same `order_key` in one queue run one at a time, in the order they were enqueued."""
     if not 1 <= max_attempts <= MAX_INT:
@@ -95,9 +120,18 @@ def work_spec(executor: str, target: str, *, method: str = "GET", payload: str |
         raise BadJobInput.out_of("priority", priority, f"from {-MAX_INT} to {MAX_INT}")
     if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
         raise BadJobInput.out_of("timeout", timeout, "a positive number of seconds")
-    spec = JobSpec(executor=executor, target=target, method=method.upper(), payload=parse_payload(payload),
-                   priority=priority, max_attempts=max_attempts, timeout=timeout, key=key, queue=check_name(queue),
-                   order_key=check_order_key(order_key))
+    spec = JobSpec(
+        executor=executor,
+        target=target,
+        method=method.upper(),
+        payload=parse_payload(payload),
+        priority=priority,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        key=key,
+        queue=check_name(queue),
+        order_key=check_order_key(order_key),
+    )
     check_form(spec)
     return spec
 
@@ -159,7 +193,8 @@ class Farm:
             return self.current_settings()
         for key, value in given.items():
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0) or (
-                    key == "misses" and not (value == int(value) and value <= MAX_MISSES)):
+                key == "misses" and not (value == int(value) and value <= MAX_MISSES)
+            ):
                 kind = f"a whole number from 1 to {MAX_MISSES}" if key == "misses" else "a positive number of seconds"
                 raise BadSetting.out_of(key, value, kind)
         if not given and self._settings is not None:
@@ -168,8 +203,12 @@ class Farm:
         farm = {k: float(stored[k]) for k in FARM_SETTINGS}
         for key, value in given.items():
             if not math.isclose(float(value), farm[key]):
-                raise BadSetting("this farm uses {0} {value} (every machine must agree); start the node without {0}, "
-                                 "or with {0} {value}", key, value=farm[key])
+                raise BadSetting(
+                    "this farm uses {0} {value} (every machine must agree); start the node without {0}, "
+                    "or with {0} {value}",
+                    key,
+                    value=farm[key],
+                )
         self._settings = farm
         return farm
 
@@ -185,10 +224,23 @@ class Farm:
         s = self.current_settings()
         return Liveness(s["heartbeat"] * s["misses"])
 
-    def node(self, *, name: str | None = None, capacity: int = 4, period: float | None = None,
-             heartbeat: float | None = None, misses: int | None = None, http_base: str = "http://localhost/",
-             clock=None, clock_skew: float = 0.0, allow_hosts: Iterable[str] = (), allow_modules: Iterable[str] = (),
-             allow_commands: Iterable[str] = (), queues: str | None = None, **extra) -> "Node":
+    def node(
+        self,
+        *,
+        name: str | None = None,
+        capacity: int = 4,
+        period: float | None = None,
+        heartbeat: float | None = None,
+        misses: int | None = None,
+        http_base: str = "http://localhost/",
+        clock=None,
+        clock_skew: float = 0.0,
+        allow_hosts: Iterable[str] = (),
+        allow_modules: Iterable[str] = (),
+        allow_commands: Iterable[str] = (),
+        queues: str | None = None,
+        **extra,
+    ) -> "Node":
         """A node for this machine (start() it). The allow-lists say what work it agrees to run: HTTP
         to the local machine and `allow_hosts`, Python modules under `allow_modules`, `allow_commands`.
         `queues`: the queues it serves, e.g. "reports:2,default" (at most 2 reports jobs at once here); None for
@@ -200,22 +252,52 @@ class Farm:
         if not 1 <= capacity <= MAX_CAPACITY:
             raise BadSetting.out_of("capacity", capacity, f"from 1 to {MAX_CAPACITY}")
         allow = AllowLists(tuple(allow_hosts), tuple(allow_modules), tuple(allow_commands))
-        config = NodeConfig(capacity=capacity, period=farm["period"], heartbeat=farm["heartbeat"],
-                            misses=int(farm["misses"]), http_base=http_base, allow=allow,
-                            served=Served.parse(queues), **extra)
+        config = NodeConfig(
+            capacity=capacity,
+            period=farm["period"],
+            heartbeat=farm["heartbeat"],
+            misses=int(farm["misses"]),
+            http_base=http_base,
+            allow=allow,
+            served=Served.parse(queues),
+            **extra,
+        )
         if name:
             config.name = name
-        return Node(self.store, config, clock=clock or SystemClock(clock_skew),
-                    executors=make_executors(allow, http_base))
+        return Node(
+            self.store, config, clock=clock or SystemClock(clock_skew), executors=make_executors(allow, http_base)
+        )
 
     # -- work -------------------------------------------------------------
 
-    def enqueue_http(self, path: str, *, method: str = "GET", payload: str | None = None, delay: float = 0.0,
-                     at: float | None = None, priority: int = 0, max_attempts: int = 3,
-                     timeout: float | None = None, count: int = 1, key: str | None = None, queue: str = DEFAULT,
-                     order_key: str | None = None) -> list[int]:
-        spec = work_spec("http", path, method=method, payload=payload, priority=priority,
-                         max_attempts=max_attempts, timeout=timeout, key=key, queue=queue, order_key=order_key)
+    def enqueue_http(
+        self,
+        path: str,
+        *,
+        method: str = "GET",
+        payload: str | None = None,
+        delay: float = 0.0,
+        at: float | None = None,
+        priority: int = 0,
+        max_attempts: int = 3,
+        timeout: float | None = None,
+        count: int = 1,
+        key: str | None = None,
+        queue: str = DEFAULT,
+        order_key: str | None = None,
+    ) -> list[int]:
+        spec = work_spec(
+            "http",
+            path,
+            method=method,
+            payload=payload,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            key=key,
+            queue=queue,
+            order_key=order_key,
+        )
         return self.enqueue(spec, delay=delay, at=at, count=count)
 
     def python_spec(self, function: str | JobFunction, payload=None, **options) -> JobSpec:
@@ -223,25 +305,57 @@ class Farm:
         if isinstance(function, JobFunction):
             options = {**function.options, **{k: v for k, v in options.items() if v is not None}}
         target = function if isinstance(function, str) else target_of(function)
-        return work_spec("python", target, payload=to_json(payload),
-                         **{k: v for k, v in options.items() if v is not None})
+        return work_spec(
+            "python", target, payload=to_json(payload), **{k: v for k, v in options.items() if v is not None}
+        )
 
     def command_spec(self, argv: Iterable[str], payload=None, **options) -> JobSpec:
         """Work that runs a program without a shell; `argv[0]` must be on the node's allow-list. `payload`
         (any JSON-able value) arrives on its stdin as JSON."""
-        return work_spec("command", json.dumps(list(argv)), payload=to_json(payload),
-                         **{k: v for k, v in options.items() if v is not None})
+        return work_spec(
+            "command",
+            json.dumps(list(argv)),
+            payload=to_json(payload),
+            **{k: v for k, v in options.items() if v is not None},
+        )
 
-    def enqueue_python(self, function: str | JobFunction, payload=None, *, delay: float = 0.0,
-                       at: float | None = None, count: int = 1, priority: int | None = None,
-                       max_attempts: int | None = None, timeout: float | None = None,
-                       key: str | None = None, queue: str | None = None, order_key: str | None = None) -> list[int]:
-        spec = self.python_spec(function, payload, priority=priority, max_attempts=max_attempts, timeout=timeout,
-                                key=key, queue=queue, order_key=order_key)
+    def enqueue_python(
+        self,
+        function: str | JobFunction,
+        payload=None,
+        *,
+        delay: float = 0.0,
+        at: float | None = None,
+        count: int = 1,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        key: str | None = None,
+        queue: str | None = None,
+        order_key: str | None = None,
+    ) -> list[int]:
+        spec = self.python_spec(
+            function,
+            payload,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            key=key,
+            queue=queue,
+            order_key=order_key,
+        )
         return self.enqueue(spec, delay=delay, at=at, count=count)
 
-    def enqueue_command(self, argv: Iterable[str], payload=None, *, delay: float = 0.0, at: float | None = None,
-                        count: int = 1, **options) -> list[int]:
+    def enqueue_command(
+        self,
+        argv: Iterable[str],
+        payload=None,
+        *,
+        delay: float = 0.0,
+        at: float | None = None,
+        count: int = 1,
+        **options,
+    ) -> list[int]:
         return self.enqueue(self.command_spec(argv, payload, **options), delay=delay, at=at, count=count)
 
     def enqueue(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> list[int]:
@@ -256,8 +370,11 @@ class Farm:
         if not 0 <= delay <= MAX_WAIT:
             raise BadJobInput.out_of("delay", delay, f"from 0 to {MAX_WAIT:.0f} seconds, ten years")
         if at is not None and not 0 <= at <= LATEST:
-            raise BadJobInput.out_of("at", at, "a time from 1970 to 9999, e.g. 2026-11-22T18:00:00+00:00 or epoch "
-                                               f"seconds up to {LATEST:.0f}")
+            raise BadJobInput.out_of(
+                "at",
+                at,
+                f"a time from 1970 to 9999, e.g. 2026-11-22T18:00:00+00:00 or epoch seconds up to {LATEST:.0f}",
+            )
         live = self._live_allowing(spec)
         try:
             ids = self.store.enqueue(self._signed(spec), delay=delay, at=at, count=count)
@@ -322,15 +439,23 @@ class Farm:
         s = self.current_settings()
         return dict(ahead=ahead_of(s["period"], s["heartbeat"]), period=s["period"])
 
-    def schedule(self, name: str, spec: JobSpec, *, cron: str | None = None, tz: str | None = None,
-                 every: float | None = None, misfire: str = "once", grace: float = 3600.0) -> dict:
+    def schedule(
+        self,
+        name: str,
+        spec: JobSpec,
+        *,
+        cron: str | None = None,
+        tz: str | None = None,
+        every: float | None = None,
+        misfire: str = "once",
+        grace: float = 3600.0,
+    ) -> dict:
         """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds."""
         if every is not None and every > MAX_WAIT:
             raise BadJobInput.out_of("every", every, f"at most {MAX_WAIT:.0f} seconds, ten years")
         recurrence = Recurrence.parse(cron, tz, every)
         self.check_allowed(spec)
-        return self._schedules.add(name, recurrence, self._signed(spec), misfire=misfire, grace=grace,
-                                  **self._ahead())
+        return self._schedules.add(name, recurrence, self._signed(spec), misfire=misfire, grace=grace, **self._ahead())
 
     def resume_schedule(self, name: str) -> dict:
         """Start a paused schedule again from its next occurrence (those in the pause are not run)."""
@@ -368,8 +493,9 @@ class Farm:
         """A distributed lock: `with farm.lock("name") as lock:` (lock.fence, lock.lost). `wait`: seconds
         to wait for it (None: for ever), then singletons.LockHeld."""
         s = self.current_settings()
-        return singletons.Lock(self.store, name, lease=s["heartbeat"] * s["misses"], renew_every=s["heartbeat"],
-                               wait=wait)
+        return singletons.Lock(
+            self.store, name, lease=s["heartbeat"] * s["misses"], renew_every=s["heartbeat"], wait=wait
+        )
 
     # -- queues -----------------------------------------------------------
 
@@ -403,19 +529,32 @@ class Farm:
         if rate is not UNCHANGED:
             parsed = None if rate is None else Rate.parse(rate)
             burst = None if parsed is None else parsed.burst(self.current_settings()["period"])
-            values |= dict(rate_count=parsed and parsed.count, rate_per=parsed and parsed.per_seconds, burst=burst,
-                           tokens=None, refilled_at=None)
+            values |= dict(
+                rate_count=parsed and parsed.count,
+                rate_per=parsed and parsed.per_seconds,
+                burst=burst,
+                tokens=None,
+                refilled_at=None,
+            )
         if on_failure is not UNCHANGED:
             if on_failure not in tuple(OnFailure):
-                raise BadQueueInput("{0} {value} is not a policy: use {limit}", "on_failure", value=on_failure,
-                                    limit=" or ".join(OnFailure))
+                raise BadQueueInput(
+                    "{0} {value} is not a policy: use {limit}",
+                    "on_failure",
+                    value=on_failure,
+                    limit=" or ".join(OnFailure),
+                )
             values["on_failure"] = OnFailure(on_failure)
         self._queues.put(self._known_queue(name), **values)
 
     def _known_queue(self, name: str) -> str:
         if not self._queues.known(check_name(name)):
-            raise NotFound(f"no queue named {echoed(name)}: a queue exists once a job is enqueued to it or a machine "
-                           "serves it by name", what="queue", ref=name)
+            raise NotFound(
+                f"no queue named {echoed(name)}: a queue exists once a job is enqueued to it or a machine "
+                "serves it by name",
+                what="queue",
+                ref=name,
+            )
         return name
 
     def _live_machines(self) -> list[dict]:
@@ -432,8 +571,13 @@ class Farm:
         now, _, rows = self.store.read_machines()
         for row in rows:
             row["status"] = machine_status(row, now, liveness)
-        return {"db_now": now, "database": self.masked_url, "settings": self.current_settings(),
-                "machines": rows, "jobs": self.store.job_counts()}
+        return {
+            "db_now": now,
+            "database": self.masked_url,
+            "settings": self.current_settings(),
+            "machines": rows,
+            "jobs": self.store.job_counts(),
+        }
 
     def turns(self, seconds: float = 60.0) -> list[dict]:
         """The turn log of the last `seconds` of database time: which machine took which slot."""

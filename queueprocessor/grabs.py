@@ -23,8 +23,10 @@ def origin() -> str:
 
 def grab_key(key: str, instance: str) -> str:
     if not key or "@" in key or not instance or len(key) + len(instance) > 399:
-        raise InvalidJob(f"grab key {echoed(key)} and instance {echoed(instance)} must be non-empty, the key "
-                         "without '@', together at most 399 characters")
+        raise InvalidJob(
+            f"grab key {echoed(key)} and instance {echoed(instance)} must be non-empty, the key "
+            "without '@', together at most 399 characters"
+        )
     return f"{key}@{instance}"
 
 
@@ -51,8 +53,10 @@ class Holder:
 
     def describe(self) -> str:
         job = self.job
-        return f"{job['key']} was taken first by {job['origin'] or 'an unknown enqueuer'} (job {job['id']}): " \
-               f"{self.status()}"
+        return (
+            f"{job['key']} was taken first by {job['origin'] or 'an unknown enqueuer'} (job {job['id']}): "
+            f"{self.status()}"
+        )
 
 
 class AlreadyTaken(DuplicateKey):

@@ -39,8 +39,15 @@ class Seconds(click.FloatRange):
         return "" if self.min is None and self.max is None else super()._describe_range()
 
 
-def _option(help: str, type=None, *, flag: str | None = None, metavar: str | None = None,
-            to_node: bool = True, secret: bool = False) -> dict:
+def _option(
+    help: str,
+    type=None,
+    *,
+    flag: str | None = None,
+    metavar: str | None = None,
+    to_node: bool = True,
+    secret: bool = False,
+) -> dict:
     """`secret`: the value may hold a password, so it travels to the app in its QP_* variable, not its argv
     (which the process list shows)."""
     return {"option": dict(help=help, type=type, flag=flag, metavar=metavar, to_node=to_node, secret=secret)}
@@ -54,47 +61,100 @@ class NodeOptions:
     """What a node on this machine is told. Field names are Farm.node's keywords (clock_skew makes its clock)."""
 
     name: str | None = field(default=None, metadata=_option("Machine name shown to operators. Default: host name."))
-    capacity: int = field(default=4, metadata=_option("Jobs this machine runs at once.",
-                                                      click.IntRange(1, MAX_CAPACITY)))
-    misses: int | None = field(default=None, metadata=_option(
-        "Missed heartbeats after which a machine is dead." + FARM_WIDE, int))
-    heartbeat: float | None = field(default=None, metadata=_option("Seconds between check-ins." + FARM_WIDE,
-                                                                   Seconds()))
-    period: float | None = field(default=None, metadata=_option(
-        "Seconds per turn slot (one queue poll per period for the whole farm)." + FARM_WIDE, Seconds()))
-    http_base: str = field(default="http://localhost/", metadata=_option(
-        "Base URL that HTTP job paths are relative to."))
-    clock_skew: float = field(default=0.0, metadata=_option(
-        "Pretend this machine's clock is off by SECONDS (to see skew handled).", Seconds()))
+    capacity: int = field(
+        default=4, metadata=_option("Jobs this machine runs at once.", click.IntRange(1, MAX_CAPACITY))
+    )
+    misses: int | None = field(
+        default=None, metadata=_option("Missed heartbeats after which a machine is dead." + FARM_WIDE, int)
+    )
+    heartbeat: float | None = field(default=None, metadata=_option("Seconds between check-ins." + FARM_WIDE, Seconds()))
+    period: float | None = field(
+        default=None,
+        metadata=_option(
+            "Seconds per turn slot (one queue poll per period for the whole farm)." + FARM_WIDE, Seconds()
+        ),
+    )
+    http_base: str = field(
+        default="http://localhost/", metadata=_option("Base URL that HTTP job paths are relative to.")
+    )
+    clock_skew: float = field(
+        default=0.0,
+        metadata=_option("Pretend this machine's clock is off by SECONDS (to see skew handled).", Seconds()),
+    )
     turn_keep: float = field(default=86400.0, metadata=_option("Seconds of turn history to keep.", Seconds()))
-    keep_jobs: float = field(default=7 * 86400.0, metadata=_option(
-        "Seconds finished jobs and their runs are kept before the turn-holder deletes them.",
-        Seconds(min=0, min_open=True)))
-    allow_hosts: tuple[str, ...] = field(default=(), metadata=_option(
-        "Also run HTTP jobs on this host (the local machine is always allowed). Repeatable.",
-        flag="--allow-host", metavar="HOST"))
-    allow_modules: tuple[str, ...] = field(default=(), metadata=_option(
-        "Run Python jobs from modules under this prefix, e.g. myapp.jobs. Repeatable.",
-        flag="--allow-module", metavar="PREFIX"))
-    allow_commands: tuple[str, ...] = field(default=(), metadata=_option(
-        "Run command jobs whose argv[0] is exactly this. Repeatable.", flag="--allow-command", metavar="PROGRAM"))
-    queues: str | None = field(default=None, metadata=_option(
-        "Serve only these queues, e.g. reports:2,default (at most 2 reports jobs at once on this machine). "
-        "Default: every queue.", metavar="NAME[:LIMIT],..."))
-    push: bool = field(default=True, metadata=_option(
-        "On PostgreSQL, start new work as soon as it is enqueued (LISTEN/NOTIFY).", flag="--push/--no-push"))
-    metrics_port: int | None = field(default=None, metadata=_option(
-        "Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port, logged). Default: off.",
-        click.IntRange(0, 65535), metavar="PORT"))
-    metrics_host: str = field(default="127.0.0.1", metadata=_option(
-        "Address --metrics-port listens on (0.0.0.0: every interface).", metavar="HOST"))
-    log_format: LogFormat = field(default=LogFormat.TEXT, metadata=_option(
-        "Log as text, or as one JSON object per line (time, level, logger, machine, message, job_id) for a log "
-        "store.", click.Choice(LogFormat, case_sensitive=False), to_node=False))
-    listen_db: str | None = field(default=None, metadata=_option(
-        "For push, LISTEN on this PostgreSQL URL: the server's own, when --db reaches it through a pooler such as "
-        "PgBouncer (where LISTEN cannot work). Default: --db; through a pooler without it, the farm polls.",
-        metavar="URL", secret=True))
+    keep_jobs: float = field(
+        default=7 * 86400.0,
+        metadata=_option(
+            "Seconds finished jobs and their runs are kept before the turn-holder deletes them.",
+            Seconds(min=0, min_open=True),
+        ),
+    )
+    allow_hosts: tuple[str, ...] = field(
+        default=(),
+        metadata=_option(
+            "Also run HTTP jobs on this host (the local machine is always allowed). Repeatable.",
+            flag="--allow-host",
+            metavar="HOST",
+        ),
+    )
+    allow_modules: tuple[str, ...] = field(
+        default=(),
+        metadata=_option(
+            "Run Python jobs from modules under this prefix, e.g. myapp.jobs. Repeatable.",
+            flag="--allow-module",
+            metavar="PREFIX",
+        ),
+    )
+    allow_commands: tuple[str, ...] = field(
+        default=(),
+        metadata=_option(
+            "Run command jobs whose argv[0] is exactly this. Repeatable.", flag="--allow-command", metavar="PROGRAM"
+        ),
+    )
+    queues: str | None = field(
+        default=None,
+        metadata=_option(
+            "Serve only these queues, e.g. reports:2,default (at most 2 reports jobs at once on this machine). "
+            "Default: every queue.",
+            metavar="NAME[:LIMIT],...",
+        ),
+    )
+    push: bool = field(
+        default=True,
+        metadata=_option(
+            "On PostgreSQL, start new work as soon as it is enqueued (LISTEN/NOTIFY).", flag="--push/--no-push"
+        ),
+    )
+    metrics_port: int | None = field(
+        default=None,
+        metadata=_option(
+            "Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port, logged). Default: off.",
+            click.IntRange(0, 65535),
+            metavar="PORT",
+        ),
+    )
+    metrics_host: str = field(
+        default="127.0.0.1",
+        metadata=_option("Address --metrics-port listens on (0.0.0.0: every interface).", metavar="HOST"),
+    )
+    log_format: LogFormat = field(
+        default=LogFormat.TEXT,
+        metadata=_option(
+            "Log as text, or as one JSON object per line (time, level, logger, machine, message, job_id) for a log "
+            "store.",
+            click.Choice(LogFormat, case_sensitive=False),
+            to_node=False,
+        ),
+    )
+    listen_db: str | None = field(
+        default=None,
+        metadata=_option(
+            "For push, LISTEN on this PostgreSQL URL: the server's own, when --db reaches it through a pooler such as "
+            "PgBouncer (where LISTEN cannot work). Default: --db; through a pooler without it, the farm polls.",
+            metavar="URL",
+            secret=True,
+        ),
+    )
 
     @property
     def machine(self) -> str:
@@ -139,8 +199,11 @@ class NodeOptions:
 
     def secret_env(self) -> dict[str, str]:
         """The options to_argv leaves out, as the QP_* variables every entry point also reads them from."""
-        return {_envvar(f): getattr(self, f.name) for f in fields(self)
-                if f.metadata["option"]["secret"] and getattr(self, f.name) is not None}
+        return {
+            _envvar(f): getattr(self, f.name)
+            for f in fields(self)
+            if f.metadata["option"]["secret"] and getattr(self, f.name) is not None
+        }
 
 
 def _envvar(f) -> str:
@@ -171,6 +234,7 @@ class NodeCommand(click.Command):
 
 def node_options(command=None, *, only: tuple[str, ...] | None = None):
     """Attach the node's options (or `only` those named) to a click command, each with its QP_* variable."""
+
     def attach(command):
         for f in reversed([f for f in fields(NodeOptions) if only is None or f.name in only]):
             spec = f.metadata["option"]
@@ -179,8 +243,9 @@ def node_options(command=None, *, only: tuple[str, ...] | None = None):
             # An enum's default shows as the word a user types (click would show the member's name).
             default = f.default.value if isinstance(f.default, Enum) else f.default
             extra = dict(multiple=True) if isinstance(f.default, tuple) else dict(type=spec["type"], default=default)
-            command = click.option(flag, f.name, envvar=envvar, show_envvar=True, metavar=spec["metavar"],
-                                   help=spec["help"], **extra)(command)
+            command = click.option(
+                flag, f.name, envvar=envvar, show_envvar=True, metavar=spec["metavar"], help=spec["help"], **extra
+            )(command)
         return command
 
     return attach if command is None else attach(command)

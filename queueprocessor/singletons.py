@@ -39,9 +39,19 @@ def add(store: Store, name: str, spec: JobSpec) -> int:
     if not name or len(name) > 200 or name != name.strip():
         raise InvalidJob(f"singleton name {echoed(name)} must be 1-200 characters without surrounding spaces")
     key = PREFIX + name
-    spec = JobSpec(executor=spec.executor, target=spec.target, method=spec.method, payload=spec.payload,
-                   priority=spec.priority, max_attempts=FOREVER, timeout=None, key=key, kind=Kind.SINGLETON,
-                   origin=spec.origin, queue=spec.queue)
+    spec = JobSpec(
+        executor=spec.executor,
+        target=spec.target,
+        method=spec.method,
+        payload=spec.payload,
+        priority=spec.priority,
+        max_attempts=FOREVER,
+        timeout=None,
+        key=key,
+        kind=Kind.SINGLETON,
+        origin=spec.origin,
+        queue=spec.queue,
+    )
     # A removed singleton of the same name keeps its history but gives its name up.
     store.free_key(key)
     try:
@@ -59,7 +69,7 @@ def get(store: Store, name: str) -> dict:
 
 
 def list_all(store: Store) -> list[dict]:
-    return [job | {"name": job["key"][len(PREFIX):]} for job in store.singleton_jobs()]
+    return [job | {"name": job["key"][len(PREFIX) :]} for job in store.singleton_jobs()]
 
 
 def remove(store: Store, name: str) -> str:
@@ -69,7 +79,9 @@ def remove(store: Store, name: str) -> str:
 
 def _where(job: dict) -> str:
     if job["state"] == JobState.RUNNING:
-        return f"running on machine {machine_label(job['machine_name'], job['owner'])}" + (", stopping" if job["cancel_requested"] else "")
+        return f"running on machine {machine_label(job['machine_name'], job['owner'])}" + (
+            ", stopping" if job["cancel_requested"] else ""
+        )
     return job["state"]
 
 
@@ -80,8 +92,9 @@ class LockHeld(QPError):
 class Lock:
     """A named lease in qp_locks, renewed by a background thread while held (see the module doc)."""
 
-    def __init__(self, store: Store, name: str, *, lease: float, renew_every: float, wait: float | None = None,
-                 poll: float = 0.1):
+    def __init__(
+        self, store: Store, name: str, *, lease: float, renew_every: float, wait: float | None = None, poll: float = 0.1
+    ):
         if not name or len(name) > 200:
             raise InvalidJob(f"lock name {echoed(name)} must be 1-200 characters")
         self.locks = LockStore(store)
@@ -145,8 +158,10 @@ class _Tenure:
         self.over = threading.Event()  # released or lost: both threads end
         self._losing = threading.Lock()
         name = f"qp-lock-{lock.name}"[:60]
-        self.threads = [threading.Thread(target=self._renew, args=(sent,), name=name, daemon=True),
-                        threading.Thread(target=self._watch, name=name, daemon=True)]
+        self.threads = [
+            threading.Thread(target=self._renew, args=(sent,), name=name, daemon=True),
+            threading.Thread(target=self._watch, name=name, daemon=True),
+        ]
         for thread in self.threads:
             thread.start()
 
@@ -173,8 +188,9 @@ class _Tenure:
     def _watch(self) -> None:
         while not self.over.wait(max(0.0, self.deadline - time.monotonic())):
             if time.monotonic() >= self.deadline:
-                self._lose(f"not renewed in time ({self.lock.lease - self.lock.margin:.1f} s), "
-                           "it may pass to another holder")
+                self._lose(
+                    f"not renewed in time ({self.lock.lease - self.lock.margin:.1f} s), it may pass to another holder"
+                )
                 return
 
     def _lose(self, why: str) -> None:

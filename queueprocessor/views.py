@@ -19,8 +19,15 @@ from .rules.schedules import Recurrence
 from .rules.states import SERVING, MachineState
 from .store.jobs import Store
 from .store.queues import queue_infos
-from .store.views import (find_jobs, jobs_by_key, machine_throughput, runs_between, schedule_rows, throughput,
-                          turns_between)
+from .store.views import (
+    find_jobs,
+    jobs_by_key,
+    machine_throughput,
+    runs_between,
+    schedule_rows,
+    throughput,
+    turns_between,
+)
 
 # A machine whose clock estimate is this loose (as a share of the period) cannot
 # place itself inside its slots reliably: operators should see it.
@@ -68,11 +75,14 @@ def judge_machines(rows: list[dict], now: float, timing: FarmTiming, keep_gone: 
         if status in (MachineState.STOPPED, MachineState.DEAD) and now - row["last_seen"] > keep_gone:
             continue
         bound = row["error_bound"]
-        judged.append(row | {
-            "status": status,
-            "leader": row["id"] == owner,
-            "synced": bound is not None and bound <= SYNC_SHARE * timing.period,
-        })
+        judged.append(
+            row
+            | {
+                "status": status,
+                "leader": row["id"] == owner,
+                "synced": bound is not None and bound <= SYNC_SHARE * timing.period,
+            }
+        )
     return judged
 
 
@@ -105,8 +115,16 @@ def read_schedules(store: Store, now: float, known: dict | None = None) -> list[
             upcoming = recurrence.after(now)
             last = recurrence.before(min(row["next_run"], upcoming))
         fresh[what] = (last, upcoming)
-        row.update(recurrence=recurrence.describe(), next_at=None if row["paused"] else upcoming, last_at=last,
-                   last_job=None, last_state=None, last_machine=None, last_finished=None, last_error=None)
+        row.update(
+            recurrence=recurrence.describe(),
+            next_at=None if row["paused"] else upcoming,
+            last_at=last,
+            last_job=None,
+            last_state=None,
+            last_machine=None,
+            last_finished=None,
+            last_error=None,
+        )
         if last is not None:  # the key store/schedules.py gives each occurrence's job
             by_key[f"{row['name']}@{recurrence.label(last)}"] = row
     known.clear()
@@ -172,9 +190,10 @@ class Dashboard:
         """The jobs list: the newest in the state asked for, or found by the text asked for."""
         if not query.jobs_text:
             return self.store.list_jobs(query.jobs_state, query.jobs_limit, queue=query.jobs_queue)
-        return self._search.read((query.jobs_text, query.jobs_state, query.jobs_limit, query.jobs_queue),
-                                 lambda: find_jobs(self.store, query.jobs_text, query.jobs_state, query.jobs_limit,
-                                                   queue=query.jobs_queue))
+        return self._search.read(
+            (query.jobs_text, query.jobs_state, query.jobs_limit, query.jobs_queue),
+            lambda: find_jobs(self.store, query.jobs_text, query.jobs_state, query.jobs_limit, queue=query.jobs_queue),
+        )
 
     def read(self, query: Query) -> dict:
         store = self.store

@@ -61,8 +61,13 @@ def shown_output(ran: Ran, port: int) -> str:
     text = (ran.stderr.strip() or ran.stdout.strip()).replace(HOSTILE, "<hostile>")
     tmp = ran.values["tmp"]
     for real, stand_in in (
-        (ran.values["config"], STAND_INS["{config}"]), (tmp, STAND_INS["{tmp}"]), (f"127.0.0.1:{port}", "db.example"), ("127.0.0.1:1/", "db.example:1/"),
-        (f"port {port}", "port 5432"), ("postgres:***@", "qp:***@"), ('user "postgres"', 'user "qp"'),
+        (ran.values["config"], STAND_INS["{config}"]),
+        (tmp, STAND_INS["{tmp}"]),
+        (f"127.0.0.1:{port}", "db.example"),
+        ("127.0.0.1:1/", "db.example:1/"),
+        (f"port {port}", "port 5432"),
+        ("postgres:***@", "qp:***@"),
+        ('user "postgres"', 'user "qp"'),
         (socket.gethostname(), "HOST"),
     ):
         text = text.replace(real, stand_in)
@@ -91,10 +96,17 @@ def render(refused: list[Ran], accepted: list[Ran], port: int) -> str:
             if ran.case.kind == kind:
                 lines.append(f"| {shown_args(ran)} | {shown_output(ran, port)} | {ran.returncode} |")
         lines.append("")
-    lines += ["## Hostile but valid: stored verbatim", "",
-              ("Quotes and SQL in names, keys, paths and payloads are data: they are accepted and stored exactly as "
-               "given (every statement binds its values as parameters), and nothing else in the database changes."), "",
-              "| input | what the user sees | exit |", "|---|---|---|"]
+    lines += [
+        "## Hostile but valid: stored verbatim",
+        "",
+        (
+            "Quotes and SQL in names, keys, paths and payloads are data: they are accepted and stored exactly as "
+            "given (every statement binds its values as parameters), and nothing else in the database changes."
+        ),
+        "",
+        "| input | what the user sees | exit |",
+        "|---|---|---|",
+    ]
     for ran in accepted:
         lines.append(f"| {shown_args(ran)} | {shown_output(ran, port)} | {ran.returncode} |")
     return "\n".join(lines) + "\n"
@@ -107,8 +119,10 @@ def main() -> None:
         PAGE.parent.mkdir(exist_ok=True)
         PAGE.write_text(render(refused, accepted, server.port))
     failed = [r for r in refused if r.returncode not in (1, 2) or len(r.stderr.strip().splitlines()) != 1]
-    print(f"wrote {PAGE.relative_to(ROOT)}: {len(refused)} refused inputs, {len(accepted)} hostile but valid"
-          + (f"; {len(failed)} did NOT give one clear line" if failed else ""))
+    print(
+        f"wrote {PAGE.relative_to(ROOT)}: {len(refused)} refused inputs, {len(accepted)} hostile but valid"
+        + (f"; {len(failed)} did NOT give one clear line" if failed else "")
+    )
 
 
 if __name__ == "__main__":

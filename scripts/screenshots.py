@@ -34,19 +34,30 @@ from ui.app import make_app  # noqa: E402
 from ui.mainwindow import MainWindow  # noqa: E402
 
 # name, clock skew, the queues it serves (None: every queue). Only old-box serves gpu: it dies.
-PEERS = (("web-01", 0.35, "default,partner-api,emails"), ("web-02", -0.8, "default,partner-api,emails"),
-         ("batch-01", 1.6, "reports:1,default"), ("batch-02", 0.05, "reports,partner-api"), ("old-box", -2.4, None))
+PEERS = (
+    ("web-01", 0.35, "default,partner-api,emails"),
+    ("web-02", -0.8, "default,partner-api,emails"),
+    ("batch-01", 1.6, "reports:1,default"),
+    ("batch-02", 0.05, "reports,partner-api"),
+    ("old-box", -2.4, None),
+)
 # queue, Farm.set_queue's settings; emails is paused as well.
 QUEUES = (("reports", dict(limit=2)), ("partner-api", dict(rate="3/s", on_failure="block")), ("emails", {}))
 # queue, demo page, order keys (0: none): what the queue feeder picks from.
-QUEUE_WORK = (("reports", "/slow?ms=2500", 0), ("partner-api", "/ok", 6), ("emails", "/ok", 0),
-              ("gpu", "/slow?ms=4000", 0))
+QUEUE_WORK = (
+    ("reports", "/slow?ms=2500", 0),
+    ("partner-api", "/ok", 6),
+    ("emails", "/ok", 0),
+    ("gpu", "/slow?ms=4000", 0),
+)
 # name, demo page, how it recurs; the last one is paused.
-SCHEDULES = (("cache-warmup", "/ok?job=warmup", dict(every=5.0)),
-             ("partner-sync", "/flaky", dict(every=15.0, misfire="all")),
-             ("hourly-report", "/slow?ms=1200", dict(cron="0 * * * *", tz="Europe/Paris")),
-             ("invoices-close", "/ok?job=invoices", dict(cron="0 9 1 * *", tz="America/New_York")),
-             ("nightly-backup", "/slow?ms=2500", dict(cron="30 2 * * *", misfire="skip", grace=600.0)))
+SCHEDULES = (
+    ("cache-warmup", "/ok?job=warmup", dict(every=5.0)),
+    ("partner-sync", "/flaky", dict(every=15.0, misfire="all")),
+    ("hourly-report", "/slow?ms=1200", dict(cron="0 * * * *", tz="Europe/Paris")),
+    ("invoices-close", "/ok?job=invoices", dict(cron="0 9 1 * *", tz="America/New_York")),
+    ("nightly-backup", "/slow?ms=2500", dict(cron="30 2 * * *", misfire="skip", grace=600.0)),
+)
 SINGLETONS = (("feed-poller", "/slow?ms=20000"), ("ledger-compactor", "/slow?ms=30000"))
 MANY = 32  # machines in the last shot (the peers above, the app's node, and more nodes started for it)
 
@@ -104,8 +115,10 @@ def main() -> None:
     farm.pause_schedule(SCHEDULES[-1][0])
     for name, page in SINGLETONS:
         farm.singleton(name, work_spec("http", page))
-    nodes = {name: farm.node(name=name, http_base=base, capacity=3, clock=SystemClock(skew), queues=queues).start()
-             for name, skew, queues in PEERS}
+    nodes = {
+        name: farm.node(name=name, http_base=base, capacity=3, clock=SystemClock(skew), queues=queues).start()
+        for name, skew, queues in PEERS
+    }
     for name, settings in QUEUES:  # queues the nodes serve by name: they exist now
         farm.set_queue(name, **settings)
     farm.pause_queue("emails")
@@ -114,8 +127,9 @@ def main() -> None:
         threading.Thread(target=work, args=(farm, stop), daemon=True).start()
 
     make_app([], "light")
-    window = MainWindow(url, dict(name="ops-desk", capacity=4, http_base=base, clock_skew=0.9,
-                                  queues="default,reports"), interval=0.4)
+    window = MainWindow(
+        url, dict(name="ops-desk", capacity=4, http_base=base, clock_skew=0.9, queues="default,reports"), interval=0.4
+    )
     window.resize(1440, 900)
     window.show()
     try:
@@ -156,8 +170,13 @@ def main() -> None:
 
         window.set_scheme("light")
         more = MANY - len(PEERS) - 1
-        nodes.update((f"rack-{n:02d}", farm.node(name=f"rack-{n:02d}", http_base=base, capacity=2,
-                                                 clock=SystemClock(0.02 * n)).start()) for n in range(more))
+        nodes.update(
+            (
+                f"rack-{n:02d}",
+                farm.node(name=f"rack-{n:02d}", http_base=base, capacity=2, clock=SystemClock(0.02 * n)).start(),
+            )
+            for n in range(more)
+        )
         pump(args.warmup / 2)
         shoot(window, out, f"jobs-light-{MANY}")
     finally:

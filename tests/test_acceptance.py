@@ -29,7 +29,8 @@ def spawn(pg_url, tmp_path):
         logs.append(open(tmp_path / f"{name}.log", "w"))
         proc = subprocess.Popen(
             [sys.executable, "-m", "queueprocessor.cli", "--db", pg_url, "node", "--name", name, *args],
-            stdout=logs[-1], stderr=subprocess.STDOUT,
+            stdout=logs[-1],
+            stderr=subprocess.STDOUT,
         )
         procs.append(proc)
         return proc
@@ -44,8 +45,9 @@ def spawn(pg_url, tmp_path):
 
 
 def cli(url, *args) -> str:
-    done = subprocess.run([sys.executable, "-m", "queueprocessor.cli", "--db", url, *args],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "queueprocessor.cli", "--db", url, *args], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -64,14 +66,15 @@ def check_rotation(farm, pg_url):
     start = farm.store.ask_time()
     time.sleep(15)
     end = farm.store.ask_time()
-    turns = [t for t in json.loads(cli(pg_url, "turns", "--since", "30", "--json"))["turns"]
-             if start <= t["taken_at"] <= end]
+    turns = [
+        t for t in json.loads(cli(pg_url, "turns", "--since", "30", "--json"))["turns"] if start <= t["taken_at"] <= end
+    ]
     slots = [t["slot"] for t in turns]
     assert slots == list(range(slots[0], slots[0] + len(slots))), "one turn in every slot, none twice"
     assert len(slots) >= 14
     owners = [t["machine_id"] for t in turns]
     assert len(set(owners)) == 3
-    assert all(len(set(owners[i:i + 3])) == 3 for i in range(len(owners) - 2)), "turns rotate over all three"
+    assert all(len(set(owners[i : i + 3])) == 3 for i in range(len(owners) - 2)), "turns rotate over all three"
     # Each turn was taken inside its own slot, in database time, despite the skews.
     assert all(t["slot"] <= t["taken_at"] < t["slot"] + 1 for t in turns)
     status = json.loads(cli(pg_url, "status", "--json"))
@@ -115,8 +118,9 @@ def check_failover(farm, http_target):
     base = http_target.base_url
 
     def post(fence: int) -> int:
-        request = urllib.request.Request(base + "write/report", method="POST",
-                                         headers={"X-QP-Job": str(job_id), "X-QP-Fence": str(fence)})
+        request = urllib.request.Request(
+            base + "write/report", method="POST", headers={"X-QP-Job": str(job_id), "X-QP-Fence": str(fence)}
+        )
         try:
             with urllib.request.urlopen(request) as response:
                 return response.status

@@ -18,8 +18,7 @@ from tests.support.work import wait_for
 
 def run(*args, env=None, db=None):
     command = [sys.executable, "-m", "queueprocessor.cli"] + (["--db", db] if db else []) + list(args)
-    return subprocess.run(command, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
 
 
 @pytest.fixture
@@ -66,8 +65,9 @@ def test_a_config_key_that_means_nothing_is_refused(tmp_path):
     config.write_text("[node]\ncapasity = 3\n")
     done = run("--config", str(config), "status")
     assert done.returncode != 0
-    assert done.stderr.strip() == (f"error: config file {config}: [node] has no option 'capasity': "
-                                   "see `queueprocessor node --help`")
+    assert done.stderr.strip() == (
+        f"error: config file {config}: [node] has no option 'capasity': see `queueprocessor node --help`"
+    )
 
 
 def test_json_documents_for_status_jobs_turns(sqlite_url):
@@ -90,15 +90,19 @@ def test_status_lists_each_machines_queues_as_its_queues_option_says(sqlite_url)
     assert shown == {"reporter": "reports:2,default", "anything": "all"}
 
 
-@pytest.mark.parametrize("argv", [["status"], ["jobs"], ["job", "1"], ["turns"], ["schedule", "list"],
-                                  ["singleton", "list"]])
+@pytest.mark.parametrize(
+    "argv", [["status"], ["jobs"], ["job", "1"], ["turns"], ["schedule", "list"], ["singleton", "list"]]
+)
 def test_a_read_command_on_a_missing_database_says_so_and_creates_nothing(tmp_path, argv):
     home = tmp_path / "home"  # the default database's folder is not there either
     for db in (f"sqlite:///{tmp_path / 'nowhere' / 'farm.db'}", None):
         done = run(*argv, db=db, env={"HOME": str(home), "XDG_DATA_HOME": str(home / "data"), "QP_DB": ""})
         assert done.returncode == 1 and done.stdout == ""
-        assert re.fullmatch(r"error: there is no QueueProcessor farm in sqlite:///\S+farm.db yet: start a node "
-                            r"there, or run `queueprocessor init-db`\n", done.stderr), done.stderr
+        assert re.fullmatch(
+            r"error: there is no QueueProcessor farm in sqlite:///\S+farm.db yet: start a node "
+            r"there, or run `queueprocessor init-db`\n",
+            done.stderr,
+        ), done.stderr
     assert list(tmp_path.iterdir()) == []
 
 
@@ -162,8 +166,11 @@ def test_a_server_that_never_answers_gets_one_line_not_a_hang(pg_server, pg_url,
 
 def start_node(url, http_base, tmp_path):
     log = open(tmp_path / "node.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "queueprocessor.cli", "--db", url, "node", "--name", "solo",
-                             "--http-base", http_base], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "queueprocessor.cli", "--db", url, "node", "--name", "solo", "--http-base", http_base],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     return proc, log
 
 

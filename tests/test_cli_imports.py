@@ -25,8 +25,15 @@ try:
 finally:
     print(json.dumps(sorted(sys.modules)))
 """
-NODE_SIDE = {"aiohttp", "queueprocessor.node.node", "queueprocessor.node.runner", "queueprocessor.executors",
-             "queueprocessor.node.push", "prometheus_client", "psycopg"}
+NODE_SIDE = {
+    "aiohttp",
+    "queueprocessor.node.node",
+    "queueprocessor.node.runner",
+    "queueprocessor.executors",
+    "queueprocessor.node.push",
+    "prometheus_client",
+    "psycopg",
+}
 
 
 def loaded_by(*args: str, db: str | None = None) -> tuple[set[str], str]:
@@ -71,8 +78,13 @@ def test_an_idle_node_loads_no_schedule_parser_http_client_metrics_library_or_ot
     platformdirs only by a command given no database; and no other database's SQLAlchemy dialect, while the
     partial indexes it built still hold only the rows of their condition (schema.partial_for)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("QP_")} | {"QP_DB": db_url}
-    node = subprocess.Popen([sys.executable, "-c", PROBE, "node", "--name", "idle", "--period", "0.2",
-                             "--heartbeat", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    node = subprocess.Popen(
+        [sys.executable, "-c", PROBE, "node", "--name", "idle", "--period", "0.2", "--heartbeat", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         wait_for(lambda: _has_farm(db_url), timeout=30)
         with Farm(db_url) as farm:
@@ -88,9 +100,13 @@ def test_an_idle_node_loads_no_schedule_parser_http_client_metrics_library_or_ot
         unneeded.add("sqlalchemy.dialects.sqlite")
     assert not unneeded & modules, sorted(unneeded & modules)
     with Farm(db_url) as farm:
-        conditions = farm.store.rows(text(
-            "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_qp_jobs_queued'" if db_url.startswith("postgresql")
-            else "SELECT sql FROM sqlite_master WHERE name = 'ix_qp_jobs_queued'"))
+        conditions = farm.store.rows(
+            text(
+                "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_qp_jobs_queued'"
+                if db_url.startswith("postgresql")
+                else "SELECT sql FROM sqlite_master WHERE name = 'ix_qp_jobs_queued'"
+            )
+        )
     assert "WHERE" in conditions[0][0] and "queued" in conditions[0][0], conditions
 
 

@@ -26,11 +26,22 @@ IDLE, BUSY = 2, 3  # at most, per node: one connection for statements and one to
 def sessions(url: str) -> list[str]:
     """The application_name of every session on the farm's database but the observer's own."""
     parts = make_url(url)
-    with psycopg.connect(host=parts.host, port=parts.port, user=parts.username, password=parts.password,
-                         dbname=parts.database, application_name="observer", autocommit=True) as conn:
-        return [name for (name,) in conn.execute(
-            "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")]
+    with psycopg.connect(
+        host=parts.host,
+        port=parts.port,
+        user=parts.username,
+        password=parts.password,
+        dbname=parts.database,
+        application_name="observer",
+        autocommit=True,
+    ) as conn:
+        return [
+            name
+            for (name,) in conn.execute(
+                "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            )
+        ]
 
 
 def active(farm: Farm, *names: str) -> bool:
@@ -81,9 +92,14 @@ def test_a_node_holds_two_connections_idle_and_three_busy_whatever_its_capacity(
     env = dict(os.environ, PYTHONPATH=str(ROOT))
 
     def start(name):
-        processes.append(subprocess.Popen([*QP, "--db", pg_url, "node", "--name", name, "--capacity", "32",
-                                           "--allow-module", PYJOBS], env=env, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL))
+        processes.append(
+            subprocess.Popen(
+                [*QP, "--db", pg_url, "node", "--name", name, "--capacity", "32", "--allow-module", PYJOBS],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
 
     with Farm(pg_url) as farm:
         for size in (1, 8):
@@ -122,8 +138,13 @@ def test_a_node_opens_no_connection_between_bursts_of_jobs_and_gives_one_back_on
 @pytest.mark.postgres
 def test_every_connection_of_a_node_carries_its_machine_name(pg_url, processes):
     with Farm(pg_url) as farm:
-        processes.append(subprocess.Popen([*QP, "--db", pg_url, "node", "--name", "web 3", "--allow-command",
-                                           "sleep"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        processes.append(
+            subprocess.Popen(
+                [*QP, "--db", pg_url, "node", "--name", "web 3", "--allow-command", "sleep"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         wait_for(lambda: active(farm, "web 3"), 30)
         farm.enqueue(farm.command_spec(["sleep", "0.3"]), count=12)  # claims and results: every connection
         seen = set()
@@ -135,8 +156,9 @@ def test_every_connection_of_a_node_carries_its_machine_name(pg_url, processes):
 def test_the_apps_connections_carry_gui_and_its_machine_name(pg_url, processes, tmp_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path), QP_DB=pg_url)
     with Farm(pg_url) as farm:
-        app = subprocess.Popen([*QP, "gui", "--name", "desk-1"], env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+        app = subprocess.Popen(
+            [*QP, "gui", "--name", "desk-1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         processes.append(app)
         wait_for(lambda: active(farm, "desk-1"), 30)
         names = set(sessions(pg_url)) - {client_name()}
@@ -145,10 +167,13 @@ def test_the_apps_connections_carry_gui_and_its_machine_name(pg_url, processes, 
     assert names == {"queueprocessor-gui desk-1"}
 
 
-@pytest.mark.parametrize("url", [
-    "mssql+pyodbc://qp:pw@db/farm?driver=ODBC+Driver+18+for+SQL+Server",
-    "mssql+pyodbc:///?odbc_connect=DRIVER%3D%7BODBC+Driver+18%7D%3BSERVER%3Ddb%3BUID%3Dqp%3BPWD%3Dpw",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mssql+pyodbc://qp:pw@db/farm?driver=ODBC+Driver+18+for+SQL+Server",
+        "mssql+pyodbc:///?odbc_connect=DRIVER%3D%7BODBC+Driver+18%7D%3BSERVER%3Ddb%3BUID%3Dqp%3BPWD%3Dpw",
+    ],
+)
 def test_sql_server_connections_carry_the_name_as_app(url):
     """No server here: the connection string pyodbc would be given is checked."""
     engine = open_engine(url, client="queueprocessor rack;7")
@@ -170,8 +195,14 @@ def test_a_pooled_connection_the_server_closed_is_replaced_when_taken_and_a_live
         backend = farm.store.rows(select(func.pg_backend_pid()))[0][0]
         assert farm.store.rows(select(func.pg_backend_pid()))[0][0] == backend, "the live one is kept"
         parts = make_url(pg_url)
-        with psycopg.connect(host=parts.host, port=parts.port, user=parts.username, password=parts.password,
-                             dbname=parts.database, autocommit=True) as admin:
+        with psycopg.connect(
+            host=parts.host,
+            port=parts.port,
+            user=parts.username,
+            password=parts.password,
+            dbname=parts.database,
+            autocommit=True,
+        ) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
             wait_for(lambda: not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend,)).fetchall())
         replaced = farm.store.rows(select(func.pg_backend_pid()))[0][0]
@@ -184,16 +215,31 @@ def test_a_node_working_off_a_backlog_keeps_its_connections(pg_url, processes):
     for its results all the same (store.Held), rather than give it back and open a new one for the next claim (a
     new server process each time, which parses and plans every statement afresh)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    processes.append(subprocess.Popen([*QP, "--db", pg_url, "node", "--name", "n0", "--capacity", "16",
-                                       "--allow-module", PYJOBS], env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
+    processes.append(
+        subprocess.Popen(
+            [*QP, "--db", pg_url, "node", "--name", "n0", "--capacity", "16", "--allow-module", PYJOBS],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    )
     parts = make_url(pg_url)
-    with Farm(pg_url) as farm, psycopg.connect(host=parts.host, port=parts.port, user=parts.username,
-                                                password=parts.password, dbname=parts.database,
-                                                autocommit=True) as observer:
+    with (
+        Farm(pg_url) as farm,
+        psycopg.connect(
+            host=parts.host,
+            port=parts.port,
+            user=parts.username,
+            password=parts.password,
+            dbname=parts.database,
+            autocommit=True,
+        ) as observer,
+    ):
+
         def opened() -> int:  # sessions the server opened on the farm's database so far
-            return observer.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
-                                    ).fetchone()[0]
+            return observer.execute(
+                "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchone()[0]
 
         wait_for(lambda: active(farm, "n0"), 60)
         wait_for(lambda: idle(pg_url, 1), 30)

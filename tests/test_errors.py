@@ -35,7 +35,9 @@ def test_an_echoed_input_is_cut_at_a_readable_length_and_says_how_long_it_was():
     assert echoed("y" * 5000, quote=False) == f"{'y' * ECHO_LIMIT}... (5000 characters)"
     assert echoed(10**100) == f"{'1' + '0' * (ECHO_LIMIT - 1)}... (101 characters)"
     refused = BadJobInput.out_of("timeout", "z" * 5000, "a positive number of seconds")
-    assert str(refused) == f"timeout must be a positive number of seconds (got {'z' * ECHO_LIMIT!r}... (5000 characters))"
+    assert (
+        str(refused) == f"timeout must be a positive number of seconds (got {'z' * ECHO_LIMIT!r}... (5000 characters))"
+    )
 
 
 def test_a_node_setting_is_named_by_the_option_each_front_end_has_for_it():
@@ -51,12 +53,12 @@ def test_a_node_setting_is_named_by_the_option_each_front_end_has_for_it():
 
 def test_what_was_not_found_is_a_field_and_the_cli_says_where_to_look(tmp_path):
     with Farm(f"sqlite:///{tmp_path / 'farm.db'}") as farm:
-        for act, what, look in ((lambda: farm.cancel(424242), "job", "see `queueprocessor jobs`"),
-                                (lambda: farm.remove_schedule("nosuch"), "schedule",
-                                 "see `queueprocessor schedule list`"),
-                                (lambda: farm.remove_singleton("nosuch"), "singleton",
-                                 "see `queueprocessor singleton list`"),
-                                (lambda: farm.steer("nosuch", "pause"), "machine", "see `queueprocessor status`")):
+        for act, what, look in (
+            (lambda: farm.cancel(424242), "job", "see `queueprocessor jobs`"),
+            (lambda: farm.remove_schedule("nosuch"), "schedule", "see `queueprocessor schedule list`"),
+            (lambda: farm.remove_singleton("nosuch"), "singleton", "see `queueprocessor singleton list`"),
+            (lambda: farm.steer("nosuch", "pause"), "machine", "see `queueprocessor status`"),
+        ):
             with pytest.raises(NotFound) as missing:
                 act()
             assert missing.value.what == what and "queueprocessor" not in str(missing.value)
@@ -71,7 +73,8 @@ def test_the_core_names_no_cli_option_or_command_in_what_it_raises():
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Raise) and node.exc is not None:
-                texts = [n.value for n in ast.walk(node.exc)
-                         if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+                texts = [
+                    n.value for n in ast.walk(node.exc) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                ]
                 found += [f"{path.relative_to(ROOT)}:{node.lineno}: {t}" for t in texts if CLI_WORDS.search(t)]
     assert found == []

@@ -21,8 +21,9 @@ def nodes(farm):
 
 
 def finished(farm, job_id, timeout=10.0):
-    return wait_for(lambda: (j := farm.job(job_id))["state"] in ("succeeded", "failed", "cancelled") and j,
-                    timeout=timeout)
+    return wait_for(
+        lambda: (j := farm.job(job_id))["state"] in ("succeeded", "failed", "cancelled") and j, timeout=timeout
+    )
 
 
 def test_a_python_job_gets_its_payload_and_context_and_its_result_is_kept(farm, nodes):
@@ -54,16 +55,20 @@ def test_work_that_can_never_succeed_fails_at_once_with_its_reason(farm, nodes):
     spec = dict(max_attempts=5)
     hopeless = {
         "has no attribute 'nothing_here'": farm.enqueue_python(f"{pyjobs.__name__}:nothing_here", **spec)[0],
-        "no module named 'tests.support.pyjobs.nosuch'": farm.enqueue_python(f"{pyjobs.__name__}.nosuch:run",
-                                                                             **spec)[0],
+        "no module named 'tests.support.pyjobs.nosuch'": farm.enqueue_python(f"{pyjobs.__name__}.nosuch:run", **spec)[
+            0
+        ],
         "is a int, not a function": farm.enqueue_python(f"{pyjobs.__name__}:not_callable", **spec)[0],
         # Straight into the queue, past the door's checks:
         "Python module 'os' is not allowed on this machine": farm.store.enqueue(
-            JobSpec(executor="python", target="os:getcwd", **spec))[0],
+            JobSpec(executor="python", target="os:getcwd", **spec)
+        )[0],
         "is not of the form package.module:function": farm.store.enqueue(
-            JobSpec(executor="python", target="no-colon", **spec))[0],
+            JobSpec(executor="python", target="no-colon", **spec)
+        )[0],
         "command 'rm' is not allowed on this machine": farm.store.enqueue(
-            JobSpec(executor="command", target='["rm", "-rf", "/tmp/nothing"]', **spec))[0],
+            JobSpec(executor="command", target='["rm", "-rf", "/tmp/nothing"]', **spec)
+        )[0],
         "unknown executor 'ftp'": farm.store.enqueue(JobSpec(executor="ftp", target="/x", **spec))[0],
     }
     for reason, job_id in hopeless.items():
@@ -187,19 +192,27 @@ def test_every_attempt_leaves_a_run_row_and_a_failed_job_can_be_retried(farm, no
     job = finished(farm, job_id, timeout=15)
     runs = sorted(job["runs"], key=lambda r: r["attempt"])
     assert [(r["attempt"], r["fence"], r["outcome"], r["machine_id"]) for r in runs] == [
-        (1, 1, "failed", node.id), (2, 2, "failed", node.id)]
+        (1, 1, "failed", node.id),
+        (2, 2, "failed", node.id),
+    ]
     assert runs[1]["started_at"] - runs[0]["finished_at"] >= 0.5  # backed off (at least half the base)
     farm.store.retry(job_id)
     again = finished(farm, job_id, timeout=15)
     assert [r["attempt"] for r in again["runs"]] == [3, 2, 1] and again["state"] == "failed"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["enqueue", "python", "no-colon"], "error: Python job target 'no-colon' is not of the form package.module:function"),
-    (["enqueue", "command", "--payload", "{oops", "--", "ls"], "error: payload is not valid JSON"),
-    (["enqueue", "http", "ftp://host/x"], "error: HTTP job target 'ftp://host/x' is neither a path"),
-    (["enqueue", "command", "--", "[not json"], None),  # an argv word may look like anything: accepted
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["enqueue", "python", "no-colon"],
+            "error: Python job target 'no-colon' is not of the form package.module:function",
+        ),
+        (["enqueue", "command", "--payload", "{oops", "--", "ls"], "error: payload is not valid JSON"),
+        (["enqueue", "http", "ftp://host/x"], "error: HTTP job target 'ftp://host/x' is neither a path"),
+        (["enqueue", "command", "--", "[not json"], None),  # an argv word may look like anything: accepted
+    ],
+)
 def test_bad_work_is_one_clear_line_at_the_cli(farm, argv, message, capsys):
     code = run_cli("--db", farm.url, *argv)
     out, err = capsys.readouterr()

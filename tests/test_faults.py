@@ -50,7 +50,8 @@ def test_sigkill_churn_loses_nothing_and_hands_work_over_after_the_lease(pg_serv
     assert f["takeover_max"] < f["lease"] + 3 * f["period"], (
         f"a killed machine's job waited {f['takeover_max']:.1f} s to run elsewhere (lease {f['lease']:g} s): expired "
         "leases must go back to work on the next turn, even when the turn's holder has room for fewer than the dead "
-        "machine held, or has just joined")
+        "machine held, or has just joined"
+    )
     assert f["ticks"] and set(f["ticks"]) == {"succeeded"}, f["ticks"]  # every occurrence ran, once
     assert f["singleton_holders"] >= 2, "the singleton's holder was never killed"
     assert f["singleton_gap_max"] < f["lease"] + 3 * f["period"]
@@ -136,8 +137,10 @@ def test_nodes_that_claim_back_the_jobs_a_database_freeze_stopped_never_run_one_
     t, f = outcome.tally, outcome.facts
     evidence = "\n".join(outcome.notes)
     assert f["claimed_back"] > 0, "no node claimed back a job of its own: the trials missed the case"
-    assert t["overlaps"] == 0, (f"{t['overlaps']} pairs of runs of one job on different fences at once, in trials "
-                                f"{f['failed_trials']} of {f['trials']}:\n{evidence}")
+    assert t["overlaps"] == 0, (
+        f"{t['overlaps']} pairs of runs of one job on different fences at once, in trials "
+        f"{f['failed_trials']} of {f['trials']}:\n{evidence}"
+    )
     assert t["lost"] == 0, f"jobs lost (trial:job): {t['lost_ids']}\n{evidence}"
     assert not t["log_errors"], "a node logged an error no user caused:\n" + "\n".join(t["log_errors"][:20])
     assert t["stuck_runs"] == 0 and t["stale_completions"] == 0 and t["password_in_logs"] == 0, t
@@ -159,11 +162,11 @@ def test_a_job_stopped_before_its_task_first_runs_is_handed_back(pg_url):
     asyncio task had run, and the job stayed 'running' (its lease renewed) forever."""
     with Farm(pg_url) as farm:
         [job_id] = farm.enqueue_http("/ok")
-        machine = farm.store.register(name="m", host="h", instance="i", pid=1, version="0", capacity=1,
-                                      allow="{}")
+        machine = farm.store.register(name="m", host="h", instance="i", pid=1, version="0", capacity=1, allow="{}")
         [job] = farm.store.claim(machine, 1, lease=30)
-        runner = JobRunner(farm.store, machine, {"http": HttpExecutor()}, farm.store.ask_time,
-                           lambda _job, _outcome: None)
+        runner = JobRunner(
+            farm.store, machine, {"http": HttpExecutor()}, farm.store.ask_time, lambda _job, _outcome: None
+        )
         runner.start()
         try:
             busy = threading.Event()

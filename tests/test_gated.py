@@ -36,8 +36,9 @@ def machine(farm, name: str = "a") -> int:
 def flags(farm, queue: str = "reports") -> dict[str, list[bool]]:
     """The gated flags of a queue's jobs, by state."""
     found: dict[str, list[bool]] = {}
-    for state, gated in farm.store.rows(select(jobs.c.state, jobs.c.gated).where(jobs.c.queue == queue)
-                                        .order_by(jobs.c.id)):
+    for state, gated in farm.store.rows(
+        select(jobs.c.state, jobs.c.gated).where(jobs.c.queue == queue).order_by(jobs.c.id)
+    ):
         found.setdefault(state, []).append(bool(gated))
     return found
 
@@ -114,8 +115,9 @@ def test_the_server_keeps_one_plan_for_the_claim_of_a_limited_queue(pg_url):
         me = machine(farm)
         claimed = sum(len(farm.store.claim(me, 8, 30.0, plan=LOCKED)) for _ in range(12))
         with farm.engine.connect() as conn:  # the pool's one connection, which ran the claims
-            plans = conn.exec_driver_sql("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-                                         "WHERE statement LIKE 'WITH held AS%%'").all()
+            plans = conn.exec_driver_sql(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE 'WITH held AS%%'"
+            ).all()
     assert claimed == 1, "the limit held"
     assert len(plans) == 1 and plans[0][0] >= 1 and plans[0][1] <= 5, plans
 
@@ -127,10 +129,24 @@ def test_a_change_waits_for_an_enqueue_that_read_the_queue_before_it(pg_url):
     with Farm(pg_url) as farm:
         farm.store.enqueue(REPORTS)
         with farm.engine.connect() as writer:
-            writer.execute(insert(jobs).values(
-                executor="python", target=f"{PYJOBS}:noop", method="GET", state=JobState.QUEUED, priority=0,
-                run_at=0.0, created_at=0.0, attempts=0, max_attempts=1, fence=0, cancel_requested=False,
-                kind="job", queue="reports", gated=gated_now(literal("reports", String))))
+            writer.execute(
+                insert(jobs).values(
+                    executor="python",
+                    target=f"{PYJOBS}:noop",
+                    method="GET",
+                    state=JobState.QUEUED,
+                    priority=0,
+                    run_at=0.0,
+                    created_at=0.0,
+                    attempts=0,
+                    max_attempts=1,
+                    fence=0,
+                    cancel_requested=False,
+                    kind="job",
+                    queue="reports",
+                    gated=gated_now(literal("reports", String)),
+                )
+            )
             changed = threading.Thread(target=farm.set_queue, args=("reports",), kwargs=dict(limit=1))
             changed.start()
             time.sleep(0.5)

@@ -75,4 +75,5 @@ def test_a_bad_grab_is_one_line_at_the_cli(farm, capsys):
     assert run_cli("--db", farm.url, "grab", "Re@port", "x", "http", "/ok") == 1
     assert capsys.readouterr().err == (
         "error: grab key 'Re@port' and instance 'x' must be non-empty, the key without '@', together at most 399 "
-        "characters\n")
+        "characters\n"
+    )

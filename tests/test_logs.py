@@ -18,9 +18,28 @@ def test_a_node_logs_json_lines_naming_machine_and_job_with_passwords_masked(tmp
     with Farm(url) as farm, open(log_path, "w") as log:
         [job_id] = farm.enqueue(farm.python_spec(f"{PYJOBS}:fail", SECRET_URL, max_attempts=1))
         node = subprocess.Popen(
-            [sys.executable, "-m", "queueprocessor.cli", "--db", url, "node", "--name", "json-node",
-             "--log-format", "json", "--period", "0.2", "--heartbeat", "0.2", "--allow-module", PYJOBS],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "queueprocessor.cli",
+                "--db",
+                url,
+                "node",
+                "--name",
+                "json-node",
+                "--log-format",
+                "json",
+                "--period",
+                "0.2",
+                "--heartbeat",
+                "0.2",
+                "--allow-module",
+                PYJOBS,
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             wait_for(lambda: farm.job(job_id)["state"] == "failed", timeout=30)
             wait_for(lambda: f'"job_id": {job_id}' in log_path.read_text(), timeout=10)

@@ -28,8 +28,11 @@ def scrape(url: str) -> dict[tuple, float]:
     """Every sample of a scrape, keyed (name, *sorted label pairs)."""
     with urllib.request.urlopen(url, timeout=10) as answer:
         text = answer.read().decode()
-    return {(sample.name, *sorted(sample.labels.items())): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
+    return {
+        (sample.name, *sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def value(samples: dict, name: str, **labels) -> float | None:
@@ -82,8 +85,12 @@ def test_two_nodes_serve_metrics_that_move_as_jobs_run_and_one_exports_the_farm_
     wait_for(lambda: total(nodes.started, "queueprocessor_jobs_finished_total", outcome="timeout", **PY) == 1)
     wait_for(lambda: total(nodes.started, "queueprocessor_jobs_finished_total", outcome="cancelled", **PY) == 1)
     wait_for(lambda: total(nodes.started, "queueprocessor_jobs_finished_total", outcome="succeeded", **PY) == 3)
-    assert total(nodes.started, "queueprocessor_jobs_finished_total", outcome="succeeded", queue="reports",
-                 executor="python") == 1
+    assert (
+        total(
+            nodes.started, "queueprocessor_jobs_finished_total", outcome="succeeded", queue="reports", executor="python"
+        )
+        == 1
+    )
     assert total(nodes.started, "queueprocessor_jobs_claimed_total", queue="reports", executor="python") == 1
     assert total(nodes.started, "queueprocessor_jobs_claimed_total", **PY) == 7
     assert total(nodes.started, "queueprocessor_job_duration_seconds_count", **PY) == 7
@@ -93,17 +100,22 @@ def test_two_nodes_serve_metrics_that_move_as_jobs_run_and_one_exports_the_farm_
     for node in nodes.started:
         wait_for(lambda: value(scrape(node.exporter.url), "queueprocessor_turns_taken_total") >= 2)
         samples = scrape(node.exporter.url)
-        assert value(samples, "queueprocessor_turn_lateness_seconds_count") == \
-            value(samples, "queueprocessor_turns_taken_total")
-        assert 0 < value(samples, "queueprocessor_turn_lateness_seconds_sum") < 0.2 * samples[(
-            "queueprocessor_turns_taken_total",)]  # each turn began inside its slot
+        assert value(samples, "queueprocessor_turn_lateness_seconds_count") == value(
+            samples, "queueprocessor_turns_taken_total"
+        )
+        assert (
+            0
+            < value(samples, "queueprocessor_turn_lateness_seconds_sum")
+            < 0.2 * samples[("queueprocessor_turns_taken_total",)]
+        )  # each turn began inside its slot
 
     # The farm-wide gauges come from one machine only, so their sum over the farm counts them once.
     farm.enqueue(farm.python_spec(f"{PYJOBS}:echo", 1), delay=3600, count=3)
     farm.enqueue(farm.python_spec(f"{PYJOBS}:echo", 1, queue="reports"), delay=3600)
     assert total(nodes.started, "queueprocessor_farm_reporter") == 1
-    wait_for(lambda: total(nodes.started, "queueprocessor_farm_jobs_queued", queue="default") == 3,
-             timeout=2 * WAITING_EVERY)  # the reporter counts again once its last count is WAITING_EVERY old
+    wait_for(
+        lambda: total(nodes.started, "queueprocessor_farm_jobs_queued", queue="default") == 3, timeout=2 * WAITING_EVERY
+    )  # the reporter counts again once its last count is WAITING_EVERY old
     assert total(nodes.started, "queueprocessor_farm_jobs_queued", queue="reports") == 1
     assert total(nodes.started, "queueprocessor_farm_machines_live") == 2
     exported = {key[0] for node in nodes.started for key in scrape(node.exporter.url)}
@@ -123,8 +135,10 @@ def test_two_nodes_serve_metrics_that_move_as_jobs_run_and_one_exports_the_farm_
 def test_a_node_cut_off_from_the_database_counts_failed_renewals_a_self_fence_and_a_lost_job(pg_server, pg_url):
     with Farm(pg_url) as farm:
         farm.settings(**FAST)
-    with TcpProxy("127.0.0.1", pg_server.port) as proxy, \
-            Farm(pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/")) as farm:
+    with (
+        TcpProxy("127.0.0.1", pg_server.port) as proxy,
+        Farm(pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/")) as farm,
+    ):
         nodes = Nodes(farm, metrics_port=0)
         node = nodes("cut-off")
         try:
@@ -138,8 +152,12 @@ def test_a_node_cut_off_from_the_database_counts_failed_renewals_a_self_fence_an
             assert value(samples, "queueprocessor_self_fences_total") == 1
             assert value(samples, "queueprocessor_farm_reporter") is None
             proxy.restore()
-            wait_for(lambda: value(scrape(node.exporter.url), "queueprocessor_jobs_finished_total",
-                                   outcome="lost", **PY) == 1, timeout=30)
+            wait_for(
+                lambda: (
+                    value(scrape(node.exporter.url), "queueprocessor_jobs_finished_total", outcome="lost", **PY) == 1
+                ),
+                timeout=30,
+            )
             wait_for(lambda: value(scrape(node.exporter.url), "queueprocessor_database_unreachable") == 0)
         finally:
             nodes.stop_all()
@@ -164,10 +182,25 @@ def free_port() -> int:
 def test_a_cli_node_serves_metrics_on_the_port_its_config_names(tmp_path):
     url, port = f"sqlite:///{tmp_path / 'farm.db'}", free_port()
     config = tmp_path / "qp.toml"
-    config.write_text(f'[node]\nmetrics-port = {port}\nperiod = 0.2\nheartbeat = 0.2\n')
+    config.write_text(f"[node]\nmetrics-port = {port}\nperiod = 0.2\nheartbeat = 0.2\n")
     with open(tmp_path / "node.log", "w") as log:
-        node = subprocess.Popen([sys.executable, "-m", "queueprocessor.cli", "--db", url, "--config", str(config),
-                                 "node", "--name", "headless"], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        node = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "queueprocessor.cli",
+                "--db",
+                url,
+                "--config",
+                str(config),
+                "node",
+                "--name",
+                "headless",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
     try:
         info = dict(name="queueprocessor_machine_info", machine="headless", id="1", version="0.1.0")
         metrics = f"http://127.0.0.1:{port}/metrics"
@@ -193,20 +226,29 @@ def test_a_metrics_port_in_use_is_one_line_and_the_node_does_not_join(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "queueprocessor.cli", "--db", url, "node"], capture_output=True,
-                              text=True, timeout=60, env={**os.environ, "QP_METRICS_PORT": str(port)})
+        done = subprocess.run(
+            [sys.executable, "-m", "queueprocessor.cli", "--db", url, "node"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "QP_METRICS_PORT": str(port)},
+        )
     assert done.returncode == 1
-    assert done.stderr.splitlines() == [f"error: cannot serve metrics on 127.0.0.1 port {port}: the port is in use; "
-                                        "choose another --metrics-port or --metrics-host"]
+    assert done.stderr.splitlines() == [
+        f"error: cannot serve metrics on 127.0.0.1 port {port}: the port is in use; "
+        "choose another --metrics-port or --metrics-host"
+    ]
     with Farm(url) as farm:
         assert farm.status()["machines"] == []
 
 
 def test_a_node_that_serves_no_metrics_never_loads_prometheus_client(tmp_path):
     url = f"sqlite:///{tmp_path / 'farm.db'}"
-    script = ("import sys; from queueprocessor.farm import Farm\n"
-              f"farm = Farm({url!r})\n"
-              "farm.node(name='quiet').start().stop(drain=False); farm.close()\n"
-              "print('prometheus_client' in sys.modules)")
+    script = (
+        "import sys; from queueprocessor.farm import Farm\n"
+        f"farm = Farm({url!r})\n"
+        "farm.node(name='quiet').start().stop(drain=False); farm.close()\n"
+        "print('prometheus_client' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.stdout.split() == ["False"], done.stderr

@@ -90,8 +90,13 @@ def make_version_2(url: str) -> int:
     with rewriting(url) as conn:
         drop_index(conn, "ix_qp_jobs_order")
         drop_index(conn, "ux_qp_jobs_order_running")
-        for table, column in (("qp_jobs", "queue"), ("qp_jobs", "order_key"), ("qp_schedules", "queue"),
-                              ("qp_schedules", "order_key"), ("qp_machines", "queues")):
+        for table, column in (
+            ("qp_jobs", "queue"),
+            ("qp_jobs", "order_key"),
+            ("qp_schedules", "queue"),
+            ("qp_schedules", "order_key"),
+            ("qp_machines", "queues"),
+        ):
             drop_column(conn, table, column)
         conn.execute(text("DROP TABLE qp_queues"))
         set_version(conn, 2)
@@ -167,15 +172,16 @@ def test_a_version_2_database_gets_named_queues_in_place(db_url):
         assert version == CURRENT and {"ix_qp_jobs_order", "ux_qp_jobs_order_running"} <= indexes
         assert farm.store.get_job(waiting)["queue"] == "default"
         ordered = farm.store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports", order_key="k"), count=2)
-        me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4,
-                                 queues="reports")
+        me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4, queues="reports")
         farm.pause_queue("reports")
         assert farm.store.claim(me, 4, 30.0, plan=Plan(served=("reports",))) == []
         farm.resume_queue("reports")
         [first] = farm.store.claim(me, 4, 30.0, plan=Plan(served=("reports",)))
         assert first.id == ordered[0], "the oldest of the key, and only it"
         assert [(q.name, q.waiting, q.running, q.order_keys_waiting) for q in farm.queues()] == [
-            ("default", 1, 0, 0), ("reports", 1, 1, 1)]
+            ("default", 1, 0, 0),
+            ("reports", 1, 1, 1),
+        ]
 
 
 def test_a_version_3_database_gets_the_roster_version_and_the_heartbeat_indexes_in_place(db_url):
@@ -186,8 +192,11 @@ def test_a_version_3_database_gets_the_roster_version_and_the_heartbeat_indexes_
         version, _ = shape(farm)
         with farm.engine.connect() as conn:
             indexes = {index["name"] for index in inspect(conn).get_indexes("qp_machines")}
-            fill = conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'qp_machines'")).scalar() \
-                if farm.engine.dialect.name == "postgresql" else None
+            fill = (
+                conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'qp_machines'")).scalar()
+                if farm.engine.dialect.name == "postgresql"
+                else None
+            )
         assert version == CURRENT and {"ix_qp_machines_seen", "ix_qp_machines_wished"} <= indexes
         assert fill in (None, [f"fillfactor={schema.MACHINES_FILL}"])
         assert farm.engine.dialect.name != "postgresql" or fill is not None
@@ -232,11 +241,17 @@ def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
         assert version == CURRENT and {"ix_qp_jobs_queued", "ix_qp_jobs_gated"} <= indexes
-        gated = dict(farm.store.rows(select(schema.jobs.c.queue, func.bool_and(schema.jobs.c.gated)
-                                            if farm.engine.dialect.name == "postgresql" else
-                                            func.min(schema.jobs.c.gated)).group_by(schema.jobs.c.queue)))
-        assert {queue: bool(flag) for queue, flag in gated.items()} == {"default": False, "reports": True,
-                                                                        "mail": True}
+        gated = dict(
+            farm.store.rows(
+                select(
+                    schema.jobs.c.queue,
+                    func.bool_and(schema.jobs.c.gated)
+                    if farm.engine.dialect.name == "postgresql"
+                    else func.min(schema.jobs.c.gated),
+                ).group_by(schema.jobs.c.queue)
+            )
+        )
+        assert {queue: bool(flag) for queue, flag in gated.items()} == {"default": False, "reports": True, "mail": True}
         me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
         assert sorted(c.id for c in farm.store.claim(me, 8, 30.0)) == plain
         guarded = Plan(alone=(("reports", 8, True),))

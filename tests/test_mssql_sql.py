@@ -63,8 +63,10 @@ def test_every_claim_a_node_makes_compiles_for_sql_server(captured, take_expired
         store.claim(7, limit, lease=3.0, **options)
         *leaving, claim = sql
     # Taking expired leases over, the claim first reads (and locks) whose runs it will end as lost.
-    assert [(s.startswith("SELECT qp_jobs.id, qp_jobs.owner, qp_jobs.started_at"),
-             "WITH (UPDLOCK, ROWLOCK, READPAST)" in s) for s in leaving] == ([(True, True)] if take_expired else [])
+    assert [
+        (s.startswith("SELECT qp_jobs.id, qp_jobs.owner, qp_jobs.started_at"), "WITH (UPDLOCK, ROWLOCK, READPAST)" in s)
+        for s in leaving
+    ] == ([(True, True)] if take_expired else [])
     branches = 2 if take_expired else 1  # queued jobs, and jobs whose lease ran out
     assert claim.startswith("UPDATE qp_jobs SET") and "OUTPUT inserted.id" in claim
     assert claim.count("WITH (UPDLOCK, ROWLOCK, READPAST)") == branches
@@ -80,8 +82,9 @@ def test_every_claim_a_node_makes_compiles_for_sql_server(captured, take_expired
 def test_turn_heartbeat_and_renewal_compile(captured):
     store, sql = captured
     store.take_turn(123, 7)
-    store.heartbeat(7, state="active", applied_wish="pause", running=0, done=0, failed=0, offset=0.0,
-                    rtt=0.001, error_bound=0.0005)
+    store.heartbeat(
+        7, state="active", applied_wish="pause", running=0, done=0, failed=0, offset=0.0, rtt=0.001, error_bound=0.0005
+    )
     store.renew(7, [(1, 2), (3, 4)], lease=3.0)
     with contextlib.suppress(IndexError):  # compiled, not run: no rows come back
         store.read_machines(backlog_since=100)
@@ -102,8 +105,10 @@ def test_the_roster_statements_compile(captured):
     assert peers.bury(7, 1e9)
     heartbeat_read, read_all, bury, bump = sql
     assert "qp_machines.id = :me AND qp_machines.wish IS NOT NULL" in heartbeat_read
-    assert "(SELECT min(qp_machines.last_seen) AS min_2 FROM qp_machines WHERE qp_machines.state IN ('active', " \
-           "'paused', 'draining')) < :before" in " ".join(heartbeat_read.split())
+    assert (
+        "(SELECT min(qp_machines.last_seen) AS min_2 FROM qp_machines WHERE qp_machines.state IN ('active', "
+        "'paused', 'draining')) < :before" in " ".join(heartbeat_read.split())
+    )
     assert "qp_roster.version" in heartbeat_read and "qp_roster.version" in read_all
     assert "SET state=:state" in bury and "qp_machines.last_seen = :last_seen_1" in bury
     assert bump.startswith("UPDATE qp_roster SET version=(qp_roster.version + :version_1)")

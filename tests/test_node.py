@@ -22,8 +22,9 @@ def nodes(farm, http_target):
     started = []
 
     def start(name, skew=0.0, capacity=4, **options):
-        node = farm.node(name=name, capacity=capacity, http_base=http_target.base_url, clock=SystemClock(skew),
-                         **FAST, **options)
+        node = farm.node(
+            name=name, capacity=capacity, http_base=http_target.base_url, clock=SystemClock(skew), **FAST, **options
+        )
         started.append(node.start())
         return node
 
@@ -203,8 +204,10 @@ def test_a_machine_judged_dead_is_logged_by_its_name(farm, nodes, caplog):
 
 def restarts(farm, ghost, job_ids):
     """When each job began to run again after the ghost machine held it, and where."""
-    return [next((run["started_at"], run["machine_id"]) for run in farm.job(j)["runs"] if run["machine_id"] != ghost)
-            for j in job_ids]
+    return [
+        next((run["started_at"], run["machine_id"]) for run in farm.job(j)["runs"] if run["machine_id"] != ghost)
+        for j in job_ids
+    ]
 
 
 def test_a_dead_machines_jobs_beyond_the_turn_holders_room_go_at_once_to_a_machine_with_room(farm, http_target):
@@ -253,8 +256,11 @@ def test_a_machine_too_new_to_take_expired_leases_hands_them_to_one_that_may_at_
             start("n")
             after = farm.store.ask_time()
             # n's turns (odd slots, after a's) from its join delay on, until a lease after its first check-in
-            turn = next(slot for slot in range(slot_of(after + 1.6, period), slot_of(before + 3.7, period))
-                        if slot % 2 and slot * period >= after + 1.6)
+            turn = next(
+                slot
+                for slot in range(slot_of(after + 1.6, period), slot_of(before + 3.7, period))
+                if slot % 2 and slot * period >= after + 1.6
+            )
             lease_end = turn * period - 0.1  # after a's turn before it
             assert len(farm.store.renew(ghost, held, lease_end - farm.store.ask_time())) == 4
             wait_for(lambda: farm.store.job_counts()["succeeded"] == 4, timeout=15)
@@ -269,6 +275,7 @@ def test_a_job_writing_its_result_makes_room_but_at_most_capacity_results_wait(f
     """Capacity limits the jobs at work: the next claim overlaps the writes of finished ones, up to a bound."""
     runner = JobRunner(farm.store, 1, {}, farm.store.ask_time, lambda _job, _outcome: None)
     try:
+
         def hold(job_id, writing):
             job = Claimed(job_id, "http", "/ok", "GET", None, 1, 3, None, 1, 0.0)
             runner.running[job.id, job.fence] = entry = Running(job, JobContext(job_id, 1, 1, 1))

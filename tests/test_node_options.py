@@ -14,10 +14,37 @@ from ui import app  # noqa: E402
 
 ACCEPTED = [
     [],
-    ["--capacity", "10000", "--clock-skew", "-1.5", "--name", "desk", "--allow-module", "myapp.jobs",
-     "--allow-host", "a.internal", "--allow-host", "b.internal", "--allow-command", "true", "--no-push"],
-    ["--period", "0.5", "--heartbeat", "2", "--misses", "4", "--turn-keep", "60", "--keep-jobs", "3600",
-     "--http-base", "http://127.0.0.1:8080/"],
+    [
+        "--capacity",
+        "10000",
+        "--clock-skew",
+        "-1.5",
+        "--name",
+        "desk",
+        "--allow-module",
+        "myapp.jobs",
+        "--allow-host",
+        "a.internal",
+        "--allow-host",
+        "b.internal",
+        "--allow-command",
+        "true",
+        "--no-push",
+    ],
+    [
+        "--period",
+        "0.5",
+        "--heartbeat",
+        "2",
+        "--misses",
+        "4",
+        "--turn-keep",
+        "60",
+        "--keep-jobs",
+        "3600",
+        "--http-base",
+        "http://127.0.0.1:8080/",
+    ],
     ["--log-format", "json", "--metrics-port", "9100", "--metrics-host", "0.0.0.0"],
     ["--listen-db", "postgresql://qp:s3cret@db.internal/farm"],
 ]
@@ -85,10 +112,15 @@ def test_the_app_runs_a_node_with_farm_node_keywords(tmp_path):
     """What the app hands its worker is Farm.node's keywords: the node it makes has the options asked for."""
     from queueprocessor.farm import Farm
 
-    args = app.parse_args(["--name", "desk", "--capacity", "3", "--keep-jobs", "60", "--no-push",
-                           "--allow-command", "true"])
+    args = app.parse_args(
+        ["--name", "desk", "--capacity", "3", "--keep-jobs", "60", "--no-push", "--allow-command", "true"]
+    )
     with Farm(f"sqlite:///{tmp_path / 'farm.db'}") as farm:
         node = farm.node(**app.node_options(args))
-        assert (node.config.name, node.config.capacity, node.config.keep_jobs, node.config.push) == \
-            ("desk", 3, 60.0, False)
+        assert (node.config.name, node.config.capacity, node.config.keep_jobs, node.config.push) == (
+            "desk",
+            3,
+            60.0,
+            False,
+        )
         assert node.config.allow.commands == ("true",)

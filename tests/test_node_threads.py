@@ -20,21 +20,27 @@ from tests.support.work import FAST, PYJOBS, Nodes, wait_for
 # registration (an INSERT) and the undo (an UPDATE to 'stopped') through: the failure lands exactly
 # between registering and checking in.
 REFUSE_CHECKIN = {
-    "sqlite": ["CREATE TRIGGER refuse_checkin BEFORE UPDATE ON qp_machines WHEN NEW.state = 'active' "
-               "BEGIN SELECT RAISE(ABORT, 'check-in refused by the test'); END"],
-    "postgresql": ["CREATE FUNCTION refuse_checkin() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                   "RAISE EXCEPTION 'check-in refused by the test'; END $$",
-                   "CREATE TRIGGER refuse_checkin BEFORE UPDATE ON qp_machines FOR EACH ROW "
-                   "WHEN (NEW.state = 'active') EXECUTE FUNCTION refuse_checkin()"],
+    "sqlite": [
+        "CREATE TRIGGER refuse_checkin BEFORE UPDATE ON qp_machines WHEN NEW.state = 'active' "
+        "BEGIN SELECT RAISE(ABORT, 'check-in refused by the test'); END"
+    ],
+    "postgresql": [
+        "CREATE FUNCTION refuse_checkin() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "RAISE EXCEPTION 'check-in refused by the test'; END $$",
+        "CREATE TRIGGER refuse_checkin BEFORE UPDATE ON qp_machines FOR EACH ROW "
+        "WHEN (NEW.state = 'active') EXECUTE FUNCTION refuse_checkin()",
+    ],
 }
 
 
 # PostgreSQL: the server drops the connection under the first check-in (the node sees the database out of
 # reach, as when a server restarts), and the undo reaches it on a new connection.
-DROP_AT_CHECKIN = ["CREATE FUNCTION drop_checkin() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                   "PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NEW; END $$",
-                   "CREATE TRIGGER drop_checkin BEFORE UPDATE ON qp_machines FOR EACH ROW "
-                   "WHEN (NEW.state = 'active') EXECUTE FUNCTION drop_checkin()"]
+DROP_AT_CHECKIN = [
+    "CREATE FUNCTION drop_checkin() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NEW; END $$",
+    "CREATE TRIGGER drop_checkin BEFORE UPDATE ON qp_machines FOR EACH ROW "
+    "WHEN (NEW.state = 'active') EXECUTE FUNCTION drop_checkin()",
+]
 
 
 def install(farm, statements: list[str]) -> None:
@@ -173,8 +179,12 @@ def test_a_backlog_notice_that_comes_while_the_turn_thread_resets_is_kept(tmp_pa
             due = farm.store.get_job(job_id)["run_at"]
 
             def during_the_empty_claim(conn, cursor, statement, *_):
-                if (threading.current_thread().name == "qp-turns" and statement.lstrip().startswith("UPDATE")
-                        and "qp_jobs" in statement and not hold.is_set()):
+                if (
+                    threading.current_thread().name == "qp-turns"
+                    and statement.lstrip().startswith("UPDATE")
+                    and "qp_jobs" in statement
+                    and not hold.is_set()
+                ):
                     hold.set()  # this claim looked before the job was due, and will come back empty
                     wait_for(lambda: node.estimator.db_now() > due + 0.05)
                     node.turns.notice(BACKLOG)  # as the listener thread does

@@ -46,8 +46,12 @@ def test_turns_claims_a_pgbouncer_restart_and_failover_through_pgbouncer(pg_url,
         try:
             for name in NAMES:
                 nodes(name, "--heartbeat", "0.5", capacity=8)
-            wait_for(lambda: {m["name"] for m in farm.status()["machines"]
-                              if m["status"] == MachineState.ACTIVE} == set(NAMES), 30)
+            wait_for(
+                lambda: (
+                    {m["name"] for m in farm.status()["machines"] if m["status"] == MachineState.ACTIVE} == set(NAMES)
+                ),
+                30,
+            )
             time.sleep(2)  # every node in every roster
             check_rotation(farm)
             check_restart(farm, pgbouncer)
@@ -64,7 +68,7 @@ def check_rotation(farm: Farm) -> None:
     slots = [t["slot"] for t in turns]
     assert slots == list(range(slots[0], slots[0] + len(slots))) and len(slots) >= 10, "one turn in every slot"
     owners = [t["machine_id"] for t in turns]
-    assert all(len(set(owners[i:i + 3])) == 3 for i in range(len(owners) - 2)), "turns rotate over all three"
+    assert all(len(set(owners[i : i + 3])) == 3 for i in range(len(owners) - 2)), "turns rotate over all three"
 
 
 def check_restart(farm: Farm, pgbouncer) -> None:

@@ -148,7 +148,8 @@ def test_a_password_written_encoded_is_never_shown(user, password, host, name):
 
 # "password" or "pwd" in any mix of cases, as a query string or an ODBC connection string may spell it.
 password_keys = st.sampled_from(["password", "pwd"]).flatmap(
-    lambda key: st.tuples(*(st.sampled_from([c, c.upper()]) for c in key)).map("".join))
+    lambda key: st.tuples(*(st.sampled_from([c, c.upper()]) for c in key)).map("".join)
+)
 
 
 @PROPERTY
@@ -176,8 +177,13 @@ def test_a_password_in_an_odbc_connection_string_is_never_shown_nor_remembered(u
 
 
 @PROPERTY
-@given(users, secrets.filter(lambda s: not s[0].isspace() and not s.startswith("//")), hosts, names,
-       st.sampled_from(["postgresql//", "postgresql:/", "", "postgresql:", "mssql+pyodbc:"]))
+@given(
+    users,
+    secrets.filter(lambda s: not s[0].isspace() and not s.startswith("//")),
+    hosts,
+    names,
+    st.sampled_from(["postgresql//", "postgresql:/", "", "postgresql:", "mssql+pyodbc:"]),
+)
 @example("qp", "Sup3rS3cret", "localhost", "farm", "postgresql//")
 @example("qp", "pw", "h", "f", "postgresql:/")
 @example("qp", "Sup3rS3cret", "host", "farm", "")
@@ -202,6 +208,7 @@ def test_urls_without_a_password_are_shown_as_they_are(user, host, name):
 
 
 # -- times typed at the command line -----------------------------------------------
+
 
 @PROPERTY
 @given(st.floats(allow_nan=False, allow_infinity=False))
@@ -255,8 +262,15 @@ STATES = ["active", "paused", "draining", "stopped"]
 @st.composite
 def machine_rows(draw):
     ids = draw(st.lists(st.integers(1, 10_000), unique=True, max_size=12))
-    return [{"id": i, "state": draw(st.sampled_from(STATES)),
-             "last_seen": NOW - draw(st.floats(0, 20)), "joined_at": NOW - draw(st.floats(0, 60))} for i in ids]
+    return [
+        {
+            "id": i,
+            "state": draw(st.sampled_from(STATES)),
+            "last_seen": NOW - draw(st.floats(0, 20)),
+            "joined_at": NOW - draw(st.floats(0, 60)),
+        }
+        for i in ids
+    ]
 
 
 @PROPERTY
@@ -264,8 +278,11 @@ def machine_rows(draw):
 def test_the_roster_is_every_active_live_settled_machine_in_id_order(rows, dead_after, join_delay, rng):
     liveness = Liveness(dead_after)
     ids = roster(rows, NOW, liveness, join_delay)
-    expected = sorted(m["id"] for m in rows if m["state"] == "active"
-                      and NOW - m["last_seen"] <= dead_after and NOW - m["joined_at"] >= join_delay)
+    expected = sorted(
+        m["id"]
+        for m in rows
+        if m["state"] == "active" and NOW - m["last_seen"] <= dead_after and NOW - m["joined_at"] >= join_delay
+    )
     assert ids == expected
     shuffled = list(rows)
     rng.shuffle(shuffled)
@@ -276,7 +293,7 @@ rosters = st.lists(st.integers(1, 10_000), unique=True, min_size=1, max_size=16)
 
 
 @PROPERTY
-@given(rosters, st.integers(-10**12, 10**12))
+@given(rosters, st.integers(-(10**12), 10**12))
 def test_every_machine_owns_exactly_one_slot_in_each_round(ids, first):
     owners = [slot_owner(ids, slot) for slot in range(first, first + len(ids))]
     assert sorted(owners) == ids
@@ -295,7 +312,7 @@ def test_next_turn_is_my_first_slot_from_now(ids, data, now, period):
 
 
 @PROPERTY
-@given(st.integers(-10**9, 10**9), st.floats(0.001, 1000))
+@given(st.integers(-(10**9), 10**9), st.floats(0.001, 1000))
 def test_the_middle_of_a_slot_is_in_that_slot(slot, period):
     assert slot_of(slot_start(slot, period) + period / 2, period) == slot
 
@@ -358,8 +375,10 @@ def test_the_database_clock_is_within_the_error_bound_however_the_delays_fall(of
     assert abs(estimator.db_now() - truth) <= estimator.error_bound() + tolerance
     best = estimator.best()
     age = lambda s: clock.monotonic() - s.t1
-    assert all(best.rtt / 2 + estimator.DRIFT * age(best) <= s.rtt / 2 + estimator.DRIFT * age(s) + tolerance
-               for s in estimator._samples)
+    assert all(
+        best.rtt / 2 + estimator.DRIFT * age(best) <= s.rtt / 2 + estimator.DRIFT * age(s) + tolerance
+        for s in estimator._samples
+    )
     before, published = estimator.db_now(), estimator.offset()
     clock.wall_offset += step
     assert estimator.db_now() == before
@@ -394,7 +413,9 @@ def test_the_fake_clock_never_goes_backwards(seconds):
 # -- schedules -------------------------------------------------------------------
 
 cron_field = st.one_of(
-    st.just("*"), st.integers(0, 70).map(str), st.integers(0, 70).map(lambda n: f"*/{n}"),
+    st.just("*"),
+    st.integers(0, 70).map(str),
+    st.integers(0, 70).map(lambda n: f"*/{n}"),
     st.tuples(st.integers(0, 70), st.integers(0, 70)).map(lambda ab: f"{ab[0]}-{ab[1]}"),
     st.lists(st.integers(0, 70), min_size=2, max_size=3).map(lambda v: ",".join(map(str, v))),
 )
@@ -438,14 +459,24 @@ def test_an_interval_recurs_at_the_next_whole_multiple(every, t):
 
 
 @PROPERTY
-@given(st.floats(1, 3600), st.floats(0, 1e5), st.floats(0, 1e5), st.floats(0, 100), st.floats(0.1, 5),
-       st.sampled_from(["skip", "once", "all"]), st.floats(0, 1e5), st.floats(0, 1e4))
-def test_turns_make_each_occurrence_at_most_once_and_in_order(every, behind, later, ahead, period, misfire, grace,
-                                                             more):
+@given(
+    st.floats(1, 3600),
+    st.floats(0, 1e5),
+    st.floats(0, 1e5),
+    st.floats(0, 100),
+    st.floats(0.1, 5),
+    st.sampled_from(["skip", "once", "all"]),
+    st.floats(0, 1e5),
+    st.floats(0, 1e4),
+)
+def test_turns_make_each_occurrence_at_most_once_and_in_order(
+    every, behind, later, ahead, period, misfire, grace, more
+):
     recurrence = Recurrence(every=every)
     now = NOW + later
-    first = plan(recurrence, recurrence.after(now - behind), now, ahead=ahead, period=period, misfire=misfire,
-                 grace=grace)
+    first = plan(
+        recurrence, recurrence.after(now - behind), now, ahead=ahead, period=period, misfire=misfire, grace=grace
+    )
     second = plan(recurrence, first.next_run, now + more, ahead=ahead, period=period, misfire=misfire, grace=grace)
     for p, at in ((first, now), (second, now + more)):
         assert p.occurrences == sorted(set(p.occurrences))

@@ -62,11 +62,15 @@ def test_a_plain_sql_insert_wakes_the_farm_too(farm, nodes):
     time.sleep(PERIOD)
     early_in_a_slot(farm)
     with farm.engine.begin() as conn:
-        job_id = conn.execute(text(
-            "INSERT INTO qp_jobs (executor, target, method, state, priority, run_at, created_at, attempts, "
-            "max_attempts, fence, cancel_requested, kind) VALUES ('python', :target, 'GET', 'queued', 0, "
-            "extract(epoch from clock_timestamp()), extract(epoch from clock_timestamp()), 0, 1, 0, false, 'job') "
-            "RETURNING id"), {"target": f"{pyjobs.__name__}:noop"}).scalar_one()
+        job_id = conn.execute(
+            text(
+                "INSERT INTO qp_jobs (executor, target, method, state, priority, run_at, created_at, attempts, "
+                "max_attempts, fence, cancel_requested, kind) VALUES ('python', :target, 'GET', 'queued', 0, "
+                "extract(epoch from clock_timestamp()), extract(epoch from clock_timestamp()), 0, 1, 0, false, 'job') "
+                "RETURNING id"
+            ),
+            {"target": f"{pyjobs.__name__}:noop"},
+        ).scalar_one()
     enqueued, started = started_slots(farm, job_id)
     assert started == enqueued
 
@@ -75,8 +79,9 @@ def test_a_dropped_listening_connection_is_restored(farm, nodes):
     node = nodes("a")
     wait_for(node.listener.listening.is_set)
     with farm.engine.begin() as conn:
-        killed = conn.execute(text(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")).scalar()
+        killed = conn.execute(
+            text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+        ).scalar()
     assert killed == 1
     wait_for(lambda: not node.listener.listening.is_set(), timeout=5, interval=0.01)
     wait_for(node.listener.listening.is_set, timeout=5)

@@ -32,8 +32,9 @@ def machine(farm, name: str) -> int:
 def counted(farm) -> tuple[int, int]:
     """(the queue row's running count, the jobs of the queue that are running)."""
     [(count,)] = farm.store.rows(select(queues.c.running).where(queues.c.name == "reports"))
-    [(running,)] = farm.store.rows(select(func.count()).where(jobs.c.queue == "reports",
-                                                              jobs.c.state == JobState.RUNNING))
+    [(running,)] = farm.store.rows(
+        select(func.count()).where(jobs.c.queue == "reports", jobs.c.state == JobState.RUNNING)
+    )
     return count, running
 
 

@@ -14,8 +14,15 @@ from queueprocessor.rules.errors import BadQueueInput, NotFound
 from queueprocessor.farm import Farm
 from queueprocessor.rules.queues import OnFailure, QueueInfo, Rate, Served
 from queueprocessor.store.schema import jobs
-from queueprocessor.store.statements import (claim_statement, freed_statement, looks_statement, recount_statement,
-                                      regate_statements, taken_statement, turn_statement)
+from queueprocessor.store.statements import (
+    claim_statement,
+    freed_statement,
+    looks_statement,
+    recount_statement,
+    regate_statements,
+    taken_statement,
+    turn_statement,
+)
 from queueprocessor.rules.roster import slot_of
 from queueprocessor.store.jobs import JobSpec, Looks, Plan, Turn
 from tests.support.httptarget import most_at_once
@@ -29,8 +36,7 @@ def spec(queue="default", order_key=None, **extra) -> JobSpec:
 
 
 def machine(farm, name="m", queues="") -> int:
-    return farm.store.register(name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=8,
-                               queues=queues)
+    return farm.store.register(name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=8, queues=queues)
 
 
 def test_names_rates_and_served_lists_are_checked_before_anything_is_written():
@@ -72,8 +78,17 @@ def test_queue_list_says_what_waits_runs_and_who_serves(farm):
     machine(farm, "r1", queues="reports:1")
     machine(farm, "any")
     [default, reports] = farm.queues()
-    assert reports == QueueInfo(name="reports", waiting=4, running=0, limit=2, rate=Rate(10, 1.0), order_keys_waiting=2,
-                                paused=False, on_failure=OnFailure.BLOCK, serving=("r1", "any"))
+    assert reports == QueueInfo(
+        name="reports",
+        waiting=4,
+        running=0,
+        limit=2,
+        rate=Rate(10, 1.0),
+        order_keys_waiting=2,
+        paused=False,
+        on_failure=OnFailure.BLOCK,
+        serving=("r1", "any"),
+    )
     assert default.serving == ("any",) and default.limit is None and default.on_failure == OnFailure.SKIP
     farm.set_queue("reports", limit=None)
     assert [q.limit for q in farm.queues()] == [None, None]
@@ -207,9 +222,11 @@ def test_the_queue_guards_compile_for_sql_server_2017(served, branches):
     dialect = pyodbc.dialect()
     claim = str(claim_statement("mssql", True, True, 4, served=served, branches=branches).compile(dialect=dialect))
     assert claim.startswith("UPDATE qp_jobs SET") and claim.count("WITH (UPDLOCK, ROWLOCK, READPAST)") == 2 + len(
-        branches)
+        branches
+    )
     assert claim.count("j.gated = 1") == branches.count(True) and claim.count("j.gated = 0") == 1 + branches.count(
-        False)
+        False
+    )
     for regate in regate_statements():
         assert "gated=" in str(regate.compile(dialect=dialect)).replace(" ", "")
     assert ("qp_jobs.queue IN" in claim or "j.queue IN" in claim) == served
@@ -230,7 +247,8 @@ def test_enqueue_to_a_queue_nobody_serves_is_accepted_with_a_one_line_warning(db
     assert run_cli("--db", db_url, "enqueue", "python", NOOP, "--queue", "reports", "--order-key", "k") == 0
     out, err = capsys.readouterr()
     assert out.startswith("enqueued job ") and err.strip().splitlines() == [
-        "warning: no live machine serves queue 'reports' yet: its jobs wait until one does (node --queues)"]
+        "warning: no live machine serves queue 'reports' yet: its jobs wait until one does (node --queues)"
+    ]
     with Farm(db_url) as farm:
         [job] = farm.list_jobs()
         assert (job["queue"], job["order_key"], job["state"]) == ("reports", "k", "queued")
@@ -256,8 +274,9 @@ class Sent:
                 return super().execute(query, *args, **kwargs)
 
         # Every connection gets it at its next checkout, those already in the pool too.
-        event.listen(engine.pool, "checkout", lambda dbapi_connection, *_: setattr(dbapi_connection, "cursor_factory",
-                                                                                  Counted))
+        event.listen(
+            engine.pool, "checkout", lambda dbapi_connection, *_: setattr(dbapi_connection, "cursor_factory", Counted)
+        )
 
     def reading(self, table: str) -> list[str]:
         return [s for s in list(self.statements) if table in s]
@@ -282,9 +301,15 @@ def test_an_idle_farm_with_roles_and_a_limited_queue_polls_once_a_turn(farm, htt
     postgresql = farm.store.dialect == "postgresql"
     # Elsewhere the claim first reads whose runs it would end as lost (the expired leases it may take over).
     per_turn = 1 if postgresql else 3
-    assert [s for s in polls if not ("INSERT INTO qp_turns" in s  # the turn (PostgreSQL: with its claim)
-                                     or not postgresql and s.startswith(("UPDATE qp_jobs", "SELECT qp_jobs.id, "
-                                                                         "qp_jobs.owner, qp_jobs.started_at")))] == []
+    assert [
+        s
+        for s in polls
+        if not (
+            "INSERT INTO qp_turns" in s  # the turn (PostgreSQL: with its claim)
+            or not postgresql
+            and s.startswith(("UPDATE qp_jobs", "SELECT qp_jobs.id, qp_jobs.owner, qp_jobs.started_at"))
+        )
+    ] == []
     # A window cuts a turn at each end: a turn counted may have sent its statements before it opened.
     assert turns * per_turn - 2 * per_turn <= len(polls) <= (turns + 2) * per_turn
 
@@ -384,6 +409,7 @@ def test_an_enqueue_reads_the_machines_once_and_one_queue_is_read_alone(farm):
     info = farm.queue("reports")
     assert (info.name, info.limit, info.waiting, info.serving) == ("reports", 3, 2, ("r",))
     of_queues = sent.reading("qp_queues") + sent.reading("qp_jobs")
-    assert of_queues and all("qp_queues.name = " in s or "qp_jobs.queue = " in s for s in of_queues), \
+    assert of_queues and all("qp_queues.name = " in s or "qp_jobs.queue = " in s for s in of_queues), (
         "the one queue's settings and counts, not every queue's"
+    )
     assert farm.queue("default").waiting == 0

@@ -61,8 +61,9 @@ def test_a_limit_holds_across_the_farm_while_a_node_is_killed_mid_run(farm, proc
     farm.set_queue("reports", limit=2)
     ids = farm.enqueue_http("/sleep/0.2", queue="reports", count=40)
     with RunningSampler(farm, "reports") as sampler:
-        victim = wait_for(lambda: next((r["machine"] for r in http_target.requests("/sleep") if r["ended"] is None),
-                                       None))
+        victim = wait_for(
+            lambda: next((r["machine"] for r in http_target.requests("/sleep") if r["ended"] is None), None)
+        )
         [name] = [m["name"] for m in farm.status()["machines"] if m["id"] == victim]
         processes.procs[name].send_signal(signal.SIGKILL)
         wait_for(lambda: farm.job_counts()["succeeded"] >= len(ids) + 1, timeout=60)
@@ -80,15 +81,17 @@ def test_order_keys_never_overlap_and_run_in_enqueue_order_through_a_kill(farm, 
     ids = {}
     for seq in range(6):
         for key in range(8):
-            [ids[key, seq]] = farm.enqueue_http("/sleep/0.05", payload=f'{{"key": {key}, "seq": {seq}}}',
-                                                order_key=f"k{key}")
+            [ids[key, seq]] = farm.enqueue_http(
+                "/sleep/0.05", payload=f'{{"key": {key}, "seq": {seq}}}', order_key=f"k{key}"
+            )
     wait_for(lambda: farm.job_counts()["succeeded"] >= 10, timeout=30)
     processes.procs["n2"].send_signal(signal.SIGKILL)
     processes("n4", "--http-base", http_target.base_url)
     wait_for(lambda: farm.job_counts()["succeeded"] == len(ids), timeout=60)
     for key in range(8):
-        mine = sorted((r for r in http_target.requests("/sleep") if f"key={key}&" in r["path"]),
-                      key=lambda r: r["started"])
+        mine = sorted(
+            (r for r in http_target.requests("/sleep") if f"key={key}&" in r["path"]), key=lambda r: r["started"]
+        )
         seqs = [int(r["path"].split("seq=")[1]) for r in mine]
         # A job whose machine died after the target answered but before its result was written runs again (at
         # least once): the same job twice in a row, never one overtaking another.

@@ -2,8 +2,18 @@
 
 import pytest
 
-from queueprocessor.rules.roster import (KnownMachines, Liveness, machine_status, next_turn, roster, slot_of, slot_owner,
-                                   turn_to_take, turn_wait, upcoming_turn)
+from queueprocessor.rules.roster import (
+    KnownMachines,
+    Liveness,
+    machine_status,
+    next_turn,
+    roster,
+    slot_of,
+    slot_owner,
+    turn_to_take,
+    turn_wait,
+    upcoming_turn,
+)
 
 NOW = 10_000.0
 LIVE = Liveness(dead_after=3.0)

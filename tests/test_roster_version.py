@@ -23,8 +23,17 @@ def register(store, name):
 
 
 def beat(store, machine_id, state="active"):
-    return store.heartbeat(machine_id, state=state, applied_wish=None, running=0, done=0, failed=0, offset=0.0,
-                           rtt=0.001, error_bound=0.0005)
+    return store.heartbeat(
+        machine_id,
+        state=state,
+        applied_wish=None,
+        running=0,
+        done=0,
+        failed=0,
+        offset=0.0,
+        rtt=0.001,
+        error_bound=0.0005,
+    )
 
 
 def test_joins_new_states_stops_and_burials_bump_the_version_and_nothing_else_does(farm):
@@ -73,8 +82,9 @@ def test_a_check_in_writes_its_figures_and_clears_only_the_wish_it_applied(farm)
     seen = store.find_machine(str(a))["last_seen"]
     store.wish(a, "pause")
     time.sleep(0.01)  # the database's clock moves on
-    assert store.heartbeat(a, state="active", applied_wish="drain", running=2, done=5, failed=1, offset=0.25,
-                           rtt=0.002, error_bound=0.001)
+    assert store.heartbeat(
+        a, state="active", applied_wish="drain", running=2, done=5, failed=1, offset=0.25, rtt=0.002, error_bound=0.001
+    )
     row = store.find_machine(str(a))
     assert (row["running"], row["done_count"], row["failed_count"]) == (2, 5, 1)
     assert (row["clock_offset"], row["rtt"], row["error_bound"]) == (0.25, 0.002, 0.001)
@@ -82,8 +92,9 @@ def test_a_check_in_writes_its_figures_and_clears_only_the_wish_it_applied(farm)
     assert row["wish"] == "pause", "an operator's wish other than the one the node applied is kept"
     assert peers.read_farm(a, before=0.0).wish == "pause" and peers.read_farm(b, before=0.0).wish is None
     v = version(farm)
-    assert store.heartbeat(a, state="paused", applied_wish="pause", running=0, done=6, failed=1, offset=0.0,
-                           rtt=0.001, error_bound=0.0005)
+    assert store.heartbeat(
+        a, state="paused", applied_wish="pause", running=0, done=6, failed=1, offset=0.0, rtt=0.001, error_bound=0.0005
+    )
     row = store.find_machine(str(a))
     assert row["wish"] is None and row["state"] == "paused" and row["done_count"] == 6
     assert version(farm) == v + 1, "the new state bumped the roster version"

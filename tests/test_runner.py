@@ -115,14 +115,16 @@ with Farm(url) as farm:
 """
 
 
-def test_a_runner_stopped_as_its_jobs_are_stopping_hands_every_one_back_and_leaves_no_task_behind(farm, db_url,
-                                                                                                      tmp_path):
+def test_a_runner_stopped_as_its_jobs_are_stopping_hands_every_one_back_and_leaves_no_task_behind(
+    farm, db_url, tmp_path
+):
     """A stop that comes right after the jobs were told to stop (the operator's exit, a crash in the screenshot
     script): stopping a command takes its process's end, several passes of the loop, and the loop used to close
     under the jobs' tasks and the writer of their results ("Task was destroyed but it is pending"), leaving the
     jobs running in the database until their leases expired."""
-    done = subprocess.run([sys.executable, "-c", STOPPING, db_url, str(tmp_path / "started")], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPING, db_url, str(tmp_path / "started")], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "Task was destroyed" not in done.stderr
     jobs = farm.list_jobs()
@@ -150,8 +152,9 @@ def test_a_job_claimed_back_while_its_stopped_run_is_ending_stays_renewed_and_st
             return release(*args)
 
         store.release = release_after_the_thaw
-        runner = JobRunner(store, machine, {"http": HttpExecutor(http_target.base_url)}, store.ask_time,
-                           lambda _job, _outcome: None)
+        runner = JobRunner(
+            store, machine, {"http": HttpExecutor(http_target.base_url)}, store.ask_time, lambda _job, _outcome: None
+        )
         runner.start()
         try:
             with caplog.at_level(logging.INFO):

@@ -32,20 +32,28 @@ def occurrences(recurrence: Recurrence, start: datetime, n: int) -> list[str]:
 def test_a_daily_time_in_the_hour_clocks_skip_runs_at_the_jump():
     daily = Recurrence.parse(cron="30 2 * * *", tz="Europe/Berlin")
     assert occurrences(daily, datetime(2026, 3, 28, 12, tzinfo=BERLIN), 2) == [
-        "2026-03-29T03:00:00.000+02:00", "2026-03-30T02:30:00.000+02:00"]
+        "2026-03-29T03:00:00.000+02:00",
+        "2026-03-30T02:30:00.000+02:00",
+    ]
 
 
 def test_a_daily_time_in_the_hour_clocks_repeat_runs_once():
     daily = Recurrence.parse(cron="30 2 * * *", tz="Europe/Berlin")
     assert occurrences(daily, datetime(2026, 10, 24, 12, tzinfo=BERLIN), 2) == [
-        "2026-10-25T02:30:00.000+02:00", "2026-10-26T02:30:00.000+01:00"]
+        "2026-10-25T02:30:00.000+02:00",
+        "2026-10-26T02:30:00.000+01:00",
+    ]
 
 
 def test_an_hourly_cadence_keeps_real_time_across_both_changes():
     hourly = Recurrence.parse(cron="0 * * * *", tz="Europe/Berlin")
     autumn = occurrences(hourly, datetime(2026, 10, 25, 0, 30, tzinfo=BERLIN), 4)
-    assert autumn == ["2026-10-25T01:00:00.000+02:00", "2026-10-25T02:00:00.000+02:00",
-                      "2026-10-25T02:00:00.000+01:00", "2026-10-25T03:00:00.000+01:00"]
+    assert autumn == [
+        "2026-10-25T01:00:00.000+02:00",
+        "2026-10-25T02:00:00.000+02:00",
+        "2026-10-25T02:00:00.000+01:00",
+        "2026-10-25T03:00:00.000+01:00",
+    ]
     spring = occurrences(hourly, datetime(2026, 3, 29, 0, 30, tzinfo=BERLIN), 2)
     assert spring == ["2026-03-29T01:00:00.000+01:00", "2026-03-29T03:00:00.000+02:00"]
 
@@ -56,27 +64,33 @@ def test_an_interval_recurs_at_whole_multiples_so_every_machine_agrees():
     assert every.label(1_800_000_000.5) == "2027-01-15T08:00:00.500+00:00"
 
 
-@pytest.mark.parametrize("arguments, message", [
-    (dict(cron="61 * * * *"), "malformed cron expression '61 * * * *'"),
-    (dict(cron="* * *"), "malformed cron expression"),
-    (dict(cron="0 0 30 2 *"), "never matches a real date"),
-    (dict(cron="* * * * *", tz="Mars/Olympus"), "unknown time zone 'Mars/Olympus'"),
-    (dict(cron="* * * * *", every=5), "either cron EXPRESSION or every SECONDS"),
-    (dict(), "either cron EXPRESSION or every SECONDS"),
-    (dict(every=0.01), "every must be at least 0.1 seconds"),
-    (dict(every=5, tz="UTC"), "tz only applies to cron"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(cron="61 * * * *"), "malformed cron expression '61 * * * *'"),
+        (dict(cron="* * *"), "malformed cron expression"),
+        (dict(cron="0 0 30 2 *"), "never matches a real date"),
+        (dict(cron="* * * * *", tz="Mars/Olympus"), "unknown time zone 'Mars/Olympus'"),
+        (dict(cron="* * * * *", every=5), "either cron EXPRESSION or every SECONDS"),
+        (dict(), "either cron EXPRESSION or every SECONDS"),
+        (dict(every=0.01), "every must be at least 0.1 seconds"),
+        (dict(every=5, tz="UTC"), "tz only applies to cron"),
+    ],
+)
 def test_a_bad_recurrence_is_refused_with_its_reason(arguments, message):
     with pytest.raises(InvalidJob, match=message.replace("*", r"\*").replace("(", r"\(")):
         Recurrence.parse(**arguments)
 
 
-@pytest.mark.parametrize("misfire, grace, expected", [
-    ("skip", 3600, [100.0, 101.0]),
-    ("once", 3600, [99.0, 100.0, 101.0]),  # the newest missed occurrence, once
-    ("all", 3600, [90.0, 91.0, 92.0, 93.0, 94.0, 95.0, 96.0, 97.0, 98.0, 99.0, 100.0, 101.0]),
-    ("all", 4.5, [96.0, 97.0, 98.0, 99.0, 100.0, 101.0]),  # older than the grace: dropped whatever the policy
-])
+@pytest.mark.parametrize(
+    "misfire, grace, expected",
+    [
+        ("skip", 3600, [100.0, 101.0]),
+        ("once", 3600, [99.0, 100.0, 101.0]),  # the newest missed occurrence, once
+        ("all", 3600, [90.0, 91.0, 92.0, 93.0, 94.0, 95.0, 96.0, 97.0, 98.0, 99.0, 100.0, 101.0]),
+        ("all", 4.5, [96.0, 97.0, 98.0, 99.0, 100.0, 101.0]),  # older than the grace: dropped whatever the policy
+    ],
+)
 def test_occurrences_the_farm_missed_follow_the_misfire_policy(misfire, grace, expected):
     """The farm was down from 90 s to 100.2 s; one period (1 s) late still counts as on time."""
     todo = plan(Recurrence(every=1.0), 90.0, 100.2, ahead=1.0, period=1.0, misfire=misfire, grace=grace)
@@ -115,8 +129,9 @@ def test_an_occurrence_claimed_early_starts_at_its_time_not_at_a_turn(farm):
     nodes = Nodes(farm, period=period, heartbeat=0.5)
 
     def made_ahead():
-        return [j for j in farm.store.list_jobs(state="succeeded")
-                if j["key"] and j["run_at"] - j["created_at"] > period]
+        return [
+            j for j in farm.store.list_jobs(state="succeeded") if j["key"] and j["run_at"] - j["created_at"] > period
+        ]
 
     try:
         nodes("a"), nodes("b")
@@ -132,14 +147,31 @@ def test_an_occurrence_claimed_early_starts_at_its_time_not_at_a_turn(farm):
 
 def test_a_schedule_that_cannot_be_planned_is_paused_alone_and_the_rest_of_the_work_drains(farm, nodes, caplog):
     """Rows written by SQL (or by a machine whose croniter or tzdata accepted more) that this node cannot plan."""
-    bad = {"bogus-cron": dict(cron="bogus", tz="UTC"), "mars": dict(cron="* * * * *", tz="Mars/Olympus"),
-           "zero": dict(every=0.0), "negative": dict(every=-1.0), "neither": dict()}
+    bad = {
+        "bogus-cron": dict(cron="bogus", tz="UTC"),
+        "mars": dict(cron="* * * * *", tz="Mars/Olympus"),
+        "zero": dict(every=0.0),
+        "negative": dict(every=-1.0),
+        "neither": dict(),
+    }
     now = farm.store.ask_time()
     for name, recurrence in bad.items():
-        farm.store.count(insert(schedules).values(
-            **{"cron": None, "tz": None, "every": None, **recurrence}, name=name, executor="python",
-            target=f"{pyjobs.__name__}:noop", method="GET", priority=0, max_attempts=1, misfire="once", grace=60.0,
-            paused=False, next_run=now, created_at=now))
+        farm.store.count(
+            insert(schedules).values(
+                **{"cron": None, "tz": None, "every": None, **recurrence},
+                name=name,
+                executor="python",
+                target=f"{pyjobs.__name__}:noop",
+                method="GET",
+                priority=0,
+                max_attempts=1,
+                misfire="once",
+                grace=60.0,
+                paused=False,
+                next_run=now,
+                created_at=now,
+            )
+        )
     farm.schedule("good", farm.python_spec(pyjobs.noop), every=0.5)
     queued = farm.enqueue_python(pyjobs.noop, count=3)
     nodes("a")
@@ -205,8 +237,9 @@ def test_two_machines_materialising_at_once_make_each_occurrence_once(farm):
 
 def test_pause_resume_and_remove(farm, capsys):
     farm.settings(**FAST)
-    assert run_cli("--db", farm.url, "schedule", "add", "poll", "--every", "60", "command", "--", "sh", "-c",
-                   "true") == 0
+    assert (
+        run_cli("--db", farm.url, "schedule", "add", "poll", "--every", "60", "command", "--", "sh", "-c", "true") == 0
+    )
     assert "schedule poll: every 60 s, next at" in capsys.readouterr().out
     assert run_cli("--db", farm.url, "schedule", "pause", "poll") == 0
     [row] = farm.list_schedules()
@@ -238,11 +271,14 @@ def test_pausing_a_schedule_leaves_a_grab_of_the_same_name_alone(farm):
     assert farm.store.get_job(grabbed)["state"] == "queued"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--cron", "61 * * * *"], "error: malformed cron expression '61 * * * *'"),
-    (["--cron", "0 3 * * *", "--tz", "Europe/Atlantis"], "error: unknown time zone 'Europe/Atlantis'"),
-    (["--every", "0"], "error: --every must be at least 0.1 seconds"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--cron", "61 * * * *"], "error: malformed cron expression '61 * * * *'"),
+        (["--cron", "0 3 * * *", "--tz", "Europe/Atlantis"], "error: unknown time zone 'Europe/Atlantis'"),
+        (["--every", "0"], "error: --every must be at least 0.1 seconds"),
+    ],
+)
 def test_bad_schedules_are_one_line_at_the_cli(farm, argv, message, capsys):
     assert run_cli("--db", farm.url, "schedule", "add", "x", *argv, "http", "/ok") == 1
     err = capsys.readouterr().err

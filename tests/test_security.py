@@ -37,7 +37,7 @@ from tests.test_ui_window import app, close  # noqa: E402, F401  (the app fixtur
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = {"period": 0.25, "heartbeat": 0.25, "misses": 4}
-MARK = "QP7x'); DROP TABLE qp_jobs; --\" OR \"1\"=\"1"  # "QP7x" never appears in SQL we write ourselves
+MARK = 'QP7x\'); DROP TABLE qp_jobs; --" OR "1"="1'  # "QP7x" never appears in SQL we write ourselves
 
 
 def wait_until(condition, timeout: float = 60.0, what: str = "it"):
@@ -54,6 +54,7 @@ def settle(farm: Farm, timeout: float = 60.0) -> None:
 
 # -- passwords ----------------------------------------------------------------
 
+
 @pytest.fixture
 def farm_with_everything(pg_url, tmp_path):
     """A farm with a failed job, a queued one, a machine, a schedule and a singleton: every command has work."""
@@ -62,8 +63,9 @@ def farm_with_everything(pg_url, tmp_path):
         [failed] = farm.store.enqueue(JobSpec("http", "/fail", max_attempts=1))
         farm.store.count(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
         [queued] = farm.enqueue_http("/later", delay=3600)
-        machine = farm.store.register(name="desk", host="h", instance=uuid.uuid4().hex, pid=1, version="0",
-                                      capacity=1, allow=None)
+        machine = farm.store.register(
+            name="desk", host="h", instance=uuid.uuid4().hex, pid=1, version="0", capacity=1, allow=None
+        )
     return pg_url, failed, queued, machine
 
 
@@ -73,14 +75,33 @@ def test_no_command_shows_the_password_right_or_wrong(farm_with_everything, pg_s
     wrong = url.replace(pg_server.password, "Wr0ng-" + pg_server.password[::-1])
     chains = [  # every command with the password in its URL: each chain in order, the chains side by side
         [["init-db"], ["status"], ["status", "--json"], ["-vv", "status"], ["--version"]],
-        [["jobs"], ["jobs", "--json"], ["job", str(failed), "--json"], ["turns", "--json"], ["retry", str(failed)],
-         ["cancel", str(queued)]],
-        [["enqueue", "http", "/x"], ["enqueue", "python", "tests.support.pyjobs:echo"],
-         ["enqueue", "command", "--", "true"], ["grab", "report", "2026-11-22", "http", "/report"]],
+        [
+            ["jobs"],
+            ["jobs", "--json"],
+            ["job", str(failed), "--json"],
+            ["turns", "--json"],
+            ["retry", str(failed)],
+            ["cancel", str(queued)],
+        ],
+        [
+            ["enqueue", "http", "/x"],
+            ["enqueue", "python", "tests.support.pyjobs:echo"],
+            ["enqueue", "command", "--", "true"],
+            ["grab", "report", "2026-11-22", "http", "/report"],
+        ],
         [["pause", str(machine)], ["resume", str(machine)], ["drain", str(machine)]],
-        [["schedule", "add", "nightly", "http", "/n", "--every", "60"], ["schedule", "list"],
-         ["schedule", "list", "--json"], ["schedule", "pause", "nightly"], ["schedule", "remove", "nightly"]],
-        [["singleton", "add", "feed", "http", "/feed"], ["singleton", "list", "--json"], ["singleton", "remove", "feed"]],
+        [
+            ["schedule", "add", "nightly", "http", "/n", "--every", "60"],
+            ["schedule", "list"],
+            ["schedule", "list", "--json"],
+            ["schedule", "pause", "nightly"],
+            ["schedule", "remove", "nightly"],
+        ],
+        [
+            ["singleton", "add", "feed", "http", "/feed"],
+            ["singleton", "list", "--json"],
+            ["singleton", "remove", "feed"],
+        ],
     ]
     config = tmp_path / "qp.toml"
     config.write_text(f'db = "{url}"\n')
@@ -117,9 +138,24 @@ def test_a_node_cut_off_and_back_logs_no_password(pg_server, pg_url, http_target
     with TcpProxy("127.0.0.1", pg_server.port) as proxy:
         url = pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/")
         with open(tmp_path / "node.log", "w") as log:
-            node = subprocess.Popen([sys.executable, "-m", "queueprocessor.cli", "-vv", "--db", url, "node", "--name",
-                                     "talkative", "--http-base", http_target.base_url], stdout=log,
-                                    stderr=subprocess.STDOUT, cwd=ROOT)
+            node = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "queueprocessor.cli",
+                    "-vv",
+                    "--db",
+                    url,
+                    "node",
+                    "--name",
+                    "talkative",
+                    "--http-base",
+                    http_target.base_url,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
         try:
             with Farm(pg_url) as farm:
                 wait_until(lambda: farm.status()["machines"], 30, "the node")
@@ -128,8 +164,11 @@ def test_a_node_cut_off_and_back_logs_no_password(pg_server, pg_url, http_target
                 proxy.cut()
                 time.sleep(2.0)  # connection errors, a self-fence, retries: all logged
                 proxy.restore()
-                wait_until(lambda: "database reachable" in (tmp_path / "node.log").read_text().split("unreachable")[-1],
-                           30, "the node to reconnect")
+                wait_until(
+                    lambda: "database reachable" in (tmp_path / "node.log").read_text().split("unreachable")[-1],
+                    30,
+                    "the node to reconnect",
+                )
         finally:
             node.send_signal(signal.SIGTERM)
             node.wait(30)
@@ -173,12 +212,15 @@ def test_the_app_shows_no_password_anywhere(pg_url, pg_server, app, qtbot):  # n
         close(window, qtbot)
 
 
-@pytest.mark.parametrize("url", [
-    "postgresql://qp:QP7pw@db.example/farm",
-    "postgresql://qp@db.example/farm?sslmode=require&PassWord=QP7pw",
-    "postgresql://qp@db.example/farm?pwd=QP7pw",
-    "mssql+pyodbc:///?odbc_connect=DRIVER%3D%7BODBC+Driver+18%7D%3BUID%3Dqp%3BPWD%3DQP7pw%3BEncrypt%3Dyes",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://qp:QP7pw@db.example/farm",
+        "postgresql://qp@db.example/farm?sslmode=require&PassWord=QP7pw",
+        "postgresql://qp@db.example/farm?pwd=QP7pw",
+        "mssql+pyodbc:///?odbc_connect=DRIVER%3D%7BODBC+Driver+18%7D%3BUID%3Dqp%3BPWD%3DQP7pw%3BEncrypt%3Dyes",
+    ],
+)
 def test_the_app_remembers_recent_databases_without_any_password(url, tmp_path):
     from PySide6.QtCore import QSettings
 
@@ -192,6 +234,7 @@ def test_the_app_remembers_recent_databases_without_any_password(url, tmp_path):
 
 
 # -- allow-lists ----------------------------------------------------------------
+
 
 class Listener:
     """A server on another loopback address (127.0.0.2, not in any allow-list) that counts who calls it."""
@@ -217,11 +260,42 @@ class Listener:
         self._thread.join(5)
 
 
-url_pieces = st.sampled_from([
-    "http:", "https:", "HTTP:", "//", "/", "\\", "@", ":", "127.0.0.1", "127.0.0.2", "evil.example", "localhost",
-    ".", "..", "%2F", "%40", "%5C", "?", "#", "\t", "\n", " ", "[::1]", "[::ffff:127.0.0.2]", "2130706434", "8080",
-    "x", "%00", "\u3002", "\uff0e", "\uff0f", "\uff20",
-])
+url_pieces = st.sampled_from(
+    [
+        "http:",
+        "https:",
+        "HTTP:",
+        "//",
+        "/",
+        "\\",
+        "@",
+        ":",
+        "127.0.0.1",
+        "127.0.0.2",
+        "evil.example",
+        "localhost",
+        ".",
+        "..",
+        "%2F",
+        "%40",
+        "%5C",
+        "?",
+        "#",
+        "\t",
+        "\n",
+        " ",
+        "[::1]",
+        "[::ffff:127.0.0.2]",
+        "2130706434",
+        "8080",
+        "x",
+        "%00",
+        "\u3002",
+        "\uff0e",
+        "\uff0f",
+        "\uff20",
+    ]
+)
 
 
 @settings(max_examples=3000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -248,34 +322,66 @@ def test_a_node_refuses_hostile_work_put_straight_into_the_table_and_runs_the_re
     (victim / "precious").write_text("keep me")
     e = f"127.0.0.2:{evil.port}"
     at_the_door = {  # target: refused when enqueued (a live machine publishes its allow-lists)
-        f"http://{e}/x": True, f"//{e}/x": True, f"http://127.0.0.1@{e}/": True, f"HTTP://{e}/": True,
-        f"http://2130706434:{evil.port}/": True, f"http://[::ffff:127.0.0.2]:{evil.port}/": True,
-        f" http://{e}/": True, f"http:{e}/x": True, "http://[::1": True, "//\uff0fx": True,
+        f"http://{e}/x": True,
+        f"//{e}/x": True,
+        f"http://127.0.0.1@{e}/": True,
+        f"HTTP://{e}/": True,
+        f"http://2130706434:{evil.port}/": True,
+        f"http://[::ffff:127.0.0.2]:{evil.port}/": True,
+        f" http://{e}/": True,
+        f"http:{e}/x": True,
+        "http://[::1": True,
+        "//\uff0fx": True,
         f"/http://{e}/x": False,  # a path on this machine's service (it once went to {e})
         f"http://{e}\\@127.0.0.1/": False,  # userinfo "{e}\\", host 127.0.0.1, for every parser
         # The door cannot import the module (the enqueuer may not have it); the node finds where these lead.
-        "tests.support.pgserver:shutil.rmtree": False, "tests.support.pgserver:os.system": False,
+        "tests.support.pgserver:shutil.rmtree": False,
+        "tests.support.pgserver:os.system": False,
     }
     hostile = {
         "http": list(at_the_door),
-        "python": ["os:system", "builtins:exec", "tests.support.pgserver:shutil.rmtree", "tests.supportx:f",
-                   "tests.support.pgserver:os.system", "tests.support.pyjobs:echo.__globals__", "subprocess:run"],
-        "command": [["sh", "-c", f"touch {victim}/sh"], ["/bin/echo", "x"], ["echo;touch", f"{victim}/semi"],
-                    ["./echo"], ["rm", "-rf", str(victim)]],
+        "python": [
+            "os:system",
+            "builtins:exec",
+            "tests.support.pgserver:shutil.rmtree",
+            "tests.supportx:f",
+            "tests.support.pgserver:os.system",
+            "tests.support.pyjobs:echo.__globals__",
+            "subprocess:run",
+        ],
+        "command": [
+            ["sh", "-c", f"touch {victim}/sh"],
+            ["/bin/echo", "x"],
+            ["echo;touch", f"{victim}/semi"],
+            ["./echo"],
+            ["rm", "-rf", str(victim)],
+        ],
     }
-    fine = [JobSpec("http", "/ok"), JobSpec("python", "tests.support.pyjobs:echo", payload='{"a": 1}'),
-            JobSpec("command", json.dumps(["echo", f"$(touch {victim}/a)", f"; touch {victim}/b",
-                                           f"`touch {victim}/c`", f"| touch {victim}/d"]))]
+    fine = [
+        JobSpec("http", "/ok"),
+        JobSpec("python", "tests.support.pyjobs:echo", payload='{"a": 1}'),
+        JobSpec(
+            "command",
+            json.dumps(
+                ["echo", f"$(touch {victim}/a)", f"; touch {victim}/b", f"`touch {victim}/c`", f"| touch {victim}/d"]
+            ),
+        ),
+    ]
     with Farm(pg_url) as farm:
         farm.settings(**FAST)
-        node = farm.node(name="guard", http_base=http_target.base_url, allow_modules=("tests.support",),
-                         allow_commands=("echo",)).start()
+        node = farm.node(
+            name="guard", http_base=http_target.base_url, allow_modules=("tests.support",), allow_commands=("echo",)
+        ).start()
         try:
             bad = []
             for executor, targets in hostile.items():
                 for target in targets:
-                    spec = JobSpec(executor, target if executor != "command" else json.dumps(target),
-                                   payload=json.dumps(str(victim)), max_attempts=1)
+                    spec = JobSpec(
+                        executor,
+                        target if executor != "command" else json.dumps(target),
+                        payload=json.dumps(str(victim)),
+                        max_attempts=1,
+                    )
                     if at_the_door.get(target, True) if executor != "command" else True:
                         try:
                             farm.enqueue(spec)
@@ -284,9 +390,12 @@ def test_a_node_refuses_hostile_work_put_straight_into_the_table_and_runs_the_re
                         else:
                             pytest.fail(f"the door let in {executor} {target!r}")
                     bad += farm.store.enqueue(spec)  # as a SQL insert would put it, past the door
-            for spec in (JobSpec("bogus", "/x", max_attempts=1), JobSpec("http", "/ok", method="DELETE", max_attempts=1),
-                         JobSpec("python", "tests.support.pyjobs:echo", payload="{not json", max_attempts=1),
-                         JobSpec("command", "rm -rf /", max_attempts=1)):
+            for spec in (
+                JobSpec("bogus", "/x", max_attempts=1),
+                JobSpec("http", "/ok", method="DELETE", max_attempts=1),
+                JobSpec("python", "tests.support.pyjobs:echo", payload="{not json", max_attempts=1),
+                JobSpec("command", "rm -rf /", max_attempts=1),
+            ):
                 bad += farm.store.enqueue(spec)  # malformed rows a node must fail alone, and carry on
             good = [farm.store.enqueue(spec)[0] for spec in fine]
             settle(farm)
@@ -319,6 +428,7 @@ SQL_CALLS = {"text", "exec_driver_sql", "execute", "literal_column", "executescr
 
 def built_from_values(expression: ast.expr) -> bool:
     """Is this text put together from anything but literals and UPPER_CASE constants?"""
+
     def fixed(part: ast.expr) -> bool:
         return isinstance(part, ast.Constant) or (isinstance(part, ast.Name) and part.id.isupper())
 
@@ -326,8 +436,11 @@ def built_from_values(expression: ast.expr) -> bool:
         return not all(fixed(v.value) if isinstance(v, ast.FormattedValue) else fixed(v) for v in expression.values)
     if isinstance(expression, ast.BinOp):
         return not (fixed(expression.left) and fixed(expression.right))
-    return isinstance(expression, ast.Call) and isinstance(expression.func, ast.Attribute) and \
-        expression.func.attr == "format"
+    return (
+        isinstance(expression, ast.Call)
+        and isinstance(expression.func, ast.Attribute)
+        and expression.func.attr == "format"
+    )
 
 
 def test_sql_is_never_built_from_strings_in_the_code():
@@ -347,13 +460,15 @@ def test_sql_is_never_built_from_strings_in_the_code():
 def test_hostile_text_only_ever_reaches_the_database_as_a_parameter(pg_url, http_target):
     statements = []
     with Farm(pg_url) as farm:
-        event.listen(farm.engine, "before_cursor_execute",
-                     lambda conn, cursor, statement, *rest: statements.append(statement))
+        event.listen(
+            farm.engine, "before_cursor_execute", lambda conn, cursor, statement, *rest: statements.append(statement)
+        )
         farm.settings(**FAST)
         node = farm.node(name=MARK, http_base=http_target.base_url).start()
         try:
-            [job] = farm.enqueue_http("/" + MARK, method="POST", payload=json.dumps({"m": MARK}), key=MARK,
-                                      max_attempts=1)
+            [job] = farm.enqueue_http(
+                "/" + MARK, method="POST", payload=json.dumps({"m": MARK}), key=MARK, max_attempts=1
+            )
             grabbed = farm.grab(MARK, MARK, JobSpec("http", "/" + MARK, max_attempts=1))
             farm.schedule(MARK, JobSpec("http", "/" + MARK), every=3600)
             farm.singleton(MARK + "-feed", JobSpec("http", "/ok"))
@@ -378,14 +493,16 @@ def test_hostile_text_only_ever_reaches_the_database_as_a_parameter(pg_url, http
 
 # -- the watch-only app -----------------------------------------------------------
 
+
 def prepare_farm(url: str) -> int:
     """A farm at rest (no node running): a failed job, a queued one, a machine row. Returns the machine id."""
     with Farm(url) as farm:
         [failed] = farm.store.enqueue(JobSpec("http", "/fail", max_attempts=1))
         farm.store.count(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
         farm.enqueue_http("/later", delay=3600)
-        return farm.store.register(name="desk", host="h", instance=uuid.uuid4().hex, pid=1, version="0",
-                                   capacity=1, allow=None)
+        return farm.store.register(
+            name="desk", host="h", instance=uuid.uuid4().hex, pid=1, version="0", capacity=1, allow=None
+        )
 
 
 def test_a_read_only_farm_cannot_change_anything(db_url):
@@ -394,11 +511,17 @@ def test_a_read_only_farm_cannot_change_anything(db_url):
     with Farm(db_url, read_only=True) as farm:
         assert farm.status()["jobs"]["failed"] == 1
         writes = [
-            lambda: farm.enqueue_http("/x"), lambda: farm.store.cancel(2), lambda: farm.store.retry(1),
-            lambda: farm.steer(str(machine), "pause"), lambda: farm.store.wish(machine, "drain"),
-            lambda: farm.schedule("s", JobSpec("http", "/s"), every=60), lambda: farm.singleton("f", JobSpec("http", "/f")),
-            lambda: farm.store.adopt_settings({"period": "9"}), lambda: farm.node(name="sneaky").start(),
-            lambda: farm.store.mark_stopped(machine), lambda: farm.store.prune_turns(0),
+            lambda: farm.enqueue_http("/x"),
+            lambda: farm.store.cancel(2),
+            lambda: farm.store.retry(1),
+            lambda: farm.steer(str(machine), "pause"),
+            lambda: farm.store.wish(machine, "drain"),
+            lambda: farm.schedule("s", JobSpec("http", "/s"), every=60),
+            lambda: farm.singleton("f", JobSpec("http", "/f")),
+            lambda: farm.store.adopt_settings({"period": "9"}),
+            lambda: farm.node(name="sneaky").start(),
+            lambda: farm.store.mark_stopped(machine),
+            lambda: farm.store.prune_turns(0),
         ]
         for write in writes:
             with pytest.raises(Exception):  # noqa: B017  (the database's own refusal, whatever the driver calls it)
@@ -426,8 +549,14 @@ def test_the_watch_only_app_cannot_change_anything(pg_url, app, qtbot):  # noqa:
     window.show()
     try:
         qtbot.waitUntil(lambda: window.snap is not None and bool(window.snap.machines), timeout=30_000)
-        writers = [window.act.enqueue, window.act.retry, window.act.cancel, window.act.pause, window.act.resume,
-                   window.act.drain]
+        writers = [
+            window.act.enqueue,
+            window.act.retry,
+            window.act.cancel,
+            window.act.pause,
+            window.act.resume,
+            window.act.drain,
+        ]
         window.tabs.setCurrentWidget(window.jobs)
         qtbot.waitUntil(lambda: window.jobs.table.model().rowCount() > 0, timeout=30_000)
         for row in range(window.jobs.table.model().rowCount()):  # a failed and a queued job: retry, cancel

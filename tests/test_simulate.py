@@ -6,8 +6,9 @@ from bench.simulate import options, simulate
 
 def test_fifty_simulated_machines_never_poll_a_slot_twice_through_joins_deaths_pauses_and_freezes():
     result = simulate(options(["--machines", "50", "--slots", "200", "--churn", "3", "--tail", "0.05"]))
-    assert {kind: result["life"][kind] for kind in ("deaths", "pauses", "freezes")} == dict(deaths=3, pauses=3,
-                                                                                            freezes=3)
+    assert {kind: result["life"][kind] for kind in ("deaths", "pauses", "freezes")} == dict(
+        deaths=3, pauses=3, freezes=3
+    )
     assert result["double"] == 0
     assert result["missed"] <= 0.05 * result["slots"], result
     assert result["bound_ratio"] <= 1.0, "each machine's clock error stayed within its own bound"

@@ -21,6 +21,7 @@ FEED = f"{pyjobs.__name__}:wait_for_cancel"  # continuous work: runs until told 
 
 def tenures(farm, job_id, count):
     """The singleton's runs by fence, once there are `count` of them and only the last is still running."""
+
     def settled():
         runs = sorted(farm.store.list_runs(job_id=job_id), key=lambda run: run["fence"])
         return len(runs) == count and all(r["outcome"] != "running" for r in runs[:-1]) and runs
@@ -97,7 +98,9 @@ def test_a_dead_machines_singleton_is_taken_over_on_the_next_turn(farm, tmp_path
         second = farm.store.get_job(job_id)["owner"]
         assert second != first
         assert [(r["machine_id"], r["fence"], r["outcome"]) for r in runs] == [
-            (first, 1, "lost"), (second, 2, "running")]
+            (first, 1, "lost"),
+            (second, 2, "running"),
+        ]
     finally:
         procs.kill_all()
 
@@ -136,8 +139,10 @@ def test_a_held_lock_names_its_holder_and_a_lease_outlives_its_holders_pauses(fa
 @pytest.mark.slow
 def test_a_dead_holders_lock_is_taken_once_its_lease_runs_out(farm):
     farm.settings(period=0.2, heartbeat=0.2)
-    code = (f"from queueprocessor import Farm; import time; f = Farm({farm.url!r}); l = f.lock('ledger').acquire(); "
-            "print(l.fence, flush=True); time.sleep(60)")
+    code = (
+        f"from queueprocessor import Farm; import time; f = Farm({farm.url!r}); l = f.lock('ledger').acquire(); "
+        "print(l.fence, flush=True); time.sleep(60)"
+    )
     holder_proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert holder_proc.stdout.readline().strip() == "1"
@@ -168,8 +173,11 @@ class Stamped(threading.Event):
 @pytest.mark.parametrize("fault", ["freeze", "cut"])
 def test_a_cut_off_holder_knows_it_may_have_lost_its_lock_before_anyone_else_takes_it(pg_server, pg_url, fault):
     """freeze: its renewal hangs unanswered; cut: each renewal fails at once. Default lease: 3 s, renewed every 1 s."""
-    with Farm(pg_url) as here, TcpProxy("127.0.0.1", pg_server.port) as proxy, \
-            Farm(pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/")) as there:
+    with (
+        Farm(pg_url) as here,
+        TcpProxy("127.0.0.1", pg_server.port) as proxy,
+        Farm(pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/")) as there,
+    ):
         held = there.lock("ledger")
         held.lost = Stamped(here.store.ask_time)
         with held:
@@ -185,8 +193,11 @@ def test_a_cut_off_holder_knows_it_may_have_lost_its_lock_before_anyone_else_tak
 
 @pytest.mark.postgres
 def test_a_lock_renewed_over_a_slow_link_is_kept(pg_server, pg_url):
-    with Farm(pg_url) as here, TcpProxy("127.0.0.1", pg_server.port) as proxy, \
-            Farm(pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/")) as there:
+    with (
+        Farm(pg_url) as here,
+        TcpProxy("127.0.0.1", pg_server.port) as proxy,
+        Farm(pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/")) as there,
+    ):
         with there.lock("ledger") as held:
             proxy.up_delay = 0.8  # each renewal takes most of the 1 s between renewals
             time.sleep(4)  # longer than the 3 s lease

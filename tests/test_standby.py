@@ -30,15 +30,20 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 def service_environment(path: Path, **ours: str) -> dict[str, str]:
     """An EnvironmentFile read as systemd reads it (NAME=value lines, # comments), with the test's own values."""
-    given = dict(line.split("=", 1) for line in path.read_text().splitlines()
-                 if line.strip() and not line.lstrip().startswith("#"))
+    given = dict(
+        line.split("=", 1)
+        for line in path.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    )
     assert set(ours) <= set(given), "the example env file names every variable the test sets"
     return {k: v for k, v in os.environ.items() if not k.startswith("QP_")} | given | ours
 
 
 def two_host_url(primary: PostgresServer, standby: PostgresServer, database: str) -> str:
-    return (f"postgresql://{primary.user}:{primary.password}@/{database}?host=127.0.0.1:{primary.port}"
-            f"&host=127.0.0.1:{standby.port}&target_session_attrs=read-write")
+    return (
+        f"postgresql://{primary.user}:{primary.password}@/{database}?host=127.0.0.1:{primary.port}"
+        f"&host=127.0.0.1:{standby.port}&target_session_attrs=read-write"
+    )
 
 
 @pytest.fixture
@@ -54,11 +59,17 @@ def test_a_node_follows_its_database_through_a_failover(replicated, http_target,
     url = two_host_url(primary, standby, "farm")
     with Farm(url) as farm:
         farm.settings(**TIMING)
-    env = service_environment(ROOT / "resources" / "deploy" / "node.env", QP_DB=url, QP_NAME="web-3",
-                              QP_HTTP_BASE=http_target.base_url)
+    env = service_environment(
+        ROOT / "resources" / "deploy" / "node.env", QP_DB=url, QP_NAME="web-3", QP_HTTP_BASE=http_target.base_url
+    )
     with open(tmp_path / "node.log", "w") as log:
-        node = subprocess.Popen([sys.executable, "-m", "queueprocessor.cli", "node"], env=env, cwd=ROOT,
-                                stdout=log, stderr=subprocess.STDOUT)
+        node = subprocess.Popen(
+            [sys.executable, "-m", "queueprocessor.cli", "node"],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         with Farm(url) as farm:
             running = farm.enqueue_http("/sleep/3", count=4)

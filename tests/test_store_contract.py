@@ -25,8 +25,7 @@ def db_url(request, tmp_path):
 
 
 def register(store, name="m"):
-    return store.register(name=name, host="h", instance=f"{name}-{time.monotonic_ns()}", pid=1, version="t",
-                          capacity=4)
+    return store.register(name=name, host="h", instance=f"{name}-{time.monotonic_ns()}", pid=1, version="t", capacity=4)
 
 
 def test_database_time_has_millisecond_precision_and_moves(farm):
@@ -236,8 +235,17 @@ def test_wishes_and_machine_lookup(farm):
         store.find_machine("nobody")
     store.wish(a, "drain")
     # The node clears exactly the wish it applied.
-    store.heartbeat(a, state="draining", applied_wish="drain", running=0, done=0, failed=0, offset=0.0,
-                    rtt=0.001, error_bound=0.0005)
+    store.heartbeat(
+        a,
+        state="draining",
+        applied_wish="drain",
+        running=0,
+        done=0,
+        failed=0,
+        offset=0.0,
+        rtt=0.001,
+        error_bound=0.0005,
+    )
     row = store.find_machine("alpha")
     assert row["state"] == "draining" and row["wish"] is None
 
@@ -317,7 +325,8 @@ def test_a_run_has_one_row_written_with_its_end_or_none_at_all(farm):
     [claimed] = store.claim(me, 1, lease=30)
     started = store.get_job(job_id)["started_at"]
     assert [(r["id"], r["machine_id"], r["outcome"], r["started_at"]) for r in store.list_runs(job_id=job_id)] == [
-        (None, me, "running", started)]
+        (None, me, "running", started)
+    ]
     rename = "ALTER TABLE {} RENAME TO {}"
     with farm.engine.begin() as conn:
         conn.execute(text(rename.format("qp_runs", "qp_runs_away")))
@@ -332,7 +341,12 @@ def test_a_run_has_one_row_written_with_its_end_or_none_at_all(farm):
     assert store.finish(claimed, me, "succeeded") == "succeeded"
     [run] = store.list_runs(job_id=job_id)
     assert (run["attempt"], run["machine_id"], run["fence"], run["outcome"], run["started_at"]) == (
-        1, me, claimed.fence, "succeeded", started)
+        1,
+        me,
+        claimed.fence,
+        "succeeded",
+        started,
+    )
     assert run["id"] is not None and run["finished_at"] >= started
     with farm.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(schema.runs)).scalar() == 1
@@ -348,8 +362,11 @@ def test_finished_jobs_and_their_runs_are_deleted_after_their_keeping_age(farm):
     store.finish(claimed[ids[2]], me, "cancelled", error="cancelled by an operator")
     store.finish(claimed[ids[3]], me, "failed", error="HTTP 500", retry_in=60)  # back in the queue: kept
     with farm.engine.begin() as conn:  # an hour ago, so no pause of a loaded machine can move a job across the age
-        conn.execute(update(schema.jobs).where(schema.jobs.c.id.in_(ids[:3]))
-                     .values(finished_at=schema.jobs.c.finished_at - 3600))
+        conn.execute(
+            update(schema.jobs)
+            .where(schema.jobs.c.id.in_(ids[:3]))
+            .values(finished_at=schema.jobs.c.finished_at - 3600)
+        )
     store.finish(claimed[ids[4]], me, "succeeded")  # finished lately: kept
     [queued] = store.enqueue(HTTP)
     assert store.prune_jobs(keep_seconds=600, batch=2) == 2  # a full batch: there may be more
@@ -375,8 +392,12 @@ def test_claims_and_results_go_on_after_the_database_drops_their_connection(pg_u
         first, second = store.claim(me, 2, lease=30)
         store.finish(first, me, "succeeded")
         with farm.engine.begin() as conn:  # as a restart or a failover would
-            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                              "WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
         with pytest.raises(exc.DBAPIError):
             store.finish(second, me, "succeeded")
         assert store.finish(second, me, "succeeded") == "succeeded"
@@ -384,6 +405,9 @@ def test_claims_and_results_go_on_after_the_database_drops_their_connection(pg_u
         assert {first.id, second.id, third.id} == set(ids)
         runs = store.list_runs()
         assert sorted((r["job_id"], r["outcome"]) for r in runs) == [
-            (first.id, "succeeded"), (second.id, "succeeded"), (third.id, "running")]
+            (first.id, "succeeded"),
+            (second.id, "succeeded"),
+            (third.id, "running"),
+        ]
     finally:
         farm.close()

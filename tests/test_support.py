@@ -206,6 +206,7 @@ def test_http_target_routes_and_records_headers():
 
 def test_http_target_rejects_stale_fence():
     with HttpTarget() as target:
+
         def write(fence):
             headers = {"X-QP-Job": "9", "X-QP-Fence": str(fence)}
             return _call(target.base_url + "write/report", data=b"row", headers=headers)
@@ -218,6 +219,7 @@ def test_http_target_rejects_stale_fence():
 
 def test_http_target_finds_overlapping_runs_of_a_job():
     with HttpTarget() as target:
+
         def run(job, seconds):
             _call(f"{target.base_url}sleep/{seconds}", headers={"X-QP-Job": str(job)})
 

@@ -25,12 +25,10 @@ pytestmark = pytest.mark.postgres
 
 
 def register(store, name="m"):
-    return store.register(name=name, host="h", instance=f"{name}-{time.monotonic_ns()}", pid=1, version="t",
-                          capacity=4)
+    return store.register(name=name, host="h", instance=f"{name}-{time.monotonic_ns()}", pid=1, version="t", capacity=4)
 
 
-def test_a_failed_job_claimed_again_before_its_end_is_noted_keeps_both_runs_to_their_ends(pg_url, http_target,
-                                                                                         caplog):
+def test_a_failed_job_claimed_again_before_its_end_is_noted_keeps_both_runs_to_their_ends(pg_url, http_target, caplog):
     """A failed job's retry is due within a second, and a turn claims up to a period ahead: the node can claim it
     again between the commit of the failure and the runner's note of it. That note used to drop the new run (one
     entry per job id), whose own end then raised KeyError in the result writer, and it was never noted."""
@@ -51,8 +49,13 @@ def test_a_failed_job_claimed_again_before_its_end_is_noted_keeps_both_runs_to_t
 
         store.finish_many = noted_late
         ended = []
-        runner = JobRunner(store, machine, {"http": HttpExecutor(http_target.base_url)}, store.ask_time,
-                           lambda job, outcome: ended.append((job.fence, outcome)))
+        runner = JobRunner(
+            store,
+            machine,
+            {"http": HttpExecutor(http_target.base_url)},
+            store.ask_time,
+            lambda job, outcome: ended.append((job.fence, outcome)),
+        )
         runner.start()
         try:
             with caplog.at_level(logging.INFO):
@@ -84,8 +87,14 @@ def test_a_command_stopped_for_its_lease_is_over_before_the_lease_can_run_out(pg
         machine = register(store)
         farm.enqueue_command(["sh", "-c", "trap '' TERM; echo $$ > \"$0\"; sleep 30; sleep 30", str(pid_file)])
         [job] = store.claim(machine, 1, lease=30)
-        runner = JobRunner(store, machine, {"command": CommandExecutor(("sh",))}, store.ask_time,
-                           lambda _job, _outcome: None, fenced_grace=config.fenced_grace)
+        runner = JobRunner(
+            store,
+            machine,
+            {"command": CommandExecutor(("sh",))},
+            store.ask_time,
+            lambda _job, _outcome: None,
+            fenced_grace=config.fenced_grace,
+        )
         runner.start()
         try:
             runner.submit(job)
@@ -178,8 +187,9 @@ def test_a_claim_that_comes_after_the_stop_is_handed_back_unstarted(pg_url, http
         machine = register(store)
         [job_id] = farm.enqueue_http("/ok")
         [job] = store.claim(machine, 1, lease=30)
-        runner = JobRunner(store, machine, {"http": HttpExecutor(http_target.base_url)}, store.ask_time,
-                           lambda _job, _outcome: None)
+        runner = JobRunner(
+            store, machine, {"http": HttpExecutor(http_target.base_url)}, store.ask_time, lambda _job, _outcome: None
+        )
         runner.start()
         try:
             runner.refuse("exit")

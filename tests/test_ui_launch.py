@@ -24,8 +24,12 @@ QP = [sys.executable, "-m", "queueprocessor.cli"]
 
 
 def _env(tmp_path, **extra):
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_CONFIG_HOME=str(tmp_path / "config"),
-               XDG_DATA_HOME=str(tmp_path / "data"))
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        XDG_DATA_HOME=str(tmp_path / "data"),
+    )
     env.pop("QP_DB", None)
     return env | extra
 
@@ -45,18 +49,36 @@ def test_queueprocessor_gui_runs_this_machines_node_until_the_window_closes(tmp_
     log = tmp_path / "app.log"
     config = tmp_path / "qp.toml"
     config.write_text('[gui]\nallow-module = ["myapp.jobs", "reports"]\nallow-command = ["true"]\n')
-    command = [*QP, "--config", str(config), "--db", url, "gui", "--name", "desk-1", "--clock-skew", "0.5",
-               "--allow-host", "reports.internal", "--allow-host", "backup.internal"]
+    command = [
+        *QP,
+        "--config",
+        str(config),
+        "--db",
+        url,
+        "gui",
+        "--name",
+        "desk-1",
+        "--clock-skew",
+        "0.5",
+        "--allow-host",
+        "reports.internal",
+        "--allow-host",
+        "backup.internal",
+    ]
     with open(log, "wb") as out:
         app = subprocess.Popen(command, env=_env(tmp_path), stdout=out, stderr=subprocess.STDOUT)
     try:
         with Farm(url) as farm:
-            assert _wait(lambda: any(m["name"] == "desk-1" and m["state"] == "active"
-                                     for m in farm.status()["machines"])), log.read_text()
+            assert _wait(
+                lambda: any(m["name"] == "desk-1" and m["state"] == "active" for m in farm.status()["machines"])
+            ), log.read_text()
             # The node's allow-lists, from the command line and the config's [gui] table, as it publishes them.
             [machine] = farm.status()["machines"]
-            assert json.loads(machine["allow"]) == {"hosts": ["reports.internal", "backup.internal"],
-                                                    "modules": ["myapp.jobs", "reports"], "commands": ["true"]}
+            assert json.loads(machine["allow"]) == {
+                "hosts": ["reports.internal", "backup.internal"],
+                "modules": ["myapp.jobs", "reports"],
+                "commands": ["true"],
+            }
             app.send_signal(signal.SIGTERM)  # as a desktop session's logout does: the window closes
             assert app.wait(30) == 0
             [machine] = farm.status()["machines"]
@@ -74,9 +96,21 @@ def test_bad_options_get_a_clear_error_and_no_traceback(tmp_path):
         assert done.returncode != 0
         assert "Traceback" not in done.stderr
         assert done.stderr.strip().splitlines()[-1].lower().startswith("error: "), done.stderr
-    done = subprocess.run([sys.executable, "-m", "ui", "--db", "postgresql://qp:s3cret@127.0.0.1:1/farm",
-                           "--http-base", "ftp://nowhere/"], env=_env(tmp_path), capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ui",
+            "--db",
+            "postgresql://qp:s3cret@127.0.0.1:1/farm",
+            "--http-base",
+            "ftp://nowhere/",
+        ],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and done.stderr.startswith("error: ") and "Traceback" not in done.stderr
 
 
@@ -84,8 +118,13 @@ def test_the_sample_config_is_accepted_by_the_cli(tmp_path):
     sample = Path(__file__).resolve().parent.parent / "resources" / "sample-config.toml"
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     Farm(url).close()  # `status` only reads a farm; it makes none
-    done = subprocess.run([*QP, "--config", str(sample), "--db", url, "status"],
-                          env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [*QP, "--config", str(sample), "--db", url, "status"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -124,17 +163,41 @@ def test_an_installed_app_has_its_icons_and_style_sheet_and_its_window_opens(tmp
         shutil.copytree(root / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     # What a wheel carries, and `pip install` puts in site-packages, is what setuptools' build_py lays out.
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-c", "import setuptools; setuptools.setup()", "--quiet", "build_py",
-                    "--build-lib", str(site)], cwd=source, check=True, timeout=120, capture_output=True)
-    wanted = {p.relative_to(root / "resources") for p in (root / "resources").rglob("*")
-              if p.suffix in (".svg", ".qss", ".toml")}
-    assert wanted and {p.relative_to(site / "ui" / "resources") for p in (site / "ui" / "resources").rglob("*")
-                       if p.is_file()} == wanted
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import setuptools; setuptools.setup()",
+            "--quiet",
+            "build_py",
+            "--build-lib",
+            str(site),
+        ],
+        cwd=source,
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
+    wanted = {
+        p.relative_to(root / "resources")
+        for p in (root / "resources").rglob("*")
+        if p.suffix in (".svg", ".qss", ".toml")
+    }
+    assert (
+        wanted
+        and {p.relative_to(site / "ui" / "resources") for p in (site / "ui" / "resources").rglob("*") if p.is_file()}
+        == wanted
+    )
 
     # Run from outside the repository, importing the installed copy of the app.
-    done = subprocess.run([sys.executable, "-c", OPEN_INSTALLED_WINDOW, f"sqlite:///{tmp_path / 'farm.db'}"],
-                          cwd=tmp_path, env=_env(tmp_path, PYTHONPATH=str(site)), capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", OPEN_INSTALLED_WINDOW, f"sqlite:///{tmp_path / 'farm.db'}"],
+        cwd=tmp_path,
+        env=_env(tmp_path, PYTHONPATH=str(site)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(site / "ui"), str(site / "ui" / "resources"), "active", "True", "True"]
 
@@ -142,8 +205,13 @@ def test_an_installed_app_has_its_icons_and_style_sheet_and_its_window_opens(tmp
 @pytest.mark.slow
 def test_headless_demo_runs_a_farm_and_cleans_up(tmp_path):
     url = f"sqlite:///{tmp_path / 'demo.db'}"
-    done = subprocess.run([*QP, "--db", url, "demo", "--headless", "--seconds", "12"], env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*QP, "--db", url, "demo", "--headless", "--seconds", "12"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert sum(line.startswith("[") for line in lines) >= 6
@@ -198,5 +266,8 @@ def test_enqueue_dialog_refuses_bad_jobs_with_the_reason(app, qtbot):
     dialog.timeout.setValue(5)
     dialog.accept()
     assert dialog.result() == 1
-    assert dialog.options == dict(spec=work_spec("http", "/reports", method="POST", payload='{"day": "2026-11-22"}',
-                                                 timeout=5.0), delay=0.0, count=1)
+    assert dialog.options == dict(
+        spec=work_spec("http", "/reports", method="POST", payload='{"day": "2026-11-22"}', timeout=5.0),
+        delay=0.0,
+        count=1,
+    )

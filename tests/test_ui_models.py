@@ -22,9 +22,23 @@ NAMES = {"names": {1: "desk"}}
 
 
 def _job(job_id, state="queued", **fields):
-    return dict(id=job_id, state=state, method="GET", target=f"/work/{job_id}", attempts=0, max_attempts=3,
-                owner=None, created_at=1_700_000_000.0 + job_id, finished_at=None, last_error=None, queue="default",
-                order_key=None) | fields
+    return (
+        dict(
+            id=job_id,
+            state=state,
+            method="GET",
+            target=f"/work/{job_id}",
+            attempts=0,
+            max_attempts=3,
+            owner=None,
+            created_at=1_700_000_000.0 + job_id,
+            finished_at=None,
+            last_error=None,
+            queue="default",
+            order_key=None,
+        )
+        | fields
+    )
 
 
 @pytest.fixture
@@ -88,7 +102,10 @@ def test_rows_sorted_on_a_changing_column_move_with_their_selection(model):
     model.set_rows([_job(4, "failed"), _job(3, "succeeded"), _job(2, "queued")], NAMES)
 
     assert [(job, model.index(row, 1).data()) for row, job in enumerate(_ids(model))] == [
-        (4, "failed"), (2, "queued"), (3, "succeeded")]
+        (4, "failed"),
+        (2, "queued"),
+        (3, "succeeded"),
+    ]
     assert selected.row() == 2 and selected.data(ROW_ROLE)["id"] == 3
     assert spy.resets == [] and spy.moved and spy.removed == [(2, 2)]
     model.sort(0, Qt.SortOrder.DescendingOrder)  # by job id, newest first
@@ -97,9 +114,26 @@ def test_rows_sorted_on_a_changing_column_move_with_their_selection(model):
 
 
 def _machine(machine_id, status, synced=True):
-    return dict(id=machine_id, name=f"m{machine_id}", host="h", status=status, leader=False, clock_offset=0.001,
-                error_bound=0.0005 if synced else 0.4, rtt=0.001, last_seen=990.0, capacity=2, running=0,
-                done_count=0, failed_count=0, synced=synced, pid=7, version="t", queues=(), caps={})
+    return dict(
+        id=machine_id,
+        name=f"m{machine_id}",
+        host="h",
+        status=status,
+        leader=False,
+        clock_offset=0.001,
+        error_bound=0.0005 if synced else 0.4,
+        rtt=0.001,
+        last_seen=990.0,
+        capacity=2,
+        running=0,
+        done_count=0,
+        failed_count=0,
+        synced=synced,
+        pid=7,
+        version="t",
+        queues=(),
+        caps={},
+    )
 
 
 def _colour(icon) -> str:
@@ -109,21 +143,29 @@ def _colour(icon) -> str:
 
 def test_each_column_styles_its_own_cells_over_the_rows_style(qapp):
     peers = PeersModel()
-    peers.set_rows([_machine(1, MachineState.ACTIVE), _machine(2, MachineState.DEAD),
-                    _machine(3, MachineState.STOPPED), _machine(4, MachineState.ACTIVE, synced=False)],
-                   {"db_now": 1000.0})
+    peers.set_rows(
+        [
+            _machine(1, MachineState.ACTIVE),
+            _machine(2, MachineState.DEAD),
+            _machine(3, MachineState.STOPPED),
+            _machine(4, MachineState.ACTIVE, synced=False),
+        ],
+        {"db_now": 1000.0},
+    )
     state = next(n for n, column in enumerate(peers.columns) if column.title == "State")
     scheme = theme.current()
 
     # The Machine column shows each machine's state as a dot; no other column has an icon.
     assert [_colour(peers.index(row, 0).data(DECORATION)) for row in range(4)] == [
-        theme.MACHINE_STATE[s] for s in (MachineState.ACTIVE, MachineState.DEAD, MachineState.STOPPED,
-                                         MachineState.ACTIVE)]
+        theme.MACHINE_STATE[s]
+        for s in (MachineState.ACTIVE, MachineState.DEAD, MachineState.STOPPED, MachineState.ACTIVE)
+    ]
     assert peers.index(1, state).data(DECORATION) is None
     # The State column writes "dead" in red (a shade that reads on the dead row); the row's other cells keep the
     # normal text colour.
-    assert peers.index(1, state).data(FOREGROUND).name() == theme.readable(theme.MACHINE_STATE[MachineState.DEAD],
-                                                                            scheme.dead_bg)
+    assert peers.index(1, state).data(FOREGROUND).name() == theme.readable(
+        theme.MACHINE_STATE[MachineState.DEAD], scheme.dead_bg
+    )
     assert peers.index(1, 0).data(FOREGROUND) is None and peers.index(0, state).data(FOREGROUND) is None
     # Row styles: a stopped machine greyed out, the dead and the unsynced one shaded, each with its reason.
     assert {peers.index(2, column).data(FOREGROUND).name() for column in range(12)} == {scheme.muted}
@@ -135,8 +177,9 @@ def test_each_column_styles_its_own_cells_over_the_rows_style(qapp):
     assert peers.index(0, 3).data(TOOLTIP) == "machine 1 · pid 7 · version t"
 
     jobs = JobsModel()
-    jobs.set_rows([_job(1, JobState.FAILED, last_error="HTTP 500\nbody: upstream down"), _job(2, "no such state")],
-                  NAMES)
+    jobs.set_rows(
+        [_job(1, JobState.FAILED, last_error="HTTP 500\nbody: upstream down"), _job(2, "no such state")], NAMES
+    )
     assert _colour(jobs.index(0, 1).data(DECORATION)) == theme.JOB_STATE[JobState.FAILED]
     assert _colour(jobs.index(1, 1).data(DECORATION)) == theme.OUTCOME[Outcome.CANCELLED]  # grey: a state unknown
     assert jobs.index(0, 7).data() == "HTTP 500" and jobs.index(0, 7).data(TOOLTIP) == "HTTP 500\nbody: upstream down"
@@ -162,13 +205,26 @@ def test_rows_that_mean_the_same_stand_out_the_same_in_every_table_and_read_in_e
     greyed alike; a stopped machine is greyed only. Every cell's text keeps WCAG AA contrast on its row's shading
     (the dead machine's red state and the greyed rows read as well as any)."""
     peers = PeersModel()
-    peers.set_rows([_machine(1, MachineState.DEAD), _machine(2, MachineState.STOPPED),
-                    _machine(3, MachineState.ACTIVE), _machine(4, MachineState.ACTIVE, synced=False)],
-                   {"db_now": 1000.0})
+    peers.set_rows(
+        [
+            _machine(1, MachineState.DEAD),
+            _machine(2, MachineState.STOPPED),
+            _machine(3, MachineState.ACTIVE),
+            _machine(4, MachineState.ACTIVE, synced=False),
+        ],
+        {"db_now": 1000.0},
+    )
     queues = QueuesModel()
-    queues.set_rows([row_of(QueueInfo(name, 2, 0, None, None, 0, paused, OnFailure.SKIP, serving), {})
-                     for name, paused, serving in (("gpu", False, ()), ("emails", True, ("web-1",)),
-                                                   ("default", False, ("web-1",)))])
+    queues.set_rows(
+        [
+            row_of(QueueInfo(name, 2, 0, None, None, 0, paused, OnFailure.SKIP, serving), {})
+            for name, paused, serving in (
+                ("gpu", False, ()),
+                ("emails", True, ("web-1",)),
+                ("default", False, ("web-1",)),
+            )
+        ]
+    )
     schedules = SchedulesModel()
     schedules.set_rows([dict(name="nightly", paused=True), dict(name="often", paused=False)])
     assert _looks(peers, 0) == _looks(queues, queues.row_of("gpu")) == (scheme.dead_bg, None)
@@ -181,6 +237,6 @@ def test_rows_that_mean_the_same_stand_out_the_same_in_every_table_and_read_in_e
             for column in range(model.columnCount()):
                 index = model.index(row, column)
                 text, shade = (index.data(role) for role in (FOREGROUND, BACKGROUND))
-                for background in ([shade.name()] if shade else [scheme.base, scheme.alt_base]):
+                for background in [shade.name()] if shade else [scheme.base, scheme.alt_base]:
                     ink = text.name() if text else scheme.text
                     assert theme.contrast(ink, background) >= 4.5, (model.columns[column].title, row, ink)

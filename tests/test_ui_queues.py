@@ -62,14 +62,31 @@ def test_the_tab_shows_the_queues_of_a_real_farm(farm, open_window, qtbot):
         farm.enqueue_http("/render", delay=LATER, queue="gpu", count=2, order_key="scene-1")
         window = open_window(farm.url)  # --observe: only the reporter serves queues
         view = _tab(window)
-        qtbot.waitUntil(lambda: set(_shown(view)) >= {"reports", "gpu"} and _shown(view) == {
-            info.name: info for info in farm.queues()}, timeout=WAIT)
+        qtbot.waitUntil(
+            lambda: (
+                set(_shown(view)) >= {"reports", "gpu"} and _shown(view) == {info.name: info for info in farm.queues()}
+            ),
+            timeout=WAIT,
+        )
 
         name, state, waiting, running, limit, rate, keys, on_failure, serving = _cells(view.model, "reports")
         assert (state, waiting, running, limit, rate, keys, on_failure, serving) == (
-            "active", "3", "0", "2", str(Rate(10, 1.0)), "0", "block", "reporter")
+            "active",
+            "3",
+            "0",
+            "2",
+            str(Rate(10, 1.0)),
+            "0",
+            "block",
+            "reporter",
+        )
         assert _cells(view.model, "gpu")[1:3] + _cells(view.model, "gpu")[6:] == [
-            "unserved", "2", "1", _queue(farm, "gpu").on_failure, "none"]
+            "unserved",
+            "2",
+            "1",
+            _queue(farm, "gpu").on_failure,
+            "none",
+        ]
         # The unserved queue stands out, and says why its jobs wait.
         gpu = view.model.row_of("gpu")
         assert view.model.index(gpu, 0).data(BACKGROUND).name() == theme.current().dead_bg
@@ -101,28 +118,37 @@ def test_pause_resume_and_limits_from_the_menu_reach_the_database(farm, open_win
 
     actions = _menu(view, "reports")
     assert [(text, action.isEnabled()) for text, action in actions.items()] == [
-        ("Pause queue reports", True), ("Resume queue reports", False), ("Limit and rate of reports…", True)]
+        ("Pause queue reports", True),
+        ("Resume queue reports", False),
+        ("Limit and rate of reports…", True),
+    ]
     view.menu.close()
     view.menu = None
     view.charts.charts["reports"].plot.customContextMenuRequested.emit(QPoint(5, 5))  # its chart has it too
     assert [action.text() for action in view.menu.actions()] == list(actions)
     view.menu.close()
     actions["Pause queue reports"].trigger()
-    qtbot.waitUntil(lambda: _queue(farm, "reports").paused and _cells(view.model, "reports")[1] == "paused",
-                    timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: _queue(farm, "reports").paused and _cells(view.model, "reports")[1] == "paused", timeout=WAIT
+    )
     assert window.last_result[:2] == ("Pause queue reports", True)
 
     actions = _menu(view, "reports")
     assert not actions["Pause queue reports"].isEnabled()
     actions["Resume queue reports"].trigger()
     view.menu.close()
-    qtbot.waitUntil(lambda: not _queue(farm, "reports").paused and _cells(view.model, "reports")[1] == "active",
-                    timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: not _queue(farm, "reports").paused and _cells(view.model, "reports")[1] == "active", timeout=WAIT
+    )
 
     # Limit and rate: bad input is one line in the dialog, which stays open and changes nothing.
     dialog = _edit(view, "reports")
-    for limit, rate, word in (("0", "", "Limit"), ("two", "", "Limit"), ("", "ten/s", "Rate"),
-                              ("", "5/fortnight", "Rate")):
+    for limit, rate, word in (
+        ("0", "", "Limit"),
+        ("two", "", "Limit"),
+        ("", "ten/s", "Rate"),
+        ("", "5/fortnight", "Rate"),
+    ):
         dialog.limit.setText(limit)
         dialog.rate.setText(rate)
         dialog.accept()
@@ -178,8 +204,12 @@ def test_the_job_runs_filter_by_queue(farm, open_window, qtbot):
     everything = sorted(reports + gpu + plain, reverse=True)
     qtbot.waitUntil(lambda: test_ui_window._listed(window) == everything, timeout=WAIT)
     jobs = window.jobs
-    qtbot.waitUntil(lambda: [jobs.queue.itemText(n) for n in range(jobs.queue.count())] == [
-        "All queues", "default", "gpu", "reports"], timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: (
+            [jobs.queue.itemText(n) for n in range(jobs.queue.count())] == ["All queues", "default", "gpu", "reports"]
+        ),
+        timeout=WAIT,
+    )
 
     jobs.queue.setCurrentIndex(jobs.queue.findData("reports"))
     qtbot.waitUntil(lambda: test_ui_window._listed(window) == reports[::-1], timeout=WAIT)
@@ -196,13 +226,20 @@ def test_the_job_runs_filter_by_queue(farm, open_window, qtbot):
     qtbot.waitUntil(lambda: test_ui_window._listed(window) == everything, timeout=WAIT)
 
 
-def test_the_enqueue_dialog_reaches_the_job_row_and_says_when_no_live_machine_serves_its_queue(farm, http_target,
-                                                                                               open_window, qtbot):
+def test_the_enqueue_dialog_reaches_the_job_row_and_says_when_no_live_machine_serves_its_queue(
+    farm, http_target, open_window, qtbot
+):
     farm.settings(**FAST)
     window = open_window(farm.url, test_ui_window._node(http_target) | dict(queues="reports"))
     farm.enqueue_http("/ok", delay=LATER, queue="reports")
-    qtbot.waitUntil(lambda: window.snap is not None and window.snap.own_row is not None
-                    and "reports" in [q.name for q in window.snap.queues], timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: (
+            window.snap is not None
+            and window.snap.own_row is not None
+            and "reports" in [q.name for q in window.snap.queues]
+        ),
+        timeout=WAIT,
+    )
 
     # The queue field offers the farm's queues; a new name may be typed (it makes a new queue).
     dialog = _enqueue_dialog(window)
@@ -221,8 +258,9 @@ def test_the_enqueue_dialog_reaches_the_job_row_and_says_when_no_live_machine_se
     dialog.delay.setValue(LATER)
     waiting = _enqueued(farm, window, dialog, qtbot)
     assert waiting["queue"] == "default" and waiting["state"] == "queued"
-    assert window.statusBar().currentMessage() == (f"Enqueue: enqueued job {waiting['id']}; no live machine serves "
-                                                   "queue default yet: it waits")
+    assert window.statusBar().currentMessage() == (
+        f"Enqueue: enqueued job {waiting['id']}; no live machine serves queue default yet: it waits"
+    )
 
     # The job's details say its queue and order key.
     test_ui_window._select(window, qtbot, job["id"], "queued")
@@ -263,8 +301,10 @@ def test_peers_queues_and_this_machine_show_the_queues_each_serves_with_its_own_
         nodes("reporter", queues="reports:2")
         args = parse_args(["--name", "desk", "--queues", "reports,default:3"])
         window = open_window(farm.url, node_options(args))
-        qtbot.waitUntil(lambda: window.snap is not None and len(window.snap.machines) == 3
-                        and window.snap.own_row is not None, timeout=WAIT)
+        qtbot.waitUntil(
+            lambda: window.snap is not None and len(window.snap.machines) == 3 and window.snap.own_row is not None,
+            timeout=WAIT,
+        )
         peers = window.peers
         column = next(n for n, c in enumerate(peers.columns) if c.title == "Queues")
         shown = {peers.index(row, 0).data(): peers.index(row, column).data() for row in range(peers.rowCount())}

@@ -65,8 +65,7 @@ def test_the_tab_lists_the_schedules_the_database_holds(farm, open_window, qtbot
     now = window.snap.db_now
     for schedule in stored:
         recurrence = Recurrence(cron=schedule["cron"], tz=schedule["tz"], every=schedule["every"])
-        _, how, work, misfire, state, upcoming, last, machine, finished = _cells(view.schedules_model,
-                                                                                  schedule["name"])
+        _, how, work, misfire, state, upcoming, last, machine, finished = _cells(view.schedules_model, schedule["name"])
         assert how == recurrence.describe()
         assert work == f"{schedule['executor']} {schedule['target']}"
         assert misfire == f"{schedule['misfire']} · {text.duration(schedule['grace'])}"
@@ -107,14 +106,19 @@ def test_pause_resume_and_remove_from_the_tab_change_the_database(farm, open_win
     # Right-click a row: it is selected, and the menu offers what fits its state.
     view._menu(table, view.schedule_actions, table.visualRect(view.schedules_model.index(0, 0)).center())
     assert view.selected(table)["name"] == "often"
-    assert [(a.text(), a.isEnabled()) for a in view.menu.actions()] == [("Pause", True), ("Resume", False),
-                                                                        ("Remove", True)]
+    assert [(a.text(), a.isEnabled()) for a in view.menu.actions()] == [
+        ("Pause", True),
+        ("Resume", False),
+        ("Remove", True),
+    ]
     view.menu.close()
     assert all(action.toolTip() for action in view.schedule_actions)
 
     view.act_pause.trigger()
-    qtbot.waitUntil(lambda: farm.get_schedule("often")["paused"] and _cells(view.schedules_model, "often")[4]
-                    == "paused", timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: farm.get_schedule("often")["paused"] and _cells(view.schedules_model, "often")[4] == "paused",
+        timeout=WAIT,
+    )
     assert window.last_result[:2] == ("Pause schedule often", True)
     qtbot.waitUntil(view.act_resume.isEnabled, timeout=WAIT)
     assert not view.act_pause.isEnabled()
@@ -125,8 +129,10 @@ def test_pause_resume_and_remove_from_the_tab_change_the_database(farm, open_win
     assert view.selected(table)["name"] == "often"
 
     view.act_resume.trigger()
-    qtbot.waitUntil(lambda: not farm.get_schedule("often")["paused"] and _cells(view.schedules_model, "often")[4]
-                    == "active", timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: not farm.get_schedule("often")["paused"] and _cells(view.schedules_model, "often")[4] == "active",
+        timeout=WAIT,
+    )
     assert view.selected(table)["name"] == "often"
 
     # Remove asks first; Cancel leaves the schedule alone.
@@ -149,16 +155,20 @@ def test_watch_only_the_tab_changes_nothing(farm, open_window, qtbot):
     job_id = farm.singleton("feed", farm.python_spec(FEED))
     window = open_window(farm.url)  # --observe
     view = _tab(window)
-    qtbot.waitUntil(lambda: _names(view.schedules_model) == ["often"] and _names(view.singletons_model) == ["feed"],
-                    timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: _names(view.schedules_model) == ["often"] and _names(view.singletons_model) == ["feed"], timeout=WAIT
+    )
     view.select(view.schedules_view, "often")
     view.select(view.singletons_view, "feed")
     actions = view.schedule_actions + [view.act_remove_singleton]
     assert not any(action.isEnabled() for action in actions)
     for action in actions:
         action.trigger()  # a disabled action does nothing
-    view._menu(view.schedules_view, view.schedule_actions,
-               view.schedules_view.visualRect(view.schedules_model.index(0, 0)).center())
+    view._menu(
+        view.schedules_view,
+        view.schedule_actions,
+        view.schedules_view.visualRect(view.schedules_model.index(0, 0)).center(),
+    )
     assert not any(action.isEnabled() for action in view.menu.actions())
     view.menu.close()
     # Even asked directly, the watching app's database connection refuses the write.
@@ -199,15 +209,24 @@ def test_the_tab_shows_who_ran_each_occurrence_and_who_holds_each_singleton(farm
         qtbot.waitUntil(held, timeout=WAIT)
         holder = farm.job(job_id)
         _, work, _, machine, since, fence, _ = _cells(view.singletons_model, "feed")
-        assert (work, machine, since, fence) == (f"python {FEED}", window.snap.names[holder["owner"]],
-                                                 _clock(holder["started_at"]), str(holder["fence"]))
+        assert (work, machine, since, fence) == (
+            f"python {FEED}",
+            window.snap.names[holder["owner"]],
+            _clock(holder["started_at"]),
+            str(holder["fence"]),
+        )
 
         view.select(view.singletons_view, "feed")
         qtbot.waitUntil(view.act_remove_singleton.isEnabled, timeout=WAIT)
         view.act_remove_singleton.trigger()
         _confirm(view, qtbot, QMessageBox.StandardButton.Yes)
-        qtbot.waitUntil(lambda: farm.job(job_id)["state"] == "cancelled"
-                        and _cells(view.singletons_model, "feed")[2:4] == ["cancelled", ""], timeout=WAIT)
+        qtbot.waitUntil(
+            lambda: (
+                farm.job(job_id)["state"] == "cancelled"
+                and _cells(view.singletons_model, "feed")[2:4] == ["cancelled", ""]
+            ),
+            timeout=WAIT,
+        )
         assert not view.act_remove_singleton.isEnabled()
     finally:
         nodes.stop_all()

@@ -49,32 +49,83 @@ def farm(tmp_path):
 def add_machines(farm: Farm, count: int, capacity: int = 4) -> list[int]:
     now = farm.store.ask_time()
     with farm.engine.begin() as conn:
-        conn.execute(insert(machines), [
-            dict(name=f"node-{n:02d}", host="host", instance=f"i-{n}", pid=n, version="t", state="active",
-                 capacity=capacity, running=0, done_count=0, failed_count=0, joined_at=now - 60, last_seen=now,
-                 clock_offset=0.0, rtt=0.001, error_bound=0.001) for n in range(count)])
-        return [row[0] for row in conn.execute(machines.select().with_only_columns(machines.c.id)
-                                               .order_by(machines.c.id))]
+        conn.execute(
+            insert(machines),
+            [
+                dict(
+                    name=f"node-{n:02d}",
+                    host="host",
+                    instance=f"i-{n}",
+                    pid=n,
+                    version="t",
+                    state="active",
+                    capacity=capacity,
+                    running=0,
+                    done_count=0,
+                    failed_count=0,
+                    joined_at=now - 60,
+                    last_seen=now,
+                    clock_offset=0.0,
+                    rtt=0.001,
+                    error_bound=0.001,
+                )
+                for n in range(count)
+            ],
+        )
+        return [
+            row[0] for row in conn.execute(machines.select().with_only_columns(machines.c.id).order_by(machines.c.id))
+        ]
 
 
 def add_runs(farm: Farm, spans: list[tuple[int, float, float, str]]) -> None:
     """(machine id, start, end, outcome) runs, each of its own job."""
     with farm.engine.begin() as conn:
-        first = 1 + (conn.execute(jobs.select().with_only_columns(jobs.c.id).order_by(jobs.c.id.desc()))
-                     .scalar() or 0)
-        conn.execute(insert(jobs), [
-            dict(id=first + n, executor="http", target=f"/t/{n}", method="GET", state="succeeded", priority=0,
-                 run_at=start, created_at=start, attempts=1, max_attempts=1, fence=1, started_at=start,
-                 finished_at=end, cancel_requested=False) for n, (_, start, end, _) in enumerate(spans)])
-        conn.execute(insert(runs), [
-            dict(job_id=first + n, attempt=1, machine_id=machine, fence=1, started_at=start, finished_at=end,
-                 outcome=outcome, error=None) for n, (machine, start, end, outcome) in enumerate(spans)])
+        first = 1 + (conn.execute(jobs.select().with_only_columns(jobs.c.id).order_by(jobs.c.id.desc())).scalar() or 0)
+        conn.execute(
+            insert(jobs),
+            [
+                dict(
+                    id=first + n,
+                    executor="http",
+                    target=f"/t/{n}",
+                    method="GET",
+                    state="succeeded",
+                    priority=0,
+                    run_at=start,
+                    created_at=start,
+                    attempts=1,
+                    max_attempts=1,
+                    fence=1,
+                    started_at=start,
+                    finished_at=end,
+                    cancel_requested=False,
+                )
+                for n, (_, start, end, _) in enumerate(spans)
+            ],
+        )
+        conn.execute(
+            insert(runs),
+            [
+                dict(
+                    job_id=first + n,
+                    attempt=1,
+                    machine_id=machine,
+                    fence=1,
+                    started_at=start,
+                    finished_at=end,
+                    outcome=outcome,
+                    error=None,
+                )
+                for n, (machine, start, end, outcome) in enumerate(spans)
+            ],
+        )
 
 
 def snapshot(farm: Farm, since: float, until: float, node_id: int | None = None, **query) -> Snapshot:
     reading = Dashboard(farm.store, FarmTiming.of(farm.settings())).read(Query(since=since, until=until, **query))
-    return Snapshot.of(reading, node={"id": node_id} if node_id is not None else None, read_ms=0.0,
-                       mono=time.monotonic())
+    return Snapshot.of(
+        reading, node={"id": node_id} if node_id is not None else None, read_ms=0.0, mono=time.monotonic()
+    )
 
 
 def shown(widget, width=1000, height=320):
@@ -89,8 +140,14 @@ def test_overlapping_runs_of_one_machine_never_share_a_sub_row(app, farm):
     now = farm.store.ask_time()
     t = now - 50
     # A long singleton with short runs beside it, two of them overlapping each other too.
-    spans = [(busy, t, t + 40, "succeeded"), (busy, t + 5, t + 6, "failed"), (busy, t + 10, t + 10.5, "lost"),
-             (busy, t + 10.2, t + 12, "timeout"), (busy, t + 30, t + 31, "succeeded"), (quiet, t + 2, t + 3, "failed")]
+    spans = [
+        (busy, t, t + 40, "succeeded"),
+        (busy, t + 5, t + 6, "failed"),
+        (busy, t + 10, t + 10.5, "lost"),
+        (busy, t + 10.2, t + 12, "timeout"),
+        (busy, t + 30, t + 31, "succeeded"),
+        (quiet, t + 2, t + 3, "failed"),
+    ]
     add_runs(farm, spans)
     gantt = shown(RunsGantt())
     snap = snapshot(farm, now - 60, now)
@@ -134,13 +191,21 @@ def test_legends_name_every_colour_drawn(app):
     assert [colour for _, colour, _ in gantt.legend()] == [theme.OUTCOME[o] for o in OUTCOMES]
     scheme = theme.current()
     assert [(mark, colour) for mark, colour, _ in timeline.legend()] == [
-        ("fill", scheme.turn_claimed), ("fill", scheme.turn), ("outline", scheme.muted),
-        ("line", theme.OUTCOME["failed"])]
+        ("fill", scheme.turn_claimed),
+        ("fill", scheme.turn),
+        ("outline", scheme.muted),
+        ("line", theme.OUTCOME["failed"]),
+    ]
     for plot in (gantt, timeline):
         assert all(label.replace(" ", "&nbsp;") in plot.header.text() for label in plot.legend_labels())
     assert [label for _, _, label in graph.legends()["states"]] == ["queued", "running"]
-    assert [label for _, _, label in graph.legends()["flow"]][:5] == ["succeeded", "failed", "timeout", "lost",
-                                                                      "cancelled"]
+    assert [label for _, _, label in graph.legends()["flow"]][:5] == [
+        "succeeded",
+        "failed",
+        "timeout",
+        "lost",
+        "cancelled",
+    ]
 
 
 def test_the_timeline_and_gantt_fit_a_narrow_window(app):
@@ -174,10 +239,27 @@ def test_with_32_machines_lane_names_do_not_overlap_and_this_machine_is_named(ap
 def test_a_payload_that_is_not_json_shows_as_its_text(app, farm):
     now = farm.store.ask_time()
     with farm.engine.begin() as conn:  # as a plain SQL insert could store it
-        conn.execute(insert(jobs), [dict(id=n, executor="http", target="/ok", method="POST", payload=payload,
-                                         state="queued", priority=0, run_at=now, created_at=now, attempts=0,
-                                         max_attempts=1, fence=0, cancel_requested=False)
-                                    for n, payload in ((1, "not json <b>at all</b>"), (2, '{"a": [1, 2]}'))])
+        conn.execute(
+            insert(jobs),
+            [
+                dict(
+                    id=n,
+                    executor="http",
+                    target="/ok",
+                    method="POST",
+                    payload=payload,
+                    state="queued",
+                    priority=0,
+                    run_at=now,
+                    created_at=now,
+                    attempts=0,
+                    max_attempts=1,
+                    fence=0,
+                    cancel_requested=False,
+                )
+                for n, payload in ((1, "not json <b>at all</b>"), (2, '{"a": [1, 2]}'))
+            ],
+        )
     details = JobDetails()
     details.show_job(farm.store.get_job(1) | {"runs": []}, {})
     assert details.fields["payload"].text() == "not json <b>at all</b>"
@@ -213,8 +295,10 @@ def test_the_jobs_table_shows_the_error_before_the_times_and_gives_it_room(app):
     assert titles.index("Error") < titles.index("Created") < titles.index("Finished")
     assert header.sectionSize(7) >= 160
     attempts = view.details.attempts_view.horizontalHeader()
-    titles = [view.details.attempts.headerData(attempts.logicalIndex(n), attempts.orientation())
-              for n in range(attempts.count())]
+    titles = [
+        view.details.attempts.headerData(attempts.logicalIndex(n), attempts.orientation())
+        for n in range(attempts.count())
+    ]
     assert titles.index("Outcome") < titles.index("Error") < titles.index("Started")
 
 
@@ -266,16 +350,23 @@ def test_a_plot_behind_a_tab_draws_nothing_and_draws_the_latest_data_when_its_ta
     def drawn() -> dict:
         """What each view has drawn, read from its plot items and labels (without asking it to draw)."""
         _, queued = graph.lines["queued"].getData()  # None before the first draw
-        return {"runs": sorted(float(x) for item in gantt.items.values() for x in item.opts["x0"]),
-                "queued card": graph.counts["queued"].text(), "queued line": list(queued if queued is not None else []),
-                "reports chart": [waiting for _, waiting, _ in queues.charts.charts["reports"].plotted()]}
+        return {
+            "runs": sorted(float(x) for item in gantt.items.values() for x in item.opts["x0"]),
+            "queued card": graph.counts["queued"].text(),
+            "queued line": list(queued if queued is not None else []),
+            "reports chart": [waiting for _, waiting, _ in queues.charts.charts["reports"].plotted()],
+        }
 
     assert drawn() == {"runs": [], "queued card": "–", "queued line": [], "reports chart": []}
     for view in (gantt, graph, queues):
         tabs.setCurrentWidget(view)
     # Each drew the latest snapshot when shown, with every sample kept while it was hidden.
-    assert drawn() == {"runs": [now - 30, now - 20], "queued card": "2", "queued line": [1.0, 2.0],
-                       "reports chart": [1, 2]}
+    assert drawn() == {
+        "runs": [now - 30, now - 20],
+        "queued card": "2",
+        "queued line": [1.0, 2.0],
+        "reports chart": [1, 2],
+    }
     farm.enqueue_http("/later", delay=3600, queue="reports")
     newer = snapshot(farm, now - 60, now + 1)
     for view in (gantt, graph, queues):

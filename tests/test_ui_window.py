@@ -94,8 +94,12 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
 
     def settled():
         snap = window.snap
-        return (snap is not None and snap.job_counts["queued"] == snap.job_counts["running"] == 0
-                and snap.job_counts["failed"] == 2 and len({t["machine_id"] for t in snap.turns}) == 3)
+        return (
+            snap is not None
+            and snap.job_counts["queued"] == snap.job_counts["running"] == 0
+            and snap.job_counts["failed"] == 2
+            and len({t["machine_id"] for t in snap.turns}) == 3
+        )
 
     qtbot.waitUntil(settled, timeout=WAIT)
     snap, store = window.snap, farm.store
@@ -116,9 +120,11 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
         nonlocal snap, runs
         snap = window.snap
         runs = runs_between(store, snap.since, snap.until)
-        return (sorted(r["outcome"] for r in runs) == ["failed"] * 2 + ["succeeded"] * 6
-                and window.jobs.gantt.plotted_runs() == sorted((r["machine_id"], r["started_at"], r["outcome"])
-                                                               for r in runs))
+        return sorted(r["outcome"] for r in runs) == ["failed"] * 2 + [
+            "succeeded"
+        ] * 6 and window.jobs.gantt.plotted_runs() == sorted(
+            (r["machine_id"], r["started_at"], r["outcome"]) for r in runs
+        )
 
     runs = None
     qtbot.waitUntil(plotted_runs_are_the_run_log, timeout=WAIT)
@@ -128,8 +134,9 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
     # Peers: every machine, with its judged state; exactly one leader among them.
     status = farm.status()
     shown = [window.peers.index(row, 0).data(ROW_ROLE) for row in range(window.peers.rowCount())]
-    assert [(m["id"], m["name"], m["host"]) for m in shown] == [(m["id"], m["name"], m["host"])
-                                                              for m in status["machines"]]
+    assert [(m["id"], m["name"], m["host"]) for m in shown] == [
+        (m["id"], m["name"], m["host"]) for m in status["machines"]
+    ]
     assert [window.peers.index(row, 2).data() for row in range(len(shown))] == ["active"] * 3
     assert sum(window.peers.index(row, 3).data() == "★ now" for row in range(len(shown))) == 1
 
@@ -137,8 +144,7 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
     listed = [window.jobs.model.index(row, 0).data(ROW_ROLE) for row in range(window.jobs.model.rowCount())]
     assert [(j["id"], j["state"]) for j in listed] == [(j["id"], j["state"]) for j in store.list_jobs(limit=500)]
     window.tabs.setCurrentWidget(window.queue)  # the queue graph draws while it is on screen
-    assert window.queue.plotted_throughput() == {"succeeded": 6, "failed": 2, "timeout": 0, "lost": 0,
-                                                 "cancelled": 0}
+    assert window.queue.plotted_throughput() == {"succeeded": 6, "failed": 2, "timeout": 0, "lost": 0, "cancelled": 0}
     assert window.queue.counts["succeeded"].text() == "6"
 
     # This node's panel shows the in-process node, with the counts the peers table shows in the same frame.
@@ -191,8 +197,9 @@ def _steer_from_menu(window, name, wish):
 
 def _answer_drain(window, qtbot, button):
     """Drain asks first (a drained node stops for good): answer the question."""
-    qtbot.waitUntil(lambda: getattr(window, "drain_confirm", None) is not None
-                    and window.drain_confirm.isVisible(), timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: getattr(window, "drain_confirm", None) is not None and window.drain_confirm.isVisible(), timeout=WAIT
+    )
     box, window.drain_confirm = window.drain_confirm, None
     box.button(button).click()
 
@@ -221,8 +228,7 @@ def test_pause_resume_and_drain_from_the_app_steer_the_node(farm, peers, http_ta
     _steer_from_menu(window, "peer", "resume")
     qtbot.waitUntil(lambda: peer.state == "active", timeout=WAIT)
     resumed_at = farm.store.ask_time()
-    qtbot.waitUntil(lambda: any(t["machine_id"] == peer.id for t in farm.store.read_turns(resumed_at)),
-                    timeout=WAIT)
+    qtbot.waitUntil(lambda: any(t["machine_id"] == peer.id for t in farm.store.read_turns(resumed_at)), timeout=WAIT)
 
     _steer_from_menu(window, "peer", "drain")
     _answer_drain(window, qtbot, QMessageBox.StandardButton.Cancel)  # changed its mind: nothing happens
@@ -239,8 +245,9 @@ def test_pause_resume_and_drain_from_the_app_steer_the_node(farm, peers, http_ta
     assert window.act.pause.shortcut().toString() == "Ctrl+Shift+P"
     qtbot.waitUntil(window.act.pause.isEnabled, timeout=WAIT)
     window.act.pause.trigger()
-    qtbot.waitUntil(lambda: _own_node(window).state == "paused" and window.node_panel.badge.text() == "paused",
-                    timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: _own_node(window).state == "paused" and window.node_panel.badge.text() == "paused", timeout=WAIT
+    )
     assert window.act.resume.isEnabled() and not window.act.pause.isEnabled()
     window.act.resume.trigger()
     qtbot.waitUntil(lambda: _own_node(window).state == "active", timeout=WAIT)
@@ -253,10 +260,14 @@ def test_pause_resume_and_drain_from_the_app_steer_the_node(farm, peers, http_ta
     # Drained, this machine's node starts again without restarting the app: it rejoins as a new machine row.
     qtbot.waitUntil(window.act.start.isEnabled, timeout=WAIT)
     window.act.start.trigger()
-    qtbot.waitUntil(lambda: window.connection.node_id != drained and window.node_panel.badge.text() == "active"
-                    and any(m["id"] == window.connection.node_id and m["status"] == "active"
-                            for m in window.snap.machines),
-                    timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: (
+            window.connection.node_id != drained
+            and window.node_panel.badge.text() == "active"
+            and any(m["id"] == window.connection.node_id and m["status"] == "active" for m in window.snap.machines)
+        ),
+        timeout=WAIT,
+    )
     assert farm.store.find_machine(str(drained))["state"] == "stopped"
     assert farm.store.find_machine(str(window.connection.node_id))["state"] == "active"
     assert not window.act.start.isEnabled() and window.act.pause.isEnabled()
@@ -278,8 +289,7 @@ def _enqueue(window, qtbot, path, **fields):
 
 def _select(window, qtbot, job_id, state):
     window.tabs.setCurrentWidget(window.jobs)
-    qtbot.waitUntil(lambda: window.jobs.select(job_id) and window.jobs.selected_job()["state"] == state,
-                    timeout=WAIT)
+    qtbot.waitUntil(lambda: window.jobs.select(job_id) and window.jobs.selected_job()["state"] == state, timeout=WAIT)
 
 
 def test_enqueue_retry_and_cancel_work_end_to_end(farm, http_target, open_window, qtbot):
@@ -293,12 +303,19 @@ def test_enqueue_retry_and_cancel_work_end_to_end(farm, http_target, open_window
     failing = _enqueue(window, qtbot, "/fail", attempts=1)
     qtbot.waitUntil(lambda: farm.store.get_job(failing)["state"] == "failed", timeout=WAIT)
     _select(window, qtbot, failing, "failed")
-    qtbot.waitUntil(lambda: window.jobs.details.title.text().startswith(f"Job {failing} ")
-                    and window.jobs.details.attempts.rowCount() == 1, timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: (
+            window.jobs.details.title.text().startswith(f"Job {failing} ")
+            and window.jobs.details.attempts.rowCount() == 1
+        ),
+        timeout=WAIT,
+    )
     qtbot.waitUntil(window.act.retry.isEnabled, timeout=WAIT)
     window.act.retry.trigger()
-    qtbot.waitUntil(lambda: len(farm.store.list_runs(job_id=failing)) == 2
-                    and farm.store.get_job(failing)["state"] == "failed", timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: len(farm.store.list_runs(job_id=failing)) == 2 and farm.store.get_job(failing)["state"] == "failed",
+        timeout=WAIT,
+    )
     assert len(http_target.requests("/fail")) == 2
     qtbot.waitUntil(lambda: window.jobs.details.attempts.rowCount() == 2, timeout=WAIT)
     attempt = window.jobs.details.attempts
@@ -308,24 +325,43 @@ def test_enqueue_retry_and_cancel_work_end_to_end(farm, http_target, open_window
     _select(window, qtbot, later, "queued")
     qtbot.waitUntil(window.act.cancel.isEnabled, timeout=WAIT)
     window.act.cancel.trigger()
-    qtbot.waitUntil(lambda: farm.store.get_job(later)["state"] == "cancelled"
-                    and window.last_result == (f"Cancel job {later}", True, "cancelled"), timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: (
+            farm.store.get_job(later)["state"] == "cancelled"
+            and window.last_result == (f"Cancel job {later}", True, "cancelled")
+        ),
+        timeout=WAIT,
+    )
 
 
 def test_the_apps_node_runs_the_work_its_allow_lists_allow(farm, open_window, qtbot):
     farm.settings(**FAST)
-    args = parse_args(["--name", "desk", "--allow-module", pyjobs.__name__, "--allow-command", "true",
-                       "--allow-host", "reports.internal"])
+    args = parse_args(
+        [
+            "--name",
+            "desk",
+            "--allow-module",
+            pyjobs.__name__,
+            "--allow-command",
+            "true",
+            "--allow-host",
+            "reports.internal",
+        ]
+    )
     window = open_window(farm.url, node_options(args))
     qtbot.waitUntil(lambda: window.snap is not None and window.snap.node is not None, timeout=WAIT)
     [machine] = farm.status()["machines"]
-    assert json.loads(machine["allow"]) == {"hosts": ["reports.internal"], "modules": [pyjobs.__name__],
-                                            "commands": ["true"]}
+    assert json.loads(machine["allow"]) == {
+        "hosts": ["reports.internal"],
+        "modules": [pyjobs.__name__],
+        "commands": ["true"],
+    }
     # Enqueueing checks the live machines' allow-lists: without the app's node nobody would take these.
     python_job = pyjobs.echo.enqueue(farm, {"day": "monday"})
     [command_job] = farm.enqueue_command(["true"])
-    qtbot.waitUntil(lambda: [farm.job(j)["state"] for j in (python_job, command_job)] == ["succeeded"] * 2,
-                    timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: [farm.job(j)["state"] for j in (python_job, command_job)] == ["succeeded"] * 2, timeout=WAIT
+    )
     assert {run["machine_id"] for j in (python_job, command_job) for run in farm.job(j)["runs"]} == {machine["id"]}
 
 
@@ -359,8 +395,9 @@ def test_a_lost_database_shows_as_a_state_and_the_window_stays_live(pg_url, app,
         window = MainWindow(url, None, interval=0.1)
         window.show()
         try:
-            qtbot.waitUntil(lambda: window.snap is not None and window.connection.state is State.CONNECTED,
-                            timeout=WAIT)
+            qtbot.waitUntil(
+                lambda: window.snap is not None and window.connection.state is State.CONNECTED, timeout=WAIT
+            )
             proxy.freeze()  # the database stops answering: the read on the worker hangs
             qtbot.waitUntil(lambda: window.connection.state is State.SLOW, timeout=WAIT)
             assert "no answer" in window.status.link.text()
@@ -369,14 +406,16 @@ def test_a_lost_database_shows_as_a_state_and_the_window_stays_live(pg_url, app,
             assert window.banner.isVisible() and "Showing the farm as of" in window.banner.text()
             assert target.password not in window.status.link.text() + window.windowTitle()
             proxy.restore()
-            qtbot.waitUntil(lambda: window.connection.state is State.CONNECTED and not window.banner.isVisible(),
-                            timeout=WAIT)
+            qtbot.waitUntil(
+                lambda: window.connection.state is State.CONNECTED and not window.banner.isVisible(), timeout=WAIT
+            )
         finally:
             close(window, qtbot)
 
 
-def test_the_status_bar_link_says_the_latest_read_and_is_set_only_when_that_changes(farm, open_window, qtbot,
-                                                                                   monkeypatch):
+def test_the_status_bar_link_says_the_latest_read_and_is_set_only_when_that_changes(
+    farm, open_window, qtbot, monkeypatch
+):
     window = open_window(farm.url)
     qtbot.waitUntil(lambda: window.snap is not None and window.connection.state is State.CONNECTED, timeout=WAIT)
     link = window.status.link
@@ -396,8 +435,15 @@ def test_open_database_switches_farms_and_moves_this_machines_node(tmp_path, htt
     window = open_window(first, _node(http_target, name="desk"))
     qtbot.waitUntil(lambda: window.snap is not None and window.snap.node is not None, timeout=WAIT)
     window.switch_database(second)
-    qtbot.waitUntil(lambda: window.connection.url == second and window.snap is not None and window.snap.node is not None
-                    and [m["name"] for m in window.snap.machines] == ["desk"], timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: (
+            window.connection.url == second
+            and window.snap is not None
+            and window.snap.node is not None
+            and [m["name"] for m in window.snap.machines] == ["desk"]
+        ),
+        timeout=WAIT,
+    )
     assert window.windowTitle().endswith(second)
     with Farm(first) as old:
         assert [m["state"] for m in old.status()["machines"]] == ["stopped"]  # it left the first farm
@@ -522,8 +568,9 @@ def test_the_window_reads_whole_on_a_desktop_and_a_laptop_screen(farm, peers, ht
         for column in map(header.logicalIndex, range(header.count())):
             index = window.peers.index(row, column)
             icon = 20 if index.data(Qt.ItemDataRole.DecorationRole) is not None else 0
-            assert view.fontMetrics().horizontalAdvance(index.data()) + icon + 8 <= header.sectionSize(column) \
-                or header.isSectionHidden(column), (index.data(), header.sectionSize(column))
+            assert view.fontMetrics().horizontalAdvance(index.data()) + icon + 8 <= header.sectionSize(
+                column
+            ) or header.isSectionHidden(column), (index.data(), header.sectionSize(column))
 
     header.customContextMenuRequested.emit(QPoint(5, 5))
     menu = view.findChild(QMenu, "columnsMenu")
@@ -585,8 +632,12 @@ def test_the_attempts_table_shows_its_columns_without_scrolling_sideways_at_1440
     assert not view.horizontalScrollBar().isVisible()
     shown = _columns(view)
     assert shown == ["Attempt", "Machine", "Outcome", "Error"]
-    assert [title for title in _columns(view, hidden=True) if title not in shown] == ["Fence", "Took", "Started",
-                                                                                      "Finished"]
+    assert [title for title in _columns(view, hidden=True) if title not in shown] == [
+        "Fence",
+        "Took",
+        "Started",
+        "Finished",
+    ]
     cell = view.model().index(0, 7)
     assert view.visualRect(cell).right() <= view.viewport().width() and view.columnWidth(7) >= 120
     assert view.fontMetrics().horizontalAdvance(cell.data()) > view.columnWidth(7), "the error is cut short"
@@ -599,9 +650,11 @@ def test_the_attempts_table_shows_its_columns_without_scrolling_sideways_at_1440
 def _columns(view, hidden=False) -> list[str]:
     """A table's column titles in the order shown (those hidden too, if asked)."""
     header = view.horizontalHeader()
-    return [view.model().headerData(logical, Qt.Orientation.Horizontal)
-            for logical in map(header.logicalIndex, range(header.count()))
-            if hidden or not header.isSectionHidden(logical)]
+    return [
+        view.model().headerData(logical, Qt.Orientation.Horizontal)
+        for logical in map(header.logicalIndex, range(header.count()))
+        if hidden or not header.isSectionHidden(logical)
+    ]
 
 
 @pytest.mark.postgres

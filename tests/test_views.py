@@ -15,9 +15,19 @@ from queueprocessor import singletons
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.schedules import Recurrence
 from queueprocessor.store.jobs import JobSpec
-from queueprocessor.views import (Dashboard, FarmTiming, Query, find_jobs, judge_machines,
-                                  machine_throughput, read_schedules,
-                                  runs_between, throughput, turns_between, upcoming_slots)
+from queueprocessor.views import (
+    Dashboard,
+    FarmTiming,
+    Query,
+    find_jobs,
+    judge_machines,
+    machine_throughput,
+    read_schedules,
+    runs_between,
+    throughput,
+    turns_between,
+    upcoming_slots,
+)
 
 TIMING = FarmTiming(period=1.0, heartbeat=1.0, misses=3)
 
@@ -42,8 +52,12 @@ def test_turns_between_is_the_turn_log_inside_the_window(farm):
         assert store.take_turn(base - 10 + n, who)
     assert not store.take_turn(base - 10, b)  # the slot is taken: the log keeps the first
     turns = turns_between(store, now - 60, store.ask_time())
-    assert [(t["slot"], t["machine_id"]) for t in turns] == [(base - 10, a), (base - 9, b), (base - 8, a),
-                                                            (base - 7, b)]
+    assert [(t["slot"], t["machine_id"]) for t in turns] == [
+        (base - 10, a),
+        (base - 9, b),
+        (base - 8, a),
+        (base - 7, b),
+    ]
     assert turns_between(store, now - 60, now - 30) == []
 
 
@@ -56,8 +70,10 @@ def test_runs_between_holds_runs_overlapping_the_window_with_their_target(farm):
     [running] = store.claim(a, 1, lease=30)
     after = store.ask_time()
     runs = runs_between(store, before, after)
-    assert {(r["job_id"], r["outcome"], r["target"]) for r in runs} == {(done.id, "succeeded", "/ok"),
-                                                                         (running.id, "running", "/still")}
+    assert {(r["job_id"], r["outcome"], r["target"]) for r in runs} == {
+        (done.id, "succeeded", "/ok"),
+        (running.id, "running", "/still"),
+    }
     # A window after the finished run ended still shows the run that is going on.
     later = runs_between(store, after + 100, after + 200)
     assert [(r["job_id"], r["outcome"]) for r in later] == [(running.id, "running")]
@@ -193,8 +209,7 @@ def test_the_last_occurrence_before_a_time_is_the_one_the_schedule_made():
 def _statements(farm, table):
     """The statements sent from now on that read `table`."""
     seen = []
-    event.listen(farm.engine, "before_cursor_execute",
-                 lambda *args: seen.append(args[2]) if table in args[2] else None)
+    event.listen(farm.engine, "before_cursor_execute", lambda *args: seen.append(args[2]) if table in args[2] else None)
     return seen
 
 
@@ -206,8 +221,9 @@ def test_schedules_carry_their_next_occurrence_and_their_last_ones_job(farm):
     assert seen == []  # a farm without schedules reads no jobs for them
 
     farm.schedule("tick", farm.python_spec("tests.support.pyjobs:noop"), every=0.1)
-    farm.schedule("hourly", farm.command_spec(["sh", "-c", "true"]), cron="0 * * * *", tz="Europe/Paris",
-                  misfire="skip", grace=60)
+    farm.schedule(
+        "hourly", farm.command_spec(["sh", "-c", "true"]), cron="0 * * * *", tz="Europe/Paris", misfire="skip", grace=60
+    )
     farm.schedule("later", farm.python_spec("tests.support.pyjobs:noop"), every=3600)
     farm.pause_schedule("later")
     time.sleep(0.15)  # the first tick is due
@@ -225,7 +241,12 @@ def test_schedules_carry_their_next_occurrence_and_their_last_ones_job(farm):
     assert tick["recurrence"] == "every 0.1 s" and tick["executor"] == "python" and not tick["paused"]
     assert tick["next_at"] == Recurrence(every=0.1).after(at)
     assert (tick["last_at"], tick["last_job"], tick["last_state"], tick["last_machine"], tick["last_finished"]) == (
-        done["run_at"], done["id"], "succeeded", machine, done["finished_at"])
+        done["run_at"],
+        done["id"],
+        "succeeded",
+        machine,
+        done["finished_at"],
+    )
     hourly = rows["hourly"]
     assert hourly["recurrence"] == "cron '0 * * * *' Europe/Paris"
     assert (hourly["misfire"], hourly["grace"]) == ("skip", 60.0)
@@ -251,7 +272,11 @@ def test_a_snapshot_carries_the_schedules_and_the_singletons(farm):
     assert [(s["name"], s["recurrence"]) for s in snap["schedules"]] == [("tick", "every 60 s")]
     [feed] = snap["singletons"]
     assert (feed["name"], feed["target"], feed["state"], feed["owner"]) == (
-        "feed", "tests.support.pyjobs:wait_for_cancel", "running", machine)
+        "feed",
+        "tests.support.pyjobs:wait_for_cancel",
+        "running",
+        machine,
+    )
     assert feed["started_at"] == store.get_job(job_id)["started_at"]
     assert snap["names"][machine] == "holder"
     singletons.remove(store, "feed")

@@ -15,8 +15,9 @@ from . import theme
 SCHEMES = (("auto", "Follow the &System"), ("light", "&Light"), ("dark", "&Dark"))
 
 
-def _action(window: QMainWindow, name: str, label: str, icon: str | None, shortcut, tip: str,
-            checkable: bool = False) -> QAction:
+def _action(
+    window: QMainWindow, name: str, label: str, icon: str | None, shortcut, tip: str, checkable: bool = False
+) -> QAction:
     action = QAction(label, window)
     action.setObjectName(name)
     if icon:
@@ -37,31 +38,65 @@ class Actions:
         def a(*args, **kwargs):
             return _action(window, *args, **kwargs)
 
-        self.open = a("open", "&Open Database…", "database", QKeySequence.StandardKey.Open,
-                      "Watch another farm database")
+        self.open = a(
+            "open", "&Open Database…", "database", QKeySequence.StandardKey.Open, "Watch another farm database"
+        )
         self.quit = a("quit", "&Quit", "quit", QKeySequence.StandardKey.Quit, "Stop this machine's node and quit")
         self.enqueue = a("enqueue", "&Enqueue Job…", "enqueue", "Ctrl+N", "Add an HTTP job to the queue")
         self.retry = a("retry", "&Retry Job", "retry", "Ctrl+R", "Queue the selected failed or cancelled job again")
-        self.cancel = a("cancel", "&Cancel Job", "cancel", "Ctrl+Del", "Cancel the selected queued job, or stop it "
-                        "if it is running")
-        self.pause = a("pause", "&Pause This Machine", "pause", "Ctrl+Shift+P", "Pause this machine: take its node "
-                       "out of the turns; it keeps its running jobs")
-        self.resume = a("resume", "Res&ume This Machine", "resume", "Ctrl+Shift+R", "Resume this machine: put its "
-                        "node back into the turns")
-        self.drain = a("drain", "&Drain This Machine…", "drain", "Ctrl+Shift+D", "Drain this machine: its node "
-                       "finishes its running jobs, takes no new ones, then stops (asks first)")
-        self.start = a("start", "&Start This Machine", "resume", None, "Start this machine's node again after it "
-                       "stopped: it rejoins the turns")
-        self.follow = a("follow", "&Follow Now", "follow", "End", "Jump to database time and keep the plots "
-                        "scrolling with it; drag or zoom a plot to look back", checkable=True)
+        self.cancel = a(
+            "cancel", "&Cancel Job", "cancel", "Ctrl+Del", "Cancel the selected queued job, or stop it if it is running"
+        )
+        self.pause = a(
+            "pause",
+            "&Pause This Machine",
+            "pause",
+            "Ctrl+Shift+P",
+            "Pause this machine: take its node out of the turns; it keeps its running jobs",
+        )
+        self.resume = a(
+            "resume",
+            "Res&ume This Machine",
+            "resume",
+            "Ctrl+Shift+R",
+            "Resume this machine: put its node back into the turns",
+        )
+        self.drain = a(
+            "drain",
+            "&Drain This Machine…",
+            "drain",
+            "Ctrl+Shift+D",
+            "Drain this machine: its node finishes its running jobs, takes no new ones, then stops (asks first)",
+        )
+        self.start = a(
+            "start",
+            "&Start This Machine",
+            "resume",
+            None,
+            "Start this machine's node again after it stopped: it rejoins the turns",
+        )
+        self.follow = a(
+            "follow",
+            "&Follow Now",
+            "follow",
+            "End",
+            "Jump to database time and keep the plots scrolling with it; drag or zoom a plot to look back",
+            checkable=True,
+        )
         # End: only while a plot has the focus (the plots add the action), so End in a table still goes to its
         # last row.
         window.removeAction(self.follow)
         self.follow.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         self.follow.setChecked(True)
         self.refresh = a("refresh", "Re&fresh", "refresh", QKeySequence.StandardKey.Refresh, "Read the database now")
-        self.gone = a("gone", "Show &Long-Gone Machines", None, None,
-                      "Also list machines that stopped or died more than ten minutes ago", checkable=True)
+        self.gone = a(
+            "gone",
+            "Show &Long-Gone Machines",
+            None,
+            None,
+            "Also list machines that stopped or died more than ten minutes ago",
+            checkable=True,
+        )
         self.about = a("about", "&About QueueProcessor", "about", None, "Version and licence")
         for action in (*self.node, self.retry, self.cancel):
             action.setEnabled(False)
@@ -99,7 +134,17 @@ class Actions:
         tools.setObjectName("mainToolBar")
         tools.setMovable(False)
         tools.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        for action in (self.enqueue, self.retry, self.cancel, None, self.pause, self.resume, self.drain, None,
-                       self.follow, self.refresh):
+        for action in (
+            self.enqueue,
+            self.retry,
+            self.cancel,
+            None,
+            self.pause,
+            self.resume,
+            self.drain,
+            None,
+            self.follow,
+            self.refresh,
+        ):
             tools.addSeparator() if action is None else tools.addAction(action)
         return recent

@@ -28,8 +28,10 @@ try:
     from PySide6.QtWidgets import QApplication
     from pyqtgraph.util.garbage_collector import GarbageCollector
 except ImportError as error:  # the GUI is an extra: say how to get it, no traceback
-    sys.exit(f"error: the desktop app needs PySide6 and pyqtgraph ({error.name} is missing): "
-             "pip install 'queueprocessor[gui]'")
+    sys.exit(
+        f"error: the desktop app needs PySide6 and pyqtgraph ({error.name} is missing): "
+        "pip install 'queueprocessor[gui]'"
+    )
 
 from . import theme
 from .dialogs import DatabaseDialog
@@ -42,8 +44,11 @@ _collector: GarbageCollector | None = None  # see collect_on_gui_thread
 @click.option("--db", metavar="URL", envvar="QP_DB", help="Farm database (default: QP_DB, else asked for in a dialog).")
 @click.option("--observe", is_flag=True, help="Only watch the farm: run no node on this machine.")
 @_node_option_set
-@click.option("--theme", type=click.Choice(["auto", "light", "dark"]),
-              help="Colour scheme (default: as last chosen, else the system's).")
+@click.option(
+    "--theme",
+    type=click.Choice(["auto", "light", "dark"]),
+    help="Colour scheme (default: as last chosen, else the system's).",
+)
 @click.option("--interval", type=float, default=0.4, hidden=True)
 def command(**_params) -> None:
     """The QueueProcessor desktop app (queueprocessor-gui): options only, see main()."""

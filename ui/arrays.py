@@ -67,7 +67,12 @@ def prepare(reading: dict) -> LaneArrays:
         mask = codes == n
         bars[outcome] = (starts[mask], ends[mask] - starts[mask], tops[mask], heights[mask])
     return LaneArrays(
-        lanes=lanes, run_start=starts, run_end=ends, run_lane=lanes_of_runs, run_top=tops, run_height=heights,
+        lanes=lanes,
+        run_start=starts,
+        run_end=ends,
+        run_lane=lanes_of_runs,
+        run_top=tops,
+        run_height=heights,
         run_bars=bars,
         turn_slot=np.fromiter((t["slot"] for t in turns), dtype=float, count=len(turns)),
         turn_lane=np.fromiter((lane[t["machine_id"]] for t in turns), dtype=float, count=len(turns)),

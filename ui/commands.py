@@ -24,6 +24,7 @@ class Commands:
 
     def steer(self, machine_id: int, name: str, wish: Wish) -> None:
         """Ask a machine to pause, resume or drain; the machine applies it itself."""
+
         def steer(farm: Farm) -> str:
             farm.steer(str(machine_id), wish)
             return f"asked {name} to {wish}; it applies this within one heartbeat"
@@ -32,6 +33,7 @@ class Commands:
 
     def enqueue(self, spec: JobSpec, *, delay: float = 0.0, count: int = 1) -> None:
         """Queue `count` copies of `spec` (the enqueue dialog's `options`)."""
+
         def enqueue(farm: Farm) -> str:
             done = farm.submit(spec, delay=delay, count=count)
             ids = done.ids
@@ -55,8 +57,10 @@ class Commands:
         self.run(f"Pause schedule {name}", lambda farm: f"paused ({_waiting(farm.pause_schedule(name))})")
 
     def resume_schedule(self, name: str) -> None:
-        self.run(f"Resume schedule {name}",
-                 lambda farm: f"active, next at {format_time(farm.resume_schedule(name)['next_run'])} UTC")
+        self.run(
+            f"Resume schedule {name}",
+            lambda farm: f"active, next at {format_time(farm.resume_schedule(name)['next_run'])} UTC",
+        )
 
     def remove_schedule(self, name: str) -> None:
         self.run(f"Remove schedule {name}", lambda farm: f"removed ({_waiting(farm.remove_schedule(name))})")
@@ -65,25 +69,35 @@ class Commands:
         self.run(f"Remove singleton {name}", lambda farm: farm.remove_singleton(name))
 
     def pause_queue(self, name: str) -> None:
-        self.run(f"Pause queue {name}", _saying(lambda farm: farm.pause_queue(name), "paused: its running jobs "
-                                                "finish, nothing new of it starts (within a heartbeat)"))
+        self.run(
+            f"Pause queue {name}",
+            _saying(
+                lambda farm: farm.pause_queue(name),
+                "paused: its running jobs finish, nothing new of it starts (within a heartbeat)",
+            ),
+        )
 
     def resume_queue(self, name: str) -> None:
-        self.run(f"Resume queue {name}", _saying(lambda farm: farm.resume_queue(name),
-                                                 "resumed: its jobs start again (within a heartbeat)"))
+        self.run(
+            f"Resume queue {name}",
+            _saying(lambda farm: farm.resume_queue(name), "resumed: its jobs start again (within a heartbeat)"),
+        )
 
     def set_queue(self, name: str, changes: dict) -> None:
         """`changes`: Farm.set_queue's keywords for what the operator changed (None lifts a limit or rate)."""
+
         def set_queue(farm: Farm) -> str:
             farm.set_queue(name, **changes)
-            return ", ".join(f"{key.replace('_', ' ')} {'none' if value is None else value}"
-                             for key, value in changes.items())
+            return ", ".join(
+                f"{key.replace('_', ' ')} {'none' if value is None else value}" for key, value in changes.items()
+            )
 
         self.run(f"Set queue {name}", set_queue)
 
 
 def _saying(call: Callable[[Farm], None], message: str) -> Callable[[Farm], str]:
     """A farm call that returns nothing, as a command: it reports `message` once done."""
+
     def command(farm: Farm) -> str:
         call(farm)
         return message

@@ -3,9 +3,23 @@
 from collections.abc import Iterable
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
-                               QHBoxLayout, QLabel, QLineEdit, QMessageBox, QPlainTextEdit, QPushButton, QSpinBox,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from queueprocessor import __version__
 from queueprocessor.store import database
@@ -35,8 +49,10 @@ class DatabaseDialog(QDialog):
         self.setWindowIcon(theme.icon("database"))
         self.url = ""
         layout = QVBoxLayout(self)
-        intro = QLabel("Every machine of a farm shares one database. Choose it, or start with the embedded "
-                       "SQLite file to try QueueProcessor on this machine.")
+        intro = QLabel(
+            "Every machine of a farm shares one database. Choose it, or start with the embedded "
+            "SQLite file to try QueueProcessor on this machine."
+        )
         intro.setWordWrap(True)
         layout.addWidget(intro)
         form = QFormLayout()
@@ -73,8 +89,13 @@ class DatabaseDialog(QDialog):
         layout.addWidget(buttons)
 
     def _browse(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "SQLite database file", "", "SQLite databases (*.db *.sqlite);;"
-                                              "All files (*)", options=QFileDialog.Option.DontConfirmOverwrite)
+        path, _ = QFileDialog.getSaveFileName(
+            self,
+            "SQLite database file",
+            "",
+            "SQLite databases (*.db *.sqlite);;All files (*)",
+            options=QFileDialog.Option.DontConfirmOverwrite,
+        )
         if path:
             self.choice.setCurrentText(f"sqlite:///{path}")
 
@@ -102,8 +123,9 @@ class EnqueueDialog(QDialog):
         layout = QVBoxLayout(self)
         form = QFormLayout()
         self.path = QLineEdit("/ok")
-        self.path.setToolTip("A path on each node's --http-base, e.g. /reports/daily, or an http(s) URL on a "
-                             "host the nodes allow")
+        self.path.setToolTip(
+            "A path on each node's --http-base, e.g. /reports/daily, or an http(s) URL on a host the nodes allow"
+        )
         form.addRow("Path or URL", self.path)
         self.method = QComboBox()
         self.method.addItems(["GET", "POST"])
@@ -141,10 +163,16 @@ class EnqueueDialog(QDialog):
         self.error = _finish_form(self, layout, form, "Enqueue")
 
     def accept(self) -> None:
-        options = dict(method=self.method.currentText(), payload=self.payload.toPlainText().strip() or None,
-                       priority=self.priority.value(), max_attempts=self.attempts.value(),
-                       timeout=self.timeout.value() or None, key=self.key.text().strip() or None,
-                       queue=self.queue.currentText().strip(), order_key=self.order_key.text().strip() or None)
+        options = dict(
+            method=self.method.currentText(),
+            payload=self.payload.toPlainText().strip() or None,
+            priority=self.priority.value(),
+            max_attempts=self.attempts.value(),
+            timeout=self.timeout.value() or None,
+            key=self.key.text().strip() or None,
+            queue=self.queue.currentText().strip(),
+            order_key=self.order_key.text().strip() or None,
+        )
         try:
             spec = work_spec("http", self.path.text().strip(), **options)
         except QPError as error:
@@ -174,24 +202,30 @@ class QueueDialog(QDialog):
         form.addRow("Limit", self.limit)
         self.rate = QLineEdit("" if info.rate is None else str(info.rate))
         self.rate.setPlaceholderText("none, or e.g. 10/s, 120/min")
-        self.rate.setToolTip("Most starts of this queue's jobs per second or per minute, farm-wide; the surplus "
-                             "waits, nothing is dropped")
+        self.rate.setToolTip(
+            "Most starts of this queue's jobs per second or per minute, farm-wide; the surplus "
+            "waits, nothing is dropped"
+        )
         form.addRow("Rate", self.rate)
         self.on_failure = QComboBox()
         for policy in OnFailure:
             self.on_failure.addItem(policy.value, policy)
         self.on_failure.setCurrentIndex(self.on_failure.findData(info.on_failure))
-        self.on_failure.setToolTip("block: a failing job holds its order key until it succeeds or runs out of "
-                                   "attempts; skip: the next job of its key runs at once")
+        self.on_failure.setToolTip(
+            "block: a failing job holds its order key until it succeeds or runs out of "
+            "attempts; skip: the next job of its key runs at once"
+        )
         form.addRow("On failure", self.on_failure)
         self.error = _finish_form(self, layout, form, "Set")
 
     def accept(self) -> None:
         try:
             limit, rate = self.limit.text().strip(), self.rate.text().strip()
-            wanted = {"limit": check_limit(_whole(limit)) if limit else None,
-                      "rate": Rate.parse(rate) if rate else None,
-                      "on_failure": self.on_failure.currentData()}
+            wanted = {
+                "limit": check_limit(_whole(limit)) if limit else None,
+                "rate": Rate.parse(rate) if rate else None,
+                "on_failure": self.on_failure.currentData(),
+            }
         except QPError as error:
             self.error.setText(in_form_terms(error))
             return
@@ -222,9 +256,18 @@ def _whole(text: str) -> int | str:
 
 
 # The forms' name for each Farm keyword an error may be about (errors.InputError.inputs).
-FIELDS = {"priority": "Priority", "delay": "Delay", "max_attempts": "Max attempts", "timeout": "Timeout",
-          "count": "Copies", "payload": "Payload", "queue": "Queue", "order_key": "Order key", "limit": "Limit",
-          "rate": "Rate"}
+FIELDS = {
+    "priority": "Priority",
+    "delay": "Delay",
+    "max_attempts": "Max attempts",
+    "timeout": "Timeout",
+    "count": "Copies",
+    "payload": "Payload",
+    "queue": "Queue",
+    "order_key": "Order key",
+    "limit": "Limit",
+    "rate": "Rate",
+}
 
 
 def in_form_terms(error: QPError) -> str:
@@ -241,8 +284,13 @@ def needs_password(url: str) -> bool:
 def confirm(parent: QWidget, name: str, question: str, detail: str, verb: str, then) -> QMessageBox:
     """Ask before an action that is hard to undo, without blocking (the window keeps drawing): `then()` runs
     only if the operator picks `verb`; Cancel is the default."""
-    box = QMessageBox(QMessageBox.Icon.Question, "QueueProcessor", question,
-                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, parent)
+    box = QMessageBox(
+        QMessageBox.Icon.Question,
+        "QueueProcessor",
+        question,
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+        parent,
+    )
     box.setObjectName(name)
     box.setInformativeText(detail)
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)
@@ -257,11 +305,12 @@ def about(parent: QWidget, database: str) -> None:
     box.setWindowTitle("About QueueProcessor")
     box.setIconPixmap(theme.icon("app").pixmap(64, 64))
     box.setTextFormat(Qt.TextFormat.RichText)
-    box.setText(f"<h3>QueueProcessor {__version__}</h3>"
-                "<p>A farm of servers sharing one SQL database drains a job queue together: "
-                "they take turns polling it in time slots of database time, claim jobs under leases "
-                "with fencing tokens, and recover the work of machines that die.</p>"
-                f"<p>Database: <code>{mask(database)}</code></p>"
-                "<p>MIT licence.</p>")
+    box.setText(
+        f"<h3>QueueProcessor {__version__}</h3>"
+        "<p>A farm of servers sharing one SQL database drains a job queue together: "
+        "they take turns polling it in time slots of database time, claim jobs under leases "
+        "with fencing tokens, and recover the work of machines that die.</p>"
+        f"<p>Database: <code>{mask(database)}</code></p>"
+        "<p>MIT licence.</p>"
+    )
     box.exec()
-

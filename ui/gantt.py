@@ -66,8 +66,16 @@ class RunsGantt(LanePlot):
         shown = []
         for outcome, item in self.items.items():
             for x0, width, y0, height in zip(*(item.opts[key] for key in ("x0", "width", "y0", "height"))):
-                shown.append(dict(machine=self.lanes[round(y0)], outcome=outcome, x0=float(x0), width=float(width),
-                                  y0=float(y0), height=float(height)))
+                shown.append(
+                    dict(
+                        machine=self.lanes[round(y0)],
+                        outcome=outcome,
+                        x0=float(x0),
+                        width=float(width),
+                        y0=float(y0),
+                        height=float(height),
+                    )
+                )
         return shown
 
     def plotted_runs(self) -> list[tuple[int, float, str]]:
@@ -86,10 +94,12 @@ class RunsGantt(LanePlot):
             return None
         run = self.runs[hits[0]]
         took = text.duration((run["finished_at"] or x) - run["started_at"])
-        lines = [f"Job {run['job_id']} · attempt {run['attempt']} · {self.names.get(machine_id)}",
-                 f"{run['method']} {run['target']}",
-                 f"{run['outcome']} · {took} · fence {run['fence']}",
-                 f"started {text.clock(run['started_at'])}"]
+        lines = [
+            f"Job {run['job_id']} · attempt {run['attempt']} · {self.names.get(machine_id)}",
+            f"{run['method']} {run['target']}",
+            f"{run['outcome']} · {took} · fence {run['fence']}",
+            f"started {text.clock(run['started_at'])}",
+        ]
         if run["error"]:
             lines.append(run["error"][:200])
         return "\n".join(lines)

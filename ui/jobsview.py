@@ -34,11 +34,21 @@ class JobDetails(QWidget):
         self.fields: dict[str, QLabel] = {}
         # Texts that can be long (a state with its attempts, a URL, a schedule's key) get the whole width; two
         # short ones share a line, so none wraps into a narrow column that the pane's height then cuts off.
-        lines = ((("state", "State"),), (("target", "Target"),), (("created", "Created"), ("finished", "Finished")),
-                 (("priority", "Priority"), ("timeout", "Timeout")), (("queue", "Queue · order key"),),
-                 (("key", "Key"),), (("error", "Last error"),), (("payload", "Payload"),))
-        cells = [(row, pair * 2, 3 if len(line) == 1 else 1, key, label) for row, line in enumerate(lines)
-                 for pair, (key, label) in enumerate(line)]
+        lines = (
+            (("state", "State"),),
+            (("target", "Target"),),
+            (("created", "Created"), ("finished", "Finished")),
+            (("priority", "Priority"), ("timeout", "Timeout")),
+            (("queue", "Queue · order key"),),
+            (("key", "Key"),),
+            (("error", "Last error"),),
+            (("payload", "Payload"),),
+        )
+        cells = [
+            (row, pair * 2, 3 if len(line) == 1 else 1, key, label)
+            for row, line in enumerate(lines)
+            for pair, (key, label) in enumerate(line)
+        ]
         for row, column, span, key, label in cells:
             value = QLabel("")
             value.setTextFormat(Qt.TextFormat.PlainText)  # payloads and errors are shown as they are
@@ -53,8 +63,9 @@ class JobDetails(QWidget):
         self.attempts = AttemptsModel(self)
         # The pane is some 440 px wide at 1440: the fence and the times, the least read, are hidden (a right-click
         # on the header away) so the error has the room left, cut short with the whole of it in its tooltip.
-        self.attempts_view = table(self.attempts, (40, 80, 40, 90, 90, 50, 80, 120), stretch=7, floor=120,
-                                   hidden=(2, 3, 4, 5))
+        self.attempts_view = table(
+            self.attempts, (40, 80, 40, 90, 90, 50, 80, 120), stretch=7, floor=120, hidden=(2, 3, 4, 5)
+        )
         # What happened first (outcome, error), then when: times are the widest and least read.
         arrange(self.attempts_view, (0, 1, 2, 6, 7, 5, 3, 4))
         layout.addWidget(self.attempts_view, 1)
@@ -67,8 +78,10 @@ class JobDetails(QWidget):
             self.attempts.set_rows([], {"names": names})
             return
         self.title.setText(f"Job {job['id']} and its attempts")
-        self.fields["state"].setText(f"{job['state']} · attempt {job['attempts']} of {job['max_attempts']}"
-                                     + (" · cancel requested" if job["cancel_requested"] else ""))
+        self.fields["state"].setText(
+            f"{job['state']} · attempt {job['attempts']} of {job['max_attempts']}"
+            + (" · cancel requested" if job["cancel_requested"] else "")
+        )
         self.fields["target"].setText(f"{job['executor']} {job['method']} {job['target']}")
         self.fields["created"].setText(text.stamp(job["created_at"]))
         self.fields["finished"].setText(text.stamp(job["finished_at"]))
@@ -133,9 +146,9 @@ class FilterRow(QWidget):
 
 
 class JobsView(QWidget):
-    job_selected = Signal(object)      # a job id, or None
+    job_selected = Signal(object)  # a job id, or None
     state_filter_changed = Signal(object)  # a job state, or None for all
-    text_filter_changed = Signal(object)   # text to look for, or None for all
+    text_filter_changed = Signal(object)  # text to look for, or None for all
     queue_filter_changed = Signal(object)  # a queue name, or None for all
 
     def __init__(self, parent=None):
@@ -162,8 +175,10 @@ class JobsView(QWidget):
         self.queue.currentIndexChanged.connect(lambda _: self.queue_filter_changed.emit(self.queue.currentData()))
         self.search = QLineEdit()
         self.search.setPlaceholderText("Filter by text: id, target, machine, error…")
-        self.search.setToolTip("Show only jobs whose id, target, machine or error contains this text, "
-                               "ignoring case (asks the database; a slow search is repeated less often)")
+        self.search.setToolTip(
+            "Show only jobs whose id, target, machine or error contains this text, "
+            "ignoring case (asks the database; a slow search is repeated less often)"
+        )
         self.search.setClearButtonEnabled(True)
         self.search_timer = QTimer(self)
         self.search_timer.setSingleShot(True)
@@ -175,8 +190,14 @@ class JobsView(QWidget):
         self.model = JobsModel(self)
         # At 1440 wide the pane has room for six columns: the attempts and times, which the selected job's details
         # show, are hidden (a right-click on the header away), the target is cut short, the error takes the rest.
-        self.table = table(self.model, (56, 100, 130, 70, 90, 100, 100, 120, 80), stretch=7, floor=120,
-                           order=Qt.SortOrder.DescendingOrder, hidden=(3, 5, 6))
+        self.table = table(
+            self.model,
+            (56, 100, 130, 70, 90, 100, 100, 120, 80),
+            stretch=7,
+            floor=120,
+            order=Qt.SortOrder.DescendingOrder,
+            hidden=(3, 5, 6),
+        )
         arrange(self.table, (0, 1, 8, 2, 7, 4, 3, 5, 6))  # the queue and error beside the job; times last
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
         box.addWidget(self.table)

@@ -55,10 +55,14 @@ def header_text(title: str, legend: list[tuple[str, str, str]]) -> str:
     """The title, then each (mark, colour, meaning) legend entry, in the current scheme's colours."""
     scheme = theme.current()
     # Entries are joined by ordinary spaces, so the label wraps between them and never inside one.
-    entries = " ".join(f'<span style="color:{colour}">{MARKS[mark]}</span>&nbsp;'
-                       f'{escape(label).replace(" ", "&nbsp;")}&nbsp;&nbsp;' for mark, colour, label in legend)
-    return (f'<span style="color:{scheme.text}; font-weight:600">{escape(title)}</span>&nbsp;&nbsp;&nbsp; '
-            f'<span style="color:{scheme.muted}">{entries}</span>')
+    entries = " ".join(
+        f'<span style="color:{colour}">{MARKS[mark]}</span>&nbsp;{escape(label).replace(" ", "&nbsp;")}&nbsp;&nbsp;'
+        for mark, colour, label in legend
+    )
+    return (
+        f'<span style="color:{scheme.text}; font-weight:600">{escape(title)}</span>&nbsp;&nbsp;&nbsp; '
+        f'<span style="color:{scheme.muted}">{entries}</span>'
+    )
 
 
 class LanePlot(QWidget):
@@ -140,11 +144,16 @@ class LanePlot(QWidget):
         self.plot.setMinimumHeight(min(200, 40 + 14 * count))
         even = np.arange(0, len(ids), 2, dtype=float)
         # Stripes behind every other lane, from 1970 to 2096 in epoch seconds.
-        self.stripes.setOpts(x0=np.zeros(len(even)), width=np.full(len(even), 4e9), y0=even - 0.5,
-                             height=np.ones(len(even)))
+        self.stripes.setOpts(
+            x0=np.zeros(len(even)), width=np.full(len(even), 4e9), y0=even - 0.5, height=np.ones(len(even))
+        )
         mine = [self.lane_index[own]] if own in self.lane_index else []
-        self.own_band.setOpts(x0=np.zeros(len(mine)), width=np.full(len(mine), 4e9),
-                              y0=np.array(mine, dtype=float) - 0.5, height=np.ones(len(mine)))
+        self.own_band.setOpts(
+            x0=np.zeros(len(mine)),
+            width=np.full(len(mine), 4e9),
+            y0=np.array(mine, dtype=float) - 0.5,
+            height=np.ones(len(mine)),
+        )
         self._label_lanes()
 
     def _label_lanes(self) -> None:
@@ -165,8 +174,11 @@ class LanePlot(QWidget):
             return
         self._labels = wanted
         axis.setStyle(tickFont=font if small else None)
-        ticks = [(n, ("▸ " if n == own else "") + _fit(name)) for n, name in enumerate(names)
-                 if n == own or (n % stride == 0 and (own is None or abs(n - own) >= stride))]
+        ticks = [
+            (n, ("▸ " if n == own else "") + _fit(name))
+            for n, name in enumerate(names)
+            if n == own or (n % stride == 0 and (own is None or abs(n - own) >= stride))
+        ]
         axis.setTicks([ticks, []])
 
     def shown_lane_names(self) -> list[str]:

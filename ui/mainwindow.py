@@ -15,8 +15,7 @@ import time
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import (QApplication, QDockWidget, QMainWindow, QMenu, QSplitter, QTabWidget, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMenu, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from queueprocessor.store.database import mask
 from queueprocessor.rules.states import JobState, MachineState, Wish
@@ -142,10 +141,13 @@ class MainWindow(QMainWindow):
         self.peers = PeersModel(self)
         # Host and Round trip (Clock offset's ± comes from it) hidden at first: the rest fits at 1440 px beside
         # the dock.
-        self.peers_view = table(self.peers, (120, 90, 80, 64, 160, 80, 84, 80, 56, 56, 60, 190),
-                                menu=self._peer_menu, hidden=(1, 5))
-        self.peers_view.setToolTip("Right-click a machine to pause, resume or drain it; right-click a column title "
-                                   "to show or hide columns (Host, Round trip)")
+        self.peers_view = table(
+            self.peers, (120, 90, 80, 64, 160, 80, 84, 80, 56, 56, 60, 190), menu=self._peer_menu, hidden=(1, 5)
+        )
+        self.peers_view.setToolTip(
+            "Right-click a machine to pause, resume or drain it; right-click a column title "
+            "to show or hide columns (Host, Round trip)"
+        )
         arrange(self.peers_view, (0, 1, 2, 11, *range(3, 11)))  # the queues a machine serves beside its state
         self.jobs = JobsView()
         self.jobs.gantt.plot.setXLink(self.timeline.plot)
@@ -189,8 +191,9 @@ class MainWindow(QMainWindow):
         self.node_dock = QDockWidget("This machine", self)
         self.node_dock.setObjectName("nodeDock")
         self.node_dock.setWidget(self.node_panel)
-        self.node_dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable
-                                   | QDockWidget.DockWidgetFeature.DockWidgetClosable)
+        self.node_dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetClosable
+        )
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.node_dock)
         if self.node_options is None:
             self.node_panel.observe_only()
@@ -237,14 +240,20 @@ class MainWindow(QMainWindow):
             if self.settings.value(f"titles/{key}") != _titles(view):
                 continue  # a layout saved for other columns (an older app's) would be laid over these: dropped
             if header is not None and view.horizontalHeader().restoreState(header) and view.isSortingEnabled():
-                view.sortByColumn(view.horizontalHeader().sortIndicatorSection(),
-                                  view.horizontalHeader().sortIndicatorOrder())
+                view.sortByColumn(
+                    view.horizontalHeader().sortIndicatorSection(), view.horizontalHeader().sortIndicatorOrder()
+                )
 
     def _tables(self) -> dict:
         """The tables whose column widths and sort order outlive the app."""
-        return {"peers": self.peers_view, "jobs": self.jobs.table, "schedules": self.schedules.schedules_view,
-                "singletons": self.schedules.singletons_view, "queues": self.queues.table,
-                "attempts": self.jobs.details.attempts_view}
+        return {
+            "peers": self.peers_view,
+            "jobs": self.jobs.table,
+            "schedules": self.schedules.schedules_view,
+            "singletons": self.schedules.singletons_view,
+            "queues": self.queues.table,
+            "attempts": self.jobs.details.attempts_view,
+        }
 
     def _save(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())
@@ -285,12 +294,16 @@ class MainWindow(QMainWindow):
             self.banner.say(f"{reason}. Showing the farm as of {text.clock(self.snap.db_now, millis=False)}.")
         elif state is State.REFUSED:  # final: ask for the login again rather than retry it forever
             self.banner.say(f"The database refused the login: {reason}")
-            self.choose_database(without_password(self.connection.url), f"The database refused the login: "
-                                 f"{reason}. Check the user name and enter the password.")
+            self.choose_database(
+                without_password(self.connection.url),
+                f"The database refused the login: {reason}. Check the user name and enter the password.",
+            )
         elif state is State.ENDED:
             node = " and this machine's node is stopped" if self.node_options is not None else ""
-            self.banner.say(f"The background worker stopped ({reason}): this window no longer reads the farm{node}. "
-                            "Open a database (File ▸ Open Database…) to start again.")
+            self.banner.say(
+                f"The background worker stopped ({reason}): this window no longer reads the farm{node}. "
+                "Open a database (File ▸ Open Database…) to start again."
+            )
         self._show_link()
         self._update_actions()
 
@@ -340,9 +353,12 @@ class MainWindow(QMainWindow):
             if name not in self.broken:
                 self.broken.add(name)
                 log.exception("the %s could not show the snapshot of %s", name, text.clock(snap.db_now))
-            self.banner.say(f"The {name} could not show the latest data ({type(error).__name__}: "
-                            f"{mask(str(error).splitlines()[0] if str(error) else '')}); the other views "
-                            "are up to date. Details are in the log.", passing=True)
+            self.banner.say(
+                f"The {name} could not show the latest data ({type(error).__name__}: "
+                f"{mask(str(error).splitlines()[0] if str(error) else '')}); the other views "
+                "are up to date. Details are in the log.",
+                passing=True,
+            )
         else:
             self.broken.discard(name)
 
@@ -408,11 +424,19 @@ class MainWindow(QMainWindow):
             return
         name = self._name(machine_id)
         mine = machine_id == self.connection.node_id
-        again = ("Start This Machine (Node menu) brings it back." if mine
-                 else "It rejoins only when its node is started again on that machine.")
-        self.drain_confirm = confirm(self, "confirmDrain", f"Drain {'this machine' if mine else name}?",
-                                     f"{name} finishes its running jobs, takes no new ones, then stops. {again}",
-                                     "Drain", lambda: self.steer(machine_id, Wish.DRAIN))
+        again = (
+            "Start This Machine (Node menu) brings it back."
+            if mine
+            else "It rejoins only when its node is started again on that machine."
+        )
+        self.drain_confirm = confirm(
+            self,
+            "confirmDrain",
+            f"Drain {'this machine' if mine else name}?",
+            f"{name} finishes its running jobs, takes no new ones, then stops. {again}",
+            "Drain",
+            lambda: self.steer(machine_id, Wish.DRAIN),
+        )
 
     def _peer_menu(self, position) -> None:
         index = self.peers_view.indexAt(position)
@@ -422,8 +446,11 @@ class MainWindow(QMainWindow):
         menu = QMenu(self)
         menu.setObjectName("peerMenu")
         status = machine["status"]
-        for wish, allowed in ((Wish.PAUSE, status == MachineState.ACTIVE), (Wish.RESUME, status == MachineState.PAUSED),
-                              (Wish.DRAIN, status in (MachineState.ACTIVE, MachineState.PAUSED))):
+        for wish, allowed in (
+            (Wish.PAUSE, status == MachineState.ACTIVE),
+            (Wish.RESUME, status == MachineState.PAUSED),
+            (Wish.DRAIN, status in (MachineState.ACTIVE, MachineState.PAUSED)),
+        ):
             action = menu.addAction(theme.icon(wish), f"{wish.capitalize()} {machine['name']}")
             action.setEnabled(allowed and not self.watch_only)
             steer = self.drain if wish is Wish.DRAIN else lambda i, w=wish: self.steer(i, w)
@@ -500,8 +527,13 @@ class MainWindow(QMainWindow):
 
     def _finish_close(self) -> None:
         if self.ticker.isActive():
-            for timer in (self.ticker, self.close_timer, self.banner.timer, self.connection.stale,
-                          self.jobs.search_timer):
+            for timer in (
+                self.ticker,
+                self.close_timer,
+                self.banner.timer,
+                self.connection.stale,
+                self.jobs.search_timer,
+            ):
                 timer.stop()
             self._save()
             self.closed.emit()

@@ -57,6 +57,7 @@ class Column:
 def dot(colours: dict[str, str], field: str) -> Style:
     """A cell icon: the dot of the row's `field` (a state) in its colour; grey for a state it does not know,
     none while the field is empty."""
+
     def icon(row: dict, _context):
         state = row[field]
         return None if state is None else theme.dot(colours.get(state, theme.OUTCOME[Outcome.CANCELLED]))
@@ -85,6 +86,7 @@ class Mark(Enum):
 def marked(mark: Callable[[dict], Mark | None], tip: Style) -> dict[int, Style]:
     """A model's row_styles: each row's background and text colour from its `mark` (None: as any row), and
     its tooltip."""
+
     def background(row: dict, _context):
         found = mark(row)
         return theme.colour(getattr(theme.current(), found.background)) if found and found.background else None
@@ -170,7 +172,7 @@ class SnapshotModel(QAbstractTableModel):
         wanted = set(keys)
         for first, last in reversed(list(_blocks(n for n, key in enumerate(self._keys) if key not in wanted))):
             self.beginRemoveRows(root, first, last)
-            del self.rows[first:last + 1], self._keys[first:last + 1]
+            del self.rows[first : last + 1], self._keys[first : last + 1]
             self.endRemoveRows()
         kept = set(self._keys)
         new = [n for n, key in enumerate(keys) if key not in kept]
@@ -178,8 +180,8 @@ class SnapshotModel(QAbstractTableModel):
             # What stayed is in order (newest jobs on top, say): insert the newcomers in their places.
             for first, last in _blocks(new):
                 self.beginInsertRows(root, first, last)
-                self.rows[first:first] = rows[first:last + 1]
-                self._keys[first:first] = keys[first:last + 1]
+                self.rows[first:first] = rows[first : last + 1]
+                self._keys[first:first] = keys[first : last + 1]
                 self.endInsertRows()
             return
         # Reordered (sorted on a column whose values moved): newcomers at the end, then one layout change
@@ -295,30 +297,80 @@ class PeersModel(SnapshotModel):
     """Every machine of the farm, as judged from the database's point of view."""
 
     columns = [
-        Column("Machine", lambda r, c: r["name"], tip="Machine name (the node's --name)",
-               icon=dot(theme.MACHINE_STATE, "status")),
+        Column(
+            "Machine",
+            lambda r, c: r["name"],
+            tip="Machine name (the node's --name)",
+            icon=dot(theme.MACHINE_STATE, "status"),
+        ),
         Column("Host", lambda r, c: r["host"]),
-        Column("State", lambda r, c: r["status"], colour=_dead_in_red,
-               tip="active, paused, draining, stopped, or dead (stopped checking in)"),
-        Column("Leader", lambda r, c: "★ now" if r["leader"] else "", lambda r, c: not r["leader"],
-               tip="The machine whose turn slot it is now"),
-        Column("Clock offset", _offset, lambda r, c: abs(r["clock_offset"] or 0),
-               tip="Database time minus the machine's wall clock, ± the estimate's error bound"),
-        Column("Round trip", lambda r, c: text.ms(r["rtt"]), lambda r, c: r["rtt"] or 0, True,
-               "Round trip of the machine's best clock sample"),
-        Column("Last seen", lambda r, c: text.ago(c["db_now"] - r["last_seen"]),
-               lambda r, c: c["db_now"] - r["last_seen"], True, "Time since the machine's last check-in"),
-        Column("Running", lambda r, c: f"{r['running']} / {r['capacity']}", "running", True,
-               "Jobs running / the machine's capacity (its --capacity), as of its last check-in"),
-        Column("Done", lambda r, c: str(r["done_count"]), "done_count", True,
-               "Runs this machine finished successfully since it started"),
-        Column("Failed", lambda r, c: str(r["failed_count"]), "failed_count", True,
-               "Runs that failed or timed out on this machine since it started"),
-        Column("Runs/min", _rate, lambda r, c: float(_rate(r, c)), True,
-               "Finished runs per minute over the last ten minutes (database's run log)"),
-        Column("Queues", lambda r, c: served(r), cell_tip=lambda r, c: served(r),
-               tip="The queues the machine takes jobs of (its --queues); every queue when it names none; "
-                   "≤N: its own limit of that queue's jobs at once"),
+        Column(
+            "State",
+            lambda r, c: r["status"],
+            colour=_dead_in_red,
+            tip="active, paused, draining, stopped, or dead (stopped checking in)",
+        ),
+        Column(
+            "Leader",
+            lambda r, c: "★ now" if r["leader"] else "",
+            lambda r, c: not r["leader"],
+            tip="The machine whose turn slot it is now",
+        ),
+        Column(
+            "Clock offset",
+            _offset,
+            lambda r, c: abs(r["clock_offset"] or 0),
+            tip="Database time minus the machine's wall clock, ± the estimate's error bound",
+        ),
+        Column(
+            "Round trip",
+            lambda r, c: text.ms(r["rtt"]),
+            lambda r, c: r["rtt"] or 0,
+            True,
+            "Round trip of the machine's best clock sample",
+        ),
+        Column(
+            "Last seen",
+            lambda r, c: text.ago(c["db_now"] - r["last_seen"]),
+            lambda r, c: c["db_now"] - r["last_seen"],
+            True,
+            "Time since the machine's last check-in",
+        ),
+        Column(
+            "Running",
+            lambda r, c: f"{r['running']} / {r['capacity']}",
+            "running",
+            True,
+            "Jobs running / the machine's capacity (its --capacity), as of its last check-in",
+        ),
+        Column(
+            "Done",
+            lambda r, c: str(r["done_count"]),
+            "done_count",
+            True,
+            "Runs this machine finished successfully since it started",
+        ),
+        Column(
+            "Failed",
+            lambda r, c: str(r["failed_count"]),
+            "failed_count",
+            True,
+            "Runs that failed or timed out on this machine since it started",
+        ),
+        Column(
+            "Runs/min",
+            _rate,
+            lambda r, c: float(_rate(r, c)),
+            True,
+            "Finished runs per minute over the last ten minutes (database's run log)",
+        ),
+        Column(
+            "Queues",
+            lambda r, c: served(r),
+            cell_tip=lambda r, c: served(r),
+            tip="The queues the machine takes jobs of (its --queues); every queue when it names none; "
+            "≤N: its own limit of that queue's jobs at once",
+        ),
     ]
     row_styles = marked(_peer_mark, _peer_tip)
 
@@ -331,14 +383,24 @@ class JobsModel(SnapshotModel):
         Column("State", lambda r, c: r["state"], icon=dot(theme.JOB_STATE, "state")),
         Column("Target", lambda r, c: f"{r['method']} {r['target']}"),
         Column("Attempts", lambda r, c: f"{r['attempts']}/{r['max_attempts']}", "attempts", True),
-        Column("Machine", lambda r, c: c["names"].get(r["owner"], "") if r["owner"] else "",
-               tip="The machine that owns (or last owned) the job"),
+        Column(
+            "Machine",
+            lambda r, c: c["names"].get(r["owner"], "") if r["owner"] else "",
+            tip="The machine that owns (or last owned) the job",
+        ),
         Column("Created", lambda r, c: text.clock(r["created_at"]), "created_at"),
         Column("Finished", lambda r, c: text.clock(r["finished_at"]), lambda r, c: r["finished_at"] or 0),
-        Column("Error", lambda r, c: (r["last_error"] or "").splitlines()[0][:120] if r["last_error"] else "",
-               cell_tip=full_text("last_error")),
-        Column("Queue", lambda r, c: r["queue"], "queue",
-               cell_tip=lambda r, c: f"order key {r['order_key']}" if r["order_key"] else None),
+        Column(
+            "Error",
+            lambda r, c: (r["last_error"] or "").splitlines()[0][:120] if r["last_error"] else "",
+            cell_tip=full_text("last_error"),
+        ),
+        Column(
+            "Queue",
+            lambda r, c: r["queue"],
+            "queue",
+            cell_tip=lambda r, c: f"order key {r['order_key']}" if r["order_key"] else None,
+        ),
     ]
 
 
@@ -348,12 +410,20 @@ class AttemptsModel(SnapshotModel):
     columns = [
         Column("Attempt", lambda r, c: str(r["attempt"]), "attempt", True),
         Column("Machine", lambda r, c: c["names"].get(r["machine_id"], f"#{r['machine_id']}")),
-        Column("Fence", lambda r, c: str(r["fence"]), "fence", True,
-               "The fence token of this claim: every write by this attempt had to quote it"),
+        Column(
+            "Fence",
+            lambda r, c: str(r["fence"]),
+            "fence",
+            True,
+            "The fence token of this claim: every write by this attempt had to quote it",
+        ),
         Column("Started", lambda r, c: text.clock(r["started_at"])),
         Column("Finished", lambda r, c: text.clock(r["finished_at"])),
-        Column("Took", lambda r, c: text.duration(r["finished_at"] - r["started_at"]) if r["finished_at"] else "",
-               numeric=True),
+        Column(
+            "Took",
+            lambda r, c: text.duration(r["finished_at"] - r["started_at"]) if r["finished_at"] else "",
+            numeric=True,
+        ),
         Column("Outcome", lambda r, c: r["outcome"], icon=dot(theme.OUTCOME, "outcome")),
         Column("Error", lambda r, c: r["error"] or "", cell_tip=full_text("error")),
     ]

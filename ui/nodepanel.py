@@ -2,8 +2,18 @@
 buttons."""
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QFormLayout, QFrame, QGridLayout, QHBoxLayout, QLabel, QProgressBar, QSizePolicy,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QFormLayout,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from queueprocessor.rules.states import MachineState
 
@@ -11,10 +21,11 @@ from . import text, theme
 from .models import served
 
 # What a state means for this machine, under the buttons.
-NOTES = {MachineState.PAUSED: "Paused: out of the turns, still renewing its running jobs. Resume to rejoin.",
-         MachineState.DRAINING: "Draining: finishing its running jobs, then the node stops.",
-         MachineState.STOPPED: "Stopped: this machine takes no turns and runs no jobs. Start This Machine brings it "
-                               "back."}
+NOTES = {
+    MachineState.PAUSED: "Paused: out of the turns, still renewing its running jobs. Resume to rejoin.",
+    MachineState.DRAINING: "Draining: finishing its running jobs, then the node stops.",
+    MachineState.STOPPED: "Stopped: this machine takes no turns and runs no jobs. Start This Machine brings it back.",
+}
 
 
 class NodePanel(QWidget):
@@ -60,8 +71,12 @@ class NodePanel(QWidget):
             ("running", "Running", "Jobs running here / capacity, as of its last check-in (as the peers table)"),
             ("done", "Done · failed", "Runs finished here since the node started, as of its last check-in"),
             ("database", "Database", "Whether this node's last check-in reached the database"),
-            ("queues", "Queues", "The queues this node takes jobs of (its --queues), as its machine row says; "
-                                "≤N: at most N of that queue's jobs at once here"),
+            (
+                "queues",
+                "Queues",
+                "The queues this node takes jobs of (its --queues), as its machine row says; "
+                "≤N: at most N of that queue's jobs at once here",
+            ),
         ):
             value = QLabel("–")
             value.setToolTip(tip)
@@ -105,12 +120,18 @@ class NodePanel(QWidget):
             return
         self._badge(node["state"], theme.MACHINE_STATE.get(node["state"], "#8b919b"))
         self.name.setText(f"{node['name']}  ·  machine {node['id']}")
-        self.fields["offset"].setText(f"{text.ms(node['offset'], signed=True)} ± {text.ms(node['error_bound'])}"
-                                      if node["offset"] is not None else "not measured")
+        self.fields["offset"].setText(
+            f"{text.ms(node['offset'], signed=True)} ± {text.ms(node['error_bound'])}"
+            if node["offset"] is not None
+            else "not measured"
+        )
         self.fields["rtt"].setText(text.ms(node["rtt"]))
         self.fields["turns"].setText(f"{node['turns']:,}")
-        running, done, failed = ((row["running"], row["done_count"], row["failed_count"]) if row
-                                 else (node["running"], node["done"], node["failed"]))
+        running, done, failed = (
+            (row["running"], row["done_count"], row["failed_count"])
+            if row
+            else (node["running"], node["done"], node["failed"])
+        )
         self.fields["running"].setText(f"{running} / {node['capacity']}")
         self.fields["done"].setText(f"{done:,} · {failed:,}")
         healthy = node["db_healthy"]

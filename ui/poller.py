@@ -65,10 +65,10 @@ class Ending(Enum):
 class Poller(QObject):
     """Owns the Farm, the in-process Node and the thread that uses them."""
 
-    opened = Signal(object)        # this machine's node id (None: the app only observes), once the farm is open
-    snapshot = Signal(object)      # a Snapshot
-    unreachable = Signal(str)      # the database does not answer (one line); the worker tries again
-    broken = Signal(str)           # a read failed unexpectedly (a bug, not the database), one line
+    opened = Signal(object)  # this machine's node id (None: the app only observes), once the farm is open
+    snapshot = Signal(object)  # a Snapshot
+    unreachable = Signal(str)  # the database does not answer (one line); the worker tries again
+    broken = Signal(str)  # a read failed unexpectedly (a bug, not the database), one line
     done = Signal(str, bool, str)  # action label, succeeded, one-line message
     finished = Signal(object, str)  # the Ending, and one line saying why (empty when asked)
 
@@ -132,8 +132,11 @@ class Poller(QObject):
         delay = 0.5
         while True:
             try:
-                self.farm = Farm(self.url, read_only=self.node_options is None,  # watching changes nothing
-                                 client=client_name((self.node_options or {}).get("name"), APP_PROGRAM))
+                self.farm = Farm(
+                    self.url,
+                    read_only=self.node_options is None,  # watching changes nothing
+                    client=client_name((self.node_options or {}).get("name"), APP_PROGRAM),
+                )
                 dashboard = self.farm.dashboard()
                 if self.node_options is not None:
                     self.node = self._new_node()

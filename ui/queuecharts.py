@@ -55,7 +55,8 @@ class QueueChart(QWidget):
         self.plot.showGrid(y=True, alpha=0.15)
         self.plot.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.plot.customContextMenuRequested.connect(
-            lambda position: self.menu_requested.emit(self.name, self.plot.mapToGlobal(position)))
+            lambda position: self.menu_requested.emit(self.name, self.plot.mapToGlobal(position))
+        )
         box.addWidget(self.plot)
         self.lines = {state: self.plot.plot([], []) for state in SERIES}
         self.cap = pg.InfiniteLine(angle=0, movable=False)
@@ -69,10 +70,16 @@ class QueueChart(QWidget):
     def draw(self, info: QueueInfo, x_range: tuple[float, float]) -> None:
         state = QueueState.of(info)
         running = f"{info.running:,}" if info.limit is None else f"{info.running:,} of {info.limit:,}"
-        self.title.setText(header_text(info.name, [
-            ("fill", theme.readable(theme.QUEUE_STATE[state], theme.current().window), state),
-            ("line", theme.JOB_STATE[JobState.QUEUED], f"{info.waiting:,} waiting"),
-            ("line", theme.JOB_STATE[JobState.RUNNING], f"{running} running")]))
+        self.title.setText(
+            header_text(
+                info.name,
+                [
+                    ("fill", theme.readable(theme.QUEUE_STATE[state], theme.current().window), state),
+                    ("line", theme.JOB_STATE[JobState.QUEUED], f"{info.waiting:,} waiting"),
+                    ("line", theme.JOB_STATE[JobState.RUNNING], f"{running} running"),
+                ],
+            )
+        )
         data = np.array(self.samples, dtype=float).reshape(-1, 3)
         self.lines[JobState.QUEUED].setData(data[:, 0], data[:, 1])
         self.lines[JobState.RUNNING].setData(data[:, 0], data[:, 2])

@@ -55,8 +55,10 @@ class QueueGraph(QWidget):
         self.states = pg.PlotWidget(axisItems={"bottom": pg.DateAxisItem()})
         self.flow = pg.PlotWidget(axisItems={"bottom": pg.DateAxisItem()})
         self.flow.setXLink(self.states)
-        self.headers = {self.states: header("Jobs waiting and running"),
-                        self.flow: header("Runs finished per interval")}
+        self.headers = {
+            self.states: header("Jobs waiting and running"),
+            self.flow: header("Runs finished per interval"),
+        }
         for plot, label in self.headers.items():
             plot.setMenuEnabled(False)
             plot.hideButtons()
@@ -75,9 +77,11 @@ class QueueGraph(QWidget):
 
     def legends(self) -> dict[str, list[tuple[str, str, str]]]:
         """Each plot's legend: (mark, colour, meaning) entries, shown above the plot."""
-        return {"states": [("line", theme.JOB_STATE[state], state) for state in LINES],
-                "flow": [("fill", theme.OUTCOME[outcome], outcome) for outcome in STACK]
-                + [("outline", theme.current().muted, "interval so far (pale)")]}
+        return {
+            "states": [("line", theme.JOB_STATE[state], state) for state in LINES],
+            "flow": [("fill", theme.OUTCOME[outcome], outcome) for outcome in STACK]
+            + [("outline", theme.current().muted, "interval so far (pale)")],
+        }
 
     def set_follow(self, follow: bool) -> None:
         """Follow now (the slots timeline's Follow switch), or stay where the user scrolled."""
@@ -113,8 +117,9 @@ class QueueGraph(QWidget):
             label.setText(f"{counts.get(state, 0):,}")
         times = np.fromiter((t for t, _ in self.samples), dtype=float, count=len(self.samples))
         for state, line in self.lines.items():
-            line.setData(times, np.fromiter((c.get(state, 0) for _, c in self.samples), dtype=float,
-                                            count=len(self.samples)))
+            line.setData(
+                times, np.fromiter((c.get(state, 0) for _, c in self.samples), dtype=float, count=len(self.samples))
+            )
         self._show_throughput(snapshot.throughput, snapshot.bucket, now)
         if self.follow:
             # Show the history there is (a farm that started a minute ago fills the width), up to `history`.
@@ -136,13 +141,16 @@ class QueueGraph(QWidget):
         base = np.zeros(len(starts))
         for n, outcome in enumerate(STACK):
             for items, mask in ((self.stack, done), (self.partial, ~done)):
-                items[outcome].setOpts(x0=x0[mask], width=np.full(int(mask.sum()), bucket * 0.88),
-                                       y0=base[mask], height=table[n][mask])
+                items[outcome].setOpts(
+                    x0=x0[mask], width=np.full(int(mask.sum()), bucket * 0.88), y0=base[mask], height=table[n][mask]
+                )
             base += table[n]
         self._peak = float(base.max()) if len(base) else 0.0
 
     def plotted_throughput(self) -> dict[str, int]:
         """Total finished runs per outcome in the bars (the pale interval under way too): what tests compare
         with the run log."""
-        return {outcome: int(np.sum(self.stack[outcome].opts["height"]) + np.sum(self.partial[outcome].opts["height"]))
-                for outcome in STACK}
+        return {
+            outcome: int(np.sum(self.stack[outcome].opts["height"]) + np.sum(self.partial[outcome].opts["height"]))
+            for outcome in STACK
+        }

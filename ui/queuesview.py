@@ -36,7 +36,8 @@ def row_of(info: QueueInfo, caps: dict[str, dict[str, int]]) -> dict:
     changed)."""
     return {f.name: getattr(info, f.name) for f in fields(info)} | {
         "state": QueueState.of(info),
-        "caps": {name: caps[name][info.name] for name in info.serving if info.name in caps.get(name, {})}}
+        "caps": {name: caps[name][info.name] for name in info.serving if info.name in caps.get(name, {})},
+    }
 
 
 def _machines(row: dict, shown: int | None = None) -> str:
@@ -53,8 +54,10 @@ def _optional(value) -> str:
 
 def _queue_tip(row: dict, _context) -> str | None:
     if row["state"] is QueueState.UNSERVED:
-        return (f"No live machine serves {row['name']}: its {row['waiting']:,} waiting jobs start when a node "
-                f"serving it joins (--queues {row['name']}, or no --queues for every queue)")
+        return (
+            f"No live machine serves {row['name']}: its {row['waiting']:,} waiting jobs start when a node "
+            f"serving it joins (--queues {row['name']}, or no --queues for every queue)"
+        )
     if row["state"] is QueueState.PAUSED:
         return f"{row['name']} is paused: its running jobs finish and nothing new starts until it is resumed"
     return None
@@ -70,22 +73,49 @@ class QueuesModel(SnapshotModel):
     key = "name"
     columns = [
         Column("Queue", lambda r, c: r["name"]),
-        Column("State", lambda r, c: r["state"], icon=dot(theme.QUEUE_STATE, "state"),
-               tip="active; paused (running jobs finish, nothing new starts); unserved (no live machine serves it: "
-                   "its jobs wait)"),
+        Column(
+            "State",
+            lambda r, c: r["state"],
+            icon=dot(theme.QUEUE_STATE, "state"),
+            tip="active; paused (running jobs finish, nothing new starts); unserved (no live machine serves it: "
+            "its jobs wait)",
+        ),
         Column("Waiting", lambda r, c: f"{r['waiting']:,}", "waiting", True, "Jobs queued, due or not"),
         Column("Running", lambda r, c: f"{r['running']:,}", "running", True),
-        Column("Limit", lambda r, c: _optional(r["limit"]), lambda r, c: r["limit"] or 0, True,
-               "Most jobs of this queue running at once across the whole farm"),
-        Column("Rate", lambda r, c: _optional(r["rate"]), lambda r, c: r["rate"].per_second if r["rate"] else 0.0,
-               True, "Most starts of this queue's jobs per second, minute or hour, farm-wide"),
-        Column("Order keys", lambda r, c: f"{r['order_keys_waiting']:,}", "order_keys_waiting", True,
-               "Order keys with jobs waiting: each key's jobs run one at a time, in enqueue order"),
-        Column("On failure", lambda r, c: r["on_failure"],
-               tip="block: a job that failed for good holds its order key; skip: the next job of its key runs"),
-        Column("Serving", lambda r, c: _machines(r, SHOWN_NAMES) or "none", lambda r, c: len(r["serving"]),
-               tip="Live machines that take this queue's jobs; ≤N: that machine's own limit of them at once "
-                   "(its --queues NAME:N)", cell_tip=lambda r, c: _machines(r) or None),
+        Column(
+            "Limit",
+            lambda r, c: _optional(r["limit"]),
+            lambda r, c: r["limit"] or 0,
+            True,
+            "Most jobs of this queue running at once across the whole farm",
+        ),
+        Column(
+            "Rate",
+            lambda r, c: _optional(r["rate"]),
+            lambda r, c: r["rate"].per_second if r["rate"] else 0.0,
+            True,
+            "Most starts of this queue's jobs per second, minute or hour, farm-wide",
+        ),
+        Column(
+            "Order keys",
+            lambda r, c: f"{r['order_keys_waiting']:,}",
+            "order_keys_waiting",
+            True,
+            "Order keys with jobs waiting: each key's jobs run one at a time, in enqueue order",
+        ),
+        Column(
+            "On failure",
+            lambda r, c: r["on_failure"],
+            tip="block: a job that failed for good holds its order key; skip: the next job of its key runs",
+        ),
+        Column(
+            "Serving",
+            lambda r, c: _machines(r, SHOWN_NAMES) or "none",
+            lambda r, c: len(r["serving"]),
+            tip="Live machines that take this queue's jobs; ≤N: that machine's own limit of them at once "
+            "(its --queues NAME:N)",
+            cell_tip=lambda r, c: _machines(r) or None,
+        ),
     ]
     row_styles = marked(lambda row: MARKS.get(row["state"]), _queue_tip)
 
@@ -99,8 +129,9 @@ class QueuesView(QWidget):
         self.menu: QMenu | None = None
         self.dialog: QueueDialog | None = None
         self.model = QueuesModel(self)
-        self.table = table(self.model, (120, 96, 70, 70, 56, 70, 80, 76, 200), order=Qt.SortOrder.AscendingOrder,
-                           menu=self._table_menu)
+        self.table = table(
+            self.model, (120, 96, 70, 70, 56, 70, 80, 76, 200), order=Qt.SortOrder.AscendingOrder, menu=self._table_menu
+        )
         self.table.setToolTip("Right-click a queue to pause, resume or change its limit and rate")
         self.charts = QueueCharts()
         self.charts.menu_requested.connect(self.show_menu)
@@ -133,8 +164,10 @@ class QueuesView(QWidget):
 
     def _draw(self, snapshot: Snapshot) -> None:
         since = self.charts.draw(snapshot.db_now, snapshot.queues)
-        self.caption.setText(f"Jobs waiting and running per queue since {text.clock(since, millis=False)} "
-                             f"({text.duration(self.charts.history)} at most) · dashed line: the farm-wide limit")
+        self.caption.setText(
+            f"Jobs waiting and running per queue since {text.clock(since, millis=False)} "
+            f"({text.duration(self.charts.history)} at most) · dashed line: the farm-wide limit"
+        )
 
     def restyle(self) -> None:
         self.charts.restyle()
@@ -156,9 +189,10 @@ class QueuesView(QWidget):
         menu = QMenu(self)
         menu.setObjectName("queueMenu")
         for icon, label, enabled, slot in (
-                ("pause", f"Pause queue {name}", not info.paused, lambda: self.commands.pause_queue(name)),
-                ("resume", f"Resume queue {name}", info.paused, lambda: self.commands.resume_queue(name)),
-                ("limit", f"Limit and rate of {name}…", True, lambda: self.edit(info))):
+            ("pause", f"Pause queue {name}", not info.paused, lambda: self.commands.pause_queue(name)),
+            ("resume", f"Resume queue {name}", info.paused, lambda: self.commands.resume_queue(name)),
+            ("limit", f"Limit and rate of {name}…", True, lambda: self.edit(info)),
+        ):
             action = menu.addAction(theme.icon(icon), label)
             action.setEnabled(enabled and not self.watch_only)
             action.triggered.connect(slot)

@@ -66,19 +66,39 @@ class SchedulesModel(SnapshotModel):
         Column("Schedule", lambda r, c: r["name"]),
         Column("Recurrence", lambda r, c: r["recurrence"], tip="A cron expression in its time zone, or an interval"),
         Column("Work", lambda r, c: f"{r['executor']} {r['target']}", tip="What each occurrence runs"),
-        Column("Misfire", lambda r, c: f"{r['misfire']} · {text.duration(r['grace'])}",
-               tip="Occurrences the farm noticed late: skip them, run the newest once, or run all; "
-                   "older than the grace, they are dropped"),
-        Column("State", lambda r, c: _state(r), tip="Paused schedules make no jobs",
-               icon=lambda r, c: theme.dot(theme.MACHINE_STATE[_state(r)])),
-        Column("Next", lambda r, c: when(r["next_at"], c["db_now"]), lambda r, c: r["next_at"] or float("inf"),
-               tip="The next occurrence, in your time zone, and how far off it is in database time",
-               cell_tip=lambda r, c: f"{format_time(r['next_at'])} UTC" if r["next_at"] is not None else None),
-        Column("Last run", _last, tip="What became of the last occurrence's job",
-               icon=dot(theme.JOB_STATE, "last_state"), cell_tip=_last_run_tip),
+        Column(
+            "Misfire",
+            lambda r, c: f"{r['misfire']} · {text.duration(r['grace'])}",
+            tip="Occurrences the farm noticed late: skip them, run the newest once, or run all; "
+            "older than the grace, they are dropped",
+        ),
+        Column(
+            "State",
+            lambda r, c: _state(r),
+            tip="Paused schedules make no jobs",
+            icon=lambda r, c: theme.dot(theme.MACHINE_STATE[_state(r)]),
+        ),
+        Column(
+            "Next",
+            lambda r, c: when(r["next_at"], c["db_now"]),
+            lambda r, c: r["next_at"] or float("inf"),
+            tip="The next occurrence, in your time zone, and how far off it is in database time",
+            cell_tip=lambda r, c: f"{format_time(r['next_at'])} UTC" if r["next_at"] is not None else None,
+        ),
+        Column(
+            "Last run",
+            _last,
+            tip="What became of the last occurrence's job",
+            icon=dot(theme.JOB_STATE, "last_state"),
+            cell_tip=_last_run_tip,
+        ),
         Column("Machine", lambda r, c: _machine(r["last_machine"], c), tip="The machine that ran the last occurrence"),
-        Column("Finished", lambda r, c: text.clock(r["last_finished"], millis=False), lambda r, c: r["last_finished"] or 0,
-               tip="When the last occurrence's job finished (in your time zone)"),
+        Column(
+            "Finished",
+            lambda r, c: text.clock(r["last_finished"], millis=False),
+            lambda r, c: r["last_finished"] or 0,
+            tip="When the last occurrence's job finished (in your time zone)",
+        ),
     ]
     row_styles = marked(lambda row: Mark.PAUSED if row["paused"] else None, _paused_tip)
 
@@ -94,17 +114,31 @@ class SingletonsModel(SnapshotModel):
     columns = [
         Column("Singleton", lambda r, c: r["name"]),
         Column("Work", lambda r, c: f"{r['executor']} {r['target']}"),
-        Column("State", lambda r, c: "stopping" if _holding(r) and r["cancel_requested"] else r["state"],
-               tip="running (held by a machine), queued (waiting for a turn to start it), stopping or cancelled "
-                   "(removed)", icon=dot(theme.JOB_STATE, "state")),
-        Column("Machine", lambda r, c: _machine(r["owner"], c) if _holding(r) else "",
-               tip="The machine holding it now"),
-        Column("Since", lambda r, c: text.clock(r["started_at"], millis=False) if _holding(r) else "",
-               lambda r, c: r["started_at"] or 0, tip="When this machine took it (in your time zone)"),
-        Column("Fence", lambda r, c: str(r["fence"]), "fence", True,
-               "Bumped by every takeover: a holder quoting an older fence has lost it"),
-        Column("Last error", lambda r, c: (r["last_error"] or "").split("\n")[0][:120],
-               cell_tip=full_text("last_error")),
+        Column(
+            "State",
+            lambda r, c: "stopping" if _holding(r) and r["cancel_requested"] else r["state"],
+            tip="running (held by a machine), queued (waiting for a turn to start it), stopping or cancelled (removed)",
+            icon=dot(theme.JOB_STATE, "state"),
+        ),
+        Column(
+            "Machine", lambda r, c: _machine(r["owner"], c) if _holding(r) else "", tip="The machine holding it now"
+        ),
+        Column(
+            "Since",
+            lambda r, c: text.clock(r["started_at"], millis=False) if _holding(r) else "",
+            lambda r, c: r["started_at"] or 0,
+            tip="When this machine took it (in your time zone)",
+        ),
+        Column(
+            "Fence",
+            lambda r, c: str(r["fence"]),
+            "fence",
+            True,
+            "Bumped by every takeover: a holder quoting an older fence has lost it",
+        ),
+        Column(
+            "Last error", lambda r, c: (r["last_error"] or "").split("\n")[0][:120], cell_tip=full_text("last_error")
+        ),
     ]
 
 
@@ -116,19 +150,43 @@ class SchedulesView(QWidget):
         self.schedules_model = SchedulesModel(self)
         self.singletons_model = SingletonsModel(self)
         # Misfire (a setting, seldom read) hidden at first: the rest fits at 1440 px beside the dock.
-        self.schedules_view = table(self.schedules_model, (120, 210, 140, 96, 76, 205, 110, 90), order=ASCENDING,
-                                    menu=lambda at: self._menu(self.schedules_view, self.schedule_actions, at),
-                                    hidden=(3,))
-        self.singletons_view = table(self.singletons_model, (140, 240, 100, 90, 150, 50), order=ASCENDING,
-                                     menu=lambda at: self._menu(self.singletons_view, [self.act_remove_singleton], at))
-        self.act_pause = self._action("pause", "Pause", "Stop making jobs of the selected schedule; its "
-                                      "occurrences waiting in the queue are cancelled", self.pause)
-        self.act_resume = self._action("resume", "Resume", "Start the selected schedule again from its next "
-                                       "occurrence (those in the pause are not run)", self.resume)
-        self.act_remove = self._action("cancel", "Remove", "Delete the selected schedule; its occurrences "
-                                       "waiting in the queue are cancelled", self.remove)
-        self.act_remove_singleton = self._action("cancel", "Remove", "Stop the selected singleton for good "
-                                                 "(its machine stops it within a heartbeat)", self.remove_singleton)
+        self.schedules_view = table(
+            self.schedules_model,
+            (120, 210, 140, 96, 76, 205, 110, 90),
+            order=ASCENDING,
+            menu=lambda at: self._menu(self.schedules_view, self.schedule_actions, at),
+            hidden=(3,),
+        )
+        self.singletons_view = table(
+            self.singletons_model,
+            (140, 240, 100, 90, 150, 50),
+            order=ASCENDING,
+            menu=lambda at: self._menu(self.singletons_view, [self.act_remove_singleton], at),
+        )
+        self.act_pause = self._action(
+            "pause",
+            "Pause",
+            "Stop making jobs of the selected schedule; its occurrences waiting in the queue are cancelled",
+            self.pause,
+        )
+        self.act_resume = self._action(
+            "resume",
+            "Resume",
+            "Start the selected schedule again from its next occurrence (those in the pause are not run)",
+            self.resume,
+        )
+        self.act_remove = self._action(
+            "cancel",
+            "Remove",
+            "Delete the selected schedule; its occurrences waiting in the queue are cancelled",
+            self.remove,
+        )
+        self.act_remove_singleton = self._action(
+            "cancel",
+            "Remove",
+            "Stop the selected singleton for good (its machine stops it within a heartbeat)",
+            self.remove_singleton,
+        )
         self.schedule_actions = [self.act_pause, self.act_resume, self.act_remove]
         self.menu: QMenu | None = None
         self.confirm: QMessageBox | None = None
@@ -181,8 +239,7 @@ class SchedulesView(QWidget):
         # When the selected row goes, Qt selects its neighbour: not a row the operator chose to act on.
         self._updating = True
         try:
-            for view, rows in ((self.schedules_view, snapshot.schedules),
-                               (self.singletons_view, snapshot.singletons)):
+            for view, rows in ((self.schedules_view, snapshot.schedules), (self.singletons_view, snapshot.singletons)):
                 view.model().set_rows(rows, context)
                 name, shown = self._selected[view], self.selected(view)
                 if name is not None and (shown is None or shown["name"] != name):
@@ -216,8 +273,9 @@ class SchedulesView(QWidget):
         self.act_pause.setEnabled(allowed and bool(schedule) and not schedule["paused"])
         self.act_resume.setEnabled(allowed and bool(schedule) and schedule["paused"])
         self.act_remove.setEnabled(allowed and bool(schedule))
-        self.act_remove_singleton.setEnabled(allowed and bool(singleton)
-                                             and singleton["state"] in (JobState.QUEUED, JobState.RUNNING))
+        self.act_remove_singleton.setEnabled(
+            allowed and bool(singleton) and singleton["state"] in (JobState.QUEUED, JobState.RUNNING)
+        )
 
     def _menu(self, view: QTableView, actions: list[QAction], position: QPoint) -> None:
         index = view.indexAt(position)
@@ -243,15 +301,21 @@ class SchedulesView(QWidget):
     def remove(self) -> None:
         if schedule := self.selected(self.schedules_view):
             name = schedule["name"]
-            self._confirm(f"Remove schedule {name}?", "It makes no more jobs, and its occurrences waiting in the "
-                          "queue are cancelled. Jobs that already ran keep their history.",
-                          lambda: self.commands.remove_schedule(name))
+            self._confirm(
+                f"Remove schedule {name}?",
+                "It makes no more jobs, and its occurrences waiting in the "
+                "queue are cancelled. Jobs that already ran keep their history.",
+                lambda: self.commands.remove_schedule(name),
+            )
 
     def remove_singleton(self) -> None:
         if singleton := self.selected(self.singletons_view):
             name = singleton["name"]
-            self._confirm(f"Remove singleton {name}?", "It stops for good: at once if it waits, within a "
-                          "heartbeat if a machine runs it.", lambda: self.commands.remove_singleton(name))
+            self._confirm(
+                f"Remove singleton {name}?",
+                "It stops for good: at once if it waits, within a heartbeat if a machine runs it.",
+                lambda: self.commands.remove_singleton(name),
+            )
 
     def _confirm(self, question: str, detail: str, then) -> None:
         self.confirm = confirm(self, "confirmRemove", question, detail, "Remove", then)

@@ -14,11 +14,21 @@ from .connection import State
 from .snapshot import Snapshot
 
 # The link's states in the machines' colours: answering green, slow amber, in trouble red, otherwise grey.
-COLOUR = {State.CONNECTED: MachineState.ACTIVE, State.SLOW: MachineState.PAUSED, State.FAILED: MachineState.DEAD,
-          State.LOST: MachineState.DEAD, State.BROKEN: MachineState.DEAD, State.ENDED: MachineState.DEAD,
-          State.REFUSED: MachineState.DEAD}
-TIP = {State.CONNECTED: "The database answers", State.SLOW: "The database is slow to answer",
-       State.FAILED: "The database does not answer; retrying", State.LOST: "The database does not answer; retrying"}
+COLOUR = {
+    State.CONNECTED: MachineState.ACTIVE,
+    State.SLOW: MachineState.PAUSED,
+    State.FAILED: MachineState.DEAD,
+    State.LOST: MachineState.DEAD,
+    State.BROKEN: MachineState.DEAD,
+    State.ENDED: MachineState.DEAD,
+    State.REFUSED: MachineState.DEAD,
+}
+TIP = {
+    State.CONNECTED: "The database answers",
+    State.SLOW: "The database is slow to answer",
+    State.FAILED: "The database does not answer; retrying",
+    State.LOST: "The database does not answer; retrying",
+}
 PASSING = 8000  # ms a passing banner stays up
 
 

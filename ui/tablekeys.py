@@ -10,13 +10,17 @@ from PySide6.QtWidgets import QTableView
 
 class _RowKeys(QObject):
     def eventFilter(self, view, event) -> bool:
-        if (event.type() != QEvent.Type.KeyPress or event.key() not in (Qt.Key.Key_Home, Qt.Key.Key_End)
-                or event.modifiers() != Qt.KeyboardModifier.NoModifier):
+        if (
+            event.type() != QEvent.Type.KeyPress
+            or event.key() not in (Qt.Key.Key_Home, Qt.Key.Key_End)
+            or event.modifiers() != Qt.KeyboardModifier.NoModifier
+        ):
             return False
         rows = view.model().rowCount()
         if rows:
-            index = view.model().index(0 if event.key() == Qt.Key.Key_Home else rows - 1,
-                                       max(0, view.currentIndex().column()))
+            index = view.model().index(
+                0 if event.key() == Qt.Key.Key_Home else rows - 1, max(0, view.currentIndex().column())
+            )
             view.setCurrentIndex(index)
             view.scrollTo(index)
         return True

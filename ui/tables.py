@@ -8,9 +8,16 @@ from PySide6.QtCore import QEvent, QObject, QPoint, Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QMenu, QTableView
 
 
-def table(model, widths: tuple[int, ...], *, stretch: int | None = None, floor: int = 160,
-          order: Qt.SortOrder | None = None, menu: Callable[[QPoint], None] | None = None,
-          hidden: tuple[int, ...] = ()) -> QTableView:
+def table(
+    model,
+    widths: tuple[int, ...],
+    *,
+    stretch: int | None = None,
+    floor: int = 160,
+    order: Qt.SortOrder | None = None,
+    menu: Callable[[QPoint], None] | None = None,
+    hidden: tuple[int, ...] = (),
+) -> QTableView:
     """A read-only table of whole rows, its columns `widths` wide (at least their titles' width). `stretch`: the
     column that takes the width the others leave, but never less than `floor` pixels (then the columns after
     it scroll), else the last column stretches. `order`: sortable, first sorted on its first column so.
@@ -35,8 +42,9 @@ def table(model, widths: tuple[int, ...], *, stretch: int | None = None, floor: 
     for column in hidden:
         header.hideSection(column)
     header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-    header.customContextMenuRequested.connect(lambda position: _columns_menu(view, fit).popup(
-        header.mapToGlobal(position)))
+    header.customContextMenuRequested.connect(
+        lambda position: _columns_menu(view, fit).popup(header.mapToGlobal(position))
+    )
     if order is not None:
         view.setSortingEnabled(True)
         view.sortByColumn(0, order)
@@ -62,8 +70,9 @@ class _Stretch(QObject):
 
     def fit(self) -> None:
         header = self.view.horizontalHeader()
-        others = sum(header.sectionSize(c) for c in range(header.count())
-                     if c != self.column and not header.isSectionHidden(c))
+        others = sum(
+            header.sectionSize(c) for c in range(header.count()) if c != self.column and not header.isSectionHidden(c)
+        )
         header.resizeSection(self.column, max(self.floor, self.view.viewport().width() - others))
 
 

@@ -34,17 +34,28 @@ OUTCOME = {
     Outcome.LOST: "#d97706",
     Outcome.CANCELLED: "#8b919b",
 }
-JOB_STATE = {JobState.QUEUED: "#b7791f", JobState.RUNNING: OUTCOME[Outcome.RUNNING],
-             JobState.SUCCEEDED: OUTCOME[Outcome.SUCCEEDED], JobState.FAILED: OUTCOME[Outcome.FAILED],
-             JobState.CANCELLED: OUTCOME[Outcome.CANCELLED]}
+JOB_STATE = {
+    JobState.QUEUED: "#b7791f",
+    JobState.RUNNING: OUTCOME[Outcome.RUNNING],
+    JobState.SUCCEEDED: OUTCOME[Outcome.SUCCEEDED],
+    JobState.FAILED: OUTCOME[Outcome.FAILED],
+    JobState.CANCELLED: OUTCOME[Outcome.CANCELLED],
+}
 # Darker: the state badge writes white on them (4.5:1), and as dots they still stand 3:1 off a dark base.
-MACHINE_STATE = {MachineState.ACTIVE: "#15803d", MachineState.PAUSED: "#a16207", MachineState.DRAINING: "#2563eb",
-                 MachineState.STOPPED: "#6b7280", MachineState.DEAD: "#dc2626"}
+MACHINE_STATE = {
+    MachineState.ACTIVE: "#15803d",
+    MachineState.PAUSED: "#a16207",
+    MachineState.DRAINING: "#2563eb",
+    MachineState.STOPPED: "#6b7280",
+    MachineState.DEAD: "#dc2626",
+}
 # A queue as the Queues tab judges it: paused like a paused machine; unserved (its jobs wait for a machine that
 # serves it) as alarming as a dead one.
-QUEUE_STATE = {QueueState.ACTIVE: MACHINE_STATE[MachineState.ACTIVE],
-               QueueState.PAUSED: MACHINE_STATE[MachineState.PAUSED],
-               QueueState.UNSERVED: MACHINE_STATE[MachineState.DEAD]}
+QUEUE_STATE = {
+    QueueState.ACTIVE: MACHINE_STATE[MachineState.ACTIVE],
+    QueueState.PAUSED: MACHINE_STATE[MachineState.PAUSED],
+    QueueState.UNSERVED: MACHINE_STATE[MachineState.DEAD],
+}
 
 
 @dataclass(frozen=True)
@@ -67,14 +78,42 @@ class Scheme:
     turn_claimed: str
 
 
-LIGHT = Scheme("light", window="#f3f4f6", base="#ffffff", alt_base="#f7f8fa", text="#1f2328", muted="#6b7280",
-               border="#d5d9e0", accent="#2563eb", highlight_text="#ffffff", plot_bg="#ffffff",
-               lane_bg="#f1f3f6", dead_bg="#fde2e2", unsynced_bg="#fff4d6", faint_slot="#e3eaf7",
-               turn="#6b8ee0", turn_claimed="#1e3a8a")
-DARK = Scheme("dark", window="#1e2126", base="#16181c", alt_base="#1b1e23", text="#e6e8eb", muted="#9aa3ae",
-              border="#343a42", accent="#4f8cff", highlight_text="#ffffff", plot_bg="#16181c",
-              lane_bg="#1f232a", dead_bg="#4a1f22", unsynced_bg="#45391a", faint_slot="#222a38",
-              turn="#3f63b0", turn_claimed="#a9c7ff")
+LIGHT = Scheme(
+    "light",
+    window="#f3f4f6",
+    base="#ffffff",
+    alt_base="#f7f8fa",
+    text="#1f2328",
+    muted="#6b7280",
+    border="#d5d9e0",
+    accent="#2563eb",
+    highlight_text="#ffffff",
+    plot_bg="#ffffff",
+    lane_bg="#f1f3f6",
+    dead_bg="#fde2e2",
+    unsynced_bg="#fff4d6",
+    faint_slot="#e3eaf7",
+    turn="#6b8ee0",
+    turn_claimed="#1e3a8a",
+)
+DARK = Scheme(
+    "dark",
+    window="#1e2126",
+    base="#16181c",
+    alt_base="#1b1e23",
+    text="#e6e8eb",
+    muted="#9aa3ae",
+    border="#343a42",
+    accent="#4f8cff",
+    highlight_text="#ffffff",
+    plot_bg="#16181c",
+    lane_bg="#1f232a",
+    dead_bg="#4a1f22",
+    unsynced_bg="#45391a",
+    faint_slot="#222a38",
+    turn="#3f63b0",
+    turn_claimed="#a9c7ff",
+)
 
 
 class Theme(QObject):
@@ -122,13 +161,20 @@ def paint_plot(plot: pg.PlotWidget) -> None:
 def palette(s: Scheme) -> QPalette:
     p = QPalette()
     roles = {
-        QPalette.ColorRole.Window: s.window, QPalette.ColorRole.WindowText: s.text,
-        QPalette.ColorRole.Base: s.base, QPalette.ColorRole.AlternateBase: s.alt_base,
-        QPalette.ColorRole.Text: s.text, QPalette.ColorRole.Button: s.window,
-        QPalette.ColorRole.ButtonText: s.text, QPalette.ColorRole.Highlight: s.accent,
-        QPalette.ColorRole.HighlightedText: s.highlight_text, QPalette.ColorRole.ToolTipBase: s.base,
-        QPalette.ColorRole.ToolTipText: s.text, QPalette.ColorRole.PlaceholderText: s.muted,
-        QPalette.ColorRole.Link: s.accent, QPalette.ColorRole.Mid: s.border,
+        QPalette.ColorRole.Window: s.window,
+        QPalette.ColorRole.WindowText: s.text,
+        QPalette.ColorRole.Base: s.base,
+        QPalette.ColorRole.AlternateBase: s.alt_base,
+        QPalette.ColorRole.Text: s.text,
+        QPalette.ColorRole.Button: s.window,
+        QPalette.ColorRole.ButtonText: s.text,
+        QPalette.ColorRole.Highlight: s.accent,
+        QPalette.ColorRole.HighlightedText: s.highlight_text,
+        QPalette.ColorRole.ToolTipBase: s.base,
+        QPalette.ColorRole.ToolTipText: s.text,
+        QPalette.ColorRole.PlaceholderText: s.muted,
+        QPalette.ColorRole.Link: s.accent,
+        QPalette.ColorRole.Mid: s.border,
     }
     for role, colour in roles.items():
         p.setColor(role, QColor(colour))
@@ -147,7 +193,7 @@ def style_sheet(s: Scheme) -> str:
 
 def luminance(colour: str) -> float:
     """WCAG relative luminance of a #rrggbb colour."""
-    channels = (int(colour[n:n + 2], 16) / 255 for n in (1, 3, 5))
+    channels = (int(colour[n : n + 2], 16) / 255 for n in (1, 3, 5))
     r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
     return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
@@ -170,8 +216,16 @@ def readable(colour: str, background: str, ratio: float = 4.5) -> str:
     towards = QColor("#000000" if luminance(background) > 0.18 else "#ffffff")
     for step in range(21):
         t = step / 20
-        mixed = QColor.fromRgbF(*(a + (b - a) * t for a, b in ((shade.redF(), towards.redF()),
-                                (shade.greenF(), towards.greenF()), (shade.blueF(), towards.blueF()))))
+        mixed = QColor.fromRgbF(
+            *(
+                a + (b - a) * t
+                for a, b in (
+                    (shade.redF(), towards.redF()),
+                    (shade.greenF(), towards.greenF()),
+                    (shade.blueF(), towards.blueF()),
+                )
+            )
+        )
         if contrast(mixed.name(), background) >= ratio:
             return mixed.name()
     return towards.name()

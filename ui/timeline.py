@@ -42,8 +42,12 @@ class SlotsTimeline(LanePlot):
 
     def legend(self) -> list[tuple[str, str, str]]:
         scheme = theme.current()
-        return [("fill", scheme.turn_claimed, "claimed jobs"), ("fill", scheme.turn, "found nothing due"),
-                ("outline", scheme.muted, "upcoming"), ("line", theme.OUTCOME[Outcome.FAILED], "now")]
+        return [
+            ("fill", scheme.turn_claimed, "claimed jobs"),
+            ("fill", scheme.turn, "found nothing due"),
+            ("outline", scheme.muted, "upcoming"),
+            ("line", theme.OUTCOME[Outcome.FAILED], "now"),
+        ]
 
     def restyle(self) -> None:
         super().restyle()
@@ -80,13 +84,15 @@ class SlotsTimeline(LanePlot):
         self.upcoming = {slot: machine for slot, machine in snapshot.upcoming if slot not in self.turns}
         width = period * 0.92
         slots, lanes = plot.next_slot, plot.next_lane
-        self.upcoming_bars.setOpts(x0=slots * period, width=np.full(len(slots), width), y0=lanes - 0.3,
-                                   height=np.full(len(slots), 0.6))
+        self.upcoming_bars.setOpts(
+            x0=slots * period, width=np.full(len(slots), width), y0=lanes - 0.3, height=np.full(len(slots), 0.6)
+        )
         slots, lanes, claimed = plot.turn_slot, plot.turn_lane, plot.turn_claimed
         for item, mask in ((self.turn_bars, ~claimed), (self.claim_bars, claimed)):
             n = int(mask.sum())
-            item.setOpts(x0=slots[mask] * period, width=np.full(n, width), y0=lanes[mask] - 0.36,
-                         height=np.full(n, 0.72))
+            item.setOpts(
+                x0=slots[mask] * period, width=np.full(n, width), y0=lanes[mask] - 0.36, height=np.full(n, 0.72)
+            )
 
     def plotted_turns(self) -> list[tuple[int, int]]:
         """(slot, lane machine id) of every solid bar: what tests compare with the turn log."""

@@ -7,15 +7,27 @@ from .command import CommandExecutor
 from .http import HttpExecutor
 from .python import PythonExecutor
 
-__all__ = ["AllowLists", "CommandExecutor", "Executor", "HttpExecutor", "JobContext", "JobFailed",
-           "PythonExecutor", "executor_for", "make_executors"]
+__all__ = [
+    "AllowLists",
+    "CommandExecutor",
+    "Executor",
+    "HttpExecutor",
+    "JobContext",
+    "JobFailed",
+    "PythonExecutor",
+    "executor_for",
+    "make_executors",
+]
 
 
 def make_executors(allow: AllowLists, http_base: str = "http://localhost/") -> dict[str, Executor]:
     """The executors that run work under `allow`. Here, not on AllowLists, so that the allow-lists (which an
     enqueuer checks) never import the executors, and only what runs a node loads them."""
-    return {"http": HttpExecutor(http_base, allow.http_hosts), "python": PythonExecutor(allow.modules),
-            "command": CommandExecutor(allow.commands)}
+    return {
+        "http": HttpExecutor(http_base, allow.http_hosts),
+        "python": PythonExecutor(allow.modules),
+        "command": CommandExecutor(allow.commands),
+    }
 
 
 def executor_for(executors: dict[str, Executor], name: str) -> Executor:

@@ -18,6 +18,7 @@ from ..rules.allow import check_command, parse_argv
 from ..store.jobs import Claimed, JobSpec
 from .base import OUTPUT_LIMIT, Executor, JobContext, JobFailed, excerpt
 
+
 class CommandExecutor(Executor):
     name = "command"
 
@@ -30,17 +31,27 @@ class CommandExecutor(Executor):
     async def run(self, job: Claimed, context: JobContext) -> str | None:
         self.validate(JobSpec(executor=self.name, target=job.target))
         argv = parse_argv(job.target)
-        env = dict(os.environ, QP_JOB_ID=str(job.id), QP_ATTEMPT=str(job.attempts), QP_FENCE=str(job.fence),
-                   QP_MACHINE=str(context.machine_id))
+        env = dict(
+            os.environ,
+            QP_JOB_ID=str(job.id),
+            QP_ATTEMPT=str(job.attempts),
+            QP_FENCE=str(job.fence),
+            QP_MACHINE=str(context.machine_id),
+        )
         try:
             process = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True,
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
             )
         except OSError as error:  # not there, not executable: a retry would fare no better
             permanent = isinstance(error, (FileNotFoundError, PermissionError, NotADirectoryError))
-            raise JobFailed(f"command {argv[0]!r} could not start: {error.strerror or error}",
-                            permanent=permanent) from None
+            raise JobFailed(
+                f"command {argv[0]!r} could not start: {error.strerror or error}", permanent=permanent
+            ) from None
         tail: deque[bytes] = deque()
         try:
             await asyncio.gather(self._feed(process, job.payload), self._collect(process, tail))

@@ -40,9 +40,11 @@ def query_of(payload: str | None) -> dict[str, str] | None:
     except ValueError:
         data = None
     if not isinstance(data, dict) or any(isinstance(v, (dict, list)) for v in data.values()):
-        raise JobFailed(f"a GET sends its payload as query parameters, so it must be a flat JSON object such as "
-                        f'{{"day": "2026-11-22"}}, not {payload[:80]}: use POST to send it as a JSON body',
-                        permanent=True)
+        raise JobFailed(
+            f"a GET sends its payload as query parameters, so it must be a flat JSON object such as "
+            f'{{"day": "2026-11-22"}}, not {payload[:80]}: use POST to send it as a JSON body',
+            permanent=True,
+        )
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in data.items()}
 
 
@@ -53,14 +55,20 @@ class HttpExecutor(Executor):
         try:
             parts = urlsplit(base_url)
         except ValueError as error:
-            raise BadSetting("{0} {value} is not a valid URL ({limit})", "http_base", value=base_url,
-                             limit=str(error)) from None
+            raise BadSetting(
+                "{0} {value} is not a valid URL ({limit})", "http_base", value=base_url, limit=str(error)
+            ) from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BadSetting("{0} {value} is not an http(s) URL, e.g. http://localhost:8080/", "http_base",
-                             value=base_url)
+            raise BadSetting(
+                "{0} {value} is not an http(s) URL, e.g. http://localhost:8080/", "http_base", value=base_url
+            )
         if parts.hostname not in allowed_hosts:
-            raise BadSetting("{0} host {value} is not in the allowed hosts {limit}", "http_base",
-                             value=parts.hostname, limit=", ".join(allowed_hosts))
+            raise BadSetting(
+                "{0} host {value} is not in the allowed hosts {limit}",
+                "http_base",
+                value=parts.hostname,
+                limit=", ".join(allowed_hosts),
+            )
         self.base_url = base_url if base_url.endswith("/") else base_url + "/"
         self.allowed_hosts = tuple(allowed_hosts)
         self._session: aiohttp.ClientSession | None = None
@@ -84,6 +92,7 @@ class HttpExecutor(Executor):
         url = self._resolved.get(key)
         if url is None:
             from yarl import URL
+
             self.validate(JobSpec(executor=self.name, target=target, method=method))
             text = self.url_for(target)
             try:  # checked again as the HTTP client itself reads it, so no two parsers can disagree on the host
@@ -105,9 +114,11 @@ class HttpExecutor(Executor):
             # aiohttp rather than httpx: a GET to a local server costs its node 80-100 us of CPU, not 750 (see
             # docs/benchmarks.md). No cap on connections (the node's capacity is the cap); only connecting
             # has a time limit (the job's own timeout, if it has one, covers the rest). Jobs share no cookies.
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                                  timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0),
-                                                  cookie_jar=aiohttp.DummyCookieJar())
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10.0),
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
         headers = {
             "X-QP-Job": str(job.id),
             "X-QP-Attempt": str(job.attempts),
@@ -119,8 +130,9 @@ class HttpExecutor(Executor):
             headers["Content-Type"] = "application/json"
         params = query_of(job.payload) if job.method == "GET" else None
         try:  # a redirect is not followed: it could lead off the allow-list
-            async with self._session.request(job.method, url, headers=headers, data=body, params=params,
-                                             allow_redirects=False) as response:
+            async with self._session.request(
+                job.method, url, headers=headers, data=body, params=params, allow_redirects=False
+            ) as response:
                 excerpt = (await response.text(errors="replace"))[:EXCERPT]
         except aiohttp.ClientError as error:
             raise JobFailed(f"{job.method} {url}: {type(error).__name__}: {error}") from None

@@ -40,18 +40,20 @@ def resolve(target: str, allowed: tuple[str, ...]):
     try:
         thing = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
-        raise JobFailed(f"Python job {target}: no module named {error.name!r} on this machine",
-                        permanent=True) from None
+        raise JobFailed(
+            f"Python job {target}: no module named {error.name!r} on this machine", permanent=True
+        ) from None
     for part in path.split("."):
         try:
             thing = getattr(thing, part)
         except AttributeError:
-            raise JobFailed(f"Python job {target}: {module_name} has no attribute {path!r}",
-                            permanent=True) from None
+            raise JobFailed(f"Python job {target}: {module_name} has no attribute {path!r}", permanent=True) from None
         home = thing.__name__ if inspect.ismodule(thing) else getattr(thing, "__module__", None)
         if (home is not None or callable(thing)) and not (isinstance(home, str) and module_allowed(home, allowed)):
-            raise JobFailed(f"Python job {target}: {part} is from module {home!r}, which is not allowed on this "
-                            "machine", permanent=True)
+            raise JobFailed(
+                f"Python job {target}: {part} is from module {home!r}, which is not allowed on this machine",
+                permanent=True,
+            )
     if not callable(thing):
         raise JobFailed(f"Python job {target}: {path} is a {type(thing).__name__}, not a function", permanent=True)
     return thing
@@ -110,9 +112,14 @@ class PythonExecutor(Executor):
         except asyncio.CancelledError:  # its result is dropped; its run ends once the call has returned
             context.cancelled.set()
             if not await self._threads.finished(call, context.grace):
-                log.error("job %s: Python function %s has not returned %g s after it was told to stop (it does not "
-                          "check context.cancelled); the job stays held here until it returns", job.id, job.target,
-                          context.grace, extra=about(job.id))
+                log.error(
+                    "job %s: Python function %s has not returned %g s after it was told to stop (it does not "
+                    "check context.cancelled); the job stays held here until it returns",
+                    job.id,
+                    job.target,
+                    context.grace,
+                    extra=about(job.id),
+                )
                 await self._threads.finished(call, None)
             raise
 

@@ -20,8 +20,13 @@ import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
-                                    InfoMetricFamily, Metric)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -74,36 +79,57 @@ class NodeCollector(Collector):
             info = InfoMetricFamily("queueprocessor_machine", "This node: its machine's name and id.")
             info.add_metric([], {"machine": snapshot["name"], "id": str(snapshot["id"]), "version": __version__})
             yield info
-        yield _labelled(CounterMetricFamily("queueprocessor_jobs_claimed", "Jobs this node claimed.",
-                                            labels=["queue", "executor"]), reading.claimed)
-        yield _labelled(CounterMetricFamily(
-            "queueprocessor_jobs_finished", "Runs this node ended, by outcome: succeeded, failed, timeout, cancelled, "
-            "lost (lease lost, self-fenced, or handed back).", labels=["queue", "executor", "outcome"]),
-            reading.ended)
-        yield _histogram("queueprocessor_job_duration_seconds", "How long a job's work ran on this node.",
-                         reading.durations, ["queue", "executor"])
-        yield GaugeMetricFamily("queueprocessor_jobs_running", "Jobs at work on this node.",
-                                value=snapshot["running"])
-        yield GaugeMetricFamily("queueprocessor_jobs_capacity", "Jobs this node runs at once at most.",
-                                value=snapshot["capacity"])
-        yield CounterMetricFamily("queueprocessor_turns_taken", "Turns (queue polls) this node took.",
-                                  value=sum(reading.lateness.counts))
-        yield _histogram("queueprocessor_turn_lateness_seconds", "How far into its slot each turn began.",
-                         {(): reading.lateness}, [])
-        for key, name, text in (("offset", "offset", "Database clock minus this machine's clock."),
-                                ("error_bound", "error_bound", "How far off the offset may be."),
-                                ("rtt", "round_trip", "Round trip of the best clock sample.")):
+        yield _labelled(
+            CounterMetricFamily("queueprocessor_jobs_claimed", "Jobs this node claimed.", labels=["queue", "executor"]),
+            reading.claimed,
+        )
+        yield _labelled(
+            CounterMetricFamily(
+                "queueprocessor_jobs_finished",
+                "Runs this node ended, by outcome: succeeded, failed, timeout, cancelled, "
+                "lost (lease lost, self-fenced, or handed back).",
+                labels=["queue", "executor", "outcome"],
+            ),
+            reading.ended,
+        )
+        yield _histogram(
+            "queueprocessor_job_duration_seconds",
+            "How long a job's work ran on this node.",
+            reading.durations,
+            ["queue", "executor"],
+        )
+        yield GaugeMetricFamily("queueprocessor_jobs_running", "Jobs at work on this node.", value=snapshot["running"])
+        yield GaugeMetricFamily(
+            "queueprocessor_jobs_capacity", "Jobs this node runs at once at most.", value=snapshot["capacity"]
+        )
+        yield CounterMetricFamily(
+            "queueprocessor_turns_taken", "Turns (queue polls) this node took.", value=sum(reading.lateness.counts)
+        )
+        yield _histogram(
+            "queueprocessor_turn_lateness_seconds", "How far into its slot each turn began.", {(): reading.lateness}, []
+        )
+        for key, name, text in (
+            ("offset", "offset", "Database clock minus this machine's clock."),
+            ("error_bound", "error_bound", "How far off the offset may be."),
+            ("rtt", "round_trip", "Round trip of the best clock sample."),
+        ):
             if snapshot[key] is not None:
                 yield GaugeMetricFamily(f"queueprocessor_clock_{name}_seconds", text, value=snapshot[key])
-        yield CounterMetricFamily("queueprocessor_lease_renewals_failed",
-                                  "Check-ins (each renewing every lease held) that failed.",
-                                  value=reading.renewals_failed)
-        yield CounterMetricFamily("queueprocessor_self_fences",
-                                  "Times this node stopped its jobs because it could not renew their leases.",
-                                  value=reading.fences)
-        yield GaugeMetricFamily("queueprocessor_database_unreachable",
-                                "1 while this node cannot reach the database (it claims nothing then).",
-                                value=0 if snapshot["db_healthy"] else 1)
+        yield CounterMetricFamily(
+            "queueprocessor_lease_renewals_failed",
+            "Check-ins (each renewing every lease held) that failed.",
+            value=reading.renewals_failed,
+        )
+        yield CounterMetricFamily(
+            "queueprocessor_self_fences",
+            "Times this node stopped its jobs because it could not renew their leases.",
+            value=reading.fences,
+        )
+        yield GaugeMetricFamily(
+            "queueprocessor_database_unreachable",
+            "1 while this node cannot reach the database (it claims nothing then).",
+            value=0 if snapshot["db_healthy"] else 1,
+        )
         yield from self._farm(snapshot)
 
     def _farm(self, snapshot: dict) -> Iterator[Metric]:
@@ -114,16 +140,20 @@ class NodeCollector(Collector):
         now, liveness = snapshot["db_now"], self.node.liveness()
         live = [m["id"] for m in self.node.known.machines() if machine_status(m, now, liveness) not in GONE]
         reporter = min(live, default=None) == snapshot["id"]
-        yield GaugeMetricFamily("queueprocessor_farm_reporter",
-                                "1 on the one machine that exports the farm-wide gauges.", value=int(reporter))
+        yield GaugeMetricFamily(
+            "queueprocessor_farm_reporter",
+            "1 on the one machine that exports the farm-wide gauges.",
+            value=int(reporter),
+        )
         if not reporter:
             return
         waiting = self._waiting()
         if waiting is None:
             return
         yield GaugeMetricFamily("queueprocessor_farm_machines_live", "Machines alive in the farm.", value=len(live))
-        family = GaugeMetricFamily("queueprocessor_farm_jobs_queued", "Jobs waiting in the farm's queues.",
-                                   labels=["queue"])
+        family = GaugeMetricFamily(
+            "queueprocessor_farm_jobs_queued", "Jobs waiting in the farm's queues.", labels=["queue"]
+        )
         for queue, count in sorted(waiting.items()):
             family.add_metric([queue], count)
         yield family
@@ -156,8 +186,14 @@ class Exporter:
             self.server, self.thread = start_http_server(port, host, self.registry)
         except OSError as error:  # in use, not an address of this machine, a privileged port
             reason = "the port is in use" if error.errno == errno.EADDRINUSE else error.strerror or str(error)
-            raise BadSetting("cannot serve metrics on {host} port {value}: {reason}; choose another {0} or {1}",
-                             "metrics_port", "metrics_host", value=port, host=host, reason=reason) from None
+            raise BadSetting(
+                "cannot serve metrics on {host} port {value}: {reason}; choose another {0} or {1}",
+                "metrics_port",
+                "metrics_host",
+                value=port,
+                host=host,
+                reason=reason,
+            ) from None
         self.thread.name = "qp-metrics"
         self.host = host
         log.info("serving metrics at %s", self.url)

@@ -98,8 +98,9 @@ class Outlook:
 
 
 class Node:
-    def __init__(self, store: Store, config: NodeConfig, clock: Clock | None = None,
-                 executors: dict[str, Executor] | None = None):
+    def __init__(
+        self, store: Store, config: NodeConfig, clock: Clock | None = None, executors: dict[str, Executor] | None = None
+    ):
         self.store = store
         self.config = config
         self.clock = clock or SystemClock()
@@ -192,9 +193,14 @@ class Node:
             self._join()
         finally:
             self._started.set()
-        log.info("machine %s (%s) joined the farm, capacity %s, offset %+.4f s ±%.4f",
-                 self.id, self.config.name, self.config.capacity, self.estimator.offset(),
-                 self.estimator.error_bound())
+        log.info(
+            "machine %s (%s) joined the farm, capacity %s, offset %+.4f s ±%.4f",
+            self.id,
+            self.config.name,
+            self.config.capacity,
+            self.estimator.offset(),
+            self.estimator.error_bound(),
+        )
         return self
 
     def _join(self) -> None:
@@ -206,16 +212,29 @@ class Node:
                 self.exporter = Exporter(self, self.config.metrics_host, self.config.metrics_port)
                 undo.callback(self.exporter.close)
             self.id = self.store.register(
-                name=self.config.name, host=socket.gethostname(), instance=self.instance, pid=os.getpid(),
-                version=__version__, capacity=self.config.capacity, allow=self.config.allow.to_json(),
+                name=self.config.name,
+                host=socket.gethostname(),
+                instance=self.instance,
+                pid=os.getpid(),
+                version=__version__,
+                capacity=self.config.capacity,
+                allow=self.config.allow.to_json(),
                 queues=str(self.config.served),
             )
             undo.callback(self._mark_stopped)
             for _ in range(5):  # a first filtered estimate before we take any turn
                 self.estimator.add(self.store.sample_clock(self.clock.monotonic))
             self._renewed_at = self.clock.monotonic()
-            self.runner = JobRunner(self.store, self.id, self.executors, self.estimator.db_now,
-                                    self.turns.job_done, self.turns.room_made, self.tally, self.config.fenced_grace)
+            self.runner = JobRunner(
+                self.store,
+                self.id,
+                self.executors,
+                self.estimator.db_now,
+                self.turns.job_done,
+                self.turns.room_made,
+                self.tally,
+                self.config.fenced_grace,
+            )
             self.runner.start()
             undo.callback(self.runner.stop)
             self._checkin()
@@ -224,10 +243,10 @@ class Node:
             undo.pop_all()
 
     def _start_threads(self) -> None:
-        loops = {"qp-heartbeat": self._heartbeat_loop, "qp-turns": self._turn_loop,
-                 "qp-watchdog": self._watchdog_loop}
-        self._threads = [threading.Thread(target=self._guard, args=(loops[name],), name=name, daemon=True)
-                         for name in GUARDED]
+        loops = {"qp-heartbeat": self._heartbeat_loop, "qp-turns": self._turn_loop, "qp-watchdog": self._watchdog_loop}
+        self._threads = [
+            threading.Thread(target=self._guard, args=(loops[name],), name=name, daemon=True) for name in GUARDED
+        ]
         for thread in self._threads:
             thread.start()
         if self.config.push and self.store.dialect == "postgresql":
@@ -305,8 +324,12 @@ class Node:
 
     def _await_idle(self, timeout: float | None, interruptible: bool = False) -> None:
         deadline = None if timeout is None else self.clock.monotonic() + timeout
-        while (self.runner and self.runner.count() and not (interruptible and self._hurry.is_set())
-               and (deadline is None or self.clock.monotonic() < deadline)):
+        while (
+            self.runner
+            and self.runner.count()
+            and not (interruptible and self._hurry.is_set())
+            and (deadline is None or self.clock.monotonic() < deadline)
+        ):
             self._stop.wait(0.05)
 
     def _guard(self, loop) -> None:
@@ -367,16 +390,26 @@ class Node:
         applied = self._apply_wish(farm.wish)
         if farm.queues_changed != self._queues_changed:
             self.queue_settings, self._queues_changed = self.queue_store.settings(), farm.queues_changed
-            self.guarded = frozenset(name for name, row in self.queue_settings.items()
-                                      if self.config.served.serves(name) and not row["paused"]
-                                      and (row["max_running"] is not None or row["rate_count"] is not None))
+            self.guarded = frozenset(
+                name
+                for name, row in self.queue_settings.items()
+                if self.config.served.serves(name)
+                and not row["paused"]
+                and (row["max_running"] is not None or row["rate_count"] is not None)
+            )
         held, renewing = self.runner.held(), self.clock.monotonic()
         renewed = self.store.renew(self.id, held, self.config.lease)
         self.runner.renewed(list(renewed), renewing)
         self._handle_renewals(held, renewed)
         self.store.heartbeat(
-            self.id, state=self.state, applied_wish=applied, running=self.runner.working(), done=self.done,
-            failed=self.failed, offset=self.estimator.offset(), rtt=self.estimator.rtt(),
+            self.id,
+            state=self.state,
+            applied_wish=applied,
+            running=self.runner.working(),
+            done=self.done,
+            failed=self.failed,
+            offset=self.estimator.offset(),
+            rtt=self.estimator.rtt(),
             error_bound=self.estimator.error_bound(),
         )
         self._renewed_at = sent
@@ -384,8 +417,9 @@ class Node:
             self.turns.backlogs.put(farm.backlog_slot)
         self._checked_in = True
         if self.db_healthy and not outlook.healthy:  # not after a check-in the database stalled under (db_healthy)
-            log.info("database reachable (offset %+.4f s, rtt %.2f ms)", self.estimator.offset(),
-                     self.estimator.rtt() * 1000)
+            log.info(
+                "database reachable (offset %+.4f s, rtt %.2f ms)", self.estimator.offset(), self.estimator.rtt() * 1000
+            )
         if outlook.news(self._outlook(), moved, farm.backlog_slot is not None):
             self.turns.wake.set()  # the turn timer plans again
 
@@ -402,8 +436,9 @@ class Node:
         self.known = self._known.copy()
         for machine_id, last_seen in self._known.dead(farm.now, self.liveness()):
             if self.peers.bury(machine_id, last_seen):
-                log.warning("machine %s (%s) stopped checking in: judged dead", machine_id,
-                            self._known.name(machine_id))
+                log.warning(
+                    "machine %s (%s) stopped checking in: judged dead", machine_id, self._known.name(machine_id)
+                )
         return moved
 
     def _note_contact(self, db_time: float) -> None:
@@ -448,8 +483,7 @@ class Node:
     def settled(self, now: float) -> bool:
         """Is our unbroken run of check-ins longer than a lease and still going (an overdue check-in may be a
         stall we have not noticed yet)? Only then may our claims take expired leases (see TurnTimer)."""
-        return (now - self._streak_start > self.config.lease
-                and now - self._last_contact_db <= 2 * self.config.heartbeat)
+        return now - self._streak_start > self.config.lease and now - self._last_contact_db <= 2 * self.config.heartbeat
 
     def _outlook(self) -> Outlook:
         return Outlook(self.db_healthy, self.state, self.liveness())
@@ -491,8 +525,11 @@ class Node:
         stopped = [key for key in overdue if self.runner.stop_job(key, Outcome.LOST)]
         if stopped:
             self.tally.fenced()
-            log.warning("no contact with the database for %.1f s: stopping %s jobs before their leases run out",
-                        now - self._renewed_at, len(stopped))
+            log.warning(
+                "no contact with the database for %.1f s: stopping %s jobs before their leases run out",
+                now - self._renewed_at,
+                len(stopped),
+            )
 
     # -- for the CLI and the GUI ------------------------------------------
 
@@ -505,11 +542,19 @@ class Node:
             turn = self.turns.upcoming(now)
             upcoming = None if turn is None else max(0.0, turn * self.config.period - now)
         return {
-            "id": self.id, "name": self.config.name, "state": self.state, "db_healthy": self.db_healthy,
-            "last_error": self.last_error, "db_now": now,
+            "id": self.id,
+            "name": self.config.name,
+            "state": self.state,
+            "db_healthy": self.db_healthy,
+            "last_error": self.last_error,
+            "db_now": now,
             "offset": self.estimator.offset() if synced else None,
             "error_bound": self.estimator.error_bound() if synced else None,
             "rtt": self.estimator.rtt() if synced else None,
-            "running": self.runner.working() if self.runner else 0, "capacity": self.config.capacity,
-            "done": self.done, "failed": self.failed, "turns": self.turns.taken, "next_turn_in": upcoming,
+            "running": self.runner.working() if self.runner else 0,
+            "capacity": self.config.capacity,
+            "done": self.done,
+            "failed": self.failed,
+            "turns": self.turns.taken,
+            "next_turn_in": upcoming,
         }

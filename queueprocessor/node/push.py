@@ -85,17 +85,22 @@ class Listener:
             try:
                 with psycopg.connect(**self.params, autocommit=True, connect_timeout=5) as conn:
                     if reaches_pooler(conn):
-                        log.warning("push is off, the farm polls: %s reaches a pooler, where LISTEN cannot work; "
-                                    "give --listen-db (QP_LISTEN_DB, listen-db in the config) the PostgreSQL "
-                                    "server's own URL", mask(unlabelled(self.url)))
+                        log.warning(
+                            "push is off, the farm polls: %s reaches a pooler, where LISTEN cannot work; "
+                            "give --listen-db (QP_LISTEN_DB, listen-db in the config) the PostgreSQL "
+                            "server's own URL",
+                            mask(unlabelled(self.url)),
+                        )
                         return
                     conn.execute(f"LISTEN {JOBS_CHANNEL}")
                     self.listening.set()
                     self._relay(conn)
             except psycopg.Error as error:
                 if self.listening.is_set():
-                    log.warning("push: stopped listening (%s); polling carries on",
-                                mask(str(error).strip().splitlines()[0] if str(error) else type(error).__name__))
+                    log.warning(
+                        "push: stopped listening (%s); polling carries on",
+                        mask(str(error).strip().splitlines()[0] if str(error) else type(error).__name__),
+                    )
                 self.listening.clear()
                 self._stop.wait(RECONNECT)
 

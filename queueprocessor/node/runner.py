@@ -28,8 +28,11 @@ RunKey = tuple[int, int]  # (job id, fence): one run of a job, as every write of
 log = logging.getLogger("queueprocessor.runner")
 
 # Errors recorded for work this node stopped on purpose (any other stop: the lease was lost).
-STOPPED = {Outcome.CANCELLED: "cancelled by an operator", "released": "handed back: its machine is leaving the farm",
-           "exit": "handed back unfinished: the operator stopped its machine (no attempt spent)"}
+STOPPED = {
+    Outcome.CANCELLED: "cancelled by an operator",
+    "released": "handed back: its machine is leaving the farm",
+    "exit": "handed back unfinished: the operator stopped its machine (no attempt spent)",
+}
 SINGLETON_SETTLED = 10.0  # seconds a singleton must run before it counts as having started well
 # Pauses between tries to write a result while the database is away (a restart, a failover): the job
 # stays ours meanwhile, its lease renewed by every heartbeat that gets through, so a finished job is
@@ -55,8 +58,21 @@ class Running:
     """A job this node holds, from its claim until its end is written (a busy node makes thousands a second:
     slots, and its ending kept here rather than in an object of its own)."""
 
-    __slots__ = ("job", "key", "context", "task", "stop_reason", "recording", "begun", "leased_at", "started",
-                 "began", "ending", "tries", "prior")
+    __slots__ = (
+        "job",
+        "key",
+        "context",
+        "task",
+        "stop_reason",
+        "recording",
+        "begun",
+        "leased_at",
+        "started",
+        "began",
+        "ending",
+        "tries",
+        "prior",
+    )
 
     def __init__(self, job: Claimed, context: JobContext, leased_at: float = float("-inf")):
         self.job = job
@@ -77,9 +93,17 @@ class Running:
 class JobRunner:
     """Owns the event loop thread and the set of jobs this node is running."""
 
-    def __init__(self, store: Store, machine_id: int, executors: dict[str, Executor],
-                 db_now: Callable[[], float], on_done: Callable[[Claimed, str], None],
-                 on_room: Callable[[], None] = lambda: None, tally: Tally | None = None, fenced_grace: float = 0.1):
+    def __init__(
+        self,
+        store: Store,
+        machine_id: int,
+        executors: dict[str, Executor],
+        db_now: Callable[[], float],
+        on_done: Callable[[Claimed, str], None],
+        on_room: Callable[[], None] = lambda: None,
+        tally: Tally | None = None,
+        fenced_grace: float = 0.1,
+    ):
         """`on_done(job, outcome)` once a job's result is written; `on_room()` as soon as jobs' work is over,
         before that write (see room), and again once their results are written (one call for the jobs of a pass of
         the loop, or of a batch). `tally` counts claims, durations and endings for the node's metrics.
@@ -126,8 +150,11 @@ class JobRunner:
         while (self.count() or self._others()) and self.loop.time() < deadline:
             await asyncio.sleep(0.01)
         for job_id, _fence in self.held():
-            log.warning("could not record job %s before stopping; its lease will expire and it will be re-run",
-                        job_id, extra=about(job_id))
+            log.warning(
+                "could not record job %s before stopping; its lease will expire and it will be re-run",
+                job_id,
+                extra=about(job_id),
+            )
         while tasks := self._others():  # a job's task cancelled here hands its result to a new writer: once more
             for task in tasks:
                 task.cancel()
@@ -193,8 +220,10 @@ class JobRunner:
         """Start a claim's jobs: one wake-up of the loop for all of them. A job we still hold a run of (stopped,
         and ending) gets a run of its own beside it, which starts once the older run's work is over. A claim that
         comes after refuse() (a stop) or, for singletons, after release_singletons() (a drain) is handed back."""
-        entries = [Running(job, JobContext(job.id, job.attempts, job.fence, self.machine_id), leased_at=leased_at)
-                   for job in jobs]
+        entries = [
+            Running(job, JobContext(job.id, job.attempts, job.fence, self.machine_id), leased_at=leased_at)
+            for job in jobs
+        ]
         with self._lock:
             for entry in entries:
                 entry.prior = self._newest.get(entry.job.id)
@@ -302,8 +331,14 @@ class JobRunner:
         prior, entry.prior = entry.prior, None
         if prior is None or prior.task is None or prior.task.done():
             return
-        log.info("job %s claimed again (fence %s) while its stopped run (fence %s) is still ending: it starts once "
-                 "that run has", entry.job.id, entry.job.fence, prior.job.fence, extra=about(entry.job.id))
+        log.info(
+            "job %s claimed again (fence %s) while its stopped run (fence %s) is still ending: it starts once "
+            "that run has",
+            entry.job.id,
+            entry.job.fence,
+            prior.job.fence,
+            extra=about(entry.job.id),
+        )
         await asyncio.wait({prior.task})
 
     def _writing_result(self, entry: Running) -> None:
@@ -357,24 +392,40 @@ class JobRunner:
         except Exception as exc:  # database away: try again; in the end the lease expires and it runs elsewhere
             for entry in ending:
                 if entry.tries < len(RECORD_RETRIES):
-                    log.warning("could not record job %s yet (%s); trying again", entry.job.id, exc,
-                                extra=about(entry.job.id))
+                    log.warning(
+                        "could not record job %s yet (%s); trying again", entry.job.id, exc, extra=about(entry.job.id)
+                    )
                     again.append(entry)
                 else:
-                    log.warning("could not record job %s (%s); its lease will expire and it will be re-run",
-                                entry.job.id, exc, extra=about(entry.job.id))
+                    log.warning(
+                        "could not record job %s (%s); its lease will expire and it will be re-run",
+                        entry.job.id,
+                        exc,
+                        extra=about(entry.job.id),
+                    )
                     done.append((entry, Outcome.LOST))
         else:
             debug = log.isEnabledFor(logging.DEBUG)
             for entry, state in zip(ending, states):
                 job, (outcome, error, _, _) = entry.job, entry.ending
                 if state is None:
-                    log.warning("result of job %s refused by its fence: another machine owns it now", job.id,
-                                extra=about(job.id))
+                    log.warning(
+                        "result of job %s refused by its fence: another machine owns it now",
+                        job.id,
+                        extra=about(job.id),
+                    )
                 elif debug or outcome != Outcome.SUCCEEDED:  # thousands a second on a busy node: successes at debug
                     level = logging.DEBUG if outcome == Outcome.SUCCEEDED else logging.INFO
-                    log.log(level, "job %s attempt %s %s -> %s%s", job.id, job.attempts, outcome, state,
-                            f" ({error})" if error else "", extra=about(job.id))
+                    log.log(
+                        level,
+                        "job %s attempt %s %s -> %s%s",
+                        job.id,
+                        job.attempts,
+                        outcome,
+                        state,
+                        f" ({error})" if error else "",
+                        extra=about(job.id),
+                    )
                 done.append((entry, outcome if state else Outcome.LOST))
         self._done(done)
         return again

@@ -108,6 +108,11 @@ class Tally:
 
     def read(self) -> Reading:
         with self._lock:
-            return Reading(dict(self._claimed), dict(self._ended),
-                           {labels: buckets.copy() for labels, buckets in self._durations.items()},
-                           self._lateness.copy(), self._renewals_failed, self._fences)
+            return Reading(
+                dict(self._claimed),
+                dict(self._ended),
+                {labels: buckets.copy() for labels, buckets in self._durations.items()},
+                self._lateness.copy(),
+                self._renewals_failed,
+                self._fences,
+            )

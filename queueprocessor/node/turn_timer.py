@@ -36,8 +36,15 @@ LATELY_DEAD = 60.0  # seconds after a peer's death during which every claim also
 FREED_WAIT = 0.05
 
 
-def turn_timer_wait(known: KnownMachines, me: int, now: float, liveness: Liveness, config: NodeConfig,
-                    last_taken: int, error_bound: float) -> float | None:
+def turn_timer_wait(
+    known: KnownMachines,
+    me: int,
+    now: float,
+    liveness: Liveness,
+    config: NodeConfig,
+    last_taken: int,
+    error_bound: float,
+) -> float | None:
     """How long an idle active node's turn timer may sleep (None: until woken): until we are surely inside our
     next slot under the roster we know, or that roster changes by itself (a newcomer's join delay, a suspect's
     dead timeout), whichever comes first."""
@@ -126,8 +133,15 @@ class TurnTimer:
         now = self.estimator.db_now()
         if self._direct or self._pushed.is_set() or self._backlog_slot >= slot_of(now, self.config.period) - 2:
             return self.config.tick
-        return turn_timer_wait(self.node.known, self.node.id, now, self.node.liveness(), self.config,
-                               self._last_slot, self.estimator.error_bound())
+        return turn_timer_wait(
+            self.node.known,
+            self.node.id,
+            now,
+            self.node.liveness(),
+            self.config,
+            self._last_slot,
+            self.estimator.error_bound(),
+        )
 
     def _roster(self, now: float, known: KnownMachines | None = None) -> list[int]:
         """The roster at `now` by our copy of the machine rows (`known`: one already read, to read more from)."""
@@ -147,8 +161,17 @@ class TurnTimer:
         slot = slot_of(now, self.config.period)
         free = self.node.runner.room(self.config.capacity)
         if slot != self._last_slot:
-            if turn_to_take(self._roster(now), self.node.id, now, self.config.period, self.estimator.error_bound(),
-                            self._last_slot) is not None:
+            if (
+                turn_to_take(
+                    self._roster(now),
+                    self.node.id,
+                    now,
+                    self.config.period,
+                    self.estimator.error_bound(),
+                    self._last_slot,
+                )
+                is not None
+            ):
                 self._last_slot = slot
                 self._pushed.clear()  # the turn's claim covers what the notice announced
                 self._materialise_due()
@@ -222,8 +245,9 @@ class TurnTimer:
         settled = self.node.settled(now)
         if len(turn.claimed) >= free and settled:
             self.store.requeue_expired(before=now)
-        self._flag_backlog(slot, free, len(turn.claimed), turn.elsewhere_due,
-                           expired=not settled and self.store.any_expired())
+        self._flag_backlog(
+            slot, free, len(turn.claimed), turn.elsewhere_due, expired=not settled and self.store.any_expired()
+        )
         if slot % max(1, round(self.config.housekeeping / self.config.period)) == 0 or self._housekeep_more:
             self._housekeep()
 
@@ -243,8 +267,9 @@ class TurnTimer:
         self._housekeep_more = False
         self.sweep.set()
 
-    def _flag_backlog(self, slot: int, free: int, claimed: int, elsewhere_due: bool | None = None,
-                      expired: bool = False) -> None:
+    def _flag_backlog(
+        self, slot: int, free: int, claimed: int, elsewhere_due: bool | None = None, expired: bool = False
+    ) -> None:
         """Log what our turn (or a claim on a push notice within it) took; if it found more than we had
         room for (any at all, when we are full), due work in a queue we do not serve that a live peer does
         (`elsewhere_due`, when our turn's statement looked already), or leases run out that it could not take
@@ -294,15 +319,29 @@ class TurnTimer:
         options = self._claim_options()  # expired leases go back to work on turns (DESIGN 3)
         sent = self.clock.monotonic()
         looks = Looks(tuple(sorted(self.node.guarded)), self._served_elsewhere(), self.config.served.names)
-        turn = self.store.take_turn_and_claim(slot, self.node.id, free, self.config.lease,
-                                              horizon=self.config.claim_ahead, plan=self._plan(free), looks=looks,
-                                              ends=slot_end(slot, self.config.period), **options)
+        turn = self.store.take_turn_and_claim(
+            slot,
+            self.node.id,
+            free,
+            self.config.lease,
+            horizon=self.config.claim_ahead,
+            plan=self._plan(free),
+            looks=looks,
+            ends=slot_end(slot, self.config.period),
+            **options,
+        )
         if not turn.won:
             return None
         claimed = turn.claimed
         if turn.guarded_due and free > 0:
-            claimed = self.store.claim(self.node.id, free, self.config.lease, horizon=self.config.claim_ahead,
-                                       plan=self._plan(free, guarded=True), **options)
+            claimed = self.store.claim(
+                self.node.id,
+                free,
+                self.config.lease,
+                horizon=self.config.claim_ahead,
+                plan=self._plan(free, guarded=True),
+                **options,
+            )
         self._start(claimed, sent)
         return replace(turn, claimed=claimed)
 
@@ -316,8 +355,14 @@ class TurnTimer:
         # scan of the running jobs' lease entries, live and dead.
         options["take_expired"] = options["take_expired"] and self._peer_lately_dead(options["expired_before"])
         sent = self.clock.monotonic()
-        jobs = self.store.claim(self.node.id, limit, self.config.lease, horizon=horizon,
-                                plan=self._plan(limit, guarded and bool(self.node.guarded)), **options)
+        jobs = self.store.claim(
+            self.node.id,
+            limit,
+            self.config.lease,
+            horizon=horizon,
+            plan=self._plan(limit, guarded and bool(self.node.guarded)),
+            **options,
+        )
         self._start(jobs, sent)
         return len(jobs)
 
@@ -334,16 +379,22 @@ class TurnTimer:
         such work is due (see _claim, _take_turn), and never by the claims of a backlog."""
         capped, ours = dict(self.config.served.caps), self.node.guarded  # read once: the heartbeat may replace it
         names = sorted(set(capped) - ours) + (sorted(ours) if guarded else [])
-        alone = tuple((name, min(free, capped[name] - self.node.runner.held_in(name)) if name in capped else free,
-                       name in ours) for name in names)
+        alone = tuple(
+            (name, min(free, capped[name] - self.node.runner.held_in(name)) if name in capped else free, name in ours)
+            for name in names
+        )
         return Plan(self.config.served.names, alone)
 
     def _peer_lately_dead(self, now: float) -> bool:
         """Did a machine die within the last minute (so its jobs' leases may be running out now)?"""
         liveness = self.node.liveness()
-        return any(m["id"] != self.node.id and m["state"] != MachineState.STOPPED
-                   and liveness.is_dead(m["last_seen"], now)
-                   and now - m["last_seen"] < self.config.dead_after + LATELY_DEAD for m in self.node.known.machines())
+        return any(
+            m["id"] != self.node.id
+            and m["state"] != MachineState.STOPPED
+            and liveness.is_dead(m["last_seen"], now)
+            and now - m["last_seen"] < self.config.dead_after + LATELY_DEAD
+            for m in self.node.known.machines()
+        )
 
     def notice(self, payload: str) -> None:
         """A push notice (listener thread): new work, or another machine's backlog to help with."""

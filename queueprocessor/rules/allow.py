@@ -23,7 +23,8 @@ EXECUTORS = ("http", "python", "command")
 METHODS = ("GET", "POST")
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 _PYTHON_TARGET = re.compile(
-    r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<function>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
+    r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<function>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$"
+)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ def check_allowed(spec: "JobSpec", published: list[str]) -> None:
 
 # -- HTTP -------------------------------------------------------------------
 
+
 def check_syntax(spec: "JobSpec") -> str | None:
     """A path relative to the node's http_base, or an absolute http(s) URL: returns its host (None if relative)."""
     if spec.method not in METHODS:
@@ -97,8 +99,9 @@ def check_syntax(spec: "JobSpec") -> str | None:
     if not (parts.scheme or parts.netloc or spec.target.startswith("//")):
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidJob(f"HTTP job target {echoed(spec.target)} is neither a path such as /reports/run nor an "
-                         "http(s) URL")
+        raise InvalidJob(
+            f"HTTP job target {echoed(spec.target)} is neither a path such as /reports/run nor an http(s) URL"
+        )
     return parts.hostname
 
 
@@ -109,6 +112,7 @@ def check_host(spec: "JobSpec", hosts: tuple[str, ...]) -> None:
 
 
 # -- Python -----------------------------------------------------------------
+
 
 def parse_target(target: str) -> tuple[str, str]:
     """Split `package.module:function` into module and attribute path."""
@@ -133,6 +137,7 @@ def check_module(target: str, prefixes: tuple[str, ...]) -> None:
 
 # -- commands ---------------------------------------------------------------
 
+
 def parse_argv(target: str) -> list[str]:
     """A command job's target, a JSON list of strings: the argv it runs, never re-split by a shell."""
     try:
@@ -140,8 +145,9 @@ def parse_argv(target: str) -> list[str]:
     except json.JSONDecodeError:
         argv = None
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv) or not argv[0]:
-        raise InvalidJob(f"command job target {echoed(target)} is not a JSON list of strings "
-                         "such as [\"backup\", \"--full\"]")
+        raise InvalidJob(
+            f'command job target {echoed(target)} is not a JSON list of strings such as ["backup", "--full"]'
+        )
     return argv
 
 

@@ -101,27 +101,48 @@ class NotAllowed(InvalidJob):
     `allowed` (the list), `option` (the Farm.node keyword that extends it), `target` (the job's, for a host) and
     `where` (on this machine; on any live machine at an enqueuer's door check)."""
 
-    def __init__(self, kind: str, value: str, allowed: tuple[str, ...], option: str, *, target: str | None = None,
-                 where: str = "on this machine"):
-        self.kind, self.value, self.allowed, self.option, self.target, self.where = \
-            kind, value, allowed, option, target, where
+    def __init__(
+        self,
+        kind: str,
+        value: str,
+        allowed: tuple[str, ...],
+        option: str,
+        *,
+        target: str | None = None,
+        where: str = "on this machine",
+    ):
+        self.kind, self.value, self.allowed, self.option, self.target, self.where = (
+            kind,
+            value,
+            allowed,
+            option,
+            target,
+            where,
+        )
         super().__init__(self.say())
 
     def elsewhere(self) -> "NotAllowed":
         """The same refusal by every live machine."""
-        return NotAllowed(self.kind, self.value, self.allowed, self.option, target=self.target,
-                          where="on any live machine")
+        return NotAllowed(
+            self.kind, self.value, self.allowed, self.option, target=self.target, where="on any live machine"
+        )
 
     def say(self, name: Callable[[str], str] = str) -> str:
         allowed = ", ".join(self.allowed)
         if self.kind == "host":
-            return (f"HTTP job target {echoed(self.target)}: host {echoed(self.value)} is not allowed {self.where}; "
-                    f"allowed hosts: {allowed} (add one with {name(self.option)})")
+            return (
+                f"HTTP job target {echoed(self.target)}: host {echoed(self.value)} is not allowed {self.where}; "
+                f"allowed hosts: {allowed} (add one with {name(self.option)})"
+            )
         if self.kind == "command":
-            return (f"command {echoed(self.value)} is not allowed {self.where}; "
-                    f"allowed: {allowed or f'none (start the node with {name(self.option)} NAME)'}")
-        return (f"Python module {echoed(self.value)} is not allowed {self.where}; "
-                f"allowed prefixes: {allowed or f'none (start the node with {name(self.option)} PREFIX)'}")
+            return (
+                f"command {echoed(self.value)} is not allowed {self.where}; "
+                f"allowed: {allowed or f'none (start the node with {name(self.option)} NAME)'}"
+            )
+        return (
+            f"Python module {echoed(self.value)} is not allowed {self.where}; "
+            f"allowed prefixes: {allowed or f'none (start the node with {name(self.option)} PREFIX)'}"
+        )
 
 
 class LostLease(QPError):

@@ -52,9 +52,13 @@ class JsonLines(logging.Formatter):
         self.machine = machine
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-                 "level": record.levelname, "logger": record.name, "machine": self.machine,
-                 "message": record.getMessage()}
+        entry = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "machine": self.machine,
+            "message": record.getMessage(),
+        }
         if getattr(record, "job_id", None) is not None:
             entry["job_id"] = record.job_id
         if record.exc_info or record.exc_text:

@@ -54,8 +54,12 @@ def check_order_key(key: str | None) -> str | None:
     if key is None:
         return None
     if not isinstance(key, str) or not key or len(key) > MAX_ORDER_KEY:
-        raise BadQueueInput("{0} {value} is refused: an order key is {limit}", "order_key", value=key,
-                            limit=f"1 to {MAX_ORDER_KEY} characters")
+        raise BadQueueInput(
+            "{0} {value} is refused: an order key is {limit}",
+            "order_key",
+            value=key,
+            limit=f"1 to {MAX_ORDER_KEY} characters",
+        )
     return key
 
 
@@ -83,8 +87,12 @@ class Rate:
         count = found and found.group(1)
         unit = found and _UNITS.get(found.group(2).lower())
         if not found or not count.isdigit() or unit is None or not 1 <= int(count) <= MAX_LIMIT:
-            raise BadQueueInput("{0} {value} is not a rate: use {limit}", "rate", value=text,
-                                limit=f"a whole number of starts from 1 to {MAX_LIMIT} per s, min or h, e.g. 10/s")
+            raise BadQueueInput(
+                "{0} {value} is not a rate: use {limit}",
+                "rate",
+                value=text,
+                limit=f"a whole number of starts from 1 to {MAX_LIMIT} per s, min or h, e.g. 10/s",
+            )
         return cls(int(count), unit)
 
     @property
@@ -137,14 +145,19 @@ class Served:
             check_name(name, "queues")
             if colon:
                 if not cap.strip().isdigit() or not 1 <= int(cap) <= MAX_LIMIT:
-                    raise BadQueueInput("{0} {value}: a machine's own limit for a queue is {limit}", "queues",
-                                        value=part.strip(), limit=f"NAME:N, N a whole number from 1 to {MAX_LIMIT}")
+                    raise BadQueueInput(
+                        "{0} {value}: a machine's own limit for a queue is {limit}",
+                        "queues",
+                        value=part.strip(),
+                        limit=f"NAME:N, N a whole number from 1 to {MAX_LIMIT}",
+                    )
                 caps.append((name, int(cap)))
             if name not in names:
                 names.append(name)
         if not names:
-            raise BadQueueInput("{0} {value} names no queue: give names separated by commas, e.g. reports,default",
-                                "queues", value=text)
+            raise BadQueueInput(
+                "{0} {value} names no queue: give names separated by commas, e.g. reports,default", "queues", value=text
+            )
         return cls(tuple(names), tuple(caps))
 
     @property
@@ -169,4 +182,3 @@ def serving_machines(live: list[dict], queue: str) -> tuple[str, ...]:
 def served_names(stored: str | None) -> tuple[str, ...]:
     """A machine row's served queues as the contract shows them: a tuple of names, () for every queue."""
     return Served.parse(stored).names if stored else ()
-

@@ -83,8 +83,9 @@ def upcoming_turn(ids: list[int], me: int, db_now: float, period: float, last_ta
     return turn
 
 
-def turn_to_take(ids: list[int], me: int, db_now: float, period: float, error_bound: float,
-                 last_taken: int) -> int | None:
+def turn_to_take(
+    ids: list[int], me: int, db_now: float, period: float, error_bound: float, last_taken: int
+) -> int | None:
     """The slot whose turn we take now, if any: ours under this roster, not taken yet, and begun by more than
     our clock's error bound, so that by our estimate it has surely begun in database time."""
     slot = slot_of(db_now, period)
@@ -134,8 +135,10 @@ class KnownMachines:
         self.version = version
         self._rows = {row["id"]: row for row in rows}
         self._memo = None
-        self.update(before, {row["id"]: row["last_seen"] for row in rows
-                             if row["state"] in CHECKING_IN and row["last_seen"] < before})
+        self.update(
+            before,
+            {row["id"]: row["last_seen"] for row in rows if row["state"] in CHECKING_IN and row["last_seen"] < before},
+        )
 
     def update(self, before: float, suspects: dict[int, float]) -> bool:
         """A heartbeat read under our version: the machines checking in last seen before `before`. Whether the
@@ -160,8 +163,11 @@ class KnownMachines:
 
     def dead(self, db_now: float, liveness: Liveness) -> list[tuple[int, float]]:
         """(id, last_seen) of the suspects this judge finds dead: to bury, so that nobody reads them again."""
-        return [(machine_id, seen) for machine_id, seen in self._suspects.items()
-                if machine_id in self._rows and liveness.is_dead(seen, db_now)]
+        return [
+            (machine_id, seen)
+            for machine_id, seen in self._suspects.items()
+            if machine_id in self._rows and liveness.is_dead(seen, db_now)
+        ]
 
     def name(self, machine_id: int) -> str:
         """A known machine's name, for what an operator reads (ids mean nothing to them)."""
@@ -187,14 +193,22 @@ class KnownMachines:
         machine's bound then ages past the dead timeout)."""
         key = (self.version, liveness, join_delay)
         memo = self._memo  # (key, valid from, valid until, roster)
-        if (memo is not None and memo[0] == key and memo[1] <= db_now < memo[2]
-                and db_now < liveness.dies_at(self._fresh_since)):
+        if (
+            memo is not None
+            and memo[0] == key
+            and memo[1] <= db_now < memo[2]
+            and db_now < liveness.dies_at(self._fresh_since)
+        ):
             return memo[3]
         rows = self.machines()
         ids = roster(rows, db_now, liveness, join_delay)
         changes = [row["joined_at"] + join_delay for row in rows if row["state"] == MachineState.ACTIVE]
         changes += [liveness.dies_at(seen) for seen in self._suspects.values()]
         # Valid from the last change before now (our estimate of now may step back a little) to the next one.
-        self._memo = (key, max((t for t in changes if t < db_now), default=-math.inf),
-                      min((t for t in changes if t >= db_now), default=math.inf), ids)
+        self._memo = (
+            key,
+            max((t for t in changes if t < db_now), default=-math.inf),
+            min((t for t in changes if t >= db_now), default=math.inf),
+            ids,
+        )
         return ids

@@ -28,8 +28,15 @@ from .errors import BadJobInput, InvalidJob, echoed
 
 MISFIRE = ("skip", "once", "all")
 MIN_EVERY = 0.1  # seconds; finer than the turn clock is meaningless
-MACROS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
-          "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *"}
+MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 MAX_PER_PASS = 1000  # occurrences made into jobs per schedule per turn (the rest wait for the next turn)
 
 
@@ -48,8 +55,9 @@ class Recurrence:
             raise BadJobInput("give a schedule either {0} EXPRESSION or {1} SECONDS", "cron", "every")
         if every is not None:
             if tz is not None:
-                raise BadJobInput("{0} only applies to {1} schedules (an interval is the same in every zone)",
-                                  "tz", "cron")
+                raise BadJobInput(
+                    "{0} only applies to {1} schedules (an interval is the same in every zone)", "tz", "cron"
+                )
             if not math.isfinite(every) or every < MIN_EVERY:
                 raise BadJobInput.out_of("every", every, f"at least {MIN_EVERY:g} seconds")
             return cls(every=float(every))
@@ -60,8 +68,10 @@ class Recurrence:
         except (ZoneInfoNotFoundError, ValueError):
             raise InvalidJob(f"unknown time zone {echoed(tz)}: use an IANA name such as Europe/Berlin or UTC") from None
         if len(cron.split()) not in (5, 6) or not _croniter().is_valid(cron):
-            raise InvalidJob(f"malformed cron expression {echoed(cron)}: expected 5 fields (minute hour day month "
-                             "weekday), e.g. '30 2 * * *', or 6 with seconds last")
+            raise InvalidJob(
+                f"malformed cron expression {echoed(cron)}: expected 5 fields (minute hour day month "
+                "weekday), e.g. '30 2 * * *', or 6 with seconds last"
+            )
         recurrence = cls(cron=cron, tz=tz)
         try:
             recurrence.after(datetime.now(timezone.utc).timestamp())
@@ -151,8 +161,9 @@ class Plan:
     next_run: float
 
 
-def plan(recurrence: Recurrence, next_run: float, now: float, *, ahead: float, period: float, misfire: str,
-         grace: float) -> Plan:
+def plan(
+    recurrence: Recurrence, next_run: float, now: float, *, ahead: float, period: float, misfire: str, grace: float
+) -> Plan:
     """The occurrences from `next_run` up to `now + ahead` that should become jobs (see the module's rules)."""
     occ = next_run
     if occ < now - grace:  # everything before the grace window is dropped whatever the policy
@@ -183,4 +194,3 @@ def check_policy(misfire: str, grace: float) -> None:
 def check_name(name: str) -> None:
     if not name or len(name) > 200 or "@" in name or name != name.strip():
         raise InvalidJob(f"schedule name {echoed(name)} must be 1-200 characters without '@' or surrounding spaces")
-

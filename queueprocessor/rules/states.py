@@ -60,8 +60,9 @@ class Wish(StrEnum):
 
     @property
     def leads_to(self) -> MachineState:
-        return {Wish.PAUSE: MachineState.PAUSED, Wish.RESUME: MachineState.ACTIVE,
-                Wish.DRAIN: MachineState.DRAINING}[self]
+        return {Wish.PAUSE: MachineState.PAUSED, Wish.RESUME: MachineState.ACTIVE, Wish.DRAIN: MachineState.DRAINING}[
+            self
+        ]
 
 
 class Kind(StrEnum):

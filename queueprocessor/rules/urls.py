@@ -15,8 +15,11 @@ _PASSWORD_IN_TEXT = re.compile(r"((?:^|(?<=[\s'\"(=]))(?:[A-Za-z][\w+.-]*)?:?/*[
 # {braces}: after a plain "=" to the next ";" or the end ("&" may be the password's own in a connection
 # string, and "%3B" is a URL-encoded password's own ";"); after an encoded "%3D" (an ODBC connection string
 # inside a URL) to the next "%3B" or ";".
-_PASSWORD_PARAM = re.compile(r"((?:password|pwd)=)(?:\{[^}]*\}?)?[^;]*"
-                             r"|((?:password|pwd)%3D)(?:%7B.*?(?:%7D|$))?(?:(?!%3B)[^;])*", re.IGNORECASE)
+_PASSWORD_PARAM = re.compile(
+    r"((?:password|pwd)=)(?:\{[^}]*\}?)?[^;]*"
+    r"|((?:password|pwd)%3D)(?:%7B.*?(?:%7D|$))?(?:(?!%3B)[^;])*",
+    re.IGNORECASE,
+)
 
 
 def default_url(file: str = "farm.db") -> str:

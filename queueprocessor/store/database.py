@@ -46,11 +46,15 @@ def parse_url(text: str) -> URL:
             "sqlite:///path/farm.db or postgresql://user:password@host/dbname"
         ) from None
     if url.host and "@" in url.host:  # an "@" in the password, unencoded: the driver's errors would show the rest
-        raise ConfigError(f"the password in the database URL {mask(text)} contains '@': write it as %40, "
-                          "e.g. postgresql://user:p%40ss@host/dbname")
+        raise ConfigError(
+            f"the password in the database URL {mask(text)} contains '@': write it as %40, "
+            "e.g. postgresql://user:p%40ss@host/dbname"
+        )
     if url.get_backend_name() == "sqlite" and (url.host or url.port):  # sqlite://rel/path: "rel" is a host
-        raise ConfigError(f"the SQLite URL {mask(url)} names a host: a file takes three slashes, e.g. "
-                          "sqlite:///relative/farm.db, or four for an absolute path, sqlite:////srv/qp/farm.db")
+        raise ConfigError(
+            f"the SQLite URL {mask(url)} names a host: a file takes three slashes, e.g. "
+            "sqlite:///relative/farm.db, or four for an absolute path, sqlite:////srv/qp/farm.db"
+        )
     if url.drivername in _DRIVERS:
         url = url.set(drivername=_DRIVERS[url.drivername])
     if url.get_backend_name() not in ("sqlite", "postgresql", "mssql"):
@@ -58,8 +62,10 @@ def parse_url(text: str) -> URL:
             f"unsupported database {url.get_backend_name()!r} in {mask(url)}: use sqlite, postgresql or mssql"
         )
     if url.get_backend_name() == "mssql" and url.host and not {"driver", "odbc_connect"} & set(url.query):
-        raise ConfigError(f"the SQL Server URL {mask(url)} does not name its ODBC driver: add "
-                          "?driver=ODBC+Driver+18+for+SQL+Server (or the driver installed on this machine)")
+        raise ConfigError(
+            f"the SQL Server URL {mask(url)} does not name its ODBC driver: add "
+            "?driver=ODBC+Driver+18+for+SQL+Server (or the driver installed on this machine)"
+        )
     return url
 
 
@@ -71,8 +77,12 @@ def listen_url(text: str) -> URL:
     except ConfigError as error:
         raise BadSetting("{0}: {reason}", "listen_db", reason=str(error)) from None
     if url.get_backend_name() != "postgresql":
-        raise BadSetting("{0} {url} is not a PostgreSQL URL: push listens on PostgreSQL only; give the server's own "
-                         "address, e.g. postgresql://user:password@dbhost:5432/farm", "listen_db", url=mask(url))
+        raise BadSetting(
+            "{0} {url} is not a PostgreSQL URL: push listens on PostgreSQL only; give the server's own "
+            "address, e.g. postgresql://user:password@dbhost:5432/farm",
+            "listen_db",
+            url=mask(url),
+        )
     return url
 
 
@@ -122,8 +132,14 @@ def open_engine(text: str, pool_size: int = 1, read_only: bool = False, client: 
     connect_args = {} if timeout in url.query else {timeout: CONNECT_TIMEOUT}
     url = labelled(url, client or client_name())
     postgresql = url.get_backend_name() == "postgresql"  # its checkouts are checked without a ping (connections)
-    engine = _create_engine(url, pool_size=pool_size, max_overflow=POOL_OVERFLOW, pool_pre_ping=not postgresql,
-                            pool_recycle=300, connect_args=connect_args)
+    engine = _create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=POOL_OVERFLOW,
+        pool_pre_ping=not postgresql,
+        pool_recycle=300,
+        connect_args=connect_args,
+    )
     if postgresql:
         connections.prepare(engine, read_only)
     return engine
@@ -134,7 +150,9 @@ def _create_engine(url: URL, **options) -> Engine:
         return create_engine(url, **options)
     except ImportError as error:  # the driver, or a library it loads (pyodbc needs unixODBC's libodbc)
         missing = error.name if isinstance(error, ModuleNotFoundError) else str(error).split(":")[0]
-        raise ConfigError(f"the driver for {mask(url)} cannot be loaded ({missing}): install it on this machine") from None
+        raise ConfigError(
+            f"the driver for {mask(url)} cannot be loaded ({missing}): install it on this machine"
+        ) from None
 
 
 def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
@@ -146,8 +164,10 @@ def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise ConfigError(f"cannot use the SQLite database {url.database}: its folder {folder} cannot be "
-                              f"created ({error.strerror})") from None
+            raise ConfigError(
+                f"cannot use the SQLite database {url.database}: its folder {folder} cannot be "
+                f"created ({error.strerror})"
+            ) from None
     engine = _create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
@@ -175,17 +195,25 @@ def describe_failure(error: exc.DBAPIError, url: str | URL) -> DatabaseUnavailab
     """Turn a driver error into one line that names the database (masked) and a next step."""
     reason = str(getattr(error, "orig", error)).strip().splitlines()[0] if str(error) else type(error).__name__
     sqlite = str(url).startswith("sqlite") if not isinstance(url, URL) else url.get_backend_name() == "sqlite"
-    hint = ("check that the file is a QueueProcessor farm's SQLite database, or name another with {0}" if sqlite
-            else "check the URL, that the server is running, and the user name and password")
-    return UnusableDatabase("cannot use the database {url}: {reason} — " + hint, *(("db",) if sqlite else ()),
-                            url=mask(url), reason=mask(reason))
+    hint = (
+        "check that the file is a QueueProcessor farm's SQLite database, or name another with {0}"
+        if sqlite
+        else "check the URL, that the server is running, and the user name and password"
+    )
+    return UnusableDatabase(
+        "cannot use the database {url}: {reason} — " + hint,
+        *(("db",) if sqlite else ()),
+        url=mask(url),
+        reason=mask(reason),
+    )
 
 
 def unreachable(error: Exception) -> bool:
     """Is this the database being out of reach (refused, dropped, timed out, locked), not a statement it refused
     or a fault of ours? Only then does a node say the database is unreachable."""
-    return (isinstance(error, (exc.OperationalError, exc.InterfaceError, exc.TimeoutError, OSError))
-            or bool(getattr(error, "connection_invalidated", False)))
+    return isinstance(error, (exc.OperationalError, exc.InterfaceError, exc.TimeoutError, OSError)) or bool(
+        getattr(error, "connection_invalidated", False)
+    )
 
 
 def ensure_schema(engine: Engine) -> bool:
@@ -216,8 +244,9 @@ def check_schema(engine: Engine) -> None:
 
 
 def _no_farm(url: URL) -> NotFound:
-    return NotFound(f"there is no QueueProcessor farm in {mask(url)} yet: start a node there", what="farm",
-                    ref=mask(url))
+    return NotFound(
+        f"there is no QueueProcessor farm in {mask(url)} yet: start a node there", what="farm", ref=mask(url)
+    )
 
 
 def _schema_version(conn) -> str | None:

@@ -18,8 +18,23 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from sqlalchemy import (String, Text, and_, bindparam, delete, exc, false, func, insert, literal, null, or_, select,
-                        union_all, update)
+from sqlalchemy import (
+    String,
+    Text,
+    and_,
+    bindparam,
+    delete,
+    exc,
+    false,
+    func,
+    insert,
+    literal,
+    null,
+    or_,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import Select
 
@@ -29,9 +44,21 @@ from ..rules.errors import DuplicateKey, LostLease, NotFound, QPError, echoed
 from ..rules.queues import DEFAULT, Served
 from .schema import Id, jobs, machines, meta, queues, runs, turns
 from ..rules.states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
-from .statements import (LOST, bump_roster, checkin_statement, claim_statement, finish_statement, freed_statement,
-                         gated_now, looks_statement, newest_backlog, renew_statement, taken_statement, turn_statement,
-                         unpaused)
+from .statements import (
+    LOST,
+    bump_roster,
+    checkin_statement,
+    claim_statement,
+    finish_statement,
+    freed_statement,
+    gated_now,
+    looks_statement,
+    newest_backlog,
+    renew_statement,
+    taken_statement,
+    turn_statement,
+    unpaused,
+)
 
 CLOCK = select(db_now())  # built once: Raw compiles each statement it is given once
 KEEP = 5.0  # seconds a node without jobs keeps the connection for their results after its last use (see Held)
@@ -148,8 +175,7 @@ class Looks:
     def params(self) -> dict:
         params = {"b_guarded": list(self.guarded)} if self.guarded else {}
         if self.elsewhere is not None:
-            params |= dict(b_elsewhere=list(self.elsewhere), b_any_other=not self.elsewhere,
-                           b_served=list(self.served))
+            params |= dict(b_elsewhere=list(self.elsewhere), b_any_other=not self.elsewhere, b_served=list(self.served))
         return params
 
 
@@ -189,8 +215,14 @@ class Raw:
         except self.engine.dialect.loaded_dbapi.Error as error:
             if self.engine.dialect.is_disconnect(error, dbapi_connection, None):
                 conn.invalidate()
-            raise exc.DBAPIError.instance(compiled.string, params, error, self.engine.dialect.loaded_dbapi.Error,
-                                          hide_parameters=True, dialect=self.engine.dialect) from None
+            raise exc.DBAPIError.instance(
+                compiled.string,
+                params,
+                error,
+                self.engine.dialect.loaded_dbapi.Error,
+                hide_parameters=True,
+                dialect=self.engine.dialect,
+            ) from None
 
 
 class Held:
@@ -254,7 +286,8 @@ def _close_quietly(conn) -> None:
 def _with_owner_name(statement):
     """Operators know machines by name: a job read for them carries its owner's (`owner_name`) beside the id."""
     return statement.add_columns(machines.c.name.label("owner_name")).select_from(
-        jobs.outerjoin(machines, machines.c.id == jobs.c.owner))
+        jobs.outerjoin(machines, machines.c.id == jobs.c.owner)
+    )
 
 
 @functools.cache
@@ -262,19 +295,38 @@ def run_history():
     """Every run, as rows of qp_runs: those that ended, and those in progress. A run's row is written once, when it
     ends (a claim and a finish are each one write per job on the hot path); until then the run is its job's row,
     running, with its owner, fence, attempt and start, and is read from there (its `id` is NULL)."""
-    ended = select(runs.c.id, runs.c.job_id, runs.c.attempt, runs.c.machine_id, runs.c.fence, runs.c.started_at,
-                   runs.c.finished_at, runs.c.outcome, runs.c.error, runs.c.output)
-    running = select(null().label("id"), jobs.c.id.label("job_id"), jobs.c.attempts.label("attempt"),
-                     jobs.c.owner.label("machine_id"), jobs.c.fence, jobs.c.started_at, null().label("finished_at"),
-                     literal(Outcome.RUNNING, String).label("outcome"), null().label("error"), null().label("output")
-                     ).where(jobs.c.state == JobState.RUNNING)
+    ended = select(
+        runs.c.id,
+        runs.c.job_id,
+        runs.c.attempt,
+        runs.c.machine_id,
+        runs.c.fence,
+        runs.c.started_at,
+        runs.c.finished_at,
+        runs.c.outcome,
+        runs.c.error,
+        runs.c.output,
+    )
+    running = select(
+        null().label("id"),
+        jobs.c.id.label("job_id"),
+        jobs.c.attempts.label("attempt"),
+        jobs.c.owner.label("machine_id"),
+        jobs.c.fence,
+        jobs.c.started_at,
+        null().label("finished_at"),
+        literal(Outcome.RUNNING, String).label("outcome"),
+        null().label("error"),
+        null().label("output"),
+    ).where(jobs.c.state == JobState.RUNNING)
     return union_all(ended, running).subquery("runs")
 
 
 def _with_machine_name(statement, table):
     """The same for a table whose rows name a machine by `machine_id` (runs, turns): `machine_name`."""
     return statement.add_columns(machines.c.name.label("machine_name")).select_from(
-        table.outerjoin(machines, machines.c.id == table.c.machine_id))
+        table.outerjoin(machines, machines.c.id == table.c.machine_id)
+    )
 
 
 def _run_ended(machine_id: int, *guard):
@@ -283,10 +335,18 @@ def _run_ended(machine_id: int, *guard):
     is its job's row (see run_history); finish_statement writes it so on PostgreSQL."""
     return insert(runs).from_select(
         ["job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error", "output"],
-        select(jobs.c.id, jobs.c.attempts, literal(machine_id, Id), jobs.c.fence, jobs.c.started_at, db_now(),
-               bindparam("b_outcome", type_=String), bindparam("b_error", type_=Text),
-               bindparam("b_output", type_=Text))
-        .where(jobs.c.id == bindparam("b_id"), *guard))
+        select(
+            jobs.c.id,
+            jobs.c.attempts,
+            literal(machine_id, Id),
+            jobs.c.fence,
+            jobs.c.started_at,
+            db_now(),
+            bindparam("b_outcome", type_=String),
+            bindparam("b_error", type_=Text),
+            bindparam("b_output", type_=Text),
+        ).where(jobs.c.id == bindparam("b_id"), *guard),
+    )
 
 
 def _free(conn, queues_left: Iterable[str]) -> None:
@@ -301,8 +361,11 @@ def _ran_out(before: float | None = None) -> list:
     """A running job whose lease ran out (before `before` too, database time, if given): what a take-over takes,
     as the statements outside the claim state it (the claim states it with its own bound time: see
     statements.claim_statement)."""
-    return [jobs.c.state == JobState.RUNNING, jobs.c.lease_until < db_now(),
-            *([jobs.c.lease_until < before] if before is not None else [])]
+    return [
+        jobs.c.state == JobState.RUNNING,
+        jobs.c.lease_until < db_now(),
+        *([jobs.c.lease_until < before] if before is not None else []),
+    ]
 
 
 def _most_urgent_first(claimed: Iterable[Claimed]) -> list[Claimed]:
@@ -401,26 +464,63 @@ class Store:
 
     # -- machines ---------------------------------------------------------
 
-    def register(self, *, name: str, host: str, instance: str, pid: int, version: str, capacity: int,
-                 allow: str | None = None, queues: str = "") -> int:
+    def register(
+        self,
+        *,
+        name: str,
+        host: str,
+        instance: str,
+        pid: int,
+        version: str,
+        capacity: int,
+        allow: str | None = None,
+        queues: str = "",
+    ) -> int:
         """A new machine row; `queues` as typed after --queues (queues.Served), "" for every queue."""
         values = dict(
-            name=name, host=host, instance=instance, pid=pid, version=version, capacity=capacity, allow=allow,
+            name=name,
+            host=host,
+            instance=instance,
+            pid=pid,
+            version=version,
+            capacity=capacity,
+            allow=allow,
             queues=queues,
-            state=MachineState.ACTIVE, running=0, done_count=0, failed_count=0,
+            state=MachineState.ACTIVE,
+            running=0,
+            done_count=0,
+            failed_count=0,
         )
         with self.engine.begin() as conn:
             conn.execute(insert(machines).values(joined_at=db_now(), last_seen=db_now(), **values))
             bump_roster(conn)
             return conn.execute(select(machines.c.id).where(machines.c.instance == instance)).scalar_one()
 
-    def heartbeat(self, machine_id: int, *, state: str, applied_wish: str | None, running: int,
-                  done: int, failed: int, offset: float | None, rtt: float | None,
-                  error_bound: float | None) -> bool:
+    def heartbeat(
+        self,
+        machine_id: int,
+        *,
+        state: str,
+        applied_wish: str | None,
+        running: int,
+        done: int,
+        failed: int,
+        offset: float | None,
+        rtt: float | None,
+        error_bound: float | None,
+    ) -> bool:
         """Check in. Clears the wish the node just applied (only if nobody wished again since). One statement
         while the machine's state stays as stored; a new state bumps the roster version with it."""
-        params = dict(b_me=machine_id, b_state=state, b_running=running, b_done=done, b_failed=failed,
-                      b_offset=offset, b_rtt=rtt, b_bound=error_bound)
+        params = dict(
+            b_me=machine_id,
+            b_state=state,
+            b_running=running,
+            b_done=done,
+            b_failed=failed,
+            b_offset=offset,
+            b_rtt=rtt,
+            b_bound=error_bound,
+        )
         applied = applied_wish is not None
         if applied:
             params["b_applied"] = applied_wish
@@ -443,8 +543,11 @@ class Store:
             return self.ask_time(), None, []
         # A machine's queues as names, () for every queue, and its own limits for some ({queue: most at once}).
         served = [Served.parse(r.queues or None) for r in rows]
-        return rows[0][0], rows[0][1], [dict(r._mapping) | {"queues": s.names, "caps": dict(s.caps)}
-                                        for r, s in zip(rows, served)]
+        return (
+            rows[0][0],
+            rows[0][1],
+            [dict(r._mapping) | {"queues": s.names, "caps": dict(s.caps)} for r, s in zip(rows, served)],
+        )
 
     def find_machine(self, ref: str) -> dict:
         """A machine by id, or by name among the machines that are not stopped."""
@@ -472,8 +575,11 @@ class Store:
 
     def mark_stopped(self, machine_id: int) -> None:
         with self.engine.begin() as conn:
-            conn.execute(update(machines).where(machines.c.id == machine_id)
-                         .values(state=MachineState.STOPPED, running=0, last_seen=db_now()))
+            conn.execute(
+                update(machines)
+                .where(machines.c.id == machine_id)
+                .values(state=MachineState.STOPPED, running=0, last_seen=db_now())
+            )
             bump_roster(conn)
 
     # -- turns ------------------------------------------------------------
@@ -484,8 +590,9 @@ class Store:
         always gives it; without it, history is written, as tests and tools do)."""
         return self._record_turn(slot, machine_id, NO_LOOKS, 0.0, ends)[0]
 
-    def _record_turn(self, slot: int, machine_id: int, looks: Looks, horizon: float, ends: float | None
-                     ) -> tuple[bool, bool | None, bool | None]:
+    def _record_turn(
+        self, slot: int, machine_id: int, looks: Looks, horizon: float, ends: float | None
+    ) -> tuple[bool, bool | None, bool | None]:
         """take_turn, and what the looks saw (None: not asked) if it was ours: on SQLite in the same statement,
         on SQL Server in a second one."""
         guarded, elsewhere = bool(looks.guarded), looks.elsewhere is not None
@@ -519,8 +626,12 @@ class Store:
         return bool(self.rows(select(turns.c.slot).where(turns.c.slot >= since_slot, turns.c.backlog).limit(1)))
 
     def read_turns(self, since: float, limit: int = 100_000) -> list[dict]:
-        rows = self.rows(_with_machine_name(select(turns), turns).where(turns.c.taken_at >= since)
-                         .order_by(turns.c.slot).limit(limit))
+        rows = self.rows(
+            _with_machine_name(select(turns), turns)
+            .where(turns.c.taken_at >= since)
+            .order_by(turns.c.slot)
+            .limit(limit)
+        )
         return [dict(r._mapping) for r in rows]
 
     def prune_turns(self, keep_seconds: float) -> int:
@@ -548,10 +659,22 @@ class Store:
         gated = gated_now(literal(spec.queue, String))
         statement = insert(jobs).values(created_at=db_now(), run_at=run_at, gated=gated).returning(jobs.c.id)
         row = dict(
-            executor=spec.executor, target=spec.target, method=spec.method, payload=spec.payload,
-            priority=spec.priority, max_attempts=spec.max_attempts, timeout=spec.timeout, key=spec.key,
-            kind=spec.kind, origin=spec.origin, queue=spec.queue, order_key=spec.order_key, state=JobState.QUEUED,
-            attempts=0, fence=0, cancel_requested=False,
+            executor=spec.executor,
+            target=spec.target,
+            method=spec.method,
+            payload=spec.payload,
+            priority=spec.priority,
+            max_attempts=spec.max_attempts,
+            timeout=spec.timeout,
+            key=spec.key,
+            kind=spec.kind,
+            origin=spec.origin,
+            queue=spec.queue,
+            order_key=spec.order_key,
+            state=JobState.QUEUED,
+            attempts=0,
+            fence=0,
+            cancel_requested=False,
         )
         try:
             with self.engine.begin() as conn:
@@ -560,17 +683,28 @@ class Store:
                 if self.dialect != "postgresql":
                     return [r[0] for r in conn.execute(statement, [row] * count).all()]
                 # The copies made by the database, in one statement: no rows sent, none converted one by one.
-                copies = select(*(literal(value, jobs.c[name].type).label(name) for name, value in row.items()),
-                                db_now().label("created_at"), run_at.label("run_at"), gated.label("gated")
-                                ).select_from(func.generate_series(1, count))
+                copies = select(
+                    *(literal(value, jobs.c[name].type).label(name) for name, value in row.items()),
+                    db_now().label("created_at"),
+                    run_at.label("run_at"),
+                    gated.label("gated"),
+                ).select_from(func.generate_series(1, count))
                 made = insert(jobs).from_select([*row, "created_at", "run_at", "gated"], copies).returning(jobs.c.id)
                 return [r[0] for r in conn.execute(made).all()]
         except exc.IntegrityError:
             raise DuplicateKey(spec.key) from None
 
-    def claim(self, machine_id: int, limit: int, lease: float, *, horizon: float = 0.0,
-              take_expired: bool = True, expired_before: float | None = None, plan: Plan = EVERY_QUEUE
-              ) -> list[Claimed]:
+    def claim(
+        self,
+        machine_id: int,
+        limit: int,
+        lease: float,
+        *,
+        horizon: float = 0.0,
+        take_expired: bool = True,
+        expired_before: float | None = None,
+        plan: Plan = EVERY_QUEUE,
+    ) -> list[Claimed]:
         """Atomically take up to `limit` claimable jobs of the queues `plan` names, best priority first.
 
         Claimable: queued with run_at within `horizon` seconds from now, or (with
@@ -587,28 +721,47 @@ class Store:
         params = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon) | plan.params()
         if expired_before is not None:
             params["b_before"] = expired_before
-        statement = claim_statement(self.dialect, take_expired, expired_before is not None,
-                                    limit if self.dialect == "mssql" else None, served=bool(plan.served),
-                                    branches=plan.branches)
+        statement = claim_statement(
+            self.dialect,
+            take_expired,
+            expired_before is not None,
+            limit if self.dialect == "mssql" else None,
+            served=bool(plan.served),
+            branches=plan.branches,
+        )
         if self.dialect == "postgresql":  # the claim statement ends the lost runs and counts what it took itself
             return _most_urgent_first(Claimed(*row) for row in self._hot(statement, params))
         with self.engine.begin() as conn:  # a take-over and the lost run's row are written together, or neither is
             if plan.locks:
-                conn.execute(select(queues.c.name).where(queues.c.name.in_(plan.locks)).order_by(queues.c.name)
-                             .with_for_update())
+                conn.execute(
+                    select(queues.c.name).where(queues.c.name.in_(plan.locks)).order_by(queues.c.name).with_for_update()
+                )
             leaving = self._expired_runs(conn, expired_before) if take_expired and self.dialect != "postgresql" else {}
             claimed = _most_urgent_first(Claimed(*row) for row in conn.execute(statement, params))
-            self._end_lost(conn, [(c.id, c.attempts - 1, *leaving[c.id], c.fence - 1) for c in claimed
-                                  if c.id in leaving])
+            self._end_lost(
+                conn, [(c.id, c.attempts - 1, *leaving[c.id], c.fence - 1) for c in claimed if c.id in leaving]
+            )
             started = Counter(c.queue for c in claimed if c.queue in plan.locks and c.id not in leaving)
             if started:
-                conn.execute(taken_statement(self.dialect),
-                             [dict(b_queue=q, b_spent=n) for q, n in sorted(started.items())])
+                conn.execute(
+                    taken_statement(self.dialect), [dict(b_queue=q, b_spent=n) for q, n in sorted(started.items())]
+                )
         return claimed
 
-    def take_turn_and_claim(self, slot: int, machine_id: int, limit: int, lease: float, *, horizon: float = 0.0,
-                            take_expired: bool = True, expired_before: float | None = None,
-                            plan: Plan = EVERY_QUEUE, looks: Looks = NO_LOOKS, ends: float | None = None) -> Turn:
+    def take_turn_and_claim(
+        self,
+        slot: int,
+        machine_id: int,
+        limit: int,
+        lease: float,
+        *,
+        horizon: float = 0.0,
+        take_expired: bool = True,
+        expired_before: float | None = None,
+        plan: Plan = EVERY_QUEUE,
+        looks: Looks = NO_LOOKS,
+        ends: float | None = None,
+    ) -> Turn:
         """Record the turn of `slot` (as take_turn, before `ends`) and, only if it was ours to take, claim as
         Store.claim does and look as `looks` asks (while guarded work is due, claim nothing).
 
@@ -620,24 +773,46 @@ class Store:
             won, guarded_due, elsewhere_due = self._record_turn(slot, machine_id, looks, horizon, ends)
             if not won:
                 return Turn(False, [])
-            claimed = [] if guarded_due else self.claim(machine_id, limit, lease, horizon=horizon,
-                                                        take_expired=take_expired, expired_before=expired_before,
-                                                        plan=plan)
+            claimed = (
+                []
+                if guarded_due
+                else self.claim(
+                    machine_id,
+                    limit,
+                    lease,
+                    horizon=horizon,
+                    take_expired=take_expired,
+                    expired_before=expired_before,
+                    plan=plan,
+                )
+            )
             return Turn(True, claimed, guarded_due, elsewhere_due)
-        params = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon, b_slot=slot,
-                      b_ends=ends)
+        params = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon, b_slot=slot, b_ends=ends)
         params |= plan.params() | looks.params()
         if expired_before is not None:
             params["b_before"] = expired_before
-        statement = claim_statement(self.dialect, take_expired, expired_before is not None, None, turn=True,
-                                    served=bool(plan.served), branches=plan.branches, guarded=bool(looks.guarded),
-                                    elsewhere=looks.elsewhere is not None, ends=ends is not None)
+        statement = claim_statement(
+            self.dialect,
+            take_expired,
+            expired_before is not None,
+            None,
+            turn=True,
+            served=bool(plan.served),
+            branches=plan.branches,
+            guarded=bool(looks.guarded),
+            elsewhere=looks.elsewhere is not None,
+            ends=ends is not None,
+        )
         rows = self._hot(statement, params)
         won, guarded_due, elsewhere_due = rows[0][:3]
         if not won:
             return Turn(False, [])
-        return Turn(True, _most_urgent_first(Claimed(*row[3:]) for row in rows if row[3] is not None), guarded_due,
-                    elsewhere_due)
+        return Turn(
+            True,
+            _most_urgent_first(Claimed(*row[3:]) for row in rows if row[3] is not None),
+            guarded_due,
+            elsewhere_due,
+        )
 
     def requeue_expired(self, before: float) -> int:
         """Put running jobs whose lease ran out (before `before`, database time) back in the queue.
@@ -652,8 +827,12 @@ class Store:
             taken = conn.execute(
                 update(jobs)
                 .where(jobs.c.id.in_(list(leaving)), *_ran_out(before))
-                .values(state=JobState.QUEUED, owner=None, lease_until=None,
-                        last_error="lease expired: its machine stopped renewing it")
+                .values(
+                    state=JobState.QUEUED,
+                    owner=None,
+                    lease_until=None,
+                    last_error="lease expired: its machine stopped renewing it",
+                )
                 .returning(jobs.c.id, jobs.c.attempts, jobs.c.fence, jobs.c.queue)
             ).all()
             self._end_lost(conn, [(job_id, attempts, *leaving[job_id], fence) for job_id, attempts, fence, _ in taken])
@@ -665,10 +844,12 @@ class Store:
         """{job id: (owner, started_at)} of the running jobs whose lease ran out (before `before`), locked for
         the transaction as a claim locks them: whose runs a take-over that follows in it ends as lost (the
         claim statement does it itself on PostgreSQL)."""
-        rows = conn.execute(select(jobs.c.id, jobs.c.owner, jobs.c.started_at)
-                            .where(*_ran_out(before))
-                            .with_for_update(skip_locked=True)
-                            .with_hint(jobs, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql"))
+        rows = conn.execute(
+            select(jobs.c.id, jobs.c.owner, jobs.c.started_at)
+            .where(*_ran_out(before))
+            .with_for_update(skip_locked=True)
+            .with_hint(jobs, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql")
+        )
         return {row[0]: (row[1], row[2]) for row in rows}
 
     @staticmethod
@@ -676,21 +857,29 @@ class Store:
         """The rows of runs that ended lost, each (job id, attempt, machine, started_at, fence), written once
         (a run in progress is its job's row: see run_history)."""
         if ended:
-            conn.execute(insert(runs).values(finished_at=db_now(), outcome=Outcome.LOST, error=LOST), [
-                dict(job_id=job_id, attempt=attempt, machine_id=machine, started_at=started, fence=fence)
-                for job_id, attempt, machine, started, fence in ended])
+            conn.execute(
+                insert(runs).values(finished_at=db_now(), outcome=Outcome.LOST, error=LOST),
+                [
+                    dict(job_id=job_id, attempt=attempt, machine_id=machine, started_at=started, fence=fence)
+                    for job_id, attempt, machine, started, fence in ended
+                ],
+            )
 
     def mark_started(self, job: Claimed) -> None:
         """A job claimed ahead of its time starts now: its run's start becomes the real one (database time)."""
-        self.count(update(jobs).where(jobs.c.id == job.id, jobs.c.fence == job.fence, jobs.c.state == JobState.RUNNING)
-                   .values(started_at=db_now()))
+        self.count(
+            update(jobs)
+            .where(jobs.c.id == job.id, jobs.c.fence == job.fence, jobs.c.state == JobState.RUNNING)
+            .values(started_at=db_now())
+        )
 
     def any_due(self, among: tuple[str, ...] = (), besides: tuple[str, ...] = ()) -> bool:
         """Is any queued job due that a claim's main branch takes: in a queue that is not held back (paused, or
         limited or rated farm-wide: those are claimed apart), one of `among` (() for any) and none of `besides`?
         (Cheap: it stops at the first, where a count reads the whole backlog.)"""
-        due = select(jobs.c.id).where(jobs.c.state == JobState.QUEUED, jobs.c.gated == false(),
-                                      jobs.c.run_at <= db_now(), unpaused(jobs))
+        due = select(jobs.c.id).where(
+            jobs.c.state == JobState.QUEUED, jobs.c.gated == false(), jobs.c.run_at <= db_now(), unpaused(jobs)
+        )
         if among:
             due = due.where(jobs.c.queue.in_(among))
         if besides:
@@ -705,7 +894,8 @@ class Store:
 
     def due_count(self, horizon: float = 0.0) -> int:
         return self.rows(
-            select(func.count()).select_from(jobs)
+            select(func.count())
+            .select_from(jobs)
             .where(jobs.c.state == JobState.QUEUED, jobs.c.run_at <= db_now() + horizon)
         )[0][0]
 
@@ -717,8 +907,15 @@ class Store:
         if not held:
             return {}
         if self.dialect == "postgresql":
-            rows = self._hot(renew_statement(), dict(b_machine=machine_id, b_id=[job_id for job_id, _ in held],
-                                                     b_fence=[fence for _, fence in held], b_lease=lease))
+            rows = self._hot(
+                renew_statement(),
+                dict(
+                    b_machine=machine_id,
+                    b_id=[job_id for job_id, _ in held],
+                    b_fence=[fence for _, fence in held],
+                    b_lease=lease,
+                ),
+            )
             return {(job_id, fence): bool(cancel) for job_id, fence, cancel in rows}
         mine = or_(*(and_(jobs.c.id == job_id, jobs.c.fence == fence) for job_id, fence in held))
         rows = self.rows(
@@ -729,8 +926,16 @@ class Store:
         )
         return {(job_id, fence): bool(cancel) for job_id, fence, cancel in rows}
 
-    def finish(self, job: Claimed, machine_id: int, outcome: str, *, error: str | None = None,
-               retry_in: float | None = None, output: str | None = None) -> str:
+    def finish(
+        self,
+        job: Claimed,
+        machine_id: int,
+        outcome: str,
+        *,
+        error: str | None = None,
+        retry_in: float | None = None,
+        output: str | None = None,
+    ) -> str:
         """Record how a run ended, guarded by owner and fence. Returns the job's new state.
 
         `retry_in` puts a failed job back in the queue after that many seconds,
@@ -746,11 +951,22 @@ class Store:
         """finish() for many runs in one transaction (a busy node's results, a few round trips for all).
         Returns each job's new state, None where the fence moved on."""
         if self.dialect == "postgresql" and endings:
-            ours = {(job_id, fence) for job_id, fence in self._results.run(finish_statement(), dict(
-                b_machine=machine_id, b_id=[e.job.id for e in endings], b_fence=[e.job.fence for e in endings],
-                b_state=[e.state for e in endings], b_error=[e.error for e in endings],
-                b_retry=[e.retry_in for e in endings], b_outcome=[e.outcome for e in endings],
-                b_output=[e.output for e in endings]))}
+            ours = {
+                (job_id, fence)
+                for job_id, fence in self._results.run(
+                    finish_statement(),
+                    dict(
+                        b_machine=machine_id,
+                        b_id=[e.job.id for e in endings],
+                        b_fence=[e.job.fence for e in endings],
+                        b_state=[e.state for e in endings],
+                        b_error=[e.error for e in endings],
+                        b_retry=[e.retry_in for e in endings],
+                        b_outcome=[e.outcome for e in endings],
+                        b_output=[e.output for e in endings],
+                    ),
+                )
+            }
             return [e.state if (e.job.id, e.job.fence) in ours else None for e in endings]
         if len(endings) > 1 and self.engine.dialect.supports_sane_multi_rowcount:
             with self.engine.connect() as conn:
@@ -768,26 +984,42 @@ class Store:
     def _write_endings(conn, machine_id: int, endings: Sequence["Ending"]) -> int:
         """The guarded updates for `endings`, one executemany per kind, and their runs' rows; the number of jobs
         that were ours."""
-        mine = and_(jobs.c.id == bindparam("b_id"), jobs.c.owner == machine_id, jobs.c.fence == bindparam("b_fence"),
-                    jobs.c.state == JobState.RUNNING)
+        mine = and_(
+            jobs.c.id == bindparam("b_id"),
+            jobs.c.owner == machine_id,
+            jobs.c.fence == bindparam("b_fence"),
+            jobs.c.state == JobState.RUNNING,
+        )
         again = [e for e in endings if e.state == JobState.QUEUED]
         done = [e for e in endings if e.state != JobState.QUEUED]
         count = 0
         if again:
             count += conn.execute(
-                update(jobs).where(mine).values(state=JobState.QUEUED, last_error=bindparam("b_error"),
-                                                lease_until=None, run_at=db_now() + bindparam("b_retry"), owner=None),
+                update(jobs)
+                .where(mine)
+                .values(
+                    state=JobState.QUEUED,
+                    last_error=bindparam("b_error"),
+                    lease_until=None,
+                    run_at=db_now() + bindparam("b_retry"),
+                    owner=None,
+                ),
                 [dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_retry=e.retry_in) for e in again],
             ).rowcount
         if done:
             count += conn.execute(
-                update(jobs).where(mine).values(state=bindparam("b_state"), last_error=bindparam("b_error"),
-                                                lease_until=None, finished_at=db_now()),
+                update(jobs)
+                .where(mine)
+                .values(
+                    state=bindparam("b_state"), last_error=bindparam("b_error"), lease_until=None, finished_at=db_now()
+                ),
                 [dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_state=e.state) for e in done],
             ).rowcount
         if count == len(endings):
-            conn.execute(_run_ended(machine_id), [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error,
-                                                       b_output=e.output) for e in endings])
+            conn.execute(
+                _run_ended(machine_id),
+                [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error, b_output=e.output) for e in endings],
+            )
             _free(conn, [e.job.queue for e in endings])
         return count
 
@@ -795,15 +1027,28 @@ class Store:
         """Give a job back to the queue without spending an attempt (the node stopped it, e.g. when
         it fenced itself off); its run ends as lost. False if it was no longer ours."""
         with self.engine.begin() as conn:
-            conn.execute(_run_ended(machine_id, jobs.c.owner == machine_id, jobs.c.fence == job.fence,
-                                    jobs.c.state == JobState.RUNNING),
-                         dict(b_id=job.id, b_outcome=Outcome.LOST, b_error=reason, b_output=None))
+            conn.execute(
+                _run_ended(
+                    machine_id, jobs.c.owner == machine_id, jobs.c.fence == job.fence, jobs.c.state == JobState.RUNNING
+                ),
+                dict(b_id=job.id, b_outcome=Outcome.LOST, b_error=reason, b_output=None),
+            )
             count = conn.execute(
                 update(jobs)
-                .where(jobs.c.id == job.id, jobs.c.owner == machine_id, jobs.c.fence == job.fence,
-                       jobs.c.state == JobState.RUNNING)
-                .values(state=JobState.QUEUED, owner=None, lease_until=None, run_at=db_now(),
-                        attempts=jobs.c.attempts - 1, last_error=reason)
+                .where(
+                    jobs.c.id == job.id,
+                    jobs.c.owner == machine_id,
+                    jobs.c.fence == job.fence,
+                    jobs.c.state == JobState.RUNNING,
+                )
+                .values(
+                    state=JobState.QUEUED,
+                    owner=None,
+                    lease_until=None,
+                    run_at=db_now(),
+                    attempts=jobs.c.attempts - 1,
+                    last_error=reason,
+                )
             ).rowcount
             if count:
                 _free(conn, [job.queue])
@@ -813,7 +1058,8 @@ class Store:
         """Cancel a queued job at once; ask the owner of a running one to stop it (within a heartbeat)."""
         with self.engine.begin() as conn:
             if conn.execute(
-                update(jobs).where(jobs.c.id == job_id, jobs.c.state == JobState.QUEUED)
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.state == JobState.QUEUED)
                 .values(state=JobState.CANCELLED, finished_at=db_now(), last_error="cancelled by an operator")
             ).rowcount:
                 return JobState.CANCELLED
@@ -831,8 +1077,15 @@ class Store:
         count = self.count(
             update(jobs)
             .where(jobs.c.id == job_id, jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED)))
-            .values(state=JobState.QUEUED, run_at=db_now(), owner=None, finished_at=None, cancel_requested=False,
-                    max_attempts=jobs.c.attempts + 1, gated=gated_now(jobs.c.queue))
+            .values(
+                state=JobState.QUEUED,
+                run_at=db_now(),
+                owner=None,
+                finished_at=None,
+                cancel_requested=False,
+                max_attempts=jobs.c.attempts + 1,
+                gated=gated_now(jobs.c.queue),
+            )
         )
         if count != 1:
             state = self.rows(select(jobs.c.state).where(jobs.c.id == job_id))
@@ -867,8 +1120,11 @@ class Store:
 
     def singleton_jobs(self) -> list[dict]:
         """The jobs of the singletons that exist (those removed gave their key up), by key."""
-        statement = (_with_owner_name(select(jobs)).where(jobs.c.kind == Kind.SINGLETON, jobs.c.key.isnot(None))
-                     .order_by(jobs.c.key))
+        statement = (
+            _with_owner_name(select(jobs))
+            .where(jobs.c.kind == Kind.SINGLETON, jobs.c.key.isnot(None))
+            .order_by(jobs.c.key)
+        )
         return [dict(r._mapping) for r in self.rows(statement)]
 
     def list_jobs(self, state: str | None = None, limit: int = 100, *, queue: str | None = None) -> list[dict]:
@@ -894,4 +1150,3 @@ class Store:
         if since != -math.inf:
             statement = statement.where(or_(history.c.finished_at.is_(None), history.c.finished_at >= since))
         return [dict(r._mapping) for r in self.rows(statement)]
-

@@ -25,8 +25,11 @@ class LockStore:
         if rows:
             return rows[0][0]
         try:
-            self.store.count(insert(locks).values(name=name, holder=holder, fence=1, lease_until=db_now() + lease,
-                                                  acquired_at=db_now()))
+            self.store.count(
+                insert(locks).values(
+                    name=name, holder=holder, fence=1, lease_until=db_now() + lease, acquired_at=db_now()
+                )
+            )
         except exc.IntegrityError:  # someone took it first
             return None
         return 1
@@ -34,8 +37,9 @@ class LockStore:
     def renew(self, name: str, holder: str, fence: int, lease: float) -> bool:
         """Extend our lease from the database's now; False if it is no longer ours. One that ran out untaken is
         extended too: its holder and fence prove that nobody took it meanwhile."""
-        return self.store.count(update(locks).where(_ours(name, holder, fence))
-                                .values(lease_until=db_now() + lease)) == 1
+        return (
+            self.store.count(update(locks).where(_ours(name, holder, fence)).values(lease_until=db_now() + lease)) == 1
+        )
 
     def give_back(self, name: str, holder: str, fence: int) -> None:
         self.store.count(update(locks).where(_ours(name, holder, fence)).values(holder=None, lease_until=None))

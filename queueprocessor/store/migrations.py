@@ -41,8 +41,13 @@ def _add_column(conn: Connection, column: Column) -> None:
 def _named_queues(conn: Connection) -> None:
     """2 to 3: named queues (DESIGN 7). Jobs and schedules get a queue (every existing one is in `default`) and
     an order key, machines the queues they serve; qp_queues (made by create_all) holds operators' settings."""
-    for column in (schema.jobs.c.queue, schema.jobs.c.order_key, schema.schedules.c.queue,
-                   schema.schedules.c.order_key, schema.machines.c.queues):
+    for column in (
+        schema.jobs.c.queue,
+        schema.jobs.c.order_key,
+        schema.schedules.c.queue,
+        schema.schedules.c.order_key,
+        schema.machines.c.queues,
+    ):
         _add_column(conn, column)
     for index in schema.jobs.indexes:
         if index.name in ("ix_qp_jobs_order", "ux_qp_jobs_order_running"):

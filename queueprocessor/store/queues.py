@@ -20,9 +20,11 @@ PATIENCE = 5.0
 
 # PostgreSQL: is a transaction of another client of this database older than `b_since` (database time) still
 # open? (pg_stat_activity shows another role's sessions without their times: those are not waited for.)
-_OLDER_OPEN = text("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-                   "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
-                   "AND xact_start < to_timestamp(:b_since))")
+_OLDER_OPEN = text(
+    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+    "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
+    "AND xact_start < to_timestamp(:b_since))"
+)
 
 
 class QueueStore:
@@ -38,9 +40,14 @@ class QueueStore:
         """Per queue with work (or only queue `only`): (waiting, running, order keys waiting)."""
         waiting = jobs.c.state == JobState.QUEUED
         statement = (
-            select(jobs.c.queue, func.sum(case((waiting, 1), else_=0)), func.sum(case((waiting, 0), else_=1)),
-                   func.count(case((waiting, jobs.c.order_key)).distinct()))
-            .where(jobs.c.state.in_((JobState.QUEUED, JobState.RUNNING))).group_by(jobs.c.queue)
+            select(
+                jobs.c.queue,
+                func.sum(case((waiting, 1), else_=0)),
+                func.sum(case((waiting, 0), else_=1)),
+                func.count(case((waiting, jobs.c.order_key)).distinct()),
+            )
+            .where(jobs.c.state.in_((JobState.QUEUED, JobState.RUNNING)))
+            .group_by(jobs.c.queue)
         )
         if only is not None:
             statement = statement.where(jobs.c.queue == only)
@@ -96,8 +103,9 @@ class QueueStore:
         claim planned just before a limit was set, or a node of an older version, starts jobs uncounted.
         Gated flags are set right too, for a job that slipped past its queue's change (see _regate)."""
         with self.store.engine.begin() as conn:
-            conn.execute(select(queues.c.name).where(queues.c.max_running.isnot(None)).order_by(queues.c.name)
-                         .with_for_update())
+            conn.execute(
+                select(queues.c.name).where(queues.c.max_running.isnot(None)).order_by(queues.c.name).with_for_update()
+            )
             conn.execute(recount_statement())
         with self.store.engine.begin() as conn:
             for statement in regate_statements():
@@ -115,10 +123,17 @@ def queue_infos(store: Store, live: list[dict], only: str | None = None) -> list
     for name in sorted(names):
         row = settings.get(name, {})
         waiting, running, keys = counts.get(name, (0, 0, 0))
-        infos.append(QueueInfo(
-            name=name, waiting=waiting, running=running, limit=row.get("max_running"),
-            rate=Rate(row["rate_count"], row["rate_per"]) if row.get("rate_count") else None,
-            order_keys_waiting=keys, paused=bool(row.get("paused")),
-            on_failure=OnFailure(row.get("on_failure") or OnFailure.SKIP),
-            serving=serving_machines(live, name)))
+        infos.append(
+            QueueInfo(
+                name=name,
+                waiting=waiting,
+                running=running,
+                limit=row.get("max_running"),
+                rate=Rate(row["rate_count"], row["rate_per"]) if row.get("rate_count") else None,
+                order_keys_waiting=keys,
+                paused=bool(row.get("paused")),
+                on_failure=OnFailure(row.get("on_failure") or OnFailure.SKIP),
+                serving=serving_machines(live, name),
+            )
+        )
     return infos

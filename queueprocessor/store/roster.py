@@ -46,18 +46,25 @@ def farm_statement(backlog: bool):
 
     It reads O(1) rows: the wish and the oldest last_seen come from their indexes (schema), and the machines
     are scanned for suspects only when that oldest one is older than `before`."""
-    wish = (select(machines.c.wish).where(machines.c.id == bindparam("me", type_=Id), WISHED)
-            .correlate(None).scalar_subquery())
+    wish = (
+        select(machines.c.wish)
+        .where(machines.c.id == bindparam("me", type_=Id), WISHED)
+        .correlate(None)
+        .scalar_subquery()
+    )
     oldest = select(func.min(machines.c.last_seen)).where(CHECKING_IN_SQL).correlate(None).scalar_subquery()
     bound = bindparam("before", type_=Float)
-    suspects = (select(machines.c.id, machines.c.last_seen)
-                .where(oldest < bound, CHECKING_IN_SQL, machines.c.last_seen < bound).subquery("suspects"))
+    suspects = (
+        select(machines.c.id, machines.c.last_seen)
+        .where(oldest < bound, CHECKING_IN_SQL, machines.c.last_seen < bound)
+        .subquery("suspects")
+    )
     upcoming = select(func.min(schedules.c.next_run)).where(schedules.c.paused == false()).scalar_subquery()
     changed = select(func.max(queues.c.changed_at)).scalar_subquery()
     since = bindparam("since", type_=BigInteger) if backlog else None
-    return (select(db_now(), VERSION, newest_backlog(since), upcoming, wish, changed, suspects.c.id,
-                   suspects.c.last_seen)
-            .select_from(_one_row().outerjoin(suspects, true())))
+    return select(
+        db_now(), VERSION, newest_backlog(since), upcoming, wish, changed, suspects.c.id, suspects.c.last_seen
+    ).select_from(_one_row().outerjoin(suspects, true()))
 
 
 @dataclass(frozen=True)
@@ -78,8 +85,9 @@ class RosterStore:
     def __init__(self, store: Store):
         self.store = store
 
-    def read_farm(self, machine_id: int, before: float, backlog_since: int | None = None,
-                  stamp: Callable[[], float] | None = None) -> FarmRead:
+    def read_farm(
+        self, machine_id: int, before: float, backlog_since: int | None = None, stamp: Callable[[], float] | None = None
+    ) -> FarmRead:
         """The heartbeat's read, one statement (farm_statement): the database's time, the roster version, the
         newest backlog turn since a slot, the next schedule occurrence to materialise, our own row's wish, and
         the suspects: the machines checking in that were last seen before `before`. With `stamp`, the read is
@@ -93,25 +101,36 @@ class RosterStore:
         else:
             sample, rows = None, self.store.rows(statement, params)
         first = rows[0]
-        return FarmRead(first[0], first[1], first[2], first[3], first[4],
-                        {row[6]: row[7] for row in rows if row[6] is not None}, sample, first[5])
+        return FarmRead(
+            first[0],
+            first[1],
+            first[2],
+            first[3],
+            first[4],
+            {row[6]: row[7] for row in rows if row[6] is not None},
+            sample,
+            first[5],
+        )
 
     def read_all(self) -> tuple[int | None, list[dict]]:
         """The roster version and every machine row by id, read together."""
-        rows = self.store.rows(select(VERSION, machines).select_from(_one_row().outerjoin(machines, true()))
-                               .order_by(machines.c.id))
+        rows = self.store.rows(
+            select(VERSION, machines).select_from(_one_row().outerjoin(machines, true())).order_by(machines.c.id)
+        )
         keys = machines.c.keys()
         return rows[0][0], [dict(zip(keys, row[1:])) for row in rows if row[1] is not None]
 
     def bury(self, machine_id: int, last_seen: float) -> bool:
         """Store a machine's death, if it is still as silent as its judge saw it; the roster changed."""
         with self.store.engine.begin() as conn:
-            buried = conn.execute(
-                update(machines)
-                .where(machines.c.id == machine_id, machines.c.last_seen == last_seen,
-                       CHECKING_IN_SQL)
-                .values(state=MachineState.DEAD)
-            ).rowcount == 1
+            buried = (
+                conn.execute(
+                    update(machines)
+                    .where(machines.c.id == machine_id, machines.c.last_seen == last_seen, CHECKING_IN_SQL)
+                    .values(state=MachineState.DEAD)
+                ).rowcount
+                == 1
+            )
             if buried:
                 bump_roster(conn)
         return buried

@@ -38,22 +38,46 @@ class ScheduleStore:
     def __init__(self, store: Store):
         self.store = store
 
-    def add(self, name: str, recurrence: Recurrence, spec: JobSpec, *, misfire: str = "once",
-            grace: float = 3600.0, ahead: float, period: float) -> dict:
+    def add(
+        self,
+        name: str,
+        recurrence: Recurrence,
+        spec: JobSpec,
+        *,
+        misfire: str = "once",
+        grace: float = 3600.0,
+        ahead: float,
+        period: float,
+    ) -> dict:
         """Store a schedule and make its first occurrences within `ahead` seconds into jobs at once."""
         check_name(name)
         check_policy(misfire, grace)
         now = self.store.ask_time()
-        row = dict(name=name, cron=recurrence.cron, tz=recurrence.tz, every=recurrence.every,
-                   executor=spec.executor, target=spec.target, method=spec.method, payload=spec.payload,
-                   priority=spec.priority, max_attempts=spec.max_attempts, timeout=spec.timeout, misfire=misfire,
-                   grace=grace, paused=False, next_run=recurrence.after(now), queue=spec.queue,
-                   order_key=spec.order_key)
+        row = dict(
+            name=name,
+            cron=recurrence.cron,
+            tz=recurrence.tz,
+            every=recurrence.every,
+            executor=spec.executor,
+            target=spec.target,
+            method=spec.method,
+            payload=spec.payload,
+            priority=spec.priority,
+            max_attempts=spec.max_attempts,
+            timeout=spec.timeout,
+            misfire=misfire,
+            grace=grace,
+            paused=False,
+            next_run=recurrence.after(now),
+            queue=spec.queue,
+            order_key=spec.order_key,
+        )
         try:
             self.store.count(insert(schedules).values(created_at=db_now(), **row))
         except exc.IntegrityError:
-            raise InvalidJob(f"a schedule named {echoed(name)} already exists: remove it first, "
-                             "or pick another name") from None
+            raise InvalidJob(
+                f"a schedule named {echoed(name)} already exists: remove it first, or pick another name"
+            ) from None
         self.materialise(ahead=ahead, period=period, names=[name])
         return self.get(name)
 
@@ -85,8 +109,11 @@ class ScheduleStore:
         schedule = self.get(name)
         if schedule["paused"]:
             restart = Recurrence.checked(schedule).after(self.store.ask_time())
-            self.store.count(update(schedules).where(schedules.c.name == name, schedules.c.paused)
-                             .values(paused=False, next_run=restart))
+            self.store.count(
+                update(schedules)
+                .where(schedules.c.name == name, schedules.c.paused)
+                .values(paused=False, next_run=restart)
+            )
             self.materialise(ahead=ahead, period=period, names=[name])
         return self.get(name)
 
@@ -94,7 +121,8 @@ class ScheduleStore:
     def _cancel_queued(conn, name: str) -> int:
         """Cancel the schedule's waiting occurrences, and only those (see _waiting)."""
         return conn.execute(
-            update(jobs).where(_waiting(jobs, name))
+            update(jobs)
+            .where(_waiting(jobs, name))
             .values(state=JobState.CANCELLED, finished_at=db_now(), last_error=f"schedule {name} was removed or paused")
         ).rowcount
 
@@ -102,19 +130,24 @@ class ScheduleStore:
         """Cancel waiting occurrences later than their schedule's grace: made into jobs in time, they were not
         started before the farm went down (or stopped taking turns). As for occurrences made late (see plan):
         `skip` drops them all, `once` keeps the newest of them, `all` runs each. Returns how many were dropped."""
-        policies = self.store.rows(select(schedules.c.name, schedules.c.misfire, schedules.c.grace)
-                                   .where(schedules.c.misfire.in_(("skip", "once"))))
+        policies = self.store.rows(
+            select(schedules.c.name, schedules.c.misfire, schedules.c.grace).where(
+                schedules.c.misfire.in_(("skip", "once"))
+            )
+        )
         dropped = 0
         for name, misfire, grace in policies:
             stale = and_(_waiting(jobs, name), jobs.c.run_at < db_now() - grace)
             if misfire == "once":
                 other = jobs.alias("newest")
-                newest = select(func.max(other.c.run_at)).where(_waiting(other, name),
-                                                                other.c.run_at < db_now() - grace)
+                newest = select(func.max(other.c.run_at)).where(
+                    _waiting(other, name), other.c.run_at < db_now() - grace
+                )
                 stale = and_(stale, jobs.c.run_at < newest.scalar_subquery())
             reason = f"missed: more than {grace:g} s late, beyond the schedule's grace (misfire policy {misfire})"
-            count = self.store.count(update(jobs).where(stale).values(state=JobState.CANCELLED, finished_at=db_now(),
-                                                                      last_error=reason))
+            count = self.store.count(
+                update(jobs).where(stale).values(state=JobState.CANCELLED, finished_at=db_now(), last_error=reason)
+            )
             if count:
                 log.warning("schedule %s: %s occurrences %s", name, count, reason)
             dropped += count
@@ -123,8 +156,11 @@ class ScheduleStore:
     def materialise(self, *, ahead: float, period: float, names: list[str] | None = None) -> Materialised:
         """Make every active schedule's occurrences up to `ahead` seconds from now into jobs."""
         horizon = db_now() + ahead
-        later = (select(func.min(schedules.c.next_run))
-                 .where(schedules.c.paused == false(), schedules.c.next_run > horizon).scalar_subquery())
+        later = (
+            select(func.min(schedules.c.next_run))
+            .where(schedules.c.paused == false(), schedules.c.next_run > horizon)
+            .scalar_subquery()
+        )
         query = select(db_now(), later, schedules).where(schedules.c.paused == false(), schedules.c.next_run <= horizon)
         if names is not None:
             query = query.where(schedules.c.name.in_(names))
@@ -137,8 +173,15 @@ class ScheduleStore:
             schedule = dict(row._mapping)
             try:
                 recurrence = Recurrence.checked(schedule)
-                todo = plan(recurrence, schedule["next_run"], now, ahead=ahead, period=period,
-                            misfire=schedule["misfire"], grace=schedule["grace"])
+                todo = plan(
+                    recurrence,
+                    schedule["next_run"],
+                    now,
+                    ahead=ahead,
+                    period=period,
+                    misfire=schedule["misfire"],
+                    grace=schedule["grace"],
+                )
             except Exception as error:  # this schedule alone: the database's own errors never reach here
                 self._halt(schedule, error)
                 continue
@@ -159,12 +202,28 @@ class ScheduleStore:
             ).rowcount
             if not moved:
                 return False
-            rows = [dict(executor=schedule["executor"], target=schedule["target"], method=schedule["method"],
-                         payload=schedule["payload"], priority=schedule["priority"],
-                         max_attempts=schedule["max_attempts"], timeout=schedule["timeout"],
-                         queue=schedule["queue"], order_key=schedule["order_key"], key=f"{name}@{recurrence.label(t)}", kind=Kind.JOB, origin=_origin(name),
-                         state=JobState.QUEUED, attempts=0, fence=0, cancel_requested=False, run_at=t)
-                    for t in occurrences]
+            rows = [
+                dict(
+                    executor=schedule["executor"],
+                    target=schedule["target"],
+                    method=schedule["method"],
+                    payload=schedule["payload"],
+                    priority=schedule["priority"],
+                    max_attempts=schedule["max_attempts"],
+                    timeout=schedule["timeout"],
+                    queue=schedule["queue"],
+                    order_key=schedule["order_key"],
+                    key=f"{name}@{recurrence.label(t)}",
+                    kind=Kind.JOB,
+                    origin=_origin(name),
+                    state=JobState.QUEUED,
+                    attempts=0,
+                    fence=0,
+                    cancel_requested=False,
+                    run_at=t,
+                )
+                for t in occurrences
+            ]
             if rows:
                 self._insert_new(conn, rows, schedule["queue"])
         return True
@@ -173,18 +232,36 @@ class ScheduleStore:
         """Pause a schedule that cannot be planned and leave the reason as a failed job signed by it (the
         schedule table has no place for it); only the machine whose pause went in says so, once."""
         name = schedule["name"]
-        reason = (f"schedule {name} paused: it cannot be planned ({error or type(error).__name__}); "
-                  "correct or remove it, then resume it")
+        reason = (
+            f"schedule {name} paused: it cannot be planned ({error or type(error).__name__}); "
+            "correct or remove it, then resume it"
+        )
         with self.store.engine.begin() as conn:
             paused = update(schedules).where(schedules.c.id == schedule["id"], schedules.c.paused == false())
             if not conn.execute(paused.values(paused=True)).rowcount:
                 return
-            conn.execute(insert(jobs).values(
-                created_at=db_now(), run_at=db_now(), finished_at=db_now(), executor=schedule["executor"],
-                target=schedule["target"], method=schedule["method"], payload=schedule["payload"],
-                priority=schedule["priority"], max_attempts=schedule["max_attempts"], timeout=schedule["timeout"],
-                queue=schedule["queue"], kind=Kind.JOB, origin=_origin(name), state=JobState.FAILED, attempts=0, fence=0, cancel_requested=False,
-                last_error=reason))
+            conn.execute(
+                insert(jobs).values(
+                    created_at=db_now(),
+                    run_at=db_now(),
+                    finished_at=db_now(),
+                    executor=schedule["executor"],
+                    target=schedule["target"],
+                    method=schedule["method"],
+                    payload=schedule["payload"],
+                    priority=schedule["priority"],
+                    max_attempts=schedule["max_attempts"],
+                    timeout=schedule["timeout"],
+                    queue=schedule["queue"],
+                    kind=Kind.JOB,
+                    origin=_origin(name),
+                    state=JobState.FAILED,
+                    attempts=0,
+                    fence=0,
+                    cancel_requested=False,
+                    last_error=reason,
+                )
+            )
         log.warning("%s", reason)
 
     def _insert_new(self, conn, rows: list[dict], queue: str) -> None:
@@ -206,8 +283,11 @@ class ScheduleStore:
 def _waiting(table, name: str):
     """The schedule's occurrences still in the queue. A grab may use the same name@instance form (`grab NAME
     INSTANCE`), so the key alone does not tell them apart, the origin does."""
-    return and_(table.c.key.startswith(f"{name}@", autoescape=True), table.c.origin == _origin(name),
-                table.c.state == JobState.QUEUED)
+    return and_(
+        table.c.key.startswith(f"{name}@", autoescape=True),
+        table.c.origin == _origin(name),
+        table.c.state == JobState.QUEUED,
+    )
 
 
 def _origin(name: str) -> str:

@@ -77,8 +77,11 @@ class StateColumn(TypeDecorator):
         def operate(self, op, *other, **kwargs):
             if op is operators.eq and isinstance(other[0], str):
                 text = STATE_SQL.get(other[0])  # no job is in any other state: bound, it still matches none
-                other = (text if text is not None else
-                         bindparam("state", other[0], String(16), unique=True, literal_execute=True),)
+                other = (
+                    text
+                    if text is not None
+                    else bindparam("state", other[0], String(16), unique=True, literal_execute=True),
+                )
             return super().operate(op, *other, **kwargs)
 
 
@@ -203,8 +206,14 @@ QUEUED = jobs.c.state == JobState.QUEUED
 partial("ix_qp_jobs_queued", jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id, where=QUEUED & (jobs.c.gated == false()))
 # The queued jobs of held-back queues, by queue: each such queue's claim branch, and the turn's look for its due
 # jobs, read its own jobs only (DESIGN 9).
-partial("ix_qp_jobs_gated", jobs.c.queue, jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id,
-        where=QUEUED & (jobs.c.gated == true()))
+partial(
+    "ix_qp_jobs_gated",
+    jobs.c.queue,
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
+    jobs.c.id,
+    where=QUEUED & (jobs.c.gated == true()),
+)
 ENDED_BADLY = jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED))
 partial("ix_qp_jobs_ended_badly", jobs.c.state, jobs.c.id, where=ENDED_BADLY)
 partial("ix_qp_jobs_lease", jobs.c.lease_until, where=jobs.c.state == JobState.RUNNING)
@@ -219,11 +228,15 @@ partial("ux_qp_jobs_order_running", jobs.c.queue, jobs.c.order_key, unique=True,
 
 # PostgreSQL only: any insert into the queue wakes the listening nodes (see push).
 JOBS_CHANNEL = "qp_jobs"
-event.listen(jobs, "after_create", DDL(f"""
+event.listen(
+    jobs,
+    "after_create",
+    DDL(f"""
 CREATE OR REPLACE FUNCTION qp_jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN PERFORM pg_notify('{JOBS_CHANNEL}', ''); RETURN NULL; END $$;
 CREATE TRIGGER qp_jobs_notify AFTER INSERT ON qp_jobs FOR EACH STATEMENT EXECUTE FUNCTION qp_jobs_notify();
-""").execute_if(dialect="postgresql"))
+""").execute_if(dialect="postgresql"),
+)
 
 runs = Table(
     "qp_runs",

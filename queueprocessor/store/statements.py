@@ -8,9 +8,32 @@ rules they keep are Store.claim's, Store.finish's and Store.heartbeat's.
 
 import functools
 
-from sqlalchemy import (BigInteger, Boolean, Float, Integer, String, Text, and_, any_, bindparam, case, cast, column,
-                        exists, false, func, insert, literal, literal_column, null, or_, select, true, union_all,
-                        update)
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    Integer,
+    String,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    case,
+    cast,
+    column,
+    exists,
+    false,
+    func,
+    insert,
+    literal,
+    literal_column,
+    null,
+    or_,
+    select,
+    true,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
@@ -77,7 +100,8 @@ def regate_statements(one: bool = False) -> tuple:
     return (
         update(jobs).where(queued, jobs.c.gated == false(), jobs.c.queue.in_(holding), *which).values(gated=true()),
         update(jobs).where(queued, jobs.c.gated == true(), jobs.c.queue.notin_(holding), *which).values(gated=false()),
-        update(jobs).where(running, jobs.c.gated != gated_now(jobs.c.queue), *which)
+        update(jobs)
+        .where(running, jobs.c.gated != gated_now(jobs.c.queue), *which)
         .values(gated=gated_now(jobs.c.queue)),
     )
 
@@ -94,26 +118,39 @@ def taken(dialect: str, n) -> dict:
     spent, if it is rated (from the bucket as it is now, in database time)."""
     q = queues
     rated = q.c.rate_count.isnot(None)
-    return dict(running=case((q.c.max_running.isnot(None), q.c.running + n), else_=q.c.running),
-                tokens=case((rated, bucket(dialect, q) - n), else_=q.c.tokens),
-                refilled_at=case((rated, db_now()), else_=q.c.refilled_at))
+    return dict(
+        running=case((q.c.max_running.isnot(None), q.c.running + n), else_=q.c.running),
+        tokens=case((rated, bucket(dialect, q) - n), else_=q.c.tokens),
+        refilled_at=case((rated, db_now()), else_=q.c.refilled_at),
+    )
 
 
 @functools.lru_cache(maxsize=None)
 def taken_statement(dialect: str):
     """Where the claim cannot count for itself (all but PostgreSQL): `b_spent` jobs of queue `b_queue` started,
     written in the claim's transaction, under the row's lock."""
-    return update(queues).where(queues.c.name == bindparam("b_queue")).values(
-        **taken(dialect, bindparam("b_spent", type_=Integer)))
+    return (
+        update(queues)
+        .where(queues.c.name == bindparam("b_queue"))
+        .values(**taken(dialect, bindparam("b_spent", type_=Integer)))
+    )
 
 
 def freed(counts):
     """The running counts of limited queues lowered by `counts`' rows (queue, n: how many of its jobs left
     running), their rows locked in name order first, as every claim locks them, so the two never deadlock."""
-    limited = (select(queues.c.name).where(queues.c.name.in_(select(counts.c.queue)), queues.c.max_running.isnot(None))
-               .order_by(queues.c.name).with_for_update().cte("limited"))
-    return (update(queues).where(queues.c.name == counts.c.queue, queues.c.name.in_(select(limited.c.name)))
-            .values(running=queues.c.running - counts.c.n))
+    limited = (
+        select(queues.c.name)
+        .where(queues.c.name.in_(select(counts.c.queue)), queues.c.max_running.isnot(None))
+        .order_by(queues.c.name)
+        .with_for_update()
+        .cte("limited")
+    )
+    return (
+        update(queues)
+        .where(queues.c.name == counts.c.queue, queues.c.name.in_(select(limited.c.name)))
+        .values(running=queues.c.running - counts.c.n)
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -121,8 +158,11 @@ def freed_statement():
     """Where jobs leave running in a transaction of several statements (a release, a requeue, a finish on all
     but PostgreSQL): `b_freed` jobs of queue `b_queue` did, which lowers its running count if it is limited.
     Run per queue in name order (see `freed`)."""
-    return (update(queues).where(queues.c.name == bindparam("b_queue"), queues.c.max_running.isnot(None))
-            .values(running=queues.c.running - bindparam("b_freed", type_=Integer)))
+    return (
+        update(queues)
+        .where(queues.c.name == bindparam("b_queue"), queues.c.max_running.isnot(None))
+        .values(running=queues.c.running - bindparam("b_freed", type_=Integer))
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -146,13 +186,21 @@ def _held(dialect: str, names: list):
     (1 ms, as much as the run)."""
     h = queues.alias("h")
     g = jobs.alias("hj")
-    return (select(h.c.name, h.c.max_running, h.c.running, h.c.rate_count, h.c.rate_per, h.c.burst, h.c.tokens,
-                   h.c.refilled_at)
-            .where(h.c.name.in_(names) if names else false(), h.c.paused == false(),
-                   or_(h.c.max_running.is_(None), h.c.running < h.c.max_running),
-                   or_(h.c.rate_count.is_(None), bucket(dialect, h) >= 1),
-                   exists(select(g.c.id).where(g.c.gated == true(), g.c.queue == h.c.name, due(g))))
-            .order_by(h.c.name).with_for_update().cte("held"))
+    return (
+        select(
+            h.c.name, h.c.max_running, h.c.running, h.c.rate_count, h.c.rate_per, h.c.burst, h.c.tokens, h.c.refilled_at
+        )
+        .where(
+            h.c.name.in_(names) if names else false(),
+            h.c.paused == false(),
+            or_(h.c.max_running.is_(None), h.c.running < h.c.max_running),
+            or_(h.c.rate_count.is_(None), bucket(dialect, h) >= 1),
+            exists(select(g.c.id).where(g.c.gated == true(), g.c.queue == h.c.name, due(g))),
+        )
+        .order_by(h.c.name)
+        .with_for_update()
+        .cte("held")
+    )
 
 
 def _room(dialect: str, i: int, limit, held=None):
@@ -186,10 +234,17 @@ def in_order(j):
     # o's queue is j's: named through o, the sub-select is correlated with the query it sits in (through j, two
     # levels up, it was not: any BLOCK queue's row then blocked every key).
     blocks = exists(select(p.c.name).where(p.c.name == o.c.queue, p.c.on_failure == OnFailure.BLOCK))
-    ahead = exists(select(o.c.id).where(
-        o.c.queue == j.c.queue, o.c.order_key == j.c.order_key, o.c.id != j.c.id,
-        or_(o.c.state == JobState.RUNNING,
-            and_(o.c.id < j.c.id, or_(o.c.state == JobState.QUEUED, and_(o.c.state == JobState.FAILED, blocks))))))
+    ahead = exists(
+        select(o.c.id).where(
+            o.c.queue == j.c.queue,
+            o.c.order_key == j.c.order_key,
+            o.c.id != j.c.id,
+            or_(
+                o.c.state == JobState.RUNNING,
+                and_(o.c.id < j.c.id, or_(o.c.state == JobState.QUEUED, and_(o.c.state == JobState.FAILED, blocks))),
+            ),
+        )
+    )
     return or_(j.c.order_key.is_(None), ~ahead)
 
 
@@ -219,8 +274,9 @@ def guarded_due(dialect: str):
     next in line for its key and not paused? If so, the turn claims nothing and the node makes one locked claim
     of every queue, so the queues' jobs are taken in one order of priority."""
     g = jobs.alias("g")
-    return exists(select(g.c.id).where(g.c.gated == true(), due(g), among(dialect, g.c.queue, "b_guarded"),
-                                       unpaused(g)))
+    return exists(
+        select(g.c.id).where(g.c.gated == true(), due(g), among(dialect, g.c.queue, "b_guarded"), unpaused(g))
+    )
 
 
 def elsewhere_due(dialect: str):
@@ -229,8 +285,11 @@ def elsewhere_due(dialect: str):
     the turn is flagged as a backlog, so a machine that serves it claims at once."""
     e = jobs.alias("e")
     theirs = or_(bindparam("b_any_other", type_=Boolean), among(dialect, e.c.queue, "b_elsewhere"))
-    return exists(select(e.c.id).where(e.c.gated == false(), due(e, horizon=False), theirs,
-                                       ~among(dialect, e.c.queue, "b_served"), unpaused(e)))
+    return exists(
+        select(e.c.id).where(
+            e.c.gated == false(), due(e, horizon=False), theirs, ~among(dialect, e.c.queue, "b_served"), unpaused(e)
+        )
+    )
 
 
 def looks(dialect: str, guarded: bool, elsewhere: bool, room_left=None) -> list:
@@ -242,8 +301,10 @@ def looks(dialect: str, guarded: bool, elsewhere: bool, room_left=None) -> list:
         skip = [] if room_left is None else [(~room_left, null())]
         elsewhere_look = case(*skip, (elsewhere_due(dialect), true()), else_=false())
     # Each in a sub-select of its own: in SQLite's RETURNING, SQLAlchemy would drop the aliases from its columns.
-    return [select(guarded_look).scalar_subquery().label("guarded_due"),
-            select(elsewhere_look).scalar_subquery().label("elsewhere_due")]
+    return [
+        select(guarded_look).scalar_subquery().label("guarded_due"),
+        select(elsewhere_look).scalar_subquery().label("elsewhere_due"),
+    ]
 
 
 TURN_COLUMNS = ["slot", "machine_id", "taken_at", "claimed", "backlog"]
@@ -254,8 +315,13 @@ def turn_row(ends: bool):
     database time (until `b_ends`): an insert held up on its way past the slot's end would otherwise poll
     beside the next slot's own turn, two polls in one slot (DESIGN 2)."""
     now = db_now()
-    row = select(bindparam("b_slot", type_=BigInteger), bindparam("b_machine", type_=Id), now,
-                 literal_column("0", Integer), false())
+    row = select(
+        bindparam("b_slot", type_=BigInteger),
+        bindparam("b_machine", type_=Id),
+        now,
+        literal_column("0", Integer),
+        false(),
+    )
     return row.where(now < bindparam("b_ends", type_=Float)) if ends else row
 
 
@@ -277,9 +343,18 @@ def looks_statement(dialect: str, guarded: bool, elsewhere: bool):
 
 
 @functools.lru_cache(maxsize=None)
-def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | None, turn: bool = False,
-                    served: bool = False, branches: tuple[bool, ...] = (), guarded: bool = False,
-                    elsewhere: bool = False, ends: bool = False):
+def claim_statement(
+    dialect: str,
+    take_expired: bool,
+    bounded: bool,
+    top: int | None,
+    turn: bool = False,
+    served: bool = False,
+    branches: tuple[bool, ...] = (),
+    guarded: bool = False,
+    elsewhere: bool = False,
+    ends: bool = False,
+):
     """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
 
     Queued and expired jobs are picked apart and merged: each branch follows an index in order
@@ -322,8 +397,17 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
 
     def best(where, most=limit):
         return (
-            select(j.c.id, j.c.priority, j.c.run_at, j.c.state, j.c.owner, j.c.started_at, j.c.attempts, j.c.fence,
-                   j.c.queue)
+            select(
+                j.c.id,
+                j.c.priority,
+                j.c.run_at,
+                j.c.state,
+                j.c.owner,
+                j.c.started_at,
+                j.c.attempts,
+                j.c.fence,
+                j.c.queue,
+            )
             .where(where, gate)
             .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
             .limit(most)
@@ -341,16 +425,33 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     waiting = due(j)
     # The main branch reads the index of ungated jobs (a gated one's queue holds it back); it still checks the
     # queue's row, for the moment between a row's change and the flags it sets (QueueStore.put).
-    picks = [best(and_(waiting, j.c.gated == false(), mine, j.c.queue.notin_(held_back),
-                       *([j.c.queue.notin_(alone)] if alone else [])))]
-    picks += [best(and_(waiting, j.c.gated == (true() if locked else false()), j.c.queue == alone[i]),
-                   _room(dialect, i, limit, held)) for i, locked in enumerate(branches)]
+    picks = [
+        best(
+            and_(
+                waiting,
+                j.c.gated == false(),
+                mine,
+                j.c.queue.notin_(held_back),
+                *([j.c.queue.notin_(alone)] if alone else []),
+            )
+        )
+    ]
+    picks += [
+        best(
+            and_(waiting, j.c.gated == (true() if locked else false()), j.c.queue == alone[i]),
+            _room(dialect, i, limit, held),
+        )
+        for i, locked in enumerate(branches)
+    ]
     if take_expired:
         picks.append(best(and_(j.c.state == JobState.RUNNING, expired(j), mine, unpaused(j))))
     either = union_all(*(select(p) for p in picks)).subquery() if len(picks) > 1 else picks[0]
     # On PostgreSQL the picked rows also say which run a taken-over job leaves (see _lost).
-    taken_from = [either.c.state, either.c.owner, either.c.started_at, either.c.attempts, either.c.fence] \
-        if dialect == "postgresql" and take_expired else []
+    taken_from = (
+        [either.c.state, either.c.owner, either.c.started_at, either.c.attempts, either.c.fence]
+        if dialect == "postgresql" and take_expired
+        else []
+    )
     pick = select(either.c.id, *taken_from, *([either.c.queue] if held is not None else []))
     if len(picks) > 1:
         pick = pick.order_by(either.c.priority.desc(), either.c.run_at, either.c.id).limit(limit)
@@ -363,12 +464,30 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     statement = (
         update(jobs)
         .where(jobs.c.id.in_(pick), guard)
-        .values(state=JobState.RUNNING, owner=bindparam("b_machine", type_=Id), fence=jobs.c.fence + 1,
-                attempts=jobs.c.attempts + 1, lease_until=now + bindparam("b_lease", type_=Float), started_at=now,
-                finished_at=None)
-        .returning(jobs.c.id, jobs.c.executor, jobs.c.target, jobs.c.method, jobs.c.payload,
-                   jobs.c.attempts, jobs.c.max_attempts, jobs.c.timeout, jobs.c.fence, jobs.c.run_at,
-                   jobs.c.priority, jobs.c.kind, jobs.c.queue)
+        .values(
+            state=JobState.RUNNING,
+            owner=bindparam("b_machine", type_=Id),
+            fence=jobs.c.fence + 1,
+            attempts=jobs.c.attempts + 1,
+            lease_until=now + bindparam("b_lease", type_=Float),
+            started_at=now,
+            finished_at=None,
+        )
+        .returning(
+            jobs.c.id,
+            jobs.c.executor,
+            jobs.c.target,
+            jobs.c.method,
+            jobs.c.payload,
+            jobs.c.attempts,
+            jobs.c.max_attempts,
+            jobs.c.timeout,
+            jobs.c.fence,
+            jobs.c.run_at,
+            jobs.c.priority,
+            jobs.c.kind,
+            jobs.c.queue,
+        )
     )
     if dialect != "postgresql":
         return statement
@@ -381,8 +500,11 @@ def claim_statement(dialect: str, take_expired: bool, bounded: bool, top: int | 
     won = select(func.count()).select_from(recorded).scalar_subquery().label("won")
     room_left = select(func.count()).select_from(claimed).scalar_subquery() < limit
     one = select(literal(1).label("one")).subquery("one")
-    return (select(won, *looks(dialect, guarded, elsewhere, room_left), *claimed.c)
-            .select_from(one.outerjoin(claimed, true())).add_cte(*ending))
+    return (
+        select(won, *looks(dialect, guarded, elsewhere, room_left), *claimed.c)
+        .select_from(one.outerjoin(claimed, true()))
+        .add_cte(*ending)
+    )
 
 
 def _lost(picked, now):
@@ -393,9 +515,16 @@ def _lost(picked, now):
     each side one row, matched every claimed row against every picked one: 256 x 256 a claim at --capacity 256."""
     return insert(runs).from_select(
         ["job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error"],
-        select(picked.c.id, picked.c.attempts, picked.c.owner, picked.c.fence, picked.c.started_at, now,
-               literal(Outcome.LOST, String), literal(LOST, Text))
-        .where(picked.c.state == JobState.RUNNING),
+        select(
+            picked.c.id,
+            picked.c.attempts,
+            picked.c.owner,
+            picked.c.fence,
+            picked.c.started_at,
+            now,
+            literal(Outcome.LOST, String),
+            literal(LOST, Text),
+        ).where(picked.c.state == JobState.RUNNING),
     )
 
 
@@ -404,10 +533,14 @@ def _counted(dialect: str, picked, held, take_expired: bool):
     same statement: the picked rows that were queued (every picked row is claimed, see _lost), not those taken
     over, which were running and counted already."""
     queued = [picked.c.state == JobState.QUEUED] if take_expired else []
-    started = (select(picked.c.queue, func.count().label("n")).where(*queued).group_by(picked.c.queue)
-               .subquery("started"))
-    return (update(queues).where(queues.c.name == started.c.queue, queues.c.name.in_(select(held.c.name)))
-            .values(**taken(dialect, started.c.n)))
+    started = (
+        select(picked.c.queue, func.count().label("n")).where(*queued).group_by(picked.c.queue).subquery("started")
+    )
+    return (
+        update(queues)
+        .where(queues.c.name == started.c.queue, queues.c.name.in_(select(held.c.name)))
+        .values(**taken(dialect, started.c.n))
+    )
 
 
 def _by_id(names_types):
@@ -420,12 +553,22 @@ def _by_id(names_types):
     the guard is one condition over both sides, evaluated on the joined rows, and the state is checked in a form
     that the partial index of running jobs does not match (walking it, dead entries included, cost more still).
     Returns `v` and the condition: the job is `v`'s, and still ours (owner `b_machine`, fence, running)."""
-    v = (func.unnest(*(cast(bindparam(f"b_{name}"), ARRAY(kind)) for name, kind in names_types))
-         .table_valued(*(column(name, kind) for name, kind in names_types)).render_derived(name="v"))
+    v = (
+        func.unnest(*(cast(bindparam(f"b_{name}"), ARRAY(kind)) for name, kind in names_types))
+        .table_valued(*(column(name, kind) for name, kind in names_types))
+        .render_derived(name="v")
+    )
     ours = jobs.c.id == any_(cast(bindparam("b_id"), ARRAY(BigInteger)))
-    guard = case((jobs.c.fence == v.c.fence, and_(jobs.c.owner == bindparam("b_machine", type_=Id),
-                                                    func.concat(jobs.c.state, "") == STATE_SQL[JobState.RUNNING])),
-                 else_=false())
+    guard = case(
+        (
+            jobs.c.fence == v.c.fence,
+            and_(
+                jobs.c.owner == bindparam("b_machine", type_=Id),
+                func.concat(jobs.c.state, "") == STATE_SQL[JobState.RUNNING],
+            ),
+        ),
+        else_=false(),
+    )
     return v, and_(ours, jobs.c.id == v.c.id, guard)
 
 
@@ -435,8 +578,12 @@ def renew_statement():
     those still ours (see Store.renew): arrays in, so one statement text and one plan whatever their number (as
     one OR per job, the planner read the whole table: a second for 512 jobs)."""
     _v, ours = _by_id([("id", BigInteger), ("fence", BigInteger)])
-    return (update(jobs).where(ours).values(lease_until=db_now() + bindparam("b_lease", type_=Float))
-            .returning(jobs.c.id, jobs.c.fence, jobs.c.cancel_requested))
+    return (
+        update(jobs)
+        .where(ours)
+        .values(lease_until=db_now() + bindparam("b_lease", type_=Float))
+        .returning(jobs.c.id, jobs.c.fence, jobs.c.cancel_requested)
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -448,26 +595,58 @@ def finish_statement():
     were still ours get their run's row, which is written here, once (its start is the job's), and leave their
     limited queue's running count.
     """
-    columns = [("id", BigInteger), ("fence", BigInteger), ("state", Text), ("error", Text), ("retry", Float),
-               ("outcome", Text), ("output", Text)]
+    columns = [
+        ("id", BigInteger),
+        ("fence", BigInteger),
+        ("state", Text),
+        ("error", Text),
+        ("retry", Float),
+        ("outcome", Text),
+        ("output", Text),
+    ]
     v, ours = _by_id(columns)
     again = v.c.state == JobState.QUEUED
     ended = (
         update(jobs)
         .where(ours)
-        .values(state=v.c.state, last_error=v.c.error, lease_until=None,
-                run_at=case((again, db_now() + v.c.retry), else_=jobs.c.run_at),
-                owner=case((again, None), else_=jobs.c.owner),
-                finished_at=case((again, jobs.c.finished_at), else_=db_now()))
-        .returning(jobs.c.id, jobs.c.attempts, jobs.c.fence, jobs.c.started_at, v.c.outcome, v.c.error, v.c.output,
-                   jobs.c.queue)
+        .values(
+            state=v.c.state,
+            last_error=v.c.error,
+            lease_until=None,
+            run_at=case((again, db_now() + v.c.retry), else_=jobs.c.run_at),
+            owner=case((again, None), else_=jobs.c.owner),
+            finished_at=case((again, jobs.c.finished_at), else_=db_now()),
+        )
+        .returning(
+            jobs.c.id,
+            jobs.c.attempts,
+            jobs.c.fence,
+            jobs.c.started_at,
+            v.c.outcome,
+            v.c.error,
+            v.c.output,
+            jobs.c.queue,
+        )
         .cte("ended")
     )
-    logged = insert(runs).from_select(
-        ["job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error", "output"],
-        select(ended.c.id, ended.c.attempts, bindparam("b_machine", type_=Id), ended.c.fence, ended.c.started_at,
-               db_now(), ended.c.outcome, ended.c.error, ended.c.output),
-    ).cte("logged")
+    logged = (
+        insert(runs)
+        .from_select(
+            ["job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error", "output"],
+            select(
+                ended.c.id,
+                ended.c.attempts,
+                bindparam("b_machine", type_=Id),
+                ended.c.fence,
+                ended.c.started_at,
+                db_now(),
+                ended.c.outcome,
+                ended.c.error,
+                ended.c.output,
+            ),
+        )
+        .cte("logged")
+    )
     # Every job that ended left running: its queue's running count, if it is limited, goes down with it.
     gone = select(ended.c.queue, func.count().label("n")).group_by(ended.c.queue).subquery("gone")
     return select(ended.c.id, ended.c.fence).add_cte(logged, freed(gone).cte("freed"))
@@ -475,10 +654,10 @@ def finish_statement():
 
 # -- the roster version (see store/roster.py) ---------------------------------
 
+
 def bump_roster(conn: Connection) -> None:
     """Say, inside the transaction that changed a roster row, that the roster changed."""
-    conn.execute(update(roster_version).where(roster_version.c.id == 1)
-                 .values(version=roster_version.c.version + 1))
+    conn.execute(update(roster_version).where(roster_version.c.id == 1).values(version=roster_version.c.version + 1))
 
 
 def newest_backlog(since: int | None):
@@ -499,9 +678,19 @@ def checkin_statement(applied: bool, any_state: bool = False, returning: bool = 
         wish = case((machines.c.wish == bindparam("b_applied", type_=String), None), else_=machines.c.wish)
     state = bindparam("b_state", type_=String)
     mine = machines.c.id == bindparam("b_me", type_=Id)
-    statement = update(machines).where(mine if any_state else mine & (machines.c.state == state)).values(
-        last_seen=db_now(), state=state, wish=wish, running=bindparam("b_running", type_=Integer),
-        done_count=bindparam("b_done", type_=Integer), failed_count=bindparam("b_failed", type_=Integer),
-        clock_offset=bindparam("b_offset", type_=Float), rtt=bindparam("b_rtt", type_=Float),
-        error_bound=bindparam("b_bound", type_=Float))
+    statement = (
+        update(machines)
+        .where(mine if any_state else mine & (machines.c.state == state))
+        .values(
+            last_seen=db_now(),
+            state=state,
+            wish=wish,
+            running=bindparam("b_running", type_=Integer),
+            done_count=bindparam("b_done", type_=Integer),
+            failed_count=bindparam("b_failed", type_=Integer),
+            clock_offset=bindparam("b_offset", type_=Float),
+            rtt=bindparam("b_rtt", type_=Float),
+            error_bound=bindparam("b_bound", type_=Float),
+        )
+    )
     return statement.returning(machines.c.id) if returning else statement

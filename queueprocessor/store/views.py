@@ -61,8 +61,7 @@ def turns_between(store: Store, since: float, until: float, limit: int = 100_000
 def runs_between(store: Store, since: float, until: float, limit: int = 20_000) -> list[dict]:
     """Runs that overlap [since, until] (still running ones included), newest first, with their job's target."""
     history = run_history()
-    overlap = and_(history.c.started_at <= until,
-                   or_(history.c.finished_at.is_(None), history.c.finished_at >= since))
+    overlap = and_(history.c.started_at <= until, or_(history.c.finished_at.is_(None), history.c.finished_at >= since))
     statement = (
         select(history, jobs.c.target, jobs.c.method)
         .join(jobs, jobs.c.id == history.c.job_id)
@@ -82,8 +81,9 @@ def throughput(store: Store, since: float, until: float, bucket: float) -> list[
         .group_by(slot, runs.c.outcome)
         .order_by(slot)
     )
-    return [{"start": int(n) * bucket, "outcome": outcome, "count": count}
-            for n, outcome, count in store.rows(statement)]
+    return [
+        {"start": int(n) * bucket, "outcome": outcome, "count": count} for n, outcome, count in store.rows(statement)
+    ]
 
 
 def machine_throughput(store: Store, since: float, until: float) -> dict[int, dict[str, int]]:
@@ -99,17 +99,20 @@ def machine_throughput(store: Store, since: float, until: float) -> dict[int, di
     return counts
 
 
-def find_jobs(store: Store, text: str, state: str | None = None, limit: int = 500, *,
-              queue: str | None = None) -> list[dict]:
+def find_jobs(
+    store: Store, text: str, state: str | None = None, limit: int = 500, *, queue: str | None = None
+) -> list[dict]:
     """The newest `limit` jobs (in `state`, of `queue`, if given) whose id, target, machine name or last error
     contains `text`, ignoring case; newest first. `text` is a bound parameter and its % and _ match only themselves."""
     if state is not None and state not in tuple(JobState):
         raise QPError(f"unknown job state {echoed(state)}: use one of {', '.join(JobState)}")
     named = select(machines.c.id).where(machines.c.name.icontains(text, autoescape=True))
-    found = or_(cast(jobs.c.id, String).icontains(text, autoescape=True),
-                jobs.c.target.icontains(text, autoescape=True),
-                jobs.c.last_error.icontains(text, autoescape=True),
-                jobs.c.owner.in_(named))
+    found = or_(
+        cast(jobs.c.id, String).icontains(text, autoescape=True),
+        jobs.c.target.icontains(text, autoescape=True),
+        jobs.c.last_error.icontains(text, autoescape=True),
+        jobs.c.owner.in_(named),
+    )
     statement = select(jobs).where(found).order_by(jobs.c.id.desc()).limit(limit)
     if state is not None:
         statement = statement.where(jobs.c.state == state)
@@ -118,8 +121,20 @@ def find_jobs(store: Store, text: str, state: str | None = None, limit: int = 50
     return plain_dicts(store.rows(statement))
 
 
-SCHEDULE_COLUMNS = ("name", "cron", "tz", "every", "executor", "target", "method", "misfire", "grace", "paused",
-                    "next_run", "created_at")
+SCHEDULE_COLUMNS = (
+    "name",
+    "cron",
+    "tz",
+    "every",
+    "executor",
+    "target",
+    "method",
+    "misfire",
+    "grace",
+    "paused",
+    "next_run",
+    "created_at",
+)
 
 
 def schedule_rows(store: Store) -> list[dict]:
@@ -130,5 +145,8 @@ def schedule_rows(store: Store) -> list[dict]:
 def jobs_by_key(store: Store, keys: list[str]) -> list[tuple]:
     """(key, id, state, owner, finished_at, last_error) of the jobs holding `keys`, found by their unique key."""
     found = select(jobs.c.key, jobs.c.id, jobs.c.state, jobs.c.owner, jobs.c.finished_at, jobs.c.last_error)
-    return [tuple(row) for start in range(0, len(keys), KEYS_PER_STATEMENT)
-            for row in store.rows(found.where(jobs.c.key.in_(keys[start:start + KEYS_PER_STATEMENT])))]
+    return [
+        tuple(row)
+        for start in range(0, len(keys), KEYS_PER_STATEMENT)
+        for row in store.rows(found.where(jobs.c.key.in_(keys[start : start + KEYS_PER_STATEMENT])))
+    ]

@@ -78,10 +78,7 @@ class HttpTarget:
         except for /write.
         """
         with self._lock:
-            return [
-                dict(r) for r in self._records
-                if path_prefix is None or r["path"].startswith(path_prefix)
-            ]
+            return [dict(r) for r in self._records if path_prefix is None or r["path"].startswith(path_prefix)]
 
     def concurrent_overlaps(self) -> list[tuple[dict, dict]]:
         """Pairs of requests for the same job whose [started, ended] intervals overlap.
@@ -97,7 +94,7 @@ class HttpTarget:
         overlaps = []
         for records in by_job.values():
             for i, a in enumerate(records):
-                for b in records[i + 1:]:
+                for b in records[i + 1 :]:
                     if a["started"] < (b["ended"] or now) and b["started"] < (a["ended"] or now):
                         overlaps.append((a, b))
         return overlaps
@@ -150,9 +147,11 @@ def _hung_up(conn: socket.socket) -> bool:
 
 def _ignore_hang_ups(handle_error):
     """Wrap the server's error printer so callers that hang up don't spam stderr."""
+
     def wrapper(request, client_address):
         if not isinstance(sys.exc_info()[1], ConnectionError):
             handle_error(request, client_address)
+
     return wrapper
 
 

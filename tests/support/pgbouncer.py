@@ -74,7 +74,8 @@ class PgBouncer:
             f"auth_type = scram-sha-256\nauth_file = {self.base_dir / 'userlist.txt'}\n"
             "pool_mode = transaction\n"
             f"default_pool_size = {self.pool_size}\nmax_client_conn = 1000\n"
-            f"logfile = {self.base_dir / 'pgbouncer.log'}\npidfile = {self.base_dir / 'pgbouncer.pid'}\n")
+            f"logfile = {self.base_dir / 'pgbouncer.log'}\npidfile = {self.base_dir / 'pgbouncer.pid'}\n"
+        )
         if os.geteuid() == 0:
             shutil.chown(self.base_dir, "postgres")
             for path in self.base_dir.iterdir():

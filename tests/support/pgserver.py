@@ -152,9 +152,18 @@ class PostgresServer:
         if os.geteuid() == 0:
             shutil.chown(pwfile, self.user)
         self._run(
-            "initdb", "-D", self.data_dir, "-U", self.user, f"--pwfile={pwfile}",
-            "--auth-host=scram-sha-256", "--auth-local=trust",
-            "-E", "UTF8", "--locale=C", "--no-sync",
+            "initdb",
+            "-D",
+            self.data_dir,
+            "-U",
+            self.user,
+            f"--pwfile={pwfile}",
+            "--auth-host=scram-sha-256",
+            "--auth-local=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
         )
         pwfile.unlink()
         return {}
@@ -207,13 +216,10 @@ class PostgresServer:
         cmd = [str(self.bin_dir / program), *map(str, args)]
         if os.geteuid() == 0:
             cmd = ["runuser", "-u", self.user, "--", *cmd]
-        done = subprocess.run(
-            cmd, cwd=self.base_dir, stdin=subprocess.DEVNULL, capture_output=True, text=True
-        )
+        done = subprocess.run(cmd, cwd=self.base_dir, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(
-                f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
-                f"{self.log()[-2000:]}"
+                f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout}{done.stderr}{self.log()[-2000:]}"
             )
 
     def __enter__(self) -> PostgresServer:

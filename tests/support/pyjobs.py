@@ -14,8 +14,12 @@ SEEN: dict[int, dict] = {}
 
 @job(max_attempts=1)
 def echo(payload, context):
-    SEEN[context.job_id] = {"payload": payload, "attempt": context.attempt, "fence": context.fence,
-                            "machine": context.machine_id}
+    SEEN[context.job_id] = {
+        "payload": payload,
+        "attempt": context.attempt,
+        "fence": context.fence,
+        "machine": context.machine_id,
+    }
     return {"echo": payload}
 
 
@@ -66,8 +70,13 @@ CALLS: list[dict] = []  # stubborn's calls, in order: job, fence, machine, start
 def stubborn(payload, context):
     """Works payload[n] seconds on its n-th call for the job (0 once the list runs out) and never looks at its
     cancellation flag: a function no stop reaches."""
-    record = {"job": context.job_id, "fence": context.fence, "machine": context.machine_id,
-              "started": time.monotonic(), "ended": None}
+    record = {
+        "job": context.job_id,
+        "fence": context.fence,
+        "machine": context.machine_id,
+        "started": time.monotonic(),
+        "ended": None,
+    }
     calls = sum(1 for call in CALLS if call["job"] == context.job_id)
     CALLS.append(record)
     time.sleep(payload[calls] if calls < len(payload) else 0)
@@ -77,6 +86,12 @@ def stubborn(payload, context):
 def overlapping(calls: list[dict]) -> list[tuple[dict, dict]]:
     """Pairs of calls of one job, on different fences, that were under way at the same time."""
     now = time.monotonic()
-    return [(a, b) for i, a in enumerate(calls) for b in calls[i + 1:]
-            if a["job"] == b["job"] and a["fence"] != b["fence"]
-            and a["started"] < (b["ended"] or now) and b["started"] < (a["ended"] or now)]
+    return [
+        (a, b)
+        for i, a in enumerate(calls)
+        for b in calls[i + 1 :]
+        if a["job"] == b["job"]
+        and a["fence"] != b["fence"]
+        and a["started"] < (b["ended"] or now)
+        and b["started"] < (a["ended"] or now)
+    ]

@@ -22,8 +22,7 @@ class StandbyServer(PostgresServer):
 
     def _create_cluster(self) -> dict[str, str]:
         source = f"host={_HOST} port={self.primary.port} user={self.user} password={self.password}"
-        self._run("pg_basebackup", "-D", self.data_dir, "-d", source, "-R", "-X", "stream", "-c", "fast",
-                  "--no-sync")
+        self._run("pg_basebackup", "-D", self.data_dir, "-d", source, "-R", "-X", "stream", "-c", "fast", "--no-sync")
         written = (self.data_dir / "postgresql.auto.conf").read_text().splitlines()
         return dict(line.split(" = ", 1) for line in written if line.startswith("primary_conninfo"))
 

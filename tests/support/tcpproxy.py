@@ -28,9 +28,7 @@ class TcpProxy:
     to bytes read from then on.
     """
 
-    def __init__(
-        self, target_host: str, target_port: int, up_delay: float = 0.0, down_delay: float = 0.0
-    ) -> None:
+    def __init__(self, target_host: str, target_port: int, up_delay: float = 0.0, down_delay: float = 0.0) -> None:
         self.target_host = target_host
         self.target_port = target_port
         self.up_delay = up_delay

@@ -40,8 +40,15 @@ class Nodes:
 
     def __call__(self, name, capacity=4, **options):
         settings = {**self.defaults, **options}
-        node = self.farm.node(name=name, capacity=capacity, http_base=self.http_base, clock=SystemClock(),
-                              allow_modules=[PYJOBS], allow_commands=COMMANDS, **settings)
+        node = self.farm.node(
+            name=name,
+            capacity=capacity,
+            http_base=self.http_base,
+            clock=SystemClock(),
+            allow_modules=[PYJOBS],
+            allow_commands=COMMANDS,
+            **settings,
+        )
         self.started.append(node.start())
         return node
 
@@ -79,10 +86,26 @@ class NodeProcesses:
 
     def __call__(self, name, *args, capacity=4):
         log = open(self.log_dir / f"{name}.log", "w")
-        command = [sys.executable, "-m", "queueprocessor.cli", "--db", self.url, "node", "--name", name,
-                   "--period", str(FAST["period"]), "--heartbeat", str(FAST["heartbeat"]),
-                   "--capacity", str(capacity), "--allow-module", PYJOBS,
-                   *(a for c in COMMANDS for a in ("--allow-command", c)), *args]
+        command = [
+            sys.executable,
+            "-m",
+            "queueprocessor.cli",
+            "--db",
+            self.url,
+            "node",
+            "--name",
+            name,
+            "--period",
+            str(FAST["period"]),
+            "--heartbeat",
+            str(FAST["heartbeat"]),
+            "--capacity",
+            str(capacity),
+            "--allow-module",
+            PYJOBS,
+            *(a for c in COMMANDS for a in ("--allow-command", c)),
+            *args,
+        ]
         self.procs[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         log.close()
         return self.procs[name]
