@@ -35,8 +35,8 @@ from common import fresh_database, load_average, percentile, print_table, start_
 from sqlalchemy import insert, text  # noqa: E402
 
 from queueprocessor.farm import Farm  # noqa: E402
-from queueprocessor.store.schema import jobs, machines, runs, turns  # noqa: E402
 from queueprocessor.rules.states import JobState  # noqa: E402
+from queueprocessor.store.schema import jobs, machines, runs, turns  # noqa: E402
 from queueprocessor.views import Dashboard, FarmTiming, Query, find_jobs  # noqa: E402
 from ui.arrays import prepare  # noqa: E402
 from ui.snapshot import Snapshot  # noqa: E402

@@ -23,8 +23,8 @@ if str(ROOT) not in sys.path:
 
 from sqlalchemy import text  # noqa: E402
 
-from queueprocessor.store.database import open_engine  # noqa: E402
 from queueprocessor.rules.output import print_table  # noqa: E402
+from queueprocessor.store.database import open_engine  # noqa: E402
 from tests.support.pgserver import PostgresServer  # noqa: E402
 
 __all__ = [

@@ -16,6 +16,7 @@ import argparse
 import time
 
 from common import NodeProcess, fresh_database, load_average, print_table, query, start_postgres, stop_all, wait_for
+
 from queueprocessor.farm import Farm
 
 NODES = 4

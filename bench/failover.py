@@ -29,6 +29,7 @@ from common import (
     stop_all,
     wait_for,
 )
+
 from queueprocessor.farm import Farm
 from tests.support.httptarget import HttpTarget
 

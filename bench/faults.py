@@ -68,8 +68,8 @@ from common import (
 from sqlalchemy.exc import OperationalError
 
 from queueprocessor import singletons
-from queueprocessor.rules.clock import SystemClock
 from queueprocessor.farm import Farm
+from queueprocessor.rules.clock import SystemClock
 from queueprocessor.store.jobs import JobSpec
 from tests.support.httptarget import HttpTarget
 from tests.support.tcpproxy import TcpProxy

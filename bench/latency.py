@@ -27,6 +27,7 @@ from common import (
     stop_all,
     wait_for,
 )
+
 from queueprocessor.farm import Farm
 
 PERIOD = 1.0

@@ -60,8 +60,8 @@ from common import (
 )
 from sqlalchemy import text
 
-from queueprocessor.store.database import open_engine
 from queueprocessor.farm import Farm
+from queueprocessor.store.database import open_engine
 
 try:
     from queueprocessor.store.statements import regate_statements

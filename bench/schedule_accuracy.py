@@ -35,6 +35,7 @@ from common import (
     stop_all,
     wait_for,
 )
+
 from queueprocessor.farm import Farm
 
 PERIOD = 1.0

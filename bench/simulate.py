@@ -40,11 +40,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from queueprocessor.rules.clock import OffsetEstimator, Sample  # noqa: E402
-from queueprocessor.node.node import Outlook  # noqa: E402
 from queueprocessor.node.config import NodeConfig  # noqa: E402
-from queueprocessor.rules.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take  # noqa: E402
+from queueprocessor.node.node import Outlook  # noqa: E402
 from queueprocessor.node.turn_timer import turn_timer_wait  # noqa: E402
+from queueprocessor.rules.clock import OffsetEstimator, Sample  # noqa: E402
+from queueprocessor.rules.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take  # noqa: E402
 from queueprocessor.rules.states import CHECKING_IN, MachineState, Wish  # noqa: E402
 
 WARMUP = 60.0  # seconds of database time before the measured slots: every machine joined and settled

@@ -64,9 +64,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 CACHE = Path.home() / ".cache" / "queueprocessor-bench"
 PEERS_VENV = CACHE / "peers"

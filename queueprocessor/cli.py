@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 import click
 
 from . import __version__
+from .nodeoptions import NodeCommand, NodeOptions, Seconds, flag_of, node_options
 from .rules import logs
 from .rules.errors import ConfigError, NotFound, QPError, echoed
-from .nodeoptions import NodeCommand, NodeOptions, Seconds, flag_of, node_options
 from .rules.output import format_time, machine_label, print_json, print_table
 from .rules.queues import DEFAULT, UNCHANGED, OnFailure, Served, check_name
 from .rules.states import JobState, Wish
@@ -118,7 +118,7 @@ class Context:
         self.chosen = url is not None  # by --db, QP_DB or the config file
         self.url = url or default_url()
         self.machine: str | None = None  # a node's --name, which labels the farm's connections
-        self._farm: "Farm | None" = None
+        self._farm: Farm | None = None
 
     @property
     def farm(self) -> "Farm":
@@ -134,8 +134,8 @@ class Context:
     def _open(self, read_only: bool) -> "Farm":
         if self._farm is None:
             # The engine and SQLAlchemy: loaded by the first command that uses the farm.
-            from .store.database import client_name
             from .farm import Farm
+            from .store.database import client_name
 
             self._farm = Farm(self.url, read_only=read_only, client=client_name(self.machine))
         return self._farm

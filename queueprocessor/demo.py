@@ -21,8 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from .rules.errors import NotFound
 from .farm import Farm, work_spec
+from .rules.errors import NotFound
 from .rules.states import JobState, MachineState
 from .views import FarmTiming, judge_machines
 

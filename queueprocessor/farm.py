@@ -24,13 +24,12 @@ from typing import TYPE_CHECKING
 from sqlalchemy import exc
 
 from . import grabs, singletons
-from .rules.allow import AllowLists, check_allowed, check_form
 from .api import JobFunction, target_of
+from .node.config import NodeConfig
+from .rules.allow import AllowLists, check_allowed, check_form
 from .rules.clock import SystemClock
-from .store.database import check_schema, describe_failure, ensure_schema, open_engine
 from .rules.errors import BadJobInput, BadQueueInput, BadSetting, DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from .rules.limits import LATEST, MAX_CAPACITY, MAX_INT, MAX_MISSES, MAX_PAYLOAD, MAX_WAIT
-from .node.config import NodeConfig
 from .rules.queues import (
     DEFAULT,
     UNCHANGED,
@@ -46,10 +45,11 @@ from .rules.queues import (
 from .rules.roster import Liveness, machine_status
 from .rules.schedules import Recurrence, ahead_of
 from .rules.states import SERVING
+from .rules.urls import default_url, mask
+from .store.database import check_schema, describe_failure, ensure_schema, open_engine
 from .store.jobs import JobSpec, Store
 from .store.queues import QueueStore, queue_infos
 from .store.schedules import ScheduleStore
-from .rules.urls import default_url, mask
 
 if TYPE_CHECKING:  # loaded by the methods that return them, so that enqueueing never loads a node (cli.py)
     from .node.node import Node

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import singletons
-from .rules.errors import NotFound
 from .node.config import NodeConfig
+from .rules.errors import NotFound
 from .rules.roster import Liveness, machine_status, roster, slot_of, slot_owner
 from .rules.schedules import Recurrence
 from .rules.states import SERVING, MachineState

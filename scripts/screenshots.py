@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from queueprocessor.rules.clock import SystemClock  # noqa: E402
 from queueprocessor.demo import feed, start_web_server  # noqa: E402
 from queueprocessor.farm import Farm, work_spec  # noqa: E402
+from queueprocessor.rules.clock import SystemClock  # noqa: E402
 from queueprocessor.rules.states import JobState, Outcome, Wish  # noqa: E402
 from ui.app import make_app  # noqa: E402
 from ui.mainwindow import MainWindow  # noqa: E402

@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
+from queueprocessor.farm import Farm
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
-from queueprocessor.farm import Farm
 from tests.support.httptarget import HttpTarget
 from tests.support.pgbouncer import PgBouncer
 from tests.support.pgserver import PostgresServer

@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from queueprocessor.rules.errors import LostLease
 from queueprocessor.farm import Farm
+from queueprocessor.rules.errors import LostLease
 from queueprocessor.store.jobs import Claimed
 from tests.support.work import wait_for
 

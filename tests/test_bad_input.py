@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
-from queueprocessor.store.database import open_engine
-from queueprocessor.rules.errors import ECHO_LIMIT
 from queueprocessor.farm import Farm
+from queueprocessor.rules.errors import ECHO_LIMIT
+from queueprocessor.store.database import open_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = 'x\'); DROP TABLE qp_jobs; --" OR "1"="1'

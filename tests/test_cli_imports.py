@@ -11,8 +11,8 @@ import sys
 import pytest
 from sqlalchemy import func, select, text
 
-from queueprocessor.rules.errors import NotFound
 from queueprocessor.farm import Farm
+from queueprocessor.rules.errors import NotFound
 from queueprocessor.store.schema import turns
 from tests.support.work import wait_for
 

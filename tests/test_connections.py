@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import event, func, select
 from sqlalchemy.engine import make_url
 
-from queueprocessor.store.database import client_name, open_engine
 from queueprocessor.farm import Farm
+from queueprocessor.store.database import client_name, open_engine
 from queueprocessor.store.jobs import KEEP
 from tests.support.work import ROOT, Nodes, wait_for
 

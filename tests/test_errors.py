@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from queueprocessor.cli import in_cli_words
-from queueprocessor.rules.errors import ECHO_LIMIT, BadJobInput, BadSetting, InvalidJob, NotAllowed, NotFound, echoed
 from queueprocessor.executors import AllowLists, make_executors
 from queueprocessor.farm import Farm, work_spec
+from queueprocessor.rules.errors import ECHO_LIMIT, BadJobInput, BadSetting, InvalidJob, NotAllowed, NotFound, echoed
 from queueprocessor.store.jobs import JobSpec
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,11 +5,11 @@ from contextlib import contextmanager
 
 from sqlalchemy import func, insert, inspect, select, text, update
 
+from queueprocessor.farm import Farm
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
-from queueprocessor.farm import Farm
-from queueprocessor.store.migrations import QUEUED_BEFORE_6
 from queueprocessor.store.jobs import JobSpec, Plan
+from queueprocessor.store.migrations import QUEUED_BEFORE_6
 from queueprocessor.store.roster import RosterStore
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)

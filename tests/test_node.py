@@ -5,13 +5,13 @@ import time
 import pytest
 from sqlalchemy import exc
 
-from queueprocessor.rules.clock import SystemClock
-from queueprocessor.store.database import unreachable
-from queueprocessor.rules.errors import ConfigError
 from queueprocessor.executors import JobContext
 from queueprocessor.farm import Farm
-from queueprocessor.rules.roster import slot_of
 from queueprocessor.node.runner import STOPPED, JobRunner, Running
+from queueprocessor.rules.clock import SystemClock
+from queueprocessor.rules.errors import ConfigError
+from queueprocessor.rules.roster import slot_of
+from queueprocessor.store.database import unreachable
 from queueprocessor.store.jobs import Claimed
 from tests.support.work import FAST, Nodes, wait_for
 

@@ -8,8 +8,8 @@ pytest.importorskip("PySide6")
 import click  # noqa: E402
 
 from queueprocessor import cli  # noqa: E402
-from queueprocessor.rules.errors import QPError  # noqa: E402
 from queueprocessor.nodeoptions import NodeOptions  # noqa: E402
+from queueprocessor.rules.errors import QPError  # noqa: E402
 from ui import app  # noqa: E402
 
 ACCEPTED = [

@@ -9,10 +9,10 @@ import pytest
 from sqlalchemy import func, select, update
 
 from queueprocessor.farm import Farm
-from queueprocessor.store.schema import jobs, queues
 from queueprocessor.rules.states import JobState, Outcome
 from queueprocessor.store.jobs import Ending, JobSpec, Plan
 from queueprocessor.store.queues import QueueStore
+from queueprocessor.store.schema import jobs, queues
 from tests.support.work import PYJOBS
 
 REPORTS = JobSpec("python", f"{PYJOBS}:noop", queue="reports")

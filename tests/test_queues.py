@@ -10,9 +10,11 @@ import pytest
 from sqlalchemy import event, update
 from sqlalchemy.dialects.mssql import pyodbc
 
-from queueprocessor.rules.errors import BadQueueInput, NotFound
 from queueprocessor.farm import Farm
+from queueprocessor.rules.errors import BadQueueInput, NotFound
 from queueprocessor.rules.queues import OnFailure, QueueInfo, Rate, Served
+from queueprocessor.rules.roster import slot_of
+from queueprocessor.store.jobs import JobSpec, Looks, Plan, Turn
 from queueprocessor.store.schema import jobs
 from queueprocessor.store.statements import (
     claim_statement,
@@ -23,8 +25,6 @@ from queueprocessor.store.statements import (
     taken_statement,
     turn_statement,
 )
-from queueprocessor.rules.roster import slot_of
-from queueprocessor.store.jobs import JobSpec, Looks, Plan, Turn
 from tests.support.httptarget import most_at_once
 from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
 

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import func, select
 
 from queueprocessor.farm import Farm
-from queueprocessor.store.schema import jobs
 from queueprocessor.rules.states import JobState
+from queueprocessor.store.schema import jobs
 from tests.support.httptarget import most_at_once
 from tests.support.work import FAST, PYJOBS, NodeProcesses, wait_for
 

@@ -7,8 +7,8 @@ import time
 import pytest
 from sqlalchemy import select
 
-from queueprocessor.store.schema import roster_version
 from queueprocessor.store.roster import RosterStore
+from queueprocessor.store.schema import roster_version
 from tests.support.work import FAST, NodeProcesses, Nodes, wait_for
 
 DEAD_AFTER = 3 * FAST["heartbeat"]

@@ -11,8 +11,8 @@ from sqlalchemy import insert, update
 
 from queueprocessor.rules.errors import InvalidJob
 from queueprocessor.rules.schedules import Recurrence, plan
-from queueprocessor.store.schema import schedules
 from queueprocessor.store.schedules import ScheduleStore
+from queueprocessor.store.schema import schedules
 from tests.support import pyjobs
 from tests.support.work import FAST, Nodes, run_cli, wait_for
 

@@ -24,11 +24,11 @@ from yarl import URL
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from queueprocessor.store.database import open_engine  # noqa: E402
-from queueprocessor.rules.errors import InvalidJob, QPError  # noqa: E402
 from queueprocessor.executors.http import LOCAL_HOSTS, HttpExecutor  # noqa: E402
 from queueprocessor.farm import Farm, work_spec  # noqa: E402
+from queueprocessor.rules.errors import InvalidJob, QPError  # noqa: E402
 from queueprocessor.rules.states import Wish  # noqa: E402
+from queueprocessor.store.database import open_engine  # noqa: E402
 from queueprocessor.store.jobs import JobSpec  # noqa: E402
 from queueprocessor.views import find_jobs  # noqa: E402
 from tests.support.tcpproxy import TcpProxy  # noqa: E402

@@ -8,10 +8,10 @@ import time
 import pytest
 from sqlalchemy import select
 
-from queueprocessor.rules.errors import InvalidJob
 from queueprocessor.farm import Farm
-from queueprocessor.store.schema import locks
+from queueprocessor.rules.errors import InvalidJob
 from queueprocessor.singletons import LockHeld
+from queueprocessor.store.schema import locks
 from tests.support import pyjobs
 from tests.support.tcpproxy import TcpProxy
 from tests.support.work import NodeProcesses, Nodes, run_cli, wait_for

@@ -6,12 +6,12 @@ import time
 import pytest
 from sqlalchemy import exc, func, select, text, update
 
-from queueprocessor.store import schema
-from queueprocessor.store.database import ensure_schema
+from queueprocessor.node.runner import backoff
 from queueprocessor.rules.errors import LostLease, NotFound, QPError, SchemaTooNew
 from queueprocessor.rules.roster import slot_end, slot_of
-from queueprocessor.node.runner import backoff
 from queueprocessor.rules.states import Outcome
+from queueprocessor.store import schema
+from queueprocessor.store.database import ensure_schema
 from queueprocessor.store.jobs import Ending, JobSpec, Turn
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
 

@@ -16,9 +16,9 @@ from PySide6.QtCore import QPoint, QSettings, Qt, QThreadPool, QTimer  # noqa: E
 from PySide6.QtTest import QTest  # noqa: E402
 from PySide6.QtWidgets import QApplication, QLabel, QMenu, QMessageBox  # noqa: E402
 
+from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.rules.clock import SystemClock  # noqa: E402
 from queueprocessor.store.database import mask  # noqa: E402
-from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.views import runs_between, turns_between  # noqa: E402
 from tests.support import pyjobs  # noqa: E402
 from ui.app import make_app, node_options, parse_args  # noqa: E402

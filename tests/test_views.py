@@ -6,7 +6,7 @@ finish), so the views are checked against what a farm really writes.
 
 import gc
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import event
@@ -188,7 +188,7 @@ def test_dashboard_rows_are_not_tracked_by_the_garbage_collector(farm):
 
 
 def _utc(*fields) -> float:
-    return datetime(*fields, tzinfo=timezone.utc).timestamp()
+    return datetime(*fields, tzinfo=UTC).timestamp()
 
 
 def test_the_last_occurrence_before_a_time_is_the_one_the_schedule_made():

@@ -18,15 +18,16 @@ from dataclasses import dataclass
 
 import click
 
+from queueprocessor.nodeoptions import NodeCommand, NodeOptions, flag_of
+from queueprocessor.nodeoptions import node_options as _node_option_set
 from queueprocessor.rules import logs
-from queueprocessor.store.database import parse_url
 from queueprocessor.rules.errors import QPError
-from queueprocessor.nodeoptions import NodeCommand, NodeOptions, flag_of, node_options as _node_option_set
+from queueprocessor.store.database import parse_url
 
 try:
+    from pyqtgraph.util.garbage_collector import GarbageCollector
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
-    from pyqtgraph.util.garbage_collector import GarbageCollector
 except ImportError as error:  # the GUI is an extra: say how to get it, no traceback
     sys.exit(
         f"error: the desktop app needs PySide6 and pyqtgraph ({error.name} is missing): "

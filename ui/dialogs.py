@@ -22,12 +22,12 @@ from PySide6.QtWidgets import (
 )
 
 from queueprocessor import __version__
-from queueprocessor.store import database
-from queueprocessor.store.database import parse_url
-from queueprocessor.rules.errors import QPError
 from queueprocessor.farm import work_spec
+from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, check_limit
 from queueprocessor.rules.urls import default_url, mask
+from queueprocessor.store import database
+from queueprocessor.store.database import parse_url
 
 from . import theme
 

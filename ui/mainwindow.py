@@ -17,8 +17,8 @@ from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMenu, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
-from queueprocessor.store.database import mask
 from queueprocessor.rules.states import JobState, MachineState, Wish
+from queueprocessor.store.database import mask
 
 from . import text, theme
 from .actions import Actions

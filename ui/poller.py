@@ -25,10 +25,10 @@ from enum import Enum
 from PySide6.QtCore import QObject, Signal
 from sqlalchemy import exc
 
-from queueprocessor.rules.clock import SystemClock
-from queueprocessor.store.database import APP_PROGRAM, client_name, mask
-from queueprocessor.rules.errors import DatabaseUnavailable, QPError
 from queueprocessor.farm import Farm
+from queueprocessor.rules.clock import SystemClock
+from queueprocessor.rules.errors import DatabaseUnavailable, QPError
+from queueprocessor.store.database import APP_PROGRAM, client_name, mask
 from queueprocessor.views import Dashboard, Query
 
 from .snapshot import Snapshot

@@ -6,8 +6,8 @@ import time
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
 
-from queueprocessor.store.database import mask
 from queueprocessor.rules.states import MachineState
+from queueprocessor.store.database import mask
 
 from . import text, theme
 from .connection import State

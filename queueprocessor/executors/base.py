@@ -10,7 +10,6 @@ from abc import ABC, abstractmethod
 
 from ..store.jobs import Claimed, JobSpec
 
-
 STOP_GRACE = 1.0  # seconds a stopped job gets to end by itself before it is forced or reported (JobContext.grace)
 
 

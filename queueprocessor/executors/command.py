@@ -95,7 +95,7 @@ class CommandExecutor(Executor):
             return
         except ProcessLookupError:
             return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         try:
             os.killpg(process.pid, signal.SIGKILL)

@@ -59,19 +59,19 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from .. import __version__
-from ..rules.clock import Clock, OffsetEstimator, SystemClock
-from ..store.database import unreachable
 from ..executors import Executor, make_executors
+from ..rules.clock import Clock, OffsetEstimator, SystemClock
 from ..rules.logs import about, one_line
-from .config import NodeConfig
-from .push import Listener, where_to_listen
 from ..rules.roster import KnownMachines, Liveness, slot_of
-from .runner import JobRunner, RunKey
 from ..rules.states import MachineState, Outcome, Wish
+from ..store.database import unreachable
 from ..store.jobs import Store
 from ..store.queues import QueueStore
 from ..store.roster import FarmRead, RosterStore
 from ..store.schedules import ScheduleStore
+from .config import NodeConfig
+from .push import Listener, where_to_listen
+from .runner import JobRunner, RunKey
 from .tally import Tally
 from .turn_timer import TurnTimer
 

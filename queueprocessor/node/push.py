@@ -26,9 +26,9 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import URL, Connection
 
+from ..store.connections import reaches_pooler
 from ..store.database import labelled, listen_url, mask, unlabelled
 from ..store.schema import JOBS_CHANNEL
-from ..store.connections import reaches_pooler
 
 log = logging.getLogger("queueprocessor.push")
 

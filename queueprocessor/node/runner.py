@@ -16,8 +16,8 @@ import random
 import threading
 from collections.abc import Callable
 
-from ..rules.errors import QPError
 from ..executors import Executor, JobContext, JobFailed, executor_for
+from ..rules.errors import QPError
 from ..rules.logs import about
 from ..rules.states import Kind, Outcome
 from ..store.jobs import Claimed, Ending, Store
@@ -307,7 +307,7 @@ class JobRunner:
                     entry.started, entry.began = self.db_now(), self.loop.time()
                 coro = executor.run(job, entry.context)
                 output = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             entry.context.cancelled.set()
             outcome, error = Outcome.TIMEOUT, f"stopped after its timeout of {job.timeout:g} s"
         except asyncio.CancelledError:

@@ -18,15 +18,15 @@ from dataclasses import replace
 from typing import Protocol
 
 from ..rules.clock import Clock, OffsetEstimator
-from .config import NodeConfig
-from .push import BACKLOG, Listener, notify_backlog
 from ..rules.queues import served_names
 from ..rules.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take, turn_wait, upcoming_turn
-from .runner import JobRunner
 from ..rules.states import MachineState, Outcome
 from ..store.jobs import PRUNE_BATCH, Claimed, Looks, Plan, Store, Turn
 from ..store.queues import QueueStore
 from ..store.schedules import ScheduleStore
+from .config import NodeConfig
+from .push import BACKLOG, Listener, notify_backlog
+from .runner import JobRunner
 from .tally import Tally
 
 TURN_MARGIN = 0.0005  # wake this far past the instant our error bound lets us take the turn

@@ -2,7 +2,7 @@
 
 import json
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import click
 
@@ -13,7 +13,7 @@ def format_time(epoch: float | None) -> str:
     if epoch is None or (isinstance(epoch, float) and math.isnan(epoch)):
         return "-"
     try:
-        return dated(datetime.fromtimestamp(epoch, timezone.utc), "milliseconds")
+        return dated(datetime.fromtimestamp(epoch, UTC), "milliseconds")
     except (OverflowError, OSError, ValueError):
         return f"{epoch:g}"
 

@@ -21,7 +21,7 @@ drops the missed ones, `once` runs the newest of them once, `all` runs each.
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import BadJobInput, InvalidJob, echoed
@@ -74,7 +74,7 @@ class Recurrence:
             )
         recurrence = cls(cron=cron, tz=tz)
         try:
-            recurrence.after(datetime.now(timezone.utc).timestamp())
+            recurrence.after(datetime.now(UTC).timestamp())
         except ValueError:  # croniter's "failed to find next date", e.g. 30 February
             raise InvalidJob(f"cron expression {echoed(cron)} never matches a real date") from None
         return recurrence
@@ -134,7 +134,7 @@ class Recurrence:
 
     def label(self, t: float) -> str:
         """How an occurrence is named in its job key: local time with its UTC offset, to the millisecond."""
-        zone = timezone.utc if self.every is not None else ZoneInfo(self.tz)
+        zone = UTC if self.every is not None else ZoneInfo(self.tz)
         return datetime.fromtimestamp(t, zone).isoformat(timespec="milliseconds")
 
 

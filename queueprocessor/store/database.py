@@ -8,9 +8,9 @@ from pathlib import Path
 from sqlalchemy import create_engine, event, exc, insert, inspect, select
 from sqlalchemy.engine import URL, Engine, make_url
 
-from . import connections, migrations, schema
 from ..rules.errors import BadSetting, ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew, UnusableDatabase
 from ..rules.urls import mask
+from . import connections, migrations, schema
 
 # Short names a user may type, mapped to the driver we ship.
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg", "mssql": "mssql+pyodbc"}

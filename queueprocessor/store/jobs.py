@@ -39,11 +39,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.sql import Select
 
 from ..rules.clock import Sample
-from .dbtime import db_now
 from ..rules.errors import DuplicateKey, LostLease, NotFound, QPError, echoed
 from ..rules.queues import DEFAULT, Served
-from .schema import Id, jobs, machines, meta, queues, runs, turns
 from ..rules.states import FINISHED, JobState, Kind, MachineState, Outcome, Wish
+from .dbtime import db_now
+from .schema import Id, jobs, machines, meta, queues, runs, turns
 from .statements import (
     LOST,
     bump_roster,

@@ -5,8 +5,8 @@ every later write quotes the holder and the fence it took."""
 from sqlalchemy import and_, exc, insert, or_, select, update
 
 from .dbtime import db_now
-from .schema import locks
 from .jobs import Store
+from .schema import locks
 
 
 class LockStore:

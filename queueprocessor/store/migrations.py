@@ -7,8 +7,8 @@ indexes, tables, and columns with a server default (so an older node's inserts s
 """
 
 from sqlalchemy import DDL, Column, Index, MetaData, String, Table, inspect, select, update
-from sqlalchemy.schema import CreateColumn
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.schema import CreateColumn
 
 from . import schema
 from .statements import recount_statement, regate_statements

@@ -5,13 +5,12 @@ import time
 
 from sqlalchemy import case, exc, func, insert, select, text, update
 
-from .dbtime import db_now
 from ..rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, served_names, serving_machines
-from .schema import jobs, machines, queues
 from ..rules.states import JobState
-from .statements import recount_statement, regate_statements
+from .dbtime import db_now
 from .jobs import Store
-
+from .schema import jobs, machines, queues
+from .statements import recount_statement, regate_statements
 
 # The settings that hold a queue's jobs back (see statements.gated_now): a change of one sets their flags again.
 HOLDING = frozenset({"paused", "max_running", "rate_count"})

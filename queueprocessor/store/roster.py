@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from sqlalchemy import BigInteger, Float, bindparam, false, func, literal, select, true, update
 
 from ..rules.clock import Sample
-from .dbtime import db_now
-from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, roster_version, schedules
 from ..rules.states import MachineState
-from .statements import bump_roster, newest_backlog
+from .dbtime import db_now
 from .jobs import Store
+from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, roster_version, schedules
+from .statements import bump_roster, newest_backlog
 
 VERSION = select(roster_version.c.version).where(roster_version.c.id == 1).scalar_subquery()
 
@@ -39,7 +39,7 @@ def _one_row():
     return select(literal(1).label("one")).subquery("one")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def farm_statement(backlog: bool):
     """The heartbeat's read (RosterStore.read_farm) for machine `me`, suspects last seen before `before` and, with
     `backlog`, the newest backlog turn from slot `since` on.

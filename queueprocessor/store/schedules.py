@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 from sqlalchemy import String, and_, delete, exc, false, func, insert, literal, select, update
 
-from .dbtime import db_now
 from ..rules.errors import InvalidJob, NotFound, echoed
 from ..rules.schedules import Recurrence, check_name, check_policy, plan
+from ..rules.states import JobState, Kind
+from .dbtime import db_now
+from .jobs import JobSpec, Store
 from .schema import jobs, schedules
 from .statements import gated_now
-from ..rules.states import JobState, Kind
-from .jobs import JobSpec, Store
 
 log = logging.getLogger("queueprocessor.schedules")
 

@@ -38,11 +38,10 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
-from .dbtime import db_now
 from ..rules.queues import OnFailure
-from .schema import STATE_SQL, Id, jobs, machines, queues, roster_version, runs, turns
 from ..rules.states import JobState, Outcome
-
+from .dbtime import db_now
+from .schema import STATE_SQL, Id, jobs, machines, queues, roster_version, runs, turns
 
 LOST = "lease expired: the machine stopped renewing it"
 
@@ -87,7 +86,7 @@ def gated_now(queue):
     return case((exists(select(g.c.name).where(g.c.name == queue, _holds_back(g))), true()), else_=false())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def regate_statements(one: bool = False) -> tuple:
     """The updates that set the gated flag of every queued or running job (with `one`, of queue `b_queue` only)
     to what its queue's row says now: queued jobs to gate, each walking the index it is in (when no queue holds
@@ -125,7 +124,7 @@ def taken(dialect: str, n) -> dict:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def taken_statement(dialect: str):
     """Where the claim cannot count for itself (all but PostgreSQL): `b_spent` jobs of queue `b_queue` started,
     written in the claim's transaction, under the row's lock."""
@@ -153,7 +152,7 @@ def freed(counts):
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def freed_statement():
     """Where jobs leave running in a transaction of several statements (a release, a requeue, a finish on all
     but PostgreSQL): `b_freed` jobs of queue `b_queue` did, which lowers its running count if it is limited.
@@ -165,7 +164,7 @@ def freed_statement():
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def recount_statement(one: bool = False):
     """The running count of every limited queue (with `one`, of queue `b_queue` only), counted afresh from its
     jobs (see QueueStore.recount)."""
@@ -325,7 +324,7 @@ def turn_row(ends: bool):
     return row.where(now < bindparam("b_ends", type_=Float)) if ends else row
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def turn_statement(dialect: str, guarded: bool, elsewhere: bool, ends: bool = False):
     """Where the claim cannot record the turn itself (all but PostgreSQL): the record of slot `b_slot` (see
     turn_row; none if it came too late), returning the turn's looks (see `looks`) on SQLite; SQL Server allows
@@ -336,13 +335,13 @@ def turn_statement(dialect: str, guarded: bool, elsewhere: bool, ends: bool = Fa
     return record.returning(turns.c.slot, *looks(dialect, guarded, elsewhere))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def looks_statement(dialect: str, guarded: bool, elsewhere: bool):
     """SQL Server's turn looks, asked after its turn record (see turn_statement)."""
     return select(*looks(dialect, guarded, elsewhere))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def claim_statement(
     dialect: str,
     take_expired: bool,
@@ -572,7 +571,7 @@ def _by_id(names_types):
     return v, and_(ours, jobs.c.id == v.c.id, guard)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def renew_statement():
     """PostgreSQL: the renewal of the leases of jobs `b_id` (fences `b_fence`), by `b_lease` seconds from now, of
     those still ours (see Store.renew): arrays in, so one statement text and one plan whatever their number (as
@@ -586,7 +585,7 @@ def renew_statement():
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def finish_statement():
     """PostgreSQL: how a batch of runs ended, in one statement: arrays in, the (id, fence) of the runs that were still
     ours out.
@@ -667,7 +666,7 @@ def newest_backlog(since: int | None):
     return select(func.max(turns.c.slot)).where(turns.c.slot >= since, turns.c.backlog).scalar_subquery()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def checkin_statement(applied: bool, any_state: bool = False, returning: bool = False):
     """A machine's check-in (Store.heartbeat): machine `b_me` writes its figures and is seen now; with
     `applied`, the wish `b_applied` it just applied is cleared, unless an operator wished again since. It

@@ -7,9 +7,9 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 from ..rules.errors import QPError, echoed
-from .schema import jobs, machines, runs, schedules, turns
 from ..rules.states import JobState
 from .jobs import Store, run_history
+from .schema import jobs, machines, runs, schedules, turns
 
 KEYS_PER_STATEMENT = 500  # well under every backend's limit of bound parameters (SQL Server's is 2,100)
 
