@@ -56,7 +56,7 @@ def main() -> None:
         time.sleep(3.0)
         farm.enqueue_python("bench.jobs:nap", NAP, count=backlog)
         wait_for(lambda: farm.store.job_counts()["succeeded"] == backlog, 600, "the backlog", poll=0.2)
-        results["backlog of %d at once" % backlog] = shares(url, 0)
+        results[f"backlog of {backlog} at once"] = shares(url, 0)
         last = backlog
         start = time.monotonic()
         sent = 0

@@ -1,19 +1,21 @@
 """Metrics cost (issue 13): a node's throughput while it drains a backlog, with its metrics endpoint scraped every
 second and without, side by side in the same drain.
 
-One node process (`queueprocessor node --capacity C --metrics-port 0`) drains a backlog of N no-op Python jobs
-(the cheapest job there is, so a per-job cost shows the most) on a throwaway PostgreSQL server. While it drains,
-this script alternates windows of W seconds: in a scraped window it GETs /metrics once a second, as Prometheus
-would (the node is the farm's reporter, so it also counts the waiting jobs in the database, at most every
-metrics.WAITING_EVERY seconds); in a quiet window nobody asks. Each window's throughput is the jobs that
-succeeded in it (counted in the database at its edges) over its length. Neighbouring windows share the machine's load of the moment, which on a shared machine
-moves far more between runs than any cost measured here; the first window of a drain (start-up) and the one in
-which the backlog ran out are left out. Each round is a fresh database and node, and starts with the other case.
+One node process (`queueprocessor node --capacity C --metrics-port 0`) drains a backlog of N no-op Python jobs (the
+cheapest job there is, so a per-job cost shows the most) on a throwaway PostgreSQL server. While it drains, this
+script alternates windows of W seconds: in a scraped window it GETs /metrics once a second, as Prometheus would (the
+node is the farm's reporter, so it also counts the waiting jobs in the database, at most every metrics.WAITING_EVERY
+seconds); in a quiet window nobody asks. Each window's throughput is the jobs that succeeded in it (counted in the
+database at its edges) over its length. Neighbouring windows share the machine's load of the moment, which on a
+shared machine moves far more between runs than any cost measured here; the first window of a drain (start-up) and
+the one in which the backlog ran out are left out. Each round is a fresh database and node, and starts with the
+other case.
 
-Printed: each window, then per case the sum of jobs over the sum of seconds, the median over the windows of
-each one's throughput against the mean of its two neighbours' (scraped / quiet: a steady drift of the load, or
-of the drain itself as its table grows, cancels out), and the node's CPU per job in each case. A node with no --metrics-port does the
-same work per job (the counts it keeps are always kept, see queueprocessor/node/tally.py); it only lacks the endpoint.
+Printed: each window, then per case the sum of jobs over the sum of seconds, the median over the windows of each
+one's throughput against the mean of its two neighbours' (scraped / quiet: a steady drift of the load, or of the
+drain itself as its table grows, cancels out), and the node's CPU per job in each case. A node with no
+--metrics-port does the same work per job (the counts it keeps are always kept, see queueprocessor/node/tally.py);
+it only lacks the endpoint.
 
     python bench/metrics_cost.py              # 150,000 jobs, 2 s windows, 3 rounds
     python bench/metrics_cost.py --quick      # 60,000 jobs, 1 round

@@ -895,7 +895,7 @@ def numbers(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated whole numbers, like 1,32,1000")
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated whole numbers, like 1,32,1000") from None
     if min(values) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: every number must be at least 1")
     return values

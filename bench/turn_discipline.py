@@ -284,8 +284,9 @@ def main() -> None:
         ],
     )
     print(
-        "\ntargets: 0 double polls, missed slots <= 0.5%, |gap - period| p99 <= 15 ms, RSS <= 60 MB. Wake-up delay: how\n"
-        "late a thread sleeping 10 ms woke during the window (the machine's load, not the farm's code)"
+        "\ntargets: 0 double polls, missed slots <= 0.5%, |gap - period| p99 <= 15 ms, RSS <= 60 MB. "
+        "Wake-up delay: how\nlate a thread sleeping 10 ms woke during the window "
+        "(the machine's load, not the farm's code)"
     )
     print(load_average())
 

@@ -514,7 +514,7 @@ def grab(ctx: Context, key, instance, executor, target, wait, wait_timeout, **wo
     except AlreadyTaken as taken:
         click.echo(str(taken))
         if not wait:
-            raise click.exceptions.Exit(3)
+            raise click.exceptions.Exit(3) from None
         job_id = taken.holder.job["id"]
     if wait:
         holder = ctx.farm.wait_grab(job_id, wait_timeout)

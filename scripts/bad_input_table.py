@@ -14,10 +14,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # the tests' cases are imported from the checkout, below
 
-from tests.support.pgserver import PostgresServer
-from tests.test_bad_input import (
+from tests.support.pgserver import PostgresServer  # noqa: E402
+from tests.test_bad_input import (  # noqa: E402
     BAD_INPUTS,
     HOSTILE,
     HOSTILE_ACCEPTED,

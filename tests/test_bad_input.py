@@ -105,7 +105,8 @@ BAD_INPUTS = [
     case(
         "command line",
         [*DB, "node", "--clock-skew", "nan"],
-        r"^error: Invalid value for '--clock-skew' \(env var: 'QP_CLOCK_SKEW'\): 'nan' is not a finite number of seconds",
+        r"^error: Invalid value for '--clock-skew' \(env var: 'QP_CLOCK_SKEW'\): "
+        r"'nan' is not a finite number of seconds",
     ),
     case(
         "command line",

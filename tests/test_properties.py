@@ -374,7 +374,10 @@ def test_the_database_clock_is_within_the_error_bound_however_the_delays_fall(of
     tolerance = 1e-9 * max(1.0, abs(truth))
     assert abs(estimator.db_now() - truth) <= estimator.error_bound() + tolerance
     best = estimator.best()
-    age = lambda s: clock.monotonic() - s.t1
+
+    def age(s):
+        return clock.monotonic() - s.t1
+
     assert all(
         best.rtt / 2 + estimator.DRIFT * age(best) <= s.rtt / 2 + estimator.DRIFT * age(s) + tolerance
         for s in estimator._samples

@@ -74,7 +74,7 @@ class NodeCollector(Collector):
         self._waiting_read: tuple[float, dict[str, int]] = (-math.inf, {})  # (monotonic time, jobs per queue)
 
     def collect(self) -> Iterator[Metric]:
-        node, snapshot, reading = self.node, self.node.snapshot(), self.node.tally.read()
+        snapshot, reading = self.node.snapshot(), self.node.tally.read()
         if snapshot["id"] is not None:  # the endpoint is up before the node joins the farm
             info = InfoMetricFamily("queueprocessor_machine", "This node: its machine's name and id.")
             info.add_metric([], {"machine": snapshot["name"], "id": str(snapshot["id"]), "version": __version__})
