@@ -54,7 +54,7 @@ def rss_mb() -> float:
 
 def fill(farm: Farm, machine_count: int, run_count: int) -> float:
     """Machines, jobs with one run each, and turns, spread over the last SPAN seconds. Returns db now."""
-    store = farm.store
+    store = farm._store
     now = store.ask_time()
     start = now - SPAN
     rng = random.Random(7)
@@ -222,7 +222,7 @@ def search_times(farm: Farm, extra: int, repeats: int) -> None:
     """The worker's jobs list with `extra` more finished jobs (one in ten with an error): the newest 500 as
     the table shows them unfiltered, and the text search (find_jobs), which scans the table when little
     matches."""
-    with farm.store.engine.begin() as conn:
+    with farm._store.engine.begin() as conn:
         conn.execute(
             text(
                 "INSERT INTO qp_jobs (id, executor, target, method, kind, state, priority, run_at, created_at,"
@@ -235,9 +235,9 @@ def search_times(farm: Farm, extra: int, repeats: int) -> None:
         )
         conn.execute(text("ANALYZE qp_jobs"))
     cases = [
-        ("newest 500 jobs, no filter (store.list_jobs)", lambda: farm.store.list_jobs(None, 500)),
-        ("text search, 500 of many matches ('upstream')", lambda: find_jobs(farm.store, "upstream")),
-        ("text search, nothing matches (a full scan)", lambda: find_jobs(farm.store, "no such text")),
+        ("newest 500 jobs, no filter (store.list_jobs)", lambda: farm._store.list_jobs(None, 500)),
+        ("text search, 500 of many matches ('upstream')", lambda: find_jobs(farm._store, "upstream")),
+        ("text search, nothing matches (a full scan)", lambda: find_jobs(farm._store, "no such text")),
     ]
     rows = []
     for label, read in cases:
@@ -247,7 +247,7 @@ def search_times(farm: Farm, extra: int, repeats: int) -> None:
             read()
             times.append(time.perf_counter() - began)
         rows.append([label, f"{percentile(times, 50) * 1000:.1f}", f"{percentile(times, 95) * 1000:.1f}"])
-    print(f"worker: the jobs list among {sum(farm.store.job_counts().values()):,} jobs")
+    print(f"worker: the jobs list among {sum(farm._store.job_counts().values()):,} jobs")
     print_table(["what", "median ms", "p95 ms"], rows)
 
 
@@ -344,7 +344,7 @@ def main() -> None:
     farm = Farm(fresh_database(server))
     try:
         now = fill(farm, args.machines, args.runs)
-        dashboard = Dashboard(farm.store, FarmTiming.of(farm.settings()))
+        dashboard = Dashboard(farm._store, FarmTiming.of(farm.settings()))
         query = Query(since=now - SPAN, until=now + 5, jobs_limit=500, job_id=args.runs // 2)
         reads, prepares = [], []
         for _ in range(5 if args.quick else 15):

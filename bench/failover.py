@@ -64,7 +64,7 @@ class Bench:
         """Until `size` live machines have been in the farm long enough to take turns."""
 
         def ready():
-            now = self.farm.store.ask_time()
+            now = self.farm._store.ask_time()
             rows = query(
                 self.url,
                 "SELECT joined_at FROM qp_machines WHERE state = 'active' AND last_seen > :t",
@@ -75,7 +75,7 @@ class Bench:
         wait_for(ready, 60, f"{size} machines in the roster")
 
     def trial(self) -> dict:
-        store = self.farm.store
+        store = self.farm._store
         job_id = self.farm.enqueue_http("/sleep/30", max_attempts=5)[0]
         first = wait_for(lambda: store.list_runs(job_id=job_id), 30, f"job {job_id} to start")[0]
         owner = store.find_machine(str(first["machine_id"]))

@@ -217,7 +217,7 @@ def run_case(
         started = time.monotonic()
         backlog(url, count, queues, ordered)
         enqueued = time.monotonic()
-        with farm.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # one cheap query a poll
+        with farm._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # one cheap query a poll
             begun = float(conn.execute(text("SELECT extract(epoch from clock_timestamp())")).scalar())
             rest = text("SELECT EXISTS (SELECT 1 FROM qp_jobs WHERE state IN ('queued', 'running') AND queue <> 'q0')")
             while held_back and conn.execute(rest).scalar():

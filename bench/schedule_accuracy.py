@@ -52,17 +52,17 @@ def run(server, seconds: float, kill_at: float, down: float) -> dict:
         wait_for(lambda: len(farm.status()["machines"]) == NODES, 60, "nodes to join")
         time.sleep(3.0)
         farm.schedule("tick", farm.python_spec("bench.jobs:stamp"), every=1.0)
-        began = farm.store.ask_time()
+        began = farm._store.ask_time()
         time.sleep(kill_at)
         victim = nodes["node-1"]
-        killed = farm.store.ask_time()
+        killed = farm._store.ask_time()
         victim.kill()
         print(f"  killed node-1 at +{killed - began:.1f} s", flush=True)
         time.sleep(down)
         nodes["node-1b"] = NodeProcess(url, "node-1", extra=extra)
-        print(f"  started it again at +{farm.store.ask_time() - began:.1f} s", flush=True)
+        print(f"  started it again at +{farm._store.ask_time() - began:.1f} s", flush=True)
         time.sleep(max(0.0, seconds - kill_at - down))
-        ended = farm.store.ask_time()
+        ended = farm._store.ask_time()
         farm.pause_schedule("tick")
         wait_for(
             lambda: not query(url, "SELECT count(*) FROM qp_jobs WHERE state = 'running'")[0][0],

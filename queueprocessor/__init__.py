@@ -4,9 +4,9 @@ The core is headless and Qt-free; see DESIGN.md for the ideas (database time,
 turns, leases and fencing) and `queueprocessor.farm` for the Python API.
 """
 
-__version__ = "0.1.0"
+from .version import __version__
 
-__all__ = ["Farm", "job"]
+__all__ = ["Farm", "__version__", "job"]
 
 
 def __getattr__(name: str):

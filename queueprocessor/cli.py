@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from . import __version__
 from .nodeoptions import NodeCommand, NodeOptions, Seconds, flag_of, node_options
 from .rules import logs
 from .rules.errors import ConfigError, NotFound, QPError, echoed
@@ -33,6 +32,7 @@ from .rules.output import format_time, machine_label, print_json, print_table
 from .rules.queues import DEFAULT, UNCHANGED, OnFailure, Served, check_name
 from .rules.states import JobState, Wish
 from .rules.urls import default_url, mask
+from .version import __version__
 
 if TYPE_CHECKING:
     from .farm import Farm

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 from .farm import Farm, work_spec
 from .rules.errors import NotFound
 from .rules.states import JobState, MachineState
-from .views import FarmTiming, judge_machines
+from .views import Dashboard
 
 # Simulated wall-clock errors of the demo machines, seconds (the first one is the app's own node).
 SKEWS = (0.9, -0.7, 0.25, -0.35, 0.55, -1.1, 1.3, 0.0)
@@ -143,10 +143,9 @@ def _stop_all(children: list[subprocess.Popen]) -> None:
             child.wait()
 
 
-def status_line(farm: Farm, timing: FarmTiming, started: float) -> str:
+def status_line(farm: Farm, dashboard: Dashboard, started: float) -> str:
     """One line: each machine with state, offset and the leader star; job counts; recent turns."""
-    now, _, rows = farm.store.read_machines()
-    machines = [m for m in judge_machines(rows, now, timing) if m["status"] != MachineState.STOPPED]
+    machines = [m for m in dashboard.machines() if m["status"] != MachineState.STOPPED]
     parts = []
     for m in machines:
         offset = "" if m["clock_offset"] is None else f" {m['clock_offset']:+.3f}s"
@@ -168,7 +167,7 @@ def _leave(signum, _frame):
 def run_demo(url: str, *, nodes: int = 3, seconds: float = 0.0, headless: bool = False) -> None:
     signal.signal(signal.SIGTERM, _leave)  # a SIGTERM stops the demo's processes too, like Ctrl-C
     farm = Farm(url)
-    timing = FarmTiming.of(farm.settings())
+    dashboard = farm.dashboard()
     logs = Path(tempfile.mkdtemp(prefix="qp-demo-"))
     stop = threading.Event()
     children: list[subprocess.Popen] = []
@@ -192,7 +191,7 @@ def run_demo(url: str, *, nodes: int = 3, seconds: float = 0.0, headless: bool =
             print("Ctrl-C to stop" if not seconds else f"running for {seconds:g} s", flush=True)
             while not seconds or time.monotonic() - started < seconds:
                 time.sleep(1.0)
-                print(status_line(farm, timing, started), flush=True)
+                print(status_line(farm, dashboard, started), flush=True)
         else:
             app = _spawn(
                 ["-m", "ui", "--name", "demo-1", "--clock-skew", f"{SKEWS[0]:+.2f}", "--http-base", base],

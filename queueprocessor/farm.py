@@ -28,7 +28,17 @@ from .api import JobFunction, target_of
 from .node.config import NodeConfig
 from .rules.allow import AllowLists, check_allowed, check_form
 from .rules.clock import SystemClock
-from .rules.errors import BadJobInput, BadQueueInput, BadSetting, DuplicateKey, InvalidJob, NotFound, QPError, echoed
+from .rules.errors import (
+    BadJobInput,
+    BadQueueInput,
+    BadSetting,
+    DatabaseUnavailable,
+    DuplicateKey,
+    InvalidJob,
+    NotFound,
+    QPError,
+    echoed,
+)
 from .rules.limits import LATEST, MAX_CAPACITY, MAX_INT, MAX_MISSES, MAX_PAYLOAD, MAX_WAIT
 from .rules.queues import (
     DEFAULT,
@@ -46,7 +56,16 @@ from .rules.roster import Liveness, machine_status
 from .rules.schedules import Recurrence, ahead_of
 from .rules.states import SERVING
 from .rules.urls import default_url, mask
-from .store.database import check_schema, describe_failure, ensure_schema, open_engine
+from .store.database import (
+    APP_PROGRAM,
+    check_schema,
+    client_name,
+    describe_failure,
+    ensure_schema,
+    open_engine,
+    parse_url,
+)
+from .store.database import without_password as without_password  # the app's recent list keeps URLs so
 from .store.jobs import JobSpec, Store
 from .store.queues import QueueStore, queue_infos
 from .store.schedules import ScheduleStore
@@ -136,6 +155,30 @@ def work_spec(
     return spec
 
 
+# -- what the app needs of a farm's URL and its failures, so that it imports neither the store nor SQLAlchemy --
+
+DatabaseError = exc.SQLAlchemyError  # what a database that refuses a statement raises: the app reports it, goes on
+# What a database that does not answer raises, as opposed to one that refuses what it is asked: worth a retry.
+UNREACHABLE = (exc.OperationalError, exc.InterfaceError, exc.TimeoutError, DatabaseUnavailable, OSError)
+
+
+def with_password(url: str, password: str = "") -> str:
+    """The URL as the app connects to it: checked (ConfigError if malformed), with `password` if one is given."""
+    parsed = parse_url(url)
+    return (parsed.set(password=password) if password else parsed).render_as_string(hide_password=False)
+
+
+def needs_password(url: str) -> bool:
+    """A URL with a user and no password: how the app's recent list remembers a password-protected database."""
+    parsed = parse_url(url)
+    return bool(parsed.username) and parsed.password is None
+
+
+def app_client(machine: str | None) -> str:
+    """How the app labels its connections on the server (see Farm's `client`)."""
+    return client_name(machine, APP_PROGRAM)
+
+
 @dataclass(frozen=True)
 class Enqueued:
     """What Farm.submit queued: the jobs' ids, and whether a live machine serves their queue."""
@@ -151,22 +194,22 @@ class Farm:
         (default: database.client_name(), 'queueprocessor <host name>'; a node passes its machine name)."""
         self.url = url or default_url()
         self.read_only = read_only
-        self.engine = open_engine(self.url, read_only=read_only, client=client)
+        self._engine = open_engine(self.url, read_only=read_only, client=client)
         try:
             if read_only:
-                check_schema(self.engine)
+                check_schema(self._engine)
                 self.created = False
             else:
-                self.created = ensure_schema(self.engine)
+                self.created = ensure_schema(self._engine)
         except QPError:
-            self.engine.dispose()
+            self._engine.dispose()
             raise
         except exc.DBAPIError as error:
-            self.engine.dispose()
+            self._engine.dispose()
             raise describe_failure(error, self.url) from None
-        self.store = Store(self.engine)
-        self._schedules = ScheduleStore(self.store)
-        self._queues = QueueStore(self.store)
+        self._store = Store(self._engine)
+        self._schedules = ScheduleStore(self._store)
+        self._queues = QueueStore(self._store)
         self._settings = None
 
     @property
@@ -174,8 +217,8 @@ class Farm:
         return mask(self.url)
 
     def close(self) -> None:
-        self.store.give_back()  # a connection checked out when the pool is disposed of would be left open
-        self.engine.dispose()
+        self._store.give_back()  # a connection checked out when the pool is disposed of would be left open
+        self._engine.dispose()
 
     def __enter__(self):
         return self
@@ -199,7 +242,7 @@ class Farm:
                 raise BadSetting.out_of(key, value, kind)
         if not given and self._settings is not None:
             return self._settings
-        stored = self.store.adopt_settings({k: repr(float(given.get(k, DEFAULTS[k]))) for k in FARM_SETTINGS})
+        stored = self._store.adopt_settings({k: repr(float(given.get(k, DEFAULTS[k]))) for k in FARM_SETTINGS})
         farm = {k: float(stored[k]) for k in FARM_SETTINGS}
         for key, value in given.items():
             if not math.isclose(float(value), farm[key]):
@@ -217,7 +260,7 @@ class Farm:
         (so enqueueing into a new farm does not fix the timing its first node may choose)."""
         if self._settings is not None:
             return self._settings
-        stored = self.store.settings()
+        stored = self._store.settings()
         return {k: float(stored.get(k, DEFAULTS[k])) for k in FARM_SETTINGS}
 
     def liveness(self) -> Liveness:
@@ -265,7 +308,7 @@ class Farm:
         if name:
             config.name = name
         return Node(
-            self.store, config, clock=clock or SystemClock(clock_skew), executors=make_executors(allow, http_base)
+            self._store, config, clock=clock or SystemClock(clock_skew), executors=make_executors(allow, http_base)
         )
 
     # -- work -------------------------------------------------------------
@@ -377,9 +420,9 @@ class Farm:
             )
         live = self._live_allowing(spec)
         try:
-            ids = self.store.enqueue(self._signed(spec), delay=delay, at=at, count=count)
+            ids = self._store.enqueue(self._signed(spec), delay=delay, at=at, count=count)
         except DuplicateKey as error:
-            raise grabs.refuse(self.store, error) from None
+            raise grabs.refuse(self._store, error) from None
         return Enqueued(ids, bool(serving_machines(live, spec.queue)))
 
     def check_allowed(self, spec: JobSpec) -> None:
@@ -403,35 +446,35 @@ class Farm:
 
     def job(self, job_id: int) -> dict:
         """A job's row with its runs (every attempt: machine, fence, times, outcome, error, output)."""
-        record = self.store.get_job(job_id)
-        record["runs"] = self.store.list_runs(job_id=job_id)
+        record = self._store.get_job(job_id)
+        record["runs"] = self._store.list_runs(job_id=job_id)
         return record
 
     def wait(self, job_id: int, timeout: float | None = None) -> dict:
         """Wait until a job has finished (succeeded, failed for good or cancelled); return it with its runs."""
-        grabs.wait(self.store, job_id, timeout)
+        grabs.wait(self._store, job_id, timeout)
         return self.job(job_id)
 
     def wait_grab(self, job_id: int, timeout: float | None = None) -> grabs.Holder:
         """wait() for a grabbed job, answered as its holder: where it ran, how it ended, its last output."""
-        return grabs.wait(self.store, job_id, timeout)
+        return grabs.wait(self._store, job_id, timeout)
 
     def list_jobs(self, state: str | None = None, limit: int = 100) -> list[dict]:
         """The newest `limit` jobs (in `state`, if given), newest first."""
-        return self.store.list_jobs(state, limit)
+        return self._store.list_jobs(state, limit)
 
     def job_counts(self) -> dict[str, int]:
         """How many jobs are in each state (every state named, 0 where none)."""
-        return self.store.job_counts()
+        return self._store.job_counts()
 
     def cancel(self, job_id: int) -> str:
         """Cancel a queued job at once ("cancelled"); ask the owner of a running one to stop it within a
         heartbeat ("cancelling")."""
-        return self.store.cancel(job_id)
+        return self._store.cancel(job_id)
 
     def retry(self, job_id: int) -> None:
         """Put a failed or cancelled job back in the queue for one more attempt."""
-        self.store.retry(job_id)
+        self._store.retry(job_id)
 
     # -- schedules, singletons, locks --------------------------------------
 
@@ -479,35 +522,35 @@ class Farm:
     def singleton(self, name: str, spec: JobSpec) -> int:
         """Keep `spec` running on exactly one live machine; returns its job id."""
         self.check_allowed(spec)
-        return singletons.add(self.store, name, self._signed(spec))
+        return singletons.add(self._store, name, self._signed(spec))
 
     def list_singletons(self) -> list[dict]:
         """Every singleton (its job's row and `name`), by name."""
-        return singletons.list_all(self.store)
+        return singletons.list_all(self._store)
 
     def remove_singleton(self, name: str) -> str:
         """Stop a singleton for good: "cancelled" at once if it waits, "cancelling" (within a heartbeat) if it runs."""
-        return singletons.remove(self.store, name)
+        return singletons.remove(self._store, name)
 
     def lock(self, name: str, wait: float | None = None) -> singletons.Lock:
         """A distributed lock: `with farm.lock("name") as lock:` (lock.fence, lock.lost). `wait`: seconds
         to wait for it (None: for ever), then singletons.LockHeld."""
         s = self.current_settings()
         return singletons.Lock(
-            self.store, name, lease=s["heartbeat"] * s["misses"], renew_every=s["heartbeat"], wait=wait
+            self._store, name, lease=s["heartbeat"] * s["misses"], renew_every=s["heartbeat"], wait=wait
         )
 
     # -- queues -----------------------------------------------------------
 
     def queues(self) -> list[QueueInfo]:
         """Every queue with work, settings or a machine serving it by name (and `default`), by name."""
-        return queue_infos(self.store, self._live_machines())
+        return queue_infos(self._store, self._live_machines())
 
     def queue(self, name: str) -> QueueInfo:
         """One queue, as queues() shows it (NotFound for a name no job, setting or machine has used but
         `default`'s), its settings and counts read alone."""
         known = name if name == DEFAULT else self._known_queue(name)
-        return queue_infos(self.store, self._live_machines(), only=known)[0]
+        return queue_infos(self._store, self._live_machines(), only=known)[0]
 
     def serving(self, queue: str) -> tuple[str, ...]:
         """The names of the live machines that serve `queue` (none: its jobs wait until one joins)."""
@@ -559,7 +602,7 @@ class Farm:
 
     def _live_machines(self) -> list[dict]:
         """The machine rows that still take work (active or paused, not dead)."""
-        now, _, rows = self.store.read_machines()
+        now, _, rows = self._store.read_machines()
         liveness = self.liveness()
         return [m for m in rows if machine_status(m, now, liveness) in SERVING]
 
@@ -568,7 +611,7 @@ class Farm:
     def status(self) -> dict:
         """Machines with their judged state and clock sync, job counts, and the database's time."""
         liveness = self.liveness()
-        now, _, rows = self.store.read_machines()
+        now, _, rows = self._store.read_machines()
         for row in rows:
             row["status"] = machine_status(row, now, liveness)
         return {
@@ -576,21 +619,21 @@ class Farm:
             "database": self.masked_url,
             "settings": self.current_settings(),
             "machines": rows,
-            "jobs": self.store.job_counts(),
+            "jobs": self._store.job_counts(),
         }
 
     def turns(self, seconds: float = 60.0) -> list[dict]:
         """The turn log of the last `seconds` of database time: which machine took which slot."""
-        return self.store.read_turns(self.store.ask_time() - seconds)
+        return self._store.read_turns(self._store.ask_time() - seconds)
 
     def dashboard(self, clock: Callable[[], float] = time.monotonic) -> "Dashboard":
         """What a dashboard reads at each poll (views.Dashboard.read), for this farm's timing."""
         from .views import Dashboard, FarmTiming  # the app's reading, which knows a node's timing: not the CLI's
 
-        return Dashboard(self.store, FarmTiming.of(self.settings()), clock)
+        return Dashboard(self._store, FarmTiming.of(self.settings()), clock)
 
     def steer(self, machine: str, wish: str) -> dict:
         """Ask a machine (by name or id) to pause, resume or drain."""
-        row = self.store.find_machine(machine)
-        self.store.wish(row["id"], wish)
+        row = self._store.find_machine(machine)
+        self._store.wish(row["id"], wish)
         return row

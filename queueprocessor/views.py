@@ -195,6 +195,11 @@ class Dashboard:
             lambda: find_jobs(self.store, query.jobs_text, query.jobs_state, query.jobs_limit, queue=query.jobs_queue),
         )
 
+    def machines(self, keep_gone: float = GONE_AFTER) -> list[dict]:
+        """The machines judged (see judge_machines) without the rest of a poll: what a status line shows."""
+        now, _, rows = self.store.read_machines()
+        return judge_machines(rows, now, self.timing, keep_gone)
+
     def read(self, query: Query) -> dict:
         store = self.store
         now, _, rows = store.read_machines()

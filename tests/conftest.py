@@ -76,8 +76,8 @@ def farm(db_url):
     """A connected farm; on teardown, checks that no connection was left checked out."""
     the_farm = Farm(db_url)
     yield the_farm
-    the_farm.store.give_back()  # the connection kept for results while jobs may be running (store.Held)
-    leaked = the_farm.engine.pool.checkedout()
+    the_farm._store.give_back()  # the connection kept for results while jobs may be running (store.Held)
+    leaked = the_farm._engine.pool.checkedout()
     the_farm.close()
     assert leaked == 0, f"{leaked} database connections were not returned to the pool"
 

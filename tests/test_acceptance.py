@@ -63,9 +63,9 @@ def test_three_skewed_nodes_take_one_turn_per_slot_in_rotation(pg_url, spawn):
 def check_rotation(farm, pg_url):
     wait_for(lambda: len([m for m in farm.status()["machines"] if m["status"] == "active"]) == 3, 20)
     time.sleep(3)  # every node has joined the roster
-    start = farm.store.ask_time()
+    start = farm._store.ask_time()
     time.sleep(15)
-    end = farm.store.ask_time()
+    end = farm._store.ask_time()
     turns = [
         t for t in json.loads(cli(pg_url, "turns", "--since", "30", "--json"))["turns"] if start <= t["taken_at"] <= end
     ]
@@ -95,25 +95,25 @@ def check_failover(farm, http_target):
     wait_for(lambda: len(farm.status()["machines"]) == 3, 20)
     time.sleep(2)
     [job_id] = farm.enqueue_http("/sleep/30")
-    job = wait_for(lambda: (j := farm.store.get_job(job_id))["state"] == "running" and j, 10)
+    job = wait_for(lambda: (j := farm._store.get_job(job_id))["state"] == "running" and j, 10)
     victim = next(m for m in farm.status()["machines"] if m["id"] == job["owner"])
-    killed_at = farm.store.ask_time()
+    killed_at = farm._store.ask_time()
     os.kill(victim["pid"], signal.SIGKILL)
 
     def rerun():
-        runs = farm.store.list_runs(job_id=job_id)
+        runs = farm._store.list_runs(job_id=job_id)
         return next((r for r in runs if r["attempt"] == 2), None)
 
     second = wait_for(rerun, 15)
     assert second["machine_id"] != victim["id"]
     # Dead timeout (3 heartbeats of 1 s) plus two periods of 1 s.
     assert second["started_at"] - killed_at <= 5.0
-    first = next(r for r in farm.store.list_runs(job_id=job_id) if r["attempt"] == 1)
+    first = next(r for r in farm._store.list_runs(job_id=job_id) if r["attempt"] == 1)
     assert first["outcome"] == "lost"
     # The dead machine's fence token can no longer write: not in the database...
     stale = Claimed(job_id, "http", "/sleep/30", "GET", None, 1, 3, None, first["fence"], 0.0)
     with pytest.raises(LostLease):
-        farm.store.finish(stale, victim["id"], "succeeded")
+        farm._store.finish(stale, victim["id"], "succeeded")
     # ...nor downstream, which sees the new owner's token first.
     base = http_target.base_url
 
@@ -128,4 +128,4 @@ def check_failover(farm, http_target):
             return refused.code
 
     assert (post(second["fence"]), post(first["fence"])) == (200, 409)
-    assert farm.store.get_job(job_id)["owner"] == second["machine_id"]
+    assert farm._store.get_job(job_id)["owner"] == second["machine_id"]

@@ -35,12 +35,12 @@ def test_options_come_from_flags_then_environment_then_config(tmp_path, sqlite_u
     done = run("--config", str(config), "enqueue", "http", "/c", env={"QP_DB": f"sqlite:///{other}"})
     assert done.returncode == 0, done.stderr
     with Farm(sqlite_url) as farm:
-        jobs = {j["target"]: j for j in farm.store.list_jobs()}
+        jobs = {j["target"]: j for j in farm._store.list_jobs()}
     assert (jobs["/a"]["priority"], jobs["/a"]["max_attempts"]) == (3, 7)
     assert jobs["/b"]["priority"] == 9
     assert "/c" not in jobs  # QP_DB beat the config file's db
     with Farm(f"sqlite:///{other}") as farm:
-        assert [j["target"] for j in farm.store.list_jobs()] == ["/c"]
+        assert [j["target"] for j in farm._store.list_jobs()] == ["/c"]
 
 
 def test_help_names_the_environment_variable_of_every_option(sqlite_url):
@@ -48,7 +48,7 @@ def test_help_names_the_environment_variable_of_every_option(sqlite_url):
     assert "[env var: QP_ENQUEUE_HTTP_PRIORITY; default: 0]" in " ".join(shown.split())
     assert run("enqueue", "http", "/x", env={"QP_ENQUEUE_HTTP_PRIORITY": "7"}, db=sqlite_url).returncode == 0
     with Farm(sqlite_url) as farm:
-        assert [j["priority"] for j in farm.store.list_jobs()] == [7]
+        assert [j["priority"] for j in farm._store.list_jobs()] == [7]
 
 
 def test_config_values_of_the_right_type_are_taken_as_they_are(tmp_path, sqlite_url):
@@ -56,7 +56,7 @@ def test_config_values_of_the_right_type_are_taken_as_they_are(tmp_path, sqlite_
     config.write_text('[enqueue.http]\npriority = -2\ntimeout = 1.5\nkey = "k"\n')
     assert run("--config", str(config), "enqueue", "http", "/a", db=sqlite_url).returncode == 0
     with Farm(sqlite_url) as farm:
-        [job] = farm.store.list_jobs()
+        [job] = farm._store.list_jobs()
     assert (job["priority"], job["timeout"], job["key"]) == (-2, 1.5, "k")
 
 
@@ -84,7 +84,7 @@ def test_json_documents_for_status_jobs_turns(sqlite_url):
 def test_status_lists_each_machines_queues_as_its_queues_option_says(sqlite_url):
     with Farm(sqlite_url) as farm:
         for name, queues in (("reporter", "reports:2,default"), ("anything", "")):
-            farm.store.register(name=name, host="h", instance=name, pid=1, version="t", capacity=4, queues=queues)
+            farm._store.register(name=name, host="h", instance=name, pid=1, version="t", capacity=4, queues=queues)
     rows = [line.split() for line in run("status", db=sqlite_url).stdout.splitlines()]
     shown = {row[1]: row[4] for row in rows if row[0].isdigit()}  # id, name, host, status, queues, ...
     assert shown == {"reporter": "reports:2,default", "anything": "all"}
@@ -131,8 +131,8 @@ def test_times_no_date_can_show_are_listed_as_epoch_seconds(sqlite_url):
     with Farm(sqlite_url) as farm:
         [job_id] = farm.enqueue_http("/x")
         farm.schedule("far", farm.python_spec("tests.support.pyjobs:echo"), every=60)
-        farm.store.count(text("UPDATE qp_jobs SET run_at = 1e300, lease_until = -1e13 WHERE id = :id"), {"id": job_id})
-        farm.store.count(text("UPDATE qp_schedules SET next_run = 1e15, every = 1e300"))
+        farm._store.count(text("UPDATE qp_jobs SET run_at = 1e300, lease_until = -1e13 WHERE id = :id"), {"id": job_id})
+        farm._store.count(text("UPDATE qp_schedules SET next_run = 1e15, every = 1e300"))
     for argv, shown in ((["jobs"], "1e+300"), (["job", str(job_id)], "-1e+13"), (["schedule", "list"], "1e+15")):
         done = run(*argv, db=sqlite_url)
         assert done.returncode == 0 and shown in done.stdout, done.stderr
@@ -180,10 +180,10 @@ def test_sigterm_drains_then_exits(sqlite_url, http_target, tmp_path):
     proc, log = start_node(sqlite_url, http_target.base_url, tmp_path)
     try:
         [job_id] = farm.enqueue_http("/sleep/1.5")
-        wait_for(lambda: farm.store.get_job(job_id)["state"] == "running")
+        wait_for(lambda: farm._store.get_job(job_id)["state"] == "running")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
-        assert farm.store.get_job(job_id)["state"] == "succeeded"
+        assert farm._store.get_job(job_id)["state"] == "succeeded"
         assert farm.status()["machines"][0]["status"] == "stopped"
     finally:
         proc.kill()
@@ -197,14 +197,14 @@ def test_a_second_interrupt_leaves_at_once_and_hands_jobs_back(sqlite_url, http_
     proc, log = start_node(sqlite_url, http_target.base_url, tmp_path)
     try:
         [job_id] = farm.enqueue_http("/sleep/30")
-        wait_for(lambda: farm.store.get_job(job_id)["state"] == "running")
+        wait_for(lambda: farm._store.get_job(job_id)["state"] == "running")
         proc.send_signal(signal.SIGINT)
         time.sleep(0.3)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0
-        job = farm.store.get_job(job_id)
+        job = farm._store.get_job(job_id)
         assert (job["state"], job["attempts"]) == ("queued", 0)  # back in the queue, no attempt spent
-        assert farm.store.list_runs(job_id=job_id)[0]["outcome"] == "lost"
+        assert farm._store.list_runs(job_id=job_id)[0]["outcome"] == "lost"
     finally:
         proc.kill()
         log.close()

@@ -88,7 +88,7 @@ def test_an_idle_node_loads_no_schedule_parser_http_client_metrics_library_or_ot
     try:
         wait_for(lambda: _has_farm(db_url), timeout=30)
         with Farm(db_url) as farm:
-            wait_for(lambda: farm.store.rows(select(func.count()).select_from(turns))[0][0] >= 2, timeout=30)
+            wait_for(lambda: farm._store.rows(select(func.count()).select_from(turns))[0][0] >= 2, timeout=30)
     finally:
         node.send_signal(signal.SIGTERM)
         out, err = node.communicate(timeout=30)
@@ -100,7 +100,7 @@ def test_an_idle_node_loads_no_schedule_parser_http_client_metrics_library_or_ot
         unneeded.add("sqlalchemy.dialects.sqlite")
     assert not unneeded & modules, sorted(unneeded & modules)
     with Farm(db_url) as farm:
-        conditions = farm.store.rows(
+        conditions = farm._store.rows(
             text(
                 "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_qp_jobs_queued'"
                 if db_url.startswith("postgresql")

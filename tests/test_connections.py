@@ -119,7 +119,7 @@ def test_a_node_opens_no_connection_between_bursts_of_jobs_and_gives_one_back_on
     beside a new one); idle for longer than store.KEEP, it is back to one for statements and one to LISTEN."""
     with Farm(pg_url, client="queueprocessor n0") as farm, Farm(pg_url) as observer:
         opened = []
-        event.listen(farm.engine, "connect", lambda *_: opened.append(1))
+        event.listen(farm._engine, "connect", lambda *_: opened.append(1))
         nodes = Nodes(farm)
         try:
             nodes("n0", capacity=4)
@@ -192,8 +192,8 @@ def test_a_pooled_connection_the_server_closed_is_replaced_when_taken_and_a_live
     one whose server process was ended (a restart, a failover, an administrator) is found closed and replaced,
     so the statement that takes it does not fail."""
     with Farm(pg_url) as farm:
-        backend = farm.store.rows(select(func.pg_backend_pid()))[0][0]
-        assert farm.store.rows(select(func.pg_backend_pid()))[0][0] == backend, "the live one is kept"
+        backend = farm._store.rows(select(func.pg_backend_pid()))[0][0]
+        assert farm._store.rows(select(func.pg_backend_pid()))[0][0] == backend, "the live one is kept"
         parts = make_url(pg_url)
         with psycopg.connect(
             host=parts.host,
@@ -205,7 +205,7 @@ def test_a_pooled_connection_the_server_closed_is_replaced_when_taken_and_a_live
         ) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
             wait_for(lambda: not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend,)).fetchall())
-        replaced = farm.store.rows(select(func.pg_backend_pid()))[0][0]
+        replaced = farm._store.rows(select(func.pg_backend_pid()))[0][0]
         assert replaced != backend
 
 

@@ -30,13 +30,13 @@ def farm(db_url):
 
 
 def machine(farm, name: str = "a") -> int:
-    return farm.store.register(name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=8)
+    return farm._store.register(name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=8)
 
 
 def flags(farm, queue: str = "reports") -> dict[str, list[bool]]:
     """The gated flags of a queue's jobs, by state."""
     found: dict[str, list[bool]] = {}
-    for state, gated in farm.store.rows(
+    for state, gated in farm._store.rows(
         select(jobs.c.state, jobs.c.gated).where(jobs.c.queue == queue).order_by(jobs.c.id)
     ):
         found.setdefault(state, []).append(bool(gated))
@@ -44,7 +44,7 @@ def flags(farm, queue: str = "reports") -> dict[str, list[bool]]:
 
 
 def test_a_queues_jobs_are_gated_while_it_is_paused_limited_or_rated_and_let_go_after(farm):
-    store = farm.store
+    store = farm._store
     store.enqueue(REPORTS, count=3)
     store.enqueue(PLAIN)
     assert flags(farm) == {"queued": [False] * 3}
@@ -68,7 +68,7 @@ def test_a_queues_jobs_are_gated_while_it_is_paused_limited_or_rated_and_let_go_
 def test_every_way_into_the_queue_gates_a_job_of_a_held_back_queue(farm):
     """An enqueue (one, or many in one call), a schedule's occurrence, a retry of a failed job, and a job that
     failed with attempts left or lost its lease (it keeps the flag it had while running)."""
-    store = farm.store
+    store = farm._store
     [failed] = store.enqueue(REPORTS)
     me = machine(farm)
     [job] = store.claim(me, 1, 30.0)
@@ -92,7 +92,7 @@ def test_every_way_into_the_queue_gates_a_job_of_a_held_back_queue(farm):
 def test_a_job_that_slipped_past_its_queues_change_is_set_right_by_housekeeping(farm):
     """A job written ungated into a limited queue (by a node of schema version 5, during an upgrade) is never
     started by the main claim, which checks the queue's row; the next housekeeping pass gates it."""
-    store = farm.store
+    store = farm._store
     store.enqueue(REPORTS)
     farm.set_queue("reports", limit=2)
     store.count(update(jobs).values(gated=False))
@@ -110,11 +110,11 @@ def test_the_server_keeps_one_plan_for_the_claim_of_a_limited_queue(pg_url):
     array, the queue rows were guessed ten: statements._held). Once psycopg has prepared it (after five runs on
     a connection), the server runs it on the plan it keeps."""
     with Farm(pg_url) as farm:
-        farm.store.enqueue(REPORTS, count=20)
+        farm._store.enqueue(REPORTS, count=20)
         farm.set_queue("reports", limit=1)
         me = machine(farm)
-        claimed = sum(len(farm.store.claim(me, 8, 30.0, plan=LOCKED)) for _ in range(12))
-        with farm.engine.connect() as conn:  # the pool's one connection, which ran the claims
+        claimed = sum(len(farm._store.claim(me, 8, 30.0, plan=LOCKED)) for _ in range(12))
+        with farm._engine.connect() as conn:  # the pool's one connection, which ran the claims
             plans = conn.exec_driver_sql(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE 'WITH held AS%%'"
             ).all()
@@ -127,8 +127,8 @@ def test_a_change_waits_for_an_enqueue_that_read_the_queue_before_it(pg_url):
     """An enqueue in flight when a queue is limited read the queue as free: its job is written ungated. The
     change waits for that transaction to end before it gates the queue's jobs, so the job is gated with them."""
     with Farm(pg_url) as farm:
-        farm.store.enqueue(REPORTS)
-        with farm.engine.connect() as writer:
+        farm._store.enqueue(REPORTS)
+        with farm._engine.connect() as writer:
             writer.execute(
                 insert(jobs).values(
                     executor="python",
@@ -154,4 +154,4 @@ def test_a_change_waits_for_an_enqueue_that_read_the_queue_before_it(pg_url):
             writer.commit()
             changed.join(10)
         assert not changed.is_alive() and flags(farm) == {"queued": [True, True]}
-        assert len(farm.store.claim(machine(farm), 8, 30.0, plan=LOCKED)) == 1
+        assert len(farm._store.claim(machine(farm), 8, 30.0, plan=LOCKED)) == 1

@@ -60,7 +60,7 @@ def make_version_4(url: str) -> int:
     """A farm database as schema version 4 left it: queue rows without their running count; with one job
     waiting in it. The id of that job."""
     with Farm(url) as farm:
-        waiting = farm.store.enqueue(JOB)[0]
+        waiting = farm._store.enqueue(JOB)[0]
     make_version_5(url)
     with rewriting(url) as conn:
         drop_column(conn, "qp_queues", "running")
@@ -116,7 +116,7 @@ def make_version_1(url: str) -> int:
 
 
 def shape(farm: Farm) -> tuple[str, set[str]]:
-    with farm.engine.connect() as conn:
+    with farm._engine.connect() as conn:
         version = conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).scalar()
         return version, {index["name"] for index in inspect(conn).get_indexes("qp_jobs")}
 
@@ -129,7 +129,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
-        store = farm.store
+        store = farm._store
         fresh = store.enqueue(JOB)[0]
         me = store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
         claimed = {job.id: job for job in store.claim(me, 4, 30.0)}
@@ -170,13 +170,13 @@ def test_a_version_2_database_gets_named_queues_in_place(db_url):
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
         assert version == CURRENT and {"ix_qp_jobs_order", "ux_qp_jobs_order_running"} <= indexes
-        assert farm.store.get_job(waiting)["queue"] == "default"
-        ordered = farm.store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports", order_key="k"), count=2)
-        me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4, queues="reports")
+        assert farm._store.get_job(waiting)["queue"] == "default"
+        ordered = farm._store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports", order_key="k"), count=2)
+        me = farm._store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4, queues="reports")
         farm.pause_queue("reports")
-        assert farm.store.claim(me, 4, 30.0, plan=Plan(served=("reports",))) == []
+        assert farm._store.claim(me, 4, 30.0, plan=Plan(served=("reports",))) == []
         farm.resume_queue("reports")
-        [first] = farm.store.claim(me, 4, 30.0, plan=Plan(served=("reports",)))
+        [first] = farm._store.claim(me, 4, 30.0, plan=Plan(served=("reports",)))
         assert first.id == ordered[0], "the oldest of the key, and only it"
         assert [(q.name, q.waiting, q.running, q.order_keys_waiting) for q in farm.queues()] == [
             ("default", 1, 0, 0),
@@ -190,19 +190,19 @@ def test_a_version_3_database_gets_the_roster_version_and_the_heartbeat_indexes_
     make_version_3(db_url)
     with Farm(db_url) as farm:
         version, _ = shape(farm)
-        with farm.engine.connect() as conn:
+        with farm._engine.connect() as conn:
             indexes = {index["name"] for index in inspect(conn).get_indexes("qp_machines")}
             fill = (
                 conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'qp_machines'")).scalar()
-                if farm.engine.dialect.name == "postgresql"
+                if farm._engine.dialect.name == "postgresql"
                 else None
             )
         assert version == CURRENT and {"ix_qp_machines_seen", "ix_qp_machines_wished"} <= indexes
         assert fill in (None, [f"fillfactor={schema.MACHINES_FILL}"])
-        assert farm.engine.dialect.name != "postgresql" or fill is not None
-        peers = RosterStore(farm.store)
-        me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
-        read = peers.read_farm(me, before=farm.store.ask_time() - 60)
+        assert farm._engine.dialect.name != "postgresql" or fill is not None
+        peers = RosterStore(farm._store)
+        me = farm._store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        read = peers.read_farm(me, before=farm._store.ask_time() - 60)
         assert read.version == 1 and read.suspects == {}
 
 
@@ -210,17 +210,17 @@ def test_a_version_4_database_counts_the_running_jobs_of_its_limited_queues_in_p
     """Version 4 to 5: queue rows get their running count, counted for the queues limited already, so a limit
     holds across the upgrade: 2 of a limit of 3 were running, one more starts."""
     with Farm(db_url) as farm:
-        farm.store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports"), count=4)
+        farm._store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports"), count=4)
         farm.set_queue("reports", limit=3)
-        me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        me = farm._store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
         guarded = Plan(served=("reports",), alone=(("reports", 4, True),))
-        assert len(farm.store.claim(me, 2, 30.0, plan=guarded)) == 2
+        assert len(farm._store.claim(me, 2, 30.0, plan=guarded)) == 2
     make_version_4(db_url)
     with Farm(db_url) as farm:
         version, _ = shape(farm)
-        running = farm.store.rows(select(schema.queues.c.running).where(schema.queues.c.name == "reports"))
+        running = farm._store.rows(select(schema.queues.c.running).where(schema.queues.c.name == "reports"))
         assert version == CURRENT and running == [(2,)]
-        assert len(farm.store.claim(me, 4, 30.0, plan=guarded)) == 1
+        assert len(farm._store.claim(me, 4, 30.0, plan=guarded)) == 1
 
 
 def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db_url):
@@ -228,9 +228,9 @@ def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db
     main claim passes them by and each is claimed through its own queue's branch: the limited queue's within its
     limit, the paused queue's once it is resumed. Jobs of other queues are not gated."""
     with Farm(db_url) as farm:
-        plain = farm.store.enqueue(JOB, count=2)
-        farm.store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports"), count=3)
-        farm.store.enqueue(JobSpec("python", "bench.jobs:noop", queue="mail"), count=2)
+        plain = farm._store.enqueue(JOB, count=2)
+        farm._store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports"), count=3)
+        farm._store.enqueue(JobSpec("python", "bench.jobs:noop", queue="mail"), count=2)
     make_version_5(db_url)
     with Farm(db_url) as farm:
         farm.set_queue("reports", limit=2)  # pause and limit as a version 5 farm left them: rows only
@@ -242,19 +242,19 @@ def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db
         version, indexes = shape(farm)
         assert version == CURRENT and {"ix_qp_jobs_queued", "ix_qp_jobs_gated"} <= indexes
         gated = dict(
-            farm.store.rows(
+            farm._store.rows(
                 select(
                     schema.jobs.c.queue,
                     func.bool_and(schema.jobs.c.gated)
-                    if farm.engine.dialect.name == "postgresql"
+                    if farm._engine.dialect.name == "postgresql"
                     else func.min(schema.jobs.c.gated),
                 ).group_by(schema.jobs.c.queue)
             )
         )
         assert {queue: bool(flag) for queue, flag in gated.items()} == {"default": False, "reports": True, "mail": True}
-        me = farm.store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
-        assert sorted(c.id for c in farm.store.claim(me, 8, 30.0)) == plain
+        me = farm._store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
+        assert sorted(c.id for c in farm._store.claim(me, 8, 30.0)) == plain
         guarded = Plan(alone=(("reports", 8, True),))
-        assert [c.queue for c in farm.store.claim(me, 8, 30.0, plan=guarded)] == ["reports", "reports"]
+        assert [c.queue for c in farm._store.claim(me, 8, 30.0, plan=guarded)] == ["reports", "reports"]
         farm.resume_queue("mail")
-        assert [c.queue for c in farm.store.claim(me, 8, 30.0)] == ["mail", "mail"]
+        assert [c.queue for c in farm._store.claim(me, 8, 30.0)] == ["mail", "mail"]

@@ -30,7 +30,7 @@ def nodes(farm):
 
 def early_in_a_slot(farm):
     """Wait until database time is just past a slot's start (its turn has been taken)."""
-    wait_for(lambda: 0.3 < farm.store.ask_time() % PERIOD < 0.5, timeout=5, interval=0.01)
+    wait_for(lambda: 0.3 < farm._store.ask_time() % PERIOD < 0.5, timeout=5, interval=0.01)
 
 
 def started_slots(farm, job_id):
@@ -61,7 +61,7 @@ def test_a_plain_sql_insert_wakes_the_farm_too(farm, nodes):
     wait_for(node.listener.listening.is_set)
     time.sleep(PERIOD)
     early_in_a_slot(farm)
-    with farm.engine.begin() as conn:
+    with farm._engine.begin() as conn:
         job_id = conn.execute(
             text(
                 "INSERT INTO qp_jobs (executor, target, method, state, priority, run_at, created_at, attempts, "
@@ -78,7 +78,7 @@ def test_a_plain_sql_insert_wakes_the_farm_too(farm, nodes):
 def test_a_dropped_listening_connection_is_restored(farm, nodes):
     node = nodes("a")
     wait_for(node.listener.listening.is_set)
-    with farm.engine.begin() as conn:
+    with farm._engine.begin() as conn:
         killed = conn.execute(
             text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
         ).scalar()

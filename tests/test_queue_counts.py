@@ -26,13 +26,13 @@ def farm(db_url):
 
 
 def machine(farm, name: str) -> int:
-    return farm.store.register(name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=8)
+    return farm._store.register(name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=8)
 
 
 def counted(farm) -> tuple[int, int]:
     """(the queue row's running count, the jobs of the queue that are running)."""
-    [(count,)] = farm.store.rows(select(queues.c.running).where(queues.c.name == "reports"))
-    [(running,)] = farm.store.rows(
+    [(count,)] = farm._store.rows(select(queues.c.running).where(queues.c.name == "reports"))
+    [(running,)] = farm._store.rows(
         select(func.count()).where(jobs.c.queue == "reports", jobs.c.state == JobState.RUNNING)
     )
     return count, running
@@ -40,11 +40,11 @@ def counted(farm) -> tuple[int, int]:
 
 def expire(farm, *ids: int) -> None:
     """Their machine stopped renewing them a minute ago."""
-    farm.store.count(update(jobs).where(jobs.c.id.in_(ids)).values(lease_until=jobs.c.lease_until - 60))
+    farm._store.count(update(jobs).where(jobs.c.id.in_(ids)).values(lease_until=jobs.c.lease_until - 60))
 
 
 def test_the_count_follows_claims_finishes_retries_releases_take_overs_and_requeues(farm):
-    store = farm.store
+    store = farm._store
     store.enqueue(REPORTS, count=6)
     farm.set_queue("reports", limit=4)
     a, b = machine(farm, "a"), machine(farm, "b")
@@ -64,7 +64,7 @@ def test_the_count_follows_claims_finishes_retries_releases_take_overs_and_reque
 
 
 def test_a_count_gone_wrong_is_repaired_by_the_recount_and_by_setting_the_limit(farm):
-    store = farm.store
+    store = farm._store
     store.enqueue(REPORTS, count=4)
     farm.set_queue("reports", limit=3)
     assert len(store.claim(machine(farm, "a"), 2, 30.0, plan=LOCKED)) == 2
@@ -83,20 +83,20 @@ def test_claims_and_finishes_racing_on_four_threads_never_pass_the_limit_and_lea
     threads hold at once (counted after a claim commits and before its finish is sent, so never more than the
     database has running) stay within the limit, and the count ends at zero."""
     with Farm(pg_url) as farm:
-        farm.store.enqueue(REPORTS, count=300)
+        farm._store.enqueue(REPORTS, count=300)
         farm.set_queue("reports", limit=3)
         ids = [machine(farm, f"m{i}") for i in range(4)]
         held, most, lock = [0], [0], threading.Lock()
 
         def work(me: int) -> None:
-            while claimed := farm.store.claim(me, 3, 30.0, plan=Plan(("reports",), (("reports", 3, True),))):
+            while claimed := farm._store.claim(me, 3, 30.0, plan=Plan(("reports",), (("reports", 3, True),))):
                 with lock:
                     held[0] += len(claimed)
                     most[0] = max(most[0], held[0])
                 time.sleep(0.002)  # the jobs run
                 with lock:
                     held[0] -= len(claimed)
-                farm.store.finish_many(me, [Ending(job, Outcome.SUCCEEDED) for job in claimed])
+                farm._store.finish_many(me, [Ending(job, Outcome.SUCCEEDED) for job in claimed])
 
         threads = [threading.Thread(target=work, args=(me,)) for me in ids]
         for thread in threads:

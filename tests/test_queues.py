@@ -36,7 +36,9 @@ def spec(queue="default", order_key=None, **extra) -> JobSpec:
 
 
 def machine(farm, name="m", queues="") -> int:
-    return farm.store.register(name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=8, queues=queues)
+    return farm._store.register(
+        name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=8, queues=queues
+    )
 
 
 def test_names_rates_and_served_lists_are_checked_before_anything_is_written():
@@ -52,28 +54,28 @@ def test_names_rates_and_served_lists_are_checked_before_anything_is_written():
 
 
 def test_a_claim_takes_only_the_queues_it_serves(farm):
-    reports = farm.store.enqueue(spec("reports"), count=2)
-    plain = farm.store.enqueue(spec(), count=2)
+    reports = farm._store.enqueue(spec("reports"), count=2)
+    plain = farm._store.enqueue(spec(), count=2)
     me = machine(farm, queues="reports")
-    assert {job.id for job in farm.store.claim(me, 8, 30.0, plan=Plan(served=("reports",)))} == set(reports)
-    assert {job.queue for job in farm.store.claim(me, 8, 30.0)} == {"default"}, "every queue, by default"
-    assert farm.store.get_job(plain[0])["queue"] == "default"
+    assert {job.id for job in farm._store.claim(me, 8, 30.0, plan=Plan(served=("reports",)))} == set(reports)
+    assert {job.queue for job in farm._store.claim(me, 8, 30.0)} == {"default"}, "every queue, by default"
+    assert farm._store.get_job(plain[0])["queue"] == "default"
 
 
 def test_a_paused_queue_starts_nothing_until_resumed_and_others_go_on(farm):
-    held = farm.store.enqueue(spec("reports"))[0]
-    other = farm.store.enqueue(spec())[0]
+    held = farm._store.enqueue(spec("reports"))[0]
+    other = farm._store.enqueue(spec())[0]
     me = machine(farm)
     farm.pause_queue("reports")
-    assert [job.id for job in farm.store.claim(me, 8, 30.0)] == [other]
+    assert [job.id for job in farm._store.claim(me, 8, 30.0)] == [other]
     assert [q.paused for q in farm.queues() if q.name == "reports"] == [True]
     farm.resume_queue("reports")
-    assert [job.id for job in farm.store.claim(me, 8, 30.0)] == [held]
+    assert [job.id for job in farm._store.claim(me, 8, 30.0)] == [held]
 
 
 def test_queue_list_says_what_waits_runs_and_who_serves(farm):
-    farm.store.enqueue(spec("reports", order_key="a"), count=3)
-    farm.store.enqueue(spec("reports", order_key="b"))
+    farm._store.enqueue(spec("reports", order_key="a"), count=3)
+    farm._store.enqueue(spec("reports", order_key="b"))
     farm.set_queue("reports", limit=2, rate="10/s", on_failure=OnFailure.BLOCK)
     machine(farm, "r1", queues="reports:1")
     machine(farm, "any")
@@ -97,7 +99,7 @@ def test_queue_list_says_what_waits_runs_and_who_serves(farm):
 
 
 def test_bad_queue_settings_change_nothing(farm):
-    farm.store.enqueue(spec("reports"))
+    farm._store.enqueue(spec("reports"))
     farm.set_queue("reports", limit=3)
     for bad in (dict(limit=0), dict(limit=-1), dict(limit=2.5), dict(rate="ten/s"), dict(on_failure="retry")):
         with pytest.raises(BadQueueInput):
@@ -112,7 +114,7 @@ def test_bad_queue_settings_change_nothing(farm):
 
 
 def test_jobs_of_an_order_key_start_one_at_a_time_in_enqueue_order(farm):
-    store = farm.store
+    store = farm._store
     a = store.enqueue(spec(order_key="a"), count=3)
     b = store.enqueue(spec(order_key="b"), count=2)
     loose = store.enqueue(spec())[0]
@@ -130,7 +132,7 @@ def test_jobs_of_an_order_key_start_one_at_a_time_in_enqueue_order(farm):
 
 @pytest.mark.parametrize("policy", list(OnFailure))
 def test_a_job_that_failed_for_good_blocks_its_key_or_not_as_the_queue_says(farm, policy):
-    store = farm.store
+    store = farm._store
     first, after = store.enqueue(spec(order_key="k", max_attempts=1), count=2)
     farm.set_queue("default", on_failure=policy)
     other = OnFailure.SKIP if policy == OnFailure.BLOCK else OnFailure.BLOCK
@@ -150,8 +152,8 @@ def test_a_job_that_failed_for_good_blocks_its_key_or_not_as_the_queue_says(farm
 
 
 def test_a_farm_wide_limit_counts_running_jobs_and_leases_taken_over(farm):
-    store = farm.store
-    farm.store.enqueue(spec("reports"), count=5)
+    store = farm._store
+    farm._store.enqueue(spec("reports"), count=5)
     farm.set_queue("reports", limit=2)
     a, b = machine(farm, "a"), machine(farm, "b")
     locked = Plan(alone=(("reports", 8, True),))
@@ -167,20 +169,20 @@ def test_a_farm_wide_limit_counts_running_jobs_and_leases_taken_over(farm):
 
 
 def test_a_machine_takes_at_most_its_own_limit_of_a_queue(farm):
-    farm.store.enqueue(spec("reports"), count=5)
-    farm.store.enqueue(spec(), count=5)
+    farm._store.enqueue(spec("reports"), count=5)
+    farm._store.enqueue(spec(), count=5)
     me = machine(farm, queues="reports:2,default")
-    claimed = farm.store.claim(me, 6, 30.0, plan=Plan(("reports", "default"), (("reports", 2, False),)))
+    claimed = farm._store.claim(me, 6, 30.0, plan=Plan(("reports", "default"), (("reports", 2, False),)))
     assert sorted(job.queue for job in claimed) == ["default"] * 4 + ["reports"] * 2
 
 
 def test_a_rate_spends_tokens_in_the_claims_transaction(farm):
-    farm.store.enqueue(spec("feed"), count=5)
+    farm._store.enqueue(spec("feed"), count=5)
     farm.set_queue("feed", rate="2/min")  # a bucket of one start: what a period brings, at least one
     me = machine(farm)
     locked = Plan(alone=(("feed", 8, True),))
-    assert len(farm.store.claim(me, 8, 30.0, plan=locked)) == 1
-    assert farm.store.claim(me, 8, 30.0, plan=locked) == [], "no token left for half a minute"
+    assert len(farm._store.claim(me, 8, 30.0, plan=locked)) == 1
+    assert farm._store.claim(me, 8, 30.0, plan=locked) == [], "no token left for half a minute"
 
 
 def test_roles_work_of_a_queue_waits_for_a_machine_that_serves_it(farm, http_target):
@@ -291,14 +293,14 @@ def test_an_idle_farm_with_roles_and_a_limited_queue_polls_once_a_turn(farm, htt
         a, b = nodes("a", queues="qa"), nodes("b", queues="qb")
         farm.set_queue("qa", limit=2)
         wait_for(lambda: a.turns.taken >= 2 and b.turns.taken >= 2 and "qa" in a.queue_settings)  # in steady state
-        sent = Sent(farm.engine)
+        sent = Sent(farm._engine)
         before = a.turns.taken + b.turns.taken
         wait_for(lambda: a.turns.taken + b.turns.taken >= before + 8)
         turns = a.turns.taken + b.turns.taken - before
         polls = sent.reading("qp_jobs")
     finally:
         nodes.stop_all()
-    postgresql = farm.store.dialect == "postgresql"
+    postgresql = farm._store.dialect == "postgresql"
     # Elsewhere the claim first reads whose runs it would end as lost (the expired leases it may take over).
     per_turn = 1 if postgresql else 3
     assert [
@@ -324,13 +326,13 @@ def test_a_job_of_a_queue_the_turn_holder_does_not_serve_starts_within_a_period(
         a1, a2, b = nodes("a1", queues="qa"), nodes("a2", queues="qa"), nodes("b", queues="qb")
         wait_for(lambda: all(n.turns.taken for n in (a1, a2, b)), timeout=20)
         roster = sorted(n.id for n in (a1, a2, b))
-        s = slot_of(farm.store.ask_time(), period) + 2
+        s = slot_of(farm._store.ask_time(), period) + 2
         while roster[(s - 1) % 3] != b.id:
             s += 1
         [job] = farm.enqueue_python(NOOP, queue="qb", at=(s + 0.5) * period)
         done = farm.wait(job, timeout=20)
         [run] = done["runs"]
-        turns = {t["slot"]: t for t in farm.store.read_turns(since=(s - 1) * period)}
+        turns = {t["slot"]: t for t in farm._store.read_turns(since=(s - 1) * period)}
     finally:
         nodes.stop_all()
     assert run["machine_id"] == b.id
@@ -353,7 +355,7 @@ def test_a_turn_of_a_node_with_a_limited_queue_claims_every_queue_in_one_order_o
         assert all(farm.wait(job, timeout=20)["state"] == "succeeded" for job in [*low, urgent, limited, held])
     finally:
         nodes.stop_all()
-    runs = sorted(farm.store.list_runs(), key=lambda r: r["id"])
+    runs = sorted(farm._store.list_runs(), key=lambda r: r["id"])
     assert {r["job_id"] for r in runs[:2]} == {urgent, limited}, "the node's first claim: the two most urgent"
     assert held in {r["job_id"] for r in runs[2:]}
 
@@ -376,7 +378,7 @@ def test_a_node_working_off_a_backlog_with_a_limited_queue_never_runs_more_than_
 
 
 def test_a_turn_says_what_it_saw_of_work_it_does_not_claim(farm):
-    store = farm.store
+    store = farm._store
     me = machine(farm, "a", queues="qa,limited")
     plan = Plan(served=("qa", "limited"))
     looks = Looks(guarded=("limited",), elsewhere=("qb",), served=("qa", "limited"))
@@ -399,9 +401,9 @@ def test_a_turn_says_what_it_saw_of_work_it_does_not_claim(farm):
 
 def test_an_enqueue_reads_the_machines_once_and_one_queue_is_read_alone(farm):
     machine(farm, "r", queues="reports")
-    farm.store.enqueue(spec("other"), count=2)
-    farm.store.enqueue(spec("reports"))
-    sent = Sent(farm.engine)
+    farm._store.enqueue(spec("other"), count=2)
+    farm._store.enqueue(spec("reports"))
+    sent = Sent(farm._engine)
     assert farm.submit(spec("reports")).served and not farm.submit(spec("nobody")).served
     assert len(sent.reading("qp_machines")) == 2, "one read of the machine rows per enqueue, for both questions"
     farm.set_queue("reports", limit=3)

@@ -42,7 +42,7 @@ class RunningSampler:
 
     def _sample(self, farm, count):
         while not self._stop.wait(0.01):
-            self.counts.append(farm.store.rows(count)[0][0])
+            self.counts.append(farm._store.rows(count)[0][0])
 
     def __enter__(self):
         self._thread.start()
@@ -121,7 +121,7 @@ def test_a_paused_queue_stops_starting_within_a_heartbeat(farm, processes):
     ids = farm.enqueue_python(f"{PYJOBS}:nap", 0.1, queue="reports", count=40)
     wait_for(lambda: farm.job_counts()["succeeded"] >= 4, timeout=30)
     farm.pause_queue("reports")
-    paused_at = farm.store.ask_time()
+    paused_at = farm._store.ask_time()
     other = farm.enqueue_python(f"{PYJOBS}:noop")
     assert farm.wait(other[0], timeout=20)["state"] == "succeeded", "other queues go on"
     wait_for(lambda: farm.job_counts()["running"] == 0, timeout=20)

@@ -15,7 +15,7 @@ DEAD_AFTER = 3 * FAST["heartbeat"]
 
 
 def version(farm) -> int:
-    return farm.store.rows(select(roster_version.c.version))[0][0]
+    return farm._store.rows(select(roster_version.c.version))[0][0]
 
 
 def register(store, name):
@@ -37,7 +37,7 @@ def beat(store, machine_id, state="active"):
 
 
 def test_joins_new_states_stops_and_burials_bump_the_version_and_nothing_else_does(farm):
-    store, peers = farm.store, RosterStore(farm.store)
+    store, peers = farm._store, RosterStore(farm._store)
     v0 = version(farm)
     a, b = register(store, "a"), register(store, "b")
     assert version(farm) == v0 + 2
@@ -58,7 +58,7 @@ def test_joins_new_states_stops_and_burials_bump_the_version_and_nothing_else_do
 
 
 def test_the_heartbeat_read_answers_with_our_wish_and_only_the_quiet_machines(farm):
-    store, peers = farm.store, RosterStore(farm.store)
+    store, peers = farm._store, RosterStore(farm._store)
     a, b, c = (register(store, name) for name in "abc")
     store.wish(a, "drain")
     read = peers.read_farm(a, before=store.ask_time() - 60)
@@ -77,7 +77,7 @@ def test_the_heartbeat_read_answers_with_our_wish_and_only_the_quiet_machines(fa
 def test_a_check_in_writes_its_figures_and_clears_only_the_wish_it_applied(farm):
     """The heartbeat's two statements are built once with everything bound (store/roster.py): each call still
     writes its own values, and the read still answers for its own machine and slot."""
-    store, peers = farm.store, RosterStore(farm.store)
+    store, peers = farm._store, RosterStore(farm._store)
     a, b = register(store, "a"), register(store, "b")
     seen = store.find_machine(str(a))["last_seen"]
     store.wish(a, "pause")
@@ -144,17 +144,17 @@ def rosters(nodes, at: float) -> list[list[int]]:
 def test_nodes_agree_on_the_roster_and_a_steady_heartbeat_reads_one_row_or_so(farm, nodes, monkeypatch):
     spy = Spy(monkeypatch)
     farm_nodes = [nodes(f"n{i}") for i in range(4)]
-    wait_for(lambda: all(len(r) == 4 for r in rosters(farm_nodes, farm.store.ask_time())))
+    wait_for(lambda: all(len(r) == 4 for r in rosters(farm_nodes, farm._store.ask_time())))
     spy.reset()
     time.sleep(10 * FAST["heartbeat"])
-    now, _, rows = farm.store.read_machines()
+    now, _, rows = farm._store.read_machines()
     expected = sorted(m["id"] for m in rows)
     assert rosters(farm_nodes, now) == [expected] * 4
     assert spy.full_reads == 0, "nothing changed: nobody read every row"
     assert len(spy.beats) >= 4 * 8
     assert sum(spy.beats) <= 1.5 * len(spy.beats), f"rows per heartbeat read: {spy.beats}"
     farm.steer("n0", "pause")
-    wait_for(lambda: all(r == expected[1:] for r in rosters(farm_nodes[1:], farm.store.ask_time())), timeout=2.0)
+    wait_for(lambda: all(r == expected[1:] for r in rosters(farm_nodes[1:], farm._store.ask_time())), timeout=2.0)
     wait_for(lambda: spy.full_reads >= 4, timeout=2.0)
     time.sleep(3 * FAST["heartbeat"])
     assert spy.full_reads == 4, "a pause bumps the version: each node reads every row once"
@@ -165,15 +165,15 @@ def test_a_killed_machine_is_judged_dead_by_every_peer_on_time_and_buried_once(f
     processes = NodeProcesses(db_url, tmp_path)
     try:
         victim = processes("victim")
-        wait_for(lambda: len(rosters(survivors, farm.store.ask_time())[0]) == 4, timeout=20.0)
-        victim_id = next(m["id"] for m in farm.store.read_machines()[2] if m["name"] == "victim")
+        wait_for(lambda: len(rosters(survivors, farm._store.ask_time())[0]) == 4, timeout=20.0)
+        victim_id = next(m["id"] for m in farm._store.read_machines()[2] if m["name"] == "victim")
         before = version(farm)
         victim.send_signal(signal.SIGKILL)
         victim.wait()
-        last_seen = next(m["last_seen"] for m in farm.store.read_machines()[2] if m["id"] == victim_id)
+        last_seen = next(m["last_seen"] for m in farm._store.read_machines()[2] if m["id"] == victim_id)
         judged_at: dict[int, float] = {}
         while len(judged_at) < len(survivors):  # each survivor's roster, watched at short intervals
-            now = farm.store.ask_time()
+            now = farm._store.ask_time()
             for node in survivors:
                 if node.id not in judged_at and victim_id not in rosters([node], now)[0]:
                     judged_at[node.id] = now
@@ -181,7 +181,7 @@ def test_a_killed_machine_is_judged_dead_by_every_peer_on_time_and_buried_once(f
             time.sleep(0.01)
         assert all(t > last_seen + DEAD_AFTER for t in judged_at.values()), "nobody is judged dead early"
         assert all(t < last_seen + DEAD_AFTER + 2 * FAST["heartbeat"] for t in judged_at.values()), judged_at
-        wait_for(lambda: next(m["state"] for m in farm.store.read_machines()[2] if m["id"] == victim_id) == "dead")
+        wait_for(lambda: next(m["state"] for m in farm._store.read_machines()[2] if m["id"] == victim_id) == "dead")
         assert version(farm) == before + 1, "buried once, by one judge"
     finally:
         processes.kill_all()

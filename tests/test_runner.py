@@ -18,7 +18,7 @@ def test_a_stopping_runner_lets_the_result_writers_last_statement_end_before_its
     """The writer writes results in a thread of the loop's executor. A runner stopped while that thread is held
     there used to close its loop under the writer's task, which was then destroyed pending ("Task was destroyed
     but it is pending ... Recorder._write")."""
-    store = farm.store
+    store = farm._store
     held, release, over = threading.Event(), threading.Event(), threading.Event()
     finish_many = store.finish_many
 
@@ -60,7 +60,7 @@ def test_a_result_the_database_was_away_for_is_still_written_by_a_stopping_runne
     """The writer tries a result again a moment after the database refused it, the job held meanwhile. A runner
     stopped in that moment used to close its loop with the try still to come: the result was lost without a word,
     the job left running until its lease expired."""
-    store = farm.store
+    store = farm._store
     refused = threading.Event()
     finish_many = store.finish_many
 
@@ -99,7 +99,7 @@ from queueprocessor.store.jobs import JobSpec
 
 url, started = sys.argv[1], Path(sys.argv[2])
 with Farm(url) as farm:
-    store = farm.store
+    store = farm._store
     machine = store.register(name="m", host="h", instance="stop-test", pid=1, version="0", capacity=3)
     argv = ["sh", "-c", 'echo >> "$0"; exec sleep 30', str(started)]
     store.enqueue(JobSpec(executor="command", target=json.dumps(argv)), count=3)

@@ -49,7 +49,7 @@ def wait_until(condition, timeout: float = 60.0, what: str = "it"):
 
 
 def settle(farm: Farm, timeout: float = 60.0) -> None:
-    wait_until(lambda: (c := farm.store.job_counts())["queued"] == 0 and c["running"] == 0, timeout, "the queue")
+    wait_until(lambda: (c := farm._store.job_counts())["queued"] == 0 and c["running"] == 0, timeout, "the queue")
 
 
 # -- passwords ----------------------------------------------------------------
@@ -60,10 +60,10 @@ def farm_with_everything(pg_url, tmp_path):
     """A farm with a failed job, a queued one, a machine, a schedule and a singleton: every command has work."""
     with Farm(pg_url) as farm:
         farm.settings(**FAST)
-        [failed] = farm.store.enqueue(JobSpec("http", "/fail", max_attempts=1))
-        farm.store.count(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
+        [failed] = farm._store.enqueue(JobSpec("http", "/fail", max_attempts=1))
+        farm._store.count(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
         [queued] = farm.enqueue_http("/later", delay=3600)
-        machine = farm.store.register(
+        machine = farm._store.register(
             name="desk", host="h", instance=uuid.uuid4().hex, pid=1, version="0", capacity=1, allow=None
         )
     return pg_url, failed, queued, machine
@@ -181,7 +181,7 @@ def test_a_node_cut_off_and_back_logs_no_password(pg_server, pg_url, http_target
 def test_the_python_api_never_shows_the_password(pg_server, pg_url):
     with Farm(pg_url) as farm:
         assert pg_server.password not in farm.masked_url + json.dumps(farm.status(), default=str)
-        assert pg_server.password not in repr(farm.engine.url) + str(farm.engine.url)
+        assert pg_server.password not in repr(farm._engine.url) + str(farm._engine.url)
     with pytest.raises(QPError) as refused:
         Farm(pg_url.replace(pg_server.password, "not-" + pg_server.password))
     assert "password authentication failed" in str(refused.value)
@@ -389,17 +389,17 @@ def test_a_node_refuses_hostile_work_put_straight_into_the_table_and_runs_the_re
                             pass
                         else:
                             pytest.fail(f"the door let in {executor} {target!r}")
-                    bad += farm.store.enqueue(spec)  # as a SQL insert would put it, past the door
+                    bad += farm._store.enqueue(spec)  # as a SQL insert would put it, past the door
             for spec in (
                 JobSpec("bogus", "/x", max_attempts=1),
                 JobSpec("http", "/ok", method="DELETE", max_attempts=1),
                 JobSpec("python", "tests.support.pyjobs:echo", payload="{not json", max_attempts=1),
                 JobSpec("command", "rm -rf /", max_attempts=1),
             ):
-                bad += farm.store.enqueue(spec)  # malformed rows a node must fail alone, and carry on
-            good = [farm.store.enqueue(spec)[0] for spec in fine]
+                bad += farm._store.enqueue(spec)  # malformed rows a node must fail alone, and carry on
+            good = [farm._store.enqueue(spec)[0] for spec in fine]
             settle(farm)
-            jobs = {j["id"]: j for j in farm.store.list_jobs(limit=1000)}
+            jobs = {j["id"]: j for j in farm._store.list_jobs(limit=1000)}
         finally:
             node.stop(drain=False)
             evil.close()
@@ -418,7 +418,7 @@ def test_a_node_refuses_hostile_work_put_straight_into_the_table_and_runs_the_re
 
 def farm_runs(url: str, job_id: int) -> list[dict]:
     with Farm(url) as farm:
-        return farm.store.list_runs(job_id=job_id)
+        return farm._store.list_runs(job_id=job_id)
 
 
 # -- SQL ------------------------------------------------------------------------
@@ -461,7 +461,7 @@ def test_hostile_text_only_ever_reaches_the_database_as_a_parameter(pg_url, http
     statements = []
     with Farm(pg_url) as farm:
         event.listen(
-            farm.engine, "before_cursor_execute", lambda conn, cursor, statement, *rest: statements.append(statement)
+            farm._engine, "before_cursor_execute", lambda conn, cursor, statement, *rest: statements.append(statement)
         )
         farm.settings(**FAST)
         node = farm.node(name=MARK, http_base=http_target.base_url).start()
@@ -475,13 +475,13 @@ def test_hostile_text_only_ever_reaches_the_database_as_a_parameter(pg_url, http
             farm.wait(job, timeout=60)
             farm.wait(grabbed, timeout=60)
             assert farm.steer(MARK, "pause")["name"] == MARK
-            assert job in [j["id"] for j in find_jobs(farm.store, MARK)]
+            assert job in [j["id"] for j in find_jobs(farm._store, MARK)]
             with pytest.raises(QPError):
                 farm.steer(MARK + "x", "drain")
-            stored = farm.store.get_job(job)
+            stored = farm._store.get_job(job)
         finally:
             node.stop(drain=False)
-        tables = inspect(farm.engine).get_table_names()
+        tables = inspect(farm._engine).get_table_names()
     assert (stored["target"], stored["key"], json.loads(stored["payload"])) == ("/" + MARK, MARK, {"m": MARK})
     assert {"qp_jobs", "qp_machines", "qp_runs", "qp_turns"} <= set(tables)
     # The capture saw the statements that carried the hostile text: the enqueue, the schedule and the steer.
@@ -497,10 +497,10 @@ def test_hostile_text_only_ever_reaches_the_database_as_a_parameter(pg_url, http
 def prepare_farm(url: str) -> int:
     """A farm at rest (no node running): a failed job, a queued one, a machine row. Returns the machine id."""
     with Farm(url) as farm:
-        [failed] = farm.store.enqueue(JobSpec("http", "/fail", max_attempts=1))
-        farm.store.count(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
+        [failed] = farm._store.enqueue(JobSpec("http", "/fail", max_attempts=1))
+        farm._store.count(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
         farm.enqueue_http("/later", delay=3600)
-        return farm.store.register(
+        return farm._store.register(
             name="desk", host="h", instance=uuid.uuid4().hex, pid=1, version="0", capacity=1, allow=None
         )
 
@@ -512,16 +512,16 @@ def test_a_read_only_farm_cannot_change_anything(db_url):
         assert farm.status()["jobs"]["failed"] == 1
         writes = [
             lambda: farm.enqueue_http("/x"),
-            lambda: farm.store.cancel(2),
-            lambda: farm.store.retry(1),
+            lambda: farm._store.cancel(2),
+            lambda: farm._store.retry(1),
             lambda: farm.steer(str(machine), "pause"),
-            lambda: farm.store.wish(machine, "drain"),
+            lambda: farm._store.wish(machine, "drain"),
             lambda: farm.schedule("s", JobSpec("http", "/s"), every=60),
             lambda: farm.singleton("f", JobSpec("http", "/f")),
-            lambda: farm.store.adopt_settings({"period": "9"}),
+            lambda: farm._store.adopt_settings({"period": "9"}),
             lambda: farm.node(name="sneaky").start(),
-            lambda: farm.store.mark_stopped(machine),
-            lambda: farm.store.prune_turns(0),
+            lambda: farm._store.mark_stopped(machine),
+            lambda: farm._store.prune_turns(0),
         ]
         for write in writes:
             with pytest.raises(Exception):  # noqa: B017  (the database's own refusal, whatever the driver calls it)

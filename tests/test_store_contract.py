@@ -29,7 +29,7 @@ def register(store, name="m"):
 
 
 def test_database_time_has_millisecond_precision_and_moves(farm):
-    store = farm.store
+    store = farm._store
     samples = [store.ask_time() for _ in range(20)]
     assert abs(samples[0] - time.time()) < 5  # same machine: the database's clock is the real one
     assert all(b >= a for a, b in zip(samples, samples[1:]))
@@ -40,7 +40,7 @@ def test_database_time_has_millisecond_precision_and_moves(farm):
 
 
 def test_stored_times_come_from_the_database(farm):
-    store = farm.store
+    store = farm._store
     before = store.ask_time()
     machine = register(store)
     [job_id] = store.enqueue(HTTP, delay=10)
@@ -53,7 +53,7 @@ def test_stored_times_come_from_the_database(farm):
 
 
 def test_a_slot_is_taken_once(farm):
-    store = farm.store
+    store = farm._store
     a, b = register(store, "a"), register(store, "b")
     assert store.take_turn(42, a)
     assert not store.take_turn(42, b)
@@ -64,7 +64,7 @@ def test_a_slot_is_taken_once(farm):
 
 def test_a_turn_that_reaches_the_database_after_its_slot_ended_is_refused(farm):
     """An insert held up past its slot's end would poll beside the next slot's own turn: two polls in one slot."""
-    store = farm.store
+    store = farm._store
     a = register(store, "a")
     period = 1.0
     now = store.ask_time()
@@ -77,7 +77,7 @@ def test_a_turn_that_reaches_the_database_after_its_slot_ended_is_refused(farm):
 
 
 def test_claim_takes_due_jobs_by_priority_and_bumps_the_fence(farm):
-    store = farm.store
+    store = farm._store
     me = register(store)
     low = store.enqueue(HTTP)[0]
     high = store.enqueue(JobSpec(executor="http", target="/ok", priority=5))[0]
@@ -94,7 +94,7 @@ def test_claim_takes_due_jobs_by_priority_and_bumps_the_fence(farm):
 
 
 def test_concurrent_claims_never_share_a_job(farm):
-    store = farm.store
+    store = farm._store
     store.enqueue(HTTP, count=200)
     machines = [register(store, f"m{i}") for i in range(4)]
     got: dict[int, list[int]] = {m: [] for m in machines}
@@ -113,7 +113,7 @@ def test_concurrent_claims_never_share_a_job(farm):
 
 
 def test_a_stale_fence_cannot_write(farm):
-    store = farm.store
+    store = farm._store
     a, b = register(store, "a"), register(store, "b")
     store.enqueue(HTTP)
     [first] = store.claim(a, 1, lease=0.05)
@@ -148,7 +148,7 @@ def test_results_of_two_runs_of_one_job_in_one_batch_are_told_apart_by_fence(far
 def test_a_renewal_extends_each_lease_held_as_quoted_and_no_other(farm):
     """Each (job, fence) pair is matched on its own: a job taken over (by a peer, or by ourselves under a newer
     fence) or finished is left out of the answer and its lease alone; every other lease is extended."""
-    store = farm.store
+    store = farm._store
     a, b = register(store, "a"), register(store, "b")
     store.enqueue(HTTP, count=5)
     jobs = store.claim(a, 5, lease=0.05)
@@ -165,7 +165,7 @@ def test_a_renewal_extends_each_lease_held_as_quoted_and_no_other(farm):
 
 
 def test_an_expired_lease_on_the_last_attempt_comes_back_exhausted(farm):
-    store = farm.store
+    store = farm._store
     me = register(store)
     store.enqueue(JobSpec(executor="http", target="/ok", max_attempts=1))
     [first] = store.claim(me, 1, lease=0.05)
@@ -177,7 +177,7 @@ def test_an_expired_lease_on_the_last_attempt_comes_back_exhausted(farm):
 
 
 def test_leases_of_a_stalled_farm_are_not_taken_when_asked_not_to(farm):
-    store = farm.store
+    store = farm._store
     me = register(store)
     store.enqueue(HTTP)
     store.claim(me, 1, lease=0.01)
@@ -186,7 +186,7 @@ def test_leases_of_a_stalled_farm_are_not_taken_when_asked_not_to(farm):
 
 
 def test_failure_retries_with_backoff_until_attempts_run_out(farm):
-    store = farm.store
+    store = farm._store
     me = register(store)
     store.enqueue(JobSpec(executor="http", target="/fail", max_attempts=2))
     [job] = store.claim(me, 1, lease=5)
@@ -203,7 +203,7 @@ def test_failure_retries_with_backoff_until_attempts_run_out(farm):
 
 
 def test_cancel_and_retry(farm):
-    store = farm.store
+    store = farm._store
     me = register(store)
     queued, running = store.enqueue(HTTP, count=2)
     assert store.cancel(queued) == "cancelled"
@@ -223,7 +223,7 @@ def test_cancel_and_retry(farm):
 
 
 def test_wishes_and_machine_lookup(farm):
-    store = farm.store
+    store = farm._store
     a = register(store, "alpha")
     register(store, "twin")
     register(store, "twin")
@@ -251,21 +251,21 @@ def test_wishes_and_machine_lookup(farm):
 
 
 def test_keys_are_unique(farm):
-    farm.store.enqueue(JobSpec(executor="http", target="/ok", key="Report-26@2026-11-22"))
+    farm._store.enqueue(JobSpec(executor="http", target="/ok", key="Report-26@2026-11-22"))
     with pytest.raises(QPError, match="already exists"):
-        farm.store.enqueue(JobSpec(executor="http", target="/ok", key="Report-26@2026-11-22"))
-    farm.store.enqueue(HTTP)  # jobs without a key do not collide
+        farm._store.enqueue(JobSpec(executor="http", target="/ok", key="Report-26@2026-11-22"))
+    farm._store.enqueue(HTTP)  # jobs without a key do not collide
 
 
 def test_a_newer_schema_is_refused(farm):
-    with farm.engine.begin() as conn:
+    with farm._engine.begin() as conn:
         conn.execute(update(schema.meta).where(schema.meta.c.key == "schema_version").values(value="99"))
     with pytest.raises(SchemaTooNew, match="upgrade QueueProcessor"):
-        ensure_schema(farm.engine)
+        ensure_schema(farm._engine)
 
 
 def test_turn_log_is_pruned_by_age(farm):
-    store = farm.store
+    store = farm._store
     me = register(store)
     store.take_turn(1, me)
     time.sleep(0.05)
@@ -275,7 +275,7 @@ def test_turn_log_is_pruned_by_age(farm):
 
 
 def test_a_turn_and_its_claim_go_together(farm):
-    store = farm.store
+    store = farm._store
     a, b = register(store, "a"), register(store, "b")
     store.enqueue(HTTP, count=3)
     turn = store.take_turn_and_claim(7, a, 2, lease=5)
@@ -289,7 +289,7 @@ def test_a_turn_and_its_claim_go_together(farm):
 
 
 def test_expired_leases_go_back_to_the_queue_ahead_of_newer_work(farm):
-    store = farm.store
+    store = farm._store
     dead, alive = register(store, "dead"), register(store, "alive")
     [old] = store.enqueue(HTTP)
     [first] = store.claim(dead, 1, lease=0.05)
@@ -319,7 +319,7 @@ def test_a_run_has_one_row_written_with_its_end_or_none_at_all(farm):
     job at the claim and one at the end). While it runs, the history shows it from its job's row; a failure at its
     end (here: the history table is missing) leaves the job running and ours, with no row, and the next try writes
     the one row, whose start is the claim's."""
-    store = farm.store
+    store = farm._store
     me = register(store)
     [job_id] = store.enqueue(HTTP)
     [claimed] = store.claim(me, 1, lease=30)
@@ -328,13 +328,13 @@ def test_a_run_has_one_row_written_with_its_end_or_none_at_all(farm):
         (None, me, "running", started)
     ]
     rename = "ALTER TABLE {} RENAME TO {}"
-    with farm.engine.begin() as conn:
+    with farm._engine.begin() as conn:
         conn.execute(text(rename.format("qp_runs", "qp_runs_away")))
     try:
         with pytest.raises(exc.DBAPIError):
             store.finish(claimed, me, "succeeded")
     finally:
-        with farm.engine.begin() as conn:
+        with farm._engine.begin() as conn:
             conn.execute(text(rename.format("qp_runs_away", "qp_runs")))
     job = store.get_job(job_id)
     assert (job["state"], job["owner"], job["fence"], job["attempts"]) == ("running", me, claimed.fence, 1)
@@ -348,12 +348,12 @@ def test_a_run_has_one_row_written_with_its_end_or_none_at_all(farm):
         started,
     )
     assert run["id"] is not None and run["finished_at"] >= started
-    with farm.engine.connect() as conn:
+    with farm._engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(schema.runs)).scalar() == 1
 
 
 def test_finished_jobs_and_their_runs_are_deleted_after_their_keeping_age(farm):
-    store = farm.store
+    store = farm._store
     me = register(store)
     ids = store.enqueue(HTTP, count=6)
     claimed = {c.id: c for c in store.claim(me, 6, lease=30)}
@@ -361,7 +361,7 @@ def test_finished_jobs_and_their_runs_are_deleted_after_their_keeping_age(farm):
     store.finish(claimed[ids[1]], me, "failed", error="HTTP 500")
     store.finish(claimed[ids[2]], me, "cancelled", error="cancelled by an operator")
     store.finish(claimed[ids[3]], me, "failed", error="HTTP 500", retry_in=60)  # back in the queue: kept
-    with farm.engine.begin() as conn:  # an hour ago, so no pause of a loaded machine can move a job across the age
+    with farm._engine.begin() as conn:  # an hour ago, so no pause of a loaded machine can move a job across the age
         conn.execute(
             update(schema.jobs)
             .where(schema.jobs.c.id.in_(ids[:3]))
@@ -386,12 +386,12 @@ def test_claims_and_results_go_on_after_the_database_drops_their_connection(pg_u
 
     farm = Farm(pg_url)
     try:
-        store = farm.store
+        store = farm._store
         me = register(store)
         ids = store.enqueue(HTTP, count=3)
         first, second = store.claim(me, 2, lease=30)
         store.finish(first, me, "succeeded")
-        with farm.engine.begin() as conn:  # as a restart or a failover would
+        with farm._engine.begin() as conn:  # as a restart or a failover would
             conn.execute(
                 text(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "

@@ -47,8 +47,8 @@ def farm(tmp_path):
 
 
 def add_machines(farm: Farm, count: int, capacity: int = 4) -> list[int]:
-    now = farm.store.ask_time()
-    with farm.engine.begin() as conn:
+    now = farm._store.ask_time()
+    with farm._engine.begin() as conn:
         conn.execute(
             insert(machines),
             [
@@ -79,7 +79,7 @@ def add_machines(farm: Farm, count: int, capacity: int = 4) -> list[int]:
 
 def add_runs(farm: Farm, spans: list[tuple[int, float, float, str]]) -> None:
     """(machine id, start, end, outcome) runs, each of its own job."""
-    with farm.engine.begin() as conn:
+    with farm._engine.begin() as conn:
         first = 1 + (conn.execute(jobs.select().with_only_columns(jobs.c.id).order_by(jobs.c.id.desc())).scalar() or 0)
         conn.execute(
             insert(jobs),
@@ -122,7 +122,7 @@ def add_runs(farm: Farm, spans: list[tuple[int, float, float, str]]) -> None:
 
 
 def snapshot(farm: Farm, since: float, until: float, node_id: int | None = None, **query) -> Snapshot:
-    reading = Dashboard(farm.store, FarmTiming.of(farm.settings())).read(Query(since=since, until=until, **query))
+    reading = Dashboard(farm._store, FarmTiming.of(farm.settings())).read(Query(since=since, until=until, **query))
     return Snapshot.of(
         reading, node={"id": node_id} if node_id is not None else None, read_ms=0.0, mono=time.monotonic()
     )
@@ -137,7 +137,7 @@ def shown(widget, width=1000, height=320):
 
 def test_overlapping_runs_of_one_machine_never_share_a_sub_row(app, farm):
     busy, quiet = add_machines(farm, 2)
-    now = farm.store.ask_time()
+    now = farm._store.ask_time()
     t = now - 50
     # A long singleton with short runs beside it, two of them overlapping each other too.
     spans = [
@@ -172,7 +172,7 @@ def test_overlapping_runs_of_one_machine_never_share_a_sub_row(app, farm):
 
 def test_a_run_of_a_millisecond_is_drawn_some_pixels_wide_at_any_zoom(app, farm):
     (machine,) = add_machines(farm, 1)
-    now = farm.store.ask_time()
+    now = farm._store.ask_time()
     add_runs(farm, [(machine, now - 30, now - 30 + 0.001, "failed")])
     gantt = shown(RunsGantt())
     gantt.view.setXRange(now - 60, now, padding=0)
@@ -217,7 +217,7 @@ def test_the_timeline_and_gantt_fit_a_narrow_window(app):
 
 def test_with_32_machines_lane_names_do_not_overlap_and_this_machine_is_named(app, farm):
     ids = add_machines(farm, 32)
-    now = farm.store.ask_time()
+    now = farm._store.ask_time()
     own = ids[17]
     for plot in (SlotsTimeline(), RunsGantt()):
         shown(plot, 1000, 300)
@@ -237,8 +237,8 @@ def test_with_32_machines_lane_names_do_not_overlap_and_this_machine_is_named(ap
 
 
 def test_a_payload_that_is_not_json_shows_as_its_text(app, farm):
-    now = farm.store.ask_time()
-    with farm.engine.begin() as conn:  # as a plain SQL insert could store it
+    now = farm._store.ask_time()
+    with farm._engine.begin() as conn:  # as a plain SQL insert could store it
         conn.execute(
             insert(jobs),
             [
@@ -261,15 +261,15 @@ def test_a_payload_that_is_not_json_shows_as_its_text(app, farm):
             ],
         )
     details = JobDetails()
-    details.show_job(farm.store.get_job(1) | {"runs": []}, {})
+    details.show_job(farm._store.get_job(1) | {"runs": []}, {})
     assert details.fields["payload"].text() == "not json <b>at all</b>"
-    details.show_job(farm.store.get_job(2) | {"runs": []}, {})
+    details.show_job(farm._store.get_job(2) | {"runs": []}, {})
     assert details.fields["payload"].text() == '{\n "a": [\n  1,\n  2\n ]\n}'
 
 
 def test_a_job_filtered_out_leaves_no_row_selected_and_picking_another_shows_it(app, farm):
     farm.enqueue_http("/ok", count=5)
-    now = farm.store.ask_time()
+    now = farm._store.ask_time()
     view = shown(JobsView())
     picked = []
     view.job_selected.connect(picked.append)
@@ -305,10 +305,10 @@ def test_the_jobs_table_shows_the_error_before_the_times_and_gives_it_room(app):
 def test_the_unfinished_interval_is_pale_and_a_scrolled_back_graph_stays_put(app, farm):
     (machine,) = add_machines(farm, 1)
     bucket = snapshot(farm, 0, 120).bucket
-    now = farm.store.ask_time()
+    now = farm._store.ask_time()
     if not 1 <= now % bucket <= bucket - 2:  # the last run and the snapshot must fall in one interval
         time.sleep(bucket + 1 - now % bucket)
-        now = farm.store.ask_time()
+        now = farm._store.ask_time()
     add_runs(farm, [(machine, now - 100 + n, now - 99.5 + n, "succeeded") for n in range(100)])
     graph = shown(QueueGraph(), 1000, 600)
     snap = snapshot(farm, now - 120, now)
@@ -331,7 +331,7 @@ def test_a_plot_behind_a_tab_draws_nothing_and_draws_the_latest_data_when_its_ta
     """The runs Gantt, the All jobs graph and the Queues tab alike: hidden, they keep the data but draw none of
     it; shown, they draw the latest snapshot; on screen, each new one at once."""
     (machine,) = add_machines(farm, 1)
-    now = farm.store.ask_time()
+    now = farm._store.ask_time()
     farm.enqueue_http("/later", delay=3600, queue="reports")
     add_runs(farm, [(machine, now - 30, now - 29, "succeeded")])
     older = snapshot(farm, now - 60, now)

@@ -44,7 +44,7 @@ def _run(store, machine, target, outcome):
 
 
 def test_turns_between_is_the_turn_log_inside_the_window(farm):
-    store = farm.store
+    store = farm._store
     a, b = _machine(store, "a"), _machine(store, "b")
     now = store.ask_time()
     base = int(now)
@@ -62,7 +62,7 @@ def test_turns_between_is_the_turn_log_inside_the_window(farm):
 
 
 def test_runs_between_holds_runs_overlapping_the_window_with_their_target(farm):
-    store = farm.store
+    store = farm._store
     a = _machine(store, "a")
     before = store.ask_time()
     done = _run(store, a, "/ok", "succeeded")
@@ -80,7 +80,7 @@ def test_runs_between_holds_runs_overlapping_the_window_with_their_target(farm):
 
 
 def test_throughput_counts_finished_runs_per_bucket_and_machine(farm):
-    store = farm.store
+    store = farm._store
     a, b = _machine(store, "a"), _machine(store, "b")
     start = store.ask_time()
     for outcome in ("succeeded", "succeeded", "failed"):
@@ -117,7 +117,7 @@ def test_judged_machines_mark_the_leader_the_dead_and_the_unsynchronised():
 
 def test_dashboard_reads_everything_one_poll_needs(farm):
     span = 30.0
-    store = farm.store
+    store = farm._store
     a = _machine(store, "a")
     job = _run(store, a, "/ok", "succeeded")
     store.take_turn(int(store.ask_time()), a)
@@ -134,7 +134,7 @@ def test_dashboard_reads_everything_one_poll_needs(farm):
 
 
 def test_find_jobs_matches_id_target_machine_and_error_with_like_characters_taken_literally(farm):
-    store = farm.store
+    store = farm._store
     render = _machine(store, "Render-7")
     percent = _run(store, render, "/rate/100%done", "succeeded")
     failed = _run(store, _machine(store, "idle"), "/plain", "failed")  # its error is "boom"
@@ -159,7 +159,7 @@ def test_find_jobs_matches_id_target_machine_and_error_with_like_characters_take
 
 
 def test_a_slow_text_search_is_repeated_at_most_a_tenth_of_the_time(farm):
-    store = farm.store
+    store = farm._store
     [first] = store.enqueue(JobSpec(executor="http", target="/reports/daily"))
     # The clock the dashboard paces searches by: this search takes 1 s, so it is not repeated for 10 s.
     readings = iter([0.0, 1.0, 5.0, 11.0, 11.0, 12.0, 12.0])
@@ -177,7 +177,7 @@ def test_a_slow_text_search_is_repeated_at_most_a_tenth_of_the_time(farm):
 def test_dashboard_rows_are_not_tracked_by_the_garbage_collector(farm):
     """A dashboard holds 10,000 run rows per poll: tracked rows would make Python's full collections (pauses
     with the interpreter lock held, the window frozen) run every few polls."""
-    store = farm.store
+    store = farm._store
     a = _machine(store, "a")
     _run(store, a, "/ok", "failed")
     store.take_turn(int(store.ask_time()), a)
@@ -209,12 +209,14 @@ def test_the_last_occurrence_before_a_time_is_the_one_the_schedule_made():
 def _statements(farm, table):
     """The statements sent from now on that read `table`."""
     seen = []
-    event.listen(farm.engine, "before_cursor_execute", lambda *args: seen.append(args[2]) if table in args[2] else None)
+    event.listen(
+        farm._engine, "before_cursor_execute", lambda *args: seen.append(args[2]) if table in args[2] else None
+    )
     return seen
 
 
 def test_schedules_carry_their_next_occurrence_and_their_last_ones_job(farm):
-    store = farm.store
+    store = farm._store
     machine = _machine(store, "runner")
     seen = _statements(farm, "qp_jobs")
     assert read_schedules(store, store.ask_time()) == []
@@ -263,7 +265,7 @@ def test_schedules_carry_their_next_occurrence_and_their_last_ones_job(farm):
 
 
 def test_a_snapshot_carries_the_schedules_and_the_singletons(farm):
-    store = farm.store
+    store = farm._store
     farm.schedule("tick", farm.python_spec("tests.support.pyjobs:noop"), every=60)
     job_id = farm.singleton("feed", farm.python_spec("tests.support.pyjobs:wait_for_cancel"))
     machine = _machine(store, "holder")

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import click
 
+from queueprocessor.farm import with_password
 from queueprocessor.nodeoptions import NodeCommand, NodeOptions, flag_of
 from queueprocessor.nodeoptions import node_options as _node_option_set
 from queueprocessor.rules import logs
 from queueprocessor.rules.errors import QPError
-from queueprocessor.store.database import parse_url
 
 try:
     from pyqtgraph.util.garbage_collector import GarbageCollector
@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None) -> Args:
     try:
         ctx = command.make_context("queueprocessor-gui", list(argv or []))
         if ctx.params["db"]:
-            parse_url(ctx.params["db"])
+            with_password(ctx.params["db"])  # checked before any window opens
     except click.exceptions.Exit as done:  # --help
         sys.exit(done.exit_code)
     except (click.ClickException, QPError) as error:  # options on a command line: named as on one

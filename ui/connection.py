@@ -14,7 +14,7 @@ from functools import partial
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from queueprocessor.store.database import mask
+from queueprocessor.rules.urls import mask
 from queueprocessor.views import Query
 
 from .poller import Ending, Poller

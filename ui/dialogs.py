@@ -22,19 +22,12 @@ from PySide6.QtWidgets import (
 )
 
 from queueprocessor import __version__
-from queueprocessor.farm import work_spec
+from queueprocessor.farm import needs_password, with_password, work_spec
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, check_limit
 from queueprocessor.rules.urls import default_url, mask
-from queueprocessor.store import database
-from queueprocessor.store.database import parse_url
 
 from . import theme
-
-
-def without_password(url: str) -> str:
-    """The URL as remembered in the recent list: passwords are never written to settings."""
-    return database.without_password(url)
 
 
 class DatabaseDialog(QDialog):
@@ -81,7 +74,7 @@ class DatabaseDialog(QDialog):
         if url:
             self.choice.setCurrentText(url)
             self.error.setText(problem)
-            if parse_url(url).username:
+            if needs_password(url):
                 self.password.setFocus()
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Open | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
@@ -101,13 +94,10 @@ class DatabaseDialog(QDialog):
 
     def accept(self) -> None:
         try:
-            url = parse_url(self.choice.currentText().strip())
+            self.url = with_password(self.choice.currentText().strip(), self.password.text())
         except QPError as error:
             self.error.setText(str(error))
             return
-        if self.password.text():
-            url = url.set(password=self.password.text())
-        self.url = url.render_as_string(hide_password=False)
         super().accept()
 
 
@@ -273,12 +263,6 @@ FIELDS = {
 def in_form_terms(error: QPError) -> str:
     """The core's one-line refusal, naming each field as the form labels it."""
     return error.say(lambda keyword: f"“{FIELDS.get(keyword, keyword)}”")
-
-
-def needs_password(url: str) -> bool:
-    """A URL with a user and no password: how the recent list remembers a password-protected database."""
-    parsed = parse_url(url)
-    return bool(parsed.username) and parsed.password is None
 
 
 def confirm(parent: QWidget, name: str, question: str, detail: str, verb: str, then) -> QMessageBox:

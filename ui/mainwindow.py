@@ -17,14 +17,15 @@ from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMenu, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
+from queueprocessor.farm import needs_password, without_password
 from queueprocessor.rules.states import JobState, MachineState, Wish
-from queueprocessor.store.database import mask
+from queueprocessor.rules.urls import mask
 
 from . import text, theme
 from .actions import Actions
 from .commands import Commands
 from .connection import Connection, State
-from .dialogs import DatabaseDialog, EnqueueDialog, about, confirm, needs_password, without_password
+from .dialogs import DatabaseDialog, EnqueueDialog, about, confirm
 from .jobsview import JobsView
 from .models import ROW_ROLE, PeersModel
 from .nodepanel import NodePanel

@@ -23,20 +23,17 @@ from collections.abc import Callable
 from enum import Enum
 
 from PySide6.QtCore import QObject, Signal
-from sqlalchemy import exc
 
-from queueprocessor.farm import Farm
+from queueprocessor.farm import UNREACHABLE, DatabaseError, Farm, app_client
 from queueprocessor.rules.clock import SystemClock
-from queueprocessor.rules.errors import DatabaseUnavailable, QPError
-from queueprocessor.store.database import APP_PROGRAM, client_name, mask
+from queueprocessor.rules.errors import QPError
+from queueprocessor.rules.urls import mask
 from queueprocessor.views import Dashboard, Query
 
 from .snapshot import Snapshot
 
 log = logging.getLogger("ui.poller")
 
-# Errors that mean "the database is not answering" rather than "the operator asked for something wrong".
-UNREACHABLE = (exc.OperationalError, exc.InterfaceError, exc.TimeoutError, DatabaseUnavailable, OSError)
 # The server turned our credentials down (PostgreSQL, libpq, SQL Server): retrying them cannot help.
 REFUSED = re.compile(r"password authentication failed|no password supplied|login failed for user", re.IGNORECASE)
 _STOP = object()
@@ -135,7 +132,7 @@ class Poller(QObject):
                 self.farm = Farm(
                     self.url,
                     read_only=self.node_options is None,  # watching changes nothing
-                    client=client_name((self.node_options or {}).get("name"), APP_PROGRAM),
+                    client=app_client((self.node_options or {}).get("name")),
                 )
                 dashboard = self.farm.dashboard()
                 if self.node_options is not None:
@@ -214,7 +211,7 @@ class Poller(QObject):
         except UNREACHABLE as error:
             self.unreachable.emit(f"database unreachable: {one_line(error)}; retrying")
             return False
-        except exc.SQLAlchemyError as error:
+        except DatabaseError as error:
             self.unreachable.emit(f"database error: {one_line(error)}; retrying")
             return False
         except Exception as error:  # a bug in reading or preparing: report it, keep the node and the loop going
@@ -232,7 +229,7 @@ class Poller(QObject):
     def _run_action(self, label: str, action: Callable[[Farm], str]) -> None:
         try:
             message = action(self.farm)
-        except (QPError, exc.SQLAlchemyError, OSError) as error:
+        except (QPError, DatabaseError, OSError) as error:
             self.done.emit(label, False, one_line(error))
         except Exception as error:  # a bug in the action: it fails alone, the worker goes on
             log.exception("%s", label)

@@ -7,7 +7,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
 
 from queueprocessor.rules.states import MachineState
-from queueprocessor.store.database import mask
+from queueprocessor.rules.urls import mask
 
 from . import text, theme
 from .connection import State

@@ -30,13 +30,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from .. import __version__
 from ..rules.errors import BadSetting
 from ..rules.logs import one_line
 from ..rules.queues import DEFAULT
 from ..rules.roster import machine_status
 from ..rules.states import MachineState
 from ..store.queues import QueueStore
+from ..version import __version__
 from .tally import Buckets
 
 log = logging.getLogger("queueprocessor.metrics")

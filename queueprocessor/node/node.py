@@ -58,7 +58,6 @@ import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from .. import __version__
 from ..executors import Executor, make_executors
 from ..rules.clock import Clock, OffsetEstimator, SystemClock
 from ..rules.logs import about, one_line
@@ -69,6 +68,7 @@ from ..store.jobs import Store
 from ..store.queues import QueueStore
 from ..store.roster import FarmRead, RosterStore
 from ..store.schedules import ScheduleStore
+from ..version import __version__
 from .config import NodeConfig
 from .push import Listener, where_to_listen
 from .runner import JobRunner, RunKey
