@@ -1,4 +1,4 @@
-"""Wall-clock and CPU time of whole `queueprocessor` commands (issue 13: a CLI that answers at once), before and
+"""Wall-clock and CPU time of whole `queueprocessor` commands (a CLI should answer at once), before and
 after, in the same run.
 
 "Before" is a git ref (default 04b0f48, the code the issue was filed against) unpacked into a temporary
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from common import ROOT, fresh_database, load_average, print_table, source_tree, start_postgres
 
-TARGETS = {"--help": 0.15, "enqueue http /x": 0.2}  # seconds of wall clock (issue 13)
+TARGETS = {"--help": 0.15, "enqueue http /x": 0.2}  # seconds of wall clock
 COMMANDS = ("--help", "enqueue http /x", "status")
 LAUNCH = "import sys; from queueprocessor.cli import main; sys.exit(main())"  # what the console script runs
 FLOOR = "import click, sqlalchemy, sqlalchemy.dialects.sqlite"  # what any command that opens a farm must load

@@ -1,4 +1,4 @@
-"""Connections per node (issue 11 item 1): what a farm holds on its database, idle and draining a backlog.
+"""Connections per node: what a farm holds on its database, idle and draining a backlog.
 
 For 1, 8 and 64 real node processes (capacity 32 each, push on) on a throwaway
 PostgreSQL, sessions are counted where a database administrator counts them,
@@ -55,7 +55,7 @@ JOBS_PER_NODE = 400
 
 def sessions(observer, pids: dict[int, str]) -> set[tuple[str, int]]:
     """Client sessions on the farm's database, as (node, client port), by the node process that holds them
-    (matched by the client port each node's sockets use: code before issue 11 names no connection).
+    (matched by the client port each node's sockets use: older code names no connection).
     `observer`: a connection."""
     rows = observer.execute(
         text(

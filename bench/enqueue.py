@@ -1,4 +1,4 @@
-"""Bulk enqueue (issue 15: "Enqueue stays at least 100,000 jobs/s in bulk"), beside PgQueuer's and a plain COPY of
+"""Bulk enqueue (target: at least 100,000 jobs/s in bulk), beside PgQueuer's and a plain COPY of
 the same rows, on one throwaway PostgreSQL server, in the same run.
 
 Each round, on a fresh database each, N jobs go in by:

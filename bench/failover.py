@@ -1,4 +1,4 @@
-"""Failover: how long a killed machine's job waits before it runs again elsewhere (issue 2).
+"""Failover: how long a killed machine's job waits before it runs again elsewhere.
 
 Three real node processes on PostgreSQL call a real local HTTP service whose
 /sleep/30 keeps a job busy. Each trial enqueues one such job, waits until it

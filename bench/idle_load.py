@@ -1,9 +1,9 @@
-"""Idle load: what an idle farm costs the database and each machine (issue 2).
+"""Idle load: what an idle farm costs the database and each machine.
 
 An idle farm should poll the queue once per period in total, and otherwise
 only check in: at most 1/period + 2 x nodes/heartbeat statements per second
 (a heartbeat reads what changed in the roster and writes our own row), and an
-idle node should use at most 0.3 % of a core (issue 11 item 5; issue 2 said
+idle node should use at most 0.3 % of a core (the first target was
 2 %). For 1..16 real node processes on PostgreSQL, this counts every
 statement the server ran for the farm's database
 (pg_stat_statements, BEGIN/COMMIT included) and every node's CPU time
@@ -14,8 +14,8 @@ rate is judged against the target within that.
 
     python bench/idle_load.py            # 1, 2, 4, 8, 16 nodes, 30 s each
     python bench/idle_load.py --quick    # 1 and 3 nodes, 6 s each
-    python bench/idle_load.py --nodes 16 --queues 8 [--roles] [--limited]   # issue 10: named queues
-    python bench/idle_load.py --nodes 1 4 --seconds 60 --before REF         # issue 11: the code at REF beside
+    python bench/idle_load.py --nodes 16 --queues 8 [--roles] [--limited]   # named queues
+    python bench/idle_load.py --nodes 1 4 --seconds 60 --before REF         # the code at REF beside
 
 With --queues N every node serves the queues q0..q(N-1) by name (--roles: node i serves only q(i mod N) and
 q(i+1 mod N), so a turn-holder also looks for due work it does not serve; --limited: q0 has a farm-wide limit,
@@ -153,7 +153,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 and 3 nodes, 6 s each (under a minute)")
     parser.add_argument("--nodes", type=int, nargs="+", help="farm sizes (default 1 2 4 8 16)")
     parser.add_argument("--seconds", type=float, help="measuring window per size (default 30)")
-    parser.add_argument("--queues", type=int, default=0, help="nodes serve queues q0.. by name (issue 10)")
+    parser.add_argument("--queues", type=int, default=0, help="nodes serve queues q0.. by name")
     parser.add_argument("--roles", action="store_true", help="with --queues: each node serves two of them")
     parser.add_argument("--limited", action="store_true", help="with --queues: q0 has a farm-wide limit")
     parser.add_argument("--before", metavar="REF", help="also measure the code at this git ref, each size beside")

@@ -1,4 +1,4 @@
-"""Metrics cost (issue 13): a node's throughput while it drains a backlog, with its metrics endpoint scraped every
+"""Metrics cost: a node's throughput while it drains a backlog, with its metrics endpoint scraped every
 second and without, side by side in the same drain.
 
 One node process (`queueprocessor node --capacity C --metrics-port 0`) drains a backlog of N no-op Python jobs (the

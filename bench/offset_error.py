@@ -1,4 +1,4 @@
-"""Offset error: how well a node knows the database's clock, and whether it knows how well (issue 2).
+"""Offset error: how well a node knows the database's clock, and whether it knows how well.
 
 A node whose wall clock is skewed by s seconds (SystemClock(skew=s)) talks to
 a PostgreSQL server on the same machine, whose clock is the machine's real

@@ -1,4 +1,4 @@
-"""Queues (issue 10): what named queues, a limited queue and order keys cost a busy farm, beside one queue.
+"""Queues: what named queues, a limited queue and order keys cost a busy farm, beside one queue.
 
 Every case gets a fresh database on the same throwaway PostgreSQL server and the same worker processes
 (`queueprocessor node --capacity C`), all started and idle before the backlog is written in one statement;
@@ -13,7 +13,7 @@ what is measured is the farm, not the work.
   and the q0 jobs that ended meanwhile), and, as `limited: q1-q7`, theirs alone (what a limited queue costs
   the rest of the farm); q0's own drain is printed beside them;
 - paused: the same, with q0 paused until the seven others are drained (its jobs waiting ahead of theirs all
-  along: a held-back queue's jobs are gated, out of the index the others' claims walk, DESIGN 9), then resumed;
+  along: a held-back queue's jobs are gated, out of the index the others' claims walk; docs/design.md §9), then resumed;
 - unordered / ordered: --keys keys x --per-key jobs, interleaved as log records arrive (k0 #0, k1 #0, ...
   k0 #1, ...), without and with order keys: each key's jobs then run one at a time, in order.
 
@@ -27,7 +27,7 @@ Target: queues8 and limited within 10 % of single; ordered beside unordered, and
     python bench/queues.py                      # 20,000 jobs; 2 and 4 processes
     python bench/queues.py --quick              # 4,000 jobs; 2 processes
     python bench/queues.py --processes 2 --cases single,queues8,limited --keys 4000 --per-key 50 --rounds 12
-                                                # issue 10's comparison: 200,000 jobs, drains of 7-9 s
+                                                # the published comparison: 200,000 jobs, drains of 7-9 s
     python bench/queues.py --processes 2 --cases single,limited --rounds 8 --before REF   # REF's nodes beside
 
 One drain of 20,000 jobs lasts a few seconds, and on a shared machine the same workload moves +-20 % from one
@@ -65,7 +65,7 @@ from queueprocessor.store.database import open_engine
 
 try:
     from queueprocessor.store.statements import regate_statements
-except ImportError:  # the code measured predates gated jobs (schema 6, DESIGN 9)
+except ImportError:  # the code measured predates gated jobs (schema 6, docs/design.md §9)
     regate_statements = None
 
 CASES = ("single", "queues8", "limited", "paused", "unordered", "ordered", "graphile")

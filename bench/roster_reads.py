@@ -1,4 +1,4 @@
-"""Rows read by heartbeats (issue 11 item 4): the whole farm's check-ins against the farm's size, 1 to 64 nodes,
+"""Rows read by heartbeats: the whole farm's check-ins against the farm's size, 1 to 64 nodes,
 before and after the roster version.
 
 Before, every heartbeat read every machine row, so a farm of n nodes read n x n rows per heartbeat. After, a

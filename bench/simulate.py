@@ -1,4 +1,4 @@
-"""A thousand machines in simulation (issue 11 item 7): the real roster, slot and turn-taking code on virtual clocks.
+"""A thousand machines in simulation: the real roster, slot and turn-taking code on virtual clocks.
 
 Each virtual machine decides with the node's own code: queueprocessor.rules.clock.OffsetEstimator (its estimate of
 database time and error bound, from round trips), roster.KnownMachines (its copy of the rows, kept current by

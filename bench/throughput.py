@@ -24,7 +24,7 @@ peer's best setting:
 
 - queueprocessor: our nodes, `--capacity` C (--concurrency, alias --capacity);
   queueprocessor-pgbouncer: the same through a PgBouncer in transaction pooling
-  mode (tests.support.pgbouncer, pool of 20; issue 11: within 20 %);
+  mode (tests.support.pgbouncer, pool of 20; target: within 20 %);
   with --before REF, also our nodes on the code of a git ref (a before/after
   in the same run, on the same server).
 - pgqueuer, procrastinate: from PyPI, in the bench's own virtualenv
@@ -91,7 +91,7 @@ NODE_PEERS = {
 }
 CEILING = "pgbench"
 SYSTEMS = (OURS, *PYTHON_PEERS, *NODE_PEERS, CEILING)
-GRAPHILE_JOBS = 32  # Graphile Worker's -j in both modes: issue 15's figure
+GRAPHILE_JOBS = 32  # Graphile Worker's -j in both modes, as in the published comparison
 PGBOSS_SWEEP = tuple(f"{loops}x{batch}" for loops in (2, 4, 8) for batch in (250, 1000, 4000, 8000))
 
 
@@ -667,7 +667,7 @@ def drain(bench: Bench, config: Config, kind: str, processes: int, url: str) -> 
 
 
 def shares(url: str, processes: int) -> str:
-    """How evenly our machines shared the backlog: the busiest one's runs over the idlest one's (issue 15 asks
+    """How evenly our machines shared the backlog: the busiest one's runs over the idlest one's (the target is
     at most 1.25 over a drain of 100,000); a machine that ran nothing counts as 0."""
     from common import query
 

@@ -1,4 +1,4 @@
-"""Turn discipline: does the farm poll exactly once per period, on time, whatever the clocks say? (issue 2)
+"""Turn discipline: does the farm poll exactly once per period, on time, whatever the clocks say?
 
 For 1, 2, 4, 8 and 16 real node processes on PostgreSQL, each with a random
 clock skew in +-1 s, this runs side by side in the same window:
@@ -18,12 +18,12 @@ than once (target 0), missed slots are slots nobody polled (target at most
 0.5%), and the gap between consecutive polls should stay near the period
 (target |gap - period| p99 at most 15 ms).
 
-The server is left at PostgreSQL's default max_connections of 100 (issue 11
-item 6): a node holds one connection for its statements and, with push, one
-to LISTEN, so 64 nodes fit only without push (64 connections), and the naive
-baseline (one connection per poller) only beside farms of up to 16 nodes. The
-sizes that do not fit both say so in the table. The resident memory (RSS) of
-each idle node is shown too (issue 11: at most 60 MB).
+The server is left at PostgreSQL's default max_connections of 100: a node
+holds one connection for its statements and, with push, one to LISTEN, so 64
+nodes fit only without push (64 connections), and the naive baseline (one
+connection per poller) only beside farms of up to 16 nodes. The sizes that do
+not fit both say so in the table. The resident memory (RSS) of each idle node
+is shown too (target: at most 60 MB).
 
     python bench/turn_discipline.py                     # 1, 2, 4, 8, 16 nodes, 30 s each
     python bench/turn_discipline.py --nodes 32 64       # the farm alone, push off where it does not fit

@@ -1,4 +1,4 @@
-"""Every bad input we could think of, given to real `queueprocessor` processes (issue 5).
+"""Every bad input we could think of, given to real `queueprocessor` processes.
 
 Each case must end with one clear line on stderr, a non-zero exit code, no traceback, no password in the
 output, and the farm's database exactly as it was. The farm is a real PostgreSQL database reached with a
@@ -509,7 +509,7 @@ BAD_INPUTS = [
     case("schema", [*DB, "status"], r"^error: this database has schema version 999, newer than", newer_schema=True),
     case("schema", [*DB, "node"], r"^error: this database has schema version 999, newer than", newer_schema=True),
     case("schema", [*DB, "enqueue", "http", "/x"], r"^error: this database has schema version 999", newer_schema=True),
-    # -- long input: repeated cut at ECHO_LIMIT characters, with its length (issue 13) --
+    # -- long input: repeated cut at ECHO_LIMIT characters, with its length --
     case(
         "long input",
         [*DB, "schedule", "add", LONG, "--every", "60", "http", "/x"],

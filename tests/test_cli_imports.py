@@ -1,4 +1,4 @@
-"""A command loads what it needs and no more (issue 13): `--help` answers without SQLAlchemy, and commands that
+"""A command loads what it needs and no more: `--help` answers without SQLAlchemy, and commands that
 only write or read rows never load a node, its runner, the executors or aiohttp (nor the metrics library a node
 serves). Each case is a real `queueprocessor` process; it reports the modules it ended with."""
 

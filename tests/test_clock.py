@@ -1,4 +1,4 @@
-"""Unit tests of the offset estimator with a fake clock (DESIGN 1)."""
+"""Unit tests of the offset estimator with a fake clock (docs/design.md §1)."""
 
 import pytest
 

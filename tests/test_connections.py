@@ -1,5 +1,5 @@
-"""What a farm costs its database in connections, and how a database administrator tells them apart
-(issue 11 items 1 and 2), seen the way the administrator sees them: in pg_stat_activity."""
+"""What a farm costs its database in connections, and how a database administrator tells them apart,
+seen the way the administrator sees them: in pg_stat_activity."""
 
 import os
 import signal

@@ -1,4 +1,4 @@
-"""Gated jobs (issue 10, DESIGN 9): the jobs of a queue that holds them back (paused, or limited or rated
+"""Gated jobs (docs/design.md §9): the jobs of a queue that holds them back (paused, or limited or rated
 farm-wide) are flagged and kept out of the index every other claim walks, so a held-back queue's backlog costs
 the rest of the farm nothing. The flag must follow the queue's settings through every way a job becomes
 queued, or its jobs would wait unclaimed (a gated job of a free queue) or be walked past by every claim."""

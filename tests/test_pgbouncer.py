@@ -1,4 +1,4 @@
-"""A farm whose nodes reach PostgreSQL through PgBouncer in transaction pooling mode (issue 11 item 3): real node
+"""A farm whose nodes reach PostgreSQL through PgBouncer in transaction pooling mode (docs/pgbouncer.md): real node
 processes take turns, claim, fail over, and ride out a restart of the pooler. (The store contract suite runs
 through it too: tests/test_store_contract.py.)"""
 

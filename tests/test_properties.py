@@ -1,5 +1,5 @@
 """Property-based tests (hypothesis) for what people and machines feed the parsers, and for the pure
-functions every node must agree on (issue 5).
+functions every node must agree on.
 
 Parsers: any text at all is either accepted (and then means what it says) or refused with one clear line,
 never another exception; a password is never shown. Scheduling: the roster, slots and turns, liveness,

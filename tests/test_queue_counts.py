@@ -1,4 +1,4 @@
-"""A limited queue's running count (issue 10, DESIGN 9): the claim checks the limit on the queue's row alone, so
+"""A limited queue's running count (docs/design.md §9): the claim checks the limit on the queue's row alone, so
 every way a job goes into or out of running must move the count with it, on each backend; and a count that
 went wrong is repaired."""
 

@@ -1,4 +1,4 @@
-"""Named queues (issue 10): names, roles, pause, limits, rates and order keys, on each backend.
+"""Named queues: names, roles, pause, limits, rates and order keys, on each backend.
 
 The claim's guards are tested on the store, where a test decides who claims when; the behaviour across
 machines with in-process nodes (roles, pause) here, and with real node processes killed mid-run in

@@ -1,4 +1,4 @@
-"""Queues across machines (issue 10): real `queueprocessor node` processes on a real PostgreSQL server, a real
+"""Queues across machines: real `queueprocessor node` processes on a real PostgreSQL server, a real
 HTTP target that records what it receives, and a node killed mid-run. What is checked is what the target saw
 and what the database says, sampled while it happens; nothing is timed (bench/ does that)."""
 

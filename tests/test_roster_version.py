@@ -1,4 +1,4 @@
-"""The roster version on each backend (issue 11 item 4): a heartbeat reads O(1) rows, every change of the roster
+"""The roster version on each backend: a heartbeat reads O(1) rows, every change of the roster
 bumps the version, every node still computes the same roster, and a killed machine is judged dead on time."""
 
 import signal

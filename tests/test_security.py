@@ -1,4 +1,4 @@
-"""Security (issue 5): passwords never shown, allow-lists that hold against hostile input, SQL only through
+"""Security: passwords never shown, allow-lists that hold against hostile input, SQL only through
 bound parameters, and a watch-only app that cannot change anything. Real PostgreSQL, real node processes and
 in-process nodes, real HTTP servers, real Qt widgets offscreen."""
 

@@ -1,5 +1,5 @@
 """bench/simulate.py runs the node's own roster, clock and turn code for many virtual machines: a short run of it
-must keep the turn discipline (issue 11 item 7)."""
+must keep the turn discipline."""
 
 from bench.simulate import options, simulate
 

@@ -1,4 +1,4 @@
-"""A farm on a replicated PostgreSQL fails over with its database (issue 13, docs/deploy.md).
+"""A farm on a replicated PostgreSQL fails over with its database (docs/deploy.md).
 
 A real primary and a real streaming standby (pg_basebackup -R); a node process configured as the systemd unit
 configures it (resources/deploy/node.env) with a two-host URL and target_session_attrs=read-write. The primary

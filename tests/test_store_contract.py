@@ -20,7 +20,7 @@ HTTP = JobSpec(executor="http", target="/ok")
 
 @pytest.fixture(params=[*BACKENDS, PGBOUNCER])
 def db_url(request, tmp_path):
-    """Every backend, and PostgreSQL through PgBouncer in transaction pooling mode (issue 11 item 3)."""
+    """Every backend, and PostgreSQL through PgBouncer in transaction pooling mode."""
     return backend_url(request, tmp_path)
 
 

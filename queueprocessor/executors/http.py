@@ -7,7 +7,7 @@ it as query parameters, which only a flat JSON object of scalars can be (see
 query_of): any other payload fails the run at once, with the reason.
 
 The HTTP client (aiohttp, yarl) is imported by the first HTTP job: a node that
-never runs one is 10 MB smaller (issue 11: an idle node at most 60 MB).
+never runs one is 10 MB smaller (an idle node's budget is 60 MB).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A node's settings (DESIGN 2, 3, 5): its own, and the farm's timing it must share with every peer (period,
+"""A node's settings (docs/design.md §8): its own, and the farm's timing it must share with every peer (period,
 heartbeat, misses), with the durations that follow from them. Apart from the node so that what only reads
 them (views, the turn timer, bench/simulate.py) does not load the node and its executors."""
 
@@ -26,7 +26,7 @@ class NodeConfig:
     push: bool = True  # LISTEN for new work on PostgreSQL
     metrics_port: int | None = None  # serve Prometheus metrics on this port (queueprocessor.node.metrics)
     metrics_host: str = "127.0.0.1"
-    served: Served = field(default_factory=Served)  # the queues this machine serves (DESIGN 7)
+    served: Served = field(default_factory=Served)  # the queues this machine serves (docs/design.md §9)
     listen_db: str | None = None  # LISTEN there rather than on the farm's URL (which may reach a pooler: see push)
 
     @property

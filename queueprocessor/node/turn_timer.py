@@ -1,4 +1,4 @@
-"""The turn timer: the node's qp-turns thread (DESIGN 2, 3, 9), and the one writer of everything it keeps.
+"""The turn timer: the node's qp-turns thread (docs/design.md §2, §3, §9), and the one writer of everything it keeps.
 
 It sleeps until this machine's next turn, the next change of the roster or a notice, takes the turn (one
 statement that records the slot and claims), says whether the turn left a backlog, and between turns claims
@@ -235,7 +235,7 @@ class TurnTimer:
         """The turn was ours: say whether it left a backlog for the others, and keep the tables trimmed.
 
         A turn that filled its room (or had none) puts the expired leases it could not take back in the queue
-        (DESIGN 3), where they are a backlog that any machine with room takes at once, first (their run_at is
+        (docs/design.md §3), where they are a backlog that any machine with room takes at once, first (their run_at is
         old): under a backlog every turn-holder may be full for minutes, and a dead machine's jobs may be more
         than the next turn-holders have room for. A turn that may not take expired leases (we are not settled:
         we just joined, or the database stalled) flags those it finds as a backlog, for the settled machines:
@@ -316,7 +316,7 @@ class TurnTimer:
         """Record our slot's turn and claim in one statement (None if another machine has the slot), which
         also looks for due work we do not claim there (store.Looks): if a job of our guarded queues is due, the
         turn claimed nothing, and one locked claim takes every queue's jobs in one order of priority."""
-        options = self._claim_options()  # expired leases go back to work on turns (DESIGN 3)
+        options = self._claim_options()  # expired leases go back to work on turns (docs/design.md §3)
         sent = self.clock.monotonic()
         looks = Looks(tuple(sorted(self.node.guarded)), self._served_elsewhere(), self.config.served.names)
         turn = self.store.take_turn_and_claim(
@@ -350,7 +350,7 @@ class TurnTimer:
         rate too, in one claim with every other queue, so priority holds across them (a guarded queue with no
         room or no job due gives nothing and, on PostgreSQL, is not even locked: see statements._held)."""
         options = self._claim_options()
-        # Expired leases go back to work on turns (DESIGN 3), and on any claim while a peer lately died (the
+        # Expired leases go back to work on turns (docs/design.md §3), and on any claim while a peer lately died (the
         # turn's holder may have no room for them); otherwise a claim skips looking for them, which costs a
         # scan of the running jobs' lease entries, live and dead.
         options["take_expired"] = options["take_expired"] and self._peer_lately_dead(options["expired_before"])

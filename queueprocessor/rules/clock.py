@@ -1,4 +1,4 @@
-"""Local clocks and the estimate of database time (DESIGN 1).
+"""Local clocks and the estimate of database time (docs/design.md §1).
 
 A node never trusts its wall clock for anything shared. It samples the
 database's time the way Cristian's algorithm and NTP do and anchors the best

@@ -1,4 +1,4 @@
-"""Named queues: what a queue name, an order key, a rate and a machine's served queues may be (DESIGN 7).
+"""Named queues: what a queue name, an order key, a rate and a machine's served queues may be (docs/design.md §9).
 
 Everything here is pure: it checks and parses what people type, so the CLI, the API and the app refuse the
 same names with the same words before anything reaches the database. The statements that enforce a queue's

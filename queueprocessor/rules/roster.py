@@ -1,4 +1,4 @@
-"""Who is alive and whose turn it is: pure functions of machine rows and database time (DESIGN 2, 3).
+"""Who is alive and whose turn it is: pure functions of machine rows and database time (docs/design.md §2, §3).
 
 Every node evaluates these on the same rows and the same instant and gets the
 same answer, which is what lets the farm take turns without talking. The node
@@ -107,7 +107,8 @@ def machine_status(row, db_now: float, liveness: Liveness) -> MachineState:
 
 
 class KnownMachines:
-    """A node's copy of the machine rows, kept current by a heartbeat read of O(1) rows (issue 11).
+    """A node's copy of the machine rows, kept current by a heartbeat read of O(1) rows
+    (a farm's check-ins must not grow with its size).
 
     The node copies every row only when the farm's roster version moves (a
     machine joined, stopped, was buried or wrote a new state). Between versions

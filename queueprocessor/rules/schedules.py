@@ -140,7 +140,7 @@ class Recurrence:
 
 def _croniter():
     """croniter, imported by the first cron schedule a process reads: with dateutil it is about 1 MB of a
-    node's memory that a node with no cron schedule to make never needs (issue 11: idle RSS)."""
+    node's memory that a node with no cron schedule to make never needs (an idle node's memory is budgeted)."""
     from croniter import croniter
 
     return croniter

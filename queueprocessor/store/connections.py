@@ -1,4 +1,4 @@
-"""What a PostgreSQL connection is told when it opens, directly or through a pooler (issue 11 item 3).
+"""What a PostgreSQL connection is told when it opens, directly or through a pooler (docs/pgbouncer.md).
 
 A pooler in transaction mode (PgBouncer) hands each transaction to whichever
 server connection is free, so nothing may live in a session: a SET would stay
@@ -16,7 +16,7 @@ A pooler is recognised, not configured: it answers the connection itself, so
 the process id it gives the client for cancelling (BackendKeyData) is its own
 invention, never the server process that runs the client's statements.
 
-A connection taken from the pool is checked without a round trip (issue 11):
+A connection taken from the pool is checked without a round trip:
 an idle connection hears from the server only when it is being closed (a
 restart, a failover, pg_terminate_backend, a pooler going down), so one whose
 socket has anything to read, or that psycopg knows is broken, is discarded and

@@ -1,4 +1,4 @@
-"""Database time as SQL: the one clock every machine agrees on (DESIGN 1).
+"""Database time as SQL: the one clock every machine agrees on (docs/design.md §1).
 
 Times are stored as epoch seconds (double precision) produced by the database
 itself, so arithmetic and comparisons are the same on every backend and no

@@ -1,4 +1,4 @@
-"""Every statement the farm runs, in one place, each state change guarded in SQL (DESIGN 3).
+"""Every statement the farm runs, in one place, each state change guarded in SQL (docs/design.md §3).
 
 The rules the rest of the code relies on:
 - Times are written by the database (`db_now()`), never by a machine.
@@ -132,7 +132,7 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class Plan:
-    """Which queues a claim takes from (DESIGN 7), as the node works it out for each claim.
+    """Which queues a claim takes from (docs/design.md §9), as the node works it out for each claim.
 
     `served`: the node's queues (() for every queue). `alone`: queues claimed in branches of their own, each
     (queue, room, locked): at most `room` of its jobs (the node's own limit for it, or all its free room), and,
@@ -163,7 +163,7 @@ EVERY_QUEUE = Plan()
 
 @dataclass(frozen=True)
 class Looks:
-    """What a turn asks besides its claim, in the same statement (DESIGN 9). `guarded`: our queues with a
+    """What a turn asks besides its claim, in the same statement (docs/design.md §9). `guarded`: our queues with a
     farm-wide limit or rate; while one of their jobs is due the turn claims nothing and says so, and we make
     one locked claim of every queue instead, so priority holds across them. `elsewhere`: the queues we do not
     serve that a live peer does (() for every queue we do not serve; None: do not ask), with `served`, ours."""

@@ -39,7 +39,7 @@ def _add_column(conn: Connection, column: Column) -> None:
 
 
 def _named_queues(conn: Connection) -> None:
-    """2 to 3: named queues (DESIGN 7). Jobs and schedules get a queue (every existing one is in `default`) and
+    """2 to 3: named queues (docs/design.md §9). Jobs and schedules get a queue (every existing one is in `default`) and
     an order key, machines the queues they serve; qp_queues (made by create_all) holds operators' settings."""
     for column in (
         schema.jobs.c.queue,
@@ -66,7 +66,7 @@ def _heartbeat_reads(conn: Connection) -> None:
 
 
 def _running_counts(conn: Connection) -> None:
-    """4 to 5: a limited queue's row counts its running jobs (DESIGN 9), counted here for the queues limited
+    """4 to 5: a limited queue's row counts its running jobs (docs/design.md §9), counted here for the queues limited
     already. A node of version 4 still running starts jobs without counting them (it counts the running jobs
     themselves): the next housekeeping pass counts again (QueueStore.recount). (A database older than 3 has
     its qp_queues made whole by step 2.)"""
@@ -76,7 +76,7 @@ def _running_counts(conn: Connection) -> None:
 
 
 def _gated_jobs(conn: Connection) -> None:
-    """5 to 6: the queued jobs of held-back queues (paused, limited, rated) are gated (DESIGN 9) and kept in an
+    """5 to 6: the queued jobs of held-back queues (paused, limited, rated) are gated (docs/design.md §9) and kept in an
     index of their own, out of the claim's main index, which is made again with its new condition. A node of
     version 5 still running enqueues jobs ungated (the column's default): the next housekeeping pass sets their
     flags (QueueStore.recount); until then a held-back queue's new jobs wait, and its limit and rate still hold."""

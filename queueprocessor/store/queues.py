@@ -1,4 +1,4 @@
-"""The statements of named queues that operators and dashboards run (DESIGN 7): their settings rows in
+"""The statements of named queues that operators and dashboards run (docs/design.md §9): their settings rows in
 qp_queues, and what waits and runs in each. The claim's own queue guards are in statements.py."""
 
 import time

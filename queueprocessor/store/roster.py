@@ -1,4 +1,4 @@
-"""The roster version (issue 11): a heartbeat learns what changed in O(1) rows.
+"""The roster version: a heartbeat learns what changed in O(1) rows.
 
 Every change of a row the roster is made of bumps qp_roster.version in the same
 transaction (statements.bump_roster, beside the store's other writes): a machine
@@ -15,7 +15,7 @@ The two statements every node runs every heartbeat, the read (farm_statement)
 and the check-in (statements.checkin_statement, run by Store.heartbeat), are
 built once, everything that varies bound, and on PostgreSQL go straight to the
 driver (store.Raw), as the claim does: building and executing them through
-SQLAlchemy was most of an idle node's CPU (issue 11 item 5).
+SQLAlchemy was most of an idle node's CPU.
 """
 
 import functools

@@ -36,7 +36,7 @@ metadata = MetaData()
 # The partial indexes, each with the condition of the rows it holds. A condition is handed to a dialect
 # (`<dialect>_where`) only when that dialect builds or checks the schema (`partial_for`): written out for all
 # three here, it made SQLAlchemy load the SQLite and SQL Server dialects into every PostgreSQL node (1.5 MB
-# of an idle node's memory, issue 11).
+# of an idle node's memory).
 _PARTIAL: list[tuple[Index, ColumnElement]] = []
 
 
@@ -109,7 +109,7 @@ machines = Table(
     Column("instance", String(32), nullable=False, unique=True),
     Column("pid", Integer, nullable=False),
     Column("version", String(32), nullable=False),
-    # active | paused | draining | stopped ("dead" is judged, never stored).
+    # active | paused | draining | stopped | dead ("dead" is judged first, then stored by the first judge: a burial).
     Column("state", String(16), nullable=False, default=MachineState.ACTIVE),
     # An operator's wish (pause | resume | drain), applied by the node itself.
     Column("wish", String(16), nullable=True),
@@ -138,7 +138,7 @@ partial("ix_qp_machines_seen", machines.c.last_seen, where=CHECKING_IN_SQL)
 WISHED = machines.c.wish.isnot(None)
 partial("ix_qp_machines_wished", machines.c.id, where=WISHED)
 
-# The roster version (issue 11): one row, bumped in the same transaction as every change of a row the roster is
+# The roster version: one row, bumped in the same transaction as every change of a row the roster is
 # made of (a machine joins, stops, is buried, or writes a new state), so a heartbeat learns whether any changed by
 # reading one number instead of every machine row (see store/roster.py).
 roster_version = Table(
@@ -205,7 +205,7 @@ jobs = Table(
 QUEUED = jobs.c.state == JobState.QUEUED
 partial("ix_qp_jobs_queued", jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id, where=QUEUED & (jobs.c.gated == false()))
 # The queued jobs of held-back queues, by queue: each such queue's claim branch, and the turn's look for its due
-# jobs, read its own jobs only (DESIGN 9).
+# jobs, read its own jobs only (docs/design.md §9).
 partial(
     "ix_qp_jobs_gated",
     jobs.c.queue,
@@ -309,7 +309,7 @@ queues = Table(
     Column("paused", Boolean, nullable=False, default=False),
     Column("max_running", Integer, nullable=True),  # farm-wide limit of running jobs
     # While there is a limit: how many of the queue's jobs run, moved by every statement that moves one of them
-    # into or out of running, so a claim checks the limit on this row alone (DESIGN 9).
+    # into or out of running, so a claim checks the limit on this row alone (docs/design.md §9).
     Column("running", Integer, nullable=False, default=0, server_default="0"),
     Column("rate_count", Integer, nullable=True),  # rate: rate_count starts per rate_per seconds
     Column("rate_per", Float, nullable=True),

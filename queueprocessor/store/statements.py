@@ -179,7 +179,7 @@ def _held(dialect: str, names: list):
     lock) that can give it work now (not paused, a free place, a whole token, a job due), locked in name order.
     A locking read returns each row as the last claim or finish that held it left it, where the statement's
     snapshot may be older: so the claim cuts its branches to the room the row gives now, and counts what it took
-    on the row, in the same statement (DESIGN 9).
+    on the row, in the same statement (docs/design.md §9).
     The rows are named one parameter each, not by one array: planned for any array, the server guessed ten rows
     and costed the plan it keeps above one for the names at hand, so it planned the claim afresh at every run
     (1 ms, as much as the run)."""
@@ -268,7 +268,7 @@ def unpaused(j):
 
 
 def guarded_due(dialect: str):
-    """The turn's look at the queues it does not claim from (DESIGN 9): is a job of one of `b_guarded` (the
+    """The turn's look at the queues it does not claim from (docs/design.md §9): is a job of one of `b_guarded` (the
     node's queues with a farm-wide limit or rate, claimed only under their row's lock) due within the horizon,
     next in line for its key and not paused? If so, the turn claims nothing and the node makes one locked claim
     of every queue, so the queues' jobs are taken in one order of priority."""
@@ -312,7 +312,7 @@ TURN_COLUMNS = ["slot", "machine_id", "taken_at", "claimed", "backlog"]
 def turn_row(ends: bool):
     """The row of slot `b_slot`'s turn, taken by `b_machine` now. With `ends`, only while that slot lasts in
     database time (until `b_ends`): an insert held up on its way past the slot's end would otherwise poll
-    beside the next slot's own turn, two polls in one slot (DESIGN 2)."""
+    beside the next slot's own turn, two polls in one slot (docs/design.md §2)."""
     now = db_now()
     row = select(
         bindparam("b_slot", type_=BigInteger),
@@ -367,7 +367,7 @@ def claim_statement(
     `top`: SQL Server only says TOP for a plain number (else ROW_NUMBER() over every due row),
     so there each limit is its own shape.
 
-    Queues (DESIGN 7): with `served`, only jobs of the queues in `b_served`; never a queued job of a paused
+    Queues (docs/design.md §9): with `served`, only jobs of the queues in `b_served`; never a queued job of a paused
     queue, nor of a queue with a farm-wide limit or rate except through one of the `branches`: branch i takes
     queue `b_q{i}`'s jobs on their own, at most as many as _room allows: from the gated jobs' index when
     `branches[i]` (the queue is guarded, so its jobs are gated), else from the main one. On PostgreSQL the
