@@ -139,7 +139,7 @@ def test_a_job_claimed_back_while_its_stopped_run_is_ending_stays_renewed_and_st
     its own end raised KeyError in the result writer. Each run is now held under its job and fence until its own
     end is written, and the target sees the two runs one after the other."""
     with Farm(pg_url) as farm:
-        store = farm.store
+        store = farm._store
         machine = store.register(name="m", host="h", instance="reclaim", pid=1, version="0", capacity=2)
         [job_id] = farm.enqueue_http("/sleep/30")
         [old] = store.claim(machine, 1, lease=30)

@@ -133,7 +133,7 @@ def test_a_stale_fence_cannot_write(farm):
 def test_results_of_two_runs_of_one_job_in_one_batch_are_told_apart_by_fence(farm):
     """A node can hold two runs of one job (the older stopped, the newer claimed back) and write both endings in
     one batch: only the run whose fence is current may write, and the answer says which that was."""
-    store = farm.store
+    store = farm._store
     a = register(store, "a")
     store.enqueue(HTTP)
     [old] = store.claim(a, 1, lease=0.05)

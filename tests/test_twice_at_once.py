@@ -33,7 +33,7 @@ def test_a_failed_job_claimed_again_before_its_end_is_noted_keeps_both_runs_to_t
     again between the commit of the failure and the runner's note of it. That note used to drop the new run (one
     entry per job id), whose own end then raised KeyError in the result writer, and it was never noted."""
     with Farm(pg_url) as farm:
-        store = farm.store
+        store = farm._store
         machine = register(store)
         [job_id] = farm.enqueue_http("/fail")
         [old] = store.claim(machine, 1, lease=30)
@@ -83,7 +83,7 @@ def test_a_command_stopped_for_its_lease_is_over_before_the_lease_can_run_out(pg
     assert config.watchdog_every + config.fenced_grace < config.fence_margin
     pid_file = tmp_path / "pid"
     with Farm(pg_url) as farm:
-        store = farm.store
+        store = farm._store
         machine = register(store)
         farm.enqueue_command(["sh", "-c", "trap '' TERM; echo $$ > \"$0\"; sleep 30; sleep 30", str(pid_file)])
         [job] = store.claim(machine, 1, lease=30)
@@ -135,7 +135,7 @@ def test_a_job_claimed_back_while_its_stopped_function_still_runs_starts_once_th
     thaw: the new run is held from its claim, but its work waits for the old call to return."""
     pyjobs.CALLS.clear()
     with Farm(pg_url) as farm:
-        store = farm.store
+        store = farm._store
         machine = register(store)
         [job_id] = farm.enqueue_python("tests.support.pyjobs:stubborn", [2.0])
         [old] = store.claim(machine, 1, lease=30)
@@ -174,7 +174,7 @@ def test_a_node_stopping_at_once_renews_its_jobs_until_they_have_stopped(pg_url)
             wait_for(lambda: farm.job(job_id)["state"] == "succeeded", timeout=20)
         finally:
             nodes.stop_all()
-        runs = sorted((run["fence"], run["machine_id"], run["error"]) for run in farm.store.list_runs(job_id=job_id))
+        runs = sorted((run["fence"], run["machine_id"], run["error"]) for run in farm._store.list_runs(job_id=job_id))
     assert pyjobs.overlapping(pyjobs.CALLS) == []
     assert [(call["machine"], call["ended"] is not None) for call in pyjobs.CALLS] == [(a.id, True), (b.id, True)]
     assert [(machine, error) for _fence, machine, error in runs] == [(a.id, STOPPED["exit"]), (b.id, None)]
@@ -183,7 +183,7 @@ def test_a_node_stopping_at_once_renews_its_jobs_until_they_have_stopped(pg_url)
 def test_a_claim_that_comes_after_the_stop_is_handed_back_unstarted(pg_url, http_target):
     """A turn stuck in its claim while the node stops can start jobs after stop_all(): they are handed back."""
     with Farm(pg_url) as farm:
-        store = farm.store
+        store = farm._store
         machine = register(store)
         [job_id] = farm.enqueue_http("/ok")
         [job] = store.claim(machine, 1, lease=30)
@@ -206,7 +206,7 @@ def test_a_singleton_claimed_after_a_drain_began_is_handed_back(pg_url):
     """A turn already past its look at the node's state could claim a singleton after release_singletons(): the
     drain waited for it for ever."""
     with Farm(pg_url) as farm:
-        store = farm.store
+        store = farm._store
         machine = register(store)
         farm.singleton("keeper", JobSpec(executor="python", target="tests.support.pyjobs:wait_for_cancel"))
         [job] = store.claim(machine, 1, lease=30)
