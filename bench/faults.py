@@ -30,7 +30,7 @@ harness causes are stamped with time.time() and compared with database times.
 
     python bench/faults.py                 # long form (several minutes), writes the Faults section
                                            # of docs/benchmarks.md
-    python bench/faults.py --quick         # short form (tests/test_faults.py runs the same scenarios)
+    python bench/faults.py --quick         # short form (tests/faults/test_faults.py runs the same scenarios)
     python bench/faults.py --only kill freeze
     python bench/faults.py --only freezes --trials 20 --seed 7
 """

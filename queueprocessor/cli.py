@@ -8,7 +8,7 @@ stderr and a non-zero exit code, never a traceback.
 A command answers as fast as what it does allows: this module loads only click and the light modules (errors,
 states, output, urls, nodeoptions), and a command's handler loads the farm side it uses (`Context.farm` the
 engine and SQLAlchemy, `Farm.node` the node, aiohttp and the executors). So `--help` loads no SQLAlchemy and
-`enqueue` no node; tests/test_cli_imports.py holds both.
+`enqueue` no node; tests/unit/test_cli_imports.py holds both.
 """
 
 import gc

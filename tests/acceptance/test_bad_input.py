@@ -28,7 +28,7 @@ from queueprocessor.farm import Farm
 from queueprocessor.rules.errors import ECHO_LIMIT
 from queueprocessor.store.database import open_engine
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = 'x\'); DROP TABLE qp_jobs; --" OR "1"="1'
 
 

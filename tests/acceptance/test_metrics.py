@@ -17,10 +17,10 @@ from sqlalchemy import exc
 
 from queueprocessor.farm import Farm
 from queueprocessor.node.metrics import WAITING_EVERY
+from tests.acceptance.test_node_threads import REFUSE_CHECKIN, install
 from tests.support.pyjobs import SEEN
 from tests.support.tcpproxy import TcpProxy
 from tests.support.work import FAST, PYJOBS, ROOT, Nodes, wait_for
-from tests.test_node_threads import REFUSE_CHECKIN, install
 
 
 def scrape(url: str) -> dict[tuple, float]:

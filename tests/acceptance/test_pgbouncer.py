@@ -1,6 +1,6 @@
 """A farm whose nodes reach PostgreSQL through PgBouncer in transaction pooling mode (docs/pgbouncer.md): real node
 processes take turns, claim, fail over, and ride out a restart of the pooler. (The store contract suite runs
-through it too: tests/test_store_contract.py.)"""
+through it too: tests/contract/test_store_contract.py.)"""
 
 import os
 import signal

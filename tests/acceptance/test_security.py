@@ -31,11 +31,11 @@ from queueprocessor.rules.states import Wish  # noqa: E402
 from queueprocessor.store.database import open_engine  # noqa: E402
 from queueprocessor.store.jobs import JobSpec  # noqa: E402
 from queueprocessor.views import find_jobs  # noqa: E402
+from tests.acceptance.test_bad_input import run_cli, snapshot  # noqa: E402
+from tests.app.test_ui_window import app, close  # noqa: E402, F401  (the app fixture, and closing a window)
 from tests.support.tcpproxy import TcpProxy  # noqa: E402
-from tests.test_bad_input import run_cli, snapshot  # noqa: E402
-from tests.test_ui_window import app, close  # noqa: E402, F401  (the app fixture, and closing a window)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FAST = {"period": 0.25, "heartbeat": 0.25, "misses": 4}
 MARK = 'QP7x\'); DROP TABLE qp_jobs; --" OR "1"="1'  # "QP7x" never appears in SQL we write ourselves
 

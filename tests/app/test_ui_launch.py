@@ -115,7 +115,7 @@ def test_bad_options_get_a_clear_error_and_no_traceback(tmp_path):
 
 
 def test_the_sample_config_is_accepted_by_the_cli(tmp_path):
-    sample = Path(__file__).resolve().parent.parent / "resources" / "sample-config.toml"
+    sample = Path(__file__).resolve().parents[2] / "resources" / "sample-config.toml"
     url = f"sqlite:///{tmp_path / 'farm.db'}"
     Farm(url).close()  # `status` only reads a farm; it makes none
     done = subprocess.run(
@@ -154,7 +154,7 @@ while window.isVisible():
 @pytest.mark.slow
 def test_an_installed_app_has_its_icons_and_style_sheet_and_its_window_opens(tmp_path):
     """resources/ sits at the top of the repository; an installed app must still find it (as ui/resources)."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     source = tmp_path / "source"  # a copy: building writes build/ and an egg-info next to the sources
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):

@@ -14,7 +14,7 @@ from PySide6.QtCore import QPoint  # noqa: E402
 
 from queueprocessor.farm import Farm, work_spec  # noqa: E402
 from queueprocessor.rules.queues import OnFailure, Rate  # noqa: E402
-from tests import test_ui_window  # noqa: E402
+from tests.app import test_ui_window  # noqa: E402
 from tests.support.work import FAST, Nodes  # noqa: E402
 from ui import theme  # noqa: E402
 from ui.app import node_options, parse_args  # noqa: E402

@@ -9,7 +9,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
 from queueprocessor.rules.schedules import Recurrence  # noqa: E402
-from tests import test_ui_window  # noqa: E402
+from tests.app import test_ui_window  # noqa: E402
 from tests.support.work import FAST, PYJOBS, Nodes  # noqa: E402
 from ui import text, theme  # noqa: E402
 from ui.models import BACKGROUND, FOREGROUND, ROW_ROLE  # noqa: E402

@@ -16,7 +16,7 @@ from queueprocessor.executors import HttpExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import faults
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

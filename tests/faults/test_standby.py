@@ -22,7 +22,7 @@ from tests.support.pgserver import PostgresServer
 from tests.support.standby import StandbyServer
 from tests.support.work import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIMING = {"period": 0.5, "heartbeat": 0.5, "misses": 3}  # a lease of 1.5 s, self-fencing at 1.0 s
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

@@ -13,7 +13,7 @@ from queueprocessor.farm import Farm, work_spec
 from queueprocessor.rules.errors import ECHO_LIMIT, BadJobInput, BadSetting, InvalidJob, NotAllowed, NotFound, echoed
 from queueprocessor.store.jobs import JobSpec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FRONT_ENDS = {"cli.py", "nodeoptions.py", "demo.py"}  # the CLI's own modules (the demo is a CLI command)
 CLI_WORDS = re.compile(r"(?<![\"\w-])--[a-z]|`queueprocessor ")
 
