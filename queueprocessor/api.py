@@ -17,6 +17,7 @@ The decorated function is still an ordinary function: calling it calls it.
 import functools
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from .rules.errors import InvalidJob
 
@@ -53,7 +54,7 @@ class JobFunction:
         """Queue one run on `farm` (a Farm); options as Farm.enqueue_python. Returns the job id."""
         return farm.enqueue_python(self, payload, **options)[0]
 
-    def schedule(self, farm, name: str, payload=None, **options) -> dict:
+    def schedule(self, farm, name: str, payload=None, **options) -> dict[str, Any]:
         """Run it on a schedule: Farm.schedule(name, ..., cron=/every=)."""
         return farm.schedule(name, farm.python_spec(self, payload), **options)
 

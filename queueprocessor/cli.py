@@ -21,7 +21,7 @@ import threading
 import tomllib
 from dataclasses import asdict, replace
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -42,7 +42,7 @@ JOB_ID = click.IntRange(1, 2**63 - 1)  # ids are 64-bit: a larger number names n
 JOB_ID.name = "integer"  # "'abc' is not a valid integer", not "... integer range"
 
 
-def _load_config(path: str | None) -> dict:
+def _load_config(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
     try:
@@ -56,7 +56,7 @@ def _load_config(path: str | None) -> dict:
         raise ConfigError(f"cannot read config file {path}: {getattr(error, 'strerror', None) or error}") from None
 
 
-def _check_config_keys(group: click.Group, config: dict, path: str, prefix: str = "") -> dict:
+def _check_config_keys(group: click.Group, config: dict[str, Any], path: str, prefix: str = "") -> dict[str, Any]:
     """The config's tables become Click's default_map; unknown keys are refused, not ignored."""
     defaults = {}
     for key, value in config.items():
@@ -406,7 +406,7 @@ def schedule_list(ctx: Context, as_json: bool) -> None:
     )
 
 
-def _recurrence(row: dict) -> str:
+def _recurrence(row: dict[str, Any]) -> str:
     """A schedule's occurrences in words (croniter is loaded by the schedule commands only)."""
     from .rules.schedules import Recurrence
 

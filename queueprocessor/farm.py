@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import exc
 
@@ -66,7 +66,8 @@ from .store.database import (
     parse_url,
 )
 from .store.database import without_password as without_password  # the app's recent list keeps URLs so
-from .store.jobs import JobSpec, Store
+from .store.jobs import JobSpec as JobSpec  # what work_spec returns: the app builds jobs from it
+from .store.jobs import Store
 from .store.queues import QueueStore, queue_infos
 from .store.schedules import ScheduleStore
 
@@ -429,7 +430,7 @@ class Farm:
         """Refuse, with the reason, work that no live machine's allow-lists would let it run."""
         self._live_allowing(spec)
 
-    def _live_allowing(self, spec: JobSpec) -> list[dict]:
+    def _live_allowing(self, spec: JobSpec) -> list[dict[str, Any]]:
         """check_allowed, and the live machines' rows it read."""
         live = self._live_machines()
         check_allowed(spec, [m["allow"] for m in live if m["allow"]])
@@ -444,13 +445,13 @@ class Farm:
         grabs.AlreadyTaken saying who won and whether it finished (wait for it with `wait`)."""
         return self.enqueue(replace(spec, key=grabs.grab_key(key, instance)))[0]
 
-    def job(self, job_id: int) -> dict:
+    def job(self, job_id: int) -> dict[str, Any]:
         """A job's row with its runs (every attempt: machine, fence, times, outcome, error, output)."""
         record = self._store.get_job(job_id)
         record["runs"] = self._store.list_runs(job_id=job_id)
         return record
 
-    def wait(self, job_id: int, timeout: float | None = None) -> dict:
+    def wait(self, job_id: int, timeout: float | None = None) -> dict[str, Any]:
         """Wait until a job has finished (succeeded, failed for good or cancelled); return it with its runs."""
         grabs.wait(self._store, job_id, timeout)
         return self.job(job_id)
@@ -459,7 +460,7 @@ class Farm:
         """wait() for a grabbed job, answered as its holder: where it ran, how it ended, its last output."""
         return grabs.wait(self._store, job_id, timeout)
 
-    def list_jobs(self, state: str | None = None, limit: int = 100) -> list[dict]:
+    def list_jobs(self, state: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """The newest `limit` jobs (in `state`, if given), newest first."""
         return self._store.list_jobs(state, limit)
 
@@ -478,7 +479,7 @@ class Farm:
 
     # -- schedules, singletons, locks --------------------------------------
 
-    def _ahead(self) -> dict:
+    def _ahead(self) -> dict[str, Any]:
         s = self.current_settings()
         return dict(ahead=ahead_of(s["period"], s["heartbeat"]), period=s["period"])
 
@@ -492,7 +493,7 @@ class Farm:
         every: float | None = None,
         misfire: str = "once",
         grace: float = 3600.0,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds."""
         if every is not None and every > MAX_WAIT:
             raise BadJobInput.out_of("every", every, f"at most {MAX_WAIT:.0f} seconds, ten years")
@@ -500,7 +501,7 @@ class Farm:
         self.check_allowed(spec)
         return self._schedules.add(name, recurrence, self._signed(spec), misfire=misfire, grace=grace, **self._ahead())
 
-    def resume_schedule(self, name: str) -> dict:
+    def resume_schedule(self, name: str) -> dict[str, Any]:
         """Start a paused schedule again from its next occurrence (those in the pause are not run)."""
         return self._schedules.resume(name, **self._ahead())
 
@@ -512,11 +513,11 @@ class Farm:
         """Delete a schedule; returns how many of its waiting occurrences were cancelled."""
         return self._schedules.remove(name)
 
-    def list_schedules(self) -> list[dict]:
+    def list_schedules(self) -> list[dict[str, Any]]:
         """Every schedule's row, by name."""
         return self._schedules.all()
 
-    def get_schedule(self, name: str) -> dict:
+    def get_schedule(self, name: str) -> dict[str, Any]:
         return self._schedules.get(name)
 
     def singleton(self, name: str, spec: JobSpec) -> int:
@@ -524,7 +525,7 @@ class Farm:
         self.check_allowed(spec)
         return singletons.add(self._store, name, self._signed(spec))
 
-    def list_singletons(self) -> list[dict]:
+    def list_singletons(self) -> list[dict[str, Any]]:
         """Every singleton (its job's row and `name`), by name."""
         return singletons.list_all(self._store)
 
@@ -600,7 +601,7 @@ class Farm:
             )
         return name
 
-    def _live_machines(self) -> list[dict]:
+    def _live_machines(self) -> list[dict[str, Any]]:
         """The machine rows that still take work (active or paused, not dead)."""
         now, _, rows = self._store.read_machines()
         liveness = self.liveness()
@@ -608,7 +609,7 @@ class Farm:
 
     # -- looking ----------------------------------------------------------
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         """Machines with their judged state and clock sync, job counts, and the database's time."""
         liveness = self.liveness()
         now, _, rows = self._store.read_machines()
@@ -622,7 +623,7 @@ class Farm:
             "jobs": self._store.job_counts(),
         }
 
-    def turns(self, seconds: float = 60.0) -> list[dict]:
+    def turns(self, seconds: float = 60.0) -> list[dict[str, Any]]:
         """The turn log of the last `seconds` of database time: which machine took which slot."""
         return self._store.read_turns(self._store.ask_time() - seconds)
 
@@ -632,7 +633,7 @@ class Farm:
 
         return Dashboard(self._store, FarmTiming.of(self.settings()), clock)
 
-    def steer(self, machine: str, wish: str) -> dict:
+    def steer(self, machine: str, wish: str) -> dict[str, Any]:
         """Ask a machine (by name or id) to pause, resume or drain."""
         row = self._store.find_machine(machine)
         self._store.wish(row["id"], wish)

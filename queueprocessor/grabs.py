@@ -9,6 +9,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from .rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from .rules.output import format_time, machine_label
@@ -34,7 +35,7 @@ def grab_key(key: str, instance: str) -> str:
 class Holder:
     """The job that holds a key: who enqueued it, where it runs or ran, and how it ended."""
 
-    job: dict
+    job: dict[str, Any]
     machine: str | None  # "3 (node-b)": the machine that owns or last owned it
     output: str | None  # the last run's output excerpt
 

@@ -13,6 +13,7 @@ import math
 import socket
 from dataclasses import dataclass, field, fields
 from enum import Enum
+from typing import Any
 
 import click
 
@@ -47,7 +48,7 @@ def _option(
     metavar: str | None = None,
     to_node: bool = True,
     secret: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     """`secret`: the value may hold a password, so it travels to the app in its QP_* variable, not its argv
     (which the process list shows)."""
     return {"option": dict(help=help, type=type, flag=flag, metavar=metavar, to_node=to_node, secret=secret)}
@@ -162,7 +163,7 @@ class NodeOptions:
         return self.name or socket.gethostname()
 
     @classmethod
-    def from_params(cls, params: dict) -> "NodeOptions":
+    def from_params(cls, params: dict[str, Any]) -> "NodeOptions":
         """The options among a command's parsed parameters, checked."""
         return cls(**{f.name: params[f.name] for f in fields(cls) if f.name in params}).checked()
 
@@ -178,7 +179,7 @@ class NodeOptions:
             listen_url(self.listen_db)
         return self
 
-    def node_keywords(self) -> dict:
+    def node_keywords(self) -> dict[str, Any]:
         """Farm.node's keywords for these options."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata["option"]["to_node"]}
 

@@ -10,6 +10,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from . import singletons
 from .node.config import NodeConfig
@@ -48,7 +49,7 @@ class FarmTiming:
     misses: int
 
     @classmethod
-    def of(cls, settings: dict) -> "FarmTiming":
+    def of(cls, settings: dict[str, Any]) -> "FarmTiming":
         return cls(float(settings["period"]), float(settings["heartbeat"]), int(settings["misses"]))
 
     @property
@@ -59,7 +60,9 @@ class FarmTiming:
         return Liveness(self.config.dead_after)
 
 
-def judge_machines(rows: list[dict], now: float, timing: FarmTiming, keep_gone: float = GONE_AFTER) -> list[dict]:
+def judge_machines(
+    rows: list[dict[str, Any]], now: float, timing: FarmTiming, keep_gone: float = GONE_AFTER
+) -> list[dict[str, Any]]:
     """Machines as an operator sees them: judged status, whose slot it is now, clock sync.
 
     Adds `status` (active, paused, draining, stopped, dead), `leader` (it owns
@@ -86,7 +89,7 @@ def judge_machines(rows: list[dict], now: float, timing: FarmTiming, keep_gone: 
     return judged
 
 
-def upcoming_slots(rows: list[dict], now: float, timing: FarmTiming, horizon: float) -> list[tuple[int, int]]:
+def upcoming_slots(rows: list[dict[str, Any]], now: float, timing: FarmTiming, horizon: float) -> list[tuple[int, int]]:
     """(slot, machine id) for the slots from now to `horizon` seconds ahead, under today's roster."""
     ids = roster(rows, now, timing.liveness(), timing.config.join_delay)
     first = slot_of(now, timing.period)
@@ -94,7 +97,7 @@ def upcoming_slots(rows: list[dict], now: float, timing: FarmTiming, horizon: fl
     return [(slot, slot_owner(ids, slot)) for slot in range(first, last + 1)] if ids else []
 
 
-def read_schedules(store: Store, now: float, known: dict | None = None) -> list[dict]:
+def read_schedules(store: Store, now: float, known: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every schedule by name, with `recurrence` (as text), `next_at` (its next occurrence after `now`, None
     while paused) and its last occurrence: `last_at`, and that job's `last_job`, `last_state`, `last_machine`,
     `last_finished` and `last_error` (all None before its first occurrence; the job's fields None if that
@@ -184,9 +187,9 @@ class Dashboard:
         self.store = store
         self.timing = timing
         self._search = Paced(clock, SEARCH_SHARE)
-        self._occurrences: dict = {}  # read_schedules' memory
+        self._occurrences: dict[str, Any] = {}  # read_schedules' memory
 
-    def jobs(self, query: Query) -> list[dict]:
+    def jobs(self, query: Query) -> list[dict[str, Any]]:
         """The jobs list: the newest in the state asked for, or found by the text asked for."""
         if not query.jobs_text:
             return self.store.list_jobs(query.jobs_state, query.jobs_limit, queue=query.jobs_queue)
@@ -195,12 +198,12 @@ class Dashboard:
             lambda: find_jobs(self.store, query.jobs_text, query.jobs_state, query.jobs_limit, queue=query.jobs_queue),
         )
 
-    def machines(self, keep_gone: float = GONE_AFTER) -> list[dict]:
+    def machines(self, keep_gone: float = GONE_AFTER) -> list[dict[str, Any]]:
         """The machines judged (see judge_machines) without the rest of a poll: what a status line shows."""
         now, _, rows = self.store.read_machines()
         return judge_machines(rows, now, self.timing, keep_gone)
 
-    def read(self, query: Query) -> dict:
+    def read(self, query: Query) -> dict[str, Any]:
         store = self.store
         now, _, rows = store.read_machines()
         until = now if query.until is None else query.until

@@ -87,6 +87,7 @@ def node_options(args: Args) -> dict | None:
 
 def make_app(argv: list[str], scheme: str | None) -> QApplication:
     app = QApplication.instance() or QApplication(argv)
+    assert isinstance(app, QApplication)  # a QCoreApplication would have no windows to show
     app.setOrganizationName("QueueProcessor")
     app.setApplicationName("QueueProcessor")
     app.setApplicationDisplayName("QueueProcessor")

@@ -153,18 +153,19 @@ class EnqueueDialog(QDialog):
         self.error = _finish_form(self, layout, form, "Enqueue")
 
     def accept(self) -> None:
-        options = dict(
-            method=self.method.currentText(),
-            payload=self.payload.toPlainText().strip() or None,
-            priority=self.priority.value(),
-            max_attempts=self.attempts.value(),
-            timeout=self.timeout.value() or None,
-            key=self.key.text().strip() or None,
-            queue=self.queue.currentText().strip(),
-            order_key=self.order_key.text().strip() or None,
-        )
         try:
-            spec = work_spec("http", self.path.text().strip(), **options)
+            spec = work_spec(
+                "http",
+                self.path.text().strip(),
+                method=self.method.currentText(),
+                payload=self.payload.toPlainText().strip() or None,
+                priority=self.priority.value(),
+                max_attempts=self.attempts.value(),
+                timeout=self.timeout.value() or None,
+                key=self.key.text().strip() or None,
+                queue=self.queue.currentText().strip(),
+                order_key=self.order_key.text().strip() or None,
+            )
         except QPError as error:
             self.error.setText(in_form_terms(error))
             return

@@ -207,7 +207,7 @@ class JobsView(QWidget):
         lower.setSizes([640, 460])
         split.addWidget(lower)
         split.setSizes([200, 340])
-        self.split, self.lower = split, lower
+        self.split = split
         layout.addWidget(split)
         self._selected: int | None = None
         self._updating = False

@@ -10,6 +10,7 @@ window never freezes, even with the database gone. A view that fails to draw a
 snapshot is logged and reported; the other views still draw it.
 """
 
+import functools
 import logging
 import time
 
@@ -235,7 +236,7 @@ class MainWindow(QMainWindow):
         else:
             self.split.setSizes([290, 560])
         self.act.gone.setChecked(self.settings.value("view/gone", False, type=bool))
-        self.tabs.setCurrentIndex(self.settings.value("view/tab", 0, type=int))
+        self.tabs.setCurrentIndex(int(self.settings.value("view/tab", 0, type=int)))
         for key, view in self._tables().items():
             header = self.settings.value(f"columns/{key}")
             if self.settings.value(f"titles/{key}") != _titles(view):
@@ -270,7 +271,7 @@ class MainWindow(QMainWindow):
     def _fill_recent(self) -> None:
         self.recent_menu.clear()
         for url in recent_databases(self.settings):
-            self.recent_menu.addAction(mask(url), lambda u=url: self.open_recent(u))
+            self.recent_menu.addAction(mask(url), functools.partial(self.open_recent, url))
         if self.recent_menu.isEmpty():
             self.recent_menu.addAction("(none yet)").setEnabled(False)
 
@@ -327,7 +328,7 @@ class MainWindow(QMainWindow):
 
     def _sync_window(self) -> None:
         """Tell the worker which stretch of database time the plots show."""
-        window = self.timeline.window()
+        window = self.timeline.time_window()
         if window is None:
             wanted = dict(since=None, until=None, span=self.timeline.span + 2, ahead=self.timeline.ahead)
         else:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from operator import itemgetter, ne
+from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 
@@ -43,7 +44,7 @@ Style = Callable[[dict, dict], object]  # (row, context) -> the role's value, or
 class Column:
     title: str
     show: Callable[[dict, dict], str]
-    sort: Callable[[dict, dict], object] | str | None = None  # a function of (row, context), or a row field
+    sort: Callable[[dict, dict], Any] | str | None = None  # a function of (row, context), or a row field
     numeric: bool = False
     tip: str = ""  # the header's tooltip
     icon: Style | None = None  # the cell's decoration, e.g. its state's dot
@@ -103,22 +104,23 @@ def marked(mark: Callable[[dict], Mark | None], tip: Style) -> dict[int, Style]:
 
 def _blocks(rows: Iterable[int]) -> Iterator[tuple[int, int]]:
     """Ascending row numbers as (first, last) runs of consecutive rows."""
-    first = last = None
+    run: list[int] = []  # the first and last row of the run being gathered
     for row in rows:
-        if last is not None and row == last + 1:
-            last = row
+        if run and row == run[1] + 1:
+            run[1] = row
             continue
-        if first is not None:
-            yield first, last
-        first = last = row
-    if first is not None:
-        yield first, last
+        if run:
+            yield run[0], run[1]
+        run = [row, row]
+    if run:
+        yield run[0], run[1]
 
 
 class SnapshotModel(QAbstractTableModel):
     columns: list[Column] = []
     key = "id"
     row_styles: dict[int, Style] = {}  # role: how a whole row stands out, where its cell has nothing to say
+    _cells: dict[int, list[Style | None]]  # role: each column's style (see __init_subclass__)
 
     def __init_subclass__(cls, **kwargs):
         """Gather each styled role's cell styles, column by column, so data() looks a style up in one step."""

@@ -7,6 +7,8 @@ action is a call of the window's `Commands` (run on the worker thread), and
 the next snapshot shows its effect.
 """
 
+from typing import cast
+
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMenu, QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget
@@ -240,7 +242,7 @@ class SchedulesView(QWidget):
         self._updating = True
         try:
             for view, rows in ((self.schedules_view, snapshot.schedules), (self.singletons_view, snapshot.singletons)):
-                view.model().set_rows(rows, context)
+                cast(SnapshotModel, view.model()).set_rows(rows, context)
                 name, shown = self._selected[view], self.selected(view)
                 if name is not None and (shown is None or shown["name"] != name):
                     view.clearSelection()
@@ -255,7 +257,7 @@ class SchedulesView(QWidget):
 
     def select(self, view: QTableView, name: str) -> bool:
         """Select a row by name (False if it is not shown)."""
-        row = view.model().row_of(name)
+        row = cast(SnapshotModel, view.model()).row_of(name)
         if row is not None:
             view.selectRow(row)
         return row is not None

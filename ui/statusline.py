@@ -95,7 +95,12 @@ class Banner(QLabel):
         self.timer = QTimer(self)
         self.timer.setSingleShot(True)
         self.timer.setInterval(PASSING)
-        self.timer.timeout.connect(lambda: settled() and self.hide())
+        self.timer.timeout.connect(self._pass)
+        self._settled = settled
+
+    def _pass(self) -> None:
+        if self._settled():
+            self.hide()
 
     def say(self, message: str, passing: bool = False) -> None:
         self.setText(message)

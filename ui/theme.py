@@ -26,7 +26,7 @@ RESOURCES = _HERE / "resources" if (_HERE / "resources").is_dir() else _HERE.par
 
 # Outcome of a run, state of a job: one colour each, at least 3:1 against the light and the dark plot
 # background (WCAG AA for graphics). As text, pass them through `readable`.
-OUTCOME = {
+OUTCOME: dict[str, str] = {
     Outcome.RUNNING: "#3b82f6",
     Outcome.SUCCEEDED: "#22a05b",
     Outcome.FAILED: "#dc4a4a",
@@ -34,7 +34,7 @@ OUTCOME = {
     Outcome.LOST: "#d97706",
     Outcome.CANCELLED: "#8b919b",
 }
-JOB_STATE = {
+JOB_STATE: dict[str, str] = {
     JobState.QUEUED: "#b7791f",
     JobState.RUNNING: OUTCOME[Outcome.RUNNING],
     JobState.SUCCEEDED: OUTCOME[Outcome.SUCCEEDED],
@@ -42,7 +42,7 @@ JOB_STATE = {
     JobState.CANCELLED: OUTCOME[Outcome.CANCELLED],
 }
 # Darker: the state badge writes white on them (4.5:1), and as dots they still stand 3:1 off a dark base.
-MACHINE_STATE = {
+MACHINE_STATE: dict[str, str] = {
     MachineState.ACTIVE: "#15803d",
     MachineState.PAUSED: "#a16207",
     MachineState.DRAINING: "#2563eb",
@@ -51,7 +51,7 @@ MACHINE_STATE = {
 }
 # A queue as the Queues tab judges it: paused like a paused machine; unserved (its jobs wait for a machine that
 # serves it) as alarming as a dead one.
-QUEUE_STATE = {
+QUEUE_STATE: dict[str, str] = {
     QueueState.ACTIVE: MACHINE_STATE[MachineState.ACTIVE],
     QueueState.PAUSED: MACHINE_STATE[MachineState.PAUSED],
     QueueState.UNSERVED: MACHINE_STATE[MachineState.DEAD],

@@ -69,7 +69,7 @@ class SlotsTimeline(LanePlot):
             self.span = min(3600.0, max(5.0, right - left - self.ahead))
         self.follow_changed.emit(follow)
 
-    def window(self) -> tuple[float, float] | None:
+    def time_window(self) -> tuple[float, float] | None:
         """The database-time window the user is looking at, or None when following now."""
         if self.follow:
             return None

@@ -21,10 +21,10 @@ class Call:
 
     __slots__ = ("done", "over", "_ended")
 
-    def __init__(self, done: asyncio.Future):
+    def __init__(self, done: asyncio.Future[object]):
         self.done = done
         self.over = False
-        self._ended: asyncio.Future | None = None
+        self._ended: asyncio.Future[None] | None = None
 
 
 class Threads:
@@ -32,13 +32,15 @@ class Threads:
         self.loop = loop
         self.limit = limit
         self.name = name
-        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._calls: queue.SimpleQueue[tuple[Call, Callable[..., object], tuple[object, ...]] | None] = (
+            queue.SimpleQueue()
+        )
         self._threads = 0
         self._under_way = 0  # calls handed over and not yet back (changed on the loop only)
         self._ended: list[tuple[Call, object, BaseException | None]] = []  # back from the threads, not yet seen
         self._ended_lock = threading.Lock()
 
-    def call(self, function: Callable, *args) -> Call:
+    def call(self, function: Callable[..., object], *args: object) -> Call:
         """Run `function(*args)` in a thread; call only on the loop."""
         call = Call(self.loop.create_future())
         self._under_way += 1
@@ -74,6 +76,7 @@ class Threads:
     def _serve(self) -> None:
         while (item := self._calls.get()) is not None:
             call, function, args = item
+            outcome: tuple[object, BaseException | None]
             try:
                 outcome = function(*args), None
             except BaseException as error:  # handed back to the awaiting job, as run_in_executor would

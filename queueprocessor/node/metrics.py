@@ -17,7 +17,8 @@ import errno
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import (
@@ -36,6 +37,9 @@ from ..rules.queues import DEFAULT
 from ..rules.roster import machine_status
 from ..rules.states import MachineState
 from ..store.queues import QueueStore
+
+if TYPE_CHECKING:  # the node it reads, handed in by the node itself
+    from .node import Node
 from ..version import __version__
 from .tally import Buckets
 
@@ -45,9 +49,10 @@ GONE = (MachineState.STOPPED, MachineState.DEAD)
 # Seconds a reporter reuses its count of the waiting jobs: counting a backlog of 100,000 takes the database a
 # tenth of a second, too much to do at every scrape of a 1 s scrape interval.
 WAITING_EVERY = 5.0
+_Labels = TypeVar("_Labels", bound=tuple[str, ...])  # a series' label values
 
 
-def _histogram(name: str, documentation: str, labelled: dict[tuple, Buckets], labels: list[str]) -> Metric:
+def _histogram(name: str, documentation: str, labelled: Mapping[_Labels, Buckets], labels: list[str]) -> Metric:
     """A histogram family from the tally's buckets, one series per label values (Prometheus counts cumulatively)."""
     family = HistogramMetricFamily(name, documentation, labels=labels)
     for values, buckets in sorted(labelled.items()):
@@ -59,7 +64,7 @@ def _histogram(name: str, documentation: str, labelled: dict[tuple, Buckets], la
     return family
 
 
-def _labelled(family: CounterMetricFamily, counts: dict[tuple, int]) -> CounterMetricFamily:
+def _labelled(family: CounterMetricFamily, counts: Mapping[_Labels, int]) -> CounterMetricFamily:
     """`family` with one series per label values."""
     for values, count in sorted(counts.items()):
         family.add_metric(list(values), count)
@@ -69,7 +74,7 @@ def _labelled(family: CounterMetricFamily, counts: dict[tuple, int]) -> CounterM
 class NodeCollector(Collector):
     """Turns a node's state into metrics at each scrape."""
 
-    def __init__(self, node):
+    def __init__(self, node: "Node") -> None:
         self.node = node
         self._waiting_read: tuple[float, dict[str, int]] = (-math.inf, {})  # (monotonic time, jobs per queue)
 
@@ -132,7 +137,7 @@ class NodeCollector(Collector):
         )
         yield from self._farm(snapshot)
 
-    def _farm(self, snapshot: dict) -> Iterator[Metric]:
+    def _farm(self, snapshot: dict[str, Any]) -> Iterator[Metric]:
         """The farm-wide gauges, from the farm's reporter only, which it finds in its heartbeat's view of the
         machines. Nothing while the database is out of reach: a scrape must not wait on it."""
         if snapshot["id"] is None or not snapshot["db_healthy"]:
@@ -177,7 +182,7 @@ class NodeCollector(Collector):
 class Exporter:
     """The HTTP endpoint serving one node's metrics, on a thread named qp-metrics."""
 
-    def __init__(self, node, host: str, port: int):
+    def __init__(self, node: "Node", host: str, port: int) -> None:
         """Listen on host:port (0: any free port); BadSetting if that cannot be done."""
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(NodeCollector(node))

@@ -26,8 +26,9 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import URL, Connection
 
+from ..rules.urls import mask
 from ..store.connections import reaches_pooler
-from ..store.database import labelled, listen_url, mask, unlabelled
+from ..store.database import labelled, listen_url, query_value, unlabelled
 from ..store.schema import JOBS_CHANNEL
 
 log = logging.getLogger("queueprocessor.push")
@@ -40,7 +41,7 @@ def where_to_listen(farm_url: URL, listen_db: str | None) -> URL:
     """The farm's own URL, or `listen_db` when given, carrying the same name as the farm's connections."""
     if listen_db is None:
         return farm_url
-    return labelled(listen_url(listen_db), farm_url.query["application_name"])
+    return labelled(listen_url(listen_db), query_value(farm_url.query["application_name"]))
 
 
 def notify_backlog(conn: Connection) -> None:

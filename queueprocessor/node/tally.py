@@ -10,7 +10,12 @@ so a node that serves no metrics never loads prometheus_client.
 import threading
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a claimed job is only read here
+    from ..store.jobs import Claimed
 
 # Upper bounds, in seconds, of the histograms' buckets: jobs run from milliseconds (HTTP) to hours (commands);
 # a turn starts within a millisecond or two of its slot unless the node or the database is slow.
@@ -18,7 +23,7 @@ RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30
 LATENESS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
-def job_labels(job) -> tuple[str, str]:
+def job_labels(job: "Claimed") -> tuple[str, str]:
     """(queue, executor) of a claimed job."""
     return job.queue, job.executor
 
@@ -58,20 +63,20 @@ class Tally:
     """A node's counts since it was made. Written by its threads (claims: the turn timer; durations: the runner's
     loop; endings: the result writer; renewals: the heartbeat; fences: the watchdog), read by a scrape."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._claimed: Counter = Counter()
-        self._ended: Counter = Counter()
+        self._claimed: Counter[tuple[str, str]] = Counter()
+        self._ended: Counter[tuple[str, str, str]] = Counter()
         self._durations: dict[tuple[str, str], Buckets] = {}
         self._lateness = Buckets(LATENESS_BUCKETS)
         self._renewals_failed = 0
         self._fences = 0
 
-    def claimed(self, jobs) -> None:
+    def claimed(self, jobs: Iterable["Claimed"]) -> None:
         with self._lock:
             self._claimed.update(job_labels(job) for job in jobs)
 
-    def ran(self, worked) -> None:
+    def ran(self, worked: Iterable[tuple["Claimed", float]]) -> None:
         """Jobs whose work is over, each (job, seconds it took), however it ended."""
         with self._lock:
             for job, seconds in worked:
@@ -81,7 +86,7 @@ class Tally:
                     buckets = self._durations[labels] = Buckets(RUN_BUCKETS)
                 buckets.add(seconds)
 
-    def ended(self, endings) -> None:
+    def ended(self, endings: Iterable[tuple["Claimed", str]]) -> None:
         """How jobs' runs ended, each (job, outcome), once that is written (or given up: LOST)."""
         with self._lock:
             self._ended.update((*job_labels(job), outcome) for job, outcome in endings)

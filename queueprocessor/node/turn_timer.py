@@ -15,7 +15,7 @@ import math
 import queue
 import threading
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..rules.clock import Clock, OffsetEstimator
 from ..rules.queues import served_names
@@ -304,7 +304,7 @@ class TurnTimer:
             self._elsewhere = (key, () if any(not names for names in theirs) else tuple(others) or None)
         return self._elsewhere[1]
 
-    def _claim_options(self) -> dict:
+    def _claim_options(self) -> dict[str, Any]:
         """What every claim of ours passes on about expired leases. Leases that ran out while we ourselves
         could not reach the database are not taken: their owners deserve a full lease to renew after the
         stall (we must be settled: see Node.settled), and the claim only takes leases that ran out before it

@@ -9,6 +9,7 @@ database time.
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -93,7 +94,7 @@ class OffsetEstimator:
         self._samples: deque[Sample] = deque(maxlen=window)
         self._lock = threading.Lock()
 
-    def measure(self, ask_db) -> Sample:
+    def measure(self, ask_db: Callable[[], float]) -> Sample:
         """Time one call of `ask_db()` (which returns database time) and keep the sample."""
         t0 = self.clock.monotonic()
         db = ask_db()

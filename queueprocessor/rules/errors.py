@@ -11,7 +11,7 @@ from collections.abc import Callable
 ECHO_LIMIT = 60
 
 
-def echoed(value, *, quote: bool = True) -> str:
+def echoed(value: object, *, quote: bool = True) -> str:
     """A user's input as an error repeats it: repr() for text (unless `quote` is false), and anything longer than
     ECHO_LIMIT cut there and followed by its length, so a 5,000-character name does not bury the message in it."""
     if not isinstance(value, str):
@@ -36,7 +36,7 @@ class InputError(QPError):
     `parts`, any other text the message shows. The template names them {0}, {1}..., {value}, {limit}, {part}:
     what comes from outside (a value, a driver's words) is a field, never part of the template."""
 
-    def __init__(self, template: str, *inputs: str, value=None, limit: str | None = None, **parts: str):
+    def __init__(self, template: str, *inputs: str, value: object = None, limit: str | None = None, **parts: str):
         self.template, self.inputs, self.value, self.limit, self.parts = template, inputs, value, limit, parts
         super().__init__(self.say())
 
@@ -50,7 +50,7 @@ class InputError(QPError):
         return self.inputs[0] if self.inputs else None
 
     @classmethod
-    def out_of(cls, what: str, value, limit: str) -> "InputError":
+    def out_of(cls, what: str, value: object, limit: str) -> "InputError":
         """`what` must be `limit` (got `value`)."""
         return cls("{0} must be {limit} (got {value})", what, value=value, limit=limit)
 
@@ -75,7 +75,7 @@ class NotFound(QPError):
     """A job, machine, schedule, singleton or farm named by the user does not exist. Fields: `what` (that word)
     and `ref` (the id or name asked for)."""
 
-    def __init__(self, message: str, *, what: str, ref=None):
+    def __init__(self, message: str, *, what: str, ref: object = None):
         super().__init__(message)
         self.what, self.ref = what, ref
 

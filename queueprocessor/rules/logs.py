@@ -21,7 +21,7 @@ class LogFormat(StrEnum):
     JSON = "json"
 
 
-def about(job_id: int) -> dict:
+def about(job_id: int) -> dict[str, int]:
     """The `extra` of a log call about one job."""
     return {"job_id": job_id}
 
@@ -59,10 +59,13 @@ class JsonLines(logging.Formatter):
             "machine": self.machine,
             "message": record.getMessage(),
         }
-        if getattr(record, "job_id", None) is not None:
-            entry["job_id"] = record.job_id
-        if record.exc_info or record.exc_text:
-            entry["exception"] = record.exc_text or self.formatException(record.exc_info)
+        job_id = getattr(record, "job_id", None)  # set by about(): extra={"job_id": ...}
+        if job_id is not None:
+            entry["job_id"] = job_id
+        if record.exc_text:
+            entry["exception"] = record.exc_text
+        elif record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
 
 

@@ -3,6 +3,7 @@
 import json
 import math
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -29,12 +30,12 @@ def machine_label(name: str | None, machine_id: int | None) -> str:
     return "-" if machine_id is None else f"{name} ({machine_id})"
 
 
-def print_json(document) -> None:
+def print_json(document: object) -> None:
     """Keys sorted, times kept as epoch seconds (database time): stable across versions and locales."""
     click.echo(json.dumps(document, sort_keys=True, indent=2, default=str))
 
 
-def print_table(headers: list[str], rows: list[list]) -> None:
+def print_table(headers: list[str], rows: list[list[Any]]) -> None:
     cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for n, row in enumerate(cells):

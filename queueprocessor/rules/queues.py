@@ -8,6 +8,7 @@ pause, limit, rate and order live in the store modules (statements.py, store/que
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from .errors import BadQueueInput
 
@@ -42,7 +43,7 @@ class Unchanged:
 UNCHANGED = Unchanged()
 
 
-def check_name(name, what: str = "queue") -> str:
+def check_name(name: object, what: str = "queue") -> str:
     """A queue name as given, or BadQueueInput saying what a name may be."""
     if not isinstance(name, str) or len(name) > MAX_NAME or not _NAME.match(name):
         raise BadQueueInput("{0} {value} is not a queue name: use {limit}", what, value=name, limit=_NAME_RULE)
@@ -63,7 +64,7 @@ def check_order_key(key: str | None) -> str | None:
     return key
 
 
-def check_limit(limit) -> int | None:
+def check_limit(limit: object) -> int | None:
     """A farm-wide or per-machine limit: a whole number from 1 (None: no limit)."""
     if limit is None:
         return None
@@ -80,13 +81,13 @@ class Rate:
     per_seconds: float
 
     @classmethod
-    def parse(cls, text) -> "Rate":
+    def parse(cls, text: object) -> "Rate":
         if isinstance(text, Rate):
             return text
         found = _RATE.match(text) if isinstance(text, str) else None
-        count = found and found.group(1)
-        unit = found and _UNITS.get(found.group(2).lower())
-        if not found or not count.isdigit() or unit is None or not 1 <= int(count) <= MAX_LIMIT:
+        count = found.group(1) if found else ""
+        unit = _UNITS.get(found.group(2).lower()) if found else None
+        if not count.isdigit() or unit is None or not 1 <= int(count) <= MAX_LIMIT:
             raise BadQueueInput(
                 "{0} {value} is not a rate: use {limit}",
                 "rate",
@@ -173,7 +174,7 @@ class Served:
         return ",".join(f"{n}:{caps[n]}" if n in caps else n for n in self.names)
 
 
-def serving_machines(live: list[dict], queue: str) -> tuple[str, ...]:
+def serving_machines(live: list[dict[str, Any]], queue: str) -> tuple[str, ...]:
     """The names of the machines among `live` (rows with `name` and `queues`, () for every queue) that serve
     `queue`."""
     return tuple(m["name"] for m in live if not m["queues"] or queue in m["queues"])

@@ -9,9 +9,13 @@ shows for a thousand machines is what the code does.
 import bisect
 import copy
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from .states import CHECKING_IN, MachineState
+
+Row = dict[str, Any]  # a machine's row, as the store reads it
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class Liveness:
         return max(last_seen, self.judge_streak_start) + self.dead_after
 
 
-def roster(machines, db_now: float, liveness: Liveness, join_delay: float) -> list[int]:
+def roster(machines: Iterable[Row], db_now: float, liveness: Liveness, join_delay: float) -> list[int]:
     """Ids of the machines that take turns: active, alive, joined long enough ago; sorted by id.
 
     `machines` are mappings with id, state, last_seen and joined_at.
@@ -99,7 +103,7 @@ def turn_wait(turn: int, db_now: float, period: float, error_bound: float, margi
     return max(slot_start(turn, period) + error_bound + margin - db_now, margin)
 
 
-def machine_status(row, db_now: float, liveness: Liveness) -> MachineState:
+def machine_status(row: Row, db_now: float, liveness: Liveness) -> MachineState:
     """The state an operator sees: the stored state, or DEAD when the machine stopped checking in."""
     if row["state"] != MachineState.STOPPED and liveness.is_dead(row["last_seen"], db_now):
         return MachineState.DEAD
@@ -120,18 +124,18 @@ class KnownMachines:
     instant from the same last_seen, as when every node read every row.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.version: int | None = None
-        self._rows: dict[int, dict] = {}  # as read at `version`
+        self._rows: dict[int, Row] = {}  # as read at `version`
         self._suspects: dict[int, float] = {}  # id -> last_seen
         self._fresh_since = -math.inf  # every machine checking in that is not a suspect was seen after this
-        self._memo: tuple | None = None  # see roster()
+        self._memo: tuple[tuple[int | None, Liveness, float], float, float, list[int]] | None = None  # see roster()
 
     def current(self, version: int | None) -> bool:
         """Is our copy of the rows that version's? (A farm without a version is always re-read.)"""
         return version is not None and version == self.version
 
-    def replace(self, version: int | None, rows: list[dict], before: float) -> None:
+    def replace(self, version: int | None, rows: list[Row], before: float) -> None:
         """Every row, read together with their roster version; those checking in last seen `before` are suspects."""
         self.version = version
         self._rows = {row["id"]: row for row in rows}
@@ -151,14 +155,15 @@ class KnownMachines:
         self._memo = None
         return True
 
-    def last_seen(self, row: dict) -> float:
+    def last_seen(self, row: Row) -> float:
+        seen: float = row["last_seen"]
         if row["id"] in self._suspects:
             return self._suspects[row["id"]]
         if row["state"] in CHECKING_IN:
-            return max(row["last_seen"], self._fresh_since)
-        return row["last_seen"]
+            return max(seen, self._fresh_since)
+        return seen
 
-    def machines(self) -> list[dict]:
+    def machines(self) -> list[Row]:
         """The rows, each with the last_seen we know for it."""
         return [row | {"last_seen": self.last_seen(row)} for row in self._rows.values()]
 
@@ -172,7 +177,8 @@ class KnownMachines:
 
     def name(self, machine_id: int) -> str:
         """A known machine's name, for what an operator reads (ids mean nothing to them)."""
-        return self._rows[machine_id]["name"]
+        name: str = self._rows[machine_id]["name"]
+        return name
 
     def copy(self) -> "KnownMachines":
         """A copy for other threads to read while the heartbeat goes on learning in ours: whole, because our
@@ -186,6 +192,7 @@ class KnownMachines:
         """The first instant from `db_now` on at which roster() may change by itself, with no new read (a
         join delay or a dead timeout running out); inf if none is coming. A node sleeps until then."""
         self.roster(db_now, liveness, join_delay)
+        assert self._memo is not None  # roster() has just made it
         return min(self._memo[2], liveness.dies_at(self._fresh_since))
 
     def roster(self, db_now: float, liveness: Liveness, join_delay: float) -> list[int]:

@@ -20,8 +20,10 @@ drops the missed ones, `once` runs the newest of them once, `all` runs each.
 """
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import BadJobInput, InvalidJob, echoed
@@ -61,6 +63,7 @@ class Recurrence:
             if not math.isfinite(every) or every < MIN_EVERY:
                 raise BadJobInput.out_of("every", every, f"at least {MIN_EVERY:g} seconds")
             return cls(every=float(every))
+        assert cron is not None  # exactly one of cron and every, checked first
         tz = tz or "UTC"
         cron = MACROS.get(cron.strip().lower(), cron.strip())
         try:
@@ -80,12 +83,12 @@ class Recurrence:
         return recurrence
 
     @classmethod
-    def of(cls, schedule) -> "Recurrence":
+    def of(cls, schedule: Mapping[str, Any]) -> "Recurrence":
         """The recurrence of a stored schedule row."""
         return cls(cron=schedule["cron"], tz=schedule["tz"], every=schedule["every"])
 
     @classmethod
-    def checked(cls, schedule) -> "Recurrence":
+    def checked(cls, schedule: Mapping[str, Any]) -> "Recurrence":
         """The recurrence of a stored row, checked as a user's input is (InvalidJob if unusable): a row written
         by SQL, or by a machine whose croniter or time zone data accepted more, may not be usable here."""
         check_policy(schedule["misfire"], schedule["grace"])
@@ -105,11 +108,11 @@ class Recurrence:
             while n * self.every <= t:
                 n += 1
             return n * self.every
-        zone = ZoneInfo(self.tz)
-        hourly = self.cron.split()[1] == "*"
-        times = _croniter()(self.cron, datetime.fromtimestamp(t, zone))
+        cron, zone = self._cron()
+        hourly = cron.split()[1] == "*"
+        times = _croniter()(cron, datetime.fromtimestamp(t, zone))
         while True:
-            when = times.get_next(datetime)
+            when: datetime = times.get_next(datetime)
             if hourly or not _second_passing(when, zone):
                 return when.timestamp()
 
@@ -123,7 +126,8 @@ class Recurrence:
             while (n + 1) * self.every < t:
                 n += 1
             return n * self.every
-        earlier = _croniter()(self.cron, datetime.fromtimestamp(t, ZoneInfo(self.tz)))
+        cron, zone = self._cron()
+        earlier = _croniter()(cron, datetime.fromtimestamp(t, zone))
         for _ in range(3):  # the second passing of a wall time is no occurrence (see after): look further back
             occurrence = self.after(earlier.get_prev(float) - 0.001)
             if occurrence < t:
@@ -134,11 +138,16 @@ class Recurrence:
 
     def label(self, t: float) -> str:
         """How an occurrence is named in its job key: local time with its UTC offset, to the millisecond."""
-        zone = UTC if self.every is not None else ZoneInfo(self.tz)
+        zone = UTC if self.every is not None else self._cron()[1]
         return datetime.fromtimestamp(t, zone).isoformat(timespec="milliseconds")
 
+    def _cron(self) -> tuple[str, ZoneInfo]:
+        """The cron expression and its zone: a recurrence without `every` has both (parse sees to it)."""
+        assert self.cron is not None and self.tz is not None
+        return self.cron, ZoneInfo(self.tz)
 
-def _croniter():
+
+def _croniter() -> Any:
     """croniter, imported by the first cron schedule a process reads: with dateutil it is about 1 MB of a
     node's memory that a node with no cron schedule to make never needs (an idle node's memory is budgeted)."""
     from croniter import croniter
@@ -168,7 +177,8 @@ def plan(
     occ = next_run
     if occ < now - grace:  # everything before the grace window is dropped whatever the policy
         occ = recurrence.after(now - grace)
-    on_time, missed = [], []
+    on_time: list[float] = []
+    missed: list[float] = []
     while occ <= now + ahead and len(on_time) + len(missed) < MAX_PER_PASS:
         (missed if now - occ > period else on_time).append(occ)
         occ = recurrence.after(occ)

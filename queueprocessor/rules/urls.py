@@ -30,7 +30,7 @@ def default_url(file: str = "farm.db") -> str:
     return f"sqlite:///{Path(platformdirs.user_data_dir('queueprocessor')) / file}"
 
 
-def mask(url) -> str:
+def mask(url: object) -> str:
     """The URL (text or a SQLAlchemy URL) with its password replaced by ***, safe to log or show."""
     text = url.render_as_string(hide_password=True) if hasattr(url, "render_as_string") else str(url)
     # First: an "@" in such a password is no user's "@".

@@ -26,6 +26,7 @@ the farm's turns depend on, waited for the server twice.
 """
 
 import select
+from typing import Any
 
 from sqlalchemy import event, exc
 from sqlalchemy.engine import Engine
@@ -50,7 +51,7 @@ def prepare(engine: Engine, read_only: bool) -> None:
     """Set up each new connection of `engine` (PostgreSQL) for the path it takes to the server."""
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record):
+    def _on_connect(dbapi_connection: Any, _record: object) -> None:
         if reaches_pooler(dbapi_connection):
             dbapi_connection.prepare_threshold = None
             return
@@ -61,12 +62,12 @@ def prepare(engine: Engine, read_only: bool) -> None:
         dbapi_connection.commit()  # a SET inside a transaction that is rolled back would be undone
 
     @event.listens_for(engine, "checkout")
-    def _on_checkout(dbapi_connection, _record, _proxy):
+    def _on_checkout(dbapi_connection: Any, _record: object, _proxy: object) -> None:
         if closing(dbapi_connection):
             raise exc.DisconnectionError("the server closed this connection")  # the pool opens a new one
 
 
-def closing(dbapi_connection) -> bool:
+def closing(dbapi_connection: Any) -> bool:
     """Has the server given up this idle psycopg connection (see the module's docstring)?"""
     if dbapi_connection.closed or dbapi_connection.broken:
         return True
@@ -74,11 +75,11 @@ def closing(dbapi_connection) -> bool:
     return bool(readable)
 
 
-def reaches_pooler(dbapi_connection) -> bool:
+def reaches_pooler(dbapi_connection: Any) -> bool:
     """Is this psycopg connection to a pooler rather than to the server itself (see the module's docstring)?"""
     with dbapi_connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         server_pid = cursor.fetchone()[0]
     if not dbapi_connection.autocommit:
         dbapi_connection.commit()
-    return server_pid != dbapi_connection.info.backend_pid
+    return bool(server_pid != dbapi_connection.info.backend_pid)

@@ -4,9 +4,10 @@ masking, which need no engine); and telling a database out of reach from any oth
 import re
 import socket
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import create_engine, event, exc, insert, inspect, select
-from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 
 from ..rules.errors import BadSetting, ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew, UnusableDatabase
 from ..rules.urls import mask
@@ -32,7 +33,7 @@ def without_password(text: str) -> str:
     url = parse_url(text)
     query = {k: v for k, v in url.query.items() if k.lower() not in ("password", "pwd")}
     if "odbc_connect" in query:
-        query["odbc_connect"] = _ODBC_PASSWORD.sub("", query["odbc_connect"])
+        query["odbc_connect"] = _ODBC_PASSWORD.sub("", query_value(query["odbc_connect"]))
     # URL.set() ignores None, so drop the password through the named tuple itself.
     return url._replace(password=None).set(query=query).render_as_string(hide_password=False)
 
@@ -86,6 +87,12 @@ def listen_url(text: str) -> URL:
     return url
 
 
+def query_value(value: str | tuple[str, ...]) -> str:
+    """A URL's query parameter as one string: SQLAlchemy gives one named more than once as a tuple (the last
+    counts, as with a driver's keywords)."""
+    return value if isinstance(value, str) else value[-1]
+
+
 def client_name(machine: str | None = None, program: str = PROGRAM) -> str:
     """The label on every connection this process opens ('queueprocessor web-3'), so a database administrator
     sees in pg_stat_activity (SQL Server: sys.dm_exec_sessions) which machine holds what."""
@@ -101,7 +108,7 @@ def labelled(url: URL, client: str) -> URL:
     if backend != "mssql":
         return url
     if "odbc_connect" in query:  # a whole connection string, passed on as it is
-        given = query["odbc_connect"]
+        given = query_value(query["odbc_connect"])
         if re.search(r"(?:^|;)\s*app\s*=", given, re.IGNORECASE):
             return url
         return url.update_query_dict({"odbc_connect": f"{given.rstrip(';')};APP={_odbc_value(client)}"})
@@ -145,7 +152,7 @@ def open_engine(text: str, pool_size: int = 1, read_only: bool = False, client: 
     return engine
 
 
-def _create_engine(url: URL, **options) -> Engine:
+def _create_engine(url: URL, **options: Any) -> Engine:
     try:
         return create_engine(url, **options)
     except ImportError as error:  # the driver, or a library it loads (pyodbc needs unixODBC's libodbc)
@@ -171,7 +178,7 @@ def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
     engine = _create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record):
+    def _on_connect(dbapi_connection: Any, _record: object) -> None:
         # Let SQLAlchemy own transactions; WAL lets readers run beside the one writer.
         dbapi_connection.isolation_level = None
         dbapi_connection.execute("PRAGMA journal_mode=WAL")
@@ -181,7 +188,7 @@ def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
             dbapi_connection.execute("PRAGMA query_only=ON")
 
     @event.listens_for(engine, "begin")
-    def _on_begin(connection):
+    def _on_begin(connection: Connection) -> None:
         # Writers take the write lock up front: a deferred transaction that later
         # writes fails at once with "database is locked" instead of waiting its
         # turn. Reads (marked read_only) must not queue behind the writers.
@@ -249,7 +256,7 @@ def _no_farm(url: URL) -> NotFound:
     )
 
 
-def _schema_version(conn) -> str | None:
+def _schema_version(conn: Connection) -> str | None:
     version = None
     if inspect(conn).has_table(schema.meta.name):
         version = conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).scalar()

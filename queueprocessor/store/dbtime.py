@@ -5,12 +5,15 @@ itself, so arithmetic and comparisons are the same on every backend and no
 machine's wall clock ever reaches a row.
 """
 
+from typing import Any
+
 from sqlalchemy import Float
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 
-class db_now(FunctionElement):
+class db_now(FunctionElement[float]):
     """The database's current time, epoch seconds, sub-millisecond precision.
 
     PostgreSQL uses clock_timestamp() (now() is frozen at transaction start);
@@ -24,15 +27,15 @@ class db_now(FunctionElement):
 
 
 @compiles(db_now, "postgresql")
-def _pg(element, compiler, **kw):
+def _pg(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
     return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
 
 
 @compiles(db_now, "sqlite")
-def _sqlite(element, compiler, **kw):
+def _sqlite(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
     return "((julianday('now') - 2440587.5) * 86400.0)"
 
 
 @compiles(db_now, "mssql")
-def _mssql(element, compiler, **kw):
+def _mssql(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
     return "(CAST(DATEDIFF_BIG(microsecond, '19700101', SYSUTCDATETIME()) AS FLOAT) / 1000000.0)"

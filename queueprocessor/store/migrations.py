@@ -6,6 +6,8 @@ then finds nothing left to do. Nodes still running the older code go on working:
 indexes, tables, and columns with a server default (so an older node's inserts still fill them).
 """
 
+from typing import Any
+
 from sqlalchemy import DDL, Column, Index, MetaData, String, Table, inspect, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.schema import CreateColumn
@@ -30,7 +32,7 @@ def _index_queued_jobs_only(conn: Connection) -> None:
     Index("ix_qp_jobs_queue", _VERSION_1_JOBS.c.state).drop(conn, checkfirst=True)
 
 
-def _add_column(conn: Connection, column: Column) -> None:
+def _add_column(conn: Connection, column: Column[Any]) -> None:
     """ALTER TABLE ... ADD one column of the current schema; its server default fills the rows already there.
     Table and column names are the schema's own constants, never input."""
     definition = CreateColumn(column).compile(dialect=conn.dialect)

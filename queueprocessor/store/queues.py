@@ -2,6 +2,7 @@
 qp_queues, and what waits and runs in each. The claim's own queue guards are in statements.py."""
 
 import time
+from typing import Any
 
 from sqlalchemy import case, exc, func, insert, select, text, update
 
@@ -30,7 +31,7 @@ class QueueStore:
     def __init__(self, store: Store):
         self.store = store
 
-    def settings(self, only: str | None = None) -> dict[str, dict]:
+    def settings(self, only: str | None = None) -> dict[str, dict[str, Any]]:
         """Every queue an operator has set something on (or only queue `only`): its qp_queues row, by name."""
         statement = select(queues) if only is None else select(queues).where(queues.c.name == only)
         return {row.name: dict(row._mapping) for row in self.store.rows(statement)}
@@ -61,7 +62,7 @@ class QueueStore:
         served = self.store.rows(select(machines.c.queues).where(machines.c.queues != ""))
         return any(name in served_names(row[0]) for row in served)
 
-    def put(self, name: str, **values) -> None:
+    def put(self, name: str, **values: Any) -> None:
         """Set a queue's settings (its row made at first), stamped with the database's time so every node sees
         the change at its next heartbeat. A limit comes with its running count, counted under the row's lock."""
         values["changed_at"] = db_now()
@@ -88,7 +89,7 @@ class QueueStore:
             for statement in regate_statements(one=True):
                 conn.execute(statement, dict(b_queue=name))
 
-    def _write(self, name: str, values: dict) -> None:
+    def _write(self, name: str, values: dict[str, Any]) -> None:
         with self.store.engine.begin() as conn:
             if not conn.execute(update(queues).where(queues.c.name == name).values(**values)).rowcount:
                 conn.execute(insert(queues).values(name=name, **values))
@@ -111,7 +112,7 @@ class QueueStore:
                 conn.execute(statement)
 
 
-def queue_infos(store: Store, live: list[dict], only: str | None = None) -> list[QueueInfo]:
+def queue_infos(store: Store, live: list[dict[str, Any]], only: str | None = None) -> list[QueueInfo]:
     """Every queue with work, settings or a live machine serving it by name (and `default`), by name; or only
     queue `only`, whose settings and counts alone are read. `live`: the machine rows judged alive, each with
     its `name` and `queues` (names, () for every queue)."""

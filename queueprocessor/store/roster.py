@@ -21,8 +21,9 @@ SQLAlchemy was most of an idle node's CPU.
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import BigInteger, Float, bindparam, false, func, literal, select, true, update
+from sqlalchemy import BigInteger, Executable, Float, Subquery, bindparam, false, func, literal, select, true, update
 
 from ..rules.clock import Sample
 from ..rules.states import MachineState
@@ -34,13 +35,13 @@ from .statements import bump_roster, newest_backlog
 VERSION = select(roster_version.c.version).where(roster_version.c.id == 1).scalar_subquery()
 
 
-def _one_row():
+def _one_row() -> Subquery:
     """A one-row table to outer-join the machines to, so a read answers with the time even when none match."""
     return select(literal(1).label("one")).subquery("one")
 
 
 @functools.cache
-def farm_statement(backlog: bool):
+def farm_statement(backlog: bool) -> Executable:
     """The heartbeat's read (RosterStore.read_farm) for machine `me`, suspects last seen before `before` and, with
     `backlog`, the newest backlog turn from slot `since` on.
 
@@ -112,7 +113,7 @@ class RosterStore:
             first[5],
         )
 
-    def read_all(self) -> tuple[int | None, list[dict]]:
+    def read_all(self) -> tuple[int | None, list[dict[str, Any]]]:
         """The roster version and every machine row by id, read together."""
         rows = self.store.rows(
             select(VERSION, machines).select_from(_one_row().outerjoin(machines, true())).order_by(machines.c.id)

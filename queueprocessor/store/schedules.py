@@ -14,6 +14,7 @@ rest of the farm's work goes on.
 import importlib
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import String, and_, delete, exc, false, func, insert, literal, select, update
 
@@ -48,7 +49,7 @@ class ScheduleStore:
         grace: float = 3600.0,
         ahead: float,
         period: float,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Store a schedule and make its first occurrences within `ahead` seconds into jobs at once."""
         check_name(name)
         check_policy(misfire, grace)
@@ -81,13 +82,13 @@ class ScheduleStore:
         self.materialise(ahead=ahead, period=period, names=[name])
         return self.get(name)
 
-    def get(self, name: str) -> dict:
+    def get(self, name: str) -> dict[str, Any]:
         rows = self.store.rows(select(schedules).where(schedules.c.name == name))
         if not rows:
             raise NotFound(f"no schedule named {echoed(name)}", what="schedule", ref=name)
         return dict(rows[0]._mapping)
 
-    def all(self) -> list[dict]:
+    def all(self) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in self.store.rows(select(schedules).order_by(schedules.c.name))]
 
     def remove(self, name: str) -> int:
@@ -104,7 +105,7 @@ class ScheduleStore:
                 raise NotFound(f"no schedule named {echoed(name)}", what="schedule", ref=name)
             return self._cancel_queued(conn, name)
 
-    def resume(self, name: str, *, ahead: float, period: float) -> dict:
+    def resume(self, name: str, *, ahead: float, period: float) -> dict[str, Any]:
         """Start again from the next occurrence; those that fell in the pause are not run."""
         schedule = self.get(name)
         if schedule["paused"]:
@@ -190,7 +191,9 @@ class ScheduleStore:
             upcoming = todo.next_run if upcoming is None else min(upcoming, todo.next_run)
         return Materialised(made, upcoming)
 
-    def _advance(self, schedule: dict, recurrence: Recurrence, occurrences: list[float], next_run: float) -> bool:
+    def _advance(
+        self, schedule: dict[str, Any], recurrence: Recurrence, occurrences: list[float], next_run: float
+    ) -> bool:
         """Move next_run on (compare-and-set) and insert the jobs, in one transaction. False if another
         machine moved it first."""
         name = schedule["name"]
@@ -228,7 +231,7 @@ class ScheduleStore:
                 self._insert_new(conn, rows, schedule["queue"])
         return True
 
-    def _halt(self, schedule: dict, error: Exception) -> None:
+    def _halt(self, schedule: dict[str, Any], error: Exception) -> None:
         """Pause a schedule that cannot be planned and leave the reason as a failed job signed by it (the
         schedule table has no place for it); only the machine whose pause went in says so, once."""
         name = schedule["name"]
@@ -264,7 +267,7 @@ class ScheduleStore:
             )
         log.warning("%s", reason)
 
-    def _insert_new(self, conn, rows: list[dict], queue: str) -> None:
+    def _insert_new(self, conn, rows: list[dict[str, Any]], queue: str) -> None:
         """Insert jobs of `queue`, leaving out any whose key already exists (an occurrence made before)."""
         dialect = self.store.dialect
         made = dict(created_at=db_now(), gated=gated_now(literal(queue, String)))

@@ -5,6 +5,8 @@ differences are gathered here: SQL Server allows one NULL in a unique index,
 so unique keys there are filtered indexes.
 """
 
+from typing import Any
+
 from sqlalchemy import (
     DDL,
     BigInteger,
@@ -25,6 +27,8 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.sql import ColumnElement, operators
+from sqlalchemy.sql.elements import ColumnClause
+from sqlalchemy.sql.operators import OperatorType
 
 from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.states import CHECKING_IN, JobState, Kind, MachineState, Outcome
@@ -37,10 +41,10 @@ metadata = MetaData()
 # (`<dialect>_where`) only when that dialect builds or checks the schema (`partial_for`): written out for all
 # three here, it made SQLAlchemy load the SQLite and SQL Server dialects into every PostgreSQL node (1.5 MB
 # of an idle node's memory).
-_PARTIAL: list[tuple[Index, ColumnElement]] = []
+_PARTIAL: list[tuple[Index, ColumnElement[bool]]] = []
 
 
-def partial(name: str, *columns, where: ColumnElement, unique: bool = False) -> Index:
+def partial(name: str, *columns: ColumnElement[Any], where: ColumnElement[bool], unique: bool = False) -> Index:
     index = Index(name, *columns, unique=unique)
     _PARTIAL.append((index, where))
     return index
@@ -61,10 +65,10 @@ def _quoted(word: str) -> str:
     return f"'{word}'"
 
 
-STATE_SQL = {state: literal_column(_quoted(state)) for state in JobState}
+STATE_SQL: dict[str, ColumnClause[Any]] = {state: literal_column(_quoted(state)) for state in JobState}
 
 
-class StateColumn(TypeDecorator):
+class StateColumn(TypeDecorator[str]):
     """A job's state, VARCHAR(16). A statement that compares it with a given state names that state in its
     text instead of binding it: a plan made for any value cannot use the indexes kept for one state only
     (psycopg prepares a statement it runs often, and PostgreSQL may then plan it once for all values; SQL
@@ -73,8 +77,8 @@ class StateColumn(TypeDecorator):
     impl = String(16)
     cache_ok = True
 
-    class comparator_factory(TypeDecorator.Comparator):
-        def operate(self, op, *other, **kwargs):
+    class comparator_factory(TypeDecorator.Comparator[str]):
+        def operate(self, op: OperatorType, *other: Any, **kwargs: Any) -> ColumnElement[Any]:
             if op is operators.eq and isinstance(other[0], str):
                 text = STATE_SQL.get(other[0])  # no job is in any other state: bound, it still matches none
                 other = (

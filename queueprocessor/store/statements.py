@@ -7,6 +7,7 @@ rules they keep are Store.claim's, Store.finish's and Store.heartbeat's.
 """
 
 import functools
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -37,6 +38,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql import ColumnElement
 
 from ..rules.queues import OnFailure
 from ..rules.states import JobState, Outcome
@@ -112,7 +114,7 @@ def _cut(dialect: str, q, mine):
     return _least(dialect, mine, func.coalesce(q.c.max_running - q.c.running, mine), tokens)
 
 
-def taken(dialect: str, n) -> dict:
+def taken(dialect: str, n) -> dict[str, Any]:
     """What starting `n` jobs of a queue does to its row: `n` more running, if it is limited, and `n` tokens
     spent, if it is rated (from the bucket as it is now, in database time)."""
     q = queues
@@ -659,7 +661,7 @@ def bump_roster(conn: Connection) -> None:
     conn.execute(update(roster_version).where(roster_version.c.id == 1).values(version=roster_version.c.version + 1))
 
 
-def newest_backlog(since: int | None):
+def newest_backlog(since: ColumnElement[int] | None) -> ColumnElement[int | None]:
     """The newest slot from `since` on whose turn found more due work than its holder could take, as a column."""
     if since is None:
         return literal(None)

@@ -2,6 +2,8 @@
 each (views composes them into what one poll needs). Rows come back as plain dicts (see plain_dicts).
 """
 
+from typing import Any
+
 from sqlalchemy import Float, String, and_, cast, func, or_, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
@@ -35,7 +37,7 @@ def _floor_sqlite(element, compiler, **kw):
     return f"CAST({compiler.process(time, **kw)} / {compiler.process(width, **kw)} AS INTEGER)"
 
 
-def plain_dicts(rows) -> list[dict]:
+def plain_dicts(rows) -> list[dict[str, Any]]:
     """Result rows as dicts keyed by plain strings.
 
     SQLAlchemy names columns with `quoted_name` strings, which the garbage collector tracks, so a dict
@@ -50,7 +52,7 @@ def plain_dicts(rows) -> list[dict]:
     return [dict(zip(names, row)) for row in rows]
 
 
-def turns_between(store: Store, since: float, until: float, limit: int = 100_000) -> list[dict]:
+def turns_between(store: Store, since: float, until: float, limit: int = 100_000) -> list[dict[str, Any]]:
     """Turns taken in [since, until] of database time, by slot (the turn log, the truth)."""
     rows = store.rows(
         select(turns).where(turns.c.taken_at >= since, turns.c.taken_at <= until).order_by(turns.c.slot).limit(limit)
@@ -58,7 +60,7 @@ def turns_between(store: Store, since: float, until: float, limit: int = 100_000
     return plain_dicts(rows)
 
 
-def runs_between(store: Store, since: float, until: float, limit: int = 20_000) -> list[dict]:
+def runs_between(store: Store, since: float, until: float, limit: int = 20_000) -> list[dict[str, Any]]:
     """Runs that overlap [since, until] (still running ones included), newest first, with their job's target."""
     history = run_history()
     overlap = and_(history.c.started_at <= until, or_(history.c.finished_at.is_(None), history.c.finished_at >= since))
@@ -72,7 +74,7 @@ def runs_between(store: Store, since: float, until: float, limit: int = 20_000) 
     return plain_dicts(store.rows(statement))
 
 
-def throughput(store: Store, since: float, until: float, bucket: float) -> list[dict]:
+def throughput(store: Store, since: float, until: float, bucket: float) -> list[dict[str, Any]]:
     """Finished runs per `bucket` seconds and outcome: [{start, outcome, count}], oldest first."""
     slot = bucket_of(runs.c.finished_at, bucket)
     statement = (
@@ -101,7 +103,7 @@ def machine_throughput(store: Store, since: float, until: float) -> dict[int, di
 
 def find_jobs(
     store: Store, text: str, state: str | None = None, limit: int = 500, *, queue: str | None = None
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """The newest `limit` jobs (in `state`, of `queue`, if given) whose id, target, machine name or last error
     contains `text`, ignoring case; newest first. `text` is a bound parameter and its % and _ match only themselves."""
     if state is not None and state not in tuple(JobState):
@@ -137,7 +139,7 @@ SCHEDULE_COLUMNS = (
 )
 
 
-def schedule_rows(store: Store) -> list[dict]:
+def schedule_rows(store: Store) -> list[dict[str, Any]]:
     """Every schedule's SCHEDULE_COLUMNS, by name."""
     return plain_dicts(store.rows(select(*(schedules.c[c] for c in SCHEDULE_COLUMNS)).order_by(schedules.c.name)))
 
