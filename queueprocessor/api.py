@@ -17,12 +17,15 @@ The decorated function is still an ordinary function: calling it calls it.
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 from .rules.errors import InvalidJob
 
+if TYPE_CHECKING:  # a JobFunction is handed the farm it queues on
+    from .farm import Farm
 
-def target_of(function: Callable) -> str:
+
+def target_of(function: Callable[..., object]) -> str:
     """`package.module:function` for a top-level function; refused for what a node could not import."""
     module, name = function.__module__, function.__qualname__
     if module == "__main__":  # run with `python -m package.module`: the real name is on its spec
@@ -41,28 +44,42 @@ def target_of(function: Callable) -> str:
 class JobFunction:
     """A function the farm can run, with its default options (see `job`)."""
 
-    def __init__(self, function: Callable, *, max_attempts: int, timeout: float | None, priority: int):
+    def __init__(self, function: Callable[..., Any], *, max_attempts: int, timeout: float | None, priority: int):
         functools.update_wrapper(self, function)
         self.function = function
         self.target = target_of(function)
         self.options = dict(max_attempts=max_attempts, timeout=timeout, priority=priority)
 
-    def __call__(self, payload, context):
+    def __call__(self, payload: Any, context: Any) -> Any:
         return self.function(payload, context)
 
-    def enqueue(self, farm, payload=None, **options) -> int:
+    def enqueue(self, farm: "Farm", payload: object = None, **options: Any) -> int:
         """Queue one run on `farm` (a Farm); options as Farm.enqueue_python. Returns the job id."""
-        return farm.enqueue_python(self, payload, **options)[0]
+        job_id: int = farm.enqueue_python(self, payload, **options)[0]
+        return job_id
 
-    def schedule(self, farm, name: str, payload=None, **options) -> dict[str, Any]:
+    def schedule(self, farm: "Farm", name: str, payload: object = None, **options: Any) -> dict[str, Any]:
         """Run it on a schedule: Farm.schedule(name, ..., cron=/every=)."""
-        return farm.schedule(name, farm.python_spec(self, payload), **options)
+        made: dict[str, Any] = farm.schedule(name, farm.python_spec(self, payload), **options)
+        return made
 
 
-def job(function: Callable | None = None, *, max_attempts: int = 3, timeout: float | None = None, priority: int = 0):
+@overload
+def job(function: Callable[..., Any]) -> JobFunction: ...
+@overload
+def job(
+    *, max_attempts: int = 3, timeout: float | None = None, priority: int = 0
+) -> Callable[[Callable[..., Any]], JobFunction]: ...
+def job(
+    function: Callable[..., Any] | None = None,
+    *,
+    max_attempts: int = 3,
+    timeout: float | None = None,
+    priority: int = 0,
+) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
     """Decorate a function `f(payload, context)` to make it a job: `@job` or `@job(max_attempts=5, ...)`."""
 
-    def wrap(f: Callable) -> JobFunction:
+    def wrap(f: Callable[..., Any]) -> JobFunction:
         return JobFunction(f, max_attempts=max_attempts, timeout=timeout, priority=priority)
 
     return wrap if function is None else wrap(function)

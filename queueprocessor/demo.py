@@ -19,6 +19,7 @@ import time
 from contextlib import ExitStack
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any, NoReturn
 from urllib.parse import parse_qs, urlsplit
 
 from .farm import Farm, work_spec
@@ -36,7 +37,7 @@ STOP_GRACE = 10.0  # seconds a node gets to drain before it is killed
 class _Pages(BaseHTTPRequestHandler):
     """The demo's job target: /ok answers at once, /slow?ms=N after N ms, /flaky fails one time in three."""
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         parts = urlsplit(self.path)
         if parts.path == "/ok":
             self._answer(200, "ok")
@@ -65,14 +66,14 @@ class _Pages(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, *args) -> None:  # the demo prints its own status lines
+    def log_message(self, *args: Any) -> None:  # the demo prints its own status lines
         pass
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def handle_error(self, request, client_address) -> None:
+    def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):  # a node stopped a job mid-request: expected
             super().handle_error(request, client_address)
 
@@ -111,7 +112,7 @@ def _ensure_schedule(farm: Farm) -> None:
         farm.schedule(SCHEDULE, work_spec("http", "/ok?from=schedule"), every=5.0)
 
 
-def _spawn(args: list[str], url: str, log: Path) -> subprocess.Popen:
+def _spawn(args: list[str], url: str, log: Path) -> subprocess.Popen[bytes]:
     """A child process with the database in its environment (a password never shows in `ps`)."""
     env = dict(os.environ, QP_DB=url)
     with open(log, "ab") as out:
@@ -129,7 +130,7 @@ def _node_args(name: str, skew: float, base: str) -> list[str]:
     return ["-m", "queueprocessor.cli", "node", "--name", name, "--clock-skew", f"{skew:+.2f}", "--http-base", base]
 
 
-def _stop_all(children: list[subprocess.Popen]) -> None:
+def _stop_all(children: list[subprocess.Popen[bytes]]) -> None:
     """SIGTERM drains a node (it finishes its jobs); anything still alive after the grace period is killed."""
     for child in children:
         if child.poll() is None:
@@ -160,7 +161,7 @@ def status_line(farm: Farm, dashboard: Dashboard, started: float) -> str:
     )
 
 
-def _leave(signum, _frame):
+def _leave(signum: int, _frame: object) -> NoReturn:
     raise SystemExit(128 + signum)
 
 
@@ -170,7 +171,7 @@ def run_demo(url: str, *, nodes: int = 3, seconds: float = 0.0, headless: bool =
     dashboard = farm.dashboard()
     logs = Path(tempfile.mkdtemp(prefix="qp-demo-"))
     stop = threading.Event()
-    children: list[subprocess.Popen] = []
+    children: list[subprocess.Popen[bytes]] = []
     with ExitStack() as cleanup:
         cleanup.callback(farm.close)
         web = start_web_server()

@@ -11,9 +11,10 @@ around the node (its logs, say), which each entry point reads from its NodeOptio
 
 import math
 import socket
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import Field, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import click
 
@@ -30,8 +31,8 @@ class Seconds(click.FloatRange):
 
     name = "seconds"
 
-    def convert(self, value, param, ctx):
-        number = super().convert(value, param, ctx)
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        number: float = super().convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{echoed(value)} is not a finite number of seconds", param, ctx)
         return number
@@ -42,7 +43,7 @@ class Seconds(click.FloatRange):
 
 def _option(
     help: str,
-    type=None,
+    type: Any = None,
     *,
     flag: str | None = None,
     metavar: str | None = None,
@@ -55,6 +56,7 @@ def _option(
 
 
 FARM_WIDE = " Farm-wide."
+_Command = TypeVar("_Command", bound=Callable[..., Any])  # a click command, or the function it will be made of
 
 
 @dataclass(frozen=True)
@@ -207,12 +209,13 @@ class NodeOptions:
         }
 
 
-def _envvar(f) -> str:
+def _envvar(f: Field[Any]) -> str:
     return "QP_" + _flag(f).split("/")[0].removeprefix("--").replace("-", "_").upper()
 
 
-def _flag(f) -> str:
-    return f.metadata["option"]["flag"] or "--" + f.name.replace("_", "-")
+def _flag(f: Field[Any]) -> str:
+    flag: str = f.metadata["option"]["flag"] or "--" + f.name.replace("_", "-")
+    return flag
 
 
 def flag_of(keyword: str) -> str:
@@ -233,10 +236,16 @@ class NodeCommand(click.Command):
         return rest
 
 
-def node_options(command=None, *, only: tuple[str, ...] | None = None):
+@overload
+def node_options(command: _Command, *, only: tuple[str, ...] | None = None) -> _Command: ...
+@overload
+def node_options(command: None = None, *, only: tuple[str, ...] | None = None) -> Callable[[_Command], _Command]: ...
+def node_options(
+    command: _Command | None = None, *, only: tuple[str, ...] | None = None
+) -> _Command | Callable[[_Command], _Command]:
     """Attach the node's options (or `only` those named) to a click command, each with its QP_* variable."""
 
-    def attach(command):
+    def attach(command: _Command) -> _Command:
         for f in reversed([f for f in fields(NodeOptions) if only is None or f.name in only]):
             spec = f.metadata["option"]
             flag = _flag(f)

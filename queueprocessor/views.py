@@ -10,7 +10,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from . import singletons
 from .node.config import NodeConfig
@@ -29,6 +29,10 @@ from .store.views import (
     throughput,
     turns_between,
 )
+
+_T = TypeVar("_T")
+# read_schedules' memory: (name, cron, tz, every, next_run) -> (last occurrence, next one)
+Occurrences = dict[tuple[Any, ...], tuple[float | None, float]]
 
 # A machine whose clock estimate is this loose (as a share of the period) cannot
 # place itself inside its slots reliably: operators should see it.
@@ -89,7 +93,9 @@ def judge_machines(
     return judged
 
 
-def upcoming_slots(rows: list[dict[str, Any]], now: float, timing: FarmTiming, horizon: float) -> list[tuple[int, int]]:
+def upcoming_slots(
+    rows: list[dict[str, Any]], now: float, timing: FarmTiming, horizon: float
+) -> list[tuple[int, int | None]]:
     """(slot, machine id) for the slots from now to `horizon` seconds ahead, under today's roster."""
     ids = roster(rows, now, timing.liveness(), timing.config.join_delay)
     first = slot_of(now, timing.period)
@@ -97,7 +103,7 @@ def upcoming_slots(rows: list[dict[str, Any]], now: float, timing: FarmTiming, h
     return [(slot, slot_owner(ids, slot)) for slot in range(first, last + 1)] if ids else []
 
 
-def read_schedules(store: Store, now: float, known: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def read_schedules(store: Store, now: float, known: Occurrences | None = None) -> list[dict[str, Any]]:
     """Every schedule by name, with `recurrence` (as text), `next_at` (its next occurrence after `now`, None
     while paused) and its last occurrence: `last_at`, and that job's `last_job`, `last_state`, `last_machine`,
     `last_finished` and `last_error` (all None before its first occurrence; the job's fields None if that
@@ -109,7 +115,8 @@ def read_schedules(store: Store, now: float, known: dict[str, Any] | None = None
     """
     rows = schedule_rows(store)
     known = {} if known is None else known
-    fresh, by_key = {}, {}
+    fresh: Occurrences = {}
+    by_key: dict[str, dict[str, Any]] = {}
     for row in rows:
         recurrence = Recurrence.of(row)
         what = (row["name"], row["cron"], row["tz"], row["every"], row["next_run"])
@@ -148,12 +155,13 @@ class Paced:
     def __init__(self, clock: Callable[[], float], share: float):
         self.clock = clock
         self.share = share
-        self._last: tuple[object, float, object] | None = None  # (what, when to repeat, result)
+        self._last: tuple[object, float, Any] | None = None  # (what, when to repeat, result)
 
-    def read(self, what, read: Callable[[], object]):
+    def read(self, what: object, read: Callable[[], _T]) -> _T:
         began = self.clock()
         if self._last is not None and self._last[0] == what and began < self._last[1]:
-            return self._last[2]
+            repeated: _T = self._last[2]
+            return repeated
         result = read()
         self._last = (what, began + (self.clock() - began) / self.share, result)
         return result
@@ -187,15 +195,16 @@ class Dashboard:
         self.store = store
         self.timing = timing
         self._search = Paced(clock, SEARCH_SHARE)
-        self._occurrences: dict[str, Any] = {}  # read_schedules' memory
+        self._occurrences: Occurrences = {}  # read_schedules' memory
 
     def jobs(self, query: Query) -> list[dict[str, Any]]:
         """The jobs list: the newest in the state asked for, or found by the text asked for."""
-        if not query.jobs_text:
+        text = query.jobs_text
+        if not text:
             return self.store.list_jobs(query.jobs_state, query.jobs_limit, queue=query.jobs_queue)
         return self._search.read(
-            (query.jobs_text, query.jobs_state, query.jobs_limit, query.jobs_queue),
-            lambda: find_jobs(self.store, query.jobs_text, query.jobs_state, query.jobs_limit, queue=query.jobs_queue),
+            (text, query.jobs_state, query.jobs_limit, query.jobs_queue),
+            lambda: find_jobs(self.store, text, query.jobs_state, query.jobs_limit, queue=query.jobs_queue),
         )
 
     def machines(self, keep_gone: float = GONE_AFTER) -> list[dict[str, Any]]:

@@ -88,7 +88,7 @@ class TurnTimer:
     """The qp-turns thread's state and work; the node runs `next_wake`, `take_backlog_notices` and `tick` in
     its loop (Node._turn_loop), which notes a failed tick."""
 
-    def __init__(self, node: Host, started: threading.Event):
+    def __init__(self, node: Host, started: threading.Event) -> None:
         """`started`: the watchdog's notice, set whenever we start jobs."""
         self.node = node
         self.config, self.store, self.clock, self.estimator = node.config, node.store, node.clock, node.estimator
@@ -100,7 +100,10 @@ class TurnTimer:
         self._last_slot = -1
         self._made: tuple[int, float | None] = (-1, None)  # (farm read number, earliest occurrence left)
         self._housekeep_more = False  # our last housekeeping pass was cut short
-        self._elsewhere: tuple = (None, None)  # ((roster version, roster), _served_elsewhere()'s answer for it)
+        self._elsewhere: tuple[object, tuple[str, ...] | None] = (
+            None,
+            None,
+        )  # ((roster version, roster), _served_elsewhere()'s answer for it)
         self.taken = 0  # turns taken
         # Notices (see the node's docstring)
         self.backlogs: queue.SimpleQueue[int] = queue.SimpleQueue()  # backlog slots: the listener's, heartbeats'
@@ -111,6 +114,18 @@ class TurnTimer:
         # when it starts, when its contact with the database resumes, when it is resumed, and by housekeeping.
         self.sweep = threading.Event()
         self.sweep.set()
+
+    @property
+    def _me(self) -> int:
+        """Our machine id: the node runs its turn timer only once it has joined the farm."""
+        assert self.node.id is not None
+        return self.node.id
+
+    @property
+    def _runner(self) -> JobRunner:
+        """The node's runner, which it starts before its turn timer."""
+        assert self.node.runner is not None
+        return self.node.runner
 
     def take_backlog_notices(self) -> None:
         """Fold the backlog slots other threads sent (a push, a heartbeat's read) into ours. Taken after our
@@ -135,7 +150,7 @@ class TurnTimer:
             return self.config.tick
         return turn_timer_wait(
             self.node.known,
-            self.node.id,
+            self._me,
             now,
             self.node.liveness(),
             self.config,
@@ -150,7 +165,7 @@ class TurnTimer:
 
     def upcoming(self, now: float) -> int | None:
         """Our next slot under the current roster that we have not taken yet; None if not in the roster."""
-        return upcoming_turn(self._roster(now), self.node.id, now, self.config.period, self._last_slot)
+        return upcoming_turn(self._roster(now), self._me, now, self.config.period, self._last_slot)
 
     def tick(self) -> None:
         """Take our turn if its slot has come; else take pushed work within our turn, and claim directly while
@@ -159,12 +174,12 @@ class TurnTimer:
             return
         now = self.estimator.db_now()
         slot = slot_of(now, self.config.period)
-        free = self.node.runner.room(self.config.capacity)
+        free = self._runner.room(self.config.capacity)
         if slot != self._last_slot:
             if (
                 turn_to_take(
                     self._roster(now),
-                    self.node.id,
+                    self._me,
                     now,
                     self.config.period,
                     self.estimator.error_bound(),
@@ -187,7 +202,7 @@ class TurnTimer:
             if self._last_slot == slot:  # our turn is under way: take the new work now, or flag it if we are full
                 self._take_freed()  # the claim is guarded: it fills the places freed under a limit too
                 self._flag_backlog(slot, free, self._claim(free, self.config.claim_ahead, guarded=True))
-                free = self.node.runner.room(self.config.capacity)
+                free = self._runner.room(self.config.capacity)
         if self._backlog_slot >= slot - 2 and free > 0 and not self._direct:
             self._direct = True
         if self._direct:
@@ -298,7 +313,7 @@ class TurnTimer:
         roster = self._roster(self.estimator.db_now(), known)
         key = (known.version, tuple(roster))
         if self._elsewhere[0] != key:
-            peers = set(roster) - {self.node.id}
+            peers = set(roster) - {self._me}
             theirs = [served_names(m["queues"]) for m in known.machines() if m["id"] in peers]
             others = sorted({name for names in theirs for name in names} - set(self.config.served.names))
             self._elsewhere = (key, () if any(not names for names in theirs) else tuple(others) or None)
@@ -321,7 +336,7 @@ class TurnTimer:
         looks = Looks(tuple(sorted(self.node.guarded)), self._served_elsewhere(), self.config.served.names)
         turn = self.store.take_turn_and_claim(
             slot,
-            self.node.id,
+            self._me,
             free,
             self.config.lease,
             horizon=self.config.claim_ahead,
@@ -335,7 +350,7 @@ class TurnTimer:
         claimed = turn.claimed
         if turn.guarded_due and free > 0:
             claimed = self.store.claim(
-                self.node.id,
+                self._me,
                 free,
                 self.config.lease,
                 horizon=self.config.claim_ahead,
@@ -356,7 +371,7 @@ class TurnTimer:
         options["take_expired"] = options["take_expired"] and self._peer_lately_dead(options["expired_before"])
         sent = self.clock.monotonic()
         jobs = self.store.claim(
-            self.node.id,
+            self._me,
             limit,
             self.config.lease,
             horizon=horizon,
@@ -368,7 +383,7 @@ class TurnTimer:
 
     def _start(self, jobs: list[Claimed], leased_at: float) -> None:
         if jobs:
-            self.node.runner.submit_many(jobs, leased_at=leased_at)
+            self._runner.submit_many(jobs, leased_at=leased_at)
             self._started.set()
 
     def _plan(self, free: int, guarded: bool = False) -> Plan:
@@ -380,7 +395,7 @@ class TurnTimer:
         capped, ours = dict(self.config.served.caps), self.node.guarded  # read once: the heartbeat may replace it
         names = sorted(set(capped) - ours) + (sorted(ours) if guarded else [])
         alone = tuple(
-            (name, min(free, capped[name] - self.node.runner.held_in(name)) if name in capped else free, name in ours)
+            (name, min(free, capped[name] - self._runner.held_in(name)) if name in capped else free, name in ours)
             for name in names
         )
         return Plan(self.config.served.names, alone)
@@ -389,7 +404,7 @@ class TurnTimer:
         """Did a machine die within the last minute (so its jobs' leases may be running out now)?"""
         liveness = self.node.liveness()
         return any(
-            m["id"] != self.node.id
+            m["id"] != self._me
             and m["state"] != MachineState.STOPPED
             and liveness.is_dead(m["last_seen"], now)
             and now - m["last_seen"] < self.config.dead_after + LATELY_DEAD
@@ -405,7 +420,7 @@ class TurnTimer:
         self.wake.set()
 
     def room_made(self) -> None:
-        if self._direct and self.node.runner.room(self.config.capacity) >= max(1, self.config.capacity // 2):
+        if self._direct and self._runner.room(self.config.capacity) >= max(1, self.config.capacity // 2):
             self.wake.set()  # working off a backlog: claim again now that half our room is free
 
     def job_done(self, job: Claimed, _outcome: Outcome) -> None:

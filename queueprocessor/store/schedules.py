@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import String, and_, delete, exc, false, func, insert, literal, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql import ColumnElement, FromClause
 
 from ..rules.errors import InvalidJob, NotFound, echoed
 from ..rules.schedules import Recurrence, check_name, check_policy, plan
@@ -119,7 +121,7 @@ class ScheduleStore:
         return self.get(name)
 
     @staticmethod
-    def _cancel_queued(conn, name: str) -> int:
+    def _cancel_queued(conn: Connection, name: str) -> int:
         """Cancel the schedule's waiting occurrences, and only those (see _waiting)."""
         return conn.execute(
             update(jobs)
@@ -267,7 +269,7 @@ class ScheduleStore:
             )
         log.warning("%s", reason)
 
-    def _insert_new(self, conn, rows: list[dict[str, Any]], queue: str) -> None:
+    def _insert_new(self, conn: Connection, rows: list[dict[str, Any]], queue: str) -> None:
         """Insert jobs of `queue`, leaving out any whose key already exists (an occurrence made before)."""
         dialect = self.store.dialect
         made = dict(created_at=db_now(), gated=gated_now(literal(queue, String)))
@@ -283,7 +285,7 @@ class ScheduleStore:
                 pass
 
 
-def _waiting(table, name: str):
+def _waiting(table: FromClause, name: str) -> ColumnElement[bool]:
     """The schedule's occurrences still in the queue. A grab may use the same name@instance form (`grab NAME
     INSTANCE`), so the key alone does not tell them apart, the origin does."""
     return and_(

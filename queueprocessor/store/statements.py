@@ -80,7 +80,7 @@ def _holds_back(q):
     return or_(q.c.paused, _guarded(q))
 
 
-def gated_now(queue):
+def gated_now(queue: ColumnElement[str]) -> ColumnElement[bool]:
     """Whether a job of `queue` (a column or a value) is gated now: its queue's row holds its jobs back (see
     _holds_back). Every statement that makes a job queued from outside running sets it so (an enqueue, a retry);
     a change of the row sets it again for the queue's unfinished jobs (QueueStore.put, regate_statements)."""

@@ -2,10 +2,13 @@
 each (views composes them into what one poll needs). Rows come back as plain dicts (see plain_dicts).
 """
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Float, String, and_, cast, func, or_, select
+from sqlalchemy.engine import Row
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from ..rules.errors import QPError, echoed
@@ -16,7 +19,7 @@ from .schema import jobs, machines, runs, schedules, turns
 KEYS_PER_STATEMENT = 500  # well under every backend's limit of bound parameters (SQL Server's is 2,100)
 
 
-class bucket_of(FunctionElement):
+class bucket_of(FunctionElement[float]):
     """floor(time / width) as an integer, portably (SQLite has no floor() without its math extension)."""
 
     type = Float()
@@ -25,19 +28,19 @@ class bucket_of(FunctionElement):
 
 
 @compiles(bucket_of)
-def _floor(element, compiler, **kw):
+def _floor(element: bucket_of, compiler: SQLCompiler, **kw: Any) -> str:
     time, width = list(element.clauses)
     return f"FLOOR({compiler.process(time, **kw)} / {compiler.process(width, **kw)})"
 
 
 @compiles(bucket_of, "sqlite")
-def _floor_sqlite(element, compiler, **kw):
+def _floor_sqlite(element: bucket_of, compiler: SQLCompiler, **kw: Any) -> str:
     # Database times are positive, so truncation is floor.
     time, width = list(element.clauses)
     return f"CAST({compiler.process(time, **kw)} / {compiler.process(width, **kw)} AS INTEGER)"
 
 
-def plain_dicts(rows) -> list[dict[str, Any]]:
+def plain_dicts(rows: Sequence[Row[Any]]) -> list[dict[str, Any]]:
     """Result rows as dicts keyed by plain strings.
 
     SQLAlchemy names columns with `quoted_name` strings, which the garbage collector tracks, so a dict
@@ -144,7 +147,7 @@ def schedule_rows(store: Store) -> list[dict[str, Any]]:
     return plain_dicts(store.rows(select(*(schedules.c[c] for c in SCHEDULE_COLUMNS)).order_by(schedules.c.name)))
 
 
-def jobs_by_key(store: Store, keys: list[str]) -> list[tuple]:
+def jobs_by_key(store: Store, keys: list[str]) -> list[tuple[Any, ...]]:
     """(key, id, state, owner, finished_at, last_error) of the jobs holding `keys`, found by their unique key."""
     found = select(jobs.c.key, jobs.c.id, jobs.c.state, jobs.c.owner, jobs.c.finished_at, jobs.c.last_error)
     return [
