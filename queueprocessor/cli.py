@@ -56,7 +56,9 @@ def _load_config(path: str | None) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {getattr(error, 'strerror', None) or error}") from None
 
 
-def _check_config_keys(group: click.Group, config: dict[str, Any], path: str, prefix: str = "") -> dict[str, Any]:
+def _check_config_keys(
+    group: click.Group, config: dict[str, Any], path: str | None, prefix: str = ""
+) -> dict[str, Any]:
     """The config's tables become Click's default_map; unknown keys are refused, not ignored."""
     defaults = {}
     for key, value in config.items():
@@ -94,6 +96,7 @@ def _typed(param: click.Parameter, value, where: str):
     traceback on a table or a date. Each value must be of the option's type; a repeatable option takes a list
     of them or one."""
     kind = param.type
+    wanted: tuple[type, ...]
     if isinstance(kind, click.types.BoolParamType):
         wanted, text = (bool,), "true or false"
     elif isinstance(kind, click.types.IntParamType):
@@ -319,7 +322,7 @@ def _enqueue(ctx: Context, spec, *, delay, at, count, key, instance) -> None:
 @_work_options
 @_when_options
 @pass_ctx
-def enqueue_http(ctx: Context, path, delay, at, count, key, instance, **work):
+def enqueue_http(ctx: Context, /, path, delay, at, count, key, instance, **work):
     """Enqueue an HTTP GET/POST to PATH on each node's --http-base (or a URL on an allowed host)."""
     _enqueue(ctx, _spec("http", [path], **work), delay=delay, at=at, count=count, key=key, instance=instance)
 
@@ -329,7 +332,7 @@ def enqueue_http(ctx: Context, path, delay, at, count, key, instance, **work):
 @_work_options
 @_when_options
 @pass_ctx
-def enqueue_python(ctx: Context, target, delay, at, count, key, instance, **work):
+def enqueue_python(ctx: Context, /, target, delay, at, count, key, instance, **work):
     """Enqueue a call of MODULE:FUNCTION(payload, context) on a node that allows the module."""
     _enqueue(ctx, _spec("python", [target], **work), delay=delay, at=at, count=count, key=key, instance=instance)
 
@@ -339,7 +342,7 @@ def enqueue_python(ctx: Context, target, delay, at, count, key, instance, **work
 @_work_options
 @_when_options
 @pass_ctx
-def enqueue_command(ctx: Context, argv, delay, at, count, key, instance, **work):
+def enqueue_command(ctx: Context, /, argv, delay, at, count, key, instance, **work):
     """Enqueue a program run without a shell: `enqueue command -- backup --full` (exit code 0 is success)."""
     _enqueue(ctx, _spec("command", argv, **work), delay=delay, at=at, count=count, key=key, instance=instance)
 
@@ -374,7 +377,7 @@ def schedule() -> None:
 @_target
 @_work_options
 @pass_ctx
-def schedule_add(ctx: Context, name, cron, tz, every, misfire, grace, executor, target, **work):
+def schedule_add(ctx: Context, /, name, cron, tz, every, misfire, grace, executor, target, **work):
     """Run EXECUTOR TARGET... on a schedule, e.g. `schedule add nightly --cron '0 3 * * *' command -- backup`."""
     row = ctx.farm.schedule(
         name, _spec(executor, target, **work), cron=cron, tz=tz, every=every, misfire=misfire, grace=grace
@@ -451,7 +454,7 @@ def singleton() -> None:
 @_target
 @_work_options
 @pass_ctx
-def singleton_add(ctx: Context, name, executor, target, **work):
+def singleton_add(ctx: Context, /, name, executor, target, **work):
     """Keep EXECUTOR TARGET... running on one machine, e.g. `singleton add feed python myapp.feed:poll`."""
     job_id = ctx.farm.singleton(name, _spec(executor, target, **work))
     click.echo(f"singleton {name} is job {job_id}; the next turn-holder with room starts it")
@@ -500,7 +503,7 @@ def singleton_remove(ctx: Context, name: str) -> None:
 @click.option("--wait", "wait", is_flag=True, help="Wait for the result (ours, or the winner's if we lost).")
 @click.option("--wait-timeout", type=Seconds(min=0), help="Give up waiting after SECONDS.")
 @pass_ctx
-def grab(ctx: Context, key, instance, executor, target, wait, wait_timeout, **work):
+def grab(ctx: Context, /, key, instance, executor, target, wait, wait_timeout, **work):
     """Do EXECUTOR TARGET... once for KEY and INSTANCE (e.g. Report-26 2026-11-22).
 
     A second grab of the same pair is refused, naming the winner and whether it finished (exit code 3),
@@ -670,7 +673,7 @@ def turns(ctx: Context, since: float, as_json: bool) -> None:
     )
 
 
-class QueueName(click.ParamType):
+class QueueName(click.ParamType[str]):
     """A queue name, checked as the API checks it, refused in click's words for an argument."""
 
     name = "queue name"

@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy import exc
 
@@ -27,7 +27,7 @@ from . import grabs, singletons
 from .api import JobFunction, target_of
 from .node.config import NodeConfig
 from .rules.allow import AllowLists, check_allowed, check_form
-from .rules.clock import SystemClock
+from .rules.clock import Clock, SystemClock
 from .rules.errors import (
     BadJobInput,
     BadQueueInput,
@@ -105,11 +105,11 @@ def parse_payload(text: str | None) -> str | None:
         raise InvalidJob("payload is not usable JSON: it is nested too deeply") from None
 
 
-def _not_json(constant: str):
+def _not_json(constant: str) -> NoReturn:
     raise json.JSONDecodeError(f"{constant} is not JSON (use null or a string)", constant, 0)
 
 
-def to_json(value) -> str | None:
+def to_json(value: object) -> str | None:
     """A Python payload as JSON text (None stays None: no payload)."""
     if value is None:
         return None
@@ -211,7 +211,7 @@ class Farm:
         self._store = Store(self._engine)
         self._schedules = ScheduleStore(self._store)
         self._queues = QueueStore(self._store)
-        self._settings = None
+        self._settings: dict[str, float] | None = None
 
     @property
     def masked_url(self) -> str:
@@ -221,15 +221,15 @@ class Farm:
         self._store.give_back()  # a connection checked out when the pool is disposed of would be left open
         self._engine.dispose()
 
-    def __enter__(self):
+    def __enter__(self) -> "Farm":
         return self
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # -- settings ---------------------------------------------------------
 
-    def settings(self, **wanted) -> dict[str, float]:
+    def settings(self, **wanted: float | None) -> dict[str, float]:
         """The farm-wide timing settings. Values passed in are adopted by a new farm and
         must match an existing one."""
         given = {k: v for k, v in wanted.items() if v is not None}
@@ -277,13 +277,13 @@ class Farm:
         heartbeat: float | None = None,
         misses: int | None = None,
         http_base: str = "http://localhost/",
-        clock=None,
+        clock: Clock | None = None,
         clock_skew: float = 0.0,
         allow_hosts: Iterable[str] = (),
         allow_modules: Iterable[str] = (),
         allow_commands: Iterable[str] = (),
         queues: str | None = None,
-        **extra,
+        **extra: Any,
     ) -> "Node":
         """A node for this machine (start() it). The allow-lists say what work it agrees to run: HTTP
         to the local machine and `allow_hosts`, Python modules under `allow_modules`, `allow_commands`.
@@ -344,7 +344,7 @@ class Farm:
         )
         return self.enqueue(spec, delay=delay, at=at, count=count)
 
-    def python_spec(self, function: str | JobFunction, payload=None, **options) -> JobSpec:
+    def python_spec(self, function: str | JobFunction, payload: object = None, **options: Any) -> JobSpec:
         """Work that calls `package.module:function` (or a @job function) with `payload`, any JSON-able value."""
         if isinstance(function, JobFunction):
             options = {**function.options, **{k: v for k, v in options.items() if v is not None}}
@@ -353,7 +353,7 @@ class Farm:
             "python", target, payload=to_json(payload), **{k: v for k, v in options.items() if v is not None}
         )
 
-    def command_spec(self, argv: Iterable[str], payload=None, **options) -> JobSpec:
+    def command_spec(self, argv: Iterable[str], payload: object = None, **options: Any) -> JobSpec:
         """Work that runs a program without a shell; `argv[0]` must be on the node's allow-list. `payload`
         (any JSON-able value) arrives on its stdin as JSON."""
         return work_spec(
@@ -366,7 +366,7 @@ class Farm:
     def enqueue_python(
         self,
         function: str | JobFunction,
-        payload=None,
+        payload: object = None,
         *,
         delay: float = 0.0,
         at: float | None = None,
@@ -393,12 +393,12 @@ class Farm:
     def enqueue_command(
         self,
         argv: Iterable[str],
-        payload=None,
+        payload: object = None,
         *,
         delay: float = 0.0,
         at: float | None = None,
         count: int = 1,
-        **options,
+        **options: Any,
     ) -> list[int]:
         return self.enqueue(self.command_spec(argv, payload, **options), delay=delay, at=at, count=count)
 
@@ -564,24 +564,26 @@ class Farm:
     def resume_queue(self, name: str) -> None:
         self._queues.put(self._known_queue(name), paused=False)
 
-    def set_queue(self, name: str, *, limit=UNCHANGED, rate=UNCHANGED, on_failure=UNCHANGED) -> None:
+    def set_queue(
+        self, name: str, *, limit: object = UNCHANGED, rate: object = UNCHANGED, on_failure: object = UNCHANGED
+    ) -> None:
         """Change a queue's farm-wide settings: `limit` (most jobs running at once; None: no limit), `rate`
         (a Rate or "10/s"; None: no rate) and `on_failure` (OnFailure, for its order keys). Others stay."""
-        values = {}
+        values: dict[str, object] = {}
         if limit is not UNCHANGED:
             values["max_running"] = check_limit(limit)
         if rate is not UNCHANGED:
             parsed = None if rate is None else Rate.parse(rate)
             burst = None if parsed is None else parsed.burst(self.current_settings()["period"])
             values |= dict(
-                rate_count=parsed and parsed.count,
-                rate_per=parsed and parsed.per_seconds,
+                rate_count=None if parsed is None else parsed.count,
+                rate_per=None if parsed is None else parsed.per_seconds,
                 burst=burst,
                 tokens=None,
                 refilled_at=None,
             )
         if on_failure is not UNCHANGED:
-            if on_failure not in tuple(OnFailure):
+            if not isinstance(on_failure, str) or on_failure not in tuple(OnFailure):
                 raise BadQueueInput(
                     "{0} {value} is not a policy: use {limit}",
                     "on_failure",

@@ -39,6 +39,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
+from sqlalchemy.sql.elements import BindParameter
 
 from ..rules.queues import OnFailure
 from ..rules.states import JobState, Outcome
@@ -89,7 +90,7 @@ def gated_now(queue: ColumnElement[str]) -> ColumnElement[bool]:
 
 
 @functools.cache
-def regate_statements(one: bool = False) -> tuple:
+def regate_statements(one: bool = False) -> tuple[Any, ...]:
     """The updates that set the gated flag of every queued or running job (with `one`, of queue `b_queue` only)
     to what its queue's row says now: queued jobs to gate, each walking the index it is in (when no queue holds
     its jobs back, the first reads nothing), queued jobs to let go, and running jobs, which keep their flag for
@@ -176,7 +177,7 @@ def recount_statement(one: bool = False):
     return update(queues).where(queues.c.max_running.isnot(None), *which).values(running=running.scalar_subquery())
 
 
-def _held(dialect: str, names: list):
+def _held(dialect: str, names: list[BindParameter[str]]):
     """PostgreSQL: the rows of the claim's guarded queues (`names`: the queue parameters of the branches that
     lock) that can give it work now (not paused, a free place, a whole token, a job due), locked in name order.
     A locking read returns each row as the last claim or finish that held it left it, where the statement's
@@ -293,11 +294,11 @@ def elsewhere_due(dialect: str):
     )
 
 
-def looks(dialect: str, guarded: bool, elsewhere: bool, room_left=None) -> list:
+def looks(dialect: str, guarded: bool, elsewhere: bool, room_left=None) -> list[Any]:
     """The two looks as columns `guarded_due` and `elsewhere_due`, NULL where not asked (elsewhere_due also
     where the condition `room_left` does not hold: a full turn-holder first asks about its own backlog)."""
     guarded_look = case((guarded_due(dialect), true()), else_=false()) if guarded else null()
-    elsewhere_look = null()
+    elsewhere_look: ColumnElement[Any] = null()
     if elsewhere:
         skip = [] if room_left is None else [(~room_left, null())]
         elsewhere_look = case(*skip, (elsewhere_due(dialect), true()), else_=false())
@@ -379,7 +380,7 @@ def claim_statement(
     j = jobs.alias("j")
     now = db_now()
     limit = top or bindparam("b_limit", type_=Integer)
-    gate = true()
+    gate: ColumnElement[bool] = true()
     if turn:
         recorded = (
             pg_insert(turns)
@@ -674,7 +675,7 @@ def checkin_statement(applied: bool, any_state: bool = False, returning: bool = 
     `applied`, the wish `b_applied` it just applied is cleared, unless an operator wished again since. It
     matches only while the row's state is `b_state` (a new state changes the roster: see Store.heartbeat),
     or whatever the state with `any_state`; with `returning`, it answers with the id it matched."""
-    wish = machines.c.wish
+    wish: ColumnElement[Any] = machines.c.wish
     if applied:
         wish = case((machines.c.wish == bindparam("b_applied", type_=String), None), else_=machines.c.wish)
     state = bindparam("b_state", type_=String)
