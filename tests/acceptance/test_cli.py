@@ -11,6 +11,7 @@ import time
 import pytest
 from sqlalchemy import text
 
+from queueprocessor import __version__
 from queueprocessor.farm import Farm
 from tests.support.tcpproxy import TcpProxy
 from tests.support.work import wait_for
@@ -19,6 +20,11 @@ from tests.support.work import wait_for
 def run(*args, env=None, db=None):
     command = [sys.executable, "-m", "queueprocessor.cli"] + (["--db", db] if db else []) + list(args)
     return subprocess.run(command, capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
+
+
+def test_version_names_this_release_without_opening_a_farm():
+    done = run("--version", env={"QP_DB": "postgresql://nobody@127.0.0.1:1/none"})
+    assert (done.returncode, done.stdout.strip()) == (0, f"queueprocessor, version {__version__}"), done.stderr
 
 
 @pytest.fixture
