@@ -17,12 +17,9 @@ The decorated function is still an ordinary function: calling it calls it.
 import functools
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from .rules.errors import InvalidJob
-
-if TYPE_CHECKING:  # a JobFunction is handed the farm it queues on
-    from .farm import Farm
 
 
 def target_of(function: Callable[..., object]) -> str:
@@ -42,7 +39,8 @@ def target_of(function: Callable[..., object]) -> str:
 
 
 class JobFunction:
-    """A function the farm can run, with its default options (see `job`)."""
+    """A function the farm can run, with its default options (see `job`). `farm` below is a farm.Farm, which
+    imports this module: named as Any here, so that the @job decorator never loads the engine."""
 
     def __init__(self, function: Callable[..., Any], *, max_attempts: int, timeout: float | None, priority: int):
         functools.update_wrapper(self, function)
@@ -53,12 +51,12 @@ class JobFunction:
     def __call__(self, payload: Any, context: Any) -> Any:
         return self.function(payload, context)
 
-    def enqueue(self, farm: "Farm", payload: object = None, **options: Any) -> int:
+    def enqueue(self, farm: Any, payload: object = None, **options: Any) -> int:
         """Queue one run on `farm` (a Farm); options as Farm.enqueue_python. Returns the job id."""
         job_id: int = farm.enqueue_python(self, payload, **options)[0]
         return job_id
 
-    def schedule(self, farm: "Farm", name: str, payload: object = None, **options: Any) -> dict[str, Any]:
+    def schedule(self, farm: Any, name: str, payload: object = None, **options: Any) -> dict[str, Any]:
         """Run it on a schedule: Farm.schedule(name, ..., cron=/every=)."""
         made: dict[str, Any] = farm.schedule(name, farm.python_spec(self, payload), **options)
         return made

@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import (
@@ -34,14 +34,12 @@ from prometheus_client.utils import floatToGoString
 from ..rules.errors import BadSetting
 from ..rules.logs import one_line
 from ..rules.queues import DEFAULT
-from ..rules.roster import machine_status
+from ..rules.roster import KnownMachines, Liveness, machine_status
 from ..rules.states import MachineState
+from ..store.jobs import Store
 from ..store.queues import QueueStore
-
-if TYPE_CHECKING:  # the node it reads, handed in by the node itself
-    from .node import Node
 from ..version import __version__
-from .tally import Buckets
+from .tally import Buckets, Tally
 
 log = logging.getLogger("queueprocessor.metrics")
 
@@ -71,10 +69,23 @@ def _labelled(family: CounterMetricFamily, counts: Mapping[_Labels, int]) -> Cou
     return family
 
 
+class Watched(Protocol):
+    """What the metrics read of their node (node.Node): its snapshot and tally, its copy of the machine rows, and
+    its store for the waiting jobs it reports."""
+
+    tally: Tally
+    known: KnownMachines
+    store: Store
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def liveness(self) -> Liveness: ...
+
+
 class NodeCollector(Collector):
     """Turns a node's state into metrics at each scrape."""
 
-    def __init__(self, node: "Node") -> None:
+    def __init__(self, node: Watched) -> None:
         self.node = node
         self._waiting_read: tuple[float, dict[str, int]] = (-math.inf, {})  # (monotonic time, jobs per queue)
 
@@ -182,7 +193,7 @@ class NodeCollector(Collector):
 class Exporter:
     """The HTTP endpoint serving one node's metrics, on a thread named qp-metrics."""
 
-    def __init__(self, node: "Node", host: str, port: int) -> None:
+    def __init__(self, node: Watched, host: str, port: int) -> None:
         """Listen on host:port (0: any free port); BadSetting if that cannot be done."""
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(NodeCollector(node))
