@@ -1,5 +1,6 @@
-"""The layers hold, and a tool proves it (the import-linter contracts in pyproject.toml): the core is Qt-free,
-and the CLI and the app reach the farm only through its public API, never its stores or their statements."""
+"""The layers hold, and a tool proves it (the import-linter contracts in pyproject.toml): the core stands in
+layers (rules, store, executors, node, then its face), its rules are pure, it is Qt-free, and the CLI and the app
+reach the farm only through what it exports for them, never its store, a node's insides or SQL."""
 
 import shutil
 import subprocess
