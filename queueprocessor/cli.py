@@ -19,9 +19,10 @@ import signal
 import sys
 import threading
 import tomllib
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -34,10 +35,12 @@ from .rules.states import JobState, Wish
 from .rules.urls import default_url, mask
 from .version import __version__
 
-if TYPE_CHECKING:
-    from .farm import Farm
+if TYPE_CHECKING:  # loaded by the commands that use them: `--help` and `enqueue` load no node (test_cli_imports)
+    from .farm import Farm, JobSpec
+    from .node.node import Node
 
 log = logging.getLogger("queueprocessor")
+_Command = TypeVar("_Command", bound=Callable[..., Any])  # a command's function, given more options
 JOB_ID = click.IntRange(1, 2**63 - 1)  # ids are 64-bit: a larger number names no job, and no driver takes it
 JOB_ID.name = "integer"  # "'abc' is not a valid integer", not "... integer range"
 
@@ -91,7 +94,7 @@ def _check_config_keys(
     return defaults
 
 
-def _typed(param: click.Parameter, value, where: str):
+def _typed(param: click.Parameter, value: object, where: str) -> object:
     """TOML has types of its own: click would turn true into 1, 1.5 into 1 and [1] into "[1]", or fail with a
     traceback on a table or a date. Each value must be of the option's type; a repeatable option takes a list
     of them or one."""
@@ -175,7 +178,7 @@ pass_ctx = click.make_pass_decorator(Context)
 @cli.command("init-db")
 @node_options(only=("period", "heartbeat", "misses"))
 @pass_ctx
-def init_db(ctx: Context, period, heartbeat, misses) -> None:
+def init_db(ctx: Context, period: float | None, heartbeat: float | None, misses: int | None) -> None:
     """Create the tables (a node also does this on first start)."""
     farm = ctx.farm
     settings = farm.settings(period=period, heartbeat=heartbeat, misses=misses)
@@ -196,11 +199,11 @@ def node(ctx: Context, options: NodeOptions) -> None:
     run_until_signalled(ctx.farm.node(**options.node_keywords()))
 
 
-def run_until_signalled(the_node) -> None:
+def run_until_signalled(the_node: "Node") -> None:
     """SIGTERM or the first SIGINT drains the node; a second SIGINT leaves at once."""
     stopping = threading.Event()
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int, _frame: object) -> None:
         if stopping.is_set() and signum == signal.SIGINT:
             log.warning("second interrupt: leaving now; running jobs go back to the queue")
             threading.Thread(target=the_node.stop, kwargs={"drain": False}, daemon=True).start()
@@ -223,7 +226,7 @@ def enqueue() -> None:
     """Add jobs to the queue."""
 
 
-def _work_options(command):
+def _work_options(command: _Command) -> _Command:
     """What every kind of work takes besides its target (enqueue, schedule, singleton, grab)."""
     for option in reversed(
         (
@@ -258,7 +261,7 @@ def _work_options(command):
     return command
 
 
-def _when_options(command):
+def _when_options(command: _Command) -> _Command:
     for option in reversed(
         (
             click.option("--delay", type=Seconds(min=0), default=0.0, help="Seconds from now (database time)."),
@@ -276,7 +279,18 @@ def _when_options(command):
     return command
 
 
-def _spec(executor: str, words, *, method, payload, priority, max_attempts, timeout, queue, order_key):
+def _spec(
+    executor: str,
+    words: Sequence[str],
+    *,
+    method: str,
+    payload: str | None,
+    priority: int,
+    max_attempts: int,
+    timeout: float | None,
+    queue: str,
+    order_key: str | None,
+) -> "JobSpec":
     """A JobSpec from `EXECUTOR TARGET...` on the command line."""
     from .farm import work_spec
 
@@ -297,7 +311,9 @@ def _spec(executor: str, words, *, method, payload, priority, max_attempts, time
     )
 
 
-def _enqueue(ctx: Context, spec, *, delay, at, count, key, instance) -> None:
+def _enqueue(
+    ctx: Context, spec: "JobSpec", *, delay: float, at: str | None, count: int, key: str | None, instance: str | None
+) -> None:
     if at is not None and delay:
         raise click.UsageError("give --delay or --at, not both")
     if instance is not None and key is None:
@@ -322,7 +338,17 @@ def _enqueue(ctx: Context, spec, *, delay, at, count, key, instance) -> None:
 @_work_options
 @_when_options
 @pass_ctx
-def enqueue_http(ctx: Context, /, path, delay, at, count, key, instance, **work):
+def enqueue_http(
+    ctx: Context,
+    /,
+    path: str,
+    delay: float,
+    at: str | None,
+    count: int,
+    key: str | None,
+    instance: str | None,
+    **work: Any,
+) -> None:
     """Enqueue an HTTP GET/POST to PATH on each node's --http-base (or a URL on an allowed host)."""
     _enqueue(ctx, _spec("http", [path], **work), delay=delay, at=at, count=count, key=key, instance=instance)
 
@@ -332,7 +358,17 @@ def enqueue_http(ctx: Context, /, path, delay, at, count, key, instance, **work)
 @_work_options
 @_when_options
 @pass_ctx
-def enqueue_python(ctx: Context, /, target, delay, at, count, key, instance, **work):
+def enqueue_python(
+    ctx: Context,
+    /,
+    target: str,
+    delay: float,
+    at: str | None,
+    count: int,
+    key: str | None,
+    instance: str | None,
+    **work: Any,
+) -> None:
     """Enqueue a call of MODULE:FUNCTION(payload, context) on a node that allows the module."""
     _enqueue(ctx, _spec("python", [target], **work), delay=delay, at=at, count=count, key=key, instance=instance)
 
@@ -342,7 +378,17 @@ def enqueue_python(ctx: Context, /, target, delay, at, count, key, instance, **w
 @_work_options
 @_when_options
 @pass_ctx
-def enqueue_command(ctx: Context, /, argv, delay, at, count, key, instance, **work):
+def enqueue_command(
+    ctx: Context,
+    /,
+    argv: tuple[str, ...],
+    delay: float,
+    at: str | None,
+    count: int,
+    key: str | None,
+    instance: str | None,
+    **work: Any,
+) -> None:
     """Enqueue a program run without a shell: `enqueue command -- backup --full` (exit code 0 is success)."""
     _enqueue(ctx, _spec("command", argv, **work), delay=delay, at=at, count=count, key=key, instance=instance)
 
@@ -377,7 +423,19 @@ def schedule() -> None:
 @_target
 @_work_options
 @pass_ctx
-def schedule_add(ctx: Context, /, name, cron, tz, every, misfire, grace, executor, target, **work):
+def schedule_add(
+    ctx: Context,
+    /,
+    name: str,
+    cron: str | None,
+    tz: str | None,
+    every: float | None,
+    misfire: str,
+    grace: float,
+    executor: str,
+    target: tuple[str, ...],
+    **work: Any,
+) -> None:
     """Run EXECUTOR TARGET... on a schedule, e.g. `schedule add nightly --cron '0 3 * * *' command -- backup`."""
     row = ctx.farm.schedule(
         name, _spec(executor, target, **work), cron=cron, tz=tz, every=every, misfire=misfire, grace=grace
@@ -454,7 +512,7 @@ def singleton() -> None:
 @_target
 @_work_options
 @pass_ctx
-def singleton_add(ctx: Context, /, name, executor, target, **work):
+def singleton_add(ctx: Context, /, name: str, executor: str, target: tuple[str, ...], **work: Any) -> None:
     """Keep EXECUTOR TARGET... running on one machine, e.g. `singleton add feed python myapp.feed:poll`."""
     job_id = ctx.farm.singleton(name, _spec(executor, target, **work))
     click.echo(f"singleton {name} is job {job_id}; the next turn-holder with room starts it")
@@ -503,7 +561,17 @@ def singleton_remove(ctx: Context, name: str) -> None:
 @click.option("--wait", "wait", is_flag=True, help="Wait for the result (ours, or the winner's if we lost).")
 @click.option("--wait-timeout", type=Seconds(min=0), help="Give up waiting after SECONDS.")
 @pass_ctx
-def grab(ctx: Context, /, key, instance, executor, target, wait, wait_timeout, **work):
+def grab(
+    ctx: Context,
+    /,
+    key: str,
+    instance: str,
+    executor: str,
+    target: tuple[str, ...],
+    wait: bool,
+    wait_timeout: float | None,
+    **work: Any,
+) -> None:
     """Do EXECUTOR TARGET... once for KEY and INSTANCE (e.g. Report-26 2026-11-22).
 
     A second grab of the same pair is refused, naming the winner and whether it finished (exit code 3),
@@ -587,7 +655,7 @@ def _ms(seconds: float | None, signed: bool = False) -> str:
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50)
 @click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
 @pass_ctx
-def jobs(ctx: Context, state, limit, as_json) -> None:
+def jobs(ctx: Context, state: str | None, limit: int, as_json: bool) -> None:
     """Recent jobs, newest first."""
     rows = ctx.reader.list_jobs(state, limit)
     if as_json:
@@ -678,7 +746,7 @@ class QueueName(click.ParamType[str]):
 
     name = "queue name"
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
         try:
             return check_name(value)
         except QPError as error:
@@ -717,7 +785,7 @@ def queue_list(ctx: Context, as_json: bool) -> None:
     )
 
 
-def _queue_switch(word: str, text: str, said: str):
+def _queue_switch(word: str, text: str, said: str) -> click.Command:
     @queue.command(word, help=text)
     @click.argument("name", type=QueueName())
     @pass_ctx
@@ -749,7 +817,9 @@ _queue_switch("resume", "Let a paused queue's jobs start again.", "resumed")
     "cancelled, or skip it.",
 )
 @pass_ctx
-def queue_set(ctx: Context, name, limit, no_limit, rate, no_rate, on_failure) -> None:
+def queue_set(
+    ctx: Context, name: str, limit: int | None, no_limit: bool, rate: str | None, no_rate: bool, on_failure: str | None
+) -> None:
     """Change queue NAME's farm-wide limit, rate or ordering policy (the rest stays as it is)."""
     for given, removed, option in ((limit, no_limit, "limit"), (rate, no_rate, "rate")):
         if given is not None and removed:
@@ -766,7 +836,7 @@ def queue_set(ctx: Context, name, limit, no_limit, rate, no_rate, on_failure) ->
     click.echo(f"queue {name}: limit {info.limit or 'none'}, rate {info.rate or 'none'}, on failure {info.on_failure}")
 
 
-def _wish_command(wish: str, text: str):
+def _wish_command(wish: str, text: str) -> click.Command:
     @cli.command(wish, help=text)
     @click.argument("machine")
     @pass_ctx
@@ -819,7 +889,7 @@ def demo(ctx: Context, nodes: int, seconds: float, headless: bool) -> None:
 @node_options
 @click.option("--theme", type=click.Choice(["auto", "light", "dark"]), help="Colour scheme. Default: as last chosen.")
 @click.pass_context
-def gui(ctx: click.Context, observe, options: NodeOptions, theme) -> None:
+def gui(ctx: click.Context, observe: bool, options: NodeOptions, theme: str | None) -> None:
     """Open the desktop app: it runs this machine's node (unless --observe) and shows the whole farm live.
 
     Without --db, QP_DB or a db in the config file, the app asks for the database.
