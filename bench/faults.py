@@ -1,4 +1,4 @@
-"""Faults: what users of peers complain about, provoked on purpose and counted (issue 5).
+"""Faults: what users of peers complain about, provoked on purpose and counted.
 
 Every scenario runs on a real PostgreSQL server with real `queueprocessor node`
 processes that call a real local HTTP service recording every request it gets
@@ -20,7 +20,7 @@ from the database by a TCP proxy; a node partitioned from both the database and
 the service (its late writes must be refused by the fence); a node process
 frozen for twice its lease (its late results must be refused by the fence); two
 processes started with the same machine name. Then many trials of random shapes
-(issue 24), each on a fresh farm of 3-4 nodes running HTTP jobs of 1-30 s: PostgreSQL
+each on a fresh farm of 3-4 nodes running HTTP jobs of 1-30 s: PostgreSQL
 frozen, the nodes' links stalled or reset at TCP proxies, PostgreSQL restarted, each
 for 2-10 s, where a node may claim back its own stopped jobs. Every node's log is
 scanned too: a traceback or an exception nobody retrieved fails the scenario.
@@ -79,7 +79,7 @@ SECTION_BEGIN = "<!-- faults:begin (written by bench/faults.py) -->"
 SECTION_END = "<!-- faults:end -->"
 SELF_STOP = "stopped: this machine lost its lease"
 RECLAIMED = "lease expired"
-# What no fault may leave in a node's log (issue 24): these scenarios cause nothing a node should crash or leak an
+# What no fault may leave in a node's log: these scenarios cause nothing a node should crash or leak an
 # exception over, so any such line is an error a user did not cause.
 LOG_ERRORS = re.compile(
     r"Traceback|exception was never retrieved|KeyError|Exception in thread|"
@@ -1026,7 +1026,7 @@ def same_name(server, quick: bool) -> Outcome:
     )
 
 
-# -- faults of random shapes, many trials each (issue 24) -----------------------------------------------------------
+# -- faults of random shapes, many trials each ------------------------------------------------------------------
 
 FAULT_KINDS = {
     "freezes": "PostgreSQL frozen (SIGSTOP of the postmaster and every backend, then SIGCONT)",
@@ -1320,7 +1320,7 @@ FOUND = [
     "SIGKILL churn under a backlog: killed machines' jobs waited up to 48 s (lease 3 s) for a turn whose holder "
     "had room, as expired leases were taken back by a turn's claim only. Fixed in 70c4b58 (a full turn-holder "
     "still puts expired leases back in the queue).",
-    "PostgreSQL freezes, stalled links and restarts of 2-10 s (issue 24): a node claimed back (new fence) a job whose "
+    "PostgreSQL freezes, stalled links and restarts of 2-10 s: on 9718429 a node claimed back (new fence) a job whose "
     "stopped run it was still handing back; the runner kept runs by job id, so the old run's end removed the new "
     "one, which was then neither renewed nor stoppable: its lease ran out and the job ran twice at once (on another "
     "machine, or beside a third run on the same one), and the result writer died of a KeyError, leaving jobs "
@@ -1346,7 +1346,7 @@ def render(outcomes: list[Outcome], command: str) -> str:
             "a real HTTP service recording every request. *Lost*: jobs that did not end succeeded. *Twice at once*: "
             "pairs of requests for one job that the service saw overlap (in the many-trial rows: on different fences). "
             '*Re-runs*: runs of a job after its first, by cause; "lease expired while its machine lived" would be a '
-            "live machine declared dead. The rows of many trials (issue 24) run each trial on a fresh farm and use the "
+            "live machine declared dead. The rows of many trials run each trial on a fresh farm and use the "
             f"short form's timing (heartbeat {QUICK.heartbeat:g} s, lease {QUICK.lease:g} s), so that every fault of "
             "2 s or more outlasts the lease and the whole long form stays near half an hour. *Error lines*: lines of "
             "a node's log with a traceback, an exception nobody retrieved or an ERROR (target 0)."

@@ -44,7 +44,7 @@ peer's best setting:
 Node peers are installed with npm into ~/.cache/queueprocessor-bench/<package>-<version>
 on first use, beside copies of their scripts from bench/peers/; never into
 the project. A peer that cannot be installed is skipped with one line.
-Issue 15's target: ours at least 1.3x every peer's best.
+The target: ours at least 1.3x every peer's best.
 
     python bench/throughput.py            # 20,000 jobs; 1, 2, 4 processes; python, async and http
     python bench/throughput.py --quick    # 2,000 jobs; 1 and 2 processes

@@ -1,4 +1,4 @@
-"""The node: one machine's part in the farm (DESIGN 1-3, 5).
+"""The node: one machine's part in the farm (docs/design.md §1-§3, §5).
 
 Named threads, none of which waits on another:
 - qp-heartbeat: every heartbeat, samples the database clock while reading what

@@ -1,4 +1,4 @@
-"""The fault harness's short form, as tests (issue 5): each scenario of bench/faults.py on the suite's real
+"""The fault harness's short form, as tests: each scenario of bench/faults.py on the suite's real
 PostgreSQL server, with real node processes and a real HTTP service, must end with no job lost, no job run
 twice at once, no live machine declared dead, no stale result accepted and no password in any log.
 
@@ -127,7 +127,7 @@ def test_a_node_frozen_past_its_lease_writes_nothing_over_its_successors(pg_serv
 
 
 def test_nodes_that_claim_back_the_jobs_a_database_freeze_stopped_never_run_one_twice_at_once(pg_server):
-    """Issue 24: a freeze outlasts the lease, so every node's watchdog stops its jobs; after the thaw a node may
+    """A freeze outlasts the lease, so every node's watchdog stops its jobs; after the thaw a node may
     claim its own stopped jobs back while their stopped runs are still being handed back. Each of those runs must
     stay its own: renewed until it ends, stoppable, and never beside another machine's run of the job. Judged by
     the service's record and the nodes' logs over several trials of a shape that takes that path in most of them

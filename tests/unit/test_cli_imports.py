@@ -73,7 +73,7 @@ def test_help_loads_no_sqlalchemy(command):
 
 
 def test_an_idle_node_loads_no_schedule_parser_http_client_metrics_library_or_other_database(db_url):
-    """Issue 11: an idle node's memory. What only some work needs is loaded by the first such work: croniter
+    """An idle node's memory. What only some work needs is loaded by the first such work: croniter
     (and dateutil) by a cron schedule, aiohttp by an HTTP job, prometheus_client by --metrics-port, and
     platformdirs only by a command given no database; and no other database's SQLAlchemy dialect, while the
     partial indexes it built still hold only the rows of their condition (schema.partial_for)."""
