@@ -264,11 +264,14 @@ class Node:
             if thread.is_alive() and thread is not threading.current_thread():
                 thread.join(5)
 
-    def _end_turns(self) -> None:
-        """Take no more turns: the turn thread sees it within a wait (one still claiming hands back what it gets,
-        once the runner refuses: see stop)."""
+    def _end_turns(self, wait: float = 0.0) -> None:
+        """Take no more turns, and wait up to `wait` seconds for the turn thread to end (a turn under way ends
+        first; one stuck on the database hands back what it still claims, once the runner refuses: see stop)."""
         self._no_turns.set()
         self.turns.wake.set()  # the turn timer may be asleep until its next turn
+        for thread in self._threads:
+            if thread.name == "qp-turns" and thread is not threading.current_thread():
+                thread.join(wait)
 
     def _failed_start(self) -> None:
         """The last undo of a failed start (whose error says why): this node is stopped, so stop() has
@@ -311,7 +314,7 @@ class Node:
         # The heartbeat renews and the watchdog fences the jobs until they have stopped; a turn still under way
         # hands back what it claims.
         self.runner.refuse(reason)
-        self._end_turns()
+        self._end_turns(wait=self.config.lease)
         self.runner.stop_all(reason)
         self._await_idle(5)
         self._end_threads()

@@ -169,6 +169,7 @@ def test_a_job_claimed_back_while_its_stopped_run_is_ending_stays_renewed_and_st
                 runner.submit(new)
                 thawed.set()  # the old run's hand-back is refused (the fence moved on) and its run ends
                 wait_for(lambda: len(http_target.requests("/sleep")) == 2)
+                wait_for(lambda: (job_id, old.fence) not in runner.held())  # the old run's end is written
                 assert runner.held() == [(job_id, new.fence)], "the new run is still held after the old one ended"
                 assert store.renew(machine, runner.held(), lease=30) == {(job_id, new.fence): False}
                 runner.stop_all(Outcome.CANCELLED)

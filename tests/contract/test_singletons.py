@@ -179,12 +179,12 @@ def test_a_cut_off_holder_knows_it_may_have_lost_its_lock_before_anyone_else_tak
         Farm(pg_url.replace(f":{pg_server.port}/", f":{proxy.port}/")) as there,
     ):
         held = there.lock("ledger")
-        held.lost = Stamped(here.store.ask_time)
+        held.lost = Stamped(here._store.ask_time)
         with held:
             getattr(proxy, fault)()
             try:
                 with here.lock("ledger") as taker:
-                    [(taken_at,)] = here.store.rows(select(locks.c.acquired_at).where(locks.c.name == "ledger"))
+                    [(taken_at,)] = here._store.rows(select(locks.c.acquired_at).where(locks.c.name == "ledger"))
                     assert (taker.fence, held.lost.is_set()) == (2, True)
                     assert wait_for(lambda: held.lost.at) < taken_at
             finally:
