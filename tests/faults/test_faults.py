@@ -1,7 +1,7 @@
 """The fault harness's short form, as tests: each scenario of bench/faults.py on the suite's real
 PostgreSQL server, with real node processes and a real HTTP service, must end with no job lost, no job run
 twice at once, no live machine declared dead, no stale result accepted, no password in any log and no error in
-a node's log that no user caused (a traceback, an exception nobody retrieved: issue 24).
+a node's log that no user caused (a traceback, an exception nobody retrieved).
 
 The long form with its figures: `python bench/faults.py` (docs/benchmarks.md, "Faults").
 """
