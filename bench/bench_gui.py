@@ -235,7 +235,7 @@ def search_times(farm: Farm, extra: int, repeats: int) -> None:
         )
         conn.execute(text("ANALYZE qp_jobs"))
     cases = [
-        ("newest 500 jobs, no filter (store.list_jobs)", lambda: farm._store.list_jobs(None, 500)),
+        ("newest 500 jobs, no filter (store.list_jobs)", lambda: farm._store.jobs.newest(None, 500)),
         ("text search, 500 of many matches ('upstream')", lambda: find_jobs(farm._store, "upstream")),
         ("text search, nothing matches (a full scan)", lambda: find_jobs(farm._store, "no such text")),
     ]
@@ -247,7 +247,7 @@ def search_times(farm: Farm, extra: int, repeats: int) -> None:
             read()
             times.append(time.perf_counter() - began)
         rows.append([label, f"{percentile(times, 50) * 1000:.1f}", f"{percentile(times, 95) * 1000:.1f}"])
-    print(f"worker: the jobs list among {sum(farm._store.job_counts().values()):,} jobs")
+    print(f"worker: the jobs list among {sum(farm._store.jobs.counts().values()):,} jobs")
     print_table(["what", "median ms", "p95 ms"], rows)
 
 

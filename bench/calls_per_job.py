@@ -57,7 +57,7 @@ def measure(url: str, jobs: int, capacity: int) -> dict[str, float]:
     time.sleep(2.0)  # joined, its first turns taken: the drain alone is counted
     counting.set()
     farm.enqueue_python("bench.jobs:noop", count=jobs)
-    while farm._store.job_counts().get("succeeded", 0) < jobs:
+    while farm._store.jobs.counts().get("succeeded", 0) < jobs:
         time.sleep(0.05)
     counting.clear()
     node.stop(drain=False)

@@ -45,8 +45,8 @@ from common import (
 )
 from sqlalchemy import text
 
+from queueprocessor.store.base import KEEP
 from queueprocessor.store.database import open_engine
-from queueprocessor.store.jobs import KEEP
 
 PYJOBS = "tests.support.pyjobs"
 CAPACITY = 32

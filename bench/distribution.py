@@ -55,7 +55,7 @@ def main() -> None:
         wait_for(lambda: len(farm.status()["machines"]) == NODES, 60, "nodes to join")
         time.sleep(3.0)
         farm.enqueue_python("bench.jobs:nap", NAP, count=backlog)
-        wait_for(lambda: farm._store.job_counts()["succeeded"] == backlog, 600, "the backlog", poll=0.2)
+        wait_for(lambda: farm._store.jobs.counts()["succeeded"] == backlog, 600, "the backlog", poll=0.2)
         results[f"backlog of {backlog} at once"] = shares(url, 0)
         last = backlog
         start = time.monotonic()
@@ -66,7 +66,7 @@ def main() -> None:
                 farm.enqueue_python("bench.jobs:nap", NAP, count=due)
                 sent += due
             time.sleep(0.01)
-        wait_for(lambda: farm._store.job_counts()["succeeded"] == backlog + sent, 120, "the trickle", poll=0.2)
+        wait_for(lambda: farm._store.jobs.counts()["succeeded"] == backlog + sent, 120, "the trickle", poll=0.2)
         results[f"trickle of {rate:g}/s for {trickle_seconds:g} s"] = shares(url, last)
     finally:
         stop_all(nodes)

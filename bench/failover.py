@@ -77,20 +77,20 @@ class Bench:
     def trial(self) -> dict:
         store = self.farm._store
         job_id = self.farm.enqueue_http("/sleep/30", max_attempts=5)[0]
-        first = wait_for(lambda: store.list_runs(job_id=job_id), 30, f"job {job_id} to start")[0]
-        owner = store.find_machine(str(first["machine_id"]))
+        first = wait_for(lambda: store.runs.read(job_id=job_id), 30, f"job {job_id} to start")[0]
+        owner = store.machines.find(str(first["machine_id"]))
         victim = next(n for n in self.nodes if n.pid == owner["pid"] and n.alive())
         time.sleep(self.rng.uniform(0.0, HEARTBEAT))  # any phase of the victim's heartbeat
-        lease_until = store.get_job(job_id)["lease_until"]
+        lease_until = store.jobs.get(job_id)["lease_until"]
         killed_at = store.ask_time()
         victim.kill()
         second = wait_for(
-            lambda: [r for r in store.list_runs(job_id=job_id) if r["attempt"] == 2],
+            lambda: [r for r in store.runs.read(job_id=job_id) if r["attempt"] == 2],
             60,
             f"job {job_id} to be taken over",
         )[0]
-        store.cancel(job_id)
-        wait_for(lambda: store.get_job(job_id)["state"] == "cancelled", 30, f"job {job_id} to stop")
+        store.jobs.cancel(job_id)
+        wait_for(lambda: store.jobs.get(job_id)["state"] == "cancelled", 30, f"job {job_id} to stop")
         self.nodes.remove(victim)
         victim.stop()
         victim.discard_log()

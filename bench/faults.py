@@ -70,7 +70,7 @@ from sqlalchemy.exc import OperationalError
 from queueprocessor import singletons
 from queueprocessor.farm import Farm
 from queueprocessor.rules.clock import SystemClock
-from queueprocessor.store.jobs import JobSpec
+from queueprocessor.store.types import JobSpec
 from tests.support.httptarget import HttpTarget
 from tests.support.tcpproxy import TcpProxy
 
@@ -182,7 +182,7 @@ class Rig:
 
         def steer(wish: str, state: str) -> None:
             for machine in ids:
-                self.farm._store.wish(machine, wish)
+                self.farm._store.machines.wish(machine, wish)
             wait_for(
                 lambda: (
                     len(
@@ -227,7 +227,7 @@ class Rig:
         """Until no job is queued or running."""
 
         def idle():
-            counts = self.farm._store.job_counts()
+            counts = self.farm._store.jobs.counts()
             return counts["queued"] == 0 and counts["running"] == 0
 
         try:
@@ -244,7 +244,7 @@ class Rig:
             alive = {f"{n.name}#{n.pid}": n.alive() for n in self.nodes}
             tails = "\n".join(f"--- {n.name}#{n.pid}\n" + "\n".join(n.output().splitlines()[-12:]) for n in self.nodes)
             raise TimeoutError(
-                f"{error}: {self.farm._store.job_counts()}; unfinished (id, state, owner, lease left, "
+                f"{error}: {self.farm._store.jobs.counts()}; unfinished (id, state, owner, lease left, "
                 f"owner name, owner silent for): {stuck}; nodes alive: {alive}\n{tails}"
             ) from None
 
@@ -428,7 +428,7 @@ def kill_churn(server, quick: bool, seed: int = 5) -> Outcome:
         rig.farm.enqueue(rig.farm.python_spec("tests.support.pyjobs:noop"), count=count // 10)
         rig.farm.enqueue(rig.farm.command_spec(["true"]), count=count // 10)
         kills = []
-        while rig.farm._store.job_counts()["queued"] > size * rig.capacity:
+        while rig.farm._store.jobs.counts()["queued"] > size * rig.capacity:
             time.sleep(every)
             live = rig.live()
             holder = query(rig.url, "SELECT owner FROM qp_jobs WHERE id = :f", f=feed)[0][0]
@@ -515,7 +515,7 @@ def postgres_restart(server, quick: bool) -> Outcome:
         nodes = [rig.start(f"restart-{i}") for i in range(3)]
         ids = rig.wait_roster(nodes)
         rig.farm.enqueue_http("/sleep/0.05", count=count)
-        wait_for(lambda: rig.farm._store.job_counts()["succeeded"] > count // 4, 60, "work to flow")
+        wait_for(lambda: rig.farm._store.jobs.counts()["succeeded"] > count // 4, 60, "work to flow")
         down = time.time()
         server.restart()
         up = time.time()
@@ -585,7 +585,7 @@ def postgres_freeze(server, quick: bool) -> Outcome:
         watcher = StatusWatcher(rig.url, ids)
         rig.farm.enqueue_http(f"/sleep/{2 * timing.lease:g}", count=3)  # in flight across the stall
         rig.farm.enqueue_http("/sleep/0.05", count=count)
-        wait_for(lambda: rig.farm._store.job_counts()["succeeded"] > count // 5, 60, "work to flow")
+        wait_for(lambda: rig.farm._store.jobs.counts()["succeeded"] > count // 5, 60, "work to flow")
         before = time.time()
         pids = postgres_pids(server)
         signal_all(pids, signal.SIGSTOP)

@@ -28,7 +28,7 @@ from sqlalchemy import select
 from queueprocessor.rules.clock import OffsetEstimator, Sample, SystemClock
 from queueprocessor.store.database import open_engine
 from queueprocessor.store.dbtime import db_now
-from queueprocessor.store.jobs import Store
+from queueprocessor.store.stores import Store
 from tests.support.tcpproxy import TcpProxy
 
 SKEWS = (-2.0, -1.0, 0.0, 1.0, 2.0, 5.0)

@@ -66,10 +66,10 @@ from .store.database import (
     parse_url,
 )
 from .store.database import without_password as without_password  # the app's recent list keeps URLs so
-from .store.jobs import JobSpec as JobSpec  # what work_spec returns: the app builds jobs from it
-from .store.jobs import Store
 from .store.queues import QueueStore, queue_infos
 from .store.schedules import ScheduleStore
+from .store.stores import Store
+from .store.types import JobSpec as JobSpec  # what work_spec returns: the app builds jobs from it
 
 if TYPE_CHECKING:  # loaded by the methods that return them, so that enqueueing never loads a node (cli.py)
     from .node.node import Node
@@ -243,7 +243,7 @@ class Farm:
                 raise BadSetting.out_of(key, value, kind)
         if not given and self._settings is not None:
             return self._settings
-        stored = self._store.adopt_settings({k: repr(float(given.get(k, DEFAULTS[k]))) for k in FARM_SETTINGS})
+        stored = self._store.settings.adopt({k: repr(float(given.get(k, DEFAULTS[k]))) for k in FARM_SETTINGS})
         farm = {k: float(stored[k]) for k in FARM_SETTINGS}
         for key, value in given.items():
             if not math.isclose(float(value), farm[key]):
@@ -261,7 +261,7 @@ class Farm:
         (so enqueueing into a new farm does not fix the timing its first node may choose)."""
         if self._settings is not None:
             return self._settings
-        stored = self._store.settings()
+        stored = self._store.settings.read()
         return {k: float(stored.get(k, DEFAULTS[k])) for k in FARM_SETTINGS}
 
     def liveness(self) -> Liveness:
@@ -421,7 +421,7 @@ class Farm:
             )
         live = self._live_allowing(spec)
         try:
-            ids = self._store.enqueue(self._signed(spec), delay=delay, at=at, count=count)
+            ids = self._store.jobs.enqueue(self._signed(spec), delay=delay, at=at, count=count)
         except DuplicateKey as error:
             raise grabs.refuse(self._store, error) from None
         return Enqueued(ids, bool(serving_machines(live, spec.queue)))
@@ -447,8 +447,8 @@ class Farm:
 
     def job(self, job_id: int) -> dict[str, Any]:
         """A job's row with its runs (every attempt: machine, fence, times, outcome, error, output)."""
-        record = self._store.get_job(job_id)
-        record["runs"] = self._store.list_runs(job_id=job_id)
+        record = self._store.jobs.get(job_id)
+        record["runs"] = self._store.runs.read(job_id=job_id)
         return record
 
     def wait(self, job_id: int, timeout: float | None = None) -> dict[str, Any]:
@@ -462,20 +462,20 @@ class Farm:
 
     def list_jobs(self, state: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """The newest `limit` jobs (in `state`, if given), newest first."""
-        return self._store.list_jobs(state, limit)
+        return self._store.jobs.newest(state, limit)
 
     def job_counts(self) -> dict[str, int]:
         """How many jobs are in each state (every state named, 0 where none)."""
-        return self._store.job_counts()
+        return self._store.jobs.counts()
 
     def cancel(self, job_id: int) -> str:
         """Cancel a queued job at once ("cancelled"); ask the owner of a running one to stop it within a
         heartbeat ("cancelling")."""
-        return self._store.cancel(job_id)
+        return self._store.jobs.cancel(job_id)
 
     def retry(self, job_id: int) -> None:
         """Put a failed or cancelled job back in the queue for one more attempt."""
-        self._store.retry(job_id)
+        self._store.jobs.retry(job_id)
 
     # -- schedules, singletons, locks --------------------------------------
 
@@ -605,7 +605,7 @@ class Farm:
 
     def _live_machines(self) -> list[dict[str, Any]]:
         """The machine rows that still take work (active or paused, not dead)."""
-        now, _, rows = self._store.read_machines()
+        now, _, rows = self._store.machines.read()
         liveness = self.liveness()
         return [m for m in rows if machine_status(m, now, liveness) in SERVING]
 
@@ -614,7 +614,7 @@ class Farm:
     def status(self) -> dict[str, Any]:
         """Machines with their judged state and clock sync, job counts, and the database's time."""
         liveness = self.liveness()
-        now, _, rows = self._store.read_machines()
+        now, _, rows = self._store.machines.read()
         for row in rows:
             row["status"] = machine_status(row, now, liveness)
         return {
@@ -622,12 +622,12 @@ class Farm:
             "database": self.masked_url,
             "settings": self.current_settings(),
             "machines": rows,
-            "jobs": self._store.job_counts(),
+            "jobs": self._store.jobs.counts(),
         }
 
     def turns(self, seconds: float = 60.0) -> list[dict[str, Any]]:
         """The turn log of the last `seconds` of database time: which machine took which slot."""
-        return self._store.read_turns(self._store.ask_time() - seconds)
+        return self._store.turns.read(self._store.ask_time() - seconds)
 
     def dashboard(self, clock: Callable[[], float] = time.monotonic) -> "Dashboard":
         """What a dashboard reads at each poll (views.Dashboard.read), for this farm's timing."""
@@ -637,6 +637,6 @@ class Farm:
 
     def steer(self, machine: str, wish: str) -> dict[str, Any]:
         """Ask a machine (by name or id) to pause, resume or drain."""
-        row = self._store.find_machine(machine)
-        self._store.wish(row["id"], wish)
+        row = self._store.machines.find(machine)
+        self._store.machines.wish(row["id"], wish)
         return row

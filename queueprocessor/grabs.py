@@ -14,7 +14,7 @@ from typing import Any
 from .rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from .rules.output import format_time, machine_label
 from .rules.states import FINISHED, JobState
-from .store.jobs import Store
+from .store.stores import Store
 
 
 def origin() -> str:
@@ -71,7 +71,7 @@ class AlreadyTaken(DuplicateKey):
 
 def holder_of(store: Store, *, key: str | None = None, job_id: int | None = None) -> Holder | None:
     """The job holding `key` (or with that id), with the name of its machine and its last output."""
-    job = store.keyed_job(key=key, job_id=job_id)
+    job = store.jobs.keyed(key=key, job_id=job_id)
     if job is None:
         return None
     name, output = job.pop("machine_name"), job.pop("last_output")

@@ -25,8 +25,9 @@ import uuid
 from .rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from .rules.output import machine_label
 from .rules.states import JobState, Kind
-from .store.jobs import JobSpec, Store
 from .store.locks import LockStore
+from .store.stores import Store
+from .store.types import JobSpec
 
 log = logging.getLogger("queueprocessor.singletons")
 
@@ -53,28 +54,28 @@ def add(store: Store, name: str, spec: JobSpec) -> int:
         queue=spec.queue,
     )
     # A removed singleton of the same name keeps its history but gives its name up.
-    store.free_key(key)
+    store.jobs.free_key(key)
     try:
-        return store.enqueue(spec)[0]
+        return store.jobs.enqueue(spec)[0]
     except DuplicateKey:
         current = get(store, name)
         raise InvalidJob(f"singleton {echoed(name)} already exists ({_where(current)}): remove it first") from None
 
 
 def get(store: Store, name: str) -> dict:
-    job = store.keyed_job(key=PREFIX + name)
+    job = store.jobs.keyed(key=PREFIX + name)
     if job is None:
         raise NotFound(f"no singleton named {echoed(name)}", what="singleton", ref=name)
     return job
 
 
 def list_all(store: Store) -> list[dict]:
-    return [job | {"name": job["key"][len(PREFIX) :]} for job in store.singleton_jobs()]
+    return [job | {"name": job["key"][len(PREFIX) :]} for job in store.jobs.singletons()]
 
 
 def remove(store: Store, name: str) -> str:
     """Stop a singleton for good: at once if it waits, within a heartbeat if it runs."""
-    return store.cancel(get(store, name)["id"])
+    return store.jobs.cancel(get(store, name)["id"])
 
 
 def _where(job: dict) -> str:

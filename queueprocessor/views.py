@@ -18,8 +18,8 @@ from .rules.errors import NotFound
 from .rules.roster import Liveness, machine_status, roster, slot_of, slot_owner
 from .rules.schedules import Recurrence
 from .rules.states import SERVING, MachineState
-from .store.jobs import Store
 from .store.queues import queue_infos
+from .store.stores import Store
 from .store.views import (
     find_jobs,
     jobs_by_key,
@@ -201,7 +201,7 @@ class Dashboard:
         """The jobs list: the newest in the state asked for, or found by the text asked for."""
         text = query.jobs_text
         if not text:
-            return self.store.list_jobs(query.jobs_state, query.jobs_limit, queue=query.jobs_queue)
+            return self.store.jobs.newest(query.jobs_state, query.jobs_limit, queue=query.jobs_queue)
         return self._search.read(
             (text, query.jobs_state, query.jobs_limit, query.jobs_queue),
             lambda: find_jobs(self.store, text, query.jobs_state, query.jobs_limit, queue=query.jobs_queue),
@@ -209,19 +209,19 @@ class Dashboard:
 
     def machines(self, keep_gone: float = GONE_AFTER) -> list[dict[str, Any]]:
         """The machines judged (see judge_machines) without the rest of a poll: what a status line shows."""
-        now, _, rows = self.store.read_machines()
+        now, _, rows = self.store.machines.read()
         return judge_machines(rows, now, self.timing, keep_gone)
 
     def read(self, query: Query) -> dict[str, Any]:
         store = self.store
-        now, _, rows = store.read_machines()
+        now, _, rows = store.machines.read()
         until = now if query.until is None else query.until
         since = until - query.span if query.since is None else query.since
         machines = judge_machines(rows, now, self.timing, query.keep_gone)
         job = None
         if query.job_id is not None:
             try:
-                job = store.get_job(query.job_id) | {"runs": store.list_runs(job_id=query.job_id)}
+                job = store.jobs.get(query.job_id) | {"runs": store.runs.read(job_id=query.job_id)}
             except NotFound:  # deleted, or from another farm: nothing to show
                 job = None
         return {
@@ -235,7 +235,7 @@ class Dashboard:
             "turns": turns_between(store, since, until),
             "upcoming": upcoming_slots(rows, now, self.timing, query.ahead),
             "runs": runs_between(store, since, until),
-            "job_counts": store.job_counts(),
+            "job_counts": store.jobs.counts(),
             "throughput": throughput(store, now - query.history, now, query.bucket),
             "bucket": query.bucket,
             "history": query.history,

@@ -8,7 +8,7 @@ node's). `run` is a coroutine so a timeout or a lost lease can cancel it.
 import threading
 from abc import ABC, abstractmethod
 
-from ..store.jobs import Claimed, JobSpec
+from ..store.types import Claimed, JobSpec
 
 STOP_GRACE = 1.0  # seconds a stopped job gets to end by itself before it is forced or reported (JobContext.grace)
 

@@ -15,7 +15,7 @@ import signal
 from collections import deque
 
 from ..rules.allow import check_command, parse_argv
-from ..store.jobs import Claimed, JobSpec
+from ..store.types import Claimed, JobSpec
 from .base import OUTPUT_LIMIT, Executor, JobContext, JobFailed, excerpt
 
 

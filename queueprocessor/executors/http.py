@@ -18,7 +18,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from ..rules.allow import LOCAL_HOSTS, check_host
 from ..rules.errors import BadSetting
-from ..store.jobs import Claimed, JobSpec
+from ..store.types import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from ..rules.allow import check_module, module_allowed, parse_target
 from ..rules.logs import about
-from ..store.jobs import Claimed, JobSpec
+from ..store.types import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed, excerpt
 from .threads import Threads
 

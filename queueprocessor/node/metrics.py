@@ -36,8 +36,8 @@ from ..rules.logs import one_line
 from ..rules.queues import DEFAULT
 from ..rules.roster import KnownMachines, Liveness, machine_status
 from ..rules.states import MachineState
-from ..store.jobs import Store
 from ..store.queues import QueueStore
+from ..store.stores import Store
 from ..version import __version__
 from .tally import Buckets, Tally
 

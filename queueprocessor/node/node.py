@@ -64,10 +64,10 @@ from ..rules.logs import about, one_line
 from ..rules.roster import KnownMachines, Liveness, slot_of
 from ..rules.states import MachineState, Outcome, Wish
 from ..store.database import unreachable
-from ..store.jobs import Store
 from ..store.queues import QueueStore
 from ..store.roster import FarmRead, RosterStore
 from ..store.schedules import ScheduleStore
+from ..store.stores import Store
 from ..version import __version__
 from .config import NodeConfig
 from .push import Listener, where_to_listen
@@ -211,7 +211,7 @@ class Node:
 
                 self.exporter = Exporter(self, self.config.metrics_host, self.config.metrics_port)
                 undo.callback(self.exporter.close)
-            self.id = self.store.register(
+            self.id = self.store.machines.register(
                 name=self.config.name,
                 host=socket.gethostname(),
                 instance=self.instance,
@@ -283,7 +283,7 @@ class Node:
     def _mark_stopped(self) -> None:
         """Say on our row that we left (a row we cannot reach ages into dead instead)."""
         try:
-            self.store.mark_stopped(self.id)
+            self.store.machines.mark_stopped(self.id)
         except Exception as exc:
             log.warning("could not mark machine %s stopped: %s", self.id, one_line(exc))
 
@@ -401,10 +401,10 @@ class Node:
                 and (row["max_running"] is not None or row["rate_count"] is not None)
             )
         held, renewing = self.runner.held(), self.clock.monotonic()
-        renewed = self.store.renew(self.id, held, self.config.lease)
+        renewed = self.store.runs.renew(self.id, held, self.config.lease)
         self.runner.renewed(list(renewed), renewing)
         self._handle_renewals(held, renewed)
-        self.store.heartbeat(
+        self.store.machines.heartbeat(
             self.id,
             state=self.state,
             applied_wish=applied,

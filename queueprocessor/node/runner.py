@@ -20,7 +20,8 @@ from ..executors import Executor, JobContext, JobFailed, executor_for
 from ..rules.errors import QPError
 from ..rules.logs import about
 from ..rules.states import Kind, Outcome
-from ..store.jobs import Claimed, Ending, Store
+from ..store.stores import Store
+from ..store.types import Claimed, Ending
 from .tally import Tally
 
 RunKey = tuple[int, int]  # (job id, fence): one run of a job, as every write of it is guarded
@@ -358,7 +359,7 @@ class JobRunner:
 
     def _mark_started(self, job: Claimed) -> None:
         try:
-            self.store.mark_started(job)
+            self.store.runs.mark_started(job)
         except Exception as exc:  # only the history's start time is at stake
             log.warning("could not record the start of job %s: %s", job.id, exc, extra=about(job.id))
 
@@ -388,7 +389,7 @@ class JobRunner:
             outcome, error, output, final = entry.ending
             endings.append(Ending(entry.job, outcome, error, self._retry_in(entry, outcome, final), output))
         try:
-            states = self.store.finish_many(self.machine_id, endings)
+            states = self.store.runs.finish_many(self.machine_id, endings)
         except Exception as exc:  # database away: try again; in the end the lease expires and it runs elsewhere
             for entry in ending:
                 if entry.tries < len(RECORD_RETRIES):
@@ -434,7 +435,7 @@ class JobRunner:
         """We stopped it ourselves; hand it back if it is still ours (it usually is not). False: try again."""
         job, error = entry.job, entry.ending[1]
         try:
-            if self.store.release(job, self.machine_id, error):
+            if self.store.runs.release(job, self.machine_id, error):
                 log.info("job %s handed back to the queue: %s", job.id, error, extra=about(job.id))
         except Exception as exc:
             if entry.tries < len(RECORD_RETRIES):

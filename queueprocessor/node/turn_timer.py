@@ -21,9 +21,11 @@ from ..rules.clock import Clock, OffsetEstimator
 from ..rules.queues import served_names
 from ..rules.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take, turn_wait, upcoming_turn
 from ..rules.states import MachineState, Outcome
-from ..store.jobs import PRUNE_BATCH, Claimed, Looks, Plan, Store, Turn
+from ..store.jobs import PRUNE_BATCH
 from ..store.queues import QueueStore
 from ..store.schedules import ScheduleStore
+from ..store.stores import Store
+from ..store.types import Claimed, Looks, Plan, Turn
 from .config import NodeConfig
 from .push import BACKLOG, Listener, notify_backlog
 from .runner import JobRunner
@@ -259,9 +261,9 @@ class TurnTimer:
         self.tally.turn(now - slot * self.config.period)
         settled = self.node.settled(now)
         if len(turn.claimed) >= free and settled:
-            self.store.requeue_expired(before=now)
+            self.store.jobs.requeue_expired(before=now)
         self._flag_backlog(
-            slot, free, len(turn.claimed), turn.elsewhere_due, expired=not settled and self.store.any_expired()
+            slot, free, len(turn.claimed), turn.elsewhere_due, expired=not settled and self.store.jobs.any_expired()
         )
         if slot % max(1, round(self.config.housekeeping / self.config.period)) == 0 or self._housekeep_more:
             self._housekeep()
@@ -273,10 +275,10 @@ class TurnTimer:
         pass cut short goes on at our next turn. Our next turn also sweeps missed schedule occurrences (see
         ScheduleStore.drop_missed), for those left waiting while the farm was busy."""
         started = self.clock.monotonic()
-        self.store.prune_turns(self.config.turn_keep)
+        self.store.turns.prune(self.config.turn_keep)
         self.queue_store.recount()
         self._housekeep_more = True
-        while self.store.prune_jobs(self.config.keep_jobs) == PRUNE_BATCH:
+        while self.store.jobs.prune(self.config.keep_jobs) == PRUNE_BATCH:
             if self.clock.monotonic() - started > self.config.period / 4:
                 return
         self._housekeep_more = False
@@ -290,12 +292,12 @@ class TurnTimer:
         (`elsewhere_due`, when our turn's statement looked already), or leases run out that it could not take
         (`expired`), say so, so that every node with room claims directly (at once, on PostgreSQL)."""
         served = self.config.served
-        backlog = expired or (claimed >= free and self.store.any_due(among=served.names))
+        backlog = expired or (claimed >= free and self.store.jobs.any_due(among=served.names))
         if not backlog and elsewhere_due is None and (elsewhere := self._served_elsewhere()) is not None:
-            elsewhere_due = self.store.any_due(among=elsewhere, besides=served.names)
+            elsewhere_due = self.store.jobs.any_due(among=elsewhere, besides=served.names)
         backlog = backlog or bool(elsewhere_due)
         if claimed or backlog:
-            self.store.record_turn(slot, claimed, backlog)
+            self.store.turns.record(slot, claimed, backlog)
         if backlog:
             self._backlog_slot = slot
             if self.node.listener is not None and self.node.listener.listening.is_set():
@@ -334,7 +336,7 @@ class TurnTimer:
         options = self._claim_options()  # expired leases go back to work on turns (docs/design.md §3)
         sent = self.clock.monotonic()
         looks = Looks(tuple(sorted(self.node.guarded)), self._served_elsewhere(), self.config.served.names)
-        turn = self.store.take_turn_and_claim(
+        turn = self.store.jobs.take_turn_and_claim(
             slot,
             self._me,
             free,
@@ -349,7 +351,7 @@ class TurnTimer:
             return None
         claimed = turn.claimed
         if turn.guarded_due and free > 0:
-            claimed = self.store.claim(
+            claimed = self.store.jobs.claim(
                 self._me,
                 free,
                 self.config.lease,
@@ -370,7 +372,7 @@ class TurnTimer:
         # scan of the running jobs' lease entries, live and dead.
         options["take_expired"] = options["take_expired"] and self._peer_lately_dead(options["expired_before"])
         sent = self.clock.monotonic()
-        jobs = self.store.claim(
+        jobs = self.store.jobs.claim(
             self._me,
             limit,
             self.config.lease,

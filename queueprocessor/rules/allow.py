@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from .errors import InvalidJob, NotAllowed, echoed
 
 if TYPE_CHECKING:  # a JobSpec is only passed through here: importing the store would load SQLAlchemy
-    from ..store.jobs import JobSpec
+    from ..store.types import JobSpec
 
 EXECUTORS = ("http", "python", "command")
 METHODS = ("GET", "POST")

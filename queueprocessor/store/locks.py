@@ -2,15 +2,15 @@
 keeps by renewing it. Taking it bumps its fence, so a holder that lost it can be told apart downstream;
 every later write quotes the holder and the fence it took."""
 
-from sqlalchemy import and_, exc, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, exc, insert, or_, select, update
 
+from .base import StoreBase
 from .dbtime import db_now
-from .jobs import Store
 from .schema import locks
 
 
 class LockStore:
-    def __init__(self, store: Store):
+    def __init__(self, store: StoreBase):
         self.store = store
 
     def take(self, name: str, holder: str, lease: float) -> int | None:
@@ -23,7 +23,8 @@ class LockStore:
             .returning(locks.c.fence)
         )
         if rows:
-            return rows[0][0]
+            fence: int = rows[0][0]
+            return fence
         try:
             self.store.count(
                 insert(locks).values(
@@ -50,5 +51,5 @@ class LockStore:
         return rows[0][0] if rows else None
 
 
-def _ours(name: str, holder: str, fence: int):
+def _ours(name: str, holder: str, fence: int) -> ColumnElement[bool]:
     return and_(locks.c.name == name, locks.c.holder == holder, locks.c.fence == fence)

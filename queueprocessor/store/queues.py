@@ -8,8 +8,8 @@ from sqlalchemy import case, exc, func, insert, select, text, update
 
 from ..rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, served_names, serving_machines
 from ..rules.states import JobState
+from .base import StoreBase
 from .dbtime import db_now
-from .jobs import Store
 from .schema import jobs, machines, queues
 from .statements import recount_statement, regate_statements
 
@@ -28,7 +28,7 @@ _OLDER_OPEN = text(
 
 
 class QueueStore:
-    def __init__(self, store: Store):
+    def __init__(self, store: StoreBase):
         self.store = store
 
     def settings(self, only: str | None = None) -> dict[str, dict[str, Any]]:
@@ -112,7 +112,7 @@ class QueueStore:
                 conn.execute(statement)
 
 
-def queue_infos(store: Store, live: list[dict[str, Any]], only: str | None = None) -> list[QueueInfo]:
+def queue_infos(store: StoreBase, live: list[dict[str, Any]], only: str | None = None) -> list[QueueInfo]:
     """Every queue with work, settings or a live machine serving it by name (and `default`), by name; or only
     queue `only`, whose settings and counts alone are read. `live`: the machine rows judged alive, each with
     its `name` and `queues` (names, () for every queue)."""

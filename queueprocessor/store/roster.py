@@ -27,8 +27,8 @@ from sqlalchemy import BigInteger, Executable, Float, Subquery, bindparam, false
 
 from ..rules.clock import Sample
 from ..rules.states import MachineState
+from .base import StoreBase
 from .dbtime import db_now
-from .jobs import Store
 from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, roster_version, schedules
 from .statements import bump_roster, newest_backlog
 
@@ -83,7 +83,7 @@ class FarmRead:
 
 
 class RosterStore:
-    def __init__(self, store: Store):
+    def __init__(self, store: StoreBase):
         self.store = store
 
     def read_farm(

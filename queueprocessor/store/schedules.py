@@ -23,10 +23,11 @@ from sqlalchemy.sql import ColumnElement, FromClause
 from ..rules.errors import InvalidJob, NotFound, echoed
 from ..rules.schedules import Recurrence, check_name, check_policy, plan
 from ..rules.states import JobState, Kind
+from .base import StoreBase
 from .dbtime import db_now
-from .jobs import JobSpec, Store
 from .schema import jobs, schedules
 from .statements import gated_now
+from .types import JobSpec
 
 log = logging.getLogger("queueprocessor.schedules")
 
@@ -38,7 +39,7 @@ class Materialised:
 
 
 class ScheduleStore:
-    def __init__(self, store: Store):
+    def __init__(self, store: StoreBase):
         self.store = store
 
     def add(

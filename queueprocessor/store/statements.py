@@ -7,6 +7,9 @@ rules they keep are Store.claim's, Store.finish's and Store.heartbeat's.
 """
 
 import functools
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -49,7 +52,7 @@ from .schema import STATE_SQL, Id, jobs, machines, queues, roster_version, runs,
 LOST = "lease expired: the machine stopped renewing it"
 
 
-def _least(dialect: str, *values):
+def _least(dialect: str, *values: Any) -> Any:
     """The smallest of `values`, none of them NULL: SQLite's many-argument min(), PostgreSQL's least(); SQL
     Server has least() only from 2022 on, so there nested CASEs, which 2017 and 2019 run too."""
     if dialect == "mssql":
@@ -57,26 +60,26 @@ def _least(dialect: str, *values):
     return (func.min if dialect == "sqlite" else func.least)(*values)
 
 
-def _greatest(dialect: str, *values):
+def _greatest(dialect: str, *values: Any) -> Any:
     """The largest of `values`, none of them NULL (see _least)."""
     if dialect == "mssql":
         return functools.reduce(lambda a, b: case((a >= b, a), else_=b), values)
     return (func.max if dialect == "sqlite" else func.greatest)(*values)
 
 
-def bucket(dialect: str, q):
+def bucket(dialect: str, q: Any) -> Any:
     """The tokens a queue's rate bucket holds now, in database time: what it held, refilled since, at most
     its burst (a bucket never spent is full; a queue without a rate has none, NULL)."""
     refill = (db_now() - q.c.refilled_at) * q.c.rate_count / q.c.rate_per
     return case((q.c.tokens.is_(None), q.c.burst), else_=_least(dialect, q.c.burst, q.c.tokens + refill))
 
 
-def _guarded(q):
+def _guarded(q: Any) -> Any:
     """Queue row `q` has a farm-wide limit or rate: its jobs start only within them."""
     return or_(q.c.max_running.isnot(None), q.c.rate_count.isnot(None))
 
 
-def _holds_back(q):
+def _holds_back(q: Any) -> Any:
     """Queue row `q` keeps its jobs from the claim's main branch: it is paused, or guarded (see _guarded)."""
     return or_(q.c.paused, _guarded(q))
 
@@ -108,14 +111,14 @@ def regate_statements(one: bool = False) -> tuple[Any, ...]:
     )
 
 
-def _cut(dialect: str, q, mine):
+def _cut(dialect: str, q: Any, mine: Any) -> Any:
     """`mine` cut to the room guarded queue row `q` gives: its free places under the limit, its bucket's whole
     tokens. (SQLAlchemy gives SQLite a floor() of its own, in Python, that fails on NULL: hence the CASE.)"""
     tokens = case((q.c.rate_count.is_(None), mine), else_=cast(func.floor(bucket(dialect, q)), Integer))
     return _least(dialect, mine, func.coalesce(q.c.max_running - q.c.running, mine), tokens)
 
 
-def taken(dialect: str, n) -> dict[str, Any]:
+def taken(dialect: str, n: Any) -> dict[str, Any]:
     """What starting `n` jobs of a queue does to its row: `n` more running, if it is limited, and `n` tokens
     spent, if it is rated (from the bucket as it is now, in database time)."""
     q = queues
@@ -128,7 +131,7 @@ def taken(dialect: str, n) -> dict[str, Any]:
 
 
 @functools.cache
-def taken_statement(dialect: str):
+def taken_statement(dialect: str) -> Any:
     """Where the claim cannot count for itself (all but PostgreSQL): `b_spent` jobs of queue `b_queue` started,
     written in the claim's transaction, under the row's lock."""
     return (
@@ -138,7 +141,7 @@ def taken_statement(dialect: str):
     )
 
 
-def freed(counts):
+def freed(counts: Any) -> Any:
     """The running counts of limited queues lowered by `counts`' rows (queue, n: how many of its jobs left
     running), their rows locked in name order first, as every claim locks them, so the two never deadlock."""
     limited = (
@@ -156,7 +159,7 @@ def freed(counts):
 
 
 @functools.cache
-def freed_statement():
+def freed_statement() -> Any:
     """Where jobs leave running in a transaction of several statements (a release, a requeue, a finish on all
     but PostgreSQL): `b_freed` jobs of queue `b_queue` did, which lowers its running count if it is limited.
     Run per queue in name order (see `freed`)."""
@@ -167,8 +170,16 @@ def freed_statement():
     )
 
 
+def free_places(conn: Connection, queues_left: Iterable[str]) -> None:
+    """Jobs of these queues (one name per job) left running in this transaction: their limited queues' running
+    counts go down with them, in name order (see `freed`)."""
+    left = Counter(queues_left)
+    if left:
+        conn.execute(freed_statement(), [dict(b_queue=q, b_freed=n) for q, n in sorted(left.items())])
+
+
 @functools.cache
-def recount_statement(one: bool = False):
+def recount_statement(one: bool = False) -> Any:
     """The running count of every limited queue (with `one`, of queue `b_queue` only), counted afresh from its
     jobs (see QueueStore.recount)."""
     r = jobs.alias("r")
@@ -177,7 +188,7 @@ def recount_statement(one: bool = False):
     return update(queues).where(queues.c.max_running.isnot(None), *which).values(running=running.scalar_subquery())
 
 
-def _held(dialect: str, names: list[BindParameter[str]]):
+def _held(dialect: str, names: list[BindParameter[str]]) -> Any:
     """PostgreSQL: the rows of the claim's guarded queues (`names`: the queue parameters of the branches that
     lock) that can give it work now (not paused, a free place, a whole token, a job due), locked in name order.
     A locking read returns each row as the last claim or finish that held it left it, where the statement's
@@ -205,7 +216,7 @@ def _held(dialect: str, names: list[BindParameter[str]]):
     )
 
 
-def _room(dialect: str, i: int, limit, held=None):
+def _room(dialect: str, i: int, limit: Any, held: Any = None) -> Any:
     """How many queued jobs branch `i` of a claim may take from queue `b_q{i}`: the room the node gives it
     (`b_room{i}`: its own limit for the queue, or its free room), cut, for a queue with a farm-wide limit or
     rate, to the room its row gives (see _cut): as the claim statement locked it (`held`, PostgreSQL), or as
@@ -227,7 +238,7 @@ def _room(dialect: str, i: int, limit, held=None):
     return _greatest(dialect, _least(dialect, func.coalesce(found, mine), limit), 0)
 
 
-def in_order(j):
+def in_order(j: Any) -> Any:
     """A job of an order key may start only when no job of its key runs and none enqueued before it is still
     waiting (or, when its queue says OnFailure.BLOCK, failed for good): so the key's jobs run one at a time, in
     the order they were enqueued, whoever claims them."""
@@ -250,7 +261,7 @@ def in_order(j):
     return or_(j.c.order_key.is_(None), ~ahead)
 
 
-def among(dialect: str, column, name: str):
+def among(dialect: str, column: Any, name: str) -> Any:
     """`column` is one of the names in list parameter `name` (PostgreSQL: one array, so one statement text
     whatever the list's length)."""
     if dialect == "postgresql":
@@ -258,19 +269,19 @@ def among(dialect: str, column, name: str):
     return column.in_(bindparam(name, expanding=True))
 
 
-def due(j, horizon: bool = True):
+def due(j: Any, horizon: bool = True) -> Any:
     """Job `j` is queued, due (within `b_horizon` seconds from now, or now) and next in line for its key."""
     when = db_now() + bindparam("b_horizon", type_=Float) if horizon else db_now()
     return and_(j.c.state == JobState.QUEUED, j.c.run_at <= when, in_order(j))
 
 
-def unpaused(j):
+def unpaused(j: Any) -> Any:
     """Job `j`'s queue is not paused."""
     q = queues.alias("qp")
     return j.c.queue.notin_(select(q.c.name).where(q.c.paused))
 
 
-def guarded_due(dialect: str):
+def guarded_due(dialect: str) -> Any:
     """The turn's look at the queues it does not claim from (docs/design.md §9): is a job of one of `b_guarded` (the
     node's queues with a farm-wide limit or rate, claimed only under their row's lock) due within the horizon,
     next in line for its key and not paused? If so, the turn claims nothing and the node makes one locked claim
@@ -281,7 +292,7 @@ def guarded_due(dialect: str):
     )
 
 
-def elsewhere_due(dialect: str):
+def elsewhere_due(dialect: str) -> Any:
     """The turn's other look: is a job due now in a queue the node does not serve (`b_served`) but a live
     peer does (one of `b_elsewhere`, or any with `b_any_other`: a peer serves every queue), not paused? If so
     the turn is flagged as a backlog, so a machine that serves it claims at once."""
@@ -294,7 +305,7 @@ def elsewhere_due(dialect: str):
     )
 
 
-def looks(dialect: str, guarded: bool, elsewhere: bool, room_left=None) -> list[Any]:
+def looks(dialect: str, guarded: bool, elsewhere: bool, room_left: Any = None) -> list[Any]:
     """The two looks as columns `guarded_due` and `elsewhere_due`, NULL where not asked (elsewhere_due also
     where the condition `room_left` does not hold: a full turn-holder first asks about its own backlog)."""
     guarded_look = case((guarded_due(dialect), true()), else_=false()) if guarded else null()
@@ -312,7 +323,7 @@ def looks(dialect: str, guarded: bool, elsewhere: bool, room_left=None) -> list[
 TURN_COLUMNS = ["slot", "machine_id", "taken_at", "claimed", "backlog"]
 
 
-def turn_row(ends: bool):
+def turn_row(ends: bool) -> Any:
     """The row of slot `b_slot`'s turn, taken by `b_machine` now. With `ends`, only while that slot lasts in
     database time (until `b_ends`): an insert held up on its way past the slot's end would otherwise poll
     beside the next slot's own turn, two polls in one slot (docs/design.md §2)."""
@@ -328,7 +339,7 @@ def turn_row(ends: bool):
 
 
 @functools.cache
-def turn_statement(dialect: str, guarded: bool, elsewhere: bool, ends: bool = False):
+def turn_statement(dialect: str, guarded: bool, elsewhere: bool, ends: bool = False) -> Any:
     """Where the claim cannot record the turn itself (all but PostgreSQL): the record of slot `b_slot` (see
     turn_row; none if it came too late), returning the turn's looks (see `looks`) on SQLite; SQL Server allows
     no sub-select in OUTPUT, so it asks them apart (looks_statement)."""
@@ -339,131 +350,198 @@ def turn_statement(dialect: str, guarded: bool, elsewhere: bool, ends: bool = Fa
 
 
 @functools.cache
-def looks_statement(dialect: str, guarded: bool, elsewhere: bool):
+def looks_statement(dialect: str, guarded: bool, elsewhere: bool) -> Any:
     """SQL Server's turn looks, asked after its turn record (see turn_statement)."""
     return select(*looks(dialect, guarded, elsewhere))
 
 
+@dataclass(frozen=True)
+class ClaimShape:
+    """One shape of the claim (see Store.claim): what varies between its statements, each built and compiled once
+    (everything else is a bound parameter)."""
+
+    dialect: str
+    take_expired: bool = True  # take over running jobs whose lease ran out too (the take-over branch)
+    bounded: bool = False  # ... only those whose lease ran out before `b_before`
+    top: int | None = None  # SQL Server: the limit as a plain number, for its TOP (see `limit`)
+    served: bool = False  # only jobs of the queues in `b_served`
+    branches: tuple[bool, ...] = ()  # a branch of its own per queue `b_q{i}`; True where that queue is guarded
+    turn: bool = False  # PostgreSQL: record the turn of slot `b_slot` first, and claim only if it was ours
+    guarded: bool = False  # with `turn`: claim nothing while guarded work is due (see guarded_due)
+    elsewhere: bool = False  # with `turn`: ask elsewhere_due too (see `looks`)
+    ends: bool = False  # with `turn`: only while the slot lasts (see turn_row)
+
+    @property
+    def whole(self) -> bool:
+        """PostgreSQL's data-modifying CTEs: the statement itself locks the guarded queues' rows, ends the runs it
+        takes over as lost, counts what it started, and records the turn; elsewhere the store's transaction does."""
+        return self.dialect == "postgresql"
+
+    @property
+    def limit(self) -> Any:
+        """How many jobs the claim takes: `b_limit`; SQL Server says TOP only for a plain number (for a parameter
+        it would number every due row with ROW_NUMBER()), so there each limit is a shape of its own."""
+        return self.top or bindparam("b_limit", type_=Integer)
+
+
 @functools.cache
-def claim_statement(
-    dialect: str,
-    take_expired: bool,
-    bounded: bool,
-    top: int | None,
-    turn: bool = False,
-    served: bool = False,
-    branches: tuple[bool, ...] = (),
-    guarded: bool = False,
-    elsewhere: bool = False,
-    ends: bool = False,
-):
-    """The claim (see Store.claim), built once per shape; everything that varies is a bound parameter.
+def claim_statement(shape: ClaimShape) -> Any:
+    """The claim of `shape` (see ClaimShape).
 
     Queued and expired jobs are picked apart and merged: each branch follows an index in order
-    (ix_qp_jobs_queued, ix_qp_jobs_gated, ix_qp_jobs_lease) instead of sorting the whole backlog per claim. On
-    PostgreSQL the same statement ends as lost the runs of the jobs it takes over and, with `turn`, first
-    records the turn of slot `b_slot` (turn_row), claiming only if that record went in: an idle turn is one
-    statement.
-    Its rows then start with `won` (1 or 0) and the turn's looks (`guarded_due`, `elsewhere_due`: see `looks`;
-    with `guarded` the claim takes nothing when guarded work is due, and `elsewhere_due` is asked only
-    when the claim left room), and carry no job when nothing was claimed.
-    `top`: SQL Server only says TOP for a plain number (else ROW_NUMBER() over every due row),
-    so there each limit is its own shape.
+    (ix_qp_jobs_queued, ix_qp_jobs_gated, ix_qp_jobs_lease) instead of sorting the whole backlog per claim: the
+    main branch (_main_pick), a branch per queue claimed on its own (_queue_pick), the take-over (_takeover_pick).
+    On PostgreSQL the same statement ends as lost the runs of the jobs it takes over and, with `turn`, first
+    records the turn (_turn_claim), claiming only if that record went in: an idle turn is one statement.
 
-    Queues (docs/design.md §9): with `served`, only jobs of the queues in `b_served`; never a queued job of a paused
-    queue, nor of a queue with a farm-wide limit or rate except through one of the `branches`: branch i takes
-    queue `b_q{i}`'s jobs on their own, at most as many as _room allows: from the gated jobs' index when
-    `branches[i]` (the queue is guarded, so its jobs are gated), else from the main one. On PostgreSQL the
-    statement locks the rows of those guarded queues itself and counts what it started on them
-    (_held, _counted). A queued job of an order key must be next in line (in_order).
+    Queues (docs/design.md §9): never a queued job of a paused queue, nor of a queue with a farm-wide limit or
+    rate except through its branch of its own. On PostgreSQL the statement locks the rows of those guarded
+    queues itself and counts what it started on them (_held, _counted). A queued job of an order key must be
+    next in line (in_order).
     """
     j = jobs.alias("j")
     now = db_now()
-    limit = top or bindparam("b_limit", type_=Integer)
-    gate: ColumnElement[bool] = true()
-    if turn:
-        recorded = (
-            pg_insert(turns)
-            .from_select(TURN_COLUMNS, turn_row(ends))
-            .on_conflict_do_nothing(index_elements=[turns.c.slot])
-            .returning(turns.c.slot)
-            .cte("turn")
+    recorded = _turn_record(shape.ends) if shape.turn else None
+    gate = _turn_gate(shape, recorded) if recorded is not None else true()
+    alone = [bindparam(f"b_q{i}", type_=String) for i in range(len(shape.branches))]
+    locking = [name for name, locked in zip(alone, shape.branches) if locked]
+    held = _held(shape.dialect, locking) if shape.whole and shape.branches else None
+    waiting, mine = due(j), _served(shape, j)  # each built once: the branches share their bound parameters
+    picks = [_main_pick(shape, j, gate, waiting, mine, alone)]
+    picks += [_queue_pick(shape, j, gate, waiting, i, name, held) for i, name in enumerate(alone)]
+    if shape.take_expired:
+        picks.append(_takeover_pick(shape, j, gate, mine, now))
+    pick = _merged(shape, picks, held)
+    if not shape.whole:
+        return _claim_update(shape, pick, now)
+    # A LIMIT ... FOR UPDATE subquery inside IN () may be rescanned by the
+    # planner and take more than `limit` rows; a materialised CTE runs once.
+    picked = pick.cte("picked").prefix_with("MATERIALIZED")
+    claimed = _claim_update(shape, select(picked.c.id), now).cte("claimed")
+    ending = [_lost(picked, now).cte("lost")] if shape.take_expired else []
+    if held is not None:
+        ending.append(_counted(shape.dialect, picked, held, shape.take_expired).cte("counted"))
+    if recorded is None:
+        return select(claimed).add_cte(*ending)
+    return _turn_claim(shape, recorded, claimed).add_cte(*ending)
+
+
+def _turn_record(ends: bool) -> Any:
+    """PostgreSQL: the record of slot `b_slot`'s turn (turn_row) as a CTE, none if another machine has the slot."""
+    return (
+        pg_insert(turns)
+        .from_select(TURN_COLUMNS, turn_row(ends))
+        .on_conflict_do_nothing(index_elements=[turns.c.slot])
+        .returning(turns.c.slot)
+        .cte("turn")
+    )
+
+
+def _turn_gate(shape: ClaimShape, recorded: Any) -> ColumnElement[bool]:
+    """A turn's claim picks only if the turn was recorded (it was ours) and, with `guarded`, no guarded work is
+    due (then the node claims every queue in one locked claim instead)."""
+    gate: ColumnElement[bool] = exists(select(recorded.c.slot))
+    return and_(gate, ~guarded_due(shape.dialect)) if shape.guarded else gate
+
+
+def _best(shape: ClaimShape, j: Any, gate: ColumnElement[bool], where: ColumnElement[bool], most: Any = None) -> Any:
+    """The best `most` (the claim's limit) jobs `j` that `where` and `gate` allow, best priority first, locked and
+    skipped while another claim holds them."""
+    return (
+        select(
+            j.c.id,
+            j.c.priority,
+            j.c.run_at,
+            j.c.state,
+            j.c.owner,
+            j.c.started_at,
+            j.c.attempts,
+            j.c.fence,
+            j.c.queue,
         )
-        gate = exists(select(recorded.c.slot))
-        if guarded:
-            gate = and_(gate, ~guarded_due(dialect))
+        .where(where, gate)
+        .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
+        .limit(shape.limit if most is None else most)
+        .with_for_update(skip_locked=True)
+        .with_hint(j, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql")
+        .subquery()
+    )
 
-    def expired(table):
-        ran_out = table.c.lease_until < now
-        return and_(ran_out, table.c.lease_until < bindparam("b_before", type_=Float)) if bounded else ran_out
 
-    def best(where, most=limit):
-        return (
-            select(
-                j.c.id,
-                j.c.priority,
-                j.c.run_at,
-                j.c.state,
-                j.c.owner,
-                j.c.started_at,
-                j.c.attempts,
-                j.c.fence,
-                j.c.queue,
-            )
-            .where(where, gate)
-            .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
-            .limit(most)
-            .with_for_update(skip_locked=True)
-            .with_hint(j, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql")
-            .subquery()
-        )
+def _served(shape: ClaimShape, j: Any) -> ColumnElement[bool]:
+    """With `served`, only jobs of the node's queues (`b_served`)."""
+    return among(shape.dialect, j.c.queue, "b_served") if shape.served else true()
 
-    mine = among(dialect, j.c.queue, "b_served") if served else true()
+
+def _main_pick(
+    shape: ClaimShape,
+    j: Any,
+    gate: ColumnElement[bool],
+    waiting: ColumnElement[bool],
+    mine: ColumnElement[bool],
+    alone: list[BindParameter[str]],
+) -> Any:
+    """The plain claim: due jobs off the index of ungated jobs (a gated one's queue holds it back), not of a queue
+    claimed in a branch of its own. It still checks the queue's row, for the moment between a row's change and
+    the flags it sets (QueueStore.put)."""
     q = queues.alias("q")
     held_back = select(q.c.name).where(_holds_back(q))
-    alone = [bindparam(f"b_q{i}", type_=String) for i in range(len(branches))]
-    locking = [name for name, locked in zip(alone, branches) if locked]
-    held = _held(dialect, locking) if dialect == "postgresql" and branches else None
-    waiting = due(j)
-    # The main branch reads the index of ungated jobs (a gated one's queue holds it back); it still checks the
-    # queue's row, for the moment between a row's change and the flags it sets (QueueStore.put).
-    picks = [
-        best(
-            and_(
-                waiting,
-                j.c.gated == false(),
-                mine,
-                j.c.queue.notin_(held_back),
-                *([j.c.queue.notin_(alone)] if alone else []),
-            )
-        )
-    ]
-    picks += [
-        best(
-            and_(waiting, j.c.gated == (true() if locked else false()), j.c.queue == alone[i]),
-            _room(dialect, i, limit, held),
-        )
-        for i, locked in enumerate(branches)
-    ]
-    if take_expired:
-        picks.append(best(and_(j.c.state == JobState.RUNNING, expired(j), mine, unpaused(j))))
+    return _best(
+        shape,
+        j,
+        gate,
+        and_(
+            waiting,
+            j.c.gated == false(),
+            mine,
+            j.c.queue.notin_(held_back),
+            *([j.c.queue.notin_(alone)] if alone else []),
+        ),
+    )
+
+
+def _queue_pick(
+    shape: ClaimShape, j: Any, gate: ColumnElement[bool], waiting: ColumnElement[bool], i: int, name: Any, held: Any
+) -> Any:
+    """Branch `i`: queue `b_q{i}`'s due jobs on their own, at most as many as _room allows: from the gated jobs'
+    index when the queue is guarded (so its jobs are gated), else from the main one."""
+    gated = true() if shape.branches[i] else false()
+    room = _room(shape.dialect, i, shape.limit, held)
+    return _best(shape, j, gate, and_(waiting, j.c.gated == gated, j.c.queue == name), room)
+
+
+def _expired(shape: ClaimShape, table: Any, now: Any) -> ColumnElement[bool]:
+    """A lease of `table`'s row ran out (with `bounded`, before `b_before` too: a claim that a stalled database
+    held up does not take the leases that ran out during the stall)."""
+    ran_out = table.c.lease_until < now
+    return and_(ran_out, table.c.lease_until < bindparam("b_before", type_=Float)) if shape.bounded else ran_out
+
+
+def _takeover_pick(shape: ClaimShape, j: Any, gate: ColumnElement[bool], mine: ColumnElement[bool], now: Any) -> Any:
+    """The take-over: running jobs whose lease ran out, of a queue that is not paused."""
+    return _best(shape, j, gate, and_(j.c.state == JobState.RUNNING, _expired(shape, j, now), mine, unpaused(j)))
+
+
+def _merged(shape: ClaimShape, picks: list[Any], held: Any) -> Any:
+    """The ids the claim takes: its one branch's, or the best of its branches' merged. On PostgreSQL the picked rows
+    also say which run a taken-over job leaves (see _lost) and, with guarded queues, which queue each is of."""
     either = union_all(*(select(p) for p in picks)).subquery() if len(picks) > 1 else picks[0]
-    # On PostgreSQL the picked rows also say which run a taken-over job leaves (see _lost).
     taken_from = (
         [either.c.state, either.c.owner, either.c.started_at, either.c.attempts, either.c.fence]
-        if dialect == "postgresql" and take_expired
+        if shape.whole and shape.take_expired
         else []
     )
     pick = select(either.c.id, *taken_from, *([either.c.queue] if held is not None else []))
     if len(picks) > 1:
-        pick = pick.order_by(either.c.priority.desc(), either.c.run_at, either.c.id).limit(limit)
-    if dialect == "postgresql":
-        # A LIMIT ... FOR UPDATE subquery inside IN () may be rescanned by the
-        # planner and take more than `limit` rows; a materialised CTE runs once.
-        picked = pick.cte("picked").prefix_with("MATERIALIZED")
-        pick = select(picked.c.id)
-    guard = or_(jobs.c.state == JobState.QUEUED, and_(jobs.c.state == JobState.RUNNING, expired(jobs)))
-    statement = (
+        pick = pick.order_by(either.c.priority.desc(), either.c.run_at, either.c.id).limit(shape.limit)
+    return pick
+
+
+def _claim_update(shape: ClaimShape, pick: Any, now: Any) -> Any:
+    """The claim's one write: the picked jobs, still claimable (queued, or running with a lease that ran out),
+    running now under `b_machine`'s lease with the next fence; it returns what Claimed holds."""
+    guard = or_(jobs.c.state == JobState.QUEUED, and_(jobs.c.state == JobState.RUNNING, _expired(shape, jobs, now)))
+    return (
         update(jobs)
         .where(jobs.c.id.in_(pick), guard)
         .values(
@@ -491,25 +569,20 @@ def claim_statement(
             jobs.c.queue,
         )
     )
-    if dialect != "postgresql":
-        return statement
-    claimed = statement.cte("claimed")
-    ending = [_lost(picked, now).cte("lost")] if take_expired else []
-    if held is not None:
-        ending.append(_counted(dialect, picked, held, take_expired).cte("counted"))
-    if not turn:
-        return select(claimed).add_cte(*ending)
+
+
+def _turn_claim(shape: ClaimShape, recorded: Any, claimed: Any) -> Any:
+    """PostgreSQL's turn and claim in one: one row per job claimed, or one without a job, each starting with `won`
+    (1 or 0) and the turn's looks (`elsewhere_due` asked only when the claim left room: see `looks`)."""
     won = select(func.count()).select_from(recorded).scalar_subquery().label("won")
-    room_left = select(func.count()).select_from(claimed).scalar_subquery() < limit
+    room_left = select(func.count()).select_from(claimed).scalar_subquery() < shape.limit
     one = select(literal(1).label("one")).subquery("one")
-    return (
-        select(won, *looks(dialect, guarded, elsewhere, room_left), *claimed.c)
-        .select_from(one.outerjoin(claimed, true()))
-        .add_cte(*ending)
+    return select(won, *looks(shape.dialect, shape.guarded, shape.elsewhere, room_left), *claimed.c).select_from(
+        one.outerjoin(claimed, true())
     )
 
 
-def _lost(picked, now):
+def _lost(picked: Any, now: Any) -> Any:
     """A run's row is written once, when it ends (see Store.finish); while it runs, it is its job's row. A job a
     claim takes over from a machine whose lease ran out ends that machine's run as lost, in the same statement:
     the picked rows that were running, as they were (every picked row is claimed: the pick locked it, and the
@@ -530,7 +603,7 @@ def _lost(picked, now):
     )
 
 
-def _counted(dialect: str, picked, held, take_expired: bool):
+def _counted(dialect: str, picked: Any, held: Any, take_expired: bool) -> Any:
     """What a claim started of each guarded queue whose row it holds (see _held), counted on that row in the
     same statement: the picked rows that were queued (every picked row is claimed, see _lost), not those taken
     over, which were running and counted already."""
@@ -545,7 +618,7 @@ def _counted(dialect: str, picked, held, take_expired: bool):
     )
 
 
-def _by_id(names_types):
+def _by_id(names_types: list[tuple[str, Any]]) -> tuple[Any, Any]:
     """PostgreSQL: the rows of arrays `b_<name>` (one element per job, `id` first) as table `v`, and the jobs they
     name, found by primary key (`id = ANY(array)`) and joined to them by hash.
 
@@ -575,7 +648,7 @@ def _by_id(names_types):
 
 
 @functools.cache
-def renew_statement():
+def renew_statement() -> Any:
     """PostgreSQL: the renewal of the leases of jobs `b_id` (fences `b_fence`), by `b_lease` seconds from now, of
     those still ours (see Store.renew): arrays in, so one statement text and one plan whatever their number (as
     one OR per job, the planner read the whole table: a second for 512 jobs)."""
@@ -589,7 +662,7 @@ def renew_statement():
 
 
 @functools.cache
-def finish_statement():
+def finish_statement() -> Any:
     """PostgreSQL: how a batch of runs ended, in one statement: arrays in, the (id, fence) of the runs that were still
     ours out.
 
@@ -662,7 +735,7 @@ def bump_roster(conn: Connection) -> None:
     conn.execute(update(roster_version).where(roster_version.c.id == 1).values(version=roster_version.c.version + 1))
 
 
-def newest_backlog(since: ColumnElement[int] | None) -> ColumnElement[int | None]:
+def newest_backlog(since: int | ColumnElement[int] | None) -> ColumnElement[int | None]:
     """The newest slot from `since` on whose turn found more due work than its holder could take, as a column."""
     if since is None:
         return literal(None)
@@ -670,7 +743,7 @@ def newest_backlog(since: ColumnElement[int] | None) -> ColumnElement[int | None
 
 
 @functools.cache
-def checkin_statement(applied: bool, any_state: bool = False, returning: bool = False):
+def checkin_statement(applied: bool, any_state: bool = False, returning: bool = False) -> Any:
     """A machine's check-in (Store.heartbeat): machine `b_me` writes its figures and is seen now; with
     `applied`, the wish `b_applied` it just applied is cleared, unless an operator wished again since. It
     matches only while the row's state is `b_state` (a new state changes the roster: see Store.heartbeat),

@@ -13,7 +13,8 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from ..rules.errors import QPError, echoed
 from ..rules.states import JobState
-from .jobs import Store, run_history
+from .base import StoreBase
+from .history import run_history
 from .schema import jobs, machines, runs, schedules, turns
 
 KEYS_PER_STATEMENT = 500  # well under every backend's limit of bound parameters (SQL Server's is 2,100)
@@ -55,7 +56,7 @@ def plain_dicts(rows: Sequence[Row[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(names, row)) for row in rows]
 
 
-def turns_between(store: Store, since: float, until: float, limit: int = 100_000) -> list[dict[str, Any]]:
+def turns_between(store: StoreBase, since: float, until: float, limit: int = 100_000) -> list[dict[str, Any]]:
     """Turns taken in [since, until] of database time, by slot (the turn log, the truth)."""
     rows = store.rows(
         select(turns).where(turns.c.taken_at >= since, turns.c.taken_at <= until).order_by(turns.c.slot).limit(limit)
@@ -63,7 +64,7 @@ def turns_between(store: Store, since: float, until: float, limit: int = 100_000
     return plain_dicts(rows)
 
 
-def runs_between(store: Store, since: float, until: float, limit: int = 20_000) -> list[dict[str, Any]]:
+def runs_between(store: StoreBase, since: float, until: float, limit: int = 20_000) -> list[dict[str, Any]]:
     """Runs that overlap [since, until] (still running ones included), newest first, with their job's target."""
     history = run_history()
     overlap = and_(history.c.started_at <= until, or_(history.c.finished_at.is_(None), history.c.finished_at >= since))
@@ -77,7 +78,7 @@ def runs_between(store: Store, since: float, until: float, limit: int = 20_000) 
     return plain_dicts(store.rows(statement))
 
 
-def throughput(store: Store, since: float, until: float, bucket: float) -> list[dict[str, Any]]:
+def throughput(store: StoreBase, since: float, until: float, bucket: float) -> list[dict[str, Any]]:
     """Finished runs per `bucket` seconds and outcome: [{start, outcome, count}], oldest first."""
     slot = bucket_of(runs.c.finished_at, bucket)
     statement = (
@@ -91,7 +92,7 @@ def throughput(store: Store, since: float, until: float, bucket: float) -> list[
     ]
 
 
-def machine_throughput(store: Store, since: float, until: float) -> dict[int, dict[str, int]]:
+def machine_throughput(store: StoreBase, since: float, until: float) -> dict[int, dict[str, int]]:
     """Finished runs per machine and outcome in [since, until]: {machine id: {outcome: count}}."""
     statement = (
         select(runs.c.machine_id, runs.c.outcome, func.count())
@@ -105,7 +106,7 @@ def machine_throughput(store: Store, since: float, until: float) -> dict[int, di
 
 
 def find_jobs(
-    store: Store, text: str, state: str | None = None, limit: int = 500, *, queue: str | None = None
+    store: StoreBase, text: str, state: str | None = None, limit: int = 500, *, queue: str | None = None
 ) -> list[dict[str, Any]]:
     """The newest `limit` jobs (in `state`, of `queue`, if given) whose id, target, machine name or last error
     contains `text`, ignoring case; newest first. `text` is a bound parameter and its % and _ match only themselves."""
@@ -142,12 +143,12 @@ SCHEDULE_COLUMNS = (
 )
 
 
-def schedule_rows(store: Store) -> list[dict[str, Any]]:
+def schedule_rows(store: StoreBase) -> list[dict[str, Any]]:
     """Every schedule's SCHEDULE_COLUMNS, by name."""
     return plain_dicts(store.rows(select(*(schedules.c[c] for c in SCHEDULE_COLUMNS)).order_by(schedules.c.name)))
 
 
-def jobs_by_key(store: Store, keys: list[str]) -> list[tuple[Any, ...]]:
+def jobs_by_key(store: StoreBase, keys: list[str]) -> list[tuple[Any, ...]]:
     """(key, id, state, owner, finished_at, last_error) of the jobs holding `keys`, found by their unique key."""
     found = select(jobs.c.key, jobs.c.id, jobs.c.state, jobs.c.owner, jobs.c.finished_at, jobs.c.last_error)
     return [

@@ -13,7 +13,7 @@ import pytest
 
 from queueprocessor.farm import Farm
 from queueprocessor.rules.errors import LostLease
-from queueprocessor.store.jobs import Claimed
+from queueprocessor.store.types import Claimed
 from tests.support.work import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -95,25 +95,25 @@ def check_failover(farm, http_target):
     wait_for(lambda: len(farm.status()["machines"]) == 3, 20)
     time.sleep(2)
     [job_id] = farm.enqueue_http("/sleep/30")
-    job = wait_for(lambda: (j := farm._store.get_job(job_id))["state"] == "running" and j, 10)
+    job = wait_for(lambda: (j := farm._store.jobs.get(job_id))["state"] == "running" and j, 10)
     victim = next(m for m in farm.status()["machines"] if m["id"] == job["owner"])
     killed_at = farm._store.ask_time()
     os.kill(victim["pid"], signal.SIGKILL)
 
     def rerun():
-        runs = farm._store.list_runs(job_id=job_id)
+        runs = farm._store.runs.read(job_id=job_id)
         return next((r for r in runs if r["attempt"] == 2), None)
 
     second = wait_for(rerun, 15)
     assert second["machine_id"] != victim["id"]
     # Dead timeout (3 heartbeats of 1 s) plus two periods of 1 s.
     assert second["started_at"] - killed_at <= 5.0
-    first = next(r for r in farm._store.list_runs(job_id=job_id) if r["attempt"] == 1)
+    first = next(r for r in farm._store.runs.read(job_id=job_id) if r["attempt"] == 1)
     assert first["outcome"] == "lost"
     # The dead machine's fence token can no longer write: not in the database...
     stale = Claimed(job_id, "http", "/sleep/30", "GET", None, 1, 3, None, first["fence"], 0.0)
     with pytest.raises(LostLease):
-        farm._store.finish(stale, victim["id"], "succeeded")
+        farm._store.runs.finish(stale, victim["id"], "succeeded")
     # ...nor downstream, which sees the new owner's token first.
     base = http_target.base_url
 
@@ -128,4 +128,4 @@ def check_failover(farm, http_target):
             return refused.code
 
     assert (post(second["fence"]), post(first["fence"])) == (200, 409)
-    assert farm._store.get_job(job_id)["owner"] == second["machine_id"]
+    assert farm._store.jobs.get(job_id)["owner"] == second["machine_id"]

@@ -563,7 +563,7 @@ class Farmyard:
             farm.settings(period=1.0, heartbeat=1.0, misses=3)
             farm.enqueue_http("/reports/daily", key="report")
             for name in ("twin", "twin", "worker"):
-                farm._store.register(
+                farm._store.machines.register(
                     name=name,
                     host="h",
                     instance=uuid.uuid4().hex,

@@ -41,12 +41,12 @@ def test_options_come_from_flags_then_environment_then_config(tmp_path, sqlite_u
     done = run("--config", str(config), "enqueue", "http", "/c", env={"QP_DB": f"sqlite:///{other}"})
     assert done.returncode == 0, done.stderr
     with Farm(sqlite_url) as farm:
-        jobs = {j["target"]: j for j in farm._store.list_jobs()}
+        jobs = {j["target"]: j for j in farm._store.jobs.newest()}
     assert (jobs["/a"]["priority"], jobs["/a"]["max_attempts"]) == (3, 7)
     assert jobs["/b"]["priority"] == 9
     assert "/c" not in jobs  # QP_DB beat the config file's db
     with Farm(f"sqlite:///{other}") as farm:
-        assert [j["target"] for j in farm._store.list_jobs()] == ["/c"]
+        assert [j["target"] for j in farm._store.jobs.newest()] == ["/c"]
 
 
 def test_help_names_the_environment_variable_of_every_option(sqlite_url):
@@ -54,7 +54,7 @@ def test_help_names_the_environment_variable_of_every_option(sqlite_url):
     assert "[env var: QP_ENQUEUE_HTTP_PRIORITY; default: 0]" in " ".join(shown.split())
     assert run("enqueue", "http", "/x", env={"QP_ENQUEUE_HTTP_PRIORITY": "7"}, db=sqlite_url).returncode == 0
     with Farm(sqlite_url) as farm:
-        assert [j["priority"] for j in farm._store.list_jobs()] == [7]
+        assert [j["priority"] for j in farm._store.jobs.newest()] == [7]
 
 
 def test_config_values_of_the_right_type_are_taken_as_they_are(tmp_path, sqlite_url):
@@ -62,7 +62,7 @@ def test_config_values_of_the_right_type_are_taken_as_they_are(tmp_path, sqlite_
     config.write_text('[enqueue.http]\npriority = -2\ntimeout = 1.5\nkey = "k"\n')
     assert run("--config", str(config), "enqueue", "http", "/a", db=sqlite_url).returncode == 0
     with Farm(sqlite_url) as farm:
-        [job] = farm._store.list_jobs()
+        [job] = farm._store.jobs.newest()
     assert (job["priority"], job["timeout"], job["key"]) == (-2, 1.5, "k")
 
 
@@ -90,7 +90,9 @@ def test_json_documents_for_status_jobs_turns(sqlite_url):
 def test_status_lists_each_machines_queues_as_its_queues_option_says(sqlite_url):
     with Farm(sqlite_url) as farm:
         for name, queues in (("reporter", "reports:2,default"), ("anything", "")):
-            farm._store.register(name=name, host="h", instance=name, pid=1, version="t", capacity=4, queues=queues)
+            farm._store.machines.register(
+                name=name, host="h", instance=name, pid=1, version="t", capacity=4, queues=queues
+            )
     rows = [line.split() for line in run("status", db=sqlite_url).stdout.splitlines()]
     shown = {row[1]: row[4] for row in rows if row[0].isdigit()}  # id, name, host, status, queues, ...
     assert shown == {"reporter": "reports:2,default", "anything": "all"}
@@ -186,10 +188,10 @@ def test_sigterm_drains_then_exits(sqlite_url, http_target, tmp_path):
     proc, log = start_node(sqlite_url, http_target.base_url, tmp_path)
     try:
         [job_id] = farm.enqueue_http("/sleep/1.5")
-        wait_for(lambda: farm._store.get_job(job_id)["state"] == "running")
+        wait_for(lambda: farm._store.jobs.get(job_id)["state"] == "running")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
-        assert farm._store.get_job(job_id)["state"] == "succeeded"
+        assert farm._store.jobs.get(job_id)["state"] == "succeeded"
         assert farm.status()["machines"][0]["status"] == "stopped"
     finally:
         proc.kill()
@@ -203,14 +205,14 @@ def test_a_second_interrupt_leaves_at_once_and_hands_jobs_back(sqlite_url, http_
     proc, log = start_node(sqlite_url, http_target.base_url, tmp_path)
     try:
         [job_id] = farm.enqueue_http("/sleep/30")
-        wait_for(lambda: farm._store.get_job(job_id)["state"] == "running")
+        wait_for(lambda: farm._store.jobs.get(job_id)["state"] == "running")
         proc.send_signal(signal.SIGINT)
         time.sleep(0.3)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0
-        job = farm._store.get_job(job_id)
+        job = farm._store.jobs.get(job_id)
         assert (job["state"], job["attempts"]) == ("queued", 0)  # back in the queue, no attempt spent
-        assert farm._store.list_runs(job_id=job_id)[0]["outcome"] == "lost"
+        assert farm._store.runs.read(job_id=job_id)[0]["outcome"] == "lost"
     finally:
         proc.kill()
         log.close()

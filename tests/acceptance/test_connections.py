@@ -14,8 +14,8 @@ from sqlalchemy import event, func, select
 from sqlalchemy.engine import make_url
 
 from queueprocessor.farm import Farm
+from queueprocessor.store.base import KEEP
 from queueprocessor.store.database import client_name, open_engine
-from queueprocessor.store.jobs import KEEP
 from tests.support.work import ROOT, Nodes, wait_for
 
 QP = [sys.executable, "-m", "queueprocessor.cli"]

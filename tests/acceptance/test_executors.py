@@ -7,7 +7,7 @@ import time
 import pytest
 
 from queueprocessor.rules.errors import InvalidJob
-from queueprocessor.store.jobs import JobSpec
+from queueprocessor.store.types import JobSpec
 from tests.support import pyjobs
 from tests.support.work import Nodes, run_cli, wait_for
 
@@ -60,16 +60,16 @@ def test_work_that_can_never_succeed_fails_at_once_with_its_reason(farm, nodes):
         ],
         "is a int, not a function": farm.enqueue_python(f"{pyjobs.__name__}:not_callable", **spec)[0],
         # Straight into the queue, past the door's checks:
-        "Python module 'os' is not allowed on this machine": farm._store.enqueue(
+        "Python module 'os' is not allowed on this machine": farm._store.jobs.enqueue(
             JobSpec(executor="python", target="os:getcwd", **spec)
         )[0],
-        "is not of the form package.module:function": farm._store.enqueue(
+        "is not of the form package.module:function": farm._store.jobs.enqueue(
             JobSpec(executor="python", target="no-colon", **spec)
         )[0],
-        "command 'rm' is not allowed on this machine": farm._store.enqueue(
+        "command 'rm' is not allowed on this machine": farm._store.jobs.enqueue(
             JobSpec(executor="command", target='["rm", "-rf", "/tmp/nothing"]', **spec)
         )[0],
-        "unknown executor 'ftp'": farm._store.enqueue(JobSpec(executor="ftp", target="/x", **spec))[0],
+        "unknown executor 'ftp'": farm._store.jobs.enqueue(JobSpec(executor="ftp", target="/x", **spec))[0],
     }
     for reason, job_id in hopeless.items():
         job = finished(farm, job_id)
@@ -91,7 +91,7 @@ def test_cancelling_a_running_python_job_stops_it_within_a_heartbeat(farm, nodes
     job_id = farm.enqueue_python(f"{pyjobs.__name__}:{target}")[0]
     wait_for(lambda: job_id in pyjobs.SEEN)
     asked = time.monotonic()
-    assert farm._store.cancel(job_id) == "cancelling"
+    assert farm._store.jobs.cancel(job_id) == "cancelling"
     job = finished(farm, job_id)
     assert job["state"] == "cancelled" and [r["outcome"] for r in job["runs"]] == ["cancelled"]
     assert pyjobs.SEEN[job_id]["noticed"] - asked < 1.0  # heartbeats are 0.2 s here
@@ -114,7 +114,7 @@ def test_cancelling_a_running_command_kills_it_within_a_heartbeat(farm, nodes, t
     wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
     pid = int(pid_file.read_text())
     asked = farm._store.ask_time()
-    assert farm._store.cancel(job_id) == "cancelling"
+    assert farm._store.jobs.cancel(job_id) == "cancelling"
     job = finished(farm, job_id)
     [run] = job["runs"]
     assert job["state"] == "cancelled" and run["outcome"] == "cancelled"
@@ -170,15 +170,19 @@ def test_work_no_live_machine_allows_is_refused_at_the_door(farm, nodes):
         farm.enqueue_http("http://example.com/steal")
     with pytest.raises(InvalidJob, match="unknown executor 'ftp'"):
         farm.enqueue(JobSpec(executor="ftp", target="/x"))
-    assert farm._store.job_counts()["queued"] == 0
+    assert farm._store.jobs.counts()["queued"] == 0
 
 
 def test_work_that_slipped_past_the_door_fails_alone_at_run_time(farm, nodes):
     """Inserted straight into the queue (as SQL or an older client could), refused by the node's own lists."""
     nodes("a")
-    rogue = farm._store.enqueue(JobSpec(executor="command", target='["rm", "-rf", "/tmp/nothing"]', max_attempts=1))[0]
-    module = farm._store.enqueue(JobSpec(executor="python", target="os:system", payload='"true"', max_attempts=1))[0]
-    host = farm._store.enqueue(JobSpec(executor="http", target="http://example.com/", max_attempts=1))[0]
+    rogue = farm._store.jobs.enqueue(
+        JobSpec(executor="command", target='["rm", "-rf", "/tmp/nothing"]', max_attempts=1)
+    )[0]
+    module = farm._store.jobs.enqueue(JobSpec(executor="python", target="os:system", payload='"true"', max_attempts=1))[
+        0
+    ]
+    host = farm._store.jobs.enqueue(JobSpec(executor="http", target="http://example.com/", max_attempts=1))[0]
     good = farm.enqueue_command(["sh", "-c", "echo fine"])[0]
     assert "command 'rm' is not allowed on this machine" in finished(farm, rogue)["last_error"]
     assert "Python module 'os' is not allowed on this machine" in finished(farm, module)["last_error"]
@@ -196,7 +200,7 @@ def test_every_attempt_leaves_a_run_row_and_a_failed_job_can_be_retried(farm, no
         (2, 2, "failed", node.id),
     ]
     assert runs[1]["started_at"] - runs[0]["finished_at"] >= 0.5  # backed off (at least half the base)
-    farm._store.retry(job_id)
+    farm._store.jobs.retry(job_id)
     again = finished(farm, job_id, timeout=15)
     assert [r["attempt"] for r in again["runs"]] == [3, 2, 1] and again["state"] == "failed"
 

@@ -12,7 +12,7 @@ from queueprocessor.rules.clock import SystemClock
 from queueprocessor.rules.errors import ConfigError
 from queueprocessor.rules.roster import slot_of
 from queueprocessor.store.database import unreachable
-from queueprocessor.store.jobs import Claimed
+from queueprocessor.store.types import Claimed
 from tests.support.work import FAST, Nodes, wait_for
 
 
@@ -37,10 +37,10 @@ def nodes(farm, http_target):
 def test_two_skewed_nodes_take_alternate_turns_and_run_jobs(farm, nodes, http_target):
     a, b = nodes("a", skew=-0.7), nodes("b", skew=0.9)
     ids = farm.enqueue_http("/ok", count=6)
-    wait_for(lambda: farm._store.job_counts()["succeeded"] == 6)
+    wait_for(lambda: farm._store.jobs.counts()["succeeded"] == 6)
     start = farm._store.ask_time()
     time.sleep(2.0)
-    turns = farm._store.read_turns(start)
+    turns = farm._store.turns.read(start)
     slots = [t["slot"] for t in turns]
     assert len(slots) == len(set(slots))
     assert {t["machine_id"] for t in turns} == {a.id, b.id}
@@ -60,7 +60,7 @@ def test_pause_resume_and_drain_are_obeyed_within_a_heartbeat(farm, nodes):
     time.sleep(0.5)
     since = farm._store.ask_time()
     time.sleep(1.0)
-    assert {t["machine_id"] for t in farm._store.read_turns(since)} == {b.id}
+    assert {t["machine_id"] for t in farm._store.turns.read(since)} == {b.id}
     farm.steer(str(a.id), "resume")
     wait_for(lambda: a.state == "active", timeout=1.0)
     farm.steer("b", "drain")
@@ -72,31 +72,31 @@ def test_pause_resume_and_drain_are_obeyed_within_a_heartbeat(farm, nodes):
 def test_a_drained_node_finishes_its_running_job_first(farm, nodes, http_target):
     a = nodes("a")
     [job_id] = farm.enqueue_http("/sleep/1")
-    wait_for(lambda: farm._store.get_job(job_id)["state"] == "running")
+    wait_for(lambda: farm._store.jobs.get(job_id)["state"] == "running")
     farm.steer("a", "drain")
     wait_for(lambda: a.state == "draining", timeout=1.0)
     wait_for(lambda: a.stopped.is_set(), timeout=5.0)
-    assert farm._store.get_job(job_id)["state"] == "succeeded"
+    assert farm._store.jobs.get(job_id)["state"] == "succeeded"
 
 
 def test_timeout_stops_the_work_and_retries(farm, nodes, http_target):
     nodes("a")
     [job_id] = farm.enqueue_http("/sleep/5", timeout=0.3, max_attempts=1)
-    job = wait_for(lambda: (j := farm._store.get_job(job_id))["state"] == "failed" and j)
+    job = wait_for(lambda: (j := farm._store.jobs.get(job_id))["state"] == "failed" and j)
     assert "timeout of 0.3 s" in job["last_error"]
-    [run] = farm._store.list_runs(job_id=job_id)
+    [run] = farm._store.runs.read(job_id=job_id)
     assert run["outcome"] == "timeout" and run["finished_at"] - run["started_at"] < 2
 
 
 def test_cancel_stops_a_running_job_within_a_heartbeat(farm, nodes, http_target):
     nodes("a")
     [job_id] = farm.enqueue_http("/sleep/10")
-    wait_for(lambda: farm._store.get_job(job_id)["state"] == "running")
+    wait_for(lambda: farm._store.jobs.get(job_id)["state"] == "running")
     asked = time.monotonic()
-    assert farm._store.cancel(job_id) == "cancelling"
-    wait_for(lambda: farm._store.get_job(job_id)["state"] == "cancelled", timeout=2.0)
+    assert farm._store.jobs.cancel(job_id) == "cancelling"
+    wait_for(lambda: farm._store.jobs.get(job_id)["state"] == "cancelled", timeout=2.0)
     assert time.monotonic() - asked < 1.0
-    assert farm._store.list_runs(job_id=job_id)[0]["outcome"] == "cancelled"
+    assert farm._store.runs.read(job_id=job_id)[0]["outcome"] == "cancelled"
 
 
 def test_leaving_at_once_hands_running_jobs_back_as_the_operators_exit(farm, nodes, http_target):
@@ -104,11 +104,11 @@ def test_leaving_at_once_hands_running_jobs_back_as_the_operators_exit(farm, nod
     (not that the machine lost its lease)."""
     node = nodes("a")
     [job_id] = farm.enqueue_http("/sleep/10")
-    wait_for(lambda: farm._store.get_job(job_id)["state"] == "running")
+    wait_for(lambda: farm._store.jobs.get(job_id)["state"] == "running")
     node.stop(drain=False)
-    job = farm._store.get_job(job_id)
+    job = farm._store.jobs.get(job_id)
     assert (job["state"], job["attempts"], job["last_error"]) == ("queued", 0, STOPPED["exit"])
-    [run] = farm._store.list_runs(job_id=job_id)
+    [run] = farm._store.runs.read(job_id=job_id)
     assert run["error"] == STOPPED["exit"] and run["finished_at"] is not None
 
 
@@ -119,11 +119,11 @@ def test_a_get_sends_a_flat_payload_as_query_parameters_and_refuses_any_other(fa
     listed = farm.enqueue_http("/ok", payload="[1, 2]", max_attempts=3)[0]
     posted = farm.enqueue_http("/ok", method="POST", payload='{"day": {"from": 1}}')[0]
     for job_id in (flat, posted):
-        wait_for(lambda: farm._store.get_job(job_id)["state"] == "succeeded")
+        wait_for(lambda: farm._store.jobs.get(job_id)["state"] == "succeeded")
     for job_id in (nested, listed):
-        job = wait_for(lambda: (j := farm._store.get_job(job_id))["state"] == "failed" and j)
+        job = wait_for(lambda: (j := farm._store.jobs.get(job_id))["state"] == "failed" and j)
         assert "a GET sends its payload as query parameters" in job["last_error"] and "use POST" in job["last_error"]
-        assert len(farm._store.list_runs(job_id=job_id)) == 1  # no retry could send it
+        assert len(farm._store.runs.read(job_id=job_id)) == 1  # no retry could send it
     hits = {h["job"]: h for h in http_target.requests("/ok")}
     assert hits[flat]["path"] == "/ok?day=2026-11-22&n=3&full=true&note=a+b%26c" and hits[flat]["body"] == ""
     assert hits[posted]["body"] == '{"day":{"from":1}}' and nested not in hits and listed not in hits
@@ -132,7 +132,7 @@ def test_a_get_sends_a_flat_payload_as_query_parameters_and_refuses_any_other(fa
 def test_a_redirect_is_not_followed_for_it_could_lead_off_the_allow_list(farm, nodes, http_target):
     nodes("a")
     job_id = farm.enqueue_http("/redirect/ok", max_attempts=1)[0]
-    job = wait_for(lambda: (j := farm._store.get_job(job_id))["state"] == "failed" and j)
+    job = wait_for(lambda: (j := farm._store.jobs.get(job_id))["state"] == "failed" and j)
     assert "answered HTTP 302" in job["last_error"]
     assert [h["path"] for h in http_target.requests("/")] == ["/redirect/ok"]
 
@@ -142,20 +142,20 @@ def test_finished_jobs_and_old_turns_are_deleted_by_the_turn_holder(farm, nodes,
     done = farm.enqueue_http("/ok", count=3)
     farm.enqueue_http("/status/500", max_attempts=1)
     waiting = farm.enqueue_http("/ok", delay=60)[0]
-    wait_for(lambda: all(farm._store.get_job(j)["state"] == "succeeded" for j in done), timeout=5)
-    wait_for(lambda: {j["id"] for j in farm._store.list_jobs()} == {waiting}, timeout=5)
-    assert farm._store.list_runs() == [] and farm._store.get_job(waiting)["state"] == "queued"
-    first = farm._store.read_turns(0)[0]["slot"]
-    wait_for(lambda: farm._store.read_turns(0)[0]["slot"] > first, timeout=5)  # by age, not every 600th turn
+    wait_for(lambda: all(farm._store.jobs.get(j)["state"] == "succeeded" for j in done), timeout=5)
+    wait_for(lambda: {j["id"] for j in farm._store.jobs.newest()} == {waiting}, timeout=5)
+    assert farm._store.runs.read() == [] and farm._store.jobs.get(waiting)["state"] == "queued"
+    first = farm._store.turns.read(0)[0]["slot"]
+    wait_for(lambda: farm._store.turns.read(0)[0]["slot"] > first, timeout=5)  # by age, not every 600th turn
 
 
 def test_a_failing_job_fails_alone(farm, nodes, http_target):
     nodes("a")
     bad = farm.enqueue_http("/status/500", max_attempts=1)[0]
     good = farm.enqueue_http("/ok")[0]
-    wait_for(lambda: farm._store.get_job(bad)["state"] == "failed")
-    wait_for(lambda: farm._store.get_job(good)["state"] == "succeeded")
-    assert "HTTP 500" in farm._store.get_job(bad)["last_error"]
+    wait_for(lambda: farm._store.jobs.get(bad)["state"] == "failed")
+    wait_for(lambda: farm._store.jobs.get(good)["state"] == "succeeded")
+    assert "HTTP 500" in farm._store.jobs.get(bad)["last_error"]
 
 
 def test_a_node_must_agree_with_the_farms_timing(farm):
@@ -168,7 +168,7 @@ def test_a_node_must_agree_with_the_farms_timing(farm):
 def test_a_backlog_is_shared_by_every_node_with_free_capacity(farm, nodes, http_target):
     a, b = nodes("a", capacity=2), nodes("b", capacity=2)
     farm.enqueue_http("/sleep/0.3", count=12)
-    wait_for(lambda: farm._store.job_counts()["succeeded"] == 12, timeout=20)
+    wait_for(lambda: farm._store.jobs.counts()["succeeded"] == 12, timeout=20)
     per_machine = {}
     for hit in http_target.requests("/sleep"):
         per_machine[hit["machine"]] = per_machine.get(hit["machine"], 0) + 1
@@ -179,25 +179,25 @@ def test_a_backlog_is_shared_by_every_node_with_free_capacity(farm, nodes, http_
 def test_a_full_farm_still_puts_a_dead_machines_jobs_back_first(farm, nodes, http_target):
     nodes("a", capacity=1), nodes("b", capacity=1)
     busy = farm.enqueue_http("/sleep/3", count=2)
-    wait_for(lambda: all(farm._store.get_job(j)["state"] == "running" for j in busy))
-    ghost = farm._store.register(name="ghost", host="h", instance="ghost", pid=1, version="t", capacity=1)
+    wait_for(lambda: all(farm._store.jobs.get(j)["state"] == "running" for j in busy))
+    ghost = farm._store.machines.register(name="ghost", host="h", instance="ghost", pid=1, version="t", capacity=1)
     [orphan] = farm.enqueue_http("/ok")
-    [taken] = farm._store.claim(ghost, 1, lease=0.3)  # and then the ghost machine dies
+    [taken] = farm._store.jobs.claim(ghost, 1, lease=0.3)  # and then the ghost machine dies
     assert taken.id == orphan
     newer = farm.enqueue_http("/ok", count=2)
     # Both nodes are full, yet a turn puts the orphan back in the queue...
-    wait_for(lambda: farm._store.get_job(orphan)["state"] == "queued", timeout=2.5)
-    assert all(farm._store.get_job(j)["state"] == "running" for j in busy)
+    wait_for(lambda: farm._store.jobs.get(orphan)["state"] == "queued", timeout=2.5)
+    assert all(farm._store.jobs.get(j)["state"] == "running" for j in busy)
     # ...and the first machine to have room runs it before the newer work.
-    wait_for(lambda: farm._store.job_counts()["succeeded"] == 5, timeout=15)
-    starts = {j: farm._store.list_runs(job_id=j)[0]["started_at"] for j in [orphan, *newer]}
+    wait_for(lambda: farm._store.jobs.counts()["succeeded"] == 5, timeout=15)
+    starts = {j: farm._store.runs.read(job_id=j)[0]["started_at"] for j in [orphan, *newer]}
     assert starts[orphan] < min(starts[j] for j in newer)
 
 
 def test_a_machine_judged_dead_is_logged_by_its_name(farm, nodes, caplog):
     caplog.set_level("WARNING", logger="queueprocessor.node")
     nodes("a")
-    ghost = farm._store.register(name="ghost-7", host="h", instance="ghost", pid=1, version="t", capacity=1)
+    ghost = farm._store.machines.register(name="ghost-7", host="h", instance="ghost", pid=1, version="t", capacity=1)
     wait_for(lambda: "judged dead" in caplog.text, timeout=15)  # it never checks in
     assert f"machine {ghost} (ghost-7) stopped checking in: judged dead" in caplog.text, caplog.text
 
@@ -215,20 +215,20 @@ def test_a_dead_machines_jobs_beyond_the_turn_holders_room_go_at_once_to_a_machi
     others must not wait for the turn of a machine with room."""
     period = 1.0
     start = Nodes(farm, http_target.base_url, period=period)
-    ghost = farm._store.register(name="ghost", host="h", instance="ghost", pid=1, version="t", capacity=6)
+    ghost = farm._store.machines.register(name="ghost", host="h", instance="ghost", pid=1, version="t", capacity=6)
     orphans = farm.enqueue_http("/sleep/0.5", count=6)
-    held = [(job.id, job.fence) for job in farm._store.claim(ghost, 6, lease=60)]  # and then the ghost dies
+    held = [(job.id, job.fence) for job in farm._store.jobs.claim(ghost, 6, lease=60)]  # and then the ghost dies
     try:
         a = start("a", capacity=2)
         [busy] = farm.enqueue_http("/sleep/30")
-        wait_for(lambda: farm._store.get_job(busy)["owner"] == a.id)  # a has room for one more
+        wait_for(lambda: farm._store.jobs.get(busy)["owner"] == a.id)  # a has room for one more
         b = start("b", capacity=8)
         time.sleep(1.0)  # both settled, the ghost dead: the turns go to a (even slots) and b
         turn = slot_of(farm._store.ask_time(), period) + 2
         turn += turn % 2
         lease_end = turn * period - 0.1  # just before a's turn, well after b's
-        assert len(farm._store.renew(ghost, held, lease_end - farm._store.ask_time())) == 6
-        wait_for(lambda: farm._store.job_counts()["succeeded"] == 6, timeout=15)
+        assert len(farm._store.runs.renew(ghost, held, lease_end - farm._store.ask_time())) == 6
+        wait_for(lambda: farm._store.jobs.counts()["succeeded"] == 6, timeout=15)
     finally:
         start.stop_all()
     began = restarts(farm, ghost, orphans)
@@ -245,9 +245,9 @@ def test_a_machine_too_new_to_take_expired_leases_hands_them_to_one_that_may_at_
     period = 0.5
     with Farm(pg_url) as farm:
         start = Nodes(farm, http_target.base_url, period=period, heartbeat=1.0, misses=4)  # lease 4 s, join 1.5 s
-        ghost = farm._store.register(name="ghost", host="h", instance="ghost", pid=1, version="t", capacity=4)
+        ghost = farm._store.machines.register(name="ghost", host="h", instance="ghost", pid=1, version="t", capacity=4)
         orphans = farm.enqueue_http("/ok", count=4)
-        held = [(job.id, job.fence) for job in farm._store.claim(ghost, 4, lease=60)]  # and then the ghost dies
+        held = [(job.id, job.fence) for job in farm._store.jobs.claim(ghost, 4, lease=60)]  # and then the ghost dies
         try:
             a = start("a")
             # a judged the ghost dead and buried it: it is in nobody's roster, a newcomer's included
@@ -262,8 +262,8 @@ def test_a_machine_too_new_to_take_expired_leases_hands_them_to_one_that_may_at_
                 if slot % 2 and slot * period >= after + 1.6
             )
             lease_end = turn * period - 0.1  # after a's turn before it
-            assert len(farm._store.renew(ghost, held, lease_end - farm._store.ask_time())) == 4
-            wait_for(lambda: farm._store.job_counts()["succeeded"] == 4, timeout=15)
+            assert len(farm._store.runs.renew(ghost, held, lease_end - farm._store.ask_time())) == 4
+            wait_for(lambda: farm._store.jobs.counts()["succeeded"] == 4, timeout=15)
         finally:
             start.stop_all()
         began = restarts(farm, ghost, orphans)

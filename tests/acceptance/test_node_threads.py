@@ -130,7 +130,7 @@ def test_a_stop_that_comes_during_start_waits_for_it_then_leaves(farm, caplog):
     stopping.join(15)
     assert errors == []
     assert node.stopped.is_set() and node_threads() == before
-    assert farm._store.find_machine(str(node.id))["state"] == MachineState.STOPPED
+    assert farm._store.machines.find(str(node.id))["state"] == MachineState.STOPPED
 
 
 def _raised(call) -> list[Exception]:
@@ -147,7 +147,7 @@ def test_a_wish_that_comes_while_stop_drains_cannot_bring_the_node_back(farm, no
     caplog.set_level(logging.INFO, logger="queueprocessor.node")
     node = nodes("a")
     [job_id] = farm.enqueue_http("/sleep/3")
-    wait_for(lambda: farm._store.get_job(job_id)["state"] == JobState.RUNNING)
+    wait_for(lambda: farm._store.jobs.get(job_id)["state"] == JobState.RUNNING)
     farm.steer("a", "pause")
     wait_for(lambda: node.state == MachineState.PAUSED)
     stopping = threading.Thread(target=node.stop, name="test-drain")
@@ -157,13 +157,13 @@ def test_a_wish_that_comes_while_stop_drains_cannot_bring_the_node_back(farm, no
         stopping.start()
         wait_for(lambda: node.state == MachineState.DRAINING)
         hold.let_go.set()
-        wait_for(lambda: farm._store.find_machine(str(node.id))["wish"] is None)  # that check-in is written
+        wait_for(lambda: farm._store.machines.find(str(node.id))["wish"] is None)  # that check-in is written
         assert node.state == MachineState.DRAINING
-        assert farm._store.find_machine(str(node.id))["state"] == MachineState.DRAINING
+        assert farm._store.machines.find(str(node.id))["state"] == MachineState.DRAINING
     stopping.join(15)
     assert node.stopped.is_set()
-    assert farm._store.get_job(job_id)["state"] == JobState.SUCCEEDED, "a drain finishes the running job"
-    assert farm._store.find_machine(str(node.id))["state"] == MachineState.STOPPED
+    assert farm._store.jobs.get(job_id)["state"] == JobState.SUCCEEDED, "a drain finishes the running job"
+    assert farm._store.machines.find(str(node.id))["state"] == MachineState.STOPPED
 
 
 def test_a_backlog_notice_that_comes_while_the_turn_thread_resets_is_kept(tmp_path):
@@ -176,7 +176,7 @@ def test_a_backlog_notice_that_comes_while_the_turn_thread_resets_is_kept(tmp_pa
             node = nodes("a")
             wait_for(lambda: node.turns.taken == 1)
             [job_id] = farm.enqueue(farm.python_spec(f"{PYJOBS}:echo", "late"), delay=0.5)
-            due = farm._store.get_job(job_id)["run_at"]
+            due = farm._store.jobs.get(job_id)["run_at"]
 
             def during_the_empty_claim(conn, cursor, statement, *_):
                 if (
@@ -194,7 +194,7 @@ def test_a_backlog_notice_that_comes_while_the_turn_thread_resets_is_kept(tmp_pa
             try:
                 node.turns.notice(BACKLOG)
                 wait_for(hold.is_set, timeout=5)
-                wait_for(lambda: farm._store.get_job(job_id)["state"] == JobState.SUCCEEDED, timeout=5)
+                wait_for(lambda: farm._store.jobs.get(job_id)["state"] == JobState.SUCCEEDED, timeout=5)
             finally:
                 event.remove(farm._engine, "after_cursor_execute", during_the_empty_claim)
             assert node.turns.taken == 1, "the job was claimed directly, not on a turn"
@@ -214,7 +214,7 @@ def test_a_check_in_wakes_the_turn_timer_only_when_its_plan_may_change(farm, mon
         node.turns.wake.clear()
         node._checkin()
         assert not node.turns.wake.is_set(), "nothing changed: the timer's plan stands"
-        farm._store.register(name="b", host="h", instance="b", pid=1, version="t", capacity=1)
+        farm._store.machines.register(name="b", host="h", instance="b", pid=1, version="t", capacity=1)
         node._checkin()
         assert node.turns.wake.is_set(), "a machine joined: new rows"
         node.turns.wake.clear()
@@ -228,8 +228,8 @@ def test_a_check_in_wakes_the_turn_timer_only_when_its_plan_may_change(farm, mon
         node._checkin()
         assert not node.turns.wake.is_set()
         slot = int(farm._store.ask_time() / FAST["period"])
-        farm._store.take_turn(slot, node.id)
-        farm._store.record_turn(slot, claimed=4, backlog=True)
+        farm._store.turns.take(slot, node.id)
+        farm._store.turns.record(slot, claimed=4, backlog=True)
         node._checkin()
         assert node.turns.wake.is_set(), "a backlog others may help with"
     finally:

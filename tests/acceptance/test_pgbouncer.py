@@ -81,19 +81,19 @@ def check_restart(farm: Farm, pgbouncer) -> None:
         wait_for(lambda: farm.job_counts().get("succeeded", 0) == len(ids), 60)
         time.sleep(1)  # a death verdict would show by now
     assert watch.dead == set()
-    runs = [r for r in farm._store.list_runs(limit=10_000) if r["job_id"] in ids]
+    runs = [r for r in farm._store.runs.read(limit=10_000) if r["job_id"] in ids]
     assert sorted(r["job_id"] for r in runs if r["outcome"] == "succeeded") == sorted(ids)
     assert {r["outcome"] for r in runs} <= {"succeeded", "lost"}
 
 
 def check_failover(farm: Farm) -> None:
     [job_id] = farm.enqueue_python(f"{PYJOBS}:sleep_async")
-    owner = wait_for(lambda: (j := farm._store.get_job(job_id))["state"] == "running" and j["owner"], 10)
+    owner = wait_for(lambda: (j := farm._store.jobs.get(job_id))["state"] == "running" and j["owner"], 10)
     victim = next(m for m in farm.status()["machines"] if m["id"] == owner)
     os.kill(victim["pid"], signal.SIGKILL)
-    rerun = wait_for(lambda: next((r for r in farm._store.list_runs(job_id=job_id) if r["attempt"] == 2), None), 15)
+    rerun = wait_for(lambda: next((r for r in farm._store.runs.read(job_id=job_id) if r["attempt"] == 2), None), 15)
     assert rerun["machine_id"] != owner
-    assert [r["outcome"] for r in farm._store.list_runs(job_id=job_id) if r["attempt"] == 1] == ["lost"]
+    assert [r["outcome"] for r in farm._store.runs.read(job_id=job_id) if r["attempt"] == 1] == ["lost"]
 
 
 def test_through_a_pooler_no_statement_is_prepared(pg_url, bouncer_url):

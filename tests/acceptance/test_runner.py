@@ -10,7 +10,7 @@ from queueprocessor.executors.http import HttpExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
 from queueprocessor.rules.states import Outcome
-from queueprocessor.store.jobs import JobSpec
+from queueprocessor.store.types import JobSpec
 from tests.support.work import wait_for
 
 
@@ -20,7 +20,7 @@ def test_a_stopping_runner_lets_the_result_writers_last_statement_end_before_its
     but it is pending ... Recorder._write")."""
     store = farm._store
     held, release, over = threading.Event(), threading.Event(), threading.Event()
-    finish_many = store.finish_many
+    finish_many = store.runs.finish_many
 
     def finish_held_up(*args):  # the real write, on the real executor thread, held until the test lets it go
         held.set()
@@ -30,10 +30,10 @@ def test_a_stopping_runner_lets_the_result_writers_last_statement_end_before_its
         finally:
             over.set()
 
-    store.finish_many = finish_held_up
-    machine = store.register(name="m", host="h", instance="runner-test", pid=1, version="0", capacity=1)
-    store.enqueue(JobSpec(executor="python", target="tests.support.pyjobs:echo"))
-    [job] = store.claim(machine, 1, 30.0)
+    store.runs.finish_many = finish_held_up
+    machine = store.machines.register(name="m", host="h", instance="runner-test", pid=1, version="0", capacity=1)
+    store.jobs.enqueue(JobSpec(executor="python", target="tests.support.pyjobs:echo"))
+    [job] = store.jobs.claim(machine, 1, 30.0)
     ended = threading.Event()
     runner = JobRunner(store, machine, {}, store.ask_time, lambda _job, _outcome: ended.set())
     runner.start()
@@ -52,7 +52,7 @@ def test_a_stopping_runner_lets_the_result_writers_last_statement_end_before_its
         assert "destroyed but it is pending" not in caplog.text
     finally:
         release.set()
-        store.finish_many = finish_many
+        store.runs.finish_many = finish_many
     assert farm.job(job.id)["state"] == "failed"
 
 
@@ -62,7 +62,7 @@ def test_a_result_the_database_was_away_for_is_still_written_by_a_stopping_runne
     the job left running until its lease expired."""
     store = farm._store
     refused = threading.Event()
-    finish_many = store.finish_many
+    finish_many = store.runs.finish_many
 
     def away_once(*args):  # the database is away for the first write (a restart), back for the next
         if not refused.is_set():
@@ -70,10 +70,10 @@ def test_a_result_the_database_was_away_for_is_still_written_by_a_stopping_runne
             raise ConnectionError("server closed the connection unexpectedly")
         return finish_many(*args)
 
-    store.finish_many = away_once
-    machine = store.register(name="m", host="h", instance="runner-test", pid=1, version="0", capacity=1)
-    [job_id] = store.enqueue(JobSpec(executor="python", target="tests.support.pyjobs:echo"))
-    [job] = store.claim(machine, 1, 30.0)
+    store.runs.finish_many = away_once
+    machine = store.machines.register(name="m", host="h", instance="runner-test", pid=1, version="0", capacity=1)
+    [job_id] = store.jobs.enqueue(JobSpec(executor="python", target="tests.support.pyjobs:echo"))
+    [job] = store.jobs.claim(machine, 1, 30.0)
     runner = JobRunner(store, machine, {}, store.ask_time, lambda _job, _outcome: None)
     runner.start()
     try:
@@ -84,9 +84,9 @@ def test_a_result_the_database_was_away_for_is_still_written_by_a_stopping_runne
             del runner
             gc.collect()
     finally:
-        store.finish_many = finish_many
+        store.runs.finish_many = finish_many
     assert "destroyed but it is pending" not in caplog.text
-    assert store.get_job(job_id)["state"] == "failed"
+    assert store.jobs.get(job_id)["state"] == "failed"
 
 
 STOPPING = """
@@ -95,15 +95,15 @@ from pathlib import Path
 from queueprocessor.executors.command import CommandExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
-from queueprocessor.store.jobs import JobSpec
+from queueprocessor.store.types import JobSpec
 
 url, started = sys.argv[1], Path(sys.argv[2])
 with Farm(url) as farm:
     store = farm._store
-    machine = store.register(name="m", host="h", instance="stop-test", pid=1, version="0", capacity=3)
+    machine = store.machines.register(name="m", host="h", instance="stop-test", pid=1, version="0", capacity=3)
     argv = ["sh", "-c", 'echo >> "$0"; exec sleep 30', str(started)]
-    store.enqueue(JobSpec(executor="command", target=json.dumps(argv)), count=3)
-    jobs = store.claim(machine, 3, 30.0)
+    store.jobs.enqueue(JobSpec(executor="command", target=json.dumps(argv)), count=3)
+    jobs = store.jobs.claim(machine, 3, 30.0)
     runner = JobRunner(store, machine, {"command": CommandExecutor(("sh",))}, store.ask_time, lambda *_: None)
     runner.start()
     runner.submit_many(jobs)
@@ -140,9 +140,9 @@ def test_a_job_claimed_back_while_its_stopped_run_is_ending_stays_renewed_and_st
     end is written, and the target sees the two runs one after the other."""
     with Farm(pg_url) as farm:
         store = farm._store
-        machine = store.register(name="m", host="h", instance="reclaim", pid=1, version="0", capacity=2)
+        machine = store.machines.register(name="m", host="h", instance="reclaim", pid=1, version="0", capacity=2)
         [job_id] = farm.enqueue_http("/sleep/30")
-        [old] = store.claim(machine, 1, lease=30)
+        [old] = store.jobs.claim(machine, 1, lease=30)
         handing_back, thawed = threading.Event(), threading.Event()
         release = store.release
 
@@ -163,15 +163,15 @@ def test_a_job_claimed_back_while_its_stopped_run_is_ending_stays_renewed_and_st
                 runner.stop_all(Outcome.LOST)  # the watchdog, as the freeze went on
                 assert handing_back.wait(10)
                 wait_for(lambda: http_target.requests("/sleep")[0]["ended"])  # the target saw the call end
-                store.renew(machine, [(job_id, old.fence)], lease=-1.0)  # its lease ran out meanwhile
-                [new] = store.claim(machine, 1, lease=30)  # this machine's turn after the thaw takes it back
+                store.runs.renew(machine, [(job_id, old.fence)], lease=-1.0)  # its lease ran out meanwhile
+                [new] = store.jobs.claim(machine, 1, lease=30)  # this machine's turn after the thaw takes it back
                 assert (new.id, new.fence) == (job_id, old.fence + 1)
                 runner.submit(new)
                 thawed.set()  # the old run's hand-back is refused (the fence moved on) and its run ends
                 wait_for(lambda: len(http_target.requests("/sleep")) == 2)
                 wait_for(lambda: (job_id, old.fence) not in runner.held())  # the old run's end is written
                 assert runner.held() == [(job_id, new.fence)], "the new run is still held after the old one ended"
-                assert store.renew(machine, runner.held(), lease=30) == {(job_id, new.fence): False}
+                assert store.runs.renew(machine, runner.held(), lease=30) == {(job_id, new.fence): False}
                 runner.stop_all(Outcome.CANCELLED)
                 wait_for(lambda: runner.count() == 0)
         finally:
@@ -182,5 +182,5 @@ def test_a_job_claimed_back_while_its_stopped_run_is_ending_stays_renewed_and_st
         assert (first["fence"], second["fence"]) == (old.fence, new.fence)
         assert first["ended"] <= second["started"], "the new run began before the stopped one had ended"
         assert second["ended"] is not None, "the new run could not be stopped"
-        assert store.get_job(job_id)["state"] == "cancelled"
+        assert store.jobs.get(job_id)["state"] == "cancelled"
         assert "KeyError" not in caplog.text and "never retrieved" not in caplog.text

@@ -29,7 +29,7 @@ from queueprocessor.farm import Farm, work_spec  # noqa: E402
 from queueprocessor.rules.errors import InvalidJob, QPError  # noqa: E402
 from queueprocessor.rules.states import Wish  # noqa: E402
 from queueprocessor.store.database import open_engine  # noqa: E402
-from queueprocessor.store.jobs import JobSpec  # noqa: E402
+from queueprocessor.store.types import JobSpec  # noqa: E402
 from queueprocessor.views import find_jobs  # noqa: E402
 from tests.acceptance.test_bad_input import run_cli, snapshot  # noqa: E402
 from tests.app.test_ui_window import app, close  # noqa: E402, F401  (the app fixture, and closing a window)
@@ -49,7 +49,7 @@ def wait_until(condition, timeout: float = 60.0, what: str = "it"):
 
 
 def settle(farm: Farm, timeout: float = 60.0) -> None:
-    wait_until(lambda: (c := farm._store.job_counts())["queued"] == 0 and c["running"] == 0, timeout, "the queue")
+    wait_until(lambda: (c := farm._store.jobs.counts())["queued"] == 0 and c["running"] == 0, timeout, "the queue")
 
 
 # -- passwords ----------------------------------------------------------------
@@ -60,10 +60,10 @@ def farm_with_everything(pg_url, tmp_path):
     """A farm with a failed job, a queued one, a machine, a schedule and a singleton: every command has work."""
     with Farm(pg_url) as farm:
         farm.settings(**FAST)
-        [failed] = farm._store.enqueue(JobSpec("http", "/fail", max_attempts=1))
+        [failed] = farm._store.jobs.enqueue(JobSpec("http", "/fail", max_attempts=1))
         farm._store.count(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
         [queued] = farm.enqueue_http("/later", delay=3600)
-        machine = farm._store.register(
+        machine = farm._store.machines.register(
             name="desk", host="h", instance=uuid.uuid4().hex, pid=1, version="0", capacity=1, allow=None
         )
     return pg_url, failed, queued, machine
@@ -389,17 +389,17 @@ def test_a_node_refuses_hostile_work_put_straight_into_the_table_and_runs_the_re
                             pass
                         else:
                             pytest.fail(f"the door let in {executor} {target!r}")
-                    bad += farm._store.enqueue(spec)  # as a SQL insert would put it, past the door
+                    bad += farm._store.jobs.enqueue(spec)  # as a SQL insert would put it, past the door
             for spec in (
                 JobSpec("bogus", "/x", max_attempts=1),
                 JobSpec("http", "/ok", method="DELETE", max_attempts=1),
                 JobSpec("python", "tests.support.pyjobs:echo", payload="{not json", max_attempts=1),
                 JobSpec("command", "rm -rf /", max_attempts=1),
             ):
-                bad += farm._store.enqueue(spec)  # malformed rows a node must fail alone, and carry on
-            good = [farm._store.enqueue(spec)[0] for spec in fine]
+                bad += farm._store.jobs.enqueue(spec)  # malformed rows a node must fail alone, and carry on
+            good = [farm._store.jobs.enqueue(spec)[0] for spec in fine]
             settle(farm)
-            jobs = {j["id"]: j for j in farm._store.list_jobs(limit=1000)}
+            jobs = {j["id"]: j for j in farm._store.jobs.newest(limit=1000)}
         finally:
             node.stop(drain=False)
             evil.close()
@@ -418,7 +418,7 @@ def test_a_node_refuses_hostile_work_put_straight_into_the_table_and_runs_the_re
 
 def farm_runs(url: str, job_id: int) -> list[dict]:
     with Farm(url) as farm:
-        return farm._store.list_runs(job_id=job_id)
+        return farm._store.runs.read(job_id=job_id)
 
 
 # -- SQL ------------------------------------------------------------------------
@@ -478,7 +478,7 @@ def test_hostile_text_only_ever_reaches_the_database_as_a_parameter(pg_url, http
             assert job in [j["id"] for j in find_jobs(farm._store, MARK)]
             with pytest.raises(QPError):
                 farm.steer(MARK + "x", "drain")
-            stored = farm._store.get_job(job)
+            stored = farm._store.jobs.get(job)
         finally:
             node.stop(drain=False)
         tables = inspect(farm._engine).get_table_names()
@@ -497,10 +497,10 @@ def test_hostile_text_only_ever_reaches_the_database_as_a_parameter(pg_url, http
 def prepare_farm(url: str) -> int:
     """A farm at rest (no node running): a failed job, a queued one, a machine row. Returns the machine id."""
     with Farm(url) as farm:
-        [failed] = farm._store.enqueue(JobSpec("http", "/fail", max_attempts=1))
+        [failed] = farm._store.jobs.enqueue(JobSpec("http", "/fail", max_attempts=1))
         farm._store.count(text("UPDATE qp_jobs SET state = 'failed' WHERE id = :id"), {"id": failed})
         farm.enqueue_http("/later", delay=3600)
-        return farm._store.register(
+        return farm._store.machines.register(
             name="desk", host="h", instance=uuid.uuid4().hex, pid=1, version="0", capacity=1, allow=None
         )
 
@@ -512,16 +512,16 @@ def test_a_read_only_farm_cannot_change_anything(db_url):
         assert farm.status()["jobs"]["failed"] == 1
         writes = [
             lambda: farm.enqueue_http("/x"),
-            lambda: farm._store.cancel(2),
-            lambda: farm._store.retry(1),
+            lambda: farm._store.jobs.cancel(2),
+            lambda: farm._store.jobs.retry(1),
             lambda: farm.steer(str(machine), "pause"),
-            lambda: farm._store.wish(machine, "drain"),
+            lambda: farm._store.machines.wish(machine, "drain"),
             lambda: farm.schedule("s", JobSpec("http", "/s"), every=60),
             lambda: farm.singleton("f", JobSpec("http", "/f")),
-            lambda: farm._store.adopt_settings({"period": "9"}),
+            lambda: farm._store.settings.adopt({"period": "9"}),
             lambda: farm.node(name="sneaky").start(),
-            lambda: farm._store.mark_stopped(machine),
-            lambda: farm._store.prune_turns(0),
+            lambda: farm._store.machines.mark_stopped(machine),
+            lambda: farm._store.turns.prune(0),
         ]
         for write in writes:
             with pytest.raises(Exception):  # noqa: B017  (the database's own refusal, whatever the driver calls it)

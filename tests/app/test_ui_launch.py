@@ -219,8 +219,8 @@ def test_headless_demo_runs_a_farm_and_cleans_up(tmp_path):
         machines = farm.status()["machines"]
         assert sorted(m["name"] for m in machines) == ["demo-1", "demo-2", "demo-3"]
         assert {m["state"] for m in machines} == {"stopped"}  # every node left; no process left behind
-        assert len({t["machine_id"] for t in farm._store.read_turns(0)}) == 3
-        counts = farm._store.job_counts()
+        assert len({t["machine_id"] for t in farm._store.turns.read(0)}) == 3
+        counts = farm._store.jobs.counts()
         assert counts["succeeded"] > 5
         assert farm.get_schedule("demo-every-5s")["every"] == 5.0
         offsets = sorted(m["clock_offset"] for m in machines)

@@ -267,7 +267,7 @@ def test_the_enqueue_dialog_reaches_the_job_row_and_says_when_no_live_machine_se
     qtbot.waitUntil(lambda: window.jobs.details.fields["queue"].text() == "reports · invoice-7", timeout=WAIT)
 
     # A bad queue name or order key: one line in the dialog, which stays open; nothing is enqueued.
-    before = len(farm._store.list_jobs())
+    before = len(farm._store.jobs.newest())
     for queue, order_key, word in (("no spaces", "", "Queue"), ("reports", "k" * 300, "Order key")):
         dialog = _enqueue_dialog(window)
         dialog.queue.setCurrentText(queue)
@@ -275,7 +275,7 @@ def test_the_enqueue_dialog_reaches_the_job_row_and_says_when_no_live_machine_se
         dialog.accept()
         assert dialog.isVisible() and word in dialog.error.text() and "\n" not in dialog.error.text()
         dialog.reject()
-    assert len(farm._store.list_jobs()) == before
+    assert len(farm._store.jobs.newest()) == before
 
 
 def _enqueue_dialog(window) -> EnqueueDialog:
@@ -290,7 +290,7 @@ def _enqueued(farm, window, dialog, qtbot) -> dict:
     qtbot.waitUntil(lambda: window.last_result is not None, timeout=WAIT)
     label, ok, message = window.last_result
     assert label == "Enqueue" and ok, message
-    return farm._store.get_job(int(re.search(r"job (\d+)", message).group(1)))
+    return farm._store.jobs.get(int(re.search(r"job (\d+)", message).group(1)))
 
 
 def test_peers_queues_and_this_machine_show_the_queues_each_serves_with_its_own_limits(farm, open_window, qtbot):

@@ -82,7 +82,7 @@ def test_the_tab_lists_the_schedules_the_database_holds(farm, open_window, qtbot
         if row["last_job"] is None:
             assert row["last_at"] is None and last == "not yet"
         else:
-            assert farm._store.get_job(row["last_job"])["state"] == last == "queued"
+            assert farm._store.jobs.get(row["last_job"])["state"] == last == "queued"
         assert (machine, finished) == ("", "–")
 
     # Paused rows stand out: greyed text (still readable) on a tinted background, in every column.
@@ -177,7 +177,7 @@ def test_watch_only_the_tab_changes_nothing(farm, open_window, qtbot):
     assert window.last_result[:2] == ("Pause schedule often", False)
     assert view.confirm is None
     assert not farm.get_schedule("often")["paused"]
-    assert farm._store.get_job(job_id)["state"] == "queued"
+    assert farm._store.jobs.get(job_id)["state"] == "queued"
 
 
 def test_the_tab_shows_who_ran_each_occurrence_and_who_holds_each_singleton(farm, open_window, qtbot):

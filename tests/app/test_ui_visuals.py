@@ -261,9 +261,9 @@ def test_a_payload_that_is_not_json_shows_as_its_text(app, farm):
             ],
         )
     details = JobDetails()
-    details.show_job(farm._store.get_job(1) | {"runs": []}, {})
+    details.show_job(farm._store.jobs.get(1) | {"runs": []}, {})
     assert details.fields["payload"].text() == "not json <b>at all</b>"
-    details.show_job(farm._store.get_job(2) | {"runs": []}, {})
+    details.show_job(farm._store.jobs.get(2) | {"runs": []}, {})
     assert details.fields["payload"].text() == '{\n "a": [\n  1,\n  2\n ]\n}'
 
 

@@ -142,7 +142,7 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
 
     # Jobs table and queue graph.
     listed = [window.jobs.model.index(row, 0).data(ROW_ROLE) for row in range(window.jobs.model.rowCount())]
-    assert [(j["id"], j["state"]) for j in listed] == [(j["id"], j["state"]) for j in store.list_jobs(limit=500)]
+    assert [(j["id"], j["state"]) for j in listed] == [(j["id"], j["state"]) for j in store.jobs.newest(limit=500)]
     window.tabs.setCurrentWidget(window.queue)  # the queue graph draws while it is on screen
     assert window.queue.plotted_throughput() == {"succeeded": 6, "failed": 2, "timeout": 0, "lost": 0, "cancelled": 0}
     assert window.queue.counts["succeeded"].text() == "6"
@@ -167,7 +167,7 @@ def _listed(window):
 def test_filters_ask_the_database_beyond_the_newest_jobs_shown(farm, open_window, qtbot):
     [weekly] = farm.enqueue_http("/reports/weekly", delay=3600)
     [daily] = farm.enqueue_http("/reports/daily", delay=3600)
-    farm._store.cancel(daily)
+    farm._store.jobs.cancel(daily)
     bulk = farm.enqueue_http("/bulk", delay=3600, count=520)  # the table lists the newest 500 only
     window = open_window(farm.url)
     window.tabs.setCurrentWidget(window.jobs)
@@ -223,17 +223,17 @@ def test_pause_resume_and_drain_from_the_app_steer_the_node(farm, peers, http_ta
     qtbot.waitUntil(lambda: peer.state == "paused" and _status(window, "peer") == "paused", timeout=WAIT)
     paused_at = farm._store.ask_time()
     qtbot.wait(1500)  # six slots
-    assert [t for t in farm._store.read_turns(paused_at) if t["machine_id"] == peer.id] == []
+    assert [t for t in farm._store.turns.read(paused_at) if t["machine_id"] == peer.id] == []
 
     _steer_from_menu(window, "peer", "resume")
     qtbot.waitUntil(lambda: peer.state == "active", timeout=WAIT)
     resumed_at = farm._store.ask_time()
-    qtbot.waitUntil(lambda: any(t["machine_id"] == peer.id for t in farm._store.read_turns(resumed_at)), timeout=WAIT)
+    qtbot.waitUntil(lambda: any(t["machine_id"] == peer.id for t in farm._store.turns.read(resumed_at)), timeout=WAIT)
 
     _steer_from_menu(window, "peer", "drain")
     _answer_drain(window, qtbot, QMessageBox.StandardButton.Cancel)  # changed its mind: nothing happens
     qtbot.wait(1000)
-    assert peer.state == "active" and farm._store.find_machine(str(peer.id))["wish"] is None
+    assert peer.state == "active" and farm._store.machines.find(str(peer.id))["wish"] is None
     _steer_from_menu(window, "peer", "drain")
     _answer_drain(window, qtbot, QMessageBox.StandardButton.Yes)
     qtbot.waitUntil(lambda: peer.stopped.is_set() and _status(window, "peer") == "stopped", timeout=WAIT)
@@ -268,8 +268,8 @@ def test_pause_resume_and_drain_from_the_app_steer_the_node(farm, peers, http_ta
         ),
         timeout=WAIT,
     )
-    assert farm._store.find_machine(str(drained))["state"] == "stopped"
-    assert farm._store.find_machine(str(window.connection.node_id))["state"] == "active"
+    assert farm._store.machines.find(str(drained))["state"] == "stopped"
+    assert farm._store.machines.find(str(window.connection.node_id))["state"] == "active"
     assert not window.act.start.isEnabled() and window.act.pause.isEnabled()
 
 
@@ -297,11 +297,11 @@ def test_enqueue_retry_and_cancel_work_end_to_end(farm, http_target, open_window
     window = open_window(farm.url, _node(http_target))
 
     ok = _enqueue(window, qtbot, "/ok")
-    qtbot.waitUntil(lambda: farm._store.get_job(ok)["state"] == "succeeded", timeout=WAIT)
+    qtbot.waitUntil(lambda: farm._store.jobs.get(ok)["state"] == "succeeded", timeout=WAIT)
     assert [r["job"] for r in http_target.requests("/ok")] == [ok]
 
     failing = _enqueue(window, qtbot, "/fail", attempts=1)
-    qtbot.waitUntil(lambda: farm._store.get_job(failing)["state"] == "failed", timeout=WAIT)
+    qtbot.waitUntil(lambda: farm._store.jobs.get(failing)["state"] == "failed", timeout=WAIT)
     _select(window, qtbot, failing, "failed")
     qtbot.waitUntil(
         lambda: (
@@ -313,7 +313,7 @@ def test_enqueue_retry_and_cancel_work_end_to_end(farm, http_target, open_window
     qtbot.waitUntil(window.act.retry.isEnabled, timeout=WAIT)
     window.act.retry.trigger()
     qtbot.waitUntil(
-        lambda: len(farm._store.list_runs(job_id=failing)) == 2 and farm._store.get_job(failing)["state"] == "failed",
+        lambda: len(farm._store.runs.read(job_id=failing)) == 2 and farm._store.jobs.get(failing)["state"] == "failed",
         timeout=WAIT,
     )
     assert len(http_target.requests("/fail")) == 2
@@ -327,7 +327,7 @@ def test_enqueue_retry_and_cancel_work_end_to_end(farm, http_target, open_window
     window.act.cancel.trigger()
     qtbot.waitUntil(
         lambda: (
-            farm._store.get_job(later)["state"] == "cancelled"
+            farm._store.jobs.get(later)["state"] == "cancelled"
             and window.last_result == (f"Cancel job {later}", True, "cancelled")
         ),
         timeout=WAIT,
@@ -376,7 +376,7 @@ def test_closing_leaves_no_thread_or_timer_and_stops_the_node(farm, http_target,
     assert leaked == []
     assert QThreadPool.globalInstance().activeThreadCount() == 0
     assert not window.ticker.isActive()
-    assert farm._store.find_machine(str(node_id))["state"] == "stopped"
+    assert farm._store.machines.find(str(node_id))["state"] == "stopped"
     settings = QSettings()
     assert settings.value("window/geometry") is not None
     assert recent_databases(settings) == [without_password(farm.url)]  # never its password
@@ -467,7 +467,7 @@ def test_a_bug_in_an_action_or_a_poll_is_reported_and_the_node_goes_on(farm, htt
     window.connection.set_query(history=600.0)
     qtbot.waitUntil(lambda: window.connection.state is State.CONNECTED, timeout=WAIT)
     assert window.connection.poller.running
-    assert farm._store.find_machine(str(window.connection.node_id))["state"] == "active"
+    assert farm._store.machines.find(str(window.connection.node_id))["state"] == "active"
 
 
 def test_a_worker_that_ends_unexpectedly_leaves_a_lasting_banner(farm, open_window, qtbot):
@@ -615,13 +615,13 @@ def test_the_attempts_table_shows_its_columns_without_scrolling_sideways_at_1440
     """1440x900, a job tried twice, the first with a long error: the attempt, machine, outcome and error are in
     view, the error cut short with the whole of it in the tooltip; the fence and times are a right-click away, a
     choice that outlives the window."""
-    machine = farm._store.register(name="web-01", host="host", instance="i-1", pid=1, version="t", capacity=1)
+    machine = farm._store.machines.register(name="web-01", host="host", instance="i-1", pid=1, version="t", capacity=1)
     (job_id,) = farm.enqueue_http("/flaky")
     error = "GET http://127.0.0.1:8080/flaky: HTTP 503 Service Unavailable: " + "upstream timed out; " * 8
-    (claimed,) = farm._store.claim(machine, 1, 60)
-    farm._store.finish(claimed, machine, "failed", error=error, retry_in=0)
-    (claimed,) = farm._store.claim(machine, 1, 60)
-    farm._store.finish(claimed, machine, "succeeded")
+    (claimed,) = farm._store.jobs.claim(machine, 1, 60)
+    farm._store.runs.finish(claimed, machine, "failed", error=error, retry_in=0)
+    (claimed,) = farm._store.jobs.claim(machine, 1, 60)
+    farm._store.runs.finish(claimed, machine, "succeeded")
     window = open_window(farm.url)
     window.resize(1440, 900)
     window.tabs.setCurrentWidget(window.jobs)

@@ -11,11 +11,11 @@ from sqlalchemy import String, insert, literal, select, update
 
 from queueprocessor.farm import Farm
 from queueprocessor.rules.states import JobState
-from queueprocessor.store.jobs import JobSpec, Plan
 from queueprocessor.store.queues import QueueStore
 from queueprocessor.store.schedules import ScheduleStore
 from queueprocessor.store.schema import jobs
 from queueprocessor.store.statements import gated_now
+from queueprocessor.store.types import JobSpec, Plan
 from tests.support.work import PYJOBS
 
 REPORTS = JobSpec("python", f"{PYJOBS}:noop", queue="reports")
@@ -30,7 +30,7 @@ def farm(db_url):
 
 
 def machine(farm, name: str = "a") -> int:
-    return farm._store.register(name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=8)
+    return farm._store.machines.register(name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=8)
 
 
 def flags(farm, queue: str = "reports") -> dict[str, list[bool]]:
@@ -45,16 +45,16 @@ def flags(farm, queue: str = "reports") -> dict[str, list[bool]]:
 
 def test_a_queues_jobs_are_gated_while_it_is_paused_limited_or_rated_and_let_go_after(farm):
     store = farm._store
-    store.enqueue(REPORTS, count=3)
-    store.enqueue(PLAIN)
+    store.jobs.enqueue(REPORTS, count=3)
+    store.jobs.enqueue(PLAIN)
     assert flags(farm) == {"queued": [False] * 3}
     farm.pause_queue("reports")
     assert flags(farm) == {"queued": [True] * 3} and flags(farm, "default") == {"queued": [False]}
     farm.resume_queue("reports")
     assert flags(farm) == {"queued": [False] * 3}
-    assert {job.queue for job in store.claim(machine(farm), 8, 30.0)} == {"reports", "default"}
+    assert {job.queue for job in store.jobs.claim(machine(farm), 8, 30.0)} == {"reports", "default"}
 
-    store.enqueue(REPORTS, count=2)
+    store.jobs.enqueue(REPORTS, count=2)
     farm.set_queue("reports", limit=10)
     assert flags(farm) == {"running": [True] * 3, "queued": [True] * 2}, "running jobs too: they may be queued again"
     farm.set_queue("reports", limit=None)
@@ -69,23 +69,23 @@ def test_every_way_into_the_queue_gates_a_job_of_a_held_back_queue(farm):
     """An enqueue (one, or many in one call), a schedule's occurrence, a retry of a failed job, and a job that
     failed with attempts left or lost its lease (it keeps the flag it had while running)."""
     store = farm._store
-    [failed] = store.enqueue(REPORTS)
+    [failed] = store.jobs.enqueue(REPORTS)
     me = machine(farm)
-    [job] = store.claim(me, 1, 30.0)
-    store.finish(job, me, "failed", error="boom")
+    [job] = store.jobs.claim(me, 1, 30.0)
+    store.runs.finish(job, me, "failed", error="boom")
     farm.set_queue("reports", limit=4)
-    store.enqueue(REPORTS)
-    store.enqueue(REPORTS, count=3)
+    store.jobs.enqueue(REPORTS)
+    store.jobs.enqueue(REPORTS, count=3)
     farm.schedule("nightly", REPORTS, every=60.0)
     ScheduleStore(store).materialise(ahead=120.0, period=0.5)
-    store.retry(failed)
+    store.jobs.retry(failed)
     queued = flags(farm)["queued"]
     assert len(queued) >= 6 and all(queued)
-    assert len(store.claim(me, 8, 30.0)) == 0, "the main claim passes them by"
+    assert len(store.jobs.claim(me, 8, 30.0)) == 0, "the main claim passes them by"
     b = machine(farm, "b")
-    taken = store.claim(b, 8, 30.0, plan=LOCKED)
+    taken = store.jobs.claim(b, 8, 30.0, plan=LOCKED)
     assert len(taken) == 4, "through the queue's own branch, within its limit"
-    store.finish(taken[0], b, "failed", error="again", retry_in=0.0)
+    store.runs.finish(taken[0], b, "failed", error="again", retry_in=0.0)
     assert flags(farm)["queued"] == [True] * (len(queued) - 3), "back in the queue, still gated"
 
 
@@ -93,14 +93,14 @@ def test_a_job_that_slipped_past_its_queues_change_is_set_right_by_housekeeping(
     """A job written ungated into a limited queue (by a node of schema version 5, during an upgrade) is never
     started by the main claim, which checks the queue's row; the next housekeeping pass gates it."""
     store = farm._store
-    store.enqueue(REPORTS)
+    store.jobs.enqueue(REPORTS)
     farm.set_queue("reports", limit=2)
     store.count(update(jobs).values(gated=False))
     me = machine(farm)
-    assert store.claim(me, 8, 30.0) == [] and store.claim(me, 8, 30.0, plan=LOCKED) == []
+    assert store.jobs.claim(me, 8, 30.0) == [] and store.jobs.claim(me, 8, 30.0, plan=LOCKED) == []
     QueueStore(store).recount()
     assert flags(farm) == {"queued": [True]}
-    assert len(store.claim(me, 8, 30.0, plan=LOCKED)) == 1
+    assert len(store.jobs.claim(me, 8, 30.0, plan=LOCKED)) == 1
 
 
 @pytest.mark.postgres
@@ -110,10 +110,10 @@ def test_the_server_keeps_one_plan_for_the_claim_of_a_limited_queue(pg_url):
     array, the queue rows were guessed ten: statements._held). Once psycopg has prepared it (after five runs on
     a connection), the server runs it on the plan it keeps."""
     with Farm(pg_url) as farm:
-        farm._store.enqueue(REPORTS, count=20)
+        farm._store.jobs.enqueue(REPORTS, count=20)
         farm.set_queue("reports", limit=1)
         me = machine(farm)
-        claimed = sum(len(farm._store.claim(me, 8, 30.0, plan=LOCKED)) for _ in range(12))
+        claimed = sum(len(farm._store.jobs.claim(me, 8, 30.0, plan=LOCKED)) for _ in range(12))
         with farm._engine.connect() as conn:  # the pool's one connection, which ran the claims
             plans = conn.exec_driver_sql(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE 'WITH held AS%%'"
@@ -127,7 +127,7 @@ def test_a_change_waits_for_an_enqueue_that_read_the_queue_before_it(pg_url):
     """An enqueue in flight when a queue is limited read the queue as free: its job is written ungated. The
     change waits for that transaction to end before it gates the queue's jobs, so the job is gated with them."""
     with Farm(pg_url) as farm:
-        farm._store.enqueue(REPORTS)
+        farm._store.jobs.enqueue(REPORTS)
         with farm._engine.connect() as writer:
             writer.execute(
                 insert(jobs).values(
@@ -154,4 +154,4 @@ def test_a_change_waits_for_an_enqueue_that_read_the_queue_before_it(pg_url):
             writer.commit()
             changed.join(10)
         assert not changed.is_alive() and flags(farm) == {"queued": [True, True]}
-        assert len(farm._store.claim(machine(farm), 8, 30.0, plan=LOCKED)) == 1
+        assert len(farm._store.jobs.claim(machine(farm), 8, 30.0, plan=LOCKED)) == 1

@@ -34,7 +34,7 @@ def test_of_many_simultaneous_grabs_exactly_one_wins(farm):
         thread.join()
     assert len(won) == 1 and len(lost) == 5
     assert {taken.holder.job["id"] for taken in lost} == set(won)
-    assert farm._store.job_counts()["queued"] == 1
+    assert farm._store.jobs.counts()["queued"] == 1
 
 
 def test_a_loser_is_told_who_won_and_whether_it_finished(farm, nodes):
@@ -44,7 +44,7 @@ def test_a_loser_is_told_who_won_and_whether_it_finished(farm, nodes):
     assert str(early.value).startswith("Report-26@2026-11-22 was taken first by ")
     assert str(early.value).endswith(f"(job {job_id}): queued, not started yet")
     node = nodes("a")
-    wait_for(lambda: farm._store.get_job(job_id)["state"] == "succeeded")
+    wait_for(lambda: farm._store.jobs.get(job_id)["state"] == "succeeded")
     with pytest.raises(AlreadyTaken) as late:
         farm.enqueue_python(pyjobs.echo, key="Report-26@2026-11-22")
     assert late.value.holder.finished and late.value.holder.machine == f"a ({node.id})"
@@ -68,7 +68,7 @@ def test_grab_at_the_cli_refuses_the_loser_and_waits_for_the_winners_result(farm
     out = capsys.readouterr().out.splitlines()
     assert code == 0 and out[-1] == "done"  # the winner's output, not a second run
     assert "finished, succeeded on machine" in out[-2]
-    assert farm._store.job_counts()["succeeded"] == 1
+    assert farm._store.jobs.counts()["succeeded"] == 1
 
 
 def test_a_bad_grab_is_one_line_at_the_cli(farm, capsys):

@@ -8,9 +8,9 @@ from sqlalchemy import func, insert, inspect, select, text, update
 from queueprocessor.farm import Farm
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
-from queueprocessor.store.jobs import JobSpec, Plan
 from queueprocessor.store.migrations import QUEUED_BEFORE_6
 from queueprocessor.store.roster import RosterStore
+from queueprocessor.store.types import JobSpec, Plan
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
 CURRENT = str(schema.SCHEMA_VERSION)
@@ -60,7 +60,7 @@ def make_version_4(url: str) -> int:
     """A farm database as schema version 4 left it: queue rows without their running count; with one job
     waiting in it. The id of that job."""
     with Farm(url) as farm:
-        waiting = farm._store.enqueue(JOB)[0]
+        waiting = farm._store.jobs.enqueue(JOB)[0]
     make_version_5(url)
     with rewriting(url) as conn:
         drop_column(conn, "qp_queues", "running")
@@ -130,17 +130,17 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
         assert "ix_qp_jobs_queue" not in indexes
 
         store = farm._store
-        fresh = store.enqueue(JOB)[0]
-        me = store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
-        claimed = {job.id: job for job in store.claim(me, 4, 30.0)}
+        fresh = store.jobs.enqueue(JOB)[0]
+        me = store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        claimed = {job.id: job for job in store.jobs.claim(me, 4, 30.0)}
         assert set(claimed) == {waiting, fresh}, "the job from before the upgrade and a new one are claimed"
-        assert store.claim(me, 4, 30.0) == []
-        assert store.finish(claimed[waiting], me, "succeeded") == "succeeded"
-        assert store.finish(claimed[fresh], me, "failed", error="boom") == "failed"
-        assert [job["id"] for job in store.list_jobs("succeeded")] == [waiting]
-        assert [job["id"] for job in store.list_jobs("failed")] == [fresh]
-        assert store.list_jobs("queued") == []
-        assert store.job_counts() == {"queued": 0, "running": 0, "succeeded": 1, "failed": 1, "cancelled": 0}
+        assert store.jobs.claim(me, 4, 30.0) == []
+        assert store.runs.finish(claimed[waiting], me, "succeeded") == "succeeded"
+        assert store.runs.finish(claimed[fresh], me, "failed", error="boom") == "failed"
+        assert [job["id"] for job in store.jobs.newest("succeeded")] == [waiting]
+        assert [job["id"] for job in store.jobs.newest("failed")] == [fresh]
+        assert store.jobs.newest("queued") == []
+        assert store.jobs.counts() == {"queued": 0, "running": 0, "succeeded": 1, "failed": 1, "cancelled": 0}
 
 
 def test_nodes_starting_together_upgrade_once(db_url):
@@ -170,13 +170,17 @@ def test_a_version_2_database_gets_named_queues_in_place(db_url):
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
         assert version == CURRENT and {"ix_qp_jobs_order", "ux_qp_jobs_order_running"} <= indexes
-        assert farm._store.get_job(waiting)["queue"] == "default"
-        ordered = farm._store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports", order_key="k"), count=2)
-        me = farm._store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4, queues="reports")
+        assert farm._store.jobs.get(waiting)["queue"] == "default"
+        ordered = farm._store.jobs.enqueue(
+            JobSpec("python", "bench.jobs:noop", queue="reports", order_key="k"), count=2
+        )
+        me = farm._store.machines.register(
+            name="m", host="h", instance="m-1", pid=1, version="t", capacity=4, queues="reports"
+        )
         farm.pause_queue("reports")
-        assert farm._store.claim(me, 4, 30.0, plan=Plan(served=("reports",))) == []
+        assert farm._store.jobs.claim(me, 4, 30.0, plan=Plan(served=("reports",))) == []
         farm.resume_queue("reports")
-        [first] = farm._store.claim(me, 4, 30.0, plan=Plan(served=("reports",)))
+        [first] = farm._store.jobs.claim(me, 4, 30.0, plan=Plan(served=("reports",)))
         assert first.id == ordered[0], "the oldest of the key, and only it"
         assert [(q.name, q.waiting, q.running, q.order_keys_waiting) for q in farm.queues()] == [
             ("default", 1, 0, 0),
@@ -201,7 +205,7 @@ def test_a_version_3_database_gets_the_roster_version_and_the_heartbeat_indexes_
         assert fill in (None, [f"fillfactor={schema.MACHINES_FILL}"])
         assert farm._engine.dialect.name != "postgresql" or fill is not None
         peers = RosterStore(farm._store)
-        me = farm._store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
         read = peers.read_farm(me, before=farm._store.ask_time() - 60)
         assert read.version == 1 and read.suspects == {}
 
@@ -210,17 +214,17 @@ def test_a_version_4_database_counts_the_running_jobs_of_its_limited_queues_in_p
     """Version 4 to 5: queue rows get their running count, counted for the queues limited already, so a limit
     holds across the upgrade: 2 of a limit of 3 were running, one more starts."""
     with Farm(db_url) as farm:
-        farm._store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports"), count=4)
+        farm._store.jobs.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports"), count=4)
         farm.set_queue("reports", limit=3)
-        me = farm._store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
         guarded = Plan(served=("reports",), alone=(("reports", 4, True),))
-        assert len(farm._store.claim(me, 2, 30.0, plan=guarded)) == 2
+        assert len(farm._store.jobs.claim(me, 2, 30.0, plan=guarded)) == 2
     make_version_4(db_url)
     with Farm(db_url) as farm:
         version, _ = shape(farm)
         running = farm._store.rows(select(schema.queues.c.running).where(schema.queues.c.name == "reports"))
         assert version == CURRENT and running == [(2,)]
-        assert len(farm._store.claim(me, 4, 30.0, plan=guarded)) == 1
+        assert len(farm._store.jobs.claim(me, 4, 30.0, plan=guarded)) == 1
 
 
 def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db_url):
@@ -228,9 +232,9 @@ def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db
     main claim passes them by and each is claimed through its own queue's branch: the limited queue's within its
     limit, the paused queue's once it is resumed. Jobs of other queues are not gated."""
     with Farm(db_url) as farm:
-        plain = farm._store.enqueue(JOB, count=2)
-        farm._store.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports"), count=3)
-        farm._store.enqueue(JobSpec("python", "bench.jobs:noop", queue="mail"), count=2)
+        plain = farm._store.jobs.enqueue(JOB, count=2)
+        farm._store.jobs.enqueue(JobSpec("python", "bench.jobs:noop", queue="reports"), count=3)
+        farm._store.jobs.enqueue(JobSpec("python", "bench.jobs:noop", queue="mail"), count=2)
     make_version_5(db_url)
     with Farm(db_url) as farm:
         farm.set_queue("reports", limit=2)  # pause and limit as a version 5 farm left them: rows only
@@ -252,9 +256,9 @@ def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db
             )
         )
         assert {queue: bool(flag) for queue, flag in gated.items()} == {"default": False, "reports": True, "mail": True}
-        me = farm._store.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
-        assert sorted(c.id for c in farm._store.claim(me, 8, 30.0)) == plain
+        me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
+        assert sorted(c.id for c in farm._store.jobs.claim(me, 8, 30.0)) == plain
         guarded = Plan(alone=(("reports", 8, True),))
-        assert [c.queue for c in farm._store.claim(me, 8, 30.0, plan=guarded)] == ["reports", "reports"]
+        assert [c.queue for c in farm._store.jobs.claim(me, 8, 30.0, plan=guarded)] == ["reports", "reports"]
         farm.resume_queue("mail")
-        assert [c.queue for c in farm._store.claim(me, 8, 30.0)] == ["mail", "mail"]
+        assert [c.queue for c in farm._store.jobs.claim(me, 8, 30.0)] == ["mail", "mail"]

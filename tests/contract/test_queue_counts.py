@@ -10,9 +10,9 @@ from sqlalchemy import func, select, update
 
 from queueprocessor.farm import Farm
 from queueprocessor.rules.states import JobState, Outcome
-from queueprocessor.store.jobs import Ending, JobSpec, Plan
 from queueprocessor.store.queues import QueueStore
 from queueprocessor.store.schema import jobs, queues
+from queueprocessor.store.types import Ending, JobSpec, Plan
 from tests.support.work import PYJOBS
 
 REPORTS = JobSpec("python", f"{PYJOBS}:noop", queue="reports")
@@ -26,7 +26,7 @@ def farm(db_url):
 
 
 def machine(farm, name: str) -> int:
-    return farm._store.register(name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=8)
+    return farm._store.machines.register(name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=8)
 
 
 def counted(farm) -> tuple[int, int]:
@@ -45,36 +45,36 @@ def expire(farm, *ids: int) -> None:
 
 def test_the_count_follows_claims_finishes_retries_releases_take_overs_and_requeues(farm):
     store = farm._store
-    store.enqueue(REPORTS, count=6)
+    store.jobs.enqueue(REPORTS, count=6)
     farm.set_queue("reports", limit=4)
     a, b = machine(farm, "a"), machine(farm, "b")
-    one, two, three, four = store.claim(a, 8, 30.0, plan=LOCKED)
-    assert counted(farm) == (4, 4) and store.claim(b, 8, 30.0, plan=LOCKED) == [], "the limit"
-    store.finish(one, a, "succeeded")
-    store.finish(two, a, "failed", retry_in=0.0)  # back in the queue
-    assert store.release(three, a, "stopping")
+    one, two, three, four = store.jobs.claim(a, 8, 30.0, plan=LOCKED)
+    assert counted(farm) == (4, 4) and store.jobs.claim(b, 8, 30.0, plan=LOCKED) == [], "the limit"
+    store.runs.finish(one, a, "succeeded")
+    store.runs.finish(two, a, "failed", retry_in=0.0)  # back in the queue
+    assert store.runs.release(three, a, "stopping")
     assert counted(farm) == (1, 1)
     expire(farm, four.id)
-    taken = store.claim(b, 8, 30.0, plan=LOCKED)
+    taken = store.jobs.claim(b, 8, 30.0, plan=LOCKED)
     assert four.id in {job.id for job in taken} and len(taken) == 4, "taken over, and three more within the limit"
     assert counted(farm) == (4, 4)
     expire(farm, *(job.id for job in taken))
-    assert store.requeue_expired(before=store.ask_time()) == 4
+    assert store.jobs.requeue_expired(before=store.ask_time()) == 4
     assert counted(farm) == (0, 0)
 
 
 def test_a_count_gone_wrong_is_repaired_by_the_recount_and_by_setting_the_limit(farm):
     store = farm._store
-    store.enqueue(REPORTS, count=4)
+    store.jobs.enqueue(REPORTS, count=4)
     farm.set_queue("reports", limit=3)
-    assert len(store.claim(machine(farm, "a"), 2, 30.0, plan=LOCKED)) == 2
+    assert len(store.jobs.claim(machine(farm, "a"), 2, 30.0, plan=LOCKED)) == 2
     store.count(update(queues).values(running=3))  # e.g. started by a node of the older version, uncounted
     QueueStore(store).recount()
     assert counted(farm) == (2, 2)
     store.count(update(queues).values(running=0))
     farm.set_queue("reports", limit=3)
     assert counted(farm) == (2, 2)
-    assert len(store.claim(machine(farm, "b"), 8, 30.0, plan=LOCKED)) == 1
+    assert len(store.jobs.claim(machine(farm, "b"), 8, 30.0, plan=LOCKED)) == 1
 
 
 @pytest.mark.postgres
@@ -83,20 +83,20 @@ def test_claims_and_finishes_racing_on_four_threads_never_pass_the_limit_and_lea
     threads hold at once (counted after a claim commits and before its finish is sent, so never more than the
     database has running) stay within the limit, and the count ends at zero."""
     with Farm(pg_url) as farm:
-        farm._store.enqueue(REPORTS, count=300)
+        farm._store.jobs.enqueue(REPORTS, count=300)
         farm.set_queue("reports", limit=3)
         ids = [machine(farm, f"m{i}") for i in range(4)]
         held, most, lock = [0], [0], threading.Lock()
 
         def work(me: int) -> None:
-            while claimed := farm._store.claim(me, 3, 30.0, plan=Plan(("reports",), (("reports", 3, True),))):
+            while claimed := farm._store.jobs.claim(me, 3, 30.0, plan=Plan(("reports",), (("reports", 3, True),))):
                 with lock:
                     held[0] += len(claimed)
                     most[0] = max(most[0], held[0])
                 time.sleep(0.002)  # the jobs run
                 with lock:
                     held[0] -= len(claimed)
-                farm._store.finish_many(me, [Ending(job, Outcome.SUCCEEDED) for job in claimed])
+                farm._store.runs.finish_many(me, [Ending(job, Outcome.SUCCEEDED) for job in claimed])
 
         threads = [threading.Thread(target=work, args=(me,)) for me in ids]
         for thread in threads:

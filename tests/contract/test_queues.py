@@ -14,9 +14,9 @@ from queueprocessor.farm import Farm
 from queueprocessor.rules.errors import BadQueueInput, NotFound
 from queueprocessor.rules.queues import OnFailure, QueueInfo, Rate, Served
 from queueprocessor.rules.roster import slot_of
-from queueprocessor.store.jobs import JobSpec, Looks, Plan, Turn
 from queueprocessor.store.schema import jobs
 from queueprocessor.store.statements import (
+    ClaimShape,
     claim_statement,
     freed_statement,
     looks_statement,
@@ -25,6 +25,7 @@ from queueprocessor.store.statements import (
     taken_statement,
     turn_statement,
 )
+from queueprocessor.store.types import JobSpec, Looks, Plan, Turn
 from tests.support.httptarget import most_at_once
 from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
 
@@ -36,7 +37,7 @@ def spec(queue="default", order_key=None, **extra) -> JobSpec:
 
 
 def machine(farm, name="m", queues="") -> int:
-    return farm._store.register(
+    return farm._store.machines.register(
         name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=8, queues=queues
     )
 
@@ -54,28 +55,28 @@ def test_names_rates_and_served_lists_are_checked_before_anything_is_written():
 
 
 def test_a_claim_takes_only_the_queues_it_serves(farm):
-    reports = farm._store.enqueue(spec("reports"), count=2)
-    plain = farm._store.enqueue(spec(), count=2)
+    reports = farm._store.jobs.enqueue(spec("reports"), count=2)
+    plain = farm._store.jobs.enqueue(spec(), count=2)
     me = machine(farm, queues="reports")
-    assert {job.id for job in farm._store.claim(me, 8, 30.0, plan=Plan(served=("reports",)))} == set(reports)
-    assert {job.queue for job in farm._store.claim(me, 8, 30.0)} == {"default"}, "every queue, by default"
-    assert farm._store.get_job(plain[0])["queue"] == "default"
+    assert {job.id for job in farm._store.jobs.claim(me, 8, 30.0, plan=Plan(served=("reports",)))} == set(reports)
+    assert {job.queue for job in farm._store.jobs.claim(me, 8, 30.0)} == {"default"}, "every queue, by default"
+    assert farm._store.jobs.get(plain[0])["queue"] == "default"
 
 
 def test_a_paused_queue_starts_nothing_until_resumed_and_others_go_on(farm):
-    held = farm._store.enqueue(spec("reports"))[0]
-    other = farm._store.enqueue(spec())[0]
+    held = farm._store.jobs.enqueue(spec("reports"))[0]
+    other = farm._store.jobs.enqueue(spec())[0]
     me = machine(farm)
     farm.pause_queue("reports")
-    assert [job.id for job in farm._store.claim(me, 8, 30.0)] == [other]
+    assert [job.id for job in farm._store.jobs.claim(me, 8, 30.0)] == [other]
     assert [q.paused for q in farm.queues() if q.name == "reports"] == [True]
     farm.resume_queue("reports")
-    assert [job.id for job in farm._store.claim(me, 8, 30.0)] == [held]
+    assert [job.id for job in farm._store.jobs.claim(me, 8, 30.0)] == [held]
 
 
 def test_queue_list_says_what_waits_runs_and_who_serves(farm):
-    farm._store.enqueue(spec("reports", order_key="a"), count=3)
-    farm._store.enqueue(spec("reports", order_key="b"))
+    farm._store.jobs.enqueue(spec("reports", order_key="a"), count=3)
+    farm._store.jobs.enqueue(spec("reports", order_key="b"))
     farm.set_queue("reports", limit=2, rate="10/s", on_failure=OnFailure.BLOCK)
     machine(farm, "r1", queues="reports:1")
     machine(farm, "any")
@@ -99,7 +100,7 @@ def test_queue_list_says_what_waits_runs_and_who_serves(farm):
 
 
 def test_bad_queue_settings_change_nothing(farm):
-    farm._store.enqueue(spec("reports"))
+    farm._store.jobs.enqueue(spec("reports"))
     farm.set_queue("reports", limit=3)
     for bad in (dict(limit=0), dict(limit=-1), dict(limit=2.5), dict(rate="ten/s"), dict(on_failure="retry")):
         with pytest.raises(BadQueueInput):
@@ -115,74 +116,74 @@ def test_bad_queue_settings_change_nothing(farm):
 
 def test_jobs_of_an_order_key_start_one_at_a_time_in_enqueue_order(farm):
     store = farm._store
-    a = store.enqueue(spec(order_key="a"), count=3)
-    b = store.enqueue(spec(order_key="b"), count=2)
-    loose = store.enqueue(spec())[0]
+    a = store.jobs.enqueue(spec(order_key="a"), count=3)
+    b = store.jobs.enqueue(spec(order_key="b"), count=2)
+    loose = store.jobs.enqueue(spec())[0]
     me = machine(farm)
-    first = {job.id: job for job in store.claim(me, 8, 30.0)}
+    first = {job.id: job for job in store.jobs.claim(me, 8, 30.0)}
     assert set(first) == {a[0], b[0], loose}, "the oldest of each key, and the job with none"
-    assert store.claim(me, 8, 30.0) == []
-    store.finish(first[a[0]], me, "succeeded")
-    [second] = store.claim(me, 8, 30.0)
+    assert store.jobs.claim(me, 8, 30.0) == []
+    store.runs.finish(first[a[0]], me, "succeeded")
+    [second] = store.jobs.claim(me, 8, 30.0)
     assert second.id == a[1]
-    store.finish(second, me, "failed", error="boom", retry_in=0.0)  # attempts left: it holds its key
-    [again] = store.claim(me, 8, 30.0)
+    store.runs.finish(second, me, "failed", error="boom", retry_in=0.0)  # attempts left: it holds its key
+    [again] = store.jobs.claim(me, 8, 30.0)
     assert again.id == a[1] and again.attempts == 2
 
 
 @pytest.mark.parametrize("policy", list(OnFailure))
 def test_a_job_that_failed_for_good_blocks_its_key_or_not_as_the_queue_says(farm, policy):
     store = farm._store
-    first, after = store.enqueue(spec(order_key="k", max_attempts=1), count=2)
+    first, after = store.jobs.enqueue(spec(order_key="k", max_attempts=1), count=2)
     farm.set_queue("default", on_failure=policy)
     other = OnFailure.SKIP if policy == OnFailure.BLOCK else OnFailure.BLOCK
-    store.enqueue(spec("strict"))
+    store.jobs.enqueue(spec("strict"))
     farm.set_queue("strict", on_failure=other, limit=1)  # another queue's policy is its own
     me = machine(farm)
-    [job] = store.claim(me, 8, 30.0)
-    assert store.finish(job, me, "failed", error="boom") == "failed"
-    taken = [job.id for job in store.claim(me, 8, 30.0)]
+    [job] = store.jobs.claim(me, 8, 30.0)
+    assert store.runs.finish(job, me, "failed", error="boom") == "failed"
+    taken = [job.id for job in store.jobs.claim(me, 8, 30.0)]
     assert taken == ([] if policy == OnFailure.BLOCK else [after])
     if policy == OnFailure.BLOCK:
         farm.retry(first)  # an operator retries it: it runs first, then the key moves on
-        [again] = store.claim(me, 8, 30.0)
-        assert again.id == first and store.claim(me, 8, 30.0) == []
-        store.finish(again, me, "succeeded")
-        assert [job.id for job in store.claim(me, 8, 30.0)] == [after]
+        [again] = store.jobs.claim(me, 8, 30.0)
+        assert again.id == first and store.jobs.claim(me, 8, 30.0) == []
+        store.runs.finish(again, me, "succeeded")
+        assert [job.id for job in store.jobs.claim(me, 8, 30.0)] == [after]
 
 
 def test_a_farm_wide_limit_counts_running_jobs_and_leases_taken_over(farm):
     store = farm._store
-    farm._store.enqueue(spec("reports"), count=5)
+    farm._store.jobs.enqueue(spec("reports"), count=5)
     farm.set_queue("reports", limit=2)
     a, b = machine(farm, "a"), machine(farm, "b")
     locked = Plan(alone=(("reports", 8, True),))
-    assert store.claim(a, 8, 30.0) == [], "a claim that does not lock a limited queue takes none of it"
-    [first] = store.claim(a, 1, 30.0, plan=locked)
-    assert len(store.claim(b, 8, 30.0, plan=locked)) == 1
-    assert store.claim(b, 8, 30.0, plan=locked) == [], "two running: the limit"
+    assert store.jobs.claim(a, 8, 30.0) == [], "a claim that does not lock a limited queue takes none of it"
+    [first] = store.jobs.claim(a, 1, 30.0, plan=locked)
+    assert len(store.jobs.claim(b, 8, 30.0, plan=locked)) == 1
+    assert store.jobs.claim(b, 8, 30.0, plan=locked) == [], "two running: the limit"
     store.count(update(jobs).where(jobs.c.id == first.id).values(lease_until=jobs.c.lease_until - 60))  # a dies
-    assert store.claim(b, 8, 30.0, plan=locked, take_expired=False) == [], "its job counts until its fence moves"
-    taken = store.claim(b, 8, 30.0, plan=locked)
+    assert store.jobs.claim(b, 8, 30.0, plan=locked, take_expired=False) == [], "its job counts until its fence moves"
+    taken = store.jobs.claim(b, 8, 30.0, plan=locked)
     assert [job.id for job in taken] == [first.id], "the expired lease is taken over, still within the limit"
-    assert store.claim(b, 8, 30.0, plan=locked) == []
+    assert store.jobs.claim(b, 8, 30.0, plan=locked) == []
 
 
 def test_a_machine_takes_at_most_its_own_limit_of_a_queue(farm):
-    farm._store.enqueue(spec("reports"), count=5)
-    farm._store.enqueue(spec(), count=5)
+    farm._store.jobs.enqueue(spec("reports"), count=5)
+    farm._store.jobs.enqueue(spec(), count=5)
     me = machine(farm, queues="reports:2,default")
-    claimed = farm._store.claim(me, 6, 30.0, plan=Plan(("reports", "default"), (("reports", 2, False),)))
+    claimed = farm._store.jobs.claim(me, 6, 30.0, plan=Plan(("reports", "default"), (("reports", 2, False),)))
     assert sorted(job.queue for job in claimed) == ["default"] * 4 + ["reports"] * 2
 
 
 def test_a_rate_spends_tokens_in_the_claims_transaction(farm):
-    farm._store.enqueue(spec("feed"), count=5)
+    farm._store.jobs.enqueue(spec("feed"), count=5)
     farm.set_queue("feed", rate="2/min")  # a bucket of one start: what a period brings, at least one
     me = machine(farm)
     locked = Plan(alone=(("feed", 8, True),))
-    assert len(farm._store.claim(me, 8, 30.0, plan=locked)) == 1
-    assert farm._store.claim(me, 8, 30.0, plan=locked) == [], "no token left for half a minute"
+    assert len(farm._store.jobs.claim(me, 8, 30.0, plan=locked)) == 1
+    assert farm._store.jobs.claim(me, 8, 30.0, plan=locked) == [], "no token left for half a minute"
 
 
 def test_roles_work_of_a_queue_waits_for_a_machine_that_serves_it(farm, http_target):
@@ -222,7 +223,8 @@ def test_the_queue_guards_compile_for_sql_server_2017(served, branches):
     T-SQL without LEAST and GREATEST (SQL Server 2022 only): CASE instead, and no sub-select in OUTPUT; the
     gated flags are bits, set and compared as 1 and 0."""
     dialect = pyodbc.dialect()
-    claim = str(claim_statement("mssql", True, True, 4, served=served, branches=branches).compile(dialect=dialect))
+    shape = ClaimShape("mssql", True, True, 4, served=served, branches=branches)
+    claim = str(claim_statement(shape).compile(dialect=dialect))
     assert claim.startswith("UPDATE qp_jobs SET") and claim.count("WITH (UPDLOCK, ROWLOCK, READPAST)") == 2 + len(
         branches
     )
@@ -332,7 +334,7 @@ def test_a_job_of_a_queue_the_turn_holder_does_not_serve_starts_within_a_period(
         [job] = farm.enqueue_python(NOOP, queue="qb", at=(s + 0.5) * period)
         done = farm.wait(job, timeout=20)
         [run] = done["runs"]
-        turns = {t["slot"]: t for t in farm._store.read_turns(since=(s - 1) * period)}
+        turns = {t["slot"]: t for t in farm._store.turns.read(since=(s - 1) * period)}
     finally:
         nodes.stop_all()
     assert run["machine_id"] == b.id
@@ -355,7 +357,7 @@ def test_a_turn_of_a_node_with_a_limited_queue_claims_every_queue_in_one_order_o
         assert all(farm.wait(job, timeout=20)["state"] == "succeeded" for job in [*low, urgent, limited, held])
     finally:
         nodes.stop_all()
-    runs = sorted(farm._store.list_runs(), key=lambda r: r["id"])
+    runs = sorted(farm._store.runs.read(), key=lambda r: r["id"])
     assert {r["job_id"] for r in runs[:2]} == {urgent, limited}, "the node's first claim: the two most urgent"
     assert held in {r["job_id"] for r in runs[2:]}
 
@@ -382,27 +384,27 @@ def test_a_turn_says_what_it_saw_of_work_it_does_not_claim(farm):
     me = machine(farm, "a", queues="qa,limited")
     plan = Plan(served=("qa", "limited"))
     looks = Looks(guarded=("limited",), elsewhere=("qb",), served=("qa", "limited"))
-    assert store.take_turn_and_claim(1, me, 4, 30.0, plan=plan, looks=looks) == Turn(True, [], False, False)
-    assert store.take_turn_and_claim(1, me, 4, 30.0, plan=plan, looks=looks) == Turn(False, [])
-    store.enqueue(spec("qb"))
+    assert store.jobs.take_turn_and_claim(1, me, 4, 30.0, plan=plan, looks=looks) == Turn(True, [], False, False)
+    assert store.jobs.take_turn_and_claim(1, me, 4, 30.0, plan=plan, looks=looks) == Turn(False, [])
+    store.jobs.enqueue(spec("qb"))
     farm.pause_queue("qb")
-    assert store.take_turn_and_claim(2, me, 4, 30.0, plan=plan, looks=looks).elsewhere_due is False, "paused"
+    assert store.jobs.take_turn_and_claim(2, me, 4, 30.0, plan=plan, looks=looks).elsewhere_due is False, "paused"
     farm.resume_queue("qb")
     farm.set_queue("limited", limit=1)
-    [limited] = store.enqueue(spec("limited"))
-    plain = store.enqueue(spec("qa"), count=2)
-    turn = store.take_turn_and_claim(3, me, 4, 30.0, plan=plan, looks=looks)
+    [limited] = store.jobs.enqueue(spec("limited"))
+    plain = store.jobs.enqueue(spec("qa"), count=2)
+    turn = store.jobs.take_turn_and_claim(3, me, 4, 30.0, plan=plan, looks=looks)
     assert turn == Turn(True, [], True, True), "limited work due: the turn leaves every queue to a locked claim"
-    joint = store.claim(me, 4, 30.0, plan=Plan(("qa", "limited"), (("limited", 4, True),)))
+    joint = store.jobs.claim(me, 4, 30.0, plan=Plan(("qa", "limited"), (("limited", 4, True),)))
     assert sorted(job.id for job in joint) == sorted([limited, *plain])
     everyone = Looks(elsewhere=(), served=("qa", "limited"))  # a peer serves every queue
-    assert store.take_turn_and_claim(4, me, 4, 30.0, plan=plan, looks=everyone) == Turn(True, [], None, True)
+    assert store.jobs.take_turn_and_claim(4, me, 4, 30.0, plan=plan, looks=everyone) == Turn(True, [], None, True)
 
 
 def test_an_enqueue_reads_the_machines_once_and_one_queue_is_read_alone(farm):
     machine(farm, "r", queues="reports")
-    farm._store.enqueue(spec("other"), count=2)
-    farm._store.enqueue(spec("reports"))
+    farm._store.jobs.enqueue(spec("other"), count=2)
+    farm._store.jobs.enqueue(spec("reports"))
     sent = Sent(farm._engine)
     assert farm.submit(spec("reports")).served and not farm.submit(spec("nobody")).served
     assert len(sent.reading("qp_machines")) == 2, "one read of the machine rows per enqueue, for both questions"

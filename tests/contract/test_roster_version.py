@@ -19,11 +19,11 @@ def version(farm) -> int:
 
 
 def register(store, name):
-    return store.register(name=name, host="h", instance=name, pid=1, version="t", capacity=1)
+    return store.machines.register(name=name, host="h", instance=name, pid=1, version="t", capacity=1)
 
 
 def beat(store, machine_id, state="active"):
-    return store.heartbeat(
+    return store.machines.heartbeat(
         machine_id,
         state=state,
         applied_wish=None,
@@ -42,7 +42,7 @@ def test_joins_new_states_stops_and_burials_bump_the_version_and_nothing_else_do
     a, b = register(store, "a"), register(store, "b")
     assert version(farm) == v0 + 2
     assert beat(store, a) and beat(store, b)
-    store.wish(a, "pause")
+    store.machines.wish(a, "pause")
     assert version(farm) == v0 + 2, "a check-in in the same state, or a wish, changes no roster"
     assert beat(store, a, state="paused") and version(farm) == v0 + 3
     assert beat(store, a, state="active") and version(farm) == v0 + 4
@@ -52,7 +52,7 @@ def test_joins_new_states_stops_and_burials_bump_the_version_and_nothing_else_do
     assert not peers.bury(b, seen), "buried once"
     assert {m["id"]: m["state"] for m in peers.read_all()[1]} == {a: "active", b: "dead"}
     assert beat(store, b) and version(farm) == v0 + 6, "a buried machine's check-in revives it"
-    store.mark_stopped(a)
+    store.machines.mark_stopped(a)
     assert version(farm) == v0 + 7
     assert not beat(store, 999), "no such machine"
 
@@ -60,7 +60,7 @@ def test_joins_new_states_stops_and_burials_bump_the_version_and_nothing_else_do
 def test_the_heartbeat_read_answers_with_our_wish_and_only_the_quiet_machines(farm):
     store, peers = farm._store, RosterStore(farm._store)
     a, b, c = (register(store, name) for name in "abc")
-    store.wish(a, "drain")
+    store.machines.wish(a, "drain")
     read = peers.read_farm(a, before=store.ask_time() - 60)
     assert read.wish == "drain" and read.suspects == {} and read.version == version(farm)
     assert peers.read_farm(b, before=store.ask_time() - 60).wish is None
@@ -70,7 +70,7 @@ def test_the_heartbeat_read_answers_with_our_wish_and_only_the_quiet_machines(fa
     read = peers.read_farm(a, before=before)
     assert list(read.suspects) == [c], "only c was last seen before the bound"
     assert read.suspects[c] == next(m["last_seen"] for m in peers.read_all()[1] if m["id"] == c)
-    store.mark_stopped(c)
+    store.machines.mark_stopped(c)
     assert peers.read_farm(a, before=before).suspects == {}, "a stopped machine is nobody's suspect"
 
 
@@ -79,27 +79,27 @@ def test_a_check_in_writes_its_figures_and_clears_only_the_wish_it_applied(farm)
     writes its own values, and the read still answers for its own machine and slot."""
     store, peers = farm._store, RosterStore(farm._store)
     a, b = register(store, "a"), register(store, "b")
-    seen = store.find_machine(str(a))["last_seen"]
-    store.wish(a, "pause")
+    seen = store.machines.find(str(a))["last_seen"]
+    store.machines.wish(a, "pause")
     time.sleep(0.01)  # the database's clock moves on
-    assert store.heartbeat(
+    assert store.machines.heartbeat(
         a, state="active", applied_wish="drain", running=2, done=5, failed=1, offset=0.25, rtt=0.002, error_bound=0.001
     )
-    row = store.find_machine(str(a))
+    row = store.machines.find(str(a))
     assert (row["running"], row["done_count"], row["failed_count"]) == (2, 5, 1)
     assert (row["clock_offset"], row["rtt"], row["error_bound"]) == (0.25, 0.002, 0.001)
     assert row["last_seen"] > seen and row["state"] == "active"
     assert row["wish"] == "pause", "an operator's wish other than the one the node applied is kept"
     assert peers.read_farm(a, before=0.0).wish == "pause" and peers.read_farm(b, before=0.0).wish is None
     v = version(farm)
-    assert store.heartbeat(
+    assert store.machines.heartbeat(
         a, state="paused", applied_wish="pause", running=0, done=6, failed=1, offset=0.0, rtt=0.001, error_bound=0.0005
     )
-    row = store.find_machine(str(a))
+    row = store.machines.find(str(a))
     assert row["wish"] is None and row["state"] == "paused" and row["done_count"] == 6
     assert version(farm) == v + 1, "the new state bumped the roster version"
-    assert store.take_turn(100, b)
-    store.record_turn(100, claimed=3, backlog=True)
+    assert store.turns.take(100, b)
+    store.turns.record(100, claimed=3, backlog=True)
     assert peers.read_farm(a, before=0.0, backlog_since=99).backlog_slot == 100
     assert peers.read_farm(a, before=0.0, backlog_since=101).backlog_slot is None
     assert peers.read_farm(a, before=0.0).backlog_slot is None, "no slot asked about"
@@ -147,7 +147,7 @@ def test_nodes_agree_on_the_roster_and_a_steady_heartbeat_reads_one_row_or_so(fa
     wait_for(lambda: all(len(r) == 4 for r in rosters(farm_nodes, farm._store.ask_time())))
     spy.reset()
     time.sleep(10 * FAST["heartbeat"])
-    now, _, rows = farm._store.read_machines()
+    now, _, rows = farm._store.machines.read()
     expected = sorted(m["id"] for m in rows)
     assert rosters(farm_nodes, now) == [expected] * 4
     assert spy.full_reads == 0, "nothing changed: nobody read every row"
@@ -166,11 +166,11 @@ def test_a_killed_machine_is_judged_dead_by_every_peer_on_time_and_buried_once(f
     try:
         victim = processes("victim")
         wait_for(lambda: len(rosters(survivors, farm._store.ask_time())[0]) == 4, timeout=20.0)
-        victim_id = next(m["id"] for m in farm._store.read_machines()[2] if m["name"] == "victim")
+        victim_id = next(m["id"] for m in farm._store.machines.read()[2] if m["name"] == "victim")
         before = version(farm)
         victim.send_signal(signal.SIGKILL)
         victim.wait()
-        last_seen = next(m["last_seen"] for m in farm._store.read_machines()[2] if m["id"] == victim_id)
+        last_seen = next(m["last_seen"] for m in farm._store.machines.read()[2] if m["id"] == victim_id)
         judged_at: dict[int, float] = {}
         while len(judged_at) < len(survivors):  # each survivor's roster, watched at short intervals
             now = farm._store.ask_time()
@@ -181,7 +181,7 @@ def test_a_killed_machine_is_judged_dead_by_every_peer_on_time_and_buried_once(f
             time.sleep(0.01)
         assert all(t > last_seen + DEAD_AFTER for t in judged_at.values()), "nobody is judged dead early"
         assert all(t < last_seen + DEAD_AFTER + 2 * FAST["heartbeat"] for t in judged_at.values()), judged_at
-        wait_for(lambda: next(m["state"] for m in farm._store.read_machines()[2] if m["id"] == victim_id) == "dead")
+        wait_for(lambda: next(m["state"] for m in farm._store.machines.read()[2] if m["id"] == victim_id) == "dead")
         assert version(farm) == before + 1, "buried once, by one judge"
     finally:
         processes.kill_all()

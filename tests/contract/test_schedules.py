@@ -110,13 +110,13 @@ def test_each_occurrence_runs_once_on_a_farm_of_three(farm, nodes):
     farm.schedule("tick", farm.python_spec(pyjobs.noop), every=0.5)
     time.sleep(4.0)
     farm.pause_schedule("tick")
-    jobs = [j for j in farm._store.list_jobs(limit=1000) if j["key"] and j["state"] != "cancelled"]
-    wait_for(lambda: all(farm._store.get_job(j["id"])["state"] == "succeeded" for j in jobs))
+    jobs = [j for j in farm._store.jobs.newest(limit=1000) if j["key"] and j["state"] != "cancelled"]
+    wait_for(lambda: all(farm._store.jobs.get(j["id"])["state"] == "succeeded" for j in jobs))
     times = sorted(j["run_at"] for j in jobs)
     assert len(times) >= 6 and times == [times[0] + 0.5 * i for i in range(len(times))]  # none missing, none twice
     assert all(j["key"] == f"tick@{Recurrence(every=0.5).label(j['run_at'])}" for j in jobs)
     for j in jobs:
-        [run] = farm._store.list_runs(job_id=j["id"])
+        [run] = farm._store.runs.read(job_id=j["id"])
         assert run["machine_id"] in machines and run["started_at"] >= j["run_at"] - EARLY  # not at its claim
 
 
@@ -130,18 +130,18 @@ def test_an_occurrence_claimed_early_starts_at_its_time_not_at_a_turn(farm):
 
     def made_ahead():
         return [
-            j for j in farm._store.list_jobs(state="succeeded") if j["key"] and j["run_at"] - j["created_at"] > period
+            j for j in farm._store.jobs.newest(state="succeeded") if j["key"] and j["run_at"] - j["created_at"] > period
         ]
 
     try:
         nodes("a"), nodes("b")
-        wait_for(lambda: len({t["machine_id"] for t in farm._store.read_turns(0)}) == 2, timeout=10)  # turns go round
+        wait_for(lambda: len({t["machine_id"] for t in farm._store.turns.read(0)}) == 2, timeout=10)  # turns go round
         farm.schedule("punctual", farm.python_spec(pyjobs.noop), every=0.7)
         made = wait_for(lambda: len(done := made_ahead()) >= 5 and done, timeout=20)
     finally:
         nodes.stop_all()
     for job in made:
-        [run] = farm._store.list_runs(job_id=job["id"])
+        [run] = farm._store.runs.read(job_id=job["id"])
         assert -EARLY <= run["started_at"] - job["run_at"] < period / 2, (job["key"], run["started_at"] - job["run_at"])
 
 
@@ -175,11 +175,11 @@ def test_a_schedule_that_cannot_be_planned_is_paused_alone_and_the_rest_of_the_w
     farm.schedule("good", farm.python_spec(pyjobs.noop), every=0.5)
     queued = farm.enqueue_python(pyjobs.noop, count=3)
     nodes("a")
-    wait_for(lambda: all(farm._store.get_job(j)["state"] == "succeeded" for j in queued))
-    wait_for(lambda: any(j["key"].startswith("good@") for j in farm._store.list_jobs(state="succeeded") if j["key"]))
+    wait_for(lambda: all(farm._store.jobs.get(j)["state"] == "succeeded" for j in queued))
+    wait_for(lambda: any(j["key"].startswith("good@") for j in farm._store.jobs.newest(state="succeeded") if j["key"]))
     assert all(farm.get_schedule(name)["paused"] for name in bad)
     assert not farm.get_schedule("good")["paused"]
-    reasons = {j["origin"]: j["last_error"] for j in farm._store.list_jobs(state="failed")}
+    reasons = {j["origin"]: j["last_error"] for j in farm._store.jobs.newest(state="failed")}
     assert set(reasons) == {f"schedule {name}" for name in bad}
     assert "malformed cron expression 'bogus'" in reasons["schedule bogus-cron"]
     assert "unknown time zone 'Mars/Olympus'" in reasons["schedule mars"]
@@ -198,16 +198,16 @@ def test_occurrences_left_waiting_through_an_outage_follow_the_misfire_policy(fa
     schedule's grace: skip drops them all, once runs the newest of them."""
     first = nodes("a")
     farm.schedule("beat", farm.python_spec(pyjobs.noop), every=0.1, misfire=misfire, grace=0.5)
-    wait_for(lambda: farm._store.job_counts()["succeeded"] >= 2)
+    wait_for(lambda: farm._store.jobs.counts()["succeeded"] >= 2)
     first.stop(drain=False)
-    waiting = [j for j in farm._store.list_jobs(state="queued") if j["key"]]
+    waiting = [j for j in farm._store.jobs.newest(state="queued") if j["key"]]
     assert len(waiting) >= 2, "a schedule's next occurrences are jobs a few periods ahead"
     newest = max(j["run_at"] for j in waiting)
     wait_for(lambda: farm._store.ask_time() > newest + 0.5 + 0.2, timeout=5)
     back = farm._store.ask_time()
     nodes("b")
-    wait_for(lambda: any(j["run_at"] > back for j in farm._store.list_jobs(state="succeeded")))  # beating again
-    ended = [farm._store.get_job(j["id"]) for j in waiting]
+    wait_for(lambda: any(j["run_at"] > back for j in farm._store.jobs.newest(state="succeeded")))  # beating again
+    ended = [farm._store.jobs.get(j["id"]) for j in waiting]
     ran = [j for j in ended if j["state"] == "succeeded"]
     assert [j["run_at"] for j in ran] == [newest] * runs
     dropped = [j for j in ended if j["state"] == "cancelled"]
@@ -231,7 +231,7 @@ def test_two_machines_materialising_at_once_make_each_occurrence_once(farm):
         thread.start()
     for thread in threads:
         thread.join()
-    keys = [j["key"] for j in farm._store.list_jobs(limit=1000)]
+    keys = [j["key"] for j in farm._store.jobs.newest(limit=1000)]
     assert len(keys) == len(set(keys)) >= 10
 
 
@@ -257,10 +257,10 @@ def test_pause_resume_and_remove(farm, capsys):
 def test_pausing_cancels_the_occurrences_already_waiting(farm):
     farm.settings(**FAST)
     farm.schedule("soon", farm.command_spec(["sh", "-c", "true"]), every=0.5)
-    waiting = [j for j in farm._store.list_jobs() if j["state"] == "queued"]
+    waiting = [j for j in farm._store.jobs.newest() if j["state"] == "queued"]
     assert waiting, "occurrences within the horizon are made into jobs when the schedule is added"
     farm.pause_schedule("soon")
-    assert all(farm._store.get_job(j["id"])["state"] == "cancelled" for j in waiting)
+    assert all(farm._store.jobs.get(j["id"])["state"] == "cancelled" for j in waiting)
 
 
 def test_pausing_a_schedule_leaves_a_grab_of_the_same_name_alone(farm):
@@ -268,7 +268,7 @@ def test_pausing_a_schedule_leaves_a_grab_of_the_same_name_alone(farm):
     farm.schedule("report", farm.command_spec(["sh", "-c", "true"]), every=3600)
     grabbed = farm.grab("report", "2026-11-22", farm.command_spec(["sh", "-c", "true"]))
     farm.pause_schedule("report")
-    assert farm._store.get_job(grabbed)["state"] == "queued"
+    assert farm._store.jobs.get(grabbed)["state"] == "queued"
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ def tenures(farm, job_id, count):
     """The singleton's runs by fence, once there are `count` of them and only the last is still running."""
 
     def settled():
-        runs = sorted(farm._store.list_runs(job_id=job_id), key=lambda run: run["fence"])
+        runs = sorted(farm._store.runs.read(job_id=job_id), key=lambda run: run["fence"])
         return len(runs) == count and all(r["outcome"] != "running" for r in runs[:-1]) and runs
 
     return wait_for(settled, timeout=15)
@@ -40,11 +40,11 @@ def nodes(farm):
 def test_a_singleton_runs_on_exactly_one_machine_and_keeps_running(farm, nodes):
     a, b = nodes("a"), nodes("b")
     job_id = farm.singleton("feed", farm.python_spec(FEED))
-    wait_for(lambda: farm._store.get_job(job_id)["state"] == "running")
+    wait_for(lambda: farm._store.jobs.get(job_id)["state"] == "running")
     time.sleep(1.0)  # five heartbeats: its lease is renewed, nobody else takes it
-    job = farm._store.get_job(job_id)
+    job = farm._store.jobs.get(job_id)
     assert job["state"] == "running" and job["owner"] in (a.id, b.id) and job["fence"] == 1
-    assert [r["machine_id"] for r in farm._store.list_runs(job_id=job_id)] == [job["owner"]]
+    assert [r["machine_id"] for r in farm._store.runs.read(job_id=job_id)] == [job["owner"]]
     with pytest.raises(InvalidJob, match="singleton 'feed' already exists \\(running on machine"):
         farm.singleton("feed", farm.python_spec(FEED))
 
@@ -52,7 +52,7 @@ def test_a_singleton_runs_on_exactly_one_machine_and_keeps_running(farm, nodes):
 def test_a_draining_machine_hands_its_singleton_over(farm, nodes):
     machines = {n.id: n for n in (nodes("a"), nodes("b"))}
     job_id = farm.singleton("feed", farm.python_spec(FEED))
-    first = wait_for(lambda: farm._store.get_job(job_id)["owner"])
+    first = wait_for(lambda: farm._store.jobs.get(job_id)["owner"])
     farm.steer(str(first), "drain")
     wait_for(lambda: machines[first].stopped.is_set(), timeout=5)
     [other] = set(machines) - {first}
@@ -64,9 +64,9 @@ def test_a_draining_machine_hands_its_singleton_over(farm, nodes):
 def test_a_singleton_whose_work_ends_is_started_again(farm, nodes):
     nodes("a")
     job_id = farm.singleton("ticker", farm.command_spec(["sh", "-c", "echo tick"]))
-    wait_for(lambda: farm._store.list_runs(job_id=job_id) and farm._store.get_job(job_id)["state"] == "queued")
-    job = farm._store.get_job(job_id)
-    [run] = farm._store.list_runs(job_id=job_id)
+    wait_for(lambda: farm._store.runs.read(job_id=job_id) and farm._store.jobs.get(job_id)["state"] == "queued")
+    job = farm._store.jobs.get(job_id)
+    [run] = farm._store.runs.read(job_id=job_id)
     assert (run["outcome"], run["output"]) == ("succeeded", "tick\n")
     assert job["run_at"] > run["finished_at"]  # restarts after a pause, it does not spin
 
@@ -77,10 +77,10 @@ def test_removing_a_singleton_stops_it_and_frees_its_name(farm, nodes, capsys):
     wait_for(lambda: job_id in pyjobs.SEEN)
     assert run_cli("--db", farm.url, "singleton", "remove", "feed") == 0
     assert capsys.readouterr().out == "singleton feed: cancelling\n"
-    wait_for(lambda: farm._store.get_job(job_id)["state"] == "cancelled", timeout=2)
+    wait_for(lambda: farm._store.jobs.get(job_id)["state"] == "cancelled", timeout=2)
     assert "noticed" in pyjobs.SEEN[job_id]
     again = farm.singleton("feed", farm.python_spec(FEED))
-    assert again != job_id and farm._store.get_job(job_id)["key"] is None
+    assert again != job_id and farm._store.jobs.get(job_id)["key"] is None
 
 
 @pytest.mark.slow
@@ -91,11 +91,11 @@ def test_a_dead_machines_singleton_is_taken_over_on_the_next_turn(farm, tmp_path
         procs("a"), procs("b")
         wait_for(lambda: len(farm.status()["machines"]) == 2, timeout=20)
         job_id = farm.singleton("feed", farm.python_spec(FEED))
-        first = wait_for(lambda: (j := farm._store.get_job(job_id))["state"] == "running" and j["owner"], timeout=20)
+        first = wait_for(lambda: (j := farm._store.jobs.get(job_id))["state"] == "running" and j["owner"], timeout=20)
         name = next(m["name"] for m in farm.status()["machines"] if m["id"] == first)
         procs.procs[name].kill()
         runs = tenures(farm, job_id, 2)
-        second = farm._store.get_job(job_id)["owner"]
+        second = farm._store.jobs.get(job_id)["owner"]
         assert second != first
         assert [(r["machine_id"], r["fence"], r["outcome"]) for r in runs] == [
             (first, 1, "lost"),

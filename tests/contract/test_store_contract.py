@@ -12,7 +12,7 @@ from queueprocessor.rules.roster import slot_end, slot_of
 from queueprocessor.rules.states import Outcome
 from queueprocessor.store import schema
 from queueprocessor.store.database import ensure_schema
-from queueprocessor.store.jobs import Ending, JobSpec, Turn
+from queueprocessor.store.types import Ending, JobSpec, Turn
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
 
 HTTP = JobSpec(executor="http", target="/ok")
@@ -25,7 +25,9 @@ def db_url(request, tmp_path):
 
 
 def register(store, name="m"):
-    return store.register(name=name, host="h", instance=f"{name}-{time.monotonic_ns()}", pid=1, version="t", capacity=4)
+    return store.machines.register(
+        name=name, host="h", instance=f"{name}-{time.monotonic_ns()}", pid=1, version="t", capacity=4
+    )
 
 
 def test_database_time_has_millisecond_precision_and_moves(farm):
@@ -43,22 +45,22 @@ def test_stored_times_come_from_the_database(farm):
     store = farm._store
     before = store.ask_time()
     machine = register(store)
-    [job_id] = store.enqueue(HTTP, delay=10)
+    [job_id] = store.jobs.enqueue(HTTP, delay=10)
     after = store.ask_time()
-    job = store.get_job(job_id)
+    job = store.jobs.get(job_id)
     assert before <= job["created_at"] <= after
     assert job["run_at"] == pytest.approx(job["created_at"] + 10, abs=0.01)
-    _, _, rows = store.read_machines()
+    _, _, rows = store.machines.read()
     assert before <= rows[0]["joined_at"] <= after and rows[0]["id"] == machine
 
 
 def test_a_slot_is_taken_once(farm):
     store = farm._store
     a, b = register(store, "a"), register(store, "b")
-    assert store.take_turn(42, a)
-    assert not store.take_turn(42, b)
-    assert store.take_turn(43, b)
-    turns = store.read_turns(0)
+    assert store.turns.take(42, a)
+    assert not store.turns.take(42, b)
+    assert store.turns.take(43, b)
+    turns = store.turns.read(0)
     assert [(t["slot"], t["machine_id"]) for t in turns] == [(42, a), (43, b)]
 
 
@@ -69,38 +71,38 @@ def test_a_turn_that_reaches_the_database_after_its_slot_ended_is_refused(farm):
     period = 1.0
     now = store.ask_time()
     over = slot_of(now, period) - 1
-    assert not store.take_turn(over, a, ends=slot_end(over, period))
-    assert not store.take_turn_and_claim(over, a, 4, 30.0, ends=slot_end(over, period)).won
+    assert not store.turns.take(over, a, ends=slot_end(over, period))
+    assert not store.jobs.take_turn_and_claim(over, a, 4, 30.0, ends=slot_end(over, period)).won
     current = slot_of(now, period) + 1  # it lasts beyond the next second, whatever this moment's fraction
-    assert store.take_turn(current, a, ends=slot_end(current, period))
-    assert [t["slot"] for t in store.read_turns(0)] == [current]
+    assert store.turns.take(current, a, ends=slot_end(current, period))
+    assert [t["slot"] for t in store.turns.read(0)] == [current]
 
 
 def test_claim_takes_due_jobs_by_priority_and_bumps_the_fence(farm):
     store = farm._store
     me = register(store)
-    low = store.enqueue(HTTP)[0]
-    high = store.enqueue(JobSpec(executor="http", target="/ok", priority=5))[0]
-    store.enqueue(HTTP, delay=60)  # not due
-    claimed = store.claim(me, 10, lease=5)
+    low = store.jobs.enqueue(HTTP)[0]
+    high = store.jobs.enqueue(JobSpec(executor="http", target="/ok", priority=5))[0]
+    store.jobs.enqueue(HTTP, delay=60)  # not due
+    claimed = store.jobs.claim(me, 10, lease=5)
     assert [c.id for c in claimed] == [high, low]
     assert all(c.fence == 1 and c.attempts == 1 for c in claimed)
-    assert store.claim(me, 10, lease=5) == []
-    job = store.get_job(high)
+    assert store.jobs.claim(me, 10, lease=5) == []
+    job = store.jobs.get(high)
     assert job["state"] == "running" and job["owner"] == me
     assert job["lease_until"] == pytest.approx(job["started_at"] + 5, abs=0.01)
-    runs = store.list_runs(job_id=high)
+    runs = store.runs.read(job_id=high)
     assert [(r["attempt"], r["machine_id"], r["fence"], r["outcome"]) for r in runs] == [(1, me, 1, "running")]
 
 
 def test_concurrent_claims_never_share_a_job(farm):
     store = farm._store
-    store.enqueue(HTTP, count=200)
+    store.jobs.enqueue(HTTP, count=200)
     machines = [register(store, f"m{i}") for i in range(4)]
     got: dict[int, list[int]] = {m: [] for m in machines}
 
     def worker(machine_id):
-        while claimed := store.claim(machine_id, 7, lease=30):
+        while claimed := store.jobs.claim(machine_id, 7, lease=30):
             got[machine_id].extend(c.id for c in claimed)
 
     threads = [threading.Thread(target=worker, args=(m,)) for m in machines]
@@ -115,18 +117,18 @@ def test_concurrent_claims_never_share_a_job(farm):
 def test_a_stale_fence_cannot_write(farm):
     store = farm._store
     a, b = register(store, "a"), register(store, "b")
-    store.enqueue(HTTP)
-    [first] = store.claim(a, 1, lease=0.05)
+    store.jobs.enqueue(HTTP)
+    [first] = store.jobs.claim(a, 1, lease=0.05)
     time.sleep(0.1)  # a's lease runs out; b takes the job over with a new fence
-    [second] = store.claim(b, 1, lease=30)
+    [second] = store.jobs.claim(b, 1, lease=30)
     assert second.id == first.id and second.fence == first.fence + 1 and second.attempts == 2
-    assert store.renew(a, [(first.id, first.fence)], lease=30) == {}
+    assert store.runs.renew(a, [(first.id, first.fence)], lease=30) == {}
     with pytest.raises(LostLease):
-        store.finish(first, a, "succeeded")
-    assert not store.release(first, a, "late")
-    assert store.renew(b, [(second.id, second.fence)], lease=30) == {(second.id, second.fence): False}
-    assert store.finish(second, b, "succeeded") == "succeeded"
-    runs = {r["fence"]: r for r in store.list_runs(job_id=first.id)}
+        store.runs.finish(first, a, "succeeded")
+    assert not store.runs.release(first, a, "late")
+    assert store.runs.renew(b, [(second.id, second.fence)], lease=30) == {(second.id, second.fence): False}
+    assert store.runs.finish(second, b, "succeeded") == "succeeded"
+    runs = {r["fence"]: r for r in store.runs.read(job_id=first.id)}
     assert runs[first.fence]["outcome"] == "lost" and runs[second.fence]["outcome"] == "succeeded"
 
 
@@ -135,14 +137,14 @@ def test_results_of_two_runs_of_one_job_in_one_batch_are_told_apart_by_fence(far
     one batch: only the run whose fence is current may write, and the answer says which that was."""
     store = farm._store
     a = register(store, "a")
-    store.enqueue(HTTP)
-    [old] = store.claim(a, 1, lease=0.05)
+    store.jobs.enqueue(HTTP)
+    [old] = store.jobs.claim(a, 1, lease=0.05)
     time.sleep(0.1)
-    [new] = store.claim(a, 1, lease=30)
+    [new] = store.jobs.claim(a, 1, lease=30)
     assert (new.id, new.fence) == (old.id, old.fence + 1)
     endings = [Ending(old, Outcome.SUCCEEDED), Ending(new, Outcome.FAILED, "boom")]
-    assert store.finish_many(a, endings) == [None, "failed"]
-    assert store.get_job(new.id)["state"] == "failed"
+    assert store.runs.finish_many(a, endings) == [None, "failed"]
+    assert store.jobs.get(new.id)["state"] == "failed"
 
 
 def test_a_renewal_extends_each_lease_held_as_quoted_and_no_other(farm):
@@ -150,76 +152,76 @@ def test_a_renewal_extends_each_lease_held_as_quoted_and_no_other(farm):
     fence) or finished is left out of the answer and its lease alone; every other lease is extended."""
     store = farm._store
     a, b = register(store, "a"), register(store, "b")
-    store.enqueue(HTTP, count=5)
-    jobs = store.claim(a, 5, lease=0.05)
+    store.jobs.enqueue(HTTP, count=5)
+    jobs = store.jobs.claim(a, 5, lease=0.05)
     time.sleep(0.1)
-    [theirs] = store.claim(b, 1, lease=30)
-    [again] = store.claim(a, 1, lease=30)  # one of our own, taken back under a newer fence
+    [theirs] = store.jobs.claim(b, 1, lease=30)
+    [again] = store.jobs.claim(a, 1, lease=30)  # one of our own, taken back under a newer fence
     done, *held = [j for j in jobs if j.id not in (theirs.id, again.id)]
-    store.finish(done, a, "succeeded")
+    store.runs.finish(done, a, "succeeded")
     before = store.ask_time()
-    assert store.renew(a, [(j.id, j.fence) for j in jobs], lease=60) == {(j.id, j.fence): False for j in held}
-    assert all(store.get_job(j.id)["lease_until"] >= before + 60 for j in held)
-    assert all(store.get_job(j.id)["lease_until"] < before + 60 for j in (theirs, again))
-    assert store.renew(a, [(again.id, again.fence)], lease=60) == {(again.id, again.fence): False}
+    assert store.runs.renew(a, [(j.id, j.fence) for j in jobs], lease=60) == {(j.id, j.fence): False for j in held}
+    assert all(store.jobs.get(j.id)["lease_until"] >= before + 60 for j in held)
+    assert all(store.jobs.get(j.id)["lease_until"] < before + 60 for j in (theirs, again))
+    assert store.runs.renew(a, [(again.id, again.fence)], lease=60) == {(again.id, again.fence): False}
 
 
 def test_an_expired_lease_on_the_last_attempt_comes_back_exhausted(farm):
     store = farm._store
     me = register(store)
-    store.enqueue(JobSpec(executor="http", target="/ok", max_attempts=1))
-    [first] = store.claim(me, 1, lease=0.05)
+    store.jobs.enqueue(JobSpec(executor="http", target="/ok", max_attempts=1))
+    [first] = store.jobs.claim(me, 1, lease=0.05)
     assert not first.exhausted
     time.sleep(0.1)
-    [again] = store.claim(me, 1, lease=5)
+    [again] = store.jobs.claim(me, 1, lease=5)
     assert again.exhausted
-    assert store.finish(again, me, "failed", error="lost", retry_in=1) == "failed"
+    assert store.runs.finish(again, me, "failed", error="lost", retry_in=1) == "failed"
 
 
 def test_leases_of_a_stalled_farm_are_not_taken_when_asked_not_to(farm):
     store = farm._store
     me = register(store)
-    store.enqueue(HTTP)
-    store.claim(me, 1, lease=0.01)
+    store.jobs.enqueue(HTTP)
+    store.jobs.claim(me, 1, lease=0.01)
     time.sleep(0.05)
-    assert store.claim(me, 1, lease=5, take_expired=False) == []
+    assert store.jobs.claim(me, 1, lease=5, take_expired=False) == []
 
 
 def test_failure_retries_with_backoff_until_attempts_run_out(farm):
     store = farm._store
     me = register(store)
-    store.enqueue(JobSpec(executor="http", target="/fail", max_attempts=2))
-    [job] = store.claim(me, 1, lease=5)
+    store.jobs.enqueue(JobSpec(executor="http", target="/fail", max_attempts=2))
+    [job] = store.jobs.claim(me, 1, lease=5)
     delay = backoff(job.attempts)
     before = store.ask_time()
-    assert store.finish(job, me, "failed", error="HTTP 500", retry_in=delay) == "queued"
+    assert store.runs.finish(job, me, "failed", error="HTTP 500", retry_in=delay) == "queued"
     after = store.ask_time()
-    assert before + delay <= store.get_job(job.id)["run_at"] <= after + delay  # pushed back in database time
-    assert store.claim(me, 1, lease=5) == []  # not due before its backoff is over
-    [job] = store.claim(me, 1, lease=5, horizon=delay)
+    assert before + delay <= store.jobs.get(job.id)["run_at"] <= after + delay  # pushed back in database time
+    assert store.jobs.claim(me, 1, lease=5) == []  # not due before its backoff is over
+    [job] = store.jobs.claim(me, 1, lease=5, horizon=delay)
     assert job.attempts == 2
-    assert store.finish(job, me, "failed", error="HTTP 500", retry_in=0.0) == "failed"
-    assert store.get_job(job.id)["last_error"] == "HTTP 500"
+    assert store.runs.finish(job, me, "failed", error="HTTP 500", retry_in=0.0) == "failed"
+    assert store.jobs.get(job.id)["last_error"] == "HTTP 500"
 
 
 def test_cancel_and_retry(farm):
     store = farm._store
     me = register(store)
-    queued, running = store.enqueue(HTTP, count=2)
-    assert store.cancel(queued) == "cancelled"
-    [job] = store.claim(me, 1, lease=5)
+    queued, running = store.jobs.enqueue(HTTP, count=2)
+    assert store.jobs.cancel(queued) == "cancelled"
+    [job] = store.jobs.claim(me, 1, lease=5)
     assert job.id == running
-    assert store.cancel(running) == "cancelling"
-    assert store.renew(me, [(job.id, job.fence)], lease=5) == {(job.id, job.fence): True}
-    store.finish(job, me, "cancelled", error="cancelled by an operator")
+    assert store.jobs.cancel(running) == "cancelling"
+    assert store.runs.renew(me, [(job.id, job.fence)], lease=5) == {(job.id, job.fence): True}
+    store.runs.finish(job, me, "cancelled", error="cancelled by an operator")
     with pytest.raises(QPError, match="already cancelled"):
-        store.cancel(running)
-    store.retry(queued)
-    assert store.get_job(queued)["state"] == "queued"
+        store.jobs.cancel(running)
+    store.jobs.retry(queued)
+    assert store.jobs.get(queued)["state"] == "queued"
     with pytest.raises(QPError, match="only failed or cancelled"):
-        store.retry(queued)
+        store.jobs.retry(queued)
     with pytest.raises(NotFound):
-        store.retry(999_999)
+        store.jobs.retry(999_999)
 
 
 def test_wishes_and_machine_lookup(farm):
@@ -227,15 +229,15 @@ def test_wishes_and_machine_lookup(farm):
     a = register(store, "alpha")
     register(store, "twin")
     register(store, "twin")
-    assert store.find_machine("alpha")["id"] == a
-    assert store.find_machine(str(a))["name"] == "alpha"
+    assert store.machines.find("alpha")["id"] == a
+    assert store.machines.find(str(a))["name"] == "alpha"
     with pytest.raises(QPError, match="give the id"):
-        store.find_machine("twin")
+        store.machines.find("twin")
     with pytest.raises(NotFound):
-        store.find_machine("nobody")
-    store.wish(a, "drain")
+        store.machines.find("nobody")
+    store.machines.wish(a, "drain")
     # The node clears exactly the wish it applied.
-    store.heartbeat(
+    store.machines.heartbeat(
         a,
         state="draining",
         applied_wish="drain",
@@ -246,15 +248,15 @@ def test_wishes_and_machine_lookup(farm):
         rtt=0.001,
         error_bound=0.0005,
     )
-    row = store.find_machine("alpha")
+    row = store.machines.find("alpha")
     assert row["state"] == "draining" and row["wish"] is None
 
 
 def test_keys_are_unique(farm):
-    farm._store.enqueue(JobSpec(executor="http", target="/ok", key="Report-26@2026-11-22"))
+    farm._store.jobs.enqueue(JobSpec(executor="http", target="/ok", key="Report-26@2026-11-22"))
     with pytest.raises(QPError, match="already exists"):
-        farm._store.enqueue(JobSpec(executor="http", target="/ok", key="Report-26@2026-11-22"))
-    farm._store.enqueue(HTTP)  # jobs without a key do not collide
+        farm._store.jobs.enqueue(JobSpec(executor="http", target="/ok", key="Report-26@2026-11-22"))
+    farm._store.jobs.enqueue(HTTP)  # jobs without a key do not collide
 
 
 def test_a_newer_schema_is_refused(farm):
@@ -267,43 +269,43 @@ def test_a_newer_schema_is_refused(farm):
 def test_turn_log_is_pruned_by_age(farm):
     store = farm._store
     me = register(store)
-    store.take_turn(1, me)
+    store.turns.take(1, me)
     time.sleep(0.05)
-    store.take_turn(2, me)
-    assert store.prune_turns(keep_seconds=0.03) == 1
-    assert [t["slot"] for t in store.read_turns(0)] == [2]
+    store.turns.take(2, me)
+    assert store.turns.prune(keep_seconds=0.03) == 1
+    assert [t["slot"] for t in store.turns.read(0)] == [2]
 
 
 def test_a_turn_and_its_claim_go_together(farm):
     store = farm._store
     a, b = register(store, "a"), register(store, "b")
-    store.enqueue(HTTP, count=3)
-    turn = store.take_turn_and_claim(7, a, 2, lease=5)
+    store.jobs.enqueue(HTTP, count=3)
+    turn = store.jobs.take_turn_and_claim(7, a, 2, lease=5)
     claimed = turn.claimed
     assert turn.won and len(claimed) == 2 and all(c.fence == 1 for c in claimed)
-    assert store.take_turn_and_claim(7, b, 2, lease=5) == Turn(False, [])  # the slot was taken: nothing claimed
-    assert store.due_count() == 1
-    assert store.take_turn_and_claim(8, b, 0, lease=5) == Turn(True, [])  # no room: no claim, and no looks asked
-    assert [(t["slot"], t["machine_id"]) for t in store.read_turns(0)] == [(7, a), (8, b)]
-    assert {r["job_id"] for r in store.list_runs()} == {c.id for c in claimed}
+    assert store.jobs.take_turn_and_claim(7, b, 2, lease=5) == Turn(False, [])  # the slot was taken: nothing claimed
+    assert store.jobs.counts()["queued"] == 1
+    assert store.jobs.take_turn_and_claim(8, b, 0, lease=5) == Turn(True, [])  # no room: no claim, and no looks asked
+    assert [(t["slot"], t["machine_id"]) for t in store.turns.read(0)] == [(7, a), (8, b)]
+    assert {r["job_id"] for r in store.runs.read()} == {c.id for c in claimed}
 
 
 def test_expired_leases_go_back_to_the_queue_ahead_of_newer_work(farm):
     store = farm._store
     dead, alive = register(store, "dead"), register(store, "alive")
-    [old] = store.enqueue(HTTP)
-    [first] = store.claim(dead, 1, lease=0.05)
-    store.enqueue(HTTP)  # newer work
-    assert not store.any_expired()
+    [old] = store.jobs.enqueue(HTTP)
+    [first] = store.jobs.claim(dead, 1, lease=0.05)
+    store.jobs.enqueue(HTTP)  # newer work
+    assert not store.jobs.any_expired()
     time.sleep(0.1)
-    assert store.any_expired()  # what a machine that may not take it over yet tells the others
-    assert store.requeue_expired(before=store.ask_time()) == 1
-    assert not store.any_expired()
-    job = store.get_job(old)
+    assert store.jobs.any_expired()  # what a machine that may not take it over yet tells the others
+    assert store.jobs.requeue_expired(before=store.ask_time()) == 1
+    assert not store.jobs.any_expired()
+    job = store.jobs.get(old)
     assert (job["state"], job["owner"], job["attempts"]) == ("queued", None, 1)
-    [again] = store.claim(alive, 1, lease=5, take_expired=False)
+    [again] = store.jobs.claim(alive, 1, lease=5, take_expired=False)
     assert again.id == old and again.attempts == 2 and again.fence == first.fence + 1
-    assert [r["outcome"] for r in sorted(store.list_runs(job_id=old), key=lambda r: r["fence"])] == ["lost", "running"]
+    assert [r["outcome"] for r in sorted(store.runs.read(job_id=old), key=lambda r: r["fence"])] == ["lost", "running"]
 
 
 def test_backoff_doubles_up_to_its_cap_with_jitter_between_half_and_the_whole_step():
@@ -321,10 +323,10 @@ def test_a_run_has_one_row_written_with_its_end_or_none_at_all(farm):
     the one row, whose start is the claim's."""
     store = farm._store
     me = register(store)
-    [job_id] = store.enqueue(HTTP)
-    [claimed] = store.claim(me, 1, lease=30)
-    started = store.get_job(job_id)["started_at"]
-    assert [(r["id"], r["machine_id"], r["outcome"], r["started_at"]) for r in store.list_runs(job_id=job_id)] == [
+    [job_id] = store.jobs.enqueue(HTTP)
+    [claimed] = store.jobs.claim(me, 1, lease=30)
+    started = store.jobs.get(job_id)["started_at"]
+    assert [(r["id"], r["machine_id"], r["outcome"], r["started_at"]) for r in store.runs.read(job_id=job_id)] == [
         (None, me, "running", started)
     ]
     rename = "ALTER TABLE {} RENAME TO {}"
@@ -332,14 +334,14 @@ def test_a_run_has_one_row_written_with_its_end_or_none_at_all(farm):
         conn.execute(text(rename.format("qp_runs", "qp_runs_away")))
     try:
         with pytest.raises(exc.DBAPIError):
-            store.finish(claimed, me, "succeeded")
+            store.runs.finish(claimed, me, "succeeded")
     finally:
         with farm._engine.begin() as conn:
             conn.execute(text(rename.format("qp_runs_away", "qp_runs")))
-    job = store.get_job(job_id)
+    job = store.jobs.get(job_id)
     assert (job["state"], job["owner"], job["fence"], job["attempts"]) == ("running", me, claimed.fence, 1)
-    assert store.finish(claimed, me, "succeeded") == "succeeded"
-    [run] = store.list_runs(job_id=job_id)
+    assert store.runs.finish(claimed, me, "succeeded") == "succeeded"
+    [run] = store.runs.read(job_id=job_id)
     assert (run["attempt"], run["machine_id"], run["fence"], run["outcome"], run["started_at"]) == (
         1,
         me,
@@ -355,26 +357,26 @@ def test_a_run_has_one_row_written_with_its_end_or_none_at_all(farm):
 def test_finished_jobs_and_their_runs_are_deleted_after_their_keeping_age(farm):
     store = farm._store
     me = register(store)
-    ids = store.enqueue(HTTP, count=6)
-    claimed = {c.id: c for c in store.claim(me, 6, lease=30)}
-    store.finish(claimed[ids[0]], me, "succeeded")
-    store.finish(claimed[ids[1]], me, "failed", error="HTTP 500")
-    store.finish(claimed[ids[2]], me, "cancelled", error="cancelled by an operator")
-    store.finish(claimed[ids[3]], me, "failed", error="HTTP 500", retry_in=60)  # back in the queue: kept
+    ids = store.jobs.enqueue(HTTP, count=6)
+    claimed = {c.id: c for c in store.jobs.claim(me, 6, lease=30)}
+    store.runs.finish(claimed[ids[0]], me, "succeeded")
+    store.runs.finish(claimed[ids[1]], me, "failed", error="HTTP 500")
+    store.runs.finish(claimed[ids[2]], me, "cancelled", error="cancelled by an operator")
+    store.runs.finish(claimed[ids[3]], me, "failed", error="HTTP 500", retry_in=60)  # back in the queue: kept
     with farm._engine.begin() as conn:  # an hour ago, so no pause of a loaded machine can move a job across the age
         conn.execute(
             update(schema.jobs)
             .where(schema.jobs.c.id.in_(ids[:3]))
             .values(finished_at=schema.jobs.c.finished_at - 3600)
         )
-    store.finish(claimed[ids[4]], me, "succeeded")  # finished lately: kept
-    [queued] = store.enqueue(HTTP)
-    assert store.prune_jobs(keep_seconds=600, batch=2) == 2  # a full batch: there may be more
-    assert store.prune_jobs(keep_seconds=600, batch=2) == 1
-    assert store.prune_jobs(keep_seconds=600, batch=2) == 0
-    left = {j["id"]: j["state"] for j in store.list_jobs()}
+    store.runs.finish(claimed[ids[4]], me, "succeeded")  # finished lately: kept
+    [queued] = store.jobs.enqueue(HTTP)
+    assert store.jobs.prune(keep_seconds=600, batch=2) == 2  # a full batch: there may be more
+    assert store.jobs.prune(keep_seconds=600, batch=2) == 1
+    assert store.jobs.prune(keep_seconds=600, batch=2) == 0
+    left = {j["id"]: j["state"] for j in store.jobs.newest()}
     assert left == {ids[3]: "queued", ids[4]: "succeeded", ids[5]: "running", queued: "queued"}
-    assert {r["job_id"] for r in store.list_runs()} == {ids[3], ids[4], ids[5]}
+    assert {r["job_id"] for r in store.runs.read()} == {ids[3], ids[4], ids[5]}
 
 
 @pytest.mark.postgres
@@ -388,9 +390,9 @@ def test_claims_and_results_go_on_after_the_database_drops_their_connection(pg_u
     try:
         store = farm._store
         me = register(store)
-        ids = store.enqueue(HTTP, count=3)
-        first, second = store.claim(me, 2, lease=30)
-        store.finish(first, me, "succeeded")
+        ids = store.jobs.enqueue(HTTP, count=3)
+        first, second = store.jobs.claim(me, 2, lease=30)
+        store.runs.finish(first, me, "succeeded")
         with farm._engine.begin() as conn:  # as a restart or a failover would
             conn.execute(
                 text(
@@ -399,11 +401,11 @@ def test_claims_and_results_go_on_after_the_database_drops_their_connection(pg_u
                 )
             )
         with pytest.raises(exc.DBAPIError):
-            store.finish(second, me, "succeeded")
-        assert store.finish(second, me, "succeeded") == "succeeded"
-        [third] = store.claim(me, 1, lease=30)
+            store.runs.finish(second, me, "succeeded")
+        assert store.runs.finish(second, me, "succeeded") == "succeeded"
+        [third] = store.jobs.claim(me, 1, lease=30)
         assert {first.id, second.id, third.id} == set(ids)
-        runs = store.list_runs()
+        runs = store.runs.read()
         assert sorted((r["job_id"], r["outcome"]) for r in runs) == [
             (first.id, "succeeded"),
             (second.id, "succeeded"),

@@ -14,7 +14,7 @@ from sqlalchemy import event
 from queueprocessor import singletons
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.schedules import Recurrence
-from queueprocessor.store.jobs import JobSpec
+from queueprocessor.store.types import JobSpec
 from queueprocessor.views import (
     Dashboard,
     FarmTiming,
@@ -33,13 +33,13 @@ TIMING = FarmTiming(period=1.0, heartbeat=1.0, misses=3)
 
 
 def _machine(store, name):
-    return store.register(name=name, host="h", instance=f"i-{name}", pid=1, version="t", capacity=4)
+    return store.machines.register(name=name, host="h", instance=f"i-{name}", pid=1, version="t", capacity=4)
 
 
 def _run(store, machine, target, outcome):
-    store.enqueue(JobSpec(executor="http", target=target))
-    [job] = store.claim(machine, 1, lease=30)
-    store.finish(job, machine, outcome, error=None if outcome == "succeeded" else "boom")
+    store.jobs.enqueue(JobSpec(executor="http", target=target))
+    [job] = store.jobs.claim(machine, 1, lease=30)
+    store.runs.finish(job, machine, outcome, error=None if outcome == "succeeded" else "boom")
     return job
 
 
@@ -49,8 +49,8 @@ def test_turns_between_is_the_turn_log_inside_the_window(farm):
     now = store.ask_time()
     base = int(now)
     for n, who in enumerate([a, b, a, b]):
-        assert store.take_turn(base - 10 + n, who)
-    assert not store.take_turn(base - 10, b)  # the slot is taken: the log keeps the first
+        assert store.turns.take(base - 10 + n, who)
+    assert not store.turns.take(base - 10, b)  # the slot is taken: the log keeps the first
     turns = turns_between(store, now - 60, store.ask_time())
     assert [(t["slot"], t["machine_id"]) for t in turns] == [
         (base - 10, a),
@@ -66,8 +66,8 @@ def test_runs_between_holds_runs_overlapping_the_window_with_their_target(farm):
     a = _machine(store, "a")
     before = store.ask_time()
     done = _run(store, a, "/ok", "succeeded")
-    store.enqueue(JobSpec(executor="http", target="/still"))
-    [running] = store.claim(a, 1, lease=30)
+    store.jobs.enqueue(JobSpec(executor="http", target="/still"))
+    [running] = store.jobs.claim(a, 1, lease=30)
     after = store.ask_time()
     runs = runs_between(store, before, after)
     assert {(r["job_id"], r["outcome"], r["target"]) for r in runs} == {
@@ -120,7 +120,7 @@ def test_dashboard_reads_everything_one_poll_needs(farm):
     store = farm._store
     a = _machine(store, "a")
     job = _run(store, a, "/ok", "succeeded")
-    store.take_turn(int(store.ask_time()), a)
+    store.turns.take(int(store.ask_time()), a)
     dashboard = Dashboard(store, FarmTiming.of(farm.settings()))
     snap = dashboard.read(Query(span=span, job_id=job.id))
     assert snap["until"] - snap["since"] == pytest.approx(span)
@@ -138,9 +138,9 @@ def test_find_jobs_matches_id_target_machine_and_error_with_like_characters_take
     render = _machine(store, "Render-7")
     percent = _run(store, render, "/rate/100%done", "succeeded")
     failed = _run(store, _machine(store, "idle"), "/plain", "failed")  # its error is "boom"
-    [underscore] = store.enqueue(JobSpec(executor="http", target="/a_b"))
-    [lookalike] = store.enqueue(JobSpec(executor="http", target="/axb"))
-    [other] = store.enqueue(JobSpec(executor="http", target="/other"))
+    [underscore] = store.jobs.enqueue(JobSpec(executor="http", target="/a_b"))
+    [lookalike] = store.jobs.enqueue(JobSpec(executor="http", target="/axb"))
+    [other] = store.jobs.enqueue(JobSpec(executor="http", target="/other"))
 
     def found(text, state=None):
         return [job["id"] for job in find_jobs(store, text, state)]
@@ -160,14 +160,14 @@ def test_find_jobs_matches_id_target_machine_and_error_with_like_characters_take
 
 def test_a_slow_text_search_is_repeated_at_most_a_tenth_of_the_time(farm):
     store = farm._store
-    [first] = store.enqueue(JobSpec(executor="http", target="/reports/daily"))
+    [first] = store.jobs.enqueue(JobSpec(executor="http", target="/reports/daily"))
     # The clock the dashboard paces searches by: this search takes 1 s, so it is not repeated for 10 s.
     readings = iter([0.0, 1.0, 5.0, 11.0, 11.0, 12.0, 12.0])
     dashboard = Dashboard(store, FarmTiming.of(farm.settings()), clock=lambda: next(readings))
     search = Query(jobs_text="reports")
 
     assert [j["id"] for j in dashboard.read(search)["jobs"]] == [first]
-    [second] = store.enqueue(JobSpec(executor="http", target="/reports/weekly"))
+    [second] = store.jobs.enqueue(JobSpec(executor="http", target="/reports/weekly"))
     assert [j["id"] for j in dashboard.read(search)["jobs"]] == [first]  # 5 s later: the last result
     assert [j["id"] for j in dashboard.read(search)["jobs"]] == [second, first]  # 11 s later: searched again
     assert [j["id"] for j in dashboard.read(Query(jobs_text="weekly"))["jobs"]] == [second]  # new text: at once
@@ -180,7 +180,7 @@ def test_dashboard_rows_are_not_tracked_by_the_garbage_collector(farm):
     store = farm._store
     a = _machine(store, "a")
     _run(store, a, "/ok", "failed")
-    store.take_turn(int(store.ask_time()), a)
+    store.turns.take(int(store.ask_time()), a)
     now = store.ask_time()
     rows = runs_between(store, 0, now + 1) + turns_between(store, 0, now + 1) + find_jobs(store, "ok")
     assert len(rows) == 3
@@ -229,9 +229,9 @@ def test_schedules_carry_their_next_occurrence_and_their_last_ones_job(farm):
     farm.schedule("later", farm.python_spec("tests.support.pyjobs:noop"), every=3600)
     farm.pause_schedule("later")
     time.sleep(0.15)  # the first tick is due
-    [job] = store.claim(machine, 1, lease=30)
-    store.finish(job, machine, "succeeded")
-    done = store.get_job(job.id)
+    [job] = store.jobs.claim(machine, 1, lease=30)
+    store.runs.finish(job, machine, "succeeded")
+    done = store.jobs.get(job.id)
     assert done["key"].startswith("tick@")
 
     seen.clear()
@@ -269,7 +269,7 @@ def test_a_snapshot_carries_the_schedules_and_the_singletons(farm):
     farm.schedule("tick", farm.python_spec("tests.support.pyjobs:noop"), every=60)
     job_id = farm.singleton("feed", farm.python_spec("tests.support.pyjobs:wait_for_cancel"))
     machine = _machine(store, "holder")
-    assert job_id in [job.id for job in store.claim(machine, 5, lease=30)]
+    assert job_id in [job.id for job in store.jobs.claim(machine, 5, lease=30)]
     snap = Dashboard(store, FarmTiming.of(farm.settings())).read(Query())
     assert [(s["name"], s["recurrence"]) for s in snap["schedules"]] == [("tick", "every 60 s")]
     [feed] = snap["singletons"]
@@ -279,7 +279,7 @@ def test_a_snapshot_carries_the_schedules_and_the_singletons(farm):
         "running",
         machine,
     )
-    assert feed["started_at"] == store.get_job(job_id)["started_at"]
+    assert feed["started_at"] == store.jobs.get(job_id)["started_at"]
     assert snap["names"][machine] == "holder"
     singletons.remove(store, "feed")
     assert Dashboard(store, FarmTiming.of(farm.settings())).read(Query())["singletons"][0]["cancel_requested"]

@@ -163,8 +163,10 @@ def test_a_job_stopped_before_its_task_first_runs_is_handed_back(pg_url):
     asyncio task had run, and the job stayed 'running' (its lease renewed) forever."""
     with Farm(pg_url) as farm:
         [job_id] = farm.enqueue_http("/ok")
-        machine = farm._store.register(name="m", host="h", instance="i", pid=1, version="0", capacity=1, allow="{}")
-        [job] = farm._store.claim(machine, 1, lease=30)
+        machine = farm._store.machines.register(
+            name="m", host="h", instance="i", pid=1, version="0", capacity=1, allow="{}"
+        )
+        [job] = farm._store.jobs.claim(machine, 1, lease=30)
         runner = JobRunner(
             farm._store, machine, {"http": HttpExecutor()}, farm._store.ask_time, lambda _job, _outcome: None
         )
@@ -181,5 +183,5 @@ def test_a_job_stopped_before_its_task_first_runs_is_handed_back(pg_url):
             assert runner.count() == 0
         finally:
             runner.stop()
-        record = farm._store.get_job(job_id)
+        record = farm._store.jobs.get(job_id)
         assert (record["state"], record["owner"], record["attempts"]) == ("queued", None, 0)

@@ -17,7 +17,7 @@ from queueprocessor.farm import Farm
 from queueprocessor.node.config import NodeConfig
 from queueprocessor.node.runner import STOPPED, JobRunner, Running
 from queueprocessor.rules.states import Kind, Outcome
-from queueprocessor.store.jobs import Claimed, JobSpec
+from queueprocessor.store.types import Claimed, JobSpec
 from tests.support import pyjobs
 from tests.support.work import Nodes, wait_for
 
@@ -25,7 +25,9 @@ pytestmark = pytest.mark.postgres
 
 
 def register(store, name="m"):
-    return store.register(name=name, host="h", instance=f"{name}-{time.monotonic_ns()}", pid=1, version="t", capacity=4)
+    return store.machines.register(
+        name=name, host="h", instance=f"{name}-{time.monotonic_ns()}", pid=1, version="t", capacity=4
+    )
 
 
 def test_a_failed_job_claimed_again_before_its_end_is_noted_keeps_both_runs_to_their_ends(pg_url, http_target, caplog):
@@ -36,9 +38,9 @@ def test_a_failed_job_claimed_again_before_its_end_is_noted_keeps_both_runs_to_t
         store = farm._store
         machine = register(store)
         [job_id] = farm.enqueue_http("/fail")
-        [old] = store.claim(machine, 1, lease=30)
+        [old] = store.jobs.claim(machine, 1, lease=30)
         written, go_on = threading.Event(), threading.Event()
-        finish_many = store.finish_many
+        finish_many = store.runs.finish_many
 
         def noted_late(*args):  # the real write; the runner hears of it only once the test says so
             states = finish_many(*args)
@@ -47,7 +49,7 @@ def test_a_failed_job_claimed_again_before_its_end_is_noted_keeps_both_runs_to_t
                 go_on.wait(10)
             return states
 
-        store.finish_many = noted_late
+        store.runs.finish_many = noted_late
         ended = []
         runner = JobRunner(
             store,
@@ -61,7 +63,7 @@ def test_a_failed_job_claimed_again_before_its_end_is_noted_keeps_both_runs_to_t
             with caplog.at_level(logging.INFO):
                 runner.submit(old)
                 assert written.wait(10)
-                [new] = store.claim(machine, 1, lease=30, horizon=5.0)  # its retry, claimed ahead of its time
+                [new] = store.jobs.claim(machine, 1, lease=30, horizon=5.0)  # its retry, claimed ahead of its time
                 assert (new.id, new.fence) == (job_id, old.fence + 1)
                 runner.submit(new)
                 go_on.set()
@@ -69,7 +71,7 @@ def test_a_failed_job_claimed_again_before_its_end_is_noted_keeps_both_runs_to_t
                 assert runner.count() == 0
         finally:
             go_on.set()
-            store.finish_many = finish_many
+            store.runs.finish_many = finish_many
             runner.stop()
     assert ended == [(old.fence, Outcome.FAILED), (new.fence, Outcome.FAILED)]
     assert "KeyError" not in caplog.text and "never retrieved" not in caplog.text
@@ -86,7 +88,7 @@ def test_a_command_stopped_for_its_lease_is_over_before_the_lease_can_run_out(pg
         store = farm._store
         machine = register(store)
         farm.enqueue_command(["sh", "-c", "trap '' TERM; echo $$ > \"$0\"; sleep 30; sleep 30", str(pid_file)])
-        [job] = store.claim(machine, 1, lease=30)
+        [job] = store.jobs.claim(machine, 1, lease=30)
         runner = JobRunner(
             store,
             machine,
@@ -138,7 +140,7 @@ def test_a_job_claimed_back_while_its_stopped_function_still_runs_starts_once_th
         store = farm._store
         machine = register(store)
         [job_id] = farm.enqueue_python("tests.support.pyjobs:stubborn", [2.0])
-        [old] = store.claim(machine, 1, lease=30)
+        [old] = store.jobs.claim(machine, 1, lease=30)
         python = PythonExecutor(("tests.support.pyjobs",))
         runner = JobRunner(store, machine, {"python": python}, store.ask_time, lambda _job, _outcome: None)
         runner.start()
@@ -146,14 +148,14 @@ def test_a_job_claimed_back_while_its_stopped_function_still_runs_starts_once_th
             runner.submit(old)
             wait_for(lambda: pyjobs.CALLS)
             runner.stop_job((old.id, old.fence), Outcome.LOST)  # the freeze; the call goes on
-            store.renew(machine, [(job_id, old.fence)], lease=-1.0)
-            [new] = store.claim(machine, 1, lease=30)  # the node's turn after the thaw
+            store.runs.renew(machine, [(job_id, old.fence)], lease=-1.0)
+            [new] = store.jobs.claim(machine, 1, lease=30)  # the node's turn after the thaw
             runner.submit(new)
             wait_for(lambda: runner.held() == [(job_id, new.fence)] or runner.count() == 0, timeout=15)
             wait_for(lambda: runner.count() == 0, timeout=15)
         finally:
             runner.stop()
-        assert store.get_job(job_id)["state"] == "succeeded"
+        assert store.jobs.get(job_id)["state"] == "succeeded"
     assert [call["fence"] for call in pyjobs.CALLS] == [old.fence, new.fence]
     assert pyjobs.overlapping(pyjobs.CALLS) == []
 
@@ -174,7 +176,7 @@ def test_a_node_stopping_at_once_renews_its_jobs_until_they_have_stopped(pg_url)
             wait_for(lambda: farm.job(job_id)["state"] == "succeeded", timeout=20)
         finally:
             nodes.stop_all()
-        runs = sorted((run["fence"], run["machine_id"], run["error"]) for run in farm._store.list_runs(job_id=job_id))
+        runs = sorted((run["fence"], run["machine_id"], run["error"]) for run in farm._store.runs.read(job_id=job_id))
     assert pyjobs.overlapping(pyjobs.CALLS) == []
     assert [(call["machine"], call["ended"] is not None) for call in pyjobs.CALLS] == [(a.id, True), (b.id, True)]
     assert [(machine, error) for _fence, machine, error in runs] == [(a.id, STOPPED["exit"]), (b.id, None)]
@@ -186,7 +188,7 @@ def test_a_claim_that_comes_after_the_stop_is_handed_back_unstarted(pg_url, http
         store = farm._store
         machine = register(store)
         [job_id] = farm.enqueue_http("/ok")
-        [job] = store.claim(machine, 1, lease=30)
+        [job] = store.jobs.claim(machine, 1, lease=30)
         runner = JobRunner(
             store, machine, {"http": HttpExecutor(http_target.base_url)}, store.ask_time, lambda _job, _outcome: None
         )
@@ -197,7 +199,7 @@ def test_a_claim_that_comes_after_the_stop_is_handed_back_unstarted(pg_url, http
             wait_for(lambda: runner.count() == 0)
         finally:
             runner.stop()
-        record = store.get_job(job_id)
+        record = store.jobs.get(job_id)
     assert (record["state"], record["attempts"], record["last_error"]) == ("queued", 0, STOPPED["exit"])
     assert http_target.requests("/ok") == []
 
@@ -209,7 +211,7 @@ def test_a_singleton_claimed_after_a_drain_began_is_handed_back(pg_url):
         store = farm._store
         machine = register(store)
         farm.singleton("keeper", JobSpec(executor="python", target="tests.support.pyjobs:wait_for_cancel"))
-        [job] = store.claim(machine, 1, lease=30)
+        [job] = store.jobs.claim(machine, 1, lease=30)
         assert job.kind == Kind.SINGLETON
         runner = JobRunner(store, machine, {}, store.ask_time, lambda _job, _outcome: None)
         runner.start()
@@ -219,7 +221,7 @@ def test_a_singleton_claimed_after_a_drain_began_is_handed_back(pg_url):
             wait_for(lambda: runner.count() == 0)
         finally:
             runner.stop()
-        record = store.get_job(job.id)
+        record = store.jobs.get(job.id)
     assert (record["state"], record["owner"], record["last_error"]) == ("queued", None, STOPPED["released"])
 
 

@@ -60,7 +60,7 @@ class Nodes:
 
 def runs_per_machine(farm, job_ids=None) -> dict[int, int]:
     counts: dict[int, int] = {}
-    for run in farm._store.list_runs(limit=1_000_000):
+    for run in farm._store.runs.read(limit=1_000_000):
         if job_ids is None or run["job_id"] in job_ids:
             counts[run["machine_id"]] = counts.get(run["machine_id"], 0) + 1
     return counts

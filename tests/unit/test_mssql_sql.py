@@ -12,15 +12,19 @@ from sqlalchemy.dialects.mssql import pyodbc
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from queueprocessor.store import schema
-from queueprocessor.store.jobs import Store
+from queueprocessor.store.jobs import JobStore
+from queueprocessor.store.machines import MachineStore
 from queueprocessor.store.roster import RosterStore
+from queueprocessor.store.runs import RunStore
+from queueprocessor.store.stores import Store
+from queueprocessor.store.turns import TurnStore
 
 
 @pytest.fixture
 def captured():
     """A store whose statements are compiled for SQL Server instead of executed."""
     store = Store.__new__(Store)
-    store.dialect = "mssql"
+    store.dialect, store.whole, store.tsql = "mssql", False, True
     sql: list[str] = []
 
     class Matched(list):
@@ -45,6 +49,8 @@ def captured():
     store.rows = Compiler().execute
     store.count = lambda statement, params=None: Compiler().execute(statement, params).rowcount
     store.limits = limits
+    store.turns = TurnStore(store)
+    store.jobs, store.runs, store.machines = JobStore(store, store.turns), RunStore(store), MachineStore(store)
     return store, sql
 
 
@@ -56,11 +62,11 @@ def test_every_claim_a_node_makes_compiles_for_sql_server(captured, take_expired
     store, sql = captured
     options = dict(take_expired=take_expired, expired_before=expired_before)
     if turn:  # SQL Server records the turn first, then claims as Store.claim does
-        store.take_turn_and_claim(123, 7, limit, lease=3.0, **options)
+        store.jobs.take_turn_and_claim(123, 7, limit, lease=3.0, **options)
         turn_sql, *leaving, claim = sql
         assert turn_sql.startswith("INSERT INTO qp_turns")
     else:
-        store.claim(7, limit, lease=3.0, **options)
+        store.jobs.claim(7, limit, lease=3.0, **options)
         *leaving, claim = sql
     # Taking expired leases over, the claim first reads (and locks) whose runs it will end as lost.
     assert [
@@ -81,13 +87,13 @@ def test_every_claim_a_node_makes_compiles_for_sql_server(captured, take_expired
 
 def test_turn_heartbeat_and_renewal_compile(captured):
     store, sql = captured
-    store.take_turn(123, 7)
-    store.heartbeat(
+    store.turns.take(123, 7)
+    store.machines.heartbeat(
         7, state="active", applied_wish="pause", running=0, done=0, failed=0, offset=0.0, rtt=0.001, error_bound=0.0005
     )
-    store.renew(7, [(1, 2), (3, 4)], lease=3.0)
+    store.runs.renew(7, [(1, 2), (3, 4)], lease=3.0)
     with contextlib.suppress(IndexError):  # compiled, not run: no rows come back
-        store.read_machines(backlog_since=100)
+        store.machines.read(backlog_since=100)
     turn, beat, renew, read = sql[:4]
     assert turn.startswith("INSERT INTO qp_turns") and "SYSUTCDATETIME()" in turn
     assert "UPDATE qp_machines SET" in beat and "CASE WHEN" in beat

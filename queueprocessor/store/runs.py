@@ -1,0 +1,211 @@
+"""A run, from its owner's side: its lease renewed, its real start, its end (finished, or given back), each write
+guarded by the owner and the fence it was claimed under; and the runs as read."""
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import String, Text, and_, bindparam, insert, literal, or_, select, update
+from sqlalchemy.engine import Connection
+
+from ..rules.errors import LostLease
+from ..rules.states import JobState, Outcome
+from .base import StoreBase
+from .dbtime import db_now
+from .history import run_history, with_machine_name
+from .schema import Id, jobs, runs
+from .statements import finish_statement, free_places, renew_statement
+from .types import Claimed, Ending
+
+
+def _run_ended(machine_id: int, *guard: Any) -> Any:
+    """The row of job `b_id`'s run, which ends now with `b_outcome`, `b_error` and `b_output`, written once (`guard`:
+    only if the job is still as the caller holds it). Its attempt, fence and start are the job's: a run in progress
+    is its job's row (see run_history); finish_statement writes it so on PostgreSQL."""
+    return insert(runs).from_select(
+        ["job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error", "output"],
+        select(
+            jobs.c.id,
+            jobs.c.attempts,
+            literal(machine_id, Id),
+            jobs.c.fence,
+            jobs.c.started_at,
+            db_now(),
+            bindparam("b_outcome", type_=String),
+            bindparam("b_error", type_=Text),
+            bindparam("b_output", type_=Text),
+        ).where(jobs.c.id == bindparam("b_id"), *guard),
+    )
+
+
+class RunStore:
+    def __init__(self, store: StoreBase):
+        self.store = store
+
+    def mark_started(self, job: Claimed) -> None:
+        """A job claimed ahead of its time starts now: its run's start becomes the real one (database time)."""
+        self.store.count(
+            update(jobs)
+            .where(jobs.c.id == job.id, jobs.c.fence == job.fence, jobs.c.state == JobState.RUNNING)
+            .values(started_at=db_now())
+        )
+
+    def renew(self, machine_id: int, held: Iterable[tuple[int, int]], lease: float) -> dict[tuple[int, int], bool]:
+        """Extend the leases of the runs (job id, fence) this machine still holds. Returns {(job id, fence): cancel
+        requested} for those renewed; a run missing from the answer was lost (its job taken over, or claimed
+        again under a newer fence)."""
+        held = list(held)
+        if not held:
+            return {}
+        if self.store.whole:
+            rows = self.store.hot(
+                renew_statement(),
+                dict(
+                    b_machine=machine_id,
+                    b_id=[job_id for job_id, _ in held],
+                    b_fence=[fence for _, fence in held],
+                    b_lease=lease,
+                ),
+            )
+        else:
+            mine = or_(*(and_(jobs.c.id == job_id, jobs.c.fence == fence) for job_id, fence in held))
+            rows = self.store.rows(
+                update(jobs)
+                .where(jobs.c.owner == machine_id, jobs.c.state == JobState.RUNNING, mine)
+                .values(lease_until=db_now() + lease)
+                .returning(jobs.c.id, jobs.c.fence, jobs.c.cancel_requested)
+            )
+        return {(job_id, fence): bool(cancel) for job_id, fence, cancel in rows}
+
+    def finish(
+        self,
+        job: Claimed,
+        machine_id: int,
+        outcome: Outcome,
+        *,
+        error: str | None = None,
+        retry_in: float | None = None,
+        output: str | None = None,
+    ) -> str:
+        """Record how a run ended, guarded by owner and fence. Returns the job's new state.
+
+        `retry_in` puts a failed job back in the queue after that many seconds,
+        when it has attempts left; a singleton goes back however its run ended.
+        Raises LostLease if the fence moved on.
+        """
+        [state] = self.finish_many(machine_id, [Ending(job, outcome, error, retry_in, output)])
+        if state is None:
+            raise LostLease(f"job {job.id} fence {job.fence}: another machine owns it now")
+        return state
+
+    def finish_many(self, machine_id: int, endings: Sequence[Ending]) -> list[str | None]:
+        """finish() for many runs in one transaction (a busy node's results, a few round trips for all).
+        Returns each job's new state, None where the fence moved on."""
+        if self.store.whole and endings:
+            ours = {
+                (job_id, fence)
+                for job_id, fence in self.store.held(
+                    finish_statement(),
+                    dict(
+                        b_machine=machine_id,
+                        b_id=[e.job.id for e in endings],
+                        b_fence=[e.job.fence for e in endings],
+                        b_state=[e.state for e in endings],
+                        b_error=[e.error for e in endings],
+                        b_retry=[e.retry_in for e in endings],
+                        b_outcome=[e.outcome for e in endings],
+                        b_output=[e.output for e in endings],
+                    ),
+                )
+            }
+            return [e.state if (e.job.id, e.job.fence) in ours else None for e in endings]
+        engine = self.store.engine
+        if len(endings) > 1 and engine.dialect.supports_sane_multi_rowcount:
+            with engine.connect() as conn:
+                with conn.begin() as transaction:
+                    if _write_endings(conn, machine_id, endings) == len(endings):
+                        return [e.state for e in endings]
+                    transaction.rollback()  # someone's fence moved on: find whose, one by one
+        states: list[str | None] = []
+        for ending in endings:
+            with engine.begin() as conn:
+                states.append(ending.state if _write_endings(conn, machine_id, [ending]) else None)
+        return states
+
+    def release(self, job: Claimed, machine_id: int, reason: str) -> bool:
+        """Give a job back to the queue without spending an attempt (the node stopped it, e.g. when
+        it fenced itself off); its run ends as lost. False if it was no longer ours."""
+        ours = (jobs.c.owner == machine_id, jobs.c.fence == job.fence, jobs.c.state == JobState.RUNNING)
+        with self.store.engine.begin() as conn:
+            conn.execute(
+                _run_ended(machine_id, *ours),
+                dict(b_id=job.id, b_outcome=Outcome.LOST, b_error=reason, b_output=None),
+            )
+            count = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job.id, *ours)
+                .values(
+                    state=JobState.QUEUED,
+                    owner=None,
+                    lease_until=None,
+                    run_at=db_now(),
+                    attempts=jobs.c.attempts - 1,
+                    last_error=reason,
+                )
+            ).rowcount
+            if count:
+                free_places(conn, [job.queue])
+        return count == 1
+
+    def read(self, *, since: float = -math.inf, job_id: int | None = None, limit: int = 10_000) -> list[dict[str, Any]]:
+        """The newest runs (of job `job_id`; those in progress or ended since `since`), with `machine_name`."""
+        history = run_history()
+        statement = with_machine_name(select(history), history).order_by(history.c.started_at.desc()).limit(limit)
+        if job_id is not None:
+            statement = statement.where(history.c.job_id == job_id)
+        if since != -math.inf:
+            statement = statement.where(or_(history.c.finished_at.is_(None), history.c.finished_at >= since))
+        return [dict(r._mapping) for r in self.store.rows(statement)]
+
+
+def _write_endings(conn: Connection, machine_id: int, endings: Sequence[Ending]) -> int:
+    """The guarded updates for `endings`, one executemany per kind, and their runs' rows; the number of jobs
+    that were ours."""
+    mine = and_(
+        jobs.c.id == bindparam("b_id"),
+        jobs.c.owner == machine_id,
+        jobs.c.fence == bindparam("b_fence"),
+        jobs.c.state == JobState.RUNNING,
+    )
+    again = [e for e in endings if e.state == JobState.QUEUED]
+    done = [e for e in endings if e.state != JobState.QUEUED]
+    count = 0
+    if again:
+        count += conn.execute(
+            update(jobs)
+            .where(mine)
+            .values(
+                state=JobState.QUEUED,
+                last_error=bindparam("b_error"),
+                lease_until=None,
+                run_at=db_now() + bindparam("b_retry"),
+                owner=None,
+            ),
+            [dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_retry=e.retry_in) for e in again],
+        ).rowcount
+    if done:
+        count += conn.execute(
+            update(jobs)
+            .where(mine)
+            .values(
+                state=bindparam("b_state"), last_error=bindparam("b_error"), lease_until=None, finished_at=db_now()
+            ),
+            [dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_state=e.state) for e in done],
+        ).rowcount
+    if count == len(endings):
+        conn.execute(
+            _run_ended(machine_id),
+            [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error, b_output=e.output) for e in endings],
+        )
+        free_places(conn, [e.job.queue for e in endings])
+    return count
