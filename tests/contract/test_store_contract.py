@@ -413,3 +413,95 @@ def test_claims_and_results_go_on_after_the_database_drops_their_connection(pg_u
         ]
     finally:
         farm.close()
+
+
+# -- each store's methods that the tests above do not reach ---------------------------------------------------
+
+
+def test_the_farm_settings_first_stored_win(farm):
+    settings = farm._store.settings
+    have = settings.read()
+    adopted = settings.adopt({"x_new": "1"} | {key: "changed" for key in have})
+    assert adopted == have | {"x_new": "1"} == settings.read()  # a new key is stored, the old values stand
+
+
+def test_a_clock_sample_times_one_round_trip_of_the_database_time(farm):
+    store = farm._store
+    sample = store.sample_clock(time.monotonic)
+    assert sample.t0 <= sample.t1 and abs(sample.db - store.ask_time()) < 1
+
+
+def test_the_connection_kept_for_results_is_given_back_and_taken_again(farm):
+    store = farm._store
+    me = register(store)
+    first, second = store.jobs.enqueue(HTTP, count=2)
+    [a, b] = store.jobs.claim(me, 2, lease=30)
+    assert store.runs.finish_many(me, [Ending(a, Outcome.SUCCEEDED)]) == ["succeeded"]
+    store.idle()  # used just now: kept
+    store.give_back()  # given back at once
+    assert store.runs.finish_many(me, [Ending(b, Outcome.SUCCEEDED)]) == ["succeeded"]
+    assert {store.jobs.get(i)["state"] for i in (first, second)} == {"succeeded"}
+
+
+def test_a_job_claimed_ahead_of_its_time_starts_when_it_is_marked_started(farm):
+    store = farm._store
+    me = register(store)
+    store.jobs.enqueue(HTTP, delay=0.2)
+    assert not store.jobs.any_due()
+    [job] = store.jobs.claim(me, 1, lease=30, horizon=1.0)
+    claimed_at = store.jobs.get(job.id)["started_at"]
+    time.sleep(0.05)
+    store.runs.mark_started(job)
+    assert store.jobs.get(job.id)["started_at"] >= claimed_at + 0.04
+
+
+def test_any_due_looks_only_where_it_is_asked(farm):
+    store = farm._store
+    store.jobs.enqueue(JobSpec(executor="http", target="/ok", queue="reports"))
+    assert store.jobs.any_due() and store.jobs.any_due(among=("reports",))
+    assert not store.jobs.any_due(among=("default",))
+    assert not store.jobs.any_due(besides=("reports",))
+
+
+def test_a_key_is_held_by_its_job_until_it_finishes_and_gives_it_up(farm):
+    store = farm._store
+    me = register(store)
+    spec = JobSpec(executor="http", target="/ok", key="k1")
+    [job_id] = store.jobs.enqueue(spec)
+    assert store.jobs.free_key("k1") == 0  # still queued: the key stays
+    [job] = store.jobs.claim(me, 1, lease=30)
+    store.runs.finish(job, me, Outcome.SUCCEEDED, output="done")
+    held = store.jobs.keyed(key="k1")
+    assert held["id"] == job_id and held["machine_name"] == "m" and held["last_output"] == "done"
+    assert store.jobs.keyed(job_id=job_id)["key"] == "k1" and store.jobs.keyed(key="nobody") is None
+    assert store.jobs.free_key("k1") == 1 and store.jobs.keyed(key="k1") is None
+    assert store.jobs.enqueue(spec) != [job_id]  # the key is free again
+
+
+def test_the_singletons_jobs_are_those_of_kind_singleton_that_hold_a_key(farm):
+    store = farm._store
+    store.jobs.enqueue(JobSpec(executor="http", target="/ok", key="plain"))
+    [single] = store.jobs.enqueue(JobSpec(executor="http", target="/ok", key="singleton:s", kind="singleton"))
+    assert [(j["id"], j["owner_name"]) for j in store.jobs.singletons()] == [(single, None)]
+
+
+def test_a_turn_records_what_its_holder_claimed_and_whether_it_left_a_backlog(farm):
+    store = farm._store
+    me = register(store)
+    slot = slot_of(store.ask_time(), 1.0)
+    assert store.turns.take(slot, me)
+    store.turns.record(slot, 3, backlog=False)
+    store.turns.record(slot, 2, backlog=True)
+    [turn] = store.turns.read(0)
+    assert (turn["claimed"], bool(turn["backlog"]), turn["machine_name"]) == (5, True, "m")
+    assert store.machines.read(backlog_since=slot)[1] == slot
+    assert store.machines.read(backlog_since=slot + 1)[1] is None
+
+
+def test_a_stopped_machine_is_found_by_its_id_but_not_by_its_name(farm):
+    store = farm._store
+    me = register(store, "leaver")
+    store.machines.mark_stopped(me)
+    assert store.machines.find(str(me))["state"] == "stopped"
+    with pytest.raises(NotFound):
+        store.machines.find("leaver")
