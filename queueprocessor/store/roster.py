@@ -9,12 +9,12 @@ indexes answer the rest (schema), so a steady heartbeat reads a handful of index
 entries whatever the farm's size. A burial stores a judged death on the dead
 machine's row, guarded by the last_seen the judge saw, so it never buries a
 machine that has checked in since; the buried machine's next check-in revives it
-(Store.heartbeat) and bumps the version again.
+(MachineStore.heartbeat) and bumps the version again.
 
 The two statements every node runs every heartbeat, the read (farm_statement)
-and the check-in (statements.checkin_statement, run by Store.heartbeat), are
+and the check-in (statements.checkin_statement, run by MachineStore.heartbeat), are
 built once, everything that varies bound, and on PostgreSQL go straight to the
-driver (store.Raw), as the claim does: building and executing them through
+driver (base.Raw), as the claim does: building and executing them through
 SQLAlchemy was most of an idle node's CPU.
 """
 

@@ -3,7 +3,7 @@ with the roster version it bumps (store/roster.py reads that version).
 
 Everything that varies is a bound parameter, so SQLAlchemy compiles each shape
 once and a busy node spends its time running work, not building SQL. The
-rules they keep are Store.claim's, Store.finish's and Store.heartbeat's.
+rules they keep are JobStore.claim's, RunStore.finish's and MachineStore.heartbeat's.
 """
 
 import functools
@@ -220,7 +220,7 @@ def _room(dialect: str, i: int, limit: Any, held: Any = None) -> Any:
     """How many queued jobs branch `i` of a claim may take from queue `b_q{i}`: the room the node gives it
     (`b_room{i}`: its own limit for the queue, or its free room), cut, for a queue with a farm-wide limit or
     rate, to the room its row gives (see _cut): as the claim statement locked it (`held`, PostgreSQL), or as
-    the claim's transaction locked it before (Store.claim). None at all from a paused queue, or from a guarded
+    the claim's transaction locked it before (JobStore.claim). None at all from a paused queue, or from a guarded
     one that the node did not know as guarded (`b_locked{i}` false: it has not read the settings yet)."""
     q = queues.alias(f"q{i}")
     mine = bindparam(f"b_room{i}", type_=Integer)
@@ -357,7 +357,7 @@ def looks_statement(dialect: str, guarded: bool, elsewhere: bool) -> Any:
 
 @dataclass(frozen=True)
 class ClaimShape:
-    """One shape of the claim (see Store.claim): what varies between its statements, each built and compiled once
+    """One shape of the claim (see JobStore.claim): what varies between its statements, each built and compiled once
     (everything else is a bound parameter)."""
 
     dialect: str
@@ -583,7 +583,7 @@ def _turn_claim(shape: ClaimShape, recorded: Any, claimed: Any) -> Any:
 
 
 def _lost(picked: Any, now: Any) -> Any:
-    """A run's row is written once, when it ends (see Store.finish); while it runs, it is its job's row. A job a
+    """A run's row is written once, when it ends (see RunStore.finish); while it runs, it is its job's row. A job a
     claim takes over from a machine whose lease ran out ends that machine's run as lost, in the same statement:
     the picked rows that were running, as they were (every picked row is claimed: the pick locked it, and the
     claim's guard is the condition it was picked on). Joined to the claimed rows instead, the planner, thinking
@@ -650,7 +650,7 @@ def _by_id(names_types: list[tuple[str, Any]]) -> tuple[Any, Any]:
 @functools.cache
 def renew_statement() -> Any:
     """PostgreSQL: the renewal of the leases of jobs `b_id` (fences `b_fence`), by `b_lease` seconds from now, of
-    those still ours (see Store.renew): arrays in, so one statement text and one plan whatever their number (as
+    those still ours (see RunStore.renew): arrays in, so one statement text and one plan whatever their number (as
     one OR per job, the planner read the whole table: a second for 512 jobs)."""
     _v, ours = _by_id([("id", BigInteger), ("fence", BigInteger)])
     return (
@@ -666,7 +666,7 @@ def finish_statement() -> Any:
     """PostgreSQL: how a batch of runs ended, in one statement: arrays in, the (id, fence) of the runs that were still
     ours out.
 
-    Each job is matched on owner and fence as in Store.finish (see _by_id); only the jobs that
+    Each job is matched on owner and fence as in RunStore.finish (see _by_id); only the jobs that
     were still ours get their run's row, which is written here, once (its start is the job's), and leave their
     limited queue's running count.
     """
@@ -744,9 +744,9 @@ def newest_backlog(since: int | ColumnElement[int] | None) -> ColumnElement[int 
 
 @functools.cache
 def checkin_statement(applied: bool, any_state: bool = False, returning: bool = False) -> Any:
-    """A machine's check-in (Store.heartbeat): machine `b_me` writes its figures and is seen now; with
+    """A machine's check-in (MachineStore.heartbeat): machine `b_me` writes its figures and is seen now; with
     `applied`, the wish `b_applied` it just applied is cleared, unless an operator wished again since. It
-    matches only while the row's state is `b_state` (a new state changes the roster: see Store.heartbeat),
+    matches only while the row's state is `b_state` (a new state changes the roster: see MachineStore.heartbeat),
     or whatever the state with `any_state`; with `returning`, it answers with the id it matched."""
     wish: ColumnElement[Any] = machines.c.wish
     if applied:
