@@ -144,14 +144,14 @@ def test_a_job_claimed_back_while_its_stopped_run_is_ending_stays_renewed_and_st
         [job_id] = farm.enqueue_http("/sleep/30")
         [old] = store.jobs.claim(machine, 1, lease=30)
         handing_back, thawed = threading.Event(), threading.Event()
-        release = store.release
+        release = store.runs.release
 
         def release_after_the_thaw(*args):  # the real hand-back, held up as by the frozen database
             handing_back.set()
             thawed.wait(10)
             return release(*args)
 
-        store.release = release_after_the_thaw
+        store.runs.release = release_after_the_thaw
         runner = JobRunner(
             store, machine, {"http": HttpExecutor(http_target.base_url)}, store.ask_time, lambda _job, _outcome: None
         )
@@ -176,7 +176,7 @@ def test_a_job_claimed_back_while_its_stopped_run_is_ending_stays_renewed_and_st
                 wait_for(lambda: runner.count() == 0)
         finally:
             thawed.set()
-            store.release = release
+            store.runs.release = release
             runner.stop()
         first, second = sorted(http_target.requests("/sleep"), key=lambda r: r["fence"])
         assert (first["fence"], second["fence"]) == (old.fence, new.fence)
