@@ -3,7 +3,7 @@
 Each virtual machine decides with the node's own code: queueprocessor.rules.clock.OffsetEstimator (its estimate of
 database time and error bound, from round trips), roster.KnownMachines (its copy of the rows, kept current by
 the heartbeat read), Liveness (the stall rule), roster.turn_to_take (whether a slot is its turn), and the turn
-timer's node.turn_timer_wait and node.Outlook (when to wake for the next). What is modelled is everything around
+timer's turn_timer_wait and heartbeat.Outlook (when to wake for the next). What is modelled is everything around
 that code:
 
 - the database: machine rows, the roster version, the turn table's unique slot key, each statement applied at
@@ -13,9 +13,9 @@ that code:
   (within +-20 ppm) from its own origin, and its idea of database time comes only from its round trips;
 - the machines' life: joins, deaths (SIGKILL: silent from then on), operators' pauses and resumes, and
   freezes (a stalled process: silent past its dead timeout, then back, unaware);
-- the turn timer: the node's own plan (node.turn_timer_wait: it sleeps until its next turn or the roster's next
+- the turn timer: the node's own plan (turn_timer_wait: it sleeps until its next turn or the roster's next
   change by time alone, a newcomer's join delay or a suspect's dead timeout), woken to plan again only by a
-  check-in that brought news (node.Outlook.news), as the node's.
+  check-in that brought news (heartbeat.Outlook.news), as the node's.
 
 It reports double polls (two turns recorded in one slot of database time) and missed slots (none) over the
 slots measured, and the statements per second the real farm would make on PostgreSQL (where an idle turn is
@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from queueprocessor.node.config import NodeConfig  # noqa: E402
-from queueprocessor.node.node import Outlook  # noqa: E402
+from queueprocessor.node.heartbeat import Outlook  # noqa: E402
 from queueprocessor.node.turn_timer import turn_timer_wait  # noqa: E402
 from queueprocessor.rules.clock import OffsetEstimator, Sample  # noqa: E402
 from queueprocessor.rules.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take  # noqa: E402
@@ -190,11 +190,11 @@ class Machine:
         return self._liveness
 
     def outlook(self) -> Outlook:
-        """Node._outlook: a virtual node's database is always reachable (a frozen one does not know it stalled)."""
+        """Heartbeat._outlook: a virtual node's database is always reachable (a frozen one does not know it stalled)."""
         return Outlook(True, self.state, self._liveness)
 
     def note_contact(self, db_time: float) -> None:
-        """Node._note_contact: the stall rule's unbroken run of check-ins."""
+        """Heartbeat._note_contact: the stall rule's unbroken run of check-ins."""
         if db_time - self.last_contact > 2 * self.config.heartbeat:
             self.streak_start = db_time
             self._liveness = Liveness(self.config.dead_after, self.streak_start)
@@ -270,7 +270,7 @@ class Simulation:
             self.now = now
 
     def send_heartbeat(self, machine: Machine, sent: float) -> None:
-        """Node._checkin's read, sent at `sent`: it runs at the database after its delay."""
+        """Heartbeat.checkin's read, sent at `sent`: it runs at the database after its delay."""
         self.at(sent + self.latency(), self._read_farm, machine, sent)
 
     def _read_farm(self, machine: Machine, sent: float) -> None:
@@ -300,7 +300,7 @@ class Simulation:
             if machine.known.current(version):
                 moved = machine.known.update(before, suspects)
                 self._learned(machine, read_at, wish, outlook, moved)
-            else:  # Node._learn_roster: every row, one more round trip
+            else:  # Heartbeat._learn_roster: every row, one more round trip
                 there, back = self.round_trip()
                 self.at(self.now + there, self._read_all, machine, back, read_at, before, wish, outlook)
 
@@ -353,7 +353,7 @@ class Simulation:
             self.at(self.now + machine.clock.seconds(wait), self._tick, machine, machine.wake_generation)
 
     def _tick(self, machine: Machine, generation: int) -> None:
-        """Node._tick: take the turn if it is ours (the insert reaches the database after its delay)."""
+        """TurnTimer.tick: take the turn if it is ours (the insert reaches the database after its delay)."""
         if not machine.alive or generation != machine.wake_generation:
             return
         if self.now < machine.frozen_until:

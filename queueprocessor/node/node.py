@@ -1,17 +1,17 @@
 """The node: one machine's part in the farm (docs/design.md §1-§3, §5).
 
 Named threads, none of which waits on another:
-- qp-heartbeat: every heartbeat, samples the database clock while reading what
-  changed in the roster (O(1) rows, see roster.KnownMachines), checks in, renews
-  leases and applies operators' wishes;
+- qp-heartbeat (see heartbeat): every heartbeat, samples the database clock
+  while reading what changed in the roster (O(1) rows, see
+  roster.KnownMachines), checks in, renews leases and applies operators' wishes;
 - qp-turns: the turn timer (see turn_timer): sleeps until this machine's next
   turn, the next change of the roster or a notice (ticking every 10 ms while there
   is work to claim directly), takes the turn and claims work;
 - qp-runner: the asyncio loop that runs the jobs (see runner);
 - qp-listen (PostgreSQL only): tells the turn timer when work is enqueued (see push);
-- qp-watchdog: fences the node off (stops its jobs) when it has not renewed its
-  leases for longer than the lease minus a margin, even while another thread is
-  stuck on a dead connection; it sleeps while the node holds no job.
+- qp-watchdog (see watchdog): fences the node off (stops its jobs) when it has
+  not renewed its leases for longer than the lease minus a margin, even while
+  another thread is stuck on a dead connection; it sleeps while the node holds no job.
 A thread that dies stops the node loudly.
 
 One writer per piece of state. Every mutable field has one owner, the only
@@ -24,19 +24,21 @@ no backlog notice is lost to the turn thread resetting its backlog.
   field                                   owner          how the others reach it
   --------------------------------------  -------------  --------------------------------------------------
   id, runner, listener, exporter,         start()        read only, once the threads run
-  _threads, turns
-  _wished (pause, resume, drain)          qp-heartbeat   an operator's wish on the machine row
-  state (a property)                      -              stopped; else draining once stop() sets _leaving
-                                                         (no wish clears it); else _wished
-  _known, known (its copy for readers),   qp-heartbeat   - (start() runs the first check-in, before the
-  upcoming, queue_settings, guarded,                     thread exists)
+  _threads, heartbeat, watchdog, turns
+  heartbeat's fields                      qp-heartbeat   - (start() sets renewed_at and runs the first
+  (heartbeat.Heartbeat: wished (pause,                   check-in, before the thread exists); the node
+  resume, drain), _known, known (its                     shows known, upcoming, guarded, queue_settings,
+  copy for readers), upcoming,                           liveness() and settled() to the turn timer, the
+  queue_settings, guarded,                               metrics and the tests
   _queues_changed, _checked_in,
   _streak_start, _last_contact_db,
-  _renewed_at
-  db_healthy (a property)                 -              _checked_in, leases renewed in time, and no
-                                                         _unreachable: set by qp-turns when a turn loses
-                                                         the database, cleared by qp-heartbeat as a
-                                                         check-in begins
+  renewed_at)
+  state (a property)                      -              stopped; else draining once stop() sets _leaving
+                                                         (no wish clears it); else heartbeat.wished
+  db_healthy (a property)                 -              heartbeat.healthy: _checked_in, leases renewed in
+                                                         time, and no heartbeat.unreachable: set by
+                                                         qp-turns when a turn loses the database, cleared
+                                                         by qp-heartbeat as a check-in begins
   turns' fields (turn_timer.TurnTimer:    qp-turns       turns.backlogs, a queue of backlog slots
   the turn and backlog it is on, what                    (qp-listen, qp-heartbeat); turns.wake, look now
   it claims directly, turns taken)                       (anyone); turns.sweep, sweep missed occurrences
@@ -44,7 +46,8 @@ no backlog notice is lost to the turn thread resetting its backlog.
                                                          and places freed under a limit, through
                                                          turns.notice (qp-listen) and turns.job_done (the
                                                          runner's writer)
-  _holding (jobs started: watch them)     qp-watchdog    set by qp-turns when it starts jobs, and stop()
+  watchdog.holding (jobs started:         qp-watchdog    set by qp-turns when it starts jobs, and stop()
+  watch them)
   _failures[thread name]                  that thread    last_error (a property) shows the newest
   done, failed (properties)               the tally      counted under its lock by the runner's writer
   _begun, _stopping                       _stop_lock     whoever holds the lock
@@ -56,45 +59,30 @@ import socket
 import threading
 import uuid
 from contextlib import ExitStack
-from dataclasses import dataclass
+from typing import Any
 
 from ..executors import Executor, make_executors
 from ..rules.clock import Clock, OffsetEstimator, SystemClock
-from ..rules.logs import about, one_line
-from ..rules.roster import KnownMachines, Liveness, slot_of
-from ..rules.states import MachineState, Outcome, Wish
+from ..rules.logs import one_line
+from ..rules.roster import KnownMachines, Liveness
+from ..rules.states import MachineState, Outcome
 from ..store.database import unreachable
 from ..store.queues import QueueStore
-from ..store.roster import FarmRead, RosterStore
+from ..store.roster import RosterStore
 from ..store.schedules import ScheduleStore
 from ..store.stores import Store
 from ..version import __version__
 from .config import NodeConfig
+from .heartbeat import Heartbeat
 from .push import Listener, where_to_listen
-from .runner import JobRunner, RunKey
+from .runner import JobRunner
 from .tally import Tally
 from .turn_timer import TurnTimer
+from .watchdog import Watchdog
 
 log = logging.getLogger("queueprocessor.node")
 
 GUARDED = ("qp-heartbeat", "qp-turns", "qp-watchdog")  # the node's own threads (see _guard)
-
-
-@dataclass(frozen=True)
-class Outlook:
-    """What the turn timer's plan rests on besides the rows: contact with the database, our state, the stall
-    rule's streak. Taken before and after a check-in, it says whether the check-in brought news (bench/simulate.py
-    plans its virtual nodes' timers by the same rule)."""
-
-    healthy: bool
-    state: MachineState
-    liveness: Liveness
-
-    def news(self, after: "Outlook", moved: bool, backlog: bool) -> bool:
-        """Whether a check-in that began with this outlook and ended with `after` may change the timer's plan:
-        new rows or suspects (`moved`), contact back, a new state or streak, a backlog to help with. One that
-        changed nothing leaves the plan be: the timer sleeps on to its turn."""
-        return moved or not self.healthy or after.state != self.state or after.liveness != self.liveness or backlog
 
 
 class Node:
@@ -116,24 +104,6 @@ class Node:
         self.listener: Listener | None = None
         self.exporter = None  # serves our metrics, with config.metrics_port
         self._threads: list[threading.Thread] = []
-        # qp-heartbeat's
-        self._wished = MachineState.ACTIVE
-        self._known = KnownMachines()  # the machine rows, as of the last heartbeat
-        self.known = self._known.copy()
-        self.upcoming: tuple[int, float | None] = (0, None)  # (farm read number, earliest occurrence to make)
-        # Operators' queue settings as of `_queues_changed` (the heartbeat's read says when they change): which
-        # of our queues are paused or guarded by a farm-wide limit or rate.
-        self.queue_settings: dict[str, dict] = {}
-        self.guarded: frozenset[str] = frozenset()  # ours with a farm-wide limit or rate: their claims lock
-        self._queues_changed: float | None = None
-        self._checked_in = False
-        self._streak_start = float("inf")
-        self._last_contact_db = float("-inf")
-        self._renewed_at = float("-inf")  # monotonic send time of the last successful renewal
-        # Notices (see the module docstring)
-        self._unreachable = threading.Event()
-        self._holding = threading.Event()
-        self.turns = TurnTimer(self, started=self._holding)  # qp-turns' state and work
         self._failures: dict[str, tuple[float, str] | None] = dict.fromkeys(GUARDED)
         # Lifecycle: latches, set once
         self._leaving = threading.Event()
@@ -145,20 +115,49 @@ class Node:
         self._stop_lock = threading.Lock()
         self._begun = False  # start() was called
         self._stopping = False
+        # The threads' state and work (see the module docstring)
+        self.heartbeat = Heartbeat(self, self._stop)
+        self.watchdog = Watchdog(self, self._stop)
+        self.turns = TurnTimer(self, started=self.watchdog.holding)
 
     @property
     def state(self) -> MachineState:
         """Stopped; else draining once stop() began a drain (no operator's wish undoes it); else the wish's."""
         if self.stopped.is_set():
             return MachineState.STOPPED
-        return MachineState.DRAINING if self._leaving.is_set() else self._wished
+        return MachineState.DRAINING if self._leaving.is_set() else self.heartbeat.wished
 
     @property
     def db_healthy(self) -> bool:
-        """Do we claim? Only while our last check-in got through, no turn has lost the database since one
-        began, and our leases were renewed in time (a check-in stuck on a dead connection says nothing)."""
-        overdue = self.clock.monotonic() - self._renewed_at > self.config.lease - self.config.fence_margin
-        return self._checked_in and not self._unreachable.is_set() and not overdue
+        """Do we claim? (see Heartbeat.healthy)"""
+        return self.heartbeat.healthy
+
+    @property
+    def known(self) -> KnownMachines:
+        """The machine rows as of the last heartbeat (replaced whole)."""
+        return self.heartbeat.known
+
+    @property
+    def upcoming(self) -> tuple[int, float | None]:
+        """(farm read number, earliest schedule occurrence to make), as of the last heartbeat."""
+        return self.heartbeat.upcoming
+
+    @property
+    def guarded(self) -> frozenset[str]:
+        """Our queues with a farm-wide limit or rate: their claims lock their row."""
+        return self.heartbeat.guarded
+
+    @property
+    def queue_settings(self) -> dict[str, dict[str, Any]]:
+        """Operators' queue settings, as of the last heartbeat that saw them change."""
+        return self.heartbeat.queue_settings
+
+    def liveness(self) -> Liveness:
+        return self.heartbeat.liveness()
+
+    def settled(self, now: float) -> bool:
+        """May our claims take expired leases? (see Heartbeat.settled)"""
+        return self.heartbeat.settled(now)
 
     @property
     def last_error(self) -> str | None:
@@ -224,7 +223,7 @@ class Node:
             undo.callback(self._mark_stopped)
             for _ in range(5):  # a first filtered estimate before we take any turn
                 self.estimator.add(self.store.sample_clock(self.clock.monotonic))
-            self._renewed_at = self.clock.monotonic()
+            self.heartbeat.renewed_at = self.clock.monotonic()
             self.runner = JobRunner(
                 self.store,
                 self.id,
@@ -237,13 +236,13 @@ class Node:
             )
             self.runner.start()
             undo.callback(self.runner.stop)
-            self._checkin()
+            self.heartbeat.checkin()
             undo.callback(self._end_threads)
             self._start_threads()
             undo.pop_all()
 
     def _start_threads(self) -> None:
-        loops = {"qp-heartbeat": self._heartbeat_loop, "qp-turns": self._turn_loop, "qp-watchdog": self._watchdog_loop}
+        loops = {"qp-heartbeat": self.heartbeat.loop, "qp-turns": self._turn_loop, "qp-watchdog": self.watchdog.loop}
         self._threads = [
             threading.Thread(target=self._guard, args=(loops[name],), name=name, daemon=True) for name in GUARDED
         ]
@@ -257,7 +256,7 @@ class Node:
         """Stop our threads and wait for them (the runner's loop apart): they see `_stop` within a wait."""
         self._end_turns()
         self._stop.set()
-        self._holding.set()  # the watchdog may be asleep until a job starts
+        self.watchdog.holding.set()  # the watchdog may be asleep until a job starts
         if self.listener is not None:
             self.listener.stop()
         for thread in self._threads:
@@ -345,7 +344,7 @@ class Node:
             self._failures[name] = (self.clock.monotonic(), f"thread {name} died")
             threading.Thread(target=self.stop, kwargs={"drain": False, "reason": "released"}, name="qp-stop").start()
 
-    def _note_failure(self, exc: Exception, headline: str) -> None:
+    def note_failure(self, exc: Exception, headline: str) -> None:
         """Keep a failure as this thread's last, and log it: the database out of reach once per outage and
         message, anything else once per message (a statement refused at every tick says so once)."""
         name, message = threading.current_thread().name, one_line(exc)
@@ -357,139 +356,7 @@ class Node:
             log.error("%s: %s", headline, message, exc_info=exc)
         self._failures[name] = (self.clock.monotonic(), message)
 
-    # -- heartbeat --------------------------------------------------------
-
-    def _heartbeat_loop(self) -> None:
-        next_beat = self.clock.monotonic()
-        while not self._stop.is_set():
-            next_beat += self.config.heartbeat
-            self._stop.wait(max(0.0, next_beat - self.clock.monotonic()))
-            if self._stop.is_set():
-                return
-            try:
-                self._checkin()
-            except Exception as exc:  # database down: keep trying; the watchdog fences us off
-                self.tally.renewal_failed()
-                self._note_failure(exc, "check-in failed, claiming paused")
-                self._checked_in = False
-            if self.runner.count() == 0:
-                self.store.idle()
-            if self.state == MachineState.DRAINING and self.runner.count() == 0:
-                log.info("drained: no jobs left, stopping")
-                threading.Thread(target=self.stop, kwargs={"drain": False}, name="qp-stop").start()
-                return
-
-    def _checkin(self) -> None:
-        outlook = self._outlook()
-        self._unreachable.clear()  # a turn that loses the database from now on is news to this check-in
-        sent = self.clock.monotonic()
-        since = slot_of(self.estimator.db_now(), self.config.period) - 3
-        before = self.estimator.db_now() - self.config.stale  # a machine last seen before is a suspect
-        farm = self.peers.read_farm(self.id, before, since, stamp=self.clock.monotonic)  # also a clock sample
-        self.estimator.add(farm.sample)
-        self._note_contact(farm.now)
-        moved = self._learn_roster(farm, before)
-        self.upcoming = (self.upcoming[0] + 1, farm.next_schedule)
-        applied = self._apply_wish(farm.wish)
-        if farm.queues_changed != self._queues_changed:
-            self.queue_settings, self._queues_changed = self.queue_store.settings(), farm.queues_changed
-            self.guarded = frozenset(
-                name
-                for name, row in self.queue_settings.items()
-                if self.config.served.serves(name)
-                and not row["paused"]
-                and (row["max_running"] is not None or row["rate_count"] is not None)
-            )
-        held, renewing = self.runner.held(), self.clock.monotonic()
-        renewed = self.store.runs.renew(self.id, held, self.config.lease)
-        self.runner.renewed(list(renewed), renewing)
-        self._handle_renewals(held, renewed)
-        self.store.machines.heartbeat(
-            self.id,
-            state=self.state,
-            applied_wish=applied,
-            running=self.runner.working(),
-            done=self.done,
-            failed=self.failed,
-            offset=self.estimator.offset(),
-            rtt=self.estimator.rtt(),
-            error_bound=self.estimator.error_bound(),
-        )
-        self._renewed_at = sent
-        if farm.backlog_slot is not None:
-            self.turns.backlogs.put(farm.backlog_slot)
-        self._checked_in = True
-        if self.db_healthy and not outlook.healthy:  # not after a check-in the database stalled under (db_healthy)
-            log.info(
-                "database reachable (offset %+.4f s, rtt %.2f ms)", self.estimator.offset(), self.estimator.rtt() * 1000
-            )
-        if outlook.news(self._outlook(), moved, farm.backlog_slot is not None):
-            self.turns.wake.set()  # the turn timer plans again
-
-    def _learn_roster(self, farm: FarmRead, before: float) -> bool:
-        """Keep our copy of the machine rows current: every row when the roster version moved, else only the
-        suspects' last_seen (see roster.KnownMachines). Suspects we find dead are buried, so nobody reads
-        them again. Whether the rows or the suspects changed."""
-        if self._known.current(farm.version):
-            moved = self._known.update(before, farm.suspects)
-        else:
-            version, rows = self.peers.read_all()
-            self._known.replace(version, rows, before)
-            moved = True
-        self.known = self._known.copy()
-        for machine_id, last_seen in self._known.dead(farm.now, self.liveness()):
-            if self.peers.bury(machine_id, last_seen):
-                log.warning(
-                    "machine %s (%s) stopped checking in: judged dead", machine_id, self._known.name(machine_id)
-                )
-        return moved
-
-    def _note_contact(self, db_time: float) -> None:
-        """Track our unbroken run of check-ins: peers are only judged on silence within it."""
-        if db_time - self._last_contact_db > 2 * self.config.heartbeat:
-            self._streak_start = db_time
-            self.turns.sweep.set()  # the farm may have been down for longer than a schedule's grace
-        self._last_contact_db = db_time
-
-    def _apply_wish(self, wish: str | None) -> str | None:
-        """Apply an operator's wish to our state. A drain is for good: once draining, by a wish or by stop(),
-        the state stays draining whatever this writes (see state)."""
-        state = self.state
-        if wish not in tuple(Wish) or state == MachineState.STOPPED:
-            return None
-        target = Wish(wish).leads_to
-        if state == MachineState.DRAINING and target != MachineState.DRAINING:
-            log.info("ignoring %s: this machine is draining", wish)
-        elif target != state:
-            log.info("operator wish: %s (%s -> %s)", wish, state, target)
-            self._wished = target
-            if target == MachineState.ACTIVE:
-                self.turns.sweep.set()
-            if target == MachineState.DRAINING:
-                self.runner.release_singletons()
-        return wish
-
-    def _handle_renewals(self, held: list[RunKey], renewed: dict[RunKey, bool]) -> None:
-        """Stop the runs whose leases were not renewed (taken over), and those an operator cancelled."""
-        for key in held:
-            if key not in renewed:
-                if self.runner.stop_job(key, Outcome.LOST):
-                    log.warning("job %s: lease lost to another machine, stopped it", key[0], extra=about(key[0]))
-            elif renewed[key]:
-                self.runner.stop_job(key, Outcome.CANCELLED)
-
     # -- turns ------------------------------------------------------------
-
-    def liveness(self) -> Liveness:
-        return Liveness(self.config.dead_after, self._streak_start)
-
-    def settled(self, now: float) -> bool:
-        """Is our unbroken run of check-ins longer than a lease and still going (an overdue check-in may be a
-        stall we have not noticed yet)? Only then may our claims take expired leases (see TurnTimer)."""
-        return now - self._streak_start > self.config.lease and now - self._last_contact_db <= 2 * self.config.heartbeat
-
-    def _outlook(self) -> Outlook:
-        return Outlook(self.db_healthy, self.state, self.liveness())
 
     def _turn_loop(self) -> None:
         while not self._no_turns.is_set():
@@ -500,39 +367,9 @@ class Node:
                 try:
                     self.turns.tick()
                 except Exception as exc:
-                    self._note_failure(exc, "turn failed")
+                    self.note_failure(exc, "turn failed")
                     if unreachable(exc):  # claim nothing until a check-in gets through
-                        self._unreachable.set()
-
-    def _watchdog_loop(self) -> None:
-        """The watchdog has its own thread: a turn stuck on a black-holed connection must not keep
-        it from stopping our jobs before their leases run out. While we hold no job it sleeps until
-        the turn thread starts some (or stop())."""
-        while not self._stop.is_set():
-            if self.runner.count():
-                self._stop.wait(self.config.watchdog_every)
-                self._watchdog()
-                continue
-            self._holding.clear()
-            if not self.runner.count():  # looked again after clearing: a job started meanwhile is not missed
-                self._holding.wait()
-
-    def _watchdog(self) -> None:
-        """Self-fencing: jobs whose leases we could not renew in time are stopped before they run out.
-        A run's lease runs from the send time of its claim or of the last renewal that renewed it: a job
-        claimed once the database came back is not stopped for the silence before it, and one claimed while a
-        renewal was on its way is not credited with that renewal."""
-        now = self.clock.monotonic()
-        limit = self.config.lease - self.config.fence_margin
-        overdue = [key for key, leased_at in self.runner.leases() if now - leased_at > limit]
-        stopped = [key for key in overdue if self.runner.stop_job(key, Outcome.LOST)]
-        if stopped:
-            self.tally.fenced()
-            log.warning(
-                "no contact with the database for %.1f s: stopping %s jobs before their leases run out",
-                now - self._renewed_at,
-                len(stopped),
-            )
+                        self.heartbeat.unreachable.set()
 
     # -- for the CLI and the GUI ------------------------------------------
 

@@ -107,7 +107,7 @@ class Tally:
             self._renewals_failed += 1
 
     def fenced(self) -> None:
-        """The watchdog stopped our jobs before their leases could run out (see Node._watchdog)."""
+        """The watchdog stopped our jobs before their leases could run out (see watchdog.Watchdog)."""
         with self._lock:
             self._fences += 1
 

@@ -142,7 +142,7 @@ class TurnTimer:
     def next_wake(self) -> float | None:
         """How long the turn timer may sleep (None: until woken): until we are surely inside our next slot or
         the roster changes by itself, whichever comes first; a tick while there is work to claim directly.
-        Whatever else changes our plans wakes us: a check-in that brought news (see Node._checkin), a push, stop().
+        Whatever else changes our plans wakes us: a check-in that brought news (see Heartbeat.checkin), a push, stop().
         Sleeping until then instead of waking to look keeps an idle node's CPU to a fraction of a percent of
         a core, and starts its turns to a fraction of a millisecond."""
         if not self.node.db_healthy or self.node.state != MachineState.ACTIVE:

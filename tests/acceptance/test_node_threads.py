@@ -212,25 +212,25 @@ def test_a_check_in_wakes_the_turn_timer_only_when_its_plan_may_change(farm, mon
     node = Nodes(farm)("a")
     try:
         node.turns.wake.clear()
-        node._checkin()
+        node.heartbeat.checkin()
         assert not node.turns.wake.is_set(), "nothing changed: the timer's plan stands"
         farm._store.machines.register(name="b", host="h", instance="b", pid=1, version="t", capacity=1)
-        node._checkin()
+        node.heartbeat.checkin()
         assert node.turns.wake.is_set(), "a machine joined: new rows"
         node.turns.wake.clear()
-        node._checkin()
+        node.heartbeat.checkin()
         assert not node.turns.wake.is_set()
         farm.steer("a", "pause")
-        node._checkin()
+        node.heartbeat.checkin()
         assert node.turns.wake.is_set() and node.state == MachineState.PAUSED, "a new state"
-        node._checkin()  # reads the rows again: writing its new state bumped the roster version
+        node.heartbeat.checkin()  # reads the rows again: writing its new state bumped the roster version
         node.turns.wake.clear()
-        node._checkin()
+        node.heartbeat.checkin()
         assert not node.turns.wake.is_set()
         slot = int(farm._store.ask_time() / FAST["period"])
         farm._store.turns.take(slot, node.id)
         farm._store.turns.record(slot, claimed=4, backlog=True)
-        node._checkin()
+        node.heartbeat.checkin()
         assert node.turns.wake.is_set(), "a backlog others may help with"
     finally:
         node.stop(drain=False)

@@ -1,0 +1,249 @@
+"""The heartbeat: the node's qp-heartbeat thread (docs/design.md §1, §3, §4, §7), and the one writer of everything it
+keeps.
+
+Every `heartbeat` it checks in: one read samples the database clock and says what changed in the roster (O(1)
+rows, see roster.KnownMachines); it renews our leases (a run not renewed was taken over, one an operator cancelled
+is to stop: both are stopped), applies an operator's wish and writes our row. What it keeps (the machine rows, the
+stall rule's streak, the queues' settings, when our leases were last renewed) the turn timer, the watchdog and the
+node read whole; the turn thread tells it a turn lost the database through `unreachable` (see node's docstring).
+"""
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..rules.clock import Clock, OffsetEstimator
+from ..rules.logs import about
+from ..rules.roster import KnownMachines, Liveness, slot_of
+from ..rules.states import MachineState, Outcome, Wish
+from ..store.stores import Store
+from ..store.queues import QueueStore
+from ..store.roster import FarmRead, RosterStore
+from .config import NodeConfig
+from .runner import JobRunner, RunKey
+from .tally import Tally
+from .turn_timer import TurnTimer
+
+log = logging.getLogger("queueprocessor.node")
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """What the turn timer's plan rests on besides the rows: contact with the database, our state, the stall
+    rule's streak. Taken before and after a check-in, it says whether the check-in brought news (bench/simulate.py
+    plans its virtual nodes' timers by the same rule)."""
+
+    healthy: bool
+    state: MachineState
+    liveness: Liveness
+
+    def news(self, after: "Outlook", moved: bool, backlog: bool) -> bool:
+        """Whether a check-in that began with this outlook and ended with `after` may change the timer's plan:
+        new rows or suspects (`moved`), contact back, a new state or streak, a backlog to help with. One that
+        changed nothing leaves the plan be: the timer sleeps on to its turn."""
+        return moved or not self.healthy or after.state != self.state or after.liveness != self.liveness or backlog
+
+
+class Member(Protocol):
+    """What the heartbeat reads of its node (node.Node): its parts, set once; what start() sets; its state, its
+    counts; and the two things it asks of it: to note a failure, to stop once drained."""
+
+    config: NodeConfig
+    store: Store
+    clock: Clock
+    estimator: OffsetEstimator
+    peers: RosterStore
+    queue_store: QueueStore
+    tally: Tally
+    turns: TurnTimer
+    id: int | None
+    runner: JobRunner | None
+
+    @property
+    def state(self) -> MachineState: ...
+
+    @property
+    def done(self) -> int: ...
+
+    @property
+    def failed(self) -> int: ...
+
+    def note_failure(self, exc: Exception, headline: str) -> None: ...
+
+    def stop(self, drain: bool = True, timeout: float | None = None, reason: str = "exit") -> None: ...
+
+
+class Heartbeat:
+    """The qp-heartbeat thread's state and work: the node runs `loop` on its thread, after start() ran the first
+    `checkin` itself (before the thread exists)."""
+
+    def __init__(self, node: Member, stop: threading.Event) -> None:
+        """`stop`: the node's latch, set once its jobs have stopped (the heartbeat renews them until then)."""
+        self.node = node
+        self.config, self.clock, self.estimator = node.config, node.clock, node.estimator
+        self._stop = stop
+        self.wished = MachineState.ACTIVE  # the operators' wish for us (see Node.state)
+        self._known = KnownMachines()  # the machine rows, as of the last heartbeat
+        self.known = self._known.copy()
+        self.upcoming: tuple[int, float | None] = (0, None)  # (farm read number, earliest occurrence to make)
+        # Operators' queue settings as of `_queues_changed` (the heartbeat's read says when they change): which
+        # of our queues are paused or guarded by a farm-wide limit or rate.
+        self.queue_settings: dict[str, dict[str, Any]] = {}
+        self.guarded: frozenset[str] = frozenset()  # ours with a farm-wide limit or rate: their claims lock
+        self._queues_changed: float | None = None
+        self._checked_in = False
+        self._streak_start = float("inf")
+        self._last_contact_db = float("-inf")
+        self.renewed_at = float("-inf")  # monotonic send time of the last successful renewal (start() sets the first)
+        self.unreachable = threading.Event()  # a notice: a turn lost the database (set by qp-turns)
+
+    @property
+    def healthy(self) -> bool:
+        """Do we claim? Only while our last check-in got through, no turn has lost the database since one
+        began, and our leases were renewed in time (a check-in stuck on a dead connection says nothing)."""
+        overdue = self.clock.monotonic() - self.renewed_at > self.config.lease - self.config.fence_margin
+        return self._checked_in and not self.unreachable.is_set() and not overdue
+
+    def liveness(self) -> Liveness:
+        return Liveness(self.config.dead_after, self._streak_start)
+
+    def settled(self, now: float) -> bool:
+        """Is our unbroken run of check-ins longer than a lease and still going (an overdue check-in may be a
+        stall we have not noticed yet)? Only then may our claims take expired leases (see TurnTimer)."""
+        return now - self._streak_start > self.config.lease and now - self._last_contact_db <= 2 * self.config.heartbeat
+
+    @property
+    def _me(self) -> int:
+        """Our machine id: the node checks in only once it has joined the farm."""
+        assert self.node.id is not None
+        return self.node.id
+
+    @property
+    def _runner(self) -> JobRunner:
+        """The node's runner: started before the first check-in."""
+        assert self.node.runner is not None
+        return self.node.runner
+
+    def _outlook(self) -> Outlook:
+        return Outlook(self.healthy, self.node.state, self.liveness())
+
+    def loop(self) -> None:
+        next_beat = self.clock.monotonic()
+        while not self._stop.is_set():
+            next_beat += self.config.heartbeat
+            self._stop.wait(max(0.0, next_beat - self.clock.monotonic()))
+            if self._stop.is_set():
+                return
+            try:
+                self.checkin()
+            except Exception as exc:  # database down: keep trying; the watchdog fences us off
+                self.node.tally.renewal_failed()
+                self.node.note_failure(exc, "check-in failed, claiming paused")
+                self._checked_in = False
+            if self._runner.count() == 0:
+                self.node.store.idle()
+            if self.node.state == MachineState.DRAINING and self._runner.count() == 0:
+                log.info("drained: no jobs left, stopping")
+                threading.Thread(target=self.node.stop, kwargs={"drain": False}, name="qp-stop").start()
+                return
+
+    def checkin(self) -> None:
+        outlook = self._outlook()
+        self.unreachable.clear()  # a turn that loses the database from now on is news to this check-in
+        sent = self.clock.monotonic()
+        since = slot_of(self.estimator.db_now(), self.config.period) - 3
+        before = self.estimator.db_now() - self.config.stale  # a machine last seen before is a suspect
+        farm = self.node.peers.read_farm(self._me, before, since, stamp=self.clock.monotonic)  # also a clock sample
+        assert farm.sample is not None  # asked for with stamp
+        self.estimator.add(farm.sample)
+        self._note_contact(farm.now)
+        moved = self._learn_roster(farm, before)
+        self.upcoming = (self.upcoming[0] + 1, farm.next_schedule)
+        applied = self._apply_wish(farm.wish)
+        if farm.queues_changed != self._queues_changed:
+            self.queue_settings, self._queues_changed = self.node.queue_store.settings(), farm.queues_changed
+            self.guarded = frozenset(
+                name
+                for name, row in self.queue_settings.items()
+                if self.config.served.serves(name)
+                and not row["paused"]
+                and (row["max_running"] is not None or row["rate_count"] is not None)
+            )
+        held, renewing = self._runner.held(), self.clock.monotonic()
+        renewed = self.node.store.runs.renew(self._me, held, self.config.lease)
+        self._runner.renewed(list(renewed), renewing)
+        self._handle_renewals(held, renewed)
+        self.node.store.machines.heartbeat(
+            self._me,
+            state=self.node.state,
+            applied_wish=applied,
+            running=self._runner.working(),
+            done=self.node.done,
+            failed=self.node.failed,
+            offset=self.estimator.offset(),
+            rtt=self.estimator.rtt(),
+            error_bound=self.estimator.error_bound(),
+        )
+        self.renewed_at = sent
+        if farm.backlog_slot is not None:
+            self.node.turns.backlogs.put(farm.backlog_slot)
+        self._checked_in = True
+        if self.healthy and not outlook.healthy:  # not after a check-in the database stalled under (healthy)
+            log.info(
+                "database reachable (offset %+.4f s, rtt %.2f ms)", self.estimator.offset(), self.estimator.rtt() * 1000
+            )
+        if outlook.news(self._outlook(), moved, farm.backlog_slot is not None):
+            self.node.turns.wake.set()  # the turn timer plans again
+
+    def _learn_roster(self, farm: FarmRead, before: float) -> bool:
+        """Keep our copy of the machine rows current: every row when the roster version moved, else only the
+        suspects' last_seen (see roster.KnownMachines). Suspects we find dead are buried, so nobody reads
+        them again. Whether the rows or the suspects changed."""
+        if self._known.current(farm.version):
+            moved = self._known.update(before, farm.suspects)
+        else:
+            version, rows = self.node.peers.read_all()
+            self._known.replace(version, rows, before)
+            moved = True
+        self.known = self._known.copy()
+        for machine_id, last_seen in self._known.dead(farm.now, self.liveness()):
+            if self.node.peers.bury(machine_id, last_seen):
+                log.warning(
+                    "machine %s (%s) stopped checking in: judged dead", machine_id, self._known.name(machine_id)
+                )
+        return moved
+
+    def _note_contact(self, db_time: float) -> None:
+        """Track our unbroken run of check-ins: peers are only judged on silence within it."""
+        if db_time - self._last_contact_db > 2 * self.config.heartbeat:
+            self._streak_start = db_time
+            self.node.turns.sweep.set()  # the farm may have been down for longer than a schedule's grace
+        self._last_contact_db = db_time
+
+    def _apply_wish(self, wish: str | None) -> str | None:
+        """Apply an operator's wish to our state. A drain is for good: once draining, by a wish or by stop(),
+        the state stays draining whatever this writes (see Node.state)."""
+        state = self.node.state
+        if wish not in tuple(Wish) or state == MachineState.STOPPED:
+            return None
+        target = Wish(wish).leads_to
+        if state == MachineState.DRAINING and target != MachineState.DRAINING:
+            log.info("ignoring %s: this machine is draining", wish)
+        elif target != state:
+            log.info("operator wish: %s (%s -> %s)", wish, state, target)
+            self.wished = target
+            if target == MachineState.ACTIVE:
+                self.node.turns.sweep.set()
+            if target == MachineState.DRAINING:
+                self._runner.release_singletons()
+        return wish
+
+    def _handle_renewals(self, held: list[RunKey], renewed: dict[RunKey, bool]) -> None:
+        """Stop the runs whose leases were not renewed (taken over), and those an operator cancelled."""
+        for key in held:
+            if key not in renewed:
+                if self._runner.stop_job(key, Outcome.LOST):
+                    log.warning("job %s: lease lost to another machine, stopped it", key[0], extra=about(key[0]))
+            elif renewed[key]:
+                self._runner.stop_job(key, Outcome.CANCELLED)
