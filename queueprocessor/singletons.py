@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 import uuid
+from typing import Any, cast
 
 from .rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from .rules.output import machine_label
@@ -62,14 +63,14 @@ def add(store: Store, name: str, spec: JobSpec) -> int:
         raise InvalidJob(f"singleton {echoed(name)} already exists ({_where(current)}): remove it first") from None
 
 
-def get(store: Store, name: str) -> dict:
+def get(store: Store, name: str) -> dict[str, Any]:
     job = store.jobs.keyed(key=PREFIX + name)
     if job is None:
         raise NotFound(f"no singleton named {echoed(name)}", what="singleton", ref=name)
     return job
 
 
-def list_all(store: Store) -> list[dict]:
+def list_all(store: Store) -> list[dict[str, Any]]:
     return [job | {"name": job["key"][len(PREFIX) :]} for job in store.jobs.singletons()]
 
 
@@ -78,12 +79,12 @@ def remove(store: Store, name: str) -> str:
     return store.jobs.cancel(get(store, name)["id"])
 
 
-def _where(job: dict) -> str:
+def _where(job: dict[str, Any]) -> str:
     if job["state"] == JobState.RUNNING:
         return f"running on machine {machine_label(job['machine_name'], job['owner'])}" + (
             ", stopping" if job["cancel_requested"] else ""
         )
-    return job["state"]
+    return cast(str, job["state"])
 
 
 class LockHeld(QPError):
@@ -114,7 +115,7 @@ class Lock:
         self.acquire()
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
     def acquire(self) -> "Lock":
@@ -137,7 +138,7 @@ class Lock:
             self._tenure.end()
             self._tenure = None
         try:
-            self.locks.give_back(self.name, self.holder, self.fence)
+            self.locks.give_back(self.name, self.holder, cast(int, self.fence))  # None (never taken) matches no row
         except Exception as error:  # the lease runs out by itself
             log.warning("could not release lock %s (%s); it frees itself when its lease runs out", self.name, error)
 

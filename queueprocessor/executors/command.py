@@ -68,6 +68,7 @@ class CommandExecutor(Executor):
 
     @staticmethod
     async def _feed(process: asyncio.subprocess.Process, payload: str | None) -> None:
+        assert process.stdin is not None  # started with stdin=PIPE
         try:
             if payload:
                 process.stdin.write(payload.encode())
@@ -79,6 +80,7 @@ class CommandExecutor(Executor):
     @staticmethod
     async def _collect(process: asyncio.subprocess.Process, tail: deque[bytes]) -> None:
         """Read all output but keep only its end, so a chatty program cannot fill memory."""
+        assert process.stdout is not None  # started with stdout=PIPE
         kept = 0
         while chunk := await process.stdout.read(65536):
             tail.append(chunk)

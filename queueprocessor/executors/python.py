@@ -21,6 +21,7 @@ import json
 import logging
 import traceback
 from collections.abc import Callable
+from typing import Any, cast
 
 from ..rules.allow import check_module, module_allowed, parse_target
 from ..rules.logs import about
@@ -31,14 +32,14 @@ from .threads import Threads
 log = logging.getLogger("queueprocessor.executors.python")
 
 
-def resolve(target: str, allowed: tuple[str, ...]):
+def resolve(target: str, allowed: tuple[str, ...]) -> Callable[..., Any]:
     """Import the module and find the callable; a clear JobFailed when either is missing.
 
     The callable must be defined in an allowed module: an allowed module's attributes also hold the
     modules and functions it imported (`app.jobs:shutil.rmtree`), which the allow-list does not allow."""
     module_name, path = parse_target(target)
     try:
-        thing = importlib.import_module(module_name)
+        thing: object = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         raise JobFailed(
             f"Python job {target}: no module named {error.name!r} on this machine", permanent=True
@@ -60,15 +61,16 @@ def resolve(target: str, allowed: tuple[str, ...]):
 
 
 def _failed(error: Exception) -> JobFailed:
+    assert error.__traceback__ is not None  # it was raised
     frames = traceback.format_exception(type(error), error, error.__traceback__.tb_next)  # from the callable on
     return JobFailed(f"{type(error).__name__}: {error}", excerpt("".join(frames)))
 
 
-def _output(result) -> str | None:
+def _output(result: object) -> str | None:
     return None if result is None else excerpt(json.dumps(result, default=str))
 
 
-def _call(function, payload: str | None, context: JobContext) -> str | None:
+def _call(function: Callable[..., object], payload: str | None, context: JobContext) -> str | None:
     try:
         result = function(json.loads(payload) if payload else None, context)
     except Exception as error:
@@ -84,7 +86,7 @@ class PythonExecutor(Executor):
         self.workers = workers
         self._threads: Threads | None = None  # made on first use, on the runner's loop
         # Targets resolved already (the allow-list does not change), each with whether it is an `async def`.
-        self._functions: dict[str, tuple[Callable, bool]] = {}
+        self._functions: dict[str, tuple[Callable[..., Any], bool]] = {}
 
     def validate(self, spec: JobSpec) -> None:
         check_module(spec.target, self.allowed_modules)
@@ -95,7 +97,9 @@ class PythonExecutor(Executor):
         known = self._functions.get(job.target)
         if known is None:
             self.validate(JobSpec(executor=self.name, target=job.target))
-            function = await self._threads.call(resolve, job.target, self.allowed_modules).done
+            function = cast(
+                Callable[..., Any], await self._threads.call(resolve, job.target, self.allowed_modules).done
+            )
             known = self._functions[job.target] = function, inspect.iscoroutinefunction(inspect.unwrap(function))
         function, is_async = known
         if is_async:
@@ -108,7 +112,7 @@ class PythonExecutor(Executor):
                 raise _failed(error) from None
         call = self._threads.call(_call, function, job.payload, context)
         try:
-            return await call.done
+            return cast(str | None, await call.done)
         except asyncio.CancelledError:  # its result is dropped; its run ends once the call has returned
             context.cancelled.set()
             if not await self._threads.finished(call, context.grace):

@@ -17,9 +17,9 @@ from ..rules.clock import Clock, OffsetEstimator
 from ..rules.logs import about
 from ..rules.roster import KnownMachines, Liveness, slot_of
 from ..rules.states import MachineState, Outcome, Wish
-from ..store.stores import Store
 from ..store.queues import QueueStore
 from ..store.roster import FarmRead, RosterStore
+from ..store.stores import Store
 from .config import NodeConfig
 from .runner import JobRunner, RunKey
 from .tally import Tally

@@ -74,8 +74,10 @@ class Watched(Protocol):
     its store for the waiting jobs it reports."""
 
     tally: Tally
-    known: KnownMachines
     store: Store
+
+    @property
+    def known(self) -> KnownMachines: ...
 
     def snapshot(self) -> dict[str, Any]: ...
 

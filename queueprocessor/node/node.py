@@ -58,8 +58,9 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..executors import Executor, make_executors
 from ..rules.clock import Clock, OffsetEstimator, SystemClock
@@ -79,6 +80,9 @@ from .runner import JobRunner
 from .tally import Tally
 from .turn_timer import TurnTimer
 from .watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from .metrics import Exporter
 
 log = logging.getLogger("queueprocessor.node")
 
@@ -102,7 +106,7 @@ class Node:
         self.id: int | None = None
         self.runner: JobRunner | None = None
         self.listener: Listener | None = None
-        self.exporter = None  # serves our metrics, with config.metrics_port
+        self.exporter: Exporter | None = None  # serves our metrics, with config.metrics_port
         self._threads: list[threading.Thread] = []
         self._failures: dict[str, tuple[float, str] | None] = dict.fromkeys(GUARDED)
         # Lifecycle: latches, set once
@@ -281,6 +285,7 @@ class Node:
 
     def _mark_stopped(self) -> None:
         """Say on our row that we left (a row we cannot reach ages into dead instead)."""
+        assert self.id is not None  # called once we registered
         try:
             self.store.machines.mark_stopped(self.id)
         except Exception as exc:
@@ -306,6 +311,7 @@ class Node:
         self._started.wait()
         if self.stopped.is_set():  # the start failed and undid itself
             return
+        assert self.runner is not None  # a start that got past the runner's
         if drain:
             self._leaving.set()
             self.runner.release_singletons()
@@ -334,7 +340,7 @@ class Node:
         ):
             self._stop.wait(0.05)
 
-    def _guard(self, loop) -> None:
+    def _guard(self, loop: Callable[[], None]) -> None:
         """Run a thread's loop; if it dies, say so loudly and stop the node rather than limp on."""
         try:
             loop()
@@ -373,12 +379,12 @@ class Node:
 
     # -- for the CLI and the GUI ------------------------------------------
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """This node as plain data (the GUI draws it; it never reads our internals)."""
         synced = self.estimator.synced
         now = self.estimator.db_now() if synced else None
         upcoming = None
-        if synced and self.state == MachineState.ACTIVE:
+        if now is not None and self.state == MachineState.ACTIVE:
             turn = self.turns.upcoming(now)
             upcoming = None if turn is None else max(0.0, turn * self.config.period - now)
         return {

@@ -15,6 +15,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from ..executors import Executor, JobContext, JobFailed, executor_for
 from ..rules.errors import QPError
@@ -29,7 +30,7 @@ RunKey = tuple[int, int]  # (job id, fence): one run of a job, as every write of
 log = logging.getLogger("queueprocessor.runner")
 
 # Errors recorded for work this node stopped on purpose (any other stop: the lease was lost).
-STOPPED = {
+STOPPED: dict[str | None, str] = {
     Outcome.CANCELLED: "cancelled by an operator",
     "released": "handed back: its machine is leaving the farm",
     "exit": "handed back unfinished: the operator stopped its machine (no attempt spent)",
@@ -52,7 +53,8 @@ def backoff(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
     """Seconds before retry number `attempt`: exponential with equal jitter (AWS's name for it): the step
     doubles up to `cap`, and the wait is drawn between half the step and the whole, so failures that came
     together spread out, yet no retry comes at once."""
-    return random.uniform(0.5, 1.0) * min(cap, base * 2 ** (attempt - 1))
+    step: float = min(cap, base * 2 ** (attempt - 1))
+    return random.uniform(0.5, 1.0) * step
 
 
 class Running:
@@ -79,14 +81,14 @@ class Running:
         self.job = job
         self.key: RunKey = (job.id, job.fence)
         self.context = context
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
         self.stop_reason: str | None = None  # why we cancelled it: CANCELLED, LOST, "released" or "exit"
         self.recording = False  # the work is over; only its result is being written
         self.begun = False  # _execute has started, so a cancellation reaches its handlers
         self.leased_at = leased_at  # monotonic send time of its claim or of the last renewal that renewed it
         self.started = 0.0
         self.began = 0.0  # the loop's (monotonic) time at `started`: its work's duration is measured from here
-        self.ending: tuple[str, str | None, str | None, bool] | None = None  # (outcome, error, output, final)
+        self.ending: tuple[Outcome, str | None, str | None, bool] | None = None  # (outcome, error, output, final)
         self.tries = 0  # writes of its ending that the database was away for
         self.prior: Running | None = None  # this machine's older run of the same job, still held at our claim
 
@@ -100,7 +102,7 @@ class JobRunner:
         machine_id: int,
         executors: dict[str, Executor],
         db_now: Callable[[], float],
-        on_done: Callable[[Claimed, str], None],
+        on_done: Callable[[Claimed, Outcome], None],
         on_room: Callable[[], None] = lambda: None,
         tally: Tally | None = None,
         fenced_grace: float = 0.1,
@@ -161,7 +163,7 @@ class JobRunner:
                 task.cancel()
             await asyncio.wait(tasks)
 
-    def _others(self) -> set[asyncio.Task]:
+    def _others(self) -> set[asyncio.Task[Any]]:
         return asyncio.all_tasks(self.loop) - {asyncio.current_task(self.loop)}
 
     def stop(self) -> None:
@@ -264,6 +266,7 @@ class JobRunner:
         # work ended after stop_job() looked is writing its result: cancelling that write would lose it
         # (both run on this loop, so `recording` cannot change under this look).
         if entry.begun and not entry.recording:
+            assert entry.task is not None  # begun: its task runs _execute
             entry.task.cancel()
 
     def release_singletons(self) -> None:
@@ -376,8 +379,11 @@ class JobRunner:
     def _record_many(self, entries: list[Running]) -> list[Running]:
         """Write how runs ended, all finishes in one transaction. Returns those to try again later: the
         database is away (unless it was their last try)."""
-        again, done, ending = [], [], []
+        again: list[Running] = []
+        done: list[tuple[Running, Outcome]] = []
+        ending: list[Running] = []
         for entry in entries:
+            assert entry.ending is not None  # recorded with its ending (see Recorder.record)
             if entry.ending[0] != Outcome.LOST:
                 ending.append(entry)
             elif self._release(entry):
@@ -386,6 +392,7 @@ class JobRunner:
                 again.append(entry)
         endings = []
         for entry in ending:
+            assert entry.ending is not None
             outcome, error, output, final = entry.ending
             endings.append(Ending(entry.job, outcome, error, self._retry_in(entry, outcome, final), output))
         try:
@@ -408,6 +415,7 @@ class JobRunner:
         else:
             debug = log.isEnabledFor(logging.DEBUG)
             for entry, state in zip(ending, states):
+                assert entry.ending is not None
                 job, (outcome, error, _, _) = entry.job, entry.ending
                 if state is None:
                     log.warning(
@@ -433,6 +441,7 @@ class JobRunner:
 
     def _release(self, entry: Running) -> bool:
         """We stopped it ourselves; hand it back if it is still ours (it usually is not). False: try again."""
+        assert entry.ending is not None and entry.ending[1] is not None  # a run we stopped says why
         job, error = entry.job, entry.ending[1]
         try:
             if self.store.runs.release(job, self.machine_id, error):
@@ -444,7 +453,7 @@ class JobRunner:
             log.warning("could not hand job %s back (%s); its lease will expire", job.id, exc, extra=about(job.id))
         return True
 
-    def _done(self, done: list[tuple[Running, str]]) -> None:
+    def _done(self, done: list[tuple[Running, Outcome]]) -> None:
         """Jobs whose end is written (or given up on) leave `running`; the tally and the node hear of them, and
         of the room made, once for the batch."""
         with self._lock:
@@ -467,8 +476,8 @@ class Recorder:
         self.runner = runner
         self.waiting: list[Running] = []  # ended, their `ending` not written yet
         self.busy = False
-        self.task: asyncio.Task | None = None  # the writer (_write), while busy
-        self._lingering: asyncio.Future | None = None  # resolved when the linger is over (see _linger)
+        self.task: asyncio.Task[None] | None = None  # the writer (_write), while busy
+        self._lingering: asyncio.Future[None] | None = None  # resolved when the linger is over (see _linger)
 
     def record(self, entry: Running) -> None:
         """Write `entry.ending` with the next batch. Nobody waits for it: the writer tries again by itself while

@@ -71,9 +71,15 @@ class Host(Protocol):
     id: int | None
     runner: JobRunner | None
     listener: Listener | None
-    known: KnownMachines  # the machine rows as of the last heartbeat
-    guarded: frozenset[str]  # our queues with a farm-wide limit or rate: claimed under their row's lock
-    upcoming: tuple[int, float | None]  # (farm read number, earliest schedule occurrence to make)
+
+    @property
+    def known(self) -> KnownMachines: ...  # the machine rows as of the last heartbeat
+
+    @property
+    def guarded(self) -> frozenset[str]: ...  # our queues with a farm-wide limit or rate: claimed under their lock
+
+    @property
+    def upcoming(self) -> tuple[int, float | None]: ...  # (farm read number, earliest schedule occurrence to make)
 
     @property
     def state(self) -> MachineState: ...
