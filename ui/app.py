@@ -36,7 +36,8 @@ except ImportError as error:  # the GUI is an extra: say how to get it, no trace
 
 from . import theme
 from .dialogs import DatabaseDialog
-from .mainwindow import MainWindow, recent_databases
+from .mainwindow import MainWindow
+from .operator import recent_databases
 
 _collector: GarbageCollector | None = None  # see collect_on_gui_thread
 

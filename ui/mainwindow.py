@@ -1,35 +1,35 @@
 """The main window: the slots timeline on top; peers, job runs, the queue and schedules below; this node on the
 left.
 
-The window composes three parts and keeps none of their state: the
+The window composes four parts and keeps none of their state: the
 `Connection` (the worker thread, and the one state of the link to the
 database), the `Commands` (every operator's action, a Farm call run on that
-worker), and the views, which only ever draw a `Snapshot`. Closing the window
+worker), the `Operator` (what each menu item, button and context menu does),
+and the views, which only ever draw a `Snapshot`. Closing the window
 stops this machine's node on the worker and closes once it is done, so the
 window never freezes, even with the database gone. A view that fails to draw a
 snapshot is logged and reported; the other views still draw it.
 """
 
-import functools
 import logging
 import time
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QMenu, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
-from queueprocessor.farm import needs_password, without_password
-from queueprocessor.rules.states import JobState, MachineState, Wish
+from queueprocessor.farm import without_password
+from queueprocessor.rules.states import JobState, MachineState
 from queueprocessor.rules.urls import mask
 
 from . import text, theme
 from .actions import Actions
 from .commands import Commands
 from .connection import Connection, State
-from .dialogs import DatabaseDialog, EnqueueDialog, about, confirm
 from .jobsview import JobsView
-from .models import ROW_ROLE, PeersModel
+from .models import PeersModel
 from .nodepanel import NodePanel
+from .operator import Operator, remember
 from .queuegraph import QueueGraph
 from .queuesview import QueuesView
 from .schedulesview import SchedulesView
@@ -39,7 +39,6 @@ from .tablekeys import home_end_by_rows
 from .tables import arrange, table
 from .timeline import SlotsTimeline
 
-RECENT = 8
 CLOSE_GRACE = 15.0  # longest a close waits for the node to stop before leaving anyway
 KEEP_GONE = 600.0  # seconds a stopped or dead machine stays listed, unless long-gone machines are shown
 
@@ -52,20 +51,9 @@ def keep_gone(shown: bool) -> float:
 log = logging.getLogger("ui.mainwindow")
 
 
-def remember(settings: QSettings, url: str) -> None:
-    """Put a database first in the recent list (without its password)."""
-    recent = [u for u in recent_databases(settings) if u != without_password(url)]
-    settings.setValue("recent", [without_password(url), *recent][:RECENT])
-
-
 def _titles(view) -> list[str]:
     """A table's column titles, saved with its layout."""
     return [view.model().headerData(column, Qt.Orientation.Horizontal) for column in range(view.model().columnCount())]
-
-
-def recent_databases(settings: QSettings) -> list[str]:
-    value = settings.value("recent", [])
-    return [value] if isinstance(value, str) else list(value or [])
 
 
 class MainWindow(QMainWindow):
@@ -86,11 +74,12 @@ class MainWindow(QMainWindow):
         self.setDockOptions(QMainWindow.DockOption.AnimatedDocks)
 
         self.act = Actions(self)
-        self._wire_actions()
+        self.operator = Operator(self)  # what each action does
+        self.operator.wire()
         self._make_views()
         scheme = QApplication.instance().findChild(theme.Theme).choice
         self.recent_menu = self.act.show_in(self, self.node_dock.toggleViewAction(), scheme, self.set_scheme)
-        self.recent_menu.aboutToShow.connect(self._fill_recent)
+        self.recent_menu.aboutToShow.connect(lambda: self.operator.fill_recent(self.recent_menu))
         self.status = StatusLine(self.statusBar())
         self._restore()
 
@@ -113,24 +102,6 @@ class MainWindow(QMainWindow):
 
     # -- building -----------------------------------------------------------
 
-    def _wire_actions(self) -> None:
-        """What each action does."""
-        act = self.act
-        act.open.triggered.connect(lambda: self.choose_database())
-        act.quit.triggered.connect(self.close)
-        act.enqueue.triggered.connect(self.enqueue)
-        act.retry.triggered.connect(self.retry)
-        act.cancel.triggered.connect(self.cancel)
-        act.pause.triggered.connect(lambda: self.steer(self.connection.node_id, Wish.PAUSE))
-        act.resume.triggered.connect(lambda: self.steer(self.connection.node_id, Wish.RESUME))
-        act.drain.triggered.connect(lambda: self.drain(self.connection.node_id))
-        act.start.triggered.connect(self.connection.start_node)
-        act.follow.triggered.connect(self.follow_now)
-        act.refresh.triggered.connect(self.connection.refresh)
-        act.gone.triggered.connect(self._gone_toggled)
-        act.about.triggered.connect(lambda: about(self, self.connection.url))
-        act.enqueue.setEnabled(not self.watch_only)
-
     @property
     def watch_only(self) -> bool:
         """--observe: no node here, and nothing this app does may change the farm (its database connection
@@ -144,7 +115,10 @@ class MainWindow(QMainWindow):
         # Host and Round trip (Clock offset's ± comes from it) hidden at first: the rest fits at 1440 px beside
         # the dock.
         self.peers_view = table(
-            self.peers, (120, 90, 80, 64, 160, 80, 84, 80, 56, 56, 60, 190), menu=self._peer_menu, hidden=(1, 5)
+            self.peers,
+            (120, 90, 80, 64, 160, 80, 84, 80, 56, 56, 60, 190),
+            menu=self.operator.show_peer_menu,
+            hidden=(1, 5),
         )
         self.peers_view.setToolTip(
             "Right-click a machine to pause, resume or drain it; right-click a column title "
@@ -268,13 +242,6 @@ class MainWindow(QMainWindow):
             self.settings.setValue(f"titles/{key}", _titles(view))
         self.settings.sync()
 
-    def _fill_recent(self) -> None:
-        self.recent_menu.clear()
-        for url in recent_databases(self.settings):
-            self.recent_menu.addAction(mask(url), functools.partial(self.open_recent, url))
-        if self.recent_menu.isEmpty():
-            self.recent_menu.addAction("(none yet)").setEnabled(False)
-
     # -- the link to the database ---------------------------------------------------
 
     def _link_changed(self, state: State) -> None:
@@ -296,7 +263,7 @@ class MainWindow(QMainWindow):
             self.banner.say(f"{reason}. Showing the farm as of {text.clock(self.snap.db_now, millis=False)}.")
         elif state is State.REFUSED:  # final: ask for the login again rather than retry it forever
             self.banner.say(f"The database refused the login: {reason}")
-            self.choose_database(
+            self.operator.choose_database(
                 without_password(self.connection.url),
                 f"The database refused the login: {reason}. Check the user name and enter the password.",
             )
@@ -411,68 +378,7 @@ class MainWindow(QMainWindow):
         self.settings.setValue("view/scheme", choice)
         found.apply()
 
-    # -- operator actions -------------------------------------------------------
-
-    def _name(self, machine_id: int) -> str:
-        return self.snap.name_of(machine_id) if self.snap else f"#{machine_id}"
-
-    def steer(self, machine_id: int | None, wish: Wish) -> None:
-        if machine_id is not None:
-            self.commands.steer(machine_id, self._name(machine_id), wish)
-
-    def drain(self, machine_id: int | None) -> None:
-        """Ask first: a drained node stops, and only its own machine can start it again."""
-        if machine_id is None:
-            return
-        name = self._name(machine_id)
-        mine = machine_id == self.connection.node_id
-        again = (
-            "Start This Machine (Node menu) brings it back."
-            if mine
-            else "It rejoins only when its node is started again on that machine."
-        )
-        self.drain_confirm = confirm(
-            self,
-            "confirmDrain",
-            f"Drain {'this machine' if mine else name}?",
-            f"{name} finishes its running jobs, takes no new ones, then stops. {again}",
-            "Drain",
-            lambda: self.steer(machine_id, Wish.DRAIN),
-        )
-
-    def _peer_menu(self, position) -> None:
-        index = self.peers_view.indexAt(position)
-        if not index.isValid():
-            return
-        machine = index.data(ROW_ROLE)
-        menu = QMenu(self)
-        menu.setObjectName("peerMenu")
-        status = machine["status"]
-        for wish, allowed in (
-            (Wish.PAUSE, status == MachineState.ACTIVE),
-            (Wish.RESUME, status == MachineState.PAUSED),
-            (Wish.DRAIN, status in (MachineState.ACTIVE, MachineState.PAUSED)),
-        ):
-            action = menu.addAction(theme.icon(wish), f"{wish.capitalize()} {machine['name']}")
-            action.setEnabled(allowed and not self.watch_only)
-            steer = self.drain if wish is Wish.DRAIN else lambda i, w=wish: self.steer(i, w)
-            action.triggered.connect(lambda _=False, s=steer: s(machine["id"]))
-        menu.popup(self.peers_view.viewport().mapToGlobal(position))
-        self.peer_menu = menu
-
-    def enqueue(self) -> None:
-        dialog = EnqueueDialog(self, [info.name for info in self.snap.queues] if self.snap else [])
-        dialog.setObjectName("enqueueDialog")
-        dialog.accepted.connect(lambda: self.commands.enqueue(**dialog.options))
-        dialog.open()
-
-    def retry(self) -> None:
-        if job := self.jobs.selected_job():
-            self.commands.retry(job["id"])
-
-    def cancel(self) -> None:
-        if job := self.jobs.selected_job():
-            self.commands.cancel(job["id"])
+    # -- what the operator looks at -----------------------------------------------------
 
     def _job_selected(self, job_id) -> None:
         self._query(job_id=job_id)
@@ -483,29 +389,9 @@ class MainWindow(QMainWindow):
         self.act.follow.setChecked(True)
         self.timeline.set_follow(True)
 
-    def _gone_toggled(self, on: bool) -> None:
+    def show_gone(self, on: bool) -> None:
+        """List long-gone machines too (or not)."""
         self._query(keep_gone=keep_gone(on))
-
-    def choose_database(self, url: str | None = None, problem: str = "") -> None:
-        dialog = DatabaseDialog(recent_databases(self.settings), self, url, problem)
-        dialog.setObjectName("databaseDialog")
-        dialog.accepted.connect(lambda: self.switch_database(dialog.url))
-        dialog.open()
-
-    def open_recent(self, url: str) -> None:
-        """Recent databases are remembered without their passwords: ask for one where the URL has a user."""
-        if needs_password(url):
-            self.choose_database(url, f"Enter the password for {mask(url)}.")
-        else:
-            self.switch_database(url)
-
-    def switch_database(self, url: str) -> None:
-        """Leave this farm (stopping our node there) and open another one once the worker has finished."""
-        if self.connection.live:
-            if url == self.connection.url:
-                return
-            self.statusBar().showMessage(f"Leaving {mask(self.connection.url)}…")
-        self.connection.open(url)
 
     # -- closing ----------------------------------------------------------------
 

@@ -224,7 +224,7 @@ def test_the_app_shows_no_password_anywhere(pg_url, pg_server, app, qtbot):  # n
 def test_the_app_remembers_recent_databases_without_any_password(url, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from ui.mainwindow import recent_databases, remember
+    from ui.operator import recent_databases, remember
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     remember(settings, url)
@@ -563,15 +563,15 @@ def test_the_watch_only_app_cannot_change_anything(pg_url, app, qtbot):  # noqa:
             window.jobs.table.selectRow(row)
             window._update_actions()
             assert not any(action.isEnabled() for action in writers)
-        window._peer_menu(window.peers_view.visualRect(window.peers.index(0, 0)).center())
-        assert not [a.text() for a in window.peer_menu.actions() if a.isEnabled()]
+        window.operator.show_peer_menu(window.peers_view.visualRect(window.peers.index(0, 0)).center())
+        assert not [a.text() for a in window.operator.peer_menu.actions() if a.isEnabled()]
         for action in writers:
             action.trigger()  # disabled: nothing happens
         # Past the disabled buttons, straight to the worker: the database itself refuses.
         window.commands.enqueue(work_spec("http", "/sneaky"))
         qtbot.waitUntil(lambda: window.last_result is not None, timeout=30_000)
         assert window.last_result[1] is False
-        window.steer(machine, Wish.PAUSE)
+        window.operator.steer(machine, Wish.PAUSE)
         qtbot.waitUntil(lambda: window.last_result[0].startswith("Pause"), timeout=30_000)
         assert window.last_result[1] is False
         time.sleep(0.5)  # a few more polls

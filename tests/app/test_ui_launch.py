@@ -18,7 +18,7 @@ from PySide6.QtCore import QSettings  # noqa: E402
 from queueprocessor.farm import Farm, work_spec  # noqa: E402
 from ui.app import make_app  # noqa: E402
 from ui.dialogs import DatabaseDialog, EnqueueDialog  # noqa: E402
-from ui.mainwindow import recent_databases, remember  # noqa: E402
+from ui.operator import recent_databases, remember  # noqa: E402
 
 QP = [sys.executable, "-m", "queueprocessor.cli"]
 

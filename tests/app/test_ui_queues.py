@@ -279,7 +279,7 @@ def test_the_enqueue_dialog_reaches_the_job_row_and_says_when_no_live_machine_se
 
 
 def _enqueue_dialog(window) -> EnqueueDialog:
-    window.enqueue()
+    window.operator.enqueue()
     return window.findChildren(EnqueueDialog)[-1]
 
 

@@ -24,8 +24,9 @@ from tests.support import pyjobs  # noqa: E402
 from ui.app import make_app, node_options, parse_args  # noqa: E402
 from ui.connection import State  # noqa: E402
 from ui.dialogs import DatabaseDialog, EnqueueDialog  # noqa: E402
-from ui.mainwindow import MainWindow, recent_databases  # noqa: E402
+from ui.mainwindow import MainWindow  # noqa: E402
 from ui.models import ROW_ROLE  # noqa: E402
+from ui.operator import recent_databases  # noqa: E402
 
 FAST = dict(period=0.25, heartbeat=0.25, misses=4)
 WAIT = 30_000  # ms: generous, so a loaded CI machine is slow rather than failing
@@ -188,19 +189,19 @@ def test_filters_ask_the_database_beyond_the_newest_jobs_shown(farm, open_window
 def _steer_from_menu(window, name, wish):
     """Right-click the machine's row in the peers table and pick the wish."""
     row = next(r for r in range(window.peers.rowCount()) if window.peers.index(r, 0).data() == name)
-    window._peer_menu(window.peers_view.visualRect(window.peers.index(row, 0)).center())
-    [action] = [a for a in window.peer_menu.actions() if a.text() == f"{wish.capitalize()} {name}"]
+    window.operator.show_peer_menu(window.peers_view.visualRect(window.peers.index(row, 0)).center())
+    [action] = [a for a in window.operator.peer_menu.actions() if a.text() == f"{wish.capitalize()} {name}"]
     assert action.isEnabled()
     action.trigger()
-    window.peer_menu.close()
+    window.operator.peer_menu.close()
 
 
 def _answer_drain(window, qtbot, button):
     """Drain asks first (a drained node stops for good): answer the question."""
     qtbot.waitUntil(
-        lambda: getattr(window, "drain_confirm", None) is not None and window.drain_confirm.isVisible(), timeout=WAIT
+        lambda: window.operator.drain_confirm is not None and window.operator.drain_confirm.isVisible(), timeout=WAIT
     )
-    box, window.drain_confirm = window.drain_confirm, None
+    box, window.operator.drain_confirm = window.operator.drain_confirm, None
     box.button(button).click()
 
 
@@ -274,7 +275,7 @@ def test_pause_resume_and_drain_from_the_app_steer_the_node(farm, peers, http_ta
 
 
 def _enqueue(window, qtbot, path, **fields):
-    window.enqueue()
+    window.operator.enqueue()
     dialog = window.findChildren(EnqueueDialog)[-1]
     dialog.path.setText(path)
     for name, value in fields.items():
@@ -434,7 +435,7 @@ def test_open_database_switches_farms_and_moves_this_machines_node(tmp_path, htt
     first, second = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
     window = open_window(first, _node(http_target, name="desk"))
     qtbot.waitUntil(lambda: window.snap is not None and window.snap.node is not None, timeout=WAIT)
-    window.switch_database(second)
+    window.operator.switch_database(second)
     qtbot.waitUntil(
         lambda: (
             window.connection.url == second
@@ -673,7 +674,7 @@ def test_open_recent_asks_for_the_password_and_a_refused_login_asks_again(pg_url
         dialogs = [d for d in window.findChildren(DatabaseDialog) if d.isVisible()]
         return dialogs[-1] if dialogs else None
 
-    window.open_recent(recent)
+    window.operator.open_recent(recent)
     qtbot.waitUntil(lambda: asked() is not None, timeout=WAIT)
     dialog = asked()
     assert dialog.choice.currentText() == recent and "password" in dialog.error.text()

@@ -1,0 +1,165 @@
+"""What the operator's actions do: steer a machine (asking before a drain), enqueue, retry or cancel a job, open
+another database (and the recent ones, remembered without their passwords).
+
+The actions themselves (words, icons, shortcuts) are made in actions.py; here each is wired to what it does. A
+change to the farm is a Farm call the window's Commands run on its worker, so no action waits on the database.
+"""
+
+import functools
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QPoint, QSettings
+from PySide6.QtWidgets import QMenu, QMessageBox
+
+from queueprocessor.farm import needs_password, without_password
+from queueprocessor.rules.states import MachineState, Wish
+from queueprocessor.rules.urls import mask
+
+from . import theme
+from .dialogs import DatabaseDialog, EnqueueDialog, about, confirm
+from .models import ROW_ROLE
+
+if TYPE_CHECKING:
+    from .mainwindow import MainWindow
+
+RECENT = 8
+
+
+def remember(settings: QSettings, url: str) -> None:
+    """Put a database first in the recent list (without its password)."""
+    recent = [u for u in recent_databases(settings) if u != without_password(url)]
+    settings.setValue("recent", [without_password(url), *recent][:RECENT])
+
+
+def recent_databases(settings: QSettings) -> list[str]:
+    value = settings.value("recent", [])
+    return [value] if isinstance(value, str) else list(value or [])
+
+
+class Operator:
+    """The window's actions at work. `drain_confirm` and `peer_menu` are the last drain question and peer menu
+    shown (kept so they stay open, and so the tests find them)."""
+
+    def __init__(self, window: "MainWindow"):
+        self.window = window
+        self.drain_confirm: QMessageBox | None = None
+        self.peer_menu: QMenu | None = None
+
+    def wire(self) -> None:
+        """What each of the window's actions does."""
+        window, act, connection = self.window, self.window.act, self.window.connection
+        act.open.triggered.connect(lambda: self.choose_database())
+        act.quit.triggered.connect(window.close)
+        act.enqueue.triggered.connect(self.enqueue)
+        act.retry.triggered.connect(self.retry)
+        act.cancel.triggered.connect(self.cancel)
+        act.pause.triggered.connect(lambda: self.steer(connection.node_id, Wish.PAUSE))
+        act.resume.triggered.connect(lambda: self.steer(connection.node_id, Wish.RESUME))
+        act.drain.triggered.connect(lambda: self.drain(connection.node_id))
+        act.start.triggered.connect(connection.start_node)
+        act.follow.triggered.connect(window.follow_now)
+        act.refresh.triggered.connect(connection.refresh)
+        act.gone.triggered.connect(window.show_gone)
+        act.about.triggered.connect(lambda: about(window, connection.url))
+        act.enqueue.setEnabled(not window.watch_only)
+
+    # -- machines ---------------------------------------------------------------
+
+    def _name(self, machine_id: int) -> str:
+        snap = self.window.snap
+        return snap.name_of(machine_id) if snap else f"#{machine_id}"
+
+    def steer(self, machine_id: int | None, wish: Wish) -> None:
+        if machine_id is not None:
+            self.window.commands.steer(machine_id, self._name(machine_id), wish)
+
+    def drain(self, machine_id: int | None) -> None:
+        """Ask first: a drained node stops, and only its own machine can start it again."""
+        if machine_id is None:
+            return
+        name = self._name(machine_id)
+        mine = machine_id == self.window.connection.node_id
+        again = (
+            "Start This Machine (Node menu) brings it back."
+            if mine
+            else "It rejoins only when its node is started again on that machine."
+        )
+        self.drain_confirm = confirm(
+            self.window,
+            "confirmDrain",
+            f"Drain {'this machine' if mine else name}?",
+            f"{name} finishes its running jobs, takes no new ones, then stops. {again}",
+            "Drain",
+            lambda: self.steer(machine_id, Wish.DRAIN),
+        )
+
+    def show_peer_menu(self, position: QPoint) -> None:
+        """The peers table's context menu: pause, resume or drain the machine under the pointer."""
+        view = self.window.peers_view
+        index = view.indexAt(position)
+        if not index.isValid():
+            return
+        machine = index.data(ROW_ROLE)
+        menu = QMenu(self.window)
+        menu.setObjectName("peerMenu")
+        status = machine["status"]
+        for wish, allowed in (
+            (Wish.PAUSE, status == MachineState.ACTIVE),
+            (Wish.RESUME, status == MachineState.PAUSED),
+            (Wish.DRAIN, status in (MachineState.ACTIVE, MachineState.PAUSED)),
+        ):
+            action = menu.addAction(theme.icon(wish), f"{wish.capitalize()} {machine['name']}")
+            action.setEnabled(allowed and not self.window.watch_only)
+            steer = self.drain if wish is Wish.DRAIN else lambda i, w=wish: self.steer(i, w)
+            action.triggered.connect(lambda _=False, s=steer: s(machine["id"]))
+        menu.popup(view.viewport().mapToGlobal(position))
+        self.peer_menu = menu
+
+    # -- jobs -------------------------------------------------------------------
+
+    def enqueue(self) -> None:
+        snap = self.window.snap
+        dialog = EnqueueDialog(self.window, [info.name for info in snap.queues] if snap else [])
+        dialog.setObjectName("enqueueDialog")
+        dialog.accepted.connect(lambda: self.window.commands.enqueue(**dialog.options))
+        dialog.open()
+
+    def retry(self) -> None:
+        if job := self.window.jobs.selected_job():
+            self.window.commands.retry(job["id"])
+
+    def cancel(self) -> None:
+        if job := self.window.jobs.selected_job():
+            self.window.commands.cancel(job["id"])
+
+    # -- databases --------------------------------------------------------------
+
+    def choose_database(self, url: str | None = None, problem: str = "") -> None:
+        dialog = DatabaseDialog(recent_databases(self.window.settings), self.window, url, problem)
+        dialog.setObjectName("databaseDialog")
+        dialog.accepted.connect(lambda: self.switch_database(dialog.url))
+        dialog.open()
+
+    def fill_recent(self, menu: QMenu) -> None:
+        """The Open Recent menu, as it is about to show."""
+        menu.clear()
+        for url in recent_databases(self.window.settings):
+            menu.addAction(mask(url), functools.partial(self.open_recent, url))
+        if menu.isEmpty():
+            menu.addAction("(none yet)").setEnabled(False)
+
+    def open_recent(self, url: str) -> None:
+        """Recent databases are remembered without their passwords: ask for one where the URL has a user."""
+        if needs_password(url):
+            self.choose_database(url, f"Enter the password for {mask(url)}.")
+        else:
+            self.switch_database(url)
+
+    def switch_database(self, url: str) -> None:
+        """Leave this farm (stopping our node there) and open another one once the worker has finished."""
+        connection = self.window.connection
+        if connection.live:
+            if url == connection.url:
+                return
+            self.window.statusBar().showMessage(f"Leaving {mask(connection.url)}…")
+        connection.open(url)
