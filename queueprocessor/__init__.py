@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from .version import __version__
 
 if TYPE_CHECKING:  # the names __getattr__ hands on, as a type checker should see them
-    from .api import job
     from .farm import Farm
+    from .jobfunctions import job
 
 __all__ = ["Farm", "__version__", "job"]
 
@@ -22,7 +22,7 @@ def __getattr__(name: str) -> object:
 
         return Farm
     if name == "job":
-        from .api import job
+        from .jobfunctions import job
 
         return job
     raise AttributeError(f"module 'queueprocessor' has no attribute {name!r}")

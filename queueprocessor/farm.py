@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from sqlalchemy import exc
 
 from . import grabs, singletons
-from .api import JobFunction, target_of
+from .jobfunctions import JobFunction, target_of
 from .node.config import NodeConfig
 from .rules.allow import AllowLists, check_allowed, check_form
 from .rules.clock import Clock, SystemClock
