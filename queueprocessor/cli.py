@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .nodeoptions import NodeCommand, NodeOptions, Seconds, flag_of, node_options
+from .nodeoptions import NodeCommand, NodeConfig, Seconds, flag_of, node_options, secret_env, to_argv
 from .rules import logs
 from .rules.errors import ConfigError, NotFound, QPError, echoed
 from .rules.output import format_time, machine_label, print_json, print_table
@@ -192,11 +192,11 @@ def init_db(ctx: Context, period: float | None, heartbeat: float | None, misses:
 @cli.command(cls=NodeCommand)
 @node_options
 @pass_ctx
-def node(ctx: Context, options: NodeOptions) -> None:
+def node(ctx: Context, options: NodeConfig) -> None:
     """Run this machine's node until stopped (SIGTERM or Ctrl-C drains; a second Ctrl-C exits at once)."""
-    logs.configure(min(logging.INFO, logging.getLogger().level), options.log_format, options.machine)
+    logs.configure(min(logging.INFO, logging.getLogger().level), options.log_format, options.name)
     ctx.machine = options.name
-    run_until_signalled(ctx.farm.node(**options.node_keywords()))
+    run_until_signalled(ctx.farm.node(options))
 
 
 def run_until_signalled(the_node: "Node") -> None:
@@ -889,17 +889,17 @@ def demo(ctx: Context, nodes: int, seconds: float, headless: bool) -> None:
 @node_options
 @click.option("--theme", type=click.Choice(["auto", "light", "dark"]), help="Colour scheme. Default: as last chosen.")
 @click.pass_context
-def gui(ctx: click.Context, observe: bool, options: NodeOptions, theme: str | None) -> None:
+def gui(ctx: click.Context, observe: bool, options: NodeConfig, theme: str | None) -> None:
     """Open the desktop app: it runs this machine's node (unless --observe) and shows the whole farm live.
 
     Without --db, QP_DB or a db in the config file, the app asks for the database.
     """
     root = ctx.find_root()
     url = root.params.get("db") or _load_config(root.params.get("config")).get("db")
-    args = options.to_argv() + (["--observe"] if observe else []) + (["--theme", theme] if theme else [])
+    args = to_argv(options) + (["--observe"] if observe else []) + (["--theme", theme] if theme else [])
     # The app is a separate package the core never imports: run it in place of this process. The URL
     # travels in the environment, so its password never shows in the process list.
-    env = {k: v for k, v in os.environ.items() if k != "QP_DB"} | ({"QP_DB": url} if url else {}) | options.secret_env()
+    env = {k: v for k, v in os.environ.items() if k != "QP_DB"} | ({"QP_DB": url} if url else {}) | secret_env(options)
     os.execve(sys.executable, [sys.executable, "-m", "ui", *args], env)
 
 

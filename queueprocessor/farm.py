@@ -25,8 +25,8 @@ from sqlalchemy import exc
 
 from . import grabs, singletons
 from .jobfunctions import JobFunction, target_of
-from .node.config import NodeConfig
-from .rules.allow import AllowLists, check_allowed, check_form
+from .node.config import FARM_TIMING, FarmTiming, NodeConfig
+from .rules.allow import check_allowed, check_form
 from .rules.clock import Clock, SystemClock
 from .rules.errors import (
     BadJobInput,
@@ -39,21 +39,20 @@ from .rules.errors import (
     QPError,
     echoed,
 )
-from .rules.limits import LATEST, MAX_CAPACITY, MAX_INT, MAX_MISSES, MAX_PAYLOAD, MAX_WAIT
+from .rules.limits import LATEST, MAX_INT, MAX_MISSES, MAX_PAYLOAD, MAX_WAIT
 from .rules.queues import (
     DEFAULT,
     UNCHANGED,
     OnFailure,
     QueueInfo,
     Rate,
-    Served,
     check_limit,
     check_name,
     check_order_key,
     serving_machines,
 )
 from .rules.roster import Liveness, machine_status
-from .rules.schedules import Recurrence, ahead_of
+from .rules.schedules import Recurrence
 from .rules.states import SERVING
 from .rules.urls import default_url, mask
 from .store.database import (
@@ -74,10 +73,6 @@ from .store.types import JobSpec as JobSpec  # what work_spec returns: the app b
 if TYPE_CHECKING:  # loaded by the methods that return them, so that enqueueing never loads a node (cli.py)
     from .node.node import Node
     from .views import Dashboard
-
-# Settings every machine must share, or turns and death verdicts would disagree.
-FARM_SETTINGS = ("period", "heartbeat", "misses")
-DEFAULTS = {"period": 1.0, "heartbeat": 1.0, "misses": 3}
 
 
 def parse_payload(text: str | None) -> str | None:
@@ -243,8 +238,9 @@ class Farm:
                 raise BadSetting.out_of(key, value, kind)
         if not given and self._settings is not None:
             return self._settings
-        stored = self._store.settings.adopt({k: repr(float(given.get(k, DEFAULTS[k]))) for k in FARM_SETTINGS})
-        farm = {k: float(stored[k]) for k in FARM_SETTINGS}
+        new = FarmTiming()  # what a new farm adopts, but for what is given
+        stored = self._store.settings.adopt({k: repr(float(given.get(k, getattr(new, k)))) for k in FARM_TIMING})
+        farm = {k: float(stored[k]) for k in FARM_TIMING}
         for key, value in given.items():
             if not math.isclose(float(value), farm[key]):
                 raise BadSetting(
@@ -261,56 +257,28 @@ class Farm:
         (so enqueueing into a new farm does not fix the timing its first node may choose)."""
         if self._settings is not None:
             return self._settings
-        stored = self._store.settings.read()
-        return {k: float(stored.get(k, DEFAULTS[k])) for k in FARM_SETTINGS}
+        stored, new = self._store.settings.read(), FarmTiming()
+        return {k: float(stored.get(k, getattr(new, k))) for k in FARM_TIMING}
+
+    def _timing(self) -> FarmTiming:
+        """The farm's timing as current_settings() reads it."""
+        return FarmTiming.of(self.current_settings())
 
     def liveness(self) -> Liveness:
-        s = self.current_settings()
-        return Liveness(s["heartbeat"] * s["misses"])
+        return self._timing().liveness()
 
-    def node(
-        self,
-        *,
-        name: str | None = None,
-        capacity: int = 4,
-        period: float | None = None,
-        heartbeat: float | None = None,
-        misses: int | None = None,
-        http_base: str = "http://localhost/",
-        clock: Clock | None = None,
-        clock_skew: float = 0.0,
-        allow_hosts: Iterable[str] = (),
-        allow_modules: Iterable[str] = (),
-        allow_commands: Iterable[str] = (),
-        queues: str | None = None,
-        **extra: Any,
-    ) -> "Node":
-        """A node for this machine (start() it). The allow-lists say what work it agrees to run: HTTP
-        to the local machine and `allow_hosts`, Python modules under `allow_modules`, `allow_commands`.
-        `queues`: the queues it serves, e.g. "reports:2,default" (at most 2 reports jobs at once here); None for
-        every queue. The keywords are nodeoptions.NodeOptions' fields; `clock_skew` offsets the system clock."""
-        from .executors import make_executors  # aiohttp and subprocesses: only a node loads them
-        from .node.node import Node  # the engine and the node's threads: likewise
+    def node(self, config: NodeConfig | None = None, *, clock: Clock | None = None, **settings: Any) -> "Node":
+        """A node for this machine (start() it), with `config` (default: NodeConfig()) and `settings`, keywords
+        that fill NodeConfig's fields: e.g. `queues="reports:2,default"` (at most 2 reports jobs at once here),
+        `allow_modules=["myapp.jobs"]`. The farm-wide timing is the farm's; any asked for must be it, or a new
+        farm adopts it. `clock`: in place of the system clock offset by `clock_skew`."""
+        from .node.node import Node  # the engine and the node's threads: only a node loads them
 
-        farm = self.settings(period=period, heartbeat=heartbeat, misses=misses)
-        if not 1 <= capacity <= MAX_CAPACITY:
-            raise BadSetting.out_of("capacity", capacity, f"from 1 to {MAX_CAPACITY}")
-        allow = AllowLists(tuple(allow_hosts), tuple(allow_modules), tuple(allow_commands))
-        config = NodeConfig(
-            capacity=capacity,
-            period=farm["period"],
-            heartbeat=farm["heartbeat"],
-            misses=int(farm["misses"]),
-            http_base=http_base,
-            allow=allow,
-            served=Served.parse(queues),
-            **extra,
-        )
-        if name:
-            config.name = name
-        return Node(
-            self._store, config, clock=clock or SystemClock(clock_skew), executors=make_executors(allow, http_base)
-        )
+        config = (config or NodeConfig()).given(**settings).checked()
+        farm = self.settings(**{k: getattr(config, k) for k in config.asked})
+        timing = FarmTiming.of(farm)
+        config = replace(config, period=timing.period, heartbeat=timing.heartbeat, misses=timing.misses)
+        return Node(self._store, config, clock=clock or SystemClock(config.clock_skew))
 
     # -- work -------------------------------------------------------------
 
@@ -480,8 +448,8 @@ class Farm:
     # -- schedules, singletons, locks --------------------------------------
 
     def _ahead(self) -> dict[str, Any]:
-        s = self.current_settings()
-        return dict(ahead=ahead_of(s["period"], s["heartbeat"]), period=s["period"])
+        timing = self._timing()
+        return dict(ahead=timing.schedule_ahead, period=timing.period)
 
     def schedule(
         self,
@@ -536,10 +504,8 @@ class Farm:
     def lock(self, name: str, wait: float | None = None) -> singletons.Lock:
         """A distributed lock: `with farm.lock("name") as lock:` (lock.fence, lock.lost). `wait`: seconds
         to wait for it (None: for ever), then singletons.LockHeld."""
-        s = self.current_settings()
-        return singletons.Lock(
-            self._store, name, lease=s["heartbeat"] * s["misses"], renew_every=s["heartbeat"], wait=wait
-        )
+        timing = self._timing()
+        return singletons.Lock(self._store, name, lease=timing.lease, renew_every=timing.heartbeat, wait=wait)
 
     # -- queues -----------------------------------------------------------
 
@@ -631,7 +597,7 @@ class Farm:
 
     def dashboard(self, clock: Callable[[], float] = time.monotonic) -> "Dashboard":
         """What a dashboard reads at each poll (views.Dashboard.read), for this farm's timing."""
-        from .views import Dashboard, FarmTiming  # the app's reading, which knows a node's timing: not the CLI's
+        from .views import Dashboard  # the app's reading: not the CLI's
 
         return Dashboard(self._store, FarmTiming.of(self.settings()), clock)
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import singletons
-from .node.config import NodeConfig
+from .node.config import FarmTiming as FarmTiming  # what Dashboard takes: the app and benchmarks name it here
 from .rules.errors import NotFound
-from .rules.roster import Liveness, machine_status, roster, slot_of, slot_owner
+from .rules.roster import machine_status, roster, slot_of, slot_owner
 from .rules.schedules import Recurrence
 from .rules.states import SERVING, MachineState
 from .store.queues import queue_infos
@@ -44,26 +44,6 @@ GONE_AFTER = 600.0
 SEARCH_SHARE = 0.1
 
 
-@dataclass(frozen=True)
-class FarmTiming:
-    """The farm-wide settings a dashboard needs to judge machines and predict turns."""
-
-    period: float
-    heartbeat: float
-    misses: int
-
-    @classmethod
-    def of(cls, settings: dict[str, Any]) -> "FarmTiming":
-        return cls(float(settings["period"]), float(settings["heartbeat"]), int(settings["misses"]))
-
-    @property
-    def config(self) -> NodeConfig:
-        return NodeConfig(period=self.period, heartbeat=self.heartbeat, misses=self.misses)
-
-    def liveness(self) -> Liveness:
-        return Liveness(self.config.dead_after)
-
-
 def judge_machines(
     rows: list[dict[str, Any]], now: float, timing: FarmTiming, keep_gone: float = GONE_AFTER
 ) -> list[dict[str, Any]]:
@@ -73,9 +53,8 @@ def judge_machines(
     the current slot) and `synced` (its clock estimate is tight enough to take
     turns); leaves out machines that stopped or died more than `keep_gone` ago.
     """
-    config = timing.config
     liveness = timing.liveness()
-    owner = slot_owner(roster(rows, now, liveness, config.join_delay), slot_of(now, timing.period))
+    owner = slot_owner(roster(rows, now, liveness, timing.join_delay), slot_of(now, timing.period))
     judged = []
     for row in rows:
         status = machine_status(row, now, liveness)
@@ -97,7 +76,7 @@ def upcoming_slots(
     rows: list[dict[str, Any]], now: float, timing: FarmTiming, horizon: float
 ) -> list[tuple[int, int | None]]:
     """(slot, machine id) for the slots from now to `horizon` seconds ahead, under today's roster."""
-    ids = roster(rows, now, timing.liveness(), timing.config.join_delay)
+    ids = roster(rows, now, timing.liveness(), timing.join_delay)
     first = slot_of(now, timing.period)
     last = slot_of(now + horizon, timing.period)
     return [(slot, slot_owner(ids, slot)) for slot in range(first, last + 1)] if ids else []

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import click
 
 from queueprocessor.farm import with_password
-from queueprocessor.nodeoptions import NodeCommand, NodeOptions, flag_of
+from queueprocessor.nodeoptions import NodeCommand, NodeConfig, flag_of
 from queueprocessor.nodeoptions import node_options as _node_option_set
 from queueprocessor.rules import logs
 from queueprocessor.rules.errors import QPError
@@ -60,7 +60,7 @@ def command(**_params) -> None:
 class Args:
     db: str | None
     observe: bool
-    options: NodeOptions  # this machine's node, as `queueprocessor node` takes them
+    options: NodeConfig  # this machine's node, as `queueprocessor node` takes them
     theme: str | None
     interval: float
 
@@ -81,9 +81,9 @@ def parse_args(argv: list[str] | None) -> Args:
     return Args(**ctx.params)
 
 
-def node_options(args: Args) -> dict | None:
-    """Farm.node's keywords for this machine's node; None when the app only observes."""
-    return None if args.observe else args.options.node_keywords()
+def node_options(args: Args) -> NodeConfig | None:
+    """This machine's node's settings; None when the app only observes."""
+    return None if args.observe else args.options
 
 
 def make_app(argv: list[str], scheme: str | None) -> QApplication:
@@ -130,7 +130,7 @@ def settle() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logs.configure(logging.WARNING, args.options.log_format, args.options.machine)
+    logs.configure(logging.WARNING, args.options.log_format, args.options.name)
     app = make_app(sys.argv[:1], args.theme)
     url = args.db
     if not url:

@@ -14,6 +14,7 @@ from functools import partial
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from queueprocessor.nodeoptions import NodeConfig
 from queueprocessor.rules.urls import mask
 from queueprocessor.views import Query
 
@@ -51,8 +52,8 @@ class Connection(QObject):
     opened = Signal(object)  # this machine's node id (None: only watching), when the farm opens or the node restarts
     done = Signal(str, bool, str)  # an operator's action: its label, whether it succeeded, a one-line message
 
-    def __init__(self, node_options: dict | None, interval: float, parent=None):
-        """`node_options`: Farm.node's keywords for this machine's node; None to only watch."""
+    def __init__(self, node_options: NodeConfig | None, interval: float, parent=None):
+        """`node_options`: this machine's node's settings; None to only watch."""
         super().__init__(parent)
         self.node_options = node_options
         self.interval = interval

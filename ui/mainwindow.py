@@ -19,6 +19,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from queueprocessor.farm import without_password
+from queueprocessor.nodeoptions import NodeConfig
 from queueprocessor.rules.states import JobState, MachineState
 from queueprocessor.rules.urls import mask
 
@@ -59,7 +60,7 @@ def _titles(view) -> list[str]:
 class MainWindow(QMainWindow):
     closed = Signal()
 
-    def __init__(self, url: str, node_options: dict | None, *, interval: float = 0.4):
+    def __init__(self, url: str, node_options: NodeConfig | None, *, interval: float = 0.4):
         super().__init__()
         self.settings = QSettings()
         self.node_options = node_options

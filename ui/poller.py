@@ -25,7 +25,7 @@ from enum import Enum
 from PySide6.QtCore import QObject, Signal
 
 from queueprocessor.farm import UNREACHABLE, DatabaseError, Farm, app_client
-from queueprocessor.rules.clock import SystemClock
+from queueprocessor.nodeoptions import NodeConfig
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.urls import mask
 from queueprocessor.views import Dashboard, Query
@@ -69,7 +69,7 @@ class Poller(QObject):
     done = Signal(str, bool, str)  # action label, succeeded, one-line message
     finished = Signal(object, str)  # the Ending, and one line saying why (empty when asked)
 
-    def __init__(self, url: str, node_options: dict | None, interval: float, query: Callable[[], Query]):
+    def __init__(self, url: str, node_options: NodeConfig | None, interval: float, query: Callable[[], Query]):
         """`query`: what the next poll reads, asked before each poll (the GUI thread replaces it whole)."""
         super().__init__()
         self.url = url
@@ -132,7 +132,7 @@ class Poller(QObject):
                 self.farm = Farm(
                     self.url,
                     read_only=self.node_options is None,  # watching changes nothing
-                    client=app_client((self.node_options or {}).get("name")),
+                    client=app_client(self.node_options.name if self.node_options else None),
                 )
                 dashboard = self.farm.dashboard()
                 if self.node_options is not None:
@@ -158,9 +158,7 @@ class Poller(QObject):
         return True
 
     def _new_node(self):
-        options = dict(self.node_options)
-        skew = options.pop("clock_skew", 0.0)
-        return self.farm.node(clock=SystemClock(skew), **options).start()
+        return self.farm.node(self.node_options).start()
 
     def _opened(self) -> None:
         self.opened.emit(self.node.id if self.node else None)

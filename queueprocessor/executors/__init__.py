@@ -1,6 +1,6 @@
 """Executors by name. Each node builds its own set, with its own allow-lists (queueprocessor.rules.allow)."""
 
-from ..rules.allow import AllowLists
+from ..rules.allow import LOCAL_BASE, AllowLists
 from ..rules.errors import InvalidJob
 from .base import Executor, JobContext, JobFailed
 from .command import CommandExecutor
@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 
-def make_executors(allow: AllowLists, http_base: str = "http://localhost/") -> dict[str, Executor]:
+def make_executors(allow: AllowLists, http_base: str = LOCAL_BASE) -> dict[str, Executor]:
     """The executors that run work under `allow`. Here, not on AllowLists, so that the allow-lists (which an
     enqueuer checks) never import the executors, and only what runs a node loads them."""
     return {

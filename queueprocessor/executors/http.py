@@ -16,7 +16,7 @@ import json
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from ..rules.allow import LOCAL_HOSTS, check_host
+from ..rules.allow import LOCAL_BASE, LOCAL_HOSTS, check_host
 from ..rules.errors import BadSetting
 from ..store.types import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed
@@ -51,7 +51,7 @@ def query_of(payload: str | None) -> dict[str, str] | None:
 class HttpExecutor(Executor):
     name = "http"
 
-    def __init__(self, base_url: str = "http://localhost/", allowed_hosts: tuple[str, ...] = LOCAL_HOSTS):
+    def __init__(self, base_url: str = LOCAL_BASE, allowed_hosts: tuple[str, ...] = LOCAL_HOSTS):
         try:
             parts = urlsplit(base_url)
         except ValueError as error:

@@ -1,33 +1,40 @@
-"""A node's settings (docs/design.md §8): its own, and the farm's timing it must share with every peer (period,
-heartbeat, misses), with the durations that follow from them. Apart from the node so that what only reads
-them (views, the turn timer, bench/simulate.py) does not load the node and its executors."""
+"""A node's settings (docs/design.md §8), in the one shape every entry point builds: the CLI with its TOML file and
+QP_* variables (queueprocessor.nodeoptions), the desktop app, and Farm.node's keywords. Each default is written here
+once, and `checked()` is the one check of what a node is given. Apart from the node so that what only reads them
+(views, the turn timer, bench/simulate.py) does not load the node and its executors."""
 
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any
 
-from ..rules.allow import AllowLists
+from ..rules.allow import LOCAL_BASE, AllowLists
+from ..rules.errors import BadSetting
+from ..rules.limits import MAX_CAPACITY
+from ..rules.logs import LogFormat
 from ..rules.queues import Served
+from ..rules.roster import Liveness
 from ..rules.schedules import ahead_of
 
+FARM_TIMING = ("period", "heartbeat", "misses")  # every machine must share them, or turns and death verdicts disagree
+ALLOW_LISTS = ("allow_hosts", "allow_modules", "allow_commands")
 
-@dataclass
-class NodeConfig:
-    name: str = field(default_factory=socket.gethostname)
-    capacity: int = 4
+
+@dataclass(frozen=True)
+class FarmTiming:
+    """The timing a farm's machines share (its defaults are a new farm's), and the durations that follow from it."""
+
     period: float = 1.0
     heartbeat: float = 1.0
     misses: int = 3
-    http_base: str = "http://localhost/"
-    turn_keep: float = 24 * 3600.0
-    keep_jobs: float = 7 * 24 * 3600.0  # finished jobs (and their runs) are deleted this long after they ended
-    housekeeping: float = 300.0  # seconds between the farm's retention passes (turn log, finished jobs)
-    tick: float = 0.01
-    allow: AllowLists = field(default_factory=AllowLists)
-    push: bool = True  # LISTEN for new work on PostgreSQL
-    metrics_port: int | None = None  # serve Prometheus metrics on this port (queueprocessor.node.metrics)
-    metrics_host: str = "127.0.0.1"
-    served: Served = field(default_factory=Served)  # the queues this machine serves (docs/design.md §9)
-    listen_db: str | None = None  # LISTEN there rather than on the farm's URL (which may reach a pooler: see push)
+
+    @classmethod
+    def of(cls, settings: dict[str, Any]) -> "FarmTiming":
+        """The timing in a farm's settings (Farm.settings()), which stores every value as a float."""
+        return cls(float(settings["period"]), float(settings["heartbeat"]), int(settings["misses"]))
+
+    def liveness(self) -> Liveness:
+        return Liveness(self.dead_after)
 
     @property
     def claim_ahead(self) -> float:
@@ -73,3 +80,59 @@ class NodeConfig:
     def join_delay(self) -> float:
         """Join the roster only once every peer has surely read our row."""
         return 1.5 * self.heartbeat
+
+
+@dataclass(frozen=True)
+class NodeConfig(FarmTiming):
+    """What a node on this machine is told. The farm-wide timing it inherits is the farm's (Farm.node sets it);
+    `asked` names those given for this node, which a new farm adopts and an existing one must already use."""
+
+    name: str = field(default_factory=socket.gethostname)  # shown to operators
+    capacity: int = 4  # jobs it runs at once
+    asked: frozenset[str] = frozenset()  # of FARM_TIMING
+    http_base: str = LOCAL_BASE
+    clock_skew: float = 0.0  # pretend the system clock is off by this much (to see skew handled)
+    turn_keep: float = 86400.0  # seconds of turn history kept
+    keep_jobs: float = 7 * 86400.0  # finished jobs (and their runs) are deleted this long after they ended
+    housekeeping: float = 300.0  # seconds between the farm's retention passes (turn log, finished jobs)
+    tick: float = 0.01
+    allow_hosts: tuple[str, ...] = ()
+    allow_modules: tuple[str, ...] = ()
+    allow_commands: tuple[str, ...] = ()
+    queues: str | None = None  # the queues it serves, as typed ("reports:2,default"; None: every queue): see served
+    push: bool = True  # LISTEN for new work on PostgreSQL
+    metrics_port: int | None = None  # serve Prometheus metrics on this port (queueprocessor.node.metrics)
+    metrics_host: str = "127.0.0.1"
+    listen_db: str | None = None  # LISTEN there rather than on the farm's URL (which may reach a pooler: see push)
+    log_format: LogFormat = LogFormat.TEXT  # how its process logs: the entry point that runs it configures that
+
+    def given(self, **settings: Any) -> "NodeConfig":
+        """These settings with `settings` changed as Farm.node's keywords and the command line give them: None is
+        not given, an allow-list may be any iterable, and a farm-wide timing given is `asked`."""
+        given: dict[str, Any] = {k: v for k, v in settings.items() if v is not None}
+        given |= {k: tuple(given[k]) for k in ALLOW_LISTS if k in given}
+        return replace(self, **given, asked=self.asked | {k for k in FARM_TIMING if k in given})
+
+    def checked(self) -> "NodeConfig":
+        """Raise the QPError the node would meet at start: every entry point checks its settings here."""
+        from ..executors import make_executors  # only what runs a node comes here (aiohttp, subprocesses)
+
+        if not 1 <= self.capacity <= MAX_CAPACITY:
+            raise BadSetting.out_of("capacity", self.capacity, f"from 1 to {MAX_CAPACITY}")
+        make_executors(self.allow, self.http_base)
+        Served.parse(self.queues)
+        if self.listen_db is not None:
+            from ..store.database import listen_url  # SQLAlchemy: likewise
+
+            listen_url(self.listen_db)
+        return self
+
+    @cached_property
+    def allow(self) -> AllowLists:
+        """What work it agrees to run (queueprocessor.rules.allow)."""
+        return AllowLists(self.allow_hosts, self.allow_modules, self.allow_commands)
+
+    @cached_property
+    def served(self) -> Served:
+        """The queues it serves (docs/design.md §9), read at every claim."""
+        return Served.parse(self.queues)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # a JobSpec is only passed through here: importing the store 
 EXECUTORS = ("http", "python", "command")
 METHODS = ("GET", "POST")
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+LOCAL_BASE = "http://localhost/"  # what HTTP job paths are relative to unless a node is told otherwise
 _PYTHON_TARGET = re.compile(
     r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<function>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$"
 )

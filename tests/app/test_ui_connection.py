@@ -10,6 +10,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from queueprocessor.farm import Farm, work_spec  # noqa: E402
+from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
 from queueprocessor.rules.states import JobState, MachineState, Wish  # noqa: E402
 from ui.commands import Commands  # noqa: E402
 from ui.connection import Connection, State  # noqa: E402
@@ -39,7 +40,7 @@ def link(qapp, qtbot):
 
 def test_a_sqlite_farm_connects_moves_to_another_and_disconnects(tmp_path, link, qtbot):
     first, second = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
-    connection = link(dict(name="desk", capacity=1))
+    connection = link(NodeConfig(name="desk", capacity=1))
     snapshots = []
     connection.snapshot.connect(snapshots.append)
     assert connection.state is State.DISCONNECTED and not connection.live

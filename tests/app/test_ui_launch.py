@@ -134,9 +134,10 @@ from pathlib import Path
 import ui
 from ui import theme
 from ui.app import make_app
+from queueprocessor.nodeoptions import NodeConfig
 from ui.mainwindow import MainWindow
 app = make_app([], "dark")
-window = MainWindow(sys.argv[1], dict(name="installed", capacity=1), interval=0.2)
+window = MainWindow(sys.argv[1], NodeConfig(name="installed", capacity=1), interval=0.2)
 window.show()
 deadline = time.monotonic() + 30
 while time.monotonic() < deadline and not (window.snap and window.snap.node):

@@ -13,6 +13,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QPoint  # noqa: E402
 
 from queueprocessor.farm import Farm, work_spec  # noqa: E402
+from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
 from queueprocessor.rules.queues import OnFailure, Rate  # noqa: E402
 from tests.app import test_ui_window  # noqa: E402
 from tests.support.work import FAST, Nodes  # noqa: E402
@@ -112,7 +113,7 @@ def test_the_tab_shows_the_queues_of_a_real_farm(farm, open_window, qtbot):
 def test_pause_resume_and_limits_from_the_menu_reach_the_database(farm, open_window, qtbot):
     farm.settings(**FAST)
     farm.enqueue_http("/reports/daily", delay=LATER, queue="reports")
-    window = open_window(farm.url, dict(name="desk", capacity=1))
+    window = open_window(farm.url, NodeConfig(name="desk", capacity=1))
     view = _tab(window)
     qtbot.waitUntil(lambda: "reports" in _shown(view), timeout=WAIT)
 
@@ -230,7 +231,7 @@ def test_the_enqueue_dialog_reaches_the_job_row_and_says_when_no_live_machine_se
     farm, http_target, open_window, qtbot
 ):
     farm.settings(**FAST)
-    window = open_window(farm.url, test_ui_window._node(http_target) | dict(queues="reports"))
+    window = open_window(farm.url, test_ui_window._node(http_target).given(queues="reports"))
     farm.enqueue_http("/ok", delay=LATER, queue="reports")
     qtbot.waitUntil(
         lambda: (

@@ -8,6 +8,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
+from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
 from queueprocessor.rules.schedules import Recurrence  # noqa: E402
 from tests.app import test_ui_window  # noqa: E402
 from tests.support.work import FAST, PYJOBS, Nodes  # noqa: E402
@@ -19,7 +20,7 @@ WAIT = test_ui_window.WAIT
 
 NOOP = f"{PYJOBS}:noop"
 FEED = f"{PYJOBS}:wait_for_cancel"  # continuous work: runs until told to stop
-DESK = dict(name="desk", capacity=2, allow_modules=[PYJOBS])  # the app's own node
+DESK = NodeConfig(name="desk", capacity=2, allow_modules=(PYJOBS,))  # the app's own node
 
 
 def _rows(model) -> list[dict]:

@@ -17,6 +17,7 @@ from PySide6.QtTest import QTest  # noqa: E402
 from PySide6.QtWidgets import QApplication, QLabel, QMenu, QMessageBox  # noqa: E402
 
 from queueprocessor.farm import Farm, without_password  # noqa: E402
+from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
 from queueprocessor.rules.clock import SystemClock  # noqa: E402
 from queueprocessor.store.database import mask  # noqa: E402
 from queueprocessor.views import runs_between, turns_between  # noqa: E402
@@ -82,7 +83,7 @@ def peers(farm, http_target):
 
 
 def _node(http_target, name="gui", skew=0.4):
-    return dict(name=name, capacity=2, http_base=http_target.base_url, clock_skew=skew)
+    return NodeConfig(name=name, capacity=2, http_base=http_target.base_url, clock_skew=skew)
 
 
 def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open_window, qtbot):
@@ -472,8 +473,8 @@ def test_a_bug_in_an_action_or_a_poll_is_reported_and_the_node_goes_on(farm, htt
 
 
 def test_a_worker_that_ends_unexpectedly_leaves_a_lasting_banner(farm, open_window, qtbot):
-    # A node option the engine does not know makes starting it raise TypeError: a bug, not an outage.
-    window = open_window(farm.url, dict(name="desk", capacity=1, no_such_option=True))
+    # A setting of the wrong type makes starting the node raise TypeError: a bug, not an outage.
+    window = open_window(farm.url, NodeConfig(name="desk", capacity="one"))
     qtbot.waitUntil(lambda: not window.connection.poller.running and window.banner.isVisible(), timeout=WAIT)
     assert "background worker stopped" in window.banner.text().lower()
     assert "TypeError" in window.banner.text() and "Open Database" in window.banner.text()

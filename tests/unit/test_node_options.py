@@ -1,5 +1,5 @@
 """`queueprocessor node`, `queueprocessor gui` and the desktop app take one set of node options: each accepts
-the same values, into the same NodeOptions, and refuses the same values with the same words."""
+the same values, into the same NodeConfig, and refuses the same values with the same words."""
 
 import pytest
 
@@ -8,7 +8,7 @@ pytest.importorskip("PySide6")
 import click  # noqa: E402
 
 from queueprocessor import cli  # noqa: E402
-from queueprocessor.nodeoptions import NodeOptions  # noqa: E402
+from queueprocessor.nodeoptions import NodeConfig, secret_env, to_argv  # noqa: E402
 from queueprocessor.rules.errors import QPError  # noqa: E402
 from ui import app  # noqa: E402
 
@@ -69,7 +69,7 @@ REFUSED = [
 ]
 
 
-def _by_command(command: click.Command, args: list[str]) -> NodeOptions | str:
+def _by_command(command: click.Command, args: list[str]) -> NodeConfig | str:
     """What the CLI's command makes of `args`: its options, or the line cli.main would print."""
     try:
         return command.make_context(command.name, list(args)).params["options"]
@@ -79,7 +79,7 @@ def _by_command(command: click.Command, args: list[str]) -> NodeOptions | str:
         return f"error: {cli.in_cli_words(error)}"
 
 
-def _by_app(args: list[str], capsys) -> NodeOptions | str:
+def _by_app(args: list[str], capsys) -> NodeConfig | str:
     try:
         return app.parse_args(args).options
     except SystemExit as done:
@@ -91,14 +91,14 @@ def _by_app(args: list[str], capsys) -> NodeOptions | str:
 @pytest.mark.parametrize("args", ACCEPTED, ids=" ".join)
 def test_node_gui_and_the_app_accept_the_same_options(args, capsys, monkeypatch):
     node = _by_command(cli.node, args)
-    assert isinstance(node, NodeOptions), node
+    assert isinstance(node, NodeConfig), node
     assert node == _by_command(cli.gui, args) == _by_app(args, capsys)
     # and gui hands the app exactly these options: a URL with a password in its environment, not its argv
     handed = _by_command(cli.gui, args)
-    for variable, value in handed.secret_env().items():
+    for variable, value in secret_env(handed).items():
         monkeypatch.setenv(variable, value)
-    assert "s3cret" not in " ".join(handed.to_argv())
-    assert app.parse_args(handed.to_argv()).options == node
+    assert "s3cret" not in " ".join(to_argv(handed))
+    assert app.parse_args(to_argv(handed)).options == node
 
 
 @pytest.mark.parametrize("args", REFUSED, ids=" ".join)
@@ -108,15 +108,15 @@ def test_node_gui_and_the_app_refuse_the_same_values_in_the_same_words(args, cap
     assert node == _by_command(cli.gui, args) == _by_app(args, capsys)
 
 
-def test_the_app_runs_a_node_with_farm_node_keywords(tmp_path):
-    """What the app hands its worker is Farm.node's keywords: the node it makes has the options asked for."""
+def test_the_app_runs_a_node_with_the_settings_it_was_given(tmp_path):
+    """What the app hands its worker is what Farm.node takes: the node it makes has the options asked for."""
     from queueprocessor.farm import Farm
 
     args = app.parse_args(
         ["--name", "desk", "--capacity", "3", "--keep-jobs", "60", "--no-push", "--allow-command", "true"]
     )
     with Farm(f"sqlite:///{tmp_path / 'farm.db'}") as farm:
-        node = farm.node(**app.node_options(args))
+        node = farm.node(app.node_options(args))
         assert (node.config.name, node.config.capacity, node.config.keep_jobs, node.config.push) == (
             "desk",
             3,
