@@ -18,7 +18,7 @@ from queueprocessor.nodeoptions import NodeConfig
 from queueprocessor.rules.urls import mask
 from queueprocessor.views import Query
 
-from .poller import Ending, Poller
+from .poller import Poller, StopReason
 from .snapshot import Snapshot
 
 STALE = 3.0  # seconds without a snapshot before a connected link shows as slow
@@ -41,7 +41,7 @@ class State(Enum):
 
 # No worker in these: open() starts one at once.
 IDLE = frozenset((State.DISCONNECTED, State.ENDED, State.REFUSED))
-_ENDED_AS = {Ending.ASKED: State.DISCONNECTED, Ending.FAILED: State.ENDED, Ending.REFUSED: State.REFUSED}
+_ENDED_AS = {StopReason.ASKED: State.DISCONNECTED, StopReason.FAILED: State.ENDED, StopReason.REFUSED: State.REFUSED}
 
 
 class Connection(QObject):
@@ -155,11 +155,11 @@ class Connection(QObject):
         if self._reporting():
             self._enter(State.BROKEN, why)
 
-    def _finished(self, ending: Ending, why: str) -> None:
+    def _finished(self, ending: StopReason, why: str) -> None:
         if self.sender() is self.poller:
             self._ended(self.poller, ending, why)
 
-    def _ended(self, poller: Poller, ending: Ending, why: str) -> None:
+    def _ended(self, poller: Poller, ending: StopReason, why: str) -> None:
         if poller is not self.poller:
             return
         if poller.running:  # its thread ends a moment after its last signal: be in a final state only then

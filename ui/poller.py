@@ -27,6 +27,7 @@ from PySide6.QtCore import QObject, Signal
 from queueprocessor.farm import UNREACHABLE, DatabaseError, Farm, app_client
 from queueprocessor.nodeoptions import NodeConfig
 from queueprocessor.rules.errors import QPError
+from queueprocessor.rules.logs import one_line
 from queueprocessor.rules.urls import mask
 from queueprocessor.views import Dashboard, Query
 
@@ -41,17 +42,17 @@ _POLL = object()
 _START_NODE = object()
 
 
-def one_line(error: BaseException) -> str:
-    text = str(getattr(error, "orig", None) or error).strip()
-    return mask(text.splitlines()[0] if text else type(error).__name__)
+def driver_line(error: BaseException) -> str:
+    """An error as one line, the driver's own words for a database's (SQLAlchemy's wrapper adds a link)."""
+    return one_line(getattr(error, "orig", None) or error)
 
 
 def unexpected(error: BaseException) -> str:
     """A bug's one line: its type too, since `KeyError('x')` alone reads "'x'"."""
-    return f"{type(error).__name__}: {one_line(error)}"
+    return f"{type(error).__name__}: {driver_line(error)}"
 
 
-class Ending(Enum):
+class StopReason(Enum):
     """Why the worker ended."""
 
     ASKED = "asked"  # stop() was called
@@ -67,7 +68,7 @@ class Poller(QObject):
     unreachable = Signal(str)  # the database does not answer (one line); the worker tries again
     broken = Signal(str)  # a read failed unexpectedly (a bug, not the database), one line
     done = Signal(str, bool, str)  # action label, succeeded, one-line message
-    finished = Signal(object, str)  # the Ending, and one line saying why (empty when asked)
+    finished = Signal(object, str)  # the StopReason, and one line saying why (empty when asked)
 
     def __init__(self, url: str, node_options: NodeConfig | None, interval: float, query: Callable[[], Query]):
         """`query`: what the next poll reads, asked before each poll (the GUI thread replaces it whole)."""
@@ -76,7 +77,7 @@ class Poller(QObject):
         self.node_options = node_options
         self.interval = interval
         self.query = query
-        self.ending, self.why = Ending.FAILED, "it ended unexpectedly"
+        self.ending, self.why = StopReason.FAILED, "it ended unexpectedly"
         self.farm: Farm | None = None
         self.node = None
         self.dashboard: Dashboard | None = None
@@ -119,7 +120,7 @@ class Poller(QObject):
             self._close()
             self.finished.emit(self.ending, self.why)
 
-    def _end(self, ending: Ending, why: str) -> bool:
+    def _end(self, ending: StopReason, why: str) -> bool:
         self.ending, self.why = ending, why
         return False
 
@@ -141,17 +142,17 @@ class Poller(QObject):
             except UNREACHABLE as error:
                 self._discard_farm()
                 if REFUSED.search(str(error)):
-                    return self._end(Ending.REFUSED, one_line(error))
-                self.unreachable.emit(f"cannot reach the database: {one_line(error)}; retrying")
+                    return self._end(StopReason.REFUSED, driver_line(error))
+                self.unreachable.emit(f"cannot reach the database: {driver_line(error)}; retrying")
             except QPError as error:  # bad settings or a newer schema: retrying will not help
                 self._discard_farm()
-                return self._end(Ending.FAILED, one_line(error))
+                return self._end(StopReason.FAILED, driver_line(error))
             except Exception as error:  # a bug: say so rather than retry it forever
                 log.exception("opening %s", mask(self.url))
                 self._discard_farm()
-                return self._end(Ending.FAILED, f"opening the farm failed: {unexpected(error)}")
+                return self._end(StopReason.FAILED, f"opening the farm failed: {unexpected(error)}")
             if self._wait(delay) is _STOP:
-                return self._end(Ending.ASKED, "")
+                return self._end(StopReason.ASKED, "")
             delay = min(5.0, delay * 2)
         self.dashboard = dashboard
         self._opened()
@@ -179,7 +180,7 @@ class Poller(QObject):
         while True:
             request = self._wait(max(0.0, next_poll - time.monotonic()))
             if request is _STOP:
-                self._end(Ending.ASKED, "")
+                self._end(StopReason.ASKED, "")
                 return
             if isinstance(request, tuple):
                 self._run_action(*request)
@@ -207,10 +208,10 @@ class Poller(QObject):
             node = self.node.snapshot() if self.node else None
             snap = Snapshot.of(reading, node=node, read_ms=read_ms, mono=started)
         except UNREACHABLE as error:
-            self.unreachable.emit(f"database unreachable: {one_line(error)}; retrying")
+            self.unreachable.emit(f"database unreachable: {driver_line(error)}; retrying")
             return False
         except DatabaseError as error:
-            self.unreachable.emit(f"database error: {one_line(error)}; retrying")
+            self.unreachable.emit(f"database error: {driver_line(error)}; retrying")
             return False
         except Exception as error:  # a bug in reading or preparing: report it, keep the node and the loop going
             log.exception("reading the farm")
@@ -228,7 +229,7 @@ class Poller(QObject):
         try:
             message = action(self.farm)
         except (QPError, DatabaseError, OSError) as error:
-            self.done.emit(label, False, one_line(error))
+            self.done.emit(label, False, driver_line(error))
         except Exception as error:  # a bug in the action: it fails alone, the worker goes on
             log.exception("%s", label)
             self.done.emit(label, False, unexpected(error))
@@ -240,5 +241,5 @@ class Poller(QObject):
             try:
                 self.node.stop(drain=False)
             except Exception as error:  # the database may be gone; the node's rows will age into "dead"
-                log.warning("stopping this machine's node: %s", one_line(error))
+                log.warning("stopping this machine's node: %s", driver_line(error))
         self._discard_farm()

@@ -26,7 +26,7 @@ def about(job_id: int) -> dict[str, int]:
     return {"job_id": job_id}
 
 
-def one_line(exc: Exception) -> str:
+def one_line(exc: BaseException) -> str:
     """An error as one line fit for the log (a password in a driver's message masked)."""
     return mask(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 

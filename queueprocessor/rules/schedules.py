@@ -163,7 +163,7 @@ def _second_passing(when: datetime, zone: ZoneInfo) -> bool:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Due:
     """What one turn does with a schedule: the occurrences to make jobs of, and where to resume."""
 
     occurrences: list[float]
@@ -172,7 +172,7 @@ class Plan:
 
 def plan(
     recurrence: Recurrence, next_run: float, now: float, *, ahead: float, period: float, misfire: str, grace: float
-) -> Plan:
+) -> Due:
     """The occurrences from `next_run` up to `now + ahead` that should become jobs (see the module's rules)."""
     occ = next_run
     if occ < now - grace:  # everything before the grace window is dropped whatever the policy
@@ -186,7 +186,7 @@ def plan(
         missed = []
     elif misfire == "once":
         missed = missed[-1:]
-    return Plan(missed + on_time, occ)
+    return Due(missed + on_time, occ)
 
 
 def ahead_of(period: float, heartbeat: float) -> float:
@@ -201,6 +201,6 @@ def check_policy(misfire: str, grace: float) -> None:
         raise BadJobInput.out_of("grace", grace, "a non-negative number of seconds")
 
 
-def check_name(name: str) -> None:
+def check_schedule_name(name: str) -> None:
     if not name or len(name) > 200 or "@" in name or name != name.strip():
         raise InvalidJob(f"schedule name {echoed(name)} must be 1-200 characters without '@' or surrounding spaces")

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, FromClause
 
 from ..rules.errors import InvalidJob, NotFound, echoed
-from ..rules.schedules import Recurrence, check_name, check_policy, plan
+from ..rules.schedules import Recurrence, check_policy, check_schedule_name, plan
 from ..rules.states import JobState, Kind
 from .base import StoreBase
 from .dbtime import db_now
@@ -54,7 +54,7 @@ class ScheduleStore:
         period: float,
     ) -> dict[str, Any]:
         """Store a schedule and make its first occurrences within `ahead` seconds into jobs at once."""
-        check_name(name)
+        check_schedule_name(name)
         check_policy(misfire, grace)
         now = self.store.ask_time()
         row = dict(
