@@ -25,13 +25,11 @@ from sqlalchemy import exc
 
 from . import grabs, singletons
 from .jobfunctions import JobFunction, target_of
-from .node.config import FARM_TIMING, FarmTiming, NodeConfig
+from .node.config import FarmTiming, NodeConfig
 from .rules.allow import check_allowed, check_form
 from .rules.clock import Clock, SystemClock
 from .rules.errors import (
     BadJobInput,
-    BadQueueInput,
-    BadSetting,
     DatabaseUnavailable,
     DuplicateKey,
     InvalidJob,
@@ -39,7 +37,7 @@ from .rules.errors import (
     QPError,
     echoed,
 )
-from .rules.limits import LATEST, MAX_INT, MAX_MISSES, MAX_PAYLOAD, MAX_WAIT
+from .rules.limits import LATEST, MAX_INT, MAX_PAYLOAD, MAX_WAIT
 from .rules.queues import (
     DEFAULT,
     UNCHANGED,
@@ -69,6 +67,7 @@ from .store.queues import QueueStore, queue_infos
 from .store.schedules import ScheduleStore
 from .store.stores import Store
 from .store.types import JobSpec as JobSpec  # what work_spec returns: the app builds jobs from it
+from .timing import SharedTiming
 
 if TYPE_CHECKING:  # loaded by the methods that return them, so that enqueueing never loads a node (cli.py)
     from .node.node import Node
@@ -206,7 +205,7 @@ class Farm:
         self._store = Store(self._engine)
         self._schedules = ScheduleStore(self._store)
         self._queues = QueueStore(self._store)
-        self._settings: dict[str, float] | None = None
+        self._shared = SharedTiming(self._store, read_only)
 
     @property
     def masked_url(self) -> str:
@@ -225,47 +224,17 @@ class Farm:
     # -- settings ---------------------------------------------------------
 
     def settings(self, **wanted: float | None) -> dict[str, float]:
-        """The farm-wide timing settings. Values passed in are adopted by a new farm and
-        must match an existing one."""
-        given = {k: v for k, v in wanted.items() if v is not None}
-        if self.read_only and not given:
-            return self.current_settings()
-        for key, value in given.items():
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0) or (
-                key == "misses" and not (value == int(value) and value <= MAX_MISSES)
-            ):
-                kind = f"a whole number from 1 to {MAX_MISSES}" if key == "misses" else "a positive number of seconds"
-                raise BadSetting.out_of(key, value, kind)
-        if not given and self._settings is not None:
-            return self._settings
-        new = FarmTiming()  # what a new farm adopts, but for what is given
-        stored = self._store.settings.adopt({k: repr(float(given.get(k, getattr(new, k)))) for k in FARM_TIMING})
-        farm = {k: float(stored[k]) for k in FARM_TIMING}
-        for key, value in given.items():
-            if not math.isclose(float(value), farm[key]):
-                raise BadSetting(
-                    "this farm uses {0} {value} (every machine must agree); start the node without {0}, "
-                    "or with {0} {value}",
-                    key,
-                    value=farm[key],
-                )
-        self._settings = farm
-        return farm
+        """The farm-wide timing settings. Values passed in are adopted by a new farm and must match an existing
+        one."""
+        return self._shared.adopt(**wanted)
 
     def current_settings(self) -> dict[str, float]:
         """The farm's settings as stored, defaults for any not stored yet; unlike settings(), never adopts them
         (so enqueueing into a new farm does not fix the timing its first node may choose)."""
-        if self._settings is not None:
-            return self._settings
-        stored, new = self._store.settings.read(), FarmTiming()
-        return {k: float(stored.get(k, getattr(new, k))) for k in FARM_TIMING}
-
-    def _timing(self) -> FarmTiming:
-        """The farm's timing as current_settings() reads it."""
-        return FarmTiming.of(self.current_settings())
+        return self._shared.current()
 
     def liveness(self) -> Liveness:
-        return self._timing().liveness()
+        return self._shared.timing().liveness()
 
     def node(self, config: NodeConfig | None = None, *, clock: Clock | None = None, **settings: Any) -> "Node":
         """A node for this machine (start() it), with `config` (default: NodeConfig()) and `settings`, keywords
@@ -448,7 +417,7 @@ class Farm:
     # -- schedules, singletons, locks --------------------------------------
 
     def _ahead(self) -> dict[str, Any]:
-        timing = self._timing()
+        timing = self._shared.timing()
         return dict(ahead=timing.schedule_ahead, period=timing.period)
 
     def schedule(
@@ -504,7 +473,7 @@ class Farm:
     def lock(self, name: str, wait: float | None = None) -> singletons.Lock:
         """A distributed lock: `with farm.lock("name") as lock:` (lock.fence, lock.lost). `wait`: seconds
         to wait for it (None: for ever), then singletons.LockHeld."""
-        timing = self._timing()
+        timing = self._shared.timing()
         return singletons.Lock(self._store, name, lease=timing.lease, renew_every=timing.heartbeat, wait=wait)
 
     # -- queues -----------------------------------------------------------
@@ -549,14 +518,7 @@ class Farm:
                 refilled_at=None,
             )
         if on_failure is not UNCHANGED:
-            if not isinstance(on_failure, str) or on_failure not in tuple(OnFailure):
-                raise BadQueueInput(
-                    "{0} {value} is not a policy: use {limit}",
-                    "on_failure",
-                    value=on_failure,
-                    limit=" or ".join(OnFailure),
-                )
-            values["on_failure"] = OnFailure(on_failure)
+            values["on_failure"] = OnFailure.parse(on_failure)
         self._queues.put(self._known_queue(name), **values)
 
     def _known_queue(self, name: str) -> str:

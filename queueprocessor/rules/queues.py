@@ -32,6 +32,14 @@ class OnFailure(StrEnum):
     BLOCK = "block"  # it keeps holding its key until an operator retries or cancels it
     SKIP = "skip"  # the next job of the key runs
 
+    @classmethod
+    def parse(cls, value: object) -> "OnFailure":
+        if not isinstance(value, str) or value not in tuple(cls):
+            raise BadQueueInput(
+                "{0} {value} is not a policy: use {limit}", "on_failure", value=value, limit=" or ".join(cls)
+            )
+        return cls(value)
+
 
 class Unchanged:
     """The default of Farm.set_queue's keywords: leave this setting as it is (None means: remove it)."""
