@@ -12,6 +12,15 @@
 A node runs it by importing `module:function`, so the function must live at
 the top level of a module the node can import (and allow, `--allow-module`).
 The decorated function is still an ordinary function: calling it calls it.
+
+A batch function takes many jobs of its target at once (see `job`'s `batch`):
+
+    @job(batch=500)
+    def index(payloads, contexts):  # two lists of equal length, one entry per job
+        search.bulk_add(payloads)     # return normally: every job succeeds; raise: every job fails
+        # or return one entry per job: an exception fails that job alone, anything else is its result
+
+Each payload is still enqueued as a job of its own (`index.enqueue(farm, row)`).
 """
 
 import functools
@@ -38,15 +47,37 @@ def target_of(function: Callable[..., object]) -> str:
     return f"{module}:{name}"
 
 
+MAX_BATCH = 100_000  # jobs one call of a batch function may be given at most (a node's capacity is the real bound)
+
+
 class JobFunction:
     """A function the farm can run, with its default options (see `job`). `farm` below is a farm.Farm, which
-    imports this module: named as Any here, so that the @job decorator never loads the engine."""
+    imports this module: named as Any here, so that the @job decorator never loads the engine.
 
-    def __init__(self, function: Callable[..., Any], *, max_attempts: int, timeout: float | None, priority: int):
+    `qp_batch` is what a node's Python executor reads on the callable it resolved (it cannot import this module):
+    the most jobs one call takes, or None for one job per call."""
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        max_attempts: int,
+        timeout: float | None,
+        priority: int,
+        batch: int | None = None,
+    ):
+        if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH):
+            raise InvalidJob(f"batch={batch!r}: a batch function takes from 1 to {MAX_BATCH:,} jobs per call")
         functools.update_wrapper(self, function)
         self.function = function
         self.target = target_of(function)
         self.options = dict(max_attempts=max_attempts, timeout=timeout, priority=priority)
+        self.qp_batch = batch
+
+    @property
+    def batch(self) -> int | None:
+        """The most jobs one call takes (`@job(batch=N)`), or None: one job per call."""
+        return self.qp_batch
 
     def __call__(self, payload: Any, context: Any) -> Any:
         return self.function(payload, context)
@@ -66,7 +97,7 @@ class JobFunction:
 def job(function: Callable[..., Any]) -> JobFunction: ...
 @overload
 def job(
-    *, max_attempts: int = 3, timeout: float | None = None, priority: int = 0
+    *, max_attempts: int = 3, timeout: float | None = None, priority: int = 0, batch: int | None = None
 ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 def job(
     function: Callable[..., Any] | None = None,
@@ -74,10 +105,20 @@ def job(
     max_attempts: int = 3,
     timeout: float | None = None,
     priority: int = 0,
+    batch: int | None = None,
 ) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
-    """Decorate a function `f(payload, context)` to make it a job: `@job` or `@job(max_attempts=5, ...)`."""
+    """Decorate a function `f(payload, context)` to make it a job: `@job` or `@job(max_attempts=5, ...)`.
+
+    `batch=N` makes it a batch function, `f(payloads, contexts)`: a node calls it with up to N due jobs of it at
+    once (two lists of equal length, one entry per job; as many as it has claimed and room for, never held back to
+    fill a batch). It returns normally: every job succeeds, each with the value returned as its result (None: no
+    output); it raises: every job of the call fails, each retried by its own `max_attempts`. It returns a list with
+    one entry per job: an entry that is an exception fails that job, anything else is that job's result (a list of
+    any other length fails every job of the call). Each job keeps its own lease, fence, attempt and run. A job
+    stopped during the call (cancel, lost lease) has its `contexts[i].cancelled` set and ends as stopped once the
+    call returns, its entry discarded; a timeout stops the call and ends every job of it. docs/api.md has it all."""
 
     def wrap(f: Callable[..., Any]) -> JobFunction:
-        return JobFunction(f, max_attempts=max_attempts, timeout=timeout, priority=priority)
+        return JobFunction(f, max_attempts=max_attempts, timeout=timeout, priority=priority, batch=batch)
 
     return wrap if function is None else wrap(function)

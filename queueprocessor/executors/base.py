@@ -71,3 +71,18 @@ class Executor(ABC):
     @abstractmethod
     async def run(self, job: Claimed, context: JobContext) -> str | None:
         """Do the work. Return an output excerpt; raise JobFailed (or anything) when it fails."""
+
+    def batch_size(self, target: str) -> int | None:
+        """The most jobs of `target` one run_batch call takes; 0: its jobs run one per run() (the default); None:
+        not known until prepare(target) has been awaited."""
+        return 0
+
+    async def prepare(self, target: str) -> None:
+        """Learn what batch_size needs to know about `target` (a Python executor imports it). Raises what run()
+        would fail with: the runner then runs its jobs one by one, to fail each with it."""
+        return None
+
+    async def run_batch(self, jobs: list[Claimed], contexts: list[JobContext]) -> list[str | None | JobFailed]:
+        """Do the work of `jobs` (one target, at most batch_size) in one call: each job's output excerpt, or the
+        JobFailed that fails it alone; raise (JobFailed or anything) to fail them all."""
+        raise NotImplementedError(f"{self.name} jobs do not run in batches")

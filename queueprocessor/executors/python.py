@@ -12,6 +12,12 @@ must stop for certain checks its flag, or is an `async def` function, which
 runs on the node's event loop and is cancelled at once (the flag is set too),
 or a command, whose process is killed. Only modules under the node's allowed
 prefixes are imported at all, in a worker thread, once per target.
+
+A batch function (`@job(batch=N)`: the callable carries `qp_batch`) is called
+as `function(payloads, contexts)` with many jobs of its target at once, which
+the runner groups (run_batch); a job that reaches run() alone is a batch of
+one. The call is one unit of work: stopping it sets every job's flag, and an
+`async def` one is cancelled.
 """
 
 import asyncio
@@ -78,6 +84,41 @@ def _call(function: Callable[..., object], payload: str | None, context: JobCont
     return _output(result)
 
 
+def _entry_failed(error: BaseException) -> JobFailed:
+    """A batch function's entry that fails its job alone: an exception returned (never raised: no traceback) or
+    raised and caught by the function."""
+    if isinstance(error, JobFailed):
+        return error
+    frames = traceback.format_exception(type(error), error, error.__traceback__) if error.__traceback__ else None
+    return JobFailed(f"{type(error).__name__}: {error}", excerpt("".join(frames)) if frames else None)
+
+
+def _outcomes(result: object, count: int) -> list[str | None | JobFailed]:
+    """Each job's part of what a batch function returned: a list of `count` entries is one per job (an exception
+    fails its job); any other value is every job's result. A list of another length fails them all: it cannot be
+    told apart from a mistake."""
+    if isinstance(result, list):
+        if len(result) != count:
+            raise JobFailed(
+                f"the batch function returned a list of {len(result)} entries for {count} jobs: return one entry "
+                "per job, or anything that is not a list for all of them"
+            )
+        return [_entry_failed(entry) if isinstance(entry, BaseException) else _output(entry) for entry in result]
+    return [_output(result)] * count
+
+
+def _payloads(jobs: list[Claimed]) -> list[object]:
+    return [json.loads(job.payload) if job.payload else None for job in jobs]
+
+
+def _call_batch(function, jobs: list[Claimed], contexts: list[JobContext]) -> list[str | None | JobFailed]:
+    try:
+        result = function(_payloads(jobs), contexts)
+    except Exception as error:
+        raise _failed(error) from None
+    return _outcomes(result, len(jobs))
+
+
 class PythonExecutor(Executor):
     name = "python"
 
@@ -85,23 +126,43 @@ class PythonExecutor(Executor):
         self.allowed_modules = tuple(allowed_modules)
         self.workers = workers
         self._threads: Threads | None = None  # made on first use, on the runner's loop
-        # Targets resolved already (the allow-list does not change), each with whether it is an `async def`.
-        self._functions: dict[str, tuple[Callable[..., Any], bool]] = {}
+        # Targets resolved already (the allow-list does not change), each with whether it is an `async def` and, for
+        # a batch function, the most jobs a call takes (0: one job per call).
+        self._functions: dict[str, tuple[Callable[..., Any], bool, int]] = {}
 
     def validate(self, spec: JobSpec) -> None:
         check_module(spec.target, self.allowed_modules)
 
-    async def run(self, job: Claimed, context: JobContext) -> str | None:
+    def batch_size(self, target: str) -> int | None:
+        known = self._functions.get(target)
+        return known[2] if known is not None else None
+
+    async def prepare(self, target: str) -> None:
+        await self._resolved(target)
+
+    async def _resolved(self, target: str) -> tuple[Callable, bool, int]:
         if self._threads is None:
             self._threads = Threads(asyncio.get_running_loop(), self.workers, "qp-python")
-        known = self._functions.get(job.target)
+        known = self._functions.get(target)
         if known is None:
-            self.validate(JobSpec(executor=self.name, target=job.target))
-            function = cast(
-                Callable[..., Any], await self._threads.call(resolve, job.target, self.allowed_modules).done
+            self.validate(JobSpec(executor=self.name, target=target))
+            function = cast(Callable[..., Any], await self._threads.call(resolve, target, self.allowed_modules).done)
+            batch = getattr(function, "qp_batch", None)
+            known = self._functions[target] = (
+                function,
+                inspect.iscoroutinefunction(inspect.unwrap(function)),
+                batch if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 else 0,
             )
-            known = self._functions[job.target] = function, inspect.iscoroutinefunction(inspect.unwrap(function))
-        function, is_async = known
+        return known
+
+    async def run(self, job: Claimed, context: JobContext) -> str | None:
+        function, is_async, batch = await self._resolved(job.target)
+        if batch:  # a batch function's job on its own (its first on this node, one due alone): a batch of one
+            [outcome] = await self._batch(function, is_async, [job], [context])
+            if isinstance(outcome, JobFailed):
+                raise outcome
+            return outcome
+        assert self._threads is not None
         if is_async:
             try:
                 return _output(await function(json.loads(job.payload) if job.payload else None, context))
@@ -123,6 +184,46 @@ class PythonExecutor(Executor):
                     job.target,
                     context.grace,
                     extra=about(job.id),
+                )
+                await self._threads.finished(call, None)
+            raise
+
+    async def run_batch(self, jobs: list[Claimed], contexts: list[JobContext]) -> list[str | None | JobFailed]:
+        function, is_async, _ = await self._resolved(jobs[0].target)
+        return await self._batch(function, is_async, jobs, contexts)
+
+    async def _batch(
+        self, function: Callable, is_async: bool, jobs: list[Claimed], contexts: list[JobContext]
+    ) -> list[str | None | JobFailed]:
+        """One call of a batch function with `jobs`. Cancelled (a timeout, or every one of its jobs stopped): every
+        flag is set; a plain function's call is waited for as run() waits for one job's."""
+        assert self._threads is not None
+        if is_async:
+            try:
+                result = await function(_payloads(jobs), contexts)
+            except asyncio.CancelledError:
+                for context in contexts:
+                    context.cancelled.set()
+                raise
+            except Exception as error:
+                raise _failed(error) from None
+            return _outcomes(result, len(jobs))
+        call = self._threads.call(_call_batch, function, jobs, contexts)
+        try:
+            outcomes: list[str | None | JobFailed] = await call.done  # type: ignore[assignment]
+            return outcomes
+        except asyncio.CancelledError:  # every result is dropped; the jobs' runs end once the call has returned
+            for context in contexts:
+                context.cancelled.set()
+            grace = min(context.grace for context in contexts)
+            if not await self._threads.finished(call, grace):
+                log.error(
+                    "jobs %s: batch function %s has not returned %g s after it was told to stop (it does not "
+                    "check context.cancelled); its jobs stay held here until it returns",
+                    ", ".join(str(job.id) for job in jobs),
+                    jobs[0].target,
+                    grace,
+                    extra=about(jobs[0].id),
                 )
                 await self._threads.finished(call, None)
             raise

@@ -8,6 +8,13 @@ A run is known by its job and fence (RunKey), never by its job alone: a node can
 fence) while its own stopped run of it (the old fence) is still ending, and each run must stay renewed and
 stoppable until its own end is written. The newer run starts its work only once the older one's has ended,
 so this machine never runs one job twice at once either.
+
+A batch function's jobs (`@job(batch=N)`) that a claim brings together are run by one call, in one task
+(_execute_batch), grouped by target and timeout, up to N at a time; each keeps its own entry, lease, fence,
+attempt and end. Nothing waits for a batch to fill: a batch is what one claim brought, so a lone job starts at
+once, in a batch of one. The call is one unit of work: stopping one of its jobs (a cancel, a lost lease) sets that
+job's flag, and the job ends as stopped once the call returns, its result discarded; the call itself is cancelled
+only when every one of its jobs is stopped, or by its timeout, which ends every job of it.
 """
 
 import asyncio
@@ -35,6 +42,7 @@ STOPPED: dict[str | None, str] = {
     "released": "handed back: its machine is leaving the farm",
     "exit": "handed back unfinished: the operator stopped its machine (no attempt spent)",
 }
+LOST_LEASE = "stopped: this machine lost its lease"
 SINGLETON_SETTLED = 10.0  # seconds a singleton must run before it counts as having started well
 # Pauses between tries to write a result while the database is away (a restart, a failover): the job
 # stays ours meanwhile, its lease renewed by every heartbeat that gets through, so a finished job is
@@ -75,6 +83,7 @@ class Running:
         "ending",
         "tries",
         "prior",
+        "batch",
     )
 
     def __init__(self, job: Claimed, context: JobContext, leased_at: float = float("-inf")):
@@ -91,6 +100,7 @@ class Running:
         self.ending: tuple[Outcome, str | None, str | None, bool] | None = None  # (outcome, error, output, final)
         self.tries = 0  # writes of its ending that the database was away for
         self.prior: Running | None = None  # this machine's older run of the same job, still held at our claim
+        self.batch: list[Running] | None = None  # the runs of its batch function's call (one task: `task`), if any
 
 
 class JobRunner:
@@ -264,8 +274,11 @@ class JobRunner:
         # A task cancelled before its first step never enters _execute, so the job would stay
         # running (and renewed) forever; one not begun yet sees stop_reason when it begins. One whose
         # work ended after stop_job() looked is writing its result: cancelling that write would lose it
-        # (both run on this loop, so `recording` cannot change under this look).
+        # (both run on this loop, so `recording` cannot change under this look). A batch's call is cancelled only
+        # once every job of it is stopped: the others' work goes on, and this one ends when the call returns.
         if entry.begun and not entry.recording:
+            if entry.batch is not None and any(other.stop_reason is None for other in entry.batch):
+                return
             assert entry.task is not None  # begun: its task runs _execute
             entry.task.cancel()
 
@@ -285,11 +298,128 @@ class JobRunner:
     # -- on the loop ------------------------------------------------------
 
     def _launch_many(self, entries: list[Running]) -> None:
-        # One reading for the claim's jobs: each starts now, or sleeps until its run_at.
+        # One reading for the claim's jobs: each starts now, or sleeps until its run_at; a batch function's jobs
+        # that can start now go together, by target and timeout, up to its batch size per call.
         now, began = self.db_now(), self.loop.time()
         for entry in entries:
             entry.started, entry.began = now, began
-            entry.task = self.loop.create_task(self._execute(entry))
+        self._launch(entries, now)
+
+    def _launch(self, entries: list[Running], now: float, prepared: bool = False) -> None:
+        batches: dict[tuple[str, str, float | None], list[Running]] = {}
+        unknown: dict[tuple[str, str], list[Running]] = {}  # targets whose executor must look at them first
+        for entry in entries:
+            size = self._batch_size(entry, now)
+            if size is None and prepared:
+                size = 0
+            if size is None:
+                unknown.setdefault((entry.job.executor, entry.job.target), []).append(entry)
+                continue
+            if not size:
+                entry.task = self.loop.create_task(self._execute(entry))
+                continue
+            job = entry.job
+            key = (job.executor, job.target, job.timeout)
+            batch = batches.setdefault(key, [])
+            batch.append(entry)
+            if len(batch) == size:
+                self._launch_batch(batches.pop(key))
+        for batch in batches.values():
+            self._launch_batch(batch)
+        for (name, target), waiting in unknown.items():
+            task = self.loop.create_task(self._prepare(self.executors[name], target, waiting))
+            for entry in waiting:
+                entry.task = task  # until launched: a newer run of its job waits for it (see _after_prior)
+
+    async def _prepare(self, executor: Executor, target: str, entries: list[Running]) -> None:
+        """A target this node has not run yet: its executor looks at it once (imports it), then its jobs of this
+        claim start, together if it is a batch function; if it cannot be looked at, each runs (and fails) alone."""
+        try:
+            await executor.prepare(target)
+        except Exception:  # said by each job's own run
+            for entry in entries:
+                entry.task = self.loop.create_task(self._execute(entry))
+            return
+        self._launch(entries, self.db_now(), prepared=True)
+
+    def _batch_size(self, entry: Running, now: float) -> int | None:
+        """How many jobs one call of this job's function takes, if it may start now in a batch (0: it runs on its
+        own; None: its executor must prepare its target first). What must wait first (its time, an older run of it)
+        or need not run (stopped, exhausted) goes alone, through _execute."""
+        job, prior = entry.job, entry.prior
+        if entry.stop_reason is not None or job.exhausted or job.run_at > now:
+            return 0
+        if prior is not None:
+            if prior.task is None or not prior.task.done():
+                return 0
+            entry.prior = None
+        executor = self.executors.get(job.executor)
+        return executor.batch_size(job.target) if executor is not None else 0
+
+    def _launch_batch(self, batch: list[Running]) -> None:
+        task = self.loop.create_task(self._execute_batch(batch))
+        for entry in batch:
+            entry.task, entry.batch = task, batch
+
+    async def _execute_batch(self, batch: list[Running]) -> None:
+        """One call of a batch function for `batch`'s jobs; each ends on its own: by its entry of the call's
+        result, all by the call's error or timeout, or, if it was stopped meanwhile, as stopped (its entry of the
+        result discarded)."""
+        for entry in batch:
+            entry.begun = True
+        stopped = [entry for entry in batch if entry.stop_reason is not None]  # between its claim and now
+        if stopped:
+            self._end_batch(stopped, None, None)
+            batch = [entry for entry in batch if entry.stop_reason is None]
+            for entry in batch:
+                entry.batch = batch
+            if not batch:
+                return
+        job = batch[0].job
+        results: list[str | None | JobFailed] | None = None
+        failure: tuple[str, str | None, str | None, bool] | None = None
+        try:
+            executor = executor_for(self.executors, job.executor)
+            coro = executor.run_batch([entry.job for entry in batch], [entry.context for entry in batch])
+            results = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
+        except TimeoutError:
+            for entry in batch:
+                entry.context.cancelled.set()
+            failure = Outcome.TIMEOUT, f"stopped after its timeout of {job.timeout:g} s", None, False
+        except asyncio.CancelledError:  # every job of it was stopped (or the runner is closing): each ends as such
+            failure = None
+        except JobFailed as exc:
+            failure = Outcome.FAILED, str(exc), exc.output, exc.permanent
+        except QPError as exc:
+            failure = Outcome.FAILED, str(exc), None, True
+        except Exception as exc:  # a bad batch fails alone; the node goes on
+            failure = Outcome.FAILED, f"{type(exc).__name__}: {exc}", None, False
+        self._end_batch(batch, results, failure)
+
+    def _end_batch(
+        self,
+        batch: list[Running],
+        results: list[str | None | JobFailed] | None,
+        failure: tuple[str, str | None, str | None, bool] | None,
+    ) -> None:
+        """Each job of a batch's ending: stopped (whatever the call did), else `failure` for all, else its own
+        entry of `results`; no results and no failure: the call was cancelled, and each ends by its stop."""
+        for index, entry in enumerate(batch):
+            if entry.stop_reason is not None or (failure is None and results is None):
+                outcome = Outcome.CANCELLED if entry.stop_reason == Outcome.CANCELLED else Outcome.LOST
+                entry.ending = outcome, STOPPED.get(entry.stop_reason, LOST_LEASE), None, False
+            elif failure is not None:
+                entry.ending = failure
+            else:
+                assert results is not None
+                result = results[index]
+                if isinstance(result, JobFailed):
+                    entry.ending = Outcome.FAILED, str(result), result.output, result.permanent
+                else:
+                    entry.ending = Outcome.SUCCEEDED, None, result, False
+        self._writing_results(batch)
+        for entry in batch:
+            self.recorder.record(entry)
 
     async def _execute(self, entry: Running) -> None:
         job = entry.job
@@ -316,7 +446,7 @@ class JobRunner:
             outcome, error = Outcome.TIMEOUT, f"stopped after its timeout of {job.timeout:g} s"
         except asyncio.CancelledError:
             outcome = Outcome.CANCELLED if entry.stop_reason == Outcome.CANCELLED else Outcome.LOST
-            error = STOPPED.get(entry.stop_reason, "stopped: this machine lost its lease")
+            error = STOPPED.get(entry.stop_reason, LOST_LEASE)
         except JobFailed as exc:
             outcome, error, output, final = Outcome.FAILED, str(exc), exc.output, exc.permanent
         except QPError as exc:  # refused by this node: an unknown executor, a target outside its allow-lists
@@ -343,16 +473,23 @@ class JobRunner:
             prior.job.fence,
             extra=about(entry.job.id),
         )
-        await asyncio.wait({prior.task})
+        while (task := prior.task) is not None and not task.done():  # a task that launched it: then its own
+            await asyncio.wait({task})
 
     def _writing_result(self, entry: Running) -> None:
         """Its work is over: it no longer counts against capacity (see room), only its result is to be written.
         The tally and the node hear of it once per pass of the loop, for every job that ended in that pass."""
+        self._writing_results([entry])
+
+    def _writing_results(self, entries: list[Running]) -> None:
         with self._lock:
-            entry.recording = True
-            self._writing += 1
-        self._worked.append((entry.job, self.loop.time() - entry.began))
-        if len(self._worked) == 1:
+            for entry in entries:
+                entry.recording = True
+            self._writing += len(entries)
+        first = not self._worked
+        now = self.loop.time()
+        self._worked.extend((entry.job, now - entry.began) for entry in entries)
+        if first:
             self.loop.call_soon(self._report_worked)
 
     def _report_worked(self) -> None:

@@ -5,6 +5,7 @@ check what the node passed in and when the work noticed its cancellation flag.
 """
 
 import asyncio
+import threading
 import time
 
 from queueprocessor import job
@@ -95,3 +96,78 @@ def overlapping(calls: list[dict]) -> list[tuple[dict, dict]]:
         and a["started"] < (b["ended"] or now)
         and b["started"] < (a["ended"] or now)
     ]
+
+
+# Batch functions (@job(batch=N)): each call is recorded in BATCHES, in order, as the job ids it was given.
+BATCHES: list[list[int]] = []
+IN_FLIGHT = {"jobs": 0, "most": 0, "keys": set(), "overlaps": []}
+_in_flight = threading.Lock()
+
+
+@job(batch=20, max_attempts=1)
+def batch_each(payloads, contexts):
+    """One entry per job: a payload {"fail": msg} fails its job with ValueError(msg); any other is echoed."""
+    BATCHES.append([c.job_id for c in contexts])
+    return [
+        ValueError(p["fail"]) if isinstance(p, dict) and "fail" in p else {"echo": p, "job": c.job_id}
+        for p, c in zip(payloads, contexts)
+    ]
+
+
+@job(batch=20, max_attempts=3)
+def batch_raise(payloads, contexts):
+    """Fails every job of the call."""
+    BATCHES.append([c.job_id for c in contexts])
+    raise RuntimeError(f"all {len(payloads)} at once")
+
+
+@job(batch=20)
+async def batch_async(payloads, contexts):
+    """An async batch function: returns one value for all."""
+    BATCHES.append([c.job_id for c in contexts])
+    await asyncio.sleep(0)
+    return {"batch": len(payloads)}
+
+
+@job(batch=20)
+def batch_busy(payloads, contexts):
+    """Works 50 ms, counting how many jobs (in IN_FLIGHT, across every node of the process) and which order keys
+    (payload {"key": k}) are inside a call at once; a key in two calls at once, or twice in one, is an overlap."""
+    BATCHES.append([c.job_id for c in contexts])
+    keys = [p["key"] for p in payloads if isinstance(p, dict) and "key" in p]
+    with _in_flight:
+        IN_FLIGHT["jobs"] += len(payloads)
+        IN_FLIGHT["most"] = max(IN_FLIGHT["most"], IN_FLIGHT["jobs"])
+        clash = [k for k in keys if k in IN_FLIGHT["keys"]] + [k for k in set(keys) if keys.count(k) > 1]
+        IN_FLIGHT["overlaps"].extend(clash)
+        IN_FLIGHT["keys"].update(keys)
+    time.sleep(0.05)
+    with _in_flight:
+        IN_FLIGHT["jobs"] -= len(payloads)
+        IN_FLIGHT["keys"].difference_update(keys)
+
+
+@job(batch=20, timeout=0.5, max_attempts=1)
+async def batch_sleep_async(payloads, contexts):
+    """Sleeps until cancelled (its timeout, or every job of it stopped); records that it saw the cancellation."""
+    BATCHES.append([c.job_id for c in contexts])
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        for c in contexts:
+            SEEN[c.job_id] = {"noticed": True, "context": c}  # its flag is set as the cancellation goes up
+        raise
+
+
+@job(batch=20, max_attempts=1)
+def batch_until_cancelled(payloads, contexts):
+    """Works until some job of the call is told to stop (or 10 s pass); records, per job, whether its flag was set;
+    returns a result for each."""
+    BATCHES.append([c.job_id for c in contexts])
+    deadline = time.monotonic() + 10
+    while not any(c.cancelled.is_set() for c in contexts) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # the others' flags, had they been set too
+    for c in contexts:
+        SEEN[c.job_id] = {"cancelled": c.cancelled.is_set()}
+    return [{"job": c.job_id} for c in contexts]

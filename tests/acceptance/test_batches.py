@@ -1,0 +1,230 @@
+"""Batch functions (`@job(batch=N)`): many jobs in one call, each still a job of its own, on PostgreSQL with
+in-process nodes. What is checked is what each job's row and runs say and what the function saw; nothing is
+timed."""
+
+import json
+import threading
+
+import pytest
+from sqlalchemy import func, select
+
+from queueprocessor import job
+from queueprocessor.executors import PythonExecutor
+from queueprocessor.farm import Farm
+from queueprocessor.node.runner import JobRunner
+from queueprocessor.rules.errors import InvalidJob
+from queueprocessor.rules.states import JobState
+from queueprocessor.store.schema import jobs
+from tests.support import pyjobs
+from tests.support.work import FAST, PYJOBS, Nodes, wait_for
+
+pytestmark = pytest.mark.postgres
+
+ENDED = ("succeeded", "failed", "cancelled")
+
+
+@pytest.fixture
+def farm(pg_url):
+    with Farm(pg_url) as the_farm:
+        the_farm.settings(**FAST)
+        yield the_farm
+        the_farm._store.give_back()
+
+
+@pytest.fixture
+def nodes(farm):
+    pyjobs.SEEN.clear()
+    pyjobs.BATCHES.clear()
+    pyjobs.IN_FLIGHT.update(jobs=0, most=0, keys=set(), overlaps=[])
+    started = Nodes(farm)
+    yield started
+    started.stop_all()
+
+
+def ended(farm, ids, timeout=20.0):
+    """The jobs `ids`, once every one of them has ended."""
+
+    def look():
+        found = [farm.job(i) for i in ids]
+        return all(j["state"] in ENDED for j in found) and found
+
+    return wait_for(look, timeout=timeout)
+
+
+def called_with(ids) -> list[list[int]]:
+    """The calls that had any of `ids`, as the job ids each was given."""
+    return [call for call in pyjobs.BATCHES if set(call) & set(ids)]
+
+
+def test_a_returned_list_ends_each_job_of_the_call_by_its_own_entry(farm, nodes):
+    # Enqueued before the node starts: its first claim takes all three, and they are called together.
+    ids = [pyjobs.batch_each.enqueue(farm, p) for p in ({"n": 1}, {"fail": "no good"}, {"n": 3})]
+    nodes("a", capacity=20)
+    first, bad, third = ended(farm, ids)
+    assert called_with(ids) == [ids], "one call for the three"
+    assert first["state"] == third["state"] == "succeeded"
+    assert json.loads(first["runs"][0]["output"]) == {"echo": {"n": 1}, "job": ids[0]}
+    assert json.loads(third["runs"][0]["output"]) == {"echo": {"n": 3}, "job": ids[2]}
+    assert bad["state"] == "failed" and bad["last_error"] == "ValueError: no good"
+    for each in (first, bad, third):  # each its own run, fence and attempt
+        [run] = each["runs"]
+        assert (run["attempt"], run["fence"]) == (1, 1)
+
+
+def test_a_raise_fails_every_job_of_the_call_and_each_retries_by_its_own_max_attempts(farm, nodes):
+    nodes("a", capacity=20)
+    wait_for(lambda: farm.serving("default"))
+    once = pyjobs.batch_raise.enqueue(farm, "once", max_attempts=1)
+    twice = pyjobs.batch_raise.enqueue(farm, "twice", max_attempts=2)
+    thrice = pyjobs.batch_raise.enqueue(farm, "thrice")  # the decorator's 3
+    jobs_ = dict(zip(("once", "twice", "thrice"), ended(farm, [once, twice, thrice], timeout=30)))
+    for name, attempts in (("once", 1), ("twice", 2), ("thrice", 3)):
+        found = jobs_[name]
+        assert found["state"] == "failed", name
+        assert [r["outcome"] for r in found["runs"]] == ["failed"] * attempts, name
+        assert all(r["error"].startswith("RuntimeError: all ") for r in found["runs"]), name
+
+
+def test_a_plain_return_succeeds_every_job_and_a_lone_job_is_not_held_for_a_batch(farm, nodes):
+    """The node never waits for a batch to fill: a job enqueued alone on an idle farm is called alone, by the claim
+    its push brought, and the jobs of one enqueue are called together."""
+    nodes("a", capacity=20)
+    wait_for(lambda: farm.serving("default"))
+    [lone] = farm.enqueue_python(pyjobs.batch_async, "lone")
+    [done] = ended(farm, [lone])
+    assert called_with([lone]) == [[lone]]
+    assert done["state"] == "succeeded" and json.loads(done["runs"][0]["output"]) == {"batch": 1}
+    five = farm.enqueue_python(pyjobs.batch_async, "five", count=5)
+    assert {j["state"] for j in ended(farm, five)} == {"succeeded"}
+    assert called_with(five) == [five]
+
+
+def test_the_runner_calls_a_lone_job_before_any_other_claim_comes(farm):
+    """At the runner: a job submitted alone is called at once, with nothing else ever submitted while it waits (a
+    runner holding it back for a batch to fill would never call it), and the next claim makes a call of its own."""
+    pyjobs.BATCHES.clear()
+    store = farm._store
+    machine = store.register(name="m", host="h", instance="batch-test", pid=1, version="0", capacity=20)
+    spec = farm.python_spec(pyjobs.batch_async, None)
+    store.enqueue(spec)
+    [first] = store.claim(machine, 20, 30.0)
+    runner = JobRunner(store, machine, {"python": PythonExecutor((PYJOBS,))}, store.ask_time, lambda *_: None)
+    runner.start()
+    try:
+        runner.submit(first)
+        wait_for(lambda: pyjobs.BATCHES == [[first.id]])
+        store.enqueue(spec, count=3)
+        three = store.claim(machine, 20, 30.0)
+        runner.submit_many(three)
+        wait_for(lambda: len(pyjobs.BATCHES) == 2)
+        assert pyjobs.BATCHES == [[first.id], [j.id for j in three]]
+        wait_for(lambda: runner.count() == 0)
+    finally:
+        runner.stop()
+    assert {store.get_job(i)["state"] for i in (first.id, *(j.id for j in three))} == {"succeeded"}
+
+
+class RunningSampler:
+    """Samples, from the database, how many jobs of a queue are running, until stopped."""
+
+    def __init__(self, farm: Farm, queue: str):
+        self.counts: list[int] = []
+        self._stop = threading.Event()
+        count = select(func.count()).select_from(jobs).where(jobs.c.queue == queue, jobs.c.state == JobState.RUNNING)
+        self._thread = threading.Thread(target=self._sample, args=(farm, count), daemon=True)
+
+    def _sample(self, farm, count):
+        while not self._stop.wait(0.01):
+            self.counts.append(farm._store.rows(count)[0][0])
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stop.set()
+        self._thread.join()
+
+
+def test_a_farm_wide_limit_of_5_never_has_6_running_with_batches_of_20(farm, nodes):
+    nodes("a", capacity=20)
+    nodes("b", capacity=20)
+    wait_for(lambda: len(farm.serving("default")) == 2)
+    farm.enqueue_python(pyjobs.batch_busy, None, queue="limited")  # makes the queue known, then limit it
+    farm.set_queue("limited", limit=5)
+    with RunningSampler(farm, "limited") as sampler:
+        ids = farm.enqueue_python(pyjobs.batch_busy, None, queue="limited", count=60)
+        done = ended(farm, ids, timeout=60)
+    assert {j["state"] for j in done} == {"succeeded"}
+    assert pyjobs.IN_FLIGHT["most"] <= 5, "never more than the limit inside calls at once, across both nodes"
+    assert max(sampler.counts) <= 5, "nor running, as the database says"
+    assert max(len(call) for call in called_with(ids)) > 1, "the jobs were called in batches"
+
+
+def test_two_jobs_of_one_order_key_are_never_in_flight_at_once_in_one_batch_or_two(farm, nodes):
+    nodes("a", capacity=20)
+    nodes("b", capacity=20)
+    wait_for(lambda: len(farm.serving("default")) == 2)
+    ids = [
+        farm.enqueue_python(pyjobs.batch_busy, {"key": key, "seq": seq}, order_key=f"k{key}")[0]
+        for seq in range(5)
+        for key in range(6)
+    ]
+    done = ended(farm, ids, timeout=60)
+    assert {j["state"] for j in done} == {"succeeded"}
+    assert pyjobs.IN_FLIGHT["overlaps"] == []
+    assert max(len(call) for call in called_with(ids)) > 1, "the jobs were called in batches"
+
+
+def test_a_timeout_ends_every_job_of_the_call_with_the_reason_on_each(farm, nodes):
+    nodes("a", capacity=20)
+    wait_for(lambda: farm.serving("default"))
+    ids = farm.enqueue_python(pyjobs.batch_sleep_async, None, count=3)
+    done = ended(farm, ids)
+    assert called_with(ids) == [ids]
+    for each in done:
+        [run] = each["runs"]
+        assert each["state"] == "failed" and run["outcome"] == "timeout"
+        assert run["error"] == "stopped after its timeout of 0.5 s"
+        seen = pyjobs.SEEN[each["id"]]
+        assert seen["noticed"] and seen["context"].cancelled.is_set(), "the call was cancelled, every flag set"
+
+
+def test_a_cancel_of_one_job_of_a_running_batch_ends_that_job_alone(farm, nodes):
+    """The call is one unit of work: the cancelled job's flag is set, the call goes on for the others, and the
+    cancelled job ends as cancelled when it returns, its entry of the result discarded."""
+    nodes("a", capacity=20)
+    wait_for(lambda: farm.serving("default"))
+    ids = farm.enqueue_python(pyjobs.batch_until_cancelled, None, count=3)
+    wait_for(lambda: called_with(ids))
+    assert farm.cancel(ids[1]) == "cancelling"
+    first, cancelled, third = ended(farm, ids)
+    assert called_with(ids) == [ids]
+    assert [pyjobs.SEEN[i]["cancelled"] for i in ids] == [False, True, False], "only its flag was set"
+    assert first["state"] == third["state"] == "succeeded"
+    assert json.loads(first["runs"][0]["output"]) == {"job": ids[0]}
+    assert cancelled["state"] == "cancelled"
+    [run] = cancelled["runs"]
+    assert run["outcome"] == "cancelled" and run["error"] == "cancelled by an operator" and run["output"] is None
+
+
+def test_an_async_batch_is_cancelled_as_a_whole_once_every_job_of_it_is_cancelled(farm, nodes):
+    nodes("a", capacity=20)
+    wait_for(lambda: farm.serving("default"))
+    ids = farm.enqueue_python(pyjobs.batch_sleep_async, None, count=2, timeout=60)
+    wait_for(lambda: called_with(ids))
+    for job_id in ids:
+        farm.cancel(job_id)
+    done = ended(farm, ids)
+    assert [j["state"] for j in done] == ["cancelled", "cancelled"]
+    for job_id, each in zip(ids, done):
+        seen = pyjobs.SEEN[job_id]
+        assert seen["noticed"] and seen["context"].cancelled.is_set(), "the call was cancelled, every flag set"
+        assert [r["outcome"] for r in each["runs"]] == ["cancelled"]
+
+
+def test_batch_must_be_a_whole_number_of_jobs():
+    for bad in (0, -1, 2.5, True, "10"):
+        with pytest.raises(InvalidJob, match="batch="):
+            job(batch=bad)(pyjobs.noop)
+    assert job(batch=7)(pyjobs.noop).batch == 7 and job(pyjobs.noop).batch is None
