@@ -2,6 +2,8 @@
 
 import time
 
+from queueprocessor import job
+
 
 def noop(payload, context):
     """Does nothing: what is measured is the farm, not the work."""
@@ -21,3 +23,15 @@ def nap(payload, context):
 
 async def noop_async(payload, context):
     """Does nothing, on the node's event loop (an `async def` job)."""
+
+
+# Batch functions: one call for every job a claim brings (up to batch=; a node's --capacity bounds a claim, so
+# with batch at the most a node may hold, --capacity is what sets the size of a call).
+@job(batch=10_000)
+async def noop_batch(payloads, contexts):
+    """Does nothing for a whole batch, on the node's event loop (`async def`)."""
+
+
+@job(batch=10_000)
+def noop_batch_plain(payloads, contexts):
+    """Does nothing for a whole batch, in a worker thread."""

@@ -6,7 +6,7 @@ N jobs is enqueued in one go. The clock runs from the enqueue's commit until
 the orchestrator, polling every 50 ms, sees the queue empty (a system still at
 it after --patience seconds, default 120, is rated by the jobs it finished by
 then). The CPU time the workers and PostgreSQL spent, per job, is printed for
-every system. Three kinds of job:
+every system. Five kinds of job:
 
 - python: a plain no-op function, run in a worker thread, as each system runs
   one: our node calls it in its thread pool; PgQueuer (whose entrypoints must
@@ -18,6 +18,12 @@ every system. Three kinds of job:
   its own process, keep-alive): ours is the node's HTTP executor; the peers'
   tasks use the same client the same way (one aiohttp session, no connection
   cap, no cookies), and read the answer as it does.
+- batch: a batch function, an `async def` no-op called with many jobs at once
+  (ours: `@job(batch=10_000)`, so a node's --capacity, which bounds its claims,
+  sets the size of a call), beside pg-boss's batch handler (`work()` with
+  `batchSize`, one call and one completing statement per batch), the only peer
+  with one; batch-plain: the same as a plain function, in a worker thread.
+  Each job is still enqueued, claimed, leased, fenced and ended on its own.
 
 The systems (--systems), each at one or more settings; the tables name each
 peer's best setting:
@@ -50,6 +56,8 @@ The target: ours at least 1.3x every peer's best.
     python bench/throughput.py --quick    # 2,000 jobs; 1 and 2 processes
     python bench/throughput.py --jobs 100000 --kinds async --processes 1 --concurrency 256 \\
         --systems queueprocessor,graphile,pgbench --graphile batch --ceiling-batches 1000
+    python bench/throughput.py --jobs 100000 --kinds batch --processes 1,2 --concurrency 4000 \\
+        --systems queueprocessor,pgboss,pgbench --ceiling-batches 1000
 """
 
 import argparse
@@ -272,9 +280,23 @@ def configs_of(system: str, args) -> list[Config]:
     ]
 
 
+BATCH_KINDS = ("batch", "batch-plain")  # batch functions: pg-boss's batch handler is the only peer's kind like them
+OUR_TARGETS = {
+    "python": "bench.jobs:noop",
+    "async": "bench.jobs:noop_async",
+    "batch": "bench.jobs:noop_batch",
+    "batch-plain": "bench.jobs:noop_batch_plain",
+}
+
+
 def runs_kind(system: str, kind: str, kinds: list[str]) -> bool:
-    """The Node peers run `async def`-like handlers only; the database alone does not depend on the kind, so it
-    runs once, with the first kind."""
+    """The Node peers run `async def`-like handlers only, and of them only pg-boss has batch handlers; the Python
+    peers and an older tree (--before) have no batch functions; the database alone does not depend on the kind,
+    so it runs once, with the first kind."""
+    if system == "pgboss":  # its batch handler: beside our batch functions, when they run
+        return kind in BATCH_KINDS if set(BATCH_KINDS) & set(kinds) else kind == "async"
+    if kind in BATCH_KINDS:
+        return system in (OURS, THROUGH_PGBOUNCER) or (system == CEILING and kind == kinds[0])
     if system in NODE_PEERS:
         return kind == "async"
     return kind == kinds[0] if system == CEILING else True
@@ -530,7 +552,7 @@ def farm_main(action: str, url: str, kind: str, count: int) -> None:
             if kind == "http":
                 farm.enqueue_http("/", count=count)
             else:
-                farm.enqueue_python("bench.jobs:noop" if kind == "python" else "bench.jobs:noop_async", count=count)
+                farm.enqueue_python(OUR_TARGETS[kind], count=count)
             print(time.monotonic(), flush=True)  # committed
     finally:
         farm.close()
@@ -834,7 +856,7 @@ def main() -> None:
         type=numbers,
         help="comma-separated concurrencies for PgQueuer and Procrastinate (default: --concurrency)",
     )
-    parser.add_argument("--kinds", default="python,async,http")
+    parser.add_argument("--kinds", default="python,async,http,batch", help="python, async, http, batch, batch-plain")
     parser.add_argument(
         "--systems",
         default=",".join(SYSTEMS),
