@@ -291,12 +291,12 @@ OUR_TARGETS = {
 
 def runs_kind(system: str, kind: str, kinds: list[str]) -> bool:
     """The Node peers run `async def`-like handlers only, and of them only pg-boss has batch handlers; the Python
-    peers and an older tree (--before) have no batch functions; the database alone does not depend on the kind,
-    so it runs once, with the first kind."""
+    peers have no batch functions (nor has a tree older than them: --before fails there); the database alone does
+    not depend on the kind, so it runs once, with the first kind."""
     if system == "pgboss":  # its batch handler: beside our batch functions, when they run
         return kind in BATCH_KINDS if set(BATCH_KINDS) & set(kinds) else kind == "async"
     if kind in BATCH_KINDS:
-        return system in (OURS, THROUGH_PGBOUNCER) or (system == CEILING and kind == kinds[0])
+        return system in OUR_SYSTEMS or (system == CEILING and kind == kinds[0])
     if system in NODE_PEERS:
         return kind == "async"
     return kind == kinds[0] if system == CEILING else True
