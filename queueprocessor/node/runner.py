@@ -52,10 +52,6 @@ RECORD_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 # least as many jobs are still at work: slow jobs (HTTP) end a few at a time, and each write has a fixed cost.
 LINGER = 0.005
 LINGER_UNTIL = 16
-# A write under way while this many more results wait (a batch function's call ended, a claim's worth of fast jobs)
-# starts a second one beside it: the finishes of a backlog are the longest statement a busy node makes, and two at
-# once keep the database's cores busy while the claims go on. Each finish is guarded by its own fence, as ever.
-SECOND_WRITER = 500
 # How long a stopping runner lets the jobs it still holds end and their results be written (a stopped job's task,
 # a write under way or waiting to try again) before it closes its loop.
 LAST_WRITE = 5.0
@@ -611,27 +607,21 @@ class JobRunner:
 
 class Recorder:
     """Group commit, on the runner's loop: results that arrive while one batch is being written go
-    together in the next, so a busy node writes many results per transaction and an idle one waits for none.
-    When SECOND_WRITER results pile up behind a write under way, a second writer writes them beside it."""
+    together in the next, so a busy node writes many results per transaction and an idle one waits for none."""
 
     def __init__(self, runner: JobRunner):
         self.runner = runner
         self.waiting: list[Running] = []  # ended, their `ending` not written yet
-        self.writers = 0  # writers (_write) under way: one, or two while a backlog's results pile up
-        self.in_statement = 0  # of them, those whose statement is under way
-        self.task: asyncio.Task | None = None  # the newest writer
+        self.busy = False
+        self.task: asyncio.Task | None = None  # the writer (_write), while busy
         self._lingering: asyncio.Future | None = None  # resolved when the linger is over (see _linger)
-
-    @property
-    def busy(self) -> bool:
-        return self.writers > 0
 
     def record(self, entry: Running) -> None:
         """Write `entry.ending` with the next batch. Nobody waits for it: the writer tries again by itself while
         the database is away, and the job leaves `running` (its lease no longer renewed) once it is written."""
         self.waiting.append(entry)
-        if not self.writers or (self.writers == 1 and self.in_statement == 1 and len(self.waiting) == SECOND_WRITER):
-            self.writers += 1
+        if not self.busy:
+            self.busy = True
             self.task = self.runner.loop.create_task(self._write())
         elif len(self.waiting) >= LINGER_UNTIL:
             self._linger_over()
@@ -652,17 +642,12 @@ class Recorder:
     async def _write(self) -> None:
         try:
             while self.waiting:
-                if len(self.waiting) < LINGER_UNTIL and self.runner.working() >= LINGER_UNTIL and self.writers == 1:
+                if len(self.waiting) < LINGER_UNTIL and self.runner.working() >= LINGER_UNTIL:
                     await self._linger()
                 batch, self.waiting = self.waiting, []
                 loop = self.runner.loop
-                self.in_statement += 1
-                try:
-                    again = await loop.run_in_executor(None, self.runner._record_many, batch)
-                finally:
-                    self.in_statement -= 1
-                for entry in again:
+                for entry in await loop.run_in_executor(None, self.runner._record_many, batch):
                     loop.call_later(RECORD_RETRIES[entry.tries], self.record, entry)
                     entry.tries += 1
         finally:
-            self.writers -= 1
+            self.busy = False
