@@ -617,7 +617,10 @@ def cpu_of(pids: list[int]) -> float:
     """CPU seconds used so far by these processes and the children they have reaped (PostgreSQL's backends)."""
     total = 0.0
     for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # a backend that exited since it was listed: its CPU is its parent's cutime now
+            continue
         total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     return total
 
