@@ -345,9 +345,10 @@ class JobRunner:
     def _batch_size(self, entry: Running, now: float) -> int | None:
         """How many jobs one call of this job's function takes, if it may start now in a batch (0: it runs on its
         own; None: its executor must prepare its target first). What must wait first (its time, an older run of it)
-        or need not run (stopped, exhausted) goes alone, through _execute."""
+        or need not run (stopped, exhausted) goes alone, through _execute, and so does a singleton: it runs until
+        stopped, and would hold the others' ends back (a batch function's singleton is a batch of one)."""
         job, prior = entry.job, entry.prior
-        if entry.stop_reason is not None or job.exhausted or job.run_at > now:
+        if entry.stop_reason is not None or job.exhausted or job.run_at > now or job.kind == Kind.SINGLETON:
             return 0
         if prior is not None:
             if prior.task is None or not prior.task.done():

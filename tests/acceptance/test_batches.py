@@ -228,3 +228,31 @@ def test_batch_must_be_a_whole_number_of_jobs():
         with pytest.raises(InvalidJob, match="batch="):
             job(batch=bad)(pyjobs.noop)
     assert job(batch=7)(pyjobs.noop).batch == 7 and job(pyjobs.noop).batch is None
+
+
+def test_a_lost_lease_of_one_job_of_a_running_batch_hands_that_job_back_alone(farm):
+    """At the runner, as its heartbeat does when a renewal misses one run: that job's flag is set, the call goes on
+    for the others, and once it returns the lost job is handed back (no attempt spent), its result discarded."""
+    pyjobs.BATCHES.clear()
+    pyjobs.SEEN.clear()
+    store = farm._store
+    machine = store.register(name="m", host="h", instance="batch-test", pid=1, version="0", capacity=20)
+    store.enqueue(farm.python_spec(pyjobs.batch_until_cancelled, None), count=3)
+    claimed = store.claim(machine, 20, 30.0)
+    runner = JobRunner(store, machine, {"python": PythonExecutor((PYJOBS,))}, store.ask_time, lambda *_: None)
+    runner.start()
+    try:
+        runner.submit_many(claimed)
+        wait_for(lambda: pyjobs.BATCHES)
+        lost = claimed[1]
+        assert runner.stop_job((lost.id, lost.fence), "lost")
+        wait_for(lambda: runner.count() == 0)
+    finally:
+        runner.stop()
+    assert pyjobs.BATCHES == [[j.id for j in claimed]]
+    assert [pyjobs.SEEN[j.id]["cancelled"] for j in claimed] == [False, True, False]
+    first, back, third = (farm.job(j.id) for j in claimed)
+    assert first["state"] == third["state"] == "succeeded"
+    assert back["state"] == "queued" and back["attempts"] == 0, "handed back, no attempt spent"
+    [run] = back["runs"]
+    assert run["outcome"] == "lost" and run["output"] is None
