@@ -336,7 +336,7 @@ class JobRunner:
         claim start, together if it is a batch function; if it cannot be looked at, each runs (and fails) alone."""
         try:
             await executor.prepare(target)
-        except Exception:  # said by each job's own run
+        except (Exception, asyncio.CancelledError):  # said by each job's own run; cancelled: the runner is closing
             for entry in entries:
                 entry.task = self.loop.create_task(self._execute(entry))
             return
