@@ -111,7 +111,9 @@ def _payloads(jobs: list[Claimed]) -> list[object]:
     return [json.loads(job.payload) if job.payload else None for job in jobs]
 
 
-def _call_batch(function, jobs: list[Claimed], contexts: list[JobContext]) -> list[str | None | JobFailed]:
+def _call_batch(
+    function: Callable[..., Any], jobs: list[Claimed], contexts: list[JobContext]
+) -> list[str | None | JobFailed]:
     try:
         result = function(_payloads(jobs), contexts)
     except Exception as error:
@@ -140,7 +142,7 @@ class PythonExecutor(Executor):
     async def prepare(self, target: str) -> None:
         await self._resolved(target)
 
-    async def _resolved(self, target: str) -> tuple[Callable, bool, int]:
+    async def _resolved(self, target: str) -> tuple[Callable[..., Any], bool, int]:
         if self._threads is None:
             self._threads = Threads(asyncio.get_running_loop(), self.workers, "qp-python")
         known = self._functions.get(target)
@@ -193,7 +195,7 @@ class PythonExecutor(Executor):
         return await self._batch(function, is_async, jobs, contexts)
 
     async def _batch(
-        self, function: Callable, is_async: bool, jobs: list[Claimed], contexts: list[JobContext]
+        self, function: Callable[..., Any], is_async: bool, jobs: list[Claimed], contexts: list[JobContext]
     ) -> list[str | None | JobFailed]:
         """One call of a batch function with `jobs`. Cancelled (a timeout, or every one of its jobs stopped): every
         flag is set; a plain function's call is waited for as run() waits for one job's."""

@@ -378,7 +378,7 @@ class JobRunner:
                 return
         job = batch[0].job
         results: list[str | None | JobFailed] | None = None
-        failure: tuple[str, str | None, str | None, bool] | None = None
+        failure: tuple[Outcome, str | None, str | None, bool] | None = None
         try:
             executor = executor_for(self.executors, job.executor)
             coro = executor.run_batch([entry.job for entry in batch], [entry.context for entry in batch])
@@ -401,7 +401,7 @@ class JobRunner:
         self,
         batch: list[Running],
         results: list[str | None | JobFailed] | None,
-        failure: tuple[str, str | None, str | None, bool] | None,
+        failure: tuple[Outcome, str | None, str | None, bool] | None,
     ) -> None:
         """Each job of a batch's ending: stopped (whatever the call did), else `failure` for all, else its own
         entry of `results`; no results and no failure: the call was cancelled, and each ends by its stop."""
@@ -614,8 +614,8 @@ class Recorder:
         self.runner = runner
         self.waiting: list[Running] = []  # ended, their `ending` not written yet
         self.busy = False
-        self.task: asyncio.Task | None = None  # the writer (_write), while busy
-        self._lingering: asyncio.Future | None = None  # resolved when the linger is over (see _linger)
+        self.task: asyncio.Task[None] | None = None  # the writer (_write), while busy
+        self._lingering: asyncio.Future[None] | None = None  # resolved when the linger is over (see _linger)
 
     def record(self, entry: Running) -> None:
         """Write `entry.ending` with the next batch. Nobody waits for it: the writer tries again by itself while
