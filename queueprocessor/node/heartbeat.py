@@ -21,7 +21,8 @@ from ..store.queues import QueueStore
 from ..store.roster import FarmRead, RosterStore
 from ..store.stores import Store
 from .config import NodeConfig
-from .runner import JobRunner, RunKey
+from .runner import JobRunner
+from .runs import RunKey
 from .tally import Tally
 from .turn_timer import TurnTimer
 

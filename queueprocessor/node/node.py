@@ -293,7 +293,7 @@ class Node:
 
     def stop(self, drain: bool = True, timeout: float | None = None, reason: str = "exit") -> None:
         """Leave the farm. With `drain`, finish running jobs first; otherwise hand them back without spending
-        an attempt, saying why (`reason`: see runner.STOPPED; the default is the operator's exit).
+        an attempt, saying why (`reason`: see runs.STOPPED; the default is the operator's exit).
 
         Safe to call again while stopping: a later call without `drain` cuts a
         drain short (the operator's second Ctrl-C), then both return when stopped.

@@ -10,7 +10,7 @@ stoppable until its own end is written. The newer run starts its work only once 
 so this machine never runs one job twice at once either.
 
 A batch function's jobs (`@job(batch=N)`) that a claim brings together are run by one call, in one task
-(_execute_batch), grouped by target and timeout, up to N at a time; each keeps its own entry, lease, fence,
+(batches.Batches), grouped by target and timeout, up to N at a time; each keeps its own entry, lease, fence,
 attempt and end. Nothing waits for a batch to fill: a batch is what one claim brought, so a lone job starts at
 once, in a batch of one. The call is one unit of work: stopping one of its jobs (a cancel, a lost lease) sets that
 job's flag, and the job ends as stopped once the call returns, its result discarded; the call itself is cancelled
@@ -30,19 +30,12 @@ from ..rules.logs import about
 from ..rules.states import Kind, Outcome
 from ..store.stores import Store
 from ..store.types import Claimed, Ending
+from .batches import Batches
+from .runs import LOST_LEASE, STOPPED, RunKey, Running
 from .tally import Tally
-
-RunKey = tuple[int, int]  # (job id, fence): one run of a job, as every write of it is guarded
 
 log = logging.getLogger("queueprocessor.runner")
 
-# Errors recorded for work this node stopped on purpose (any other stop: the lease was lost).
-STOPPED: dict[str | None, str] = {
-    Outcome.CANCELLED: "cancelled by an operator",
-    "released": "handed back: its machine is leaving the farm",
-    "exit": "handed back unfinished: the operator stopped its machine (no attempt spent)",
-}
-LOST_LEASE = "stopped: this machine lost its lease"
 SINGLETON_SETTLED = 10.0  # seconds a singleton must run before it counts as having started well
 # Pauses between tries to write a result while the database is away (a restart, a failover): the job
 # stays ours meanwhile, its lease renewed by every heartbeat that gets through, so a finished job is
@@ -63,44 +56,6 @@ def backoff(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
     together spread out, yet no retry comes at once."""
     step: float = min(cap, base * 2 ** (attempt - 1))
     return random.uniform(0.5, 1.0) * step
-
-
-class Running:
-    """A job this node holds, from its claim until its end is written (a busy node makes thousands a second:
-    slots, and its ending kept here rather than in an object of its own)."""
-
-    __slots__ = (
-        "job",
-        "key",
-        "context",
-        "task",
-        "stop_reason",
-        "recording",
-        "begun",
-        "leased_at",
-        "started",
-        "began",
-        "ending",
-        "tries",
-        "prior",
-        "batch",
-    )
-
-    def __init__(self, job: Claimed, context: JobContext, leased_at: float = float("-inf")):
-        self.job = job
-        self.key: RunKey = (job.id, job.fence)
-        self.context = context
-        self.task: asyncio.Task[None] | None = None
-        self.stop_reason: str | None = None  # why we cancelled it: CANCELLED, LOST, "released" or "exit"
-        self.recording = False  # the work is over; only its result is being written
-        self.begun = False  # _execute has started, so a cancellation reaches its handlers
-        self.leased_at = leased_at  # monotonic send time of its claim or of the last renewal that renewed it
-        self.started = 0.0
-        self.began = 0.0  # the loop's (monotonic) time at `started`: its work's duration is measured from here
-        self.ending: tuple[Outcome, str | None, str | None, bool] | None = None  # (outcome, error, output, final)
-        self.tries = 0  # writes of its ending that the database was away for
-        self.prior: Running | None = None  # this machine's older run of the same job, still held at our claim
-        self.batch: list[Running] | None = None  # the runs of its batch function's call (one task: `task`), if any
 
 
 class JobRunner:
@@ -140,6 +95,7 @@ class JobRunner:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._serve, name="qp-runner", daemon=True)
         self.recorder = Recorder(self)
+        self.batches = Batches(self)
 
     def start(self) -> None:
         self.thread.start()
@@ -303,124 +259,7 @@ class JobRunner:
         now, began = self.db_now(), self.loop.time()
         for entry in entries:
             entry.started, entry.began = now, began
-        self._launch(entries, now)
-
-    def _launch(self, entries: list[Running], now: float, prepared: bool = False) -> None:
-        batches: dict[tuple[str, str, float | None], list[Running]] = {}
-        unknown: dict[tuple[str, str], list[Running]] = {}  # targets whose executor must look at them first
-        for entry in entries:
-            size = self._batch_size(entry, now)
-            if size is None and prepared:
-                size = 0
-            if size is None:
-                unknown.setdefault((entry.job.executor, entry.job.target), []).append(entry)
-                continue
-            if not size:
-                entry.task = self.loop.create_task(self._execute(entry))
-                continue
-            job = entry.job
-            key = (job.executor, job.target, job.timeout)
-            batch = batches.setdefault(key, [])
-            batch.append(entry)
-            if len(batch) == size:
-                self._launch_batch(batches.pop(key))
-        for batch in batches.values():
-            self._launch_batch(batch)
-        for (name, target), waiting in unknown.items():
-            task = self.loop.create_task(self._prepare(self.executors[name], target, waiting))
-            for entry in waiting:
-                entry.task = task  # until launched: a newer run of its job waits for it (see _after_prior)
-
-    async def _prepare(self, executor: Executor, target: str, entries: list[Running]) -> None:
-        """A target this node has not run yet: its executor looks at it once (imports it), then its jobs of this
-        claim start, together if it is a batch function; if it cannot be looked at, each runs (and fails) alone."""
-        try:
-            await executor.prepare(target)
-        except (Exception, asyncio.CancelledError):  # said by each job's own run; cancelled: the runner is closing
-            for entry in entries:
-                entry.task = self.loop.create_task(self._execute(entry))
-            return
-        self._launch(entries, self.db_now(), prepared=True)
-
-    def _batch_size(self, entry: Running, now: float) -> int | None:
-        """How many jobs one call of this job's function takes, if it may start now in a batch (0: it runs on its
-        own; None: its executor must prepare its target first). What must wait first (its time, an older run of it)
-        or need not run (stopped, exhausted) goes alone, through _execute, and so does a singleton: it runs until
-        stopped, and would hold the others' ends back (a batch function's singleton is a batch of one)."""
-        job, prior = entry.job, entry.prior
-        if entry.stop_reason is not None or job.exhausted or job.run_at > now or job.kind == Kind.SINGLETON:
-            return 0
-        if prior is not None:
-            if prior.task is None or not prior.task.done():
-                return 0
-            entry.prior = None
-        executor = self.executors.get(job.executor)
-        return executor.batch_size(job.target) if executor is not None else 0
-
-    def _launch_batch(self, batch: list[Running]) -> None:
-        task = self.loop.create_task(self._execute_batch(batch))
-        for entry in batch:
-            entry.task, entry.batch = task, batch
-
-    async def _execute_batch(self, batch: list[Running]) -> None:
-        """One call of a batch function for `batch`'s jobs; each ends on its own: by its entry of the call's
-        result, all by the call's error or timeout, or, if it was stopped meanwhile, as stopped (its entry of the
-        result discarded)."""
-        for entry in batch:
-            entry.begun = True
-        stopped = [entry for entry in batch if entry.stop_reason is not None]  # between its claim and now
-        if stopped:
-            self._end_batch(stopped, None, None)
-            batch = [entry for entry in batch if entry.stop_reason is None]
-            for entry in batch:
-                entry.batch = batch
-            if not batch:
-                return
-        job = batch[0].job
-        results: list[str | None | JobFailed] | None = None
-        failure: tuple[Outcome, str | None, str | None, bool] | None = None
-        try:
-            executor = executor_for(self.executors, job.executor)
-            coro = executor.run_batch([entry.job for entry in batch], [entry.context for entry in batch])
-            results = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
-        except TimeoutError:
-            for entry in batch:
-                entry.context.cancelled.set()
-            failure = Outcome.TIMEOUT, f"stopped after its timeout of {job.timeout:g} s", None, False
-        except asyncio.CancelledError:  # every job of it was stopped (or the runner is closing): each ends as such
-            failure = None
-        except JobFailed as exc:
-            failure = Outcome.FAILED, str(exc), exc.output, exc.permanent
-        except QPError as exc:
-            failure = Outcome.FAILED, str(exc), None, True
-        except Exception as exc:  # a bad batch fails alone; the node goes on
-            failure = Outcome.FAILED, f"{type(exc).__name__}: {exc}", None, False
-        self._end_batch(batch, results, failure)
-
-    def _end_batch(
-        self,
-        batch: list[Running],
-        results: list[str | None | JobFailed] | None,
-        failure: tuple[Outcome, str | None, str | None, bool] | None,
-    ) -> None:
-        """Each job of a batch's ending: stopped (whatever the call did), else `failure` for all, else its own
-        entry of `results`; no results and no failure: the call was cancelled, and each ends by its stop."""
-        for index, entry in enumerate(batch):
-            if entry.stop_reason is not None or (failure is None and results is None):
-                outcome = Outcome.CANCELLED if entry.stop_reason == Outcome.CANCELLED else Outcome.LOST
-                entry.ending = outcome, STOPPED.get(entry.stop_reason, LOST_LEASE), None, False
-            elif failure is not None:
-                entry.ending = failure
-            else:
-                assert results is not None
-                result = results[index]
-                if isinstance(result, JobFailed):
-                    entry.ending = Outcome.FAILED, str(result), result.output, result.permanent
-                else:
-                    entry.ending = Outcome.SUCCEEDED, None, result, False
-        self._writing_results(batch)
-        for entry in batch:
-            self.recorder.record(entry)
+        self.batches.launch(entries, now)
 
     async def _execute(self, entry: Running) -> None:
         job = entry.job

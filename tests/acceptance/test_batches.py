@@ -104,24 +104,24 @@ def test_the_runner_calls_a_lone_job_before_any_other_claim_comes(farm):
     runner holding it back for a batch to fill would never call it), and the next claim makes a call of its own."""
     pyjobs.BATCHES.clear()
     store = farm._store
-    machine = store.register(name="m", host="h", instance="batch-test", pid=1, version="0", capacity=20)
+    machine = store.machines.register(name="m", host="h", instance="batch-test", pid=1, version="0", capacity=20)
     spec = farm.python_spec(pyjobs.batch_async, None)
-    store.enqueue(spec)
-    [first] = store.claim(machine, 20, 30.0)
+    store.jobs.enqueue(spec)
+    [first] = store.jobs.claim(machine, 20, 30.0)
     runner = JobRunner(store, machine, {"python": PythonExecutor((PYJOBS,))}, store.ask_time, lambda *_: None)
     runner.start()
     try:
         runner.submit(first)
         wait_for(lambda: pyjobs.BATCHES == [[first.id]])
-        store.enqueue(spec, count=3)
-        three = store.claim(machine, 20, 30.0)
+        store.jobs.enqueue(spec, count=3)
+        three = store.jobs.claim(machine, 20, 30.0)
         runner.submit_many(three)
         wait_for(lambda: len(pyjobs.BATCHES) == 2)
         assert pyjobs.BATCHES == [[first.id], [j.id for j in three]]
         wait_for(lambda: runner.count() == 0)
     finally:
         runner.stop()
-    assert {store.get_job(i)["state"] for i in (first.id, *(j.id for j in three))} == {"succeeded"}
+    assert {store.jobs.get(i)["state"] for i in (first.id, *(j.id for j in three))} == {"succeeded"}
 
 
 class RunningSampler:
@@ -236,9 +236,9 @@ def test_a_lost_lease_of_one_job_of_a_running_batch_hands_that_job_back_alone(fa
     pyjobs.BATCHES.clear()
     pyjobs.SEEN.clear()
     store = farm._store
-    machine = store.register(name="m", host="h", instance="batch-test", pid=1, version="0", capacity=20)
-    store.enqueue(farm.python_spec(pyjobs.batch_until_cancelled, None), count=3)
-    claimed = store.claim(machine, 20, 30.0)
+    machine = store.machines.register(name="m", host="h", instance="batch-test", pid=1, version="0", capacity=20)
+    store.jobs.enqueue(farm.python_spec(pyjobs.batch_until_cancelled, None), count=3)
+    claimed = store.jobs.claim(machine, 20, 30.0)
     runner = JobRunner(store, machine, {"python": PythonExecutor((PYJOBS,))}, store.ask_time, lambda *_: None)
     runner.start()
     try:

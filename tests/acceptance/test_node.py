@@ -7,7 +7,8 @@ from sqlalchemy import exc
 
 from queueprocessor.executors import JobContext
 from queueprocessor.farm import Farm
-from queueprocessor.node.runner import STOPPED, JobRunner, Running
+from queueprocessor.node.runner import JobRunner
+from queueprocessor.node.runs import STOPPED, Running
 from queueprocessor.rules.clock import SystemClock
 from queueprocessor.rules.errors import ConfigError
 from queueprocessor.rules.roster import slot_of

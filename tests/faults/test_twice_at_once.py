@@ -15,7 +15,8 @@ from queueprocessor.executors.http import HttpExecutor
 from queueprocessor.executors.python import PythonExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.config import NodeConfig
-from queueprocessor.node.runner import STOPPED, JobRunner, Running
+from queueprocessor.node.runner import JobRunner
+from queueprocessor.node.runs import STOPPED, Running
 from queueprocessor.rules.states import Kind, Outcome
 from queueprocessor.store.types import Claimed, JobSpec
 from tests.support import pyjobs

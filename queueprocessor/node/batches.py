@@ -1,0 +1,143 @@
+"""Starting a claim's jobs: each on its own, or a batch function's together, one call for up to its batch size.
+
+A batch function's jobs (`@job(batch=N)`) that a claim brings together are run by one call, in one task, grouped
+by target and timeout; each keeps its own entry (see runs.Running), lease, fence, attempt and end. Nothing waits
+for a batch to fill: a lone job starts at once, in a batch of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from ..executors import Executor, JobFailed, executor_for
+from ..rules.errors import QPError
+from ..rules.states import Kind, Outcome
+from .runs import LOST_LEASE, STOPPED, Running
+
+if TYPE_CHECKING:
+    from .runner import JobRunner
+
+
+class Batches:
+    """The runner's launcher, on its loop: what it starts, and how a batch's call ends each of its jobs."""
+
+    def __init__(self, runner: JobRunner):
+        self.runner = runner
+
+    def launch(self, entries: list[Running], now: float, prepared: bool = False) -> None:
+        batches: dict[tuple[str, str, float | None], list[Running]] = {}
+        unknown: dict[tuple[str, str], list[Running]] = {}  # targets whose executor must look at them first
+        for entry in entries:
+            size = self._batch_size(entry, now)
+            if size is None and prepared:
+                size = 0
+            if size is None:
+                unknown.setdefault((entry.job.executor, entry.job.target), []).append(entry)
+                continue
+            if not size:
+                entry.task = self.runner.loop.create_task(self.runner._execute(entry))
+                continue
+            job = entry.job
+            key = (job.executor, job.target, job.timeout)
+            batch = batches.setdefault(key, [])
+            batch.append(entry)
+            if len(batch) == size:
+                self._launch_batch(batches.pop(key))
+        for batch in batches.values():
+            self._launch_batch(batch)
+        for (name, target), waiting in unknown.items():
+            task = self.runner.loop.create_task(self._prepare(self.runner.executors[name], target, waiting))
+            for entry in waiting:
+                entry.task = task  # until launched: a newer run of its job waits for it (see _after_prior)
+
+    async def _prepare(self, executor: Executor, target: str, entries: list[Running]) -> None:
+        """A target this node has not run yet: its executor looks at it once (imports it), then its jobs of this
+        claim start, together if it is a batch function; if it cannot be looked at, each runs (and fails) alone."""
+        try:
+            await executor.prepare(target)
+        except (Exception, asyncio.CancelledError):  # said by each job's own run; cancelled: the runner is closing
+            for entry in entries:
+                entry.task = self.runner.loop.create_task(self.runner._execute(entry))
+            return
+        self.launch(entries, self.runner.db_now(), prepared=True)
+
+    def _batch_size(self, entry: Running, now: float) -> int | None:
+        """How many jobs one call of this job's function takes, if it may start now in a batch (0: it runs on its
+        own; None: its executor must prepare its target first). What must wait first (its time, an older run of it)
+        or need not run (stopped, exhausted) goes alone, through _execute, and so does a singleton: it runs until
+        stopped, and would hold the others' ends back (a batch function's singleton is a batch of one)."""
+        job, prior = entry.job, entry.prior
+        if entry.stop_reason is not None or job.exhausted or job.run_at > now or job.kind == Kind.SINGLETON:
+            return 0
+        if prior is not None:
+            if prior.task is None or not prior.task.done():
+                return 0
+            entry.prior = None
+        executor = self.runner.executors.get(job.executor)
+        return executor.batch_size(job.target) if executor is not None else 0
+
+    def _launch_batch(self, batch: list[Running]) -> None:
+        task = self.runner.loop.create_task(self._execute_batch(batch))
+        for entry in batch:
+            entry.task, entry.batch = task, batch
+
+    async def _execute_batch(self, batch: list[Running]) -> None:
+        """One call of a batch function for `batch`'s jobs; each ends on its own: by its entry of the call's
+        result, all by the call's error or timeout, or, if it was stopped meanwhile, as stopped (its entry of the
+        result discarded)."""
+        for entry in batch:
+            entry.begun = True
+        stopped = [entry for entry in batch if entry.stop_reason is not None]  # between its claim and now
+        if stopped:
+            self._end_batch(stopped, None, None)
+            batch = [entry for entry in batch if entry.stop_reason is None]
+            for entry in batch:
+                entry.batch = batch
+            if not batch:
+                return
+        job = batch[0].job
+        results: list[str | None | JobFailed] | None = None
+        failure: tuple[Outcome, str | None, str | None, bool] | None = None
+        try:
+            executor = executor_for(self.runner.executors, job.executor)
+            coro = executor.run_batch([entry.job for entry in batch], [entry.context for entry in batch])
+            results = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
+        except TimeoutError:
+            for entry in batch:
+                entry.context.cancelled.set()
+            failure = Outcome.TIMEOUT, f"stopped after its timeout of {job.timeout:g} s", None, False
+        except asyncio.CancelledError:  # every job of it was stopped (or the runner is closing): each ends as such
+            failure = None
+        except JobFailed as exc:
+            failure = Outcome.FAILED, str(exc), exc.output, exc.permanent
+        except QPError as exc:
+            failure = Outcome.FAILED, str(exc), None, True
+        except Exception as exc:  # a bad batch fails alone; the node goes on
+            failure = Outcome.FAILED, f"{type(exc).__name__}: {exc}", None, False
+        self._end_batch(batch, results, failure)
+
+    def _end_batch(
+        self,
+        batch: list[Running],
+        results: list[str | None | JobFailed] | None,
+        failure: tuple[Outcome, str | None, str | None, bool] | None,
+    ) -> None:
+        """Each job of a batch's ending: stopped (whatever the call did), else `failure` for all, else its own
+        entry of `results`; no results and no failure: the call was cancelled, and each ends by its stop."""
+        for index, entry in enumerate(batch):
+            if entry.stop_reason is not None or (failure is None and results is None):
+                outcome = Outcome.CANCELLED if entry.stop_reason == Outcome.CANCELLED else Outcome.LOST
+                entry.ending = outcome, STOPPED.get(entry.stop_reason, LOST_LEASE), None, False
+            elif failure is not None:
+                entry.ending = failure
+            else:
+                assert results is not None
+                result = results[index]
+                if isinstance(result, JobFailed):
+                    entry.ending = Outcome.FAILED, str(result), result.output, result.permanent
+                else:
+                    entry.ending = Outcome.SUCCEEDED, None, result, False
+        self.runner._writing_results(batch)
+        for entry in batch:
+            self.runner.recorder.record(entry)

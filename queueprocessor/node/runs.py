@@ -1,0 +1,55 @@
+"""A run this node holds: one job under one fence, from its claim until its end is written (see runner)."""
+
+import asyncio
+
+from ..executors import JobContext
+from ..rules.states import Outcome
+from ..store.types import Claimed
+
+RunKey = tuple[int, int]  # (job id, fence): one run of a job, as every write of it is guarded
+
+# Errors recorded for work this node stopped on purpose (any other stop: the lease was lost).
+STOPPED: dict[str | None, str] = {
+    Outcome.CANCELLED: "cancelled by an operator",
+    "released": "handed back: its machine is leaving the farm",
+    "exit": "handed back unfinished: the operator stopped its machine (no attempt spent)",
+}
+LOST_LEASE = "stopped: this machine lost its lease"
+
+
+class Running:
+    """A job this node holds, from its claim until its end is written (a busy node makes thousands a second:
+    slots, and its ending kept here rather than in an object of its own)."""
+
+    __slots__ = (
+        "job",
+        "key",
+        "context",
+        "task",
+        "stop_reason",
+        "recording",
+        "begun",
+        "leased_at",
+        "started",
+        "began",
+        "ending",
+        "tries",
+        "prior",
+        "batch",
+    )
+
+    def __init__(self, job: Claimed, context: JobContext, leased_at: float = float("-inf")):
+        self.job = job
+        self.key: RunKey = (job.id, job.fence)
+        self.context = context
+        self.task: asyncio.Task[None] | None = None
+        self.stop_reason: str | None = None  # why we cancelled it: CANCELLED, LOST, "released" or "exit"
+        self.recording = False  # the work is over; only its result is being written
+        self.begun = False  # _execute has started, so a cancellation reaches its handlers
+        self.leased_at = leased_at  # monotonic send time of its claim or of the last renewal that renewed it
+        self.started = 0.0
+        self.began = 0.0  # the loop's (monotonic) time at `started`: its work's duration is measured from here
+        self.ending: tuple[Outcome, str | None, str | None, bool] | None = None  # (outcome, error, output, final)
+        self.tries = 0  # writes of its ending that the database was away for
+        self.prior: Running | None = None  # this machine's older run of the same job, still held at our claim
+        self.batch: list[Running] | None = None  # the runs of its batch function's call (one task: `task`), if any
