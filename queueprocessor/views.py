@@ -82,7 +82,9 @@ def upcoming_slots(
     return [(slot, slot_owner(ids, slot)) for slot in range(first, last + 1)] if ids else []
 
 
-def read_schedules(store: Store, now: float, known: Occurrences | None = None) -> list[dict[str, Any]]:
+def read_schedules(
+    store: Store, now: float, known: Occurrences | None = None, period: float = 0.0
+) -> list[dict[str, Any]]:
     """Every schedule by name, with `recurrence` (as text), `next_at` (its next occurrence after `now`, None
     while paused) and its last occurrence: `last_at`, and that job's `last_job`, `last_state`, `last_machine`,
     `last_finished` and `last_error` (all None before its first occurrence; the job's fields None if that
@@ -90,7 +92,8 @@ def read_schedules(store: Store, now: float, known: Occurrences | None = None) -
 
     The last occurrence is the last one before both `now` and the first not yet made into a job; its job is
     found by its unique key (name@occurrence), not by scanning the jobs. `known`, a dict kept between calls,
-    keeps each schedule's occurrences until the next one comes, so a poll does not ask croniter again.
+    keeps each schedule's occurrences until the next one comes, so a poll does not ask croniter again. `period`:
+    the farm's, within which of its creation a schedule makes no occurrence (rules.schedules.first_occurrence).
     """
     rows = schedule_rows(store)
     known = {} if known is None else known
@@ -101,7 +104,7 @@ def read_schedules(store: Store, now: float, known: Occurrences | None = None) -
         what = (row["name"], row["cron"], row["tz"], row["every"], row["next_run"])
         last, upcoming = known.get(what) or (None, -math.inf)
         if now >= upcoming:
-            upcoming = recurrence.after(now)
+            upcoming = recurrence.after(max(now, row["created_at"] + period))
             last = recurrence.before(min(row["next_run"], upcoming))
         fresh[what] = (last, upcoming)
         row.update(
@@ -121,8 +124,8 @@ def read_schedules(store: Store, now: float, known: Occurrences | None = None) -
     for key, *job in jobs_by_key(store, list(by_key)):
         by_key[key].update(zip(("last_job", "last_state", "last_machine", "last_finished", "last_error"), job))
     for row in by_key.values():
-        if row["last_job"] is None and row["last_at"] <= row["created_at"]:
-            row["last_at"] = None  # an occurrence from before the schedule existed
+        if row["last_job"] is None and row["last_at"] <= row["created_at"] + period:
+            row["last_at"] = None  # an occurrence from before the schedule's first
     return rows
 
 
@@ -221,7 +224,7 @@ class Dashboard:
             "machine_throughput": machine_throughput(store, now - query.history, now),
             "jobs": self.jobs(query),
             "job": job,
-            "schedules": read_schedules(store, now, self._occurrences),
+            "schedules": read_schedules(store, now, self._occurrences, self.timing.period),
             "singletons": singletons.list_all(store),
             "queues": queue_infos(store, [m for m in machines if m["status"] in SERVING]),
         }

@@ -86,3 +86,9 @@ class Executor(ABC):
         """Do the work of `jobs` (one target, at most batch_size) in one call: each job's output excerpt, or the
         JobFailed that fails it alone; raise (JobFailed or anything) to fail them all."""
         raise NotImplementedError(f"{self.name} jobs do not run in batches")
+
+    async def warm(self, job: Claimed) -> None:
+        """`job` was claimed ahead of its time and waits for it (a schedule's occurrence): load meanwhile what
+        its first run would load (a client library, its module), so that run starts on time instead of that
+        load late. Never fails: what goes wrong is for the run to report. Here: nothing to load."""
+        return None

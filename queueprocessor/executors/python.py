@@ -27,6 +27,7 @@ import json
 import logging
 import traceback
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any, cast
 
 from ..rules.allow import check_module, module_allowed, parse_target
@@ -141,6 +142,11 @@ class PythonExecutor(Executor):
 
     async def prepare(self, target: str) -> None:
         await self._resolved(target)
+
+    async def warm(self, job: Claimed) -> None:
+        if job.target not in self._functions:  # import its module now: a heavy one would make its first run late
+            with suppress(Exception):  # a target that cannot be resolved fails its run, at its time
+                await self._resolved(job.target)
 
     async def _resolved(self, target: str) -> tuple[Callable[..., Any], bool, int]:
         if self._threads is None:

@@ -276,7 +276,8 @@ class JobRunner:
             else:
                 executor = executor_for(self.executors, job.executor)
                 if job.run_at > entry.started:  # claimed early: start exactly at run_at in database time
-                    await asyncio.sleep(job.run_at - entry.started)
+                    await executor.warm(job)  # what its first run would load, loaded while it waits
+                    await asyncio.sleep(job.run_at - self.db_now())
                     marking = self.loop.run_in_executor(None, self._mark_started, job)
                     entry.started, entry.began = self.db_now(), self.loop.time()
                 coro = executor.run(job, entry.context)

@@ -13,6 +13,9 @@ time that happens twice runs once, at its first passing, unless the
 expression runs every hour (hour field `*`), whose cadence continues in real
 time.
 
+A schedule starts at its first occurrence more than a period after it is added
+or resumed (first_occurrence), so even its first is claimed ahead of its time.
+
 Misfires: an occurrence made into a job more than one period after its time
 was missed (the farm was down or too busy to take turns). One older than the
 schedule's grace is dropped. Within the grace the policy decides: `skip`
@@ -187,6 +190,14 @@ def plan(
     elif misfire == "once":
         missed = missed[-1:]
     return Due(missed + on_time, occ)
+
+
+def first_occurrence(recurrence: Recurrence, now: float, period: float) -> float:
+    """Where a schedule added (or resumed) at `now` starts: its first occurrence more than a period away. A turn
+    claims what falls due before the next turn, so an occurrence is claimed by the turn a period before it and
+    starts at its time, with whatever its first run loads (an HTTP client, a Python module: see Executor.warm)
+    loaded meanwhile; one due sooner than that would start late by that load on the node that took it."""
+    return recurrence.after(now + period)
 
 
 def ahead_of(period: float, heartbeat: float) -> float:

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, FromClause
 
 from ..rules.errors import InvalidJob, NotFound, echoed
-from ..rules.schedules import Recurrence, check_policy, check_schedule_name, plan
+from ..rules.schedules import Recurrence, check_policy, check_schedule_name, first_occurrence, plan
 from ..rules.states import JobState, Kind
 from .base import StoreBase
 from .dbtime import db_now
@@ -53,7 +53,8 @@ class ScheduleStore:
         ahead: float,
         period: float,
     ) -> dict[str, Any]:
-        """Store a schedule and make its first occurrences within `ahead` seconds into jobs at once."""
+        """Store a schedule and make its first occurrences within `ahead` seconds into jobs at once. The first is
+        more than a period away (see first_occurrence)."""
         check_schedule_name(name)
         check_policy(misfire, grace)
         now = self.store.ask_time()
@@ -72,7 +73,7 @@ class ScheduleStore:
             misfire=misfire,
             grace=grace,
             paused=False,
-            next_run=recurrence.after(now),
+            next_run=first_occurrence(recurrence, now, period),
             queue=spec.queue,
             order_key=spec.order_key,
         )
@@ -109,10 +110,11 @@ class ScheduleStore:
             return self._cancel_queued(conn, name)
 
     def resume(self, name: str, *, ahead: float, period: float) -> dict[str, Any]:
-        """Start again from the next occurrence; those that fell in the pause are not run."""
+        """Start again from the next occurrence more than a period away (see first_occurrence); those that fell
+        in the pause are not run."""
         schedule = self.get(name)
         if schedule["paused"]:
-            restart = Recurrence.checked(schedule).after(self.store.ask_time())
+            restart = first_occurrence(Recurrence.checked(schedule), self.store.ask_time(), period)
             self.store.count(
                 update(schedules)
                 .where(schedules.c.name == name, schedules.c.paused)

@@ -75,7 +75,7 @@ def test_the_tab_lists_the_schedules_the_database_holds(farm, open_window, qtbot
         if schedule["paused"]:
             assert row["next_at"] is None and upcoming == "–"
         else:  # the next occurrence in local time, and how far off it is in database time
-            at = recurrence.after(now)
+            at = recurrence.after(max(now, schedule["created_at"] + window.snap.period))  # its first: a period on
             assert row["next_at"] == at
             assert datetime.fromtimestamp(at).strftime("%H:%M") in upcoming
             assert upcoming.endswith(f" · in {text.duration(at - now)}")

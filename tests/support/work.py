@@ -79,9 +79,11 @@ class NodeProcesses:
     """Real `queueprocessor node` processes (run from the repository root so they can import the test jobs);
     `kill_all()` kills what is left."""
 
-    def __init__(self, url, log_dir):
+    def __init__(self, url, log_dir, timing=FAST):
+        """`timing`: the farm's period and heartbeat, as the nodes are told them (FAST unless said)."""
         self.url = url
         self.log_dir = log_dir
+        self.timing = timing
         self.procs: dict[str, subprocess.Popen] = {}
 
     def __call__(self, name, *args, capacity=4):
@@ -96,9 +98,9 @@ class NodeProcesses:
             "--name",
             name,
             "--period",
-            str(FAST["period"]),
+            str(self.timing["period"]),
             "--heartbeat",
-            str(FAST["heartbeat"]),
+            str(self.timing["heartbeat"]),
             "--capacity",
             str(capacity),
             "--allow-module",
