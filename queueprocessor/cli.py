@@ -18,7 +18,6 @@ import os
 import signal
 import sys
 import threading
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from datetime import datetime
@@ -48,6 +47,8 @@ JOB_ID.name = "integer"  # "'abc' is not a valid integer", not "... integer rang
 def _load_config(path: str | None) -> dict[str, Any]:
     if not path:
         return {}
+    import tomllib  # only with a config file
+
     try:
         with open(path, "rb") as handle:
             return tomllib.load(handle)

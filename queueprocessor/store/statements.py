@@ -38,8 +38,6 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.elements import BindParameter
@@ -265,6 +263,8 @@ def among(dialect: str, column: Any, name: str) -> Any:
     """`column` is one of the names in list parameter `name` (PostgreSQL: one array, so one statement text
     whatever the list's length)."""
     if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import ARRAY  # PostgreSQL's own: loaded only by a farm on it
+
         return column == any_(cast(bindparam(name), ARRAY(String)))
     return column.in_(bindparam(name, expanding=True))
 
@@ -428,6 +428,8 @@ def claim_statement(shape: ClaimShape) -> Any:
 
 def _turn_record(ends: bool) -> Any:
     """PostgreSQL: the record of slot `b_slot`'s turn (turn_row) as a CTE, none if another machine has the slot."""
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+
     return (
         pg_insert(turns)
         .from_select(TURN_COLUMNS, turn_row(ends))
@@ -628,6 +630,8 @@ def _by_id(names_types: list[tuple[str, Any]]) -> tuple[Any, Any]:
     the guard is one condition over both sides, evaluated on the joined rows, and the state is checked in a form
     that the partial index of running jobs does not match (walking it, dead entries included, cost more still).
     Returns `v` and the condition: the job is `v`'s, and still ours (owner `b_machine`, fence, running)."""
+    from sqlalchemy.dialects.postgresql import ARRAY
+
     v = (
         func.unnest(*(cast(bindparam(f"b_{name}"), ARRAY(kind)) for name, kind in names_types))
         .table_valued(*(column(name, kind) for name, kind in names_types))
