@@ -74,6 +74,8 @@ def main() -> None:
                     for _ in range(runs):
                         for side, tree in sides.items():
                             figures[side].append(timed(tree, command.split(), dbs[side], tmp / "pycache"))
+                    if command == "enqueue http /x" and backend == "sqlite":
+                        enqueue_medians = {side: _medians(figures[side]) for side in sides}
                     rows.append(
                         [
                             command,
@@ -84,6 +86,8 @@ def main() -> None:
                     )
             floor = [timed(ROOT, [], "", tmp / "pycache", FLOOR) for _ in range(runs)]
             rows.append(["(no command: python -c 'import click, sqlalchemy')", "-", "-", _shown(floor), "-"])
+            least = _medians(floor)
+            ratios = {side: (wall / least[0], cpu / least[1]) for side, (wall, cpu) in enqueue_medians.items()}
     finally:
         server.stop()
     print(
@@ -100,6 +104,15 @@ def main() -> None:
         ],
         rows,
     )
+    print(
+        "enqueue http /x on SQLite / the floor, medians of wall (target <= 1.5) and CPU: "
+        + ", ".join(f"{side} {wall:.2f} (CPU {cpu:.2f})" for side, (wall, cpu) in ratios.items())
+    )
+
+
+def _medians(figures: list[tuple[float, float]]) -> tuple[float, float]:
+    """Median wall and median CPU time."""
+    return statistics.median(w for w, _ in figures), statistics.median(c for _, c in figures)
 
 
 def _shown(figures: list[tuple[float, float]]) -> str:
