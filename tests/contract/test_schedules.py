@@ -164,14 +164,14 @@ def test_a_new_schedules_first_occurrences_start_at_their_time_on_every_node(pg_
         with HttpTarget() as target:
             for name in "abc":
                 processes(name, "--http-base", target.base_url)
-            wait_for(lambda: len({t["machine_id"] for t in farm._store.read_turns(0)}) == 3, timeout=30)
+            wait_for(lambda: len({t["machine_id"] for t in farm._store.turns.read(0)}) == 3, timeout=30)
             assert run_cli("--db", pg_url, "schedule", "add", "tick", "--every", "1", "http", "/ok") == 0
             wait_for(lambda: len({r["job"] for r in target.requests("/ok")}) >= 4, timeout=20)
             farm.pause_schedule("tick")
             first = {}  # job id -> its first request
             for record in target.requests("/ok"):
                 first.setdefault(record["job"], record)
-        due = {job: farm._store.get_job(job)["run_at"] for job in first}
+        due = {job: farm._store.jobs.get(job)["run_at"] for job in first}
     finally:
         processes.kill_all()
         farm.close()
