@@ -5,25 +5,34 @@ by target and timeout; each keeps its own entry (see runs.Running), lease, fence
 for a batch to fill: a lone job starts at once, in a batch of one.
 """
 
-from __future__ import annotations
-
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from ..executors import Executor, JobFailed, executor_for
 from ..rules.errors import QPError
 from ..rules.states import Kind, Outcome
 from .runs import LOST_LEASE, STOPPED, Running
 
-if TYPE_CHECKING:
-    from .runner import JobRunner
-
 
 class Batches:
     """The runner's launcher, on its loop: what it starts, and how a batch's call ends each of its jobs."""
 
-    def __init__(self, runner: JobRunner):
-        self.runner = runner
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        executors: dict[str, Executor],
+        db_now: Callable[[], float],
+        execute: Callable[[Running], Coroutine[Any, Any, None]],
+        ended: Callable[[list[Running]], None],
+    ):
+        """`execute(entry)`: the runner's run of one job on its own; `ended(entries)`: their work is over and each
+        has its ending, to be written."""
+        self.loop = loop
+        self.executors = executors
+        self.db_now = db_now
+        self.execute = execute
+        self.ended = ended
 
     def launch(self, entries: list[Running], now: float, prepared: bool = False) -> None:
         batches: dict[tuple[str, str, float | None], list[Running]] = {}
@@ -36,7 +45,7 @@ class Batches:
                 unknown.setdefault((entry.job.executor, entry.job.target), []).append(entry)
                 continue
             if not size:
-                entry.task = self.runner.loop.create_task(self.runner._execute(entry))
+                entry.task = self.loop.create_task(self.execute(entry))
                 continue
             job = entry.job
             key = (job.executor, job.target, job.timeout)
@@ -47,7 +56,7 @@ class Batches:
         for batch in batches.values():
             self._launch_batch(batch)
         for (name, target), waiting in unknown.items():
-            task = self.runner.loop.create_task(self._prepare(self.runner.executors[name], target, waiting))
+            task = self.loop.create_task(self._prepare(self.executors[name], target, waiting))
             for entry in waiting:
                 entry.task = task  # until launched: a newer run of its job waits for it (see _after_prior)
 
@@ -58,9 +67,9 @@ class Batches:
             await executor.prepare(target)
         except (Exception, asyncio.CancelledError):  # said by each job's own run; cancelled: the runner is closing
             for entry in entries:
-                entry.task = self.runner.loop.create_task(self.runner._execute(entry))
+                entry.task = self.loop.create_task(self.execute(entry))
             return
-        self.launch(entries, self.runner.db_now(), prepared=True)
+        self.launch(entries, self.db_now(), prepared=True)
 
     def _batch_size(self, entry: Running, now: float) -> int | None:
         """How many jobs one call of this job's function takes, if it may start now in a batch (0: it runs on its
@@ -74,11 +83,11 @@ class Batches:
             if prior.task is None or not prior.task.done():
                 return 0
             entry.prior = None
-        executor = self.runner.executors.get(job.executor)
+        executor = self.executors.get(job.executor)
         return executor.batch_size(job.target) if executor is not None else 0
 
     def _launch_batch(self, batch: list[Running]) -> None:
-        task = self.runner.loop.create_task(self._execute_batch(batch))
+        task = self.loop.create_task(self._execute_batch(batch))
         for entry in batch:
             entry.task, entry.batch = task, batch
 
@@ -100,7 +109,7 @@ class Batches:
         results: list[str | None | JobFailed] | None = None
         failure: tuple[Outcome, str | None, str | None, bool] | None = None
         try:
-            executor = executor_for(self.runner.executors, job.executor)
+            executor = executor_for(self.executors, job.executor)
             coro = executor.run_batch([entry.job for entry in batch], [entry.context for entry in batch])
             results = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
         except TimeoutError:
@@ -138,6 +147,4 @@ class Batches:
                     entry.ending = Outcome.FAILED, str(result), result.output, result.permanent
                 else:
                     entry.ending = Outcome.SUCCEEDED, None, result, False
-        self.runner._writing_results(batch)
-        for entry in batch:
-            self.runner.recorder.record(entry)
+        self.ended(batch)

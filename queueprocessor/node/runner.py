@@ -95,7 +95,7 @@ class JobRunner:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._serve, name="qp-runner", daemon=True)
         self.recorder = Recorder(self)
-        self.batches = Batches(self)
+        self.batches = Batches(self.loop, executors, db_now, self._execute, self._ended)
 
     def start(self) -> None:
         self.thread.start()
@@ -321,6 +321,12 @@ class JobRunner:
         """Its work is over: it no longer counts against capacity (see room), only its result is to be written.
         The tally and the node hear of it once per pass of the loop, for every job that ended in that pass."""
         self._writing_results([entry])
+
+    def _ended(self, entries: list[Running]) -> None:
+        """The work of a batch's jobs is over and each has its ending: they make room, and their ends are written."""
+        self._writing_results(entries)
+        for entry in entries:
+            self.recorder.record(entry)
 
     def _writing_results(self, entries: list[Running]) -> None:
         with self._lock:
