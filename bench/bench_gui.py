@@ -31,7 +31,7 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import fresh_database, load_average, percentile, print_table, start_postgres  # noqa: E402
+from common import fresh_database, load_average, percentile, print_table, rss_mb, start_postgres  # noqa: E402
 from sqlalchemy import insert, text  # noqa: E402
 
 from queueprocessor.farm import Farm  # noqa: E402
@@ -43,13 +43,6 @@ from ui.snapshot import Snapshot  # noqa: E402
 
 OUTCOMES = ("succeeded",) * 16 + ("failed", "timeout", "lost", "cancelled")
 SPAN = 600.0  # seconds of database time in view
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def fill(farm: Farm, machine_count: int, run_count: int) -> float:
@@ -338,7 +331,7 @@ def main() -> None:
     args = parser.parse_args()
     refreshes = 15 if args.quick else args.refreshes
     print(load_average())
-    base_rss = rss_mb()
+    base_rss = rss_mb(os.getpid())
 
     server = start_postgres()
     farm = Farm(fresh_database(server))
@@ -410,7 +403,7 @@ def main() -> None:
         if profiler:
             profiler.dump_stats(args.profile)
         gc.collect()
-        app_rss = rss_mb()
+        app_rss = rss_mb(os.getpid())
 
         plot = pg.PlotWidget()
         plot.resize(1100, 300)

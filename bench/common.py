@@ -30,11 +30,13 @@ from tests.support.pgserver import PostgresServer  # noqa: E402
 __all__ = [
     "NodeProcess",
     "WakeProbe",
+    "cpu_of",
     "cpu_seconds",
     "fresh_database",
     "load_average",
     "ms",
     "percentile",
+    "postgres_pids",
     "print_table",
     "query",
     "rss_mb",
@@ -212,8 +214,35 @@ class WakeProbe:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used so far (/proc/<pid>/stat utime + stime)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_of([pid], reaped=False)
+
+
+def cpu_of(pids: list[int], reaped: bool = True) -> float:
+    """CPU seconds used so far by these processes, with (`reaped`) the children they have reaped (PostgreSQL's
+    backends). A process that exited since it was listed counts nothing: its CPU is its parent's now."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += sum(int(f) for f in fields[11 : 15 if reaped else 13]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def postgres_pids(server: PostgresServer) -> list[int]:
+    """The postmaster and every backend it forked: freezing only the postmaster would not stall queries."""
+    root = server.pid
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == root:
+                children.append(int(entry.name))
+    return [root, *children]
 
 
 def percentile(values, q: float) -> float:

@@ -52,7 +52,6 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from common import (
     ROOT,
@@ -60,6 +59,7 @@ from common import (
     fresh_database,
     load_average,
     percentile,
+    postgres_pids,
     print_table,
     query,
     start_postgres,
@@ -343,21 +343,6 @@ UNRECORDED = "finished, but its result was not recorded before its lease expired
 
 
 # -- PostgreSQL as a whole ----------------------------------------------------
-
-
-def postgres_pids(server) -> list[int]:
-    """The postmaster and every backend it forked: freezing only the postmaster would not stall queries."""
-    root = server.pid
-    children = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == root:
-                children.append(int(entry.name))
-    return [root, *children]
 
 
 def signal_all(pids: list[int], sig: int) -> None:

@@ -613,23 +613,6 @@ def dsn_of(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://")
 
 
-def cpu_of(pids: list[int]) -> float:
-    """CPU seconds used so far by these processes and the children they have reaped (PostgreSQL's backends)."""
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:  # a backend that exited since it was listed: its CPU is its parent's cutime now
-            continue
-        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-def postgres_pids(server) -> list[int]:
-    children = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True, text=True).stdout.split()
-    return [server.pid, *map(int, children)]
-
-
 class Result(NamedTuple):
     rate: float  # jobs per second
     workers_us: float  # CPU per job, microseconds
@@ -653,7 +636,7 @@ def run_case(bench: Bench, config: Config, kind: str, processes: int) -> Result:
 
 
 def drain(bench: Bench, config: Config, kind: str, processes: int, url: str) -> Result:
-    from common import query
+    from common import cpu_of, postgres_pids, query
     from sqlalchemy import text
 
     from queueprocessor.store.database import open_engine
@@ -709,7 +692,7 @@ def shares(url: str, processes: int) -> str:
 
 def run_ceiling(bench: Bench, config: Config, clients: int, url: str) -> Result:
     """The database alone: `clients` pgbench clients claim and complete the backlog in batches, no worker."""
-    from common import query
+    from common import cpu_of, postgres_pids, query
 
     query(
         url,
