@@ -28,8 +28,10 @@ import click
 from .nodeoptions import NodeCommand, NodeConfig, Seconds, flag_of, node_options, secret_env, to_argv
 from .rules import logs
 from .rules.errors import ConfigError, NotFound, QPError, echoed
+from .rules.limits import MAX_ATTEMPTS
 from .rules.output import format_time, machine_label, print_json, print_table
 from .rules.queues import DEFAULT, UNCHANGED, OnFailure, Served, check_name
+from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE
 from .rules.states import JobState, Wish
 from .rules.urls import default_url, mask
 from .version import __version__
@@ -243,7 +245,7 @@ def _work_options(command: _Command) -> _Command:
                 help="JSON given to the work (HTTP POST body, Python argument, command's stdin).",
             ),
             click.option("--priority", type=int, default=0, help="Higher runs first."),
-            click.option("--max-attempts", type=click.IntRange(min=1), default=3),
+            click.option("--max-attempts", type=click.IntRange(min=1), default=MAX_ATTEMPTS),
             click.option("--timeout", type=Seconds(min=0, min_open=True), help="Seconds before a run is stopped."),
             click.option(
                 "--queue",
@@ -411,13 +413,13 @@ def schedule() -> None:
 @click.option(
     "--misfire",
     type=click.Choice(["skip", "once", "all"]),
-    default="once",
+    default=DEFAULT_MISFIRE,
     help="Occurrences the farm noticed late (it was down): skip them, run the newest once, or run all.",
 )
 @click.option(
     "--grace",
     type=Seconds(min=0),
-    default=3600.0,
+    default=DEFAULT_GRACE,
     help="Seconds after which a missed occurrence is dropped whatever --misfire says.",
 )
 @_executor

@@ -37,7 +37,7 @@ from .rules.errors import (
     QPError,
     echoed,
 )
-from .rules.limits import LATEST, MAX_INT, MAX_PAYLOAD, MAX_WAIT
+from .rules.limits import LATEST, MAX_ATTEMPTS, MAX_INT, MAX_PAYLOAD, MAX_WAIT
 from .rules.queues import (
     DEFAULT,
     UNCHANGED,
@@ -50,7 +50,7 @@ from .rules.queues import (
     serving_machines,
 )
 from .rules.roster import Liveness, machine_status
-from .rules.schedules import Recurrence
+from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, Recurrence
 from .rules.states import SERVING
 from .rules.urls import default_url, mask
 from .store.database import (
@@ -120,7 +120,7 @@ def work_spec(
     method: str = "GET",
     payload: str | None = None,
     priority: int = 0,
-    max_attempts: int = 3,
+    max_attempts: int = MAX_ATTEMPTS,
     timeout: float | None = None,
     key: str | None = None,
     queue: str = DEFAULT,
@@ -260,7 +260,7 @@ class Farm:
         delay: float = 0.0,
         at: float | None = None,
         priority: int = 0,
-        max_attempts: int = 3,
+        max_attempts: int = MAX_ATTEMPTS,
         timeout: float | None = None,
         count: int = 1,
         key: str | None = None,
@@ -428,8 +428,8 @@ class Farm:
         cron: str | None = None,
         tz: str | None = None,
         every: float | None = None,
-        misfire: str = "once",
-        grace: float = 3600.0,
+        misfire: str = DEFAULT_MISFIRE,
+        grace: float = DEFAULT_GRACE,
     ) -> dict[str, Any]:
         """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds."""
         if every is not None and every > MAX_WAIT:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any, overload
 
 from .rules.errors import InvalidJob
+from .rules.limits import MAX_ATTEMPTS
 
 
 def target_of(function: Callable[..., object]) -> str:
@@ -97,12 +98,12 @@ class JobFunction:
 def job(function: Callable[..., Any]) -> JobFunction: ...
 @overload
 def job(
-    *, max_attempts: int = 3, timeout: float | None = None, priority: int = 0, batch: int | None = None
+    *, max_attempts: int = MAX_ATTEMPTS, timeout: float | None = None, priority: int = 0, batch: int | None = None
 ) -> Callable[[Callable[..., Any]], JobFunction]: ...
 def job(
     function: Callable[..., Any] | None = None,
     *,
-    max_attempts: int = 3,
+    max_attempts: int = MAX_ATTEMPTS,
     timeout: float | None = None,
     priority: int = 0,
     batch: int | None = None,

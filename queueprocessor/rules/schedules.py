@@ -32,6 +32,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from .errors import BadJobInput, InvalidJob, echoed
 
 MISFIRE = ("skip", "once", "all")
+DEFAULT_MISFIRE = "once"  # a farm down over several occurrences runs one of them when it is back
+DEFAULT_GRACE = 3600.0  # seconds an occurrence may be late and still run (misfire policies past it)
 MIN_EVERY = 0.1  # seconds; finer than the turn clock is meaningless
 MACROS = {
     "@yearly": "0 0 1 1 *",

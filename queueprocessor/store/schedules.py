@@ -21,7 +21,15 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, FromClause
 
 from ..rules.errors import InvalidJob, NotFound, echoed
-from ..rules.schedules import Recurrence, check_policy, check_schedule_name, first_occurrence, plan
+from ..rules.schedules import (
+    DEFAULT_GRACE,
+    DEFAULT_MISFIRE,
+    Recurrence,
+    check_policy,
+    check_schedule_name,
+    first_occurrence,
+    plan,
+)
 from ..rules.states import JobState, Kind
 from .base import StoreBase
 from .dbtime import db_now
@@ -48,8 +56,8 @@ class ScheduleStore:
         recurrence: Recurrence,
         spec: JobSpec,
         *,
-        misfire: str = "once",
-        grace: float = 3600.0,
+        misfire: str = DEFAULT_MISFIRE,
+        grace: float = DEFAULT_GRACE,
         ahead: float,
         period: float,
     ) -> dict[str, Any]:

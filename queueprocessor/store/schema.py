@@ -30,7 +30,9 @@ from sqlalchemy.sql import ColumnElement, operators
 from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.operators import OperatorType
 
+from ..rules.limits import MAX_ATTEMPTS
 from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
+from ..rules.schedules import DEFAULT_MISFIRE
 from ..rules.states import CHECKING_IN, JobState, Kind, MachineState, Outcome
 
 SCHEMA_VERSION = 6
@@ -178,7 +180,7 @@ jobs = Table(
     Column("run_at", Time, nullable=False),
     Column("created_at", Time, nullable=False),
     Column("attempts", Integer, nullable=False, default=0),
-    Column("max_attempts", Integer, nullable=False, default=3),
+    Column("max_attempts", Integer, nullable=False, default=MAX_ATTEMPTS),
     Column("timeout", Float, nullable=True),
     Column("owner", Id, nullable=True),
     # Bumped by every claim; every write by the owner must quote it.
@@ -289,10 +291,10 @@ schedules = Table(
     Column("method", String(10), nullable=False, default="GET"),
     Column("payload", Text, nullable=True),
     Column("priority", Integer, nullable=False, default=0),
-    Column("max_attempts", Integer, nullable=False, default=3),
+    Column("max_attempts", Integer, nullable=False, default=MAX_ATTEMPTS),
     Column("timeout", Float, nullable=True),
     # skip | once | all: what to do with occurrences the farm noticed late (see schedules)
-    Column("misfire", String(8), nullable=False, default="once"),
+    Column("misfire", String(8), nullable=False, default=DEFAULT_MISFIRE),
     Column("grace", Float, nullable=False),
     Column("paused", Boolean, nullable=False, default=False),
     # The first occurrence not yet materialised as a job; advanced by compare-and-set.

@@ -4,6 +4,7 @@ turn take from which queues, and what a turn found."""
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ..rules.limits import MAX_ATTEMPTS
 from ..rules.queues import DEFAULT
 from ..rules.states import JobState, Kind, Outcome
 
@@ -64,7 +65,7 @@ class JobSpec:
     method: str = "GET"
     payload: str | None = None
     priority: int = 0
-    max_attempts: int = 3
+    max_attempts: int = MAX_ATTEMPTS
     timeout: float | None = None
     key: str | None = None
     kind: str = Kind.JOB  # or SINGLETON (see singletons)
