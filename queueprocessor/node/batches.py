@@ -10,9 +10,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..executors import Executor, JobFailed, executor_for
-from ..rules.errors import QPError
 from ..rules.states import Kind, Outcome
-from .runs import LOST_LEASE, STOPPED, Running
+from .runs import RunEnd, Running, failed_end, stopped_end, timed_out
 
 
 class Batches:
@@ -107,7 +106,7 @@ class Batches:
                 return
         job = batch[0].job
         results: list[str | None | JobFailed] | None = None
-        failure: tuple[Outcome, str | None, str | None, bool] | None = None
+        failure: RunEnd | None = None
         try:
             executor = executor_for(self.executors, job.executor)
             coro = executor.run_batch([entry.job for entry in batch], [entry.context for entry in batch])
@@ -115,36 +114,31 @@ class Batches:
         except TimeoutError:
             for entry in batch:
                 entry.context.cancelled.set()
-            failure = Outcome.TIMEOUT, f"stopped after its timeout of {job.timeout:g} s", None, False
+            failure = timed_out(job)
         except asyncio.CancelledError:  # every job of it was stopped (or the runner is closing): each ends as such
             failure = None
-        except JobFailed as exc:
-            failure = Outcome.FAILED, str(exc), exc.output, exc.permanent
-        except QPError as exc:
-            failure = Outcome.FAILED, str(exc), None, True
-        except Exception as exc:  # a bad batch fails alone; the node goes on
-            failure = Outcome.FAILED, f"{type(exc).__name__}: {exc}", None, False
+        except Exception as exc:
+            failure = failed_end(exc)
         self._end_batch(batch, results, failure)
 
     def _end_batch(
         self,
         batch: list[Running],
         results: list[str | None | JobFailed] | None,
-        failure: tuple[Outcome, str | None, str | None, bool] | None,
+        failure: RunEnd | None,
     ) -> None:
         """Each job of a batch's ending: stopped (whatever the call did), else `failure` for all, else its own
         entry of `results`; no results and no failure: the call was cancelled, and each ends by its stop."""
         for index, entry in enumerate(batch):
             if entry.stop_reason is not None or (failure is None and results is None):
-                outcome = Outcome.CANCELLED if entry.stop_reason == Outcome.CANCELLED else Outcome.LOST
-                entry.ending = outcome, STOPPED.get(entry.stop_reason, LOST_LEASE), None, False
+                entry.ending = stopped_end(entry.stop_reason)
             elif failure is not None:
                 entry.ending = failure
             else:
                 assert results is not None
                 result = results[index]
                 if isinstance(result, JobFailed):
-                    entry.ending = Outcome.FAILED, str(result), result.output, result.permanent
+                    entry.ending = failed_end(result)
                 else:
                     entry.ending = Outcome.SUCCEEDED, None, result, False
         self.ended(batch)

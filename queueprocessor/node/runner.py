@@ -24,14 +24,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..executors import Executor, JobContext, JobFailed, executor_for
-from ..rules.errors import QPError
+from ..executors import Executor, JobContext, executor_for
 from ..rules.logs import about
 from ..rules.states import Kind, Outcome
 from ..store.stores import Store
 from ..store.types import Claimed, Ending
 from .batches import Batches
-from .runs import LOST_LEASE, STOPPED, RunKey, Running
+from .runs import EXHAUSTED, RunKey, Running, failed_end, stopped_end, timed_out
 from .tally import Tally
 
 log = logging.getLogger("queueprocessor.runner")
@@ -263,8 +262,6 @@ class JobRunner:
 
     async def _execute(self, entry: Running) -> None:
         job = entry.job
-        outcome, error, output = Outcome.SUCCEEDED, None, None
-        final = False  # failed for good: no retry could succeed
         marking = None  # the write of its real start, for a job claimed ahead of its time
         try:
             entry.begun = True
@@ -272,7 +269,7 @@ class JobRunner:
                 raise asyncio.CancelledError
             await self._after_prior(entry)
             if job.exhausted:
-                outcome, error = Outcome.FAILED, "lease lost on its last attempt (its machine died or was cut off)"
+                ending = EXHAUSTED
             else:
                 executor = executor_for(self.executors, job.executor)
                 if job.run_at > entry.started:  # claimed early: start exactly at run_at in database time
@@ -282,22 +279,18 @@ class JobRunner:
                     entry.started, entry.began = self.db_now(), self.loop.time()
                 coro = executor.run(job, entry.context)
                 output = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
+                ending = Outcome.SUCCEEDED, None, output, False
         except TimeoutError:
             entry.context.cancelled.set()
-            outcome, error = Outcome.TIMEOUT, f"stopped after its timeout of {job.timeout:g} s"
+            ending = timed_out(job)
         except asyncio.CancelledError:
-            outcome = Outcome.CANCELLED if entry.stop_reason == Outcome.CANCELLED else Outcome.LOST
-            error = STOPPED.get(entry.stop_reason, LOST_LEASE)
-        except JobFailed as exc:
-            outcome, error, output, final = Outcome.FAILED, str(exc), exc.output, exc.permanent
-        except QPError as exc:  # refused by this node: an unknown executor, a target outside its allow-lists
-            outcome, error, final = Outcome.FAILED, str(exc), True
-        except Exception as exc:  # a bad job fails alone; the node goes on
-            outcome, error = Outcome.FAILED, f"{type(exc).__name__}: {exc}"
+            ending = stopped_end(entry.stop_reason)
+        except Exception as exc:
+            ending = failed_end(exc)
         self._writing_result(entry)
         if marking is not None:  # the run's row takes its start from the job's row when it ends: written first
             await asyncio.wait({marking})
-        entry.ending = outcome, error, output, final
+        entry.ending = ending
         self.recorder.record(entry)  # the job's task ends here: the writer sees its result through
 
     async def _after_prior(self, entry: Running) -> None:

@@ -2,7 +2,8 @@
 
 import asyncio
 
-from ..executors import JobContext
+from ..executors import JobContext, JobFailed
+from ..rules.errors import QPError
 from ..rules.states import Outcome
 from ..store.types import Claimed
 
@@ -15,6 +16,33 @@ STOPPED: dict[str | None, str] = {
     "exit": "handed back unfinished: the operator stopped its machine (no attempt spent)",
 }
 LOST_LEASE = "stopped: this machine lost its lease"
+
+RunEnd = tuple[Outcome, str | None, str | None, bool]  # how a run ended: outcome, error, output, failed for good
+
+
+# A job claimed back from a lost lease on its last attempt: failed, not run.
+EXHAUSTED: RunEnd = Outcome.FAILED, "lease lost on its last attempt (its machine died or was cut off)", None, False
+
+
+def stopped_end(stop_reason: str | None) -> RunEnd:
+    """How a run this node stopped ends: cancelled by an operator, else lost (handed back, or its lease gone)."""
+    outcome = Outcome.CANCELLED if stop_reason == Outcome.CANCELLED else Outcome.LOST
+    return outcome, STOPPED.get(stop_reason, LOST_LEASE), None, False
+
+
+def timed_out(job: Claimed) -> RunEnd:
+    return Outcome.TIMEOUT, f"stopped after its timeout of {job.timeout:g} s", None, False
+
+
+def failed_end(error: Exception) -> RunEnd:
+    """How a run whose work raised `error` ends: a JobFailed as it says; a refusal by this node (an unknown
+    executor, a target outside its allow-lists) for good; anything else as a failure a retry may mend (a bad job
+    fails alone; the node goes on)."""
+    if isinstance(error, JobFailed):
+        return Outcome.FAILED, str(error), error.output, error.permanent
+    if isinstance(error, QPError):
+        return Outcome.FAILED, str(error), None, True
+    return Outcome.FAILED, f"{type(error).__name__}: {error}", None, False
 
 
 class Running:
@@ -49,7 +77,7 @@ class Running:
         self.leased_at = leased_at  # monotonic send time of its claim or of the last renewal that renewed it
         self.started = 0.0
         self.began = 0.0  # the loop's (monotonic) time at `started`: its work's duration is measured from here
-        self.ending: tuple[Outcome, str | None, str | None, bool] | None = None  # (outcome, error, output, final)
+        self.ending: RunEnd | None = None
         self.tries = 0  # writes of its ending that the database was away for
         self.prior: Running | None = None  # this machine's older run of the same job, still held at our claim
         self.batch: list[Running] | None = None  # the runs of its batch function's call (one task: `task`), if any
