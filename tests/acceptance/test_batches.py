@@ -3,20 +3,16 @@ in-process nodes. What is checked is what each job's row and runs say and what t
 timed."""
 
 import json
-import threading
 
 import pytest
-from sqlalchemy import func, select
 
 from queueprocessor import job
 from queueprocessor.executors import PythonExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
 from queueprocessor.rules.errors import InvalidJob
-from queueprocessor.rules.states import JobState
-from queueprocessor.store.schema import jobs
 from tests.support import pyjobs
-from tests.support.work import FAST, PYJOBS, Nodes, wait_for
+from tests.support.work import FAST, PYJOBS, Nodes, RunningSampler, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -122,28 +118,6 @@ def test_the_runner_calls_a_lone_job_before_any_other_claim_comes(farm):
     finally:
         runner.stop()
     assert {store.jobs.get(i)["state"] for i in (first.id, *(j.id for j in three))} == {"succeeded"}
-
-
-class RunningSampler:
-    """Samples, from the database, how many jobs of a queue are running, until stopped."""
-
-    def __init__(self, farm: Farm, queue: str):
-        self.counts: list[int] = []
-        self._stop = threading.Event()
-        count = select(func.count()).select_from(jobs).where(jobs.c.queue == queue, jobs.c.state == JobState.RUNNING)
-        self._thread = threading.Thread(target=self._sample, args=(farm, count), daemon=True)
-
-    def _sample(self, farm, count):
-        while not self._stop.wait(0.01):
-            self.counts.append(farm._store.rows(count)[0][0])
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info):
-        self._stop.set()
-        self._thread.join()
 
 
 def test_a_farm_wide_limit_of_5_never_has_6_running_with_batches_of_20(farm, nodes):

@@ -3,16 +3,12 @@ HTTP target that records what it receives, and a node killed mid-run. What is ch
 and what the database says, sampled while it happens; nothing is timed (bench/ does that)."""
 
 import signal
-import threading
 
 import pytest
-from sqlalchemy import func, select
 
 from queueprocessor.farm import Farm
-from queueprocessor.rules.states import JobState
-from queueprocessor.store.schema import jobs
 from tests.support.httptarget import most_at_once
-from tests.support.work import FAST, PYJOBS, NodeProcesses, wait_for
+from tests.support.work import FAST, PYJOBS, NodeProcesses, RunningSampler, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -29,28 +25,6 @@ def processes(pg_url, tmp_path):
     started = NodeProcesses(pg_url, tmp_path)
     yield started
     started.kill_all()
-
-
-class RunningSampler:
-    """Samples, from the database, how many jobs of a queue are running, until stopped: the farm's own count."""
-
-    def __init__(self, farm: Farm, queue: str):
-        self.counts: list[int] = []
-        self._stop = threading.Event()
-        count = select(func.count()).select_from(jobs).where(jobs.c.queue == queue, jobs.c.state == JobState.RUNNING)
-        self._thread = threading.Thread(target=self._sample, args=(farm, count), name="sampler", daemon=True)
-
-    def _sample(self, farm, count):
-        while not self._stop.wait(0.01):
-            self.counts.append(farm._store.rows(count)[0][0])
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info):
-        self._stop.set()
-        self._thread.join()
 
 
 def test_a_limit_holds_across_the_farm_while_a_node_is_killed_mid_run(farm, processes, http_target):

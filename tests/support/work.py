@@ -6,11 +6,16 @@ started by `Nodes` allow that module, `sh`, `cat`, `printf` and `sleep`.
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+from sqlalchemy import func, select
+
 from queueprocessor.cli import main
 from queueprocessor.rules.clock import SystemClock
+from queueprocessor.rules.states import JobState
+from queueprocessor.store.schema import jobs
 
 FAST = dict(period=0.2, heartbeat=0.2)
 PYJOBS = "tests.support.pyjobs"
@@ -117,3 +122,25 @@ class NodeProcesses:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+class RunningSampler:
+    """Samples, from the database, how many jobs of a queue are running, until stopped: the farm's own count."""
+
+    def __init__(self, farm, queue: str):
+        self.counts: list[int] = []
+        self._stop = threading.Event()
+        count = select(func.count()).select_from(jobs).where(jobs.c.queue == queue, jobs.c.state == JobState.RUNNING)
+        self._thread = threading.Thread(target=self._sample, args=(farm, count), name="sampler", daemon=True)
+
+    def _sample(self, farm, count):
+        while not self._stop.wait(0.01):
+            self.counts.append(farm._store.rows(count)[0][0])
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stop.set()
+        self._thread.join()
