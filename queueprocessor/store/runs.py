@@ -14,7 +14,7 @@ from .base import StoreBase
 from .dbtime import db_now
 from .history import run_history, with_machine_name
 from .schema import Id, jobs, runs
-from .statements import finish_statement, free_places, renew_statement
+from .statements import array_text, finish_statement, free_places, renew_statement
 from .types import Claimed, Ending
 
 
@@ -62,8 +62,8 @@ class RunStore:
                 renew_statement(),
                 dict(
                     b_machine=machine_id,
-                    b_id=[job_id for job_id, _ in held],
-                    b_fence=[fence for _, fence in held],
+                    b_id=array_text([job_id for job_id, _ in held]),
+                    b_fence=array_text([fence for _, fence in held]),
                     b_lease=lease,
                 ),
             )
@@ -102,23 +102,24 @@ class RunStore:
         """finish() for many runs in one transaction (a busy node's results, a few round trips for all).
         Returns each job's new state, None where the fence moved on."""
         if self.store.whole and endings:
-            ours = {
-                (job_id, fence)
-                for job_id, fence in self.store.held(
-                    finish_statement(),
-                    dict(
-                        b_machine=machine_id,
-                        b_id=[e.job.id for e in endings],
-                        b_fence=[e.job.fence for e in endings],
-                        b_state=[e.state for e in endings],
-                        b_error=[e.error for e in endings],
-                        b_retry=[e.retry_in for e in endings],
-                        b_outcome=[e.outcome for e in endings],
-                        b_output=[e.output for e in endings],
-                    ),
-                )
-            }
-            return [e.state if (e.job.id, e.job.fence) in ours else None for e in endings]
+            new: list[str | None] = [e.state for e in endings]
+            ours = self.store.held(
+                finish_statement(),
+                dict(
+                    b_machine=machine_id,
+                    b_id=array_text([e.job.id for e in endings]),
+                    b_fence=array_text([e.job.fence for e in endings]),
+                    b_state=array_text(new),
+                    b_error=[e.error for e in endings],  # any text: psycopg quotes it
+                    b_retry=array_text([e.retry_in for e in endings]),
+                    b_outcome=array_text([e.outcome for e in endings]),
+                    b_output=[e.output for e in endings],
+                ),
+            )
+            if len(ours) == len(endings):  # every run was still ours (each is in `endings` once)
+                return new
+            still = set(ours)
+            return [state if (e.job.id, e.job.fence) in still else None for e, state in zip(endings, new)]
         engine = self.store.engine
         if len(endings) > 1 and engine.dialect.supports_sane_multi_rowcount:
             with engine.connect() as conn:
