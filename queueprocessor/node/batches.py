@@ -36,17 +36,21 @@ class Batches:
     def launch(self, entries: list[Running], now: float, prepared: bool = False) -> None:
         batches: dict[tuple[str, str, float | None], list[Running]] = {}
         unknown: dict[tuple[str, str], list[Running]] = {}  # targets whose executor must look at them first
+        sizes: dict[tuple[str, str], int | None] = {}  # (executor, target): its batch size, asked once a launch
         for entry in entries:
-            size = self._batch_size(entry, now)
-            if size is None and prepared:
+            job = entry.job
+            target = job.executor, job.target
+            if target not in sizes:
+                sizes[target] = self._batch_size(target, prepared)
+            size = sizes[target]
+            if size != 0 and not self._may_join(entry, now):
                 size = 0
             if size is None:
-                unknown.setdefault((entry.job.executor, entry.job.target), []).append(entry)
+                unknown.setdefault(target, []).append(entry)
                 continue
             if not size:
                 entry.task = self.loop.create_task(self.execute(entry))
                 continue
-            job = entry.job
             key = (job.executor, job.target, job.timeout)
             batch = batches.setdefault(key, [])
             batch.append(entry)
@@ -54,8 +58,8 @@ class Batches:
                 self._launch_batch(batches.pop(key))
         for batch in batches.values():
             self._launch_batch(batch)
-        for (name, target), waiting in unknown.items():
-            task = self.loop.create_task(self._prepare(self.executors[name], target, waiting))
+        for (name, unprepared), waiting in unknown.items():
+            task = self.loop.create_task(self._prepare(self.executors[name], unprepared, waiting))
             for entry in waiting:
                 entry.task = task  # until launched: a newer run of its job waits for it (see _after_prior)
 
@@ -70,20 +74,26 @@ class Batches:
             return
         self.launch(entries, self.db_now(), prepared=True)
 
-    def _batch_size(self, entry: Running, now: float) -> int | None:
-        """How many jobs one call of this job's function takes, if it may start now in a batch (0: it runs on its
-        own; None: its executor must prepare its target first). What must wait first (its time, an older run of it)
-        or need not run (stopped, exhausted) goes alone, through _execute, and so does a singleton: it runs until
+    def _batch_size(self, target: tuple[str, str], prepared: bool) -> int | None:
+        """How many jobs one call of `target`'s function (executor name, target) takes: 0, its jobs run one a call;
+        None, its executor must prepare it first (once `prepared`, one that still cannot say runs them alone)."""
+        executor = self.executors.get(target[0])
+        size = executor.batch_size(target[1]) if executor is not None else 0
+        return 0 if size is None and prepared else size
+
+    @staticmethod
+    def _may_join(entry: Running, now: float) -> bool:
+        """Whether a batch function's job may start now in a batch. What must wait first (its time, an older run of
+        it) or need not run (stopped, exhausted) goes alone, through _execute, and so does a singleton: it runs until
         stopped, and would hold the others' ends back (a batch function's singleton is a batch of one)."""
         job, prior = entry.job, entry.prior
-        if entry.stop_reason is not None or job.exhausted or job.run_at > now or job.kind == Kind.SINGLETON:
-            return 0
+        if entry.stop_reason is not None or job.run_at > now or job.kind == Kind.SINGLETON or job.exhausted:
+            return False
         if prior is not None:
             if prior.task is None or not prior.task.done():
-                return 0
+                return False
             entry.prior = None
-        executor = self.executors.get(job.executor)
-        return executor.batch_size(job.target) if executor is not None else 0
+        return True
 
     def _launch_batch(self, batch: list[Running]) -> None:
         task = self.loop.create_task(self._execute_batch(batch))

@@ -89,7 +89,9 @@ class JobRunner:
         self._writing = 0  # entries of `running` whose work is over (recording)
         self._refusing: str | None = None  # a stop reason: runs submitted from now on are handed back at once
         self._no_singletons = False  # draining: singletons submitted from now on are handed back at once
-        self._worked: list[tuple[Claimed, float]] = []  # (job, seconds it worked) since the last _report_worked
+        # The jobs whose work is over since the last _report_worked, and the seconds each worked.
+        self._worked: list[Claimed] = []
+        self._worked_for: list[float] = []
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._serve, name="qp-runner", daemon=True)
@@ -318,8 +320,7 @@ class JobRunner:
     def _ended(self, entries: list[Running]) -> None:
         """The work of a batch's jobs is over and each has its ending: they make room, and their ends are written."""
         self._writing_results(entries)
-        for entry in entries:
-            self.recorder.record(entry)
+        self.recorder.record_many(entries)
 
     def _writing_results(self, entries: list[Running]) -> None:
         with self._lock:
@@ -328,13 +329,15 @@ class JobRunner:
             self._writing += len(entries)
         first = not self._worked
         now = self.loop.time()
-        self._worked.extend((entry.job, now - entry.began) for entry in entries)
+        self._worked += [entry.job for entry in entries]
+        self._worked_for += [now - entry.began for entry in entries]
         if first:
             self.loop.call_soon(self._report_worked)
 
     def _report_worked(self) -> None:
-        worked, self._worked = self._worked, []
-        self.tally.ran(worked)
+        jobs, seconds = self._worked, self._worked_for
+        self._worked, self._worked_for = [], []
+        self.tally.ran(jobs, seconds)
         self.on_room()
 
     def _mark_started(self, job: Claimed) -> None:
@@ -439,7 +442,7 @@ class JobRunner:
                 if self._newest.get(entry.job.id) is entry:
                     del self._newest[entry.job.id]
             self._writing -= len(done)
-        self.tally.ended([(entry.job, outcome) for entry, outcome in done])
+        self.tally.ended([entry.job for entry, _ in done], [outcome for _, outcome in done])
         for entry, outcome in done:
             self.on_done(entry.job, outcome)
         self.on_room()
@@ -459,7 +462,11 @@ class Recorder:
     def record(self, entry: Running) -> None:
         """Write `entry.ending` with the next batch. Nobody waits for it: the writer tries again by itself while
         the database is away, and the job leaves `running` (its lease no longer renewed) once it is written."""
-        self.waiting.append(entry)
+        self.record_many([entry])
+
+    def record_many(self, entries: list[Running]) -> None:
+        """record() for each of `entries` (a batch function's jobs)."""
+        self.waiting += entries
         if not self.busy:
             self.busy = True
             self.task = self.runner.loop.create_task(self._write())
