@@ -164,7 +164,8 @@ class PythonExecutor(Executor):
         return known
 
     async def run(self, job: Claimed, context: JobContext) -> str | None:
-        function, is_async, batch = await self._resolved(job.target)
+        known = self._functions.get(job.target)  # resolved already: no coroutine of _resolved's a job
+        function, is_async, batch = known if known is not None else await self._resolved(job.target)
         if batch:  # a batch function's job on its own (its first on this node, one due alone): a batch of one
             [outcome] = await self._batch(function, is_async, [job], [context])
             if isinstance(outcome, JobFailed):

@@ -269,7 +269,8 @@ class JobRunner:
             entry.begun = True
             if entry.stop_reason is not None:
                 raise asyncio.CancelledError
-            await self._after_prior(entry)
+            if entry.prior is not None:
+                await self._after_prior(entry)
             if job.exhausted:
                 ending = EXHAUSTED
             else:
@@ -289,11 +290,11 @@ class JobRunner:
             ending = stopped_end(entry.stop_reason)
         except Exception as exc:
             ending = failed_end(exc)
-        self._writing_result(entry)
+        self._writing_results([entry])
         if marking is not None:  # the run's row takes its start from the job's row when it ends: written first
             await asyncio.wait({marking})
         entry.ending = ending
-        self.recorder.record(entry)  # the job's task ends here: the writer sees its result through
+        self.recorder.record([entry])  # the job's task ends here: the writer sees its result through
 
     async def _after_prior(self, entry: Running) -> None:
         """Wait until our older run of this job (stopped: its fence is out of date) has stopped working, so the
@@ -312,25 +313,24 @@ class JobRunner:
         while (task := prior.task) is not None and not task.done():  # a task that launched it: then its own
             await asyncio.wait({task})
 
-    def _writing_result(self, entry: Running) -> None:
-        """Its work is over: it no longer counts against capacity (see room), only its result is to be written.
-        The tally and the node hear of it once per pass of the loop, for every job that ended in that pass."""
-        self._writing_results([entry])
-
     def _ended(self, entries: list[Running]) -> None:
         """The work of a batch's jobs is over and each has its ending: they make room, and their ends are written."""
         self._writing_results(entries)
-        self.recorder.record_many(entries)
+        self.recorder.record(entries)
 
     def _writing_results(self, entries: list[Running]) -> None:
+        """Their work is over: they no longer count against capacity (see room), only their results are to be
+        written. The tally and the node hear of it once per pass of the loop, for every job that ended in that
+        pass."""
         with self._lock:
             for entry in entries:
                 entry.recording = True
             self._writing += len(entries)
         first = not self._worked
         now = self.loop.time()
-        self._worked += [entry.job for entry in entries]
-        self._worked_for += [now - entry.began for entry in entries]
+        for entry in entries:  # a loop, not comprehensions: most often a one-call job's one entry
+            self._worked.append(entry.job)
+            self._worked_for.append(now - entry.began)
         if first:
             self.loop.call_soon(self._report_worked)
 
@@ -459,18 +459,14 @@ class Recorder:
         self.task: asyncio.Task[None] | None = None  # the writer (_write), while busy
         self._lingering: asyncio.Future[None] | None = None  # resolved when the linger is over (see _linger)
 
-    def record(self, entry: Running) -> None:
-        """Write `entry.ending` with the next batch. Nobody waits for it: the writer tries again by itself while
-        the database is away, and the job leaves `running` (its lease no longer renewed) once it is written."""
-        self.record_many([entry])
-
-    def record_many(self, entries: list[Running]) -> None:
-        """record() for each of `entries` (a batch function's jobs)."""
+    def record(self, entries: list[Running]) -> None:
+        """Write each entry's `ending` with the next batch. Nobody waits for it: the writer tries again by itself
+        while the database is away, and a job leaves `running` (its lease no longer renewed) once it is written."""
         self.waiting += entries
         if not self.busy:
             self.busy = True
             self.task = self.runner.loop.create_task(self._write())
-        elif len(self.waiting) >= LINGER_UNTIL:
+        elif len(self.waiting) >= LINGER_UNTIL and self._lingering is not None:
             self._linger_over()
 
     async def _linger(self) -> None:
@@ -494,7 +490,7 @@ class Recorder:
                 batch, self.waiting = self.waiting, []
                 loop = self.runner.loop
                 for entry in await loop.run_in_executor(None, self.runner._record_many, batch):
-                    loop.call_later(RECORD_RETRIES[entry.tries], self.record, entry)
+                    loop.call_later(RECORD_RETRIES[entry.tries], self.record, [entry])
                     entry.tries += 1
         finally:
             self.busy = False

@@ -281,7 +281,7 @@ def test_a_job_writing_its_result_makes_room_but_at_most_capacity_results_wait(f
             job = Claimed(job_id, "http", "/ok", "GET", None, 1, 3, None, 1, 0.0)
             runner.running[job.id, job.fence] = entry = Running(job, JobContext(job_id, 1, 1, 1))
             if writing:
-                runner._writing_result(entry)
+                runner._writing_results([entry])
 
         hold(1, False), hold(2, False)
         assert runner.room(4) == 2
