@@ -28,6 +28,10 @@ from .turn_timer import TurnTimer
 
 log = logging.getLogger("queueprocessor.node")
 
+# A paused or draining machine hands back the jobs it claimed and has not begun (see JobRunner.hand_back_waiting),
+# with this reason (runs.STOPPED).
+HAND_BACK = {MachineState.PAUSED: "paused", MachineState.DRAINING: "released"}
+
 
 @dataclass(frozen=True)
 class Outlook:
@@ -162,6 +166,8 @@ class Heartbeat:
         moved = self._learn_roster(farm, before)
         self.upcoming = (self.upcoming[0] + 1, farm.next_schedule)
         applied = self._apply_wish(farm.wish)
+        if (state := self.node.state) in HAND_BACK:  # at every heartbeat: a turn under way may yet have claimed some
+            self._runner.hand_back_waiting(HAND_BACK[state])
         if farm.queues_changed != self._queues_changed:
             self.queue_settings, self._queues_changed = self.node.queue_store.settings(), farm.queues_changed
             self.guarded = frozenset(

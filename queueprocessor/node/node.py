@@ -315,6 +315,7 @@ class Node:
         if drain:
             self._leaving.set()
             self.runner.release_singletons()
+            self.runner.hand_back_waiting("released")  # and what it claimed but has not begun
             self._await_idle(timeout, interruptible=True)
         # The heartbeat renews and the watchdog fences the jobs until they have stopped; a turn still under way
         # hands back what it claims.
