@@ -8,6 +8,8 @@ import asyncio
 import threading
 import time
 
+import aiohttp  # for batch_call: imported with this module (off the node's loop), not by its first call
+
 from queueprocessor import job
 
 SEEN: dict[int, dict] = {}
@@ -181,8 +183,6 @@ async def batch_call(payloads, contexts):
     A job told to stop (its flag, looked at every 10 ms) has its request cut, as the whole call's are when it is
     cancelled; each job ends by its own answer (anything but 200 fails it). Each URL gets `call=` the call's first
     job id, so the record also says which jobs were called together."""
-    import aiohttp
-
     call = contexts[0].job_id
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)) as session:
         return await asyncio.gather(*(_call(session, p, c, call) for p, c in zip(payloads, contexts)))
@@ -215,8 +215,6 @@ async def _call(session, payload, context, call):
 
 
 async def _request(session, payload, headers, call):
-    import aiohttp
-
     try:
         method, body, url = payload.get("method", "GET"), payload.get("body"), payload["url"]
         url += f"{'&' if '?' in url else '?'}call={call}"
