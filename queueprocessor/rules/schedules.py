@@ -199,7 +199,7 @@ def first_occurrence(recurrence: Recurrence, now: float, period: float) -> float
     """Where a schedule added (or resumed) at `now` starts: its first occurrence more than two periods away. A turn
     claims what falls due before the next turn, so an occurrence is claimed by the turn a period before it and
     starts at its time; one due sooner could not be. Each node loads what its work needs (an HTTP client, a Python
-    module: see Executor.warm) from the heartbeat that shows it a new schedule (TurnTimer.note_upcoming): the second
+    module: see Executor.warm) from the heartbeat that shows it a new schedule (node/warmup.py): the second
     period gives that load a period or more, which it takes on a loaded machine, before the first is claimed."""
     return recurrence.after(now + settling(period))
 

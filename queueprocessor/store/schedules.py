@@ -101,7 +101,7 @@ class ScheduleStore:
         return dict(rows[0]._mapping)
 
     def work(self) -> list[tuple[str, str]]:
-        """(executor, target) of every active schedule: what a node loads ahead (see TurnTimer.note_upcoming)."""
+        """(executor, target) of every active schedule: what a node loads ahead (see node/warmup.py)."""
         rows = self.store.rows(select(schedules.c.executor, schedules.c.target).where(schedules.c.paused == false()))
         return sorted({(executor, target) for executor, target in rows})
 
