@@ -2,8 +2,9 @@
 
 Every scenario runs on a real PostgreSQL server with real `queueprocessor node`
 processes that call a real local HTTP service recording every request it gets
-(job, attempt, fence, machine, start, end). The figures come from that record
-and from the farm's own history (qp_jobs, qp_runs, qp_turns):
+(job, attempt, fence, machine, start, end): HTTP jobs, and the jobs of a batch function
+(`@job(batch=N)`, tests.support.pyjobs:batch_call) whose call sends one request per job.
+The figures come from that record and from the farm's own history (qp_jobs, qp_runs, qp_turns):
 
 - jobs run, and jobs lost: every job that did not end `succeeded` (target 0);
 - two live executions of one job at once, as the service saw them (target 0);
@@ -78,6 +79,7 @@ BENCHMARKS = ROOT / "docs" / "benchmarks.md"
 SECTION_BEGIN = "<!-- faults:begin (written by bench/faults.py) -->"
 SECTION_END = "<!-- faults:end -->"
 SELF_STOP = "stopped: this machine lost its lease"
+BATCH_CALL = "tests.support.pyjobs:batch_call"  # a batch function whose jobs call the service (see Rig.batches)
 RECLAIMED = "lease expired"
 # What no fault may leave in a node's log: these scenarios cause nothing a node should crash or leak an
 # exception over, so any such line is an error a user did not cause.
@@ -154,6 +156,14 @@ class Rig:
         )
         self.nodes.append(node)
         return node
+
+    def batches(self, count: int, path: str, base: str | None = None, **options) -> list[int]:
+        """`count` jobs of a batch function (tests.support.pyjobs:batch_call, up to 8 a call) that each call the
+        service at `path` (through `base`, default the service's own address) with their job's headers: the
+        service's record judges them as it judges HTTP jobs (a write/... path is POSTed)."""
+        method = "POST" if path.startswith("write/") else "GET"
+        spec = {"url": (base or self.target.base_url) + path, "method": method, "body": "{}"}
+        return self.farm.enqueue(self.farm.python_spec(BATCH_CALL, spec, **options), count=count)
 
     def machine_id(self, node: NodeProcess) -> int:
         if node.pid not in self._ids:
@@ -266,6 +276,7 @@ class Rig:
         """What every scenario reports: from the farm's history and the service's record."""
         jobs = query(self.url, "SELECT id, state, fence FROM qp_jobs WHERE kind <> 'singleton'")
         work = {job for job, _, _ in jobs}  # a singleton runs again and again by design: see its own figures
+        batch = {job for (job,) in query(self.url, "SELECT id FROM qp_jobs WHERE target = :t", t=BATCH_CALL)}
         runs = [
             run
             for run in query(
@@ -299,6 +310,8 @@ class Rig:
             "cancelled": cancelled,
             "lost": len(lost),
             "lost_ids": lost[:20],
+            "batch_jobs": len(batch),
+            "batch_reruns": sum(len(by_job.get(job, ())) > 1 for job in batch),  # batch jobs the faults hit
             "overlaps": len(self.target.concurrent_overlaps()),
             "reruns": sum(causes.values()),
             "causes": dict(causes),
@@ -409,7 +422,9 @@ def kill_churn(server, quick: bool, seed: int = 5) -> Outcome:
         started = time.time()
         rig.farm.schedule("tick", JobSpec("http", "/ok", priority=10), every=1.0)  # ahead of the backlog
         feed = rig.farm.singleton("feed", JobSpec("http", "/sleep/600"))  # continuous work, until removed
-        rig.farm.enqueue_http("/sleep/0.05", count=count)
+        for _ in range(20):  # a batch function's jobs among the others all along
+            rig.farm.enqueue_http("/sleep/0.05", count=count // 20)
+            rig.batches(count // 80, "sleep/0.5")
         rig.farm.enqueue(rig.farm.python_spec("tests.support.pyjobs:noop"), count=count // 10)
         rig.farm.enqueue(rig.farm.command_spec(["true"]), count=count // 10)
         kills = []
@@ -418,7 +433,9 @@ def kill_churn(server, quick: bool, seed: int = 5) -> Outcome:
             live = rig.live()
             holder = query(rig.url, "SELECT owner FROM qp_jobs WHERE id = :f", f=feed)[0][0]
             victim = next((n for n in live if rig.machine_id(n) == holder), None) if len(kills) % 2 else None
-            victim = victim or rng.choice(live)  # every other kill takes the singleton's holder
+            # every other kill takes the singleton's holder; the others, a machine amid a batch function's call
+            batching = query(rig.url, "SELECT owner FROM qp_jobs WHERE target = :t AND state = 'running'", t=BATCH_CALL)
+            victim = victim or rng.choice([n for n in live if (rig.machine_id(n),) in batching] or live)
             machine = rig.machine_id(victim)
             kills.append((machine, rig.kill(victim)))
             rig.start(victim.name)
@@ -458,7 +475,8 @@ def kill_churn(server, quick: bool, seed: int = 5) -> Outcome:
     return Outcome(
         "kill",
         f"SIGKILL a random node every {every:g} s and restart it ({size} nodes, {count} HTTP jobs, "
-        f"{2 * (count // 10)} Python and command jobs, a schedule every second, a singleton)",
+        f"{count // 4} jobs of a batch function calling the service, {2 * (count // 10)} Python and command jobs, "
+        "a schedule every second, a singleton)",
         tally,
         recovery=(
             f"killed machines' jobs ran elsewhere after median {secs(statistics.median(takeovers))}, "
@@ -816,11 +834,20 @@ def partition(server, quick: bool) -> Outcome:
                 if tuple(row) not in seen
             ]
 
+        batch_ids: list[int] = []
         with rig.paused(peers):  # the victim does the work until the partition comes; then its peers take over
             for i in range(count):
                 rig.farm.enqueue_http(f"/write/report-{i % 10}", method="POST", payload=f'{{"row": {i}}}')
+                if i % 4 == 0:  # a batch function's jobs, writing through the same slow link
+                    batch_ids += rig.batches(1, f"write/batch-{i % 10}", base=f"http://127.0.0.1:{web_proxy.port}/")
             wait_for(lambda: len(rig.requests_from(machine, "/write")) >= rig.capacity, 60, "the node to write")
-            wait_for(in_flight, 30, "a write of the node's in flight", poll=0.01)
+            batch = set(batch_ids)
+            wait_for(
+                lambda: any(job in batch for job, _ in in_flight()),
+                30,
+                "a write of the node's in flight, a batch function's among them",
+                poll=0.01,
+            )
             db_proxy.freeze()
             web_proxy.freeze()
             frozen = time.time()
@@ -859,7 +886,8 @@ def partition(server, quick: bool) -> Outcome:
     return Outcome(
         "partition",
         f"a node partitioned from database and service for {healed - frozen:.1f} s with its writes "
-        f"in flight, then healed (3 nodes, {count} POST /write jobs)",
+        f"in flight, then healed (3 nodes, {count} POST /write jobs and {len(range(0, count, 4))} of a batch "
+        "function writing likewise)",
         tally,
         recovery=f"the partitioned node stopped its jobs {secs(stopped_at and stopped_at - frozen)} into the "
         f"partition (lease {timing.lease:g} s); {len(late)} of its writes to the service arrived after the "
@@ -1033,7 +1061,7 @@ class Shape:
 
     kind: str  # a key of FAULT_KINDS
     nodes: int
-    lengths: tuple[float, ...]  # one HTTP job (GET /sleep/N) of each length, seconds
+    lengths: tuple[float, ...]  # one job calling GET /sleep/N of each length, seconds: HTTP, every other a batch's
     lead: float  # seconds from the first job's start to the fault
     length: float  # seconds the fault lasts
     cut: tuple[int, ...]  # the nodes (indexes) whose links fail: every node except in some partitions
@@ -1118,8 +1146,11 @@ def fault_trial(server, shape: Shape, timing: Timing) -> Trial:
             rig.start(f"{shape.kind}-{i}", url=url)
         rig.wait_roster()
         ids = [rig.machine_id(node) for node in rig.nodes]
-        for length in shape.lengths:
-            rig.farm.enqueue_http(f"/sleep/{length:g}", timeout=120)
+        for number, length in enumerate(shape.lengths):
+            if number % 2:  # every other job is a batch function's (see Rig.batches)
+                rig.batches(1, f"sleep/{length:g}", timeout=120)
+            else:
+                rig.farm.enqueue_http(f"/sleep/{length:g}", timeout=120)
         wait_for(lambda: len({r["job"] for r in rig.target.requests()}) == len(shape.lengths), 30, "every job to start")
         first = min(r["started"] for r in rig.target.requests())
         time.sleep(max(0.0, first + shape.lead - time.time()))
@@ -1219,6 +1250,8 @@ def summarise(kind: str, results: list[Trial]) -> Outcome:
         "stale_completions": 0,
         "service_repeats": 0,
         "password_in_logs": 0,
+        "batch_jobs": 0,
+        "batch_reruns": 0,
     }
     causes, lost_ids, log_errors, odd = Counter(), [], [], []
     for number, trial in enumerate(results, 1):
@@ -1439,7 +1472,7 @@ def main() -> None:
             print(
                 f"{name}: {t['succeeded']}/{t['jobs']} run, {t['lost']} lost, {t['overlaps']} twice at once, "
                 f"{t['reruns']} re-runs ({causes_text(t['causes'])}), {len(t['log_errors'])} log errors; "
-                f"{outcome.recovery} "
+                f"{t['batch_jobs']} batch-function jobs, {t['batch_reruns']} of them run again; {outcome.recovery} "
                 f"[{time.monotonic() - began:.0f} s]",
                 flush=True,
             )

@@ -1,9 +1,13 @@
-"""Schedule accuracy: an every-second schedule on three machines, one of them killed and restarted.
+"""Schedule accuracy: an every-second schedule on three machines, one of them killed and restarted, then under a
+backlog.
 
 Three node processes on PostgreSQL (period 1 s) run a schedule added as a
 user adds it (`schedule add tick --every 1 http /ok`, by the CLI) for 5
 minutes. A third of the way in, one machine is SIGKILLed; it is started again
-10 s later. Every occurrence is a job keyed `tick@<time>`; its lateness is
+10 s later. Two thirds of the way in, 2,000 HTTP jobs of 50 ms are enqueued
+at a lower priority than the schedule's (bulk work, `--priority -1`): about
+10 s of work for the farm's 12 places, during which each occurrence is due
+while every place is taken. Every occurrence is a job keyed `tick@<time>`; its lateness is
 when its work began minus its due time. The record is the access log of the
 HTTP server the jobs call (when each request arrived, by the wall clock,
 which on one host is the database's clock too); with `--work python` it is a
@@ -21,7 +25,7 @@ The baseline comes from the same run's turn log: a farm that only polled
 occurrence at the first turn at or after its time.
 
     python bench/schedule_accuracy.py            # 5 minutes
-    python bench/schedule_accuracy.py --quick    # 30 seconds: kill at 10 s, back at 15 s
+    python bench/schedule_accuracy.py --quick    # 40 seconds: kill at 10 s, back at 15 s, backlog at 27 s
     python bench/schedule_accuracy.py --work python   # a Python job's own stamp as the record
 """
 
@@ -51,9 +55,13 @@ from tests.support.httptarget import HttpTarget
 
 PERIOD = 1.0
 NODES = 3
+# The backlog: more HTTP jobs than the farm's 12 places run in about 10 s, enqueued at a lower priority than the
+# schedule's (bulk work below the default 0), so that each occurrence is due while the farm is full.
+BACKLOG = 2000
+BACKLOG_PATH = "/sleep/0.05"
 
 
-def run(server, seconds: float, kill_at: float, down: float, work: str) -> dict:
+def run(server, seconds: float, kill_at: float, down: float, work: str, backlog_at: float) -> dict:
     url = fresh_database(server, "schedule")
     farm = Farm(url)
     farm.settings(period=PERIOD)
@@ -84,7 +92,11 @@ def run(server, seconds: float, kill_at: float, down: float, work: str) -> dict:
         nodes["node-1b"] = start("node-1")
         back = farm._store.ask_time()
         print(f"  started it again at +{back - began:.1f} s", flush=True)
-        time.sleep(max(0.0, seconds - kill_at - down))
+        time.sleep(max(0.0, began + backlog_at - farm._store.ask_time()))
+        flooded = farm._store.ask_time()  # a backlog of lower priority than the schedule's (see BACKLOG)
+        farm.enqueue_http(BACKLOG_PATH, count=BACKLOG, priority=-1)
+        print(f"  {BACKLOG} jobs of {BACKLOG_PATH} at priority -1 enqueued at +{flooded - began:.1f} s", flush=True)
+        time.sleep(max(0.0, began + seconds - farm._store.ask_time()))
         ended = farm._store.ask_time()
         farm.pause_schedule("tick")
         wait_for(
@@ -97,12 +109,22 @@ def run(server, seconds: float, kill_at: float, down: float, work: str) -> dict:
         )
         runs = query(url, "SELECT job_id, outcome, started_at, output FROM qp_runs")
         turns = sorted(t for (t,) in query(url, "SELECT taken_at FROM qp_turns"))
+        [(drained,)] = query(url, "SELECT max(started_at) FROM qp_jobs WHERE priority = -1")
         arrived: dict[int, float] = {}  # job id -> when its first request reached the server
         for record in target.requests("/ok"):
             if isinstance(record["job"], int):
                 arrived.setdefault(record["job"], record["started"])
         return dict(
-            began=began, ended=ended, killed=killed, back=back, jobs=jobs, runs=runs, turns=turns, arrived=arrived
+            began=began,
+            ended=ended,
+            killed=killed,
+            back=back,
+            flooded=flooded,
+            drained=drained or ended,
+            jobs=jobs,
+            runs=runs,
+            turns=turns,
+            arrived=arrived,
         )
     finally:
         stop_all([n for n in nodes.values() if n.alive()])
@@ -134,6 +156,7 @@ def analyse(data: dict, work: str) -> list[dict]:
                 first=index < 3,
                 near_kill=data["killed"] - 2 <= second <= data["back"] + 10,
                 returned=data["back"] <= second <= data["back"] + 10,
+                backlog=data["flooded"] <= second <= data["drained"],
             )
         )
     return rows
@@ -160,12 +183,13 @@ def summarise(label: str, rows: list) -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="30 seconds (kill at 10 s, back at 15 s)")
+    parser.add_argument("--quick", action="store_true", help="40 seconds (kill at 10 s, back at 15 s, backlog at 27 s)")
     parser.add_argument("--seconds", type=float, help="length of the run (default 300)")
     parser.add_argument("--work", choices=("http", "python"), default="http", help="what the schedule runs")
     args = parser.parse_args()
-    seconds = args.seconds or (30.0 if args.quick else 300.0)
+    seconds = args.seconds or (40.0 if args.quick else 300.0)
     kill_at, down = (10.0, 5.0) if args.quick else (seconds / 3, 10.0)
+    backlog_at = kill_at + down + 12.0 if args.quick else 2 * seconds / 3
     print(
         f"schedule accuracy: every 1 s on {NODES} nodes for {seconds:g} s, node-1 killed at +{kill_at:g} s "
         f"and back {down:g} s later, {args.work} jobs; {load_average()}",
@@ -173,7 +197,7 @@ def main() -> None:
     )
     server = start_postgres()
     try:
-        data = run(server, seconds, kill_at, down, args.work)
+        data = run(server, seconds, kill_at, down, args.work, backlog_at)
     finally:
         server.stop()
     rows = analyse(data, args.work)
@@ -193,10 +217,14 @@ def main() -> None:
         ],
         [
             summarise("all", rows),
-            summarise("steady (away from the kill)", [r for r in rows if not r["near_kill"]]),
+            summarise(
+                "away from the kill and the backlog (the first 3 among them)",
+                [r for r in rows if not (r["near_kill"] or r["backlog"])],
+            ),
             summarise("from 2 s before the kill to 10 s after the restart", [r for r in rows if r["near_kill"]]),
             summarise("the new schedule's first 3 (each a node's first job)", [r for r in rows if r["first"]]),
             summarise("the 10 s after the restart", [r for r in rows if r["returned"]]),
+            summarise(f"under a backlog ({BACKLOG} jobs, lower priority)", [r for r in rows if r["backlog"]]),
         ],
     )
     polled = [r["polled"] for r in rows if r["polled"] is not None]

@@ -16,7 +16,7 @@ from . import singletons
 from .node.config import FarmTiming as FarmTiming  # what Dashboard takes: the app and benchmarks name it here
 from .rules.errors import NotFound
 from .rules.roster import machine_status, roster, slot_of, slot_owner
-from .rules.schedules import Recurrence
+from .rules.schedules import Recurrence, settling
 from .rules.states import SERVING, MachineState
 from .store.queues import queue_infos
 from .store.stores import Store
@@ -93,7 +93,7 @@ def read_schedules(
     The last occurrence is the last one before both `now` and the first not yet made into a job; its job is
     found by its unique key (name@occurrence), not by scanning the jobs. `known`, a dict kept between calls,
     keeps each schedule's occurrences until the next one comes, so a poll does not ask croniter again. `period`:
-    the farm's, within which of its creation a schedule makes no occurrence (rules.schedules.first_occurrence).
+    the farm's: for two of them after its creation a schedule makes no occurrence (rules.schedules.settling).
     """
     rows = schedule_rows(store)
     known = {} if known is None else known
@@ -104,7 +104,7 @@ def read_schedules(
         what = (row["name"], row["cron"], row["tz"], row["every"], row["next_run"])
         last, upcoming = known.get(what) or (None, -math.inf)
         if now >= upcoming:
-            upcoming = recurrence.after(max(now, row["created_at"] + period))
+            upcoming = recurrence.after(max(now, row["created_at"] + settling(period)))
             last = recurrence.before(min(row["next_run"], upcoming))
         fresh[what] = (last, upcoming)
         row.update(
@@ -124,7 +124,7 @@ def read_schedules(
     for key, *job in jobs_by_key(store, list(by_key)):
         by_key[key].update(zip(("last_job", "last_state", "last_machine", "last_finished", "last_error"), job))
     for row in by_key.values():
-        if row["last_job"] is None and row["last_at"] <= row["created_at"] + period:
+        if row["last_job"] is None and row["last_at"] <= row["created_at"] + settling(period):
             row["last_at"] = None  # an occurrence from before the schedule's first
     return rows
 

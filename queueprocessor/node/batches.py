@@ -105,7 +105,7 @@ class Batches:
         result, all by the call's error or timeout, or, if it was stopped meanwhile, as stopped (its entry of the
         result discarded)."""
         for entry in batch:
-            entry.begun = True
+            entry.begun, entry.waiting = True, False
         stopped = [entry for entry in batch if entry.stop_reason is not None]  # between its claim and now
         if stopped:
             self._end_batch(stopped, None, None)

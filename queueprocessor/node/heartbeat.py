@@ -25,8 +25,13 @@ from .runner import JobRunner
 from .runs import RunKey
 from .tally import Tally
 from .turn_timer import TurnTimer
+from .warmup import Warmup
 
 log = logging.getLogger("queueprocessor.node")
+
+# A paused or draining machine hands back the jobs it claimed and has not begun (see JobRunner.hand_back_waiting),
+# with this reason (runs.STOPPED).
+HAND_BACK = {MachineState.PAUSED: "paused", MachineState.DRAINING: "released"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class Member(Protocol):
     queue_store: QueueStore
     tally: Tally
     turns: TurnTimer
+    warmup: Warmup
     id: int | None
     runner: JobRunner | None
 
@@ -161,7 +167,10 @@ class Heartbeat:
         self._note_contact(farm.now)
         moved = self._learn_roster(farm, before)
         self.upcoming = (self.upcoming[0] + 1, farm.next_schedule)
+        self.node.warmup.note(farm.next_schedule)
         applied = self._apply_wish(farm.wish)
+        if (state := self.node.state) in HAND_BACK:  # at every heartbeat: a turn under way may yet have claimed some
+            self._runner.hand_back_waiting(HAND_BACK[state])
         if farm.queues_changed != self._queues_changed:
             self.queue_settings, self._queues_changed = self.node.queue_store.settings(), farm.queues_changed
             self.guarded = frozenset(

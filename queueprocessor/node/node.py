@@ -24,7 +24,7 @@ no backlog notice is lost to the turn thread resetting its backlog.
   field                                   owner          how the others reach it
   --------------------------------------  -------------  --------------------------------------------------
   id, runner, listener, exporter,         start()        read only, once the threads run
-  _threads, heartbeat, watchdog, turns
+  _threads, heartbeat, watchdog, turns, warmup
   heartbeat's fields                      qp-heartbeat   - (start() sets renewed_at and runs the first
   (heartbeat.Heartbeat: wished (pause,                   check-in, before the thread exists); the node
   resume, drain), _known, known (its                     shows known, upcoming, guarded, queue_settings,
@@ -32,7 +32,7 @@ no backlog notice is lost to the turn thread resetting its backlog.
   queue_settings, guarded,                               metrics and the tests
   _queues_changed, _checked_in,
   _streak_start, _last_contact_db,
-  renewed_at)
+  renewed_at), warmup's last seen
   state (a property)                      -              stopped; else draining once stop() sets _leaving
                                                          (no wish clears it); else heartbeat.wished
   db_healthy (a property)                 -              heartbeat.healthy: _checked_in, leases renewed in
@@ -79,6 +79,7 @@ from .push import Listener, where_to_listen
 from .runner import JobRunner
 from .tally import Tally
 from .turn_timer import TurnTimer
+from .warmup import Warmup
 from .watchdog import Watchdog
 
 if TYPE_CHECKING:
@@ -123,6 +124,7 @@ class Node:
         self.heartbeat = Heartbeat(self, self._stop)
         self.watchdog = Watchdog(self, self._stop)
         self.turns = TurnTimer(self, started=self.watchdog.holding)
+        self.warmup = Warmup(self.schedules, lambda: self.runner)
 
     @property
     def state(self) -> MachineState:
@@ -315,6 +317,7 @@ class Node:
         if drain:
             self._leaving.set()
             self.runner.release_singletons()
+            self.runner.hand_back_waiting("released")  # and what it claimed but has not begun
             self._await_idle(timeout, interruptible=True)
         # The heartbeat renews and the watchdog fences the jobs until they have stopped; a turn still under way
         # hands back what it claims.

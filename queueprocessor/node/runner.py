@@ -248,8 +248,16 @@ class JobRunner:
         for key in keys:
             self.stop_job(key, "released")
 
-    def stop_all(self, reason: str) -> None:
-        for key in self.held():
+    def hand_back_waiting(self, reason: str) -> None:
+        """Hand back the runs whose work has not begun (their time, our older run of the job): a paused or draining
+        machine keeps none (docs/design.md §7). Looked at on the loop, where work begins: none is cut short."""
+        self.loop.call_soon_threadsafe(self.stop_all, reason, True)
+
+    def stop_all(self, reason: str, waiting: bool = False) -> None:
+        """Stop every run we hold (with `waiting`, those whose work has not begun)."""
+        with self._lock:
+            keys = [key for key, entry in self.running.items() if entry.waiting or not waiting]
+        for key in keys:
             self.stop_job(key, reason)
 
     # -- on the loop ------------------------------------------------------
@@ -275,9 +283,13 @@ class JobRunner:
                 ending = EXHAUSTED
             else:
                 executor = executor_for(self.executors, job.executor)
-                if job.run_at > entry.started:  # claimed early: start exactly at run_at in database time
+                if early := job.run_at > entry.started:  # claimed early: start exactly at run_at in database time
                     await executor.warm(job)  # what its first run would load, loaded while it waits
                     await asyncio.sleep(job.run_at - self.db_now())
+                if entry.stop_reason is not None:  # handed back while it waited (see hand_back_waiting)
+                    raise asyncio.CancelledError
+                entry.waiting = False
+                if early:
                     marking = self.loop.run_in_executor(None, self._mark_started, job)
                     entry.started, entry.began = self.db_now(), self.loop.time()
                 coro = executor.run(job, entry.context)

@@ -13,6 +13,7 @@ RunKey = tuple[int, int]  # (job id, fence): one run of a job, as every write of
 STOPPED: dict[str | None, str] = {
     Outcome.CANCELLED: "cancelled by an operator",
     "released": "handed back: its machine is leaving the farm",
+    "paused": "handed back before it started: its machine was paused",
     "exit": "handed back unfinished: the operator stopped its machine (no attempt spent)",
 }
 LOST_LEASE = "stopped: this machine lost its lease"
@@ -64,6 +65,7 @@ class Running:
         "tries",
         "prior",
         "batch",
+        "waiting",
     )
 
     def __init__(self, job: Claimed, context: JobContext, leased_at: float = float("-inf")):
@@ -81,3 +83,4 @@ class Running:
         self.tries = 0  # writes of its ending that the database was away for
         self.prior: Running | None = None  # this machine's older run of the same job, still held at our claim
         self.batch: list[Running] | None = None  # the runs of its batch function's call (one task: `task`), if any
+        self.waiting = True  # claimed, its work not begun: waiting for its launch, its time or an older run of it

@@ -217,9 +217,11 @@ class TurnTimer:
             # Work-conserving: a recent turn found more than its holder could take. Slow jobs free a slot or
             # two per tick: claiming for each cost a statement per couple of jobs (HTTP jobs: 4 per claim), so
             # we claim a quarter of our capacity at a time. A place freed under a limited queue's limit rides
-            # with that claim (guarded then), waiting for it at most FREED_WAIT.
+            # with that claim (guarded then), waiting for it at most FREED_WAIT. Like a turn's, the claim looks a
+            # period ahead: work of a higher priority than the backlog due before the next turn (a schedule's
+            # occurrence) is taken ahead of its time and starts at it, not at the next claim after it.
             if free >= max(1, self.config.capacity // 4) or (free > 0 and self._freed_waited()):
-                if not self._claim(free, guarded=self._take_freed()):
+                if not self._claim(free, self.config.claim_ahead, guarded=self._take_freed()):
                     self._direct = False
                     self._backlog_slot = -1
         elif free > 0 and self._take_freed():

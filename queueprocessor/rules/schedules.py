@@ -13,8 +13,9 @@ time that happens twice runs once, at its first passing, unless the
 expression runs every hour (hour field `*`), whose cadence continues in real
 time.
 
-A schedule starts at its first occurrence more than a period after it is added
-or resumed (first_occurrence), so even its first is claimed ahead of its time.
+A schedule starts at its first occurrence more than two periods after it is added
+or resumed (first_occurrence), so even its first is claimed ahead of its time, by a
+node that has loaded what it needs.
 
 Misfires: an occurrence made into a job more than one period after its time
 was missed (the farm was down or too busy to take turns). One older than the
@@ -195,11 +196,17 @@ def plan(
 
 
 def first_occurrence(recurrence: Recurrence, now: float, period: float) -> float:
-    """Where a schedule added (or resumed) at `now` starts: its first occurrence more than a period away. A turn
+    """Where a schedule added (or resumed) at `now` starts: its first occurrence more than two periods away. A turn
     claims what falls due before the next turn, so an occurrence is claimed by the turn a period before it and
-    starts at its time, with whatever its first run loads (an HTTP client, a Python module: see Executor.warm)
-    loaded meanwhile; one due sooner than that would start late by that load on the node that took it."""
-    return recurrence.after(now + period)
+    starts at its time; one due sooner could not be. Each node loads what its work needs (an HTTP client, a Python
+    module: see Executor.warm) from the heartbeat that shows it a new schedule (node/warmup.py): the second
+    period gives that load a period or more, which it takes on a loaded machine, before the first is claimed."""
+    return recurrence.after(now + settling(period))
+
+
+def settling(period: float) -> float:
+    """How long after it is added or resumed a schedule makes no occurrence (see first_occurrence)."""
+    return 2 * period
 
 
 def ahead_of(period: float, heartbeat: float) -> float:

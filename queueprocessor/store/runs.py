@@ -5,7 +5,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import String, Text, and_, bindparam, insert, literal, or_, select, update
+from sqlalchemy import String, Text, and_, bindparam, case, insert, literal, or_, select, update
 from sqlalchemy.engine import Connection
 
 from ..rules.errors import LostLease
@@ -149,7 +149,7 @@ class RunStore:
                     state=JobState.QUEUED,
                     owner=None,
                     lease_until=None,
-                    run_at=db_now(),
+                    run_at=case((jobs.c.run_at > db_now(), jobs.c.run_at), else_=db_now()),  # claimed early: not sooner
                     attempts=jobs.c.attempts - 1,
                     last_error=reason,
                 )

@@ -62,7 +62,7 @@ class ScheduleStore:
         period: float,
     ) -> dict[str, Any]:
         """Store a schedule and make its first occurrences within `ahead` seconds into jobs at once. The first is
-        more than a period away (see first_occurrence)."""
+        more than two periods away (see first_occurrence)."""
         check_schedule_name(name)
         check_policy(misfire, grace)
         now = self.store.ask_time()
@@ -100,6 +100,11 @@ class ScheduleStore:
             raise NotFound(f"no schedule named {echoed(name)}", what="schedule", ref=name)
         return dict(rows[0]._mapping)
 
+    def work(self) -> list[tuple[str, str]]:
+        """(executor, target) of every active schedule: what a node loads ahead (see node/warmup.py)."""
+        rows = self.store.rows(select(schedules.c.executor, schedules.c.target).where(schedules.c.paused == false()))
+        return sorted({(executor, target) for executor, target in rows})
+
     def all(self) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in self.store.rows(select(schedules).order_by(schedules.c.name))]
 
@@ -118,7 +123,7 @@ class ScheduleStore:
             return self._cancel_queued(conn, name)
 
     def resume(self, name: str, *, ahead: float, period: float) -> dict[str, Any]:
-        """Start again from the next occurrence more than a period away (see first_occurrence); those that fell
+        """Start again from the next occurrence more than two periods away (see first_occurrence); those that fell
         in the pause are not run."""
         schedule = self.get(name)
         if schedule["paused"]:

@@ -1,5 +1,6 @@
 """Batch functions (`@job(batch=N)`): many jobs in one call, each still a job of its own, on PostgreSQL with
-in-process nodes. What is checked is what each job's row and runs say and what the function saw; nothing is
+in-process nodes, and with 2 real node processes for the rules per job (a queue's limit, order keys). What is
+checked is what each job's row and runs say and what the function (or the service it called) saw; nothing is
 timed."""
 
 import json
@@ -12,7 +13,8 @@ from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
 from queueprocessor.rules.errors import InvalidJob
 from tests.support import pyjobs
-from tests.support.work import FAST, PYJOBS, Nodes, RunningSampler, wait_for
+from tests.support.httptarget import most_at_once
+from tests.support.work import FAST, PYJOBS, NodeProcesses, Nodes, RunningSampler, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -230,3 +232,59 @@ def test_a_lost_lease_of_one_job_of_a_running_batch_hands_that_job_back_alone(fa
     assert back["state"] == "queued" and back["attempts"] == 0, "handed back, no attempt spent"
     [run] = back["runs"]
     assert run["outcome"] == "lost" and run["output"] is None
+
+
+# The same rules with 2 real node processes, judged by what the work did: each job of batch_call sends its own
+# request to the recording service, so the service's record says which jobs were at work at once, and together.
+
+
+def two_node_processes(farm, pg_url, http_target, tmp_path, capacity=20) -> NodeProcesses:
+    procs = NodeProcesses(pg_url, tmp_path)
+    for name in ("a", "b"):
+        procs(name, "--http-base", http_target.base_url, capacity=capacity)
+    wait_for(lambda: len(farm.serving("default")) == 2, timeout=30)
+    return procs
+
+
+def test_two_node_processes_with_a_limit_of_5_never_have_6_at_work(farm, pg_url, http_target, tmp_path):
+    # Room for 3 each: neither can fill the limit alone, so both work the queue at once, and the limit binds.
+    procs = two_node_processes(farm, pg_url, http_target, tmp_path, capacity=3)
+    try:
+        farm.enqueue_python(pyjobs.batch_call, {"url": http_target.base_url + "ok"}, queue="limited")
+        farm.set_queue("limited", limit=5)
+        with RunningSampler(farm, "limited") as sampler:
+            payload = {"url": http_target.base_url + "sleep/0.1"}
+            ids = farm.enqueue_python(pyjobs.batch_call, payload, queue="limited", count=60)
+            done = ended(farm, ids, timeout=90)
+    finally:
+        procs.kill_all()
+    assert {j["state"] for j in done} == {"succeeded"}
+    work = [r for r in http_target.requests("/sleep") if r["job"] in ids]
+    assert sorted(r["job"] for r in work) == sorted(ids), "each job's work, once"
+    assert most_at_once(work) <= 5, "never more than the limit at work at once, across both processes"
+    assert max(sampler.counts) <= 5, "nor running, as the database says"
+    assert len({r["machine"] for r in work}) == 2 and max(map(len, pyjobs.called_together(work).values())) > 1
+
+
+def test_two_node_processes_never_have_two_jobs_of_one_order_key_at_work_at_once(farm, pg_url, http_target, tmp_path):
+    procs = two_node_processes(farm, pg_url, http_target, tmp_path)
+    try:
+        ids = {
+            farm.enqueue_python(
+                pyjobs.batch_call, {"url": f"{http_target.base_url}sleep/0.05?key=k{key}"}, order_key=f"k{key}"
+            )[0]: key
+            for seq in range(5)
+            for key in range(6)
+        }
+        done = ended(farm, list(ids), timeout=90)
+    finally:
+        procs.kill_all()
+    assert {j["state"] for j in done} == {"succeeded"}
+    work = [r for r in http_target.requests("/sleep") if r["job"] in ids]
+    assert sorted(r["job"] for r in work) == sorted(ids), "each job's work, once"
+    for key in range(6):
+        of_key = [r for r in work if ids[r["job"]] == key]
+        assert most_at_once(of_key) == 1, f"two jobs of order key k{key} at work at once"
+        runs = sorted((run["started_at"], run["finished_at"]) for j in done if ids[j["id"]] == key for run in j["runs"])
+        assert all(a[1] <= b[0] for a, b in zip(runs, runs[1:])), f"two runs of order key k{key} overlap"
+    assert len({r["machine"] for r in work}) == 2 and max(map(len, pyjobs.called_together(work).values())) > 1

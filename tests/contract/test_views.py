@@ -228,7 +228,7 @@ def test_schedules_carry_their_next_occurrence_and_their_last_ones_job(farm):
     )
     farm.schedule("later", farm.python_spec("tests.support.pyjobs:noop"), every=3600)
     farm.pause_schedule("later")
-    time.sleep(farm.settings()["period"] + 0.15)  # the first tick is due (a period after its schedule was added)
+    time.sleep(2 * farm.settings()["period"] + 0.15)  # the first tick is due (two periods after its schedule was added)
     [job] = store.jobs.claim(machine, 1, lease=30)
     store.runs.finish(job, machine, "succeeded")
     done = store.jobs.get(job.id)

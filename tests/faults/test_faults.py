@@ -1,6 +1,7 @@
 """The fault harness's short form, as tests: each scenario of bench/faults.py on the suite's real
 PostgreSQL server, with real node processes and a real HTTP service, must end with no job lost, no job run
-twice at once, no live machine declared dead, no stale result accepted, no password in any log and no error in
+twice at once (a batch function's jobs among them, each judged by the service's record of its own request, see
+Rig.batches), no live machine declared dead, no stale result accepted, no password in any log and no error in
 a node's log that no user caused (a traceback, an exception nobody retrieved).
 
 The long form with its figures: `python bench/faults.py` (docs/benchmarks.md, "Faults").
@@ -47,6 +48,7 @@ def test_sigkill_churn_loses_nothing_and_hands_work_over_after_the_lease(pg_serv
     assert_safe(outcome, {KILLED})
     f = outcome.facts
     assert f["kills"] >= 2
+    assert outcome.tally["batch_reruns"] > 0, "no kill took a machine amid a batch function's call"
     assert f["takeovers"] >= outcome.tally["reruns"] > 0  # (the singleton's takeovers are counted apart)
     assert f["takeover_max"] < f["lease"] + 3 * f["period"], (
         f"a killed machine's job waited {f['takeover_max']:.1f} s to run elsewhere (lease {f['lease']:g} s): expired "
@@ -115,6 +117,7 @@ def test_partitioned_node_late_writes_are_refused_by_the_fence(pg_server):
     f = outcome.facts
     assert f["self_stop_after"] is None or f["self_stop_after"] < f["lease"]  # None: all its jobs had ended
     assert f["late_accepted"] == 0
+    assert outcome.tally["batch_reruns"] > 0, "the partition took no batch function's job from the node"
     assert f["stragglers"] and set(f["stragglers"]) == {409}
 
 
@@ -138,6 +141,7 @@ def test_nodes_that_claim_back_the_jobs_a_database_freeze_stopped_never_run_one_
     t, f = outcome.tally, outcome.facts
     evidence = "\n".join(outcome.notes)
     assert f["claimed_back"] > 0, "no node claimed back a job of its own: the trials missed the case"
+    assert t["batch_reruns"] > 0, "no batch function's job was stopped by a freeze"
     assert t["overlaps"] == 0, (
         f"{t['overlaps']} pairs of runs of one job on different fences at once, in trials "
         f"{f['failed_trials']} of {f['trials']}:\n{evidence}"

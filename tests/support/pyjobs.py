@@ -8,6 +8,8 @@ import asyncio
 import threading
 import time
 
+import aiohttp  # for batch_call: imported with this module (off the node's loop), not by its first call
+
 from queueprocessor import job
 
 SEEN: dict[int, dict] = {}
@@ -171,3 +173,53 @@ def batch_until_cancelled(payloads, contexts):
     for c in contexts:
         SEEN[c.job_id] = {"cancelled": c.cancelled.is_set()}
     return [{"job": c.job_id} for c in contexts]
+
+
+@job(batch=8, max_attempts=5)
+async def batch_call(payloads, contexts):
+    """Calls the HTTP service each payload names ({"url", "method"?, "body"?}), one request per job of the call, all
+    at once, each with its job's X-QP-Job, -Attempt, -Fence and -Machine headers as an HTTP job's request carries
+    them: the service's record (tests/support/httptarget.py) judges a batch function's jobs as it judges HTTP jobs.
+    A job told to stop (its flag, looked at every 10 ms) has its request cut, as the whole call's are when it is
+    cancelled; each job ends by its own answer (anything but 200 fails it). Each URL gets `call=` the call's first
+    job id, so the record also says which jobs were called together."""
+    call = contexts[0].job_id
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)) as session:
+        return await asyncio.gather(*(_call(session, p, c, call) for p, c in zip(payloads, contexts)))
+
+
+def called_together(requests: list[dict]) -> dict[int, list[dict]]:
+    """batch_call's requests (HttpTarget.requests) by the call that sent them."""
+    calls: dict[int, list[dict]] = {}
+    for request in requests:
+        calls.setdefault(int(request["path"].rsplit("call=", 1)[1]), []).append(request)
+    return calls
+
+
+async def _call(session, payload, context, call):
+    headers = {
+        "X-QP-Job": str(context.job_id),
+        "X-QP-Attempt": str(context.attempt),
+        "X-QP-Fence": str(context.fence),
+        "X-QP-Machine": str(context.machine_id),
+    }
+    request = asyncio.ensure_future(_request(session, payload, headers, call))
+    try:
+        while not request.done():
+            if context.cancelled.is_set():
+                return RuntimeError("stopped")
+            await asyncio.wait({request}, timeout=0.01)
+        return request.result()
+    finally:
+        request.cancel()  # a stopped job's, or the whole call's when it is cancelled: the service sees a hang-up
+
+
+async def _request(session, payload, headers, call):
+    try:
+        method, body, url = payload.get("method", "GET"), payload.get("body"), payload["url"]
+        url += f"{'&' if '?' in url else '?'}call={call}"
+        async with session.request(method, url, data=body, headers=headers) as response:
+            await response.read()
+            return {"status": 200} if response.status == 200 else RuntimeError(f"HTTP {response.status}")
+    except aiohttp.ClientError as exc:
+        return exc
