@@ -10,10 +10,11 @@ from sqlalchemy.engine import Connection
 
 from ..rules.errors import DuplicateKey, NotFound, QPError, echoed
 from ..rules.states import FINISHED, JobState, Kind, Outcome
+from . import dependencies
 from .base import StoreBase
 from .dbtime import db_now
 from .history import with_owner_name
-from .schema import jobs, machines, queues, runs
+from .schema import deps, jobs, machines, queues, runs
 from .statements import LOST, claim_statement, free_places, gated_now, taken_statement, unpaused
 from .turns import TurnStore
 from .types import EVERY_QUEUE, NO_LOOKS, Claimed, JobSpec, Looks, Plan, Turn
@@ -28,42 +29,9 @@ class JobStore:
 
     def enqueue(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> list[int]:
         """Insert `count` copies of a job, due after `delay` seconds or at epoch `at` (database time)."""
-        run_at = literal(at) if at is not None else db_now() + delay
-        gated = gated_now(literal(spec.queue, String))
-        statement = insert(jobs).values(created_at=db_now(), run_at=run_at, gated=gated).returning(jobs.c.id)
-        row = dict(
-            executor=spec.executor,
-            target=spec.target,
-            method=spec.method,
-            payload=spec.payload,
-            priority=spec.priority,
-            max_attempts=spec.max_attempts,
-            timeout=spec.timeout,
-            key=spec.key,
-            kind=spec.kind,
-            origin=spec.origin,
-            queue=spec.queue,
-            order_key=spec.order_key,
-            state=JobState.QUEUED,
-            attempts=0,
-            fence=0,
-            cancel_requested=False,
-        )
         try:
             with self.store.engine.begin() as conn:
-                if count == 1:
-                    return [conn.execute(statement, row).scalar_one()]
-                if not self.store.whole:
-                    return [r[0] for r in conn.execute(statement, [row] * count).all()]
-                # The copies made by the database, in one statement: no rows sent, none converted one by one.
-                copies = select(
-                    *(literal(value, jobs.c[name].type).label(name) for name, value in row.items()),
-                    db_now().label("created_at"),
-                    run_at.label("run_at"),
-                    gated.label("gated"),
-                ).select_from(func.generate_series(1, count))
-                made = insert(jobs).from_select([*row, "created_at", "run_at", "gated"], copies).returning(jobs.c.id)
-                return [r[0] for r in conn.execute(made).all()]
+                return insert_jobs(conn, self.store.whole, spec, delay=delay, at=at, count=count)
         except exc.IntegrityError:
             raise DuplicateKey(spec.key) from None
 
@@ -218,11 +186,15 @@ class JobStore:
     def cancel(self, job_id: int) -> str:
         """Cancel a queued job at once; ask the owner of a running one to stop it (within a heartbeat)."""
         with self.store.engine.begin() as conn:
-            if conn.execute(
+            stopped = conn.execute(
                 update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.state == JobState.QUEUED)
+                .where(jobs.c.id == job_id, jobs.c.state.in_((JobState.QUEUED, JobState.WAITING)))
                 .values(state=JobState.CANCELLED, finished_at=db_now(), last_error="cancelled by an operator")
-            ).rowcount:
+                .returning(jobs.c.has_children)
+            ).all()
+            if stopped:
+                if stopped[0][0]:
+                    dependencies.ended(conn, [(job_id, JobState.CANCELLED)])
                 return JobState.CANCELLED
             if conn.execute(
                 update(jobs).where(jobs.c.id == job_id, jobs.c.state == JobState.RUNNING).values(cancel_requested=True)
@@ -231,23 +203,28 @@ class JobStore:
             state = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar()
         if state is None:
             raise NotFound(f"no job with id {job_id}", what="job", ref=job_id)
-        raise QPError(f"job {job_id} is already {state}; only queued or running jobs can be cancelled")
+        raise QPError(f"job {job_id} is already {state}; only waiting, queued or running jobs can be cancelled")
 
     def retry(self, job_id: int) -> None:
-        """Put a failed or cancelled job back in the queue for one more attempt."""
-        count = self.store.count(
-            update(jobs)
-            .where(jobs.c.id == job_id, jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED)))
-            .values(
-                state=JobState.QUEUED,
-                run_at=db_now(),
-                owner=None,
-                finished_at=None,
-                cancel_requested=False,
-                max_attempts=jobs.c.attempts + 1,
-                gated=gated_now(jobs.c.queue),
-            )
-        )
+        """Put a failed or cancelled job back in the queue for one more attempt; the jobs its failure cancelled
+        wait for it again (store/dependencies.py)."""
+        with self.store.engine.begin() as conn:
+            count = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED)))
+                .values(
+                    state=JobState.QUEUED,
+                    run_at=db_now(),
+                    owner=None,
+                    finished_at=None,
+                    cancel_requested=False,
+                    max_attempts=jobs.c.attempts + 1,
+                    gated=gated_now(jobs.c.queue),
+                    held_by=None,
+                )
+            ).rowcount
+            if count == 1:
+                dependencies.restore(conn, job_id)
         if count != 1:
             state = self.store.rows(select(jobs.c.state).where(jobs.c.id == job_id))
             if not state:
@@ -318,7 +295,56 @@ class JobStore:
             gone = [row[0] for row in conn.execute(delete(jobs).where(jobs.c.id.in_(ids), old).returning(jobs.c.id))]
             if gone:
                 conn.execute(delete(runs).where(runs.c.job_id.in_(gone)))
+                conn.execute(delete(deps).where(deps.c.child_id.in_(gone)))
         return len(ids)
+
+
+def insert_jobs(
+    conn: Connection, whole: bool, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1
+) -> list[int]:
+    """JobStore.enqueue in a transaction of the caller's (a workflow's steps go in together, or none). A job with
+    `after` waits for its parents (store/dependencies.py)."""
+    run_at = literal(at) if at is not None else db_now() + delay
+    gated = gated_now(literal(spec.queue, String))
+    statement = insert(jobs).values(created_at=db_now(), run_at=run_at, gated=gated).returning(jobs.c.id)
+    row = dict(
+        executor=spec.executor,
+        target=spec.target,
+        method=spec.method,
+        payload=spec.payload,
+        priority=spec.priority,
+        max_attempts=spec.max_attempts,
+        timeout=spec.timeout,
+        key=spec.key,
+        kind=spec.kind,
+        origin=spec.origin,
+        queue=spec.queue,
+        order_key=spec.order_key,
+        state=JobState.QUEUED,
+        attempts=0,
+        fence=0,
+        cancel_requested=False,
+    )
+    failed = None
+    if spec.after:
+        starts, failed = dependencies.start(conn, spec)
+        row |= starts
+    if count == 1:
+        ids = [conn.execute(statement, row).scalar_one()]
+    elif not whole:
+        ids = [r[0] for r in conn.execute(statement, [row] * count).all()]
+    else:  # the copies made by the database, in one statement: no rows sent, none converted one by one
+        copies = select(
+            *(literal(value, jobs.c[name].type).label(name) for name, value in row.items()),
+            db_now().label("created_at"),
+            run_at.label("run_at"),
+            gated.label("gated"),
+        ).select_from(func.generate_series(1, count))
+        made = insert(jobs).from_select([*row, "created_at", "run_at", "gated"], copies).returning(jobs.c.id)
+        ids = [r[0] for r in conn.execute(made).all()]
+    if spec.after:
+        dependencies.linked(conn, ids, spec, failed)
+    return ids
 
 
 def _claim_params(
