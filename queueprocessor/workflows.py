@@ -61,8 +61,9 @@ class Workflow:
         self.name = check_name(name, "name")
         self.steps: list[Step] = []
 
-    def step(self, name: str, spec: JobSpec, *, after: Iterable[str] = ()) -> "Workflow":
-        """Add step `name`, run once the steps named in `after` (added before it) have succeeded."""
+    def step(self, name: str, spec: JobSpec, *, after: Iterable[str] = (), after_ended: bool = False) -> "Workflow":
+        """Add step `name`, run once the steps named in `after` (added before it) have succeeded (with
+        `after_ended`: have ended, whatever the outcome)."""
         check_name(name, "step")
         known = {s.name for s in self.steps}
         if name in known:
@@ -78,7 +79,9 @@ class Workflow:
                 )
         if len(self.steps) >= MAX_STEPS:
             raise BadJobInput.out_of("steps", len(self.steps) + 1, f"at most {MAX_STEPS:,} in one call")
-        self.steps.append(Step(name, spec, parents))
+        if after_ended and not parents and not spec.after:
+            raise BadJobInput("{0} needs {1}: the steps whose end it waits for", "after_ended", "after")
+        self.steps.append(Step(name, spec, parents, after_ended))
         return self
 
     def enqueue(self) -> int:

@@ -23,11 +23,13 @@ GROUP = "group"
 
 
 class Step(NamedTuple):
-    """One job of a flow: its step name (None in a group), its work, and the earlier steps it runs after."""
+    """One job of a flow: its step name (None in a group), its work, the earlier steps it runs after, and whether
+    it runs once they have ended, whatever the outcome."""
 
     name: str | None
     spec: JobSpec
     after: tuple[str, ...] = ()
+    after_ended: bool = False
 
 
 class Made(NamedTuple):
@@ -62,7 +64,8 @@ class FlowStore:
         ids: list[int] = []
         for step in steps:
             after = tuple(step.spec.after) + tuple(named[a] for a in step.after)
-            [job_id] = insert_jobs(conn, self.store.whole, replace(step.spec, after=after))
+            ended = step.spec.after_ended or step.after_ended
+            [job_id] = insert_jobs(conn, self.store.whole, replace(step.spec, after=after, after_ended=ended))
             ids.append(job_id)
             if step.name is not None:
                 named[step.name] = job_id

@@ -171,3 +171,8 @@ def batch_until_cancelled(payloads, contexts):
     for c in contexts:
         SEEN[c.job_id] = {"cancelled": c.cancelled.is_set()}
     return [{"job": c.job_id} for c in contexts]
+
+
+def parents(payload, context):
+    """Returns what the jobs it ran after returned (context.results()), as the next step would read them."""
+    return context.results()
