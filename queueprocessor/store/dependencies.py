@@ -161,7 +161,10 @@ def restore(conn: Connection, job_id: int) -> None:
     ids = [
         row[0]
         for row in conn.execute(
-            select(jobs.c.id).where(waiting, or_(jobs.c.id.in_(restored), jobs.c.id.in_(children))).with_for_update()
+            select(jobs.c.id)
+            .where(waiting, or_(jobs.c.id.in_(restored), jobs.c.id.in_(children)))
+            .with_for_update()
+            .with_hint(jobs, "WITH (UPDLOCK, ROWLOCK)", "mssql")
         )
     ]
     if not ids:
