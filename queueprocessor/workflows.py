@@ -93,6 +93,10 @@ class Workflow:
 
 def group(submit: Submit, specs: Iterable[JobSpec], callback: JobSpec | None, name: str | None) -> Made:
     """Many jobs as one group, with `callback` run once after all of them have ended (store/groups.py)."""
+    if callback is not None and callback.executor == "http" and callback.method != "POST":
+        raise BadJobInput(
+            "{0} gets the group's outcome as its payload, which a GET cannot carry: give it method POST", "callback"
+        )
     members = [Step(None, spec) for spec in specs]
     if not members:
         raise BadJobInput("{0} has no jobs: give at least one", "group")

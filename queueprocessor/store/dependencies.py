@@ -26,7 +26,7 @@ from ..rules.errors import BadJobInput
 from ..rules.states import FINISHED, JobState
 from .dbtime import db_now
 from .groups import fill_callbacks
-from .schema import deps, flow_jobs, jobs, runs
+from .schema import JOBS_CHANNEL, deps, flow_jobs, jobs, runs
 from .statements import gated_now
 from .types import JobSpec
 
@@ -109,6 +109,8 @@ def _count_down(conn: Connection, parents: list[int], *, every: bool) -> None:
     released = [job_id for job_id, state in rows if state == JobState.QUEUED]
     if released:
         fill_callbacks(conn, released)
+        if conn.dialect.name == "postgresql":  # wake the farm as an insert does (push): the child is due now
+            conn.execute(select(func.pg_notify(JOBS_CHANNEL, "")))
 
 
 def _cancel(conn: Connection, ids: Sequence[int], root: int, why: str) -> dict[int, tuple[int, str]]:

@@ -253,6 +253,8 @@ def test_a_graph_is_enqueued_all_or_nothing(farm):
     assert store.jobs.get(taken)["has_children"] in (False, 0)
     with pytest.raises(BadJobInput, match="not a step added before it"):
         farm.workflow().step("a", farm.http_spec("/ok"), after=["a"])
+    with pytest.raises(BadJobInput, match="callback gets the group's outcome as its payload"):
+        farm.group([farm.http_spec("/ok")], callback=farm.http_spec("/done"))
 
 
 def test_a_groups_callback_is_released_once_when_all_have_ended_with_the_counts(farm):

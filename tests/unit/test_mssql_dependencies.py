@@ -24,12 +24,14 @@ class Rows(list):
 class Scripted:
     """A connection that compiles what it is given for SQL Server and answers each statement with the next rows."""
 
+    dialect = pyodbc.dialect()
+
     def __init__(self, *answers):
         self.answers = list(answers)
         self.sql: list[str] = []
 
     def execute(self, statement, params=None):
-        self.sql.append(" ".join(str(statement.compile(dialect=pyodbc.dialect())).split()))
+        self.sql.append(" ".join(str(statement.compile(dialect=self.dialect)).split()))
         return Rows(self.answers.pop(0) if self.answers else [])
 
 
