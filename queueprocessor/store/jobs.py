@@ -14,7 +14,7 @@ from . import dependencies
 from .base import StoreBase
 from .dbtime import db_now
 from .history import with_owner_name
-from .schema import deps, jobs, machines, queues, runs
+from .schema import deps, flow_jobs, jobs, machines, queues, runs
 from .statements import LOST, claim_statement, free_places, gated_now, taken_statement, unpaused
 from .turns import TurnStore
 from .types import EVERY_QUEUE, NO_LOOKS, Claimed, JobSpec, Looks, Plan, Turn
@@ -284,9 +284,10 @@ class JobStore:
         return {state: 0 for state in JobState} | {state: n for state, n in rows}
 
     def prune(self, keep_seconds: float, batch: int = PRUNE_BATCH) -> int:
-        """Delete up to `batch` jobs that finished more than `keep_seconds` ago, and their runs, in one
-        transaction (retention, as Oban's pruner and Hangfire's expiration do). Returns how many: fewer than
-        `batch` means none are left. A job retried meanwhile is no longer finished, and stays."""
+        """Delete up to `batch` jobs that finished more than `keep_seconds` ago, with their runs, the rows naming
+        their parents and their places in workflows and groups, in one transaction (retention, as Oban's pruner and
+        Hangfire's expiration do). Returns how many: fewer than `batch` means none are left. A job retried meanwhile
+        is no longer finished, and stays."""
         old = and_(jobs.c.state.in_(FINISHED), jobs.c.finished_at < db_now() - keep_seconds)
         with self.store.engine.begin() as conn:
             ids = [row[0] for row in conn.execute(select(jobs.c.id).where(old).limit(batch))]
@@ -296,6 +297,7 @@ class JobStore:
             if gone:
                 conn.execute(delete(runs).where(runs.c.job_id.in_(gone)))
                 conn.execute(delete(deps).where(deps.c.child_id.in_(gone)))
+                conn.execute(delete(flow_jobs).where(flow_jobs.c.job_id.in_(gone)))
         return len(ids)
 
 

@@ -8,8 +8,10 @@ import threading
 import time
 
 import pytest
+from sqlalchemy import func, select
 
 from queueprocessor.rules.errors import BadJobInput, LostLease
+from queueprocessor.store.schema import deps, flow_jobs
 from queueprocessor.store.types import Ending, JobSpec
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
 
@@ -298,3 +300,17 @@ def test_a_groups_callback_is_released_once_when_all_have_ended_with_the_counts(
         "cancelled": 1,
         "failed_ids": None,
     }
+
+
+def test_retention_takes_a_finished_childs_links_with_it(farm):
+    store = farm._store
+    me = register(store)
+    group_id = farm.group([farm.http_spec("/ok")], callback=farm.http_spec("/done", method="POST"))
+    for _ in range(2):  # the member, then the callback it releases
+        [job] = store.jobs.claim(me, 64, 30.0)
+        store.runs.finish(job, me, "succeeded")
+    time.sleep(0.05)
+    assert store.jobs.prune(keep_seconds=0.01) == 2
+    assert store.rows(select(func.count()).select_from(deps))[0][0] == 0
+    assert store.rows(select(func.count()).select_from(flow_jobs))[0][0] == 0
+    assert farm.group_info(group_id)["progress"]["total"] == 0
