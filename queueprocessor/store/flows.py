@@ -14,7 +14,7 @@ from .base import StoreBase
 from .dbtime import db_now
 from .dependencies import parents_of, results
 from .groups import tally
-from .jobs import insert_jobs
+from .jobs import insert_jobs, insert_plain
 from .schema import deps, flow_jobs, flows, jobs
 from .types import JobSpec
 
@@ -60,15 +60,10 @@ class FlowStore:
         flow_id = conn.execute(
             insert(flows).values(kind=kind, name=name, created_at=db_now(), total=len(steps)).returning(flows.c.id)
         ).scalar_one()
-        named: dict[str, int] = {}
-        ids: list[int] = []
-        for step in steps:
-            after = tuple(step.spec.after) + tuple(named[a] for a in step.after)
-            ended = step.spec.after_ended or step.after_ended
-            [job_id] = insert_jobs(conn, self.store.whole, replace(step.spec, after=after, after_ended=ended))
-            ids.append(job_id)
-            if step.name is not None:
-                named[step.name] = job_id
+        if all(not step.after and not step.spec.after for step in steps):  # a group's members, or a flat flow
+            ids = insert_plain(conn, [step.spec for step in steps])
+        else:
+            ids = self._steps_in_order(conn, steps)
         conn.execute(
             insert(flow_jobs), [dict(flow_id=flow_id, job_id=j, step=s.name) for j, s in zip(ids, steps, strict=True)]
         )
@@ -87,6 +82,19 @@ class FlowStore:
         """What the jobs `job_id` runs after returned (see dependencies.results): a running job's context.results()."""
         with _reading(self.store) as conn:
             return results(conn, job_id)
+
+    def _steps_in_order(self, conn: Connection, steps: Sequence[Step]) -> list[int]:
+        """Each step inserted after the steps it names, which are inserted before it: their ids."""
+        named: dict[str, int] = {}
+        ids: list[int] = []
+        for step in steps:
+            after = tuple(step.spec.after) + tuple(named[a] for a in step.after)
+            ended = step.spec.after_ended or step.after_ended
+            [job_id] = insert_jobs(conn, self.store.whole, replace(step.spec, after=after, after_ended=ended))
+            ids.append(job_id)
+            if step.name is not None:
+                named[step.name] = job_id
+        return ids
 
     def read(self, flow_id: int, *, steps: bool = True) -> dict[str, Any]:
         """A flow: id, kind, name, created_at, its progress (see groups.tally), its callback job's id and state, and

@@ -307,26 +307,8 @@ def insert_jobs(
     """JobStore.enqueue in a transaction of the caller's (a workflow's steps go in together, or none). A job with
     `after` waits for its parents (store/dependencies.py)."""
     run_at = literal(at) if at is not None else db_now() + delay
-    gated = gated_now(literal(spec.queue, String))
-    statement = insert(jobs).values(created_at=db_now(), run_at=run_at, gated=gated).returning(jobs.c.id)
-    row = dict(
-        executor=spec.executor,
-        target=spec.target,
-        method=spec.method,
-        payload=spec.payload,
-        priority=spec.priority,
-        max_attempts=spec.max_attempts,
-        timeout=spec.timeout,
-        key=spec.key,
-        kind=spec.kind,
-        origin=spec.origin,
-        queue=spec.queue,
-        order_key=spec.order_key,
-        state=JobState.QUEUED,
-        attempts=0,
-        fence=0,
-        cancel_requested=False,
-    )
+    statement, gated = _insert_statement(spec.queue, run_at)
+    row = _row(spec)
     failed = None
     if spec.after:
         starts, failed = dependencies.start(conn, spec)
@@ -347,6 +329,54 @@ def insert_jobs(
     if spec.after:
         dependencies.linked(conn, ids, spec, failed)
     return ids
+
+
+def insert_plain(conn: Connection, specs: Sequence[JobSpec]) -> list[int]:
+    """Jobs without `after`, due now, in a transaction of the caller's (a group's members, thousands in one call):
+    the time and each queue's gated flag read once, then the rows sent as plain values, many to a statement.
+    Their ids in the order of `specs`."""
+    by_queue: dict[str, list[int]] = {}
+    for n, spec in enumerate(specs):
+        by_queue.setdefault(spec.queue, []).append(n)
+    ids = [0] * len(specs)
+    for queue, places in by_queue.items():
+        now, gated = conn.execute(select(db_now(), gated_now(literal(queue, String)))).one()
+        made = conn.execute(
+            insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True),
+            [_row(specs[n]) | dict(created_at=now, run_at=now, gated=gated) for n in places],
+        ).all()
+        for n, (job_id,) in zip(places, made, strict=True):
+            ids[n] = job_id
+    return ids
+
+
+def _insert_statement(queue: str, run_at: Any) -> tuple[Any, Any]:
+    """The insert of jobs of `queue` due at `run_at`, made now in database time and gated as the queue says; and
+    that gated flag, as SQL."""
+    gated = gated_now(literal(queue, String))
+    return insert(jobs).values(created_at=db_now(), run_at=run_at, gated=gated).returning(jobs.c.id), gated
+
+
+def _row(spec: JobSpec) -> dict[str, Any]:
+    """A new job's columns as `spec` gives them, queued, never run."""
+    return dict(
+        executor=spec.executor,
+        target=spec.target,
+        method=spec.method,
+        payload=spec.payload,
+        priority=spec.priority,
+        max_attempts=spec.max_attempts,
+        timeout=spec.timeout,
+        key=spec.key,
+        kind=spec.kind,
+        origin=spec.origin,
+        queue=spec.queue,
+        order_key=spec.order_key,
+        state=JobState.QUEUED,
+        attempts=0,
+        fence=0,
+        cancel_requested=False,
+    )
 
 
 def _claim_params(
