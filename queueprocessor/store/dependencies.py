@@ -16,7 +16,7 @@ parent's owner and fence: a late writer's finish matches no row, so it releases 
 """
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import and_, case, false, func, insert, or_, select, true, update
@@ -75,7 +75,7 @@ def linked(conn: Connection, ids: Sequence[int], spec: JobSpec, failed: tuple[in
         _cascade(conn, _cancel(conn, ids, failed[0], reason(*failed)))
 
 
-def ended(conn: Connection, parents: Iterable[tuple[int, str]]) -> None:
+def ended(conn: Connection, parents: Sequence[tuple[int, str]]) -> None:
     """Jobs with children ended (id, new state), in the transaction that ended them: release, or cancel, their
     waiting children (see the module's docstring). A state that is not an end (queued again) does nothing."""
     succeeded = [job_id for job_id, state in parents if state == JobState.SUCCEEDED]
