@@ -31,6 +31,7 @@ from .statements import gated_now
 from .types import JobSpec
 
 BAD = (JobState.FAILED, JobState.CANCELLED)
+CHUNK = 1000  # parents flagged per statement: SQL Server takes at most 2,100 parameters (a group's callback: thousands)
 
 
 def reason(parent: int, state: str) -> str:
@@ -48,11 +49,10 @@ def start(conn: Connection, spec: JobSpec) -> tuple[dict[str, Any], tuple[int, s
     does not exist) and say what its row starts as: waiting for the parents not met yet, or queued if none is;
     and the parent that failed already, if one did (then the new job is cancelled at once, see `linked`)."""
     parents = sorted(set(spec.after))
-    found: dict[int, str] = dict(
-        conn.execute(
-            update(jobs).where(jobs.c.id.in_(parents)).values(has_children=True).returning(jobs.c.id, jobs.c.state)
-        ).all()
-    )
+    found: dict[int, str] = {}
+    for first in range(0, len(parents), CHUNK):
+        flag = update(jobs).where(jobs.c.id.in_(parents[first : first + CHUNK])).values(has_children=True)
+        found |= dict(conn.execute(flag.returning(jobs.c.id, jobs.c.state)).all())
     missing = [p for p in parents if p not in found]
     if missing:
         raise BadJobInput(

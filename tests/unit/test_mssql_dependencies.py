@@ -70,3 +70,10 @@ def test_a_retry_restores_in_t_sql():
     assert restore.startswith("UPDATE qp_jobs SET state=") and "qp_jobs.held_by = " in restore
     assert "qp_jobs WITH (UPDLOCK, ROWLOCK)" in lock, "the jobs to count again are locked first"
     assert recount.startswith("UPDATE qp_jobs SET pending=coalesce((SELECT count(*)")
+
+
+def test_a_callback_after_thousands_of_members_flags_them_within_sql_servers_parameter_limit():
+    conn = Scripted(*([(n, "queued") for n in range(first, min(first + 1000, 2500))] for first in (0, 1000, 2000)))
+    row, failed = dependencies.start(conn, JobSpec("http", "/ok", after=tuple(range(2500)), after_ended=True))
+    assert (row, failed) == ({"state": "waiting", "pending": 2500}, None)
+    assert len(conn.sql) == 3
