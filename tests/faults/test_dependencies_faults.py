@@ -30,7 +30,7 @@ def farm(pg_url):
 
 def enqueue_graphs(farm: Farm) -> tuple[list[tuple[int, list[int]]], list[int]]:
     """The graphs, each as (child, parents) pairs; and the groups."""
-    step = lambda: farm.http_spec("/sleep/0.05", max_attempts=10)  # noqa: E731
+    step = lambda: farm.http_spec("/sleep/0.5", max_attempts=10)  # noqa: E731
     edges: list[tuple[int, list[int]]] = []
     for n in range(CHAINS):
         flow = farm.workflow(f"chain-{n}").step("a", step()).step("b", step(), after=["a"])
