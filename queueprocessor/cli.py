@@ -264,6 +264,16 @@ def _work_options(command: _Command) -> _Command:
     return command
 
 
+def _job_ids(_ctx: click.Context, _param: click.Parameter, text: str | None) -> tuple[int, ...]:
+    """--after 12,13: job ids, separated by commas."""
+    try:
+        return tuple(int(word) for word in text.split(",")) if text else ()
+    except ValueError:
+        raise click.BadParameter(
+            f"{echoed(text)} is not a list of job ids: give them separated by commas, e.g. 12,13"
+        ) from None
+
+
 def _when_options(command: _Command) -> _Command:
     for option in reversed(
         (
@@ -276,6 +286,15 @@ def _when_options(command: _Command) -> _Command:
                 "--key", help="Unique key: a second job with the same key (and instance) is refused, naming the winner."
             ),
             click.option("--instance", help="With --key: the instance of the keyed work, e.g. a date."),
+            click.option(
+                "--after",
+                metavar="IDS",
+                callback=_job_ids,
+                help="Run once these jobs (ids, e.g. 12,13) have succeeded; until then it waits.",
+            ),
+            click.option(
+                "--after-ended", is_flag=True, help="With --after: run once they have ended, whatever the outcome."
+            ),
         )
     ):
         command = option(command)
@@ -293,6 +312,8 @@ def _spec(
     timeout: float | None,
     queue: str,
     order_key: str | None,
+    after: tuple[int, ...] = (),
+    after_ended: bool = False,
 ) -> "JobSpec":
     """A JobSpec from `EXECUTOR TARGET...` on the command line."""
     from .farm import work_spec
@@ -311,6 +332,8 @@ def _spec(
         timeout=timeout,
         queue=queue,
         order_key=order_key,
+        after=after,
+        after_ended=after_ended,
     )
 
 
@@ -695,6 +718,8 @@ def job(ctx: Context, job_id: int, as_json: bool) -> None:
     for key, value in record.items():
         if key == "owner":
             value = machine_label(record["owner_name"], value)
+        if key == "after":
+            value = ", ".join(f"{p['step'] or p['id']} ({p['id']}, {p['state']})" for p in value) or "-"
         if key not in ("runs", "owner_name"):
             click.echo(f"{key:>16}: {format_time(value) if key.endswith(('_at', '_until')) else value}")
     print_table(
@@ -913,6 +938,59 @@ def _show_envvars(command: click.Command) -> None:
             param.show_envvar = True
     for sub in getattr(command, "commands", {}).values():
         _show_envvars(sub)
+
+
+@cli.group()
+def workflow() -> None:
+    """Workflows: graphs of named steps, enqueued in one call from the API (docs/api.md)."""
+
+
+@workflow.command("show")
+@click.argument("workflow_id", type=JOB_ID)
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def workflow_show(ctx: Context, workflow_id: int, as_json: bool) -> None:
+    """A workflow's steps, each with its state and the steps it runs after."""
+    flow = ctx.reader.workflow_info(workflow_id)
+    if as_json:
+        return print_json(flow)
+    click.echo(_flow_line(flow))
+    print_table(
+        ["step", "job", "state", "after", "error"],
+        [
+            [s["name"], s["job_id"], s["state"], ", ".join(map(str, s["after"])) or "-", (s["last_error"] or "")[:60]]
+            for s in flow["steps"]
+        ],
+    )
+
+
+@cli.group()
+def group() -> None:
+    """Groups: many jobs enqueued as one from the API, with a callback once all have ended (docs/api.md)."""
+
+
+@group.command("show")
+@click.argument("group_id", type=JOB_ID)
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def group_show(ctx: Context, group_id: int, as_json: bool) -> None:
+    """A group's progress (done / total), its jobs by state, those that failed, and its callback."""
+    flow = ctx.reader.group_info(group_id)
+    if as_json:
+        return print_json(flow)
+    click.echo(_flow_line(flow))
+    progress = flow["progress"]
+    click.echo("  " + ", ".join(f"{state} {progress[state]}" for state in JobState))
+    if progress["failed_ids"]:
+        click.echo(f"  failed or cancelled: {', '.join(map(str, progress['failed_ids']))}")
+    callback = flow["callback"]
+    click.echo(f"  callback: job {callback['id']}, {callback['state']}" if callback else "  callback: none")
+
+
+def _flow_line(flow: dict[str, Any]) -> str:
+    """'workflow 3 'nightly': 2/4 done'."""
+    name = f" {echoed(flow['name'])}" if flow["name"] else ""
+    return f"{flow['kind']} {flow['id']}{name}: {flow['progress']['done']}/{flow['progress']['total']} done"
 
 
 _show_envvars(cli)

@@ -68,6 +68,7 @@ from .store.schedules import ScheduleStore
 from .store.stores import Store
 from .store.types import JobSpec as JobSpec  # what work_spec returns: the app builds jobs from it
 from .timing import SharedTiming
+from .workflows import FarmFlows, check_after
 
 if TYPE_CHECKING:  # loaded by the methods that return them, so that enqueueing never loads a node (cli.py)
     from .node.node import Node
@@ -125,9 +126,12 @@ def work_spec(
     key: str | None = None,
     queue: str = DEFAULT,
     order_key: str | None = None,
+    after: Iterable[int] = (),
+    after_ended: bool = False,
 ) -> JobSpec:
     """A job definition checked for form; `payload` is JSON text. `queue` names the queue it waits in; jobs
-    with the same `order_key` in one queue run one at a time, in the order they were enqueued."""
+    with the same `order_key` in one queue run one at a time, in the order they were enqueued. It runs once the
+    jobs `after` names have succeeded (with `after_ended`: have ended, whatever the outcome)."""
     if not 1 <= max_attempts <= MAX_INT:
         raise BadJobInput.out_of("max_attempts", max_attempts, f"from 1 to {MAX_INT}")
     if not -MAX_INT <= priority <= MAX_INT:
@@ -145,6 +149,8 @@ def work_spec(
         key=key,
         queue=check_name(queue),
         order_key=check_order_key(order_key),
+        after=check_after(after, after_ended),
+        after_ended=after_ended,
     )
     check_form(spec)
     return spec
@@ -182,7 +188,7 @@ class Enqueued:
     served: bool
 
 
-class Farm:
+class Farm(FarmFlows):
     def __init__(self, url: str | None = None, *, read_only: bool = False, client: str | None = None):
         """`read_only`: only look (the app's watch-only mode). Nothing is created or adopted, and the
         database itself refuses any write through this farm. `client` labels its connections on the server
@@ -266,6 +272,8 @@ class Farm:
         key: str | None = None,
         queue: str = DEFAULT,
         order_key: str | None = None,
+        after: Iterable[int] = (),
+        after_ended: bool = False,
     ) -> list[int]:
         spec = work_spec(
             "http",
@@ -278,8 +286,14 @@ class Farm:
             key=key,
             queue=queue,
             order_key=order_key,
+            after=after,
+            after_ended=after_ended,
         )
         return self.enqueue(spec, delay=delay, at=at, count=count)
+
+    def http_spec(self, path: str, **options: Any) -> JobSpec:
+        """Work that calls `path` on a node's --http-base (or a URL on an allowed host); options as enqueue_http."""
+        return work_spec("http", path, **{k: v for k, v in options.items() if v is not None})
 
     def python_spec(self, function: str | JobFunction, payload: object = None, **options: Any) -> JobSpec:
         """Work that calls `package.module:function` (or a @job function) with `payload`, any JSON-able value."""
@@ -314,6 +328,8 @@ class Farm:
         key: str | None = None,
         queue: str | None = None,
         order_key: str | None = None,
+        after: Iterable[int] = (),
+        after_ended: bool = False,
     ) -> list[int]:
         spec = self.python_spec(
             function,
@@ -324,6 +340,8 @@ class Farm:
             key=key,
             queue=queue,
             order_key=order_key,
+            after=after or None,
+            after_ended=after_ended or None,
         )
         return self.enqueue(spec, delay=delay, at=at, count=count)
 
@@ -383,8 +401,9 @@ class Farm:
         return self.enqueue(replace(spec, key=grabs.grab_key(key, instance)))[0]
 
     def job(self, job_id: int) -> dict[str, Any]:
-        """A job's row with its runs (every attempt: machine, fence, times, outcome, error, output)."""
+        """A job's row, the jobs it runs `after`, and its runs (every attempt: machine, fence, times, outcome...)."""
         record = self._store.jobs.get(job_id)
+        record["after"] = self._store.flows.parents(job_id)
         record["runs"] = self._store.runs.read(job_id=job_id)
         return record
 

@@ -35,6 +35,7 @@ OUTCOME: dict[str, str] = {
     Outcome.CANCELLED: "#8b919b",
 }
 JOB_STATE: dict[str, str] = {
+    JobState.WAITING: "#0e7490",
     JobState.QUEUED: "#b7791f",
     JobState.RUNNING: OUTCOME[Outcome.RUNNING],
     JobState.SUCCEEDED: OUTCOME[Outcome.SUCCEEDED],

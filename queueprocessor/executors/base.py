@@ -7,9 +7,12 @@ node's). `run` is a coroutine so a timeout or a lost lease can cancel it.
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
 
 from ..store.types import Claimed, JobSpec
 
+Results = Callable[[int], dict[str | int, Any]]  # a job id -> what its parents returned (store.flows.FlowStore)
 STOP_GRACE = 1.0  # seconds a stopped job gets to end by itself before it is forced or reported (JobContext.grace)
 
 
@@ -21,16 +24,23 @@ class JobContext:
     take to end by itself once told: the runner shortens it for a job whose lease is being lost, whose stop must be
     over before another machine may take the job."""
 
-    __slots__ = ("job_id", "attempt", "fence", "machine_id", "grace", "_cancelled")
+    __slots__ = ("job_id", "attempt", "fence", "machine_id", "grace", "_cancelled", "_results")
     _making = threading.Lock()  # two threads asking for the flag at once get the same one
 
-    def __init__(self, job_id: int, attempt: int, fence: int, machine_id: int):
+    def __init__(self, job_id: int, attempt: int, fence: int, machine_id: int, results: Results | None = None) -> None:
         self.job_id = job_id
         self.attempt = attempt
         self.fence = fence
         self.machine_id = machine_id
         self.grace = STOP_GRACE
         self._cancelled: threading.Event | None = None
+        self._results = results
+
+    def results(self) -> dict[str | int, Any]:
+        """What the jobs this one runs after returned (`after=`, a workflow's parent steps): by step name in a
+        workflow, else by job id; None for one that did not succeed. Read from the database when asked (a
+        blocking read: an async function calls it through asyncio.to_thread)."""
+        return {} if self._results is None else self._results(self.job_id)
 
     @property
     def cancelled(self) -> threading.Event:

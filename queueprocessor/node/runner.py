@@ -78,6 +78,7 @@ class JobRunner:
         (see JobContext.grace): its stop must be over before the lease runs out."""
         self.store = store
         self.machine_id = machine_id
+        self._results = store.flows.results  # what a job's parents returned, read when it asks (JobContext)
         self.executors = executors
         self.db_now = db_now
         self.on_done = on_done
@@ -191,7 +192,9 @@ class JobRunner:
         and ending) gets a run of its own beside it, which starts once the older run's work is over. A claim that
         comes after refuse() (a stop) or, for singletons, after release_singletons() (a drain) is handed back."""
         entries = [
-            Running(job, JobContext(job.id, job.attempts, job.fence, self.machine_id), leased_at=leased_at)
+            Running(
+                job, JobContext(job.id, job.attempts, job.fence, self.machine_id, self._results), leased_at=leased_at
+            )
             for job in jobs
         ]
         with self._lock:

@@ -9,8 +9,9 @@ from enum import StrEnum
 
 
 class JobState(StrEnum):
-    """qp_jobs.state."""
+    """qp_jobs.state. WAITING: enqueued after other jobs (store/dependencies.py), not due until they end."""
 
+    WAITING = "waiting"
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"

@@ -10,10 +10,11 @@ from sqlalchemy.engine import Connection
 
 from ..rules.errors import DuplicateKey, NotFound, QPError, echoed
 from ..rules.states import FINISHED, JobState, Kind, Outcome
+from . import dependencies
 from .base import StoreBase
 from .dbtime import db_now
 from .history import with_owner_name
-from .schema import jobs, machines, queues, runs
+from .schema import deps, flow_jobs, jobs, machines, queues, runs
 from .statements import LOST, claim_statement, free_places, gated_now, taken_statement, unpaused
 from .turns import TurnStore
 from .types import EVERY_QUEUE, NO_LOOKS, Claimed, JobSpec, Looks, Plan, Turn
@@ -28,42 +29,9 @@ class JobStore:
 
     def enqueue(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> list[int]:
         """Insert `count` copies of a job, due after `delay` seconds or at epoch `at` (database time)."""
-        run_at = literal(at) if at is not None else db_now() + delay
-        gated = gated_now(literal(spec.queue, String))
-        statement = insert(jobs).values(created_at=db_now(), run_at=run_at, gated=gated).returning(jobs.c.id)
-        row = dict(
-            executor=spec.executor,
-            target=spec.target,
-            method=spec.method,
-            payload=spec.payload,
-            priority=spec.priority,
-            max_attempts=spec.max_attempts,
-            timeout=spec.timeout,
-            key=spec.key,
-            kind=spec.kind,
-            origin=spec.origin,
-            queue=spec.queue,
-            order_key=spec.order_key,
-            state=JobState.QUEUED,
-            attempts=0,
-            fence=0,
-            cancel_requested=False,
-        )
         try:
             with self.store.engine.begin() as conn:
-                if count == 1:
-                    return [conn.execute(statement, row).scalar_one()]
-                if not self.store.whole:
-                    return [r[0] for r in conn.execute(statement, [row] * count).all()]
-                # The copies made by the database, in one statement: no rows sent, none converted one by one.
-                copies = select(
-                    *(literal(value, jobs.c[name].type).label(name) for name, value in row.items()),
-                    db_now().label("created_at"),
-                    run_at.label("run_at"),
-                    gated.label("gated"),
-                ).select_from(func.generate_series(1, count))
-                made = insert(jobs).from_select([*row, "created_at", "run_at", "gated"], copies).returning(jobs.c.id)
-                return [r[0] for r in conn.execute(made).all()]
+                return insert_jobs(conn, self.store.whole, spec, delay=delay, at=at, count=count)
         except exc.IntegrityError:
             raise DuplicateKey(spec.key) from None
 
@@ -218,11 +186,15 @@ class JobStore:
     def cancel(self, job_id: int) -> str:
         """Cancel a queued job at once; ask the owner of a running one to stop it (within a heartbeat)."""
         with self.store.engine.begin() as conn:
-            if conn.execute(
+            stopped = conn.execute(
                 update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.state == JobState.QUEUED)
+                .where(jobs.c.id == job_id, jobs.c.state.in_((JobState.QUEUED, JobState.WAITING)))
                 .values(state=JobState.CANCELLED, finished_at=db_now(), last_error="cancelled by an operator")
-            ).rowcount:
+                .returning(jobs.c.has_children)
+            ).all()
+            if stopped:
+                if stopped[0][0]:
+                    dependencies.ended(conn, [(job_id, JobState.CANCELLED)])
                 return JobState.CANCELLED
             if conn.execute(
                 update(jobs).where(jobs.c.id == job_id, jobs.c.state == JobState.RUNNING).values(cancel_requested=True)
@@ -231,23 +203,28 @@ class JobStore:
             state = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar()
         if state is None:
             raise NotFound(f"no job with id {job_id}", what="job", ref=job_id)
-        raise QPError(f"job {job_id} is already {state}; only queued or running jobs can be cancelled")
+        raise QPError(f"job {job_id} is already {state}; only waiting, queued or running jobs can be cancelled")
 
     def retry(self, job_id: int) -> None:
-        """Put a failed or cancelled job back in the queue for one more attempt."""
-        count = self.store.count(
-            update(jobs)
-            .where(jobs.c.id == job_id, jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED)))
-            .values(
-                state=JobState.QUEUED,
-                run_at=db_now(),
-                owner=None,
-                finished_at=None,
-                cancel_requested=False,
-                max_attempts=jobs.c.attempts + 1,
-                gated=gated_now(jobs.c.queue),
-            )
-        )
+        """Put a failed or cancelled job back in the queue for one more attempt; the jobs its failure cancelled
+        wait for it again (store/dependencies.py)."""
+        with self.store.engine.begin() as conn:
+            count = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED)))
+                .values(
+                    state=JobState.QUEUED,
+                    run_at=db_now(),
+                    owner=None,
+                    finished_at=None,
+                    cancel_requested=False,
+                    max_attempts=jobs.c.attempts + 1,
+                    gated=gated_now(jobs.c.queue),
+                    held_by=None,
+                )
+            ).rowcount
+            if count == 1:
+                dependencies.restore(conn, job_id)
         if count != 1:
             state = self.store.rows(select(jobs.c.state).where(jobs.c.id == job_id))
             if not state:
@@ -307,9 +284,10 @@ class JobStore:
         return {state: 0 for state in JobState} | {state: n for state, n in rows}
 
     def prune(self, keep_seconds: float, batch: int = PRUNE_BATCH) -> int:
-        """Delete up to `batch` jobs that finished more than `keep_seconds` ago, and their runs, in one
-        transaction (retention, as Oban's pruner and Hangfire's expiration do). Returns how many: fewer than
-        `batch` means none are left. A job retried meanwhile is no longer finished, and stays."""
+        """Delete up to `batch` jobs that finished more than `keep_seconds` ago, with their runs, the rows naming
+        their parents and their places in workflows and groups, in one transaction (retention, as Oban's pruner and
+        Hangfire's expiration do). Returns how many: fewer than `batch` means none are left. A job retried meanwhile
+        is no longer finished, and stays."""
         old = and_(jobs.c.state.in_(FINISHED), jobs.c.finished_at < db_now() - keep_seconds)
         with self.store.engine.begin() as conn:
             ids = [row[0] for row in conn.execute(select(jobs.c.id).where(old).limit(batch))]
@@ -318,7 +296,87 @@ class JobStore:
             gone = [row[0] for row in conn.execute(delete(jobs).where(jobs.c.id.in_(ids), old).returning(jobs.c.id))]
             if gone:
                 conn.execute(delete(runs).where(runs.c.job_id.in_(gone)))
+                conn.execute(delete(deps).where(deps.c.child_id.in_(gone)))
+                conn.execute(delete(flow_jobs).where(flow_jobs.c.job_id.in_(gone)))
         return len(ids)
+
+
+def insert_jobs(
+    conn: Connection, whole: bool, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1
+) -> list[int]:
+    """JobStore.enqueue in a transaction of the caller's (a workflow's steps go in together, or none). A job with
+    `after` waits for its parents (store/dependencies.py)."""
+    run_at = literal(at) if at is not None else db_now() + delay
+    statement, gated = _insert_statement(spec.queue, run_at)
+    row = _row(spec)
+    failed = None
+    if spec.after:
+        starts, failed = dependencies.start(conn, spec)
+        row |= starts
+    if count == 1:
+        ids = [conn.execute(statement, row).scalar_one()]
+    elif not whole:
+        ids = [r[0] for r in conn.execute(statement, [row] * count).all()]
+    else:  # the copies made by the database, in one statement: no rows sent, none converted one by one
+        copies = select(
+            *(literal(value, jobs.c[name].type).label(name) for name, value in row.items()),
+            db_now().label("created_at"),
+            run_at.label("run_at"),
+            gated.label("gated"),
+        ).select_from(func.generate_series(1, count))
+        made = insert(jobs).from_select([*row, "created_at", "run_at", "gated"], copies).returning(jobs.c.id)
+        ids = [r[0] for r in conn.execute(made).all()]
+    if spec.after:
+        dependencies.linked(conn, ids, spec, failed)
+    return ids
+
+
+def insert_plain(conn: Connection, specs: Sequence[JobSpec]) -> list[int]:
+    """Jobs without `after`, due now, in a transaction of the caller's (a group's members, thousands in one call):
+    the time and each queue's gated flag read once, then the rows sent as plain values, many to a statement.
+    Their ids in the order of `specs`."""
+    by_queue: dict[str, list[int]] = {}
+    for n, spec in enumerate(specs):
+        by_queue.setdefault(spec.queue, []).append(n)
+    ids = [0] * len(specs)
+    for queue, places in by_queue.items():
+        now, gated = conn.execute(select(db_now(), gated_now(literal(queue, String)))).one()
+        made = conn.execute(
+            insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True),
+            [_row(specs[n]) | dict(created_at=now, run_at=now, gated=gated) for n in places],
+        ).all()
+        for n, (job_id,) in zip(places, made, strict=True):
+            ids[n] = job_id
+    return ids
+
+
+def _insert_statement(queue: str, run_at: Any) -> tuple[Any, Any]:
+    """The insert of jobs of `queue` due at `run_at`, made now in database time and gated as the queue says; and
+    that gated flag, as SQL."""
+    gated = gated_now(literal(queue, String))
+    return insert(jobs).values(created_at=db_now(), run_at=run_at, gated=gated).returning(jobs.c.id), gated
+
+
+def _row(spec: JobSpec) -> dict[str, Any]:
+    """A new job's columns as `spec` gives them, queued, never run."""
+    return dict(
+        executor=spec.executor,
+        target=spec.target,
+        method=spec.method,
+        payload=spec.payload,
+        priority=spec.priority,
+        max_attempts=spec.max_attempts,
+        timeout=spec.timeout,
+        key=spec.key,
+        kind=spec.kind,
+        origin=spec.origin,
+        queue=spec.queue,
+        order_key=spec.order_key,
+        state=JobState.QUEUED,
+        attempts=0,
+        fence=0,
+        cancel_requested=False,
+    )
 
 
 def _claim_params(

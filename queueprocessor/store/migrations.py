@@ -91,8 +91,29 @@ def _gated_jobs(conn: Connection) -> None:
         conn.execute(statement)
 
 
+def _dependencies(conn: Connection) -> None:
+    """6 to 7: dependencies, workflows and groups (store/dependencies.py, store/flows.py). Jobs get the flag a
+    child sets on its parents, the count of parents a waiting job waits for and the parent whose failure
+    cancelled it (its index); qp_deps, qp_flows and qp_flow_jobs are new. An older node still running finishes
+    a parent without releasing its children: no job names a parent until this version enqueues it."""
+    for column in (schema.jobs.c.has_children, schema.jobs.c.pending, schema.jobs.c.held_by):
+        _add_column(conn, column)
+    for index in schema.jobs.indexes:
+        if index.name == "ix_qp_jobs_held":
+            index.create(conn)
+    for table in (schema.deps, schema.flows, schema.flow_jobs):
+        table.create(conn, checkfirst=True)
+
+
 # The step that upgrades a database from each version to the next.
-STEPS = {1: _index_queued_jobs_only, 2: _named_queues, 3: _heartbeat_reads, 4: _running_counts, 5: _gated_jobs}
+STEPS = {
+    1: _index_queued_jobs_only,
+    2: _named_queues,
+    3: _heartbeat_reads,
+    4: _running_counts,
+    5: _gated_jobs,
+    6: _dependencies,
+}
 
 
 def upgrade(engine: Engine) -> int | None:

@@ -5,11 +5,12 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import String, Text, and_, bindparam, case, insert, literal, or_, select, update
+from sqlalchemy import String, Text, and_, bindparam, case, false, insert, literal, or_, select, true, update
 from sqlalchemy.engine import Connection
 
 from ..rules.errors import LostLease
 from ..rules.states import JobState, Outcome
+from . import dependencies
 from .base import StoreBase
 from .dbtime import db_now
 from .history import run_history, with_machine_name
@@ -100,7 +101,9 @@ class RunStore:
 
     def finish_many(self, machine_id: int, endings: Sequence[Ending]) -> list[str | None]:
         """finish() for many runs in one transaction (a busy node's results, a few round trips for all).
-        Returns each job's new state, None where the fence moved on."""
+        Returns each job's new state, None where the fence moved on. The batch's statements match jobs without
+        children only: a parent (store/dependencies.py) is finished apart, in a transaction with its children's
+        release or cancellation, so a job with no dependencies costs no statement more."""
         if self.store.whole and endings:
             new: list[str | None] = [e.state for e in endings]
             ours = self.store.held(
@@ -116,22 +119,34 @@ class RunStore:
                     b_output=[e.output for e in endings],
                 ),
             )
-            if len(ours) == len(endings):  # every run was still ours (each is in `endings` once)
+            if len(ours) == len(endings):  # every run was still ours and childless (each is in `endings` once)
                 return new
             still = set(ours)
-            return [state if (e.job.id, e.job.fence) in still else None for e, state in zip(endings, new)]
+            states = [state if (e.job.id, e.job.fence) in still else None for e, state in zip(endings, new)]
+        else:
+            states = self._finish_plain(machine_id, endings)
+        return [state if state is not None else self._finish_parent(machine_id, e) for state, e in zip(states, endings)]
+
+    def _finish_plain(self, machine_id: int, endings: Sequence[Ending]) -> list[str | None]:
+        """finish_many of jobs without children, elsewhere than on PostgreSQL."""
         engine = self.store.engine
         if len(endings) > 1 and engine.dialect.supports_sane_multi_rowcount:
             with engine.connect() as conn:
                 with conn.begin() as transaction:
                     if _write_endings(conn, machine_id, endings) == len(endings):
                         return [e.state for e in endings]
-                    transaction.rollback()  # someone's fence moved on: find whose, one by one
+                    transaction.rollback()  # someone's fence moved on, or a job has children: find which, one by one
         states: list[str | None] = []
         for ending in endings:
             with engine.begin() as conn:
                 states.append(ending.state if _write_endings(conn, machine_id, [ending]) else None)
         return states
+
+    def _finish_parent(self, machine_id: int, ending: Ending) -> str | None:
+        """A run the plain finish did not match: a job with children, ended with their release in one transaction
+        under the same guard (owner and fence); None if it was not ours either (the fence moved on)."""
+        with self.store.engine.begin() as conn:
+            return ending.state if _write_endings(conn, machine_id, [ending], parents=True) else None
 
     def release(self, job: Claimed, machine_id: int, reason: str) -> bool:
         """Give a job back to the queue without spending an attempt (the node stopped it, e.g. when
@@ -169,14 +184,16 @@ class RunStore:
         return [dict(r._mapping) for r in self.store.rows(statement)]
 
 
-def _write_endings(conn: Connection, machine_id: int, endings: Sequence[Ending]) -> int:
+def _write_endings(conn: Connection, machine_id: int, endings: Sequence[Ending], parents: bool = False) -> int:
     """The guarded updates for `endings`, one executemany per kind, and their runs' rows; the number of jobs
-    that were ours."""
+    that were ours. They match jobs without children, or with `parents` jobs with children only, whose children
+    are then released or cancelled in the same transaction (store/dependencies.py)."""
     mine = and_(
         jobs.c.id == bindparam("b_id"),
         jobs.c.owner == machine_id,
         jobs.c.fence == bindparam("b_fence"),
         jobs.c.state == JobState.RUNNING,
+        jobs.c.has_children == (true() if parents else false()),
     )
     again = [e for e in endings if e.state == JobState.QUEUED]
     done = [e for e in endings if e.state != JobState.QUEUED]
@@ -209,4 +226,6 @@ def _write_endings(conn: Connection, machine_id: int, endings: Sequence[Ending])
             [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error, b_output=e.output) for e in endings],
         )
         free_places(conn, [e.job.queue for e in endings])
+        if parents:
+            dependencies.ended(conn, [(e.job.id, e.state) for e in endings])
     return count

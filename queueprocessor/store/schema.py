@@ -35,7 +35,7 @@ from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.schedules import DEFAULT_MISFIRE
 from ..rules.states import CHECKING_IN, JobState, Kind, MachineState, Outcome
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 metadata = MetaData()
 
@@ -201,6 +201,12 @@ jobs = Table(
     # Its queue holds its jobs back (paused, or a farm-wide limit or rate; see statements.gated_now): kept out of
     # the index every other claim walks, so a held-back queue's backlog is never in that walk's way.
     Column("gated", Boolean, nullable=False, default=False, server_default=false()),
+    # Dependencies (store/dependencies.py, docs/design.md §10): set once a job names this one in its `after`, so
+    # only a finish of a parent takes the path that releases children; a waiting job's count of parents it still
+    # waits for; and, for a job cancelled because a parent failed, that parent (a retry of it restores the job).
+    Column("has_children", Boolean, nullable=False, default=False, server_default=false()),
+    Column("pending", Integer, nullable=False, default=0, server_default="0"),
+    Column("held_by", Id, nullable=True),
 )
 # A claim and a finish change a job's state, so no update is HOT: each new row version enters every index
 # whose condition it meets. So all but the primary key are partial, each the size of what it serves: the
@@ -230,6 +236,8 @@ ORDERED = jobs.c.order_key.isnot(None)
 partial("ix_qp_jobs_order", jobs.c.queue, jobs.c.order_key, jobs.c.id, where=ORDERED)
 ORDERED_RUNNING = ORDERED & (jobs.c.state == JobState.RUNNING)
 partial("ux_qp_jobs_order_running", jobs.c.queue, jobs.c.order_key, unique=True, where=ORDERED_RUNNING)
+# The jobs a failed parent cancelled, by that parent: what its retry restores (only they enter it).
+partial("ix_qp_jobs_held", jobs.c.held_by, where=jobs.c.held_by.isnot(None))
 
 # PostgreSQL only: any insert into the queue wakes the listening nodes (see push).
 JOBS_CHANNEL = "qp_jobs"
@@ -336,4 +344,38 @@ queues = Table(
     Column("on_failure", String(8), nullable=False, default=OnFailure.SKIP),
     # Database time of the last change by an operator: nodes see it in their heartbeat read and re-read.
     Column("changed_at", Time, nullable=False),
+)
+
+# Dependencies (store/dependencies.py): child `child_id` runs after `parent_id` has succeeded, or, with
+# `after_ended`, once it has ended whatever the outcome. Written with the child, never changed after.
+deps = Table(
+    "qp_deps",
+    metadata,
+    Column("parent_id", Id, primary_key=True, autoincrement=False),
+    Column("child_id", Id, primary_key=True, autoincrement=False),
+    Column("after_ended", Boolean, nullable=False, default=False),
+    Index("ix_qp_deps_child", "child_id"),
+)
+
+# Workflows and groups (store/flows.py): jobs enqueued together in one call, as named steps or as a group whose
+# callback job runs once all its members have ended.
+flows = Table(
+    "qp_flows",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("kind", String(16), nullable=False),  # workflow | group
+    Column("name", String(200), nullable=True),
+    Column("created_at", Time, nullable=False),
+    Column("total", Integer, nullable=False),
+    Column("callback_id", Id, nullable=True),
+    Index("ix_qp_flows_callback", "callback_id"),
+)
+
+flow_jobs = Table(
+    "qp_flow_jobs",
+    metadata,
+    Column("flow_id", Id, primary_key=True, autoincrement=False),
+    Column("job_id", Id, primary_key=True, autoincrement=False),
+    Column("step", String(200), nullable=True),  # a workflow's step name; None for a group's member
+    Index("ix_qp_flow_jobs_job", "job_id"),
 )

@@ -683,7 +683,8 @@ def finish_statement() -> Any:
 
     Each job is matched on owner and fence as in RunStore.finish (see _by_id); only the jobs that
     were still ours get their run's row, which is written here, once (its start is the job's), and leave their
-    limited queue's running count.
+    limited queue's running count. A job with children matches nothing here: RunStore.finish_many ends it in a
+    transaction with their release (store/dependencies.py).
     """
     columns = [
         ("id", BigInteger),
@@ -698,7 +699,7 @@ def finish_statement() -> Any:
     again = v.c.state == JobState.QUEUED
     ended = (
         update(jobs)
-        .where(ours)
+        .where(ours, jobs.c.has_children == false())
         .values(
             state=v.c.state,
             last_error=v.c.error,

@@ -72,6 +72,8 @@ class JobSpec:
     origin: str | None = None  # who enqueued it
     queue: str = DEFAULT
     order_key: str | None = None  # jobs of one key in one queue run one at a time, in enqueue order
+    after: tuple[int, ...] = ()  # jobs it waits for (store/dependencies.py): it runs once they have succeeded
+    after_ended: bool = False  # or once they have ended, whatever their outcome
 
 
 @dataclass(frozen=True)

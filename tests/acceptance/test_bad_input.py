@@ -233,6 +233,17 @@ BAD_INPUTS = [
     ),
     case("job", [*DB, "enqueue", "http", "/x\udcff"], r"^error: argument '/x\\udcff' is not valid UTF-8 text"),
     case(
+        "job", [*DB, "enqueue", "http", "/x", "--after", "999999"], r"^error: --after names job 999999, which does not"
+    ),
+    case(
+        "job", [*DB, "enqueue", "http", "/x", "--after", "1,x"], r"^error: Invalid value for '--after': '1,x' is not a"
+    ),
+    case(
+        "job", [*DB, "enqueue", "http", "/x", "--after", "0"], r"^error: --after names jobs by their ids, whole numbers"
+    ),
+    case("job", [*DB, "enqueue", "http", "/x", "--after-ended"], r"^error: --after-ended needs --after"),
+    case("job", [*DB, "workflow", "show", "999999"], r"^error: no workflow or group with id 999999"),
+    case(
         "job",
         [*DB, "enqueue", "http", "/x", "--payload", '"' + "x" * 70_000 + '"'],
         r"^error: payload is 70002 bytes, over the 65536 byte limit",

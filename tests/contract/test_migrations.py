@@ -44,10 +44,23 @@ def rewriting(url: str):
         engine.dispose()
 
 
+def make_version_6(url: str) -> None:
+    """A farm database as schema version 6 left it (as this version made it, whatever is in it already): no
+    dependencies, workflows or groups."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        drop_index(conn, "ix_qp_jobs_held")
+        for column in ("has_children", "pending", "held_by"):
+            drop_column(conn, "qp_jobs", column)
+        for table in ("qp_deps", "qp_flows", "qp_flow_jobs"):
+            conn.execute(text(f"DROP TABLE {table}"))
+        set_version(conn, 6)
+
+
 def make_version_5(url: str) -> None:
     """A farm database as schema version 5 left it (as this version made it, whatever is in it already): no gated
     flag on jobs, and the claim's index holding every queued job."""
-    Farm(url).close()
+    make_version_6(url)
     with rewriting(url) as conn:
         drop_index(conn, "ix_qp_jobs_gated")
         drop_index(conn, "ix_qp_jobs_queued")
@@ -125,7 +138,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "6"
+        assert version == CURRENT == "7"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -140,7 +153,14 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
         assert [job["id"] for job in store.jobs.newest("succeeded")] == [waiting]
         assert [job["id"] for job in store.jobs.newest("failed")] == [fresh]
         assert store.jobs.newest("queued") == []
-        assert store.jobs.counts() == {"queued": 0, "running": 0, "succeeded": 1, "failed": 1, "cancelled": 0}
+        assert store.jobs.counts() == {
+            "waiting": 0,
+            "queued": 0,
+            "running": 0,
+            "succeeded": 1,
+            "failed": 1,
+            "cancelled": 0,
+        }
 
 
 def test_nodes_starting_together_upgrade_once(db_url):
@@ -262,3 +282,22 @@ def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db
         assert [c.queue for c in farm._store.jobs.claim(me, 8, 30.0, plan=guarded)] == ["reports", "reports"]
         farm.resume_queue("mail")
         assert [c.queue for c in farm._store.jobs.claim(me, 8, 30.0)] == ["mail", "mail"]
+
+
+def test_a_version_6_database_gets_dependencies_in_place(db_url):
+    """Version 6 to 7: jobs get the dependency columns, and the new tables are made; a job from before the upgrade
+    can be named as a parent, and its success releases its child."""
+    with Farm(db_url) as farm:
+        farm._store.jobs.enqueue(JOB)
+    make_version_6(db_url)
+    with Farm(db_url) as farm:
+        version, indexes = shape(farm)
+        assert version == CURRENT and "ix_qp_jobs_held" in indexes
+        store = farm._store
+        [old] = [job["id"] for job in store.jobs.newest("queued")]
+        [child] = store.jobs.enqueue(JobSpec("python", "bench.jobs:noop", after=(old,)))
+        assert store.jobs.get(child)["state"] == "waiting"
+        me = store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        [claimed] = store.jobs.claim(me, 4, 30.0)
+        assert store.runs.finish(claimed, me, "succeeded") == "succeeded"
+        assert store.jobs.get(child)["state"] == "queued"

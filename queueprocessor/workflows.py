@@ -1,0 +1,158 @@
+"""Workflows and groups as the API builds them (docs/api.md#workflows-and-groups): a graph of named steps, or many
+jobs with a callback, checked here and enqueued in one transaction (store/flows.py), all or none.
+
+    flow = farm.workflow("nightly")
+    flow.step("import", farm.python_spec("etl:load", {"day": "2026-11-28"}))
+    flow.step("index", farm.python_spec("etl:index"), after=["import"])
+    flow.step("mail", farm.http_spec("/report", method="POST"), after=["index"])
+    workflow_id = flow.enqueue()
+
+A step names only steps added before it, so a cycle cannot be written.
+"""
+
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+from . import grabs
+from .rules.allow import check_allowed
+from .rules.errors import BadJobInput, DuplicateKey, NotFound, echoed
+from .rules.queues import MAX_NAME
+from .store.flows import GROUP, WORKFLOW, FlowStore, Made, Step
+from .store.stores import Store
+from .store.types import JobSpec
+
+MAX_STEPS = 100_000  # jobs one call enqueues: a graph is one transaction
+MAX_ID = 2**63 - 1  # ids are 64-bit
+
+# What the Farm gives a flow: its store, and its check and signing of each job's work before it is stored.
+Submit = Callable[[str, str | None, Sequence[Step], JobSpec | None], Made]
+
+
+def check_after(after: Iterable[int], after_ended: bool) -> tuple[int, ...]:
+    """The ids a job runs after, checked for form (whether they exist, the store checks as it enqueues)."""
+    ids = tuple(after)
+    for job_id in ids:
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id <= MAX_ID:
+            raise BadJobInput("{0} names jobs by their ids, whole numbers from 1 (got {value})", "after", value=job_id)
+    if after_ended and not ids:
+        raise BadJobInput("{0} needs {1}: the jobs whose end it waits for", "after_ended", "after")
+    return tuple(sorted(set(ids)))
+
+
+def check_name(name: str | None, what: str) -> str | None:
+    if name is not None and not (isinstance(name, str) and 0 < len(name) <= MAX_NAME and name.strip() == name):
+        raise BadJobInput(
+            "{0} {value} is not a name: give 1 to {limit} characters without surrounding spaces",
+            what,
+            value=name,
+            limit=str(MAX_NAME),
+        )
+    return name
+
+
+class Workflow:
+    """A graph of named steps, each a JobSpec run after the steps it names (and after the job ids its spec's own
+    `after` names). `enqueue()` stores them all in one transaction, or none; a step's function reads what its
+    parents returned by step name with `context.results()`."""
+
+    def __init__(self, submit: Submit, name: str | None = None):
+        self._submit = submit
+        self.name = check_name(name, "name")
+        self.steps: list[Step] = []
+
+    def step(self, name: str, spec: JobSpec, *, after: Iterable[str] = (), after_ended: bool = False) -> "Workflow":
+        """Add step `name`, run once the steps named in `after` (added before it) have succeeded (with
+        `after_ended`: have ended, whatever the outcome)."""
+        check_name(name, "step")
+        known = {s.name for s in self.steps}
+        if name in known:
+            raise BadJobInput("{0} {value} is named twice: give each step its own name", "step", value=name)
+        parents = tuple(after)
+        for parent in parents:
+            if parent not in known:
+                raise BadJobInput(
+                    "{0} {value} runs after {part}, which is not a step added before it: add {part} first",
+                    "step",
+                    value=name,
+                    part=echoed(parent),
+                )
+        if len(self.steps) >= MAX_STEPS:
+            raise BadJobInput.out_of("steps", len(self.steps) + 1, f"at most {MAX_STEPS:,} in one call")
+        if after_ended and not parents and not spec.after:
+            raise BadJobInput("{0} needs {1}: the steps whose end it waits for", "after_ended", "after")
+        self.steps.append(Step(name, spec, parents, after_ended))
+        return self
+
+    def enqueue(self) -> int:
+        """Store every step at once (all or none); the workflow's id, for `Farm.flow` and `workflow show`."""
+        if not self.steps:
+            raise BadJobInput("{0} has no steps: add one with .step(name, spec)", "workflow")
+        return self._submit(WORKFLOW, self.name, self.steps, None).id
+
+
+def group(submit: Submit, specs: Iterable[JobSpec], callback: JobSpec | None, name: str | None) -> Made:
+    """Many jobs as one group, with `callback` run once after all of them have ended (store/groups.py)."""
+    if callback is not None and callback.executor == "http" and callback.method != "POST":
+        raise BadJobInput(
+            "{0} gets the group's outcome as its payload, which a GET cannot carry: give it method POST", "callback"
+        )
+    members = [Step(None, spec) for spec in specs]
+    if not members:
+        raise BadJobInput("{0} has no jobs: give at least one", "group")
+    if len(members) > MAX_STEPS:
+        raise BadJobInput.out_of("group", len(members), f"at most {MAX_STEPS:,} jobs in one call")
+    return submit(GROUP, check_name(name, "name"), members, callback)
+
+
+def read(flows: FlowStore, flow_id: int, kind: str, steps: bool) -> dict[str, Any]:
+    """A workflow or group as `workflow show` and `group show` print it (NotFound if it is of the other kind)."""
+    flow = flows.read(flow_id, steps=steps)
+    if flow["kind"] != kind:
+        raise NotFound(f"no {kind} with id {flow_id} (it is a {flow['kind']})", what=kind, ref=flow_id)
+    return flow
+
+
+class _Farm(Protocol):
+    """What FarmFlows uses of the Farm it is part of."""
+
+    _store: Store
+
+    def _live_machines(self) -> list[dict[str, Any]]: ...
+
+    def _signed(self, spec: JobSpec) -> JobSpec: ...
+
+
+def _submit(farm: _Farm, kind: str, name: str | None, steps: Sequence[Step], callback: JobSpec | None) -> Made:
+    """Check every job's work against the live machines' allow-lists (one read), then store them all at once."""
+    allows = [m["allow"] for m in farm._live_machines() if m["allow"]]
+    for spec in {step.spec for step in steps} | ({callback} if callback else set()):
+        check_allowed(spec, allows)
+    signed = [step._replace(spec=farm._signed(step.spec)) for step in steps]
+    try:
+        return farm._store.flows.create(kind, name, signed, farm._signed(callback) if callback else None)
+    except DuplicateKey as error:
+        raise grabs.refuse(farm._store, error) from None
+
+
+class FarmFlows:
+    """The Farm's workflows and groups (Farm inherits them: farm.workflow(), farm.group(), ...)."""
+
+    def workflow(self: _Farm, name: str | None = None) -> Workflow:
+        """A graph of named steps to build with .step(name, spec, after=[names]) and enqueue in one call."""
+        return Workflow(functools.partial(_submit, self), name)
+
+    def group(
+        self: _Farm, specs: Iterable[JobSpec], *, callback: JobSpec | None = None, name: str | None = None
+    ) -> int:
+        """Enqueue `specs` as one group, all or none, with `callback` run once after all of them have ended: its
+        payload is how they went (docs/api.md#workflows-and-groups). The group's id."""
+        return group(functools.partial(_submit, self), specs, callback, name).id
+
+    def workflow_info(self: _Farm, workflow_id: int) -> dict[str, Any]:
+        """A workflow: its steps with their states and parents, and its progress (done / total)."""
+        return read(self._store.flows, workflow_id, WORKFLOW, steps=True)
+
+    def group_info(self: _Farm, group_id: int) -> dict[str, Any]:
+        """A group: its progress (done / total, a count per state, the ids that failed) and its callback."""
+        return read(self._store.flows, group_id, GROUP, steps=False)

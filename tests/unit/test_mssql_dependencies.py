@@ -1,0 +1,79 @@
+"""SQL Server: the statements of dependencies and groups compile to T-SQL (no server runs here; the contract suite
+runs them on a real one when QP_TEST_MSSQL_URL is set). Each is compiled with the real mssql+pyodbc dialect by a
+connection that answers with scripted rows, so every branch of a release, a cascade and a restore is reached."""
+
+from sqlalchemy.dialects.mssql import pyodbc
+
+from queueprocessor.store import dependencies
+from queueprocessor.store.runs import _write_endings
+from queueprocessor.store.types import Claimed, Ending, JobSpec
+
+
+class Rows(list):
+    @property
+    def rowcount(self):
+        return len(self)
+
+    def all(self):
+        return list(self)
+
+    def scalar(self):
+        return self[0][0] if self else None
+
+
+class Scripted:
+    """A connection that compiles what it is given for SQL Server and answers each statement with the next rows."""
+
+    dialect = pyodbc.dialect()
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.sql: list[str] = []
+
+    def execute(self, statement, params=None):
+        self.sql.append(" ".join(str(statement.compile(dialect=self.dialect)).split()))
+        return Rows(self.answers.pop(0) if self.answers else [])
+
+
+def test_an_enqueue_after_parents_locks_them_and_links_the_child():
+    conn = Scripted([(1, "succeeded"), (2, "failed")])
+    spec = JobSpec("http", "/ok", after=(1, 2))
+    row, failed = dependencies.start(conn, spec)
+    assert (row, failed) == ({"state": "waiting", "pending": 1}, (2, "failed"))
+    conn.answers = [[], [(5,)]]
+    dependencies.linked(conn, [5], spec, failed)
+    lock, links, cancel, *_ = conn.sql
+    assert lock.startswith("UPDATE qp_jobs SET has_children=") and "OUTPUT inserted.id, inserted.state" in lock
+    assert links.startswith("INSERT INTO qp_deps")
+    assert cancel.startswith("UPDATE qp_jobs SET state=") and "OUTPUT inserted.id" in cancel
+    assert "SYSUTCDATETIME()" in cancel
+
+
+def test_a_parents_finish_releases_and_cancels_in_t_sql():
+    job = Claimed(1, "http", "/ok", "GET", None, 1, 1, None, 3, 0.0)
+    conn = Scripted([(1,)], [], [], [(7, "queued")], [], [], [(8, 2)], [(8,)], [], [])
+    assert _write_endings(conn, 9, [Ending(job, "succeeded")], parents=True) == 1
+    dependencies.ended(conn, [(2, "failed")])
+    finish, *rest = conn.sql
+    assert "qp_jobs.has_children = 1" in finish and "qp_jobs.fence = " in finish
+    release = next(s for s in rest if s.startswith("UPDATE qp_jobs SET state=CASE WHEN (qp_jobs.pending - (SELECT"))
+    assert "OUTPUT inserted.id, inserted.state" in release and "qp_jobs.state = 'waiting'" in release
+    assert "RETURNING" not in " ".join(conn.sql)
+    assert any(s.startswith("SELECT qp_flows.id, qp_flows.callback_id") for s in rest)
+    assert any("qp_deps.after_ended = 0" in s for s in rest), "the cascade follows the edges that are not after_ended"
+
+
+def test_a_retry_restores_in_t_sql():
+    conn = Scripted([(8,)], [(8,)], [], [(8, 3, "failed")], [(8,)], [], [])
+    dependencies.restore(conn, 2)
+    restore, lock, recount, failed, *_ = conn.sql
+    assert restore.startswith("UPDATE qp_jobs SET state=") and "qp_jobs.held_by = " in restore
+    assert "qp_jobs WITH (UPDLOCK, ROWLOCK)" in lock, "the jobs to count again are locked first"
+    assert recount.startswith("UPDATE qp_jobs SET pending=coalesce((SELECT count(*)")
+
+
+def test_a_callback_after_thousands_of_members_flags_them_within_sql_servers_parameter_limit():
+    conn = Scripted(*([(n, "queued") for n in range(first, min(first + 1000, 2500))] for first in (0, 1000, 2000)))
+    row, failed = dependencies.start(conn, JobSpec("http", "/ok", after=tuple(range(2500)), after_ended=True))
+    assert (row, failed) == ({"state": "waiting", "pending": 2500}, None)
+    assert len(conn.sql) == 3
