@@ -20,7 +20,8 @@ def waits_text(ids: list[int]) -> str:
 
 
 def _job_link(job: dict) -> str:
-    colour = theme.JOB_STATE.get(job["state"], theme.current().muted)
+    scheme = theme.current()
+    colour = theme.readable(theme.JOB_STATE.get(job["state"], scheme.muted), scheme.base)
     step = f" {escape(job['step'])}" if job.get("step") else ""
     return f'<a href="job:{job["id"]}">{job["id"]}{step}</a> <span style="color:{colour}">●&nbsp;{job["state"]}</span>'
 
@@ -55,7 +56,7 @@ class JobLinks(QWidget):
         grid.setVerticalSpacing(3)
         self.fields: dict[str, QLabel] = {}
         self.titles: dict[str, QLabel] = {}  # hidden with their value when there is nothing to say
-        lines = (("after", "Runs after"), ("children", "Runs before"), ("waits", "Waits"), ("flows", "Part of"))
+        lines = (("after", "Runs after"), ("children", "Runs before"), ("waits", "Waits for"), ("flows", "Part of"))
         for row, (key, label) in enumerate(lines):
             value = QLabel("")
             value.setTextFormat(Qt.TextFormat.RichText)
@@ -73,8 +74,9 @@ class JobLinks(QWidget):
         after, children, flows = job.get("after", []), job.get("children", []), job.get("flows", [])
         self._say("after", _jobs_line(after, flows) if after else "")
         self._say("children", _jobs_line(children, []) if children else "")
+        holding = set(job.get("waits_for", []))
         waiting = job.get("state") == JobState.WAITING
-        self._say("waits", escape(waits_text(job.get("waits_for", []))) if waiting else "")
+        self._say("waits", _jobs_line([p for p in after if p["id"] in holding], flows) if waiting else "")
         self._say("flows", ", ".join(_flow_link(flow) for flow in flows))
 
     def _say(self, key: str, html: str) -> None:

@@ -377,6 +377,7 @@ class MainWindow(QMainWindow):
         self.jobs.gantt.restyle()
         self.queue.restyle()
         self.queues.restyle()
+        self.flow_window.graph.restyle()
         if self.snap:
             self.show_snapshot(self.snap)
 

@@ -10,6 +10,7 @@ thread, see views.Query.flow_id); a click on a step goes to its job.
 
 import math
 from dataclasses import dataclass
+from functools import cache
 from html import escape
 
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
@@ -33,6 +34,7 @@ WIDTH, HEIGHT = 150.0, 40.0  # a step's box
 GAP_X, GAP_Y = 60.0, 12.0  # between depth columns, and between boxes
 SUB_GAP = 14.0  # between the sub-columns of a wrapped column
 FEW_ROWS = 10  # a column of up to this many steps is not wrapped
+WORDS = 400  # steps up to which boxes are written in: more are too small to read at a glance (tooltips still say)
 JOB = 0  # the item data key holding a box's job id
 
 
@@ -45,6 +47,7 @@ class Node:
     state: str
     parents: list[int]
     tip: str
+    named: bool = True  # the label is a name (a step's, or "callback"), so the box says its job id too
 
 
 def nodes_of(flow: dict) -> list[Node]:
@@ -64,7 +67,8 @@ def nodes_of(flow: dict) -> list[Node]:
         if step["last_error"]:
             lines.append(step["last_error"].splitlines()[0][:200])
         label = step["name"] or f"job {step['job_id']}"
-        found.append(Node(step["job_id"], label, step["state"], [p for p in parents if p in inside], "\n".join(lines)))
+        kept = [p for p in parents if p in inside]
+        found.append(Node(step["job_id"], label, step["state"], kept, "\n".join(lines), bool(step["name"])))
     callback = flow.get("callback")
     if callback:
         tip = f"job {callback['id']} · the callback: runs once after all {len(steps):,} members have ended"
@@ -87,31 +91,38 @@ def rows_for(count: int) -> int:
     return count if count <= FEW_ROWS else max(FEW_ROWS, math.ceil(math.sqrt(2 * count)))
 
 
-class StepBox(QGraphicsPathItem):
-    """A step's rounded box, filled with its state's colour, with its name and state written in it."""
+@cache
+def paints(fill: str) -> tuple[QBrush, QPen, QBrush]:
+    """A state colour's fill, outline and ink, made once: a group may draw 10,000 boxes."""
+    return QBrush(QColor(fill)), QPen(QColor(fill).darker(130), 1), QBrush(QColor(theme.ink(fill)))
 
-    def __init__(self, node: Node, rect: QRectF):
+
+class StepBox(QGraphicsPathItem):
+    """A step's rounded box, filled with its state's colour, with its name and state written in it (`words`)."""
+
+    def __init__(self, node: Node, rect: QRectF, words: bool):
         path = QPainterPath()
         path.addRoundedRect(rect, 6, 6)
         super().__init__(path)
         self.setData(JOB, node.job_id)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
-        self.name = QGraphicsSimpleTextItem(self)
-        self.state_text = QGraphicsSimpleTextItem(self)
+        self.texts = (QGraphicsSimpleTextItem(self), QGraphicsSimpleTextItem(self)) if words else ()
         self.rect = rect
-        self.fill = ""
+        self.state = self.tip = ""
         self.show_node(node)
 
     def show_node(self, node: Node) -> None:
-        self.fill = theme.JOB_STATE.get(node.state, theme.current().muted)
-        self.setBrush(QBrush(QColor(self.fill)))
-        self.setPen(QPen(QColor(self.fill).darker(130), 1))
-        ink = QBrush(QColor(theme.ink(self.fill)))
+        if node.state == self.state and node.tip == self.tip:
+            return  # most steps of a big group keep their state from one snapshot to the next
+        self.state, self.tip = node.state, node.tip
+        fill, outline, ink = paints(theme.JOB_STATE.get(node.state, theme.current().muted))
+        self.setBrush(fill)
+        self.setPen(outline)
         self.setToolTip(node.tip)
-        for item, words, y in ((self.name, node.label, 5), (self.state_text, node.state, 22)):
-            metrics_width = WIDTH - 16
+        state = f"{node.state} · job {node.job_id}" if node.named else node.state
+        for item, words, y in zip(self.texts, (node.label, state), (5, 22), strict=False):
             item.setText(words)
-            while item.boundingRect().width() > metrics_width and len(words) > 2:  # cut a long name short
+            while item.boundingRect().width() > WIDTH - 16 and len(words) > 2:  # cut a long name short
                 words = words[:-2]
                 item.setText(words + "…")
             item.setBrush(ink)
@@ -126,11 +137,14 @@ class FlowGraph(QGraphicsView):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setScene(QGraphicsScene(self))
-        self.setRenderHint(QPainter.RenderHint.Antialiasing)
         self.setDragMode(QGraphicsView.DragMode.ScrollHandDrag)
         self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
         self.boxes: dict[int, StepBox] = {}
         self._shape: tuple = ()
+
+    def restyle(self) -> None:
+        """Draw the next flow anew in the scheme now in use (the background and edges are drawn in it)."""
+        self._shape = ()
 
     def show_flow(self, flow: dict | None) -> None:
         nodes = nodes_of(flow) if flow else []
@@ -148,6 +162,8 @@ class FlowGraph(QGraphicsView):
         self.boxes = {}
         self.setBackgroundBrush(QColor(theme.current().base))
         depth = depths(nodes)
+        words = len(nodes) <= WORDS
+        self.setRenderHint(QPainter.RenderHint.Antialiasing, words)  # thousands of tiny boxes paint twice as fast
         columns: dict[int, list[Node]] = {}
         for node in nodes:
             columns.setdefault(depth[node.job_id], []).append(node)
@@ -163,13 +179,13 @@ class FlowGraph(QGraphicsView):
             for n, node in enumerate(members):
                 left = x + (n // rows) * (WIDTH + SUB_GAP)
                 rect = QRectF(left, top + (n % rows) * (HEIGHT + GAP_Y), WIDTH, HEIGHT)
-                self.boxes[node.job_id] = box = StepBox(node, rect)
+                self.boxes[node.job_id] = box = StepBox(node, rect, words)
                 box.setZValue(1)
                 scene.addItem(box)
                 out[node.job_id] = QPointF(right if wide > 1 else rect.right(), rect.center().y())
             x = right + GAP_X
         self._edges(nodes, out)
-        scene.setSceneRect(scene.itemsBoundingRect().adjusted(-12, -12, 12, 12))
+        scene.setSceneRect(QRectF(0, 0, x - GAP_X, tallest).adjusted(-12, -12, 12, 12))
         self.fit()
 
     def _edges(self, nodes: list[Node], out: dict[int, QPointF]) -> None:
@@ -216,7 +232,7 @@ class FlowGraph(QGraphicsView):
 
     def shown(self) -> dict[int, tuple[str, str]]:
         """Each step's job id: the state written in its box and the colour it is filled with (what a test reads)."""
-        return {job_id: (box.state_text.text(), box.brush().color().name()) for job_id, box in self.boxes.items()}
+        return {job_id: (box.state, box.brush().color().name()) for job_id, box in self.boxes.items()}
 
 
 def summary(flow: dict) -> str:

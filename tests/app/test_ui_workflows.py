@@ -75,7 +75,7 @@ def test_a_waiting_job_says_what_it_waits_for(farm, open_window, qtbot):
 
     window.jobs.select(ids["join"])
     links = _details_of(window, qtbot, ids["join"])
-    qtbot.waitUntil(lambda: links.fields["waits"].text() == f"waits for {ids['left']}, {ids['right']}", timeout=WAIT)
+    qtbot.waitUntil(lambda: links.links("waits") == [f"job:{ids['left']}", f"job:{ids['right']}"], timeout=WAIT)
 
     farm.cancel(ids["left"])  # the join is cancelled with it: it waits no more
     qtbot.waitUntil(
