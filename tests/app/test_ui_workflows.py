@@ -134,3 +134,15 @@ def test_a_group_shows_its_members_as_a_block_before_its_callback(farm, open_win
     assert max(r.right() for r in others) < graph.boxes[callback].rect.left()  # the callback after the block
     assert len({r.x() for r in others}) > 1  # 50 members wrap into sub-columns rather than one tall column
     assert "Group" in window.flow_window.title.text() and "tiles" in window.flow_window.title.text()
+
+
+def test_a_waiting_job_names_only_the_parents_still_holding_it_back(farm, open_window, qtbot):
+    first, second = farm.enqueue_http("/ok", count=2)
+    [either] = farm.enqueue_http("/ok", after=[first, second], after_ended=True)  # runs once both have ended
+    [both] = farm.enqueue_http("/ok", after=[first, second])
+    farm.cancel(first)  # ended: it holds `either` back no more; `both` is cancelled with it
+    window = open_window(farm.url)
+    model = window.jobs.model
+    qtbot.waitUntil(lambda: model.row_of(either) is not None, timeout=WAIT)
+    assert model.index(model.row_of(either), 1).data(TOOLTIP) == f"waits for {second}"
+    assert model.index(model.row_of(both), 1).data() == "cancelled"
