@@ -141,12 +141,16 @@ class FlowGraph(QGraphicsView):
         self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
         self.boxes: dict[int, StepBox] = {}
         self._shape: tuple = ()
+        self._drawn: dict | None = None  # the flow drawn last: most polls bring it back unchanged
 
     def restyle(self) -> None:
         """Draw the next flow anew in the scheme now in use (the background and edges are drawn in it)."""
-        self._shape = ()
+        self._shape, self._drawn = (), None
 
     def show_flow(self, flow: dict | None) -> None:
+        if flow is not None and flow == self._drawn:
+            return
+        self._drawn = flow
         nodes = nodes_of(flow) if flow else []
         shape = tuple((node.job_id, tuple(node.parents)) for node in nodes)
         if shape != self._shape:
