@@ -285,6 +285,10 @@ class FlowWindow(QWidget):
         """Draw a snapshot's flow (the one asked for; None: it does not exist, or not read yet)."""
         if flow is None or flow["id"] != self.flow_id:
             return
+        if flow.get("missing"):
+            self.title.setText(f"There is no workflow or group {flow['id']} in this farm (pruned, or never made).")
+            self.graph.show_flow(None)
+            return
         self.setWindowTitle(
             f"{flow['kind'].capitalize()} {flow['id']}" + (f" · {flow['name']}" if flow["name"] else "")
         )

@@ -75,13 +75,13 @@ def with_waits(store: StoreBase, rows: list[dict[str, Any]]) -> list[dict[str, A
 
 
 def flow(store: Store, flow_id: int | None) -> dict[str, Any] | None:
-    """A workflow or group with its steps (FlowStore.read), each step also with `waits_for`; None if there is no
-    such flow (pruned, or from another farm)."""
+    """A workflow or group with its steps (FlowStore.read), each step also with `waits_for`; only `id` and
+    `missing` if there is no such flow (pruned, or asked of another farm), so the app can say so."""
     if flow_id is None:
         return None
     try:
         found: dict[str, Any] = store.flows.read(flow_id, steps=True)
     except NotFound:
-        return None
+        return dict(id=flow_id, missing=True)
     found["steps"] = with_waits(store, [step | {"id": step["job_id"]} for step in found["steps"]])
     return found

@@ -135,6 +135,10 @@ def test_a_group_shows_its_members_as_a_block_before_its_callback(farm, open_win
     assert len({r.x() for r in others}) > 1  # 50 members wrap into sub-columns rather than one tall column
     assert "Group" in window.flow_window.title.text() and "tiles" in window.flow_window.title.text()
 
+    window.show_flow(group_id + 100)  # no such flow: said, rather than waited for
+    qtbot.waitUntil(lambda: "There is no workflow or group" in window.flow_window.title.text(), timeout=WAIT)
+    assert graph.shown() == {}
+
 
 def test_a_waiting_job_names_only_the_parents_still_holding_it_back(farm, open_window, qtbot):
     first, second = farm.enqueue_http("/ok", count=2)
