@@ -18,6 +18,7 @@ from .rules.errors import NotFound
 from .rules.roster import machine_status, roster, slot_of, slot_owner
 from .rules.schedules import Recurrence, settling
 from .rules.states import SERVING, MachineState
+from .store import lineage
 from .store.queues import queue_infos
 from .store.stores import Store
 from .store.views import (
@@ -162,6 +163,7 @@ class Query:
     jobs_queue: str | None = None  # only jobs of this queue
     jobs_limit: int = 500
     job_id: int | None = None
+    flow_id: int | None = None  # a workflow or group to read with its steps (the app's graph of it)
     bucket: float = 5.0
     history: float = 600.0
     keep_gone: float = GONE_AFTER
@@ -204,6 +206,7 @@ class Dashboard:
         if query.job_id is not None:
             try:
                 job = store.jobs.get(query.job_id) | {"runs": store.runs.read(job_id=query.job_id)}
+                job |= lineage.links(store, query.job_id)
             except NotFound:  # deleted, or from another farm: nothing to show
                 job = None
         return {
@@ -222,7 +225,8 @@ class Dashboard:
             "bucket": query.bucket,
             "history": query.history,
             "machine_throughput": machine_throughput(store, now - query.history, now),
-            "jobs": self.jobs(query),
+            "jobs": lineage.with_waits(store, self.jobs(query)),
+            "flow": lineage.flow(store, query.flow_id),
             "job": job,
             "schedules": read_schedules(store, now, self._occurrences, self.timing.period),
             "singletons": singletons.list_all(store),

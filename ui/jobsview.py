@@ -13,6 +13,7 @@ from queueprocessor.rules.states import JobState
 
 from . import text
 from .gantt import RunsGantt
+from .joblinks import JobLinks
 from .models import ROW_ROLE, AttemptsModel, JobsModel
 from .snapshot import Snapshot
 from .tables import arrange, table
@@ -60,6 +61,8 @@ class JobDetails(QWidget):
         grid.setColumnStretch(1, 1)
         grid.setColumnStretch(3, 1)
         layout.addLayout(grid)
+        self.links = JobLinks()  # its parents, children and workflows, each a link
+        layout.addWidget(self.links)
         self.attempts = AttemptsModel(self)
         # The pane is some 440 px wide at 1440: the fence and the times, the least read, are hidden (a right-click
         # on the header away) so the error has the room left, cut short with the whole of it in its tooltip.
@@ -76,6 +79,7 @@ class JobDetails(QWidget):
             for field in self.fields.values():
                 field.setText("")
             self.attempts.set_rows([], {"names": names})
+            self.links.show_job(None)
             return
         self.title.setText(f"Job {job['id']} and its attempts")
         self.fields["state"].setText(
@@ -91,6 +95,7 @@ class JobDetails(QWidget):
         self.fields["queue"].setText(f"{job['queue']} · {job['order_key']}" if job["order_key"] else job["queue"])
         self.fields["error"].setText(job["last_error"] or "–")
         self.fields["payload"].setText(_payload(job["payload"]))
+        self.links.show_job(job)
         self.attempts.set_rows(sorted(job["runs"], key=lambda r: (r["attempt"], r["fence"])), {"names": names})
 
 
@@ -260,6 +265,13 @@ class JobsView(QWidget):
         finally:
             self.queue.blockSignals(False)
         self.filters.arrange()  # a longer queue name widens the list
+
+    def go_to(self, job_id: int) -> None:
+        """Show this job's details, selected in the table if it is listed (a parent or child clicked)."""
+        if not self.select(job_id):
+            self.table.clearSelection()
+            self._selected = job_id
+            self.job_selected.emit(job_id)
 
     def select(self, job_id: int) -> bool:
         """Select a job by id in the table (False if it is not shown)."""

@@ -39,6 +39,7 @@ from .statusline import Banner, StatusLine
 from .tablekeys import home_end_by_rows
 from .tables import arrange, table
 from .timeline import SlotsTimeline
+from .workflowview import FlowWindow
 
 CLOSE_GRACE = 15.0  # longest a close waits for the node to stop before leaving anyway
 KEEP_GONE = 600.0  # seconds a stopped or dead machine stays listed, unless long-gone machines are shown
@@ -136,6 +137,11 @@ class MainWindow(QMainWindow):
         self.jobs.text_filter_changed.connect(lambda text: self._query(jobs_text=text))
         self.jobs.queue_filter_changed.connect(lambda queue: self._query(jobs_queue=queue))
         self.jobs.table.doubleClicked.connect(lambda _: self.jobs.details.setFocus())
+        self.jobs.details.links.job_clicked.connect(self.show_job)
+        self.jobs.details.links.flow_clicked.connect(self.show_flow)
+        self.flow_window = FlowWindow(self)  # a workflow's or group's graph, opened from a job's details
+        self.flow_window.job_clicked.connect(self.show_job)
+        self.flow_window.closed.connect(lambda: self._query(flow_id=None))
         self.queue = QueueGraph()
         self.timeline.follow_changed.connect(self.queue.set_follow)
         self.queue.manually_moved.connect(lambda: self.timeline.set_follow(False))
@@ -185,6 +191,7 @@ class MainWindow(QMainWindow):
             ("slots timeline", lambda: self.timeline.show_snapshot(snap)),
             ("peers table", lambda: self.peers.set_rows(snap.machines, context)),
             ("job runs", lambda: self.jobs.show_snapshot(snap)),
+            ("workflow graph", lambda: self.flow_window.show_flow(snap.flow)),
             ("queue graph", lambda: self.queue.show_snapshot(snap)),
             ("schedules", lambda: self.schedules.show_snapshot(snap)),
             ("queues", lambda: self.queues.show_snapshot(snap)),
@@ -370,6 +377,7 @@ class MainWindow(QMainWindow):
         self.jobs.gantt.restyle()
         self.queue.restyle()
         self.queues.restyle()
+        self.flow_window.graph.restyle()
         if self.snap:
             self.show_snapshot(self.snap)
 
@@ -384,6 +392,18 @@ class MainWindow(QMainWindow):
     def _job_selected(self, job_id) -> None:
         self._query(job_id=job_id)
         self._update_actions()
+
+    def show_job(self, job_id: int) -> None:
+        """Go to a job (a parent, a child or a step clicked): the Job runs tab, with its details."""
+        self.tabs.setCurrentWidget(self.jobs)
+        self.jobs.go_to(job_id)
+
+    def show_flow(self, flow_id: int) -> None:
+        """Open a workflow's or group's graph; the worker reads it with every poll while it is open."""
+        self.flow_window.open_flow(flow_id)
+        self._query(flow_id=flow_id)
+        self.flow_window.show()
+        self.flow_window.raise_()
 
     def follow_now(self) -> None:
         """Jump to now and follow; pressed while following, it keeps following (it is not a toggle)."""

@@ -26,6 +26,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 from queueprocessor.rules.states import MachineState, Outcome
 
 from . import text, theme
+from .joblinks import waits_text
 
 DISPLAY = int(Qt.ItemDataRole.DisplayRole)
 DECORATION = int(Qt.ItemDataRole.DecorationRole)
@@ -382,7 +383,12 @@ class JobsModel(SnapshotModel):
 
     columns = [
         Column("Job", lambda r, c: str(r["id"]), "id", True),
-        Column("State", lambda r, c: r["state"], icon=dot(theme.JOB_STATE, "state")),
+        Column(
+            "State",
+            lambda r, c: r["state"],
+            icon=dot(theme.JOB_STATE, "state"),
+            cell_tip=lambda r, c: waits_text(r["waits_for"]) if "waits_for" in r else None,
+        ),
         Column("Target", lambda r, c: f"{r['method']} {r['target']}"),
         Column("Attempts", lambda r, c: f"{r['attempts']}/{r['max_attempts']}", "attempts", True),
         Column(

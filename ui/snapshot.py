@@ -32,7 +32,8 @@ class Snapshot:
     history: float  # the seconds up to db_now that both throughputs count
     machine_throughput: dict[int, dict[str, int]]
     jobs: list[dict]
-    job: dict | None  # the selected job with its runs
+    job: dict | None  # the selected job with its runs, parents, children and flows (store/lineage.py)
+    flow: dict | None  # the workflow or group whose graph is open, with its steps
     schedules: list[dict]
     singletons: list[dict]
     queues: list[QueueInfo]  # every named queue, by name
