@@ -8,7 +8,7 @@ node's). `run` is a coroutine so a timeout or a lost lease can cancel it.
 import threading
 from abc import ABC, abstractmethod
 
-from ..store.types import Claimed, JobSpec
+from ..store.types import Claimed, JobSpec, Progress
 
 STOP_GRACE = 1.0  # seconds a stopped job gets to end by itself before it is forced or reported (JobContext.grace)
 
@@ -21,7 +21,7 @@ class JobContext:
     take to end by itself once told: the runner shortens it for a job whose lease is being lost, whose stop must be
     over before another machine may take the job."""
 
-    __slots__ = ("job_id", "attempt", "fence", "machine_id", "grace", "_cancelled")
+    __slots__ = ("job_id", "attempt", "fence", "machine_id", "grace", "_cancelled", "reported", "told")
     _making = threading.Lock()  # two threads asking for the flag at once get the same one
 
     def __init__(self, job_id: int, attempt: int, fence: int, machine_id: int):
@@ -31,6 +31,14 @@ class JobContext:
         self.machine_id = machine_id
         self.grace = STOP_GRACE
         self._cancelled: threading.Event | None = None
+        self.reported: Progress | None = None  # the latest progress the job reported
+        self.told: Progress | None = None  # the last one written to the database (set by the heartbeat)
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        """Report how far the job is: `fraction` from 0 to 1, and a short message. Costs no database write here:
+        the node's next heartbeat writes the latest report with the lease renewal (at most one a heartbeat, about
+        a second), fenced like every write of the run (docs/design.md §3)."""
+        self.reported = Progress.of(fraction, message)
 
     @property
     def cancelled(self) -> threading.Event:

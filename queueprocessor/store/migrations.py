@@ -91,8 +91,22 @@ def _gated_jobs(conn: Connection) -> None:
         conn.execute(statement)
 
 
+def _progress_and_sql_enqueue(conn: Connection) -> None:
+    """6 to 7: a running job's progress, on its job and its run's row (nullable: an older node writes none)."""
+    for table in (schema.jobs, schema.runs):
+        _add_column(conn, table.c.progress)
+        _add_column(conn, table.c.progress_message)
+
+
 # The step that upgrades a database from each version to the next.
-STEPS = {1: _index_queued_jobs_only, 2: _named_queues, 3: _heartbeat_reads, 4: _running_counts, 5: _gated_jobs}
+STEPS = {
+    1: _index_queued_jobs_only,
+    2: _named_queues,
+    3: _heartbeat_reads,
+    4: _running_counts,
+    5: _gated_jobs,
+    6: _progress_and_sql_enqueue,
+}
 
 
 def upgrade(engine: Engine) -> int | None:

@@ -10,7 +10,7 @@ from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
 from queueprocessor.store.migrations import QUEUED_BEFORE_6
 from queueprocessor.store.roster import RosterStore
-from queueprocessor.store.types import JobSpec, Plan
+from queueprocessor.store.types import JobSpec, Plan, Progress
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
 CURRENT = str(schema.SCHEMA_VERSION)
@@ -44,10 +44,21 @@ def rewriting(url: str):
         engine.dispose()
 
 
-def make_version_5(url: str) -> None:
-    """A farm database as schema version 5 left it (as this version made it, whatever is in it already): no gated
-    flag on jobs, and the claim's index holding every queued job."""
+def make_version_6(url: str) -> None:
+    """A farm database as schema version 6 left it (as this version made it, whatever is in it already): no progress
+    on jobs and runs."""
     Farm(url).close()
+    with rewriting(url) as conn:
+        for table in ("qp_jobs", "qp_runs"):
+            for column in ("progress", "progress_message"):
+                drop_column(conn, table, column)
+        set_version(conn, 6)
+
+
+def make_version_5(url: str) -> None:
+    """A farm database as schema version 5 left it: no gated flag on jobs, and the claim's index holding every
+    queued job."""
+    make_version_6(url)
     with rewriting(url) as conn:
         drop_index(conn, "ix_qp_jobs_gated")
         drop_index(conn, "ix_qp_jobs_queued")
@@ -125,7 +136,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "6"
+        assert version == CURRENT == "7"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -262,3 +273,21 @@ def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db
         assert [c.queue for c in farm._store.jobs.claim(me, 8, 30.0, plan=guarded)] == ["reports", "reports"]
         farm.resume_queue("mail")
         assert [c.queue for c in farm._store.jobs.claim(me, 8, 30.0)] == ["mail", "mail"]
+
+
+def test_a_version_6_database_gets_progress_in_place(db_url):
+    """Version 6 to 7: jobs and runs get their progress columns; a job waiting from before reports progress once
+    claimed, and its run keeps it."""
+    with Farm(db_url) as farm:
+        [waiting] = farm._store.jobs.enqueue(JOB)
+    make_version_6(db_url)
+    with Farm(db_url) as farm:
+        store = farm._store
+        assert shape(farm)[0] == CURRENT
+        me = store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        [job] = store.jobs.claim(me, 1, 30.0)
+        assert job.id == waiting
+        store.runs.renew(me, [(job.id, job.fence)], 30.0, {(job.id, job.fence): Progress(0.5, "half")})
+        store.runs.finish(job, me, "succeeded")
+        [run] = store.runs.read(job_id=waiting)
+        assert (run["progress"], run["progress_message"]) == (0.5, "half")

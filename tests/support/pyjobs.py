@@ -7,6 +7,7 @@ check what the node passed in and when the work noticed its cancellation flag.
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 from queueprocessor import job
 
@@ -171,3 +172,14 @@ def batch_until_cancelled(payloads, contexts):
     for c in contexts:
         SEEN[c.job_id] = {"cancelled": c.cancelled.is_set()}
     return [{"job": c.job_id} for c in contexts]
+
+
+def halfway(payload, context):
+    """Says it is half way, then waits for the file `payload` names to appear (at most 30 s) and ends: a run whose
+    progress a test reads while it runs."""
+    context.progress(0.5, "half way")
+    gate = Path(payload)
+    deadline = time.monotonic() + 30
+    while not gate.exists() and time.monotonic() < deadline and not context.cancelled.wait(0.02):
+        pass
+    return "through the gate"
