@@ -21,6 +21,29 @@ from .types import EVERY_QUEUE, NO_LOOKS, Claimed, JobSpec, Looks, Plan, Turn
 PRUNE_BATCH = 500  # finished jobs deleted per transaction (retention): short enough never to hold up the queue
 
 
+def job_row(spec: JobSpec) -> dict[str, Any]:
+    """The columns an enqueue fills from `spec`, beside its times and gate: the database's own qp_enqueue fills the
+    same, generated from here (sqlfunctions)."""
+    return dict(
+        executor=spec.executor,
+        target=spec.target,
+        method=spec.method,
+        payload=spec.payload,
+        priority=spec.priority,
+        max_attempts=spec.max_attempts,
+        timeout=spec.timeout,
+        key=spec.key,
+        kind=spec.kind,
+        origin=spec.origin,
+        queue=spec.queue,
+        order_key=spec.order_key,
+        state=JobState.QUEUED,
+        attempts=0,
+        fence=0,
+        cancel_requested=False,
+    )
+
+
 class JobStore:
     def __init__(self, store: StoreBase, turns: TurnStore):
         self.store = store
@@ -31,24 +54,7 @@ class JobStore:
         run_at = literal(at) if at is not None else db_now() + delay
         gated = gated_now(literal(spec.queue, String))
         statement = insert(jobs).values(created_at=db_now(), run_at=run_at, gated=gated).returning(jobs.c.id)
-        row = dict(
-            executor=spec.executor,
-            target=spec.target,
-            method=spec.method,
-            payload=spec.payload,
-            priority=spec.priority,
-            max_attempts=spec.max_attempts,
-            timeout=spec.timeout,
-            key=spec.key,
-            kind=spec.kind,
-            origin=spec.origin,
-            queue=spec.queue,
-            order_key=spec.order_key,
-            state=JobState.QUEUED,
-            attempts=0,
-            fence=0,
-            cancel_requested=False,
-        )
+        row = job_row(spec)
         try:
             with self.store.engine.begin() as conn:
                 if count == 1:

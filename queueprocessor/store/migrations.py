@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.schema import CreateColumn
 
 from . import schema
+from .sqlfunctions import create_sql_functions
 from .statements import recount_statement, regate_statements
 
 # What steps 1 to 2 and 5 to 6 need of an older qp_jobs, apart from the current tables (an index made on them would join
@@ -92,10 +93,12 @@ def _gated_jobs(conn: Connection) -> None:
 
 
 def _progress_and_sql_enqueue(conn: Connection) -> None:
-    """6 to 7: a running job's progress, on its job and its run's row (nullable: an older node writes none)."""
+    """6 to 7: a running job's progress, on its job and its run's row (nullable: an older node writes none); and
+    qp_enqueue, the database's own door to the queue (sqlfunctions; an older node ignores what it adds)."""
     for table in (schema.jobs, schema.runs):
         _add_column(conn, table.c.progress)
         _add_column(conn, table.c.progress_message)
+    create_sql_functions(conn)
 
 
 # The step that upgrades a database from each version to the next.

@@ -46,12 +46,14 @@ def rewriting(url: str):
 
 def make_version_6(url: str) -> None:
     """A farm database as schema version 6 left it (as this version made it, whatever is in it already): no progress
-    on jobs and runs."""
+    on jobs and runs, no qp_enqueue."""
     Farm(url).close()
     with rewriting(url) as conn:
         for table in ("qp_jobs", "qp_runs"):
             for column in ("progress", "progress_message"):
                 drop_column(conn, table, column)
+        if conn.dialect.name in ("postgresql", "mssql"):
+            conn.execute(text(f"DROP {'FUNCTION' if conn.dialect.name == 'postgresql' else 'PROCEDURE'} qp_enqueue"))
         set_version(conn, 6)
 
 
@@ -276,8 +278,8 @@ def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db
 
 
 def test_a_version_6_database_gets_progress_in_place(db_url):
-    """Version 6 to 7: jobs and runs get their progress columns; a job waiting from before reports progress once
-    claimed, and its run keeps it."""
+    """Version 6 to 7: jobs and runs get their progress columns (a job waiting from before reports progress once
+    claimed, and its run keeps it), and PostgreSQL gets qp_enqueue."""
     with Farm(db_url) as farm:
         [waiting] = farm._store.jobs.enqueue(JOB)
     make_version_6(db_url)
@@ -291,3 +293,7 @@ def test_a_version_6_database_gets_progress_in_place(db_url):
         store.runs.finish(job, me, "succeeded")
         [run] = store.runs.read(job_id=waiting)
         assert (run["progress"], run["progress_message"]) == (0.5, "half")
+        if farm._engine.dialect.name == "postgresql":  # and the database's own door to the queue (sqlfunctions)
+            with farm._engine.begin() as conn:
+                sql = conn.execute(text("SELECT qp_enqueue('python', 'bench.jobs:noop')")).scalar_one()
+            assert farm.job(sql)["state"] == "queued"
