@@ -7,13 +7,21 @@ import os
 
 import psycopg
 import pytest
-from sqlalchemy import exc, text
+from sqlalchemy import create_engine, exc, text
 from sqlalchemy.engine import make_url
 
 from queueprocessor import Farm
 from queueprocessor.store import schema
 from queueprocessor.store.types import JobSpec
 from tests.conftest import backend_url
+
+# The grants docs/sql-enqueue.md gives a role that is to enqueue and do nothing else.
+GRANTS = [
+    "GRANT EXECUTE ON FUNCTION qp_enqueue(text, text, jsonb, text, text, timestamptz) TO esb_writer",
+    "GRANT INSERT, SELECT (id) ON qp_jobs TO esb_writer",
+    "GRANT USAGE ON SEQUENCE qp_jobs_id_seq TO esb_writer",
+    "GRANT SELECT ON qp_queues TO esb_writer",
+]
 
 SQL_BACKENDS = [pytest.param("postgresql", marks=pytest.mark.postgres)]
 if os.environ.get("QP_TEST_MSSQL_URL"):
@@ -121,3 +129,24 @@ def test_a_commit_wakes_the_farm_through_push(farm):
                 assert list(listener.notifies(timeout=0.2)) == []
         heard = [n for n in listener.notifies(timeout=10, stop_after=1)]
     assert [n.channel for n in heard] == [schema.JOBS_CHANNEL]
+
+
+@pytest.mark.postgres
+def test_a_role_granted_only_the_door_can_enqueue_and_nothing_more(pg_url):
+    """As docs/sql-enqueue.md grants it: the function, and what its insert needs of the farm's tables."""
+    with Farm(pg_url) as farm:
+        with farm._engine.begin() as conn:
+            conn.execute(text("DROP ROLE IF EXISTS esb_writer"))
+            conn.execute(text("CREATE ROLE esb_writer LOGIN PASSWORD 'esb'"))
+            for grant in GRANTS:
+                conn.execute(text(grant))
+        writer_url = make_url(pg_url).set(username="esb_writer", password="esb").render_as_string(False)
+        engine = create_engine(writer_url)
+        try:
+            with engine.begin() as conn:
+                job_id = call(conn, "http", "/from/esb")
+            with engine.connect() as conn, pytest.raises(exc.ProgrammingError, match="permission denied"):
+                conn.execute(text("UPDATE qp_jobs SET state = 'succeeded'"))
+        finally:
+            engine.dispose()
+        assert farm.job(job_id)["origin"].startswith("sql esb_writer pid ")

@@ -5,6 +5,8 @@ check what the node passed in and when the work noticed its cancellation flag.
 """
 
 import asyncio
+import os
+import random
 import threading
 import time
 from pathlib import Path
@@ -183,3 +185,11 @@ def halfway(payload, context):
     while not gate.exists() and time.monotonic() < deadline and not context.cancelled.wait(0.02):
         pass
     return "through the gate"
+
+
+def log_record(payload, context):
+    """A log record's processing (docs/sql-enqueue.md): a short wait of its own length, then a line "request seq" on
+    the file QP_TEST_RECORDS names, so a test reads the order the farm processed each request's records in."""
+    time.sleep(random.uniform(0, 0.02))
+    with open(os.environ["QP_TEST_RECORDS"], "a") as out:
+        out.write(f"{payload['request']} {payload['seq']}\n")
