@@ -100,9 +100,13 @@ class CommandExecutor(Executor):
         assert process.stdout is not None  # started with stdout=PIPE
         kept, line = 0, b""
         while chunk := await process.stdout.read(65536):
-            *ended, line = (line[-PROGRESS_LINE:] + chunk).split(b"\n")
-            for said in filter(None, map(reported, ended)):
-                context.reported = said
+            read = line[-PROGRESS_LINE:] + chunk
+            if PROGRESS in read:  # one search of the bytes: output without progress lines is not split up
+                *ended, line = read.split(b"\n")
+                for said in filter(None, map(reported, ended)):
+                    context.reported = said
+            else:
+                line = read[read.rfind(b"\n") + 1 :]
             tail.append(chunk)
             kept += len(chunk)
             while kept - len(tail[0]) >= 4 * OUTPUT_LIMIT:

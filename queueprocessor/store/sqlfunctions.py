@@ -246,7 +246,8 @@ def _mssql_checks() -> str:
     return "\n".join(
         [
             _ms_refuse(
-                f"@executor IS NULL OR @executor NOT IN ({', '.join('N' + _quoted(e) for e in EXECUTORS)})",
+                f"@executor IS NULL OR @executor COLLATE Latin1_General_BIN2"
+                f" NOT IN ({', '.join('N' + _quoted(e) for e in EXECUTORS)})",
                 "executor",
                 "unknown executor ",
                 _ms_shown("@executor"),
