@@ -4,10 +4,13 @@ and the API show it live and keep it with the run."""
 import json
 
 import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 from queueprocessor import Farm
+from queueprocessor.store.base import Raw
 from queueprocessor.store.types import JobSpec
-from tests.support.work import FAST, PYJOBS, NodeProcesses, run_cli, wait_for
+from tests.support.work import FAST, PYJOBS, NodeProcesses, Nodes, run_cli, wait_for
 
 
 @pytest.fixture
@@ -66,3 +69,40 @@ def test_a_command_reports_progress_by_a_line_of_its_output(farm, processes, db_
     done = wait_for(lambda: (j := farm.job(job_id))["state"] == "succeeded" and j)
     [run] = done["runs"]
     assert run["progress"] == 0.3 and "QP_PROGRESS lots" in run["output"]  # a malformed line is output, no more
+
+
+def test_reports_are_coalesced_into_the_lease_renewals(db_url, tmp_path, monkeypatch):
+    """10,000 reports in a moment cost no statement of their own: every write of progress is a lease renewal (it
+    sets lease_until, under the owner and fence), there are no more of them than renewals, and the latest report
+    is what the job shows and its run keeps."""
+    sent: list[str] = []
+
+    def record(conn, cursor, statement, *args):
+        sent.append(" ".join(statement.split()))
+
+    straight = Raw.run  # PostgreSQL's hot statements go straight to the driver: note them on their way
+
+    def noted(raw, conn, statement, params):
+        record(conn, None, str(statement.compile(dialect=raw.engine.dialect)))
+        return straight(raw, conn, statement, params)
+
+    monkeypatch.setattr(Raw, "run", noted)
+
+    with Farm(db_url) as farm:
+        farm.settings(**FAST)
+        node = Nodes(farm)("here")
+        gate = tmp_path / "gate"
+        event.listen(Engine, "before_cursor_execute", record)
+        try:
+            [job_id] = farm.enqueue(JobSpec("python", f"{PYJOBS}:chatty", payload=json.dumps(str(gate))))
+            wait_for(lambda: farm.job(job_id)["progress"] == 1.0)
+            gate.touch()
+            done = wait_for(lambda: (j := farm.job(job_id))["state"] == "succeeded" and j)
+        finally:
+            event.remove(Engine, "before_cursor_execute", record)
+            node.stop(drain=False)
+    writes = [s for s in sent if s.startswith("UPDATE qp_jobs SET") and "progress=CASE" in s]  # a claim sets NULL
+    renewals = [s for s in sent if s.startswith("UPDATE qp_jobs SET lease_until=")]
+    assert writes and all(s in renewals for s in writes), "progress is only ever written with a renewal"
+    assert len(writes) <= len(renewals) < 100
+    assert (done["runs"][0]["progress"], done["runs"][0]["progress_message"]) == (1.0, "step 10000")

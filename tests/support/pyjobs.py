@@ -193,3 +193,14 @@ def log_record(payload, context):
     time.sleep(random.uniform(0, 0.02))
     with open(os.environ["QP_TEST_RECORDS"], "a") as out:
         out.write(f"{payload['request']} {payload['seq']}\n")
+
+
+def chatty(payload, context):
+    """Reports its progress 10,000 times as fast as it can, then waits for the file `payload` names (at most 30 s):
+    a job whose reports the node must coalesce."""
+    for n in range(1, 10_001):
+        context.progress(n / 10_000, f"step {n}")
+    gate = Path(payload)
+    deadline = time.monotonic() + 30
+    while not gate.exists() and time.monotonic() < deadline and not context.cancelled.wait(0.02):
+        pass
