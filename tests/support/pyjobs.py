@@ -176,14 +176,19 @@ def batch_until_cancelled(payloads, contexts):
     return [{"job": c.job_id} for c in contexts]
 
 
-def halfway(payload, context):
-    """Says it is half way, then waits for the file `payload` names to appear (at most 30 s) and ends: a run whose
-    progress a test reads while it runs."""
-    context.progress(0.5, "half way")
-    gate = Path(payload)
-    deadline = time.monotonic() + 30
+def _wait_for_gate(path, context):
+    """Until the file at `path` exists (at most 120 s, longer than a test waits for anything) or the run is stopped."""
+    gate = Path(path)
+    deadline = time.monotonic() + 120
     while not gate.exists() and time.monotonic() < deadline and not context.cancelled.wait(0.02):
         pass
+
+
+def halfway(payload, context):
+    """Says it is half way, then waits for the file `payload` names and ends: a run whose progress a test reads
+    while it runs."""
+    context.progress(0.5, "half way")
+    _wait_for_gate(payload, context)
     return "through the gate"
 
 
@@ -196,11 +201,8 @@ def log_record(payload, context):
 
 
 def chatty(payload, context):
-    """Reports its progress 10,000 times as fast as it can, then waits for the file `payload` names (at most 30 s):
-    a job whose reports the node must coalesce."""
+    """Reports its progress 10,000 times as fast as it can, then waits for the file `payload` names: a job whose
+    reports the node must coalesce."""
     for n in range(1, 10_001):
         context.progress(n / 10_000, f"step {n}")
-    gate = Path(payload)
-    deadline = time.monotonic() + 30
-    while not gate.exists() and time.monotonic() < deadline and not context.cancelled.wait(0.02):
-        pass
+    _wait_for_gate(payload, context)
