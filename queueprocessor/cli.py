@@ -29,7 +29,7 @@ from .nodeoptions import NodeCommand, NodeConfig, Seconds, flag_of, node_options
 from .rules import logs
 from .rules.errors import ConfigError, NotFound, QPError, echoed
 from .rules.limits import MAX_ATTEMPTS
-from .rules.output import format_time, machine_label, print_json, print_table
+from .rules.output import format_time, machine_label, print_json, print_table, progress_text
 from .rules.queues import DEFAULT, UNCHANGED, OnFailure, Served, check_name
 from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE
 from .rules.states import JobState, Wish
@@ -687,7 +687,7 @@ def jobs(ctx: Context, state: str | None, limit: int, as_json: bool) -> None:
     if as_json:
         return print_json({"jobs": rows})
     print_table(
-        ["id", "state", "executor", "target", "owner", "attempt", "fence", "run at", "finished", "error"],
+        ["id", "state", "executor", "target", "owner", "attempt", "fence", "run at", "finished", "progress", "error"],
         [
             [
                 j["id"],
@@ -699,6 +699,7 @@ def jobs(ctx: Context, state: str | None, limit: int, as_json: bool) -> None:
                 j["fence"],
                 format_time(j["run_at"]),
                 format_time(j["finished_at"]),
+                progress_text(j["progress"], j["progress_message"])[:40] if j["state"] == JobState.RUNNING else "",
                 (j["last_error"] or "")[:60],
             ]
             for j in rows
@@ -720,10 +721,12 @@ def job(ctx: Context, job_id: int, as_json: bool) -> None:
             value = machine_label(record["owner_name"], value)
         if key == "after":
             value = ", ".join(f"{p['step'] or p['id']} ({p['id']}, {p['state']})" for p in value) or "-"
-        if key not in ("runs", "owner_name"):
+        if key == "progress":
+            value = progress_text(value, record["progress_message"])
+        if key not in ("runs", "owner_name", "progress_message"):
             click.echo(f"{key:>16}: {format_time(value) if key.endswith(('_at', '_until')) else value}")
     print_table(
-        ["attempt", "machine", "fence", "started", "finished", "outcome", "error", "output (end)"],
+        ["attempt", "machine", "fence", "started", "finished", "outcome", "progress", "error", "output (end)"],
         [
             [
                 r["attempt"],
@@ -732,6 +735,7 @@ def job(ctx: Context, job_id: int, as_json: bool) -> None:
                 format_time(r["started_at"]),
                 format_time(r["finished_at"]),
                 r["outcome"],
+                progress_text(r["progress"], r["progress_message"])[:40],
                 r["error"] or "",
                 _last_line(r["output"]),
             ]

@@ -9,12 +9,14 @@ import json
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QGridLayout, QLabel, QLineEdit, QSplitter, QVBoxLayout, QWidget
 
+from queueprocessor.rules.output import progress_text
 from queueprocessor.rules.states import JobState
 
 from . import text
 from .gantt import RunsGantt
 from .joblinks import JobLinks
 from .models import ROW_ROLE, AttemptsModel, JobsModel
+from .progressbar import ProgressDelegate
 from .snapshot import Snapshot
 from .tables import arrange, table
 
@@ -37,6 +39,7 @@ class JobDetails(QWidget):
         # short ones share a line, so none wraps into a narrow column that the pane's height then cuts off.
         lines = (
             (("state", "State"),),
+            (("progress", "Progress"),),
             (("target", "Target"),),
             (("created", "Created"), ("finished", "Finished")),
             (("priority", "Priority"), ("timeout", "Timeout")),
@@ -67,7 +70,7 @@ class JobDetails(QWidget):
         # The pane is some 440 px wide at 1440: the fence and the times, the least read, are hidden (a right-click
         # on the header away) so the error has the room left, cut short with the whole of it in its tooltip.
         self.attempts_view = table(
-            self.attempts, (40, 80, 40, 90, 90, 50, 80, 120), stretch=7, floor=120, hidden=(2, 3, 4, 5)
+            self.attempts, (40, 80, 40, 90, 90, 50, 80, 120, 110), stretch=7, floor=120, hidden=(2, 3, 4, 5, 8)
         )
         # What happened first (outcome, error), then when: times are the widest and least read.
         arrange(self.attempts_view, (0, 1, 2, 6, 7, 5, 3, 4))
@@ -86,6 +89,7 @@ class JobDetails(QWidget):
             f"{job['state']} · attempt {job['attempts']} of {job['max_attempts']}"
             + (" · cancel requested" if job["cancel_requested"] else "")
         )
+        self.fields["progress"].setText(_progress(job))
         self.fields["target"].setText(f"{job['executor']} {job['method']} {job['target']}")
         self.fields["created"].setText(text.stamp(job["created_at"]))
         self.fields["finished"].setText(text.stamp(job["finished_at"]))
@@ -99,6 +103,14 @@ class JobDetails(QWidget):
         self.attempts.set_rows(sorted(job["runs"], key=lambda r: (r["attempt"], r["fence"])), {"names": names})
 
 
+def _progress(job: dict) -> str:
+    """How far the job is while it runs; after, what its last run said, marked as such (the runs keep it)."""
+    if job["progress"] is None:
+        return "–"
+    said = progress_text(job["progress"], job["progress_message"])
+    return said if job["state"] == JobState.RUNNING else f"{said} (its last run's)"
+
+
 def _payload(payload: str | None) -> str:
     """Pretty JSON, or the text as it is: a plain SQL insert can store anything."""
     if not payload:
@@ -110,6 +122,7 @@ def _payload(payload: str | None) -> str:
     return shown[:2000]
 
 
+STATE_COLUMN = 1  # JobsModel's "State": a running job's progress is drawn there as a bar
 SEARCH_PAUSE = 300  # ms of no typing before the text filter goes to the database
 SEARCH_READS = "Filter by text: id, target"  # what the text box must have room to show beside the lists
 
@@ -193,17 +206,19 @@ class JobsView(QWidget):
         self.filters = FilterRow((self.state, self.queue), self.search)
         box.addWidget(self.filters)
         self.model = JobsModel(self)
-        # At 1440 wide the pane has room for six columns: the attempts and times, which the selected job's details
-        # show, are hidden (a right-click on the header away), the target is cut short, the error takes the rest.
+        # At 1440 wide the pane has room for six columns: the attempts, times and progress (a bar in the state cell),
+        # which the selected job's details show, are hidden (a right-click on the header away), the target is cut
+        # short, the error takes the rest.
         self.table = table(
             self.model,
-            (56, 100, 130, 70, 90, 100, 100, 120, 80),
+            (56, 100, 130, 70, 90, 100, 100, 120, 80, 110),
             stretch=7,
             floor=120,
             order=Qt.SortOrder.DescendingOrder,
-            hidden=(3, 5, 6),
+            hidden=(3, 5, 6, 9),
         )
-        arrange(self.table, (0, 1, 8, 2, 7, 4, 3, 5, 6))  # the queue and error beside the job; times last
+        self.table.setItemDelegateForColumn(STATE_COLUMN, ProgressDelegate(self.table))  # a running job's bar
+        arrange(self.table, (0, 1, 8, 2, 7, 4, 3, 5, 6, 9))  # the queue and error beside the job; times last
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
         box.addWidget(self.table)
         lower.addWidget(left)

@@ -23,7 +23,8 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 
-from queueprocessor.rules.states import MachineState, Outcome
+from queueprocessor.rules.output import progress_text
+from queueprocessor.rules.states import JobState, MachineState, Outcome
 
 from . import text, theme
 from .joblinks import waits_text
@@ -387,7 +388,11 @@ class JobsModel(SnapshotModel):
             "State",
             lambda r, c: r["state"],
             icon=dot(theme.JOB_STATE, "state"),
-            cell_tip=lambda r, c: waits_text(r["waits_for"]) if "waits_for" in r else None,
+            cell_tip=lambda r, c: (
+                waits_text(r["waits_for"])
+                if "waits_for" in r
+                else (f"running · {said}" if (said := _running_progress(r)) else None)
+            ),
         ),
         Column("Target", lambda r, c: f"{r['method']} {r['target']}"),
         Column("Attempts", lambda r, c: f"{r['attempts']}/{r['max_attempts']}", "attempts", True),
@@ -409,7 +414,24 @@ class JobsModel(SnapshotModel):
             "queue",
             cell_tip=lambda r, c: f"order key {r['order_key']}" if r["order_key"] else None,
         ),
+        Column(
+            "Progress",
+            lambda r, c: _running_progress(r),
+            lambda r, c: -1.0 if (f := running_fraction(r)) is None else f,
+            tip="How far a running job says it is (also drawn as a bar in its state cell)",
+        ),
     ]
+
+
+def running_fraction(row: dict) -> float | None:
+    """How far a job is, while it runs and has said so (a finished job's last word is its run's, in the history)."""
+    return row["progress"] if row["state"] == JobState.RUNNING else None
+
+
+def _running_progress(row: dict) -> str:
+    """What a running job last said of its progress, as text; nothing for a job not running or silent."""
+    fraction = running_fraction(row)
+    return "" if fraction is None else progress_text(fraction, row["progress_message"])
 
 
 class AttemptsModel(SnapshotModel):
@@ -434,4 +456,9 @@ class AttemptsModel(SnapshotModel):
         ),
         Column("Outcome", lambda r, c: r["outcome"], icon=dot(theme.OUTCOME, "outcome")),
         Column("Error", lambda r, c: r["error"] or "", cell_tip=full_text("error")),
+        Column(
+            "Progress",
+            lambda r, c: progress_text(r["progress"], r["progress_message"]) if r["progress"] is not None else "",
+            tip="The last progress the attempt's job reported that its machine wrote",
+        ),
     ]

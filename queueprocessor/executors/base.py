@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-from ..store.types import Claimed, JobSpec
+from ..store.types import Claimed, JobSpec, Progress
 
 Results = Callable[[int], dict[str | int, Any]]  # a job id -> what its parents returned (store.flows.FlowStore)
 STOP_GRACE = 1.0  # seconds a stopped job gets to end by itself before it is forced or reported (JobContext.grace)
@@ -24,7 +24,7 @@ class JobContext:
     take to end by itself once told: the runner shortens it for a job whose lease is being lost, whose stop must be
     over before another machine may take the job."""
 
-    __slots__ = ("job_id", "attempt", "fence", "machine_id", "grace", "_cancelled", "_results")
+    __slots__ = ("job_id", "attempt", "fence", "machine_id", "grace", "_cancelled", "_results", "reported", "told")
     _making = threading.Lock()  # two threads asking for the flag at once get the same one
 
     def __init__(self, job_id: int, attempt: int, fence: int, machine_id: int, results: Results | None = None) -> None:
@@ -35,12 +35,20 @@ class JobContext:
         self.grace = STOP_GRACE
         self._cancelled: threading.Event | None = None
         self._results = results
+        self.reported: Progress | None = None  # the latest progress the job reported
+        self.told: Progress | None = None  # the last one written to the database (set by the heartbeat)
 
     def results(self) -> dict[str | int, Any]:
         """What the jobs this one runs after returned (`after=`, a workflow's parent steps): by step name in a
         workflow, else by job id; None for one that did not succeed. Read from the database when asked (a
         blocking read: an async function calls it through asyncio.to_thread)."""
         return {} if self._results is None else self._results(self.job_id)
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        """Report how far the job is: `fraction` from 0 to 1, and a short message. Costs no database write here:
+        the node's next heartbeat writes the latest report with the lease renewal (at most one a heartbeat, about
+        a second), fenced like every write of the run (docs/design.md §3)."""
+        self.reported = Progress.of(fraction, message)
 
     @property
     def cancelled(self) -> threading.Event:

@@ -4,7 +4,8 @@ The job's target is the argv as a JSON list, so no word is ever re-split or
 expanded by a shell. argv[0] must be on the node's allow-list exactly as
 written (`backup` allows `backup` found on PATH, not `/tmp/backup`). The
 payload arrives on stdin, the job's identity in QP_* environment variables,
-and the end of stdout and stderr is kept with the run. Stopping a command
+and the end of stdout and stderr is kept with the run. A line of output
+`QP_PROGRESS 0.4 copied 4 of 10` reports the job's progress (JobContext.progress). Stopping a command
 terminates its whole process group, then kills it if it lingers past the
 job's grace (shortened when its lease is being lost: see JobContext.grace).
 """
@@ -15,8 +16,23 @@ import signal
 from collections import deque
 
 from ..rules.allow import check_command, parse_argv
-from ..store.types import Claimed, JobSpec
+from ..store.types import Claimed, JobSpec, Progress
 from .base import OUTPUT_LIMIT, Executor, JobContext, JobFailed, excerpt
+
+PROGRESS = b"QP_PROGRESS "  # a line of output that starts so reports progress: "QP_PROGRESS 0.4 copied 4 of 10"
+PROGRESS_LINE = 1024  # bytes of an unfinished line kept to read a progress line that arrives in pieces
+
+
+def reported(line: bytes) -> Progress | None:
+    """The progress a line of a command's output reports, if it is a well-formed progress line (a malformed one is
+    output like any other, where the operator reads it)."""
+    if not line.startswith(PROGRESS):
+        return None
+    fraction, _, message = line[len(PROGRESS) :].decode("utf-8", "replace").strip().partition(" ")
+    try:
+        return Progress.of(float(fraction), message.strip() or None)
+    except ValueError:
+        return None
 
 
 class CommandExecutor(Executor):
@@ -54,7 +70,7 @@ class CommandExecutor(Executor):
             ) from None
         tail: deque[bytes] = deque()
         try:
-            await asyncio.gather(self._feed(process, job.payload), self._collect(process, tail))
+            await asyncio.gather(self._feed(process, job.payload), self._collect(process, tail, context))
             code = await process.wait()
         except asyncio.CancelledError:
             context.cancelled.set()
@@ -78,11 +94,19 @@ class CommandExecutor(Executor):
             pass  # the program does not read its input; that is its business
 
     @staticmethod
-    async def _collect(process: asyncio.subprocess.Process, tail: deque[bytes]) -> None:
-        """Read all output but keep only its end, so a chatty program cannot fill memory."""
+    async def _collect(process: asyncio.subprocess.Process, tail: deque[bytes], context: JobContext) -> None:
+        """Read all output but keep only its end, so a chatty program cannot fill memory; its progress lines are
+        the job's progress (see reported)."""
         assert process.stdout is not None  # started with stdout=PIPE
-        kept = 0
+        kept, line = 0, b""
         while chunk := await process.stdout.read(65536):
+            read = line[-PROGRESS_LINE:] + chunk
+            if PROGRESS in read:  # one search of the bytes: output without progress lines is not split up
+                *ended, line = read.split(b"\n")
+                for said in filter(None, map(reported, ended)):
+                    context.reported = said
+            else:
+                line = read[read.rfind(b"\n") + 1 :]
             tail.append(chunk)
             kept += len(chunk)
             while kept - len(tail[0]) >= 4 * OUTPUT_LIMIT:

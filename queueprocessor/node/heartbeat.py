@@ -181,8 +181,12 @@ class Heartbeat:
                 and (row["max_running"] is not None or row["rate_count"] is not None)
             )
         held, renewing = self._runner.held(), self.clock.monotonic()
-        renewed = self.node.store.runs.renew(self._me, held, self.config.lease)
+        news = self._runner.progress_news()  # written with the renewal, so fenced as it is: no statement of its own
+        renewed = self.node.store.runs.renew(self._me, held, self.config.lease, {k: p for k, (_, p) in news.items()})
         self._runner.renewed(list(renewed), renewing)
+        for key, (context, said) in news.items():
+            if key in renewed:
+                context.told = said
         self._handle_renewals(held, renewed)
         self.node.store.machines.heartbeat(
             self._me,

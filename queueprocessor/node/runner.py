@@ -28,7 +28,7 @@ from ..executors import Executor, JobContext, executor_for
 from ..rules.logs import about
 from ..rules.states import Kind, Outcome
 from ..store.stores import Store
-from ..store.types import Claimed, Ending
+from ..store.types import Claimed, Ending, Progress
 from .batches import Batches
 from .runs import EXHAUSTED, RunKey, Running, failed_end, stopped_end, timed_out
 from .tally import Tally
@@ -174,6 +174,12 @@ class JobRunner:
         """(run, monotonic send time of its claim or its last renewal) for every run we hold."""
         with self._lock:
             return [(key, r.leased_at) for key, r in self.running.items()]
+
+    def progress_news(self) -> dict[RunKey, tuple[JobContext, Progress]]:
+        """The runs whose job reported progress not yet written, each with its context and latest report."""
+        with self._lock:
+            found = ((key, r.context, r.context.reported) for key, r in self.running.items())
+            return {key: (context, p) for key, context, p in found if p is not None and p is not context.told}
 
     def renewed(self, runs: list[RunKey], sent: float) -> None:
         """These runs' leases were renewed by a statement sent at `sent` (monotonic): their leases run from no

@@ -10,3 +10,4 @@ MAX_ATTEMPTS = 3  # the tries a job gets unless its enqueue says otherwise
 # beyond ten years is a typo, and a time past 9999 cannot even be shown.
 LATEST = 253402300799.0  # 9999-12-31 23:59:59 UTC
 MAX_WAIT = 10 * 365.25 * 86400  # ten years, seconds
+PROGRESS_NOTE = 200  # characters of a progress message kept (context.progress); the rest is cut off

@@ -44,3 +44,10 @@ def print_table(headers: list[str], rows: list[list[Any]]) -> None:
             click.echo("  ".join("-" * width for width in widths))
     if not rows:
         click.echo("(none)")
+
+
+def progress_text(fraction: float | None, message: str | None) -> str:
+    """A run's progress as people read it: "42% row 420 of 1000"; "-" for a run that reported none."""
+    if fraction is None:
+        return "-"
+    return f"{fraction:.0%} {message}" if message else f"{fraction:.0%}"

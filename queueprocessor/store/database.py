@@ -12,6 +12,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from ..rules.errors import BadSetting, ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew, UnusableDatabase
 from ..rules.urls import mask
 from . import connections, migrations, schema
+from .sqlfunctions import create_sql_functions
 
 # Short names a user may type, mapped to the driver we ship.
 _DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg", "mssql": "mssql+pyodbc"}
@@ -274,4 +275,5 @@ def _create_or_check(engine: Engine) -> bool:
         schema.metadata.create_all(conn)
         if version is None:
             conn.execute(insert(schema.meta).values(key="schema_version", value=str(schema.SCHEMA_VERSION)))
+            create_sql_functions(conn)
         return version is None

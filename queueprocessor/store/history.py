@@ -25,6 +25,8 @@ def run_history() -> Any:
         runs.c.outcome,
         runs.c.error,
         runs.c.output,
+        runs.c.progress,
+        runs.c.progress_message,
     )
     running = select(
         null().label("id"),
@@ -37,6 +39,8 @@ def run_history() -> Any:
         literal(Outcome.RUNNING, String).label("outcome"),
         null().label("error"),
         null().label("output"),
+        jobs.c.progress,
+        jobs.c.progress_message,
     ).where(jobs.c.state == JobState.RUNNING)
     return union_all(ended, running).subquery("runs")
 

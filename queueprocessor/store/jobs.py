@@ -308,7 +308,7 @@ def insert_jobs(
     `after` waits for its parents (store/dependencies.py)."""
     run_at = literal(at) if at is not None else db_now() + delay
     statement, gated = _insert_statement(spec.queue, run_at)
-    row = _row(spec)
+    row = job_row(spec)
     failed = None
     if spec.after:
         starts, failed = dependencies.start(conn, spec)
@@ -343,7 +343,7 @@ def insert_plain(conn: Connection, specs: Sequence[JobSpec]) -> list[int]:
         now, gated = conn.execute(select(db_now(), gated_now(literal(queue, String)))).one()
         made = conn.execute(
             insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True),
-            [_row(specs[n]) | dict(created_at=now, run_at=now, gated=gated) for n in places],
+            [job_row(specs[n]) | dict(created_at=now, run_at=now, gated=gated) for n in places],
         ).all()
         for n, (job_id,) in zip(places, made, strict=True):
             ids[n] = job_id
@@ -357,8 +357,9 @@ def _insert_statement(queue: str, run_at: Any) -> tuple[Any, Any]:
     return insert(jobs).values(created_at=db_now(), run_at=run_at, gated=gated).returning(jobs.c.id), gated
 
 
-def _row(spec: JobSpec) -> dict[str, Any]:
-    """A new job's columns as `spec` gives them, queued, never run."""
+def job_row(spec: JobSpec) -> dict[str, Any]:
+    """A new job's columns as `spec` gives them, queued, never run, beside its times and gate: the database's own
+    qp_enqueue fills the same, generated from here (sqlfunctions)."""
     return dict(
         executor=spec.executor,
         target=spec.target,

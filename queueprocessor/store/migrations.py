@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.schema import CreateColumn
 
 from . import schema
+from .sqlfunctions import create_sql_functions
 from .statements import recount_statement, regate_statements
 
 # What steps 1 to 2 and 5 to 6 need of an older qp_jobs, apart from the current tables (an index made on them would join
@@ -105,6 +106,15 @@ def _dependencies(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
+def _progress_and_sql_enqueue(conn: Connection) -> None:
+    """7 to 8: a running job's progress, on its job and its run's row (nullable: an older node writes none); and
+    qp_enqueue, the database's own door to the queue (sqlfunctions; an older node ignores what it adds)."""
+    for table in (schema.jobs, schema.runs):
+        _add_column(conn, table.c.progress)
+        _add_column(conn, table.c.progress_message)
+    create_sql_functions(conn)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -113,6 +123,7 @@ STEPS = {
     4: _running_counts,
     5: _gated_jobs,
     6: _dependencies,
+    7: _progress_and_sql_enqueue,
 }
 
 

@@ -2,7 +2,7 @@
 guarded by the owner and the fence it was claimed under; and the runs as read."""
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import String, Text, and_, bindparam, case, false, insert, literal, or_, select, true, update
@@ -14,9 +14,10 @@ from . import dependencies
 from .base import StoreBase
 from .dbtime import db_now
 from .history import run_history, with_machine_name
+from .progress import progress_arrays, progress_renew_statement, progress_values
 from .schema import Id, jobs, runs
 from .statements import array_text, finish_statement, free_places, renew_statement
-from .types import Claimed, Ending
+from .types import Claimed, Ending, Progress
 
 
 def _run_ended(machine_id: int, *guard: Any) -> Any:
@@ -24,7 +25,10 @@ def _run_ended(machine_id: int, *guard: Any) -> Any:
     only if the job is still as the caller holds it). Its attempt, fence and start are the job's: a run in progress
     is its job's row (see run_history); finish_statement writes it so on PostgreSQL."""
     return insert(runs).from_select(
-        ["job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error", "output"],
+        [
+            *("job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error"),
+            *("output", "progress", "progress_message"),
+        ],
         select(
             jobs.c.id,
             jobs.c.attempts,
@@ -35,6 +39,8 @@ def _run_ended(machine_id: int, *guard: Any) -> Any:
             bindparam("b_outcome", type_=String),
             bindparam("b_error", type_=Text),
             bindparam("b_output", type_=Text),
+            jobs.c.progress,
+            jobs.c.progress_message,
         ).where(jobs.c.id == bindparam("b_id"), *guard),
     )
 
@@ -51,8 +57,15 @@ class RunStore:
             .values(started_at=db_now())
         )
 
-    def renew(self, machine_id: int, held: Iterable[tuple[int, int]], lease: float) -> dict[tuple[int, int], bool]:
-        """Extend the leases of the runs (job id, fence) this machine still holds. Returns {(job id, fence): cancel
+    def renew(
+        self,
+        machine_id: int,
+        held: Iterable[tuple[int, int]],
+        lease: float,
+        progress: Mapping[tuple[int, int], Progress] | None = None,
+    ) -> dict[tuple[int, int], bool]:
+        """Extend the leases of the runs (job id, fence) this machine still holds, and write the `progress` some
+        reported in the same statement (so it is fenced as the renewal is). Returns {(job id, fence): cancel
         requested} for those renewed; a run missing from the answer was lost (its job taken over, or claimed
         again under a newer fence)."""
         held = list(held)
@@ -60,12 +73,13 @@ class RunStore:
             return {}
         if self.store.whole:
             rows = self.store.hot(
-                renew_statement(),
+                progress_renew_statement() if progress else renew_statement(),
                 dict(
                     b_machine=machine_id,
                     b_id=array_text([job_id for job_id, _ in held]),
                     b_fence=array_text([fence for _, fence in held]),
                     b_lease=lease,
+                    **(progress_arrays(held, progress) if progress else {}),
                 ),
             )
         else:
@@ -73,7 +87,7 @@ class RunStore:
             rows = self.store.rows(
                 update(jobs)
                 .where(jobs.c.owner == machine_id, jobs.c.state == JobState.RUNNING, mine)
-                .values(lease_until=db_now() + lease)
+                .values(lease_until=db_now() + lease, **progress_values(progress or {}))
                 .returning(jobs.c.id, jobs.c.fence, jobs.c.cancel_requested)
             )
         return {(job_id, fence): bool(cancel) for job_id, fence, cancel in rows}

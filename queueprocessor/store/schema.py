@@ -30,12 +30,12 @@ from sqlalchemy.sql import ColumnElement, operators
 from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.operators import OperatorType
 
-from ..rules.limits import MAX_ATTEMPTS
+from ..rules.limits import MAX_ATTEMPTS, PROGRESS_NOTE
 from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.schedules import DEFAULT_MISFIRE
 from ..rules.states import CHECKING_IN, JobState, Kind, MachineState, Outcome
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 metadata = MetaData()
 
@@ -207,6 +207,9 @@ jobs = Table(
     Column("has_children", Boolean, nullable=False, default=False, server_default=false()),
     Column("pending", Integer, nullable=False, default=0, server_default="0"),
     Column("held_by", Id, nullable=True),
+    # How far its running job says it is (context.progress): written with the lease renewal, reset by a claim.
+    Column("progress", Float, nullable=True),
+    Column("progress_message", String(PROGRESS_NOTE), nullable=True),
 )
 # A claim and a finish change a job's state, so no update is HOT: each new row version enters every index
 # whose condition it meets. So all but the primary key are partial, each the size of what it serves: the
@@ -266,6 +269,9 @@ runs = Table(
     Column("error", Text, nullable=True),
     # An excerpt of what the work printed or returned.
     Column("output", Text, nullable=True),
+    # The run's last progress written while it ran (its job's, copied as it ends).
+    Column("progress", Float, nullable=True),
+    Column("progress_message", String(PROGRESS_NOTE), nullable=True),
     Index("ix_qp_runs_job", "job_id"),
     Index("ix_qp_runs_started", "started_at"),
     # Room left in each page was for a run row written twice (opened by the claim, closed by the finish: a HOT

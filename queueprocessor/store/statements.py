@@ -554,6 +554,8 @@ def _claim_update(shape: ClaimShape, pick: Any, now: Any) -> Any:
             lease_until=now + bindparam("b_lease", type_=Float),
             started_at=now,
             finished_at=None,
+            progress=None,  # a new run has said nothing yet
+            progress_message=None,
         )
         .returning(
             jobs.c.id,
@@ -717,13 +719,18 @@ def finish_statement() -> Any:
             v.c.error,
             v.c.output,
             jobs.c.queue,
+            jobs.c.progress,
+            jobs.c.progress_message,
         )
         .cte("ended")
     )
     logged = (
         insert(runs)
         .from_select(
-            ["job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error", "output"],
+            [
+                *("job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error"),
+                *("output", "progress", "progress_message"),
+            ],
             select(
                 ended.c.id,
                 ended.c.attempts,
@@ -734,6 +741,8 @@ def finish_statement() -> Any:
                 ended.c.outcome,
                 ended.c.error,
                 ended.c.output,
+                ended.c.progress,
+                ended.c.progress_message,
             ),
         )
         .cte("logged")

@@ -1,10 +1,10 @@
 """The plain data the store takes and gives: a job to enqueue, a job claimed, how a run ended, what a claim and a
-turn take from which queues, and what a turn found."""
+turn take from which queues, what a turn found, and how far a run is."""
 
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..rules.limits import MAX_ATTEMPTS
+from ..rules.limits import MAX_ATTEMPTS, PROGRESS_NOTE
 from ..rules.queues import DEFAULT
 from ..rules.states import JobState, Kind, Outcome
 
@@ -137,3 +137,19 @@ class Turn:
     claimed: list[Claimed]
     guarded_due: bool | None = None
     elsewhere_due: bool | None = None
+
+
+class Progress(NamedTuple):
+    """How far a run is, as its job last said: a fraction from 0 to 1 and an optional short message."""
+
+    fraction: float
+    message: str | None
+
+    @classmethod
+    def of(cls, fraction: float, message: str | None) -> "Progress":
+        """A report checked: a fraction outside 0..1 (or not a number) is the job's bug, raised where it called."""
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"progress must be a number from 0 to 1, not {fraction!r}")
+        if message is not None and not isinstance(message, str):
+            raise ValueError(f"a progress message must be text, not {type(message).__name__}")
+        return cls(float(fraction), message[:PROGRESS_NOTE] if message else None)

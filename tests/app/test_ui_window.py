@@ -609,7 +609,7 @@ def test_the_jobs_table_shows_its_columns_without_scrolling_sideways_at_1440(far
     qtbot.waitUntil(lambda: view.horizontalScrollBar().maximum() == 0, timeout=WAIT)
     assert not view.horizontalScrollBar().isVisible()
     assert _columns(view) == ["Job", "State", "Queue", "Target", "Error", "Machine"]
-    assert _columns(view, hidden=True)[6:] == ["Attempts", "Created", "Finished"]
+    assert _columns(view, hidden=True)[6:] == ["Attempts", "Created", "Finished", "Progress"]
     assert view.horizontalHeader().sectionSize(7) >= 120, "the error has room to be read"
 
 
@@ -639,6 +639,7 @@ def test_the_attempts_table_shows_its_columns_without_scrolling_sideways_at_1440
         "Took",
         "Started",
         "Finished",
+        "Progress",
     ]
     cell = view.model().index(0, 7)
     assert view.visualRect(cell).right() <= view.viewport().width() and view.columnWidth(7) >= 120

@@ -10,7 +10,7 @@ from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
 from queueprocessor.store.migrations import QUEUED_BEFORE_6
 from queueprocessor.store.roster import RosterStore
-from queueprocessor.store.types import JobSpec, Plan
+from queueprocessor.store.types import JobSpec, Plan, Progress
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
 CURRENT = str(schema.SCHEMA_VERSION)
@@ -44,10 +44,22 @@ def rewriting(url: str):
         engine.dispose()
 
 
-def make_version_6(url: str) -> None:
-    """A farm database as schema version 6 left it (as this version made it, whatever is in it already): no
-    dependencies, workflows or groups."""
+def make_version_7(url: str) -> None:
+    """A farm database as schema version 7 left it (as this version made it, whatever is in it already): no progress
+    on jobs and runs, no qp_enqueue."""
     Farm(url).close()
+    with rewriting(url) as conn:
+        for table in ("qp_jobs", "qp_runs"):
+            for column in ("progress", "progress_message"):
+                drop_column(conn, table, column)
+        if conn.dialect.name in ("postgresql", "mssql"):
+            conn.execute(text(f"DROP {'FUNCTION' if conn.dialect.name == 'postgresql' else 'PROCEDURE'} qp_enqueue"))
+        set_version(conn, 7)
+
+
+def make_version_6(url: str) -> None:
+    """A farm database as schema version 6 left it: no dependencies, workflows or groups."""
+    make_version_7(url)
     with rewriting(url) as conn:
         drop_index(conn, "ix_qp_jobs_held")
         for column in ("has_children", "pending", "held_by"):
@@ -58,8 +70,8 @@ def make_version_6(url: str) -> None:
 
 
 def make_version_5(url: str) -> None:
-    """A farm database as schema version 5 left it (as this version made it, whatever is in it already): no gated
-    flag on jobs, and the claim's index holding every queued job."""
+    """A farm database as schema version 5 left it: no gated flag on jobs, and the claim's index holding every
+    queued job."""
     make_version_6(url)
     with rewriting(url) as conn:
         drop_index(conn, "ix_qp_jobs_gated")
@@ -301,3 +313,25 @@ def test_a_version_6_database_gets_dependencies_in_place(db_url):
         [claimed] = store.jobs.claim(me, 4, 30.0)
         assert store.runs.finish(claimed, me, "succeeded") == "succeeded"
         assert store.jobs.get(child)["state"] == "queued"
+
+
+def test_a_version_7_database_gets_progress_in_place(db_url):
+    """Version 7 to 8: jobs and runs get their progress columns (a job waiting from before reports progress once
+    claimed, and its run keeps it), and PostgreSQL gets qp_enqueue."""
+    with Farm(db_url) as farm:
+        [waiting] = farm._store.jobs.enqueue(JOB)
+    make_version_7(db_url)
+    with Farm(db_url) as farm:
+        store = farm._store
+        assert shape(farm)[0] == CURRENT
+        me = store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        [job] = store.jobs.claim(me, 1, 30.0)
+        assert job.id == waiting
+        store.runs.renew(me, [(job.id, job.fence)], 30.0, {(job.id, job.fence): Progress(0.5, "half")})
+        store.runs.finish(job, me, "succeeded")
+        [run] = store.runs.read(job_id=waiting)
+        assert (run["progress"], run["progress_message"]) == (0.5, "half")
+        if farm._engine.dialect.name == "postgresql":  # and the database's own door to the queue (sqlfunctions)
+            with farm._engine.begin() as conn:
+                sql = conn.execute(text("SELECT qp_enqueue('python', 'bench.jobs:noop')")).scalar_one()
+            assert farm.job(sql)["state"] == "queued"

@@ -5,8 +5,11 @@ check what the node passed in and when the work noticed its cancellation flag.
 """
 
 import asyncio
+import os
+import random
 import threading
 import time
+from pathlib import Path
 
 import aiohttp  # for batch_call: imported with this module (off the node's loop), not by its first call
 
@@ -228,3 +231,35 @@ async def _request(session, payload, headers, call):
 def parents(payload, context):
     """Returns what the jobs it ran after returned (context.results()), as the next step would read them."""
     return context.results()
+
+
+def _wait_for_gate(path, context):
+    """Until the file at `path` exists (at most 120 s, longer than a test waits for anything) or the run is stopped."""
+    gate = Path(path)
+    deadline = time.monotonic() + 120
+    while not gate.exists() and time.monotonic() < deadline and not context.cancelled.wait(0.02):
+        pass
+
+
+def halfway(payload, context):
+    """Says it is half way, then waits for the file `payload` names and ends: a run whose progress a test reads
+    while it runs."""
+    context.progress(0.5, "half way")
+    _wait_for_gate(payload, context)
+    return "through the gate"
+
+
+def log_record(payload, context):
+    """A log record's processing (docs/sql-enqueue.md): a short wait of its own length, then a line "request seq" on
+    the file QP_TEST_RECORDS names, so a test reads the order the farm processed each request's records in."""
+    time.sleep(random.uniform(0, 0.02))
+    with open(os.environ["QP_TEST_RECORDS"], "a") as out:
+        out.write(f"{payload['request']} {payload['seq']}\n")
+
+
+def chatty(payload, context):
+    """Reports its progress 10,000 times as fast as it can, then waits for the file `payload` names: a job whose
+    reports the node must coalesce."""
+    for n in range(1, 10_001):
+        context.progress(n / 10_000, f"step {n}")
+    _wait_for_gate(payload, context)

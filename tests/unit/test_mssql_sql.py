@@ -11,13 +11,16 @@ import pytest
 from sqlalchemy.dialects.mssql import pyodbc
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from queueprocessor.rules.limits import MAX_ATTEMPTS
 from queueprocessor.store import schema
-from queueprocessor.store.jobs import JobStore
+from queueprocessor.store.jobs import JobStore, job_row
 from queueprocessor.store.machines import MachineStore
 from queueprocessor.store.roster import RosterStore
 from queueprocessor.store.runs import RunStore
+from queueprocessor.store.sqlfunctions import mssql_procedure
 from queueprocessor.store.stores import Store
 from queueprocessor.store.turns import TurnStore
+from queueprocessor.store.types import JobSpec
 
 
 @pytest.fixture
@@ -128,3 +131,19 @@ def test_schema_compiles_with_a_filtered_unique_key():
     [key_index] = [i for i in schema.jobs.indexes if i.name == "ux_qp_jobs_key"]
     ddl = str(CreateIndex(key_index).compile(dialect=dialect))
     assert "UNIQUE" in ddl and "WHERE [key] IS NOT NULL" in ddl
+
+
+def test_qp_enqueue_is_a_procedure_with_the_functions_parameters_that_inserts_the_python_enqueues_row():
+    """The seeds enqueue from T-SQL too: the procedure takes qp_enqueue's parameters (the same defaults), refuses bad
+    input with THROW, and inserts every column the Python enqueue fills (jobs.job_row), returning the id."""
+    procedure = mssql_procedure()
+    assert procedure.startswith("CREATE OR ALTER PROCEDURE qp_enqueue")
+    head = procedure.split("AS\nBEGIN")[0]
+    for parameter in ("@executor", "@target", "@payload", "@queue", "@order_key", "@run_at"):
+        assert parameter in head
+    assert "@queue nvarchar(4000) = N'default'" in head and "@run_at datetimeoffset = NULL" in head
+    assert procedure.count("THROW 51000, @problem, 1;") == 12
+    [insert] = [line for line in procedure.splitlines() if line.strip().startswith("INSERT INTO qp_jobs")]
+    filled = insert.split("(", 1)[1].split(")", 1)[0].replace("[key]", "key").split(", ")
+    assert set(filled) == {*job_row(JobSpec("http", "/x")), "created_at", "run_at", "gated"}
+    assert "OUTPUT inserted.id" in insert and f", {MAX_ATTEMPTS}, " in insert

@@ -1,0 +1,315 @@
+"""The door the database itself enqueues through (docs/sql-enqueue.md): `qp_enqueue(executor, target, payload,
+queue, order_key, run_at)`, a PL/pgSQL function on PostgreSQL and a procedure of the same name on SQL Server, for a
+trigger or any SQL client to enqueue in its own transaction. (SQLite has no stored code: enqueue from Python.)
+
+It checks what the Python enqueue checks of a job's form and the farm's bounds (a known executor, the target's form,
+the queue's name, the order key, the payload's size, the time), each refusal one error with a hint, and inserts the
+row the Python enqueue inserts: the statement is generated from the same row (jobs.job_row), the same default of
+every column (JobSpec's), the same database time (dbtime) and queue gate (statements.gated_now). The insert fires
+the jobs table's NOTIFY trigger, so on PostgreSQL it wakes the farm through push once the caller commits.
+
+What it cannot check is what the Python enqueue checks against the live machines' allow-lists: that needs the
+machines judged alive in Python (Farm.check_allowed). It opens no hole by that: whoever may call it (it runs with
+its caller's rights) may insert into qp_jobs already, and a node refuses at run time, with the reason, any work
+its own allow-lists do not admit; such a job fails that one run and never runs anywhere.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import DDL, Float, String, func, insert, literal_column
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql import ColumnElement
+
+from ..rules.allow import _PYTHON_TARGET, EXECUTORS
+from ..rules.limits import LATEST, MAX_PAYLOAD
+from ..rules.queues import _NAME, _NAME_RULE, DEFAULT, MAX_NAME, MAX_ORDER_KEY
+from .dbtime import db_now
+from .jobs import job_row
+from .schema import jobs
+from .statements import gated_now
+from .types import JobSpec
+
+# What each refusal says to do, as the Python enqueue's errors say it.
+HINTS = {
+    "executor": f"use one of {', '.join(EXECUTORS)}",
+    "target": "name the work: a path or URL (http), package.module:function (python), a JSON argv list (command)",
+    "http": "an HTTP job's target is a path such as /reports/run, or an http(s) URL on a host the nodes allow",
+    "python": "a Python job's target is package.module:function, a public function",
+    "command": 'a command job\'s target is a JSON list of strings such as ["backup", "--full"]',
+    "queue": _NAME_RULE,
+    "order_key": f"an order key is 1 to {MAX_ORDER_KEY} characters, or NULL",
+    "payload": "store large data elsewhere and pass a reference",
+    "run_at": "a time from 1970 to 9999, or NULL for now",
+}
+TARGET_LENGTH = jobs.c.target.type.length  # type: ignore[attr-defined]
+ORIGIN_LENGTH = jobs.c.origin.type.length  # type: ignore[attr-defined]
+
+
+def create_sql_functions(conn: Connection) -> None:
+    """(Re)create qp_enqueue on a PostgreSQL or SQL Server farm database, in the caller's transaction."""
+    made = {"postgresql": postgresql_function, "mssql": mssql_procedure}.get(conn.dialect.name)
+    if made is not None:  # a DDL formats its text with %: its own percent signs doubled
+        conn.execute(DDL(made().replace("%", "%%")))
+
+
+def _insert(dialect: Any, value: Callable[[str], ColumnElement[Any]]) -> str:
+    """The Python enqueue's insert of one job (JobStore.enqueue), its given columns read through `value` (a variable
+    of the stored code), every other column as a default JobSpec fills it; returning the new id."""
+    row = job_row(JobSpec(executor="", target=""))
+    given = {name: value(name) for name in ("executor", "target", "payload", "queue", "order_key", "origin")}
+    statement = (
+        insert(jobs)
+        .values(
+            **(row | given),
+            created_at=db_now(),
+            run_at=func.coalesce(value("run_at"), db_now()),  # none given: due now
+            gated=gated_now(value("queue")),
+        )
+        .returning(jobs.c.id)
+    )
+    return str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def postgresql_function() -> str:
+    """CREATE OR REPLACE FUNCTION qp_enqueue(...) RETURNS bigint: the job's id."""
+    from sqlalchemy.dialects import postgresql
+
+    dialect = postgresql.dialect()
+    insert_sql = _insert(dialect, lambda name: literal_column(f"v_{name}", Float if name == "run_at" else String))
+    return f"""
+CREATE OR REPLACE FUNCTION qp_enqueue(
+    executor text, target text, payload jsonb DEFAULT NULL, queue text DEFAULT {_quoted(DEFAULT)},
+    order_key text DEFAULT NULL, run_at timestamptz DEFAULT NULL
+) RETURNS bigint LANGUAGE plpgsql AS $qp_enqueue$
+DECLARE
+    v_executor text := qp_enqueue.executor;
+    v_target text := qp_enqueue.target;
+    v_payload text := qp_enqueue.payload::text;
+    v_queue text := qp_enqueue.queue;
+    v_order_key text := qp_enqueue.order_key;
+    v_run_at double precision := extract(epoch FROM qp_enqueue.run_at);
+    v_origin text := left(format('sql %s pid %s', session_user, pg_backend_pid()), {ORIGIN_LENGTH});
+    v_argv jsonb;
+    v_id bigint;
+BEGIN
+{_postgresql_checks()}
+    {insert_sql} INTO v_id;
+    RETURN v_id;
+END
+$qp_enqueue$;
+"""
+
+
+def _pg_refuse(condition: str, what: str, message: str, shown: str) -> str:
+    """A PL/pgSQL refusal: RAISE the message (`shown` fills its %) with the hint for `what`."""
+    return (
+        f"    IF {condition} THEN\n        RAISE EXCEPTION {_quoted('qp_enqueue: ' + message)}, {shown}"
+        f" USING ERRCODE = '22023', HINT = {_quoted(HINTS[what])};\n    END IF;"
+    )
+
+
+def _pg_shown(variable: str) -> str:
+    return f"coalesce(quote_literal({variable}), 'NULL')"
+
+
+def _postgresql_checks() -> str:
+    """qp_enqueue's refusals on PostgreSQL, in the order the Python enqueue makes them (work_spec, Farm.submit)."""
+    python_target = _PYTHON_TARGET.pattern.replace("(?P<module>", "(").replace("(?P<function>", "(")
+    queue_name = "^" + _NAME.pattern.removesuffix(r"\Z") + "$"
+
+    url = "^https?://([^/?#@]*@)?(\\[[^]/?#]+\\]|[^]/?#:@[]+)(:[0-9]*)?([/?#]|$)"
+    argv = (
+        "v_argv IS NULL OR jsonb_typeof(v_argv) <> 'array' OR jsonb_array_length(v_argv) = 0"
+        " OR EXISTS (SELECT 1 FROM jsonb_array_elements(v_argv) AS a(e) WHERE jsonb_typeof(a.e) <> 'string')"
+        " OR v_argv ->> 0 = ''"
+    )
+    return "\n".join(
+        [
+            _pg_refuse(
+                f"v_executor IS NULL OR v_executor NOT IN ({', '.join(map(_quoted, EXECUTORS))})",
+                "executor",
+                "unknown executor %",
+                _pg_shown("v_executor"),
+            ),
+            _pg_refuse(
+                f"v_target IS NULL OR v_target = '' OR length(v_target) > {TARGET_LENGTH}",
+                "target",
+                f"a job's target is 1 to {TARGET_LENGTH} characters, not %",
+                "coalesce(length(v_target)::text, 'NULL')",
+            ),
+            _pg_refuse(
+                "v_executor = 'http' AND (v_target ~ '^[A-Za-z][A-Za-z0-9+.-]*:' OR v_target LIKE '//%')"
+                f" AND v_target !~* {_quoted(url)}",
+                "http",
+                "HTTP job target % is neither a path such as /reports/run nor an http(s) URL",
+                _pg_shown("v_target"),
+            ),
+            _pg_refuse(
+                f"v_executor = 'python' AND v_target !~ {_quoted(python_target)}",
+                "python",
+                "Python job target % is not of the form package.module:function",
+                _pg_shown("v_target"),
+            ),
+            _pg_refuse(
+                "v_executor = 'python' AND v_target ~ ':(.*\\.)?_'",
+                "python",
+                "Python job target % names a private attribute",
+                _pg_shown("v_target"),
+            ),
+            "    IF v_executor = 'command' THEN\n"
+            "        BEGIN v_argv := v_target::jsonb; EXCEPTION WHEN others THEN v_argv := NULL; END;\n    END IF;",
+            _pg_refuse(
+                f"v_executor = 'command' AND ({argv})",
+                "command",
+                "command job target % is not a JSON list of strings",
+                _pg_shown("v_target"),
+            ),
+            _pg_refuse(
+                f"v_queue IS NULL OR length(v_queue) > {MAX_NAME} OR v_queue !~ {_quoted(queue_name)}",
+                "queue",
+                "queue % is not a queue name",
+                _pg_shown("v_queue"),
+            ),
+            _pg_refuse(
+                f"v_order_key = '' OR length(v_order_key) > {MAX_ORDER_KEY}",
+                "order_key",
+                "order key % is refused",
+                _pg_shown("v_order_key"),
+            ),
+            _pg_refuse(
+                f"octet_length(v_payload) > {MAX_PAYLOAD}",
+                "payload",
+                f"payload is % bytes, over the {MAX_PAYLOAD} byte limit",
+                "octet_length(v_payload)",
+            ),
+            _pg_refuse(
+                f"v_run_at < 0 OR v_run_at > {LATEST:.0f}", "run_at", "run_at % is out of range", "qp_enqueue.run_at"
+            ),
+        ]
+    )
+
+
+def mssql_procedure() -> str:
+    """CREATE OR ALTER PROCEDURE qp_enqueue: the same parameters, the job's id as its one row. T-SQL has no regular
+    expressions: the forms are checked with LIKE, as closely as it allows (the node checks exactly before it runs
+    anything); a payload's size is counted in characters."""
+    from sqlalchemy.dialects import mssql
+
+    dialect = mssql.dialect()
+    insert_sql = _insert(dialect, lambda name: literal_column("@due" if name == "run_at" else f"@{name}"))
+    return f"""CREATE OR ALTER PROCEDURE qp_enqueue
+    @executor nvarchar(4000), @target nvarchar(4000), @payload nvarchar(max) = NULL,
+    @queue nvarchar(4000) = N{_quoted(DEFAULT)}, @order_key nvarchar(4000) = NULL, @run_at datetimeoffset = NULL
+AS
+BEGIN
+    SET NOCOUNT ON;
+    DECLARE @problem nvarchar(2048);
+    DECLARE @due float
+        = CAST(DATEDIFF_BIG(microsecond, '19700101', CAST(SWITCHOFFSET(@run_at, '+00:00') AS datetime2)) AS float)
+        / 1000000.0;
+    DECLARE @origin nvarchar({ORIGIN_LENGTH})
+        = LEFT(CONCAT(N'sql ', SUSER_SNAME(), N' spid ', @@SPID), {ORIGIN_LENGTH});
+{_mssql_checks()}
+    {insert_sql};
+END
+"""
+
+
+def _ms_refuse(condition: str, what: str, message: str, shown: str = "") -> str:
+    """A T-SQL refusal: THROW the message, `shown` after it, and the hint for `what` (T-SQL has no hint field)."""
+    said = f"N{_quoted('qp_enqueue: ' + message)}" + (f", {shown}" if shown else "")
+    hint = f"N{_quoted(' (' + HINTS[what] + ')')}"
+    return (
+        f"    IF {condition}\n    BEGIN\n        SET @problem = CONCAT({said}, {hint});\n"
+        "        THROW 51000, @problem, 1;\n    END;"
+    )
+
+
+def _ms_shown(variable: str) -> str:
+    quote = "N''''"  # one quote, as T-SQL writes it
+    return f"ISNULL({quote} + REPLACE(LEFT({variable}, 200), {quote}, N'''''') + {quote}, N'NULL')"
+
+
+def _mssql_checks() -> str:
+    """qp_enqueue's refusals on SQL Server, each an IF that THROWs (run in order: a later one may rely on an earlier
+    one, as OPENJSON does on ISJSON)."""
+
+    function = "SUBSTRING(@target, CHARINDEX(N':', @target) + 1, 4000)"
+    has_scheme = (
+        "@target LIKE N'[A-Za-z]%:%' AND LEFT(@target, CHARINDEX(N':', @target) - 1) NOT LIKE N'%[^A-Za-z0-9+.-]%'"
+    )
+    return "\n".join(
+        [
+            _ms_refuse(
+                f"@executor IS NULL OR @executor COLLATE Latin1_General_BIN2"
+                f" NOT IN ({', '.join('N' + _quoted(e) for e in EXECUTORS)})",
+                "executor",
+                "unknown executor ",
+                _ms_shown("@executor"),
+            ),
+            _ms_refuse(
+                f"@target IS NULL OR @target = N'' OR DATALENGTH(@target) / 2 > {TARGET_LENGTH}",
+                "target",
+                f"a job's target is 1 to {TARGET_LENGTH} characters",
+            ),
+            _ms_refuse(
+                f"@executor = N'http' AND (({has_scheme}) OR @target LIKE N'//%')"
+                " AND NOT (@target LIKE N'http://[^/?#:@]%' OR @target LIKE N'https://[^/?#:@]%')",
+                "http",
+                "HTTP job target is neither a path such as /reports/run nor an http(s) URL: ",
+                _ms_shown("@target"),
+            ),
+            _ms_refuse(
+                "@executor = N'python' AND (@target NOT LIKE N'[A-Za-z_]%:[A-Za-z_]%'"
+                " OR @target LIKE N'%[^A-Za-z0-9_.:]%' OR @target LIKE N'%:%:%' OR @target LIKE N'%..%'"
+                " OR @target LIKE N'%.' OR @target LIKE N'%.:%' OR @target LIKE N'%.[0-9]%')",
+                "python",
+                "Python job target is not of the form package.module:function: ",
+                _ms_shown("@target"),
+            ),
+            _ms_refuse(
+                f"@executor = N'python' AND ({function} LIKE N'[_]%' OR {function} LIKE N'%.[_]%')",
+                "python",
+                "Python job target names a private attribute: ",
+                _ms_shown("@target"),
+            ),
+            _ms_refuse(
+                "@executor = N'command' AND (ISJSON(@target) = 0 OR LEFT(LTRIM(@target), 1) <> N'[')",
+                "command",
+                "command job target is not a JSON list of strings: ",
+                _ms_shown("@target"),
+            ),
+            _ms_refuse(
+                "@executor = N'command' AND (NOT EXISTS (SELECT 1 FROM OPENJSON(@target))"
+                " OR EXISTS (SELECT 1 FROM OPENJSON(@target) WHERE [type] <> 1) OR JSON_VALUE(@target, '$[0]') = N'')",
+                "command",
+                "command job target is not a JSON list of strings: ",
+                _ms_shown("@target"),
+            ),
+            _ms_refuse(
+                f"@queue IS NULL OR @queue = N'' OR DATALENGTH(@queue) / 2 > {MAX_NAME}"
+                " OR @queue NOT LIKE N'[A-Za-z0-9]%' OR @queue LIKE N'%[^A-Za-z0-9_.-]%'",
+                "queue",
+                "not a queue name: ",
+                _ms_shown("@queue"),
+            ),
+            _ms_refuse(
+                f"@order_key = N'' OR DATALENGTH(@order_key) / 2 > {MAX_ORDER_KEY}",
+                "order_key",
+                "order key is refused: ",
+                _ms_shown("@order_key"),
+            ),
+            _ms_refuse("@payload IS NOT NULL AND ISJSON(@payload) = 0", "payload", "payload is not valid JSON"),
+            _ms_refuse(
+                f"DATALENGTH(@payload) / 2 > {MAX_PAYLOAD}",
+                "payload",
+                f"payload is over the {MAX_PAYLOAD} character limit",
+            ),
+            _ms_refuse(f"@due < 0 OR @due > {LATEST:.0f}", "run_at", "run_at is out of range"),
+        ]
+    )
