@@ -19,7 +19,6 @@ only when every one of its jobs is stopped, or by its timeout, which ends every 
 
 import asyncio
 import logging
-import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -30,12 +29,11 @@ from ..rules.states import Kind, Outcome
 from ..store.stores import Store
 from ..store.types import Claimed, Ending, Progress
 from .batches import Batches
-from .runs import EXHAUSTED, RunKey, Running, failed_end, stopped_end, timed_out
+from .runs import EXHAUSTED, RunKey, Running, failed_end, retry_in, stopped_end, timed_out
 from .tally import Tally
 
 log = logging.getLogger("queueprocessor.runner")
 
-SINGLETON_SETTLED = 10.0  # seconds a singleton must run before it counts as having started well
 # Pauses between tries to write a result while the database is away (a restart, a failover): the job
 # stays ours meanwhile, its lease renewed by every heartbeat that gets through, so a finished job is
 # not run again elsewhere; its fence refuses a late write if someone took it over after all.
@@ -47,14 +45,6 @@ LINGER_UNTIL = 16
 # How long a stopping runner lets the jobs it still holds end and their results be written (a stopped job's task,
 # a write under way or waiting to try again) before it closes its loop.
 LAST_WRITE = 5.0
-
-
-def backoff(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
-    """Seconds before retry number `attempt`: exponential with equal jitter (AWS's name for it): the step
-    doubles up to `cap`, and the wait is drawn between half the step and the whole, so failures that came
-    together spread out, yet no retry comes at once."""
-    step: float = min(cap, base * 2 ** (attempt - 1))
-    return random.uniform(0.5, 1.0) * step
 
 
 class JobRunner:
@@ -367,16 +357,6 @@ class JobRunner:
         except Exception as exc:  # only the history's start time is at stake
             log.warning("could not record the start of job %s: %s", job.id, exc, extra=about(job.id))
 
-    def _retry_in(self, entry: Running, outcome: str, final: bool) -> float | None:
-        """When to run the job again: failures back off; a singleton restarts whenever it ends,
-        quickly after a long run, slowly when it keeps ending at once. Work that failed for good (`final`) never
-        runs again."""
-        if final:
-            return None
-        if entry.job.kind == Kind.SINGLETON and outcome != Outcome.CANCELLED:
-            return backoff(1) if self.db_now() - entry.started >= SINGLETON_SETTLED else backoff(4)
-        return backoff(entry.job.attempts) if outcome in (Outcome.FAILED, Outcome.TIMEOUT) else None
-
     def _record_many(self, entries: list[Running]) -> list[Running]:
         """Write how runs ended, all finishes in one transaction. Returns those to try again later: the
         database is away (unless it was their last try)."""
@@ -395,7 +375,7 @@ class JobRunner:
         for entry in ending:
             assert entry.ending is not None
             outcome, error, output, final = entry.ending
-            endings.append(Ending(entry.job, outcome, error, self._retry_in(entry, outcome, final), output))
+            endings.append(Ending(entry.job, outcome, error, retry_in(entry, outcome, final, self.db_now()), output))
         try:
             states = self.store.runs.finish_many(self.machine_id, endings)
         except Exception as exc:  # database away: try again; in the end the lease expires and it runs elsewhere

@@ -1,10 +1,11 @@
 """A run this node holds: one job under one fence, from its claim until its end is written (see runner)."""
 
 import asyncio
+import random
 
 from ..executors import JobContext, JobFailed
 from ..rules.errors import QPError
-from ..rules.states import Outcome
+from ..rules.states import Kind, Outcome
 from ..store.types import Claimed
 
 RunKey = tuple[int, int]  # (job id, fence): one run of a job, as every write of it is guarded
@@ -84,3 +85,24 @@ class Running:
         self.prior: Running | None = None  # this machine's older run of the same job, still held at our claim
         self.batch: list[Running] | None = None  # the runs of its batch function's call (one task: `task`), if any
         self.waiting = True  # claimed, its work not begun: waiting for its launch, its time or an older run of it
+
+
+SINGLETON_SETTLED = 10.0  # seconds a singleton must run before it counts as having started well
+
+
+def backoff(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
+    """Seconds before retry number `attempt`: exponential with equal jitter (AWS's name for it): the step
+    doubles up to `cap`, and the wait is drawn between half the step and the whole, so failures that came
+    together spread out, yet no retry comes at once."""
+    step: float = min(cap, base * 2 ** (attempt - 1))
+    return random.uniform(0.5, 1.0) * step
+
+
+def retry_in(entry: Running, outcome: str, final: bool, now: float) -> float | None:
+    """When to run the job again: failures back off; a singleton restarts whenever it ends, quickly after a long
+    run, slowly when it keeps ending at once. Work that failed for good (`final`) never runs again."""
+    if final:
+        return None
+    if entry.job.kind == Kind.SINGLETON and outcome != Outcome.CANCELLED:
+        return backoff(1) if now - entry.started >= SINGLETON_SETTLED else backoff(4)
+    return backoff(entry.job.attempts) if outcome in (Outcome.FAILED, Outcome.TIMEOUT) else None

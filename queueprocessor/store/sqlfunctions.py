@@ -17,7 +17,7 @@ its own allow-lists do not admit; such a job fails that one run and never runs a
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import DDL, Float, String, func, insert, literal_column
+from sqlalchemy import DDL, ColumnDefault, Float, String, func, insert, literal_column
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 
@@ -58,13 +58,20 @@ def _insert(dialect: Any, value: Callable[[str], ColumnElement[Any]]) -> str:
     of the stored code), every other column as a default JobSpec fills it; returning the new id."""
     row = job_row(JobSpec(executor="", target=""))
     given = {name: value(name) for name in ("executor", "target", "payload", "queue", "order_key", "origin")}
+    # Columns with a default of the schema's own (e.g. a dependency's flags): compiled with literal binds, a Python-side
+    # default would be written NULL, so each is given as its value.
+    defaults = {c.name: c.default.arg for c in jobs.c if isinstance(c.default, ColumnDefault) and c.default.is_scalar}
     statement = (
         insert(jobs)
         .values(
-            **(row | given),
-            created_at=db_now(),
-            run_at=func.coalesce(value("run_at"), db_now()),  # none given: due now
-            gated=gated_now(value("queue")),
+            defaults
+            | row
+            | given
+            | dict(
+                created_at=db_now(),
+                run_at=func.coalesce(value("run_at"), db_now()),  # none given: due now
+                gated=gated_now(value("queue")),
+            )
         )
         .returning(jobs.c.id)
     )

@@ -6,7 +6,7 @@ import time
 import pytest
 from sqlalchemy import exc, func, select, text, update
 
-from queueprocessor.node.runner import backoff
+from queueprocessor.node.runs import backoff
 from queueprocessor.rules.errors import LostLease, NotFound, QPError, SchemaTooNew
 from queueprocessor.rules.roster import slot_end, slot_of
 from queueprocessor.rules.states import Outcome
