@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import String, and_, delete, exc, false, func, insert, literal, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql import ColumnElement, Update
 
 from ..rules.errors import DuplicateKey, NotFound, QPError, echoed
 from ..rules.states import FINISHED, JobState, Kind, Outcome
@@ -218,15 +219,9 @@ class JobStore:
     def cancel(self, job_id: int) -> str:
         """Cancel a queued job at once; ask the owner of a running one to stop it (within a heartbeat)."""
         with self.store.engine.begin() as conn:
-            if conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.state == JobState.QUEUED)
-                .values(state=JobState.CANCELLED, finished_at=db_now(), last_error="cancelled by an operator")
-            ).rowcount:
+            if conn.execute(cancel_queued(jobs.c.id == job_id)).rowcount:
                 return JobState.CANCELLED
-            if conn.execute(
-                update(jobs).where(jobs.c.id == job_id, jobs.c.state == JobState.RUNNING).values(cancel_requested=True)
-            ).rowcount:
+            if conn.execute(stop_running(jobs.c.id == job_id)).rowcount:
                 return "cancelling"
             state = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar()
         if state is None:
@@ -235,20 +230,7 @@ class JobStore:
 
     def retry(self, job_id: int) -> None:
         """Put a failed or cancelled job back in the queue for one more attempt."""
-        count = self.store.count(
-            update(jobs)
-            .where(jobs.c.id == job_id, jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED)))
-            .values(
-                state=JobState.QUEUED,
-                run_at=db_now(),
-                owner=None,
-                finished_at=None,
-                cancel_requested=False,
-                max_attempts=jobs.c.attempts + 1,
-                gated=gated_now(jobs.c.queue),
-            )
-        )
-        if count != 1:
+        if self.store.count(retried(jobs.c.id == job_id)) != 1:
             state = self.store.rows(select(jobs.c.state).where(jobs.c.id == job_id))
             if not state:
                 raise NotFound(f"no job with id {job_id}", what="job", ref=job_id)
@@ -313,12 +295,53 @@ class JobStore:
         old = and_(jobs.c.state.in_(FINISHED), jobs.c.finished_at < db_now() - keep_seconds)
         with self.store.engine.begin() as conn:
             ids = [row[0] for row in conn.execute(select(jobs.c.id).where(old).limit(batch))]
-            if not ids:
-                return 0
-            gone = [row[0] for row in conn.execute(delete(jobs).where(jobs.c.id.in_(ids), old).returning(jobs.c.id))]
-            if gone:
-                conn.execute(delete(runs).where(runs.c.job_id.in_(gone)))
+            if ids:
+                delete_finished(conn, and_(jobs.c.id.in_(ids), old))
         return len(ids)
+
+
+# The statements that act on jobs picked by `which` (a condition on qp_jobs), each guarded by the states it
+# acts on: the single actions above pick one job by id, a bulk action (store/bulk.py) a batch of ids.
+RETRYABLE = (JobState.FAILED, JobState.CANCELLED)
+
+
+def cancel_queued(which: ColumnElement[bool]) -> Update:
+    """Queued jobs are cancelled at once (no place of a limited queue is theirs: nothing to free)."""
+    return (
+        update(jobs)
+        .where(which, jobs.c.state == JobState.QUEUED)
+        .values(state=JobState.CANCELLED, finished_at=db_now(), last_error="cancelled by an operator")
+    )
+
+
+def stop_running(which: ColumnElement[bool]) -> Update:
+    """Running jobs are asked to stop: the owner stops each within a heartbeat and ends it under its fence."""
+    return update(jobs).where(which, jobs.c.state == JobState.RUNNING).values(cancel_requested=True)
+
+
+def retried(which: ColumnElement[bool]) -> Update:
+    """Failed or cancelled jobs go back in the queue for one more attempt, gated as their queue says now."""
+    return (
+        update(jobs)
+        .where(which, jobs.c.state.in_(RETRYABLE))
+        .values(
+            state=JobState.QUEUED,
+            run_at=db_now(),
+            owner=None,
+            finished_at=None,
+            cancel_requested=False,
+            max_attempts=jobs.c.attempts + 1,
+            gated=gated_now(jobs.c.queue),
+        )
+    )
+
+
+def delete_finished(conn: Connection, which: ColumnElement[bool]) -> int:
+    """Delete the finished jobs of `which` and their runs; how many jobs went."""
+    gone = [row[0] for row in conn.execute(delete(jobs).where(which, jobs.c.state.in_(FINISHED)).returning(jobs.c.id))]
+    if gone:
+        conn.execute(delete(runs).where(runs.c.job_id.in_(gone)))
+    return len(gone)
 
 
 def _claim_params(

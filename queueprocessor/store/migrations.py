@@ -91,8 +91,21 @@ def _gated_jobs(conn: Connection) -> None:
         conn.execute(statement)
 
 
+def _payload_search(conn: Connection) -> None:
+    """6 to 7: searches in payloads (store/matching.py) have their index on PostgreSQL; elsewhere nothing changes."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(schema.PAYLOAD_INDEX)
+
+
 # The step that upgrades a database from each version to the next.
-STEPS = {1: _index_queued_jobs_only, 2: _named_queues, 3: _heartbeat_reads, 4: _running_counts, 5: _gated_jobs}
+STEPS = {
+    1: _index_queued_jobs_only,
+    2: _named_queues,
+    3: _heartbeat_reads,
+    4: _running_counts,
+    5: _gated_jobs,
+    6: _payload_search,
+}
 
 
 def upgrade(engine: Engine) -> int | None:

@@ -5,7 +5,7 @@ from contextlib import contextmanager
 
 from sqlalchemy import func, insert, inspect, select, text, update
 
-from queueprocessor.farm import Farm
+from queueprocessor.farm import Farm, JobFilter
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
 from queueprocessor.store.migrations import QUEUED_BEFORE_6
@@ -42,6 +42,16 @@ def rewriting(url: str):
             yield conn
     finally:
         engine.dispose()
+
+
+def make_version_6(url: str) -> None:
+    """A farm database as schema version 6 left it: on PostgreSQL, no index (nor function) for payload searches."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        if conn.dialect.name == "postgresql":
+            drop_index(conn, "ix_qp_jobs_payload")
+            conn.execute(text(f"DROP FUNCTION {schema.PAYLOAD_JSON}(text)"))
+        set_version(conn, 6)
 
 
 def make_version_5(url: str) -> None:
@@ -125,7 +135,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "6"
+        assert version == CURRENT == "7"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -262,3 +272,19 @@ def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db
         assert [c.queue for c in farm._store.jobs.claim(me, 8, 30.0, plan=guarded)] == ["reports", "reports"]
         farm.resume_queue("mail")
         assert [c.queue for c in farm._store.jobs.claim(me, 8, 30.0)] == ["mail", "mail"]
+
+
+def test_a_version_6_database_gets_the_payload_search_index_in_place(db_url):
+    """Version 6 to 7: payload fields are searched, on PostgreSQL through an index of its own."""
+    make_version_6(db_url)
+    with rewriting(db_url) as conn:  # rows an older node wrote, one of them not JSON (a plain SQL insert)
+        for payload in ('{"day": "monday"}', "not JSON"):
+            conn.execute(
+                insert(schema.jobs).values(executor="http", target="/t", payload=payload, run_at=0, created_at=0)
+            )
+    with Farm(db_url) as farm:
+        version, indexes = shape(farm)
+        assert version == CURRENT
+        assert ("ix_qp_jobs_payload" in indexes) == (farm._store.dialect == "postgresql")
+        [found] = farm.find_jobs(JobFilter(search="day=monday"))
+        assert found["payload"] == '{"day": "monday"}'
