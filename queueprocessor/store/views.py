@@ -13,7 +13,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from ..rules.search import JobFilter
 from .base import StoreBase
-from .history import run_history
+from .history import run_history, with_owner_name
 from .matching import matching
 from .schema import jobs, runs, schedules, turns
 
@@ -115,8 +115,8 @@ def find_jobs(
 
 
 def filtered_jobs(store: StoreBase, where: JobFilter, limit: int = 500) -> list[dict[str, Any]]:
-    """The newest `limit` jobs that `where` picks, newest first."""
-    statement = select(jobs).where(*matching(where)).order_by(jobs.c.id.desc()).limit(limit)
+    """The newest `limit` jobs that `where` picks, newest first, each with `owner_name` (its machine's name)."""
+    statement = with_owner_name(select(jobs)).where(*matching(where)).order_by(jobs.c.id.desc()).limit(limit)
     return plain_dicts(store.rows(statement))
 
 
