@@ -1,6 +1,7 @@
 """Searches at 1,000,000 jobs on PostgreSQL: p50 and p95 of `Farm.find_jobs` (the app's and `jobs --search`'s query,
 newest 500 that match), with the payload index (ix_qp_jobs_payload) and, in the same run, without it; and what the
-index costs: its size, and a bulk enqueue of 100,000 jobs with a payload with and without it.
+index costs: its size, a bulk enqueue of 100,000 jobs with a payload, and one node's drain of 50,000 such jobs
+(each claim and finish enters the index again), each with and without it.
 
 The jobs are written by one INSERT ... SELECT (payloads {"customer": {"id": "c-<i mod 100,000>"}, "day": <one of
 seven>, "n": <i>}; one in ten of queue `reports`; order keys req-<i mod 200,000>; one in a hundred failed), then
@@ -11,13 +12,24 @@ VACUUM ANALYZE.
 """
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import fresh_database, load_average, percentile, print_table, query, start_postgres  # noqa: E402
+from common import (  # noqa: E402
+    NodeProcess,
+    fresh_database,
+    load_average,
+    percentile,
+    print_table,
+    query,
+    start_postgres,
+    stop_all,
+    wait_for,
+)
 
 from queueprocessor.farm import Farm, JobFilter  # noqa: E402
 
@@ -44,6 +56,9 @@ SEARCHES = [
 ]
 
 
+DRAIN = 50_000  # jobs of each drain (a fifth with --quick)
+
+
 def timed(farm: Farm, search: str, runs: int) -> list[float]:
     took = []
     for _ in range(runs):
@@ -63,6 +78,30 @@ def enqueue_cost(server, count: int, indexed: bool) -> float:
         started = time.perf_counter()
         farm.enqueue(spec, count=count)
         return time.perf_counter() - started
+
+
+def drain_seconds(server, count: int, indexed: bool) -> float:
+    """One node (`--capacity 256`) draining `count` no-op `async def` jobs with a payload: each claim and finish
+    writes a new row version, which enters the payload index too (a GIN index takes no HOT update)."""
+    url = fresh_database(server)
+    with Farm(url) as farm:
+        if not indexed:
+            query(url, "DROP INDEX ix_qp_jobs_payload")
+        farm.enqueue(
+            farm.python_spec("bench.jobs:noop_async", {"customer": {"id": "c-1"}, "day": "monday"}), count=count
+        )
+    query(url, "VACUUM ANALYZE qp_jobs")
+    node = NodeProcess(url, "drainer", extra=("--capacity", "256", "--allow-module", "bench.jobs"))
+    try:
+        started = time.perf_counter()
+        wait_for(
+            lambda: query(url, "SELECT count(*) FROM qp_jobs WHERE state = 'succeeded'")[0][0] >= count,
+            300,
+            "the drain",
+        )
+        return time.perf_counter() - started
+    finally:
+        stop_all([node])
 
 
 def main() -> None:
@@ -99,6 +138,10 @@ def main() -> None:
                 ]
             )
         enqueue = {indexed: enqueue_cost(server, 100_000, indexed) for indexed in (True, False)}
+        drains: dict[bool, list[float]] = {True: [], False: []}
+        for order in ((True, False), (False, True))[: 1 if args.quick else 2]:
+            for indexed in order:
+                drains[indexed].append(drain_seconds(server, DRAIN // (5 if args.quick else 1), indexed))
     finally:
         server.stop()
     print(f"find_jobs at {args.jobs:,} jobs, {args.runs} runs each (ms):")
@@ -106,6 +149,14 @@ def main() -> None:
     print(f"ix_qp_jobs_payload: {size / 2**20:.0f} MB for {args.jobs:,} jobs with a payload")
     print(
         f"enqueue of 100,000 jobs with a payload: {enqueue[True]:.2f} s with the index, {enqueue[False]:.2f} s without"
+    )
+    drained = DRAIN // (5 if args.quick else 1)
+    print(
+        f"drain of {drained:,} jobs with a payload, one node: "
+        + ", ".join(
+            f"{'with' if k else 'without'} the index {statistics.median(drained / t for t in v):,.0f} jobs/s"
+            for k, v in drains.items()
+        )
     )
     print(f"load after: {load_average()}")
 

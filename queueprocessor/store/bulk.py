@@ -20,7 +20,7 @@ from ..rules.search import BulkAction, JobFilter
 from ..rules.states import FINISHED, JobState
 from .base import StoreBase
 from .jobs import RETRYABLE, cancel_queued, delete_finished, retried, stop_running
-from .matching import all_of, matching
+from .matching import all_of, let_bitmaps, matching, picked_rows
 from .schema import jobs
 from .views import KEYS_PER_STATEMENT
 
@@ -53,7 +53,7 @@ def _apply(conn: Connection, action: BulkAction, which: ColumnElement[bool]) -> 
 def count(store: StoreBase, action: BulkAction, where: JobFilter) -> int:
     """How many jobs `action` would change now (what the app asks an operator to confirm)."""
     picked = all_of([*matching(where), acts_on(action)])
-    return int(store.rows(select(func.count()).select_from(jobs).where(picked))[0][0])
+    return int(picked_rows(store, select(func.count()).select_from(jobs).where(picked))[0][0])
 
 
 def run(
@@ -81,6 +81,7 @@ def run(
         after = None
         while not (stop and stop()):
             with store.engine.begin() as conn:
+                let_bitmaps(store, conn)
                 ids = _lock_batch(conn, picked, after, batch)
                 if not ids:
                     break

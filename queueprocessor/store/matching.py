@@ -9,13 +9,15 @@ JSON_VALUE. Text that is not JSON matches no field, and never fails the search.
 import json
 from typing import Any
 
-from sqlalchemy import Boolean, String, and_, cast, func, literal, or_, select
+from sqlalchemy import Boolean, String, and_, cast, func, literal, or_, select, text
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from ..rules.search import JobFilter, JsonScalar, Terms
+from .base import StoreBase
 from .dbtime import db_now
 from .schema import PAYLOAD_JSON, jobs, machines
 
@@ -117,3 +119,22 @@ def matching(where: JobFilter) -> list[ColumnElement[bool]]:
 
 def all_of(conditions: list[ColumnElement[bool]]) -> ColumnElement[bool]:
     return and_(True, *conditions)
+
+
+# A GIN index is read by bitmap scans only, which a node's connections are told not to plan
+# (connections.PLANNER_HINT): a statement that picks jobs by a filter allows them again in its own transaction.
+LET_BITMAPS = text("SET LOCAL enable_bitmapscan = on")
+
+
+def let_bitmaps(store: StoreBase, conn: Connection) -> None:
+    if store.whole:
+        conn.execute(LET_BITMAPS)
+
+
+def picked_rows(store: StoreBase, statement: Any) -> list[Any]:
+    """The rows of a read that picks jobs by a filter (see LET_BITMAPS)."""
+    if not store.whole:
+        return store.rows(statement)
+    with store.engine.begin() as conn:
+        let_bitmaps(store, conn)
+        return list(conn.execute(statement).all())

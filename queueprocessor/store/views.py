@@ -14,7 +14,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from ..rules.search import JobFilter
 from .base import StoreBase
 from .history import run_history, with_owner_name
-from .matching import matching
+from .matching import matching, picked_rows
 from .schema import jobs, runs, schedules, turns
 
 KEYS_PER_STATEMENT = 500  # well under every backend's limit of bound parameters (SQL Server's is 2,100)
@@ -117,7 +117,7 @@ def find_jobs(
 def filtered_jobs(store: StoreBase, where: JobFilter, limit: int = 500) -> list[dict[str, Any]]:
     """The newest `limit` jobs that `where` picks, newest first, each with `owner_name` (its machine's name)."""
     statement = with_owner_name(select(jobs)).where(*matching(where)).order_by(jobs.c.id.desc()).limit(limit)
-    return plain_dicts(store.rows(statement))
+    return plain_dicts(picked_rows(store, statement))
 
 
 SCHEDULE_COLUMNS = (

@@ -2,12 +2,13 @@
 delete changes exactly those its action may change, as the single action would, in batches that can be stopped."""
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, text, update
 
-from queueprocessor.farm import JobFilter
+from queueprocessor.farm import Farm, JobFilter
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.search import BadSearch
 from queueprocessor.store import bulk
+from queueprocessor.store.matching import let_bitmaps, matching
 from queueprocessor.store.schema import jobs
 from queueprocessor.store.types import JobSpec
 from tests.support.work import PYJOBS, Nodes, wait_for
@@ -210,3 +211,35 @@ def test_a_bad_search_is_one_line_saying_what_to_write(farm, search, said):
         farm.find_jobs(JobFilter(search=search))
     message = str(raised.value)
     assert said in message and "\n" not in message
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_rare_payload_value_is_found_through_the_index_and_a_common_one_by_the_newest_jobs(pg_url):
+    """The farm's connections plan no bitmap scans (connections.PLANNER_HINT), the only scans a GIN index has: a
+    search allows them in its own transaction, and the payload's statistics tell the planner which values are rare."""
+    with Farm(pg_url) as farm:
+        engine = farm._engine
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO qp_jobs (executor, target, method, payload, state, priority, run_at, created_at, "
+                    "attempts, max_attempts, fence, cancel_requested, kind, queue, gated) "
+                    "SELECT 'http', '/t', 'GET', json_build_object('id', i, 'day', 'd' || (i % 2))::text, 'succeeded', "
+                    "0, 0, 0, 1, 1, 1, false, 'job', 'default', false FROM generate_series(1, 50000) AS i"
+                )
+            )
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("ANALYZE qp_jobs"))
+
+        def plan(search):
+            statement = (
+                select(jobs.c.id).where(*matching(JobFilter(search=search))).order_by(jobs.c.id.desc()).limit(500)
+            )
+            with engine.begin() as conn:
+                let_bitmaps(farm._store, conn)
+                sql = str(statement.compile(conn, compile_kwargs={"literal_binds": True}))
+                return "\n".join(row[0] for row in conn.execute(text(f"EXPLAIN {sql}")))
+
+        assert "ix_qp_jobs_payload" in plan("id=4242")
+        assert "ix_qp_jobs_payload" not in plan("day=d1")  # half the jobs: the newest 500 are found at once
+        assert [j["id"] for j in farm.find_jobs(JobFilter(search="id=4242"))] == [4242]

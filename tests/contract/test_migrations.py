@@ -50,6 +50,7 @@ def make_version_6(url: str) -> None:
     with rewriting(url) as conn:
         if conn.dialect.name == "postgresql":
             drop_index(conn, "ix_qp_jobs_payload")
+            conn.execute(text("DROP STATISTICS st_qp_jobs_payload"))
             conn.execute(text(f"DROP FUNCTION {schema.PAYLOAD_JSON}(text)"))
         set_version(conn, 6)
 
