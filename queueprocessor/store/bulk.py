@@ -53,7 +53,7 @@ def _apply(conn: Connection, action: BulkAction, which: ColumnElement[bool]) -> 
 def count(store: StoreBase, action: BulkAction, where: JobFilter) -> int:
     """How many jobs `action` would change now (what the app asks an operator to confirm)."""
     picked = all_of([*matching(where), acts_on(action)])
-    return int(picked_rows(store, select(func.count()).select_from(jobs).where(picked))[0][0])
+    return int(picked_rows(store, select(func.count()).select_from(jobs).where(picked), where)[0][0])
 
 
 def run(
@@ -81,7 +81,7 @@ def run(
         after = None
         while not (stop and stop()):
             with store.engine.begin() as conn:
-                let_bitmaps(store, conn)
+                let_bitmaps(store, conn, chunk)
                 ids = _lock_batch(conn, picked, after, batch)
                 if not ids:
                     break

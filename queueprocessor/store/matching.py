@@ -122,19 +122,19 @@ def all_of(conditions: list[ColumnElement[bool]]) -> ColumnElement[bool]:
 
 
 # A GIN index is read by bitmap scans only, which a node's connections are told not to plan
-# (connections.PLANNER_HINT): a statement that picks jobs by a filter allows them again in its own transaction.
+# (connections.PLANNER_HINT): a statement that picks jobs by payload fields allows them again in its own transaction.
 LET_BITMAPS = text("SET LOCAL enable_bitmapscan = on")
 
 
-def let_bitmaps(store: StoreBase, conn: Connection) -> None:
-    if store.whole:
+def let_bitmaps(store: StoreBase, conn: Connection, where: JobFilter) -> None:
+    if store.whole and where.terms().fields:
         conn.execute(LET_BITMAPS)
 
 
-def picked_rows(store: StoreBase, statement: Any) -> list[Any]:
-    """The rows of a read that picks jobs by a filter (see LET_BITMAPS)."""
-    if not store.whole:
+def picked_rows(store: StoreBase, statement: Any, where: JobFilter) -> list[Any]:
+    """The rows of a read that picks jobs by `where` (see LET_BITMAPS)."""
+    if not (store.whole and where.terms().fields):
         return store.rows(statement)
     with store.engine.begin() as conn:
-        let_bitmaps(store, conn)
+        let_bitmaps(store, conn, where)
         return list(conn.execute(statement).all())

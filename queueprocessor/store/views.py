@@ -117,7 +117,7 @@ def find_jobs(
 def filtered_jobs(store: StoreBase, where: JobFilter, limit: int = 500) -> list[dict[str, Any]]:
     """The newest `limit` jobs that `where` picks, newest first, each with `owner_name` (its machine's name)."""
     statement = with_owner_name(select(jobs)).where(*matching(where)).order_by(jobs.c.id.desc()).limit(limit)
-    return plain_dicts(picked_rows(store, statement))
+    return plain_dicts(picked_rows(store, statement, where))
 
 
 SCHEDULE_COLUMNS = (

@@ -236,7 +236,7 @@ def test_on_postgresql_a_rare_payload_value_is_found_through_the_index_and_a_com
                 select(jobs.c.id).where(*matching(JobFilter(search=search))).order_by(jobs.c.id.desc()).limit(500)
             )
             with engine.begin() as conn:
-                let_bitmaps(farm._store, conn)
+                let_bitmaps(farm._store, conn, JobFilter(search=search))
                 sql = str(statement.compile(conn, compile_kwargs={"literal_binds": True}))
                 return "\n".join(row[0] for row in conn.execute(text(f"EXPLAIN {sql}")))
 
