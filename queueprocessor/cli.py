@@ -897,6 +897,22 @@ def _delete_one(farm: "Farm", job_id: int) -> str:
     raise QPError(f"job {job_id} is {farm.job(job_id)['state']}; only finished jobs can be deleted (cancel it first)")
 
 
+def _until_ctrl_c(stop: threading.Event, work: Callable[[], int]) -> int:
+    """Run `work` with Ctrl-C setting `stop` (it ends between two batches, and its count is exact); a second
+    Ctrl-C interrupts it at once (the batch under way rolls back)."""
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, on_signal)
+    try:
+        return work()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _jobs(count: int) -> str:
     return f"{count} job{'' if count == 1 else 's'}"
 
@@ -917,13 +933,12 @@ def _bulk_command(action: str, done: str, one: Callable[["Farm", int], str], tex
             return click.echo(one(ctx.farm, job_id))
         if where.is_empty() and not everything:
             raise click.UsageError(f"give a job id, a filter, or --all to {action} every job it can")
-        changed = [0]
-        try:
-            ctx.farm.act_on_jobs(action, where, everything=True, progress=lambda n: changed.__setitem__(0, n))
-        except KeyboardInterrupt:
-            click.echo(f"stopped: {_jobs(changed[0])} {done} before Ctrl-C; the rest are untouched", err=True)
+        stop = threading.Event()
+        changed = _until_ctrl_c(stop, lambda: ctx.farm.act_on_jobs(action, where, everything=True, stop=stop.is_set))
+        if stop.is_set():
+            click.echo(f"stopped: {_jobs(changed)} {done} before Ctrl-C; the rest are untouched", err=True)
             sys.exit(130)
-        click.echo(f"{_jobs(changed[0])} {done}")
+        click.echo(f"{_jobs(changed)} {done}")
 
 
 _bulk_command(

@@ -1,9 +1,17 @@
 """`retry`, `cancel` and `delete` over a filter, and `jobs --search`, as a user runs them (real subprocesses)."""
 
 import json
+import re
+import signal
+import subprocess
+import sys
+
+from sqlalchemy import update
 
 from queueprocessor.farm import Farm, JobFilter
+from queueprocessor.store.schema import jobs
 from tests.acceptance.test_cli import run
+from tests.support.work import wait_for
 
 
 def _jobs(url):
@@ -52,3 +60,34 @@ def test_a_bulk_command_refuses_an_empty_filter_or_a_bad_search_in_one_line(tmp_
     done = run("delete", "--all", db=url)
     assert (done.returncode, done.stdout.strip()) == (0, "0 jobs deleted")
     assert list(_jobs(url)) == [job]
+
+
+def test_ctrl_c_stops_a_bulk_retry_between_batches_and_says_how_far_it_got(tmp_path):
+    """SIGINT once the first batch is in: the command says how many it changed, and that is exactly how many
+    jobs were retried, each whole, the others untouched."""
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    total = 100_000
+    with Farm(url) as farm:
+        farm.enqueue_http("/t", count=total, max_attempts=1)
+        # As a final failure leaves them (a claim and finish of each would only slow the test).
+        farm._store.count(update(jobs).values(state="failed", attempts=1, finished_at=1.0))
+
+    def queued():
+        with Farm(url, read_only=True) as farm:
+            return farm.job_counts()["queued"]
+
+    command = [sys.executable, "-m", "queueprocessor.cli", "--db", url, "retry", "--state", "failed"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: queued() >= 1_000 or process.poll() is not None, timeout=60, interval=0.01)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, (out, err)
+    said = int(re.match(r"stopped: (\d+) jobs queued again before Ctrl-C; the rest are untouched$", err.strip())[1])
+    with Farm(url) as farm:
+        rows = farm.find_jobs(JobFilter(), limit=total)
+    retried = [j for j in rows if j["state"] == "queued"]
+    assert 0 < said == len(retried) < total and said % 1_000 == 0
+    assert all(j["finished_at"] is None and j["max_attempts"] == 2 for j in retried)
+    assert all(
+        j["state"] == "failed" and j["finished_at"] == 1.0 and j["max_attempts"] == 1 for j in rows if j not in retried
+    )
