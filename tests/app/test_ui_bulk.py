@@ -2,14 +2,17 @@
 confirmed first, on a real farm database, with real widgets offscreen."""
 
 import os
+import re
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtTest import QTest  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
+from sqlalchemy import update  # noqa: E402
 
 from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
+from queueprocessor.store.schema import jobs  # noqa: E402
 from queueprocessor.store.types import JobSpec  # noqa: E402
 from tests.app import test_ui_window  # noqa: E402
 from tests.app.test_ui_window import WAIT, _listed  # noqa: E402
@@ -109,3 +112,30 @@ def test_a_search_that_cannot_be_read_says_why_in_one_line_and_keeps_the_last_go
     qtbot.waitUntil(lambda: window.jobs.search_error.isVisible(), timeout=WAIT)
     assert "search term 'day..x=1' is not understood" in window.jobs.search_error.text()
     assert window.connection.query.jobs_text == "day=monday"
+
+
+def test_stop_ends_an_all_matching_action_between_batches_and_says_how_far_it_got(
+    farm, http_target, open_window, qtbot
+):
+    total = 50_000
+    ids = farm.enqueue_http("/t", count=total, max_attempts=1)
+    # As a final failure leaves them (a claim and finish of each would only slow the test).
+    farm._store.count(update(jobs).values(state="failed", attempts=1, finished_at=1.0))
+    window = _window(farm, open_window, http_target)
+    qtbot.waitUntil(lambda: _listed(window)[:1] == [ids[-1]], timeout=WAIT)
+    window.bulk.question = None
+    [retry] = [a for a in window.bulk.menu.actions() if a.text() == "Retry all matching…"]
+    retry.trigger()
+    qtbot.waitUntil(lambda: window.bulk.question is not None and window.bulk.question.isVisible(), timeout=WAIT)
+    assert window.bulk.question.text() == "Retry 50,000 jobs?"
+    window.bulk.question.button(QMessageBox.StandardButton.Yes).click()
+    qtbot.waitUntil(lambda: window.bulk.stop.isVisible() and window.bulk.progress.value() > 0, timeout=WAIT)
+    window.bulk.stop.click()
+    qtbot.waitUntil(
+        lambda: window.last_result is not None and window.last_result[0] == "Retry all matching", timeout=WAIT
+    )
+    label, ok, message = window.last_result
+    said = int(re.match(r"([\d,]+) jobs queued again before Stop$", message)[1].replace(",", ""))
+    queued = farm.job_counts()["queued"]
+    assert ok and 0 < said == queued < total
+    qtbot.waitUntil(lambda: window.bulk.button.isVisible() and not window.bulk.stop.isVisible(), timeout=WAIT)
