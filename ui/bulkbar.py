@@ -80,7 +80,7 @@ class BulkBar(QWidget):
     def _confirm(self, action: BulkAction, where: JobFilter, found: int) -> None:
         _, verb, _ = WORDS[action]
         if not found:
-            self.commands.run(f"{verb} all matching", lambda _farm: f"no matching job is {WHICH[action].split()[0]}")
+            self.commands.run(f"{verb} all matching", lambda _farm: f"no matching job to {action}")
             return
         self.question = confirm(
             self.window(),
