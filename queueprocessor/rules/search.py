@@ -4,8 +4,9 @@ action's), and the grammar of its search expression (docs/cli.md#searching-jobs)
 A search is terms separated by spaces, all of which a job must match:
 `field=value` and `field.sub=value` (a value in its JSON payload), `queue:NAME`, `key:KEY` (its order key or its
 unique key), and any other word: text its id, target, machine or last error contains, ignoring case. Double
-quotes keep spaces in a term ("error=no route"). A value matches the field stored as that string, or as the
-number, true, false or null it spells: `n=12` matches {"n": 12} and {"n": "12"}.
+quotes keep spaces in a term (city="New York"). A value matches the field stored as that string, or as the
+number, true, false or null it spells: `n=12` matches {"n": 12} and {"n": "12"}. Text with none of these terms
+is one piece of text, searched as typed.
 """
 
 import json
@@ -86,7 +87,10 @@ class JobFilter:
 
 
 def parse_search(expression: str) -> Terms:
-    """The terms of a search expression, or BadSearch naming the term it could not read."""
+    """The terms of a search expression, or BadSearch naming the term it could not read. Text with no term of
+    this grammar in it is searched as typed, spaces, quotes and all (as the text search always was)."""
+    if not any(_special(word) for word in expression.split()):
+        return Terms(text=(expression.strip(),) if expression.strip() else ())
     text: list[str] = []
     queues: list[str] = []
     keys: list[str] = []
@@ -96,11 +100,16 @@ def parse_search(expression: str) -> Terms:
             queues.append(_queue(term))
         elif term.startswith("key:"):
             keys.append(_after(term, "key:"))
-        elif "=" in term and _PATHLIKE.match(term.partition("=")[0]):
+        elif _special(term):
             found.append(_field(term))
         else:
             text.append(term)
     return Terms(tuple(text), tuple(queues), tuple(keys), tuple(found))
+
+
+def _special(word: str) -> bool:
+    """Whether `word` (as split at spaces) is a term of this grammar rather than plain text."""
+    return word.startswith(("queue:", "key:")) or ("=" in word and bool(_PATHLIKE.match(word.partition("=")[0])))
 
 
 def _split(expression: str) -> list[str]:

@@ -175,6 +175,7 @@ def test_a_running_job_in_a_limited_queue_cancelled_in_bulk_frees_its_place_as_a
         ("n=12 /special", {"string"}),  # plain words match the target
         ("/special queue:default", set()),
         ("missing=1", set()),
+        ('say "hi" there', {"quoted"}),  # plain text, with no term of the grammar: searched as typed
     ],
 )
 def test_search_expressions_match_payload_fields_keys_and_queues(farm, search, expected):
@@ -191,6 +192,7 @@ def test_search_expressions_match_payload_fields_keys_and_queues(farm, search, e
         "nested": JobSpec(executor="http", target="/plain", payload='{"customer": {"id": "c-7"}}'),
         "not json": JobSpec(executor="http", target="/plain", payload="n=12 is not JSON"),
         "no payload": JobSpec(executor="http", target="/plain"),
+        "quoted": JobSpec(executor="http", target='/say "hi" there'),
     }
     names = {store.jobs.enqueue(spec)[0]: name for name, spec in made.items()}
     assert {names[j["id"]] for j in farm.find_jobs(JobFilter(search=search))} == expected
