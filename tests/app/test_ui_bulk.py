@@ -107,7 +107,9 @@ def test_a_search_that_cannot_be_read_says_why_in_one_line_and_keeps_the_last_go
     [job] = _failed(farm, ['{"day": "monday"}'])
     window = _window(farm, open_window, http_target)
     window.jobs.search.setText("day=monday")
-    qtbot.waitUntil(lambda: _listed(window) == [job], timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: window.connection.query.jobs_text == "day=monday" and _listed(window) == [job], timeout=WAIT
+    )
     window.jobs.search.setText("day..x=1")
     qtbot.waitUntil(lambda: window.jobs.search_error.isVisible(), timeout=WAIT)
     assert "search term 'day..x=1' is not understood" in window.jobs.search_error.text()
