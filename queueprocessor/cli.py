@@ -32,6 +32,7 @@ from .rules.limits import MAX_ATTEMPTS
 from .rules.output import format_time, machine_label, print_json, print_table, progress_text
 from .rules.queues import DEFAULT, UNCHANGED, OnFailure, Served, check_name
 from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE
+from .rules.search import JobFilter
 from .rules.states import JobState, Wish
 from .rules.urls import default_url, mask
 from .version import __version__
@@ -676,14 +677,40 @@ def _ms(seconds: float | None, signed: bool = False) -> str:
     return f"{seconds * 1000:+.1f}ms" if signed else f"{seconds * 1000:.1f}ms"
 
 
+def _filter_options(command: _Command) -> _Command:
+    """The options of a JobFilter (rules/search.py): `jobs` lists what they pick, `retry`, `cancel` and `delete`
+    act on it."""
+    for option in reversed(
+        (
+            click.option("--state", type=click.Choice([state.value for state in JobState]), help="Jobs in this state."),
+            click.option("--queue", metavar="NAME", help="Jobs of this queue."),
+            click.option("--target", help="Jobs with exactly this target (a path, MODULE:FUNCTION or program)."),
+            click.option(
+                "--older-than",
+                type=Seconds(min=0),
+                metavar="SECONDS",
+                help="Jobs that finished (or, unfinished, were enqueued) more than SECONDS ago.",
+            ),
+            click.option(
+                "--search",
+                metavar="EXPR",
+                help="Jobs the search matches: field=value, field.sub=value (in the JSON payload), queue:NAME, "
+                "key:KEY, or words the id, target, machine or error contains.",
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
 @cli.command()
-@click.option("--state", type=click.Choice([state.value for state in JobState]))
+@_filter_options
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50)
 @click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
 @pass_ctx
-def jobs(ctx: Context, state: str | None, limit: int, as_json: bool) -> None:
-    """Recent jobs, newest first."""
-    rows = ctx.reader.list_jobs(state, limit)
+def jobs(ctx: Context, /, limit: int, as_json: bool, **where: Any) -> None:
+    """Recent jobs, newest first (those the filter picks, if given)."""
+    rows = ctx.reader.find_jobs(JobFilter(**where), limit)
     if as_json:
         return print_json({"jobs": rows})
     print_table(
@@ -884,21 +911,73 @@ _wish_command(Wish.RESUME, "Put a paused MACHINE back into the turns.")
 _wish_command(Wish.DRAIN, "Let MACHINE finish its jobs, then stop.")
 
 
-@cli.command()
-@click.argument("job_id", type=JOB_ID)
-@pass_ctx
-def cancel(ctx: Context, job_id: int) -> None:
-    """Cancel a queued job, or stop a running one (its owner stops it within a heartbeat)."""
-    click.echo(f"job {job_id}: {ctx.farm.cancel(job_id)}")
+def _cancel_one(farm: "Farm", job_id: int) -> str:
+    return f"job {job_id}: {farm.cancel(job_id)}"
 
 
-@cli.command()
-@click.argument("job_id", type=JOB_ID)
-@pass_ctx
-def retry(ctx: Context, job_id: int) -> None:
-    """Queue a failed or cancelled job again for one more attempt."""
-    ctx.farm.retry(job_id)
-    click.echo(f"job {job_id} queued again")
+def _retry_one(farm: "Farm", job_id: int) -> str:
+    farm.retry(job_id)
+    return f"job {job_id} queued again"
+
+
+def _delete_one(farm: "Farm", job_id: int) -> str:
+    if farm.delete_jobs(JobFilter(ids=(job_id,))):
+        return f"job {job_id} deleted"
+    raise QPError(f"job {job_id} is {farm.job(job_id)['state']}; only finished jobs can be deleted (cancel it first)")
+
+
+def _until_ctrl_c(stop: threading.Event, work: Callable[[], int]) -> int:
+    """Run `work` with Ctrl-C setting `stop` (it ends between two batches, and its count is exact); a second
+    Ctrl-C interrupts it at once (the batch under way rolls back)."""
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, on_signal)
+    try:
+        return work()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _jobs(count: int) -> str:
+    return f"{count} job{'' if count == 1 else 's'}"
+
+
+def _bulk_command(action: str, done: str, one: Callable[["Farm", int], str], text: str) -> None:
+    """`action` JOB_ID, or every job a filter picks (in batches: store/bulk.py); says how many it `done`."""
+
+    @cli.command(action, help=text + " Give JOB_ID, or a filter (--all for every job) to act on all it picks.")
+    @click.argument("job_id", type=JOB_ID, required=False, metavar="JOB_ID")
+    @_filter_options
+    @click.option("--all", "everything", is_flag=True, help="With no filter: every job the command can act on.")
+    @pass_ctx
+    def command(ctx: Context, /, job_id: int | None, everything: bool, **given: Any) -> None:
+        where = JobFilter(**given)
+        if job_id is not None:
+            if everything or not where.is_empty():
+                raise click.UsageError("give a job id or a filter, not both")
+            return click.echo(one(ctx.farm, job_id))
+        if where.is_empty() and not everything:
+            raise click.UsageError(f"give a job id, a filter, or --all to {action} every job it can")
+        stop = threading.Event()
+        changed = _until_ctrl_c(stop, lambda: ctx.farm.act_on_jobs(action, where, everything=True, stop=stop.is_set))
+        if stop.is_set():
+            click.echo(f"stopped: {_jobs(changed)} {done} before Ctrl-C; the rest are untouched", err=True)
+            sys.exit(130)
+        click.echo(f"{_jobs(changed)} {done}")
+
+
+_bulk_command(
+    "cancel",
+    "cancelled (running ones stop within a heartbeat)",
+    _cancel_one,
+    "Cancel queued jobs, and stop running ones (their owner stops each within a heartbeat).",
+)
+_bulk_command("retry", "queued again", _retry_one, "Queue failed or cancelled jobs again for one more attempt.")
+_bulk_command("delete", "deleted", _delete_one, "Delete finished jobs (succeeded, failed, cancelled) with their runs.")
 
 
 @cli.command()

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from sqlalchemy import exc
 
 from . import grabs, singletons
+from .bulkjobs import ManyJobs
 from .jobfunctions import JobFunction, target_of
 from .node.config import FarmTiming, NodeConfig
 from .rules.allow import check_allowed, check_form
@@ -51,6 +52,7 @@ from .rules.queues import (
 )
 from .rules.roster import Liveness, machine_status
 from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, Recurrence
+from .rules.search import JobFilter as JobFilter  # what find_jobs and act_on_jobs take
 from .rules.states import SERVING
 from .rules.urls import default_url, mask
 from .store.database import (
@@ -188,7 +190,7 @@ class Enqueued:
     served: bool
 
 
-class Farm(FarmFlows):
+class Farm(FarmFlows, ManyJobs):
     def __init__(self, url: str | None = None, *, read_only: bool = False, client: str | None = None):
         """`read_only`: only look (the app's watch-only mode). Nothing is created or adopted, and the
         database itself refuses any write through this farm. `client` labels its connections on the server

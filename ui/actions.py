@@ -43,9 +43,12 @@ class Actions:
         )
         self.quit = a("quit", "&Quit", "quit", QKeySequence.StandardKey.Quit, "Stop this machine's node and quit")
         self.enqueue = a("enqueue", "&Enqueue Job…", "enqueue", "Ctrl+N", "Add an HTTP job to the queue")
-        self.retry = a("retry", "&Retry Job", "retry", "Ctrl+R", "Queue the selected failed or cancelled job again")
+        self.retry = a("retry", "&Retry Jobs", "retry", "Ctrl+R", "Queue the selected failed or cancelled jobs again")
         self.cancel = a(
-            "cancel", "&Cancel Job", "cancel", "Ctrl+Del", "Cancel the selected queued job, or stop it if it is running"
+            "cancel", "&Cancel Jobs", "cancel", "Ctrl+Del", "Cancel the selected queued jobs, and stop the running ones"
+        )
+        self.delete = a(
+            "delete", "De&lete Jobs", "delete", "Shift+Del", "Delete the selected finished jobs with their runs"
         )
         self.pause = a(
             "pause",
@@ -98,7 +101,7 @@ class Actions:
             checkable=True,
         )
         self.about = a("about", "&About QueueProcessor", "about", None, "Version and licence")
-        for action in (*self.node, self.retry, self.cancel):
+        for action in (*self.node, self.retry, self.cancel, self.delete):
             action.setEnabled(False)
 
     @property
@@ -116,7 +119,7 @@ class Actions:
         recent = file.addMenu("Open &Recent")
         file.addSeparator()
         file.addAction(self.quit)
-        bar.addMenu("&Jobs").addActions([self.enqueue, self.retry, self.cancel])
+        bar.addMenu("&Jobs").addActions([self.enqueue, self.retry, self.cancel, self.delete])
         bar.addMenu("&Node").addActions(self.node)
         view = bar.addMenu("&View")
         view.addActions([self.follow, self.refresh, self.gone, dock])

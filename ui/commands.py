@@ -9,8 +9,9 @@ back as that command's failure.
 
 from collections.abc import Callable
 
-from queueprocessor.farm import Farm, JobSpec
+from queueprocessor.farm import Farm, JobFilter, JobSpec
 from queueprocessor.rules.output import format_time
+from queueprocessor.rules.search import BulkAction
 from queueprocessor.rules.states import Wish
 
 Run = Callable[[str, Callable[[Farm], str]], None]
@@ -52,6 +53,15 @@ class Commands:
 
     def cancel(self, job_id: int) -> None:
         self.run(f"Cancel job {job_id}", lambda farm: farm.cancel(job_id))
+
+    def act_on_jobs(self, action: BulkAction, ids: list[int]) -> None:
+        """Retry, cancel or delete these jobs (the table's selection), those of them the action can change."""
+
+        def act(farm: Farm) -> str:
+            changed = farm.act_on_jobs(action, JobFilter(ids=tuple(ids)))
+            return f"{changed} of {len(ids)} selected jobs changed"
+
+        self.run(f"{action.capitalize()} {len(ids)} jobs", act)
 
     def pause_schedule(self, name: str) -> None:
         self.run(f"Pause schedule {name}", lambda farm: f"paused ({_waiting(farm.pause_schedule(name))})")

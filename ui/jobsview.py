@@ -7,9 +7,19 @@ newest jobs that match), so a search finds old jobs too.
 import json
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QComboBox, QGridLayout, QLabel, QLineEdit, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QGridLayout,
+    QLabel,
+    QLineEdit,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
 
 from queueprocessor.rules.output import progress_text
+from queueprocessor.rules.search import BadSearch, parse_search
 from queueprocessor.rules.states import JobState
 
 from . import text
@@ -164,7 +174,8 @@ class FilterRow(QWidget):
 
 
 class JobsView(QWidget):
-    job_selected = Signal(object)  # a job id, or None
+    job_selected = Signal(object)  # a job id, or None (none selected, or many)
+    selection_changed = Signal()  # the rows selected changed
     state_filter_changed = Signal(object)  # a job state, or None for all
     text_filter_changed = Signal(object)  # text to look for, or None for all
     queue_filter_changed = Signal(object)  # a queue name, or None for all
@@ -192,19 +203,24 @@ class JobsView(QWidget):
         self.queue.setToolTip("Show only jobs of this queue (asks the database)")
         self.queue.currentIndexChanged.connect(lambda _: self.queue_filter_changed.emit(self.queue.currentData()))
         self.search = QLineEdit()
-        self.search.setPlaceholderText("Filter by text: id, target, machine, error…")
+        self.search.setPlaceholderText("Filter by text: id, target, machine, error, field=value, queue:name…")
         self.search.setToolTip(
-            "Show only jobs whose id, target, machine or error contains this text, "
+            "Show only jobs that match every word: field=value or field.sub=value in the JSON payload, "
+            "queue:NAME, key:KEY (order or unique key), or text the id, target, machine or error contains, "
             "ignoring case (asks the database; a slow search is repeated less often)"
         )
         self.search.setClearButtonEnabled(True)
         self.search_timer = QTimer(self)
         self.search_timer.setSingleShot(True)
         self.search_timer.setInterval(SEARCH_PAUSE)
-        self.search_timer.timeout.connect(lambda: self.text_filter_changed.emit(self.search.text().strip() or None))
+        self.search_timer.timeout.connect(self._search_changed)
         self.search.textChanged.connect(lambda _: self.search_timer.start())
         self.filters = FilterRow((self.state, self.queue), self.search)
         box.addWidget(self.filters)
+        self.search_error = QLabel("", objectName="searchError")  # a search that cannot be read, in one line
+        self.search_error.setWordWrap(True)
+        self.search_error.hide()
+        box.addWidget(self.search_error)
         self.model = JobsModel(self)
         # At 1440 wide the pane has room for six columns: the attempts, times and progress (a bar in the state cell),
         # which the selected job's details show, are hidden (a right-click on the header away), the target is cut
@@ -219,8 +235,11 @@ class JobsView(QWidget):
         )
         self.table.setItemDelegateForColumn(STATE_COLUMN, ProgressDelegate(self.table))  # a running job's bar
         arrange(self.table, (0, 1, 8, 2, 7, 4, 3, 5, 6, 9))  # the queue and error beside the job; times last
+        # Many rows at once, with shift and ctrl, for the actions on the selection.
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.table.selectionModel().selectionChanged.connect(self._selection_changed)
         box.addWidget(self.table)
+        self.box = box
         lower.addWidget(left)
         self.details = JobDetails()
         lower.addWidget(self.details)
@@ -232,13 +251,34 @@ class JobsView(QWidget):
         self._selected: int | None = None
         self._updating = False
 
+    def _search_changed(self) -> None:
+        """Send the search to the database, or say in one line why it cannot be read (the last good one stays)."""
+        text = self.search.text().strip() or None
+        try:
+            parse_search(text or "")
+        except BadSearch as error:
+            self.search_error.setText(str(error))
+            self.search_error.show()
+            return
+        self.search_error.hide()
+        self.text_filter_changed.emit(text)
+
+    def offer(self, bar: QWidget) -> None:
+        """Put `bar` (what acts on every job the filters pick) under the filters."""
+        self.box.insertWidget(1, bar)
+
+    def selected_jobs(self) -> list[dict]:
+        return [index.data(ROW_ROLE) for index in self.table.selectionModel().selectedRows()]
+
     def selected_job(self) -> dict | None:
-        rows = self.table.selectionModel().selectedRows()
-        return rows[0].data(ROW_ROLE) if rows else None
+        """The job selected, if exactly one is (its details are shown)."""
+        rows = self.selected_jobs()
+        return rows[0] if len(rows) == 1 else None
 
     def _selection_changed(self, *_):
         if self._updating:
             return
+        self.selection_changed.emit()
         job = self.selected_job()
         job_id = job["id"] if job else None
         if job_id != self._selected:
@@ -252,7 +292,9 @@ class JobsView(QWidget):
         self._updating = True
         try:
             self.model.set_rows(snapshot.jobs, {"names": snapshot.names})
-            if self._selected is not None and self.selected_job() is None:
+            if len(self.selected_jobs()) > 1:  # many rows: each follows its own, and no details are shown
+                self._selected = None
+            elif self._selected is not None and self.selected_job() is None:
                 self.select(self._selected)
             shown = self.selected_job()
             if shown is not None and shown["id"] != self._selected:

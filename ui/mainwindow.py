@@ -18,13 +18,14 @@ from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
-from queueprocessor.farm import without_password
+from queueprocessor.farm import JobFilter, without_password
 from queueprocessor.nodeoptions import NodeConfig
-from queueprocessor.rules.states import JobState, MachineState
+from queueprocessor.rules.states import FINISHED, JobState, MachineState
 from queueprocessor.rules.urls import mask
 
 from . import text, theme
 from .actions import Actions
+from .bulkbar import BulkBar
 from .commands import Commands
 from .connection import Connection, State
 from .jobsview import JobsView
@@ -133,6 +134,9 @@ class MainWindow(QMainWindow):
         for plot in (self.timeline, self.jobs.gantt):
             plot.addAction(self.act.follow)
         self.jobs.job_selected.connect(self._job_selected)
+        self.jobs.selection_changed.connect(self._update_actions)
+        self.bulk = BulkBar(self.commands, self._jobs_filter, not self.watch_only)
+        self.jobs.offer(self.bulk)
         self.jobs.state_filter_changed.connect(lambda state: self._query(jobs_state=state))
         self.jobs.text_filter_changed.connect(lambda text: self._query(jobs_text=text))
         self.jobs.queue_filter_changed.connect(lambda queue: self._query(jobs_queue=queue))
@@ -363,10 +367,16 @@ class MainWindow(QMainWindow):
         self.act.resume.setEnabled(state == MachineState.PAUSED)
         self.act.drain.setEnabled(state in (MachineState.ACTIVE, MachineState.PAUSED))
         self.act.start.setEnabled(state == MachineState.STOPPED and self.connection.live)
-        job = self.jobs.selected_job() if self.tabs.currentWidget() is self.jobs else None
-        writable = bool(job) and not self.watch_only
-        self.act.retry.setEnabled(writable and job["state"] in (JobState.FAILED, JobState.CANCELLED))
-        self.act.cancel.setEnabled(writable and job["state"] in (JobState.QUEUED, JobState.RUNNING))
+        chosen = self.jobs.selected_jobs() if self.tabs.currentWidget() is self.jobs and not self.watch_only else []
+        states = {job["state"] for job in chosen}
+        self.act.retry.setEnabled(bool(states & {JobState.FAILED, JobState.CANCELLED}))
+        self.act.cancel.setEnabled(bool(states & {JobState.QUEUED, JobState.RUNNING}))
+        self.act.delete.setEnabled(bool(states & set(FINISHED)))
+
+    def _jobs_filter(self) -> JobFilter:
+        """What the jobs table's filters pick now (the bulk bar acts on all of it)."""
+        query = self.connection.query
+        return JobFilter(state=query.jobs_state, queue=query.jobs_queue, search=query.jobs_text)
 
     def restyle(self) -> None:
         for action in self.findChildren(QAction):

@@ -1,4 +1,4 @@
-"""What the operator's actions do: steer a machine (asking before a drain), enqueue, retry or cancel a job, open
+"""What the operator's actions do: steer a machine (asking before a drain), enqueue, retry, cancel or delete jobs, open
 another database (and the recent ones, remembered without their passwords).
 
 The actions themselves (words, icons, shortcuts) are made in actions.py; here each is wired to what it does. A
@@ -12,6 +12,7 @@ from PySide6.QtCore import QPoint, QSettings
 from PySide6.QtWidgets import QMenu, QMessageBox
 
 from queueprocessor.farm import needs_password, without_password
+from queueprocessor.rules.search import BulkAction
 from queueprocessor.rules.states import MachineState, Wish
 from queueprocessor.rules.urls import mask
 
@@ -53,6 +54,7 @@ class Operator:
         act.enqueue.triggered.connect(self.enqueue)
         act.retry.triggered.connect(self.retry)
         act.cancel.triggered.connect(self.cancel)
+        act.delete.triggered.connect(lambda: self._on_selection(BulkAction.DELETE))
         act.pause.triggered.connect(lambda: self.steer(connection.node_id, Wish.PAUSE))
         act.resume.triggered.connect(lambda: self.steer(connection.node_id, Wish.RESUME))
         act.drain.triggered.connect(lambda: self.drain(connection.node_id))
@@ -125,12 +127,19 @@ class Operator:
         dialog.open()
 
     def retry(self) -> None:
-        if job := self.window.jobs.selected_job():
-            self.window.commands.retry(job["id"])
+        self._on_selection(BulkAction.RETRY)
 
     def cancel(self) -> None:
-        if job := self.window.jobs.selected_job():
-            self.window.commands.cancel(job["id"])
+        self._on_selection(BulkAction.CANCEL)
+
+    def _on_selection(self, action: BulkAction) -> None:
+        """Retry, cancel or delete the selected jobs: one as its single command does, many in one bulk action."""
+        ids = [job["id"] for job in self.window.jobs.selected_jobs()]
+        single = {BulkAction.RETRY: self.window.commands.retry, BulkAction.CANCEL: self.window.commands.cancel}
+        if len(ids) == 1 and action in single:
+            single[action](ids[0])
+        elif ids:
+            self.window.commands.act_on_jobs(action, ids)
 
     # -- databases --------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import String, and_, delete, exc, false, func, insert, literal, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql import ColumnElement, Update
 
 from ..rules.errors import DuplicateKey, NotFound, QPError, echoed
 from ..rules.states import FINISHED, JobState, Kind, Outcome
@@ -186,19 +187,9 @@ class JobStore:
     def cancel(self, job_id: int) -> str:
         """Cancel a queued job at once; ask the owner of a running one to stop it (within a heartbeat)."""
         with self.store.engine.begin() as conn:
-            stopped = conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.state.in_((JobState.QUEUED, JobState.WAITING)))
-                .values(state=JobState.CANCELLED, finished_at=db_now(), last_error="cancelled by an operator")
-                .returning(jobs.c.has_children)
-            ).all()
-            if stopped:
-                if stopped[0][0]:
-                    dependencies.ended(conn, [(job_id, JobState.CANCELLED)])
+            if cancel_queued(conn, jobs.c.id == job_id):
                 return JobState.CANCELLED
-            if conn.execute(
-                update(jobs).where(jobs.c.id == job_id, jobs.c.state == JobState.RUNNING).values(cancel_requested=True)
-            ).rowcount:
+            if conn.execute(stop_running(jobs.c.id == job_id)).rowcount:
                 return "cancelling"
             state = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar()
         if state is None:
@@ -209,22 +200,7 @@ class JobStore:
         """Put a failed or cancelled job back in the queue for one more attempt; the jobs its failure cancelled
         wait for it again (store/dependencies.py)."""
         with self.store.engine.begin() as conn:
-            count = conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED)))
-                .values(
-                    state=JobState.QUEUED,
-                    run_at=db_now(),
-                    owner=None,
-                    finished_at=None,
-                    cancel_requested=False,
-                    max_attempts=jobs.c.attempts + 1,
-                    gated=gated_now(jobs.c.queue),
-                    held_by=None,
-                )
-            ).rowcount
-            if count == 1:
-                dependencies.restore(conn, job_id)
+            count = retried(conn, jobs.c.id == job_id)
         if count != 1:
             state = self.store.rows(select(jobs.c.state).where(jobs.c.id == job_id))
             if not state:
@@ -291,13 +267,8 @@ class JobStore:
         old = and_(jobs.c.state.in_(FINISHED), jobs.c.finished_at < db_now() - keep_seconds)
         with self.store.engine.begin() as conn:
             ids = [row[0] for row in conn.execute(select(jobs.c.id).where(old).limit(batch))]
-            if not ids:
-                return 0
-            gone = [row[0] for row in conn.execute(delete(jobs).where(jobs.c.id.in_(ids), old).returning(jobs.c.id))]
-            if gone:
-                conn.execute(delete(runs).where(runs.c.job_id.in_(gone)))
-                conn.execute(delete(deps).where(deps.c.child_id.in_(gone)))
-                conn.execute(delete(flow_jobs).where(flow_jobs.c.job_id.in_(gone)))
+            if ids:
+                delete_finished(conn, and_(jobs.c.id.in_(ids), old))
         return len(ids)
 
 
@@ -378,6 +349,67 @@ def job_row(spec: JobSpec) -> dict[str, Any]:
         fence=0,
         cancel_requested=False,
     )
+
+
+# The actions on jobs picked by `which` (a condition on qp_jobs), each guarded by the states it acts on and run
+# in the caller's transaction: the single actions above pick one job by id, a bulk action (store/bulk.py) a batch
+# of ids. Each keeps dependencies whole (store/dependencies.py): a cancelled parent's waiting children are
+# cancelled or released, a retried parent's children wait for it again.
+RETRYABLE = (JobState.FAILED, JobState.CANCELLED)
+UNSTARTED = (JobState.QUEUED, JobState.WAITING)
+
+
+def cancel_queued(conn: Connection, which: ColumnElement[bool]) -> int:
+    """Queued or waiting jobs are cancelled at once (no place of a limited queue is theirs: nothing to free); how
+    many."""
+    rows = conn.execute(
+        update(jobs)
+        .where(which, jobs.c.state.in_(UNSTARTED))
+        .values(state=JobState.CANCELLED, finished_at=db_now(), last_error="cancelled by an operator")
+        .returning(jobs.c.id, jobs.c.has_children)
+    ).all()
+    parents = [(job_id, JobState.CANCELLED.value) for job_id, has_children in rows if has_children]
+    if parents:
+        dependencies.ended(conn, parents)
+    return len(rows)
+
+
+def stop_running(which: ColumnElement[bool]) -> Update:
+    """Running jobs are asked to stop: the owner stops each within a heartbeat and ends it under its fence."""
+    return update(jobs).where(which, jobs.c.state == JobState.RUNNING).values(cancel_requested=True)
+
+
+def retried(conn: Connection, which: ColumnElement[bool]) -> int:
+    """Failed or cancelled jobs go back in the queue for one more attempt, gated as their queue says now; how many."""
+    rows = conn.execute(
+        update(jobs)
+        .where(which, jobs.c.state.in_(RETRYABLE))
+        .values(
+            state=JobState.QUEUED,
+            run_at=db_now(),
+            owner=None,
+            finished_at=None,
+            cancel_requested=False,
+            max_attempts=jobs.c.attempts + 1,
+            gated=gated_now(jobs.c.queue),
+            held_by=None,
+        )
+        .returning(jobs.c.id, jobs.c.has_children)
+    ).all()
+    for job_id, has_children in rows:
+        if has_children:
+            dependencies.restore(conn, job_id)
+    return len(rows)
+
+
+def delete_finished(conn: Connection, which: ColumnElement[bool]) -> int:
+    """Delete the finished jobs of `which`, their runs and their places in dependencies and flows; how many went."""
+    gone = [row[0] for row in conn.execute(delete(jobs).where(which, jobs.c.state.in_(FINISHED)).returning(jobs.c.id))]
+    if gone:
+        conn.execute(delete(runs).where(runs.c.job_id.in_(gone)))
+        conn.execute(delete(deps).where(deps.c.child_id.in_(gone)))
+        conn.execute(delete(flow_jobs).where(flow_jobs.c.job_id.in_(gone)))
+    return len(gone)
 
 
 def _claim_params(

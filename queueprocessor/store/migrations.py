@@ -115,6 +115,12 @@ def _progress_and_sql_enqueue(conn: Connection) -> None:
     create_sql_functions(conn)
 
 
+def _payload_search(conn: Connection) -> None:
+    """8 to 9: searches in payloads (store/matching.py) have their index on PostgreSQL; elsewhere nothing changes."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(schema.PAYLOAD_INDEX)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -124,6 +130,7 @@ STEPS = {
     5: _gated_jobs,
     6: _dependencies,
     7: _progress_and_sql_enqueue,
+    8: _payload_search,
 }
 
 

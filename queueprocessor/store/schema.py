@@ -35,7 +35,7 @@ from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.schedules import DEFAULT_MISFIRE
 from ..rules.states import CHECKING_IN, JobState, Kind, MachineState, Outcome
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 metadata = MetaData()
 
@@ -253,6 +253,25 @@ BEGIN PERFORM pg_notify('{JOBS_CHANNEL}', ''); RETURN NULL; END $$;
 CREATE TRIGGER qp_jobs_notify AFTER INSERT ON qp_jobs FOR EACH STATEMENT EXECUTE FUNCTION qp_jobs_notify();
 """).execute_if(dialect="postgresql"),
 )
+
+# PostgreSQL only: searches in payloads (store/matching.py) by containment over the payload as jsonb, answered by a
+# GIN index of jsonb_path_ops. The payload column is text, and a row written by a plain SQL insert may hold text
+# that is not JSON: the function makes that NULL where a cast would fail the insert (or the search). Its exception
+# block is a subtransaction, which a parallel worker cannot start: PARALLEL RESTRICTED. The planner reads no
+# statistics of a partial index's expression: statistics of their own (PostgreSQL 14 and later) tell it how many
+# jobs hold a value, so it walks the newest jobs for a common one and asks the index for a rare one.
+PAYLOAD_JSON = "qp_payload_json"
+PAYLOAD_INDEX = DDL(f"""
+CREATE OR REPLACE FUNCTION {PAYLOAD_JSON}(payload text) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL RESTRICTED
+AS $$ BEGIN RETURN payload::jsonb; EXCEPTION WHEN others THEN RETURN NULL; END $$;
+CREATE INDEX IF NOT EXISTS ix_qp_jobs_payload ON qp_jobs USING gin ({PAYLOAD_JSON}(payload) jsonb_path_ops)
+WHERE payload IS NOT NULL;
+DO $$ BEGIN IF current_setting('server_version_num')::int >= 140000 THEN
+  EXECUTE 'CREATE STATISTICS IF NOT EXISTS st_qp_jobs_payload ON ({PAYLOAD_JSON}(payload)) FROM qp_jobs';
+END IF; END $$;
+""")
+event.listen(jobs, "after_create", PAYLOAD_INDEX.execute_if(dialect="postgresql"))
 
 runs = Table(
     "qp_runs",

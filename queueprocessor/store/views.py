@@ -5,17 +5,17 @@ each (views composes them into what one poll needs). Rows come back as plain dic
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Float, String, and_, cast, func, or_, select
+from sqlalchemy import Float, and_, func, or_, select
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
-from ..rules.errors import QPError, echoed
-from ..rules.states import JobState
+from ..rules.search import JobFilter
 from .base import StoreBase
-from .history import run_history
-from .schema import jobs, machines, runs, schedules, turns
+from .history import run_history, with_owner_name
+from .matching import matching, picked_rows
+from .schema import jobs, runs, schedules, turns
 
 KEYS_PER_STATEMENT = 500  # well under every backend's limit of bound parameters (SQL Server's is 2,100)
 
@@ -108,23 +108,16 @@ def machine_throughput(store: StoreBase, since: float, until: float) -> dict[int
 def find_jobs(
     store: StoreBase, text: str, state: str | None = None, limit: int = 500, *, queue: str | None = None
 ) -> list[dict[str, Any]]:
-    """The newest `limit` jobs (in `state`, of `queue`, if given) whose id, target, machine name or last error
-    contains `text`, ignoring case; newest first. `text` is a bound parameter and its % and _ match only themselves."""
-    if state is not None and state not in tuple(JobState):
-        raise QPError(f"unknown job state {echoed(state)}: use one of {', '.join(JobState)}")
-    named = select(machines.c.id).where(machines.c.name.icontains(text, autoescape=True))
-    found = or_(
-        cast(jobs.c.id, String).icontains(text, autoescape=True),
-        jobs.c.target.icontains(text, autoescape=True),
-        jobs.c.last_error.icontains(text, autoescape=True),
-        jobs.c.owner.in_(named),
-    )
-    statement = select(jobs).where(found).order_by(jobs.c.id.desc()).limit(limit)
-    if state is not None:
-        statement = statement.where(jobs.c.state == state)
-    if queue is not None:
-        statement = statement.where(jobs.c.queue == queue)
-    return plain_dicts(store.rows(statement))
+    """The newest `limit` jobs (in `state`, of `queue`, if given) that the search expression `text` matches
+    (rules/search.py: payload fields, queue:, key:, and words an id, target, machine name or last error contains,
+    ignoring case, with % and _ matching only themselves); newest first."""
+    return filtered_jobs(store, JobFilter(state=state, queue=queue, search=text), limit)
+
+
+def filtered_jobs(store: StoreBase, where: JobFilter, limit: int = 500) -> list[dict[str, Any]]:
+    """The newest `limit` jobs that `where` picks, newest first, each with `owner_name` (its machine's name)."""
+    statement = with_owner_name(select(jobs)).where(*matching(where)).order_by(jobs.c.id.desc()).limit(limit)
+    return plain_dicts(picked_rows(store, statement, where))
 
 
 SCHEDULE_COLUMNS = (

@@ -5,7 +5,7 @@ from contextlib import contextmanager
 
 from sqlalchemy import func, insert, inspect, select, text, update
 
-from queueprocessor.farm import Farm
+from queueprocessor.farm import Farm, JobFilter
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
 from queueprocessor.store.migrations import QUEUED_BEFORE_6
@@ -44,10 +44,21 @@ def rewriting(url: str):
         engine.dispose()
 
 
+def make_version_8(url: str) -> None:
+    """A farm database as schema version 8 left it: on PostgreSQL, no index (nor function) for payload searches."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        if conn.dialect.name == "postgresql":
+            drop_index(conn, "ix_qp_jobs_payload")
+            conn.execute(text("DROP STATISTICS st_qp_jobs_payload"))
+            conn.execute(text(f"DROP FUNCTION {schema.PAYLOAD_JSON}(text)"))
+        set_version(conn, 8)
+
+
 def make_version_7(url: str) -> None:
     """A farm database as schema version 7 left it (as this version made it, whatever is in it already): no progress
     on jobs and runs, no qp_enqueue."""
-    Farm(url).close()
+    make_version_8(url)
     with rewriting(url) as conn:
         for table in ("qp_jobs", "qp_runs"):
             for column in ("progress", "progress_message"):
@@ -150,7 +161,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "8"
+        assert version == CURRENT == "9"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -335,3 +346,19 @@ def test_a_version_7_database_gets_progress_in_place(db_url):
             with farm._engine.begin() as conn:
                 sql = conn.execute(text("SELECT qp_enqueue('python', 'bench.jobs:noop')")).scalar_one()
             assert farm.job(sql)["state"] == "queued"
+
+
+def test_a_version_8_database_gets_the_payload_search_index_in_place(db_url):
+    """Version 8 to 9: payload fields are searched, on PostgreSQL through an index of its own."""
+    make_version_8(db_url)
+    with rewriting(db_url) as conn:  # rows an older node wrote, one of them not JSON (a plain SQL insert)
+        for payload in ('{"day": "monday"}', "not JSON"):
+            conn.execute(
+                insert(schema.jobs).values(executor="http", target="/t", payload=payload, run_at=0, created_at=0)
+            )
+    with Farm(db_url) as farm:
+        version, indexes = shape(farm)
+        assert version == CURRENT
+        assert ("ix_qp_jobs_payload" in indexes) == (farm._store.dialect == "postgresql")
+        [found] = farm.find_jobs(JobFilter(search="day=monday"))
+        assert found["payload"] == '{"day": "monday"}'

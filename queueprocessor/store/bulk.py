@@ -1,0 +1,108 @@
+"""Bulk actions: retry, cancel or delete every job a JobFilter picks, in batches (docs/design.md §7).
+
+Each batch is one short transaction: it locks up to BATCH of the jobs left, by ascending id after the last batch's
+(on PostgreSQL with SKIP LOCKED, so it waits on no claim or finish, and a claim, which skips locked rows too, waits
+on none of it), and runs on them the very statement the single action runs on one job (store/jobs.py), with its
+state guard. So a bulk action never holds locks for longer than one batch, each job it changes is changed as a
+single action would change it, and stopping it between batches (`stop`) or interrupting one (its transaction rolls
+back) leaves every job either changed whole or untouched. A job another transaction held at that moment is skipped;
+the count says what was changed.
+"""
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from sqlalchemy import false, func, or_, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql import ColumnElement
+
+from ..rules.search import BulkAction, JobFilter
+from ..rules.states import FINISHED, JobState
+from .base import StoreBase
+from .jobs import RETRYABLE, UNSTARTED, cancel_queued, delete_finished, retried, stop_running
+from .matching import all_of, let_bitmaps, matching, picked_rows
+from .schema import jobs
+from .views import KEYS_PER_STATEMENT
+
+BATCH = 1_000  # jobs a transaction changes: a few milliseconds of locks on PostgreSQL
+
+
+def acts_on(action: BulkAction) -> ColumnElement[bool]:
+    """The jobs `action` can change: failed or cancelled for a retry; queued or waiting, or running and not yet
+    asked to stop, for a cancel; finished for a delete."""
+    if action is BulkAction.RETRY:
+        return jobs.c.state.in_(RETRYABLE)
+    if action is BulkAction.CANCEL:
+        return or_(
+            jobs.c.state.in_(UNSTARTED),
+            (jobs.c.state == JobState.RUNNING) & (jobs.c.cancel_requested == false()),
+        )
+    return jobs.c.state.in_(FINISHED)
+
+
+def _apply(conn: Connection, action: BulkAction, which: ColumnElement[bool]) -> int:
+    """Run the single action's statement (store/jobs.py) on the jobs of `which`; how many it changed."""
+    if action is BulkAction.RETRY:
+        return retried(conn, which)
+    if action is BulkAction.CANCEL:
+        stopped = conn.execute(stop_running(which & (jobs.c.cancel_requested == false()))).rowcount
+        return stopped + cancel_queued(conn, which)
+    return delete_finished(conn, which)
+
+
+def count(store: StoreBase, action: BulkAction, where: JobFilter) -> int:
+    """How many jobs `action` would change now (what the app asks an operator to confirm)."""
+    picked = all_of([*matching(where), acts_on(action)])
+    return int(picked_rows(store, select(func.count()).select_from(jobs).where(picked), where)[0][0])
+
+
+def run(
+    store: StoreBase,
+    action: BulkAction,
+    where: JobFilter,
+    *,
+    batch: int = BATCH,
+    stop: Callable[[], bool] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Apply `action` to every job `where` picks, `batch` jobs to a transaction; how many it changed. `stop()` is
+    asked before each batch (true ends the work there); `progress(changed so far)` is told after each."""
+    chunks = (
+        [where]
+        if not where.ids
+        else [
+            replace(where, ids=where.ids[n : n + KEYS_PER_STATEMENT])
+            for n in range(0, len(where.ids), KEYS_PER_STATEMENT)
+        ]
+    )
+    changed = 0
+    for chunk in chunks:
+        picked = all_of([*matching(chunk), acts_on(action)])
+        after = None
+        while not (stop and stop()):
+            with store.engine.begin() as conn:
+                let_bitmaps(store, conn, chunk)
+                ids = _lock_batch(conn, picked, after, batch)
+                if not ids:
+                    break
+                changed += _apply(conn, action, jobs.c.id.in_(ids))
+            after = ids[-1]
+            if progress:
+                progress(changed)
+            if len(ids) < batch:
+                break
+    return changed
+
+
+def _lock_batch(conn: Connection, picked: ColumnElement[bool], after: int | None, batch: int) -> list[int]:
+    """Lock the next `batch` jobs of `picked` by id, skipping those another transaction holds."""
+    statement = select(jobs.c.id).where(picked)
+    if after is not None:
+        statement = statement.where(jobs.c.id > after)
+    statement = (
+        statement.order_by(jobs.c.id)
+        .limit(batch)
+        .with_for_update(skip_locked=True, of=jobs)
+        .with_hint(jobs, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql")
+    )
+    return [row[0] for row in conn.execute(statement)]
