@@ -34,6 +34,7 @@ class Snapshot:
     jobs: list[dict]
     job: dict | None  # the selected job with its runs
     schedules: list[dict]
+    schedule: dict | None  # the schedule the Schedules tab has selected, with its last runs (Query.schedule)
     singletons: list[dict]
     queues: list[QueueInfo]  # every named queue, by name
     # What the app adds.
