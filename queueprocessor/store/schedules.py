@@ -326,7 +326,7 @@ class ScheduleStore:
                 if conn.execute(
                     update(schedules).where(schedules.c.id == schedule["id"], *guard).values(values)
                 ).rowcount:
-                    self._rework_waiting(conn, schedule | values, recurs)
+                    self._rework_waiting(conn, schedule | values, recurs, not values.keys().isdisjoint(WORK))
                     break
         else:
             raise InvalidJob(f"schedule {echoed(name)} kept changing while it was edited: try again")
@@ -335,10 +335,10 @@ class ScheduleStore:
         return self.get(name)
 
     @staticmethod
-    def _rework_waiting(conn: Connection, schedule: dict[str, Any], recurs: bool) -> None:
+    def _rework_waiting(conn: Connection, schedule: dict[str, Any], recurs: bool, reworked: bool) -> None:
         """Bring an edited schedule's waiting occurrences in line: under a new recurrence those it does not have
         are cancelled (one it has too keeps its job, whose key the new one would use), and what waits is given
-        the schedule's work as it is now. A run-now is never the recurrence's to cancel."""
+        the schedule's work as it is now (if `reworked`). A run-now is never the recurrence's to cancel."""
         name = schedule["name"]
         if recurs:
             recurrence = Recurrence.of(schedule)
@@ -348,12 +348,17 @@ class ScheduleStore:
             for start in range(0, len(stale), KEYS_PER_STATEMENT):
                 conn.execute(
                     update(jobs)
-                    .where(jobs.c.id.in_(stale[start : start + KEYS_PER_STATEMENT]), jobs.c.state == JobState.QUEUED)
+                    .where(
+                        jobs.c.id.in_(stale[start : start + KEYS_PER_STATEMENT]),
+                        jobs.c.state == JobState.QUEUED,
+                        jobs.c.attempts == 0,  # a retry of an occurrence that came is still owed its run
+                    )
                     .values(state=JobState.CANCELLED, finished_at=db_now(), last_error=reason)
                 )
-        work = {column: schedule[column] for column in WORK}
-        gated = gated_now(literal(schedule["queue"], String))
-        conn.execute(update(jobs).where(_waiting(jobs, name)).values(**work, gated=gated))
+        if reworked:
+            work = {column: schedule[column] for column in WORK}
+            gated = gated_now(literal(schedule["queue"], String))
+            conn.execute(update(jobs).where(_waiting(jobs, name)).values(**work, gated=gated))
 
     def last_runs(self, name: str, limit: int = LAST_RUNS) -> list[dict[str, Any]]:
         """The schedule's newest `limit` occurrences that started or ended, newest first, as their runs (every

@@ -11,7 +11,7 @@ from queueprocessor.farm import Farm
 from queueprocessor.rules.errors import InvalidJob, NotFound, QPError
 from queueprocessor.rules.schedules import Recurrence, made_by
 from queueprocessor.store.schedules import ScheduleStore
-from queueprocessor.store.schema import schedules
+from queueprocessor.store.schema import jobs, schedules
 from tests.support import pyjobs
 from tests.support.work import FAST, Nodes, wait_for
 
@@ -158,6 +158,15 @@ def test_a_new_recurrence_cancels_the_occurrences_the_old_one_left_waiting(farm)
     assert others and all(j["state"] == "cancelled" and "was edited" in j["last_error"] for j in others)
     fresh = [j for j in schedule_jobs(farm, "soon") if j["state"] == "queued"]
     assert fresh and all(recurs(j) for j in fresh)
+
+
+def test_a_retry_waiting_for_its_next_attempt_is_not_cancelled_by_a_new_recurrence(farm):
+    farm.settings(**FAST)
+    farm.schedule("soon", farm.python_spec(pyjobs.noop), every=0.2)
+    [retry, *_] = [j for j in schedule_jobs(farm, "soon") if j["state"] == "queued"]
+    farm._store.count(update(jobs).where(jobs.c.id == retry["id"]).values(attempts=1))  # as after a failed attempt
+    farm.edit_schedule("soon", every=0.7)
+    assert farm.job(retry["id"])["state"] == "queued"
 
 
 def test_new_work_is_written_into_the_occurrences_still_waiting(farm):
