@@ -19,13 +19,19 @@ from PySide6.QtWidgets import (
 
 from queueprocessor.farm import work_spec
 from queueprocessor.rules.errors import QPError
-from queueprocessor.rules.schedules import MISFIRE, PREVIEW, check_policy, edited
+from queueprocessor.rules.schedules import MISFIRE, PREVIEW, Recurrence, check_policy, edited
 
 from . import text, theme
 from .dialogs import _finish_form, in_form_terms
 
 CRON, EVERY = "cron", "every"
 WORK = ("executor", "target", "method", "payload", "queue")
+
+
+def occurrence_text(recurrence: Recurrence, t: float) -> str:
+    """An occurrence as the preview shows it: your local time, and a cron's wall time in its own zone."""
+    mine = text.clock(t, millis=False)
+    return mine if recurrence.every is not None else f"{mine} · {recurrence.tz} {recurrence.label(t)[11:19]}"
 
 
 class ScheduleDialog(QDialog):
@@ -114,8 +120,7 @@ class ScheduleDialog(QDialog):
         except QPError as error:
             self.preview.setText(in_form_terms(error))
             return
-        zone = "" if recurrence.every is not None else f" · {recurrence.tz} "
-        self.preview.setText("\n".join(f"{text.stamp(t)}{zone and zone + recurrence.label(t)[11:19]}" for t in times))
+        self.preview.setText("\n".join(occurrence_text(recurrence, t) for t in times))
 
     def accept(self) -> None:
         given = self.recurrence_given()

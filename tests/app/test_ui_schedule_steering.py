@@ -14,6 +14,7 @@ from tests.app import test_ui_window  # noqa: E402
 from tests.app.test_ui_schedules import DESK, NOOP, _names, _rows, _tab  # noqa: E402
 from tests.support.work import FAST  # noqa: E402
 from ui import text  # noqa: E402
+from ui.scheduledialog import occurrence_text  # noqa: E402
 
 app, open_window = test_ui_window.app, test_ui_window.open_window  # the window tests' fixtures
 WAIT = test_ui_window.WAIT
@@ -69,13 +70,13 @@ def test_the_edit_dialog_previews_the_next_five_and_saves_only_what_changed(farm
         return dialog.preview.text().splitlines()
 
     yearly = Recurrence.parse(NEVER_SOON, "Europe/Berlin")
-    assert preview() == [f"{text.stamp(t)} · Europe/Berlin 03:00:00" for t in yearly.upcoming(dialog.start)]
+    assert preview() == [occurrence_text(yearly, t) for t in yearly.upcoming(dialog.start)]
+    assert all(line.endswith(" · Europe/Berlin 03:00:00") for line in preview())  # its wall time in its zone
 
     dialog.cron.setText("*/5 * * * *")  # every keystroke previews again
-    shown = Recurrence.parse("*/5 * * * *", "Europe/Berlin").upcoming(dialog.start)
-    assert len(shown) == PREVIEW and preview() == [
-        f"{text.stamp(t)} · Europe/Berlin {Recurrence.parse('*/5 * * * *', 'Europe/Berlin').label(t)[11:19]}"
-        for t in shown
+    every5 = Recurrence.parse("*/5 * * * *", "Europe/Berlin")
+    assert len(preview()) == PREVIEW and preview() == [
+        occurrence_text(every5, t) for t in every5.upcoming(dialog.start)
     ]
     dialog.cron.setText("61 * * * *")
     assert preview()[0].startswith("malformed cron expression '61 * * * *'")
@@ -85,7 +86,7 @@ def test_the_edit_dialog_previews_the_next_five_and_saves_only_what_changed(farm
 
     dialog.kind.setCurrentIndex(dialog.kind.findData("every"))
     dialog.every.setValue(90)
-    assert preview() == [text.stamp(t) for t in Recurrence(every=90.0).upcoming(dialog.start)]
+    assert preview() == [text.clock(t, millis=False) for t in Recurrence(every=90.0).upcoming(dialog.start)]
     dialog.payload.setPlainText('{"day": 1}')
     save.click()
     assert dialog.changes == dict(cron=None, tz=None, every=90.0, payload='{"day":1}')
