@@ -31,7 +31,7 @@ from .rules.errors import ConfigError, NotFound, QPError, echoed
 from .rules.limits import MAX_ATTEMPTS
 from .rules.output import format_time, machine_label, print_json, print_table, progress_text
 from .rules.queues import DEFAULT, UNCHANGED, OnFailure, Served, check_name
-from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE
+from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, made_by
 from .rules.search import JobFilter
 from .rules.states import JobState, Wish
 from .rules.urls import default_url, mask
@@ -319,13 +319,9 @@ def _spec(
     """A JobSpec from `EXECUTOR TARGET...` on the command line."""
     from .farm import work_spec
 
-    if executor != "command" and len(words) != 1:
-        example = "/reports/run" if executor == "http" else "myapp.jobs:report"
-        raise click.UsageError(f"{executor} work takes one target, e.g. {example} (got {len(words)})")
-    target = json.dumps(list(words)) if executor == "command" else words[0]
     return work_spec(
         executor,
-        target,
+        _target_of(executor, words),
         method=method,
         payload=payload,
         priority=priority,
@@ -336,6 +332,14 @@ def _spec(
         after=after,
         after_ended=after_ended,
     )
+
+
+def _target_of(executor: str, words: Sequence[str]) -> str:
+    """The target `EXECUTOR TARGET...` names on the command line: a command's argv as JSON."""
+    if executor != "command" and len(words) != 1:
+        example = "/reports/run" if executor == "http" else "myapp.jobs:report"
+        raise click.UsageError(f"{executor} work takes one target, e.g. {example} (got {len(words)})")
+    return json.dumps(list(words)) if executor == "command" else words[0]
 
 
 def _enqueue(
@@ -429,23 +433,43 @@ def schedule() -> None:
     """Recurring work: each occurrence runs once on the farm, however many machines see it."""
 
 
+def _when_recurring(misfire: str | None, grace: float | None) -> Callable[[_Command], _Command]:
+    """The options that say when a schedule recurs, for `schedule add` (with the defaults) and `set` (None: keep)."""
+
+    def add_options(command: _Command) -> _Command:
+        for option in reversed(
+            (
+                click.option("--cron", metavar="EXPR", help="Cron expression, e.g. '30 2 * * *' (6th field: seconds)."),
+                click.option("--tz", metavar="ZONE", help="Time zone of --cron, e.g. Europe/Berlin. Default: UTC."),
+                click.option(
+                    "--every",
+                    type=Seconds(),
+                    metavar="SECONDS",
+                    help="Fixed interval, at whole multiples since the epoch.",
+                ),
+                click.option(
+                    "--misfire",
+                    type=click.Choice(["skip", "once", "all"]),
+                    default=misfire,
+                    help="Occurrences the farm noticed late (it was down): skip them, run the newest once, or run all.",
+                ),
+                click.option(
+                    "--grace",
+                    type=Seconds(min=0),
+                    default=grace,
+                    help="Seconds after which a missed occurrence is dropped whatever --misfire says.",
+                ),
+            )
+        ):
+            command = option(command)
+        return command
+
+    return add_options
+
+
 @schedule.command("add")
 @click.argument("name")
-@click.option("--cron", metavar="EXPR", help="Cron expression, e.g. '30 2 * * *' (6th field: seconds).")
-@click.option("--tz", metavar="ZONE", help="Time zone of --cron, e.g. Europe/Berlin. Default: UTC.")
-@click.option("--every", type=Seconds(), metavar="SECONDS", help="Fixed interval, at whole multiples since the epoch.")
-@click.option(
-    "--misfire",
-    type=click.Choice(["skip", "once", "all"]),
-    default=DEFAULT_MISFIRE,
-    help="Occurrences the farm noticed late (it was down): skip them, run the newest once, or run all.",
-)
-@click.option(
-    "--grace",
-    type=Seconds(min=0),
-    default=DEFAULT_GRACE,
-    help="Seconds after which a missed occurrence is dropped whatever --misfire says.",
-)
+@_when_recurring(DEFAULT_MISFIRE, DEFAULT_GRACE)
 @_executor
 @_target
 @_work_options
@@ -467,7 +491,12 @@ def schedule_add(
     row = ctx.farm.schedule(
         name, _spec(executor, target, **work), cron=cron, tz=tz, every=every, misfire=misfire, grace=grace
     )
-    click.echo(f"schedule {name}: {_recurrence(row)}, next at {format_time(row['next_run'])} UTC")
+    _say_schedule(row)
+
+
+def _say_schedule(row: dict[str, Any]) -> None:
+    when = "paused" if row["paused"] else f"next at {format_time(row['next_run'])} UTC"
+    click.echo(f"schedule {row['name']}: {_recurrence(row)}, {when}")
 
 
 @schedule.command("list")
@@ -526,6 +555,77 @@ def schedule_resume(ctx: Context, name: str) -> None:
     """Start a paused schedule again from its next occurrence."""
     row = ctx.farm.resume_schedule(name)
     click.echo(f"schedule {name} active, next at {format_time(row['next_run'])} UTC")
+
+
+@schedule.command("run")
+@click.argument("name")
+@click.option(
+    "--request",
+    metavar="KEY",
+    help="Names this request: sent again (a retry), it runs nothing more. Default: a new request.",
+)
+@pass_ctx
+def schedule_run(ctx: Context, name: str, request: str | None) -> None:
+    """Run schedule NAME once now, beside its regular occurrences (which stay as they are)."""
+    job_id = ctx.farm.run_schedule(name, request)
+    click.echo(f"schedule {name}: run now as job {job_id}; the next turn starts it")
+
+
+@schedule.command("set")
+@click.argument("name")
+@_when_recurring(None, None)
+@click.option("--queue", metavar="NAME", help="The queue its occurrences wait in.")
+@click.option("--payload", metavar="JSON", help="JSON given to the work; '' for none.")
+@click.option("--method", type=click.Choice(["GET", "POST"], case_sensitive=False), help="HTTP work only.")
+@click.argument("executor", type=click.Choice(["http", "python", "command"]), metavar="[EXECUTOR", required=False)
+@click.argument("target", nargs=-1, metavar="TARGET...]")
+@pass_ctx
+def schedule_set(ctx: Context, /, name: str, executor: str | None, target: tuple[str, ...], **given: Any) -> None:
+    """Change what is given of schedule NAME, e.g. `schedule set nightly --cron '0 4 * * *'` or `schedule set
+    nightly http /backup`; the rest stays. A new recurrence starts at its next occurrence, none it missed runs;
+    a paused schedule stays paused."""
+    changes = {key: value for key, value in given.items() if value is not None}
+    if executor is not None:
+        changes |= dict(executor=executor, target=_target_of(executor, target))
+    if not changes:
+        raise click.UsageError(
+            "nothing to change: give --cron, --tz, --every, --misfire, --grace, --queue, --payload, --method "
+            "or EXECUTOR TARGET..."
+        )
+    _say_schedule(ctx.farm.edit_schedule(name, **changes))
+
+
+@schedule.command("show")
+@click.argument("name")
+@click.option("--runs", type=click.IntRange(1, 1000), default=10, help="How many of its last occurrences to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def schedule_show(ctx: Context, name: str, runs: int, as_json: bool) -> None:
+    """Schedule NAME, and its last runs: when each was due, how late it started, how it ended."""
+    row, last = ctx.reader.get_schedule(name), ctx.reader.schedule_runs(name, runs)
+    if as_json:
+        return print_json({"schedule": row, "runs": last})
+    _say_schedule(row)
+    work = f"{row['executor']} {row['method'] + ' ' if row['executor'] == 'http' else ''}{row['target']}"
+    click.echo(f"work: {work} in queue {row['queue']}, payload {row['payload'] or 'none'}")
+    click.echo(f"misfire: {row['misfire']}, grace {row['grace']:g} s")
+    print_table(
+        ["job", "due (UTC)", "kind", "attempt", "machine", "started", "late", "outcome", "error"],
+        [
+            [
+                r["job"],
+                format_time(r["due"]),
+                "run now" if r["manual"] else "scheduled",
+                r["attempt"] or "-",
+                machine_label(r["machine_name"], r["machine_id"]),
+                format_time(r["started_at"]),
+                "-" if r["late"] is None else f"{r['late'] * 1000:+.0f}ms",
+                r["outcome"],
+                (r["error"] or "")[:50],
+            ]
+            for r in last
+        ],
+    )
 
 
 @cli.group()
@@ -714,13 +814,27 @@ def jobs(ctx: Context, /, limit: int, as_json: bool, **where: Any) -> None:
     if as_json:
         return print_json({"jobs": rows})
     print_table(
-        ["id", "state", "executor", "target", "owner", "attempt", "fence", "run at", "finished", "progress", "error"],
+        [
+            "id",
+            "state",
+            "executor",
+            "target",
+            "schedule",
+            "owner",
+            "attempt",
+            "fence",
+            "run at",
+            "finished",
+            "progress",
+            "error",
+        ],
         [
             [
                 j["id"],
                 j["state"],
                 j["executor"],
                 j["target"],
+                made_by(j) or "-",
                 machine_label(j["owner_name"], j["owner"]),
                 f"{j['attempts']}/{j['max_attempts']}",
                 j["fence"],

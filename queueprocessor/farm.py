@@ -15,11 +15,10 @@ in pyproject.toml holds them to that).
 """
 
 import json
-import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import exc
 
@@ -27,18 +26,17 @@ from . import grabs, singletons
 from .bulkjobs import ManyJobs
 from .jobfunctions import JobFunction, target_of
 from .node.config import FarmTiming, NodeConfig
-from .rules.allow import check_allowed, check_form
+from .rules.allow import check_allowed
 from .rules.clock import Clock, SystemClock
 from .rules.errors import (
     BadJobInput,
     DatabaseUnavailable,
     DuplicateKey,
-    InvalidJob,
     NotFound,
     QPError,
     echoed,
 )
-from .rules.limits import LATEST, MAX_ATTEMPTS, MAX_INT, MAX_PAYLOAD, MAX_WAIT
+from .rules.limits import LATEST, MAX_ATTEMPTS, MAX_WAIT
 from .rules.queues import (
     DEFAULT,
     UNCHANGED,
@@ -47,7 +45,6 @@ from .rules.queues import (
     Rate,
     check_limit,
     check_name,
-    check_order_key,
     serving_machines,
 )
 from .rules.roster import Liveness, machine_status
@@ -55,6 +52,7 @@ from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, Recurrence
 from .rules.search import JobFilter as JobFilter  # what find_jobs and act_on_jobs take
 from .rules.states import SERVING
 from .rules.urls import default_url, mask
+from .schedulesteer import ScheduleSteering, within_reach
 from .store.database import (
     APP_PROGRAM,
     check_schema,
@@ -70,92 +68,13 @@ from .store.schedules import ScheduleStore
 from .store.stores import Store
 from .store.types import JobSpec as JobSpec  # what work_spec returns: the app builds jobs from it
 from .timing import SharedTiming
-from .workflows import FarmFlows, check_after
+from .workflows import FarmFlows
+from .workspec import to_json
+from .workspec import work_spec as work_spec  # the CLI, the app and scripts build jobs with it
 
 if TYPE_CHECKING:  # loaded by the methods that return them, so that enqueueing never loads a node (cli.py)
     from .node.node import Node
     from .views import Dashboard
-
-
-def parse_payload(text: str | None) -> str | None:
-    """Check that a payload is JSON within the size limit; return it normalised."""
-    if text is None or text == "":
-        return None
-    try:
-        size = len(text.encode())
-    except UnicodeEncodeError:  # bytes that were not UTF-8 on the command line arrive as lone surrogates
-        raise InvalidJob("payload is not valid UTF-8 text") from None
-    if size > MAX_PAYLOAD:
-        raise InvalidJob(
-            f"payload is {size} bytes, over the {MAX_PAYLOAD} byte limit: "
-            "store large data elsewhere and pass a reference"
-        )
-    try:
-        return json.dumps(json.loads(text, parse_constant=_not_json), separators=(",", ":"))
-    except json.JSONDecodeError as error:
-        raise BadJobInput(
-            "payload is not valid JSON ({limit}): quote it, e.g. {0} '{{\"id\": 1}}'",
-            "payload",
-            limit=f"{error.msg} at line {error.lineno} column {error.colno}",
-        ) from None
-    except RecursionError:
-        raise InvalidJob("payload is not usable JSON: it is nested too deeply") from None
-
-
-def _not_json(constant: str) -> NoReturn:
-    raise json.JSONDecodeError(f"{constant} is not JSON (use null or a string)", constant, 0)
-
-
-def to_json(value: object) -> str | None:
-    """A Python payload as JSON text (None stays None: no payload)."""
-    if value is None:
-        return None
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError) as error:
-        raise InvalidJob(f"payload cannot be sent as JSON: {error}") from None
-
-
-def work_spec(
-    executor: str,
-    target: str,
-    *,
-    method: str = "GET",
-    payload: str | None = None,
-    priority: int = 0,
-    max_attempts: int = MAX_ATTEMPTS,
-    timeout: float | None = None,
-    key: str | None = None,
-    queue: str = DEFAULT,
-    order_key: str | None = None,
-    after: Iterable[int] = (),
-    after_ended: bool = False,
-) -> JobSpec:
-    """A job definition checked for form; `payload` is JSON text. `queue` names the queue it waits in; jobs
-    with the same `order_key` in one queue run one at a time, in the order they were enqueued. It runs once the
-    jobs `after` names have succeeded (with `after_ended`: have ended, whatever the outcome)."""
-    if not 1 <= max_attempts <= MAX_INT:
-        raise BadJobInput.out_of("max_attempts", max_attempts, f"from 1 to {MAX_INT}")
-    if not -MAX_INT <= priority <= MAX_INT:
-        raise BadJobInput.out_of("priority", priority, f"from {-MAX_INT} to {MAX_INT}")
-    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
-        raise BadJobInput.out_of("timeout", timeout, "a positive number of seconds")
-    spec = JobSpec(
-        executor=executor,
-        target=target,
-        method=method.upper(),
-        payload=parse_payload(payload),
-        priority=priority,
-        max_attempts=max_attempts,
-        timeout=timeout,
-        key=key,
-        queue=check_name(queue),
-        order_key=check_order_key(order_key),
-        after=check_after(after, after_ended),
-        after_ended=after_ended,
-    )
-    check_form(spec)
-    return spec
 
 
 # -- what the app needs of a farm's URL and its failures, so that it imports neither the store nor SQLAlchemy --
@@ -190,7 +109,7 @@ class Enqueued:
     served: bool
 
 
-class Farm(FarmFlows, ManyJobs):
+class Farm(FarmFlows, ManyJobs, ScheduleSteering):
     def __init__(self, url: str | None = None, *, read_only: bool = False, client: str | None = None):
         """`read_only`: only look (the app's watch-only mode). Nothing is created or adopted, and the
         database itself refuses any write through this farm. `client` labels its connections on the server
@@ -453,9 +372,7 @@ class Farm(FarmFlows, ManyJobs):
         grace: float = DEFAULT_GRACE,
     ) -> dict[str, Any]:
         """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds."""
-        if every is not None and every > MAX_WAIT:
-            raise BadJobInput.out_of("every", every, f"at most {MAX_WAIT:.0f} seconds, ten years")
-        recurrence = Recurrence.parse(cron, tz, every)
+        recurrence = within_reach(Recurrence.parse(cron, tz, every))
         self.check_allowed(spec)
         return self._schedules.add(name, recurrence, self._signed(spec), misfire=misfire, grace=grace, **self._ahead())
 

@@ -20,6 +20,7 @@ from .rules.schedules import Recurrence, settling
 from .rules.states import SERVING, MachineState
 from .store import lineage
 from .store.queues import queue_infos
+from .store.schedules import ScheduleStore
 from .store.stores import Store
 from .store.views import (
     find_jobs,
@@ -164,6 +165,7 @@ class Query:
     jobs_limit: int = 500
     job_id: int | None = None
     flow_id: int | None = None  # a workflow or group to read with its steps (the app's graph of it)
+    schedule: str | None = None  # the schedule whose definition and last runs to read (Dashboard.schedule)
     bucket: float = 5.0
     history: float = 600.0
     keep_gone: float = GONE_AFTER
@@ -180,6 +182,7 @@ class Dashboard:
         self.timing = timing
         self._search = Paced(clock, SEARCH_SHARE)
         self._occurrences: Occurrences = {}  # read_schedules' memory
+        self._schedule_runs = Paced(clock, SEARCH_SHARE)
 
     def jobs(self, query: Query) -> list[dict[str, Any]]:
         """The jobs list: the newest in the state asked for, or found by the text asked for."""
@@ -190,6 +193,18 @@ class Dashboard:
             (text, query.jobs_state, query.jobs_limit, query.jobs_queue),
             lambda: find_jobs(self.store, text, query.jobs_state, query.jobs_limit, queue=query.jobs_queue),
         )
+
+    def schedule(self, name: str | None) -> dict[str, Any] | None:
+        """Schedule `name`'s row with its last runs (`runs`, ScheduleStore.last_runs), or None (none asked for, or
+        gone). Its runs are found among its jobs by key and origin, a scan where few jobs are its own: polls
+        repeat it at most SEARCH_SHARE of the time, as a text search."""
+        if name is None:
+            return None
+        store = ScheduleStore(self.store)
+        try:
+            return store.get(name) | {"runs": self._schedule_runs.read(name, lambda: store.last_runs(name))}
+        except NotFound:
+            return None
 
     def machines(self, keep_gone: float = GONE_AFTER) -> list[dict[str, Any]]:
         """The machines judged (see judge_machines) without the rest of a poll: what a status line shows."""
@@ -228,6 +243,7 @@ class Dashboard:
             "jobs": lineage.with_waits(store, self.jobs(query)),
             "flow": lineage.flow(store, query.flow_id),
             "job": job,
+            "schedule": self.schedule(query.schedule),
             "schedules": read_schedules(store, now, self._occurrences, self.timing.period),
             "singletons": singletons.list_all(store),
             "queues": queue_infos(store, [m for m in machines if m["status"] in SERVING]),

@@ -23,21 +23,9 @@ from .store.stores import Store
 from .store.types import JobSpec
 
 MAX_STEPS = 100_000  # jobs one call enqueues: a graph is one transaction
-MAX_ID = 2**63 - 1  # ids are 64-bit
 
 # What the Farm gives a flow: its store, and its check and signing of each job's work before it is stored.
 Submit = Callable[[str, str | None, Sequence[Step], JobSpec | None], Made]
-
-
-def check_after(after: Iterable[int], after_ended: bool) -> tuple[int, ...]:
-    """The ids a job runs after, checked for form (whether they exist, the store checks as it enqueues)."""
-    ids = tuple(after)
-    for job_id in ids:
-        if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id <= MAX_ID:
-            raise BadJobInput("{0} names jobs by their ids, whole numbers from 1 (got {value})", "after", value=job_id)
-    if after_ended and not ids:
-        raise BadJobInput("{0} needs {1}: the jobs whose end it waits for", "after_ended", "after")
-    return tuple(sorted(set(ids)))
 
 
 def check_name(name: str | None, what: str) -> str | None:

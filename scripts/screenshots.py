@@ -28,6 +28,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from queueprocessor.demo import feed, start_web_server  # noqa: E402
 from queueprocessor.farm import Farm, work_spec  # noqa: E402
+from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
 from queueprocessor.rules.clock import SystemClock  # noqa: E402
 from queueprocessor.rules.states import JobState, Outcome, Wish  # noqa: E402
 from ui.app import make_app  # noqa: E402
@@ -128,7 +129,9 @@ def main() -> None:
 
     make_app([], "light")
     window = MainWindow(
-        url, dict(name="ops-desk", capacity=4, http_base=base, clock_skew=0.9, queues="default,reports"), interval=0.4
+        url,
+        NodeConfig().given(name="ops-desk", capacity=4, http_base=base, clock_skew=0.9, queues="default,reports"),
+        interval=0.4,
     )
     window.resize(1440, 900)
     window.show()
@@ -150,7 +153,16 @@ def main() -> None:
         shoot(window, out, "queue-light")
         window.tabs.setCurrentWidget(window.schedules)
         window.schedules.select(window.schedules.schedules_view, "partner-sync")
+        farm.run_schedule("partner-sync")  # one run now among its regular runs, in the Last runs panel
+        pump(3.0)
         shoot(window, out, "schedules-light")
+        window.schedules.edit()
+        window.schedules.dialog.cron.setText("*/20 * * * *")
+        window.schedules.dialog.kind.setCurrentIndex(0)  # the preview follows what is typed
+        pump(0.5)
+        window.schedules.dialog.grab().save(str(out / "schedule-edit-light.png"))
+        print(f"wrote {out / 'schedule-edit-light.png'}")
+        window.schedules.dialog.reject()
         window.tabs.setCurrentWidget(window.queues)
         window.queues.table.selectRow(window.queues.model.row_of("reports"))
         shoot(window, out, "queues-light")

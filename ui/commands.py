@@ -75,6 +75,27 @@ class Commands:
     def remove_schedule(self, name: str) -> None:
         self.run(f"Remove schedule {name}", lambda farm: f"removed ({_waiting(farm.remove_schedule(name))})")
 
+    def run_schedule(self, name: str, request: str, then: Callable[[], None]) -> None:
+        """Run a schedule once now. `request` keys it (Farm.run_schedule): sent again, it makes no second job.
+        `then()` runs on the worker once the farm has answered, whatever it answered."""
+
+        def run_now(farm: Farm) -> str:
+            try:
+                return f"run now as job {farm.run_schedule(name, request)}; the next turn starts it"
+            finally:
+                then()
+
+        self.run(f"Run schedule {name} now", run_now)
+
+    def edit_schedule(self, name: str, changes: dict) -> None:
+        """`changes`: Farm.edit_schedule's keywords for what the operator changed (the schedule dialog's)."""
+
+        def edit(farm: Farm) -> str:
+            row = farm.edit_schedule(name, **changes)
+            return "saved; paused" if row["paused"] else f"saved; next at {format_time(row['next_run'])} UTC"
+
+        self.run(f"Edit schedule {name}", edit)
+
     def remove_singleton(self, name: str) -> None:
         self.run(f"Remove singleton {name}", lambda farm: farm.remove_singleton(name))
 

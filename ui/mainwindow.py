@@ -150,6 +150,7 @@ class MainWindow(QMainWindow):
         self.timeline.follow_changed.connect(self.queue.set_follow)
         self.queue.manually_moved.connect(lambda: self.timeline.set_follow(False))
         self.schedules = SchedulesView(self.commands, self.watch_only)
+        self.schedules.schedule_selected.connect(lambda name: self._query(schedule=name))
         self.queues = QueuesView(self.commands, self.watch_only)
 
         self.tabs = QTabWidget()

@@ -1,15 +1,18 @@
-"""The Schedules tab: recurring schedules and singletons, and an operator's Pause, Resume and Remove for them.
+"""The Schedules tab: recurring schedules and singletons, and an operator's Run now, Edit, Pause, Resume and
+Remove for them.
 
 Like Hangfire's "Recurring jobs" page: each schedule with how it recurs, its
-next occurrence and what became of its last one; below, each singleton with
-the machine holding it. The tab never touches the database: an operator's
+next occurrence and what became of its last one; below, the last runs of the
+selected one (due, late, outcome), then each singleton with the machine
+holding it. The tab never touches the database: an operator's
 action is a call of the window's `Commands` (run on the worker thread), and
 the next snapshot shows its effect.
 """
 
+import uuid
 from typing import cast
 
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMenu, QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget
 
@@ -20,6 +23,8 @@ from . import text, theme
 from .commands import Commands
 from .dialogs import confirm
 from .models import ROW_ROLE, Column, Mark, SnapshotModel, dot, full_text, marked
+from .scheduledialog import ScheduleDialog
+from .scheduleruns import ScheduleRunsModel, run_rows
 from .snapshot import Snapshot
 from .tables import table
 
@@ -145,6 +150,9 @@ class SingletonsModel(SnapshotModel):
 
 
 class SchedulesView(QWidget):
+    schedule_selected = Signal(object)  # the selected schedule's name (None: none), whose last runs to read
+    run_answered = Signal(str)  # a run-now request of this schedule came back from the worker (emitted there)
+
     def __init__(self, commands: Commands, watch_only: bool = False, parent=None):
         super().__init__(parent)
         self.commands = commands
@@ -189,7 +197,8 @@ class SchedulesView(QWidget):
             "Stop the selected singleton for good (its machine stops it within a heartbeat)",
             self.remove_singleton,
         )
-        self.schedule_actions = [self.act_pause, self.act_resume, self.act_remove]
+        self._build_steering()
+        self.schedule_actions = [self.act_run_now, self.act_edit, self.act_pause, self.act_resume, self.act_remove]
         self.menu: QMenu | None = None
         self.confirm: QMessageBox | None = None
 
@@ -197,8 +206,11 @@ class SchedulesView(QWidget):
         layout.setContentsMargins(6, 6, 6, 6)
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self._section("Recurring schedules", self.schedule_actions, self.schedules_view))
+        runs = self._section("Last runs", [], self.runs_view)
+        self.runs_title = runs.findChild(QLabel, "sectionTitle")
+        split.addWidget(runs)
         split.addWidget(self._section("Singletons", [self.act_remove_singleton], self.singletons_view))
-        split.setSizes([340, 180])
+        split.setSizes([300, 160, 140])
         layout.addWidget(split)
         self.split = split
         self._selected: dict[QTableView, str | None] = {self.schedules_view: None, self.singletons_view: None}
@@ -208,6 +220,29 @@ class SchedulesView(QWidget):
         self._update_actions()
 
     # -- building -------------------------------------------------------------
+
+    def _build_steering(self) -> None:
+        """Run now and Edit, and the last runs of the selected schedule."""
+        self.act_run_now = self._action(
+            "enqueue",
+            "Run now",
+            "Run the selected schedule once now, beside its regular occurrences (which stay as they are)",
+            self.run_now,
+        )
+        self.act_edit = self._action(
+            "limit",
+            "Edit…",
+            "Change the selected schedule's recurrence, misfire policy, work or queue, with its next occurrences "
+            "shown as you type",
+            self.edit,
+        )
+        self.dialog: ScheduleDialog | None = None
+        self.runs_model = ScheduleRunsModel(self)
+        self.runs_view = table(self.runs_model, (150, 80, 60, 60, 110, 150, 80, 90, 200))
+        self.details: dict | None = None  # the selected schedule's row and last runs, once a snapshot has them
+        self._requests: dict[str, str] = {}  # schedule -> the run-now request sent and not yet answered
+        self._start = 0.0  # database time a period past the last snapshot's: where an edit's preview counts from
+        self.run_answered.connect(self._run_answered)
 
     def _action(self, icon: str, label: str, tip: str, slot) -> QAction:
         action = QAction(theme.icon(icon), label, self)
@@ -249,7 +284,18 @@ class SchedulesView(QWidget):
                     self.select(view, name)
         finally:
             self._updating = False
+        self._show_details(snapshot)
         self._update_actions()
+
+    def _show_details(self, snapshot: Snapshot) -> None:
+        """The selected schedule's last runs, from a snapshot that read them for it (not one read before the
+        selection moved)."""
+        name = self._selected[self.schedules_view]
+        shown = snapshot.schedule
+        self.details = shown if shown is not None and shown["name"] == name else None
+        self._start = snapshot.db_now + snapshot.period
+        self.runs_model.set_rows(run_rows(self.details), {})
+        self.runs_title.setText(f"Last runs of {name}" if name else "Last runs (select a schedule)")
 
     def selected(self, view: QTableView) -> dict | None:
         rows = view.selectionModel().selectedRows()
@@ -265,7 +311,10 @@ class SchedulesView(QWidget):
     def _selection_changed(self, view: QTableView) -> None:
         if not self._updating:
             row = self.selected(view)
-            self._selected[view] = row["name"] if row else None
+            name = row["name"] if row else None
+            if view is self.schedules_view and name != self._selected[view]:
+                self.schedule_selected.emit(name)
+            self._selected[view] = name
         self._update_actions()
 
     def _update_actions(self) -> None:
@@ -275,6 +324,8 @@ class SchedulesView(QWidget):
         self.act_pause.setEnabled(allowed and bool(schedule) and not schedule["paused"])
         self.act_resume.setEnabled(allowed and bool(schedule) and schedule["paused"])
         self.act_remove.setEnabled(allowed and bool(schedule))
+        self.act_run_now.setEnabled(allowed and bool(schedule) and schedule["name"] not in self._requests)
+        self.act_edit.setEnabled(allowed and self.details is not None)
         self.act_remove_singleton.setEnabled(
             allowed and bool(singleton) and singleton["state"] in (JobState.QUEUED, JobState.RUNNING)
         )
@@ -299,6 +350,31 @@ class SchedulesView(QWidget):
     def resume(self) -> None:
         if schedule := self.selected(self.schedules_view):
             self.commands.resume_schedule(schedule["name"])
+
+    def run_now(self) -> None:
+        """Run the selected schedule once now. Its request is kept until the worker answers: however often it is
+        asked meanwhile, it is the same request, which the farm runs once (Farm.run_schedule)."""
+        if schedule := self.selected(self.schedules_view):
+            name = schedule["name"]
+            request = self._requests.setdefault(name, uuid.uuid4().hex)
+            self.commands.run_schedule(name, request, then=lambda: self.run_answered.emit(name))
+            self._update_actions()
+
+    def _run_answered(self, name: str) -> None:
+        self._requests.pop(name, None)
+        self._update_actions()
+
+    def edit(self) -> None:
+        """Open the selected schedule in the edit dialog (without blocking); Save sends what was changed."""
+        if self.details is not None:
+            name, dialog = self.details["name"], ScheduleDialog(self.details, self._start, self)
+            dialog.accepted.connect(lambda: self._save(name, dialog.changes))
+            dialog.open()
+            self.dialog = dialog
+
+    def _save(self, name: str, changes: dict) -> None:
+        if changes:  # Save with nothing changed sends nothing
+            self.commands.edit_schedule(name, changes)
 
     def remove(self) -> None:
         if schedule := self.selected(self.schedules_view):

@@ -35,6 +35,7 @@ class Snapshot:
     job: dict | None  # the selected job with its runs, parents, children and flows (store/lineage.py)
     flow: dict | None  # the workflow or group whose graph is open, with its steps
     schedules: list[dict]
+    schedule: dict | None  # the schedule the Schedules tab has selected, with its last runs (Query.schedule)
     singletons: list[dict]
     queues: list[QueueInfo]  # every named queue, by name
     # What the app adds.

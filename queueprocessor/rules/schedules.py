@@ -21,6 +21,9 @@ Misfires: an occurrence made into a job more than one period after its time
 was missed (the farm was down or too busy to take turns). One older than the
 schedule's grace is dropped. Within the grace the policy decides: `skip`
 drops the missed ones, `once` runs the newest of them once, `all` runs each.
+
+Run now: an operator's extra occurrence is keyed `name@run now REQUEST` (run_now_key), so one request makes
+one job however often it is sent, and its key tells it from the regular occurrences in the history.
 """
 
 import math
@@ -31,6 +34,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import BadJobInput, InvalidJob, echoed
+from .queues import UNCHANGED
 
 MISFIRE = ("skip", "once", "all")
 DEFAULT_MISFIRE = "once"  # a farm down over several occurrences runs one of them when it is back
@@ -46,6 +50,9 @@ MACROS = {
     "@hourly": "0 * * * *",
 }
 MAX_PER_PASS = 1000  # occurrences made into jobs per schedule per turn (the rest wait for the next turn)
+PREVIEW = 5  # occurrences an edit shows before it is saved
+RUN_NOW = "run now"  # what an operator's extra occurrence has in its key in place of its time
+MAX_REQUEST = 64  # characters of a run-now request's key
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,13 @@ class Recurrence:
                 return occurrence
         return None
 
+    def upcoming(self, t: float, count: int = PREVIEW) -> list[float]:
+        """The next `count` occurrences strictly after `t`: what an edit previews before it is saved."""
+        times = [self.after(t)]
+        while len(times) < count:
+            times.append(self.after(times[-1]))
+        return times
+
     def label(self, t: float) -> str:
         """How an occurrence is named in its job key: local time with its UTC offset, to the millisecond."""
         zone = UTC if self.every is not None else self._cron()[1]
@@ -151,6 +165,23 @@ class Recurrence:
         """The cron expression and its zone: a recurrence without `every` has both (parse sees to it)."""
         assert self.cron is not None and self.tz is not None
         return self.cron, ZoneInfo(self.tz)
+
+
+def edited(
+    schedule: Mapping[str, Any], *, cron: Any = UNCHANGED, tz: Any = UNCHANGED, every: Any = UNCHANGED
+) -> Recurrence:
+    """The recurrence an edit of `schedule` (a stored row) asks for, checked as a new one is (Recurrence.parse).
+    What is not given stays: a new cron keeps the row's zone, a new interval replaces a cron and its zone, and a
+    zone alone moves the row's cron to it."""
+    if cron is UNCHANGED and every is UNCHANGED:
+        cron, every = schedule["cron"], schedule["every"]
+    elif every is UNCHANGED:
+        every = None
+    elif cron is UNCHANGED:
+        cron = None
+    if tz is UNCHANGED:
+        tz = schedule["tz"] if cron is not None else None
+    return Recurrence.parse(cron, tz, every)
 
 
 def _croniter() -> Any:
@@ -224,3 +255,36 @@ def check_policy(misfire: str, grace: float) -> None:
 def check_schedule_name(name: str) -> None:
     if not name or len(name) > 200 or "@" in name or name != name.strip():
         raise InvalidJob(f"schedule name {echoed(name)} must be 1-200 characters without '@' or surrounding spaces")
+
+
+def run_now_key(name: str, request: str) -> str:
+    """The key of the extra occurrence an operator's run-now `request` makes: the same request, sent again by a
+    retry or a second click, names the same job, which the database's unique key lets in once."""
+    if not request or len(request) > MAX_REQUEST or request != request.strip() or not request.isprintable():
+        raise BadJobInput.out_of("request", request, f"1-{MAX_REQUEST} printable characters without surrounding spaces")
+    return f"{name}@{RUN_NOW} {request}"
+
+
+def is_run_now(name: str, key: str | None) -> bool:
+    return bool(key) and str(key).startswith(f"{name}@{RUN_NOW} ")
+
+
+def made_by(job: Mapping[str, Any]) -> str:
+    """Which schedule made a job, as the job lists show it: `name`, `name (run now)` for an operator's extra
+    occurrence, or "" for a job no schedule made (store/schedules.py signs its jobs `schedule NAME`)."""
+    origin = job.get("origin") or ""
+    if not origin.startswith("schedule "):
+        return ""
+    name = origin.removeprefix("schedule ")
+    return f"{name} ({RUN_NOW})" if is_run_now(name, job.get("key")) else name
+
+
+def due_of(name: str, key: str, created_at: float) -> float:
+    """When an occurrence was due: the time its key names (Recurrence.label), or for a run-now the moment it was
+    asked for. A retry's due time moves with its backoff, so the key, not the job's run_at, keeps the original."""
+    if is_run_now(name, key):
+        return created_at
+    try:
+        return datetime.fromisoformat(key.removeprefix(f"{name}@")).timestamp()
+    except ValueError:  # a key written by SQL: the job's making is the best guess left
+        return created_at

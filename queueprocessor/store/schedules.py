@@ -13,10 +13,11 @@ rest of the farm's work goes on.
 
 import importlib
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, and_, delete, exc, false, func, insert, literal, select, update
+from sqlalchemy import String, and_, delete, exc, false, func, insert, literal, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, FromClause
 
@@ -27,17 +28,29 @@ from ..rules.schedules import (
     Recurrence,
     check_policy,
     check_schedule_name,
+    due_of,
     first_occurrence,
+    is_run_now,
     plan,
+    run_now_key,
 )
 from ..rules.states import JobState, Kind
 from .base import StoreBase
 from .dbtime import db_now
+from .history import run_history, with_machine_name
 from .schema import jobs, schedules
 from .statements import gated_now
 from .types import JobSpec
+from .views import KEYS_PER_STATEMENT
 
 log = logging.getLogger("queueprocessor.schedules")
+
+RECURRENCE = ("cron", "tz", "every")
+WORK = ("executor", "target", "method", "payload", "queue")  # what an edit may change of the jobs it makes
+EDITABLE = (*RECURRENCE, *WORK)  # what an occurrence's job is made of, besides what an edit leaves alone
+LAST_RUNS = 10  # occurrences `last_runs` reads unless asked for more
+MS = 0.001  # an occurrence's key names its time to the millisecond (Recurrence.label)
+RUN_COLUMNS = ("attempt", "machine_id", "machine_name", "started_at", "finished_at", "outcome", "error")
 
 
 @dataclass(frozen=True)
@@ -218,33 +231,15 @@ class ScheduleStore:
         with self.store.engine.begin() as conn:
             moved = conn.execute(
                 update(schedules)
-                .where(and_(schedules.c.id == schedule["id"], schedules.c.next_run == schedule["next_run"]))
+                .where(
+                    and_(schedules.c.id == schedule["id"], schedules.c.next_run == schedule["next_run"]),
+                    *_as_read(schedule, EDITABLE),  # an edit since it was read: its occurrences are made anew
+                )
                 .values(next_run=next_run)
             ).rowcount
             if not moved:
                 return False
-            rows = [
-                dict(
-                    executor=schedule["executor"],
-                    target=schedule["target"],
-                    method=schedule["method"],
-                    payload=schedule["payload"],
-                    priority=schedule["priority"],
-                    max_attempts=schedule["max_attempts"],
-                    timeout=schedule["timeout"],
-                    queue=schedule["queue"],
-                    order_key=schedule["order_key"],
-                    key=f"{name}@{recurrence.label(t)}",
-                    kind=Kind.JOB,
-                    origin=_origin(name),
-                    state=JobState.QUEUED,
-                    attempts=0,
-                    fence=0,
-                    cancel_requested=False,
-                    run_at=t,
-                )
-                for t in occurrences
-            ]
+            rows = [_job_row(schedule, f"{name}@{recurrence.label(t)}", t) for t in occurrences]
             if rows:
                 self._insert_new(conn, rows, schedule["queue"])
         return True
@@ -300,14 +295,157 @@ class ScheduleStore:
             except exc.IntegrityError:
                 pass
 
+    # -- an operator's steering: run now, edit, the last runs (docs/design.md §6) --
+
+    def run_now(self, name: str, request: str) -> int:
+        """One extra occurrence, due now, keyed by `request` (run_now_key): sent again, from this machine or
+        another, the same request finds the job it made rather than make a second. Returns its job's id. The
+        regular occurrences are not touched; a paused schedule runs it too, since an operator asked."""
+        key = run_now_key(name, request)
+        schedule, now = self.get(name), self.store.ask_time()
+        with self.store.engine.begin() as conn:
+            self._insert_new(conn, [_job_row(schedule, key, now)], schedule["queue"])
+        made = self.store.rows(select(jobs.c.id).where(jobs.c.key == key, _made(jobs, name)))
+        if not made:
+            raise InvalidJob(f"the key {echoed(key)} is held by a job no run-now made: use another request")
+        job_id: int = made[0][0]
+        return job_id
+
+    def edit(self, name: str, changes: dict[str, Any], *, ahead: float, period: float) -> dict[str, Any]:
+        """Write the columns in `changes` (checked by the caller) that differ. A new recurrence starts from its
+        first occurrence more than a period away (first_occurrence), so no missed burst fires; its waiting
+        occurrences of the old one are cancelled. New work is written into the occurrences still waiting (one
+        already claimed runs as it was). A paused schedule stays paused. Guarded by the values it read, so an
+        edit, pause or resume meanwhile makes it read again."""
+        for _ in range(3):
+            schedule = self.get(name)
+            values = {column: value for column, value in changes.items() if schedule[column] != value}
+            if not values:
+                return schedule
+            recurs = not values.keys().isdisjoint(RECURRENCE)
+            guard = _as_read(schedule, ("paused", *values))
+            if recurs and not schedule["paused"]:
+                restart = first_occurrence(Recurrence.of(schedule | values), self.store.ask_time(), period)
+                values["next_run"] = restart
+            with self.store.engine.begin() as conn:
+                if conn.execute(
+                    update(schedules).where(schedules.c.id == schedule["id"], *guard).values(values)
+                ).rowcount:
+                    self._rework_waiting(conn, schedule | values, recurs, not values.keys().isdisjoint(WORK))
+                    break
+        else:
+            raise InvalidJob(f"schedule {echoed(name)} kept changing while it was edited: try again")
+        if recurs and not schedule["paused"]:
+            self.materialise(ahead=ahead, period=period, names=[name])
+        return self.get(name)
+
+    @staticmethod
+    def _rework_waiting(conn: Connection, schedule: dict[str, Any], recurs: bool, reworked: bool) -> None:
+        """Bring an edited schedule's waiting occurrences in line: under a new recurrence those it does not have
+        are cancelled (one it has too keeps its job, whose key the new one would use), and what waits is given
+        the schedule's work as it is now (if `reworked`). A run-now is never the recurrence's to cancel."""
+        name = schedule["name"]
+        if recurs:
+            recurrence = Recurrence.of(schedule)
+            waiting = conn.execute(select(jobs.c.id, jobs.c.key, jobs.c.created_at).where(_waiting(jobs, name)))
+            stale = [job.id for job in waiting if not _recurs_at(recurrence, name, job.key, job.created_at)]
+            reason = f"schedule {name} was edited: its occurrences follow the new recurrence"
+            for start in range(0, len(stale), KEYS_PER_STATEMENT):
+                conn.execute(
+                    update(jobs)
+                    .where(
+                        jobs.c.id.in_(stale[start : start + KEYS_PER_STATEMENT]),
+                        jobs.c.state == JobState.QUEUED,
+                        jobs.c.attempts == 0,  # a retry of an occurrence that came is still owed its run
+                    )
+                    .values(state=JobState.CANCELLED, finished_at=db_now(), last_error=reason)
+                )
+        if reworked:
+            work = {column: schedule[column] for column in WORK}
+            gated = gated_now(literal(schedule["queue"], String))
+            conn.execute(update(jobs).where(_waiting(jobs, name)).values(**work, gated=gated))
+
+    def last_runs(self, name: str, limit: int = LAST_RUNS) -> list[dict[str, Any]]:
+        """The schedule's newest `limit` occurrences that started or ended, newest first, as their runs (every
+        attempt, newest first; one that never ran, e.g. dropped as missed, as its job's end). Each row: `job`,
+        `key`, `manual` (a run-now), `due` (see due_of), `attempt`, `machine_id`, `machine_name`, `started_at`,
+        `finished_at`, `outcome`, `error` and `late`, its start minus its due time."""
+        self.get(name)
+        begun = or_(jobs.c.state != JobState.QUEUED, jobs.c.attempts > 0)  # a retry waiting has runs too
+        made = self.store.rows(
+            select(jobs.c.id, jobs.c.key, jobs.c.created_at, jobs.c.state, jobs.c.finished_at, jobs.c.last_error)
+            .where(_made(jobs, name), begun)
+            .order_by(jobs.c.id.desc())
+            .limit(limit)
+        )
+        history = run_history()
+        runs: dict[int, list[dict[str, Any]]] = {}
+        if made:
+            read = with_machine_name(select(history), history).where(history.c.job_id.in_([job.id for job in made]))
+            for run in self.store.rows(read.order_by(history.c.started_at.desc())):
+                runs.setdefault(run.job_id, []).append(dict(run._mapping))
+        rows = []
+        for job in made:
+            due = due_of(name, job.key, job.created_at)
+            occurrence = dict(job=job.id, key=job.key, manual=is_run_now(name, job.key), due=due)
+            ended = dict(attempt=None, machine_id=None, machine_name=None, started_at=None, finished_at=job.finished_at)
+            for run in runs.get(job.id) or [ended | dict(outcome=job.state, error=job.last_error)]:
+                started = run["started_at"]
+                rows.append(
+                    occurrence
+                    | {column: run[column] for column in RUN_COLUMNS}
+                    | dict(late=None if started is None else started - due)
+                )
+        return rows
+
 
 def _waiting(table: FromClause, name: str) -> ColumnElement[bool]:
-    """The schedule's occurrences still in the queue. A grab may use the same name@instance form (`grab NAME
+    """The schedule's occurrences still in the queue."""
+    return and_(_made(table, name), table.c.state == JobState.QUEUED)
+
+
+def _made(table: FromClause, name: str) -> ColumnElement[bool]:
+    """The schedule's occurrences, regular and run-now. A grab may use the same name@instance form (`grab NAME
     INSTANCE`), so the key alone does not tell them apart, the origin does."""
-    return and_(
-        table.c.key.startswith(f"{name}@", autoescape=True),
-        table.c.origin == _origin(name),
-        table.c.state == JobState.QUEUED,
+    return and_(table.c.key.startswith(f"{name}@", autoescape=True), table.c.origin == _origin(name))
+
+
+def _recurs_at(recurrence: Recurrence, name: str, key: str, created_at: float) -> bool:
+    """Is the waiting occurrence keyed `key` one that `recurrence` has too (or a run-now, which any has)?"""
+    if is_run_now(name, key):
+        return True
+    due = due_of(name, key, created_at)
+    return key == f"{name}@{recurrence.label(recurrence.after(due - MS))}"
+
+
+def _as_read(schedule: dict[str, Any], columns: Iterable[str]) -> list[ColumnElement[bool]]:
+    """Conditions that the schedule's `columns` still hold the values `schedule` read."""
+    return [
+        schedules.c[column].is_(None) if schedule[column] is None else schedules.c[column] == schedule[column]
+        for column in columns
+    ]
+
+
+def _job_row(schedule: dict[str, Any], key: str, run_at: float) -> dict[str, Any]:
+    """The job of one occurrence of `schedule`, keyed `key`, due at `run_at`."""
+    return dict(
+        executor=schedule["executor"],
+        target=schedule["target"],
+        method=schedule["method"],
+        payload=schedule["payload"],
+        priority=schedule["priority"],
+        max_attempts=schedule["max_attempts"],
+        timeout=schedule["timeout"],
+        queue=schedule["queue"],
+        order_key=schedule["order_key"],
+        key=key,
+        kind=Kind.JOB,
+        origin=_origin(schedule["name"]),
+        state=JobState.QUEUED,
+        attempts=0,
+        fence=0,
+        cancel_requested=False,
+        run_at=run_at,
     )
 
 

@@ -108,6 +108,8 @@ def test_pause_resume_and_remove_from_the_tab_change_the_database(farm, open_win
     view._menu(table, view.schedule_actions, table.visualRect(view.schedules_model.index(0, 0)).center())
     assert view.selected(table)["name"] == "often"
     assert [(a.text(), a.isEnabled()) for a in view.menu.actions()] == [
+        ("Run now", True),
+        ("Edit…", view.details is not None),  # once a snapshot has read the selected schedule whole
         ("Pause", True),
         ("Resume", False),
         ("Remove", True),

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import URL
 
 from queueprocessor.cli import _parse_time
-from queueprocessor.farm import MAX_PAYLOAD, parse_payload
 from queueprocessor.rules.clock import FakeClock, OffsetEstimator, SystemClock
 from queueprocessor.rules.errors import ConfigError, InvalidJob
+from queueprocessor.rules.limits import MAX_PAYLOAD
 from queueprocessor.rules.output import format_time
 from queueprocessor.rules.roster import (
     Liveness,
@@ -34,6 +34,7 @@ from queueprocessor.rules.roster import (
 )
 from queueprocessor.rules.schedules import MAX_PER_PASS, MIN_EVERY, Recurrence, plan
 from queueprocessor.store.database import mask, parse_url, without_password
+from queueprocessor.workspec import parse_payload
 
 PROPERTY = settings(deadline=None, database=None, max_examples=200)
 SLOW = settings(deadline=None, database=None, max_examples=40)
