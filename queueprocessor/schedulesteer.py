@@ -87,7 +87,7 @@ class ScheduleSteering:
         queue: Any = UNCHANGED,
     ) -> dict[str, Any]:
         """Change what is given of a schedule, checked as schedule() checks it; the rest stays. A new recurrence
-        (cron, tz or every; see rules.schedules.edited) starts at its next occurrence more than a period from now,
+        (cron, tz or every; see rules.schedules.edited) starts at its next occurrence more than two periods from now,
         with no burst of those it would have had; a paused schedule stays paused. `payload` is JSON text (None:
         none); a command's `target` may be its argv as a list. New work applies to the occurrences still waiting."""
         row = self.get_schedule(name)

@@ -313,7 +313,7 @@ class ScheduleStore:
 
     def edit(self, name: str, changes: dict[str, Any], *, ahead: float, period: float) -> dict[str, Any]:
         """Write the columns in `changes` (checked by the caller) that differ. A new recurrence starts from its
-        first occurrence more than a period away (first_occurrence), so no missed burst fires; its waiting
+        first occurrence after the settling time (first_occurrence), so no missed burst fires; its waiting
         occurrences of the old one are cancelled. New work is written into the occurrences still waiting (one
         already claimed runs as it was). A paused schedule stays paused. Guarded by the values it read, so an
         edit, pause or resume meanwhile makes it read again."""
