@@ -53,6 +53,7 @@ from .rules.roster import Liveness, machine_status
 from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, Recurrence
 from .rules.states import SERVING
 from .rules.urls import default_url, mask
+from .store import permissions
 from .store.database import (
     APP_PROGRAM,
     check_schema,
@@ -185,13 +186,19 @@ class Enqueued:
 class Farm:
     def __init__(self, url: str | None = None, *, read_only: bool = False, client: str | None = None):
         """`read_only`: only look (the app's watch-only mode). Nothing is created or adopted, and the
-        database itself refuses any write through this farm. `client` labels its connections on the server
-        (default: database.client_name(), 'queueprocessor <host name>'; a node passes its machine name)."""
+        database itself refuses any write through this farm. A farm whose database user may only read is
+        read-only too: `read_only` is then True and `why_read_only` says so in one line, and any write it is
+        asked for raises that line as ReadOnly (store/permissions.py). `client` labels its connections on the
+        server (default: database.client_name(), 'queueprocessor <host name>'; a node passes its machine name)."""
         self.url = url or default_url()
-        self.read_only = read_only
         self._engine = open_engine(self.url, read_only=read_only, client=client)
         try:
-            if read_only:
+            access = None if read_only else permissions.check(self._engine)
+            self.read_only = access is None or not access.may_write
+            self.why_read_only = (
+                None if not self.read_only else str(access.refusal()) if access else "opened only to watch the farm"
+            )
+            if self.read_only:
                 check_schema(self._engine)
                 self.created = False
             else:
@@ -205,7 +212,7 @@ class Farm:
         self._store = Store(self._engine)
         self._schedules = ScheduleStore(self._store)
         self._queues = QueueStore(self._store)
-        self._shared = SharedTiming(self._store, read_only)
+        self._shared = SharedTiming(self._store, self.read_only)
 
     @property
     def masked_url(self) -> str:

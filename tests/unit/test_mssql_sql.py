@@ -128,3 +128,16 @@ def test_schema_compiles_with_a_filtered_unique_key():
     [key_index] = [i for i in schema.jobs.indexes if i.name == "ux_qp_jobs_key"]
     ddl = str(CreateIndex(key_index).compile(dialect=dialect))
     assert "UNIQUE" in ddl and "WHERE [key] IS NOT NULL" in ddl
+
+
+def test_the_read_only_question_compiles_to_t_sql():
+    """permissions asks SQL Server what the user may write with HAS_PERMS_BY_NAME, over every farm table."""
+    from queueprocessor.store.permissions import _MSSQL_ASK
+
+    tables = sorted(schema.metadata.tables)
+    compiled = _MSSQL_ASK.bindparams(tables=tables).compile(
+        dialect=pyodbc.dialect(), compile_kwargs={"render_postcompile": True}
+    )
+    sql = str(compiled)
+    assert sql.count("HAS_PERMS_BY_NAME(") == 3 and "USER_NAME()" in sql
+    assert sql.count(":tables_") == len(tables) and "sys.tables" in sql, sql
