@@ -102,6 +102,11 @@ class Actions:
             action.setEnabled(False)
 
     @property
+    def writers(self) -> list[QAction]:
+        """Every action that changes the farm: disabled, saying why, while the farm is read-only (readonly.py)."""
+        return [self.enqueue, self.retry, self.cancel, *self.node]
+
+    @property
     def node(self) -> list[QAction]:
         """This machine's node: Pause, Resume, Drain, Start (the node panel's buttons too)."""
         return [self.pause, self.resume, self.drain, self.start]

@@ -33,6 +33,7 @@ from .nodepanel import NodePanel
 from .operator import Operator, remember
 from .queuegraph import QueueGraph
 from .queuesview import QueuesView
+from .readonly import WATCHING, refuse
 from .schedulesview import SchedulesView
 from .snapshot import Snapshot
 from .statusline import Banner, StatusLine
@@ -105,9 +106,14 @@ class MainWindow(QMainWindow):
 
     @property
     def watch_only(self) -> bool:
-        """--observe: no node here, and nothing this app does may change the farm (its database connection
-        refuses writes too)."""
-        return self.node_options is None
+        """Nothing this app does may change the farm: --observe (no node here, and its database connection refuses
+        writes too), or a database user that may only read (no node either)."""
+        return self.refusal is not None
+
+    @property
+    def refusal(self) -> str | None:
+        """Why the farm may not be changed from here, in one line; None when it may."""
+        return WATCHING if self.node_options is None else self.connection.read_only
 
     def _make_views(self) -> None:
         self.timeline = SlotsTimeline()
@@ -279,6 +285,8 @@ class MainWindow(QMainWindow):
 
     def _opened(self, _node_id: int | None) -> None:
         remember(self.settings, self.connection.url)
+        if self.connection.read_only and self.node_options is not None:
+            self.node_panel.observe_only(self.connection.read_only)
         self._update_actions()
 
     def _show_link(self) -> None:
@@ -360,6 +368,9 @@ class MainWindow(QMainWindow):
         writable = bool(job) and not self.watch_only
         self.act.retry.setEnabled(writable and job["state"] in (JobState.FAILED, JobState.CANCELLED))
         self.act.cancel.setEnabled(writable and job["state"] in (JobState.QUEUED, JobState.RUNNING))
+        self.act.enqueue.setEnabled(not self.watch_only)
+        self.schedules.watch_only = self.queues.watch_only = self.watch_only
+        refuse([*self.act.writers, *self.schedules.writers], self.refusal)
 
     def restyle(self) -> None:
         for action in self.findChildren(QAction):
