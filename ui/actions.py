@@ -10,6 +10,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMenu
 
+from queueprocessor.views import GONE_AFTER
+
 from . import theme
 
 SCHEMES = (("auto", "Follow the &System"), ("light", "&Light"), ("dark", "&Dark"))
@@ -94,7 +96,7 @@ class Actions:
             "Show &Long-Gone Machines",
             None,
             None,
-            "Also list machines that stopped or died more than ten minutes ago",
+            f"Also list machines that stopped or died more than {GONE_AFTER / 60:g} minutes ago",
             checkable=True,
         )
         self.about = a("about", "&About QueueProcessor", "about", None, "Version and licence")

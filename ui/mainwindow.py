@@ -22,6 +22,7 @@ from queueprocessor.farm import without_password
 from queueprocessor.nodeoptions import NodeConfig
 from queueprocessor.rules.states import JobState, MachineState
 from queueprocessor.rules.urls import mask
+from queueprocessor.views import GONE_AFTER
 
 from . import text, theme
 from .actions import Actions
@@ -42,12 +43,12 @@ from .tables import arrange, table
 from .timeline import SlotsTimeline
 
 CLOSE_GRACE = 15.0  # longest a close waits for the node to stop before leaving anyway
-KEEP_GONE = 600.0  # seconds a stopped or dead machine stays listed, unless long-gone machines are shown
 
 
 def keep_gone(shown: bool) -> float:
-    """How long the peers list keeps gone machines: for ever when the operator asks to see them."""
-    return 1e12 if shown else KEEP_GONE
+    """How long the peers list and the lanes keep gone machines (views.GONE_AFTER): for ever when the operator
+    asks to see them."""
+    return 1e12 if shown else GONE_AFTER
 
 
 log = logging.getLogger("ui.mainwindow")
