@@ -371,6 +371,7 @@ class MainWindow(QMainWindow):
         self.act.cancel.setEnabled(writable and job["state"] in (JobState.QUEUED, JobState.RUNNING))
         self.act.enqueue.setEnabled(not self.watch_only)
         self.schedules.watch_only = self.queues.watch_only = self.watch_only
+        self.queues.refusal = self.refusal
         refuse([*self.act.writers, *self.schedules.writers], self.refusal)
 
     def restyle(self) -> None:

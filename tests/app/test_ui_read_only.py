@@ -43,4 +43,12 @@ def test_a_reader_sees_the_farm_with_every_action_disabled_and_told_why(pg_url, 
     assert [a.text() for a in menu.actions() if a.isEnabled()] == []
     assert {a.toolTip() for a in menu.actions()} == {f"Read-only: {why}"}
     menu.close()
+
+    window.tabs.setCurrentWidget(window.queues)
+    qtbot.waitUntil(lambda: window.queues.model.rowCount() > 0, timeout=WAIT)
+    window.queues.show_menu("default", window.queues.mapToGlobal(window.queues.rect().center()))
+    menu = window.queues.menu
+    assert [a.text() for a in menu.actions() if a.isEnabled()] == []
+    assert {a.toolTip() for a in menu.actions()} == {f"Read-only: {why}"}
+    menu.close()
     assert snapshot(pg_url) == before
