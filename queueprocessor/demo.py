@@ -11,6 +11,7 @@ window, or --seconds running out).
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -173,6 +174,22 @@ def window_problem() -> str | None:
     return said if asked.returncode == 1 and said.startswith("the desktop app") else None
 
 
+def _running(machine: dict[str, Any]) -> bool:
+    """Does this machine still run? One of this host whose process is gone does not, even before the farm
+    judges it dead (a node killed as it started has no time to mark itself stopped)."""
+    if machine["status"] not in CHECKING_IN:
+        return False
+    if machine["host"] != socket.gethostname():
+        return True
+    try:
+        os.kill(machine["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process: alive
+        pass
+    return True
+
+
 def start_clean(path: Path) -> None:
     """Remove the demo's own file from an earlier run, unless a demo still runs on it: its machines would stay as
     stopped rows with the same names (demo-2 three times), its jobs pile up."""
@@ -180,7 +197,7 @@ def start_clean(path: Path) -> None:
         return
     try:
         with Farm(f"sqlite:///{path}", read_only=True) as old:
-            if any(m["status"] in CHECKING_IN for m in old.status()["machines"]):
+            if any(_running(m) for m in old.status()["machines"]):
                 return
     except QPError:  # not a farm this version can read: leave it alone
         return
