@@ -1106,7 +1106,8 @@ def demo(ctx: Context, nodes: int, seconds: float, headless: bool) -> None:
     never runs the demo's work."""
     from .demo import run_demo
 
-    run_demo(ctx.url if ctx.chosen else default_url("demo.db"), nodes=nodes, seconds=seconds, headless=headless)
+    url = ctx.url if ctx.chosen else default_url("demo.db")
+    run_demo(url, nodes=nodes, seconds=seconds, headless=headless, fresh=not ctx.chosen)  # its own file: afresh
 
 
 @cli.command(cls=NodeCommand)

@@ -11,6 +11,7 @@ window, or --seconds running out).
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,8 +24,8 @@ from typing import Any, NoReturn
 from urllib.parse import parse_qs, urlsplit
 
 from .farm import Farm, work_spec
-from .rules.errors import NotFound
-from .rules.states import JobState, MachineState
+from .rules.errors import NotFound, QPError
+from .rules.states import CHECKING_IN, JobState, MachineState
 from .views import Dashboard
 
 # Simulated wall-clock errors of the demo machines, seconds (the first one is the app's own node).
@@ -165,7 +166,52 @@ def _leave(signum: int, _frame: object) -> NoReturn:
     raise SystemExit(128 + signum)
 
 
-def run_demo(url: str, *, nodes: int = 3, seconds: float = 0.0, headless: bool = False) -> None:
+def window_problem() -> str | None:
+    """What the system lacks for the app's window, in one line (ui/xcb.py), asked before any node starts. The
+    app's package answers in a process of its own: the core never imports it."""
+    asked = subprocess.run([sys.executable, "-m", "ui.xcb"], capture_output=True, text=True, timeout=60, check=False)
+    said = asked.stderr.strip()
+    return said if asked.returncode == 1 and said.startswith("the desktop app") else None
+
+
+def _running(machine: dict[str, Any]) -> bool:
+    """Does this machine still run? One of this host whose process is gone does not, even before the farm
+    judges it dead (a node killed as it started has no time to mark itself stopped)."""
+    if machine["status"] not in CHECKING_IN:
+        return False
+    if machine["host"] != socket.gethostname():
+        return True
+    try:
+        os.kill(machine["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process: alive
+        pass
+    return True
+
+
+def start_clean(path: Path) -> None:
+    """Remove the demo's own file from an earlier run, unless a demo still runs on it: its machines would stay as
+    stopped rows with the same names (demo-2 three times), its jobs pile up."""
+    if not path.exists():
+        return
+    try:
+        with Farm(f"sqlite:///{path}", read_only=True) as old:
+            if any(_running(m) for m in old.status()["machines"]):
+                return
+    except QPError:  # not a farm this version can read: leave it alone
+        return
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def run_demo(url: str, *, nodes: int = 3, seconds: float = 0.0, headless: bool = False, fresh: bool = False) -> None:
+    """`fresh`: `url` is the demo's own SQLite file (no --db given), started afresh (start_clean)."""
+    if not headless and (lacking := window_problem()):
+        print(f"demo: {lacking}; or run the demo with --headless", file=sys.stderr, flush=True)
+        raise SystemExit(1)
+    if fresh:
+        start_clean(Path(url.removeprefix("sqlite:///")))
     signal.signal(signal.SIGTERM, _leave)  # a SIGTERM stops the demo's processes too, like Ctrl-C
     farm = Farm(url)
     dashboard = farm.dashboard()

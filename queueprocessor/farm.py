@@ -53,6 +53,7 @@ from .rules.search import JobFilter as JobFilter  # what find_jobs and act_on_jo
 from .rules.states import SERVING
 from .rules.urls import default_url, mask
 from .schedulesteer import ScheduleSteering, within_reach
+from .store import permissions
 from .store.database import (
     APP_PROGRAM,
     check_schema,
@@ -112,13 +113,19 @@ class Enqueued:
 class Farm(FarmFlows, ManyJobs, ScheduleSteering):
     def __init__(self, url: str | None = None, *, read_only: bool = False, client: str | None = None):
         """`read_only`: only look (the app's watch-only mode). Nothing is created or adopted, and the
-        database itself refuses any write through this farm. `client` labels its connections on the server
-        (default: database.client_name(), 'queueprocessor <host name>'; a node passes its machine name)."""
+        database itself refuses any write through this farm. A farm whose database user may only read is
+        read-only too: `read_only` is then True and `why_read_only` says so in one line, and any write it is
+        asked for raises that line as ReadOnly (store/permissions.py). `client` labels its connections on the
+        server (default: database.client_name(), 'queueprocessor <host name>'; a node passes its machine name)."""
         self.url = url or default_url()
-        self.read_only = read_only
         self._engine = open_engine(self.url, read_only=read_only, client=client)
         try:
-            if read_only:
+            access = None if read_only else permissions.check(self._engine)
+            self.read_only = access is None or not access.may_write
+            self.why_read_only = (
+                None if not self.read_only else str(access.refusal()) if access else "opened only to watch the farm"
+            )
+            if self.read_only:
                 check_schema(self._engine)
                 self.created = False
             else:
@@ -132,7 +139,7 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering):
         self._store = Store(self._engine)
         self._schedules = ScheduleStore(self._store)
         self._queues = QueueStore(self._store)
-        self._shared = SharedTiming(self._store, read_only)
+        self._shared = SharedTiming(self._store, self.read_only)
 
     @property
     def masked_url(self) -> str:

@@ -3,8 +3,9 @@
 #
 # Creates .venv in the repository root on first use, installs the project with
 # the desktop app, then opens the app with three local nodes on embedded SQLite
-# (the demo's own file in the data directory; --headless prints live status
-# instead of opening a window).
+# (the demo's own file in the data directory, started afresh each time; --headless
+# prints live status instead of opening a window). Before anything starts, the demo
+# checks that the window can open and names the system packages it lacks, if any.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

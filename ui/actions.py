@@ -10,6 +10,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QMainWindow, QMenu
 
+from queueprocessor.views import GONE_AFTER
+
 from . import theme
 
 SCHEMES = (("auto", "Follow the &System"), ("light", "&Light"), ("dark", "&Dark"))
@@ -97,12 +99,17 @@ class Actions:
             "Show &Long-Gone Machines",
             None,
             None,
-            "Also list machines that stopped or died more than ten minutes ago",
+            f"Also list machines that stopped or died more than {GONE_AFTER / 60:g} minutes ago",
             checkable=True,
         )
         self.about = a("about", "&About QueueProcessor", "about", None, "Version and licence")
         for action in (*self.node, self.retry, self.cancel, self.delete):
             action.setEnabled(False)
+
+    @property
+    def writers(self) -> list[QAction]:
+        """Every action that changes the farm: disabled, saying why, while the farm is read-only (readonly.py)."""
+        return [self.enqueue, self.retry, self.cancel, self.delete, *self.node]
 
     @property
     def node(self) -> list[QAction]:

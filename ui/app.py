@@ -34,7 +34,7 @@ except ImportError as error:  # the GUI is an extra: say how to get it, no trace
         "pip install 'queueprocessor[gui]'"
     )
 
-from . import theme
+from . import theme, xcb
 from .dialogs import DatabaseDialog
 from .mainwindow import MainWindow
 from .operator import recent_databases
@@ -131,6 +131,10 @@ def settle() -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logs.configure(logging.WARNING, args.options.log_format, args.options.name)
+    lacking = xcb.problem()  # Qt would abort without a word a user can act on
+    if lacking:
+        print(f"error: {lacking}", file=sys.stderr)
+        sys.exit(1)
     app = make_app(sys.argv[:1], args.theme)
     url = args.db
     if not url:

@@ -29,6 +29,9 @@ WHICH = {
 }
 
 
+TIP = "Retry, cancel or delete every job the filters pick, not only those listed"
+
+
 class BulkBar(QWidget):
     counted = Signal(object, object, int)  # action, filter, how many jobs it would change (from the worker)
     moved = Signal(int)  # jobs changed so far (from the worker)
@@ -43,7 +46,7 @@ class BulkBar(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.button = QToolButton(text="All matching", objectName="allMatching")
-        self.button.setToolTip("Retry, cancel or delete every job the filters pick, not only those listed")
+        self.button.setToolTip(TIP)
         self.button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.menu = QMenu(self.button)
         for action, (label, _, _) in WORDS.items():
@@ -65,6 +68,11 @@ class BulkBar(QWidget):
         self.progress.setVisible(running)
         self.stop.setVisible(running)
         self.button.setVisible(not running)
+
+    def refuse(self, why: str | None) -> None:
+        """Disabled, saying `why`, while the farm is read-only (readonly.py); else offered."""
+        self.button.setEnabled(not why)
+        self.button.setToolTip(f"Read-only: {why}" if why else TIP)
 
     def ask(self, action: BulkAction) -> None:
         """Count on the worker what `action` would change; the answer comes back as `counted`."""

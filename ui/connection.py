@@ -61,6 +61,7 @@ class Connection(QObject):
         self.reason = "not connected"
         self.url: str | None = None
         self.node_id: int | None = None
+        self.read_only: str | None = None  # why the open farm refuses changes (Farm.why_read_only); None: it may write
         self.query = Query()
         self.poller: Poller | None = None
         self._next_url: str | None = None  # where to go once the worker of the current database has stopped
@@ -113,7 +114,7 @@ class Connection(QObject):
     # -- the worker's reports -------------------------------------------------------
 
     def _start(self, url: str) -> None:
-        self.url, self.node_id = url, None
+        self.url, self.node_id, self.read_only = url, None, None
         self.poller = Poller(url, self.node_options, self.interval, lambda: self.query)
         # Queued to this (the GUI) thread, as the slots are this object's methods.
         self.poller.opened.connect(self._opened)
@@ -130,9 +131,9 @@ class Connection(QObject):
         about the state of the link."""
         return self.sender() is self.poller and self.state is not State.STOPPING
 
-    def _opened(self, node_id: int | None) -> None:
+    def _opened(self, node_id: int | None, read_only: str | None) -> None:
         if self._reporting():
-            self.node_id = node_id
+            self.node_id, self.read_only = node_id, read_only
             self.opened.emit(node_id)
 
     def _snapshot(self, snap: Snapshot) -> None:

@@ -22,6 +22,7 @@ from queueprocessor.farm import JobFilter, without_password
 from queueprocessor.nodeoptions import NodeConfig
 from queueprocessor.rules.states import FINISHED, JobState, MachineState
 from queueprocessor.rules.urls import mask
+from queueprocessor.views import GONE_AFTER
 
 from . import text, theme
 from .actions import Actions
@@ -34,6 +35,7 @@ from .nodepanel import NodePanel
 from .operator import Operator, remember
 from .queuegraph import QueueGraph
 from .queuesview import QueuesView
+from .readonly import WATCHING, refuse
 from .schedulesview import SchedulesView
 from .snapshot import Snapshot
 from .statusline import Banner, StatusLine
@@ -43,12 +45,12 @@ from .timeline import SlotsTimeline
 from .workflowview import FlowWindow
 
 CLOSE_GRACE = 15.0  # longest a close waits for the node to stop before leaving anyway
-KEEP_GONE = 600.0  # seconds a stopped or dead machine stays listed, unless long-gone machines are shown
 
 
 def keep_gone(shown: bool) -> float:
-    """How long the peers list keeps gone machines: for ever when the operator asks to see them."""
-    return 1e12 if shown else KEEP_GONE
+    """How long the peers list and the lanes keep gone machines (views.GONE_AFTER): for ever when the operator
+    asks to see them."""
+    return 1e12 if shown else GONE_AFTER
 
 
 log = logging.getLogger("ui.mainwindow")
@@ -107,9 +109,14 @@ class MainWindow(QMainWindow):
 
     @property
     def watch_only(self) -> bool:
-        """--observe: no node here, and nothing this app does may change the farm (its database connection
-        refuses writes too)."""
-        return self.node_options is None
+        """Nothing this app does may change the farm: --observe (no node here, and its database connection refuses
+        writes too), or a database user that may only read (no node either)."""
+        return self.refusal is not None
+
+    @property
+    def refusal(self) -> str | None:
+        """Why the farm may not be changed from here, in one line; None when it may."""
+        return WATCHING if self.node_options is None else self.connection.read_only
 
     def _make_views(self) -> None:
         self.timeline = SlotsTimeline()
@@ -291,6 +298,8 @@ class MainWindow(QMainWindow):
 
     def _opened(self, _node_id: int | None) -> None:
         remember(self.settings, self.connection.url)
+        if self.connection.read_only and self.node_options is not None:
+            self.node_panel.observe_only(self.connection.read_only)
         self._update_actions()
 
     def _show_link(self) -> None:
@@ -371,8 +380,13 @@ class MainWindow(QMainWindow):
         chosen = self.jobs.selected_jobs() if self.tabs.currentWidget() is self.jobs and not self.watch_only else []
         states = {job["state"] for job in chosen}
         self.act.retry.setEnabled(bool(states & {JobState.FAILED, JobState.CANCELLED}))
-        self.act.cancel.setEnabled(bool(states & {JobState.QUEUED, JobState.RUNNING}))
+        self.act.cancel.setEnabled(bool(states & {JobState.WAITING, JobState.QUEUED, JobState.RUNNING}))
         self.act.delete.setEnabled(bool(states & set(FINISHED)))
+        self.act.enqueue.setEnabled(not self.watch_only)
+        self.schedules.watch_only = self.queues.watch_only = self.watch_only
+        self.queues.refusal = self.refusal
+        refuse([*self.act.writers, *self.schedules.writers], self.refusal)
+        self.bulk.refuse(self.refusal)
 
     def _jobs_filter(self) -> JobFilter:
         """What the jobs table's filters pick now (the bulk bar acts on all of it)."""

@@ -105,11 +105,16 @@ class NodePanel(QWidget):
         self.badge.setText(label)
         _restyle(self.badge, f"background: {colour}; color: {theme.ink(colour)};")
 
-    def observe_only(self) -> None:
+    def observe_only(self, why: str | None = None) -> None:
+        """No node here: the app was started with --observe, or (`why`) the database may only be read."""
         self.observing = True
         self._badge("observing", theme.current().accent)
         self.name.setText("no node on this machine")
-        self.note.setText("This app only watches the farm. Start it without --observe to run this machine's node.")
+        self.note.setText(
+            f"This app only watches the farm: {why}."
+            if why
+            else "This app only watches the farm. Start it without --observe to run this machine's node."
+        )
 
     def show_node(self, node: dict | None, cycle: float, row: dict | None = None) -> None:
         """`cycle`: seconds between two turns of the same machine (roster size × period). `row`: the node's

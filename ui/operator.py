@@ -19,6 +19,7 @@ from queueprocessor.rules.urls import mask
 from . import theme
 from .dialogs import DatabaseDialog, EnqueueDialog, about, confirm
 from .models import ROW_ROLE
+from .readonly import refuse
 
 if TYPE_CHECKING:
     from .mainwindow import MainWindow
@@ -63,7 +64,6 @@ class Operator:
         act.refresh.triggered.connect(connection.refresh)
         act.gone.triggered.connect(window.show_gone)
         act.about.triggered.connect(lambda: about(window, connection.url))
-        act.enqueue.setEnabled(not window.watch_only)
 
     # -- machines ---------------------------------------------------------------
 
@@ -114,6 +114,9 @@ class Operator:
             action.setEnabled(allowed and not self.window.watch_only)
             steer = self.drain if wish is Wish.DRAIN else lambda i, w=wish: self.steer(i, w)
             action.triggered.connect(lambda _=False, s=steer: s(machine["id"]))
+        if self.window.refusal:
+            menu.setToolTipsVisible(True)
+            refuse(menu.actions(), self.window.refusal)
         menu.popup(view.viewport().mapToGlobal(position))
         self.peer_menu = menu
 

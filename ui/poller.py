@@ -63,7 +63,9 @@ class StopReason(Enum):
 class Poller(QObject):
     """Owns the Farm, the in-process Node and the thread that uses them."""
 
-    opened = Signal(object)  # this machine's node id (None: the app only observes), once the farm is open
+    # This machine's node id (None: the app only observes), and why the farm is read-only (None: it may write; see
+    # Farm.why_read_only), once the farm is open.
+    opened = Signal(object, object)
     snapshot = Signal(object)  # a Snapshot
     unreachable = Signal(str)  # the database does not answer (one line); the worker tries again
     broken = Signal(str)  # a read failed unexpectedly (a bug, not the database), one line
@@ -136,7 +138,7 @@ class Poller(QObject):
                     client=app_client(self.node_options.name if self.node_options else None),
                 )
                 dashboard = self.farm.dashboard()
-                if self.node_options is not None:
+                if self.node_options is not None and not self.farm.read_only:  # a reader's node could not register
                     self.node = self._new_node()
                 break
             except UNREACHABLE as error:
@@ -162,7 +164,7 @@ class Poller(QObject):
         return self.farm.node(self.node_options).start()
 
     def _opened(self) -> None:
-        self.opened.emit(self.node.id if self.node else None)
+        self.opened.emit(self.node.id if self.node else None, self.farm.why_read_only if self.farm else None)
 
     def _discard_farm(self) -> None:
         if self.farm is not None:

@@ -24,6 +24,7 @@ from .models import ROW_ROLE, Column, Mark, SnapshotModel, capped, dot, marked
 from .onscreen import OnScreen
 from .queuecharts import QueueCharts
 from .queuestate import QueueState
+from .readonly import refuse
 from .snapshot import Snapshot
 from .tables import table
 
@@ -125,6 +126,7 @@ class QueuesView(QWidget):
         super().__init__(parent)
         self.commands = commands
         self.watch_only = watch_only
+        self.refusal: str | None = None  # why the farm may not be changed from here (the window's, readonly.py)
         self.queues: dict[str, QueueInfo] = {}
         self.menu: QMenu | None = None
         self.dialog: QueueDialog | None = None
@@ -196,6 +198,9 @@ class QueuesView(QWidget):
             action = menu.addAction(theme.icon(icon), label)
             action.setEnabled(enabled and not self.watch_only)
             action.triggered.connect(slot)
+        if self.refusal:
+            menu.setToolTipsVisible(True)
+            refuse(menu.actions(), self.refusal)
         menu.popup(where)
         self.menu = menu
 

@@ -317,6 +317,18 @@ class SchedulesView(QWidget):
             self._selected[view] = name
         self._update_actions()
 
+    @property
+    def writers(self) -> list[QAction]:
+        """The actions that change the farm (the window disables them while it is read-only)."""
+        return [
+            self.act_pause,
+            self.act_resume,
+            self.act_remove,
+            self.act_run_now,
+            self.act_edit,
+            self.act_remove_singleton,
+        ]
+
     def _update_actions(self) -> None:
         schedule = self.selected(self.schedules_view)
         singleton = self.selected(self.singletons_view)

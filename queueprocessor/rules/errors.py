@@ -155,3 +155,22 @@ class DuplicateKey(InvalidJob):
     def __init__(self, key: str | None):
         super().__init__(f"a job with key {echoed(key)} already exists")
         self.key = key
+
+
+GRANTS = "docs/operations.md"  # where the GRANTs for an operator who may change the farm are written
+
+
+class ReadOnly(QPError):
+    """The database lets this user (or this SQLite file) only read the farm. Fields: `user` (the database's name
+    for it; None for SQLite) and `where` (the SQLite file)."""
+
+    def __init__(self, *, user: str | None = None, where: str | None = None):
+        self.user, self.where = user, where
+        if user is not None:
+            super().__init__(
+                f"the database user {echoed(user)} may only read: ask for a role with the GRANTs in {GRANTS}"
+            )
+        else:
+            super().__init__(
+                f"{where} may only be read here: open it without mode=ro, as a user who may write the file"
+            )

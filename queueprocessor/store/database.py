@@ -11,7 +11,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 
 from ..rules.errors import BadSetting, ConfigError, DatabaseUnavailable, NotFound, SchemaTooNew, UnusableDatabase
 from ..rules.urls import mask
-from . import connections, migrations, schema
+from . import connections, migrations, permissions, schema
 from .sqlfunctions import create_sql_functions
 
 # Short names a user may type, mapped to the driver we ship.
@@ -164,11 +164,12 @@ def _create_engine(url: URL, **options: Any) -> Engine:
 
 
 def _sqlite_engine(url: URL, read_only: bool = False) -> Engine:
-    if url.database and url.database != ":memory:" and read_only:
-        if not Path(url.database).expanduser().exists():
+    path = permissions.sqlite_path(url)
+    if path and (read_only or not permissions.sqlite_writable(url)):
+        if not Path(path).expanduser().exists():
             raise _no_farm(url)
-    elif url.database and url.database != ":memory:":
-        folder = Path(url.database).expanduser().parent
+    elif path:
+        folder = Path(path).expanduser().parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as error:

@@ -158,6 +158,17 @@ def test_the_demo_leaves_no_work_in_the_default_farm(tmp_path):
     assert "there is no QueueProcessor farm" in run("jobs", env=env).stderr
 
 
+@pytest.mark.slow
+def test_the_demo_starts_afresh_so_the_last_runs_machines_do_not_linger(tmp_path):
+    data = tmp_path / "data"
+    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(data), "QP_DB": ""}
+    for _ in range(2):
+        done = run("demo", "--headless", "--seconds", "2", "--nodes", "2", env=env)
+        assert done.returncode == 0, done.stderr
+    with Farm(f"sqlite:///{data / 'queueprocessor' / 'demo.db'}", read_only=True) as demo:
+        assert sorted(m["name"] for m in demo.status()["machines"]) == ["demo-1", "demo-2"]  # each once
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("timeout", ["", "?connect_timeout=1"], ids=["default timeout", "the URL's timeout"])
 def test_a_server_that_never_answers_gets_one_line_not_a_hang(pg_server, pg_url, timeout):

@@ -311,11 +311,18 @@ def test_peers_queues_and_this_machine_show_the_queues_each_serves_with_its_own_
         shown = {peers.index(row, 0).data(): peers.index(row, column).data() for row in range(peers.rowCount())}
         assert shown == {"everything": "every queue", "reporter": "reports ≤2", "desk": "reports, default ≤3"}
         assert window.node_panel.fields["queues"].text() == "reports, default ≤3"
-        # The Queues tab names the machines serving each queue, each with its own limit for that queue.
+        # The Queues tab names the live machines serving each queue, each with its own limit for that queue. It
+        # is waited for, not read once: at this test's timing a machine silent for 0.6 s is dead, and on a loaded
+        # machine the farm judges one dead now and then, and the tab rightly drops it until it checks in again.
         view = _tab(window)
-        qtbot.waitUntil(lambda: {"reports", "default"} <= set(_shown(view)), timeout=WAIT)
-        assert _cells(view.model, "reports")[-1] == "everything, reporter ≤2, desk"
-        assert _cells(view.model, "default")[-1] == "everything, desk ≤3"
+        qtbot.waitUntil(
+            lambda: (
+                {"reports", "default"} <= set(_shown(view))
+                and (_cells(view.model, "reports")[-1], _cells(view.model, "default")[-1])
+                == ("everything, reporter ≤2, desk", "everything, desk ≤3")
+            ),
+            timeout=WAIT,
+        )
     finally:
         nodes.stop_all()
 

@@ -148,3 +148,16 @@ def test_qp_enqueue_is_a_procedure_with_the_functions_parameters_that_inserts_th
     defaulted = {column.name for column in schema.jobs.c if column.default is not None}  # e.g. a dependency's flags
     assert set(filled) == {*job_row(JobSpec("http", "/x")), *defaulted, "created_at", "run_at", "gated"}
     assert "OUTPUT inserted.id" in insert and f", {MAX_ATTEMPTS}, " in insert
+
+
+def test_the_read_only_question_compiles_to_t_sql():
+    """permissions asks SQL Server what the user may write with HAS_PERMS_BY_NAME, over every farm table."""
+    from queueprocessor.store.permissions import _MSSQL_ASK
+
+    tables = sorted(schema.metadata.tables)
+    compiled = _MSSQL_ASK.bindparams(tables=tables).compile(
+        dialect=pyodbc.dialect(), compile_kwargs={"render_postcompile": True}
+    )
+    sql = str(compiled)
+    assert sql.count("HAS_PERMS_BY_NAME(") == 3 and "USER_NAME()" in sql
+    assert sql.count(":tables_") == len(tables) and "sys.tables" in sql, sql
