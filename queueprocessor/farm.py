@@ -383,25 +383,6 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering):
         self.check_allowed(spec)
         return self._schedules.add(name, recurrence, self._signed(spec), misfire=misfire, grace=grace, **self._ahead())
 
-    def resume_schedule(self, name: str) -> dict[str, Any]:
-        """Start a paused schedule again from its next occurrence (those in the pause are not run)."""
-        return self._schedules.resume(name, **self._ahead())
-
-    def pause_schedule(self, name: str) -> int:
-        """Stop making occurrences until resumed; returns how many waiting ones were cancelled."""
-        return self._schedules.pause(name)
-
-    def remove_schedule(self, name: str) -> int:
-        """Delete a schedule; returns how many of its waiting occurrences were cancelled."""
-        return self._schedules.remove(name)
-
-    def list_schedules(self) -> list[dict[str, Any]]:
-        """Every schedule's row, by name."""
-        return self._schedules.all()
-
-    def get_schedule(self, name: str) -> dict[str, Any]:
-        return self._schedules.get(name)
-
     def singleton(self, name: str, spec: JobSpec) -> int:
         """Keep `spec` running on exactly one live machine; returns its job id."""
         self.check_allowed(spec)

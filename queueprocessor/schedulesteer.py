@@ -1,4 +1,5 @@
-"""An operator steers a schedule through the Farm: run it now, edit it, read its last runs.
+"""An operator steers a schedule through the Farm: pause, resume or remove it, run it now, edit it, read its
+last runs.
 
 Farm takes these methods from ScheduleSteering; they check what they are given as `schedule add` does (the
 recurrence by rules.schedules, the work by workspec) and leave the statements to store.schedules (the run-now
@@ -25,8 +26,6 @@ class SteeredFarm(Protocol):
     """What these methods need of the Farm they are part of."""
 
     _schedules: "ScheduleStore"
-
-    def get_schedule(self, name: str) -> dict[str, Any]: ...
 
     def check_allowed(self, spec: "JobSpec") -> None: ...
 
@@ -65,6 +64,25 @@ def _checked_work(
 class ScheduleSteering:
     """The Farm's schedule steering (see the module docstring)."""
 
+    def resume_schedule(self: "SteeredFarm", name: str) -> dict[str, Any]:
+        """Start a paused schedule again from its next occurrence (those in the pause are not run)."""
+        return self._schedules.resume(name, **self._ahead())
+
+    def pause_schedule(self: "SteeredFarm", name: str) -> int:
+        """Stop making occurrences until resumed; returns how many waiting ones were cancelled."""
+        return self._schedules.pause(name)
+
+    def remove_schedule(self: "SteeredFarm", name: str) -> int:
+        """Delete a schedule; returns how many of its waiting occurrences were cancelled."""
+        return self._schedules.remove(name)
+
+    def list_schedules(self: "SteeredFarm") -> list[dict[str, Any]]:
+        """Every schedule's row, by name."""
+        return self._schedules.all()
+
+    def get_schedule(self: "SteeredFarm", name: str) -> dict[str, Any]:
+        return self._schedules.get(name)
+
     def run_schedule(self: "SteeredFarm", name: str, request: str | None = None) -> int:
         """Run a schedule once now, beside its regular occurrences (which stay as they are); returns the job's id.
         `request` keys it: the same request sent again (a retry, a second click, another machine) returns the
@@ -90,7 +108,7 @@ class ScheduleSteering:
         (cron, tz or every; see rules.schedules.edited) starts at its next occurrence more than two periods from now,
         with no burst of those it would have had; a paused schedule stays paused. `payload` is JSON text (None:
         none); a command's `target` may be its argv as a list. New work applies to the occurrences still waiting."""
-        row = self.get_schedule(name)
+        row = self._schedules.get(name)
         changes: dict[str, Any] = {}
         if not all(given is UNCHANGED for given in (cron, tz, every)):
             recurrence = within_reach(edited(row, cron=cron, tz=tz, every=every))
