@@ -30,6 +30,7 @@ from .rules.allow import check_allowed, check_form
 from .rules.clock import Clock, SystemClock
 from .rules.errors import (
     BadJobInput,
+    BadSetting,
     DatabaseUnavailable,
     DuplicateKey,
     InvalidJob,
@@ -65,6 +66,7 @@ from .store.database import (
 from .store.database import without_password as without_password  # the app's recent list keeps URLs so
 from .store.queues import QueueStore, queue_infos
 from .store.schedules import ScheduleStore
+from .store.stats import MINUTE
 from .store.stores import Store
 from .store.types import JobSpec as JobSpec  # what work_spec returns: the app builds jobs from it
 from .timing import SharedTiming
@@ -556,6 +558,16 @@ class Farm:
     def turns(self, seconds: float = 60.0) -> list[dict[str, Any]]:
         """The turn log of the last `seconds` of database time: which machine took which slot."""
         return self._store.turns.read(self._store.ask_time() - seconds)
+
+    def stats(self, since: float = 86400.0, *, step: int = 60, queue: str | None = None) -> list[dict[str, Any]]:
+        """The farm's history per queue (docs/design.md §10) over the last `since` seconds, in buckets of `step`
+        seconds (a multiple of 60; past a day the rows are hours), oldest first: jobs enqueued, started and ended by
+        outcome, the jobs waiting, and the median and 95th percentile of the runs' durations (seconds)."""
+        if step < MINUTE or step % MINUTE:
+            raise BadSetting.out_of("step", step, f"a whole number of minutes, in seconds ({MINUTE}, 300, 3600...)")
+        if since <= 0:
+            raise BadSetting.out_of("since", since, "a positive number of seconds")
+        return self._store.stats.read(since, step, None if queue is None else check_name(queue))
 
     def dashboard(self, clock: Callable[[], float] = time.monotonic) -> "Dashboard":
         """What a dashboard reads at each poll (views.Dashboard.read), for this farm's timing."""

@@ -91,8 +91,24 @@ def _gated_jobs(conn: Connection) -> None:
         conn.execute(statement)
 
 
+def _farm_history(conn: Connection) -> None:
+    """6 to 7: the farm's past (docs/design.md §10): per-queue minutes in qp_history, written from the runs read by
+    their end (a new index on qp_runs), and the log of what happened in qp_events."""
+    for index in schema.runs.indexes:
+        if index.name == "ix_qp_runs_finished":
+            index.create(conn, checkfirst=True)
+    schema.history.create(conn, checkfirst=True)
+
+
 # The step that upgrades a database from each version to the next.
-STEPS = {1: _index_queued_jobs_only, 2: _named_queues, 3: _heartbeat_reads, 4: _running_counts, 5: _gated_jobs}
+STEPS = {
+    1: _index_queued_jobs_only,
+    2: _named_queues,
+    3: _heartbeat_reads,
+    4: _running_counts,
+    5: _gated_jobs,
+    6: _farm_history,
+}
 
 
 def upgrade(engine: Engine) -> int | None:

@@ -8,13 +8,14 @@ from .jobs import JobStore
 from .machines import MachineStore
 from .runs import RunStore
 from .settings import SettingsStore
+from .stats import StatsStore
 from .turns import TurnStore
 
 
 class Store(StoreBase):
     """The farm's database (see StoreBase) and its stores: jobs (the queue's side), runs (their owner's side),
-    machines, turns and the farm's settings. Queues, schedules, locks, the roster and the dashboards' reads
-    have stores of their own over the same base (QueueStore(store) and the like)."""
+    machines, turns, the farm's settings and its history per queue (stats). Queues, schedules, locks, the roster
+    and the dashboards' reads have stores of their own over the same base (QueueStore(store) and the like)."""
 
     def __init__(self, engine: Engine):
         super().__init__(engine)
@@ -23,3 +24,4 @@ class Store(StoreBase):
         self.runs = RunStore(self)
         self.machines = MachineStore(self)
         self.settings = SettingsStore(self)
+        self.stats = StatsStore(self)

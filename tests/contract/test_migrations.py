@@ -44,10 +44,20 @@ def rewriting(url: str):
         engine.dispose()
 
 
-def make_version_5(url: str) -> None:
-    """A farm database as schema version 5 left it (as this version made it, whatever is in it already): no gated
-    flag on jobs, and the claim's index holding every queued job."""
+def make_version_6(url: str) -> None:
+    """A farm database as schema version 6 left it (as this version made it, whatever is in it already): no
+    history, and runs not indexed by their end."""
     Farm(url).close()
+    with rewriting(url) as conn:
+        conn.execute(text("DROP TABLE qp_history"))
+        drop_index(conn, "ix_qp_runs_finished", "qp_runs")
+        set_version(conn, 6)
+
+
+def make_version_5(url: str) -> None:
+    """A farm database as schema version 5 left it: version 6's, but no gated flag on jobs, and the claim's index
+    holding every queued job."""
+    make_version_6(url)
     with rewriting(url) as conn:
         drop_index(conn, "ix_qp_jobs_gated")
         drop_index(conn, "ix_qp_jobs_queued")
@@ -125,7 +135,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "6"
+        assert version == CURRENT == "7"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -262,3 +272,23 @@ def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db
         assert [c.queue for c in farm._store.jobs.claim(me, 8, 30.0, plan=guarded)] == ["reports", "reports"]
         farm.resume_queue("mail")
         assert [c.queue for c in farm._store.jobs.claim(me, 8, 30.0)] == ["mail", "mail"]
+
+
+def test_a_version_6_database_gets_the_farms_history_in_place(db_url):
+    """Version 6 to 7: the history table and the runs' index by their end are made as the node starts, and the
+    minute's writer counts the runs that ended before the upgrade."""
+    with Farm(db_url) as farm:
+        me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
+        farm._store.jobs.enqueue(JOB)
+        [claimed] = farm._store.jobs.claim(me, 8, 30.0)
+        farm._store.runs.finish(claimed, me, "succeeded")
+    make_version_6(db_url)
+    with Farm(db_url) as farm:
+        with farm._engine.connect() as conn:
+            indexes = {index["name"] for index in inspect(conn).get_indexes("qp_runs")}
+        assert shape(farm)[0] == CURRENT and "ix_qp_runs_finished" in indexes
+        [ended] = farm._store.runs.read()
+        minute = int(ended["finished_at"] // 60 * 60)
+        assert farm._store.stats.write_minute(minute) == 1
+        [row] = farm._store.stats.read(3600)
+        assert (row["enqueued"], row["started"], row["succeeded"]) == (1, 1, 1)
