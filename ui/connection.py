@@ -8,9 +8,12 @@ database: the worker of the old one stops this machine's node there first.
 Nothing here waits on the database: the worker does, on its thread.
 """
 
+import itertools
+from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
 from functools import partial
+from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -63,6 +66,8 @@ class Connection(QObject):
         self.node_id: int | None = None
         self.query = Query()
         self.poller: Poller | None = None
+        self._reads: dict[int, Callable[[Any], None]] = {}  # what to do with each read asked for (fetch)
+        self._tokens = itertools.count()
         self._next_url: str | None = None  # where to go once the worker of the current database has stopped
         self.stale = QTimer(self)
         self.stale.setSingleShot(True)
@@ -98,6 +103,14 @@ class Connection(QObject):
         else:
             self.done.emit(label, False, "not reading a farm now: open a database (File ▸ Open Database…)")
 
+    def fetch(self, label: str, read, then) -> None:
+        """Run `read(farm)` on the worker and hand what it returns to `then` on this thread (nothing while no
+        worker runs; a failure comes through `done` as a failed `label`)."""
+        if self.live and self.state is not State.STOPPING:
+            token = next(self._tokens)
+            self._reads[token] = then
+            self.poller.fetch(token, label, read)
+
     def start_node(self) -> None:
         if self.live:
             self.poller.start_node()
@@ -121,6 +134,7 @@ class Connection(QObject):
         self.poller.unreachable.connect(self._unreachable)
         self.poller.broken.connect(self._broken)
         self.poller.done.connect(self.done)
+        self.poller.fetched.connect(self._fetched)
         self.poller.finished.connect(self._finished)
         self._enter(State.CONNECTING, f"connecting to {mask(url)}")
         self.poller.start()
@@ -134,6 +148,11 @@ class Connection(QObject):
         if self._reporting():
             self.node_id = node_id
             self.opened.emit(node_id)
+
+    def _fetched(self, token: int, value: object) -> None:
+        then = self._reads.pop(token, None)
+        if then is not None and self._reporting():
+            then(value)
 
     def _snapshot(self, snap: Snapshot) -> None:
         if self._reporting():

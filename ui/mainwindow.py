@@ -65,7 +65,7 @@ class MainWindow(QMainWindow):
         self.settings = QSettings()
         self.node_options = node_options
         self.connection = Connection(node_options, interval, self)
-        self.commands = Commands(self.connection.act)
+        self.commands = Commands(self.connection.act, self.connection.fetch)
         self.snap: Snapshot | None = None  # the snapshot the views show
         self.last_result: tuple[str, bool, str] | None = None
         self.broken: set[str] = set()  # views whose last update raised (logged once, until they recover)
@@ -278,6 +278,7 @@ class MainWindow(QMainWindow):
         self._update_actions()
 
     def _opened(self, _node_id: int | None) -> None:
+        self.queues.read_history()
         remember(self.settings, self.connection.url)
         self._update_actions()
 

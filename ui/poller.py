@@ -20,6 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 
 from PySide6.QtCore import QObject, Signal
@@ -52,6 +53,15 @@ def unexpected(error: BaseException) -> str:
     return f"{type(error).__name__}: {driver_line(error)}"
 
 
+@dataclass(frozen=True)
+class _Read:
+    """A read the window asked for (Poller.fetch)."""
+
+    token: int
+    label: str
+    read: Callable[[Farm], object]
+
+
 class StopReason(Enum):
     """Why the worker ended."""
 
@@ -68,6 +78,7 @@ class Poller(QObject):
     unreachable = Signal(str)  # the database does not answer (one line); the worker tries again
     broken = Signal(str)  # a read failed unexpectedly (a bug, not the database), one line
     done = Signal(str, bool, str)  # action label, succeeded, one-line message
+    fetched = Signal(int, object)  # a read's token and what it returned (see fetch)
     finished = Signal(object, str)  # the StopReason, and one line saying why (empty when asked)
 
     def __init__(self, url: str, node_options: NodeConfig | None, interval: float, query: Callable[[], Query]):
@@ -96,6 +107,11 @@ class Poller(QObject):
     def act(self, label: str, action: Callable[[Farm], str]) -> None:
         """Run `action(farm)` on the worker; its return value (or error) comes back through `done`."""
         self._requests.put((label, action))
+
+    def fetch(self, token: int, label: str, read: Callable[[Farm], object]) -> None:
+        """Run `read(farm)` on the worker: what it returns comes back through `fetched` with `token`; an error
+        through `done`, as a failed `label`."""
+        self._requests.put(_Read(token, label, read))
 
     def start_node(self) -> None:
         """Start this machine's node again once it has stopped (drained); `opened` tells its new id."""
@@ -184,6 +200,9 @@ class Poller(QObject):
                 return
             if isinstance(request, tuple):
                 self._run_action(*request)
+            elif isinstance(request, _Read):
+                self._run_read(request)
+                continue
             elif request is _START_NODE:
                 self._run_action("Start node", self._restart_node)
             elif request is None or request is _POLL:
@@ -225,16 +244,27 @@ class Poller(QObject):
         self._sent.append(snap)
         self.snapshot.emit(snap)
 
-    def _run_action(self, label: str, action: Callable[[Farm], str]) -> None:
+    def _attempt(self, label: str, call: Callable[[Farm], object]) -> tuple[bool, object]:
+        """(True, call(farm)), or (False, the error's one line): an error fails the call alone, the worker goes
+        on (a bug's traceback is logged)."""
         try:
-            message = action(self.farm)
+            return True, call(self.farm)
         except (QPError, DatabaseError, OSError) as error:
-            self.done.emit(label, False, driver_line(error))
-        except Exception as error:  # a bug in the action: it fails alone, the worker goes on
+            return False, driver_line(error)
+        except Exception as error:
             log.exception("%s", label)
-            self.done.emit(label, False, unexpected(error))
+            return False, unexpected(error)
+
+    def _run_action(self, label: str, action: Callable[[Farm], str]) -> None:
+        ok, message = self._attempt(label, action)
+        self.done.emit(label, ok, str(message))
+
+    def _run_read(self, request: _Read) -> None:
+        ok, value = self._attempt(request.label, request.read)
+        if ok:
+            self.fetched.emit(request.token, value)
         else:
-            self.done.emit(label, True, message)
+            self.done.emit(request.label, False, str(value))
 
     def _close(self) -> None:
         if self.node is not None:

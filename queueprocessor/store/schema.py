@@ -350,6 +350,7 @@ history = Table(
     Column("at", BigInteger, primary_key=True, autoincrement=False),
     *(Column(name, Integer, nullable=False) for name in HISTORY_COUNTS),
     Column("waiting", Integer, nullable=True),  # queued jobs as the bucket was written (an hour: its peak)
+    Column("running", Integer, nullable=True),  # running jobs, likewise
     Column("p50", Float, nullable=True),  # seconds a run that ended in the bucket took: median, 95th percentile
     Column("p95", Float, nullable=True),
     # The highest job id counted as enqueued so far: the next minute counts the jobs above it (qp_jobs has no

@@ -37,7 +37,9 @@ MINUTE, HOUR = 60, 3600
 ROLL_UP_AFTER = 86400.0  # minutes older than this become hours
 WRITE_LAG = 2.0  # a minute is written this long after its end, when the runs that ended in it are surely in
 OUTCOMES, COUNTS = ENDINGS, HISTORY_COUNTS
-COLUMNS = ("queue", "step", "at", *COUNTS, "waiting", "p50", "p95", "last_job")
+GAUGES = ("waiting", "running")  # jobs in that state as the minute was written; an hour's peak
+MEASURES = (*COUNTS, *GAUGES, "p50", "p95")
+COLUMNS = ("queue", "step", "at", *MEASURES, "last_job")
 
 
 def minute_to_write(slot: int, period: float) -> int | None:
@@ -52,9 +54,9 @@ def minute_to_write(slot: int, period: float) -> int | None:
 def _part(queue: Any, **given: Any) -> Any:
     """One branch of a minute's union: the columns it counts, zero or NULL for the others."""
     zero = {name: literal_column("0", Integer) for name in COUNTS}
-    empty = {name: cast(null(), Float) for name in ("p50", "p95")} | {"waiting": cast(null(), Integer)}
+    empty = {name: cast(null(), Float) for name in ("p50", "p95")} | {name: cast(null(), Integer) for name in GAUGES}
     values = zero | empty | given
-    return select(queue.label("queue"), *(values[name].label(name) for name in (*COUNTS, "waiting", "p50", "p95")))
+    return select(queue.label("queue"), *(values[name].label(name) for name in MEASURES))
 
 
 def _rank(ranked: Any, percent: int) -> Any:
@@ -64,8 +66,8 @@ def _rank(ranked: Any, percent: int) -> Any:
 
 @functools.cache
 def minute_statement() -> Any:
-    """Insert the rows of the minute [b_from, b_to) for each queue that had work in it or has jobs waiting and
-    no row for it yet."""
+    """Insert the rows of the minute [b_from, b_to) for each queue that had work in it or has jobs waiting or
+    running, and no row for it yet."""
     start, end = bindparam("b_from", type_=Float), bindparam("b_to", type_=Float)
     seen = select(func.coalesce(func.max(history.c.last_job), 0)).scalar_subquery()
     last = select(func.coalesce(func.max(jobs.c.id), seen)).where(jobs.c.id > seen, jobs.c.created_at < end)
@@ -99,11 +101,13 @@ def minute_statement() -> Any:
         p95=_rank(ranked, 95),
     )
     waiting = _part(jobs.c.queue, waiting=func.count()).where(jobs.c.state == JobState.QUEUED)
+    running = _part(jobs.c.queue, running=func.count()).where(jobs.c.state == JobState.RUNNING)
     parts = union_all(
         enqueued.group_by(jobs.c.queue),
         started.group_by(started_all.c.queue),
         ended.group_by(ranked.c.queue),
         waiting.group_by(jobs.c.queue),
+        running.group_by(jobs.c.queue),
     ).subquery("parts")
     written = exists().where(history.c.queue == parts.c.queue, history.c.step == MINUTE, history.c.at == start)
     rows = (
@@ -112,7 +116,7 @@ def minute_statement() -> Any:
             literal_column(str(MINUTE), Integer),
             cast(start, BigInteger),
             *(func.sum(parts.c[name]) for name in COUNTS),
-            func.max(parts.c.waiting),
+            *(func.max(parts.c[name]) for name in GAUGES),
             func.max(parts.c.p50),
             func.max(parts.c.p95),
             last.scalar_subquery(),
@@ -124,7 +128,7 @@ def minute_statement() -> Any:
 
 
 def _merged(rows: Any, bucket: Any) -> list[Any]:
-    """Rows of `rows` (qp_history or a subquery of it) merged into buckets: counts added, the peak waiting, the
+    """Rows of `rows` (qp_history or a subquery of it) merged into buckets: counts added, gauges' peaks, the
     median as the finished-weighted mean of the medians, the worst 95th percentile."""
     finished = sum((rows.c[name] for name in OUTCOMES[1:]), rows.c[OUTCOMES[0]])
     weighted = func.sum(rows.c.p50 * finished) / func.nullif(func.sum(case((rows.c.p50.isnot(None), finished))), 0)
@@ -132,7 +136,7 @@ def _merged(rows: Any, bucket: Any) -> list[Any]:
         rows.c.queue,
         bucket.label("at"),
         *(func.sum(rows.c[name]).label(name) for name in COUNTS),
-        func.max(rows.c.waiting).label("waiting"),
+        *(func.max(rows.c[name]).label(name) for name in GAUGES),
         weighted.label("p50"),
         func.max(rows.c.p95).label("p95"),
     ]
@@ -155,7 +159,7 @@ def roll_up_statement() -> Any:
         merged.c.queue,
         literal_column(str(HOUR), Integer),
         merged.c.at,
-        *(merged.c[name] for name in (*COUNTS, "waiting", "p50", "p95", "last_job")),
+        *(merged.c[name] for name in (*MEASURES, "last_job")),
     ).where(~there)
     return insert(history).from_select(list(COLUMNS), rows)
 

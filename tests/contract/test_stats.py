@@ -7,7 +7,7 @@ from sqlalchemy import insert, select, update
 from queueprocessor.farm import Farm
 from queueprocessor.rules.states import JobState
 from queueprocessor.store.schema import history, jobs, runs
-from queueprocessor.store.stats import COUNTS, HOUR, MINUTE
+from queueprocessor.store.stats import COUNTS, HOUR, MEASURES, MINUTE
 from queueprocessor.store.types import JobSpec
 
 REPORTS = JobSpec("python", "bench.jobs:noop", queue="reports")
@@ -46,7 +46,7 @@ def rows(farm, step: int = MINUTE) -> dict[tuple[str, int], dict]:
 
 
 def counts(row: dict) -> dict:
-    return {name: row[name] for name in (*COUNTS, "waiting", "p50", "p95") if row[name]}
+    return {name: row[name] for name in MEASURES if row[name]}
 
 
 def test_a_minute_counts_what_was_enqueued_started_and_finished_in_it_and_what_waits(farm):
@@ -65,7 +65,7 @@ def test_a_minute_counts_what_was_enqueued_started_and_finished_in_it_and_what_w
     assert farm._store.stats.write_minute(m) == 2
     written = rows(farm)
     assert counts(written["reports", m]) == dict(
-        enqueued=5, started=3, succeeded=1, failed=1, timeout=1, waiting=1, p50=10.0, p95=70.0
+        enqueued=5, started=3, succeeded=1, failed=1, timeout=1, waiting=1, running=1, p50=10.0, p95=70.0
     )
     assert counts(written["default", m]) == dict(waiting=1)
 
