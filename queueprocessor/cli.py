@@ -767,6 +767,24 @@ def stats(ctx: Context, since: float, queue_name: str | None, step: int, as_json
     )
 
 
+@cli.command()
+@click.option(
+    "--since", type=Seconds(min=0, min_open=True), default=86400.0, help="Seconds of the log (default: a day)."
+)
+@click.option("--kind", metavar="KIND", help="Only this kind (machine.dead), or family (machine, queue, schedule...).")
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def events(ctx: Context, since: float, kind: str | None, as_json: bool) -> None:
+    """The farm's log: what happened to machines, queues and schedules, and who did it."""
+    rows = ctx.reader.events(since, kind=kind)
+    if as_json:
+        return print_json({"events": rows})
+    print_table(
+        ["at", "kind", "subject", "detail", "by"],
+        [[format_time(e["at"]), e["kind"], e["subject"], e["detail"] or "", e["actor"] or ""] for e in rows],
+    )
+
+
 def _or_dash(value: object) -> object:
     return "-" if value is None else value
 

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from sqlalchemy import exc
 
 from . import grabs, singletons
+from .farm_past import FarmPast
 from .jobfunctions import JobFunction, target_of
 from .node.config import FarmTiming, NodeConfig
 from .rules.allow import check_allowed, check_form
 from .rules.clock import Clock, SystemClock
 from .rules.errors import (
     BadJobInput,
-    BadSetting,
     DatabaseUnavailable,
     DuplicateKey,
     InvalidJob,
@@ -64,9 +64,9 @@ from .store.database import (
     parse_url,
 )
 from .store.database import without_password as without_password  # the app's recent list keeps URLs so
+from .store.events import actor_of
 from .store.queues import QueueStore, queue_infos
 from .store.schedules import ScheduleStore
-from .store.stats import MINUTE
 from .store.stores import Store
 from .store.types import JobSpec as JobSpec  # what work_spec returns: the app builds jobs from it
 from .timing import SharedTiming
@@ -184,7 +184,7 @@ class Enqueued:
     served: bool
 
 
-class Farm:
+class Farm(FarmPast):
     def __init__(self, url: str | None = None, *, read_only: bool = False, client: str | None = None):
         """`read_only`: only look (the app's watch-only mode). Nothing is created or adopted, and the
         database itself refuses any write through this farm. `client` labels its connections on the server
@@ -205,6 +205,7 @@ class Farm:
             self._engine.dispose()
             raise describe_failure(error, self.url) from None
         self._store = Store(self._engine)
+        self._store.actor = actor_of(client)  # who the event log says changed the farm through us
         self._schedules = ScheduleStore(self._store)
         self._queues = QueueStore(self._store)
         self._shared = SharedTiming(self._store, read_only)
@@ -558,16 +559,6 @@ class Farm:
     def turns(self, seconds: float = 60.0) -> list[dict[str, Any]]:
         """The turn log of the last `seconds` of database time: which machine took which slot."""
         return self._store.turns.read(self._store.ask_time() - seconds)
-
-    def stats(self, since: float = 86400.0, *, step: int = 60, queue: str | None = None) -> list[dict[str, Any]]:
-        """The farm's history per queue (docs/design.md §10) over the last `since` seconds, in buckets of `step`
-        seconds (a multiple of 60; past a day the rows are hours), oldest first: jobs enqueued, started and ended by
-        outcome, the jobs waiting, and the median and 95th percentile of the runs' durations (seconds)."""
-        if step < MINUTE or step % MINUTE:
-            raise BadSetting.out_of("step", step, f"a whole number of minutes, in seconds ({MINUTE}, 300, 3600...)")
-        if since <= 0:
-            raise BadSetting.out_of("since", since, "a positive number of seconds")
-        return self._store.stats.read(since, step, None if queue is None else check_name(queue))
 
     def dashboard(self, clock: Callable[[], float] = time.monotonic) -> "Dashboard":
         """What a dashboard reads at each poll (views.Dashboard.read), for this farm's timing."""

@@ -30,6 +30,10 @@ class Commands:
         """The farm's history per queue over the last `span` seconds in rows of `step` (Farm.stats), to `then`."""
         self.fetch("Read the queues' history", lambda farm: farm.stats(span, step=step), then)
 
+    def read_events(self, since: float, kind: str | None, then: Callable[[list[dict]], None]) -> None:
+        """The farm's events of the last `since` seconds, of `kind` (a family; None: all) (Farm.events), to `then`."""
+        self.fetch("Read the event log", lambda farm: farm.events(since, kind=kind), then)
+
     def steer(self, machine_id: int, name: str, wish: Wish) -> None:
         """Ask a machine to pause, resume or drain; the machine applies it itself."""
 

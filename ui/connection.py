@@ -105,7 +105,7 @@ class Connection(QObject):
 
     def fetch(self, label: str, read, then) -> None:
         """Run `read(farm)` on the worker and hand what it returns to `then` on this thread (nothing while no
-        worker runs; a failure comes through `done` as a failed `label`)."""
+        worker runs, or if the read fails: see Poller._run_read)."""
         if self.live and self.state is not State.STOPPING:
             token = next(self._tokens)
             self._reads[token] = then

@@ -27,6 +27,7 @@ from . import text, theme
 from .actions import Actions
 from .commands import Commands
 from .connection import Connection, State
+from .eventsview import EventsView
 from .jobsview import JobsView
 from .models import PeersModel
 from .nodepanel import NodePanel
@@ -141,6 +142,8 @@ class MainWindow(QMainWindow):
         self.queue.manually_moved.connect(lambda: self.timeline.set_follow(False))
         self.schedules = SchedulesView(self.commands, self.watch_only)
         self.queues = QueuesView(self.commands, self.watch_only)
+        self.event_log = EventsView(self.commands)
+        self.event_log.events_read.connect(self.timeline.show_events)
 
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(False)
@@ -149,6 +152,7 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.queue, "All jobs")  # every queue together; the Queues tab shows each
         self.tabs.addTab(self.schedules, "Schedules")
         self.tabs.addTab(self.queues, "Queues")
+        self.tabs.addTab(self.event_log, "Events")
         self.tabs.currentChanged.connect(lambda _: self._update_actions())
 
         self.banner = Banner(lambda: self.connection.state is State.CONNECTED)
@@ -188,6 +192,7 @@ class MainWindow(QMainWindow):
             ("queue graph", lambda: self.queue.show_snapshot(snap)),
             ("schedules", lambda: self.schedules.show_snapshot(snap)),
             ("queues", lambda: self.queues.show_snapshot(snap)),
+            ("events", lambda: self.event_log.show_snapshot(snap)),
             ("node panel", lambda: self.node_panel.show_node(snap.node, max(1, active) * snap.period, snap.own_row)),
             ("farm summary", lambda: self.status.show_farm(snap)),
             ("status link", self._show_link),  # the read's time

@@ -109,8 +109,8 @@ class Poller(QObject):
         self._requests.put((label, action))
 
     def fetch(self, token: int, label: str, read: Callable[[Farm], object]) -> None:
-        """Run `read(farm)` on the worker: what it returns comes back through `fetched` with `token`; an error
-        through `done`, as a failed `label`."""
+        """Run `read(farm)` on the worker: what it returns comes back through `fetched` with `token` (see
+        _run_read for its errors)."""
         self._requests.put(_Read(token, label, read))
 
     def start_node(self) -> None:
@@ -244,27 +244,29 @@ class Poller(QObject):
         self._sent.append(snap)
         self.snapshot.emit(snap)
 
-    def _attempt(self, label: str, call: Callable[[Farm], object]) -> tuple[bool, object]:
-        """(True, call(farm)), or (False, the error's one line): an error fails the call alone, the worker goes
-        on (a bug's traceback is logged)."""
-        try:
-            return True, call(self.farm)
-        except (QPError, DatabaseError, OSError) as error:
-            return False, driver_line(error)
-        except Exception as error:
-            log.exception("%s", label)
-            return False, unexpected(error)
-
     def _run_action(self, label: str, action: Callable[[Farm], str]) -> None:
-        ok, message = self._attempt(label, action)
-        self.done.emit(label, ok, str(message))
+        try:
+            message = action(self.farm)
+        except (QPError, DatabaseError, OSError) as error:
+            self.done.emit(label, False, driver_line(error))
+        except Exception as error:  # a bug in the action: it fails alone, the worker goes on
+            log.exception("%s", label)
+            self.done.emit(label, False, unexpected(error))
+        else:
+            self.done.emit(label, True, message)
 
     def _run_read(self, request: _Read) -> None:
-        ok, value = self._attempt(request.label, request.read)
-        if ok:
-            self.fetched.emit(request.token, value)
+        """A read the window asked for. One the database cannot answer is dropped quietly: the polls show the
+        link's state, and the view asks again."""
+        try:
+            value = request.read(self.farm)
+        except (QPError, DatabaseError, OSError) as error:
+            log.info("%s: %s", request.label, driver_line(error))
+        except Exception as error:  # a bug in the read: reported, the worker goes on
+            log.exception("%s", request.label)
+            self.broken.emit(f"{request.label} failed: {unexpected(error)}")
         else:
-            self.done.emit(request.label, False, str(value))
+            self.fetched.emit(request.token, value)
 
     def _close(self) -> None:
         if self.node is not None:

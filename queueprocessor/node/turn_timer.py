@@ -279,10 +279,12 @@ class TurnTimer:
 
     def _write_history(self, minute: int, now: float) -> None:
         """The farm's history (docs/design.md §10), by whoever holds the first turn of a slot past a minute's end
-        (one statement a minute for the whole farm); after an hour's last minute, its hourly roll-up and retention."""
+        (one statement a minute for the whole farm); after an hour's last minute, the hourly roll-up and retention of
+        the history and the event log."""
         self.store.stats.write_minute(minute)
         if (minute + 60) % HOUR == 0:
             self.store.stats.roll_up(now, self.config.keep_history)
+            self.store.events.prune(self.config.keep_events)
 
     def _housekeep(self) -> None:
         """Retention, once per `housekeeping` seconds for the whole farm (by whoever holds the turn of a slot

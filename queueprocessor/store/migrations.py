@@ -98,6 +98,7 @@ def _farm_history(conn: Connection) -> None:
         if index.name == "ix_qp_runs_finished":
             index.create(conn, checkfirst=True)
     schema.history.create(conn, checkfirst=True)
+    schema.events.create(conn, checkfirst=True)
 
 
 # The step that upgrades a database from each version to the next.

@@ -358,3 +358,16 @@ history = Table(
     Column("last_job", Id, nullable=False),
     Index("ix_qp_history_at", "at"),
 )
+
+events = Table(
+    "qp_events",
+    metadata,
+    # The farm's log of what happened and who did it (store/events.py), kept `keep_events` seconds.
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("at", Time, nullable=False),
+    Column("kind", String(32), nullable=False),  # rules.events.EventKind
+    Column("subject", String(400), nullable=False),  # what it happened to: a machine, a queue, a schedule
+    Column("detail", String(2000), nullable=True),
+    Column("actor", String(400), nullable=True),  # who did it: a machine, or the program, host and pid of a client
+    Index("ix_qp_events_at", "at"),
+)

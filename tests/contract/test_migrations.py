@@ -50,6 +50,7 @@ def make_version_6(url: str) -> None:
     Farm(url).close()
     with rewriting(url) as conn:
         conn.execute(text("DROP TABLE qp_history"))
+        conn.execute(text("DROP TABLE qp_events"))
         drop_index(conn, "ix_qp_runs_finished", "qp_runs")
         set_version(conn, 6)
 
