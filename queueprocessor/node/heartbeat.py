@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from ..rules.clock import Clock, OffsetEstimator
 from ..rules.events import machine_label
-from ..rules.logs import about
+from ..rules.logs import about, one_line
 from ..rules.roster import KnownMachines, Liveness, slot_of
 from ..rules.states import MachineState, Outcome, Wish
 from ..store.queues import QueueStore
@@ -231,9 +231,14 @@ class Heartbeat:
 
     def _log_outage(self, since: float, now: float) -> None:
         """Log the stretch without the database this check-in ended (a restart, a failover), and whether the
-        watchdog fenced our jobs off in it, now that the database takes writes again."""
+        watchdog fenced our jobs off in it, now that the database takes writes again. The log is a record, not
+        the farm's safety: failing to write it never fails a check-in (it is tried again at the next one)."""
         fences = self.node.tally.read().fences
-        self.node.store.events.outage(self._me, since, now, fences - self._fences_logged)
+        try:
+            self.node.store.events.outage(self._me, since, now, fences - self._fences_logged)
+        except Exception as exc:
+            log.warning("could not log the outage: %s", one_line(exc))
+            return
         self._outage, self._fences_logged = None, fences
 
     def _apply_wish(self, wish: str | None) -> str | None:
