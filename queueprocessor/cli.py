@@ -758,10 +758,10 @@ def stats(ctx: Context, since: float, queue_name: str | None, step: int, as_json
     if as_json:
         return print_json({"stats": rows})
     print_table(
-        ["at", "queue", *HISTORY_COUNTS, "waiting", "p50", "p95"],
+        ["at", "queue", *HISTORY_COUNTS, "waiting", "running", "p50", "p95"],
         [
-            [format_time(r["at"])[:16], r["queue"], *(r[n] for n in HISTORY_COUNTS), _or_dash(r["waiting"])]
-            + [_seconds(r["p50"]), _seconds(r["p95"])]
+            [format_time(r["at"])[:16], r["queue"], *(r[n] for n in HISTORY_COUNTS)]
+            + [_or_dash(r["waiting"]), _or_dash(r["running"]), _seconds(r["p50"]), _seconds(r["p95"])]
             for r in rows
         ],
     )
