@@ -33,7 +33,7 @@ from .rules.output import format_time, machine_label, print_json, print_table, p
 from .rules.queues import DEFAULT, UNCHANGED, OnFailure, Served, check_name
 from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, made_by
 from .rules.search import JobFilter
-from .rules.states import JobState, Wish
+from .rules.states import HISTORY_COUNTS, JobState, Wish
 from .rules.urls import default_url, mask
 from .version import __version__
 
@@ -912,6 +912,55 @@ def turns(ctx: Context, since: float, as_json: bool) -> None:
             for t in rows
         ],
     )
+
+
+@cli.command()
+@click.option(
+    "--since", type=Seconds(min=0, min_open=True), default=3600.0, help="Seconds of history (default: an hour)."
+)
+@click.option("--queue", "queue_name", metavar="NAME", help="Only this queue.")
+@click.option("--step", type=click.IntRange(60), default=60, help="Seconds per row: 60, 300, 3600...")
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def stats(ctx: Context, since: float, queue_name: str | None, step: int, as_json: bool) -> None:
+    """The farm's history per queue: jobs enqueued, started, ended by outcome, waiting, and run durations."""
+    rows = ctx.reader.stats(since, step=step, queue=queue_name)
+    if as_json:
+        return print_json({"stats": rows})
+    print_table(
+        ["at", "queue", *HISTORY_COUNTS, "waiting", "running", "p50", "p95"],
+        [
+            [format_time(r["at"])[:16], r["queue"], *(r[n] for n in HISTORY_COUNTS)]
+            + [_or_dash(r["waiting"]), _or_dash(r["running"]), _seconds(r["p50"]), _seconds(r["p95"])]
+            for r in rows
+        ],
+    )
+
+
+@cli.command()
+@click.option(
+    "--since", type=Seconds(min=0, min_open=True), default=86400.0, help="Seconds of the log (default: a day)."
+)
+@click.option("--kind", metavar="KIND", help="Only this kind (machine.dead), or family (machine, queue, schedule...).")
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def events(ctx: Context, since: float, kind: str | None, as_json: bool) -> None:
+    """The farm's log: what happened to machines, queues and schedules, and who did it."""
+    rows = ctx.reader.events(since, kind=kind)
+    if as_json:
+        return print_json({"events": rows})
+    print_table(
+        ["at", "kind", "subject", "detail", "by"],
+        [[format_time(e["at"]), e["kind"], e["subject"], e["detail"] or "", e["actor"] or ""] for e in rows],
+    )
+
+
+def _or_dash(value: object) -> object:
+    return "-" if value is None else value
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}s"
 
 
 class QueueName(click.ParamType[str]):

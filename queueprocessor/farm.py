@@ -24,6 +24,7 @@ from sqlalchemy import exc
 
 from . import grabs, singletons
 from .bulkjobs import ManyJobs
+from .farm_past import FarmPast
 from .jobfunctions import JobFunction, target_of
 from .node.config import FarmTiming, NodeConfig
 from .rules.allow import check_allowed
@@ -64,6 +65,7 @@ from .store.database import (
     parse_url,
 )
 from .store.database import without_password as without_password  # the app's recent list keeps URLs so
+from .store.events import actor_of
 from .store.queues import QueueStore, queue_infos
 from .store.schedules import ScheduleStore
 from .store.stores import Store
@@ -110,7 +112,7 @@ class Enqueued:
     served: bool
 
 
-class Farm(FarmFlows, ManyJobs, ScheduleSteering):
+class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
     def __init__(self, url: str | None = None, *, read_only: bool = False, client: str | None = None):
         """`read_only`: only look (the app's watch-only mode). Nothing is created or adopted, and the
         database itself refuses any write through this farm. A farm whose database user may only read is
@@ -137,6 +139,7 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering):
             self._engine.dispose()
             raise describe_failure(error, self.url) from None
         self._store = Store(self._engine)
+        self._store.actor = actor_of(client)  # who the event log says changed the farm through us
         self._schedules = ScheduleStore(self._store)
         self._queues = QueueStore(self._store)
         self._shared = SharedTiming(self._store, self.read_only)

@@ -69,6 +69,13 @@ OPTIONS = {
         "Seconds finished jobs and their runs are kept before the turn-holder deletes them.",
         Seconds(min=0, min_open=True),
     ),
+    "keep_history": _Option(
+        "Seconds of per-queue history (the app's charts, `stats`) kept; past a day it is kept by the hour.",
+        Seconds(min=0, min_open=True),
+    ),
+    "keep_events": _Option(
+        "Seconds the farm's event log (the app's Events tab, `events`) is kept.", Seconds(min=0, min_open=True)
+    ),
     "allow_hosts": _Option(
         "Also run HTTP jobs on this host (the local machine is always allowed). Repeatable.",
         flag="--allow-host",

@@ -8,6 +8,7 @@ back as that command's failure.
 """
 
 from collections.abc import Callable
+from typing import Any
 
 from queueprocessor.farm import Farm, JobFilter, JobSpec
 from queueprocessor.rules.output import format_time
@@ -15,13 +16,24 @@ from queueprocessor.rules.search import BulkAction
 from queueprocessor.rules.states import Wish
 
 Run = Callable[[str, Callable[[Farm], str]], None]
+Fetch = Callable[[str, Callable[[Farm], Any], Callable[[Any], None]], None]
 
 
 class Commands:
     """The operator's commands; `run(label, call)` runs `call(farm)` off the GUI thread (Connection.act)."""
 
-    def __init__(self, run: Run):
+    def __init__(self, run: Run, fetch: Fetch | None = None):
+        """`fetch(label, read, then)`: `read(farm)` on the worker, what it returns to `then` here (Connection.fetch)."""
         self.run = run
+        self.fetch = fetch or (lambda _label, _read, _then: None)
+
+    def read_history(self, span: float, step: int, then: Callable[[list[dict]], None]) -> None:
+        """The farm's history per queue over the last `span` seconds in rows of `step` (Farm.stats), to `then`."""
+        self.fetch("Read the queues' history", lambda farm: farm.stats(span, step=step), then)
+
+    def read_events(self, since: float, kind: str | None, then: Callable[[list[dict]], None]) -> None:
+        """The farm's events of the last `since` seconds, of `kind` (a family; None: all) (Farm.events), to `then`."""
+        self.fetch("Read the event log", lambda farm: farm.events(since, kind=kind), then)
 
     def steer(self, machine_id: int, name: str, wish: Wish) -> None:
         """Ask a machine to pause, resume or drain; the machine applies it itself."""

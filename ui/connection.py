@@ -8,9 +8,12 @@ database: the worker of the old one stops this machine's node there first.
 Nothing here waits on the database: the worker does, on its thread.
 """
 
+import itertools
+from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
 from functools import partial
+from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -64,6 +67,8 @@ class Connection(QObject):
         self.read_only: str | None = None  # why the open farm refuses changes (Farm.why_read_only); None: it may write
         self.query = Query()
         self.poller: Poller | None = None
+        self._reads: dict[int, Callable[[Any], None]] = {}  # what to do with each read asked for (fetch)
+        self._tokens = itertools.count()
         self._next_url: str | None = None  # where to go once the worker of the current database has stopped
         self.stale = QTimer(self)
         self.stale.setSingleShot(True)
@@ -99,6 +104,14 @@ class Connection(QObject):
         else:
             self.done.emit(label, False, "not reading a farm now: open a database (File ▸ Open Database…)")
 
+    def fetch(self, label: str, read, then) -> None:
+        """Run `read(farm)` on the worker and hand what it returns to `then` on this thread (nothing while no
+        worker runs, or if the read fails: see Poller._run_read)."""
+        if self.live and self.state is not State.STOPPING:
+            token = next(self._tokens)
+            self._reads[token] = then
+            self.poller.fetch(token, label, read)
+
     def start_node(self) -> None:
         if self.live:
             self.poller.start_node()
@@ -122,6 +135,7 @@ class Connection(QObject):
         self.poller.unreachable.connect(self._unreachable)
         self.poller.broken.connect(self._broken)
         self.poller.done.connect(self.done)
+        self.poller.fetched.connect(self._fetched)
         self.poller.finished.connect(self._finished)
         self._enter(State.CONNECTING, f"connecting to {mask(url)}")
         self.poller.start()
@@ -135,6 +149,11 @@ class Connection(QObject):
         if self._reporting():
             self.node_id, self.read_only = node_id, read_only
             self.opened.emit(node_id)
+
+    def _fetched(self, token: int, value: object) -> None:
+        then = self._reads.pop(token, None)
+        if then is not None and self._reporting():
+            then(value)
 
     def _snapshot(self, snap: Snapshot) -> None:
         if self._reporting():

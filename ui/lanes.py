@@ -22,7 +22,7 @@ from .snapshot import Snapshot
 LANE_AXIS_WIDTH = 110  # both plots reserve the same width for lane names, so their x axes line up
 EMPTY = np.zeros(0)
 SMALL_POINTS = 7  # lane names shrink to this when lanes are thinner than a line of normal text
-MARKS = {"fill": "■", "outline": "□", "line": "┃"}  # how a legend entry shows its colour
+MARKS = {"fill": "■", "outline": "□", "line": "┃", "event": "▼"}  # how a legend entry shows its colour
 
 
 class Bars(pg.BarGraphItem):

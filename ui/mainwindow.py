@@ -29,6 +29,7 @@ from .actions import Actions
 from .bulkbar import BulkBar
 from .commands import Commands
 from .connection import Connection, State
+from .eventsview import EventsView
 from .jobsview import JobsView
 from .models import PeersModel
 from .nodepanel import NodePanel
@@ -69,7 +70,7 @@ class MainWindow(QMainWindow):
         self.settings = QSettings()
         self.node_options = node_options
         self.connection = Connection(node_options, interval, self)
-        self.commands = Commands(self.connection.act)
+        self.commands = Commands(self.connection.act, self.connection.fetch)
         self.snap: Snapshot | None = None  # the snapshot the views show
         self.last_result: tuple[str, bool, str] | None = None
         self.broken: set[str] = set()  # views whose last update raised (logged once, until they recover)
@@ -159,6 +160,8 @@ class MainWindow(QMainWindow):
         self.schedules = SchedulesView(self.commands, self.watch_only)
         self.schedules.schedule_selected.connect(lambda name: self._query(schedule=name))
         self.queues = QueuesView(self.commands, self.watch_only)
+        self.event_log = EventsView(self.commands)
+        self.event_log.events_read.connect(self.timeline.show_events)
 
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(False)
@@ -167,6 +170,7 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.queue, "All jobs")  # every queue together; the Queues tab shows each
         self.tabs.addTab(self.schedules, "Schedules")
         self.tabs.addTab(self.queues, "Queues")
+        self.tabs.addTab(self.event_log, "Events")
         self.tabs.currentChanged.connect(lambda _: self._update_actions())
 
         self.banner = Banner(lambda: self.connection.state is State.CONNECTED)
@@ -207,6 +211,7 @@ class MainWindow(QMainWindow):
             ("queue graph", lambda: self.queue.show_snapshot(snap)),
             ("schedules", lambda: self.schedules.show_snapshot(snap)),
             ("queues", lambda: self.queues.show_snapshot(snap)),
+            ("events", lambda: self.event_log.show_snapshot(snap)),
             ("node panel", lambda: self.node_panel.show_node(snap.node, max(1, active) * snap.period, snap.own_row)),
             ("farm summary", lambda: self.status.show_farm(snap)),
             ("status link", self._show_link),  # the read's time
@@ -297,6 +302,7 @@ class MainWindow(QMainWindow):
         self._update_actions()
 
     def _opened(self, _node_id: int | None) -> None:
+        self.queues.read_history()
         remember(self.settings, self.connection.url)
         if self.connection.read_only and self.node_options is not None:
             self.node_panel.observe_only(self.connection.read_only)

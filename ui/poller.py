@@ -20,6 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 
 from PySide6.QtCore import QObject, Signal
@@ -52,6 +53,15 @@ def unexpected(error: BaseException) -> str:
     return f"{type(error).__name__}: {driver_line(error)}"
 
 
+@dataclass(frozen=True)
+class _Read:
+    """A read the window asked for (Poller.fetch)."""
+
+    token: int
+    label: str
+    read: Callable[[Farm], object]
+
+
 class StopReason(Enum):
     """Why the worker ended."""
 
@@ -70,6 +80,7 @@ class Poller(QObject):
     unreachable = Signal(str)  # the database does not answer (one line); the worker tries again
     broken = Signal(str)  # a read failed unexpectedly (a bug, not the database), one line
     done = Signal(str, bool, str)  # action label, succeeded, one-line message
+    fetched = Signal(int, object)  # a read's token and what it returned (see fetch)
     finished = Signal(object, str)  # the StopReason, and one line saying why (empty when asked)
 
     def __init__(self, url: str, node_options: NodeConfig | None, interval: float, query: Callable[[], Query]):
@@ -98,6 +109,11 @@ class Poller(QObject):
     def act(self, label: str, action: Callable[[Farm], str]) -> None:
         """Run `action(farm)` on the worker; its return value (or error) comes back through `done`."""
         self._requests.put((label, action))
+
+    def fetch(self, token: int, label: str, read: Callable[[Farm], object]) -> None:
+        """Run `read(farm)` on the worker: what it returns comes back through `fetched` with `token` (see
+        _run_read for its errors)."""
+        self._requests.put(_Read(token, label, read))
 
     def start_node(self) -> None:
         """Start this machine's node again once it has stopped (drained); `opened` tells its new id."""
@@ -186,6 +202,9 @@ class Poller(QObject):
                 return
             if isinstance(request, tuple):
                 self._run_action(*request)
+            elif isinstance(request, _Read):
+                self._run_read(request)
+                continue
             elif request is _START_NODE:
                 self._run_action("Start node", self._restart_node)
             elif request is None or request is _POLL:
@@ -237,6 +256,19 @@ class Poller(QObject):
             self.done.emit(label, False, unexpected(error))
         else:
             self.done.emit(label, True, message)
+
+    def _run_read(self, request: _Read) -> None:
+        """A read the window asked for. One the database cannot answer is dropped quietly: the polls show the
+        link's state, and the view asks again."""
+        try:
+            value = request.read(self.farm)
+        except (QPError, DatabaseError, OSError) as error:
+            log.info("%s: %s", request.label, driver_line(error))
+        except Exception as error:  # a bug in the read: reported, the worker goes on
+            log.exception("%s", request.label)
+            self.broken.emit(f"{request.label} failed: {unexpected(error)}")
+        else:
+            self.fetched.emit(request.token, value)
 
     def _close(self) -> None:
         if self.node is not None:

@@ -1,14 +1,16 @@
 """Small multiples for the Queues tab: one little chart per queue, jobs waiting and running over time.
 
-The database keeps no history of a queue's counts, so each snapshot adds one
-sample per queue (kept for `history` seconds) and the charts draw those. All
-charts show the same stretch of database time, so queues compare at a glance,
+Two sources make each line: the farm's stored history (a row per queue per minute, per hour past a day: see
+docs/design.md §10), read on the worker thread when the window opens and whenever the operator picks another
+`span` (an hour to two weeks), and the snapshots, each of which adds one sample per queue (kept for `history`
+seconds) after the stored rows. All charts show the same stretch of database time, so queues compare at a glance,
 but each has its own y scale (a queue of 3 beside one of 3,000 would
 otherwise be a flat line). A farm-wide limit is drawn as a dashed line at its
 height, so a queue held at its cap reads as such. Like the other plots, they
 draw only while on screen.
 """
 
+import math
 from collections import deque
 
 import numpy as np
@@ -27,6 +29,27 @@ from .samples import keep
 CHART_WIDTH = 300  # pixels a chart needs to read well: as many per row as fit the width
 CHART_HEIGHT = 96  # pixels of plot under each chart's title
 SERIES = (JobState.QUEUED, JobState.RUNNING)  # the job states whose colours draw waiting and running
+# What the charts can span: (seconds, label, seconds per stored row read for it), a few hundred points at most.
+SPANS = (
+    (3600, "1 hour", 60),
+    (6 * 3600, "6 hours", 60),
+    (86400, "1 day", 300),
+    (3 * 86400, "3 days", 900),
+    (14 * 86400, "2 weeks", 3600),
+)
+DEFAULT_SPAN = 6 * 3600
+NO_ROWS = np.empty((0, 3))
+
+
+def stored_points(rows: list[dict]) -> dict[str, np.ndarray]:
+    """Farm.stats rows as each queue's (time, waiting, running) points, at the end of each row's bucket, when its
+    counts were taken; NaN where a row has none."""
+    points: dict[str, list[tuple[float, ...]]] = {}
+    for row in rows:
+        counts = (row["waiting"], row["running"])
+        at = float(row["at"] + row["step"])
+        points.setdefault(row["queue"], []).append((at, *(math.nan if n is None else float(n) for n in counts)))
+    return {name: np.array(found, dtype=float) for name, found in points.items()}
 
 
 class QueueChart(QWidget):
@@ -58,7 +81,7 @@ class QueueChart(QWidget):
             lambda position: self.menu_requested.emit(self.name, self.plot.mapToGlobal(position))
         )
         box.addWidget(self.plot)
-        self.lines = {state: self.plot.plot([], []) for state in SERIES}
+        self.lines = {state: self.plot.plot([], [], connect="finite") for state in SERIES}
         self.cap = pg.InfiniteLine(angle=0, movable=False)
         self.cap.hide()
         self.plot.addItem(self.cap)
@@ -67,7 +90,8 @@ class QueueChart(QWidget):
     def add(self, now: float, info: QueueInfo, history: float) -> None:
         keep(self.samples, (now, info.waiting, info.running), history)
 
-    def draw(self, info: QueueInfo, x_range: tuple[float, float]) -> None:
+    def draw(self, info: QueueInfo, x_range: tuple[float, float], stored: np.ndarray = NO_ROWS) -> None:
+        """Draw the stored points older than the first sample, then the samples."""
         state = QueueState.of(info)
         running = f"{info.running:,}" if info.limit is None else f"{info.running:,} of {info.limit:,}"
         self.title.setText(
@@ -81,12 +105,14 @@ class QueueChart(QWidget):
             )
         )
         data = np.array(self.samples, dtype=float).reshape(-1, 3)
+        if len(stored):
+            data = np.concatenate((stored[stored[:, 0] < (data[0, 0] if len(data) else math.inf)], data))
         self.lines[JobState.QUEUED].setData(data[:, 0], data[:, 1])
         self.lines[JobState.RUNNING].setData(data[:, 0], data[:, 2])
         self.cap.setVisible(info.limit is not None)
         if info.limit is not None:
             self.cap.setValue(info.limit)
-        peak = max(float(data[:, 1:].max()) if len(data) else 0.0, float(info.limit or 0))
+        peak = max(float(np.nanmax(data[:, 1:], initial=0.0)), float(info.limit or 0))
         self.plot.setXRange(*x_range, padding=0)
         self.plot.setYRange(0, peak * 1.1 + 1, padding=0)
 
@@ -96,7 +122,7 @@ class QueueChart(QWidget):
         _, running = self.lines[JobState.RUNNING].getData()
         if times is None:
             return []
-        return [(float(t), int(w), int(r)) for t, w, r in zip(times, waiting, running)]
+        return [(float(t), _count(w), _count(r)) for t, w, r in zip(times, waiting, running)]
 
     def restyle(self) -> None:
         theme.paint_plot(self.plot)
@@ -104,6 +130,10 @@ class QueueChart(QWidget):
             line.setPen(pg.mkPen(theme.JOB_STATE[state], width=2))
         # Seen on a running line at the limit.
         self.cap.setPen(pg.mkPen(theme.current().muted, width=1.5, style=Qt.PenStyle.DashLine))
+
+
+def _count(value: float) -> int | None:
+    return None if math.isnan(value) else int(value)
 
 
 class QueueCharts(QScrollArea):
@@ -114,6 +144,8 @@ class QueueCharts(QScrollArea):
     def __init__(self, history: float = 600.0, parent=None):
         super().__init__(parent)
         self.history = history
+        self.span: float = DEFAULT_SPAN  # seconds shown at most
+        self.stored: dict[str, np.ndarray] = {}  # each queue's stored points (stored_points)
         self.charts: dict[str, QueueChart] = {}
         self.columns = 1
         self.setWidgetResizable(True)
@@ -135,13 +167,23 @@ class QueueCharts(QScrollArea):
         for info in queues:
             self.charts[info.name].add(now, info, self.history)
 
+    def load(self, span: float, rows: list[dict]) -> None:
+        """Take the stored history read for `span` (Farm.stats rows); drawn from the next snapshot on."""
+        self.span, self.stored = span, stored_points(rows)
+
+    @property
+    def reach(self) -> float:
+        """How far back the charts go at most: the span picked, or without stored history the samples kept."""
+        return self.span if self.stored else self.history
+
     def draw(self, now: float, queues: list[QueueInfo]) -> float:
-        """Draw every chart over the same stretch: the samples there are, `history` seconds at most. Returns
-        where that stretch begins (database time)."""
-        oldest = min((chart.samples[0][0] for chart in self.charts.values() if chart.samples), default=now)
-        since = max(oldest, now - self.history)
+        """Draw every chart over the same stretch: the stored points and samples there are, `span` seconds at
+        most (`history`, without stored points). Returns where that stretch begins (database time)."""
+        firsts = [chart.samples[0][0] for chart in self.charts.values() if chart.samples]
+        firsts += [float(points[0, 0]) for points in self.stored.values() if len(points)]
+        since = max(min(firsts, default=now), now - self.reach)
         for info in queues:
-            self.charts[info.name].draw(info, (since, now))
+            self.charts[info.name].draw(info, (since, now), self.stored.get(info.name, NO_ROWS))
         return since
 
     def _arrange(self, names: list[str]) -> None:

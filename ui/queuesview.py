@@ -6,13 +6,15 @@ no live machine serves is flagged: its jobs are accepted but wait until a
 machine that serves it joins. Right-click a queue (in the table or on its
 chart) to pause, resume or edit its limit and rate. Like the Schedules tab,
 it never touches the database: an action is a call of the window's `Commands`
-(run on the worker thread), and the next snapshot shows its effect.
+(run on the worker thread), and the next snapshot shows its effect. The charts' stored history (docs/app.md) is
+read the same way: when the window opens, when the operator picks another span, and once a minute.
 """
 
+import math
 from dataclasses import fields
 
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtWidgets import QLabel, QMenu, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QMenu, QSplitter, QVBoxLayout, QWidget
 
 from queueprocessor.rules.queues import QueueInfo
 from queueprocessor.rules.states import SERVING
@@ -22,13 +24,14 @@ from .commands import Commands
 from .dialogs import QueueDialog
 from .models import ROW_ROLE, Column, Mark, SnapshotModel, capped, dot, marked
 from .onscreen import OnScreen
-from .queuecharts import QueueCharts
+from .queuecharts import DEFAULT_SPAN, SPANS, QueueCharts
 from .queuestate import QueueState
 from .readonly import refuse
 from .snapshot import Snapshot
 from .tables import table
 
 SHOWN_NAMES = 3  # serving machines named in the table; the rest are counted (all are in the tooltip)
+HISTORY_EVERY = 60.0  # seconds of database time between reads of the stored history (a new row a minute)
 
 
 def row_of(info: QueueInfo, caps: dict[str, dict[str, int]]) -> dict:
@@ -146,7 +149,18 @@ class QueuesView(QWidget):
         box = QVBoxLayout(lower)
         box.setContentsMargins(0, 4, 0, 0)
         self.caption = QLabel(objectName="muted")
-        box.addWidget(self.caption)
+        self.span = QComboBox(objectName="chartSpan")
+        for seconds, label, _step in SPANS:
+            self.span.addItem(label, seconds)
+        self.span.setCurrentIndex(self.span.findData(DEFAULT_SPAN))
+        self.span.setToolTip("How far back the charts reach: the farm keeps each queue's history (stats)")
+        self.span.currentIndexChanged.connect(lambda _: self.read_history())
+        # Database time the last read was asked at (None: at the next snapshot's; inf: none asked yet).
+        self._history_asked: float | None = math.inf
+        heading = QHBoxLayout()
+        heading.addWidget(self.caption, 1)
+        heading.addWidget(self.span)
+        box.addLayout(heading)
         box.addWidget(self.charts, 1)
         split.addWidget(lower)
         split.setSizes([200, 320])
@@ -162,13 +176,24 @@ class QueuesView(QWidget):
         caps = {m["name"]: m["caps"] for m in snapshot.machines if m["status"] in SERVING}
         self.model.set_rows([row_of(info, caps) for info in snapshot.queues])
         self.charts.add(snapshot.db_now, snapshot.queues)
+        if self._history_asked is None:
+            self._history_asked = snapshot.db_now
+        elif snapshot.db_now - self._history_asked >= HISTORY_EVERY:
+            self.read_history(snapshot.db_now)
         self.drawing.show(snapshot)
+
+    def read_history(self, now: float | None = None) -> None:
+        """Ask the worker for the stored history of the span picked; the charts draw it from the next snapshot."""
+        span = self.span.currentData()
+        step = next(step for seconds, _label, step in SPANS if seconds == span)
+        self._history_asked = now
+        self.commands.read_history(span, step, lambda rows: self.charts.load(span, rows))
 
     def _draw(self, snapshot: Snapshot) -> None:
         since = self.charts.draw(snapshot.db_now, snapshot.queues)
         self.caption.setText(
             f"Jobs waiting and running per queue since {text.clock(since, millis=False)} "
-            f"({text.duration(self.charts.history)} at most) · dashed line: the farm-wide limit"
+            f"({text.duration(self.charts.reach)} at most) · dashed line: the farm-wide limit"
         )
 
     def restyle(self) -> None:

@@ -1,4 +1,5 @@
-"""The slots timeline: whose turn each slot was (solid, from the turn log) and will be (faint).
+"""The slots timeline: whose turn each slot was (solid, from the turn log) and will be (faint), and the farm's
+events (the Events tab's) as marks: in a machine's lane for what happened to it, along the top for the rest.
 
 The x range follows database time ("now" stays near the right edge) until the
 user drags or zooms; then it stays where they put it until Follow is turned
@@ -11,6 +12,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Signal
 
+from queueprocessor.rules.events import machine_in
 from queueprocessor.rules.states import Outcome
 
 from . import text, theme
@@ -34,6 +36,10 @@ class SlotsTimeline(LanePlot):
         self.claim_bars = bars()
         for item in (self.upcoming_bars, self.turn_bars, self.claim_bars):
             self.plot.addItem(item)
+        self.events: list[dict] = []  # the events read last (EventsView), marked where they happened
+        self.event_marks = pg.ScatterPlotItem(symbol="t", size=11)
+        self.event_marks.setZValue(11)
+        self.plot.addItem(self.event_marks, ignoreBounds=True)
         self.now_line = pg.InfiniteLine(angle=90, movable=False)
         self.now_line.setZValue(10)
         self.plot.addItem(self.now_line, ignoreBounds=True)
@@ -46,6 +52,7 @@ class SlotsTimeline(LanePlot):
             ("fill", scheme.turn_claimed, "claimed jobs"),
             ("fill", scheme.turn, "found nothing due"),
             ("outline", scheme.muted, "upcoming"),
+            ("event", scheme.accent, "event"),
             ("line", theme.OUTCOME[Outcome.FAILED], "now"),
         ]
 
@@ -59,6 +66,8 @@ class SlotsTimeline(LanePlot):
         self.turn_bars.setOpts(brush=scheme.turn)
         self.claim_bars.setOpts(brush=scheme.turn_claimed)
         self.now_line.setPen(pg.mkPen(theme.OUTCOME[Outcome.FAILED], width=2))
+        self.event_marks.setBrush(pg.mkBrush(scheme.accent))
+        self.event_marks.setPen(pg.mkPen(scheme.window, width=1))
 
     def set_follow(self, follow: bool) -> None:
         if follow == self.follow:
@@ -87,12 +96,40 @@ class SlotsTimeline(LanePlot):
         self.upcoming_bars.setOpts(
             x0=slots * period, width=np.full(len(slots), width), y0=lanes - 0.3, height=np.full(len(slots), 0.6)
         )
+        self._mark_events()  # the lanes may have moved
         slots, lanes, claimed = plot.turn_slot, plot.turn_lane, plot.turn_claimed
         for item, mask in ((self.turn_bars, ~claimed), (self.claim_bars, claimed)):
             n = int(mask.sum())
             item.setOpts(
                 x0=slots[mask] * period, width=np.full(n, width), y0=lanes[mask] - 0.36, height=np.full(n, 0.72)
             )
+
+    def show_events(self, rows: list[dict]) -> None:
+        """Mark these events (Farm.events rows) from now on."""
+        self.events = rows
+        self._mark_events()
+
+    def _mark_y(self, event: dict) -> float:
+        """A mark's height: the lane of the machine the event is about, else the top edge."""
+        lane = self.lane_index.get(machine_in(event["subject"]))
+        return -0.35 if lane is None else float(lane)
+
+    def _mark_events(self) -> None:
+        self.event_marks.setData(x=[e["at"] for e in self.events], y=[self._mark_y(e) for e in self.events])
+
+    def plotted_events(self) -> list[tuple[float, float]]:
+        """(time, height) of every event mark: what tests compare with the log."""
+        x, y = self.event_marks.getData()
+        return [(float(a), float(b)) for a, b in zip(x, y)]
+
+    def _event_text(self, x: float, y: float | None) -> str | None:
+        """The hover text of the event marks at (x, y), if any (none when the height is not known)."""
+        if y is None:
+            return None
+        left, right = self.view.viewRange()[0]
+        near = [e for e in self.events if abs(e["at"] - x) <= (right - left) / 150 and abs(self._mark_y(e) - y) < 0.3]
+        lines = [f"{text.clock(e['at'])} {e['kind']} · {e['subject']}: {e['detail'] or ''}".rstrip(": ") for e in near]
+        return "\n".join(lines[:5]) or None
 
     def plotted_turns(self) -> list[tuple[int, int]]:
         """(slot, lane machine id) of every solid bar: what tests compare with the turn log."""
@@ -110,6 +147,8 @@ class SlotsTimeline(LanePlot):
             self.view.setXRange(now - self.span, now + self.ahead, padding=0)
 
     def text_at(self, x: float, machine_id: int, y: float | None = None) -> str | None:
+        if (marked := self._event_text(x, y)) is not None:
+            return marked
         slot = math.floor(x / self.period)
         name = self.names.get(machine_id, f"#{machine_id}")
         turn = self.turns.get(slot)

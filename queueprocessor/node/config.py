@@ -94,6 +94,8 @@ class NodeConfig(FarmTiming):
     clock_skew: float = 0.0  # pretend the system clock is off by this much (to see skew handled)
     turn_keep: float = 86400.0  # seconds of turn history kept
     keep_jobs: float = 7 * 86400.0  # finished jobs (and their runs) are deleted this long after they ended
+    keep_history: float = 14 * 86400.0  # per-queue history (store/stats.py) is deleted this long after its minute
+    keep_events: float = 30 * 86400.0  # the farm's event log (store/events.py) likewise
     housekeeping: float = 300.0  # seconds between the farm's retention passes (turn log, finished jobs)
     tick: float = 0.01
     allow_hosts: tuple[str, ...] = ()

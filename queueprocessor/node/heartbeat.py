@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..rules.clock import Clock, OffsetEstimator
-from ..rules.logs import about
+from ..rules.events import machine_label
+from ..rules.logs import about, one_line
 from ..rules.roster import KnownMachines, Liveness, slot_of
 from ..rules.states import MachineState, Outcome, Wish
 from ..store.queues import QueueStore
@@ -104,6 +105,8 @@ class Heartbeat:
         self._last_contact_db = float("-inf")
         self.renewed_at = float("-inf")  # monotonic send time of the last successful renewal (start() sets the first)
         self.unreachable = threading.Event()  # a notice: a turn lost the database (set by qp-turns)
+        self._outage: float | None = None  # database time our contact broke off, logged once it is back
+        self._fences_logged = 0
 
     @property
     def healthy(self) -> bool:
@@ -207,6 +210,8 @@ class Heartbeat:
             log.info(
                 "database reachable (offset %+.4f s, rtt %.2f ms)", self.estimator.offset(), self.estimator.rtt() * 1000
             )
+        if self._outage is not None:
+            self._log_outage(self._outage, farm.now)
         if outlook.news(self._outlook(), moved, farm.backlog_slot is not None):
             self.node.turns.wake.set()  # the turn timer plans again
 
@@ -222,7 +227,7 @@ class Heartbeat:
             moved = True
         self.known = self._known.copy()
         for machine_id, last_seen in self._known.dead(farm.now, self.liveness()):
-            if self.node.peers.bury(machine_id, last_seen):
+            if self.node.peers.bury(machine_id, last_seen, judge=machine_label(self.config.name, self._me)):
                 log.warning(
                     "machine %s (%s) stopped checking in: judged dead", machine_id, self._known.name(machine_id)
                 )
@@ -233,7 +238,21 @@ class Heartbeat:
         if db_time - self._last_contact_db > 2 * self.config.heartbeat:
             self._streak_start = db_time
             self.node.turns.sweep.set()  # the farm may have been down for longer than a schedule's grace
+            if self._last_contact_db > float("-inf"):
+                self._outage = self._last_contact_db
         self._last_contact_db = db_time
+
+    def _log_outage(self, since: float, now: float) -> None:
+        """Log the stretch without the database this check-in ended (a restart, a failover), and whether the
+        watchdog fenced our jobs off in it, now that the database takes writes again. The log is a record, not
+        the farm's safety: failing to write it never fails a check-in (it is tried again at the next one)."""
+        fences = self.node.tally.read().fences
+        try:
+            self.node.store.events.outage(self._me, since, now, fences - self._fences_logged)
+        except Exception as exc:
+            log.warning("could not log the outage: %s", one_line(exc))
+            return
+        self._outage, self._fences_logged = None, fences
 
     def _apply_wish(self, wish: str | None) -> str | None:
         """Apply an operator's wish to our state. A drain is for good: once draining, by a wish or by stop(),

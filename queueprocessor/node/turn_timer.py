@@ -24,6 +24,7 @@ from ..rules.states import MachineState, Outcome
 from ..store.jobs import PRUNE_BATCH
 from ..store.queues import QueueStore
 from ..store.schedules import ScheduleStore
+from ..store.stats import HOUR, minute_to_write
 from ..store.stores import Store
 from ..store.types import Claimed, Looks, Plan, Turn
 from .config import NodeConfig
@@ -275,6 +276,17 @@ class TurnTimer:
         )
         if slot % max(1, round(self.config.housekeeping / self.config.period)) == 0 or self._housekeep_more:
             self._housekeep()
+        if (minute := minute_to_write(slot, self.config.period)) is not None:
+            self._write_history(minute, now)
+
+    def _write_history(self, minute: int, now: float) -> None:
+        """The farm's history (docs/design.md §10), by whoever holds the first turn of a slot past a minute's end
+        (one statement a minute for the whole farm); after an hour's last minute, the hourly roll-up and retention of
+        the history and the event log."""
+        self.store.stats.write_minute(minute)
+        if (minute + 60) % HOUR == 0:
+            self.store.stats.roll_up(now, self.config.keep_history)
+            self.store.events.prune(self.config.keep_events)
 
     def _housekeep(self) -> None:
         """Retention, once per `housekeeping` seconds for the whole farm (by whoever holds the turn of a slot

@@ -34,6 +34,11 @@ class Outcome(StrEnum):
     LOST = "lost"  # its machine lost the lease (died, was cut off, or handed the job back)
 
 
+# How a run may end, each a count in the farm's history (store/stats.py) beside the jobs enqueued and started.
+ENDINGS = tuple(outcome.value for outcome in Outcome if outcome != Outcome.RUNNING)
+HISTORY_COUNTS = ("enqueued", "started", *ENDINGS)
+
+
 class MachineState(StrEnum):
     """qp_machines.state. DEAD is judged from a row that stopped checking in; the first judge to find it dead
     stores it (a burial, see store/roster.py), so that its peers stop reading the row, until it checks in again."""

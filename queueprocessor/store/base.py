@@ -10,6 +10,8 @@ The rules the stores rely on (docs/design.md §3):
   match nothing the caller lost the job to another machine (LostLease).
 """
 
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -129,6 +131,8 @@ class StoreBase:
         self.dialect = engine.dialect.name
         self.whole = self.dialect == "postgresql"
         self.tsql = self.dialect == "mssql"
+        # Who changes the farm through this store, as the event log names operators (the Farm sets its label).
+        self.actor = f"{socket.gethostname()} pid {os.getpid()}"
         # Single statements run in autocommit (one round trip each); SQLite
         # keeps its explicit BEGIN IMMEDIATE so writers queue instead of failing.
         self._auto = engine if self.dialect == "sqlite" else engine.execution_options(isolation_level="AUTOCOMMIT")

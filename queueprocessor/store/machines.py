@@ -6,12 +6,21 @@ from typing import Any
 from sqlalchemy import insert, select, update
 
 from ..rules.errors import NotFound, QPError, echoed
+from ..rules.events import EventKind
 from ..rules.queues import Served
 from ..rules.states import MachineState, Wish
 from .base import StoreBase
 from .dbtime import db_now
+from .events import record_machine_event
 from .schema import machines
 from .statements import bump_roster, checkin_statement, newest_backlog
+
+# The event a machine's check-in in a new state logs (a machine stops through mark_stopped).
+STATE_EVENTS: dict[str, EventKind] = {
+    MachineState.ACTIVE: EventKind.MACHINE_RESUMED,
+    MachineState.PAUSED: EventKind.MACHINE_PAUSED,
+    MachineState.DRAINING: EventKind.MACHINE_DRAINING,
+}
 
 
 class MachineStore:
@@ -49,6 +58,8 @@ class MachineStore:
             conn.execute(insert(machines).values(joined_at=db_now(), last_seen=db_now(), **values))
             bump_roster(conn)
             machine_id: int = conn.execute(select(machines.c.id).where(machines.c.instance == instance)).scalar_one()
+            joined = f"on {host} pid {pid}, version {version}, capacity {capacity}, queues {queues or 'every queue'}"
+            record_machine_event(conn, EventKind.MACHINE_JOINED, machine_id, joined)
             return machine_id
 
     def heartbeat(
@@ -85,9 +96,13 @@ class MachineStore:
         elif self.store.count(checkin_statement(applied), params):
             return True
         with self.store.engine.begin() as conn:  # a new state, or a check-in after a burial: the roster changed
+            stored = conn.execute(select(machines.c.state).where(machines.c.id == machine_id)).scalar()
             if conn.execute(checkin_statement(applied, any_state=True), params).rowcount != 1:
                 return False
             bump_roster(conn)
+            kind = EventKind.MACHINE_BACK if stored == MachineState.DEAD else STATE_EVENTS.get(state)
+            if kind is not None and (stored != state or kind is EventKind.MACHINE_BACK):
+                record_machine_event(conn, kind, machine_id, f"as asked ({applied_wish})" if applied else None)
         return True
 
     def read(self, backlog_since: int | None = None) -> tuple[float, int | None, list[dict[str, Any]]]:
@@ -125,8 +140,10 @@ class MachineStore:
         """Write an operator's wish on a machine's row; the machine applies it within a heartbeat."""
         if wish not in tuple(Wish):
             raise QPError(f"unknown wish {echoed(wish)}: use one of {', '.join(Wish)}")
-        if self.store.count(update(machines).where(machines.c.id == machine_id).values(wish=wish)) != 1:
-            raise NotFound(f"no machine with id {machine_id}", what="machine", ref=machine_id)
+        with self.store.engine.begin() as conn:
+            if conn.execute(update(machines).where(machines.c.id == machine_id).values(wish=wish)).rowcount != 1:
+                raise NotFound(f"no machine with id {machine_id}", what="machine", ref=machine_id)
+            record_machine_event(conn, EventKind.MACHINE_ASKED, machine_id, f"to {wish}", self.store.actor)
 
     def mark_stopped(self, machine_id: int) -> None:
         with self.store.engine.begin() as conn:
@@ -136,3 +153,4 @@ class MachineStore:
                 .values(state=MachineState.STOPPED, running=0, last_seen=db_now())
             )
             bump_roster(conn)
+            record_machine_event(conn, EventKind.MACHINE_LEFT, machine_id)

@@ -121,6 +121,16 @@ def _payload_search(conn: Connection) -> None:
         conn.execute(schema.PAYLOAD_INDEX)
 
 
+def _farm_history(conn: Connection) -> None:
+    """9 to 10: the farm's past (docs/design.md §10): per-queue minutes in qp_history, written from the runs read by
+    their end (a new index on qp_runs), and the log of what happened in qp_events."""
+    for index in schema.runs.indexes:
+        if index.name == "ix_qp_runs_finished":
+            index.create(conn, checkfirst=True)
+    schema.history.create(conn, checkfirst=True)
+    schema.events.create(conn, checkfirst=True)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -131,6 +141,7 @@ STEPS = {
     6: _dependencies,
     7: _progress_and_sql_enqueue,
     8: _payload_search,
+    9: _farm_history,
 }
 
 

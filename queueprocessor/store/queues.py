@@ -6,10 +6,12 @@ from typing import Any
 
 from sqlalchemy import case, exc, func, insert, select, text, update
 
+from ..rules.events import EventKind
 from ..rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, served_names, serving_machines
 from ..rules.states import JobState
 from .base import StoreBase
 from .dbtime import db_now
+from .events import record_event
 from .schema import jobs, machines, queues
 from .statements import recount_statement, regate_statements
 
@@ -95,6 +97,8 @@ class QueueStore:
                 conn.execute(insert(queues).values(name=name, **values))
             if values.get("max_running") is not None:
                 conn.execute(recount_statement(one=True), dict(b_queue=name))
+            for kind, detail in _changes(values):
+                record_event(conn, kind, name, detail, self.store.actor)
 
     def recount(self) -> None:
         """Count every limited queue's running jobs afresh (housekeeping), under their rows' lock, taken in name
@@ -110,6 +114,22 @@ class QueueStore:
         with self.store.engine.begin() as conn:
             for statement in regate_statements():
                 conn.execute(statement)
+
+
+def _changes(values: dict[str, Any]) -> list[tuple[EventKind, str | None]]:
+    """The events a change of a queue's settings logs: one for each thing it changed."""
+    found: list[tuple[EventKind, str | None]] = []
+    if "paused" in values:
+        found.append((EventKind.QUEUE_PAUSED if values["paused"] else EventKind.QUEUE_RESUMED, None))
+    if "max_running" in values:
+        limit = values["max_running"]
+        found.append((EventKind.QUEUE_LIMITED, "no limit" if limit is None else f"at most {limit} running"))
+    if "rate_count" in values:
+        count, per = values["rate_count"], values["rate_per"]
+        found.append((EventKind.QUEUE_RATED, "no rate" if count is None else f"{count} starts per {per:g} s"))
+    if "on_failure" in values:
+        found.append((EventKind.QUEUE_ON_FAILURE, f"on failure: {values['on_failure']}"))
+    return found
 
 
 def queue_infos(store: StoreBase, live: list[dict[str, Any]], only: str | None = None) -> list[QueueInfo]:

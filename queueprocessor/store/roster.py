@@ -26,9 +26,11 @@ from typing import Any
 from sqlalchemy import BigInteger, Executable, Float, Subquery, bindparam, false, func, literal, select, true, update
 
 from ..rules.clock import Sample
+from ..rules.events import EventKind
 from ..rules.states import MachineState
 from .base import StoreBase
 from .dbtime import db_now
+from .events import record_machine_event
 from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, roster_version, schedules
 from .statements import bump_roster, newest_backlog
 
@@ -121,8 +123,9 @@ class RosterStore:
         keys = machines.c.keys()
         return rows[0][0], [dict(zip(keys, row[1:])) for row in rows if row[1] is not None]
 
-    def bury(self, machine_id: int, last_seen: float) -> bool:
-        """Store a machine's death, if it is still as silent as its judge saw it; the roster changed."""
+    def bury(self, machine_id: int, last_seen: float, judge: str | None = None) -> bool:
+        """Store a machine's death, if it is still as silent as its judge (`judge`, as the event log names it) saw
+        it; the roster changed."""
         with self.store.engine.begin() as conn:
             buried = (
                 conn.execute(
@@ -134,4 +137,6 @@ class RosterStore:
             )
             if buried:
                 bump_roster(conn)
+                silent = "stopped checking in"
+                record_machine_event(conn, EventKind.MACHINE_DEAD, machine_id, silent, judge or self.store.actor)
         return buried

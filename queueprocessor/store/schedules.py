@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, FromClause
 
 from ..rules.errors import InvalidJob, NotFound, echoed
+from ..rules.events import EventKind
 from ..rules.schedules import (
     DEFAULT_GRACE,
     DEFAULT_MISFIRE,
@@ -37,6 +38,7 @@ from ..rules.schedules import (
 from ..rules.states import JobState, Kind
 from .base import StoreBase
 from .dbtime import db_now
+from .events import record_event
 from .history import run_history, with_machine_name
 from .schema import jobs, schedules
 from .statements import gated_now
@@ -99,7 +101,9 @@ class ScheduleStore:
             order_key=spec.order_key,
         )
         try:
-            self.store.count(insert(schedules).values(created_at=db_now(), **row))
+            with self.store.engine.begin() as conn:
+                conn.execute(insert(schedules).values(created_at=db_now(), **row))
+                record_event(conn, EventKind.SCHEDULE_ADDED, name, _described(row), self.store.actor)
         except exc.IntegrityError:
             raise InvalidJob(
                 f"a schedule named {echoed(name)} already exists: remove it first, or pick another name"
@@ -126,14 +130,14 @@ class ScheduleStore:
         with self.store.engine.begin() as conn:
             if not conn.execute(delete(schedules).where(schedules.c.name == name)).rowcount:
                 raise NotFound(f"no schedule named {echoed(name)}", what="schedule", ref=name)
-            return self._cancel_queued(conn, name)
+            return self._cancelled(conn, EventKind.SCHEDULE_REMOVED, name)
 
     def pause(self, name: str) -> int:
         """Stop making occurrences; cancel those already waiting. Returns how many were cancelled."""
         with self.store.engine.begin() as conn:
             if not conn.execute(update(schedules).where(schedules.c.name == name).values(paused=True)).rowcount:
                 raise NotFound(f"no schedule named {echoed(name)}", what="schedule", ref=name)
-            return self._cancel_queued(conn, name)
+            return self._cancelled(conn, EventKind.SCHEDULE_PAUSED, name)
 
     def resume(self, name: str, *, ahead: float, period: float) -> dict[str, Any]:
         """Start again from the next occurrence more than two periods away (see first_occurrence); those that fell
@@ -141,13 +145,18 @@ class ScheduleStore:
         schedule = self.get(name)
         if schedule["paused"]:
             restart = first_occurrence(Recurrence.checked(schedule), self.store.ask_time(), period)
-            self.store.count(
-                update(schedules)
-                .where(schedules.c.name == name, schedules.c.paused)
-                .values(paused=False, next_run=restart)
-            )
+            with self.store.engine.begin() as conn:
+                resumed = update(schedules).where(schedules.c.name == name, schedules.c.paused)
+                if conn.execute(resumed.values(paused=False, next_run=restart)).rowcount:
+                    record_event(conn, EventKind.SCHEDULE_RESUMED, name, None, self.store.actor)
             self.materialise(ahead=ahead, period=period, names=[name])
         return self.get(name)
+
+    def _cancelled(self, conn: Connection, kind: EventKind, name: str) -> int:
+        """Cancel the schedule's waiting occurrences and log `kind`, saying how many."""
+        cancelled = self._cancel_queued(conn, name)
+        record_event(conn, kind, name, f"{cancelled} waiting occurrences cancelled", self.store.actor)
+        return cancelled
 
     @staticmethod
     def _cancel_queued(conn: Connection, name: str) -> int:
@@ -452,3 +461,9 @@ def _job_row(schedule: dict[str, Any], key: str, run_at: float) -> dict[str, Any
 def _origin(name: str) -> str:
     """How a schedule signs the jobs it makes."""
     return f"schedule {name}"
+
+
+def _described(row: dict[str, Any]) -> str:
+    """A schedule as the event log tells of it: when it runs and what."""
+    when = f"every {row['every']:g} s" if row["every"] is not None else f"cron {row['cron']} ({row['tz']})"
+    return f"{when}: {row['executor']} {row['target']} in queue {row['queue']}"

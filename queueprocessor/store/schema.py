@@ -33,9 +33,9 @@ from sqlalchemy.sql.operators import OperatorType
 from ..rules.limits import MAX_ATTEMPTS, PROGRESS_NOTE
 from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.schedules import DEFAULT_MISFIRE
-from ..rules.states import CHECKING_IN, JobState, Kind, MachineState, Outcome
+from ..rules.states import CHECKING_IN, HISTORY_COUNTS, JobState, Kind, MachineState, Outcome
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 metadata = MetaData()
 
@@ -293,6 +293,8 @@ runs = Table(
     Column("progress_message", String(PROGRESS_NOTE), nullable=True),
     Index("ix_qp_runs_job", "job_id"),
     Index("ix_qp_runs_started", "started_at"),
+    # The history writer reads each minute's ended runs by their end (store/stats.py): one entry per run, written once.
+    Index("ix_qp_runs_finished", "finished_at"),
     # Room left in each page was for a run row written twice (opened by the claim, closed by the finish: a HOT
     # update). It is written once now, when the run ends (store.run_history); the room only waits for a schema
     # step to give it back (a new version, which every older node would then refuse).
@@ -403,4 +405,36 @@ flow_jobs = Table(
     Column("job_id", Id, primary_key=True, autoincrement=False),
     Column("step", String(200), nullable=True),  # a workflow's step name; None for a group's member
     Index("ix_qp_flow_jobs_job", "job_id"),
+)
+
+history = Table(
+    "qp_history",
+    metadata,
+    # Per queue, per minute (`step` 60) or, past a day, per hour (3600): what the farm did (store/stats.py). `at` is
+    # the bucket's start, epoch seconds of database time.
+    Column("queue", String(MAX_NAME), primary_key=True),
+    Column("step", Integer, primary_key=True, autoincrement=False),
+    Column("at", BigInteger, primary_key=True, autoincrement=False),
+    *(Column(name, Integer, nullable=False) for name in HISTORY_COUNTS),
+    Column("waiting", Integer, nullable=True),  # queued jobs as the bucket was written (an hour: its peak)
+    Column("running", Integer, nullable=True),  # running jobs, likewise
+    Column("p50", Float, nullable=True),  # seconds a run that ended in the bucket took: median, 95th percentile
+    Column("p95", Float, nullable=True),
+    # The highest job id counted as enqueued so far: the next minute counts the jobs above it (qp_jobs has no
+    # index on created_at, whose every job update would add an entry).
+    Column("last_job", Id, nullable=False),
+    Index("ix_qp_history_at", "at"),
+)
+
+events = Table(
+    "qp_events",
+    metadata,
+    # The farm's log of what happened and who did it (store/events.py), kept `keep_events` seconds.
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("at", Time, nullable=False),
+    Column("kind", String(32), nullable=False),  # rules.events.EventKind
+    Column("subject", String(400), nullable=False),  # what it happened to: a machine, a queue, a schedule
+    Column("detail", String(2000), nullable=True),
+    Column("actor", String(400), nullable=True),  # who did it: a machine, or the program, host and pid of a client
+    Index("ix_qp_events_at", "at"),
 )

@@ -194,6 +194,7 @@ def test_legends_name_every_colour_drawn(app):
         ("fill", scheme.turn_claimed),
         ("fill", scheme.turn),
         ("outline", scheme.muted),
+        ("event", scheme.accent),
         ("line", theme.OUTCOME["failed"]),
     ]
     for plot in (gantt, timeline):

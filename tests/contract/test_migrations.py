@@ -44,9 +44,20 @@ def rewriting(url: str):
         engine.dispose()
 
 
+def make_version_9(url: str) -> None:
+    """A farm database as schema version 9 left it (as this version made it, whatever is in it already): no
+    history, and runs not indexed by their end."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        conn.execute(text("DROP TABLE qp_history"))
+        conn.execute(text("DROP TABLE qp_events"))
+        drop_index(conn, "ix_qp_runs_finished", "qp_runs")
+        set_version(conn, 9)
+
+
 def make_version_8(url: str) -> None:
     """A farm database as schema version 8 left it: on PostgreSQL, no index (nor function) for payload searches."""
-    Farm(url).close()
+    make_version_9(url)
     with rewriting(url) as conn:
         if conn.dialect.name == "postgresql":
             drop_index(conn, "ix_qp_jobs_payload")
@@ -161,7 +172,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "9"
+        assert version == CURRENT == "10"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -362,3 +373,23 @@ def test_a_version_8_database_gets_the_payload_search_index_in_place(db_url):
         assert ("ix_qp_jobs_payload" in indexes) == (farm._store.dialect == "postgresql")
         [found] = farm.find_jobs(JobFilter(search="day=monday"))
         assert found["payload"] == '{"day": "monday"}'
+
+
+def test_a_version_9_database_gets_the_farms_history_in_place(db_url):
+    """Version 9 to 10: the history table and the runs' index by their end are made as the node starts, and the
+    minute's writer counts the runs that ended before the upgrade."""
+    with Farm(db_url) as farm:
+        me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
+        farm._store.jobs.enqueue(JOB)
+        [claimed] = farm._store.jobs.claim(me, 8, 30.0)
+        farm._store.runs.finish(claimed, me, "succeeded")
+    make_version_9(db_url)
+    with Farm(db_url) as farm:
+        with farm._engine.connect() as conn:
+            indexes = {index["name"] for index in inspect(conn).get_indexes("qp_runs")}
+        assert shape(farm)[0] == CURRENT and "ix_qp_runs_finished" in indexes
+        [ended] = farm._store.runs.read()
+        minute = int(ended["finished_at"] // 60 * 60)
+        assert farm._store.stats.write_minute(minute) == 1
+        [row] = farm._store.stats.read(3600)
+        assert (row["enqueued"], row["started"], row["succeeded"]) == (1, 1, 1)

@@ -28,12 +28,16 @@ def captured():
     """A store whose statements are compiled for SQL Server instead of executed."""
     store = Store.__new__(Store)
     store.dialect, store.whole, store.tsql = "mssql", False, True
+    store.actor = "tester pid 1"
     sql: list[str] = []
 
     class Matched(list):
         """No rows come back, and a write matched one row."""
 
         rowcount = 1
+
+        def scalar_one(self):
+            return "m"  # a machine's name, for the event a change logs
 
     class Compiler:
         """Stands in for the engine and its connection: a claim runs in a transaction of its own."""
@@ -112,7 +116,8 @@ def test_the_roster_statements_compile(captured):
     with contextlib.suppress(IndexError):
         peers.read_all()
     assert peers.bury(7, 1e9)
-    heartbeat_read, read_all, bury, bump = sql
+    heartbeat_read, read_all, bury, bump, _name, event = sql
+    assert event.startswith("INSERT INTO qp_events") and "SYSUTCDATETIME()" in event, "the burial is logged with it"
     assert "qp_machines.id = :me AND qp_machines.wish IS NOT NULL" in heartbeat_read
     assert (
         "(SELECT min(qp_machines.last_seen) AS min_2 FROM qp_machines WHERE qp_machines.state IN ('active', "
