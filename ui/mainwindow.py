@@ -16,7 +16,7 @@ import time
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from queueprocessor.farm import JobFilter, without_password
 from queueprocessor.nodeoptions import NodeConfig
@@ -32,7 +32,7 @@ from .connection import Connection, State
 from .eventsview import EventsView
 from .jobsview import JobsView
 from .models import PeersModel
-from .nodepanel import NodePanel
+from .nodepanel import NodePanel, node_dock
 from .operator import Operator, remember
 from .queuegraph import QueueGraph
 from .queuesview import QueuesView
@@ -41,7 +41,7 @@ from .schedulesview import SchedulesView
 from .snapshot import Snapshot
 from .statusline import Banner, StatusLine
 from .tablekeys import home_end_by_rows
-from .tables import arrange, table
+from .tables import peers_table
 from .timeline import SlotsTimeline
 from .workflowview import FlowWindow
 
@@ -123,19 +123,7 @@ class MainWindow(QMainWindow):
         self.timeline = SlotsTimeline()
         self.timeline.follow_changed.connect(self.act.follow.setChecked)
         self.peers = PeersModel(self)
-        # Host and Round trip (Clock offset's ± comes from it) hidden at first: the rest fits at 1440 px beside
-        # the dock.
-        self.peers_view = table(
-            self.peers,
-            (120, 90, 80, 64, 160, 80, 84, 80, 56, 56, 60, 190),
-            menu=self.operator.show_peer_menu,
-            hidden=(1, 5),
-        )
-        self.peers_view.setToolTip(
-            "Right-click a machine to pause, resume or drain it; right-click a column title "
-            "to show or hide columns (Host, Round trip)"
-        )
-        arrange(self.peers_view, (0, 1, 2, 11, *range(3, 11)))  # the queues a machine serves beside its state
+        self.peers_view = peers_table(self.peers, self.operator.show_peer_menu)
         self.jobs = JobsView()
         self.jobs.gantt.plot.setXLink(self.timeline.plot)
         self.jobs.gantt.manually_moved.connect(lambda: self.timeline.set_follow(False))
@@ -187,12 +175,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         self.node_panel = NodePanel(self.act.node)
-        self.node_dock = QDockWidget("This machine", self)
-        self.node_dock.setObjectName("nodeDock")
-        self.node_dock.setWidget(self.node_panel)
-        self.node_dock.setFeatures(
-            QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetClosable
-        )
+        self.node_dock = node_dock(self.node_panel, self)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.node_dock)
         if self.node_options is None:
             self.node_panel.observe_only()

@@ -3,6 +3,7 @@ buttons."""
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QDockWidget,
     QFormLayout,
     QFrame,
     QGridLayout,
@@ -164,3 +165,12 @@ def _restyle(widget: QWidget, sheet: str) -> None:
     """Set a widget's style sheet only when it changes: each call re-polishes the widget, same sheet or not."""
     if widget.styleSheet() != sheet:
         widget.setStyleSheet(sheet)
+
+
+def node_dock(panel: NodePanel, window: QWidget) -> QDockWidget:
+    """The dock that holds this machine's panel: movable and closable, never floating off alone."""
+    dock = QDockWidget("This machine", window)
+    dock.setObjectName("nodeDock")
+    dock.setWidget(panel)
+    dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetClosable)
+    return dock

@@ -110,3 +110,15 @@ def _fit_columns(view: QTableView, widths: tuple[int, ...]) -> None:
     for column, width in enumerate(widths):
         title = model.headerData(column, Qt.Orientation.Horizontal) or ""
         view.setColumnWidth(column, max(width, int(metrics.horizontalAdvance(title) * 1.1) + 34))
+
+
+def peers_table(model, menu: Callable[[QPoint], None]) -> QTableView:
+    """The peers: Host and Round trip (Clock offset's ± comes from it) hidden at first, so the rest fits at 1440 px
+    beside the dock; the queues a machine serves beside its state; `menu` on a right-click."""
+    view = table(model, (120, 90, 80, 64, 160, 80, 84, 80, 56, 56, 60, 190), menu=menu, hidden=(1, 5))
+    view.setToolTip(
+        "Right-click a machine to pause, resume or drain it; right-click a column title "
+        "to show or hide columns (Host, Round trip)"
+    )
+    arrange(view, (0, 1, 2, 11, *range(3, 11)))
+    return view
