@@ -265,28 +265,8 @@ class ScheduleStore:
             paused = update(schedules).where(schedules.c.id == schedule["id"], schedules.c.paused == false())
             if not conn.execute(paused.values(paused=True)).rowcount:
                 return
-            conn.execute(
-                insert(jobs).values(
-                    created_at=db_now(),
-                    run_at=db_now(),
-                    finished_at=db_now(),
-                    executor=schedule["executor"],
-                    target=schedule["target"],
-                    method=schedule["method"],
-                    payload=schedule["payload"],
-                    priority=schedule["priority"],
-                    max_attempts=schedule["max_attempts"],
-                    timeout=schedule["timeout"],
-                    queue=schedule["queue"],
-                    kind=Kind.JOB,
-                    origin=_origin(name),
-                    state=JobState.FAILED,
-                    attempts=0,
-                    fence=0,
-                    cancel_requested=False,
-                    last_error=reason,
-                )
-            )
+            signed = _job_row(schedule, None, db_now()) | dict(order_key=None, state=JobState.FAILED, last_error=reason)
+            conn.execute(insert(jobs).values(signed | dict(created_at=db_now(), finished_at=db_now())))
         log.warning("%s", reason)
 
     def _insert_new(self, conn: Connection, rows: list[dict[str, Any]], queue: str) -> None:
@@ -435,7 +415,7 @@ def _as_read(schedule: dict[str, Any], columns: Iterable[str]) -> list[ColumnEle
     ]
 
 
-def _job_row(schedule: dict[str, Any], key: str, run_at: float) -> dict[str, Any]:
+def _job_row(schedule: dict[str, Any], key: str | None, run_at: Any) -> dict[str, Any]:
     """The job of one occurrence of `schedule`, keyed `key`, due at `run_at`."""
     return dict(
         executor=schedule["executor"],
