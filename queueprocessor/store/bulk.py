@@ -6,7 +6,8 @@ on none of it), and runs on them the very statement the single action runs on on
 state guard. So a bulk action never holds locks for longer than one batch, each job it changes is changed as a
 single action would change it, and stopping it between batches (`stop`) or interrupting one (its transaction rolls
 back) leaves every job either changed whole or untouched. A job another transaction held at that moment is skipped;
-the count says what was changed.
+the count says what was changed. When the batches end or are stopped, one event logs the action, its filter and
+that count (docs/design.md §10).
 """
 
 from collections.abc import Callable
@@ -16,9 +17,11 @@ from sqlalchemy import false, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 
+from ..rules.events import EventKind
 from ..rules.search import BulkAction, JobFilter
 from ..rules.states import FINISHED, JobState
 from .base import StoreBase
+from .events import record_event
 from .jobs import RETRYABLE, UNSTARTED, cancel_queued, delete_finished, retried, stop_running
 from .matching import all_of, let_bitmaps, matching, picked_rows
 from .schema import jobs
@@ -75,11 +78,11 @@ def run(
             for n in range(0, len(where.ids), KEYS_PER_STATEMENT)
         ]
     )
-    changed = 0
+    changed, stopped = 0, False
     for chunk in chunks:
         picked = all_of([*matching(chunk), acts_on(action)])
         after = None
-        while not (stop and stop()):
+        while not (stopped := bool(stop and stop())):
             with store.engine.begin() as conn:
                 let_bitmaps(store, conn, chunk)
                 ids = _lock_batch(conn, picked, after, batch)
@@ -91,6 +94,11 @@ def run(
                 progress(changed)
             if len(ids) < batch:
                 break
+        if stopped:
+            break
+    with store.engine.begin() as conn:  # one event for the whole action, once its batches are done or stopped
+        told = f"{where.describe()}: {changed} job{'' if changed == 1 else 's'}{', then stopped' if stopped else ''}"
+        record_event(conn, EventKind.JOBS_BULK, action.value, told, store.actor)
     return changed
 
 
