@@ -6,11 +6,12 @@ on none of it), and runs on them the very statement the single action runs on on
 state guard. So a bulk action never holds locks for longer than one batch, each job it changes is changed as a
 single action would change it, and stopping it between batches (`stop`) or interrupting one (its transaction rolls
 back) leaves every job either changed whole or untouched. A job another transaction held at that moment is skipped;
-the count says what was changed. When the batches end or are stopped, one event logs the action, its filter and
-that count (docs/design.md §10).
+the count says what was changed. When the batches end, are stopped or are interrupted, one event logs the action,
+its filter and that count (docs/design.md §10).
 """
 
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import replace
 
 from sqlalchemy import false, func, or_, select
@@ -79,27 +80,37 @@ def run(
         ]
     )
     changed, stopped = 0, False
-    for chunk in chunks:
-        picked = all_of([*matching(chunk), acts_on(action)])
-        after = None
-        while not (stopped := bool(stop and stop())):
-            with store.engine.begin() as conn:
-                let_bitmaps(store, conn, chunk)
-                ids = _lock_batch(conn, picked, after, batch)
-                if not ids:
+    try:
+        for chunk in chunks:
+            picked = all_of([*matching(chunk), acts_on(action)])
+            after = None
+            while not (stopped := bool(stop and stop())):
+                with store.engine.begin() as conn:
+                    let_bitmaps(store, conn, chunk)
+                    ids = _lock_batch(conn, picked, after, batch)
+                    if not ids:
+                        break
+                    changed += _apply(conn, action, jobs.c.id.in_(ids))
+                after = ids[-1]
+                if progress:
+                    progress(changed)
+                if len(ids) < batch:
                     break
-                changed += _apply(conn, action, jobs.c.id.in_(ids))
-            after = ids[-1]
-            if progress:
-                progress(changed)
-            if len(ids) < batch:
+            if stopped:
                 break
-        if stopped:
-            break
-    with store.engine.begin() as conn:  # one event for the whole action, once its batches are done or stopped
-        told = f"{where.describe()}: {changed} job{'' if changed == 1 else 's'}{', then stopped' if stopped else ''}"
-        record_event(conn, EventKind.JOBS_BULK, action.value, told, store.actor)
+    except BaseException:
+        with suppress(Exception):  # the batches committed are logged if the database lets us; the error goes on
+            _log(store, action, where, changed, ", then interrupted")
+        raise
+    _log(store, action, where, changed, ", then stopped" if stopped else "")
     return changed
+
+
+def _log(store: StoreBase, action: BulkAction, where: JobFilter, changed: int, ending: str) -> None:
+    """One event for the whole action, once its batches are done, stopped or interrupted (docs/design.md §10)."""
+    with store.engine.begin() as conn:
+        told = f"{where.describe()}: {changed} job{'' if changed == 1 else 's'}{ending}"
+        record_event(conn, EventKind.JOBS_BULK, action.value, told, store.actor)
 
 
 def _lock_batch(conn: Connection, picked: ColumnElement[bool], after: int | None, batch: int) -> list[int]:

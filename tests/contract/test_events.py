@@ -109,7 +109,7 @@ def test_a_schedule_edited_or_run_now_is_logged_once_with_what_it_became(farm):
     ]
 
 
-def test_a_bulk_action_is_logged_once_with_its_filter_and_count_when_it_ends_or_is_stopped(farm):
+def test_a_bulk_action_is_logged_once_with_its_filter_and_count_when_it_ends_is_stopped_or_fails(farm):
     me = actor_of("queueprocessor desk")
     ids = [job for _ in range(3) for job in farm.enqueue_python(pyjobs.noop, queue="mail", delay=3600)]
     assert farm.cancel_jobs(JobFilter(queue="mail")) == 3
@@ -118,11 +118,20 @@ def test_a_bulk_action_is_logged_once_with_its_filter_and_count_when_it_ends_or_
     assert bulk.run(farm._store, BulkAction.RETRY, JobFilter(state="cancelled"), batch=1, stop=stop_after_two) == 2
     assert bulk.run(farm._store, BulkAction.RETRY, JobFilter(ids=tuple(ids)), batch=1) == 1  # three batches, one event
     assert farm.retry_jobs(JobFilter(state="cancelled", search="nothing like it")) == 0
+    assert farm.cancel_jobs(JobFilter(ids=tuple(ids))) == 3
+
+    def cut_off(changed):
+        raise ConnectionError("the database went away")
+
+    with pytest.raises(ConnectionError):  # after its first batch: that batch is logged, and the error goes on
+        bulk.run(farm._store, BulkAction.RETRY, JobFilter(queue="mail"), batch=1, progress=cut_off)
     assert logged(farm, "jobs") == [
         ("jobs.bulk", "cancel", "queue=mail: 3 jobs", me),
         ("jobs.bulk", "retry", "state=cancelled: 2 jobs, then stopped", me),
         ("jobs.bulk", "retry", "3 selected: 1 job", me),
         ("jobs.bulk", "retry", "state=cancelled search='nothing like it': 0 jobs", me),
+        ("jobs.bulk", "cancel", "3 selected: 3 jobs", me),
+        ("jobs.bulk", "retry", "queue=mail: 1 job, then interrupted", me),
     ]
 
 
