@@ -225,7 +225,7 @@ def main() -> None:
         farm.steer("batch-02", Wish.PAUSE)
         crash(nodes.pop("old-box"))
         farm.edit_schedule("hourly-report", cron="15 * * * *")
-        farm.retry_jobs(JobFilter(state=JobState.FAILED.value, queue="default", older_than=20.0))
+        farm.cancel_jobs(JobFilter(queue="emails", older_than=30.0))  # the paused queue's oldest mail
         pump(6.0)
 
         window.tabs.setCurrentWidget(window.peers_view)
