@@ -278,6 +278,7 @@ def confirm(parent: QWidget, name: str, question: str, detail: str, verb: str, t
     )
     box.setObjectName(name)
     box.setInformativeText(detail)
+    box.setStyleSheet("QLabel#qt_msgbox_informativelabel { min-width: 24em; }")  # else a short question wraps it
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)
     box.button(QMessageBox.StandardButton.Yes).setText(verb)
     box.buttonClicked.connect(lambda button: box.standardButton(button) == QMessageBox.StandardButton.Yes and then())

@@ -6,19 +6,23 @@ on none of it), and runs on them the very statement the single action runs on on
 state guard. So a bulk action never holds locks for longer than one batch, each job it changes is changed as a
 single action would change it, and stopping it between batches (`stop`) or interrupting one (its transaction rolls
 back) leaves every job either changed whole or untouched. A job another transaction held at that moment is skipped;
-the count says what was changed.
+the count says what was changed. When the batches end, are stopped or are interrupted, one event logs the action,
+its filter and that count (docs/design.md §10).
 """
 
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import replace
 
 from sqlalchemy import false, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 
+from ..rules.events import EventKind
 from ..rules.search import BulkAction, JobFilter
 from ..rules.states import FINISHED, JobState
 from .base import StoreBase
+from .events import record_event
 from .jobs import RETRYABLE, UNSTARTED, cancel_queued, delete_finished, retried, stop_running
 from .matching import all_of, let_bitmaps, matching, picked_rows
 from .schema import jobs
@@ -75,23 +79,38 @@ def run(
             for n in range(0, len(where.ids), KEYS_PER_STATEMENT)
         ]
     )
-    changed = 0
-    for chunk in chunks:
-        picked = all_of([*matching(chunk), acts_on(action)])
-        after = None
-        while not (stop and stop()):
-            with store.engine.begin() as conn:
-                let_bitmaps(store, conn, chunk)
-                ids = _lock_batch(conn, picked, after, batch)
-                if not ids:
+    changed, stopped = 0, False
+    try:
+        for chunk in chunks:
+            picked = all_of([*matching(chunk), acts_on(action)])
+            after = None
+            while not (stopped := bool(stop and stop())):
+                with store.engine.begin() as conn:
+                    let_bitmaps(store, conn, chunk)
+                    ids = _lock_batch(conn, picked, after, batch)
+                    if not ids:
+                        break
+                    changed += _apply(conn, action, jobs.c.id.in_(ids))
+                after = ids[-1]
+                if progress:
+                    progress(changed)
+                if len(ids) < batch:
                     break
-                changed += _apply(conn, action, jobs.c.id.in_(ids))
-            after = ids[-1]
-            if progress:
-                progress(changed)
-            if len(ids) < batch:
+            if stopped:
                 break
+    except BaseException:
+        with suppress(Exception):  # the batches committed are logged if the database lets us; the error goes on
+            _log(store, action, where, changed, ", then interrupted")
+        raise
+    _log(store, action, where, changed, ", then stopped" if stopped else "")
     return changed
+
+
+def _log(store: StoreBase, action: BulkAction, where: JobFilter, changed: int, ending: str) -> None:
+    """One event for the whole action, once its batches are done, stopped or interrupted (docs/design.md §10)."""
+    with store.engine.begin() as conn:
+        told = f"{where.describe()}: {changed} job{'' if changed == 1 else 's'}{ending}"
+        record_event(conn, EventKind.JOBS_BULK, action.value, told, store.actor)
 
 
 def _lock_batch(conn: Connection, picked: ColumnElement[bool], after: int | None, batch: int) -> list[int]:

@@ -50,6 +50,7 @@ log = logging.getLogger("queueprocessor.schedules")
 RECURRENCE = ("cron", "tz", "every")
 WORK = ("executor", "target", "method", "payload", "queue")  # what an edit may change of the jobs it makes
 EDITABLE = (*RECURRENCE, *WORK)  # what an occurrence's job is made of, besides what an edit leaves alone
+POLICY = ("misfire", "grace")  # what else an edit may change
 LAST_RUNS = 10  # occurrences `last_runs` reads unless asked for more
 MS = 0.001  # an occurrence's key names its time to the millisecond (Recurrence.label)
 RUN_COLUMNS = ("attempt", "machine_id", "machine_name", "started_at", "finished_at", "outcome", "error")
@@ -269,20 +270,23 @@ class ScheduleStore:
             conn.execute(insert(jobs).values(signed | dict(created_at=db_now(), finished_at=db_now())))
         log.warning("%s", reason)
 
-    def _insert_new(self, conn: Connection, rows: list[dict[str, Any]], queue: str) -> None:
-        """Insert jobs of `queue`, leaving out any whose key already exists (an occurrence made before)."""
+    def _insert_new(self, conn: Connection, rows: list[dict[str, Any]], queue: str) -> int:
+        """Insert jobs of `queue`, leaving out any whose key already exists (an occurrence made before); how many
+        it inserted (counted by RETURNING: a driver's rowcount of ON CONFLICT DO NOTHING is not to be trusted)."""
         dialect = self.store.dialect
         made = dict(created_at=db_now(), gated=gated_now(literal(queue, String)))
         if dialect in ("postgresql", "sqlite"):  # each has its own INSERT ... ON CONFLICT, loaded only here
             module = importlib.import_module(f"sqlalchemy.dialects.{dialect}")
-            conn.execute(module.insert(jobs).values(**made).on_conflict_do_nothing(), rows)
-            return
+            statement = module.insert(jobs).values(**made).on_conflict_do_nothing()
+            return len(conn.execute(statement.returning(jobs.c.id), rows).all())
+        inserted = 0
         for row in rows:
             try:
                 with conn.begin_nested():
-                    conn.execute(insert(jobs).values(**made, **row))
+                    inserted += conn.execute(insert(jobs).values(**made, **row)).rowcount
             except exc.IntegrityError:
                 pass
+        return inserted
 
     # -- an operator's steering: run now, edit, the last runs (docs/design.md §6) --
 
@@ -293,7 +297,8 @@ class ScheduleStore:
         key = run_now_key(name, request)
         schedule, now = self.get(name), self.store.ask_time()
         with self.store.engine.begin() as conn:
-            self._insert_new(conn, [_job_row(schedule, key, now)], schedule["queue"])
+            if self._insert_new(conn, [_job_row(schedule, key, now)], schedule["queue"]):  # not a request resent
+                record_event(conn, EventKind.SCHEDULE_RUN, name, f"once, now: {_work(schedule)}", self.store.actor)
         made = self.store.rows(select(jobs.c.id).where(jobs.c.key == key, _made(jobs, name)))
         if not made:
             raise InvalidJob(f"the key {echoed(key)} is held by a job no run-now made: use another request")
@@ -321,6 +326,9 @@ class ScheduleStore:
                     update(schedules).where(schedules.c.id == schedule["id"], *guard).values(values)
                 ).rowcount:
                     self._rework_waiting(conn, schedule | values, recurs, not values.keys().isdisjoint(WORK))
+                    changed = ", ".join(column for column in EDITABLE + POLICY if column in values)
+                    detail = f"{_described(schedule | values)} ({changed} changed)"
+                    record_event(conn, EventKind.SCHEDULE_EDITED, name, detail, self.store.actor)
                     break
         else:
             raise InvalidJob(f"schedule {echoed(name)} kept changing while it was edited: try again")
@@ -446,4 +454,9 @@ def _origin(name: str) -> str:
 def _described(row: dict[str, Any]) -> str:
     """A schedule as the event log tells of it: when it runs and what."""
     when = f"every {row['every']:g} s" if row["every"] is not None else f"cron {row['cron']} ({row['tz']})"
-    return f"{when}: {row['executor']} {row['target']} in queue {row['queue']}"
+    return f"{when}: {_work(row)}"
+
+
+def _work(row: dict[str, Any]) -> str:
+    """What a schedule runs, as the event log tells of it (never its payload, which may hold a secret)."""
+    return f"{row['executor']} {row['target']} in queue {row['queue']}"

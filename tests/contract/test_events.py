@@ -4,8 +4,10 @@ logged in the same transaction, with who did it; a change refused logs nothing; 
 import pytest
 from sqlalchemy import update
 
-from queueprocessor.farm import Farm
-from queueprocessor.rules.errors import NotFound
+from queueprocessor.farm import Farm, JobFilter
+from queueprocessor.rules.errors import InvalidJob, NotFound
+from queueprocessor.rules.search import BulkAction
+from queueprocessor.store import bulk
 from queueprocessor.store.events import actor_of, record_event
 from queueprocessor.store.roster import RosterStore
 from queueprocessor.store.schema import events
@@ -85,6 +87,52 @@ def test_queue_and_schedule_changes_are_logged_and_a_refused_change_is_not(farm)
         ("schedule.removed", "nightly", "0 waiting occurrences cancelled", me),
     ]
     assert logged(farm, "machine") == []
+
+
+def test_a_schedule_edited_or_run_now_is_logged_once_with_what_it_became(farm):
+    me, noop = actor_of("queueprocessor desk"), f"python {pyjobs.__name__}:noop"
+    farm.schedule("nightly", farm.python_spec(pyjobs.noop), cron="0 3 * * *", tz="UTC")
+    farm.edit_schedule("nightly", cron="0 4 * * *", queue="reports", grace=60.0)
+    farm.edit_schedule("nightly", cron="0 4 * * *")  # nothing changes: nothing logged
+    with pytest.raises(InvalidJob):
+        farm.edit_schedule("nightly", cron="61 * * * *")  # refused: nothing logged
+    job = farm.run_schedule("nightly", request="r1")
+    assert farm.run_schedule("nightly", request="r1") == job  # the same request resent makes no job, nor event
+    assert logged(farm, "schedule")[1:] == [
+        (
+            "schedule.edited",
+            "nightly",
+            f"cron 0 4 * * * (UTC): {noop} in queue reports (cron, queue, grace changed)",
+            me,
+        ),
+        ("schedule.run", "nightly", f"once, now: {noop} in queue reports", me),
+    ]
+
+
+def test_a_bulk_action_is_logged_once_with_its_filter_and_count_when_it_ends_is_stopped_or_fails(farm):
+    me = actor_of("queueprocessor desk")
+    ids = [job for _ in range(3) for job in farm.enqueue_python(pyjobs.noop, queue="mail", delay=3600)]
+    assert farm.cancel_jobs(JobFilter(queue="mail")) == 3
+    asked = []
+    stop_after_two = lambda: asked.append(1) or len(asked) > 2  # noqa: E731
+    assert bulk.run(farm._store, BulkAction.RETRY, JobFilter(state="cancelled"), batch=1, stop=stop_after_two) == 2
+    assert bulk.run(farm._store, BulkAction.RETRY, JobFilter(ids=tuple(ids)), batch=1) == 1  # three batches, one event
+    assert farm.retry_jobs(JobFilter(state="cancelled", search="nothing like it")) == 0
+    assert farm.cancel_jobs(JobFilter(ids=tuple(ids))) == 3
+
+    def cut_off(changed):
+        raise ConnectionError("the database went away")
+
+    with pytest.raises(ConnectionError):  # after its first batch: that batch is logged, and the error goes on
+        bulk.run(farm._store, BulkAction.RETRY, JobFilter(queue="mail"), batch=1, progress=cut_off)
+    assert logged(farm, "jobs") == [
+        ("jobs.bulk", "cancel", "queue=mail: 3 jobs", me),
+        ("jobs.bulk", "retry", "state=cancelled: 2 jobs, then stopped", me),
+        ("jobs.bulk", "retry", "3 selected: 1 job", me),
+        ("jobs.bulk", "retry", "state=cancelled search='nothing like it': 0 jobs", me),
+        ("jobs.bulk", "cancel", "3 selected: 3 jobs", me),
+        ("jobs.bulk", "retry", "queue=mail: 1 job, then interrupted", me),
+    ]
 
 
 def test_an_event_is_written_only_with_its_change_and_old_events_are_pruned(farm):
