@@ -6,7 +6,7 @@ newest jobs that match), so a search finds old jobs too.
 
 import json
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -333,6 +333,7 @@ class JobsView(QWidget):
     def select(self, job_id: int) -> bool:
         """Select a job by id in the table (False if it is not shown)."""
         row = self.model.row_of(job_id)
-        if row is not None:
-            self.table.selectRow(row)
+        if row is not None:  # this job alone, whatever was selected before (the table selects many)
+            rows = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
+            self.table.selectionModel().setCurrentIndex(self.model.index(row, 0), rows)
         return row is not None

@@ -78,6 +78,10 @@ def _insert(dialect: Any, value: Callable[[str], ColumnElement[Any]]) -> str:
     return str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
 
 
+# The function's variables, named for the columns they fill (names, never values, in its text).
+_VARIABLES = {name: "v_" + name for name in ("executor", "target", "payload", "queue", "order_key", "origin", "run_at")}
+
+
 def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -87,7 +91,7 @@ def postgresql_function() -> str:
     from sqlalchemy.dialects import postgresql
 
     dialect = postgresql.dialect()
-    insert_sql = _insert(dialect, lambda name: literal_column(f"v_{name}", Float if name == "run_at" else String))
+    insert_sql = _insert(dialect, lambda name: literal_column(_VARIABLES[name], Float if name == "run_at" else String))
     return f"""
 CREATE OR REPLACE FUNCTION qp_enqueue(
     executor text, target text, payload jsonb DEFAULT NULL, queue text DEFAULT {_quoted(DEFAULT)},

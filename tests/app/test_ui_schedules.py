@@ -9,7 +9,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
 from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
-from queueprocessor.rules.schedules import Recurrence  # noqa: E402
+from queueprocessor.rules.schedules import Recurrence, settling  # noqa: E402
 from tests.app import test_ui_window  # noqa: E402
 from tests.support.work import FAST, PYJOBS, Nodes  # noqa: E402
 from ui import text, theme  # noqa: E402
@@ -75,7 +75,7 @@ def test_the_tab_lists_the_schedules_the_database_holds(farm, open_window, qtbot
         if schedule["paused"]:
             assert row["next_at"] is None and upcoming == "–"
         else:  # the next occurrence in local time, and how far off it is in database time
-            at = recurrence.after(max(now, schedule["created_at"] + window.snap.period))  # its first: a period on
+            at = recurrence.after(max(now, schedule["created_at"] + settling(window.snap.period)))  # its first
             assert row["next_at"] == at
             assert datetime.fromtimestamp(at).strftime("%H:%M") in upcoming
             assert upcoming.endswith(f" · in {text.duration(at - now)}")

@@ -291,7 +291,9 @@ def _enqueue(window, qtbot, path, **fields):
 
 def _select(window, qtbot, job_id, state):
     window.tabs.setCurrentWidget(window.jobs)
-    qtbot.waitUntil(lambda: window.jobs.select(job_id) and window.jobs.selected_job()["state"] == state, timeout=WAIT)
+    qtbot.waitUntil(
+        lambda: window.jobs.select(job_id) and (window.jobs.selected_job() or {}).get("state") == state, timeout=WAIT
+    )
 
 
 def test_enqueue_retry_and_cancel_work_end_to_end(farm, http_target, open_window, qtbot):

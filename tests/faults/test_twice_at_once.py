@@ -7,6 +7,7 @@ import logging
 import os
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -229,7 +230,8 @@ def test_a_singleton_claimed_after_a_drain_began_is_handed_back(pg_url):
 def test_a_renewal_credits_only_the_runs_it_renewed():
     """The watchdog used to credit every job with the last renewal's send time, a job claimed while the renewal
     was on its way too: that job's lease runs from its claim, and its deadline moved later by the reply's lag."""
-    runner = JobRunner(None, 1, {}, time.time, lambda _job, _outcome: None)
+    no_store = SimpleNamespace(flows=SimpleNamespace(results=None))  # the renewal credit touches no database
+    runner = JobRunner(no_store, 1, {}, time.time, lambda _job, _outcome: None)
     try:
         for job_id, claimed_at in ((1, 10.0), (2, 11.0)):
             job = Claimed(job_id, "http", "/ok", "GET", None, 1, 3, None, 1, 0.0)
