@@ -19,7 +19,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, case, false, func, insert, or_, select, true, update
+from sqlalchemy import and_, case, false, func, insert, literal, or_, select, true, update
 from sqlalchemy.engine import Connection
 
 from ..rules.errors import BadJobInput
@@ -73,6 +73,19 @@ def linked(conn: Connection, ids: Sequence[int], spec: JobSpec, failed: tuple[in
     )
     if failed is not None:
         _cascade(conn, _cancel(conn, ids, failed[0], reason(*failed)))
+
+
+def fan_in(conn: Connection, flow_id: int, callback: int, members: int) -> None:
+    """A group's callback `callback`, just inserted, waits for the flow's `members` members, inserted queued and
+    flagged as parents in this transaction (so none has ended): as `start` and `linked` would make it, with its
+    qp_deps rows copied by the database from qp_flow_jobs instead of sent one by one."""
+    if not members:
+        return
+    conn.execute(update(jobs).where(jobs.c.id == callback).values(state=JobState.WAITING.value, pending=members))
+    edges = select(flow_jobs.c.job_id, literal(callback, deps.c.child_id.type), true()).where(
+        flow_jobs.c.flow_id == flow_id
+    )
+    conn.execute(insert(deps).from_select(["parent_id", "child_id", "after_ended"], edges))
 
 
 def ended(conn: Connection, parents: Sequence[tuple[int, str]]) -> None:

@@ -12,9 +12,9 @@ from sqlalchemy.engine import Connection
 from ..rules.errors import DuplicateKey, NotFound
 from .base import StoreBase
 from .dbtime import db_now
-from .dependencies import parents_of, results
+from .dependencies import fan_in, parents_of, results
 from .groups import tally
-from .jobs import insert_jobs, insert_plain
+from .jobs import insert_jobs, insert_plain, insert_rows
 from .schema import deps, flow_jobs, flows, jobs
 from .types import JobSpec
 
@@ -60,16 +60,21 @@ class FlowStore:
         flow_id = conn.execute(
             insert(flows).values(kind=kind, name=name, created_at=db_now(), total=len(steps)).returning(flows.c.id)
         ).scalar_one()
-        if all(not step.after and not step.spec.after for step in steps):  # a group's members, or a flat flow
-            ids = insert_plain(conn, [step.spec for step in steps])
+        plain = all(not step.after and not step.spec.after for step in steps)  # a group's members, or a flat flow
+        if plain:
+            ids = insert_plain(conn, [step.spec for step in steps], parents=callback is not None and bool(steps))
         else:
             ids = self._steps_in_order(conn, steps)
-        conn.execute(
-            insert(flow_jobs), [dict(flow_id=flow_id, job_id=j, step=s.name) for j, s in zip(ids, steps, strict=True)]
+        insert_rows(
+            conn, flow_jobs, [dict(flow_id=flow_id, job_id=j, step=s.name) for j, s in zip(ids, steps, strict=True)]
         )
         made = None
-        if callback is not None:
+        if callback is not None and plain:  # its members are new and queued: it waits for all of them
+            [made] = insert_jobs(conn, self.store.whole, replace(callback, after=()))
+            fan_in(conn, flow_id, made, len(ids))
+        elif callback is not None:
             [made] = insert_jobs(conn, self.store.whole, replace(callback, after=tuple(ids), after_ended=True))
+        if made is not None:
             conn.execute(update(flows).where(flows.c.id == flow_id).values(callback_id=made))
         return Made(flow_id, ids, made)
 
