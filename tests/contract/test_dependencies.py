@@ -314,3 +314,24 @@ def test_retention_takes_a_finished_childs_links_with_it(farm):
     assert store.rows(select(func.count()).select_from(deps))[0][0] == 0
     assert store.rows(select(func.count()).select_from(flow_jobs))[0][0] == 0
     assert farm.group_info(group_id)["progress"]["total"] == 0
+
+
+def test_a_groups_members_go_in_each_as_given_in_their_order_and_all_or_none(farm):
+    store = farm._store
+    specs = [
+        farm.python_spec("bench.jobs:noop", {"n": n} if n % 2 else None, priority=n % 3, queue="q" if n > 3 else None)
+        for n in range(7)
+    ]
+    group_id = farm.group([*specs, farm.python_spec("bench.jobs:noop", key="taken")], callback=WORK)
+    ids = [step["job_id"] for step in store.flows.read(group_id)["steps"]]
+    stored = [store.jobs.get(job_id) for job_id in ids]
+    assert sorted(
+        (j["payload"] or "", j["priority"], j["queue"], j["state"], j["key"] or "") for j in stored
+    ) == sorted(
+        (s.payload or "", s.priority, s.queue, "queued", s.key or "")
+        for s in [*specs, farm.python_spec("bench.jobs:noop", key="taken")]
+    )
+    before = farm.job_counts()
+    with pytest.raises(Exception, match="taken"):
+        farm.group([*specs[:3], farm.python_spec("bench.jobs:noop", key="taken")], callback=WORK)
+    assert farm.job_counts() == before
