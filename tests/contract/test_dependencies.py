@@ -3,6 +3,7 @@ until its parents succeed, is released by the finish that records the last of th
 fence), is cancelled with the reason when one fails, unless it waits for their end only, and comes back when the
 parent is retried; a graph goes in whole or not at all; a group's callback is released once, with the counts."""
 
+import dataclasses
 import json
 import threading
 import time
@@ -11,6 +12,7 @@ import pytest
 from sqlalchemy import func, select
 
 from queueprocessor.rules.errors import BadJobInput, LostLease
+from queueprocessor.rules.search import JobFilter
 from queueprocessor.store.schema import deps, flow_jobs
 from queueprocessor.store.types import Ending, JobSpec
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
@@ -147,6 +149,25 @@ def test_cancelling_a_parent_cancels_its_children_and_a_retry_puts_them_back_to_
     claimed = claim(store, me, child)
     assert store.runs.finish(claimed[child], me, "succeeded") == "succeeded"
     assert state(store, grandchild)[0] == "queued"
+
+
+def test_a_bulk_cancel_and_a_bulk_retry_keep_dependencies_as_single_ones_do(farm):
+    """The bulk actions run the single actions' statements: a parent cancelled among many cancels its waiting
+    children with the reason, a bulk retry puts them back to wait, and a waiting job is among those cancelled."""
+    store = farm._store
+    me = register(store)
+    parents = [store.jobs.enqueue(dataclasses.replace(WORK, queue="bulk"))[0] for _ in range(3)]
+    [child] = store.jobs.enqueue(after(parents[0]))
+    assert farm.cancel_jobs(JobFilter(queue="bulk")) == 3
+    assert state(store, child) == ("cancelled", f"parent {parents[0]} was cancelled")
+    assert farm.retry_jobs(JobFilter(queue="bulk")) == 3
+    assert state(store, child) == ("waiting", None)
+    claimed = claim(store, me, *parents)
+    assert store.runs.finish(claimed[parents[0]], me, "succeeded") == "succeeded"
+    assert state(store, child)[0] == "queued"
+    [waiting] = store.jobs.enqueue(after(parents[1]))
+    assert farm.cancel_jobs(JobFilter(state="waiting")) == 1
+    assert state(store, waiting)[0] == "cancelled"
 
 
 def test_a_waiting_job_can_be_cancelled_and_its_children_go_with_it(farm):
