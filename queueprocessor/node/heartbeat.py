@@ -22,7 +22,7 @@ from ..store.queues import QueueStore
 from ..store.roster import FarmRead, RosterStore
 from ..store.stores import Store
 from .config import NodeConfig
-from .runner import JobRunner
+from .joined import Joined, OfJoinedNode
 from .runs import RunKey
 from .tally import Tally
 from .turn_timer import TurnTimer
@@ -52,7 +52,7 @@ class Outlook:
         return moved or not self.healthy or after.state != self.state or after.liveness != self.liveness or backlog
 
 
-class Member(Protocol):
+class Member(Joined, Protocol):
     """What the heartbeat reads of its node (node.Node): its parts, set once; what start() sets; its state, its
     counts; and the two things it asks of it: to note a failure, to stop once drained."""
 
@@ -65,8 +65,6 @@ class Member(Protocol):
     tally: Tally
     turns: TurnTimer
     warmup: Warmup
-    id: int | None
-    runner: JobRunner | None
 
     @property
     def state(self) -> MachineState: ...
@@ -82,9 +80,11 @@ class Member(Protocol):
     def stop(self, drain: bool = True, timeout: float | None = None, reason: str = "exit") -> None: ...
 
 
-class Heartbeat:
+class Heartbeat(OfJoinedNode):
     """The qp-heartbeat thread's state and work: the node runs `loop` on its thread, after start() ran the first
     `checkin` itself (before the thread exists)."""
+
+    node: Member
 
     def __init__(self, node: Member, stop: threading.Event) -> None:
         """`stop`: the node's latch, set once its jobs have stopped (the heartbeat renews them until then)."""
@@ -122,18 +122,6 @@ class Heartbeat:
         """Is our unbroken run of check-ins longer than a lease and still going (an overdue check-in may be a
         stall we have not noticed yet)? Only then may our claims take expired leases (see TurnTimer)."""
         return now - self._streak_start > self.config.lease and now - self._last_contact_db <= 2 * self.config.heartbeat
-
-    @property
-    def _me(self) -> int:
-        """Our machine id: the node checks in only once it has joined the farm."""
-        assert self.node.id is not None
-        return self.node.id
-
-    @property
-    def _runner(self) -> JobRunner:
-        """The node's runner: started before the first check-in."""
-        assert self.node.runner is not None
-        return self.node.runner
 
     def _outlook(self) -> Outlook:
         return Outlook(self.healthy, self.node.state, self.liveness())

@@ -28,8 +28,8 @@ from ..store.stats import HOUR, minute_to_write
 from ..store.stores import Store
 from ..store.types import Claimed, Looks, Plan, Turn
 from .config import NodeConfig
+from .joined import Joined, OfJoinedNode
 from .push import BACKLOG, Listener, notify_backlog
-from .runner import JobRunner
 from .tally import Tally
 
 TURN_MARGIN = 0.0005  # wake this far past the instant our error bound lets us take the turn
@@ -58,7 +58,7 @@ def turn_timer_wait(
     return None if wait == math.inf else max(wait, TURN_MARGIN)
 
 
-class Host(Protocol):
+class Host(Joined, Protocol):
     """What the turn timer reads of its node (node.Node): its parts, set once; what start() sets; and what the
     heartbeat writes, whole."""
 
@@ -69,8 +69,6 @@ class Host(Protocol):
     schedules: ScheduleStore
     queue_store: QueueStore
     tally: Tally
-    id: int | None
-    runner: JobRunner | None
     listener: Listener | None
 
     @property
@@ -93,9 +91,11 @@ class Host(Protocol):
     def settled(self, now: float) -> bool: ...
 
 
-class TurnTimer:
+class TurnTimer(OfJoinedNode):
     """The qp-turns thread's state and work; the node runs `next_wake`, `take_backlog_notices` and `tick` in
     its loop (Node._turn_loop), which notes a failed tick."""
+
+    node: Host
 
     def __init__(self, node: Host, started: threading.Event) -> None:
         """`started`: the watchdog's notice, set whenever we start jobs."""
@@ -123,18 +123,6 @@ class TurnTimer:
         # when it starts, when its contact with the database resumes, when it is resumed, and by housekeeping.
         self.sweep = threading.Event()
         self.sweep.set()
-
-    @property
-    def _me(self) -> int:
-        """Our machine id: the node runs its turn timer only once it has joined the farm."""
-        assert self.node.id is not None
-        return self.node.id
-
-    @property
-    def _runner(self) -> JobRunner:
-        """The node's runner, which it starts before its turn timer."""
-        assert self.node.runner is not None
-        return self.node.runner
 
     def take_backlog_notices(self) -> None:
         """Fold the backlog slots other threads sent (a push, a heartbeat's read) into ours. Taken after our
