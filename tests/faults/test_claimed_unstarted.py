@@ -13,13 +13,10 @@ import time
 
 import pytest
 
-from queueprocessor.executors.python import PythonExecutor
 from queueprocessor.farm import Farm
-from queueprocessor.node.runner import JobRunner
 from queueprocessor.node.runs import STOPPED
-from queueprocessor.rules.states import Outcome
 from tests.support import pyjobs
-from tests.support.work import NodeProcesses, Nodes, wait_for
+from tests.support.work import NodeProcesses, Nodes, stubborn_claimed_back, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -133,18 +130,7 @@ def test_a_run_waiting_for_its_older_run_is_renewed_and_given_back_at_once_by_a_
     with Farm(pg_url) as farm:
         store = farm._store
         machine = store.machines.register(name="m", host="h", instance="i", pid=1, version="t", capacity=4)
-        [job_id] = farm.enqueue_python("tests.support.pyjobs:stubborn", [2.0])
-        [old] = store.jobs.claim(machine, 1, lease=30)
-        python = PythonExecutor(("tests.support.pyjobs",))
-        runner = JobRunner(store, machine, {"python": python}, store.ask_time, lambda _job, _outcome: None)
-        runner.start()
-        try:
-            runner.submit(old)
-            wait_for(lambda: pyjobs.CALLS)
-            runner.stop_job((old.id, old.fence), Outcome.LOST)  # the freeze; the call goes on
-            store.runs.renew(machine, [(job_id, old.fence)], lease=-1.0)
-            [new] = store.jobs.claim(machine, 1, lease=30)  # the node's turn after the thaw
-            runner.submit(new)
+        with stubborn_claimed_back(farm, machine) as (runner, job_id, old, new):
             wait_for(lambda: (job_id, new.fence) in runner.held())
             assert (job_id, new.fence) in store.runs.renew(machine, runner.held(), lease=30), "the keepalive's renewal"
             runner.hand_back_waiting("paused")
@@ -152,6 +138,4 @@ def test_a_run_waiting_for_its_older_run_is_renewed_and_given_back_at_once_by_a_
             assert (row["owner"], row["last_error"]) == (None, STOPPED["paused"])
             assert runner.held() == [(job_id, old.fence)] and pyjobs.CALLS[0]["ended"] is None, "the old call goes on"
             wait_for(lambda: runner.count() == 0, timeout=15)
-        finally:
-            runner.stop()
     assert [call["fence"] for call in pyjobs.CALLS] == [old.fence], "the new run never began"

@@ -13,7 +13,6 @@ import pytest
 
 from queueprocessor.executors.command import CommandExecutor
 from queueprocessor.executors.http import HttpExecutor
-from queueprocessor.executors.python import PythonExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.config import NodeConfig
 from queueprocessor.node.runner import JobRunner
@@ -21,7 +20,7 @@ from queueprocessor.node.runs import STOPPED, Running
 from queueprocessor.rules.states import Kind, Outcome
 from queueprocessor.store.types import Claimed, JobSpec
 from tests.support import pyjobs
-from tests.support.work import Nodes, wait_for
+from tests.support.work import Nodes, stubborn_claimed_back, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -141,22 +140,9 @@ def test_a_job_claimed_back_while_its_stopped_function_still_runs_starts_once_th
     with Farm(pg_url) as farm:
         store = farm._store
         machine = register(store)
-        [job_id] = farm.enqueue_python("tests.support.pyjobs:stubborn", [2.0])
-        [old] = store.jobs.claim(machine, 1, lease=30)
-        python = PythonExecutor(("tests.support.pyjobs",))
-        runner = JobRunner(store, machine, {"python": python}, store.ask_time, lambda _job, _outcome: None)
-        runner.start()
-        try:
-            runner.submit(old)
-            wait_for(lambda: pyjobs.CALLS)
-            runner.stop_job((old.id, old.fence), Outcome.LOST)  # the freeze; the call goes on
-            store.runs.renew(machine, [(job_id, old.fence)], lease=-1.0)
-            [new] = store.jobs.claim(machine, 1, lease=30)  # the node's turn after the thaw
-            runner.submit(new)
+        with stubborn_claimed_back(farm, machine) as (runner, job_id, old, new):
             wait_for(lambda: runner.held() == [(job_id, new.fence)] or runner.count() == 0, timeout=15)
             wait_for(lambda: runner.count() == 0, timeout=15)
-        finally:
-            runner.stop()
         assert store.jobs.get(job_id)["state"] == "succeeded"
     assert [call["fence"] for call in pyjobs.CALLS] == [old.fence, new.fence]
     assert pyjobs.overlapping(pyjobs.CALLS) == []

@@ -4,6 +4,7 @@
 started by `Nodes` allow that module, `sh`, `cat`, `printf` and `sleep`.
 """
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -13,9 +14,12 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from queueprocessor.cli import main
+from queueprocessor.executors.python import PythonExecutor
+from queueprocessor.node.runner import JobRunner
 from queueprocessor.rules.clock import SystemClock
-from queueprocessor.rules.states import JobState
+from queueprocessor.rules.states import JobState, Outcome
 from queueprocessor.store.schema import jobs
+from tests.support import pyjobs
 
 FAST = dict(period=0.2, heartbeat=0.2)
 PYJOBS = "tests.support.pyjobs"
@@ -61,6 +65,29 @@ class Nodes:
         for node in self.started:
             if not node.stopped.is_set():
                 node.stop(drain=False)
+
+
+@contextlib.contextmanager
+def stubborn_claimed_back(farm, machine: int):
+    """A plain function that ignores its stop flag (pyjobs.stubborn, 2 s) claimed by `machine`'s runner, stopped as
+    the watchdog stops it when a database freezes while its call goes on, and claimed back by the node's turn after
+    the thaw. Yields (runner, job id, the old claim, the new one, submitted); stops the runner on the way out."""
+    store = farm._store
+    [job_id] = farm.enqueue_python("tests.support.pyjobs:stubborn", [2.0])
+    [old] = store.jobs.claim(machine, 1, lease=30)
+    python = PythonExecutor((PYJOBS,))
+    runner = JobRunner(store, machine, {"python": python}, store.ask_time, lambda _job, _outcome: None)
+    runner.start()
+    try:
+        runner.submit(old)
+        wait_for(lambda: pyjobs.CALLS)
+        runner.stop_job((old.id, old.fence), Outcome.LOST)  # the freeze; the call goes on
+        store.runs.renew(machine, [(job_id, old.fence)], lease=-1.0)
+        [new] = store.jobs.claim(machine, 1, lease=30)  # the node's turn after the thaw
+        runner.submit(new)
+        yield runner, job_id, old, new
+    finally:
+        runner.stop()
 
 
 def runs_per_machine(farm, job_ids=None) -> dict[int, int]:
