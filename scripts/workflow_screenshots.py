@@ -12,14 +12,13 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from PySide6.QtCore import QSettings  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from screenshots import pump  # noqa: E402  (scripts/screenshots.py, beside this file)
 
 from queueprocessor.demo import start_web_server  # noqa: E402
 from queueprocessor.farm import Farm  # noqa: E402
@@ -27,15 +26,6 @@ from ui.app import make_app  # noqa: E402
 from ui.mainwindow import MainWindow  # noqa: E402
 
 SLOW = "/slow?ms=600000"  # runs for the whole shoot
-
-
-def pump(seconds: float, until=lambda: False) -> None:
-    """Let the window live (the worker polls) for `seconds`, or less once `until()` holds."""
-    app = QApplication.instance()
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and not until():
-        app.processEvents()
-        time.sleep(0.01)
 
 
 def diamond(farm: Farm) -> int:
