@@ -6,7 +6,7 @@ import math
 
 from .node.config import FARM_TIMING, FarmTiming
 from .rules.errors import BadSetting
-from .rules.limits import MAX_MISSES
+from .rules.limits import MAX_MISSES, MIN_MISSES
 from .store.stores import Store
 
 
@@ -24,9 +24,14 @@ class SharedTiming:
             return self.current()
         for key, value in given.items():
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0) or (
-                key == "misses" and not (value == int(value) and value <= MAX_MISSES)
+                key == "misses" and not (value == int(value) and MIN_MISSES <= value <= MAX_MISSES)
             ):
-                kind = f"a whole number from 1 to {MAX_MISSES}" if key == "misses" else "a positive number of seconds"
+                kind = (
+                    f"a whole number from {MIN_MISSES} to {MAX_MISSES} (a lease lasts that many heartbeats, and must "
+                    "outlast the one that renews it)"
+                    if key == "misses"
+                    else "a positive number of seconds"
+                )
                 raise BadSetting.out_of(key, value, kind)
         if not given and self._adopted is not None:
             return self._adopted

@@ -51,6 +51,8 @@ def resolve(target: str, allowed: tuple[str, ...]) -> Callable[..., Any]:
         raise JobFailed(
             f"Python job {target}: no module named {error.name!r} on this machine", permanent=True
         ) from None
+    except BaseException as error:  # a module that exits or parses argv when imported ends its job, not the node
+        raise JobFailed(f"Python job {target}: importing {module_name} failed: {said(error)}") from None
     for part in path.split("."):
         try:
             thing = getattr(thing, part)
@@ -67,10 +69,18 @@ def resolve(target: str, allowed: tuple[str, ...]) -> Callable[..., Any]:
     return thing
 
 
-def _failed(error: Exception) -> JobFailed:
+def said(error: BaseException) -> str:
+    """What a job's error says; a SystemExit or KeyboardInterrupt (`sys.exit`, argparse or click called in a job)
+    says too that it ended its job alone: a node runs many jobs in one process, which no job may end."""
+    if isinstance(error, (SystemExit, KeyboardInterrupt)):
+        return f"{type(error).__name__}: {error} (a job cannot exit its node's process: it ended this job alone)"
+    return f"{type(error).__name__}: {error}"
+
+
+def _failed(error: BaseException) -> JobFailed:
     assert error.__traceback__ is not None  # it was raised
     frames = traceback.format_exception(type(error), error, error.__traceback__.tb_next)  # from the callable on
-    return JobFailed(f"{type(error).__name__}: {error}", excerpt("".join(frames)))
+    return JobFailed(said(error), excerpt("".join(frames)))
 
 
 def _output(result: object) -> str | None:
@@ -80,7 +90,7 @@ def _output(result: object) -> str | None:
 def _call(function: Callable[..., object], payload: str | None, context: JobContext) -> str | None:
     try:
         result = function(json.loads(payload) if payload else None, context)
-    except Exception as error:
+    except BaseException as error:  # SystemExit too: handed to the runner's loop, it would end the loop
         raise _failed(error) from None
     return _output(result)
 
@@ -91,7 +101,7 @@ def _entry_failed(error: BaseException) -> JobFailed:
     if isinstance(error, JobFailed):
         return error
     frames = traceback.format_exception(type(error), error, error.__traceback__) if error.__traceback__ else None
-    return JobFailed(f"{type(error).__name__}: {error}", excerpt("".join(frames)) if frames else None)
+    return JobFailed(said(error), excerpt("".join(frames)) if frames else None)
 
 
 def _outcomes(result: object, count: int) -> list[str | None | JobFailed]:
@@ -117,7 +127,7 @@ def _call_batch(
 ) -> list[str | None | JobFailed]:
     try:
         result = function(_payloads(jobs), contexts)
-    except Exception as error:
+    except BaseException as error:  # as _call
         raise _failed(error) from None
     return _outcomes(result, len(jobs))
 
@@ -178,7 +188,7 @@ class PythonExecutor(Executor):
             except asyncio.CancelledError:
                 context.cancelled.set()
                 raise
-            except Exception as error:
+            except BaseException as error:  # SystemExit too: out of a task, it would end the node's loop
                 raise _failed(error) from None
         call = self._threads.call(_call, function, job.payload, context)
         try:
@@ -214,7 +224,7 @@ class PythonExecutor(Executor):
                 for context in contexts:
                     context.cancelled.set()
                 raise
-            except Exception as error:
+            except BaseException as error:  # as run's
                 raise _failed(error) from None
             return _outcomes(result, len(jobs))
         call = self._threads.call(_call_batch, function, jobs, contexts)

@@ -11,7 +11,17 @@ from typing import Any
 
 from ..executors import Executor, JobFailed, executor_for
 from ..rules.states import Kind, Outcome
-from .runs import RunEnd, Running, failed_end, stopped_end, timed_out
+from .runs import (
+    OWN_CANCEL,
+    OutOfTime,
+    RunEnd,
+    Running,
+    bounded,
+    cancelled_itself,
+    failed_end,
+    stopped_end,
+    timed_out,
+)
 
 
 class Batches:
@@ -32,6 +42,8 @@ class Batches:
         self.db_now = db_now
         self.execute = execute
         self.ended = ended
+        # Jobs waiting for their target's first import (see _prepare), each with its timeout's timer, if any
+        self._unprepared: dict[Running, asyncio.TimerHandle | None] = {}
 
     def launch(self, entries: list[Running], now: float, prepared: bool = False) -> None:
         batches: dict[tuple[str, str, float | None], list[Running]] = {}
@@ -59,20 +71,54 @@ class Batches:
         for batch in batches.values():
             self._launch_batch(batch)
         for (name, unprepared), waiting in unknown.items():
-            task = self.loop.create_task(self._prepare(self.executors[name], unprepared, waiting))
             for entry in waiting:
-                entry.task = task  # until launched: a newer run of its job waits for it (see _after_prior)
+                self._unprepared[entry] = (
+                    self.loop.call_later(entry.job.timeout, self._ran_out, entry) if entry.job.timeout else None
+                )
+            self.loop.create_task(self._prepare(self.executors[name], unprepared, waiting))
 
     async def _prepare(self, executor: Executor, target: str, entries: list[Running]) -> None:
         """A target this node has not run yet: its executor looks at it once (imports it), then its jobs of this
-        claim start, together if it is a batch function; if it cannot be looked at, each runs (and fails) alone."""
+        claim start, together if it is a batch function; if it cannot be looked at, each runs (and fails) alone.
+        Meanwhile each job can be stopped or run out of time (see drop): an import that hangs holds none of them."""
         try:
             await executor.prepare(target)
         except (Exception, asyncio.CancelledError):  # said by each job's own run; cancelled: the runner is closing
+            entries = self._prepared(entries)
             for entry in entries:
                 entry.task = self.loop.create_task(self.execute(entry))
             return
-        self.launch(entries, self.db_now(), prepared=True)
+        self.launch(self._prepared(entries), self.db_now(), prepared=True)
+
+    def _prepared(self, entries: list[Running]) -> list[Running]:
+        """Those of `entries` still waiting for their target's import (not dropped meanwhile), now waiting no more."""
+        still = []
+        for entry in entries:
+            if entry in self._unprepared:
+                timer = self._unprepared.pop(entry)
+                if timer is not None:
+                    timer.cancel()
+                still.append(entry)
+        return still
+
+    def drop(self, entry: Running) -> None:
+        """A job stopped while it waits for its target's first import ends at once, as stopped: its work has not
+        begun (nothing of the job has run), and an import that hangs must not hold it, renewed, for ever."""
+        if entry in self._unprepared:
+            self._end_waiting(entry, stopped_end(entry.stop_reason))
+
+    def _ran_out(self, entry: Running) -> None:
+        """Its timeout passed while it waited for its target's first import: it times out, as its run would."""
+        if entry in self._unprepared:
+            entry.context.cancelled.set()
+            self._end_waiting(entry, timed_out(entry.job))
+
+    def _end_waiting(self, entry: Running, ending: RunEnd) -> None:
+        timer = self._unprepared.pop(entry)
+        if timer is not None:
+            timer.cancel()
+        entry.ending = ending
+        self.ended([entry])
 
     def _batch_size(self, target: tuple[str, str], prepared: bool) -> int | None:
         """How many jobs one call of `target`'s function (executor name, target) takes: 0, its jobs run one a call;
@@ -90,7 +136,7 @@ class Batches:
         if entry.stop_reason is not None or job.run_at > now or job.kind == Kind.SINGLETON or job.exhausted:
             return False
         if prior is not None:
-            if prior.task is None or not prior.task.done():
+            if not prior.recording:
                 return False
             entry.prior = None
         return True
@@ -120,14 +166,14 @@ class Batches:
         try:
             executor = executor_for(self.executors, job.executor)
             coro = executor.run_batch([entry.job for entry in batch], [entry.context for entry in batch])
-            results = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
-        except TimeoutError:
+            results = await bounded(coro, job.timeout)
+        except OutOfTime:
             for entry in batch:
                 entry.context.cancelled.set()
             failure = timed_out(job)
         except asyncio.CancelledError:  # every job of it was stopped (or the runner is closing): each ends as such
-            failure = None
-        except Exception as exc:
+            failure = OWN_CANCEL if cancelled_itself() else None  # unless the call raised it itself
+        except BaseException as exc:  # a SystemExit from the call too: it must not end the loop (see failed_end)
             failure = failed_end(exc)
         self._end_batch(batch, results, failure)
 

@@ -1,9 +1,10 @@
 """The heartbeat: the node's qp-heartbeat thread (docs/design.md §1, §3, §4, §7), and the one writer of everything it
 keeps.
 
-Every `heartbeat` it checks in: one read samples the database clock and says what changed in the roster (O(1)
-rows, see roster.KnownMachines); it renews our leases (a run not renewed was taken over, one an operator cancelled
-is to stop: both are stopped), applies an operator's wish and writes our row. What it keeps (the machine rows, the
+Every `heartbeat` it checks in: it renews our leases first (a run not renewed was taken over, one an operator
+cancelled is to stop: both are stopped), so that nothing slower delays them; one read samples the database clock and
+says what changed in the roster (O(1) rows, see roster.KnownMachines); it applies an operator's wish and writes our
+row. What it keeps (the machine rows, the
 stall rule's streak, the queues' settings, when our leases were last renewed) the turn timer, the watchdog and the
 node read whole; the turn thread tells it a turn lost the database through `unreachable` (see node's docstring).
 """
@@ -150,6 +151,8 @@ class Heartbeat(OfJoinedNode):
         outlook = self._outlook()
         self.unreachable.clear()  # a turn that loses the database from now on is news to this check-in
         sent = self.clock.monotonic()
+        self._renew()  # first: a slow read of the roster must not fence our jobs off
+        self.renewed_at = sent
         since = slot_of(self.estimator.db_now(), self.config.period) - 3
         before = self.estimator.db_now() - self.config.stale  # a machine last seen before is a suspect
         farm = self.node.peers.read_farm(self._me, before, since, stamp=self.clock.monotonic)  # also a clock sample
@@ -171,14 +174,6 @@ class Heartbeat(OfJoinedNode):
                 and not row["paused"]
                 and (row["max_running"] is not None or row["rate_count"] is not None)
             )
-        held, renewing = self._runner.held(), self.clock.monotonic()
-        news = self._runner.progress_news()  # written with the renewal, so fenced as it is: no statement of its own
-        renewed = self.node.store.runs.renew(self._me, held, self.config.lease, {k: p for k, (_, p) in news.items()})
-        self._runner.renewed(list(renewed), renewing)
-        for key, (context, said) in news.items():
-            if key in renewed:
-                context.told = said
-        self._handle_renewals(held, renewed)
         self.node.store.machines.heartbeat(
             self._me,
             state=self.node.state,
@@ -190,7 +185,6 @@ class Heartbeat(OfJoinedNode):
             rtt=self.estimator.rtt(),
             error_bound=self.estimator.error_bound(),
         )
-        self.renewed_at = sent
         if farm.backlog_slot is not None:
             self.node.turns.backlogs.put(farm.backlog_slot)
         self._checked_in = True
@@ -202,6 +196,18 @@ class Heartbeat(OfJoinedNode):
             self._log_outage(self._outage, farm.now)
         if outlook.news(self._outlook(), moved, farm.backlog_slot is not None):
             self.node.turns.wake.set()  # the turn timer plans again
+
+    def _renew(self) -> None:
+        """Renew the leases of the runs we hold, writing their progress with it (fenced as the renewal is: no
+        statement of its own); stop those not renewed (taken over) and those an operator cancelled."""
+        held, renewing = self._runner.held(), self.clock.monotonic()
+        news = self._runner.progress_news()
+        renewed = self.node.store.runs.renew(self._me, held, self.config.lease, {k: p for k, (_, p) in news.items()})
+        self._runner.renewed(list(renewed), renewing)
+        for key, (context, said) in news.items():
+            if key in renewed:
+                context.told = said
+        self._handle_renewals(held, renewed)
 
     def _learn_roster(self, farm: FarmRead, before: float) -> bool:
         """Keep our copy of the machine rows current: every row when the roster version moved, else only the

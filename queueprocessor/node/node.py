@@ -7,7 +7,8 @@ Named threads, none of which waits on another:
 - qp-turns: the turn timer (see turn_timer): sleeps until this machine's next
   turn, the next change of the roster or a notice (ticking every 10 ms while there
   is work to claim directly), takes the turn and claims work;
-- qp-runner: the asyncio loop that runs the jobs (see runner);
+- qp-runner: the asyncio loop that runs the jobs (see runner); a job's SystemExit ends only that job, and a loop
+  interrupted all the same stops the node like a thread that dies;
 - qp-listen (PostgreSQL only): tells the turn timer when work is enqueued (see push);
 - qp-watchdog (see watchdog): fences the node off (stops its jobs) when it has
   not renewed its leases for longer than the lease minus a margin, even while
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("queueprocessor.node")
 
 GUARDED = ("qp-heartbeat", "qp-turns", "qp-watchdog")  # the node's own threads (see _guard)
+WATCHED = (*GUARDED, "qp-runner")  # and the runner's, whose loop tells us if it is interrupted (see _failed)
 
 
 class Node:
@@ -109,7 +111,7 @@ class Node:
         self.listener: Listener | None = None
         self.exporter: Exporter | None = None  # serves our metrics, with config.metrics_port
         self._threads: list[threading.Thread] = []
-        self._failures: dict[str, tuple[float, str] | None] = dict.fromkeys(GUARDED)
+        self._failures: dict[str, tuple[float, str] | None] = dict.fromkeys(WATCHED)
         # Lifecycle: latches, set once
         self._leaving = threading.Event()
         self._stop = threading.Event()
@@ -239,6 +241,7 @@ class Node:
                 self.turns.room_made,
                 self.tally,
                 self.config.fenced_grace,
+                on_failure=self._failed,
             )
             self.runner.start()
             undo.callback(self.runner.stop)
@@ -347,11 +350,16 @@ class Node:
         """Run a thread's loop; if it dies, say so loudly and stop the node rather than limp on."""
         try:
             loop()
-        except Exception:
+        except BaseException:
             name = threading.current_thread().name
             log.exception("thread %s died; stopping this node", name)
-            self._failures[name] = (self.clock.monotonic(), f"thread {name} died")
-            threading.Thread(target=self.stop, kwargs={"drain": False, "reason": "released"}, name="qp-stop").start()
+            self._failed(f"thread {name} died")
+
+    def _failed(self, why: str) -> None:
+        """One of our threads died, or the runner's loop was interrupted: keep it as that thread's last failure and
+        stop the node, handing its jobs back, rather than limp on (heartbeats renewing work nobody runs)."""
+        self._failures[threading.current_thread().name] = (self.clock.monotonic(), why)
+        threading.Thread(target=self.stop, kwargs={"drain": False, "reason": "released"}, name="qp-stop").start()
 
     def note_failure(self, exc: Exception, headline: str) -> None:
         """Keep a failure as this thread's last, and log it: the database out of reach once per outage and

@@ -26,6 +26,7 @@ from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import URL, Connection
 
+from ..rules.logs import one_line
 from ..rules.urls import mask
 from ..store.connections import reaches_pooler
 from ..store.database import labelled, listen_url, query_value, unlabelled
@@ -61,6 +62,7 @@ class Listener:
         self._stop = threading.Event()
         self._bell, self._bell_ear = socket.socketpair()  # stop() rings it: the listener sleeps on no timer
         self._thread = threading.Thread(target=self._serve, name="qp-listen", daemon=True)
+        self._last_bug: str | None = None  # the last failure not the database's, logged once (see _listen)
 
     def start(self) -> "Listener":
         self._thread.start()
@@ -101,6 +103,15 @@ class Listener:
                     log.warning(
                         "push: stopped listening (%s); polling carries on",
                         mask(str(error).strip().splitlines()[0] if str(error) else type(error).__name__),
+                    )
+                self.listening.clear()
+                self._stop.wait(RECONNECT)
+            except Exception as error:  # not the database's: a bug, said aloud once per message; listening goes on
+                said = mask(one_line(error))
+                if said != self._last_bug:
+                    self._last_bug = said
+                    log.error(
+                        "push: the listener failed (%s); it listens again, polling carries on", said, exc_info=error
                     )
                 self.listening.clear()
                 self._stop.wait(RECONNECT)

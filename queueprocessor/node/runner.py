@@ -19,7 +19,10 @@ only when every one of its jobs is stopped, or by its timeout, which ends every 
 
 import asyncio
 import logging
+import sys
 import threading
+import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +32,19 @@ from ..rules.states import Kind, Outcome
 from ..store.stores import Store
 from ..store.types import Claimed, Ending, Progress
 from .batches import Batches
-from .runs import EXHAUSTED, RunKey, Running, failed_end, retry_in, stopped_end, timed_out
+from .runs import (
+    EXHAUSTED,
+    OWN_CANCEL,
+    OutOfTime,
+    RunKey,
+    Running,
+    bounded,
+    cancelled_itself,
+    failed_end,
+    retry_in,
+    stopped_end,
+    timed_out,
+)
 from .tally import Tally
 
 log = logging.getLogger("queueprocessor.runner")
@@ -45,6 +60,7 @@ LINGER_UNTIL = 16
 # How long a stopping runner lets the jobs it still holds end and their results be written (a stopped job's task,
 # a write under way or waiting to try again) before it closes its loop.
 LAST_WRITE = 5.0
+PULSE = 0.25  # seconds between the loop's notes that it turns (see stalled_for)
 
 
 class JobRunner:
@@ -60,15 +76,19 @@ class JobRunner:
         on_room: Callable[[], None] = lambda: None,
         tally: Tally | None = None,
         fenced_grace: float = 0.1,
+        on_failure: Callable[[str], None] = lambda _why: None,
     ):
         """`on_done(job, outcome)` once a job's result is written; `on_room()` as soon as jobs' work is over,
         before that write (see room), and again once their results are written (one call for the jobs of a pass of
         the loop, or of a batch). `tally` counts claims, durations and endings for the node's metrics.
         `fenced_grace`: how long a job stopped for a lost lease may take to end by itself before it is forced
-        (see JobContext.grace): its stop must be over before the lease runs out."""
+        (see JobContext.grace): its stop must be over before the lease runs out. `on_failure(why)` if the loop is
+        interrupted (the node then stops, as when one of its threads dies)."""
         self.store = store
         self.machine_id = machine_id
-        self._results = store.flows.results  # what a job's parents returned, read when it asks (JobContext)
+        self._read_results = store.flows.results  # what a job's parents returned, read when it asks (JobContext)
+        self.on_failure = on_failure
+        self._pulsed = time.monotonic()  # when the loop last turned (see _pulse)
         self.executors = executors
         self.db_now = db_now
         self.on_done = on_done
@@ -94,13 +114,35 @@ class JobRunner:
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        self.loop.call_soon(self._pulse)
+        while True:
+            try:
+                self.loop.run_forever()
+                break
+            except BaseException:  # a task let a SystemExit or KeyboardInterrupt through: the loop itself is sound
+                log.exception("the runner's event loop was interrupted; stopping this node")
+                self.on_failure("the runner's event loop was interrupted")
         self.loop.run_until_complete(self._wind_down(LAST_WRITE))
         for executor in self.executors.values():
             closer = getattr(executor, "close", None)
             if closer:
                 self.loop.run_until_complete(closer())
         self.loop.close()
+
+    def _pulse(self) -> None:
+        """Note that the loop turns (see stalled_for); again in PULSE seconds."""
+        self._pulsed = self.loop.time()
+        self.loop.call_later(PULSE, self._pulse)
+
+    def stalled_for(self) -> tuple[float, str | None]:
+        """How long the loop has not turned beyond its pulse (0: it turns), and, if it has not, where its thread is:
+        an `async def` job that blocks the loop (CPU work, time.sleep, a blocking call) holds up every stop of
+        an HTTP call or a coroutine on this node (docs/design.md §3), which the watchdog says aloud."""
+        late = time.monotonic() - self._pulsed - PULSE
+        if late <= 0 or self.thread.ident is None:
+            return 0.0, None
+        frame = sys._current_frames().get(self.thread.ident)
+        return late, None if frame is None else "".join(traceback.format_stack(frame, limit=-3)).strip()
 
     async def _wind_down(self, timeout: float) -> None:
         """On the stopped loop, before it closes: the jobs still held end and their results are written, for up to
@@ -231,8 +273,11 @@ class JobRunner:
         # running (and renewed) forever; one not begun yet sees stop_reason when it begins. One whose
         # work ended after stop_job() looked is writing its result: cancelling that write would lose it
         # (both run on this loop, so `recording` cannot change under this look). A batch's call is cancelled only
-        # once every job of it is stopped: the others' work goes on, and this one ends when the call returns.
-        if entry.begun and not entry.recording:
+        # once every job of it is stopped: the others' work goes on, and this one ends when the call returns. One
+        # waiting for its target's first import (not begun: its executor has not seen it) ends at once.
+        if not entry.begun:
+            self.batches.drop(entry)
+        elif not entry.recording:
             if entry.batch is not None and any(other.stop_reason is None for other in entry.batch):
                 return
             assert entry.task is not None  # begun: its task runs _execute
@@ -249,7 +294,8 @@ class JobRunner:
 
     def hand_back_waiting(self, reason: str) -> None:
         """Hand back the runs whose work has not begun (their time, our older run of the job): a paused or draining
-        machine keeps none (docs/design.md §7). Looked at on the loop, where work begins: none is cut short."""
+        machine keeps none (docs/design.md §7). Looked at on the loop, where work begins: none is cut short. One
+        that waits for our older run of its job is handed back once that run's work is over (see _after_prior)."""
         self.loop.call_soon_threadsafe(self.stop_all, reason, True)
 
     def stop_all(self, reason: str, waiting: bool = False) -> None:
@@ -258,6 +304,16 @@ class JobRunner:
             keys = [key for key, entry in self.running.items() if entry.waiting or not waiting]
         for key in keys:
             self.stop_job(key, reason)
+
+    def _results(self, job_id: int) -> dict[str | int, Any]:
+        """JobContext.results: a database read, refused on the loop's own thread, where it would hold up every job
+        of the node and every stop (an `async def` job calls it through asyncio.to_thread)."""
+        if threading.get_ident() == self.thread.ident:
+            raise RuntimeError(
+                "context.results() reads the database and would block every job of this node: in an async def "
+                "job, call it as `await asyncio.to_thread(context.results)`"
+            )
+        return self._read_results(job_id)
 
     # -- on the loop ------------------------------------------------------
 
@@ -274,10 +330,10 @@ class JobRunner:
         marking = None  # the write of its real start, for a job claimed ahead of its time
         try:
             entry.begun = True
-            if entry.stop_reason is not None:
-                raise asyncio.CancelledError
             if entry.prior is not None:
                 await self._after_prior(entry)
+            if entry.stop_reason is not None:
+                raise asyncio.CancelledError
             if job.exhausted:
                 ending = EXHAUSTED
             else:
@@ -291,15 +347,14 @@ class JobRunner:
                 if early:
                     marking = self.loop.run_in_executor(None, self._mark_started, job)
                     entry.started, entry.began = self.db_now(), self.loop.time()
-                coro = executor.run(job, entry.context)
-                output = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
+                output = await bounded(executor.run(job, entry.context), job.timeout)
                 ending = Outcome.SUCCEEDED, None, output, False
-        except TimeoutError:
+        except OutOfTime:
             entry.context.cancelled.set()
             ending = timed_out(job)
         except asyncio.CancelledError:
-            ending = stopped_end(entry.stop_reason)
-        except Exception as exc:
+            ending = OWN_CANCEL if entry.stop_reason is None and cancelled_itself() else stopped_end(entry.stop_reason)
+        except BaseException as exc:  # a SystemExit from the work too: it must not end the loop (see failed_end)
             ending = failed_end(exc)
         self._writing_results([entry])
         if marking is not None:  # the run's row takes its start from the job's row when it ends: written first
@@ -309,9 +364,12 @@ class JobRunner:
 
     async def _after_prior(self, entry: Running) -> None:
         """Wait until our older run of this job (stopped: its fence is out of date) has stopped working, so the
-        job never runs twice at once here. Meanwhile the new run is held, renewed and stoppable like any other."""
+        job never runs twice at once here. Meanwhile the new run is held, renewed and stoppable like any other, but
+        a stop does not cut this wait short: the run ends (and its job is handed back, or taken by another machine)
+        only once the older run's work is over. The older run waited for its own older one in turn, so the wait
+        covers every run of the job this machine still has at work."""
         prior, entry.prior = entry.prior, None
-        if prior is None or prior.task is None or prior.task.done():
+        if prior is None or prior.recording:
             return
         log.info(
             "job %s claimed again (fence %s) while its stopped run (fence %s) is still ending: it starts once "
@@ -321,8 +379,16 @@ class JobRunner:
             prior.job.fence,
             extra=about(entry.job.id),
         )
-        while (task := prior.task) is not None and not task.done():  # a task that launched it: then its own
-            await asyncio.wait({task})
+        stopped = False
+        while not prior.recording:
+            if prior.over is None:
+                prior.over = self.loop.create_future()
+            try:
+                await asyncio.shield(prior.over)
+            except asyncio.CancelledError:
+                stopped = True  # said once the older run's work is over
+        if stopped:
+            raise asyncio.CancelledError
 
     def _ended(self, entries: list[Running]) -> None:
         """The work of a batch's jobs is over and each has its ending: they make room, and their ends are written."""
@@ -342,6 +408,8 @@ class JobRunner:
         for entry in entries:  # a loop, not comprehensions: most often a one-call job's one entry
             self._worked.append(entry.job)
             self._worked_for.append(now - entry.began)
+            if entry.over is not None:  # a newer run of its job waits for this one's work to be over
+                entry.over.set_result(None)
         if first:
             self.loop.call_soon(self._report_worked)
 

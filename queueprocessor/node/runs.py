@@ -2,6 +2,8 @@
 
 import asyncio
 import random
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from ..executors import JobContext, JobFailed
 from ..rules.errors import QPError
@@ -20,6 +22,7 @@ STOPPED: dict[str | None, str] = {
 LOST_LEASE = "stopped: this machine lost its lease"
 
 RunEnd = tuple[Outcome, str | None, str | None, bool]  # how a run ended: outcome, error, output, failed for good
+T = TypeVar("T")
 
 
 # A job claimed back from a lost lease on its last attempt: failed, not run.
@@ -36,15 +39,53 @@ def timed_out(job: Claimed) -> RunEnd:
     return Outcome.TIMEOUT, f"stopped after its timeout of {job.timeout:g} s", None, False
 
 
-def failed_end(error: Exception) -> RunEnd:
-    """How a run whose work raised `error` ends: a JobFailed as it says; a refusal by this node (an unknown
-    executor, a target outside its allow-lists) for good; anything else as a failure a retry may mend (a bad job
-    fails alone; the node goes on)."""
+def failed_end(error: BaseException) -> RunEnd:
+    """How a run whose work raised `error` ends: a JobFailed as it says; anything else as a failure a retry may mend
+    (a bad job fails alone; the node goes on), a SystemExit or KeyboardInterrupt included: work that tries to end
+    the node's process ends only its own run. A refusal by this node (an unknown executor, a target outside its
+    allow-lists) is a failure too, not for good: a retry may land on a machine that allows it."""
     if isinstance(error, JobFailed):
         return Outcome.FAILED, str(error), error.output, error.permanent
     if isinstance(error, QPError):
-        return Outcome.FAILED, str(error), None, True
+        return Outcome.FAILED, f"{error} (a retry may run on a machine that allows it)", None, False
     return Outcome.FAILED, f"{type(error).__name__}: {error}", None, False
+
+
+# A CancelledError the work raised itself: a failure like any other. Taken for a stop, it would be handed back with
+# its attempt refunded, and run again for ever.
+OWN_CANCEL: RunEnd = (
+    Outcome.FAILED,
+    "asyncio.CancelledError raised by the job itself (it awaited something that was cancelled), not a stop by its "
+    "node: catch it in the job, or let it fail",
+    None,
+    False,
+)
+
+
+def cancelled_itself() -> bool:
+    """Whether the CancelledError just caught in a run's task came from its work alone: when this node cancels the
+    task (a stop, the job's timeout, the runner closing), the task is being cancelled."""
+    task = asyncio.current_task()
+    return task is not None and not task.cancelling()
+
+
+class OutOfTime(Exception):
+    """A run's work was cut off by the job's own timeout (see bounded)."""
+
+
+async def bounded(work: Awaitable[T], timeout: float | None) -> T:
+    """`work`, cut off after `timeout` seconds (None or 0: never). Only that cut raises OutOfTime: a TimeoutError
+    the work raises itself (a socket's, a client library's) is its own failure, not the job's timeout."""
+    if not timeout:
+        return await work
+    scope = asyncio.timeout(timeout)
+    try:
+        async with scope:
+            return await work
+    except TimeoutError:
+        if scope.expired():
+            raise OutOfTime from None
+        raise
 
 
 class Running:
@@ -67,6 +108,7 @@ class Running:
         "prior",
         "batch",
         "waiting",
+        "over",
     )
 
     def __init__(self, job: Claimed, context: JobContext, leased_at: float = float("-inf")):
@@ -85,6 +127,8 @@ class Running:
         self.prior: Running | None = None  # this machine's older run of the same job, still held at our claim
         self.batch: list[Running] | None = None  # the runs of its batch function's call (one task: `task`), if any
         self.waiting = True  # claimed, its work not begun: waiting for its launch, its time or an older run of it
+        # Resolved once its work is over (`recording`): made when a newer run of its job must wait for that
+        self.over: asyncio.Future[None] | None = None
 
 
 SINGLETON_SETTLED = 10.0  # seconds a singleton must run before it counts as having started well

@@ -38,6 +38,7 @@ class Watchdog:
         self.config, self.clock = node.config, node.clock
         self._stop = stop
         self.holding = threading.Event()  # a notice: jobs started, watch them
+        self._stall_told = False  # the runner's loop is blocked, and we said so (see _look_at_loop)
 
     @property
     def _runner(self) -> JobRunner:
@@ -51,6 +52,7 @@ class Watchdog:
             if self._runner.count():
                 self._stop.wait(self.config.watchdog_every)
                 self._fence()
+                self._look_at_loop()
                 continue
             self.holding.clear()
             if not self._runner.count():  # looked again after clearing: a job started meanwhile is not missed
@@ -71,4 +73,21 @@ class Watchdog:
                 "no contact with the database for %.1f s: stopping %s jobs before their leases run out",
                 now - self.node.heartbeat.renewed_at,
                 len(stopped),
+            )
+
+    def _look_at_loop(self) -> None:
+        """Say once per stall when a job blocks the runner's loop for longer than the fence margin, and where: while
+        it does, no HTTP call or coroutine of this node can be stopped, by its timeout, an operator or this watchdog
+        (commands and threads are stopped from here all the same: docs/design.md §3)."""
+        late, where = self._runner.stalled_for()
+        if late <= self.config.fence_margin:
+            self._stall_told = False
+        elif not self._stall_told:
+            self._stall_told = True
+            log.warning(
+                "the runner's event loop has been blocked for %.1f s: an async def job is doing blocking work "
+                "(CPU, time.sleep, a blocking call) on it; run that in a thread (asyncio.to_thread). Until it "
+                "yields, its node's HTTP calls and coroutines cannot be stopped. The loop is at:\n%s",
+                late,
+                where,
             )

@@ -82,11 +82,12 @@ BAD_INPUTS = [
         r"^error: --http-base host 'example.com' is not in the allowed hosts",
     ),
     case("command line", [*DB, "node", "--heartbeat", "-1"], r"^error: --heartbeat must be a positive number"),
-    case("command line", [*DB, "node", "--misses", "0"], r"^error: --misses must be a whole number from 1 to 1000"),
+    case("command line", [*DB, "node", "--misses", "0"], r"^error: --misses must be a whole number from 2 to 1000"),
+    case("command line", [*DB, "node", "--misses", "1"], r"^error: --misses must be a whole number from 2 to 1000"),
     case(
         "command line",
         [*DB, "node", "--misses", "99999999999999999999"],
-        r"^error: --misses must be a whole number from 1 to 1000",
+        r"^error: --misses must be a whole number from 2 to 1000",
     ),
     case(
         "command line",
