@@ -142,7 +142,7 @@ class JobRunner:
         if late <= 0 or self.thread.ident is None:
             return 0.0, None
         frame = sys._current_frames().get(self.thread.ident)
-        return late, None if frame is None else "".join(traceback.format_stack(frame, limit=-3)).strip()
+        return late, None if frame is None else "".join(traceback.format_stack(frame)[-3:]).strip()
 
     async def _wind_down(self, timeout: float) -> None:
         """On the stopped loop, before it closes: the jobs still held end and their results are written, for up to

@@ -6,7 +6,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from ..executors import JobContext, JobFailed
-from ..rules.errors import QPError
+from ..rules.errors import NotAllowed, QPError
 from ..rules.states import Kind, Outcome
 from ..store.types import Claimed
 
@@ -40,14 +40,17 @@ def timed_out(job: Claimed) -> RunEnd:
 
 
 def failed_end(error: BaseException) -> RunEnd:
-    """How a run whose work raised `error` ends: a JobFailed as it says; anything else as a failure a retry may mend
-    (a bad job fails alone; the node goes on), a SystemExit or KeyboardInterrupt included: work that tries to end
-    the node's process ends only its own run. A refusal by this node (an unknown executor, a target outside its
-    allow-lists) is a failure too, not for good: a retry may land on a machine that allows it."""
+    """How a run whose work raised `error` ends: a JobFailed as it says; a refusal by this node's allow-lists as a
+    failure a retry may mend (it may land on a machine that allows it); any other refusal by this node (an unknown
+    executor, a malformed target) for good; anything else as a failure a retry may mend (a bad job fails alone; the
+    node goes on), a SystemExit or KeyboardInterrupt included: work that tries to end the node's process ends only
+    its own run."""
     if isinstance(error, JobFailed):
         return Outcome.FAILED, str(error), error.output, error.permanent
-    if isinstance(error, QPError):
+    if isinstance(error, NotAllowed):
         return Outcome.FAILED, f"{error} (a retry may run on a machine that allows it)", None, False
+    if isinstance(error, QPError):
+        return Outcome.FAILED, str(error), None, True
     return Outcome.FAILED, f"{type(error).__name__}: {error}", None, False
 
 

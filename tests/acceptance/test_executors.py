@@ -49,8 +49,8 @@ def test_a_failing_callable_fails_alone_with_its_error_and_traceback(farm, nodes
 
 
 def test_work_that_can_never_succeed_fails_at_once_with_its_reason(farm, nodes):
-    """A callable that is not there, work outside the allow-lists, a malformed target: no retry could help, so
-    the first attempt is the last, whatever attempts were allowed."""
+    """A callable that is not there, a malformed target, an unknown executor: no retry could help, so the first
+    attempt is the last, whatever attempts were allowed."""
     nodes("a")
     spec = dict(max_attempts=5)
     hopeless = {
@@ -60,14 +60,8 @@ def test_work_that_can_never_succeed_fails_at_once_with_its_reason(farm, nodes):
         ],
         "is a int, not a function": farm.enqueue_python(f"{pyjobs.__name__}:not_callable", **spec)[0],
         # Straight into the queue, past the door's checks:
-        "Python module 'os' is not allowed on this machine": farm._store.jobs.enqueue(
-            JobSpec(executor="python", target="os:getcwd", **spec)
-        )[0],
         "is not of the form package.module:function": farm._store.jobs.enqueue(
             JobSpec(executor="python", target="no-colon", **spec)
-        )[0],
-        "command 'rm' is not allowed on this machine": farm._store.jobs.enqueue(
-            JobSpec(executor="command", target='["rm", "-rf", "/tmp/nothing"]', **spec)
         )[0],
         "unknown executor 'ftp'": farm._store.jobs.enqueue(JobSpec(executor="ftp", target="/x", **spec))[0],
     }
@@ -75,6 +69,24 @@ def test_work_that_can_never_succeed_fails_at_once_with_its_reason(farm, nodes):
         job = finished(farm, job_id)
         assert job["state"] == "failed" and reason in job["last_error"]
         assert [(r["attempt"], r["outcome"]) for r in job["runs"]] == [(1, "failed")], reason
+
+
+def test_work_a_machine_refuses_by_its_allow_lists_is_retried_where_it_is_allowed(farm, nodes):
+    """Allow-lists are each machine's own: one that refuses a job spends an attempt and says why, and the retry may
+    run on a machine that allows it (failed for good, it would never reach one)."""
+    strict = nodes("strict", allow_modules=[])
+    refused = farm._store.jobs.enqueue(JobSpec(executor="python", target=f"{pyjobs.__name__}:noop", max_attempts=3))[0]
+    ran = wait_for(lambda: (j := farm.job(refused))["runs"] and j)
+    assert ran["state"] == "queued"
+    assert "is not allowed on this machine" in ran["last_error"] and "a retry may run" in ran["last_error"]
+    strict.stop(drain=False)
+    open_minded = nodes("open")
+    job = finished(farm, refused, timeout=20)
+    assert job["state"] == "succeeded"
+    assert [(r["machine_id"], r["outcome"]) for r in sorted(job["runs"], key=lambda r: r["attempt"])] == [
+        (strict.id, "failed"),
+        (open_minded.id, "succeeded"),
+    ]
 
 
 def test_a_timeout_tells_the_callable_through_its_flag(farm, nodes):

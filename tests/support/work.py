@@ -48,16 +48,8 @@ class Nodes:
         self.started = []
 
     def __call__(self, name, capacity=4, **options):
-        settings = {**self.defaults, **options}
-        node = self.farm.node(
-            name=name,
-            capacity=capacity,
-            http_base=self.http_base,
-            clock=SystemClock(),
-            allow_modules=[PYJOBS],
-            allow_commands=COMMANDS,
-            **settings,
-        )
+        settings = {"allow_modules": [PYJOBS], "allow_commands": COMMANDS, **self.defaults, **options}
+        node = self.farm.node(name=name, capacity=capacity, http_base=self.http_base, clock=SystemClock(), **settings)
         self.started.append(node.start())
         return node
 
