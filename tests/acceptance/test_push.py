@@ -123,3 +123,33 @@ def test_through_a_pooler_without_a_listen_db_the_farm_polls_and_says_so_once(bo
             assert started == enqueued + 1 and not node.listener.listening.is_set()
         finally:
             nodes.stop_all()
+
+
+def test_a_listener_whose_relay_fails_says_so_and_listens_again(farm, caplog):
+    """A failure that is not the database's (a bug in what a notice is handed to) used to end the listener thread
+    silently: push was off for good, and nothing said so."""
+    from queueprocessor.node.push import Listener
+
+    heard: list[str] = []
+
+    def relay(payload: str) -> None:
+        if not heard:
+            heard.append("failed")
+            raise RuntimeError("a bug in the relay")
+        heard.append(payload)
+
+    listener = Listener(farm._engine.url, relay).start()
+    try:
+        wait_for(listener.listening.is_set)
+        with caplog.at_level("ERROR", logger="queueprocessor.push"):
+            with farm._engine.begin() as conn:
+                conn.execute(text("SELECT pg_notify('qp_jobs', 'first')"))
+            wait_for(lambda: heard == ["failed"] and not listener.listening.is_set())
+        wait_for(listener.listening.is_set)
+        with farm._engine.begin() as conn:
+            conn.execute(text("SELECT pg_notify('qp_jobs', 'second')"))
+        wait_for(lambda: heard == ["failed", "second"])
+    finally:
+        listener.stop()
+    [said] = [r.getMessage() for r in caplog.records]
+    assert "a bug in the relay" in said and "listens again" in said
