@@ -62,6 +62,9 @@ _MSSQL_ADMIT = text(
 )
 
 
+_COUNTED = {"preserve_rowcount": True}  # SQLAlchemy keeps an INSERT's or a MERGE's row count only when asked
+
+
 def create_table(bind: Engine | Connection) -> None:
     """Make `qp_fences` in the target's own database, unless it is there (the same table as `DDL`)."""
     fences.create(bind, checkfirst=True)
@@ -84,9 +87,9 @@ def admit(conn: Connection, job_id: int, fence: int) -> bool:
             set_={"fence": insert.excluded.fence},
             where=fences.c.fence <= insert.excluded.fence,
         )
-        return conn.execute(upsert).rowcount == 1
+        return conn.execute(upsert, execution_options=_COUNTED).rowcount == 1
     if dialect == "mssql":
-        return conn.execute(_MSSQL_ADMIT, {"job_id": job_id, "fence": fence}).rowcount == 1
+        return conn.execute(_MSSQL_ADMIT, {"job_id": job_id, "fence": fence}, execution_options=_COUNTED).rowcount == 1
     raise NotImplementedError(
         f"admit() runs on PostgreSQL, SQLite and SQL Server, not {dialect}: guard the write itself with "
         "UPDATE ... SET fence = :fence WHERE id = :id AND fence <= :fence and check its row count (docs/fencing.md)"
