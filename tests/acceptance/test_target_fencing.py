@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, event, text
 
 from queueprocessor.farm import Farm
 from queueprocessor.fencing import AsgiFenceGuard, FenceGuard, SqlFences, admit, seen
-from tests.support.logtarget import Answers, Gate, WsgiServer, create_tables, process, records_app, rows
+from tests.support.logtarget import Answers, Gate, WsgiServer, append, create_tables, records_app, rows
 from tests.support.work import NodeProcesses, wait_for
 
 RECORD = {"request": "req-7f3a", "seq": 1, "message": "GET /orders 200"}
@@ -42,11 +42,11 @@ def test_the_guard_records_the_newest_fence_and_refuses_an_older_one(target):
 def test_a_fence_whose_write_rolls_back_is_not_recorded(target):
     with target.connect() as conn:
         with conn.begin() as transaction:
-            assert process(conn, 7, 2, RECORD)
+            assert append(conn, 7, 2, RECORD)
             transaction.rollback()  # the write failed: its fence must not refuse the run that retries it
         assert seen(conn, 7) is None
     with target.begin() as conn:
-        assert process(conn, 7, 1, RECORD)
+        assert append(conn, 7, 1, RECORD)
     assert rows(target) == [("req-7f3a", 1, 7, 1)]
 
 
@@ -60,10 +60,10 @@ def concurrently(engine, first_fence: int, second_fence: int) -> bool:
 
         def write_second():
             with second.begin():
-                admitted.append(process(second, 7, second_fence, RECORD))
+                admitted.append(append(second, 7, second_fence, RECORD))
 
         with first.begin():
-            assert process(first, 7, first_fence, RECORD)
+            assert append(first, 7, first_fence, RECORD)
             thread = threading.Thread(target=write_second, name="second-writer")
             thread.start()
             wait_for(sent.is_set)

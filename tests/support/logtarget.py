@@ -40,7 +40,7 @@ def create_tables(engine) -> None:
     create_table(engine)
 
 
-def process(conn, job_id: int, fence: int, record: dict) -> bool:
+def append(conn, job_id: int, fence: int, record: dict) -> bool:
     """Append one processed log record, unless a newer run of its job came first (then False, nothing written)."""
     if not admit(conn, job_id, fence):
         return False
@@ -60,7 +60,7 @@ def records_app(engine):
         record = json.loads(environ["wsgi.input"].read(length))
         job_id, fence = int(environ["HTTP_X_QP_JOB"]), int(environ["HTTP_X_QP_FENCE"])
         with engine.begin() as conn:
-            written = process(conn, job_id, fence, record)
+            written = append(conn, job_id, fence, record)
         status, body = ("200 OK", b"appended\n") if written else ("409 Conflict", b"a newer run of this job wrote\n")
         start_response(status, [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
         return [body]
