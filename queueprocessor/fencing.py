@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, Protocol
 
-from sqlalchemy import BigInteger, Column, Connection, Engine, MetaData, Table, select, text
+from sqlalchemy import BigInteger, Column, Connection, Engine, Executable, MetaData, Table, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 __all__ = [
@@ -62,6 +62,21 @@ _MSSQL_ADMIT = text(
 )
 
 
+def _upsert(insert: postgresql.Insert | sqlite.Insert) -> Executable:
+    """PostgreSQL's and SQLite's guard: insert the job's fence, or raise it if it is not lower than the one seen."""
+    return insert.on_conflict_do_update(
+        index_elements=[fences.c.job_id],
+        set_={"fence": insert.excluded.fence},
+        where=fences.c.fence <= insert.excluded.fence,
+    )
+
+
+# Made once: building an upsert per call cost as much as running it.
+_ADMIT = {
+    "postgresql": _upsert(postgresql.insert(fences)),
+    "sqlite": _upsert(sqlite.insert(fences)),
+    "mssql": _MSSQL_ADMIT,
+}
 _COUNTED = {"preserve_rowcount": True}  # SQLAlchemy keeps an INSERT's or a MERGE's row count only when asked
 
 
@@ -79,21 +94,14 @@ def admit(conn: Connection, job_id: int, fence: int) -> bool:
 
     At PostgreSQL's default isolation (READ COMMITTED) the older writer waits and gets False; under REPEATABLE
     READ or SERIALIZABLE it gets a serialization error instead, and its retry gets False."""
-    dialect = conn.dialect.name
-    if dialect in ("postgresql", "sqlite"):  # the same upsert in both
-        insert: postgresql.Insert | sqlite.Insert = (postgresql if dialect == "postgresql" else sqlite).insert(fences)
-        upsert = insert.values(job_id=job_id, fence=fence).on_conflict_do_update(
-            index_elements=[fences.c.job_id],
-            set_={"fence": insert.excluded.fence},
-            where=fences.c.fence <= insert.excluded.fence,
+    statement = _ADMIT.get(conn.dialect.name)
+    if statement is None:
+        raise NotImplementedError(
+            f"admit() runs on PostgreSQL, SQLite and SQL Server, not {conn.dialect.name}: guard the write itself with "
+            "UPDATE ... SET fence = :fence WHERE id = :id AND fence <= :fence and check its row count "
+            "(docs/fencing.md)"
         )
-        return conn.execute(upsert, execution_options=_COUNTED).rowcount == 1
-    if dialect == "mssql":
-        return conn.execute(_MSSQL_ADMIT, {"job_id": job_id, "fence": fence}, execution_options=_COUNTED).rowcount == 1
-    raise NotImplementedError(
-        f"admit() runs on PostgreSQL, SQLite and SQL Server, not {dialect}: guard the write itself with "
-        "UPDATE ... SET fence = :fence WHERE id = :id AND fence <= :fence and check its row count (docs/fencing.md)"
-    )
+    return conn.execute(statement, {"job_id": job_id, "fence": fence}, execution_options=_COUNTED).rowcount == 1
 
 
 def seen(conn: Connection, job_id: int) -> int | None:
