@@ -49,7 +49,7 @@ fences = Table(
     Column("fence", BigInteger, nullable=False),
 )
 
-DDL = "CREATE TABLE qp_fences (job_id BIGINT PRIMARY KEY, fence BIGINT NOT NULL)"
+DDL = "CREATE TABLE qp_fences (job_id BIGINT NOT NULL PRIMARY KEY, fence BIGINT NOT NULL)"
 """The table `create_table` makes, for a target whose schema is kept by its own migrations."""
 
 # SQL Server has no INSERT ... ON CONFLICT: a MERGE under HOLDLOCK takes the key's range lock, so two first

@@ -9,9 +9,10 @@ import subprocess
 import sys
 
 import pytest
+from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.dialects.mssql import pyodbc
 
-from queueprocessor.fencing import _MSSQL_ADMIT, AsgiFenceGuard, FenceGuard, MemoryFences, verdict
+from queueprocessor.fencing import _MSSQL_ADMIT, DDL, AsgiFenceGuard, FenceGuard, MemoryFences, admit, fences, verdict
 
 
 def test_a_store_admits_the_newest_fence_and_an_equal_one_and_refuses_an_older_one_per_job():
@@ -155,3 +156,13 @@ def test_a_web_app_that_imports_the_guard_loads_nothing_of_the_node():
     ours = {m for m in modules if m.startswith("queueprocessor")}
     assert ours == {"queueprocessor", "queueprocessor.fencing", "queueprocessor.version"}
     assert not {"aiohttp", "psycopg", "pyodbc", "croniter", "prometheus_client"} & modules
+
+
+def test_the_documented_ddl_makes_the_table_the_guard_writes():
+    engine = create_engine("sqlite://")
+    with engine.begin() as conn:
+        conn.execute(text(DDL))
+        assert [admit(conn, 7, fence) for fence in (2, 1)] == [True, False]
+        columns = {c["name"]: (str(c["type"]), c["nullable"]) for c in inspect(conn).get_columns("qp_fences")}
+        assert columns == {c.name: (str(c.type), c.nullable) for c in fences.columns}
+        assert inspect(conn).get_pk_constraint("qp_fences")["constrained_columns"] == ["job_id"]
