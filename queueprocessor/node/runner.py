@@ -30,8 +30,9 @@ from ..executors import Executor, JobContext, executor_for
 from ..rules.logs import about
 from ..rules.states import Kind, Outcome
 from ..store.stores import Store
-from ..store.types import Claimed, Ending, Progress
+from ..store.types import Claimed, Progress
 from .batches import Batches
+from .recorder import Recorder
 from .runs import (
     EXHAUSTED,
     OWN_CANCEL,
@@ -41,7 +42,6 @@ from .runs import (
     bounded,
     cancelled_itself,
     failed_end,
-    retry_in,
     stopped_end,
     timed_out,
 )
@@ -49,14 +49,6 @@ from .tally import Tally
 
 log = logging.getLogger("queueprocessor.runner")
 
-# Pauses between tries to write a result while the database is away (a restart, a failover): the job
-# stays ours meanwhile, its lease renewed by every heartbeat that gets through, so a finished job is
-# not run again elsewhere; its fence refuses a late write if someone took it over after all.
-RECORD_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
-# A busy node's results wait up to LINGER seconds for others, while fewer than LINGER_UNTIL are waiting and at
-# least as many jobs are still at work: slow jobs (HTTP) end a few at a time, and each write has a fixed cost.
-LINGER = 0.005
-LINGER_UNTIL = 16
 # How long a stopping runner lets the jobs it still holds end and their results be written (a stopped job's task,
 # a write under way or waiting to try again) before it closes its loop.
 LAST_WRITE = 5.0
@@ -425,83 +417,6 @@ class JobRunner:
         except Exception as exc:  # only the history's start time is at stake
             log.warning("could not record the start of job %s: %s", job.id, exc, extra=about(job.id))
 
-    def _record_many(self, entries: list[Running]) -> list[Running]:
-        """Write how runs ended, all finishes in one transaction. Returns those to try again later: the
-        database is away (unless it was their last try)."""
-        again: list[Running] = []
-        done: list[tuple[Running, Outcome]] = []
-        ending: list[Running] = []
-        for entry in entries:
-            assert entry.ending is not None  # recorded with its ending (see Recorder.record)
-            if entry.ending[0] != Outcome.LOST:
-                ending.append(entry)
-            elif self._release(entry):
-                done.append((entry, Outcome.LOST))
-            else:
-                again.append(entry)
-        endings = []
-        for entry in ending:
-            assert entry.ending is not None
-            outcome, error, output, final = entry.ending
-            endings.append(Ending(entry.job, outcome, error, retry_in(entry, outcome, final, self.db_now()), output))
-        try:
-            states = self.store.runs.finish_many(self.machine_id, endings)
-        except Exception as exc:  # database away: try again; in the end the lease expires and it runs elsewhere
-            for entry in ending:
-                if entry.tries < len(RECORD_RETRIES):
-                    log.warning(
-                        "could not record job %s yet (%s); trying again", entry.job.id, exc, extra=about(entry.job.id)
-                    )
-                    again.append(entry)
-                else:
-                    log.warning(
-                        "could not record job %s (%s); its lease will expire and it will be re-run",
-                        entry.job.id,
-                        exc,
-                        extra=about(entry.job.id),
-                    )
-                    done.append((entry, Outcome.LOST))
-        else:
-            debug = log.isEnabledFor(logging.DEBUG)
-            for entry, state in zip(ending, states):
-                assert entry.ending is not None
-                job, (outcome, error, _, _) = entry.job, entry.ending
-                if state is None:
-                    log.warning(
-                        "result of job %s refused by its fence: another machine owns it now",
-                        job.id,
-                        extra=about(job.id),
-                    )
-                elif debug or outcome != Outcome.SUCCEEDED:  # thousands a second on a busy node: successes at debug
-                    level = logging.DEBUG if outcome == Outcome.SUCCEEDED else logging.INFO
-                    log.log(
-                        level,
-                        "job %s attempt %s %s -> %s%s",
-                        job.id,
-                        job.attempts,
-                        outcome,
-                        state,
-                        f" ({error})" if error else "",
-                        extra=about(job.id),
-                    )
-                done.append((entry, outcome if state else Outcome.LOST))
-        self._done(done)
-        return again
-
-    def _release(self, entry: Running) -> bool:
-        """We stopped it ourselves; hand it back if it is still ours (it usually is not). False: try again."""
-        assert entry.ending is not None and entry.ending[1] is not None  # a run we stopped says why
-        job, error = entry.job, entry.ending[1]
-        try:
-            if self.store.runs.release(job, self.machine_id, error):
-                log.info("job %s handed back to the queue: %s", job.id, error, extra=about(job.id))
-        except Exception as exc:
-            if entry.tries < len(RECORD_RETRIES):
-                log.warning("could not hand job %s back yet (%s); trying again", job.id, exc, extra=about(job.id))
-                return False
-            log.warning("could not hand job %s back (%s); its lease will expire", job.id, exc, extra=about(job.id))
-        return True
-
     def _done(self, done: list[tuple[Running, Outcome]]) -> None:
         """Jobs whose end is written (or given up on) leave `running`; the tally and the node hear of them, and
         of the room made, once for the batch."""
@@ -515,51 +430,3 @@ class JobRunner:
         for entry, outcome in done:
             self.on_done(entry.job, outcome)
         self.on_room()
-
-
-class Recorder:
-    """Group commit, on the runner's loop: results that arrive while one batch is being written go
-    together in the next, so a busy node writes many results per transaction and an idle one waits for none."""
-
-    def __init__(self, runner: JobRunner):
-        self.runner = runner
-        self.waiting: list[Running] = []  # ended, their `ending` not written yet
-        self.busy = False
-        self.task: asyncio.Task[None] | None = None  # the writer (_write), while busy
-        self._lingering: asyncio.Future[None] | None = None  # resolved when the linger is over (see _linger)
-
-    def record(self, entries: list[Running]) -> None:
-        """Write each entry's `ending` with the next batch. Nobody waits for it: the writer tries again by itself
-        while the database is away, and a job leaves `running` (its lease no longer renewed) once it is written."""
-        self.waiting += entries
-        if not self.busy:
-            self.busy = True
-            self.task = self.runner.loop.create_task(self._write())
-        elif len(self.waiting) >= LINGER_UNTIL and self._lingering is not None:
-            self._linger_over()
-
-    async def _linger(self) -> None:
-        """More results are on their way: wait for them, up to LINGER, or until LINGER_UNTIL are waiting (fast
-        jobs fill a batch in well under LINGER, and the results a node holds unwritten count against its room)."""
-        self._lingering = self.runner.loop.create_future()
-        timer = self.runner.loop.call_later(LINGER, self._linger_over)
-        await self._lingering
-        timer.cancel()
-        self._lingering = None
-
-    def _linger_over(self) -> None:
-        if self._lingering is not None and not self._lingering.done():
-            self._lingering.set_result(None)
-
-    async def _write(self) -> None:
-        try:
-            while self.waiting:
-                if len(self.waiting) < LINGER_UNTIL and self.runner.working() >= LINGER_UNTIL:
-                    await self._linger()
-                batch, self.waiting = self.waiting, []
-                loop = self.runner.loop
-                for entry in await loop.run_in_executor(None, self.runner._record_many, batch):
-                    loop.call_later(RECORD_RETRIES[entry.tries], self.record, [entry])
-                    entry.tries += 1
-        finally:
-            self.busy = False
