@@ -23,6 +23,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from ..rules.allow import LOCAL_BASE, LOCAL_HOSTS, check_host
 from ..rules.errors import BadSetting
+from ..rules.urls import mask
 from ..store.types import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed
 
@@ -110,9 +111,11 @@ class HttpExecutor(Executor):
             try:  # checked again as the HTTP client itself reads it, so no two parsers can disagree on the host
                 url = URL(text)
             except ValueError as error:
-                raise JobFailed(f"{method} {text}: not a valid URL ({error})", permanent=True) from None
+                raise JobFailed(f"{method} {mask(text)}: not a valid URL ({mask(error)})", permanent=True) from None
             if url.host not in self.allowed_hosts:
-                raise JobFailed(f"{method} {text}: host {url.host!r} is not allowed on this machine", permanent=True)
+                raise JobFailed(
+                    f"{method} {mask(text)}: host {url.host!r} is not allowed on this machine", permanent=True
+                )
             if len(self._resolved) >= RESOLVED_KEPT:
                 self._resolved.clear()
             self._resolved[key] = url
@@ -154,9 +157,9 @@ class HttpExecutor(Executor):
             ) as response:
                 excerpt = (await response.text(errors="replace"))[:EXCERPT]
         except aiohttp.ClientError as error:
-            raise JobFailed(f"{job.method} {url}: {type(error).__name__}: {error}") from None
+            raise JobFailed(f"{job.method} {mask(url)}: {type(error).__name__}: {mask(error)}") from None
         if not 200 <= response.status < 300:
-            raise JobFailed(f"{job.method} {url} answered HTTP {response.status}: {excerpt[:200]}")
+            raise JobFailed(f"{job.method} {mask(url)} answered HTTP {response.status}: {excerpt[:200]}")
         return excerpt
 
     async def close(self) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from .errors import InvalidJob, NotAllowed, echoed
+from .urls import mask
 
 if TYPE_CHECKING:  # a JobSpec is only passed through here: importing the store would load SQLAlchemy
     from ..store.types import JobSpec
@@ -96,12 +97,12 @@ def check_syntax(spec: "JobSpec") -> str | None:
     try:
         parts = urlsplit(spec.target)
     except ValueError as error:  # e.g. "[::1" or a host that NFKC normalisation would change
-        raise InvalidJob(f"HTTP job target {echoed(spec.target)} is not a valid URL ({error})") from None
+        raise InvalidJob(f"HTTP job target {echoed(mask(spec.target))} is not a valid URL ({mask(error)})") from None
     if not (parts.scheme or parts.netloc or spec.target.startswith("//")):
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidJob(
-            f"HTTP job target {echoed(spec.target)} is neither a path such as /reports/run nor an http(s) URL"
+            f"HTTP job target {echoed(mask(spec.target))} is neither a path such as /reports/run nor an http(s) URL"
         )
     return parts.hostname
 
@@ -109,7 +110,7 @@ def check_syntax(spec: "JobSpec") -> str | None:
 def check_host(spec: "JobSpec", hosts: tuple[str, ...]) -> None:
     host = check_syntax(spec)
     if host is not None and host not in hosts:
-        raise NotAllowed("host", host, hosts, "allow_hosts", target=spec.target)
+        raise NotAllowed("host", host, hosts, "allow_hosts", target=mask(spec.target))
 
 
 # -- Python -----------------------------------------------------------------

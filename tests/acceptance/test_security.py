@@ -177,6 +177,52 @@ def test_a_node_cut_off_and_back_logs_no_password(pg_server, pg_url, http_target
     assert pg_server.password not in output  # ...without the password
 
 
+# Credentials an HTTP job's target may carry: its userinfo and secret-looking query parameters.
+SECRETS = ("usr-Q7Zs", "pw-Q7Zs", "tok-Q7Zs", "key-Q7Zs", "sig-Q7Zs", "auth-Q7Zs")
+
+
+def with_credentials(base: str, path: str) -> str:
+    """`base` + `path` with every kind of credential in it."""
+    url = URL(base)
+    query = "token=tok-Q7Zs&API_KEY=key-Q7Zs&day=1&X-Amz-Signature=sig-Q7Zs&auth=auth-Q7Zs"
+    return f"http://usr-Q7Zs:pw-Q7Zs@{url.host}:{url.port}/{path}?{query}"
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 where nothing listens: connecting to it is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.postgres
+def test_credentials_in_an_http_target_are_stored_nowhere_but_the_target(pg_url, http_target):
+    """A real node runs HTTP jobs whose URLs carry a password, a token and keys, against a real server that answers
+    500 and a port that refuses the connection; a schedule of such a URL is logged. The jobs' errors, their runs'
+    and the events say where and why, but hold no secret."""
+    answers_500 = with_credentials(http_target.base_url, "fail")
+    refuses = with_credentials(f"http://127.0.0.1:{closed_port()}/", "x")
+    with Farm(pg_url) as farm:
+        farm.settings(**FAST)
+        farm.schedule("nightly", JobSpec("http", answers_500), every=3600)
+        node = farm.node(name="careful", http_base=http_target.base_url).start()
+        try:
+            ids = [farm.enqueue(JobSpec("http", target, max_attempts=1))[0] for target in (answers_500, refuses)]
+            jobs = [
+                wait_until(lambda i=i: farm.job(i)["state"] == "failed" and farm.job(i), 30, "a failure") for i in ids
+            ]
+        finally:
+            node.stop(drain=False)
+        stored = [job["last_error"] for job in jobs] + [run["error"] for job in jobs for run in job["runs"]]
+        stored += [event["detail"] or "" for event in farm.events()]
+    assert len(http_target.requests("/fail")) == 1  # the first reached its server
+    assert "answered HTTP 500" in stored[0] and f":{http_target.port}/fail?" in stored[0]
+    assert "ClientConnectorError" in stored[1]
+    assert any("every 3600 s" in detail and "/fail?" in detail for detail in stored)
+    assert [secret for secret in SECRETS if secret in "\n".join(stored)] == []
+    assert "day=1" in stored[0]  # a parameter that is no secret is shown
+
+
 @pytest.mark.postgres
 def test_the_python_api_never_shows_the_password(pg_server, pg_url):
     with Farm(pg_url) as farm:
