@@ -116,10 +116,20 @@ class HttpExecutor(Executor):
                 raise JobFailed(
                     f"{method} {mask(text)}: host {url.host!r} is not allowed on this machine", permanent=True
                 )
+            if not urlsplit(target).scheme and not self._under_base(url):
+                raise JobFailed(f"{method} {mask(text)}: leaves the HTTP base {mask(self.base_url)}", permanent=True)
             if len(self._resolved) >= RESOLVED_KEPT:
                 self._resolved.clear()
             self._resolved[key] = url
         return url
+
+    def _under_base(self, url: URL) -> bool:
+        """Whether `url`, as the client sends it, is on the base's origin and under its path: what validate's
+        check of a relative target's path promises, checked again on the client's own reading of it."""
+        from yarl import URL
+
+        base = URL(self.base_url)
+        return url.origin() == base.origin() and url.raw_path.startswith(base.raw_path)
 
     async def warm(self, job: Claimed) -> None:
         if self._session is None:  # not loaded by a run yet: load it off the loop, once for every job waiting
