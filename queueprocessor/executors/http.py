@@ -23,6 +23,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from ..rules.allow import LOCAL_BASE, LOCAL_HOSTS, check_host
 from ..rules.errors import BadSetting
+from ..rules.urls import mask
 from ..store.types import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed
 
@@ -110,13 +111,25 @@ class HttpExecutor(Executor):
             try:  # checked again as the HTTP client itself reads it, so no two parsers can disagree on the host
                 url = URL(text)
             except ValueError as error:
-                raise JobFailed(f"{method} {text}: not a valid URL ({error})", permanent=True) from None
+                raise JobFailed(f"{method} {mask(text)}: not a valid URL ({mask(error)})", permanent=True) from None
             if url.host not in self.allowed_hosts:
-                raise JobFailed(f"{method} {text}: host {url.host!r} is not allowed on this machine", permanent=True)
+                raise JobFailed(
+                    f"{method} {mask(text)}: host {url.host!r} is not allowed on this machine", permanent=True
+                )
+            if not urlsplit(target).scheme and not self._under_base(url):
+                raise JobFailed(f"{method} {mask(text)}: leaves the HTTP base {mask(self.base_url)}", permanent=True)
             if len(self._resolved) >= RESOLVED_KEPT:
                 self._resolved.clear()
             self._resolved[key] = url
         return url
+
+    def _under_base(self, url: URL) -> bool:
+        """Whether `url`, as the client sends it, is on the base's origin and under its path: what validate's
+        check of a relative target's path promises, checked again on the client's own reading of it."""
+        from yarl import URL
+
+        base = URL(self.base_url)
+        return url.origin() == base.origin() and url.raw_path.startswith(base.raw_path)
 
     async def warm(self, job: Claimed) -> None:
         if self._session is None:  # not loaded by a run yet: load it off the loop, once for every job waiting
@@ -154,9 +167,9 @@ class HttpExecutor(Executor):
             ) as response:
                 excerpt = (await response.text(errors="replace"))[:EXCERPT]
         except aiohttp.ClientError as error:
-            raise JobFailed(f"{job.method} {url}: {type(error).__name__}: {error}") from None
+            raise JobFailed(f"{job.method} {mask(url)}: {type(error).__name__}: {mask(error)}") from None
         if not 200 <= response.status < 300:
-            raise JobFailed(f"{job.method} {url} answered HTTP {response.status}: {excerpt[:200]}")
+            raise JobFailed(f"{job.method} {mask(url)} answered HTTP {response.status}: {excerpt[:200]}")
         return excerpt
 
     async def close(self) -> None:

@@ -12,9 +12,10 @@ import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from .errors import InvalidJob, NotAllowed, echoed
+from .urls import mask
 
 if TYPE_CHECKING:  # a JobSpec is only passed through here: importing the store would load SQLAlchemy
     from ..store.types import JobSpec
@@ -89,19 +90,43 @@ def check_allowed(spec: "JobSpec", published: list[str]) -> None:
 # -- HTTP -------------------------------------------------------------------
 
 
+# What separates a path's segments for some server: "/", and "\\" on Windows' and some proxies'.
+_SEGMENTS = re.compile(r"[/\\]")
+
+
+def climbs(path: str) -> bool:
+    """Whether a relative target's `path` has a ".." segment as any server on the way may read it, so that it could
+    leave the node's http_base: percent-decoded, again and again (a proxy may decode what its server decodes
+    again), with "\\" for "/", and without a segment's ";parameters" (Tomcat reads "..;" as "..")."""
+    while True:
+        if any(segment.split(";")[0].strip() == ".." for segment in _SEGMENTS.split(path)):
+            return True
+        decoded = unquote(path)
+        if decoded == path:
+            return False
+        path = decoded
+
+
 def check_syntax(spec: "JobSpec") -> str | None:
-    """A path relative to the node's http_base, or an absolute http(s) URL: returns its host (None if relative)."""
+    """A path relative to the node's http_base that stays under it, or an absolute http(s) URL: returns its host
+    (None if relative)."""
     if spec.method not in METHODS:
         raise InvalidJob(f"HTTP method {echoed(spec.method)} is not supported: use GET or POST")
     try:
         parts = urlsplit(spec.target)
     except ValueError as error:  # e.g. "[::1" or a host that NFKC normalisation would change
-        raise InvalidJob(f"HTTP job target {echoed(spec.target)} is not a valid URL ({error})") from None
+        raise InvalidJob(f"HTTP job target {echoed(mask(spec.target))} is not a valid URL ({mask(error)})") from None
     if not (parts.scheme or parts.netloc or spec.target.startswith("//")):
+        if climbs(parts.path):
+            raise InvalidJob(
+                f"HTTP job target {echoed(mask(spec.target))} climbs out of the node's HTTP base: a path may hold "
+                "no '..' segment, plain, percent-encoded or after '\\'; name the path under the base, such as "
+                "/reports/run"
+            )
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidJob(
-            f"HTTP job target {echoed(spec.target)} is neither a path such as /reports/run nor an http(s) URL"
+            f"HTTP job target {echoed(mask(spec.target))} is neither a path such as /reports/run nor an http(s) URL"
         )
     return parts.hostname
 
@@ -109,7 +134,7 @@ def check_syntax(spec: "JobSpec") -> str | None:
 def check_host(spec: "JobSpec", hosts: tuple[str, ...]) -> None:
     host = check_syntax(spec)
     if host is not None and host not in hosts:
-        raise NotAllowed("host", host, hosts, "allow_hosts", target=spec.target)
+        raise NotAllowed("host", host, hosts, "allow_hosts", target=mask(spec.target))
 
 
 # -- Python -----------------------------------------------------------------

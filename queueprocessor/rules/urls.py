@@ -1,5 +1,6 @@
-"""Database URLs as text: the default farm's, and any URL made safe to show. No SQLAlchemy here: every
-command names its database (or masks it in an error) before it loads the engine, and `--help` loads none.
+"""Database URLs as text: the default farm's, and any URL (a database's, an HTTP job's) made safe to show. No
+SQLAlchemy here: every command names its database (or masks it in an error) before it loads the engine, and
+`--help` loads none.
 """
 
 import re
@@ -21,6 +22,27 @@ _PASSWORD_PARAM = re.compile(
     re.IGNORECASE,
 )
 
+# An HTTP URL's whole userinfo ("https://TOKEN@host" is as secret as "https://user:password@host").
+_USERINFO_IN_HTTP = re.compile(r"(https?://)[^/?#@\s]+@", re.IGNORECASE)
+# A query parameter that looks secret, by its name (or its name's last word: client_secret, X-Amz-Signature,
+# refresh_token), its value up to the next parameter, fragment, space or quote. A harmless one hidden (order_key)
+# costs less than a secret shown.
+SECRET_NAMES = (
+    "token",
+    "key",
+    "api_key",
+    "apikey",
+    "secret",
+    "password",
+    "passwd",
+    "pwd",
+    "sig",
+    "signature",
+    "access_token",
+    "auth",
+)
+_SECRET_PARAM = re.compile(rf"([?&;](?:[\w.~%-]*[_.-])?(?:{'|'.join(SECRET_NAMES)})=)[^&;#\s'\"]*", re.IGNORECASE)
+
 
 def default_url(file: str = "farm.db") -> str:
     """The embedded default: one SQLite file in the user's data directory (made by the first writer). Only
@@ -31,8 +53,11 @@ def default_url(file: str = "farm.db") -> str:
 
 
 def mask(url: object) -> str:
-    """The URL (text or a SQLAlchemy URL) with its password replaced by ***, safe to log or show."""
+    """The URL (text or a SQLAlchemy URL), or a message that holds one, with its secrets replaced by ***, safe to
+    log, show or store: a password (in the URL or a parameter), an HTTP URL's userinfo, secret-looking query
+    parameters (SECRET_NAMES)."""
     text = url.render_as_string(hide_password=True) if hasattr(url, "render_as_string") else str(url)
     # First: an "@" in such a password is no user's "@".
     text = _PASSWORD_PARAM.sub(lambda m: (m[1] or m[2]) + "***", text)
-    return _PASSWORD_IN_TEXT.sub(r"\1***@", _PASSWORD_IN_URL.sub(r"\1***@", text))
+    text = _PASSWORD_IN_TEXT.sub(r"\1***@", _PASSWORD_IN_URL.sub(r"\1***@", text))
+    return _SECRET_PARAM.sub(r"\1***", _USERINFO_IN_HTTP.sub(r"\1***@", text))

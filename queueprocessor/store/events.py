@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 
 from ..rules.events import EventKind, machine_label
 from ..rules.output import format_time
+from ..rules.urls import mask
 from .base import StoreBase
 from .database import client_name
 from .dbtime import db_now
@@ -31,7 +32,7 @@ def record_event(
     conn: Connection, kind: EventKind, subject: str, detail: str | None = None, actor: str | None = None
 ) -> None:
     """Log an event in the transaction `conn` is in: written if and only if the change beside it is."""
-    detail = None if detail is None else detail[:MAX_DETAIL]
+    detail = None if detail is None else mask(detail)[:MAX_DETAIL]  # a target may hold credentials
     conn.execute(insert(events).values(at=db_now(), kind=kind, subject=subject, detail=detail, actor=actor))
 
 

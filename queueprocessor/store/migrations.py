@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.schema import CreateColumn
 
 from . import schema
-from .sqlfunctions import create_sql_functions
+from .sqlfunctions import create_sql_functions, narrow_enqueuers
 from .statements import recount_statement, regate_statements
 
 # What steps 1 to 2 and 5 to 6 need of an older qp_jobs, apart from the current tables (an index made on them would join
@@ -131,6 +131,14 @@ def _farm_history(conn: Connection) -> None:
     schema.events.create(conn, checkfirst=True)
 
 
+def _enqueue_through_the_door_only(conn: Connection) -> None:
+    """10 to 11: qp_enqueue runs with its owner's rights and its own search_path, and only the roles granted may
+    call it (sqlfunctions); a role granted the insert it needed before keeps the door and loses the insert, so a
+    role that may enqueue may do nothing more (docs/sql-enqueue.md)."""
+    create_sql_functions(conn)
+    narrow_enqueuers(conn)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -142,6 +150,7 @@ STEPS = {
     7: _progress_and_sql_enqueue,
     8: _payload_search,
     9: _farm_history,
+    10: _enqueue_through_the_door_only,
 }
 
 

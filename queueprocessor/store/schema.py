@@ -35,7 +35,7 @@ from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.schedules import DEFAULT_MISFIRE
 from ..rules.states import CHECKING_IN, HISTORY_COUNTS, JobState, Kind, MachineState, Outcome
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 metadata = MetaData()
 

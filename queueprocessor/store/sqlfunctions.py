@@ -8,16 +8,23 @@ row the Python enqueue inserts: the statement is generated from the same row (jo
 every column (JobSpec's), the same database time (dbtime) and queue gate (statements.gated_now). The insert fires
 the jobs table's NOTIFY trigger, so on PostgreSQL it wakes the farm through push once the caller commits.
 
+It is the only door a role that may enqueue needs, and it opens onto nothing more: it runs with its owner's rights
+(SECURITY DEFINER on PostgreSQL, ownership chaining on SQL Server), so such a role is granted EXECUTE on it and
+nothing of the farm's tables; and its parameters name none of what a row could be made to squat with (a state, a
+lease, an owner, parents to wait for, a unique key, a kind): its job is a queued job like any other. On PostgreSQL
+its search_path is pinned to pg_catalog and pg_temp, last, and the farm's tables are named with their schema, so a
+caller's own objects (a same-named function or table in a schema of its own, or a temporary table) cannot divert it
+(PostgreSQL's "Writing SECURITY DEFINER Functions Safely"); and PUBLIC may not execute it, only the roles granted.
+
 What it cannot check is what the Python enqueue checks against the live machines' allow-lists: that needs the
-machines judged alive in Python (Farm.check_allowed). It opens no hole by that: whoever may call it (it runs with
-its caller's rights) may insert into qp_jobs already, and a node refuses at run time, with the reason, any work
-its own allow-lists do not admit; such a job fails that one run and never runs anywhere.
+machines judged alive in Python (Farm.check_allowed). A node refuses at run time, with the reason, any work its own
+allow-lists do not admit; such a job fails that one run and never runs anywhere.
 """
 
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import DDL, ColumnDefault, Float, String, func, insert, literal_column
+from sqlalchemy import DDL, ColumnDefault, Float, String, func, insert, literal_column, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 
@@ -42,20 +49,51 @@ HINTS = {
     "payload": "store large data elsewhere and pass a reference",
     "run_at": "a time from 1970 to 9999, or NULL for now",
 }
+# Its signature, as GRANT and REVOKE name it on PostgreSQL.
+SIGNATURE = "qp_enqueue(text, text, jsonb, text, text, timestamptz)"
 TARGET_LENGTH = jobs.c.target.type.length  # type: ignore[attr-defined]
 ORIGIN_LENGTH = jobs.c.origin.type.length  # type: ignore[attr-defined]
 
 
 def create_sql_functions(conn: Connection) -> None:
-    """(Re)create qp_enqueue on a PostgreSQL or SQL Server farm database, in the caller's transaction."""
-    made = {"postgresql": postgresql_function, "mssql": mssql_procedure}.get(conn.dialect.name)
-    if made is not None:  # a DDL formats its text with %: its own percent signs doubled
-        conn.execute(DDL(made().replace("%", "%%")))
+    """(Re)create qp_enqueue on a PostgreSQL or SQL Server farm database, in the caller's transaction (a grant of
+    EXECUTE already made is kept). On PostgreSQL it names the farm's tables in the schema they were made in: the
+    first of the creating session's search_path, as create_all made them."""
+    if conn.dialect.name == "postgresql":
+        made = postgresql_function(conn.execute(text("SELECT current_schema()")).scalar_one())
+    elif conn.dialect.name == "mssql":
+        made = mssql_procedure()
+    else:
+        return
+    conn.execute(DDL(made.replace("%", "%%")))  # a DDL formats its text with %: its own percent signs doubled
 
 
-def _insert(dialect: Any, value: Callable[[str], ColumnElement[Any]]) -> str:
+# The roles a farm before schema version 11 let enqueue through qp_enqueue by the grants docs/sql-enqueue.md gave
+# then: INSERT on qp_jobs (the function ran with its caller's rights) without UPDATE (which no enqueue needs, and
+# every operator and node has). Only grants made directly on the table are found, as only they can be revoked so.
+_PG_ENQUEUERS = text(
+    "SELECT DISTINCT CAST(a.grantee AS regrole)::text FROM pg_class c, aclexplode(c.relacl) AS a "
+    "WHERE c.oid = CAST('qp_jobs' AS regclass) AND a.privilege_type = 'INSERT' AND a.grantee NOT IN (0, c.relowner) "
+    "AND NOT has_table_privilege(a.grantee, c.oid, 'UPDATE')"
+)
+
+
+def narrow_enqueuers(conn: Connection) -> list[str]:
+    """PostgreSQL: the roles granted the insert qp_enqueue needed when it ran with its caller's rights keep the door
+    and lose the insert (EXECUTE granted, INSERT on qp_jobs revoked); their names."""
+    if conn.dialect.name != "postgresql":
+        return []
+    roles = list(conn.execute(_PG_ENQUEUERS).scalars())
+    for role in roles:  # the database's own names (regrole's text is quoted where it must be), never input
+        conn.execute(DDL(f"GRANT EXECUTE ON FUNCTION {SIGNATURE} TO {role}"))
+        conn.execute(DDL(f"REVOKE INSERT ON qp_jobs FROM {role}"))
+    return roles
+
+
+def _insert(dialect: Any, value: Callable[[str], ColumnElement[Any]], farm_schema: str | None = None) -> str:
     """The Python enqueue's insert of one job (JobStore.enqueue), its given columns read through `value` (a variable
-    of the stored code), every other column as a default JobSpec fills it; returning the new id."""
+    of the stored code), every other column as a default JobSpec fills it; returning the new id. With `farm_schema`,
+    every table is named in it."""
     row = job_row(JobSpec(executor="", target=""))
     given = {name: value(name) for name in ("executor", "target", "payload", "queue", "order_key", "origin")}
     # Columns with a default of the schema's own (e.g. a dependency's flags): compiled with literal binds, a Python-side
@@ -75,7 +113,10 @@ def _insert(dialect: Any, value: Callable[[str], ColumnElement[Any]]) -> str:
         )
         .returning(jobs.c.id)
     )
-    return str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+    translated: dict[str, Any] = (
+        {"schema_translate_map": {None: farm_schema}, "render_schema_translate": True} if farm_schema else {}
+    )
+    return str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}, **translated))
 
 
 # The function's variables, named for the columns they fill (names, never values, in its text).
@@ -86,17 +127,20 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def postgresql_function() -> str:
-    """CREATE OR REPLACE FUNCTION qp_enqueue(...) RETURNS bigint: the job's id."""
+def postgresql_function(farm_schema: str) -> str:
+    """CREATE OR REPLACE FUNCTION qp_enqueue(...) RETURNS bigint: the job's id; it runs with its owner's rights on
+    the tables of `farm_schema`, and only the roles granted EXECUTE may call it."""
     from sqlalchemy.dialects import postgresql
 
     dialect = postgresql.dialect()
-    insert_sql = _insert(dialect, lambda name: literal_column(_VARIABLES[name], Float if name == "run_at" else String))
+    insert_sql = _insert(
+        dialect, lambda name: literal_column(_VARIABLES[name], Float if name == "run_at" else String), farm_schema
+    )
     return f"""
 CREATE OR REPLACE FUNCTION qp_enqueue(
     executor text, target text, payload jsonb DEFAULT NULL, queue text DEFAULT {_quoted(DEFAULT)},
     order_key text DEFAULT NULL, run_at timestamptz DEFAULT NULL
-) RETURNS bigint LANGUAGE plpgsql AS $qp_enqueue$
+) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $qp_enqueue$
 DECLARE
     v_executor text := qp_enqueue.executor;
     v_target text := qp_enqueue.target;
@@ -113,6 +157,7 @@ BEGIN
     RETURN v_id;
 END
 $qp_enqueue$;
+REVOKE ALL ON FUNCTION {SIGNATURE} FROM PUBLIC;
 """
 
 

@@ -5,6 +5,7 @@ in-process nodes, real HTTP servers, real Qt widgets offscreen."""
 import ast
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +26,7 @@ from yarl import URL
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from queueprocessor.executors.base import JobFailed  # noqa: E402
 from queueprocessor.executors.http import LOCAL_HOSTS, HttpExecutor  # noqa: E402
 from queueprocessor.farm import Farm, work_spec  # noqa: E402
 from queueprocessor.rules.errors import InvalidJob, QPError  # noqa: E402
@@ -177,6 +180,52 @@ def test_a_node_cut_off_and_back_logs_no_password(pg_server, pg_url, http_target
     assert pg_server.password not in output  # ...without the password
 
 
+# Credentials an HTTP job's target may carry: its userinfo and secret-looking query parameters.
+SECRETS = ("usr-Q7Zs", "pw-Q7Zs", "tok-Q7Zs", "key-Q7Zs", "sig-Q7Zs", "auth-Q7Zs")
+
+
+def with_credentials(base: str, path: str) -> str:
+    """`base` + `path` with every kind of credential in it."""
+    url = URL(base)
+    query = "token=tok-Q7Zs&API_KEY=key-Q7Zs&day=1&X-Amz-Signature=sig-Q7Zs&auth=auth-Q7Zs"
+    return f"http://usr-Q7Zs:pw-Q7Zs@{url.host}:{url.port}/{path}?{query}"
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 where nothing listens: connecting to it is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.postgres
+def test_credentials_in_an_http_target_are_stored_nowhere_but_the_target(pg_url, http_target):
+    """A real node runs HTTP jobs whose URLs carry a password, a token and keys, against a real server that answers
+    500 and a port that refuses the connection; a schedule of such a URL is logged. The jobs' errors, their runs'
+    and the events say where and why, but hold no secret."""
+    answers_500 = with_credentials(http_target.base_url, "fail")
+    refuses = with_credentials(f"http://127.0.0.1:{closed_port()}/", "x")
+    with Farm(pg_url) as farm:
+        farm.settings(**FAST)
+        farm.schedule("nightly", JobSpec("http", answers_500), every=3600)
+        node = farm.node(name="careful", http_base=http_target.base_url).start()
+        try:
+            ids = [farm.enqueue(JobSpec("http", target, max_attempts=1))[0] for target in (answers_500, refuses)]
+            jobs = [
+                wait_until(lambda i=i: farm.job(i)["state"] == "failed" and farm.job(i), 30, "a failure") for i in ids
+            ]
+        finally:
+            node.stop(drain=False)
+        stored = [job["last_error"] for job in jobs] + [run["error"] for job in jobs for run in job["runs"]]
+        stored += [event["detail"] or "" for event in farm.events()]
+    assert len(http_target.requests("/fail")) == 1  # the first reached its server
+    assert "answered HTTP 500" in stored[0] and f":{http_target.port}/fail?" in stored[0]
+    assert "ClientConnectorError" in stored[1]
+    assert any("every 3600 s" in detail and "/fail?" in detail for detail in stored)
+    assert [secret for secret in SECRETS if secret in "\n".join(stored)] == []
+    assert "day=1" in stored[0]  # a parameter that is no secret is shown
+
+
 @pytest.mark.postgres
 def test_the_python_api_never_shows_the_password(pg_server, pg_url):
     with Farm(pg_url) as farm:
@@ -311,6 +360,97 @@ def test_whatever_target_passes_the_http_allow_list_goes_to_an_allowed_host(targ
     except ValueError:
         return  # the client refuses to send it at all
     assert host in LOCAL_HOSTS
+
+
+# -- HTTP paths stay under the node's base ---------------------------------------
+
+# Relative targets that would leave a base's path for a server that reads them plainly, decodes them (once or twice),
+# takes "\\" for "/", or reads "..;" as ".." (Tomcat).
+CLIMBING = [
+    "../ok",
+    "/../ok",
+    "a/../../ok",
+    "./../ok",
+    "..",
+    "%2e%2e/ok",
+    "%2E%2E/ok",
+    ".%2e/ok",
+    "..%2fok",
+    "..%2Fok",
+    "..\\ok",
+    "%2e%2e%5cok",
+    "..;/ok",
+    "%252e%252e/ok",
+    "%25252e%25252e%25252fok",
+]
+
+
+def as_a_server_reads(raw_path: str) -> str:
+    """The path a lenient server would serve for `raw_path`: decoded until nothing is left to decode, "\\" taken
+    for "/", each segment's ";parameters" dropped, "." and ".." resolved (".." at the root stays there)."""
+    while (decoded := unquote(raw_path)) != raw_path:
+        raw_path = decoded
+    segments: list[str] = []
+    for segment in re.split(r"[/\\]", raw_path)[1:]:
+        segment = segment.split(";")[0].strip()
+        if segment == "..":
+            segments = segments[:-1]
+        elif segment != ".":
+            segments.append(segment)
+    return "/" + "/".join(segments)
+
+
+path_pieces = st.sampled_from(
+    ["/", "\\", ".", "..", "%2e", "%2E", "%2f", "%5c", "%25", "25", "2e", ";", "?", "#", "x", "ok", "//", "@", "%00"]
+)
+
+
+@settings(max_examples=2000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(path_pieces, max_size=10).map("".join))
+def test_whatever_relative_target_passes_stays_under_the_http_base(target):
+    """Under the base's path as the client sends it and as any lenient server reads it, or refused."""
+    executor = HttpExecutor("http://127.0.0.1:8080/api/")
+    try:
+        url = executor.resolve("GET", target)
+    except (InvalidJob, JobFailed):
+        return
+    assert url.raw_path.startswith("/api/") and f"{as_a_server_reads(url.raw_path)}/".startswith("/api/"), url
+
+
+@pytest.mark.parametrize("target", CLIMBING)
+def test_the_door_refuses_a_path_that_climbs_out_of_the_http_base(target, tmp_path):
+    with Farm(f"sqlite:///{tmp_path / 'farm.db'}") as farm, pytest.raises(InvalidJob) as refused:
+        farm.enqueue_http(target)
+    assert "climbs out of the node's HTTP base" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_cli_refuses_a_path_that_climbs_out_of_the_http_base_in_one_line(tmp_path):
+    ran = run_cli(
+        ["--db", f"sqlite:///{tmp_path / 'farm.db'}", "enqueue", "http", "/reports/%2e%2e/admin"], {}, tmp_path
+    )
+    assert ran.returncode != 0 and ran.stdout == ""
+    assert ran.stderr.startswith("error: HTTP job target '/reports/%2e%2e/admin' climbs out of the node's HTTP base")
+    assert ran.stderr.count("\n") == 1
+
+
+@pytest.mark.postgres
+def test_a_node_refuses_a_path_that_climbs_out_of_its_http_base(pg_url, http_target):
+    """Put straight into the table (past the door), each climbing path fails on a real node with the reason and
+    reaches no server; a path under the base runs."""
+    with Farm(pg_url) as farm:
+        farm.settings(**FAST)
+        node = farm.node(name="based", http_base=http_target.base_url + "status/").start()
+        try:
+            climbing = [farm._store.jobs.enqueue(JobSpec("http", t, max_attempts=1))[0] for t in CLIMBING]
+            [under] = farm.enqueue_http("200")
+            settle(farm)
+            jobs = {job["id"]: job for job in farm._store.jobs.newest(limit=100)}
+        finally:
+            node.stop(drain=False)
+    assert jobs[under]["state"] == "succeeded"
+    for job_id in climbing:
+        assert jobs[job_id]["state"] == "failed" and "climbs out of the node's HTTP base" in jobs[job_id]["last_error"]
+    assert [request["path"] for request in http_target.requests()] == ["/status/200"]
 
 
 @pytest.mark.postgres
