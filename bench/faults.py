@@ -80,6 +80,7 @@ SECTION_BEGIN = "<!-- faults:begin (written by bench/faults.py) -->"
 SECTION_END = "<!-- faults:end -->"
 SELF_STOP = "stopped: this machine lost its lease"
 BATCH_CALL = "tests.support.pyjobs:batch_call"  # a batch function whose jobs call the service (see Rig.batches)
+SLOW_COMMAND = ROOT / "tests" / "support" / "slow_command.py"  # a command the service judges (see Rig.commands)
 RECLAIMED = "lease expired"
 # What no fault may leave in a node's log: these scenarios cause nothing a node should crash or leak an
 # exception over, so any such line is an error a user did not cause.
@@ -152,10 +153,19 @@ class Rig:
                 "tests.support.pyjobs",
                 "--allow-command",
                 "true",
+                "--allow-command",
+                sys.executable,
             ),
         )
         self.nodes.append(node)
         return node
+
+    def commands(self, count: int, seconds: float, **options) -> list[int]:
+        """`count` command jobs (tests/support/slow_command.py, run by this interpreter) that each hold one request
+        to the service open for `seconds` with their job's headers: the service's record of it is the command's
+        run, judged as an HTTP job's request is. Options as Farm.command_spec."""
+        argv = [sys.executable, "-I", str(SLOW_COMMAND), self.target.base_url, f"{seconds:g}"]
+        return self.farm.enqueue(self.farm.command_spec(argv, **options), count=count)
 
     def batches(self, count: int, path: str, base: str | None = None, **options) -> list[int]:
         """`count` jobs of a batch function (tests.support.pyjobs:batch_call, up to 8 a call) that each call the
@@ -184,6 +194,24 @@ class Rig:
 
     def requests_from(self, machine: int, prefix: str) -> list[dict]:
         return [r for r in self.target.requests(prefix) if r["machine"] == machine]
+
+    def in_flight(self, machine: int, prefix: str = "/") -> list[dict]:
+        """The machine's requests the service is still serving."""
+        return [r for r in self.requests_from(machine, prefix) if r["ended"] is None]
+
+    def twice(self) -> list[tuple[dict, dict]]:
+        """Pairs of requests for one job, on different fences, that the service saw overlap: two runs at once."""
+        return [(a, b) for a, b in self.target.concurrent_overlaps() if a["fence"] != b["fence"]]
+
+    def wait_requests_ended(self, timeout: float) -> str | None:
+        """Until the service has answered every request (a run nothing tracks any more ends on its own: its end is
+        judged too); what was still open at the deadline, or None."""
+        try:
+            wait_for(lambda: all(r["ended"] for r in self.target.requests()), timeout, "every request to end")
+        except TimeoutError as error:
+            open_ = [(r["job"], r["fence"], r["machine"]) for r in self.target.requests() if not r["ended"]]
+            return f"{error}: still open (job, fence, machine): {open_[:10]}"
+        return None
 
     @contextmanager
     def paused(self, nodes: list[NodeProcess]):
@@ -969,6 +997,119 @@ def stalled_node(server, quick: bool) -> Outcome:
     )
 
 
+# -- work that must not outlive its lease: commands of real duration, killed and frozen nodes -----------------------
+
+COMMAND_LENGTH = (4.0, 10.0)  # seconds a command job of these scenarios runs: (short form, long form)
+
+
+def outlived(rig: Rig, machine: int, since: float, held: list[dict]) -> list[dict]:
+    """For each run (a request to the service) `machine` had under way at `since`, its kill or freeze: how long it
+    ran on after `since`, when the job's next run started (from `since`), and how long the two were at work at once
+    as the service saw them (the record's own clock, so 0 exactly when they never overlapped)."""
+    requests = rig.target.requests()
+    rows = []
+    for run in held:
+        mine = next(r for r in requests if (r["job"], r["fence"], r["machine"]) == (run["job"], run["fence"], machine))
+        ended = mine["ended"] or time.time()
+        later = [r["started"] for r in requests if r["job"] == run["job"] and r["fence"] > run["fence"]]
+        taken = min(later, default=None)
+        rows.append(
+            {
+                "job": run["job"],
+                "ran_on": ended - since,
+                "taken": None if taken is None else taken - since,
+                "together": 0.0 if taken is None else max(0.0, ended - taken),
+            }
+        )
+    return rows
+
+
+def outlived_text(rows: list[dict], what: str) -> str:
+    """One sentence of `outlived`'s rows for the report."""
+    if not rows:
+        return f"no command was under way at the {what}"
+    taken = [r["taken"] for r in rows if r["taken"] is not None]
+    together = [r["together"] for r in rows if r["together"] > 0]
+    return (
+        f"{len(rows)} commands under way at the {what} ran on for up to {secs(max(r['ran_on'] for r in rows))} "
+        f"after it; their jobs ran again after median {secs(statistics.median(taken) if taken else None)}; "
+        f"{len(together)} were still at work when the next run started (up to {secs(max(together, default=None))} "
+        "of two runs at once)"
+    )
+
+
+def command_kill_churn(server, quick: bool, seed: int = 7) -> Outcome:
+    """Nodes SIGKILLed in the middle of command jobs of real duration (tests/support/slow_command.py, 4 s in the short
+    form, 10 s in the long) and started again. Each kill takes a node whose command has been under way for a random
+    while (the kill lands mid-command); a killed node's commands must end with it, never run on beside the run
+    that takes their job over. Judged by the service's record of each command's run."""
+    timing = QUICK if quick else LONG
+    length = COMMAND_LENGTH[not quick]
+    wanted, size, capacity = (3, 3, 2) if quick else (20, 3, 2)
+    rng = random.Random(seed)
+    rig = Rig(server, timing, capacity=capacity)
+    kills: list[tuple[int, float, list[dict]]] = []  # (machine, killed at, its commands under way)
+    stuck = None
+    try:
+        for i in range(size):
+            rig.start(f"cmd-{i}")
+        rig.wait_roster()
+        started = time.time()
+        rig.commands(2 * size * capacity, length, max_attempts=10)
+        while len(kills) < wanted:
+            lead = rng.uniform(0.15, 0.4) * length  # how far into its command the kill lands
+
+            def mid_command(lead=lead):
+                now = time.time()
+                busy = [(n, rig.in_flight(rig.machine_id(n))) for n in rig.live()]
+                busy = [(n, runs) for n, runs in busy if any(lead <= now - r["started"] < 0.5 * length for r in runs)]
+                return rng.choice(busy) if busy else None
+
+            victim, under_way = wait_for(mid_command, 60, "a node in the middle of a command", poll=0.05)
+            machine = rig.machine_id(victim)
+            kills.append((machine, rig.kill(victim), under_way))
+            rig.start(victim.name)
+            if rig.farm._store.jobs.counts()["queued"] < size * capacity:
+                rig.commands(size * capacity, length, max_attempts=10)
+            time.sleep(timing.lease)
+        churned = time.time()
+        try:
+            rig.settle(4 * length + 60)
+        except TimeoutError as error:  # a finding, judged below (a job not succeeded is lost), not a crash
+            stuck = str(error).splitlines()[0]
+        stuck = stuck or rig.wait_requests_ended(length + 30)
+        time.sleep(timing.heartbeat)  # what a run's end makes a node log
+        elapsed = time.time() - started
+        rows = [row for machine, killed, held in kills for row in outlived(rig, machine, killed, held)]
+        twice = rig.twice()
+    finally:
+        rig.close()
+    tally = rig.tally()
+    evidence = ([stuck] if stuck else []) + (
+        trial_evidence(rig, twice, tally, started) if twice or tally["lost"] else []
+    )
+    return Outcome(
+        "kill-commands",
+        f"SIGKILL a node in the middle of its {length:g} s commands and restart it, {len(kills)} times "
+        f"({size} nodes of {capacity} slots, {tally['jobs']} command jobs)",
+        tally,
+        recovery=outlived_text(rows, "kill"),
+        facts={
+            "kills": len(kills),
+            "mid_command": len(rows),
+            "twice": len(twice),
+            "together_max": max((r["together"] for r in rows), default=0.0),
+            "ran_on_max": max((r["ran_on"] for r in rows), default=0.0),
+            "taken": [r["taken"] for r in rows if r["taken"] is not None],
+            "elapsed": elapsed,
+            "churn": churned - started,
+            "lease": timing.lease,
+            "stuck": stuck,
+        },
+        notes=[f"{len(twice)} pairs of runs of one job at once: " + " | ".join(evidence[:30])] if evidence else [],
+    )
+
+
 def straggle(base_url: str, job: int, fence: int, machine: int) -> int:
     """POST a write for `job` as the machine that held it under `fence` did; the service's answer."""
     headers = {"X-QP-Job": str(job), "X-QP-Fence": str(fence), "X-QP-Machine": str(machine)}
@@ -1179,7 +1320,7 @@ def fault_trial(server, shape: Shape, timing: Timing) -> Trial:
             proxy.stop()
     tally = rig.tally()
     requests = rig.target.requests()
-    twice = [(a, b) for a, b in rig.target.concurrent_overlaps() if a["fence"] != b["fence"]]
+    twice = rig.twice()
     takeovers, claimed_back = [], 0
     for job in {r["job"] for r in requests}:
         runs = sorted((r for r in requests if r["job"] == job), key=lambda r: r["started"])
@@ -1312,6 +1453,7 @@ SCENARIOS = {
     "partition": partition,
     "stall": stalled_node,
     "twins": same_name,
+    "kill-commands": command_kill_churn,
     **{kind: lambda server, quick, kind=kind: fault_trials(server, quick, kind) for kind in FAULT_KINDS},
 }
 

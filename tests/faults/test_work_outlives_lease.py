@@ -1,0 +1,49 @@
+"""No work of a job outlives the lease that covers it, whatever happens to its node (docs/design.md §3): the short
+forms of bench/faults.py's scenarios for work that lives beside the node, on the suite's real PostgreSQL server with
+real node processes and a real HTTP service that records every run. A command job here is
+tests/support/slow_command.py, which holds one request to the service open while it runs: the service's record is
+the command's [start, end] and fence, so "two runs of one job at once" is what the target itself saw.
+
+The long forms, with many trials and their figures: `python bench/faults.py --only kill-commands lone-freeze
+sys-exit dependency-races` (docs/benchmarks.md, "Faults").
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import faults
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+def evidence(outcome: faults.Outcome) -> str:
+    return "\n".join(outcome.notes)
+
+
+def assert_clean(outcome: faults.Outcome) -> None:
+    """What the user needs after any of these faults: nothing lost, nothing stuck, no error in a node's log."""
+    t = outcome.tally
+    assert t["lost"] == 0, f"jobs lost: {t['lost_ids']}\n{evidence(outcome)}"
+    assert t["stuck_runs"] == 0, f"a run was left 'running'\n{evidence(outcome)}"
+    assert t["stale_completions"] == 0, "a result written under an old fence was accepted"
+    assert t["password_in_logs"] == 0
+    assert not t["log_errors"], "a node logged an error no user caused:\n" + "\n".join(t["log_errors"][:20])
+
+
+def test_a_node_killed_in_the_middle_of_its_commands_leaves_none_at_work_beside_their_next_run(pg_server):
+    """Three nodes run 4 s commands; three times a node is SIGKILLed 0.6-1.6 s into one (a crash, the OOM killer)
+    and started again. Its commands must die with it: none may still be at work, as the service saw it, when
+    another machine's run of its job starts."""
+    outcome = faults.command_kill_churn(pg_server, quick=True)
+    f = outcome.facts
+    assert f["kills"] == 3 and f["mid_command"] >= 3, "a kill did not land in the middle of a command"
+    assert f["taken"], "no killed node's job ran again: the scenario missed its case"
+    assert f["twice"] == 0, (
+        f"{f['twice']} pairs of runs of one job at once: a killed node's command ran on for up to "
+        f"{f['ran_on_max']:.2f} s after its node died, {f['together_max']:.2f} s beside the next run\n"
+        f"{evidence(outcome)}"
+    )
+    assert_clean(outcome)
