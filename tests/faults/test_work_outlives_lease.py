@@ -47,3 +47,20 @@ def test_a_node_killed_in_the_middle_of_its_commands_leaves_none_at_work_beside_
         f"{evidence(outcome)}"
     )
     assert_clean(outcome)
+
+
+def test_a_node_frozen_alone_past_its_lease_has_no_command_at_work_once_its_jobs_run_elsewhere(pg_server):
+    """One node process alone is SIGSTOPped 0.3-0.8 s into its two 4 s commands for two to three times its lease (a
+    debugger, a frozen cgroup, a paused VM), then continued, twice, each on a fresh farm. It cannot stop anything
+    while frozen, yet once a peer's run of a job starts, the frozen node's command of that job must be over; and
+    the node must wake and go on without an error."""
+    outcome = faults.lone_freeze(pg_server, quick=True)
+    f = outcome.facts
+    assert f["held"] == 2 * f["trials"], "the node was not frozen with its commands under way"
+    assert len(f["taken"]) == f["held"], "a frozen node's job did not run elsewhere: the scenario missed its case"
+    assert f["twice"] == 0, (
+        f"{f['twice']} pairs of runs of one job at once, in {f['twice_trials']} of {f['trials']} trials: the frozen "
+        f"node's command was at work {f['together_max']:.2f} s after its job's next run started\n{evidence(outcome)}"
+    )
+    assert f["alive"], "the frozen node did not live on after it was continued"
+    assert_clean(outcome)
