@@ -81,6 +81,7 @@ SECTION_END = "<!-- faults:end -->"
 SELF_STOP = "stopped: this machine lost its lease"
 BATCH_CALL = "tests.support.pyjobs:batch_call"  # a batch function whose jobs call the service (see Rig.batches)
 SLOW_COMMAND = ROOT / "tests" / "support" / "slow_command.py"  # a command the service judges (see Rig.commands)
+QUITS_ON_IMPORT = "tests.support.quits_on_import"  # a job module that calls sys.exit as it is imported
 RECLAIMED = "lease expired"
 # What no fault may leave in a node's log: these scenarios cause nothing a node should crash or leak an
 # exception over, so any such line is an error a user did not cause.
@@ -151,6 +152,8 @@ class Rig:
                 str(self.capacity),
                 "--allow-module",
                 "tests.support.pyjobs",
+                "--allow-module",
+                QUITS_ON_IMPORT,
                 "--allow-command",
                 "true",
                 "--allow-command",
@@ -1212,6 +1215,91 @@ def lone_freeze_trial(server, timing: Timing, length: float, lead: float, frozen
     return {"tally": tally, "twice": twice, "rows": rows, "alive": alive, "evidence": evidence}
 
 
+# Jobs that end by a BaseException of their own (tests/support/pyjobs.py, quits_on_import.py): target -> what the
+# error that fails each must name.
+QUITTERS = {
+    "tests.support.pyjobs:quits": "SystemExit",
+    "tests.support.pyjobs:quits_async": "SystemExit",
+    "tests.support.pyjobs:interrupted": "KeyboardInterrupt",
+    f"{QUITS_ON_IMPORT}:never": "SystemExit",
+}
+
+
+def as_it_should(target: str, state: str, error: str | None) -> bool:
+    """Whether a job of sys_exit_jobs ended as it should: a quitter failed naming what it raised, any other
+    succeeded."""
+    if target in QUITTERS:
+        return state == "failed" and QUITTERS[target] in (error or "")
+    return state == "succeeded"
+
+
+def sys_exit_jobs(server, quick: bool) -> Outcome:
+    """Python jobs that call sys.exit(3) (sync and async), raise KeyboardInterrupt, or whose module calls sys.exit
+    as it is imported, mixed with HTTP jobs on one node: every job must end, the quitters failed with an error
+    naming what they raised and the others succeeded; then the node, alive, must still claim and run new work, and
+    a drain (SIGTERM) must end. The short form sends each quitter once, the long one five times."""
+    timing = QUICK if quick else LONG
+    rounds = 1 if quick else 5
+    rig = Rig(server, timing)
+    stuck, drained, drain_code = [], False, None
+    try:
+        node = rig.start("quits")
+        rig.wait_roster()
+        started = time.time()
+        for _ in range(rounds):
+            for target in QUITTERS:
+                rig.farm.enqueue_http("/sleep/0.2", count=2)
+                rig.farm.enqueue(rig.farm.python_spec(target, max_attempts=1))
+        rig.farm.enqueue_http("/sleep/0.2", count=2)
+        for phase in ("the quitters and the HTTP jobs among them", "HTTP jobs enqueued after them"):
+            if phase.startswith("HTTP"):
+                rig.farm.enqueue_http("/ok", count=2 * rig.capacity)
+            try:
+                rig.settle(15 + 5 * rounds)
+            except TimeoutError as error:  # a finding, judged below, not a crash
+                stuck.append(f"{phase}: {str(error).splitlines()[0]}")
+                break
+        alive = node.alive()
+        node.process.send_signal(signal.SIGTERM)
+        try:
+            drain_code = node.process.wait(15)
+            drained = True
+        except subprocess.TimeoutExpired:
+            node.kill()
+        jobs = query(rig.url, "SELECT id, target, state, last_error FROM qp_jobs ORDER BY id")
+    finally:
+        rig.close()
+    tally = rig.tally()
+    wrong = [
+        f"job {job} {target}: {state}, {error!r}"
+        for job, target, state, error in jobs
+        if not as_it_should(target, state, error)
+    ]
+    quitters = sum(target in QUITTERS for _, target, _, _ in jobs)
+    tally.update(lost=len(wrong), lost_ids=wrong[:20], jobs=len(jobs), succeeded=len(jobs) - len(wrong))
+    return Outcome(
+        "sys-exit",
+        f"{quitters} Python jobs that call sys.exit (sync, async, at import) or raise KeyboardInterrupt among "
+        f"{len(jobs) - quitters} HTTP jobs on one node (*jobs run*: jobs that ended as they should, the quitters "
+        "failed naming what they raised)",
+        tally,
+        recovery=(
+            f"the node {'stayed alive' if alive else 'died'}; {'every job ended' if not stuck else stuck[0]}; "
+            + (f"a drain ended (exit code {drain_code})" if drained else "a drain did not end within 15 s")
+        ),
+        facts={
+            "quitters": quitters,
+            "wrong": wrong,
+            "stuck": stuck,
+            "alive": alive,
+            "drained": drained,
+            "drain_code": drain_code,
+            "elapsed": time.time() - started,
+        },
+        notes=stuck + wrong[:10],
+    )
+
+
 def straggle(base_url: str, job: int, fence: int, machine: int) -> int:
     """POST a write for `job` as the machine that held it under `fence` did; the service's answer."""
     headers = {"X-QP-Job": str(job), "X-QP-Fence": str(fence), "X-QP-Machine": str(machine)}
@@ -1557,6 +1645,7 @@ SCENARIOS = {
     "twins": same_name,
     "kill-commands": command_kill_churn,
     "lone-freeze": lone_freeze,
+    "sys-exit": sys_exit_jobs,
     **{kind: lambda server, quick, kind=kind: fault_trials(server, quick, kind) for kind in FAULT_KINDS},
 }
 

@@ -64,3 +64,16 @@ def test_a_node_frozen_alone_past_its_lease_has_no_command_at_work_once_its_jobs
     )
     assert f["alive"], "the frozen node did not live on after it was continued"
     assert_clean(outcome)
+
+
+def test_jobs_that_call_sys_exit_fail_naming_it_and_their_node_goes_on(pg_server):
+    """Python jobs that call sys.exit(3) (sync and async), raise KeyboardInterrupt, or whose module calls sys.exit as
+    it is imported, among HTTP jobs on one node: each quitter fails with an error naming what it raised, every other
+    job succeeds, the node stays alive and runs the work enqueued after them, and a drain ends."""
+    outcome = faults.sys_exit_jobs(pg_server, quick=True)
+    f = outcome.facts
+    assert not f["stuck"], f"jobs never ended: {f['stuck']}\n{evidence(outcome)}"
+    assert not f["wrong"], "jobs did not end as they should:\n" + "\n".join(f["wrong"])
+    assert f["alive"], "the node died"
+    assert f["drained"] and f["drain_code"] == 0, f"a drain did not end (exit code {f['drain_code']})"
+    assert_clean(outcome)
