@@ -71,6 +71,7 @@ from sqlalchemy.exc import OperationalError
 from queueprocessor import singletons
 from queueprocessor.farm import Farm
 from queueprocessor.rules.clock import SystemClock
+from queueprocessor.rules.search import JobFilter
 from queueprocessor.store.types import JobSpec
 from tests.support.httptarget import HttpTarget
 from tests.support.tcpproxy import TcpProxy
@@ -379,10 +380,12 @@ class Rig:
             if (job_id, fence) in answered:
                 return UNRECORDED
             return FALSE_DEATH
-        return f"{outcome}: {error[:70]}"
+        said = " ".join(URL.sub("<url>", error).split())  # one line, the same for every job of a kind
+        return f"{outcome}: {said[:70]}"
 
 
 FALSE_DEATH = "LEASE EXPIRED WHILE ITS MACHINE LIVED"
+URL = re.compile(r"https?://\S+")
 UNRECORDED = "finished, but its result was not recorded before its lease expired"
 
 
@@ -1300,6 +1303,100 @@ def sys_exit_jobs(server, quick: bool) -> Outcome:
     )
 
 
+UNFINISHED = ("waiting", "queued", "running")
+
+
+def dependency_races(server, quick: bool, seed: int = 13) -> Outcome:
+    """Parents that fail once (GET /fails-once/N, one attempt) with children `after=` them and grandchildren after
+    those, on three nodes, while bulk cancels (of a random pick of jobs, as the app's selection) and bulk retries
+    (`retry --queue default`) are issued at random moments; in the end, failed and cancelled jobs are retried until
+    none is left. Judged by the service's record: no child's request before its parent's successful request ended;
+    and by the database: nothing waits for ever (every job ends)."""
+    timing = QUICK if quick else LONG
+    rounds, pairs = (2, 4) if quick else (10, 8)
+    rng = random.Random(seed)
+    rig = Rig(server, timing)
+    actions: Counter = Counter()
+    stuck = None
+    everyone = JobFilter(queue="default")
+    try:
+        for i in range(3):
+            rig.start(f"deps-{i}")
+        rig.wait_roster()
+        started = time.time()
+        for _ in range(rounds):
+            mine = []
+            for _ in range(pairs):
+                [parent] = rig.farm.enqueue_http(f"/fails-once/{rng.uniform(0.3, 1.5):.2f}", max_attempts=1)
+                [child] = rig.farm.enqueue_http("/sleep/0.2", after=[parent])
+                mine += [parent, child] + rig.farm.enqueue_http("/sleep/0.1", after=[child])
+            for action in rng.sample(["cancel", "retry", "retry"], 3):
+                time.sleep(rng.uniform(0.2, 1.5))
+                if action == "cancel":
+                    rig.farm.cancel_jobs(JobFilter(ids=tuple(rng.sample(mine, len(mine) // 4))))
+                else:
+                    rig.farm.retry_jobs(everyone)
+                actions[action] += 1
+        raced = time.time()
+        deadline = time.monotonic() + (60 if quick else 180)
+        while stuck is None:  # what is left failed or cancelled is retried, as an operator would, until none is
+            try:
+                rig.settle(max(1.0, deadline - time.monotonic()))
+            except TimeoutError as error:  # a finding, judged below, not a crash
+                stuck = str(error).splitlines()[0]
+                break
+            if not rig.farm.retry_jobs(everyone):
+                break
+            actions["final retry"] += 1
+        left = dict(query(rig.url, "SELECT state, count(*) FROM qp_jobs GROUP BY state"))
+        stuck = stuck or rig.wait_requests_ended(30)
+        edges = query(rig.url, "SELECT parent_id, child_id FROM qp_deps WHERE NOT after_ended")
+        time.sleep(timing.heartbeat)  # what a run's end makes a node log
+    finally:
+        rig.close()
+    tally = rig.tally()
+    early = too_early(rig.target.requests(), edges)
+    waiting = sum(left.get(state, 0) for state in UNFINISHED)
+    return Outcome(
+        "dependency-races",
+        f"{rounds * pairs} parents failing once, each with a child and a grandchild `after=` it, on 3 nodes, "
+        f"{actions['cancel']} bulk cancels and {actions['retry']} bulk retries racing with them, "
+        f"{actions['final retry']} retries of what was left",
+        tally,
+        recovery=(
+            f"{len(early)} children ran before their parent's success; "
+            + (f"{waiting} jobs never ended ({left})" if waiting or stuck else "every job ended")
+        ),
+        facts={
+            "edges": len(edges),
+            "early": early,
+            "left": left,
+            "waiting": waiting,
+            "stuck": stuck,
+            "actions": dict(actions),
+            "cancelled_then_ran": tally["cancelled"],
+            "elapsed": raced - started,
+        },
+        notes=([stuck] if stuck else []) + early[:10],
+    )
+
+
+def too_early(requests: list[dict], edges: list[tuple[int, int]]) -> list[str]:
+    """Each child's request that the service saw start before its parent's successful request (200) had ended."""
+    succeeded: dict[int, float] = {}
+    for r in requests:
+        if r["status"] == 200 and r["job"] not in succeeded:
+            succeeded[r["job"]] = r["ended"]
+    early = []
+    for parent, child in edges:
+        for r in requests:
+            if r["job"] == child and not (parent in succeeded and succeeded[parent] <= r["started"]):
+                done = succeeded.get(parent)
+                when = "never succeeded" if done is None else f"succeeded {done - r['started']:.2f} s after it started"
+                early.append(f"job {child} (fence {r['fence']}) ran after job {parent}, which {when}")
+    return early
+
+
 def straggle(base_url: str, job: int, fence: int, machine: int) -> int:
     """POST a write for `job` as the machine that held it under `fence` did; the service's answer."""
     headers = {"X-QP-Job": str(job), "X-QP-Fence": str(fence), "X-QP-Machine": str(machine)}
@@ -1646,6 +1743,7 @@ SCENARIOS = {
     "kill-commands": command_kill_churn,
     "lone-freeze": lone_freeze,
     "sys-exit": sys_exit_jobs,
+    "dependency-races": dependency_races,
     **{kind: lambda server, quick, kind=kind: fault_trials(server, quick, kind) for kind in FAULT_KINDS},
 }
 

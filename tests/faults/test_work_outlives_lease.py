@@ -77,3 +77,16 @@ def test_jobs_that_call_sys_exit_fail_naming_it_and_their_node_goes_on(pg_server
     assert f["alive"], "the node died"
     assert f["drained"] and f["drain_code"] == 0, f"a drain did not end (exit code {f['drain_code']})"
     assert_clean(outcome)
+
+
+def test_bulk_retries_and_cancels_racing_with_dependencies_never_run_a_child_before_its_parent(pg_server):
+    """Parents that fail once, each with a child and a grandchild after it, on three nodes, while bulk cancels and
+    bulk retries (`retry --queue default`) race with them, then what is left is retried until nothing is: the
+    service must never see a child's request start before its parent's successful request ended, and every job
+    must end (none left waiting for ever)."""
+    outcome = faults.dependency_races(pg_server, quick=True)
+    f = outcome.facts
+    assert f["actions"].get("cancel") and f["actions"].get("retry"), f["actions"]
+    assert not f["early"], f"{len(f['early'])} children ran before their parent succeeded:\n" + "\n".join(f["early"])
+    assert f["waiting"] == 0 and not f["stuck"], f"jobs never ended: {f['left']}\n{evidence(outcome)}"
+    assert_clean(outcome)
