@@ -1392,8 +1392,8 @@ def too_early(requests: list[dict], edges: list[tuple[int, int]]) -> list[str]:
         for r in requests:
             if r["job"] == child and not (parent in succeeded and succeeded[parent] <= r["started"]):
                 done = succeeded.get(parent)
-                when = "never succeeded" if done is None else f"succeeded {done - r['started']:.2f} s after it started"
-                early.append(f"job {child} (fence {r['fence']}) ran after job {parent}, which {when}")
+                when = "never succeeded" if done is None else f"succeeded {done - r['started']:.2f} s later"
+                early.append(f"job {child} (fence {r['fence']}) started; its parent, job {parent}, {when}")
     return early
 
 
