@@ -20,7 +20,13 @@ than the lease; a node's wall clock stepped by an hour mid-run; a node cut off
 from the database by a TCP proxy; a node partitioned from both the database and
 the service (its late writes must be refused by the fence); a node process
 frozen for twice its lease (its late results must be refused by the fence); two
-processes started with the same machine name. Then many trials of random shapes
+processes started with the same machine name. Work that must not outlive its lease
+(tests/support/slow_command.py: a command job of 10 s, 4 s in the short form, that holds
+one request to the service open while it runs, so the record is the command's run):
+nodes SIGKILLed in the middle of their commands; one node process alone frozen past its
+lease with its commands under way (many trials); Python jobs that call sys.exit or raise
+KeyboardInterrupt among HTTP jobs on one node; bulk retries and cancels racing with
+parents and their `after=` children. Then many trials of random shapes
 each on a fresh farm of 3-4 nodes running HTTP jobs of 1-30 s: PostgreSQL
 frozen, the nodes' links stalled or reset at TCP proxies, PostgreSQL restarted, each
 for 2-10 s, where a node may claim back its own stopped jobs. Every node's log is
@@ -29,11 +35,13 @@ scanned too: a traceback or an exception nobody retrieved fails the scenario.
 The database runs on this machine, so its clock is the harness's: events the
 harness causes are stamped with time.time() and compared with database times.
 
-    python bench/faults.py                 # long form (about 37 minutes), writes the Faults section
+    python bench/faults.py                 # long form (about 50 minutes), writes the Faults section
                                            # of docs/benchmarks.md
-    python bench/faults.py --quick         # short form (tests/faults/test_faults.py runs the same scenarios)
+    python bench/faults.py --quick         # short form (tests/faults/test_faults.py and
+                                           # test_work_outlives_lease.py run the same scenarios)
     python bench/faults.py --only kill freeze
     python bench/faults.py --only freezes --trials 20 --seed 7
+    python bench/faults.py --only kill-commands lone-freeze sys-exit dependency-races
 """
 
 import argparse
@@ -1786,6 +1794,42 @@ def takeover_text(takeovers: list[float] | None) -> str:
     return f"{percentile(takeovers, 50):.2f} / {max(takeovers):.2f} s"
 
 
+OUTLIVES = ("kill-commands", "lone-freeze", "sys-exit", "dependency-races")  # work that must not outlive its lease
+
+
+def outlives_failed(o: Outcome) -> bool:
+    """Whether a scenario of OUTLIVES found what it hunts: two runs at once, a job lost or never ended, a child
+    before its parent, an error in a log, a node that died or would not drain."""
+    t, f = o.tally, o.facts
+    return bool(
+        t["overlaps"]
+        or t["lost"]
+        or t["log_errors"]
+        or f.get("stuck")
+        or f.get("early")
+        or f.get("waiting")
+        or f.get("alive") is False
+        or f.get("drained") is False
+    )
+
+
+def outlives_extra(o: Outcome) -> list[str]:
+    """The figures of a scenario of OUTLIVES for its line under the table."""
+    f = o.facts
+    if o.name == "kill-commands":
+        return [f"{f['kills']} kills, {f['mid_command']} commands under way at them, {f['twice']} pairs at once"]
+    if o.name == "lone-freeze":
+        return [f"twice at once in {f['twice_trials']} of {f['trials']} trials; the frozen node lived on: {f['alive']}"]
+    if o.name == "sys-exit":
+        return [f"node alive: {f['alive']}; drain ended: {f['drained']} (exit code {f['drain_code']})"]
+    if o.name == "dependency-races":
+        return [
+            f"{len(f['early'])} child runs started before their parent's success, over {f['edges']} `after=` links; "
+            f"bulk actions: {causes_text(f['actions'])}; jobs left unfinished: {f['waiting']}"
+        ]
+    return []
+
+
 def render(outcomes: list[Outcome], command: str) -> str:
     lines = [
         "## Faults",
@@ -1798,7 +1842,7 @@ def render(outcomes: list[Outcome], command: str) -> str:
             '*Re-runs*: runs of a job after its first, by cause; "lease expired while its machine lived" would be a '
             "live machine declared dead. The rows of many trials run each trial on a fresh farm and use the "
             f"short form's timing (heartbeat {QUICK.heartbeat:g} s, lease {QUICK.lease:g} s), so that every fault of "
-            "2 s or more outlasts the lease and the whole long form stays under 40 minutes. *Error lines*: lines of "
+            "2 s or more outlasts the lease and the whole long form stays under an hour. *Error lines*: lines of "
             "a node's log with a traceback, an exception nobody retrieved or an ERROR (target 0)."
         ),
         "",
@@ -1843,7 +1887,11 @@ def render(outcomes: list[Outcome], command: str) -> str:
                 if takeovers
                 else "no stopped run ran again",
             ]
+        extra += outlives_extra(o)
         lines.append(f"- **{o.name}**: " + "; ".join(extra + o.notes) + ".")
+    for o in outcomes:
+        if o.name in OUTLIVES and outlives_failed(o):
+            lines += ["", f"**Open** ({o.name}): {o.recovery}."]
     for o in outcomes:
         if o.name == "kill" and o.facts["takeover_max"] > o.facts["lease"] + 3 * o.facts["period"]:
             lines += [
@@ -1882,9 +1930,9 @@ def main() -> None:
     parser.add_argument(
         "--trials",
         type=int,
-        help=f"trials of each of {', '.join(FAULT_KINDS)} (default: "
-        f"{', '.join(f'{k} {v[1]}' for k, v in TRIALS.items())}; short "
-        f"form {', '.join(str(v[0]) for v in TRIALS.values())})",
+        help=f"trials of each of {', '.join(FAULT_KINDS)} and lone-freeze (default: "
+        f"{', '.join(f'{k} {v[1]}' for k, v in TRIALS.items())}, lone-freeze {FREEZE_TRIALS[1]}; short "
+        f"form {', '.join(str(v[0]) for v in TRIALS.values())}, {FREEZE_TRIALS[0]})",
     )
     parser.add_argument("--seed", type=int, default=24, help="draws the trials' shapes")
     args = parser.parse_args()
@@ -1897,6 +1945,8 @@ def main() -> None:
             began = time.monotonic()
             if name in FAULT_KINDS:
                 outcome = fault_trials(server, args.quick, name, trials=args.trials, seed=args.seed)
+            elif name == "lone-freeze":
+                outcome = lone_freeze(server, args.quick, trials=args.trials)
             else:
                 outcome = SCENARIOS[name](server, args.quick)
             outcomes.append(outcome)
