@@ -20,7 +20,13 @@ than the lease; a node's wall clock stepped by an hour mid-run; a node cut off
 from the database by a TCP proxy; a node partitioned from both the database and
 the service (its late writes must be refused by the fence); a node process
 frozen for twice its lease (its late results must be refused by the fence); two
-processes started with the same machine name. Then many trials of random shapes
+processes started with the same machine name. Work that must not outlive its lease
+(tests/support/slow_command.py: a command job of 10 s, 4 s in the short form, that holds
+one request to the service open while it runs, so the record is the command's run):
+nodes SIGKILLed in the middle of their commands; one node process alone frozen past its
+lease with its commands under way (many trials); Python jobs that call sys.exit or raise
+KeyboardInterrupt among HTTP jobs on one node; bulk retries and cancels racing with
+parents and their `after=` children. Then many trials of random shapes
 each on a fresh farm of 3-4 nodes running HTTP jobs of 1-30 s: PostgreSQL
 frozen, the nodes' links stalled or reset at TCP proxies, PostgreSQL restarted, each
 for 2-10 s, where a node may claim back its own stopped jobs. Every node's log is
@@ -29,11 +35,13 @@ scanned too: a traceback or an exception nobody retrieved fails the scenario.
 The database runs on this machine, so its clock is the harness's: events the
 harness causes are stamped with time.time() and compared with database times.
 
-    python bench/faults.py                 # long form (about 37 minutes), writes the Faults section
+    python bench/faults.py                 # long form (about 50 minutes), writes the Faults section
                                            # of docs/benchmarks.md
-    python bench/faults.py --quick         # short form (tests/faults/test_faults.py runs the same scenarios)
+    python bench/faults.py --quick         # short form (tests/faults/test_faults.py and
+                                           # test_work_outlives_lease.py run the same scenarios)
     python bench/faults.py --only kill freeze
     python bench/faults.py --only freezes --trials 20 --seed 7
+    python bench/faults.py --only kill-commands lone-freeze sys-exit dependency-races
 """
 
 import argparse
@@ -71,6 +79,7 @@ from sqlalchemy.exc import OperationalError
 from queueprocessor import singletons
 from queueprocessor.farm import Farm
 from queueprocessor.rules.clock import SystemClock
+from queueprocessor.rules.search import JobFilter
 from queueprocessor.store.types import JobSpec
 from tests.support.httptarget import HttpTarget
 from tests.support.tcpproxy import TcpProxy
@@ -80,6 +89,8 @@ SECTION_BEGIN = "<!-- faults:begin (written by bench/faults.py) -->"
 SECTION_END = "<!-- faults:end -->"
 SELF_STOP = "stopped: this machine lost its lease"
 BATCH_CALL = "tests.support.pyjobs:batch_call"  # a batch function whose jobs call the service (see Rig.batches)
+SLOW_COMMAND = ROOT / "tests" / "support" / "slow_command.py"  # a command the service judges (see Rig.commands)
+QUITS_ON_IMPORT = "tests.support.quits_on_import"  # a job module that calls sys.exit as it is imported
 RECLAIMED = "lease expired"
 # What no fault may leave in a node's log: these scenarios cause nothing a node should crash or leak an
 # exception over, so any such line is an error a user did not cause.
@@ -150,12 +161,23 @@ class Rig:
                 str(self.capacity),
                 "--allow-module",
                 "tests.support.pyjobs",
+                "--allow-module",
+                QUITS_ON_IMPORT,
                 "--allow-command",
                 "true",
+                "--allow-command",
+                sys.executable,
             ),
         )
         self.nodes.append(node)
         return node
+
+    def commands(self, count: int, seconds: float, **options) -> list[int]:
+        """`count` command jobs (tests/support/slow_command.py, run by this interpreter) that each hold one request
+        to the service open for `seconds` with their job's headers: the service's record of it is the command's
+        run, judged as an HTTP job's request is. Options as Farm.command_spec."""
+        argv = [sys.executable, "-I", str(SLOW_COMMAND), self.target.base_url, f"{seconds:g}"]
+        return self.farm.enqueue(self.farm.command_spec(argv, **options), count=count)
 
     def batches(self, count: int, path: str, base: str | None = None, **options) -> list[int]:
         """`count` jobs of a batch function (tests.support.pyjobs:batch_call, up to 8 a call) that each call the
@@ -184,6 +206,24 @@ class Rig:
 
     def requests_from(self, machine: int, prefix: str) -> list[dict]:
         return [r for r in self.target.requests(prefix) if r["machine"] == machine]
+
+    def in_flight(self, machine: int, prefix: str = "/") -> list[dict]:
+        """The machine's requests the service is still serving."""
+        return [r for r in self.requests_from(machine, prefix) if r["ended"] is None]
+
+    def twice(self) -> list[tuple[dict, dict]]:
+        """Pairs of requests for one job, on different fences, that the service saw overlap: two runs at once."""
+        return [(a, b) for a, b in self.target.concurrent_overlaps() if a["fence"] != b["fence"]]
+
+    def wait_requests_ended(self, timeout: float) -> str | None:
+        """Until the service has answered every request (a run nothing tracks any more ends on its own: its end is
+        judged too); what was still open at the deadline, or None."""
+        try:
+            wait_for(lambda: all(r["ended"] for r in self.target.requests()), timeout, "every request to end")
+        except TimeoutError as error:
+            open_ = [(r["job"], r["fence"], r["machine"]) for r in self.target.requests() if not r["ended"]]
+            return f"{error}: still open (job, fence, machine): {open_[:10]}"
+        return None
 
     @contextmanager
     def paused(self, nodes: list[NodeProcess]):
@@ -348,10 +388,12 @@ class Rig:
             if (job_id, fence) in answered:
                 return UNRECORDED
             return FALSE_DEATH
-        return f"{outcome}: {error[:70]}"
+        said = " ".join(URL.sub("<url>", error).split())  # one line, the same for every job of a kind
+        return f"{outcome}: {said[:70]}"
 
 
 FALSE_DEATH = "LEASE EXPIRED WHILE ITS MACHINE LIVED"
+URL = re.compile(r"https?://\S+")
 UNRECORDED = "finished, but its result was not recorded before its lease expired"
 
 
@@ -969,6 +1011,400 @@ def stalled_node(server, quick: bool) -> Outcome:
     )
 
 
+# -- work that must not outlive its lease: commands of real duration, killed and frozen nodes -----------------------
+
+COMMAND_LENGTH = (4.0, 10.0)  # seconds a command job of these scenarios runs: (short form, long form)
+
+
+def outlived(rig: Rig, machine: int, since: float, held: list[dict]) -> list[dict]:
+    """For each run (a request to the service) `machine` had under way at `since`, its kill or freeze: how long it
+    ran on after `since`, when the job's next run started (from `since`), and how long the two were at work at once
+    as the service saw them (the record's own clock, so 0 exactly when they never overlapped)."""
+    requests = rig.target.requests()
+    rows = []
+    for run in held:
+        mine = next(r for r in requests if (r["job"], r["fence"], r["machine"]) == (run["job"], run["fence"], machine))
+        ended = mine["ended"] or time.time()
+        later = [r["started"] for r in requests if r["job"] == run["job"] and r["fence"] > run["fence"]]
+        taken = min(later, default=None)
+        rows.append(
+            {
+                "job": run["job"],
+                "ran_on": ended - since,
+                "taken": None if taken is None else taken - since,
+                "together": 0.0 if taken is None else max(0.0, ended - taken),
+            }
+        )
+    return rows
+
+
+def outlived_text(rows: list[dict], what: str) -> str:
+    """One sentence of `outlived`'s rows for the report."""
+    if not rows:
+        return f"no command was under way at the {what}"
+    taken = [r["taken"] for r in rows if r["taken"] is not None]
+    together = [r["together"] for r in rows if r["together"] > 0]
+    return (
+        f"{len(rows)} commands under way at the {what} ran on for up to {secs(max(r['ran_on'] for r in rows))} "
+        f"after it; their jobs ran again after median {secs(statistics.median(taken) if taken else None)}; "
+        f"{len(together)} were still at work when the next run started (up to {secs(max(together, default=None))} "
+        "of two runs at once)"
+    )
+
+
+def command_kill_churn(server, quick: bool, seed: int = 7) -> Outcome:
+    """Nodes SIGKILLed in the middle of command jobs of real duration (tests/support/slow_command.py, 4 s in the short
+    form, 10 s in the long) and started again. Each kill takes a node whose command has been under way for a random
+    while (the kill lands mid-command); a killed node's commands must end with it, never run on beside the run
+    that takes their job over. Judged by the service's record of each command's run."""
+    timing = QUICK if quick else LONG
+    length = COMMAND_LENGTH[not quick]
+    wanted, size, capacity = (3, 3, 2) if quick else (20, 3, 2)
+    rng = random.Random(seed)
+    rig = Rig(server, timing, capacity=capacity)
+    kills: list[tuple[int, float, list[dict]]] = []  # (machine, killed at, its commands under way)
+    stuck = None
+    try:
+        for i in range(size):
+            rig.start(f"cmd-{i}")
+        rig.wait_roster()
+        started = time.time()
+        rig.commands(2 * size * capacity, length, max_attempts=10)
+        while len(kills) < wanted:
+            lead = rng.uniform(0.15, 0.4) * length  # how far into its command the kill lands
+
+            def mid_command(lead=lead):
+                now = time.time()
+                busy = [(n, rig.in_flight(rig.machine_id(n))) for n in rig.live()]
+                busy = [(n, runs) for n, runs in busy if any(lead <= now - r["started"] < 0.5 * length for r in runs)]
+                return rng.choice(busy) if busy else None
+
+            victim, under_way = wait_for(mid_command, 60, "a node in the middle of a command", poll=0.05)
+            machine = rig.machine_id(victim)
+            kills.append((machine, rig.kill(victim), under_way))
+            rig.start(victim.name)
+            if rig.farm._store.jobs.counts()["queued"] < size * capacity:
+                rig.commands(size * capacity, length, max_attempts=10)
+            time.sleep(timing.lease)
+        churned = time.time()
+        try:
+            rig.settle(4 * length + 60)
+        except TimeoutError as error:  # a finding, judged below (a job not succeeded is lost), not a crash
+            stuck = str(error).splitlines()[0]
+        stuck = stuck or rig.wait_requests_ended(length + 30)
+        time.sleep(timing.heartbeat)  # what a run's end makes a node log
+        elapsed = time.time() - started
+        rows = [row for machine, killed, held in kills for row in outlived(rig, machine, killed, held)]
+        twice = rig.twice()
+    finally:
+        rig.close()
+    tally = rig.tally()
+    evidence = ([stuck] if stuck else []) + (
+        trial_evidence(rig, twice, tally, started) if twice or tally["lost"] else []
+    )
+    return Outcome(
+        "kill-commands",
+        f"SIGKILL a node in the middle of its {length:g} s commands and restart it, {len(kills)} times "
+        f"({size} nodes of {capacity} slots, {tally['jobs']} command jobs)",
+        tally,
+        recovery=outlived_text(rows, "kill"),
+        facts={
+            "kills": len(kills),
+            "mid_command": len(rows),
+            "twice": len(twice),
+            "together_max": max((r["together"] for r in rows), default=0.0),
+            "ran_on_max": max((r["ran_on"] for r in rows), default=0.0),
+            "taken": [r["taken"] for r in rows if r["taken"] is not None],
+            "elapsed": elapsed,
+            "churn": churned - started,
+            "lease": timing.lease,
+            "stuck": stuck,
+        },
+        notes=[f"{len(twice)} pairs of runs of one job at once: " + " | ".join(evidence[:30])] if evidence else [],
+    )
+
+
+FREEZE_TRIALS = (2, 10)  # lone node freezes: (short form, long form)
+
+
+def lone_freeze(server, quick: bool, trials: int | None = None, seed: int = 11) -> Outcome:
+    """One node process alone SIGSTOPped (a debugger, a frozen cgroup, a paused VM) while it runs command jobs of real
+    duration, for longer than its lease, then continued; its peers take its jobs over meanwhile. A frozen node can
+    stop nothing itself, yet its commands must not be at work once their jobs' next runs start. Many trials, each on
+    a fresh farm, of a random lead into the commands and a random freeze; judged by the service's record."""
+    timing = QUICK if quick else LONG
+    length = COMMAND_LENGTH[not quick]
+    rng = random.Random(seed)
+    count = trials or FREEZE_TRIALS[not quick]
+    results = []
+    for number in range(1, count + 1):
+        lead = round(rng.uniform(0.08, 0.2) * length, 2)  # the takeover comes well within the command
+        frozen_for = round(rng.uniform(2 * timing.lease, 3 * timing.lease), 1)
+        began = time.monotonic()
+        result = lone_freeze_trial(server, timing, length, lead, frozen_for)
+        results.append(result)
+        t = result["tally"]
+        print(
+            f"  lone-freeze {number}/{count} [{length:g} s commands, frozen {lead:g} s in for {frozen_for:g} s]: "
+            f"{len(result['twice'])} twice at once, {t['lost']} lost, node alive: {result['alive']}, "
+            f"{len(t['log_errors'])} log errors [{time.monotonic() - began:.0f} s]",
+            flush=True,
+        )
+        for line in result["evidence"]:
+            print(f"      {line}", flush=True)
+    tally = {key: sum(r["tally"][key] for r in results) for key in SUMMED}
+    tally.update(
+        causes=dict(sum((Counter(r["tally"]["causes"]) for r in results), Counter())),
+        lost_ids=[f"{n}:{job}" for n, r in enumerate(results, 1) for job in r["tally"]["lost_ids"]][:20],
+        log_errors=[f"trial {n}: {line}" for n, r in enumerate(results, 1) for line in r["tally"]["log_errors"]],
+        odd=[],
+        overlaps=sum(len(r["twice"]) for r in results),
+    )
+    rows = [row for r in results for row in r["rows"]]
+    failing = [(n, r) for n, r in enumerate(results, 1) if r["evidence"]]
+    return Outcome(
+        "lone-freeze",
+        f"{count} trials: one node process alone frozen (SIGSTOP) for {timing.lease * 2:g}-{timing.lease * 3:g} s, "
+        f"lease {timing.lease:g} s, in the first fifth of its {length:g} s commands (3 nodes)",
+        tally,
+        recovery=outlived_text(rows, "freeze"),
+        facts={
+            "trials": count,
+            "twice": tally["overlaps"],
+            "twice_trials": sum(bool(r["twice"]) for r in results),
+            "held": len(rows),
+            "taken": [r["taken"] for r in rows if r["taken"] is not None],
+            "together_max": max((r["together"] for r in rows), default=0.0),
+            "alive": all(r["alive"] for r in results),
+            "lease": timing.lease,
+        },
+        notes=[f"trial {n}: " + " | ".join(r["evidence"][:30]) for n, r in failing[:3]],
+    )
+
+
+SUMMED = ("jobs", "succeeded", "cancelled", "lost", "reruns", "false_deaths", "stuck_runs", "stale_completions")
+SUMMED += ("service_repeats", "password_in_logs", "batch_jobs", "batch_reruns")
+
+
+def lone_freeze_trial(server, timing: Timing, length: float, lead: float, frozen_for: float) -> dict:
+    """One node takes `capacity` commands of `length` s (its peers paused), is frozen `lead` s into them for
+    `frozen_for` s and continued; the farm drains. What the service saw, judged."""
+    rig = Rig(server, timing, capacity=2)
+    stuck = None
+    try:
+        victim = rig.start("frozen")
+        peers = [rig.start(f"peer-{i}") for i in range(2)]
+        rig.wait_roster()
+        machine = rig.machine_id(victim)
+        with rig.paused(peers):  # so that the victim takes the jobs
+            rig.commands(rig.capacity, length, max_attempts=10)
+            wait_for(lambda: len(rig.in_flight(machine)) == rig.capacity, 30, "the node's commands to start")
+            first = min(r["started"] for r in rig.in_flight(machine))
+            time.sleep(max(0.0, first + lead - time.time()))
+            held = rig.in_flight(machine)
+            victim.process.send_signal(signal.SIGSTOP)
+            frozen = time.time()
+            rig.downed[machine] = (frozen, "frozen (SIGSTOP)")
+        time.sleep(max(0.0, frozen + frozen_for - time.time()))
+        victim.process.send_signal(signal.SIGCONT)
+        woke = time.time()
+        try:
+            wait_checked_in(rig, [machine], woke, 30)
+            rig.settle(2 * length + 30)
+        except TimeoutError as error:  # a finding, judged below, not a crash
+            stuck = str(error).splitlines()[0]
+        stuck = stuck or rig.wait_requests_ended(length + 30)
+        time.sleep(timing.heartbeat)  # what a run's end makes a node log
+        alive = victim.alive()
+        rows = outlived(rig, machine, frozen, held)
+        twice = rig.twice()
+    finally:
+        rig.close()
+    tally = rig.tally()
+    failed = twice or tally["lost"] or tally["log_errors"] or tally["stuck_runs"] or not alive or stuck
+    evidence = ([stuck] if stuck else []) + (trial_evidence(rig, twice, tally, frozen) if failed else [])
+    return {"tally": tally, "twice": twice, "rows": rows, "alive": alive, "evidence": evidence}
+
+
+# Jobs that end by a BaseException of their own (tests/support/pyjobs.py, quits_on_import.py): target -> what the
+# error that fails each must name.
+QUITTERS = {
+    "tests.support.pyjobs:quits": "SystemExit",
+    "tests.support.pyjobs:quits_async": "SystemExit",
+    "tests.support.pyjobs:interrupted": "KeyboardInterrupt",
+    f"{QUITS_ON_IMPORT}:never": "SystemExit",
+}
+
+
+def as_it_should(target: str, state: str, error: str | None) -> bool:
+    """Whether a job of sys_exit_jobs ended as it should: a quitter failed naming what it raised, any other
+    succeeded."""
+    if target in QUITTERS:
+        return state == "failed" and QUITTERS[target] in (error or "")
+    return state == "succeeded"
+
+
+def sys_exit_jobs(server, quick: bool) -> Outcome:
+    """Python jobs that call sys.exit(3) (sync and async), raise KeyboardInterrupt, or whose module calls sys.exit
+    as it is imported, mixed with HTTP jobs on one node: every job must end, the quitters failed with an error
+    naming what they raised and the others succeeded; then the node, alive, must still claim and run new work, and
+    a drain (SIGTERM) must end. The short form sends each quitter once, the long one five times."""
+    timing = QUICK if quick else LONG
+    rounds = 1 if quick else 5
+    rig = Rig(server, timing)
+    stuck, drained, drain_code = [], False, None
+    try:
+        node = rig.start("quits")
+        rig.wait_roster()
+        started = time.time()
+        for _ in range(rounds):
+            for target in QUITTERS:
+                rig.farm.enqueue_http("/sleep/0.2", count=2)
+                rig.farm.enqueue(rig.farm.python_spec(target, max_attempts=1))
+        rig.farm.enqueue_http("/sleep/0.2", count=2)
+        for phase in ("the quitters and the HTTP jobs among them", "HTTP jobs enqueued after them"):
+            if phase.startswith("HTTP"):
+                rig.farm.enqueue_http("/ok", count=2 * rig.capacity)
+            try:
+                rig.settle(15 + 5 * rounds)
+            except TimeoutError as error:  # a finding, judged below, not a crash
+                stuck.append(f"{phase}: {str(error).splitlines()[0]}")
+                break
+        alive = node.alive()
+        node.process.send_signal(signal.SIGTERM)
+        try:
+            drain_code = node.process.wait(15)
+            drained = True
+        except subprocess.TimeoutExpired:
+            node.kill()
+        jobs = query(rig.url, "SELECT id, target, state, last_error FROM qp_jobs ORDER BY id")
+    finally:
+        rig.close()
+    tally = rig.tally()
+    wrong = [
+        f"job {job} {target}: {state}, {error!r}"
+        for job, target, state, error in jobs
+        if not as_it_should(target, state, error)
+    ]
+    quitters = sum(target in QUITTERS for _, target, _, _ in jobs)
+    tally.update(lost=len(wrong), lost_ids=wrong[:20], jobs=len(jobs), succeeded=len(jobs) - len(wrong))
+    return Outcome(
+        "sys-exit",
+        f"{quitters} Python jobs that call sys.exit (sync, async, at import) or raise KeyboardInterrupt among "
+        f"{len(jobs) - quitters} HTTP jobs on one node (*jobs run*: jobs that ended as they should, the quitters "
+        "failed naming what they raised)",
+        tally,
+        recovery=(
+            f"the node {'stayed alive' if alive else 'died'}; {'every job ended' if not stuck else stuck[0]}; "
+            + (f"a drain ended (exit code {drain_code})" if drained else "a drain did not end within 15 s")
+        ),
+        facts={
+            "quitters": quitters,
+            "wrong": wrong,
+            "stuck": stuck,
+            "alive": alive,
+            "drained": drained,
+            "drain_code": drain_code,
+            "elapsed": time.time() - started,
+        },
+        notes=stuck + wrong[:10],
+    )
+
+
+UNFINISHED = ("waiting", "queued", "running")
+
+
+def dependency_races(server, quick: bool, seed: int = 13) -> Outcome:
+    """Parents that fail once (GET /fails-once/N, one attempt) with children `after=` them and grandchildren after
+    those, on three nodes, while bulk cancels (of a random pick of jobs, as the app's selection) and bulk retries
+    (`retry --queue default`) are issued at random moments; in the end, failed and cancelled jobs are retried until
+    none is left. Judged by the service's record: no child's request before its parent's successful request ended;
+    and by the database: nothing waits for ever (every job ends)."""
+    timing = QUICK if quick else LONG
+    rounds, pairs = (2, 4) if quick else (10, 8)
+    rng = random.Random(seed)
+    rig = Rig(server, timing)
+    actions: Counter = Counter()
+    stuck = None
+    everyone = JobFilter(queue="default")
+    try:
+        for i in range(3):
+            rig.start(f"deps-{i}")
+        rig.wait_roster()
+        started = time.time()
+        for _ in range(rounds):
+            mine = []
+            for _ in range(pairs):
+                [parent] = rig.farm.enqueue_http(f"/fails-once/{rng.uniform(0.3, 1.5):.2f}", max_attempts=1)
+                [child] = rig.farm.enqueue_http("/sleep/0.2", after=[parent])
+                mine += [parent, child] + rig.farm.enqueue_http("/sleep/0.1", after=[child])
+            for action in rng.sample(["cancel", "retry", "retry"], 3):
+                time.sleep(rng.uniform(0.2, 1.5))
+                if action == "cancel":
+                    rig.farm.cancel_jobs(JobFilter(ids=tuple(rng.sample(mine, len(mine) // 4))))
+                else:
+                    rig.farm.retry_jobs(everyone)
+                actions[action] += 1
+        raced = time.time()
+        deadline = time.monotonic() + (60 if quick else 180)
+        while stuck is None:  # what is left failed or cancelled is retried, as an operator would, until none is
+            try:
+                rig.settle(max(1.0, deadline - time.monotonic()))
+            except TimeoutError as error:  # a finding, judged below, not a crash
+                stuck = str(error).splitlines()[0]
+                break
+            if not rig.farm.retry_jobs(everyone):
+                break
+            actions["final retry"] += 1
+        left = dict(query(rig.url, "SELECT state, count(*) FROM qp_jobs GROUP BY state"))
+        stuck = stuck or rig.wait_requests_ended(30)
+        edges = query(rig.url, "SELECT parent_id, child_id FROM qp_deps WHERE NOT after_ended")
+        time.sleep(timing.heartbeat)  # what a run's end makes a node log
+    finally:
+        rig.close()
+    tally = rig.tally()
+    early = too_early(rig.target.requests(), edges)
+    waiting = sum(left.get(state, 0) for state in UNFINISHED)
+    return Outcome(
+        "dependency-races",
+        f"{rounds * pairs} parents failing once, each with a child and a grandchild `after=` it, on 3 nodes, "
+        f"{actions['cancel']} bulk cancels and {actions['retry']} bulk retries racing with them, "
+        f"{actions['final retry']} retries of what was left",
+        tally,
+        recovery=(
+            f"{len(early)} children ran before their parent's success; "
+            + (f"{waiting} jobs never ended ({left})" if waiting or stuck else "every job ended")
+        ),
+        facts={
+            "edges": len(edges),
+            "early": early,
+            "left": left,
+            "waiting": waiting,
+            "stuck": stuck,
+            "actions": dict(actions),
+            "cancelled_then_ran": tally["cancelled"],
+            "elapsed": raced - started,
+        },
+        notes=([stuck] if stuck else []) + early[:10],
+    )
+
+
+def too_early(requests: list[dict], edges: list[tuple[int, int]]) -> list[str]:
+    """Each child's request that the service saw start before its parent's successful request (200) had ended."""
+    succeeded: dict[int, float] = {}
+    for r in requests:
+        if r["status"] == 200 and r["job"] not in succeeded:
+            succeeded[r["job"]] = r["ended"]
+    early = []
+    for parent, child in edges:
+        for r in requests:
+            if r["job"] == child and not (parent in succeeded and succeeded[parent] <= r["started"]):
+                done = succeeded.get(parent)
+                when = "never succeeded" if done is None else f"succeeded {done - r['started']:.2f} s later"
+                early.append(f"job {child} (fence {r['fence']}) started; its parent, job {parent}, {when}")
+    return early
+
+
 def straggle(base_url: str, job: int, fence: int, machine: int) -> int:
     """POST a write for `job` as the machine that held it under `fence` did; the service's answer."""
     headers = {"X-QP-Job": str(job), "X-QP-Fence": str(fence), "X-QP-Machine": str(machine)}
@@ -1179,7 +1615,7 @@ def fault_trial(server, shape: Shape, timing: Timing) -> Trial:
             proxy.stop()
     tally = rig.tally()
     requests = rig.target.requests()
-    twice = [(a, b) for a, b in rig.target.concurrent_overlaps() if a["fence"] != b["fence"]]
+    twice = rig.twice()
     takeovers, claimed_back = [], 0
     for job in {r["job"] for r in requests}:
         runs = sorted((r for r in requests if r["job"] == job), key=lambda r: r["started"])
@@ -1312,6 +1748,10 @@ SCENARIOS = {
     "partition": partition,
     "stall": stalled_node,
     "twins": same_name,
+    "kill-commands": command_kill_churn,
+    "lone-freeze": lone_freeze,
+    "sys-exit": sys_exit_jobs,
+    "dependency-races": dependency_races,
     **{kind: lambda server, quick, kind=kind: fault_trials(server, quick, kind) for kind in FAULT_KINDS},
 }
 
@@ -1354,6 +1794,42 @@ def takeover_text(takeovers: list[float] | None) -> str:
     return f"{percentile(takeovers, 50):.2f} / {max(takeovers):.2f} s"
 
 
+OUTLIVES = ("kill-commands", "lone-freeze", "sys-exit", "dependency-races")  # work that must not outlive its lease
+
+
+def outlives_failed(o: Outcome) -> bool:
+    """Whether a scenario of OUTLIVES found what it hunts: two runs at once, a job lost or never ended, a child
+    before its parent, an error in a log, a node that died or would not drain."""
+    t, f = o.tally, o.facts
+    return bool(
+        t["overlaps"]
+        or t["lost"]
+        or t["log_errors"]
+        or f.get("stuck")
+        or f.get("early")
+        or f.get("waiting")
+        or f.get("alive") is False
+        or f.get("drained") is False
+    )
+
+
+def outlives_extra(o: Outcome) -> list[str]:
+    """The figures of a scenario of OUTLIVES for its line under the table."""
+    f = o.facts
+    if o.name == "kill-commands":
+        return [f"{f['kills']} kills, {f['mid_command']} commands under way at them, {f['twice']} pairs at once"]
+    if o.name == "lone-freeze":
+        return [f"twice at once in {f['twice_trials']} of {f['trials']} trials; the frozen node lived on: {f['alive']}"]
+    if o.name == "sys-exit":
+        return [f"node alive: {f['alive']}; drain ended: {f['drained']} (exit code {f['drain_code']})"]
+    if o.name == "dependency-races":
+        return [
+            f"{len(f['early'])} child runs started before their parent's success, over {f['edges']} `after=` links; "
+            f"bulk actions: {causes_text(f['actions'])}; jobs left unfinished: {f['waiting']}"
+        ]
+    return []
+
+
 def render(outcomes: list[Outcome], command: str) -> str:
     lines = [
         "## Faults",
@@ -1366,7 +1842,7 @@ def render(outcomes: list[Outcome], command: str) -> str:
             '*Re-runs*: runs of a job after its first, by cause; "lease expired while its machine lived" would be a '
             "live machine declared dead. The rows of many trials run each trial on a fresh farm and use the "
             f"short form's timing (heartbeat {QUICK.heartbeat:g} s, lease {QUICK.lease:g} s), so that every fault of "
-            "2 s or more outlasts the lease and the whole long form stays under 40 minutes. *Error lines*: lines of "
+            "2 s or more outlasts the lease and the whole long form stays under an hour. *Error lines*: lines of "
             "a node's log with a traceback, an exception nobody retrieved or an ERROR (target 0)."
         ),
         "",
@@ -1411,7 +1887,11 @@ def render(outcomes: list[Outcome], command: str) -> str:
                 if takeovers
                 else "no stopped run ran again",
             ]
+        extra += outlives_extra(o)
         lines.append(f"- **{o.name}**: " + "; ".join(extra + o.notes) + ".")
+    for o in outcomes:
+        if o.name in OUTLIVES and outlives_failed(o):
+            lines += ["", f"**Open** ({o.name}): {o.recovery}."]
     for o in outcomes:
         if o.name == "kill" and o.facts["takeover_max"] > o.facts["lease"] + 3 * o.facts["period"]:
             lines += [
@@ -1450,9 +1930,9 @@ def main() -> None:
     parser.add_argument(
         "--trials",
         type=int,
-        help=f"trials of each of {', '.join(FAULT_KINDS)} (default: "
-        f"{', '.join(f'{k} {v[1]}' for k, v in TRIALS.items())}; short "
-        f"form {', '.join(str(v[0]) for v in TRIALS.values())})",
+        help=f"trials of each of {', '.join(FAULT_KINDS)} and lone-freeze (default: "
+        f"{', '.join(f'{k} {v[1]}' for k, v in TRIALS.items())}, lone-freeze {FREEZE_TRIALS[1]}; short "
+        f"form {', '.join(str(v[0]) for v in TRIALS.values())}, {FREEZE_TRIALS[0]})",
     )
     parser.add_argument("--seed", type=int, default=24, help="draws the trials' shapes")
     args = parser.parse_args()
@@ -1465,6 +1945,8 @@ def main() -> None:
             began = time.monotonic()
             if name in FAULT_KINDS:
                 outcome = fault_trials(server, args.quick, name, trials=args.trials, seed=args.seed)
+            elif name == "lone-freeze":
+                outcome = lone_freeze(server, args.quick, trials=args.trials)
             else:
                 outcome = SCENARIOS[name](server, args.quick)
             outcomes.append(outcome)
@@ -1500,7 +1982,7 @@ def main() -> None:
         [
             [
                 o.name,
-                o.facts["trials"] if o.name in FAULT_KINDS else 1,
+                o.facts.get("trials", 1),
                 f"{o.tally['succeeded']}/{o.tally['jobs']}",
                 o.tally["lost"],
                 o.tally["overlaps"],

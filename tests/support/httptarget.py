@@ -12,6 +12,9 @@ Routes:
     /redirect/<path> -> 302 to /<path>
     /sleep/<seconds> -> 200 after sleeping (503 if the server stops first, 499 and
                         no reply if the caller hangs up first)
+    /fails-once/<seconds> -> after sleeping, 500 to the first of its X-QP-Job's
+                        requests to finish the sleep, 200 to later ones (a step
+                        that fails once and succeeds when retried)
     POST /write/<name> -> 200 if X-QP-Fence >= the X-QP-Job's highest accepted fence,
                           else 409 (also when either header is missing)
     anything else -> 404
@@ -49,6 +52,7 @@ class HttpTarget:
         self._lock = threading.Lock()
         self._records: list[dict] = []
         self._fences: dict[object, int] = {}  # job -> highest accepted fence
+        self._failed_once: set[object] = set()  # jobs /fails-once/ has failed
         self._stopping = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
         self._server.daemon_threads = False  # let stop() join request threads
@@ -117,6 +121,13 @@ class HttpTarget:
                 return False
             self._fences[job] = fence
             return True
+
+    def _first_failure(self, job: object) -> bool:
+        """True the first time only for `job` (always for a request without X-QP-Job)."""
+        with self._lock:
+            first = job is None or job not in self._failed_once
+            self._failed_once.add(job)
+            return first
 
     def _sleep(self, seconds: float, conn: socket.socket) -> int:
         """Sleep `seconds` and return the status to record, ending early on stop or hang-up."""
@@ -205,6 +216,9 @@ def _handler_class(target: HttpTarget) -> type[BaseHTTPRequestHandler]:
                     return int(code)
                 case ["sleep", seconds] if _is_seconds(seconds):
                     return target._sleep(float(seconds), self.connection)
+                case ["fails-once", seconds] if _is_seconds(seconds):
+                    status = target._sleep(float(seconds), self.connection)
+                    return 500 if status == 200 and target._first_failure(record["job"]) else status
                 case ["write", _] if self.command == "POST":
                     record["accepted"] = target._accept_fence(record["job"], record["fence"])
                     return 200 if record["accepted"] else 409
