@@ -90,7 +90,8 @@ SECTION_END = "<!-- faults:end -->"
 SELF_STOP = "stopped: this machine lost its lease"
 BATCH_CALL = "tests.support.pyjobs:batch_call"  # a batch function whose jobs call the service (see Rig.batches)
 SLOW_COMMAND = ROOT / "tests" / "support" / "slow_command.py"  # a command the service judges (see Rig.commands)
-QUITS_ON_IMPORT = "tests.support.quits_on_import"  # a job module that calls sys.exit as it is imported
+UNRULY = "tests.support.unruly"  # jobs that exit or interrupt, as argparse or click inside a job would
+QUITS_ON_IMPORT = "tests.support.exits_on_import"  # a job module that calls sys.exit as it is imported
 RECLAIMED = "lease expired"
 # What no fault may leave in a node's log: these scenarios cause nothing a node should crash or leak an
 # exception over, so any such line is an error a user did not cause.
@@ -161,6 +162,8 @@ class Rig:
                 str(self.capacity),
                 "--allow-module",
                 "tests.support.pyjobs",
+                "--allow-module",
+                UNRULY,
                 "--allow-module",
                 QUITS_ON_IMPORT,
                 "--allow-command",
@@ -1226,13 +1229,13 @@ def lone_freeze_trial(server, timing: Timing, length: float, lead: float, frozen
     return {"tally": tally, "twice": twice, "rows": rows, "alive": alive, "evidence": evidence}
 
 
-# Jobs that end by a BaseException of their own (tests/support/pyjobs.py, quits_on_import.py): target -> what the
+# Jobs that end by a BaseException of their own (tests/support/unruly.py, exits_on_import.py): target -> what the
 # error that fails each must name.
 QUITTERS = {
-    "tests.support.pyjobs:quits": "SystemExit",
-    "tests.support.pyjobs:quits_async": "SystemExit",
-    "tests.support.pyjobs:interrupted": "KeyboardInterrupt",
-    f"{QUITS_ON_IMPORT}:never": "SystemExit",
+    f"{UNRULY}:exits": "SystemExit",
+    f"{UNRULY}:exits_async": "SystemExit",
+    f"{UNRULY}:interrupts": "KeyboardInterrupt",
+    f"{QUITS_ON_IMPORT}:run": "SystemExit",
 }
 
 

@@ -7,7 +7,6 @@ check what the node passed in and when the work noticed its cancellation flag.
 import asyncio
 import os
 import random
-import sys
 import threading
 import time
 from pathlib import Path
@@ -264,21 +263,3 @@ def chatty(payload, context):
     for n in range(1, 10_001):
         context.progress(n / 10_000, f"step {n}")
     _wait_for_gate(payload, context)
-
-
-# Jobs that end by a BaseException, as a job's own code may: argparse, click or a script's main() call sys.exit. Each
-# must fail its job with an error that names what it raised, and leave its node running (bench/faults.py sys-exit).
-def quits(payload, context):
-    """Calls sys.exit(3), as argparse or click inside a job would."""
-    sys.exit(3)
-
-
-async def quits_async(payload, context):
-    """An async job that calls sys.exit(3) on the node's event loop."""
-    await asyncio.sleep(0)
-    sys.exit(3)
-
-
-def interrupted(payload, context):
-    """Raises KeyboardInterrupt, as code that catches ^C to stop and raises it again would."""
-    raise KeyboardInterrupt
