@@ -71,6 +71,16 @@ class FarmTiming:
         return self.fence_margin / 4
 
     @property
+    def leash(self) -> float:
+        """How long after the send time of its claim or last renewal a run's work outside the node (a command) may
+        live before the node's warden kills it (docs/design.md §3): the lease less half the fence margin. The node's
+        own stop begins by lease - fence_margin + watchdog_every and is over fenced_grace later, half the margin
+        before the lease ends; the warden's kill comes then, after that stop would have finished (so a node that is
+        alive stops its commands itself, gracefully), and still half the margin before the lease ends, when another
+        machine may take the job."""
+        return self.lease - self.fence_margin / 2
+
+    @property
     def stale(self) -> float:
         """A machine quiet for this long is read by name at every heartbeat (a suspect): late by a heartbeat
         or so, and a heartbeat and a half before its dead timeout, so every peer reads its last_seen first."""

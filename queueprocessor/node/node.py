@@ -239,6 +239,7 @@ class Node:
                 self.turns.room_made,
                 self.tally,
                 self.config.fenced_grace,
+                self.config.leash,
             )
             self.runner.start()
             undo.callback(self.runner.stop)

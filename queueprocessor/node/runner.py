@@ -19,6 +19,7 @@ only when every one of its jobs is stopped, or by its timeout, which ends every 
 
 import asyncio
 import logging
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -60,12 +61,15 @@ class JobRunner:
         on_room: Callable[[], None] = lambda: None,
         tally: Tally | None = None,
         fenced_grace: float = 0.1,
+        leash: float = math.inf,
     ):
         """`on_done(job, outcome)` once a job's result is written; `on_room()` as soon as jobs' work is over,
         before that write (see room), and again once their results are written (one call for the jobs of a pass of
         the loop, or of a batch). `tally` counts claims, durations and endings for the node's metrics.
         `fenced_grace`: how long a job stopped for a lost lease may take to end by itself before it is forced
-        (see JobContext.grace): its stop must be over before the lease runs out."""
+        (see JobContext.grace): its stop must be over before the lease runs out. `leash`: how long after the send
+        time of its claim or last renewal a run's work outside the node may live (JobContext.deadline, kept by the
+        command warden: see FarmTiming.leash)."""
         self.store = store
         self.machine_id = machine_id
         self._results = store.flows.results  # what a job's parents returned, read when it asks (JobContext)
@@ -75,6 +79,7 @@ class JobRunner:
         self.on_room = on_room
         self.tally = tally or Tally()
         self.fenced_grace = fenced_grace
+        self.leash = leash
         self.running: dict[RunKey, Running] = {}
         self._newest: dict[int, Running] = {}  # job id -> its newest run in `running` (see submit_many)
         self._writing = 0  # entries of `running` whose work is over (recording)
@@ -174,11 +179,21 @@ class JobRunner:
     def renewed(self, runs: list[RunKey], sent: float) -> None:
         """These runs' leases were renewed by a statement sent at `sent` (monotonic): their leases run from no
         earlier. Only the runs it renewed: one claimed while it was on its way is not credited with it."""
+        extended = []
         with self._lock:
             for key in runs:
                 entry = self.running.get(key)
                 if entry is not None and entry.leased_at < sent:
                     entry.leased_at = sent
+                    entry.context.deadline = self._deadline(sent)
+                    if entry.context.leash is not None:
+                        extended.append(entry.context.leash)
+        for leash in extended:  # here, on the heartbeat's thread: a blocked loop cannot keep a renewal from them
+            leash.extend(self._deadline(sent))
+
+    def _deadline(self, leased_at: float) -> float:
+        """When the work of a run leased at `leased_at` must be dead (JobContext.deadline)."""
+        return leased_at + self.leash if self.leash < math.inf else math.inf
 
     def submit(self, job: Claimed, leased_at: float = float("-inf")) -> None:
         self.submit_many([job], leased_at)
@@ -189,7 +204,9 @@ class JobRunner:
         comes after refuse() (a stop) or, for singletons, after release_singletons() (a drain) is handed back."""
         entries = [
             Running(
-                job, JobContext(job.id, job.attempts, job.fence, self.machine_id, self._results), leased_at=leased_at
+                job,
+                JobContext(job.id, job.attempts, job.fence, self.machine_id, self._results, self._deadline(leased_at)),
+                leased_at=leased_at,
             )
             for job in jobs
         ]
@@ -223,6 +240,8 @@ class JobRunner:
             if reason == Outcome.LOST:
                 entry.context.grace = self.fenced_grace
         entry.context.cancelled.set()
+        if (leash := entry.context.leash) is not None:  # from this thread: the loop may be blocked
+            leash.stop(entry.context.grace)
         self.loop.call_soon_threadsafe(self._cancel, entry)
         return True
 
@@ -292,7 +311,8 @@ class JobRunner:
                     marking = self.loop.run_in_executor(None, self._mark_started, job)
                     entry.started, entry.began = self.db_now(), self.loop.time()
                 coro = executor.run(job, entry.context)
-                output = await (asyncio.wait_for(coro, job.timeout) if job.timeout else coro)
+                async with asyncio.timeout(job.timeout or None):  # in this task: a stop meets the executor's handler
+                    output = await coro
                 ending = Outcome.SUCCEEDED, None, output, False
         except TimeoutError:
             entry.context.cancelled.set()
