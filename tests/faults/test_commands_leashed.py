@@ -7,6 +7,7 @@ loop blocked by an async job while the database is out of reach: in each, the co
 before its lease ends, so the machine that takes the job over never works beside it.
 """
 
+import json
 import os
 import signal
 import sys
@@ -14,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from queueprocessor.executors.command import CommandExecutor
 from queueprocessor.farm import Farm
+from queueprocessor.node.runner import JobRunner
+from queueprocessor.rules.states import Outcome
+from queueprocessor.store.types import JobSpec
 from tests.support import leashjobs
 from tests.support.tcpproxy import TcpProxy
 from tests.support.work import NodeProcesses, wait_for
@@ -137,3 +142,33 @@ def test_a_command_is_stopped_in_an_outage_though_an_async_job_blocks_its_nodes_
         proxy.restore()
         through_proxy.kill_all()
         proxy.stop()
+
+
+def test_a_timeout_and_a_stop_meeting_record_the_run_only_once_its_command_is_gone(farm, work_dir):
+    """A command past its timeout is being stopped (it ignores SIGTERM, so it lives out its grace) when a stop
+    comes for it too: that second cancellation used to cut the first stop short, before its SIGKILL, and the run was
+    recorded while the command lived on."""
+    store = farm._store
+    machine = store.machines.register(name="m", host="h", instance="meeting", pid=1, version="0", capacity=1)
+    script = (
+        f"trap '' TERM; echo $$ > {work_dir}/1.tmp; mv {work_dir}/1.tmp {work_dir}/1.pid; while :; do sleep 0.05; done"
+    )
+    store.jobs.enqueue(JobSpec(executor="command", target=json.dumps(["sh", "-c", script]), timeout=0.5))
+    [job] = store.jobs.claim(machine, 1, lease=30.0)
+    recorded: list[tuple[str, bool]] = []
+
+    def done(_job, outcome):
+        recorded.append((outcome, group_alive(int((work_dir / "1.pid").read_text()))))
+
+    runner = JobRunner(store, machine, {"command": CommandExecutor(("sh",))}, store.ask_time, done)
+    runner.start()
+    try:
+        runner.submit(job)
+        working(work_dir, 1)
+        context = runner.running[(job.id, job.fence)].context
+        wait_for(context.cancelled.is_set, interval=0.005)  # timed out: its stop has begun
+        assert runner.stop_job((job.id, job.fence), Outcome.CANCELLED)
+        [(outcome, alive)] = wait_for(lambda: list(recorded))
+        assert not alive, f"run recorded ({outcome}) while its command still lived"
+    finally:
+        runner.stop()
