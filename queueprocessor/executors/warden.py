@@ -96,8 +96,9 @@ class Groups:
             self.forget(pgid)
 
     def wait(self, now: float) -> float | None:
-        """Seconds until the next kill is due (None: none is)."""
-        return max(0.0, min(self.kill_at.values()) - now) if self.kill_at else None
+        """Seconds until the next kill is due (None: none is, or none has a deadline)."""
+        due = min(self.kill_at.values(), default=math.inf)
+        return max(0.0, due - now) if due < math.inf else None
 
     def orphaned(self, now: float) -> None:
         """The node is gone: every group is told to end, and killed ORPHAN_GRACE later (or at its deadline)."""
@@ -121,7 +122,7 @@ def main() -> None:
                 groups.heard(line, now)
         groups.kill_due(time.monotonic())
     groups.orphaned(time.monotonic())
-    while (wait := groups.wait(time.monotonic())) is not None:
+    while (wait := groups.wait(time.monotonic())) is not None:  # each orphan's kill is due within ORPHAN_GRACE
         time.sleep(wait)
         groups.kill_due(time.monotonic())
 

@@ -179,17 +179,17 @@ class JobRunner:
     def renewed(self, runs: list[RunKey], sent: float) -> None:
         """These runs' leases were renewed by a statement sent at `sent` (monotonic): their leases run from no
         earlier. Only the runs it renewed: one claimed while it was on its way is not credited with it."""
-        extended = []
+        deadline, extended = self._deadline(sent), []
         with self._lock:
             for key in runs:
                 entry = self.running.get(key)
                 if entry is not None and entry.leased_at < sent:
                     entry.leased_at = sent
-                    entry.context.deadline = self._deadline(sent)
+                    entry.context.deadline = deadline
                     if entry.context.leash is not None:
                         extended.append(entry.context.leash)
         for leash in extended:  # here, on the heartbeat's thread: a blocked loop cannot keep a renewal from them
-            leash.extend(self._deadline(sent))
+            leash.extend(deadline)
 
     def _deadline(self, leased_at: float) -> float:
         """When the work of a run leased at `leased_at` must be dead (JobContext.deadline)."""

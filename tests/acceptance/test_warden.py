@@ -2,6 +2,7 @@
 every group when its node's pipe closes, and a warden that dies is replaced by its node without losing a group."""
 
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -41,6 +42,21 @@ def test_a_stop_ends_the_group_and_its_grace_ends_one_that_ignores_it():
     finally:
         polite.kill()
         stubborn.kill()
+        warden.close()
+
+
+def test_a_group_without_a_deadline_is_held_until_stopped():
+    """A runner that is not given a lease to keep (as in tests) holds its commands with no deadline."""
+    warden = Warden()
+    work = group()
+    try:
+        leash = warden.hold(work.pid, math.inf)
+        time.sleep(0.2)
+        leash.stop(0.1)
+        assert work.wait(5) == -signal.SIGTERM
+        assert warden._process.poll() is None, "the warden itself ended"
+    finally:
+        work.kill()
         warden.close()
 
 
