@@ -76,6 +76,21 @@ class JobContext:
         a second), fenced like every write of the run (docs/design.md §3)."""
         self.reported = Progress.of(fraction, message)
 
+    def stop(self, grace: float | None = None) -> None:
+        """Tell the job to stop, from any thread (`grace`: a shorter time to end by itself, for a lost lease): its
+        flag, and its work outside the node at once, through its leash (the runner's loop may be blocked)."""
+        if grace is not None:
+            self.grace = grace
+        self.cancelled.set()
+        if self.leash is not None:
+            self.leash.stop(self.grace)
+
+    def renewed(self, deadline: float) -> None:
+        """Its lease was renewed: its work outside the node may live until `deadline`, told its leash at once."""
+        self.deadline = deadline
+        if self.leash is not None:
+            self.leash.extend(deadline)
+
     @property
     def cancelled(self) -> threading.Event:
         if self._cancelled is None:

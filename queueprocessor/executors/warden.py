@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 ORPHAN_GRACE = 1.0  # seconds the commands of a node that died get to end by themselves before they are killed
 CLOSE_WAIT = 5.0  # seconds a stopping node waits for its warden to end
@@ -162,6 +163,8 @@ class Warden:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # one writer at a time: a restart swaps the process under the others
         self._process: subprocess.Popen[bytes] | None = None
+        # What ends the warden (closes its pipe): close(), or the collection of this object, or the interpreter's exit.
+        self._ending: weakref.finalize[[subprocess.Popen[bytes], float], Warden] | None = None
         self._held: dict[int, float] = {}  # pgid -> its deadline (time.monotonic()), to hold it again after a restart
         self._lost = 0  # wardens lost so far
 
@@ -194,9 +197,9 @@ class Warden:
         """The node is stopping: the warden's pipe is closed (it ends what it still holds, normally nothing), and
         it is waited for."""
         with self._lock:
-            process, self._process = self._process, None
-        if process is not None:
-            _end(process, CLOSE_WAIT)
+            ending, self._ending, self._process = self._ending, None, None
+        if ending is not None:
+            ending()
 
     def _say(self, verb: str, pgid: int, until: float) -> None:
         """Under the lock: one line to the warden; one that cannot take it is replaced."""
@@ -215,7 +218,7 @@ class Warden:
         assert process.stdin is not None
         os.set_blocking(process.stdin.fileno(), False)  # a frozen warden fills its pipe: noticed, never waited on
         if all(_line(process, "hold", pgid, until) for pgid, until in self._held.items()):
-            self._process = process
+            self._process, self._ending = process, weakref.finalize(self, _end, process, CLOSE_WAIT)
             return True
         _end(process, 0.0)
         return False
@@ -226,7 +229,8 @@ class Warden:
         level = logging.WARNING if self._lost == 1 else logging.INFO
         log.log(level, "the command warden was lost; starting another to hold %s commands", len(self._held))
         process, self._process = self._process, None
-        if process is not None:
+        if process is not None and self._ending is not None:
+            self._ending.detach()
             _end(process, 0.0)
         if not self._start():
             self._kill_held()
