@@ -9,7 +9,8 @@ the same values, with the same words. Adding an option is adding a field to Node
 """
 
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, TypeVar, overload
@@ -37,6 +38,15 @@ class Seconds(click.FloatRange):
 
     def _describe_range(self) -> str:
         return "" if self.min is None and self.max is None else super()._describe_range()
+
+
+class Names(click.types.StringParamType):
+    """Names given one per option, or several in its QP_* variable separated by commas or spaces."""
+
+    name = "name"
+
+    def split_envvar_value(self, rv: str) -> Sequence[str]:
+        return [name for name in re.split(r"[,\s]+", rv) if name]
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,14 @@ OPTIONS = {
     ),
     "allow_commands": _Option(
         "Run command jobs whose argv[0] is exactly this. Repeatable.", flag="--allow-command", metavar="PROGRAM"
+    ),
+    "command_env": _Option(
+        "Also give command jobs this variable of the node's environment (they get PATH, HOME, USER, LOGNAME, LANG, "
+        "LC_*, TZ, TMPDIR and their QP_JOB_ID, QP_ATTEMPT, QP_FENCE, QP_MACHINE, QP_QUEUE, never QP_DB). Repeatable; "
+        "QP_COMMAND_ENV takes several, separated by commas.",
+        Names(),
+        flag="--command-env",
+        metavar="NAME",
     ),
     "queues": _Option(
         "Serve only these queues, e.g. reports:2,default (at most 2 reports jobs at once on this machine). "
@@ -191,7 +209,11 @@ def node_options(
     def attach(command: _Command) -> _Command:
         for name in reversed([name for name in OPTIONS if only is None or name in only]):
             option, default = OPTIONS[name], _default(name)
-            extra = dict(multiple=True) if isinstance(default, tuple) else dict(type=option.type, default=default)
+            extra = (
+                dict(multiple=True, type=option.type)
+                if isinstance(default, tuple)
+                else dict(type=option.type, default=default)
+            )
             command = click.option(
                 _flag(name),
                 name,

@@ -20,13 +20,16 @@ __all__ = [
 ]
 
 
-def make_executors(allow: AllowLists, http_base: str = LOCAL_BASE) -> dict[str, Executor]:
-    """The executors that run work under `allow`. Here, not on AllowLists, so that the allow-lists (which an
-    enqueuer checks) never import the executors, and only what runs a node loads them."""
+def make_executors(
+    allow: AllowLists, http_base: str = LOCAL_BASE, command_env: tuple[str, ...] = ()
+) -> dict[str, Executor]:
+    """The executors that run work under `allow` (`command_env`: the node's variables its commands also get). Here,
+    not on AllowLists, so that the allow-lists (which an enqueuer checks) never import the executors, and only what
+    runs a node loads them."""
     return {
         "http": HttpExecutor(http_base, allow.http_hosts),
         "python": PythonExecutor(allow.modules),
-        "command": CommandExecutor(allow.commands),
+        "command": CommandExecutor(allow.commands, command_env),
     }
 
 

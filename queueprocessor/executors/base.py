@@ -5,12 +5,14 @@ door with a clear reason) and again when it runs (allow-lists are the running
 node's). `run` is a coroutine so a timeout or a lost lease can cancel it.
 """
 
+import math
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
 from ..store.types import Claimed, JobSpec, Progress
+from .warden import Leash
 
 Results = Callable[[int], dict[str | int, Any]]  # a job id -> what its parents returned (store.flows.FlowStore)
 STOP_GRACE = 1.0  # seconds a stopped job gets to end by itself before it is forced or reported (JobContext.grace)
@@ -22,12 +24,34 @@ class JobContext:
     The flag is made on first use, by the job or by whoever stops it: most jobs never look at it, and an Event
     (a lock and a condition) cost a busy node a twentieth of its time per job. `grace` is how long the job may
     take to end by itself once told: the runner shortens it for a job whose lease is being lost, whose stop must be
-    over before another machine may take the job."""
+    over before another machine may take the job. `deadline` (time.monotonic()) is when work the job runs outside
+    the node must be dead, pushed back by each renewal of its lease (see JobRunner.renewed); `leash`, the warden's
+    hold on such work (a command's process group), through which the runner extends and stops it from any thread."""
 
-    __slots__ = ("job_id", "attempt", "fence", "machine_id", "grace", "_cancelled", "_results", "reported", "told")
+    __slots__ = (
+        "job_id",
+        "attempt",
+        "fence",
+        "machine_id",
+        "grace",
+        "_cancelled",
+        "_results",
+        "reported",
+        "told",
+        "deadline",
+        "leash",
+    )
     _making = threading.Lock()  # two threads asking for the flag at once get the same one
 
-    def __init__(self, job_id: int, attempt: int, fence: int, machine_id: int, results: Results | None = None) -> None:
+    def __init__(
+        self,
+        job_id: int,
+        attempt: int,
+        fence: int,
+        machine_id: int,
+        results: Results | None = None,
+        deadline: float = math.inf,
+    ) -> None:
         self.job_id = job_id
         self.attempt = attempt
         self.fence = fence
@@ -37,6 +61,8 @@ class JobContext:
         self._results = results
         self.reported: Progress | None = None  # the latest progress the job reported
         self.told: Progress | None = None  # the last one written to the database (set by the heartbeat)
+        self.deadline = deadline
+        self.leash: Leash | None = None  # set by the executor once its work outside the node is held
 
     def results(self) -> dict[str | int, Any]:
         """What the jobs this one runs after returned (`after=`, a workflow's parent steps): by step name in a
@@ -49,6 +75,21 @@ class JobContext:
         the node's next heartbeat writes the latest report with the lease renewal (at most one a heartbeat, about
         a second), fenced like every write of the run (docs/design.md §3)."""
         self.reported = Progress.of(fraction, message)
+
+    def stop(self, grace: float | None = None) -> None:
+        """Tell the job to stop, from any thread (`grace`: a shorter time to end by itself, for a lost lease): its
+        flag, and its work outside the node at once, through its leash (the runner's loop may be blocked)."""
+        if grace is not None:
+            self.grace = grace
+        self.cancelled.set()
+        if self.leash is not None:
+            self.leash.stop(self.grace)
+
+    def renewed(self, deadline: float) -> None:
+        """Its lease was renewed: its work outside the node may live until `deadline`, told its leash at once."""
+        self.deadline = deadline
+        if self.leash is not None:
+            self.leash.extend(deadline)
 
     @property
     def cancelled(self) -> threading.Event:

@@ -5,9 +5,19 @@ expanded by a shell. argv[0] must be on the node's allow-list exactly as
 written (`backup` allows `backup` found on PATH, not `/tmp/backup`). The
 payload arrives on stdin, the job's identity in QP_* environment variables,
 and the end of stdout and stderr is kept with the run. A line of output
-`QP_PROGRESS 0.4 copied 4 of 10` reports the job's progress (JobContext.progress). Stopping a command
-terminates its whole process group, then kills it if it lingers past the
-job's grace (shortened when its lease is being lost: see JobContext.grace).
+`QP_PROGRESS 0.4 copied 4 of 10` reports the job's progress (JobContext.progress).
+
+A command never outlives the lease that covers it (docs/design.md §3). It runs in a process group of its own, held by
+the node's warden (executors.warden), a process beside the node that kills the group when its lease stops being
+renewed (the node froze, or its loop is blocked) or the node dies: nothing inside the node can promise that, since
+whatever stops the node stops its watchdog too. Stopping a command (a cancel, a timeout, a lost lease) is the
+warden's too: SIGTERM to the group, SIGKILL once the job's grace is over (shortened when its lease is being lost:
+see JobContext.grace), however busy the node's loop is; and its run is recorded only once the program has exited.
+When the program ends, what it left running in its group is killed with it.
+
+A command does not inherit the node's environment, which holds the farm's database URL and its password (QP_DB) and
+the node's settings: it gets PASSED (those the node has), the variables the node is told to pass through
+(`--command-env NAME`), and its own QP_JOB_ID, QP_ATTEMPT, QP_FENCE, QP_MACHINE and QP_QUEUE.
 """
 
 import asyncio
@@ -18,6 +28,12 @@ from collections import deque
 from ..rules.allow import check_command, parse_argv
 from ..store.types import Claimed, JobSpec, Progress
 from .base import OUTPUT_LIMIT, Executor, JobContext, JobFailed, excerpt
+from .warden import Leash, Warden
+
+# The node's variables every command gets (those it has): where programs are, who and where it runs, its locale
+# (and every LC_*), its zone, its temporary directory. Nothing else of the node's environment, unless named.
+PASSED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR")
+BACKSTOP = 0.5  # seconds past a stop's grace after which the node kills a group itself (its warden froze)
 
 PROGRESS = b"QP_PROGRESS "  # a line of output that starts so reports progress: "QP_PROGRESS 0.4 copied 4 of 10"
 PROGRESS_LINE = 1024  # bytes of an unfinished line kept to read a progress line that arrives in pieces
@@ -35,24 +51,36 @@ def reported(line: bytes) -> Progress | None:
         return None
 
 
+def passed_environment(names: tuple[str, ...] = ()) -> dict[str, str]:
+    """What a command gets of the node's environment: PASSED, every LC_*, and the variables `names`."""
+    return {k: v for k, v in os.environ.items() if k in PASSED or k.startswith("LC_") or k in names}
+
+
 class CommandExecutor(Executor):
     name = "command"
 
-    def __init__(self, allowed_commands: tuple[str, ...] = ()):
+    def __init__(self, allowed_commands: tuple[str, ...] = (), command_env: tuple[str, ...] = ()):
+        """`command_env`: the names of the node's environment variables its commands also get."""
         self.allowed_commands = tuple(allowed_commands)
+        self.env = passed_environment(tuple(command_env))
+        self.warden = Warden()
 
     def validate(self, spec: JobSpec) -> None:
         check_command(spec.target, self.allowed_commands)
+
+    async def close(self) -> None:
+        self.warden.close()
 
     async def run(self, job: Claimed, context: JobContext) -> str | None:
         self.validate(JobSpec(executor=self.name, target=job.target))
         argv = parse_argv(job.target)
         env = dict(
-            os.environ,
+            self.env,
             QP_JOB_ID=str(job.id),
             QP_ATTEMPT=str(job.attempts),
             QP_FENCE=str(job.fence),
             QP_MACHINE=str(context.machine_id),
+            QP_QUEUE=job.queue,
         )
         try:
             process = await asyncio.create_subprocess_exec(
@@ -68,14 +96,21 @@ class CommandExecutor(Executor):
             raise JobFailed(
                 f"command {argv[0]!r} could not start: {error.strerror or error}", permanent=permanent
             ) from None
+        try:
+            leash = self._leash(process.pid, context)
+        except OSError as error:  # no warden: the group is killed, not left to run unleashed
+            await process.wait()
+            raise JobFailed(f"command {argv[0]!r} could not be held to its lease: {error}") from None
         tail: deque[bytes] = deque()
         try:
             await asyncio.gather(self._feed(process, job.payload), self._collect(process, tail, context))
             code = await process.wait()
         except asyncio.CancelledError:
             context.cancelled.set()
-            await self._stop(process, context.grace)
+            await self._stop(process, leash, context.grace)
             raise
+        finally:
+            leash.free()
         output = excerpt(b"".join(tail).decode("utf-8", "replace"))
         if code != 0:
             reason = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
@@ -112,19 +147,33 @@ class CommandExecutor(Executor):
             while kept - len(tail[0]) >= 4 * OUTPUT_LIMIT:
                 kept -= len(tail.popleft())
 
+    def _leash(self, pgid: int, context: JobContext) -> Leash:
+        """Hold the group with the warden until the run's deadline. A renewal that came meanwhile did not see the
+        leash (JobRunner.renewed sets the deadline, then extends the leash it finds): its deadline is passed on."""
+        deadline = context.deadline
+        context.leash = leash = self.warden.hold(pgid, deadline)
+        if context.deadline != deadline:
+            leash.extend(context.deadline)
+        return leash
+
     @staticmethod
-    async def _stop(process: asyncio.subprocess.Process, grace: float) -> None:
-        """SIGTERM to the group, SIGKILL after `grace`; over once the program has exited (SIGKILL is certain)."""
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            await asyncio.wait_for(asyncio.shield(process.wait()), grace)
-            return
-        except ProcessLookupError:
-            return
-        except TimeoutError:
-            pass
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        await asyncio.shield(process.wait())
+    async def _stop(process: asyncio.subprocess.Process, leash: Leash, grace: float) -> None:
+        """Stop the program: the warden SIGTERMs its group and SIGKILLs it after `grace`. Over once it has exited,
+        and only then: a further cancellation meanwhile (a timeout and a stop meeting) is swallowed, the caller
+        raising once the program is gone, so its run is never recorded while it lives. Should the warden not have
+        killed it BACKSTOP after the grace (it froze), the node does."""
+        leash.stop(grace)
+        loop = asyncio.get_running_loop()
+        exited = loop.create_task(process.wait())
+        backstop: float | None = loop.time() + grace + BACKSTOP
+        while not exited.done():
+            try:
+                await asyncio.wait({exited}, timeout=None if backstop is None else max(0.0, backstop - loop.time()))
+            except asyncio.CancelledError:
+                continue
+            if not exited.done() and backstop is not None and loop.time() >= backstop:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                backstop = None

@@ -3,6 +3,7 @@ QP_* variables (queueprocessor.nodeoptions), the desktop app, and Farm.node's ke
 once, and `checked()` is the one check of what a node is given. Apart from the node so that what only reads them
 (views, the turn timer, bench/simulate.py) does not load the node and its executors."""
 
+import re
 import socket
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -18,6 +19,8 @@ from ..rules.schedules import ahead_of
 
 FARM_TIMING = ("period", "heartbeat", "misses")  # every machine must share them, or turns and death verdicts disagree
 ALLOW_LISTS = ("allow_hosts", "allow_modules", "allow_commands")
+LISTS = (*ALLOW_LISTS, "command_env")  # the settings that are lists (tuples, given as any iterable)
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,16 @@ class FarmTiming:
         return self.fence_margin / 4
 
     @property
+    def leash(self) -> float:
+        """How long after the send time of its claim or last renewal a run's work outside the node (a command) may
+        live before the node's warden kills it (docs/design.md §3): the lease less half the fence margin. The node's
+        own stop begins by lease - fence_margin + watchdog_every and is over fenced_grace later, half the margin
+        before the lease ends; the warden's kill comes then, after that stop would have finished (so a node that is
+        alive stops its commands itself, gracefully), and still half the margin before the lease ends, when another
+        machine may take the job."""
+        return self.lease - self.fence_margin / 2
+
+    @property
     def stale(self) -> float:
         """A machine quiet for this long is read by name at every heartbeat (a suspect): late by a heartbeat
         or so, and a heartbeat and a half before its dead timeout, so every peer reads its last_seen first."""
@@ -101,6 +114,9 @@ class NodeConfig(FarmTiming):
     allow_hosts: tuple[str, ...] = ()
     allow_modules: tuple[str, ...] = ()
     allow_commands: tuple[str, ...] = ()
+    # Variables of the node's environment its commands also get (executors.command.PASSED they always get); never
+    # a QP_* one: those are the node's own settings, QP_DB with the database's password.
+    command_env: tuple[str, ...] = ()
     queues: str | None = None  # the queues it serves, as typed ("reports:2,default"; None: every queue): see served
     push: bool = True  # LISTEN for new work on PostgreSQL
     metrics_port: int | None = None  # serve Prometheus metrics on this port (queueprocessor.node.metrics)
@@ -112,7 +128,7 @@ class NodeConfig(FarmTiming):
         """These settings with `settings` changed as Farm.node's keywords and the command line give them: None is
         not given, an allow-list may be any iterable, and a farm-wide timing given is `asked`."""
         given: dict[str, Any] = {k: v for k, v in settings.items() if v is not None}
-        given |= {k: tuple(given[k]) for k in ALLOW_LISTS if k in given}
+        given |= {k: tuple(given[k]) for k in LISTS if k in given}
         return replace(self, **given, asked=self.asked | {k for k in FARM_TIMING if k in given})
 
     def checked(self) -> "NodeConfig":
@@ -121,6 +137,16 @@ class NodeConfig(FarmTiming):
 
         if not 1 <= self.capacity <= MAX_CAPACITY:
             raise BadSetting.out_of("capacity", self.capacity, f"from 1 to {MAX_CAPACITY}")
+        for name in self.command_env:
+            if not ENV_NAME.fullmatch(name):
+                raise BadSetting("{0} takes names of environment variables (got {value})", "command_env", value=name)
+            if name.upper().startswith("QP_"):
+                raise BadSetting(
+                    "{0} cannot pass {value} to commands: QP_* variables are the node's own settings (QP_DB holds the "
+                    "database password)",
+                    "command_env",
+                    value=name,
+                )
         make_executors(self.allow, self.http_base)
         Served.parse(self.queues)
         if self.listen_db is not None:

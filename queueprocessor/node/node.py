@@ -100,7 +100,7 @@ class Node:
         self.config = config
         self.clock = clock or SystemClock()
         self.estimator = OffsetEstimator(self.clock)
-        self.executors = executors or make_executors(config.allow, config.http_base)
+        self.executors = executors or make_executors(config.allow, config.http_base, config.command_env)
         self.schedules = ScheduleStore(store)
         self.peers = RosterStore(store)
         self.queue_store = QueueStore(store)
@@ -241,6 +241,7 @@ class Node:
                 self.turns.room_made,
                 self.tally,
                 self.config.fenced_grace,
+                self.config.leash,
                 on_failure=self._failed,
             )
             self.runner.start()

@@ -19,6 +19,7 @@ only when every one of its jobs is stopped, or by its timeout, which ends every 
 
 import asyncio
 import logging
+import math
 import sys
 import threading
 import time
@@ -55,6 +56,12 @@ LAST_WRITE = 5.0
 PULSE = 0.25  # seconds between the loop's notes that it turns (see stalled_for)
 
 
+def work_deadline(leased_at: float, leash: float) -> float:
+    """When the work outside the node of a run leased at `leased_at` (the send time of its claim or last renewal) must
+    be dead: `leash` seconds later (FarmTiming.leash; a runner given none holds no deadline). JobContext.deadline."""
+    return leased_at + leash if leash < math.inf else math.inf
+
+
 class JobRunner:
     """Owns the event loop thread and the set of jobs this node is running."""
 
@@ -68,14 +75,15 @@ class JobRunner:
         on_room: Callable[[], None] = lambda: None,
         tally: Tally | None = None,
         fenced_grace: float = 0.1,
+        leash: float = math.inf,
         on_failure: Callable[[str], None] = lambda _why: None,
     ):
         """`on_done(job, outcome)` once a job's result is written; `on_room()` as soon as jobs' work is over,
         before that write (see room), and again once their results are written (one call for the jobs of a pass of
         the loop, or of a batch). `tally` counts claims, durations and endings for the node's metrics.
         `fenced_grace`: how long a job stopped for a lost lease may take to end by itself before it is forced
-        (see JobContext.grace): its stop must be over before the lease runs out. `on_failure(why)` if the loop is
-        interrupted (the node then stops, as when one of its threads dies)."""
+        (see JobContext.grace): its stop must be over before the lease runs out. `leash`: see work_deadline.
+        `on_failure(why)` if the loop is interrupted (the node then stops, as when one of its threads dies)."""
         self.store = store
         self.machine_id = machine_id
         self._read_results = store.flows.results  # what a job's parents returned, read when it asks (JobContext)
@@ -86,7 +94,7 @@ class JobRunner:
         self.on_done = on_done
         self.on_room = on_room
         self.tally = tally or Tally()
-        self.fenced_grace = fenced_grace
+        self.fenced_grace, self.leash = fenced_grace, leash
         self.running: dict[RunKey, Running] = {}
         self._newest: dict[int, Running] = {}  # job id -> its newest run in `running` (see submit_many)
         self._writing = 0  # entries of `running` whose work is over (recording)
@@ -209,10 +217,10 @@ class JobRunner:
         """These runs' leases were renewed by a statement sent at `sent` (monotonic): their leases run from no
         earlier. Only the runs it renewed: one claimed while it was on its way is not credited with it."""
         with self._lock:
-            for key in runs:
-                entry = self.running.get(key)
-                if entry is not None and entry.leased_at < sent:
-                    entry.leased_at = sent
+            for entry in (renewed := [e for k in runs if (e := self.running.get(k)) and e.leased_at < sent]):
+                entry.leased_at = sent
+        for entry in renewed:  # from the heartbeat's thread: a blocked loop cannot keep a renewal from their work
+            entry.context.renewed(work_deadline(sent, self.leash))
 
     def submit(self, job: Claimed, leased_at: float = float("-inf")) -> None:
         self.submit_many([job], leased_at)
@@ -221,12 +229,9 @@ class JobRunner:
         """Start a claim's jobs: one wake-up of the loop for all of them. A job we still hold a run of (stopped,
         and ending) gets a run of its own beside it, which starts once the older run's work is over. A claim that
         comes after refuse() (a stop) or, for singletons, after release_singletons() (a drain) is handed back."""
-        entries = [
-            Running(
-                job, JobContext(job.id, job.attempts, job.fence, self.machine_id, self._results), leased_at=leased_at
-            )
-            for job in jobs
-        ]
+        deadline = work_deadline(leased_at, self.leash)
+        contexts = [JobContext(j.id, j.attempts, j.fence, self.machine_id, self._results, deadline) for j in jobs]
+        entries = [Running(job, context, leased_at) for job, context in zip(jobs, contexts, strict=True)]
         with self._lock:
             for entry in entries:
                 entry.prior = self._newest.get(entry.job.id)
@@ -254,9 +259,7 @@ class JobRunner:
             if entry is None or entry.stop_reason is not None or entry.recording:
                 return False
             entry.stop_reason = reason
-            if reason == Outcome.LOST:
-                entry.context.grace = self.fenced_grace
-        entry.context.cancelled.set()
+        entry.context.stop(self.fenced_grace if reason == Outcome.LOST else None)  # its work outside, from here
         self.loop.call_soon_threadsafe(self._cancel, entry)
         return True
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from queueprocessor.executors import JobContext
 from queueprocessor.executors.command import CommandExecutor
 from queueprocessor.executors.http import HttpExecutor
 from queueprocessor.farm import Farm
@@ -221,7 +222,7 @@ def test_a_renewal_credits_only_the_runs_it_renewed():
     try:
         for job_id, claimed_at in ((1, 10.0), (2, 11.0)):
             job = Claimed(job_id, "http", "/ok", "GET", None, 1, 3, None, 1, 0.0)
-            runner.running[job.id, job.fence] = Running(job, None, leased_at=claimed_at)
+            runner.running[job.id, job.fence] = Running(job, JobContext(job_id, 1, 1, 1), leased_at=claimed_at)
         runner.renewed([(1, 1), (3, 1)], sent=10.5)  # a renewal sent before job 2's claim; job 3 ended meanwhile
         assert dict(runner.leases()) == {(1, 1): 10.5, (2, 1): 11.0}
     finally:
