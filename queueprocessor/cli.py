@@ -1079,7 +1079,8 @@ def _cancel_one(farm: "Farm", job_id: int) -> str:
 
 
 def _retry_one(farm: "Farm", job_id: int) -> str:
-    farm.retry(job_id)
+    if farm.retry(job_id) == JobState.WAITING:
+        return f"job {job_id} waits again for its parents"
     return f"job {job_id} queued again"
 
 

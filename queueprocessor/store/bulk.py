@@ -47,7 +47,7 @@ def acts_on(action: BulkAction) -> ColumnElement[bool]:
 def _apply(conn: Connection, action: BulkAction, which: ColumnElement[bool]) -> int:
     """Run the single action's statement (store/jobs.py) on the jobs of `which`; how many it changed."""
     if action is BulkAction.RETRY:
-        return retried(conn, which)
+        return retried(conn, which)[0]
     if action is BulkAction.CANCEL:
         stopped = conn.execute(stop_running(which & (jobs.c.cancel_requested == false()))).rowcount
         return stopped + cancel_queued(conn, which)

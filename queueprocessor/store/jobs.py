@@ -197,16 +197,25 @@ class JobStore:
             raise NotFound(f"no job with id {job_id}", what="job", ref=job_id)
         raise QPError(f"job {job_id} is already {state}; only waiting, queued or running jobs can be cancelled")
 
-    def retry(self, job_id: int) -> None:
-        """Put a failed or cancelled job back in the queue for one more attempt; the jobs its failure cancelled
-        wait for it again (store/dependencies.py)."""
+    def retry(self, job_id: int) -> str:
+        """Put a failed or cancelled job back in the queue for one more attempt (or to waiting, if it runs after
+        jobs that have not all succeeded yet); the jobs its failure cancelled wait for it again
+        (store/dependencies.py). Its state now; a job whose parent failed for good is held for that parent's retry,
+        and told."""
         with self.store.engine.begin() as conn:
-            count = retried(conn, jobs.c.id == job_id)
+            count, held = retried(conn, jobs.c.id == job_id)
+            now = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar()
+        if held:
+            [(parent, why)] = held.values()
+            raise QPError(
+                f"job {job_id} stays cancelled: {why}; retry job {parent}, and job {job_id} waits for it again"
+            )
         if count != 1:
             state = self.store.rows(select(jobs.c.state).where(jobs.c.id == job_id))
             if not state:
                 raise NotFound(f"no job with id {job_id}", what="job", ref=job_id)
             raise QPError(f"job {job_id} is {state[0][0]}; only failed or cancelled jobs can be retried")
+        return str(now)
 
     def get(self, job_id: int) -> dict[str, Any]:
         """The job's row, with `owner_name`: the name of the machine that holds (or last held) it."""
@@ -409,8 +418,11 @@ def stop_running(which: ColumnElement[bool]) -> Update:
     return update(jobs).where(which, jobs.c.state == JobState.RUNNING).values(cancel_requested=True)
 
 
-def retried(conn: Connection, which: ColumnElement[bool]) -> int:
-    """Failed or cancelled jobs go back in the queue for one more attempt, gated as their queue says now; how many."""
+def retried(conn: Connection, which: ColumnElement[bool]) -> tuple[int, dict[int, tuple[int, str]]]:
+    """Failed or cancelled jobs go back in the queue for one more attempt, gated as their queue says now, or, if
+    they run after parents not all met, back to waiting for them; one whose parent failed for good or was
+    cancelled stays cancelled, held by that parent, and waits for it again when that parent is retried
+    (dependencies.rejoined). How many went back, and those held: {id: (parent, why)}."""
     rows = conn.execute(
         update(jobs)
         .where(which, jobs.c.state.in_(RETRYABLE))
@@ -429,7 +441,8 @@ def retried(conn: Connection, which: ColumnElement[bool]) -> int:
     for job_id, has_children in rows:
         if has_children:
             dependencies.restore(conn, job_id)
-    return len(rows)
+    held = dependencies.rejoined(conn, [job_id for job_id, _ in rows])
+    return len(rows) - len(held), held
 
 
 def delete_finished(conn: Connection, which: ColumnElement[bool]) -> int:
