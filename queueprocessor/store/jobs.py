@@ -5,7 +5,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import String, Table, and_, bindparam, delete, exc, false, func, insert, literal, select, update
+from sqlalchemy import String, Table, and_, bindparam, delete, exc, false, func, insert, literal, select, true, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Update
@@ -17,7 +17,7 @@ from .base import StoreBase
 from .dbtime import db_now
 from .history import with_owner_name
 from .schema import deps, flow_jobs, jobs, machines, queues, runs
-from .statements import LOST, claim_statement, free_places, gated_now, taken_statement, unpaused
+from .statements import CANCELLED_BY, LOST, claim_statement, free_places, gated_now, taken_statement, unpaused
 from .turns import TurnStore
 from .types import EVERY_QUEUE, NO_LOOKS, Claimed, JobSpec, Looks, Plan, Turn
 
@@ -66,7 +66,8 @@ class JobStore:
             limit, take_expired=take_expired, bounded=expired_before is not None, **_plan_shape(plan)
         )
         if self.store.whole:  # the claim statement ends the lost runs and counts what it took itself
-            return _most_urgent_first(Claimed(*row) for row in self.store.hot(claim_statement(shape), params))
+            rows = self.store.hot(claim_statement(shape), params)
+            return self._not_stopped(machine_id, [Claimed(*row) for row in rows])
         with self.store.engine.begin() as conn:  # a take-over and the lost run's row are written together, or neither
             if plan.locks:
                 conn.execute(
@@ -75,6 +76,7 @@ class JobStore:
             leaving = _expired_runs(conn, expired_before) if take_expired else {}
             claimed = _most_urgent_first(Claimed(*row) for row in conn.execute(claim_statement(shape), params))
             _end_lost(conn, [(c.id, c.attempts - 1, *leaving[c.id], c.fence - 1) for c in claimed if c.id in leaving])
+            claimed = _stop_asked(conn, machine_id, claimed)
             started = Counter(c.queue for c in claimed if c.queue in plan.locks and c.id not in leaving)
             if started:
                 conn.execute(
@@ -138,22 +140,32 @@ class JobStore:
         won, guarded_due, elsewhere_due = rows[0][:3]
         if not won:
             return Turn(False, [])
-        claimed = _most_urgent_first(Claimed(*row[3:]) for row in rows if row[3] is not None)
+        claimed = self._not_stopped(machine_id, [Claimed(*row[3:]) for row in rows if row[3] is not None])
         return Turn(True, claimed, guarded_due, elsewhere_due)
+
+    def _not_stopped(self, machine_id: int, claimed: list[Claimed]) -> list[Claimed]:
+        """PostgreSQL's claim, made in one statement: the jobs it took whose cancel was asked end cancelled, in a
+        transaction of their own (see _stop_asked); the others, most urgent first."""
+        if any(c.cancel_requested for c in claimed):
+            with self.store.engine.begin() as conn:
+                claimed = _stop_asked(conn, machine_id, claimed)
+        return _most_urgent_first(claimed)
 
     def requeue_expired(self, before: float) -> int:
         """Put running jobs whose lease ran out (before `before`, database time) back in the queue.
 
         Their attempt stays spent, and their runs end as lost; the next claim fails
-        the job if that was its last attempt (Claimed.exhausted).
+        the job if that was its last attempt (Claimed.exhausted). One whose cancel was asked ends cancelled.
         """
         with self.store.engine.begin() as conn:
             leaving = _expired_runs(conn, before)
             if not leaving:
                 return 0
-            taken = conn.execute(
+            which = and_(jobs.c.id.in_(list(leaving)), *_ran_out(before))
+            taken = cancelled_instead(conn, which)
+            taken += conn.execute(
                 update(jobs)
-                .where(jobs.c.id.in_(list(leaving)), *_ran_out(before))
+                .where(which)
                 .values(
                     state=JobState.QUEUED,
                     owner=None,
@@ -398,19 +410,44 @@ RETRYABLE = (JobState.FAILED, JobState.CANCELLED)
 UNSTARTED = (JobState.QUEUED, JobState.WAITING)
 
 
-def cancel_queued(conn: Connection, which: ColumnElement[bool]) -> int:
-    """Queued or waiting jobs are cancelled at once (no place of a limited queue is theirs: nothing to free); how
-    many."""
+def cancel_queued(conn: Connection, which: ColumnElement[bool], reason: str = CANCELLED_BY) -> int:
+    """Queued or waiting jobs are cancelled at once (no place of a limited queue is theirs: nothing to free), with
+    `reason` as their last error, and their waiting children with them (an operator's cancel, a schedule's pause,
+    removal, edit or dropped misses: every cancel of jobs that have not started); how many."""
     rows = conn.execute(
         update(jobs)
         .where(which, jobs.c.state.in_(UNSTARTED))
-        .values(state=JobState.CANCELLED, finished_at=db_now(), last_error="cancelled by an operator")
+        .values(state=JobState.CANCELLED, finished_at=db_now(), last_error=reason)
         .returning(jobs.c.id, jobs.c.has_children)
     ).all()
     parents = [(job_id, JobState.CANCELLED.value) for job_id, has_children in rows if has_children]
     if parents:
         dependencies.ended(conn, parents)
     return len(rows)
+
+
+def cancelled_instead(
+    conn: Connection, which: ColumnElement[bool], *, refund: bool = False
+) -> list[tuple[int, int, int, str]]:
+    """The running jobs of `which` whose cancel was asked, about to go back to the queue (a release, a lease taken
+    back, a claim of one), end cancelled instead, as the cancel asked, their children with them as a cancel
+    does (with `refund`, the attempt their claim counted is given back). Each (id, attempts, fence, queue)."""
+    rows = conn.execute(
+        update(jobs)
+        .where(which, jobs.c.state == JobState.RUNNING, jobs.c.cancel_requested == true())
+        .values(
+            state=JobState.CANCELLED,
+            finished_at=db_now(),
+            lease_until=None,
+            last_error=CANCELLED_BY,
+            **({"attempts": jobs.c.attempts - 1} if refund else {}),
+        )
+        .returning(jobs.c.id, jobs.c.attempts, jobs.c.fence, jobs.c.queue, jobs.c.has_children)
+    ).all()
+    parents = [(row[0], JobState.CANCELLED.value) for row in rows if row[4]]
+    if parents:
+        dependencies.ended(conn, parents)
+    return [(job_id, attempts, fence, queue) for job_id, attempts, fence, queue, _ in rows]
 
 
 def stop_running(which: ColumnElement[bool]) -> Update:
@@ -505,6 +542,17 @@ def _end_lost(conn: Connection, ended: Sequence[tuple[int, int, int, float, int]
                 for job_id, attempt, machine, started, fence in ended
             ],
         )
+
+
+def _stop_asked(conn: Connection, machine_id: int, claimed: list[Claimed]) -> list[Claimed]:
+    """A claim never starts a job whose cancel was asked (taken over from a machine whose lease ran out before it
+    could stop it): such a job, now ours under its new fence, ends cancelled at once with its attempt given back
+    (if this transaction is lost, its lease runs out again and the next claim does it). The others."""
+    asked = [c for c in claimed if c.cancel_requested]
+    for c in asked:
+        ours = and_(jobs.c.id == c.id, jobs.c.fence == c.fence, jobs.c.owner == machine_id)
+        free_places(conn, [queue for *_, queue in cancelled_instead(conn, ours, refund=True)])
+    return [c for c in claimed if not c.cancel_requested]
 
 
 def _most_urgent_first(claimed: Iterable[Claimed]) -> list[Claimed]:
