@@ -35,7 +35,7 @@ from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.schedules import DEFAULT_MISFIRE
 from ..rules.states import CHECKING_IN, HISTORY_COUNTS, JobState, Kind, MachineState, Outcome
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 metadata = MetaData()
 
@@ -210,6 +210,10 @@ jobs = Table(
     # How far its running job says it is (context.progress): written with the lease renewal, reset by a claim.
     Column("progress", Float, nullable=True),
     Column("progress_message", String(PROGRESS_NOTE), nullable=True),
+    # SQLite would give a deleted newest job's id to the next job (rowid: max + 1); its fences start at 1 again,
+    # so a target that keeps the highest fence it saw per job id would refuse the new job's writes. AUTOINCREMENT
+    # never gives an id twice (schema 11; PostgreSQL's and SQL Server's sequences never did).
+    sqlite_autoincrement=True,
 )
 # A claim and a finish change a job's state, so no update is HOT: each new row version enters every index
 # whose condition it meets. So all but the primary key are partial, each the size of what it serves: the
