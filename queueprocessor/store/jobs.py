@@ -1,6 +1,7 @@
 """The jobs' rows, from the queue's side: enqueue, claim (with a turn, on PostgreSQL in one statement), take over
 leases that ran out, cancel, retry, read, and prune. (A run's writes under its lease are store/runs.py's.)"""
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -10,7 +11,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Update
 
-from ..rules.errors import DuplicateKey, NotFound, QPError, echoed
+from ..rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
+from ..rules.schedules import RUN_NOW
 from ..rules.states import FINISHED, JobState, Kind, Outcome
 from . import dependencies
 from .base import StoreBase
@@ -21,6 +23,7 @@ from .statements import CANCELLED_BY, LOST, claim_statement, free_places, gated_
 from .turns import TurnStore
 from .types import EVERY_QUEUE, NO_LOOKS, Claimed, JobSpec, Looks, Plan, Turn
 
+SINGLETON_PREFIX = "singleton:"  # a singleton's key: singleton:NAME (singletons.py)
 PRUNE_BATCH = 500  # finished jobs deleted per transaction (retention): short enough never to hold up the queue
 
 
@@ -301,6 +304,7 @@ def insert_jobs(
     `after` waits for its parents (store/dependencies.py)."""
     run_at = literal(at) if at is not None else db_now() + delay
     statement, gated = _insert_statement(spec.queue, run_at)
+    check_key(spec)
     row = job_row(spec)
     failed = None
     if spec.after:
@@ -331,6 +335,7 @@ def insert_plain(conn: Connection, specs: Sequence[JobSpec], *, parents: bool = 
     order of `specs`."""
     by_queue: dict[str, list[int]] = {}
     for n, spec in enumerate(specs):
+        check_key(spec)
         by_queue.setdefault(spec.queue, []).append(n)
     ids = [0] * len(specs)
     for queue, places in by_queue.items():
@@ -377,6 +382,30 @@ def _insert_statement(queue: str, run_at: Any) -> tuple[Any, Any]:
     that gated flag, as SQL."""
     gated = gated_now(literal(queue, String))
     return insert(jobs).values(created_at=db_now(), run_at=run_at, gated=gated).returning(jobs.c.id), gated
+
+
+# The keys the farm makes for its own jobs, in one namespace with the keys users give (a grab's `key@instance`, a
+# raw key): a schedule's occurrence `NAME@TIME` (Recurrence.label: its local time to the millisecond, with its UTC
+# offset) or run-now `NAME@run now REQUEST`, and a singleton's `singleton:NAME`. A user's key of those forms would
+# take an occurrence's or a singleton's place and silently suppress it, so it is refused (check_key).
+OCCURRENCE_KEY = re.compile(
+    rf"[^@]+@(\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{{3}}[+-]\d\d:\d\d(:\d\d(\.\d+)?)?|{RUN_NOW} .*)", re.DOTALL
+)
+
+
+def check_key(spec: JobSpec) -> None:
+    """Refuse a key of a job not made by a schedule or as a singleton that has the form of theirs (see
+    OCCURRENCE_KEY), in one line that says what to do."""
+    key = spec.key
+    if key is None:
+        return
+    if key.startswith(SINGLETON_PREFIX) and spec.kind != Kind.SINGLETON:
+        raise InvalidJob(f"key {echoed(key)} begins with {SINGLETON_PREFIX!r}, kept for singletons: use another key")
+    if OCCURRENCE_KEY.fullmatch(key):
+        raise InvalidJob(
+            f"key {echoed(key)} has the form of a schedule's occurrence (NAME@TIME), kept for schedules: "
+            "use another key or instance"
+        )
 
 
 def job_row(spec: JobSpec) -> dict[str, Any]:
