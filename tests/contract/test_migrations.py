@@ -50,7 +50,9 @@ def make_version_10(url: str) -> None:
     Farm(url).close()
     with rewriting(url) as conn:
         if conn.dialect.name == "sqlite":
-            made = conn.execute(text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'qp_jobs'")).scalar()
+            made = conn.execute(
+                text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'qp_jobs'")
+            ).scalar()
             indexes = conn.execute(
                 text("SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'qp_jobs' AND sql IS NOT NULL")
             ).all()

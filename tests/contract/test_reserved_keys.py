@@ -24,7 +24,9 @@ def test_a_grab_cannot_take_a_schedules_next_occurrence(farm):
 
 
 def test_a_key_cannot_take_a_singletons_name(farm, capsys):
-    assert run_cli("--db", farm.url, "enqueue", "python", "--key", "singleton:nightly", "tests.support.pyjobs:noop") == 1
+    assert (
+        run_cli("--db", farm.url, "enqueue", "python", "--key", "singleton:nightly", "tests.support.pyjobs:noop") == 1
+    )
     assert capsys.readouterr().err == (
         "error: key 'singleton:nightly' begins with 'singleton:', kept for singletons: use another key\n"
     )
