@@ -134,10 +134,7 @@ def _busy(conn: Connection, picked: ColumnElement[bool], after: int | None, ids:
     if len(ids) == batch:
         span.append(jobs.c.id <= ids[-1])
     seen = (
-        select(func.count())
-        .select_from(jobs)
-        .where(picked, *span)
-        .with_hint(jobs, "WITH (READUNCOMMITTED)", "mssql")
+        select(func.count()).select_from(jobs).where(picked, *span).with_hint(jobs, "WITH (READUNCOMMITTED)", "mssql")
     )
     return max(0, int(conn.execute(seen).scalar_one()) - len(ids))
 

@@ -53,9 +53,15 @@ def partial(name: str, *columns: ColumnElement[Any], where: ColumnElement[bool],
 
 
 def partial_for(dialect: str) -> None:
-    """Give every partial index its condition in `dialect`'s terms (idempotent): before that dialect's DDL."""
+    """Give every partial index its condition in `dialect`'s terms (idempotent): before that dialect's DDL. On
+    SQLite, qp_jobs is AUTOINCREMENT too (given here for the same reason: said in the Table, it loads the SQLite
+    dialect everywhere): SQLite would give a deleted newest job's id to the next job (rowid: max + 1), whose
+    fences start at 1 again, so a target that keeps the highest fence it saw per job would refuse its writes.
+    AUTOINCREMENT never gives an id twice (schema 11; PostgreSQL's and SQL Server's sequences never did)."""
     for index, where in _PARTIAL:
         index.dialect_options[dialect]["where"] = where
+    if dialect == "sqlite":
+        jobs.dialect_options["sqlite"]["autoincrement"] = True
 
 
 # Every job state, as SQL text. Compiled into a statement once and cached with it, where a literal_execute
@@ -210,10 +216,6 @@ jobs = Table(
     # How far its running job says it is (context.progress): written with the lease renewal, reset by a claim.
     Column("progress", Float, nullable=True),
     Column("progress_message", String(PROGRESS_NOTE), nullable=True),
-    # SQLite would give a deleted newest job's id to the next job (rowid: max + 1); its fences start at 1 again,
-    # so a target that keeps the highest fence it saw per job id would refuse the new job's writes. AUTOINCREMENT
-    # never gives an id twice (schema 11; PostgreSQL's and SQL Server's sequences never did).
-    sqlite_autoincrement=True,
 )
 # A claim and a finish change a job's state, so no update is HOT: each new row version enters every index
 # whose condition it meets. So all but the primary key are partial, each the size of what it serves: the

@@ -77,7 +77,8 @@ def test_a_retried_child_waits_again_and_a_cancel_asked_is_kept_in_t_sql():
     assert dependencies.rejoined(conn, [8]) == {8: (2, "parent 2 failed")}
     linked, wait, failed, cancel, *_ = conn.sql
     assert linked.startswith("SELECT DISTINCT qp_deps.child_id")
-    assert wait.startswith("UPDATE qp_jobs SET state=CASE WHEN (coalesce((SELECT count(*)") and "OUTPUT inserted.id" in wait
+    assert wait.startswith("UPDATE qp_jobs SET state=CASE WHEN (coalesce((SELECT count(*)")
+    assert "OUTPUT inserted.id" in wait
     assert "qp_jobs.held_by" not in failed and cancel.startswith("UPDATE qp_jobs SET state=")
     job = Claimed(1, "http", "/ok", "GET", None, 1, 3, None, 3, 0.0)
     conn = Scripted([(1,)], [(1, "cancelled")], [], [], [(1, "cancelled")], [], [], [])
