@@ -32,10 +32,11 @@ class ManyJobs:
         everything: bool = False,
         stop: Callable[[], bool] | None = None,
         progress: Callable[[int], None] | None = None,
-    ) -> int:
+    ) -> bulk.Changed:
         """Retry (failed or cancelled), cancel (queued or running: a running one is stopped by its owner within a
         heartbeat) or delete (finished, with their runs) every job `where` picks, as the single actions do, a
-        batch of jobs to a short transaction. How many it changed. An empty filter is refused unless
+        batch of jobs to a short transaction. How many it changed (an int), with `.busy`: how many it found held
+        by another transaction and left unchanged (run it again for those). An empty filter is refused unless
         `everything`; `stop()` is asked before each batch, `progress(changed so far)` told after each."""
         chosen = BulkAction(action)
         if where.is_empty() and not everything:

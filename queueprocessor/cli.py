@@ -40,6 +40,7 @@ from .version import __version__
 if TYPE_CHECKING:  # loaded by the commands that use them: `--help` and `enqueue` load no node (test_cli_imports)
     from .farm import Farm, JobSpec
     from .node.node import Node
+    from .store.bulk import Changed
 
 log = logging.getLogger("queueprocessor")
 _Command = TypeVar("_Command", bound=Callable[..., Any])  # a command's function, given more options
@@ -1079,7 +1080,8 @@ def _cancel_one(farm: "Farm", job_id: int) -> str:
 
 
 def _retry_one(farm: "Farm", job_id: int) -> str:
-    farm.retry(job_id)
+    if farm.retry(job_id) == JobState.WAITING:
+        return f"job {job_id} waits again for its parents"
     return f"job {job_id} queued again"
 
 
@@ -1089,7 +1091,7 @@ def _delete_one(farm: "Farm", job_id: int) -> str:
     raise QPError(f"job {job_id} is {farm.job(job_id)['state']}; only finished jobs can be deleted (cancel it first)")
 
 
-def _until_ctrl_c(stop: threading.Event, work: Callable[[], int]) -> int:
+def _until_ctrl_c(stop: threading.Event, work: Callable[[], "Changed"]) -> "Changed":
     """Run `work` with Ctrl-C setting `stop` (it ends between two batches, and its count is exact); a second
     Ctrl-C interrupts it at once (the batch under way rolls back)."""
 
@@ -1127,10 +1129,11 @@ def _bulk_command(action: str, done: str, one: Callable[["Farm", int], str], tex
             raise click.UsageError(f"give a job id, a filter, or --all to {action} every job it can")
         stop = threading.Event()
         changed = _until_ctrl_c(stop, lambda: ctx.farm.act_on_jobs(action, where, everything=True, stop=stop.is_set))
+        busy = f"; {changed.busy_text()}" if changed.busy else ""  # rows another transaction held
         if stop.is_set():
-            click.echo(f"stopped: {_jobs(changed)} {done} before Ctrl-C; the rest are untouched", err=True)
+            click.echo(f"stopped: {_jobs(changed)} {done} before Ctrl-C{busy}; the rest are untouched", err=True)
             sys.exit(130)
-        click.echo(f"{_jobs(changed)} {done}")
+        click.echo(f"{_jobs(changed)} {done}{busy}")
 
 
 _bulk_command(

@@ -360,9 +360,10 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
         heartbeat ("cancelling")."""
         return self._store.jobs.cancel(job_id)
 
-    def retry(self, job_id: int) -> None:
-        """Put a failed or cancelled job back in the queue for one more attempt."""
-        self._store.jobs.retry(job_id)
+    def retry(self, job_id: int) -> str:
+        """Put a failed or cancelled job back in the queue for one more attempt ("queued"), or back to wait for
+        its parents ("waiting")."""
+        return self._store.jobs.retry(job_id)
 
     # -- schedules, singletons, locks --------------------------------------
 

@@ -26,13 +26,14 @@ from typing import Any, cast
 from .rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from .rules.output import machine_label
 from .rules.states import JobState, Kind
+from .store.jobs import SINGLETON_PREFIX
 from .store.locks import LockStore
 from .store.stores import Store
 from .store.types import JobSpec
 
 log = logging.getLogger("queueprocessor.singletons")
 
-PREFIX = "singleton:"
+PREFIX = SINGLETON_PREFIX
 FOREVER = 2**31 - 1  # a singleton never runs out of attempts
 
 

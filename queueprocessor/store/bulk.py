@@ -5,9 +5,10 @@ Each batch is one short transaction: it locks up to BATCH of the jobs left, by a
 on none of it), and runs on them the very statement the single action runs on one job (store/jobs.py), with its
 state guard. So a bulk action never holds locks for longer than one batch, each job it changes is changed as a
 single action would change it, and stopping it between batches (`stop`) or interrupting one (its transaction rolls
-back) leaves every job either changed whole or untouched. A job another transaction held at that moment is skipped;
-the count says what was changed. When the batches end, are stopped or are interrupted, one event logs the action,
-its filter and that count (docs/design.md §10).
+back) leaves every job either changed whole or untouched. A job another transaction held at that moment (a claim, a
+finish) is skipped and left as it was; the result says how many were changed and how many were so skipped (`busy`:
+run the action again for them). When the batches end, are stopped or are interrupted, one event logs the action,
+its filter and those counts (docs/design.md §10).
 """
 
 from collections.abc import Callable
@@ -31,6 +32,22 @@ from .views import KEYS_PER_STATEMENT
 BATCH = 1_000  # jobs a transaction changes: a few milliseconds of locks on PostgreSQL
 
 
+class Changed(int):
+    """How many jobs a bulk action changed (an int, as it always was), and `busy`: how many more it picked but found
+    held by another transaction and left unchanged, for a second run to take."""
+
+    busy: int
+
+    def __new__(cls, changed: int, busy: int = 0) -> "Changed":
+        made = super().__new__(cls, changed)
+        made.busy = busy
+        return made
+
+    def busy_text(self) -> str:
+        """What an operator is told of the busy jobs."""
+        return f"{self.busy} {'was' if self.busy == 1 else 'were'} busy and left unchanged: run it again"
+
+
 def acts_on(action: BulkAction) -> ColumnElement[bool]:
     """The jobs `action` can change: failed or cancelled for a retry; queued or waiting, or running and not yet
     asked to stop, for a cancel; finished for a delete."""
@@ -47,7 +64,7 @@ def acts_on(action: BulkAction) -> ColumnElement[bool]:
 def _apply(conn: Connection, action: BulkAction, which: ColumnElement[bool]) -> int:
     """Run the single action's statement (store/jobs.py) on the jobs of `which`; how many it changed."""
     if action is BulkAction.RETRY:
-        return retried(conn, which)
+        return retried(conn, which)[0]
     if action is BulkAction.CANCEL:
         stopped = conn.execute(stop_running(which & (jobs.c.cancel_requested == false()))).rowcount
         return stopped + cancel_queued(conn, which)
@@ -68,9 +85,10 @@ def run(
     batch: int = BATCH,
     stop: Callable[[], bool] | None = None,
     progress: Callable[[int], None] | None = None,
-) -> int:
-    """Apply `action` to every job `where` picks, `batch` jobs to a transaction; how many it changed. `stop()` is
-    asked before each batch (true ends the work there); `progress(changed so far)` is told after each."""
+) -> Changed:
+    """Apply `action` to every job `where` picks, `batch` jobs to a transaction; how many it changed, and how many it
+    found busy (see Changed). `stop()` is asked before each batch (true ends the work there); `progress(changed so
+    far)` is told after each."""
     chunks = (
         [where]
         if not where.ids
@@ -79,7 +97,7 @@ def run(
             for n in range(0, len(where.ids), KEYS_PER_STATEMENT)
         ]
     )
-    changed, stopped = 0, False
+    changed, busy, stopped = 0, 0, False
     try:
         for chunk in chunks:
             picked = all_of([*matching(chunk), acts_on(action)])
@@ -88,6 +106,8 @@ def run(
                 with store.engine.begin() as conn:
                     let_bitmaps(store, conn, chunk)
                     ids = _lock_batch(conn, picked, after, batch)
+                    if store.dialect != "sqlite":  # SQLite locks the whole database: no row is ever skipped
+                        busy += _busy(conn, picked, after, ids, batch)
                     if not ids:
                         break
                     changed += _apply(conn, action, jobs.c.id.in_(ids))
@@ -100,16 +120,30 @@ def run(
                 break
     except BaseException:
         with suppress(Exception):  # the batches committed are logged if the database lets us; the error goes on
-            _log(store, action, where, changed, ", then interrupted")
+            _log(store, action, where, Changed(changed, busy), ", then interrupted")
         raise
-    _log(store, action, where, changed, ", then stopped" if stopped else "")
-    return changed
+    result = Changed(changed, busy)
+    _log(store, action, where, result, ", then stopped" if stopped else "")
+    return result
 
 
-def _log(store: StoreBase, action: BulkAction, where: JobFilter, changed: int, ending: str) -> None:
+def _busy(conn: Connection, picked: ColumnElement[bool], after: int | None, ids: list[int], batch: int) -> int:
+    """How many jobs of `picked` in the ids a batch went over (after `after`, up to its last if it was full) it did
+    not lock: another transaction held them. A plain count, which waits on no lock (SQL Server: READUNCOMMITTED)."""
+    span = [jobs.c.id > after] if after is not None else []
+    if len(ids) == batch:
+        span.append(jobs.c.id <= ids[-1])
+    seen = (
+        select(func.count()).select_from(jobs).where(picked, *span).with_hint(jobs, "WITH (READUNCOMMITTED)", "mssql")
+    )
+    return max(0, int(conn.execute(seen).scalar_one()) - len(ids))
+
+
+def _log(store: StoreBase, action: BulkAction, where: JobFilter, changed: Changed, ending: str) -> None:
     """One event for the whole action, once its batches are done, stopped or interrupted (docs/design.md §10)."""
     with store.engine.begin() as conn:
-        told = f"{where.describe()}: {changed} job{'' if changed == 1 else 's'}{ending}"
+        busy = f"; {changed.busy_text()}" if changed.busy else ""
+        told = f"{where.describe()}: {changed} job{'' if changed == 1 else 's'}{ending}{busy}"
         record_event(conn, EventKind.JOBS_BULK, action.value, told, store.actor)
 
 

@@ -8,7 +8,9 @@ jobs without children only, see RunStore.finish_many), so a job with no dependen
 - a parent that succeeded counts down its waiting children; one that reaches 0 is released (queued, due now);
 - a parent that failed for good or was cancelled cancels its waiting descendants, with the reason and the parent
   in `held_by`, except those enqueued `after_ended`, which count it as ended instead;
-- a retry of that parent (`restore`) puts the jobs it cancelled back to waiting and counts again.
+- a retry of that parent (`restore`) puts the jobs it cancelled back to waiting and counts again;
+- a retry of a child (`rejoined`) puts it back to waiting for its parents not met yet, never in the queue ahead
+  of them.
 
 The count moves by `pending - n` under the child's row lock, so two parents ending at once on two machines each
 take their share and exactly one of them releases the child. The finish that calls `ended` is guarded by the
@@ -182,21 +184,60 @@ def restore(conn: Connection, job_id: int) -> None:
             .with_hint(jobs, "WITH (UPDLOCK, ROWLOCK)", "mssql")
         )
     ]
-    if not ids:
-        return
+    if ids:
+        conn.execute(update(jobs).where(jobs.c.id.in_(ids), waiting).values(pending=func.coalesce(_unmet(), 0)))
+        _hold_again(conn, restored)
+
+
+def rejoined(conn: Connection, ids: Sequence[int]) -> dict[int, tuple[int, str]]:
+    """The jobs `ids` were just put back in the queue by a retry, in this transaction (their rows locked by it):
+    a retry never lets a job run before its parents, so those with parents not all met wait for them again, and
+    are released by their success as a new child is; one whose parent failed for good or was cancelled (not
+    `after_ended`) is cancelled again, held by that parent, and comes back when that parent is retried (as the
+    jobs its failure cancelled do), and its waiting descendants go with it. Those whose parents are all met stay
+    queued, and a group's callback among them gets the group's outcome as its payload afresh. Returns the jobs
+    held so: {id: (parent, why)}."""
+    linked: list[int] = []
+    for first in range(0, len(ids), CHUNK):
+        chunk = list(ids[first : first + CHUNK])
+        linked += [row[0] for row in conn.execute(select(deps.c.child_id).where(deps.c.child_id.in_(chunk)).distinct())]
+    if not linked:
+        return {}
+    unmet = func.coalesce(_unmet(), 0)
+    rows = conn.execute(
+        update(jobs)
+        .where(jobs.c.id.in_(linked), jobs.c.state == JobState.QUEUED)
+        .values(pending=unmet, state=case((unmet > 0, JobState.WAITING.value), else_=jobs.c.state))
+        .returning(jobs.c.id, jobs.c.state)
+    ).all()
+    queued = [job_id for job_id, state in rows if state == JobState.QUEUED]
+    if queued:
+        fill_callbacks(conn, queued)
+    return _hold_again(conn, [job_id for job_id, state in rows if state == JobState.WAITING])
+
+
+def _unmet() -> Any:
+    """How many parents the job of the row being updated still waits for (SQL: a scalar subquery on qp_jobs)."""
     p = jobs.alias("p")
     ended_ok = and_(deps.c.after_ended == true(), p.c.state.in_(FINISHED))
-    unmet = (
+    return (
         select(func.count())
         .select_from(deps.join(p, p.c.id == deps.c.parent_id))
         .where(deps.c.child_id == jobs.c.id, p.c.state != JobState.SUCCEEDED, ~ended_ok)
         .scalar_subquery()
     )
-    conn.execute(update(jobs).where(jobs.c.id.in_(ids), waiting).values(pending=func.coalesce(unmet, 0)))
+
+
+def _hold_again(conn: Connection, ids: Sequence[int]) -> dict[int, tuple[int, str]]:
+    """The jobs `ids`, waiting again, that have a parent that failed for good or was cancelled are cancelled again,
+    for that parent (the first by id), with their waiting descendants: {each one held: (parent, why)}."""
+    if not ids:
+        return {}
+    p = jobs.alias("p")
     failed = conn.execute(
         select(deps.c.child_id, deps.c.parent_id, p.c.state)
         .join(p, p.c.id == deps.c.parent_id)
-        .where(deps.c.child_id.in_(restored), deps.c.after_ended == false(), p.c.state.in_(BAD))
+        .where(deps.c.child_id.in_(ids), deps.c.after_ended == false(), p.c.state.in_(BAD))
         .order_by(deps.c.child_id, deps.c.parent_id)
     ).all()
     again: dict[int, tuple[int, str]] = {}
@@ -204,6 +245,7 @@ def restore(conn: Connection, job_id: int) -> None:
         if child not in again:
             again |= _cancel(conn, [child], parent, reason(parent, state))
     _cascade(conn, again)
+    return again
 
 
 def parents_of(conn: Connection, job_id: int) -> list[dict[str, Any]]:

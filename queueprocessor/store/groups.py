@@ -12,6 +12,8 @@ from sqlalchemy.engine import Connection
 from ..rules.states import FINISHED, JobState
 from .schema import flow_jobs, flows, jobs
 
+OUTCOME = {"group", "total", "succeeded", "failed", "cancelled", "failed_ids", "payload"}  # a filled callback's keys
+
 
 def tally(conn: Connection, flow_id: int) -> dict[str, Any]:
     """A group's or workflow's members by state: `total`, `done` (ended), a count per state, and the ids of
@@ -38,8 +40,8 @@ def tally(conn: Connection, flow_id: int) -> dict[str, Any]:
 
 def fill_callbacks(conn: Connection, released: Sequence[int]) -> None:
     """Jobs just released (queued) in this transaction: those that are a group's callback get the group's outcome
-    as their payload, {"group", "total", "succeeded", "failed", "cancelled", "failed_ids", "payload"} (`payload`:
-    the one given at enqueue)."""
+    as their payload, with the OUTCOME keys (`payload`: the one given at enqueue). A callback retried after it was
+    released gets the outcome afresh, not nested in the old one."""
     for flow_id, callback_id, given in conn.execute(
         select(flows.c.id, flows.c.callback_id, jobs.c.payload)
         .join(jobs, jobs.c.id == flows.c.callback_id)
@@ -53,6 +55,15 @@ def fill_callbacks(conn: Connection, released: Sequence[int]) -> None:
             failed=count[JobState.FAILED],
             cancelled=count[JobState.CANCELLED],
             failed_ids=count["failed_ids"],
-            payload=json.loads(given) if given else None,
+            payload=_given(flow_id, given),
         )
         conn.execute(update(jobs).where(jobs.c.id == callback_id).values(payload=json.dumps(outcome)))
+
+
+def _given(flow_id: int, payload: str | None) -> Any:
+    """The payload the callback of group `flow_id` was given at enqueue: its payload as it is, or, once an outcome
+    was filled in (a retried callback), the one that outcome keeps."""
+    given = json.loads(payload) if payload else None
+    if isinstance(given, dict) and given.keys() == OUTCOME and given["group"] == flow_id:
+        return given["payload"]
+    return given

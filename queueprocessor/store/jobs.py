@@ -1,26 +1,29 @@
 """The jobs' rows, from the queue's side: enqueue, claim (with a turn, on PostgreSQL in one statement), take over
 leases that ran out, cancel, retry, read, and prune. (A run's writes under its lease are store/runs.py's.)"""
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import String, Table, and_, bindparam, delete, exc, false, func, insert, literal, select, update
+from sqlalchemy import String, Table, and_, bindparam, delete, exc, false, func, insert, literal, select, true, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Update
 
-from ..rules.errors import DuplicateKey, NotFound, QPError, echoed
+from ..rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
+from ..rules.schedules import RUN_NOW
 from ..rules.states import FINISHED, JobState, Kind, Outcome
 from . import dependencies
 from .base import StoreBase
 from .dbtime import db_now
 from .history import with_owner_name
 from .schema import deps, flow_jobs, jobs, machines, queues, runs
-from .statements import LOST, claim_statement, free_places, gated_now, taken_statement, unpaused
+from .statements import CANCELLED_BY, LOST, claim_statement, free_places, gated_now, taken_statement, unpaused
 from .turns import TurnStore
 from .types import EVERY_QUEUE, NO_LOOKS, Claimed, JobSpec, Looks, Plan, Turn
 
+SINGLETON_PREFIX = "singleton:"  # a singleton's key: singleton:NAME (singletons.py)
 PRUNE_BATCH = 500  # finished jobs deleted per transaction (retention): short enough never to hold up the queue
 
 
@@ -66,7 +69,8 @@ class JobStore:
             limit, take_expired=take_expired, bounded=expired_before is not None, **_plan_shape(plan)
         )
         if self.store.whole:  # the claim statement ends the lost runs and counts what it took itself
-            return _most_urgent_first(Claimed(*row) for row in self.store.hot(claim_statement(shape), params))
+            rows = self.store.hot(claim_statement(shape), params)
+            return self._not_stopped(machine_id, [Claimed(*row) for row in rows])
         with self.store.engine.begin() as conn:  # a take-over and the lost run's row are written together, or neither
             if plan.locks:
                 conn.execute(
@@ -75,6 +79,7 @@ class JobStore:
             leaving = _expired_runs(conn, expired_before) if take_expired else {}
             claimed = _most_urgent_first(Claimed(*row) for row in conn.execute(claim_statement(shape), params))
             _end_lost(conn, [(c.id, c.attempts - 1, *leaving[c.id], c.fence - 1) for c in claimed if c.id in leaving])
+            claimed = _stop_asked(conn, machine_id, claimed)
             started = Counter(c.queue for c in claimed if c.queue in plan.locks and c.id not in leaving)
             if started:
                 conn.execute(
@@ -138,22 +143,32 @@ class JobStore:
         won, guarded_due, elsewhere_due = rows[0][:3]
         if not won:
             return Turn(False, [])
-        claimed = _most_urgent_first(Claimed(*row[3:]) for row in rows if row[3] is not None)
+        claimed = self._not_stopped(machine_id, [Claimed(*row[3:]) for row in rows if row[3] is not None])
         return Turn(True, claimed, guarded_due, elsewhere_due)
+
+    def _not_stopped(self, machine_id: int, claimed: list[Claimed]) -> list[Claimed]:
+        """PostgreSQL's claim, made in one statement: the jobs it took whose cancel was asked end cancelled, in a
+        transaction of their own (see _stop_asked); the others, most urgent first."""
+        if any(c.cancel_requested for c in claimed):
+            with self.store.engine.begin() as conn:
+                claimed = _stop_asked(conn, machine_id, claimed)
+        return _most_urgent_first(claimed)
 
     def requeue_expired(self, before: float) -> int:
         """Put running jobs whose lease ran out (before `before`, database time) back in the queue.
 
         Their attempt stays spent, and their runs end as lost; the next claim fails
-        the job if that was its last attempt (Claimed.exhausted).
+        the job if that was its last attempt (Claimed.exhausted). One whose cancel was asked ends cancelled.
         """
         with self.store.engine.begin() as conn:
             leaving = _expired_runs(conn, before)
             if not leaving:
                 return 0
-            taken = conn.execute(
+            which = and_(jobs.c.id.in_(list(leaving)), *_ran_out(before))
+            taken = cancelled_instead(conn, which)
+            taken += conn.execute(
                 update(jobs)
-                .where(jobs.c.id.in_(list(leaving)), *_ran_out(before))
+                .where(which)
                 .values(
                     state=JobState.QUEUED,
                     owner=None,
@@ -197,16 +212,25 @@ class JobStore:
             raise NotFound(f"no job with id {job_id}", what="job", ref=job_id)
         raise QPError(f"job {job_id} is already {state}; only waiting, queued or running jobs can be cancelled")
 
-    def retry(self, job_id: int) -> None:
-        """Put a failed or cancelled job back in the queue for one more attempt; the jobs its failure cancelled
-        wait for it again (store/dependencies.py)."""
+    def retry(self, job_id: int) -> str:
+        """Put a failed or cancelled job back in the queue for one more attempt (or to waiting, if it runs after
+        jobs that have not all succeeded yet); the jobs its failure cancelled wait for it again
+        (store/dependencies.py). Its state now; a job whose parent failed for good is held for that parent's retry,
+        and told."""
         with self.store.engine.begin() as conn:
-            count = retried(conn, jobs.c.id == job_id)
+            count, held = retried(conn, jobs.c.id == job_id)
+            now = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar()
+        if held:
+            [(parent, why)] = held.values()
+            raise QPError(
+                f"job {job_id} stays cancelled: {why}; retry job {parent}, and job {job_id} waits for it again"
+            )
         if count != 1:
             state = self.store.rows(select(jobs.c.state).where(jobs.c.id == job_id))
             if not state:
                 raise NotFound(f"no job with id {job_id}", what="job", ref=job_id)
             raise QPError(f"job {job_id} is {state[0][0]}; only failed or cancelled jobs can be retried")
+        return str(now)
 
     def get(self, job_id: int) -> dict[str, Any]:
         """The job's row, with `owner_name`: the name of the machine that holds (or last held) it."""
@@ -280,6 +304,7 @@ def insert_jobs(
     `after` waits for its parents (store/dependencies.py)."""
     run_at = literal(at) if at is not None else db_now() + delay
     statement, gated = _insert_statement(spec.queue, run_at)
+    check_key(spec)
     row = job_row(spec)
     failed = None
     if spec.after:
@@ -310,6 +335,7 @@ def insert_plain(conn: Connection, specs: Sequence[JobSpec], *, parents: bool = 
     order of `specs`."""
     by_queue: dict[str, list[int]] = {}
     for n, spec in enumerate(specs):
+        check_key(spec)
         by_queue.setdefault(spec.queue, []).append(n)
     ids = [0] * len(specs)
     for queue, places in by_queue.items():
@@ -358,6 +384,30 @@ def _insert_statement(queue: str, run_at: Any) -> tuple[Any, Any]:
     return insert(jobs).values(created_at=db_now(), run_at=run_at, gated=gated).returning(jobs.c.id), gated
 
 
+# The keys the farm makes for its own jobs, in one namespace with the keys users give (a grab's `key@instance`, a
+# raw key): a schedule's occurrence `NAME@TIME` (Recurrence.label: its local time to the millisecond, with its UTC
+# offset) or run-now `NAME@run now REQUEST`, and a singleton's `singleton:NAME`. A user's key of those forms would
+# take an occurrence's or a singleton's place and silently suppress it, so it is refused (check_key).
+OCCURRENCE_KEY = re.compile(
+    rf"[^@]+@(\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{{3}}[+-]\d\d:\d\d(:\d\d(\.\d+)?)?|{RUN_NOW} .*)", re.DOTALL
+)
+
+
+def check_key(spec: JobSpec) -> None:
+    """Refuse a key of a job not made by a schedule or as a singleton that has the form of theirs (see
+    OCCURRENCE_KEY), in one line that says what to do."""
+    key = spec.key
+    if key is None:
+        return
+    if key.startswith(SINGLETON_PREFIX) and spec.kind != Kind.SINGLETON:
+        raise InvalidJob(f"key {echoed(key)} begins with {SINGLETON_PREFIX!r}, kept for singletons: use another key")
+    if OCCURRENCE_KEY.fullmatch(key):
+        raise InvalidJob(
+            f"key {echoed(key)} has the form of a schedule's occurrence (NAME@TIME), kept for schedules: "
+            "use another key or instance"
+        )
+
+
 def job_row(spec: JobSpec) -> dict[str, Any]:
     """A new job's columns as `spec` gives them, queued, never run, beside its times and gate: the database's own
     qp_enqueue fills the same, generated from here (sqlfunctions)."""
@@ -389,13 +439,14 @@ RETRYABLE = (JobState.FAILED, JobState.CANCELLED)
 UNSTARTED = (JobState.QUEUED, JobState.WAITING)
 
 
-def cancel_queued(conn: Connection, which: ColumnElement[bool]) -> int:
-    """Queued or waiting jobs are cancelled at once (no place of a limited queue is theirs: nothing to free); how
-    many."""
+def cancel_queued(conn: Connection, which: ColumnElement[bool], reason: str = CANCELLED_BY) -> int:
+    """Queued or waiting jobs are cancelled at once (no place of a limited queue is theirs: nothing to free), with
+    `reason` as their last error, and their waiting children with them (an operator's cancel, a schedule's pause,
+    removal, edit or dropped misses: every cancel of jobs that have not started); how many."""
     rows = conn.execute(
         update(jobs)
         .where(which, jobs.c.state.in_(UNSTARTED))
-        .values(state=JobState.CANCELLED, finished_at=db_now(), last_error="cancelled by an operator")
+        .values(state=JobState.CANCELLED, finished_at=db_now(), last_error=reason)
         .returning(jobs.c.id, jobs.c.has_children)
     ).all()
     parents = [(job_id, JobState.CANCELLED.value) for job_id, has_children in rows if has_children]
@@ -404,13 +455,40 @@ def cancel_queued(conn: Connection, which: ColumnElement[bool]) -> int:
     return len(rows)
 
 
+def cancelled_instead(
+    conn: Connection, which: ColumnElement[bool], *, refund: bool = False
+) -> list[tuple[int, int, int, str]]:
+    """The running jobs of `which` whose cancel was asked, about to go back to the queue (a release, a lease taken
+    back, a claim of one), end cancelled instead, as the cancel asked, their children with them as a cancel
+    does (with `refund`, the attempt their claim counted is given back). Each (id, attempts, fence, queue)."""
+    rows = conn.execute(
+        update(jobs)
+        .where(which, jobs.c.state == JobState.RUNNING, jobs.c.cancel_requested == true())
+        .values(
+            state=JobState.CANCELLED,
+            finished_at=db_now(),
+            lease_until=None,
+            last_error=CANCELLED_BY,
+            **({"attempts": jobs.c.attempts - 1} if refund else {}),
+        )
+        .returning(jobs.c.id, jobs.c.attempts, jobs.c.fence, jobs.c.queue, jobs.c.has_children)
+    ).all()
+    parents = [(row[0], JobState.CANCELLED.value) for row in rows if row[4]]
+    if parents:
+        dependencies.ended(conn, parents)
+    return [(job_id, attempts, fence, queue) for job_id, attempts, fence, queue, _ in rows]
+
+
 def stop_running(which: ColumnElement[bool]) -> Update:
     """Running jobs are asked to stop: the owner stops each within a heartbeat and ends it under its fence."""
     return update(jobs).where(which, jobs.c.state == JobState.RUNNING).values(cancel_requested=True)
 
 
-def retried(conn: Connection, which: ColumnElement[bool]) -> int:
-    """Failed or cancelled jobs go back in the queue for one more attempt, gated as their queue says now; how many."""
+def retried(conn: Connection, which: ColumnElement[bool]) -> tuple[int, dict[int, tuple[int, str]]]:
+    """Failed or cancelled jobs go back in the queue for one more attempt, gated as their queue says now, or, if
+    they run after parents not all met, back to waiting for them; one whose parent failed for good or was
+    cancelled stays cancelled, held by that parent, and waits for it again when that parent is retried
+    (dependencies.rejoined). How many went back, and those held: {id: (parent, why)}."""
     rows = conn.execute(
         update(jobs)
         .where(which, jobs.c.state.in_(RETRYABLE))
@@ -429,7 +507,8 @@ def retried(conn: Connection, which: ColumnElement[bool]) -> int:
     for job_id, has_children in rows:
         if has_children:
             dependencies.restore(conn, job_id)
-    return len(rows)
+    held = dependencies.rejoined(conn, [job_id for job_id, _ in rows])
+    return len(rows) - len(held), held
 
 
 def delete_finished(conn: Connection, which: ColumnElement[bool]) -> int:
@@ -492,6 +571,17 @@ def _end_lost(conn: Connection, ended: Sequence[tuple[int, int, int, float, int]
                 for job_id, attempt, machine, started, fence in ended
             ],
         )
+
+
+def _stop_asked(conn: Connection, machine_id: int, claimed: list[Claimed]) -> list[Claimed]:
+    """A claim never starts a job whose cancel was asked (taken over from a machine whose lease ran out before it
+    could stop it): such a job, now ours under its new fence, ends cancelled at once with its attempt given back
+    (if this transaction is lost, its lease runs out again and the next claim does it). The others."""
+    asked = [c for c in claimed if c.cancel_requested]
+    for c in asked:
+        ours = and_(jobs.c.id == c.id, jobs.c.fence == c.fence, jobs.c.owner == machine_id)
+        free_places(conn, [queue for *_, queue in cancelled_instead(conn, ours, refund=True)])
+    return [c for c in claimed if not c.cancel_requested]
 
 
 def _most_urgent_first(claimed: Iterable[Claimed]) -> list[Claimed]:

@@ -3,14 +3,15 @@
 One step per schema version. The first node to start with newer code locks the version row, runs the
 steps and bumps the version, all in one transaction; a node starting beside it waits for that lock and
 then finds nothing left to do. Nodes still running the older code go on working: a step only adds
-indexes, tables, and columns with a server default (so an older node's inserts still fill them).
+indexes, tables, and columns with a server default (so an older node's inserts still fill them), or, on SQLite,
+makes a table again with the same columns.
 """
 
 from typing import Any
 
 from sqlalchemy import DDL, Column, Index, MetaData, String, Table, inspect, select, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.schema import CreateColumn
+from sqlalchemy.schema import CreateColumn, CreateTable
 
 from . import schema
 from .sqlfunctions import create_sql_functions, narrow_enqueuers
@@ -139,6 +140,25 @@ def _enqueue_through_the_door_only(conn: Connection) -> None:
     narrow_enqueuers(conn)
 
 
+def _job_ids_never_reused(conn: Connection) -> None:
+    """11 to 12: SQLite never gives a job id twice (qp_jobs is AUTOINCREMENT: see schema.jobs), so a target that
+    keeps the highest fence it saw per job never meets a new job under an old one's id. SQLite cannot alter a
+    table's key, so qp_jobs is made again as its documentation says (a new table, the rows copied, the old one
+    dropped, the new one renamed, its indexes made); the ids given from now on start above the highest there.
+    PostgreSQL's and SQL Server's sequences never reused one: nothing to do there. An older node still running
+    sees the same table."""
+    if conn.dialect.name != "sqlite":
+        return
+    made = str(CreateTable(schema.jobs).compile(dialect=conn.dialect)).strip()
+    conn.execute(DDL(made.replace("CREATE TABLE qp_jobs ", "CREATE TABLE qp_jobs_new ", 1)))
+    columns = ", ".join(column.name for column in schema.jobs.c)
+    conn.execute(DDL(f"INSERT INTO qp_jobs_new ({columns}) SELECT {columns} FROM qp_jobs"))
+    conn.execute(DDL("DROP TABLE qp_jobs"))
+    conn.execute(DDL("ALTER TABLE qp_jobs_new RENAME TO qp_jobs"))
+    for index in schema.jobs.indexes:
+        index.create(conn)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -151,6 +171,7 @@ STEPS = {
     8: _payload_search,
     9: _farm_history,
     10: _enqueue_through_the_door_only,
+    11: _job_ids_never_reused,
 }
 
 

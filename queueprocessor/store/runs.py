@@ -5,7 +5,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import String, Text, and_, bindparam, case, false, insert, literal, or_, select, true, update
+from sqlalchemy import Float, String, Text, and_, bindparam, case, false, insert, literal, or_, select, true, update
 from sqlalchemy.engine import Connection
 
 from ..rules.errors import LostLease
@@ -14,9 +14,10 @@ from . import dependencies
 from .base import StoreBase
 from .dbtime import db_now
 from .history import run_history, with_machine_name
+from .jobs import cancelled_instead
 from .progress import progress_arrays, progress_renew_statement, progress_values
 from .schema import Id, jobs, runs
-from .statements import array_text, finish_statement, free_places, renew_statement
+from .statements import CANCELLED_BY, array_text, finish_statement, free_places, renew_statement
 from .types import Claimed, Ending, Progress
 
 
@@ -115,28 +116,28 @@ class RunStore:
 
     def finish_many(self, machine_id: int, endings: Sequence[Ending]) -> list[str | None]:
         """finish() for many runs in one transaction (a busy node's results, a few round trips for all).
-        Returns each job's new state, None where the fence moved on. The batch's statements match jobs without
-        children only: a parent (store/dependencies.py) is finished apart, in a transaction with its children's
-        release or cancellation, so a job with no dependencies costs no statement more."""
+        Returns each job's new state, None where the fence moved on: a run that would put its job back in the
+        queue while a cancel of it was asked ends it cancelled (statements.stopped). The batch's statements match
+        jobs without children only: a parent (store/dependencies.py) is finished apart, in a transaction with its
+        children's release or cancellation, so a job with no dependencies costs no statement more."""
         if self.store.whole and endings:
-            new: list[str | None] = [e.state for e in endings]
             ours = self.store.held(
                 finish_statement(),
                 dict(
                     b_machine=machine_id,
                     b_id=array_text([e.job.id for e in endings]),
                     b_fence=array_text([e.job.fence for e in endings]),
-                    b_state=array_text(new),
+                    b_state=array_text([e.state for e in endings]),
                     b_error=[e.error for e in endings],  # any text: psycopg quotes it
                     b_retry=array_text([e.retry_in for e in endings]),
                     b_outcome=array_text([e.outcome for e in endings]),
                     b_output=[e.output for e in endings],
                 ),
             )
+            still = {(job_id, fence): state for job_id, fence, state in ours}
+            states = [still.get((e.job.id, e.job.fence)) for e in endings]
             if len(ours) == len(endings):  # every run was still ours and childless (each is in `endings` once)
-                return new
-            still = set(ours)
-            states = [state if (e.job.id, e.job.fence) in still else None for e, state in zip(endings, new)]
+                return states
         else:
             states = self._finish_plain(machine_id, endings)
         return [state if state is not None else self._finish_parent(machine_id, e) for state, e in zip(states, endings)]
@@ -147,42 +148,46 @@ class RunStore:
         if len(endings) > 1 and engine.dialect.supports_sane_multi_rowcount:
             with engine.connect() as conn:
                 with conn.begin() as transaction:
-                    if _write_endings(conn, machine_id, endings) == len(endings):
-                        return [e.state for e in endings]
+                    if (states := _write_endings(conn, machine_id, endings)) is not None:
+                        return states
                     transaction.rollback()  # someone's fence moved on, or a job has children: find which, one by one
-        states: list[str | None] = []
+        found: list[str | None] = []
         for ending in endings:
             with engine.begin() as conn:
-                states.append(ending.state if _write_endings(conn, machine_id, [ending]) else None)
-        return states
+                found.append((_write_endings(conn, machine_id, [ending]) or [None])[0])
+        return found
 
     def _finish_parent(self, machine_id: int, ending: Ending) -> str | None:
         """A run the plain finish did not match: a job with children, ended with their release in one transaction
         under the same guard (owner and fence); None if it was not ours either (the fence moved on)."""
         with self.store.engine.begin() as conn:
-            return ending.state if _write_endings(conn, machine_id, [ending], parents=True) else None
+            return (_write_endings(conn, machine_id, [ending], parents=True) or [None])[0]
 
     def release(self, job: Claimed, machine_id: int, reason: str) -> bool:
         """Give a job back to the queue without spending an attempt (the node stopped it, e.g. when
-        it fenced itself off); its run ends as lost. False if it was no longer ours."""
+        it fenced itself off); its run ends as lost. A job whose cancel was asked ends cancelled instead, its
+        children with it (store/jobs.py cancelled_instead). False if it was no longer ours."""
         ours = (jobs.c.owner == machine_id, jobs.c.fence == job.fence, jobs.c.state == JobState.RUNNING)
         with self.store.engine.begin() as conn:
             conn.execute(
                 _run_ended(machine_id, *ours),
                 dict(b_id=job.id, b_outcome=Outcome.LOST, b_error=reason, b_output=None),
             )
-            count = conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job.id, *ours)
-                .values(
-                    state=JobState.QUEUED,
-                    owner=None,
-                    lease_until=None,
-                    run_at=case((jobs.c.run_at > db_now(), jobs.c.run_at), else_=db_now()),  # claimed early: not sooner
-                    attempts=jobs.c.attempts - 1,
-                    last_error=reason,
-                )
-            ).rowcount
+            if cancelled_instead(conn, and_(jobs.c.id == job.id, *ours)):
+                count = 1
+            else:
+                count = conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job.id, *ours)
+                    .values(
+                        state=JobState.QUEUED,
+                        owner=None,
+                        lease_until=None,
+                        run_at=case((jobs.c.run_at > db_now(), jobs.c.run_at), else_=db_now()),  # claimed early
+                        attempts=jobs.c.attempts - 1,
+                        last_error=reason,
+                    )
+                ).rowcount
             if count:
                 free_places(conn, [job.queue])
         return count == 1
@@ -198,10 +203,13 @@ class RunStore:
         return [dict(r._mapping) for r in self.store.rows(statement)]
 
 
-def _write_endings(conn: Connection, machine_id: int, endings: Sequence[Ending], parents: bool = False) -> int:
-    """The guarded updates for `endings`, one executemany per kind, and their runs' rows; the number of jobs
-    that were ours. They match jobs without children, or with `parents` jobs with children only, whose children
-    are then released or cancelled in the same transaction (store/dependencies.py)."""
+def _write_endings(
+    conn: Connection, machine_id: int, endings: Sequence[Ending], parents: bool = False
+) -> list[str | None] | None:
+    """The guarded updates for `endings`, one executemany per kind, and their runs' rows; the jobs' new states if
+    every one was ours, else None (and the caller rolls back). They match jobs without children, or with `parents`
+    jobs with children only, whose children are then released or cancelled in the same transaction
+    (store/dependencies.py). A job that would go back to the queue while a cancel was asked ends cancelled."""
     mine = and_(
         jobs.c.id == bindparam("b_id"),
         jobs.c.owner == machine_id,
@@ -213,15 +221,17 @@ def _write_endings(conn: Connection, machine_id: int, endings: Sequence[Ending],
     done = [e for e in endings if e.state != JobState.QUEUED]
     count = 0
     if again:
+        cancel = jobs.c.cancel_requested == true()
         count += conn.execute(
             update(jobs)
             .where(mine)
             .values(
-                state=JobState.QUEUED,
-                last_error=bindparam("b_error"),
+                state=case((cancel, JobState.CANCELLED.value), else_=JobState.QUEUED.value),
+                last_error=case((cancel, CANCELLED_BY), else_=bindparam("b_error", type_=Text)),
                 lease_until=None,
-                run_at=db_now() + bindparam("b_retry"),
-                owner=None,
+                run_at=case((cancel, jobs.c.run_at), else_=db_now() + bindparam("b_retry", type_=Float)),
+                owner=case((cancel, jobs.c.owner), else_=None),
+                finished_at=case((cancel, db_now()), else_=jobs.c.finished_at),
             ),
             [dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_retry=e.retry_in) for e in again],
         ).rowcount
@@ -234,12 +244,17 @@ def _write_endings(conn: Connection, machine_id: int, endings: Sequence[Ending],
             ),
             [dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_state=e.state) for e in done],
         ).rowcount
-    if count == len(endings):
-        conn.execute(
-            _run_ended(machine_id),
-            [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error, b_output=e.output) for e in endings],
-        )
-        free_places(conn, [e.job.queue for e in endings])
-        if parents:
-            dependencies.ended(conn, [(e.job.id, e.state) for e in endings])
-    return count
+    if count != len(endings):
+        return None
+    states = [str(e.state) for e in endings]
+    if again:
+        now = dict(conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_([e.job.id for e in again]))).all())
+        states = [str(now[e.job.id]) if e.state == JobState.QUEUED else state for e, state in zip(endings, states)]
+    conn.execute(
+        _run_ended(machine_id),
+        [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error, b_output=e.output) for e in endings],
+    )
+    free_places(conn, [e.job.queue for e in endings])
+    if parents:
+        dependencies.ended(conn, [(e.job.id, state) for e, state in zip(endings, states)])
+    return list(states)

@@ -5,6 +5,9 @@ occurrence to one job even when two machines do this at once: the schedule's
 `next_run` only moves by compare-and-set in the same transaction that inserts
 the jobs, and each job carries the unique key `name@occurrence`.
 
+Every occurrence a schedule cancels (paused, removed, edited, missed) is cancelled as an operator's cancel is
+(store/jobs.py cancel_queued): the jobs that run after it are cancelled with it, with the reason.
+
 Each schedule is planned on its own: one that cannot be (a row written by SQL
 with every = 0, a time zone this machine does not know) is paused, and its
 reason is left as a failed job of the schedule, where the operator looks; the
@@ -40,6 +43,7 @@ from .base import StoreBase
 from .dbtime import db_now
 from .events import record_event
 from .history import run_history, with_machine_name
+from .jobs import cancel_queued
 from .schema import jobs, schedules
 from .statements import gated_now
 from .types import JobSpec
@@ -161,12 +165,9 @@ class ScheduleStore:
 
     @staticmethod
     def _cancel_queued(conn: Connection, name: str) -> int:
-        """Cancel the schedule's waiting occurrences, and only those (see _waiting)."""
-        return conn.execute(
-            update(jobs)
-            .where(_waiting(jobs, name))
-            .values(state=JobState.CANCELLED, finished_at=db_now(), last_error=f"schedule {name} was removed or paused")
-        ).rowcount
+        """Cancel the schedule's waiting occurrences, and only those (see _waiting), with the jobs that wait for
+        them (store/jobs.py cancel_queued)."""
+        return cancel_queued(conn, _waiting(jobs, name), f"schedule {name} was removed or paused")
 
     def drop_missed(self) -> int:
         """Cancel waiting occurrences later than their schedule's grace: made into jobs in time, they were not
@@ -187,9 +188,8 @@ class ScheduleStore:
                 )
                 stale = and_(stale, jobs.c.run_at < newest.scalar_subquery())
             reason = f"missed: more than {grace:g} s late, beyond the schedule's grace (misfire policy {misfire})"
-            count = self.store.count(
-                update(jobs).where(stale).values(state=JobState.CANCELLED, finished_at=db_now(), last_error=reason)
-            )
+            with self.store.engine.begin() as conn:
+                count = cancel_queued(conn, stale, reason)
             if count:
                 log.warning("schedule %s: %s occurrences %s", name, count, reason)
             dropped += count
@@ -348,14 +348,14 @@ class ScheduleStore:
             stale = [job.id for job in waiting if not _recurs_at(recurrence, name, job.key, job.created_at)]
             reason = f"schedule {name} was edited: its occurrences follow the new recurrence"
             for start in range(0, len(stale), KEYS_PER_STATEMENT):
-                conn.execute(
-                    update(jobs)
-                    .where(
+                cancel_queued(
+                    conn,
+                    and_(
                         jobs.c.id.in_(stale[start : start + KEYS_PER_STATEMENT]),
                         jobs.c.state == JobState.QUEUED,
                         jobs.c.attempts == 0,  # a retry of an occurrence that came is still owed its run
-                    )
-                    .values(state=JobState.CANCELLED, finished_at=db_now(), last_error=reason)
+                    ),
+                    reason,
                 )
         if reworked:
             work = {column: schedule[column] for column in WORK}

@@ -35,7 +35,7 @@ from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.schedules import DEFAULT_MISFIRE
 from ..rules.states import CHECKING_IN, HISTORY_COUNTS, JobState, Kind, MachineState, Outcome
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 metadata = MetaData()
 
@@ -53,9 +53,15 @@ def partial(name: str, *columns: ColumnElement[Any], where: ColumnElement[bool],
 
 
 def partial_for(dialect: str) -> None:
-    """Give every partial index its condition in `dialect`'s terms (idempotent): before that dialect's DDL."""
+    """Give every partial index its condition in `dialect`'s terms (idempotent): before that dialect's DDL. On
+    SQLite, qp_jobs is AUTOINCREMENT too (given here for the same reason: said in the Table, it loads the SQLite
+    dialect everywhere): SQLite would give a deleted newest job's id to the next job (rowid: max + 1), whose
+    fences start at 1 again, so a target that keeps the highest fence it saw per job would refuse its writes.
+    AUTOINCREMENT never gives an id twice (schema 12; PostgreSQL's and SQL Server's sequences never did)."""
     for index, where in _PARTIAL:
         index.dialect_options[dialect]["where"] = where
+    if dialect == "sqlite":
+        jobs.dialect_options["sqlite"]["autoincrement"] = True
 
 
 # Every job state, as SQL text. Compiled into a statement once and cached with it, where a literal_execute

@@ -571,6 +571,7 @@ def _claim_update(shape: ClaimShape, pick: Any, now: Any) -> Any:
             jobs.c.priority,
             jobs.c.kind,
             jobs.c.queue,
+            jobs.c.cancel_requested,
         )
     )
 
@@ -698,13 +699,14 @@ def finish_statement() -> Any:
         ("output", Text),
     ]
     v, ours = _by_id(columns)
-    again = v.c.state == JobState.QUEUED
+    state = ending_state(v.c.state)
+    again = state == JobState.QUEUED
     ended = (
         update(jobs)
         .where(ours, jobs.c.has_children == false())
         .values(
-            state=v.c.state,
-            last_error=v.c.error,
+            state=state,
+            last_error=case((stopped(v.c.state), CANCELLED_BY), else_=v.c.error),
             lease_until=None,
             run_at=case((again, db_now() + v.c.retry), else_=jobs.c.run_at),
             owner=case((again, None), else_=jobs.c.owner),
@@ -712,6 +714,7 @@ def finish_statement() -> Any:
         )
         .returning(
             jobs.c.id,
+            state.label("state"),
             jobs.c.attempts,
             jobs.c.fence,
             jobs.c.started_at,
@@ -749,7 +752,21 @@ def finish_statement() -> Any:
     )
     # Every job that ended left running: its queue's running count, if it is limited, goes down with it.
     gone = select(ended.c.queue, func.count().label("n")).group_by(ended.c.queue).subquery("gone")
-    return select(ended.c.id, ended.c.fence).add_cte(logged, freed(gone).cte("freed"))
+    return select(ended.c.id, ended.c.fence, ended.c.state).add_cte(logged, freed(gone).cte("freed"))
+
+
+CANCELLED_BY = "cancelled by an operator"  # a cancelled job's last_error, as a cancel leaves it
+
+
+def stopped(state: Any) -> ColumnElement[bool]:
+    """A run that would put its job back in the queue (`state`: queued, SQL) while a cancel of it was asked: the
+    job ends cancelled instead, as the cancel asked (docs/design.md §7)."""
+    return and_(state == JobState.QUEUED, jobs.c.cancel_requested == true())
+
+
+def ending_state(state: Any) -> Any:
+    """The state a job's row takes when its run ends with `state` (SQL), a cancel asked meanwhile kept (`stopped`)."""
+    return case((stopped(state), JobState.CANCELLED.value), else_=state)
 
 
 # -- the roster version (see store/roster.py) ---------------------------------

@@ -26,6 +26,7 @@ class Claimed(NamedTuple):
     priority: int = 0
     kind: str = Kind.JOB
     queue: str = DEFAULT
+    cancel_requested: bool = False  # a claim ends such a job cancelled, never hands it on (JobStore.claim)
 
     @property
     def exhausted(self) -> bool:

@@ -11,7 +11,7 @@ from queueprocessor.store import bulk
 from queueprocessor.store.matching import let_bitmaps, matching
 from queueprocessor.store.schema import jobs
 from queueprocessor.store.types import JobSpec
-from tests.support.work import PYJOBS, Nodes, wait_for
+from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
 
 
 def _machine(store, name="m"):
@@ -245,3 +245,32 @@ def test_on_postgresql_a_rare_payload_value_is_found_through_the_index_and_a_com
         assert "ix_qp_jobs_payload" in plan("id=4242")
         assert "ix_qp_jobs_payload" not in plan("day=d1")  # half the jobs: the newest 500 are found at once
         assert [j["id"] for j in farm.find_jobs(JobFilter(search="id=4242"))] == [4242]
+
+
+@pytest.mark.postgres
+def test_a_bulk_action_says_how_many_jobs_it_found_busy_and_left_unchanged(pg_url, capsys):
+    """A job another transaction holds (a claim, a finish) is skipped by the bulk action's SKIP LOCKED: the result,
+    the CLI and the event say how many, so the operator runs it again; the second run takes it."""
+    with Farm(pg_url) as farm:
+        ids = farm._store.jobs.enqueue(JobSpec(executor="http", target="/t", queue="busy"), count=4)
+        holder = farm._engine.connect()
+        try:
+            holder.begin()
+            holder.execute(select(jobs.c.id).where(jobs.c.id == ids[1]).with_for_update())
+            changed = farm.cancel_jobs(JobFilter(queue="busy"))
+            assert (changed, changed.busy) == (3, 1)
+            [event] = [e for e in farm.events(3600) if e["kind"] == "jobs.bulk"]
+            assert event["detail"].endswith("3 jobs; 1 was busy and left unchanged: run it again")
+            farm._store.jobs.enqueue(JobSpec(executor="http", target="/t", queue="busy"))
+            assert run_cli("--db", pg_url, "cancel", "--queue", "busy") == 0
+            said = capsys.readouterr().out
+            assert said.endswith(
+                "cancelled (running ones stop within a heartbeat); 1 was busy and left unchanged: run it again\n"
+            )
+            assert said.startswith("1 job ")
+        finally:
+            holder.rollback()
+            holder.close()
+        assert _states(farm._store, [ids[1]]) == {ids[1]: "queued"}
+        again = farm.cancel_jobs(JobFilter(queue="busy"))
+        assert (again, again.busy) == (1, 0)

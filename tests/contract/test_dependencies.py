@@ -11,7 +11,7 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from queueprocessor.rules.errors import BadJobInput, LostLease
+from queueprocessor.rules.errors import BadJobInput, LostLease, QPError
 from queueprocessor.rules.search import JobFilter
 from queueprocessor.store.schema import deps, flow_jobs
 from queueprocessor.store.types import Ending, JobSpec
@@ -356,3 +356,78 @@ def test_a_groups_members_go_in_each_as_given_in_their_order_and_all_or_none(far
     with pytest.raises(Exception, match="taken"):
         farm.group([*specs[:3], farm.python_spec("bench.jobs:noop", key="taken")], callback=WORK)
     assert farm.job_counts() == before
+
+
+def test_a_bulk_retry_of_a_parent_and_its_child_leaves_the_child_waiting_until_the_parent_succeeds(farm):
+    """The issue's trial: A fails for good, B (after A) is cancelled with it, then both are retried in one bulk
+    action: B waits for A's second attempt instead of running beside it."""
+    store = farm._store
+    me = register(store)
+    [a] = store.jobs.enqueue(WORK)
+    [b] = store.jobs.enqueue(after(a))
+    claimed = claim(store, me, a)
+    assert store.runs.finish(claimed[a], me, "failed", error="boom") == "failed"
+    assert state(store, b) == ("cancelled", f"parent {a} failed")
+    assert farm.retry_jobs(JobFilter(queue="default")) == 2
+    assert state(store, b)[0] == "waiting"
+    claimed = claim(store, me, a)  # B is not claimable beside A's second attempt
+    assert store.runs.finish(claimed[a], me, "succeeded") == "succeeded"
+    assert state(store, b)[0] == "queued"
+    claim(store, me, b)
+
+
+def test_a_single_retry_of_a_child_waits_for_its_parent_or_is_held_for_a_parent_that_failed(farm):
+    """A child retried alone never runs before its parents: with its parent queued again it waits for it; with
+    its parent failed for good it stays cancelled, held by that parent, is told so, and comes back with the
+    parent's retry."""
+    store = farm._store
+    me = register(store)
+    [a] = store.jobs.enqueue(WORK)
+    [b] = store.jobs.enqueue(after(a))
+    [c] = store.jobs.enqueue(after(b))
+    assert farm.cancel(b) == "cancelled"
+    assert farm.retry(b) == "waiting"
+    assert state(store, b)[0] == "waiting"
+    assert store.jobs.get(b)["pending"] == 1
+    claimed = claim(store, me, a)
+    assert store.runs.finish(claimed[a], me, "failed", error="boom") == "failed"
+    assert state(store, b) == ("cancelled", f"parent {a} failed")
+    with pytest.raises(QPError, match=rf"^job {b} stays cancelled: parent {a} failed; retry job {a}, and job {b} "):
+        farm.retry(b)
+    assert state(store, b) == ("cancelled", f"parent {a} failed")
+    assert state(store, c)[0] == "cancelled"
+    assert farm.retry(a) == "queued"
+    assert state(store, b)[0] == "waiting", "held by its parent: the parent's retry brings it back"
+    claimed = claim(store, me, a)
+    assert store.runs.finish(claimed[a], me, "succeeded") == "succeeded"
+    assert state(store, b)[0] == "queued"
+
+
+def test_a_retried_groups_callback_waits_for_its_members_and_runs_with_its_outcome(farm):
+    """A group's callback cancelled while it waited and retried before its members ended waits for them, and is
+    released with the group's outcome as its payload; retried again once it ran, it gets the outcome afresh."""
+    store = farm._store
+    me = register(store)
+    specs = [farm.python_spec("bench.jobs:noop", {"n": n}, max_attempts=1) for n in range(2)]
+    group_id = farm.group(specs, callback=farm.python_spec("bench.jobs:noop", {"mine": True}, max_attempts=1))
+    callback = farm.group_info(group_id)["callback"]["id"]
+    assert farm.cancel(callback) == "cancelled"
+    assert farm.retry(callback) == "waiting"
+    members = sorted(store.jobs.claim(me, 64, 30.0), key=lambda c: c.id)
+    assert [m.id for m in members] != [] and callback not in [m.id for m in members]
+    store.runs.finish(members[0], me, "succeeded")
+    store.runs.finish(members[1], me, "failed", error="bad")
+    outcome = {
+        "group": group_id,
+        "total": 2,
+        "succeeded": 1,
+        "failed": 1,
+        "cancelled": 0,
+        "failed_ids": [members[1].id],
+        "payload": {"mine": True},
+    }
+    [run] = claim(store, me, callback).values()
+    assert json.loads(run.payload) == outcome
+    store.runs.finish(run, me, "failed", error="callback broke")
+    assert farm.retry(callback) == "queued"
+    assert json.loads(store.jobs.get(callback)["payload"]) == outcome, "filled afresh, not nested"

@@ -44,10 +44,39 @@ def rewriting(url: str):
         engine.dispose()
 
 
+def make_version_11(url: str) -> None:
+    """A farm database as schema version 11 left it (as this version made it, whatever is in it already): on
+    SQLite, qp_jobs without AUTOINCREMENT (made again so, with its rows and indexes)."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        if conn.dialect.name == "sqlite":
+            made = conn.execute(
+                text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'qp_jobs'")
+            ).scalar()
+            indexes = conn.execute(
+                text("SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'qp_jobs' AND sql IS NOT NULL")
+            ).all()
+            conn.execute(text(made.replace(" AUTOINCREMENT", "").replace("qp_jobs", "qp_jobs_old", 1)))
+            conn.execute(text("INSERT INTO qp_jobs_old SELECT * FROM qp_jobs"))
+            conn.execute(text("DROP TABLE qp_jobs"))
+            conn.execute(text("ALTER TABLE qp_jobs_old RENAME TO qp_jobs"))
+            for (index,) in indexes:
+                conn.execute(text(index))
+        set_version(conn, 11)
+
+
+def make_version_10(url: str) -> None:
+    """A farm database as schema version 10 left it: qp_enqueue as it was is made again by step 10 whatever it is
+    (tests/contract/test_sql_enqueue_role.py peels that step off for real)."""
+    make_version_11(url)
+    with rewriting(url) as conn:
+        set_version(conn, 10)
+
+
 def make_version_9(url: str) -> None:
     """A farm database as schema version 9 left it (as this version made it, whatever is in it already): no
     history, and runs not indexed by their end."""
-    Farm(url).close()
+    make_version_10(url)
     with rewriting(url) as conn:
         conn.execute(text("DROP TABLE qp_history"))
         conn.execute(text("DROP TABLE qp_events"))
@@ -172,7 +201,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "11"
+        assert version == CURRENT == "12"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -393,3 +422,35 @@ def test_a_version_9_database_gets_the_farms_history_in_place(db_url):
         assert farm._store.stats.write_minute(minute) == 1
         [row] = farm._store.stats.read(3600)
         assert (row["enqueued"], row["started"], row["succeeded"]) == (1, 1, 1)
+
+
+def newest_deleted_then_enqueued(farm: Farm) -> tuple[int, int]:
+    """Enqueue a job, end it, delete it (the newest), enqueue another: (the deleted job's id, the new one's)."""
+    [gone] = farm._store.jobs.enqueue(JOB)
+    assert farm.cancel(gone) == "cancelled"
+    assert farm.delete_jobs(JobFilter(ids=(gone,))) == 1
+    [new] = farm._store.jobs.enqueue(JOB)
+    return gone, new
+
+
+def test_a_deleted_newest_jobs_id_is_never_given_again(farm):
+    """SQLite gave the next job the id of the newest one deleted (rowid: max + 1), whose fences start at 1 again:
+    a target that keeps the highest fence it saw per job would refuse it. No backend reuses an id."""
+    gone, new = newest_deleted_then_enqueued(farm)
+    assert new > gone
+
+
+def test_a_version_11_database_never_reuses_a_job_id_once_upgraded(db_url):
+    """Version 11 to 12: on SQLite qp_jobs is made again with AUTOINCREMENT as the node starts, its rows and
+    indexes kept; from then on a deleted newest job's id is not given again."""
+    with Farm(db_url) as farm:
+        [kept] = farm._store.jobs.enqueue(JOB)
+    make_version_11(db_url)
+    with Farm(db_url) as farm:
+        assert shape(farm)[0] == CURRENT
+        assert farm.job(kept)["state"] == "queued"
+        with farm._engine.connect() as conn:
+            indexes = {index["name"] for index in inspect(conn).get_indexes("qp_jobs")}
+        assert {index.name for index in schema.jobs.indexes} <= indexes
+        gone, new = newest_deleted_then_enqueued(farm)
+        assert gone > kept and new > gone

@@ -52,7 +52,7 @@ def test_an_enqueue_after_parents_locks_them_and_links_the_child():
 def test_a_parents_finish_releases_and_cancels_in_t_sql():
     job = Claimed(1, "http", "/ok", "GET", None, 1, 1, None, 3, 0.0)
     conn = Scripted([(1,)], [], [], [(7, "queued")], [], [], [(8, 2)], [(8,)], [], [])
-    assert _write_endings(conn, 9, [Ending(job, "succeeded")], parents=True) == 1
+    assert _write_endings(conn, 9, [Ending(job, "succeeded")], parents=True) == ["succeeded"]
     dependencies.ended(conn, [(2, "failed")])
     finish, *rest = conn.sql
     assert "qp_jobs.has_children = 1" in finish and "qp_jobs.fence = " in finish
@@ -70,6 +70,22 @@ def test_a_retry_restores_in_t_sql():
     assert restore.startswith("UPDATE qp_jobs SET state=") and "qp_jobs.held_by = " in restore
     assert "qp_jobs WITH (UPDLOCK, ROWLOCK)" in lock, "the jobs to count again are locked first"
     assert recount.startswith("UPDATE qp_jobs SET pending=coalesce((SELECT count(*)")
+
+
+def test_a_retried_child_waits_again_and_a_cancel_asked_is_kept_in_t_sql():
+    conn = Scripted([(8,)], [(8, "waiting")], [(8, 2, "failed")], [(8,)], [], [])
+    assert dependencies.rejoined(conn, [8]) == {8: (2, "parent 2 failed")}
+    linked, wait, failed, cancel, *_ = conn.sql
+    assert linked.startswith("SELECT DISTINCT qp_deps.child_id")
+    assert wait.startswith("UPDATE qp_jobs SET state=CASE WHEN (coalesce((SELECT count(*)")
+    assert "OUTPUT inserted.id" in wait
+    assert "qp_jobs.held_by" not in failed and cancel.startswith("UPDATE qp_jobs SET state=")
+    job = Claimed(1, "http", "/ok", "GET", None, 1, 3, None, 3, 0.0)
+    conn = Scripted([(1,)], [(1, "cancelled")], [], [], [(1, "cancelled")], [], [], [])
+    assert _write_endings(conn, 9, [Ending(job, "failed", "x", 0.0)], parents=True) == ["cancelled"]
+    again = conn.sql[0]
+    assert again.startswith("UPDATE qp_jobs SET state=CASE WHEN (qp_jobs.cancel_requested = 1)")
+    assert "RETURNING" not in " ".join(conn.sql)
 
 
 def test_a_callback_after_thousands_of_members_flags_them_within_sql_servers_parameter_limit():
