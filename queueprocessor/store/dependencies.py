@@ -185,6 +185,7 @@ def restore(conn: Connection, job_id: int) -> None:
         )
     ]
     if ids:
+        _lock_parents(conn, ids)
         conn.execute(update(jobs).where(jobs.c.id.in_(ids), waiting).values(pending=func.coalesce(_unmet(), 0)))
         _hold_again(conn, restored)
 
@@ -203,6 +204,7 @@ def rejoined(conn: Connection, ids: Sequence[int]) -> dict[int, tuple[int, str]]
         linked += [row[0] for row in conn.execute(select(deps.c.child_id).where(deps.c.child_id.in_(chunk)).distinct())]
     if not linked:
         return {}
+    _lock_parents(conn, linked)
     unmet = func.coalesce(_unmet(), 0)
     rows = conn.execute(
         update(jobs)
@@ -214,6 +216,23 @@ def rejoined(conn: Connection, ids: Sequence[int]) -> dict[int, tuple[int, str]]
     if queued:
         fill_callbacks(conn, queued)
     return _hold_again(conn, [job_id for job_id, state in rows if state == JobState.WAITING])
+
+
+def _lock_parents(conn: Connection, children: Sequence[int]) -> None:
+    """Lock the parents of `children` before counting which of them are met. A parent's finish updates its row
+    first and counts its waiting children down in a later statement: locked first, a finish under way is waited
+    for and then counted as met (the count's statement reads what it committed); a finish that comes after waits for
+    our commit and then finds the children waiting. Counted without the lock, a parent that ended meanwhile was
+    counted as unmet while its finish saw no waiting child to count down, and the child waited for ever."""
+    for first in range(0, len(children), CHUNK):
+        parents = select(deps.c.parent_id).where(deps.c.child_id.in_(list(children[first : first + CHUNK])))
+        conn.execute(
+            select(jobs.c.id)
+            .where(jobs.c.id.in_(parents))
+            .order_by(jobs.c.id)
+            .with_for_update()
+            .with_hint(jobs, "WITH (UPDLOCK, ROWLOCK)", "mssql")
+        ).all()
 
 
 def _unmet() -> Any:

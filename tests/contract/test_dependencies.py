@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from queueprocessor.rules.errors import BadJobInput, LostLease, QPError
 from queueprocessor.rules.search import JobFilter
@@ -431,3 +431,47 @@ def test_a_retried_groups_callback_waits_for_its_members_and_runs_with_its_outco
     store.runs.finish(run, me, "failed", error="callback broke")
     assert farm.retry(callback) == "queued"
     assert json.loads(store.jobs.get(callback)["payload"]) == outcome, "filled afresh, not nested"
+
+
+@pytest.mark.postgres
+def test_a_retry_racing_its_parents_finish_never_leaves_the_child_waiting_for_ever(pg_url, monkeypatch):
+    """The fault suite's dependency races found children left `waiting` for ever. A parent's finish counts its
+    waiting children down before it commits; a retry of a child counted that parent, not yet committed, as unmet,
+    while the finish found no waiting child to count down. Here the finish is held open after its count-down (its
+    transaction is the real one), and a retry of the child comes meanwhile, from another process's farm: it must
+    wait for the finish and see the parent succeeded."""
+    from queueprocessor.farm import Farm
+    from queueprocessor.store import runs
+
+    with Farm(pg_url) as farm, Farm(pg_url) as operator, Farm(pg_url) as watcher:
+        store = farm._store
+        me = register(store)
+        [parent] = store.jobs.enqueue(WORK)
+        [child] = store.jobs.enqueue(after(parent))
+        store.jobs.cancel(child)
+        claimed = claim(store, me, parent)
+        counted, go_on = threading.Event(), threading.Event()
+        ended = runs.dependencies.ended
+
+        def held_open(conn, parents):
+            ended(conn, parents)
+            counted.set()
+            go_on.wait(10)
+
+        monkeypatch.setattr(runs.dependencies, "ended", held_open)
+        finishing = threading.Thread(target=store.runs.finish, args=(claimed[parent], me, "succeeded"))
+        finishing.start()
+        assert counted.wait(10)
+        retrying = threading.Thread(target=operator._store.jobs.retry, args=(child,))
+        retrying.start()
+        waits = text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+        with watcher._engine.connect() as conn:
+            deadline = time.monotonic() + 10
+            while retrying.is_alive() and not conn.execute(waits).scalar() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        go_on.set()
+        finishing.join(10)
+        retrying.join(10)
+        assert state(store, parent)[0] == "succeeded"
+        job = store.jobs.get(child)
+        assert (job["state"], job["pending"]) == ("queued", 0)
