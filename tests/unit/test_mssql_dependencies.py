@@ -64,19 +64,21 @@ def test_a_parents_finish_releases_and_cancels_in_t_sql():
 
 
 def test_a_retry_restores_in_t_sql():
-    conn = Scripted([(8,)], [(8,)], [], [(8, 3, "failed")], [(8,)], [], [])
+    conn = Scripted([(8,)], [(8,)], [(2,), (3,)], [], [(8, 3, "failed")], [(8,)], [], [])
     dependencies.restore(conn, 2)
-    restore, lock, recount, failed, *_ = conn.sql
+    restore, lock, parents, recount, failed, *_ = conn.sql
     assert restore.startswith("UPDATE qp_jobs SET state=") and "qp_jobs.held_by = " in restore
     assert "qp_jobs WITH (UPDLOCK, ROWLOCK)" in lock, "the jobs to count again are locked first"
+    assert "qp_jobs WITH (UPDLOCK, ROWLOCK)" in parents and "qp_deps.parent_id" in parents, "then their parents"
     assert recount.startswith("UPDATE qp_jobs SET pending=coalesce((SELECT count(*)")
 
 
 def test_a_retried_child_waits_again_and_a_cancel_asked_is_kept_in_t_sql():
-    conn = Scripted([(8,)], [(8, "waiting")], [(8, 2, "failed")], [(8,)], [], [])
+    conn = Scripted([(8,)], [(2,)], [(8, "waiting")], [(8, 2, "failed")], [(8,)], [], [])
     assert dependencies.rejoined(conn, [8]) == {8: (2, "parent 2 failed")}
-    linked, wait, failed, cancel, *_ = conn.sql
+    linked, parents, wait, failed, cancel, *_ = conn.sql
     assert linked.startswith("SELECT DISTINCT qp_deps.child_id")
+    assert "qp_jobs WITH (UPDLOCK, ROWLOCK)" in parents, "the parents are locked before they are counted"
     assert wait.startswith("UPDATE qp_jobs SET state=CASE WHEN (coalesce((SELECT count(*)")
     assert "OUTPUT inserted.id" in wait
     assert "qp_jobs.held_by" not in failed and cancel.startswith("UPDATE qp_jobs SET state=")
