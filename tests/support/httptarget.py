@@ -133,10 +133,16 @@ class HttpTarget:
         """Sleep `seconds` and return the status to record, ending early on stop or hang-up."""
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
-            if self._stopping.wait(min(left, _POLL)):
+            if self._stopping.is_set():
                 return 503
-            if _hung_up(conn):
-                return _CLIENT_GONE
+            # Woken by the caller's hang-up as it arrives, so the record's end is the hang-up's time to the
+            # millisecond, not to the poll: a run that starts right after its predecessor hung up must not look
+            # as if the two overlapped.
+            readable, _, _ = select.select([conn], [], [], min(left, _POLL))
+            if readable:
+                if _hung_up(conn):
+                    return _CLIENT_GONE
+                self._stopping.wait(min(left, _POLL))  # it sent more: nothing to wake on but the poll
         return 200
 
     def __enter__(self) -> HttpTarget:
