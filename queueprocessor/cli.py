@@ -1129,7 +1129,7 @@ def _bulk_command(action: str, done: str, one: Callable[["Farm", int], str], tex
             raise click.UsageError(f"give a job id, a filter, or --all to {action} every job it can")
         stop = threading.Event()
         changed = _until_ctrl_c(stop, lambda: ctx.farm.act_on_jobs(action, where, everything=True, stop=stop.is_set))
-        busy = f"; {changed.busy_text()}" if changed.busy else ""  # rows another transaction held
+        busy = changed.busy_said()  # rows another transaction held
         if stop.is_set():
             click.echo(f"stopped: {_jobs(changed)} {done} before Ctrl-C{busy}; the rest are untouched", err=True)
             sys.exit(130)

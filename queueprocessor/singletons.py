@@ -33,7 +33,6 @@ from .store.types import JobSpec
 
 log = logging.getLogger("queueprocessor.singletons")
 
-PREFIX = SINGLETON_PREFIX
 FOREVER = 2**31 - 1  # a singleton never runs out of attempts
 
 
@@ -41,7 +40,7 @@ def add(store: Store, name: str, spec: JobSpec) -> int:
     """Define a singleton; the next turn-holder with room starts it. Refused while one of that name lives."""
     if not name or len(name) > 200 or name != name.strip():
         raise InvalidJob(f"singleton name {echoed(name)} must be 1-200 characters without surrounding spaces")
-    key = PREFIX + name
+    key = SINGLETON_PREFIX + name
     spec = JobSpec(
         executor=spec.executor,
         target=spec.target,
@@ -65,14 +64,14 @@ def add(store: Store, name: str, spec: JobSpec) -> int:
 
 
 def get(store: Store, name: str) -> dict[str, Any]:
-    job = store.jobs.keyed(key=PREFIX + name)
+    job = store.jobs.keyed(key=SINGLETON_PREFIX + name)
     if job is None:
         raise NotFound(f"no singleton named {echoed(name)}", what="singleton", ref=name)
     return job
 
 
 def list_all(store: Store) -> list[dict[str, Any]]:
-    return [job | {"name": job["key"][len(PREFIX) :]} for job in store.jobs.singletons()]
+    return [job | {"name": job["key"][len(SINGLETON_PREFIX) :]} for job in store.jobs.singletons()]
 
 
 def remove(store: Store, name: str) -> str:

@@ -43,9 +43,11 @@ class Changed(int):
         made.busy = busy
         return made
 
-    def busy_text(self) -> str:
-        """What an operator is told of the busy jobs."""
-        return f"{self.busy} {'was' if self.busy == 1 else 'were'} busy and left unchanged: run it again"
+    def busy_said(self) -> str:
+        """What an operator is told of the busy jobs, after the count of those changed ("" when there were none)."""
+        if not self.busy:
+            return ""
+        return f"; {self.busy} {'was' if self.busy == 1 else 'were'} busy and left unchanged: run it again"
 
 
 def acts_on(action: BulkAction) -> ColumnElement[bool]:
@@ -142,8 +144,7 @@ def _busy(conn: Connection, picked: ColumnElement[bool], after: int | None, ids:
 def _log(store: StoreBase, action: BulkAction, where: JobFilter, changed: Changed, ending: str) -> None:
     """One event for the whole action, once its batches are done, stopped or interrupted (docs/design.md §10)."""
     with store.engine.begin() as conn:
-        busy = f"; {changed.busy_text()}" if changed.busy else ""
-        told = f"{where.describe()}: {changed} job{'' if changed == 1 else 's'}{ending}{busy}"
+        told = f"{where.describe()}: {changed} job{'' if changed == 1 else 's'}{ending}{changed.busy_said()}"
         record_event(conn, EventKind.JOBS_BULK, action.value, told, store.actor)
 
 

@@ -9,6 +9,7 @@ renews, a paused or draining node gives them back at once (their time kept), and
 them loses none: they come back after the lease.
 """
 
+import contextlib
 import time
 
 import pytest
@@ -122,39 +123,43 @@ def test_a_node_sigkilled_while_holding_jobs_ahead_of_their_time_loses_none(pg_u
             assert (lost["outcome"], ran["outcome"]) == ("lost", "succeeded")
 
 
-def test_a_run_waiting_for_its_older_run_is_renewed_and_given_back_by_a_pause_only_once_that_run_is_over(pg_url):
-    """The watchdog stopped a function that ignores its flag; the node claimed the job back after a thaw. The new run
-    waits for the old call to return: meanwhile its lease is renewed, and a pause gives it back, but only once the
-    old call has returned. Given back at once, the job went back to the queue while the old call still worked here,
-    and another machine ran it beside it."""
+@contextlib.contextmanager
+def claimed_back(pg_url):
+    """stubborn_claimed_back on a fresh farm with a machine of its own: yields (store, machine, runner, job id, the
+    old claim, the new one), pyjobs.CALLS holding only its calls."""
     pyjobs.CALLS.clear()
     with Farm(pg_url) as farm:
         store = farm._store
         machine = store.machines.register(name="m", host="h", instance="i", pid=1, version="t", capacity=4)
         with stubborn_claimed_back(farm, machine) as (runner, job_id, old, new):
-            wait_for(lambda: (job_id, new.fence) in runner.held())
-            assert (job_id, new.fence) in store.runs.renew(machine, runner.held(), lease=30), "the keepalive's renewal"
-            runner.hand_back_waiting("paused")
-            row = wait_for(lambda: (r := store.jobs.get(job_id))["state"] == "queued" and r, timeout=15)
-            assert pyjobs.CALLS[0]["ended"] is not None, "the job went back to the queue while its old call worked"
-            assert (row["owner"], row["last_error"]) == (None, STOPPED["paused"])
-            wait_for(lambda: runner.count() == 0, timeout=15)
+            yield store, machine, runner, job_id, old, new
+
+
+def test_a_run_waiting_for_its_older_run_is_renewed_and_given_back_by_a_pause_only_once_that_run_is_over(pg_url):
+    """The watchdog stopped a function that ignores its flag; the node claimed the job back after a thaw. The new run
+    waits for the old call to return: meanwhile its lease is renewed, and a pause gives it back, but only once the
+    old call has returned. Given back at once, the job went back to the queue while the old call still worked here,
+    and another machine ran it beside it."""
+    with claimed_back(pg_url) as (store, machine, runner, job_id, old, new):
+        wait_for(lambda: (job_id, new.fence) in runner.held())
+        assert (job_id, new.fence) in store.runs.renew(machine, runner.held(), lease=30), "the keepalive's renewal"
+        runner.hand_back_waiting("paused")
+        row = wait_for(lambda: (r := store.jobs.get(job_id))["state"] == "queued" and r, timeout=15)
+        assert pyjobs.CALLS[0]["ended"] is not None, "the job went back to the queue while its old call worked"
+        assert (row["owner"], row["last_error"]) == (None, STOPPED["paused"])
+        wait_for(lambda: runner.count() == 0, timeout=15)
     assert [call["fence"] for call in pyjobs.CALLS] == [old.fence], "the new run never began"
 
 
 def test_a_third_claim_of_a_job_waits_for_every_older_run_still_at_work_here(pg_url):
     """The wait for an older run was one level deep: a second run stopped while it waited for the first ended at
     once, the job went back to the queue, and a third claim started beside the first, whose call still worked."""
-    pyjobs.CALLS.clear()
-    with Farm(pg_url) as farm:
-        store = farm._store
-        machine = store.machines.register(name="m", host="h", instance="i", pid=1, version="t", capacity=4)
-        with stubborn_claimed_back(farm, machine) as (runner, job_id, old, second):
-            wait_for(lambda: (job_id, second.fence) in runner.held())
-            runner.stop_job((job_id, second.fence), "lost")  # another freeze
-            store.runs.renew(machine, [(job_id, second.fence)], lease=-1.0)  # its lease runs out meanwhile
-            [third] = store.jobs.claim(machine, 1, lease=30)  # the node's turn after the thaw, again
-            runner.submit(third)
-            wait_for(lambda: store.jobs.get(job_id)["state"] != "running", timeout=20)
+    with claimed_back(pg_url) as (store, machine, runner, job_id, old, second):
+        wait_for(lambda: (job_id, second.fence) in runner.held())
+        runner.stop_job((job_id, second.fence), "lost")  # another freeze
+        store.runs.renew(machine, [(job_id, second.fence)], lease=-1.0)  # its lease runs out meanwhile
+        [third] = store.jobs.claim(machine, 1, lease=30)  # the node's turn after the thaw, again
+        runner.submit(third)
+        wait_for(lambda: store.jobs.get(job_id)["state"] != "running", timeout=20)
     assert [call["fence"] for call in pyjobs.CALLS] == [old.fence, third.fence]
     assert pyjobs.overlapping(pyjobs.CALLS) == [], "two calls of the job at once on one machine"
