@@ -31,7 +31,7 @@ from queueprocessor.executors import JobContext
 from queueprocessor.executors.command import CommandExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.config import FarmTiming
-from queueprocessor.store.types import Claimed
+from queueprocessor.rules.job import Claimed
 
 LONG = ["sh", "-c", 'echo $$ > "$0.tmp" && mv "$0.tmp" "$0" && exec sleep 60']
 OUTLIVED = 8.0  # seconds after which a command that is still alive is reported as outliving its node

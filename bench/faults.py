@@ -79,8 +79,8 @@ from sqlalchemy.exc import OperationalError
 from queueprocessor import singletons
 from queueprocessor.farm import Farm
 from queueprocessor.rules.clock import SystemClock
+from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.search import JobFilter
-from queueprocessor.store.types import JobSpec
 from tests.support.httptarget import HttpTarget
 from tests.support.tcpproxy import TcpProxy
 

@@ -37,6 +37,9 @@ from .rules.errors import (
     QPError,
     echoed,
 )
+from .rules.job import JobSpec as JobSpec  # what work_spec returns: the app builds jobs from it
+from .rules.job import to_json
+from .rules.job import work_spec as work_spec  # the CLI, the app and scripts build jobs with it
 from .rules.limits import LATEST, MAX_ATTEMPTS, MAX_WAIT
 from .rules.queues import (
     DEFAULT,
@@ -69,11 +72,8 @@ from .store.events import actor_of
 from .store.queues import QueueStore, queue_infos
 from .store.schedules import ScheduleStore
 from .store.stores import Store
-from .store.types import JobSpec as JobSpec  # what work_spec returns: the app builds jobs from it
 from .timing import SharedTiming
 from .workflows import FarmFlows
-from .workspec import to_json
-from .workspec import work_spec as work_spec  # the CLI, the app and scripts build jobs with it
 
 if TYPE_CHECKING:  # loaded by the methods that return them, so that enqueueing never loads a node (cli.py)
     from .node.node import Node

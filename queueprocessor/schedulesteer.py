@@ -2,7 +2,7 @@
 last runs.
 
 Farm takes these methods from ScheduleSteering; they check what they are given as `schedule add` does (the
-recurrence by rules.schedules, the work by workspec) and leave the statements to store.schedules (the run-now
+recurrence by rules.schedules, the work by rules.job) and leave the statements to store.schedules (the run-now
 key, the guarded edit, the runs read): docs/design.md §6.
 """
 
@@ -12,14 +12,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .rules.errors import BadJobInput
+from .rules.job import work_spec
 from .rules.limits import MAX_INT, MAX_WAIT
 from .rules.queues import UNCHANGED
 from .rules.schedules import Recurrence, check_policy, edited
-from .workspec import work_spec
 
 if TYPE_CHECKING:
+    from .rules.job import JobSpec
     from .store.schedules import ScheduleStore
-    from .store.types import JobSpec
 
 
 class SteeredFarm(Protocol):

@@ -24,12 +24,12 @@ import uuid
 from typing import Any, cast
 
 from .rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
+from .rules.job import JobSpec
 from .rules.output import machine_label
 from .rules.states import JobState, Kind
 from .store.jobs import SINGLETON_PREFIX
 from .store.locks import LockStore
 from .store.stores import Store
-from .store.types import JobSpec
 
 log = logging.getLogger("queueprocessor.singletons")
 

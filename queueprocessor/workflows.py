@@ -17,10 +17,10 @@ from typing import Any, Protocol
 from . import grabs
 from .rules.allow import check_allowed
 from .rules.errors import BadJobInput, DuplicateKey, NotFound, echoed
+from .rules.job import JobSpec
 from .rules.queues import MAX_NAME
 from .store.flows import GROUP, WORKFLOW, FlowStore, Made, Step
 from .store.stores import Store
-from .store.types import JobSpec
 
 MAX_STEPS = 100_000  # jobs one call enqueues: a graph is one transaction
 

@@ -11,7 +11,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-from ..store.types import Claimed, JobSpec, Progress
+from ..rules.job import Claimed, JobSpec
+from ..store.types import Progress
 from .warden import Leash
 
 Results = Callable[[int], dict[str | int, Any]]  # a job id -> what its parents returned (store.flows.FlowStore)

@@ -26,7 +26,8 @@ import signal
 from collections import deque
 
 from ..rules.allow import check_command, parse_argv
-from ..store.types import Claimed, JobSpec, Progress
+from ..rules.job import Claimed, JobSpec
+from ..store.types import Progress
 from .base import OUTPUT_LIMIT, Executor, JobContext, JobFailed, excerpt
 from .warden import Leash, Warden
 

@@ -23,8 +23,8 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from ..rules.allow import LOCAL_BASE, LOCAL_HOSTS, check_host
 from ..rules.errors import BadSetting
+from ..rules.job import Claimed, JobSpec
 from ..rules.urls import mask
-from ..store.types import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed
 
 if TYPE_CHECKING:

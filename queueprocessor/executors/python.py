@@ -31,8 +31,8 @@ from contextlib import suppress
 from typing import Any, cast
 
 from ..rules.allow import check_module, module_allowed, parse_target
+from ..rules.job import Claimed, JobSpec
 from ..rules.logs import about
-from ..store.types import Claimed, JobSpec
 from .base import Executor, JobContext, JobFailed, excerpt
 from .threads import Threads
 

@@ -8,9 +8,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from ..rules.job import Ending
 from ..rules.logs import about
 from ..rules.states import Outcome
-from ..store.types import Ending
 from .runs import Running, retry_in
 
 if TYPE_CHECKING:

@@ -28,10 +28,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..executors import Executor, JobContext, executor_for
+from ..rules.job import Claimed
 from ..rules.logs import about
 from ..rules.states import Kind, Outcome
 from ..store.stores import Store
-from ..store.types import Claimed, Progress
+from ..store.types import Progress
 from .batches import Batches
 from .recorder import Recorder
 from .runs import (

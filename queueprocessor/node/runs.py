@@ -7,8 +7,8 @@ from typing import TypeVar
 
 from ..executors import JobContext, JobFailed
 from ..rules.errors import NotAllowed, QPError
+from ..rules.job import Claimed
 from ..rules.states import Kind, Outcome
-from ..store.types import Claimed
 
 RunKey = tuple[int, int]  # (job id, fence): one run of a job, as every write of it is guarded
 

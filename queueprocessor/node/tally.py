@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # a claimed job is only read here
-    from ..store.types import Claimed
+    from ..rules.job import Claimed
 
 # Upper bounds, in seconds, of the histograms' buckets: jobs run from milliseconds (HTTP) to hours (commands);
 # a turn starts within a millisecond or two of its slot unless the node or the database is slow.

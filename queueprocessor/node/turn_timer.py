@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from ..rules.clock import Clock, OffsetEstimator
+from ..rules.job import Claimed
 from ..rules.queues import served_names
 from ..rules.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take, turn_wait, upcoming_turn
 from ..rules.states import MachineState, Outcome
@@ -26,7 +27,7 @@ from ..store.queues import QueueStore
 from ..store.schedules import ScheduleStore
 from ..store.stats import HOUR, minute_to_write
 from ..store.stores import Store
-from ..store.types import Claimed, Looks, Plan, Turn
+from ..store.types import Looks, Plan, Turn
 from .config import NodeConfig
 from .joined import Joined, OfJoinedNode
 from .push import BACKLOG, Listener, notify_backlog

@@ -10,8 +10,8 @@ two periods away (rules.schedules.first_occurrence).
 import asyncio
 from collections.abc import Callable
 
+from ..rules.job import Claimed
 from ..store.schedules import ScheduleStore
-from ..store.types import Claimed
 from .runner import JobRunner
 
 

@@ -18,7 +18,7 @@ from .errors import InvalidJob, NotAllowed, echoed
 from .urls import mask
 
 if TYPE_CHECKING:  # a JobSpec is only passed through here: importing the store would load SQLAlchemy
-    from ..store.types import JobSpec
+    from .job import JobSpec
 
 EXECUTORS = ("http", "python", "command")
 METHODS = ("GET", "POST")

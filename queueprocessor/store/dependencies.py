@@ -25,12 +25,12 @@ from sqlalchemy import and_, case, false, func, insert, literal, or_, select, tr
 from sqlalchemy.engine import Connection
 
 from ..rules.errors import BadJobInput
+from ..rules.job import JobSpec
 from ..rules.states import FINISHED, JobState
 from .dbtime import db_now
 from .groups import fill_callbacks
 from .schema import JOBS_CHANNEL, deps, flow_jobs, jobs, runs
 from .statements import gated_now
-from .types import JobSpec
 
 BAD = (JobState.FAILED, JobState.CANCELLED)
 CHUNK = 1000  # parents flagged per statement: SQL Server takes at most 2,100 parameters (a group's callback: thousands)

@@ -10,13 +10,13 @@ from sqlalchemy import exc, insert, select, update
 from sqlalchemy.engine import Connection
 
 from ..rules.errors import DuplicateKey, NotFound
+from ..rules.job import JobSpec
 from .base import StoreBase
 from .dbtime import db_now
 from .dependencies import fan_in, parents_of, results
 from .groups import tally
 from .jobs import insert_jobs, insert_plain, insert_rows
 from .schema import deps, flow_jobs, flows, jobs
-from .types import JobSpec
 
 WORKFLOW = "workflow"
 GROUP = "group"

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Update
 
 from ..rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
+from ..rules.job import Claimed, JobSpec
 from ..rules.schedules import RUN_NOW
 from ..rules.states import FINISHED, JobState, Kind, Outcome
 from . import dependencies
@@ -21,7 +22,7 @@ from .history import with_owner_name
 from .schema import deps, flow_jobs, jobs, machines, queues, runs
 from .statements import CANCELLED_BY, LOST, claim_statement, free_places, gated_now, taken_statement, unpaused
 from .turns import TurnStore
-from .types import EVERY_QUEUE, NO_LOOKS, Claimed, JobSpec, Looks, Plan, Turn
+from .types import EVERY_QUEUE, NO_LOOKS, Looks, Plan, Turn
 
 SINGLETON_PREFIX = "singleton:"  # a singleton's key: singleton:NAME (singletons.py)
 PRUNE_BATCH = 500  # finished jobs deleted per transaction (retention): short enough never to hold up the queue

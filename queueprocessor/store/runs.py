@@ -9,6 +9,7 @@ from sqlalchemy import Float, String, Text, and_, bindparam, case, false, insert
 from sqlalchemy.engine import Connection
 
 from ..rules.errors import LostLease
+from ..rules.job import Claimed, Ending
 from ..rules.states import JobState, Outcome
 from . import dependencies
 from .base import StoreBase
@@ -18,7 +19,7 @@ from .jobs import cancelled_instead
 from .progress import progress_arrays, progress_renew_statement, progress_values
 from .schema import Id, jobs, runs
 from .statements import CANCELLED_BY, array_text, finish_statement, free_places, renew_statement
-from .types import Claimed, Ending, Progress
+from .types import Progress
 
 
 def _run_ended(machine_id: int, *guard: Any) -> Any:

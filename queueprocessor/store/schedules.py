@@ -26,6 +26,7 @@ from sqlalchemy.sql import ColumnElement, FromClause
 
 from ..rules.errors import InvalidJob, NotFound, echoed
 from ..rules.events import EventKind
+from ..rules.job import JobSpec
 from ..rules.schedules import (
     DEFAULT_GRACE,
     DEFAULT_MISFIRE,
@@ -46,7 +47,6 @@ from .history import run_history, with_machine_name
 from .jobs import cancel_queued
 from .schema import jobs, schedules
 from .statements import gated_now
-from .types import JobSpec
 from .views import KEYS_PER_STATEMENT
 
 log = logging.getLogger("queueprocessor.schedules")

@@ -29,13 +29,13 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 
 from ..rules.allow import _PYTHON_TARGET, EXECUTORS
+from ..rules.job import JobSpec
 from ..rules.limits import LATEST, MAX_PAYLOAD
 from ..rules.queues import _NAME, _NAME_RULE, DEFAULT, MAX_NAME, MAX_ORDER_KEY
 from .dbtime import db_now
 from .jobs import job_row
 from .schema import jobs
 from .statements import gated_now
-from .types import JobSpec
 
 # What each refusal says to do, as the Python enqueue's errors say it.
 HINTS = {

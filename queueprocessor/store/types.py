@@ -1,80 +1,11 @@
-"""The plain data the store takes and gives: a job to enqueue, a job claimed, how a run ended, what a claim and a
-turn take from which queues, what a turn found, and how far a run is."""
+"""The plain data the store takes and gives besides the job model (rules/job.py): what a claim and a turn take from
+which queues, what a turn found, and how far a run is."""
 
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..rules.limits import MAX_ATTEMPTS, PROGRESS_NOTE
-from ..rules.queues import DEFAULT
-from ..rules.states import JobState, Kind, Outcome
-
-
-class Claimed(NamedTuple):
-    """A job this machine now owns, with the fence token every later write must quote (a tuple: a busy node makes
-    thousands a second, straight from the claim's rows)."""
-
-    id: int
-    executor: str
-    target: str
-    method: str
-    payload: str | None
-    attempts: int
-    max_attempts: int
-    timeout: float | None
-    fence: int
-    run_at: float
-    priority: int = 0
-    kind: str = Kind.JOB
-    queue: str = DEFAULT
-    cancel_requested: bool = False  # a claim ends such a job cancelled, never hands it on (JobStore.claim)
-
-    @property
-    def exhausted(self) -> bool:
-        """Claimed back from a lost lease on its last attempt: fail it, do not run it."""
-        return self.kind != Kind.SINGLETON and self.attempts > self.max_attempts
-
-
-class Ending(NamedTuple):
-    """How one run ended, as the runner reports it (see RunStore.finish); a tuple, as a busy node makes thousands a
-    second."""
-
-    job: Claimed
-    outcome: Outcome  # SUCCEEDED, FAILED, TIMEOUT or CANCELLED
-    error: str | None = None
-    retry_in: float | None = None  # requeue after this long, if attempts are left
-    output: str | None = None
-
-    @property
-    def state(self) -> JobState:
-        """The job's state after this ending."""
-        if self.job.kind == Kind.SINGLETON and self.outcome != Outcome.CANCELLED and self.retry_in is not None:
-            return JobState.QUEUED
-        if self.outcome == Outcome.SUCCEEDED:
-            return JobState.SUCCEEDED
-        if self.outcome == Outcome.CANCELLED:
-            return JobState.CANCELLED
-        again = self.retry_in is not None and self.job.attempts < self.job.max_attempts
-        return JobState.QUEUED if again else JobState.FAILED
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """What to run; validated by the executors before it reaches the database."""
-
-    executor: str
-    target: str
-    method: str = "GET"
-    payload: str | None = None
-    priority: int = 0
-    max_attempts: int = MAX_ATTEMPTS
-    timeout: float | None = None
-    key: str | None = None
-    kind: str = Kind.JOB  # or SINGLETON (see singletons)
-    origin: str | None = None  # who enqueued it
-    queue: str = DEFAULT
-    order_key: str | None = None  # jobs of one key in one queue run one at a time, in enqueue order
-    after: tuple[int, ...] = ()  # jobs it waits for (store/dependencies.py): it runs once they have succeeded
-    after_ended: bool = False  # or once they have ended, whatever their outcome
+from ..rules.job import Claimed
+from ..rules.limits import PROGRESS_NOTE
 
 
 @dataclass(frozen=True)

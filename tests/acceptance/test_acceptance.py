@@ -13,7 +13,7 @@ import pytest
 
 from queueprocessor.farm import Farm
 from queueprocessor.rules.errors import LostLease
-from queueprocessor.store.types import Claimed
+from queueprocessor.rules.job import Claimed
 from tests.support.work import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

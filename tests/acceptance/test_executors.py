@@ -7,7 +7,7 @@ import time
 import pytest
 
 from queueprocessor.rules.errors import InvalidJob
-from queueprocessor.store.types import JobSpec
+from queueprocessor.rules.job import JobSpec
 from tests.support import pyjobs
 from tests.support.work import Nodes, run_cli, wait_for
 

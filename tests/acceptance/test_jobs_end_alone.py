@@ -12,7 +12,7 @@ from queueprocessor.executors import Executor
 from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
 from queueprocessor.node.runs import OWN_CANCEL
-from queueprocessor.store.types import JobSpec
+from queueprocessor.rules.job import JobSpec
 from tests.support import pyjobs, unruly
 from tests.support.work import PYJOBS, Nodes, wait_for
 

@@ -11,9 +11,9 @@ from queueprocessor.node.runner import JobRunner
 from queueprocessor.node.runs import STOPPED, Running
 from queueprocessor.rules.clock import SystemClock
 from queueprocessor.rules.errors import ConfigError
+from queueprocessor.rules.job import Claimed
 from queueprocessor.rules.roster import slot_of
 from queueprocessor.store.database import unreachable
-from queueprocessor.store.types import Claimed
 from tests.support.work import FAST, Nodes, wait_for
 
 

@@ -8,8 +8,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from queueprocessor import Farm
+from queueprocessor.rules.job import JobSpec
 from queueprocessor.store.base import Raw
-from queueprocessor.store.types import JobSpec
 from tests.support.work import FAST, PYJOBS, NodeProcesses, Nodes, run_cli, wait_for
 
 

@@ -9,8 +9,8 @@ import threading
 from queueprocessor.executors.http import HttpExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
+from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.states import Outcome
-from queueprocessor.store.types import JobSpec
 from tests.support.work import wait_for
 
 
@@ -95,7 +95,7 @@ from pathlib import Path
 from queueprocessor.executors.command import CommandExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
-from queueprocessor.store.types import JobSpec
+from queueprocessor.rules.job import JobSpec
 
 url, started = sys.argv[1], Path(sys.argv[2])
 with Farm(url) as farm:

@@ -30,9 +30,9 @@ from queueprocessor.executors.base import JobFailed  # noqa: E402
 from queueprocessor.executors.http import LOCAL_HOSTS, HttpExecutor  # noqa: E402
 from queueprocessor.farm import Farm, work_spec  # noqa: E402
 from queueprocessor.rules.errors import InvalidJob, QPError  # noqa: E402
+from queueprocessor.rules.job import JobSpec  # noqa: E402
 from queueprocessor.rules.states import Wish  # noqa: E402
 from queueprocessor.store.database import open_engine  # noqa: E402
-from queueprocessor.store.types import JobSpec  # noqa: E402
 from queueprocessor.views import find_jobs  # noqa: E402
 from tests.acceptance.test_bad_input import run_cli, snapshot  # noqa: E402
 from tests.app.test_ui_window import app, close  # noqa: E402, F401  (the app fixture, and closing a window)

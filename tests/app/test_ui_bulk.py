@@ -12,8 +12,8 @@ from PySide6.QtWidgets import QMessageBox  # noqa: E402
 from sqlalchemy import update  # noqa: E402
 
 from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
+from queueprocessor.rules.job import JobSpec  # noqa: E402
 from queueprocessor.store.schema import jobs  # noqa: E402
-from queueprocessor.store.types import JobSpec  # noqa: E402
 from tests.app import test_ui_window  # noqa: E402
 from tests.app.test_ui_window import WAIT, _listed  # noqa: E402
 

@@ -13,8 +13,8 @@ from PySide6.QtCore import QSettings, Qt  # noqa: E402
 from PySide6.QtGui import QColor  # noqa: E402
 from PySide6.QtWidgets import QStyle, QStyleOptionViewItem  # noqa: E402
 
+from queueprocessor.rules.job import JobSpec  # noqa: E402
 from queueprocessor.rules.states import JobState, Outcome  # noqa: E402
-from queueprocessor.store.types import JobSpec  # noqa: E402
 from tests.support.work import PYJOBS  # noqa: E402
 from ui import theme  # noqa: E402
 from ui.app import make_app  # noqa: E402

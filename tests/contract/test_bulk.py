@@ -6,11 +6,11 @@ from sqlalchemy import select, text, update
 
 from queueprocessor.farm import Farm, JobFilter
 from queueprocessor.rules.errors import QPError
+from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.search import BadSearch
 from queueprocessor.store import bulk
 from queueprocessor.store.matching import let_bitmaps, matching
 from queueprocessor.store.schema import jobs
-from queueprocessor.store.types import JobSpec
 from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
 
 

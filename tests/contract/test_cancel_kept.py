@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from queueprocessor.store.types import Ending, JobSpec
+from queueprocessor.rules.job import Ending, JobSpec
 
 WORK = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=3)
 

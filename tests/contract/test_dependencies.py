@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import func, select, text
 
 from queueprocessor.rules.errors import BadJobInput, LostLease, QPError
+from queueprocessor.rules.job import Ending, JobSpec
 from queueprocessor.rules.search import JobFilter
 from queueprocessor.store.schema import deps, flow_jobs
-from queueprocessor.store.types import Ending, JobSpec
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
 
 WORK = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)

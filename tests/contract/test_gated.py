@@ -10,12 +10,13 @@ import pytest
 from sqlalchemy import String, insert, literal, select, update
 
 from queueprocessor.farm import Farm
+from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.states import JobState
 from queueprocessor.store.queues import QueueStore
 from queueprocessor.store.schedules import ScheduleStore
 from queueprocessor.store.schema import jobs
 from queueprocessor.store.statements import gated_now
-from queueprocessor.store.types import JobSpec, Plan
+from queueprocessor.store.types import Plan
 from tests.support.work import PYJOBS
 
 REPORTS = JobSpec("python", f"{PYJOBS}:noop", queue="reports")

@@ -6,11 +6,12 @@ from contextlib import contextmanager
 from sqlalchemy import func, insert, inspect, select, text, update
 
 from queueprocessor.farm import Farm, JobFilter
+from queueprocessor.rules.job import JobSpec
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
 from queueprocessor.store.migrations import QUEUED_BEFORE_6
 from queueprocessor.store.roster import RosterStore
-from queueprocessor.store.types import JobSpec, Plan, Progress
+from queueprocessor.store.types import Plan, Progress
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
 CURRENT = str(schema.SCHEMA_VERSION)

@@ -5,9 +5,10 @@ import time
 
 import pytest
 
+from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.limits import PROGRESS_NOTE
 from queueprocessor.rules.states import Outcome
-from queueprocessor.store.types import JobSpec, Progress
+from queueprocessor.store.types import Progress
 
 HTTP = JobSpec(executor="http", target="/ok")
 

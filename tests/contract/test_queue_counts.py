@@ -9,10 +9,11 @@ import pytest
 from sqlalchemy import func, select, update
 
 from queueprocessor.farm import Farm
+from queueprocessor.rules.job import Ending, JobSpec
 from queueprocessor.rules.states import JobState, Outcome
 from queueprocessor.store.queues import QueueStore
 from queueprocessor.store.schema import jobs, queues
-from queueprocessor.store.types import Ending, JobSpec, Plan
+from queueprocessor.store.types import Plan
 from tests.support.work import PYJOBS
 
 REPORTS = JobSpec("python", f"{PYJOBS}:noop", queue="reports")

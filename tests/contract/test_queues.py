@@ -12,6 +12,7 @@ from sqlalchemy.dialects.mssql import pyodbc
 
 from queueprocessor.farm import Farm
 from queueprocessor.rules.errors import BadQueueInput, NotFound
+from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.queues import OnFailure, QueueInfo, Rate, Served
 from queueprocessor.rules.roster import slot_of
 from queueprocessor.store.schema import jobs
@@ -25,7 +26,7 @@ from queueprocessor.store.statements import (
     taken_statement,
     turn_statement,
 )
-from queueprocessor.store.types import JobSpec, Looks, Plan, Turn
+from queueprocessor.store.types import Looks, Plan, Turn
 from tests.support.httptarget import most_at_once
 from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
 

@@ -11,8 +11,8 @@ from sqlalchemy import create_engine, exc, text
 from sqlalchemy.engine import make_url
 
 from queueprocessor import Farm
+from queueprocessor.rules.job import JobSpec
 from queueprocessor.store import schema
-from queueprocessor.store.types import JobSpec
 from tests.conftest import backend_url
 
 # The grant docs/sql-enqueue.md gives a role that is to enqueue and do nothing else.

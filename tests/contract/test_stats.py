@@ -5,10 +5,10 @@ import pytest
 from sqlalchemy import insert, select, update
 
 from queueprocessor.farm import Farm
+from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.states import JobState
 from queueprocessor.store.schema import history, jobs, runs
 from queueprocessor.store.stats import COUNTS, HOUR, MEASURES, MINUTE
-from queueprocessor.store.types import JobSpec
 
 REPORTS = JobSpec("python", "bench.jobs:noop", queue="reports")
 DEFAULT = JobSpec("python", "bench.jobs:noop")

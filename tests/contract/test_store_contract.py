@@ -8,11 +8,12 @@ from sqlalchemy import exc, func, select, text, update
 
 from queueprocessor.node.runs import backoff
 from queueprocessor.rules.errors import LostLease, NotFound, QPError, SchemaTooNew
+from queueprocessor.rules.job import Ending, JobSpec
 from queueprocessor.rules.roster import slot_end, slot_of
 from queueprocessor.rules.states import Outcome
 from queueprocessor.store import schema
 from queueprocessor.store.database import ensure_schema
-from queueprocessor.store.types import Ending, JobSpec, Turn
+from queueprocessor.store.types import Turn
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
 
 HTTP = JobSpec(executor="http", target="/ok")

@@ -13,8 +13,8 @@ from sqlalchemy import event
 
 from queueprocessor import singletons
 from queueprocessor.rules.errors import QPError
+from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.schedules import Recurrence
-from queueprocessor.store.types import JobSpec
 from queueprocessor.views import (
     Dashboard,
     FarmTiming,

@@ -18,8 +18,8 @@ import pytest
 from queueprocessor.executors.command import CommandExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
+from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.states import Outcome
-from queueprocessor.store.types import JobSpec
 from tests.support import leashjobs
 from tests.support.tcpproxy import TcpProxy
 from tests.support.work import NodeProcesses, wait_for

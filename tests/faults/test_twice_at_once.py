@@ -18,8 +18,8 @@ from queueprocessor.farm import Farm
 from queueprocessor.node.config import NodeConfig
 from queueprocessor.node.runner import JobRunner
 from queueprocessor.node.runs import STOPPED, Running
+from queueprocessor.rules.job import Claimed, JobSpec
 from queueprocessor.rules.states import Kind, Outcome
-from queueprocessor.store.types import Claimed, JobSpec
 from tests.support import pyjobs
 from tests.support.work import Nodes, stubborn_claimed_back, wait_for
 

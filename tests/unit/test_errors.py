@@ -11,7 +11,7 @@ from queueprocessor.cli import in_cli_words
 from queueprocessor.executors import AllowLists, make_executors
 from queueprocessor.farm import Farm, work_spec
 from queueprocessor.rules.errors import ECHO_LIMIT, BadJobInput, BadSetting, InvalidJob, NotAllowed, NotFound, echoed
-from queueprocessor.store.types import JobSpec
+from queueprocessor.rules.job import JobSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 FRONT_ENDS = {"cli.py", "nodeoptions.py", "demo.py"}  # the CLI's own modules (the demo is a CLI command)

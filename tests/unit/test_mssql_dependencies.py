@@ -4,9 +4,9 @@ connection that answers with scripted rows, so every branch of a release, a casc
 
 from sqlalchemy.dialects.mssql import pyodbc
 
+from queueprocessor.rules.job import Claimed, Ending, JobSpec
 from queueprocessor.store import dependencies
 from queueprocessor.store.runs import _write_endings
-from queueprocessor.store.types import Claimed, Ending, JobSpec
 
 
 class Rows(list):

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy.dialects.mssql import pyodbc
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.limits import MAX_ATTEMPTS
 from queueprocessor.store import schema
 from queueprocessor.store.jobs import JobStore, job_row
@@ -20,7 +21,6 @@ from queueprocessor.store.runs import RunStore
 from queueprocessor.store.sqlfunctions import mssql_procedure
 from queueprocessor.store.stores import Store
 from queueprocessor.store.turns import TurnStore
-from queueprocessor.store.types import JobSpec
 
 
 @pytest.fixture

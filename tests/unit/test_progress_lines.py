@@ -4,7 +4,8 @@ import asyncio
 
 from queueprocessor.executors import CommandExecutor, JobContext
 from queueprocessor.executors.command import reported
-from queueprocessor.store.types import Claimed, Progress
+from queueprocessor.rules.job import Claimed
+from queueprocessor.store.types import Progress
 
 
 def test_a_progress_line_is_read_and_a_malformed_one_ignored():

@@ -21,6 +21,7 @@ from sqlalchemy.engine import URL
 from queueprocessor.cli import _parse_time
 from queueprocessor.rules.clock import FakeClock, OffsetEstimator, SystemClock
 from queueprocessor.rules.errors import ConfigError, InvalidJob
+from queueprocessor.rules.job import parse_payload
 from queueprocessor.rules.limits import MAX_PAYLOAD
 from queueprocessor.rules.output import format_time
 from queueprocessor.rules.roster import (
@@ -34,7 +35,6 @@ from queueprocessor.rules.roster import (
 )
 from queueprocessor.rules.schedules import MAX_PER_PASS, MIN_EVERY, Recurrence, plan
 from queueprocessor.store.database import mask, parse_url, without_password
-from queueprocessor.workspec import parse_payload
 
 PROPERTY = settings(deadline=None, database=None, max_examples=200)
 SLOW = settings(deadline=None, database=None, max_examples=40)
