@@ -16,7 +16,7 @@ import time
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QApplication, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
 from queueprocessor.farm import JobFilter, without_password
 from queueprocessor.nodeoptions import NodeConfig
@@ -175,7 +175,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         self.node_panel = NodePanel(self.act.node)
-        self.node_dock = node_dock(self.node_panel, self)
+        self.node_dock: QDockWidget = node_dock(self.node_panel, self)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.node_dock)
         if self.node_options is None:
             self.node_panel.observe_only()

@@ -6,10 +6,10 @@ change to the farm is a Farm call the window's Commands run on its worker, so no
 """
 
 import functools
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from PySide6.QtCore import QPoint, QSettings
-from PySide6.QtWidgets import QMenu, QMessageBox
+from PySide6.QtWidgets import QMenu, QMessageBox, QStatusBar, QTableView, QWidget
 
 from queueprocessor.farm import needs_password, without_password
 from queueprocessor.rules.search import BulkAction
@@ -17,12 +17,14 @@ from queueprocessor.rules.states import MachineState, Wish
 from queueprocessor.rules.urls import mask
 
 from . import theme
+from .actions import Actions
+from .commands import Commands
+from .connection import Connection
 from .dialogs import DatabaseDialog, EnqueueDialog, about, confirm
+from .jobsview import JobsView
 from .models import ROW_ROLE
 from .readonly import refuse
-
-if TYPE_CHECKING:
-    from .mainwindow import MainWindow
+from .snapshot import Snapshot
 
 RECENT = 8
 
@@ -38,11 +40,40 @@ def recent_databases(settings: QSettings) -> list[str]:
     return [value] if isinstance(value, str) else list(value or [])
 
 
+class OperatorHost(Protocol):
+    """What the operator's actions use of the window they act for (the main window is one), so that this module
+    need not import the window that imports it."""
+
+    act: Actions
+    connection: Connection
+    commands: Commands
+    snap: Snapshot | None
+    settings: QSettings
+    peers_view: QTableView
+    jobs: JobsView
+
+    @property
+    def watch_only(self) -> bool: ...
+
+    @property
+    def refusal(self) -> str | None: ...
+
+    def follow_now(self) -> None: ...
+
+    def show_gone(self, on: bool) -> None: ...
+
+    def window(self) -> QWidget: ...
+
+    def statusBar(self) -> QStatusBar: ...
+
+    def close(self) -> bool: ...
+
+
 class Operator:
     """The window's actions at work. `drain_confirm` and `peer_menu` are the last drain question and peer menu
     shown (kept so they stay open, and so the tests find them)."""
 
-    def __init__(self, window: "MainWindow"):
+    def __init__(self, window: OperatorHost):
         self.window = window
         self.drain_confirm: QMessageBox | None = None
         self.peer_menu: QMenu | None = None
@@ -63,7 +94,7 @@ class Operator:
         act.follow.triggered.connect(window.follow_now)
         act.refresh.triggered.connect(connection.refresh)
         act.gone.triggered.connect(window.show_gone)
-        act.about.triggered.connect(lambda: about(window, connection.url))
+        act.about.triggered.connect(lambda: about(window.window(), connection.url))
 
     # -- machines ---------------------------------------------------------------
 
@@ -87,7 +118,7 @@ class Operator:
             else "It rejoins only when its node is started again on that machine."
         )
         self.drain_confirm = confirm(
-            self.window,
+            self.window.window(),
             "confirmDrain",
             f"Drain {'this machine' if mine else name}?",
             f"{name} finishes its running jobs, takes no new ones, then stops. {again}",
@@ -102,7 +133,7 @@ class Operator:
         if not index.isValid():
             return
         machine = index.data(ROW_ROLE)
-        menu = QMenu(self.window)
+        menu = QMenu(self.window.window())
         menu.setObjectName("peerMenu")
         status = machine["status"]
         for wish, allowed in (
@@ -124,7 +155,7 @@ class Operator:
 
     def enqueue(self) -> None:
         snap = self.window.snap
-        dialog = EnqueueDialog(self.window, [info.name for info in snap.queues] if snap else [])
+        dialog = EnqueueDialog(self.window.window(), [info.name for info in snap.queues] if snap else [])
         dialog.setObjectName("enqueueDialog")
         dialog.accepted.connect(lambda: self.window.commands.enqueue(**dialog.options))
         dialog.open()
@@ -147,7 +178,7 @@ class Operator:
     # -- databases --------------------------------------------------------------
 
     def choose_database(self, url: str | None = None, problem: str = "") -> None:
-        dialog = DatabaseDialog(recent_databases(self.window.settings), self.window, url, problem)
+        dialog = DatabaseDialog(recent_databases(self.window.settings), self.window.window(), url, problem)
         dialog.setObjectName("databaseDialog")
         dialog.accepted.connect(lambda: self.switch_database(dialog.url))
         dialog.open()

@@ -1,7 +1,7 @@
 """Small multiples for the Queues tab: one little chart per queue, jobs waiting and running over time.
 
 Two sources make each line: the farm's stored history (a row per queue per minute, per hour past a day: see
-docs/design.md §10), read on the worker thread when the window opens and whenever the operator picks another
+docs/design.md §11), read on the worker thread when the window opens and whenever the operator picks another
 `span` (an hour to two weeks), and the snapshots, each of which adds one sample per queue (kept for `history`
 seconds) after the stored rows. All charts show the same stretch of database time, so queues compare at a glance,
 but each has its own y scale (a queue of 3 beside one of 3,000 would

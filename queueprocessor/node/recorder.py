@@ -6,15 +6,13 @@ after RECORD_RETRIES: until then its job is ours, so a finished job is not run a
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from ..rules.job import Ending
 from ..rules.logs import about
 from ..rules.states import Outcome
+from ..store.stores import Store
 from .runs import Running, retry_in
-
-if TYPE_CHECKING:
-    from .runner import JobRunner
 
 log = logging.getLogger("queueprocessor.runner")
 
@@ -31,10 +29,22 @@ LINGER_UNTIL = 16
 class Recorder:
     """Group commit, on the runner's loop: results that arrive while one batch is being written go
     together in the next, so a busy node writes many results per transaction and an idle one waits for none.
-    The writes themselves (record_many) run in a thread of the loop's executor."""
+    The writes themselves (record_many) run in a thread of the loop's executor.
 
-    def __init__(self, runner: "JobRunner"):
-        self.runner = runner
+    It is given what it uses of its runner, not the runner: `working()`, how many jobs are at work (whether to
+    linger), and `written(done)`, told of the runs whose end is written or given up on."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        store: Store,
+        machine_id: int,
+        db_now: Callable[[], float],
+        working: Callable[[], int],
+        written: Callable[[list[tuple[Running, Outcome]]], None],
+    ):
+        self.loop, self.store, self.machine_id, self.db_now = loop, store, machine_id, db_now
+        self.working, self.written = working, written
         self.waiting: list[Running] = []  # ended, their `ending` not written yet
         self.busy = False
         self.task: asyncio.Task[None] | None = None  # the writer (_write), while busy
@@ -46,15 +56,15 @@ class Recorder:
         self.waiting += entries
         if not self.busy:
             self.busy = True
-            self.task = self.runner.loop.create_task(self._write())
+            self.task = self.loop.create_task(self._write())
         elif len(self.waiting) >= LINGER_UNTIL and self._lingering is not None:
             self._linger_over()
 
     async def _linger(self) -> None:
         """More results are on their way: wait for them, up to LINGER, or until LINGER_UNTIL are waiting (fast
         jobs fill a batch in well under LINGER, and the results a node holds unwritten count against its room)."""
-        self._lingering = self.runner.loop.create_future()
-        timer = self.runner.loop.call_later(LINGER, self._linger_over)
+        self._lingering = self.loop.create_future()
+        timer = self.loop.call_later(LINGER, self._linger_over)
         await self._lingering
         timer.cancel()
         self._lingering = None
@@ -66,10 +76,10 @@ class Recorder:
     async def _write(self) -> None:
         try:
             while self.waiting:
-                if len(self.waiting) < LINGER_UNTIL and self.runner.working() >= LINGER_UNTIL:
+                if len(self.waiting) < LINGER_UNTIL and self.working() >= LINGER_UNTIL:
                     await self._linger()
                 batch, self.waiting = self.waiting, []
-                loop = self.runner.loop
+                loop = self.loop
                 for entry in await loop.run_in_executor(None, self.record_many, batch):
                     loop.call_later(RECORD_RETRIES[entry.tries], self.record, [entry])
                     entry.tries += 1
@@ -94,11 +104,9 @@ class Recorder:
         for entry in ending:
             assert entry.ending is not None
             outcome, error, output, final = entry.ending
-            endings.append(
-                Ending(entry.job, outcome, error, retry_in(entry, outcome, final, self.runner.db_now()), output)
-            )
+            endings.append(Ending(entry.job, outcome, error, retry_in(entry, outcome, final, self.db_now()), output))
         try:
-            states = self.runner.store.runs.finish_many(self.runner.machine_id, endings)
+            states = self.store.runs.finish_many(self.machine_id, endings)
         except Exception as exc:  # database away: try again; in the end the lease expires and it runs elsewhere
             for entry in ending:
                 if entry.tries < len(RECORD_RETRIES):
@@ -138,7 +146,7 @@ class Recorder:
                         extra=about(job.id),
                     )
                 done.append((entry, outcome if state else Outcome.LOST))
-        self.runner._done(done)
+        self.written(done)
         return again
 
     def release(self, entry: Running) -> bool:
@@ -146,7 +154,7 @@ class Recorder:
         assert entry.ending is not None and entry.ending[1] is not None  # a run we stopped says why
         job, error = entry.job, entry.ending[1]
         try:
-            if self.runner.store.runs.release(job, self.runner.machine_id, error):
+            if self.store.runs.release(job, self.machine_id, error):
                 log.info("job %s handed back to the queue: %s", job.id, error, extra=about(job.id))
         except Exception as exc:
             if entry.tries < len(RECORD_RETRIES):

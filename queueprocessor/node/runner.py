@@ -107,7 +107,7 @@ class JobRunner:
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._serve, name="qp-runner", daemon=True)
-        self.recorder = Recorder(self)
+        self.recorder = Recorder(self.loop, store, machine_id, db_now, self.working, self._written)
         self.batches = Batches(self.loop, executors, db_now, self._execute, self._ended)
 
     def start(self) -> None:
@@ -421,7 +421,7 @@ class JobRunner:
         except Exception as exc:  # only the history's start time is at stake
             log.warning("could not record the start of job %s: %s", job.id, exc, extra=about(job.id))
 
-    def _done(self, done: list[tuple[Running, Outcome]]) -> None:
+    def _written(self, done: list[tuple[Running, Outcome]]) -> None:
         """Jobs whose end is written (or given up on) leave `running`; the tally and the node hear of them, and
         of the room made, once for the batch."""
         with self._lock:

@@ -269,7 +269,7 @@ class TurnTimer(OfJoinedNode):
             self._write_history(minute, now)
 
     def _write_history(self, minute: int, now: float) -> None:
-        """The farm's history (docs/design.md §10), by whoever holds the first turn of a slot past a minute's end
+        """The farm's history (docs/design.md §11), by whoever holds the first turn of a slot past a minute's end
         (one statement a minute for the whole farm); after an hour's last minute, the hourly roll-up and retention of
         the history and the event log."""
         self.store.stats.write_minute(minute)

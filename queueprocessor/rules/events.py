@@ -1,4 +1,4 @@
-"""The kinds of event the farm logs (docs/design.md §10), one spelling each: what `events --kind` filters on (a kind,
+"""The kinds of event the farm logs (docs/design.md §11), one spelling each: what `events --kind` filters on (a kind,
 or the part before its dot: `machine`, `queue`, `schedule`, `jobs`, `database`)."""
 
 import re

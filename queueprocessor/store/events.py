@@ -1,4 +1,4 @@
-"""The farm's log of what happened and who did it (docs/design.md §10): machines joining, leaving, judged dead,
+"""The farm's log of what happened and who did it (docs/design.md §11): machines joining, leaving, judged dead,
 fencing themselves and steered; queues and schedules changed; bulk actions; outages a node noticed.
 
 An event is written in the same transaction as the change it tells of (`record_event`), so the log never says

@@ -123,7 +123,7 @@ def _payload_search(conn: Connection) -> None:
 
 
 def _farm_history(conn: Connection) -> None:
-    """9 to 10: the farm's past (docs/design.md §10): per-queue minutes in qp_history, written from the runs read by
+    """9 to 10: the farm's past (docs/design.md §11): per-queue minutes in qp_history, written from the runs read by
     their end (a new index on qp_runs), and the log of what happened in qp_events."""
     for index in schema.runs.indexes:
         if index.name == "ix_qp_runs_finished":

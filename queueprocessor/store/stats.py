@@ -1,4 +1,4 @@
-"""The farm's history per queue (docs/design.md §10): what each minute saw, written once a minute by the machine that
+"""The farm's history per queue (docs/design.md §11): what each minute saw, written once a minute by the machine that
 holds that minute's first turn, rolled up to hours past a day, and kept `keep_history` seconds.
 
 Each statement is set-based: a minute's rows are one INSERT ... SELECT over qp_jobs and qp_runs (the runs read by

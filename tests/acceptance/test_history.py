@@ -1,4 +1,4 @@
-"""The farm's history (docs/design.md §10) as a user sees it: a real node writes each minute's row once the minute
+"""The farm's history (docs/design.md §11) as a user sees it: a real node writes each minute's row once the minute
 is over, by itself, and `stats` prints it."""
 
 import json

@@ -1,4 +1,4 @@
-"""The farm's event log (docs/design.md §10), on each backend: each change an operator or a machine makes is
+"""The farm's event log (docs/design.md §11), on each backend: each change an operator or a machine makes is
 logged in the same transaction, with who did it; a change refused logs nothing; old events are pruned."""
 
 import pytest

@@ -300,7 +300,7 @@ def test_an_idle_farm_with_roles_and_a_limited_queue_polls_once_a_turn(farm, htt
         before = a.turns.taken + b.turns.taken
         wait_for(lambda: a.turns.taken + b.turns.taken >= before + 8)
         turns = a.turns.taken + b.turns.taken - before
-        # The farm's history is written once a minute by that slot's turn-holder (docs/design.md §10): not a poll,
+        # The farm's history is written once a minute by that slot's turn-holder (docs/design.md §11): not a poll,
         # and in the window only when it crosses a minute.
         polls = [s for s in sent.reading("qp_jobs") if "qp_history" not in s]
     finally:

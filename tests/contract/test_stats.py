@@ -1,4 +1,4 @@
-"""The farm's history per queue (docs/design.md §10), on each backend: a minute's row counts what the minute saw,
+"""The farm's history per queue (docs/design.md §11), on each backend: a minute's row counts what the minute saw,
 a minute written twice is counted once, minutes past a day become hours, and rows past their keep are gone."""
 
 import pytest
