@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from .farm import Farm, work_spec
 from .rules.errors import NotFound, QPError
+from .rules.kinds import HTTP
 from .rules.states import CHECKING_IN, JobState, MachineState
 from .views import Dashboard
 
@@ -110,7 +111,7 @@ def _ensure_schedule(farm: Farm) -> None:
     try:
         farm.get_schedule(SCHEDULE)
     except NotFound:
-        farm.schedule(SCHEDULE, work_spec("http", "/ok?from=schedule"), every=5.0)
+        farm.schedule(SCHEDULE, work_spec(HTTP.name, "/ok?from=schedule"), every=5.0)
 
 
 def _spawn(args: list[str], url: str, log: Path) -> subprocess.Popen[bytes]:

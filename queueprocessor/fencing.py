@@ -41,6 +41,7 @@ __all__ = [
 JOB_HEADER = "X-QP-Job"
 FENCE_HEADER = "X-QP-Fence"
 BIGINT = 2**63  # a job id or fence is a non-negative BIGINT
+ASGI_HTTP = "http"  # the ASGI scope type of a request (the others: websocket, lifespan)
 
 fences = Table(
     "qp_fences",
@@ -251,7 +252,7 @@ class AsgiFenceGuard:
         self.store: FenceStore = MemoryFences() if store is None else store
 
     async def __call__(self, scope: AsgiMessage, receive: AsgiReceive, send: AsgiSend) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != ASGI_HTTP:
             await self.app(scope, receive, send)
             return
         found: dict[bytes, list[bytes]] = {}

@@ -20,6 +20,7 @@ import click
 from .node.config import FARM_TIMING
 from .node.config import NodeConfig as NodeConfig  # the shape the options make: the app names it from here
 from .rules.errors import echoed
+from .rules.kinds import KINDS
 from .rules.limits import MAX_CAPACITY
 from .rules.logs import LogFormat
 
@@ -86,19 +87,10 @@ OPTIONS = {
     "keep_events": _Option(
         "Seconds the farm's event log (the app's Events tab, `events`) is kept.", Seconds(min=0, min_open=True)
     ),
-    "allow_hosts": _Option(
-        "Also run HTTP jobs on this host (the local machine is always allowed). Repeatable.",
-        flag="--allow-host",
-        metavar="HOST",
-    ),
-    "allow_modules": _Option(
-        "Run Python jobs from modules under this prefix, e.g. myapp.jobs. Repeatable.",
-        flag="--allow-module",
-        metavar="PREFIX",
-    ),
-    "allow_commands": _Option(
-        "Run command jobs whose argv[0] is exactly this. Repeatable.", flag="--allow-command", metavar="PROGRAM"
-    ),
+    **{  # an allow-list for each kind of work, --allow-host for one host
+        kind.option: _Option(kind.option_help + " Repeatable.", flag="--allow-" + kind.subject, metavar=kind.metavar)
+        for kind in KINDS.values()
+    },
     "command_env": _Option(
         "Also give command jobs this variable of the node's environment (they get PATH, HOME, USER, LOGNAME, LANG, "
         "LC_*, TZ, TMPDIR and their QP_JOB_ID, QP_ATTEMPT, QP_FENCE, QP_MACHINE, QP_QUEUE, never QP_DB). Repeatable; "

@@ -18,6 +18,7 @@ from . import grabs
 from .rules.allow import check_allowed
 from .rules.errors import BadJobInput, DuplicateKey, NotFound, echoed
 from .rules.job import JobSpec
+from .rules.kinds import HTTP
 from .rules.queues import MAX_NAME
 from .store.flows import GROUP, WORKFLOW, FlowStore, Made, Step
 from .store.stores import Store
@@ -81,7 +82,7 @@ class Workflow:
 
 def group(submit: Submit, specs: Iterable[JobSpec], callback: JobSpec | None, name: str | None) -> Made:
     """Many jobs as one group, with `callback` run once after all of them have ended (store/groups.py)."""
-    if callback is not None and callback.executor == "http" and callback.method != "POST":
+    if callback is not None and callback.executor == HTTP.name and callback.method != "POST":
         raise BadJobInput(
             "{0} gets the group's outcome as its payload, which a GET cannot carry: give it method POST", "callback"
         )

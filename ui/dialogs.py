@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from queueprocessor import __version__
 from queueprocessor.farm import needs_password, with_password, work_spec
 from queueprocessor.rules.errors import QPError
+from queueprocessor.rules.kinds import HTTP
 from queueprocessor.rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, check_limit
 from queueprocessor.rules.urls import default_url, mask
 
@@ -155,7 +156,7 @@ class EnqueueDialog(QDialog):
     def accept(self) -> None:
         try:
             spec = work_spec(
-                "http",
+                HTTP.name,
                 self.path.text().strip(),
                 method=self.method.currentText(),
                 payload=self.payload.toPlainText().strip() or None,

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 
 from queueprocessor.farm import work_spec
 from queueprocessor.rules.errors import QPError
+from queueprocessor.rules.kinds import KINDS, METHODS, TARGETS_SAID
 from queueprocessor.rules.schedules import MISFIRE, PREVIEW, Recurrence, check_policy, edited
 
 from . import text, theme
@@ -75,14 +76,14 @@ class ScheduleDialog(QDialog):
         self.grace.setToolTip("A missed occurrence older than this is dropped whatever the misfire policy says")
         form.addRow("Grace", self.grace)
         self.executor = QComboBox()
-        self.executor.addItems(["http", "python", "command"])
+        self.executor.addItems(list(KINDS))
         self.executor.setCurrentText(row["executor"])
         form.addRow("Executor", self.executor)
         self.target = QLineEdit(row["target"])
-        self.target.setToolTip('A path or URL (http), package.module:function (python), or a JSON argv ["prog", "arg"]')
+        self.target.setToolTip(TARGETS_SAID[0].upper() + TARGETS_SAID[1:])
         form.addRow("Target", self.target)
         self.method = QComboBox()
-        self.method.addItems(["GET", "POST"])
+        self.method.addItems(list(METHODS))
         self.method.setCurrentText(row["method"])
         form.addRow("Method", self.method)
         self.payload = QPlainTextEdit(row["payload"] or "")

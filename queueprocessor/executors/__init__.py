@@ -1,7 +1,9 @@
-"""Executors by name. Each node builds its own set, with its own allow-lists (queueprocessor.rules.allow)."""
+"""Executors by name, one per kind of work (queueprocessor.rules.kinds). Each node builds its own set, with its own
+allow-lists (queueprocessor.rules.allow)."""
 
-from ..rules.allow import LOCAL_BASE, AllowLists
+from ..rules.allow import AllowLists
 from ..rules.errors import InvalidJob
+from ..rules.kinds import COMMAND, HTTP, LOCAL_BASE, PYTHON
 from .base import Executor, JobContext, JobFailed
 from .command import CommandExecutor
 from .http import HttpExecutor
@@ -26,11 +28,12 @@ def make_executors(
     """The executors that run work under `allow` (`command_env`: the node's variables its commands also get). Here,
     not on AllowLists, so that the allow-lists (which an enqueuer checks) never import the executors, and only what
     runs a node loads them."""
-    return {
-        "http": HttpExecutor(http_base, allow.http_hosts),
-        "python": PythonExecutor(allow.modules),
-        "command": CommandExecutor(allow.commands, command_env),
-    }
+    made: tuple[Executor, ...] = (
+        HttpExecutor(http_base, allow.of(HTTP)),
+        PythonExecutor(allow.of(PYTHON)),
+        CommandExecutor(allow.of(COMMAND), command_env),
+    )
+    return {executor.name: executor for executor in made}
 
 
 def executor_for(executors: dict[str, Executor], name: str) -> Executor:

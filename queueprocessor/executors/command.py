@@ -25,8 +25,9 @@ import os
 import signal
 from collections import deque
 
-from ..rules.allow import check_command, parse_argv
+from ..rules.allow import check_listed
 from ..rules.job import Claimed, JobSpec
+from ..rules.kinds import COMMAND, parse_argv
 from ..store.types import Progress
 from .base import OUTPUT_LIMIT, Executor, JobContext, JobFailed, excerpt
 from .warden import Leash, Warden
@@ -58,7 +59,8 @@ def passed_environment(names: tuple[str, ...] = ()) -> dict[str, str]:
 
 
 class CommandExecutor(Executor):
-    name = "command"
+    kind = COMMAND
+    name = kind.name
 
     def __init__(self, allowed_commands: tuple[str, ...] = (), command_env: tuple[str, ...] = ()):
         """`command_env`: the names of the node's environment variables its commands also get."""
@@ -67,7 +69,7 @@ class CommandExecutor(Executor):
         self.warden = Warden()
 
     def validate(self, spec: JobSpec) -> None:
-        check_command(spec.target, self.allowed_commands)
+        check_listed(self.kind, spec, self.allowed_commands)
 
     async def close(self) -> None:
         self.warden.close()

@@ -21,10 +21,11 @@ from contextlib import suppress
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from ..rules.allow import LOCAL_BASE, LOCAL_HOSTS, check_host
+from ..rules.allow import check_listed
 from ..rules.errors import BadSetting
 from ..rules.job import Claimed, JobSpec
-from ..rules.urls import mask
+from ..rules.kinds import HTTP, LOCAL_BASE, LOCAL_HOSTS
+from ..rules.urls import HTTP_SCHEMES, mask
 from .base import Executor, JobContext, JobFailed
 
 if TYPE_CHECKING:
@@ -61,7 +62,8 @@ def _load_client() -> None:
 
 
 class HttpExecutor(Executor):
-    name = "http"
+    kind = HTTP
+    name = kind.name
 
     def __init__(self, base_url: str = LOCAL_BASE, allowed_hosts: tuple[str, ...] = LOCAL_HOSTS):
         try:
@@ -70,7 +72,7 @@ class HttpExecutor(Executor):
             raise BadSetting(
                 "{0} {value} is not a valid URL ({limit})", "http_base", value=base_url, limit=str(error)
             ) from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if parts.scheme not in HTTP_SCHEMES or not parts.hostname:
             raise BadSetting(
                 "{0} {value} is not an http(s) URL, e.g. http://localhost:8080/", "http_base", value=base_url
             )
@@ -88,7 +90,7 @@ class HttpExecutor(Executor):
         self._loading: asyncio.Future[None] | None = None  # the client's import, in a worker thread (see warm)
 
     def validate(self, spec: JobSpec) -> None:
-        check_host(spec, self.allowed_hosts)
+        check_listed(self.kind, spec, self.allowed_hosts)
 
     def url_for(self, target: str) -> str:
         parts = urlsplit(target)

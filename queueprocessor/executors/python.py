@@ -30,8 +30,9 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, cast
 
-from ..rules.allow import check_module, module_allowed, parse_target
+from ..rules.allow import check_listed
 from ..rules.job import Claimed, JobSpec
+from ..rules.kinds import PYTHON, module_allowed, parse_target
 from ..rules.logs import about
 from .base import Executor, JobContext, JobFailed, excerpt
 from .threads import Threads
@@ -133,7 +134,8 @@ def _call_batch(
 
 
 class PythonExecutor(Executor):
-    name = "python"
+    kind = PYTHON
+    name = kind.name
 
     def __init__(self, allowed_modules: tuple[str, ...] = (), workers: int = 64):
         self.allowed_modules = tuple(allowed_modules)
@@ -144,7 +146,7 @@ class PythonExecutor(Executor):
         self._functions: dict[str, tuple[Callable[..., Any], bool, int]] = {}
 
     def validate(self, spec: JobSpec) -> None:
-        check_module(spec.target, self.allowed_modules)
+        check_listed(self.kind, spec, self.allowed_modules)
 
     def batch_size(self, target: str) -> int | None:
         known = self._functions.get(target)

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from ..rules.allow import LOCAL_BASE, AllowLists
+from ..rules.allow import AllowLists
 from ..rules.errors import BadSetting
+from ..rules.kinds import KINDS, LOCAL_BASE
 from ..rules.limits import MAX_CAPACITY
 from ..rules.logs import LogFormat
 from ..rules.queues import Served
@@ -18,7 +19,7 @@ from ..rules.roster import Liveness
 from ..rules.schedules import ahead_of
 
 FARM_TIMING = ("period", "heartbeat", "misses")  # every machine must share them, or turns and death verdicts disagree
-ALLOW_LISTS = ("allow_hosts", "allow_modules", "allow_commands")
+ALLOW_LISTS = tuple(kind.option for kind in KINDS.values())  # a field below for each kind of work
 LISTS = (*ALLOW_LISTS, "command_env")  # the settings that are lists (tuples, given as any iterable)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -158,7 +159,7 @@ class NodeConfig(FarmTiming):
     @cached_property
     def allow(self) -> AllowLists:
         """What work it agrees to run (queueprocessor.rules.allow)."""
-        return AllowLists(self.allow_hosts, self.allow_modules, self.allow_commands)
+        return AllowLists(**{kind.allow_field: getattr(self, kind.option) for kind in KINDS.values()})
 
     @cached_property
     def served(self) -> Served:

@@ -97,9 +97,11 @@ class BadSetting(InputError, ConfigError):
 
 
 class NotAllowed(InvalidJob):
-    """Work outside a node's allow-lists. Fields: `kind` (host, module or command), `value` (the refused one),
-    `allowed` (the list), `option` (the Farm.node keyword that extends it), `target` (the job's, for a host) and
-    `where` (on this machine; on any live machine at an enqueuer's door check)."""
+    """Work outside a node's allow-lists, worded as its kind of work says (rules/kinds.py). Fields: `kind` (what the
+    list holds: host, module or command), `value` (the refused one), `allowed` (the list), `option` (the Farm.node
+    keyword that extends it), `target` (the job's, masked) and `where` (on this machine; on any live machine at an
+    enqueuer's door check); `refusal`, the wording, a template of them, and `unlisted`, what it says of an empty
+    list."""
 
     def __init__(
         self,
@@ -108,40 +110,36 @@ class NotAllowed(InvalidJob):
         allowed: tuple[str, ...],
         option: str,
         *,
+        refusal: str,
+        unlisted: str = "",
         target: str | None = None,
         where: str = "on this machine",
     ):
-        self.kind, self.value, self.allowed, self.option, self.target, self.where = (
-            kind,
-            value,
-            allowed,
-            option,
-            target,
-            where,
-        )
+        self.kind, self.value, self.allowed, self.option = kind, value, allowed, option
+        self.refusal, self.unlisted, self.target, self.where = refusal, unlisted, target, where
         super().__init__(self.say())
 
     def elsewhere(self) -> "NotAllowed":
         """The same refusal by every live machine."""
         return NotAllowed(
-            self.kind, self.value, self.allowed, self.option, target=self.target, where="on any live machine"
+            self.kind,
+            self.value,
+            self.allowed,
+            self.option,
+            refusal=self.refusal,
+            unlisted=self.unlisted,
+            target=self.target,
+            where="on any live machine",
         )
 
     def say(self, name: Callable[[str], str] = str) -> str:
-        allowed = ", ".join(self.allowed)
-        if self.kind == "host":
-            return (
-                f"HTTP job target {echoed(self.target)}: host {echoed(self.value)} is not allowed {self.where}; "
-                f"allowed hosts: {allowed} (add one with {name(self.option)})"
-            )
-        if self.kind == "command":
-            return (
-                f"command {echoed(self.value)} is not allowed {self.where}; "
-                f"allowed: {allowed or f'none (start the node with {name(self.option)} NAME)'}"
-            )
-        return (
-            f"Python module {echoed(self.value)} is not allowed {self.where}; "
-            f"allowed prefixes: {allowed or f'none (start the node with {name(self.option)} PREFIX)'}"
+        option = name(self.option)
+        return self.refusal.format(
+            target=echoed(self.target),
+            value=echoed(self.value),
+            where=self.where,
+            allowed=", ".join(self.allowed) or self.unlisted.format(option=option),
+            option=option,
         )
 
 

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple, NoReturn, TypedDict, Unpack, cast
 
-from .allow import check_form
 from .errors import BadJobInput, InvalidJob
+from .kinds import kind_of
 from .limits import MAX_ATTEMPTS, MAX_INT, MAX_PAYLOAD
 from .queues import DEFAULT, check_name, check_order_key
 from .states import JobState, Kind, Outcome
@@ -172,7 +172,7 @@ def work_spec(executor: str, target: str, *, payload: str | None = None, **optio
         after=check_after(given.get("after", ()), after_ended),
         after_ended=after_ended,
     )
-    check_form(spec)
+    kind_of(spec.executor).check(spec.target, spec.method)
     return spec
 
 

@@ -22,6 +22,7 @@ _PASSWORD_PARAM = re.compile(
     re.IGNORECASE,
 )
 
+HTTP_SCHEMES = ("http", "https")  # the schemes of a URL an HTTP job or a node's HTTP base may name
 # An HTTP URL's whole userinfo ("https://TOKEN@host" is as secret as "https://user:password@host").
 _USERINFO_IN_HTTP = re.compile(r"(https?://)[^/?#@\s]+@", re.IGNORECASE)
 # A query parameter that looks secret, by its name (or its name's last word: client_secret, X-Amz-Signature,

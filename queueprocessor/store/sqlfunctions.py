@@ -28,8 +28,8 @@ from sqlalchemy import DDL, ColumnDefault, Float, String, func, insert, literal_
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 
-from ..rules.allow import _PYTHON_TARGET, EXECUTORS
 from ..rules.job import JobSpec
+from ..rules.kinds import KINDS, TARGETS_SAID, WorkKind
 from ..rules.limits import LATEST, MAX_PAYLOAD
 from ..rules.queues import _NAME, _NAME_RULE, DEFAULT, MAX_NAME, MAX_ORDER_KEY
 from .dbtime import db_now
@@ -37,13 +37,11 @@ from .jobs import job_row
 from .schema import jobs
 from .statements import gated_now
 
-# What each refusal says to do, as the Python enqueue's errors say it.
+# What each refusal says to do, as the Python enqueue's errors say it (a malformed target: as its kind's row says).
 HINTS = {
-    "executor": f"use one of {', '.join(EXECUTORS)}",
-    "target": "name the work: a path or URL (http), package.module:function (python), a JSON argv list (command)",
-    "http": "an HTTP job's target is a path such as /reports/run, or an http(s) URL on a host the nodes allow",
-    "python": "a Python job's target is package.module:function, a public function",
-    "command": 'a command job\'s target is a JSON list of strings such as ["backup", "--full"]',
+    "executor": f"use one of {', '.join(KINDS)}",
+    "target": f"name the work: {TARGETS_SAID}",
+    **{kind.name: kind.hint for kind in KINDS.values()},
     "queue": _NAME_RULE,
     "order_key": f"an order key is 1 to {MAX_ORDER_KEY} characters, or NULL",
     "payload": "store large data elsewhere and pass a reference",
@@ -136,6 +134,7 @@ def postgresql_function(farm_schema: str) -> str:
     insert_sql = _insert(
         dialect, lambda name: literal_column(_VARIABLES[name], Float if name == "run_at" else String), farm_schema
     )
+    declared = "".join(f"    {kind.postgresql.declare}\n" for kind in KINDS.values() if kind.postgresql.declare)
     return f"""
 CREATE OR REPLACE FUNCTION qp_enqueue(
     executor text, target text, payload jsonb DEFAULT NULL, queue text DEFAULT {_quoted(DEFAULT)},
@@ -149,8 +148,7 @@ DECLARE
     v_order_key text := qp_enqueue.order_key;
     v_run_at double precision := extract(epoch FROM qp_enqueue.run_at);
     v_origin text := left(format('sql %s pid %s', session_user, pg_backend_pid()), {ORIGIN_LENGTH});
-    v_argv jsonb;
-    v_id bigint;
+{declared}    v_id bigint;
 BEGIN
 {_postgresql_checks()}
     {insert_sql} INTO v_id;
@@ -173,21 +171,23 @@ def _pg_shown(variable: str) -> str:
     return f"coalesce(quote_literal({variable}), 'NULL')"
 
 
+def _pg_kind(kind: WorkKind) -> list[str]:
+    """qp_enqueue's refusals of a malformed target of `kind` on PostgreSQL, as its row says (rules/kinds.py)."""
+    guard, checks = f"v_executor = {_quoted(kind.name)}", kind.postgresql
+    setup = [f"    IF {guard} THEN\n        {checks.setup}\n    END IF;"] if checks.setup else []
+    return setup + [
+        _pg_refuse(f"{guard} AND {condition}", kind.name, message, _pg_shown("v_target"))
+        for condition, message in checks.refusals
+    ]
+
+
 def _postgresql_checks() -> str:
     """qp_enqueue's refusals on PostgreSQL, in the order the Python enqueue makes them (work_spec, Farm.submit)."""
-    python_target = _PYTHON_TARGET.pattern.replace("(?P<module>", "(").replace("(?P<function>", "(")
     queue_name = "^" + _NAME.pattern.removesuffix(r"\Z") + "$"
-
-    url = "^https?://([^/?#@]*@)?(\\[[^]/?#]+\\]|[^]/?#:@[]+)(:[0-9]*)?([/?#]|$)"
-    argv = (
-        "v_argv IS NULL OR jsonb_typeof(v_argv) <> 'array' OR jsonb_array_length(v_argv) = 0"
-        " OR EXISTS (SELECT 1 FROM jsonb_array_elements(v_argv) AS a(e) WHERE jsonb_typeof(a.e) <> 'string')"
-        " OR v_argv ->> 0 = ''"
-    )
     return "\n".join(
         [
             _pg_refuse(
-                f"v_executor IS NULL OR v_executor NOT IN ({', '.join(map(_quoted, EXECUTORS))})",
+                f"v_executor IS NULL OR v_executor NOT IN ({', '.join(map(_quoted, KINDS))})",
                 "executor",
                 "unknown executor %",
                 _pg_shown("v_executor"),
@@ -198,33 +198,7 @@ def _postgresql_checks() -> str:
                 f"a job's target is 1 to {TARGET_LENGTH} characters, not %",
                 "coalesce(length(v_target)::text, 'NULL')",
             ),
-            _pg_refuse(
-                "v_executor = 'http' AND (v_target ~ '^[A-Za-z][A-Za-z0-9+.-]*:' OR v_target LIKE '//%')"
-                f" AND v_target !~* {_quoted(url)}",
-                "http",
-                "HTTP job target % is neither a path such as /reports/run nor an http(s) URL",
-                _pg_shown("v_target"),
-            ),
-            _pg_refuse(
-                f"v_executor = 'python' AND v_target !~ {_quoted(python_target)}",
-                "python",
-                "Python job target % is not of the form package.module:function",
-                _pg_shown("v_target"),
-            ),
-            _pg_refuse(
-                "v_executor = 'python' AND v_target ~ ':(.*\\.)?_'",
-                "python",
-                "Python job target % names a private attribute",
-                _pg_shown("v_target"),
-            ),
-            "    IF v_executor = 'command' THEN\n"
-            "        BEGIN v_argv := v_target::jsonb; EXCEPTION WHEN others THEN v_argv := NULL; END;\n    END IF;",
-            _pg_refuse(
-                f"v_executor = 'command' AND ({argv})",
-                "command",
-                "command job target % is not a JSON list of strings",
-                _pg_shown("v_target"),
-            ),
+            *(check for kind in KINDS.values() for check in _pg_kind(kind)),
             _pg_refuse(
                 f"v_queue IS NULL OR length(v_queue) > {MAX_NAME} OR v_queue !~ {_quoted(queue_name)}",
                 "queue",
@@ -291,19 +265,23 @@ def _ms_shown(variable: str) -> str:
     return f"ISNULL({quote} + REPLACE(LEFT({variable}, 200), {quote}, N'''''') + {quote}, N'NULL')"
 
 
+def _ms_kind(kind: WorkKind) -> list[str]:
+    """qp_enqueue's refusals of a malformed target of `kind` on SQL Server, as its row says (rules/kinds.py)."""
+    guard = f"@executor = N{_quoted(kind.name)}"
+    return [
+        _ms_refuse(f"{guard} AND {condition}", kind.name, message, _ms_shown("@target"))
+        for condition, message in kind.mssql.refusals
+    ]
+
+
 def _mssql_checks() -> str:
     """qp_enqueue's refusals on SQL Server, each an IF that THROWs (run in order: a later one may rely on an earlier
     one, as OPENJSON does on ISJSON)."""
-
-    function = "SUBSTRING(@target, CHARINDEX(N':', @target) + 1, 4000)"
-    has_scheme = (
-        "@target LIKE N'[A-Za-z]%:%' AND LEFT(@target, CHARINDEX(N':', @target) - 1) NOT LIKE N'%[^A-Za-z0-9+.-]%'"
-    )
     return "\n".join(
         [
             _ms_refuse(
                 f"@executor IS NULL OR @executor COLLATE Latin1_General_BIN2"
-                f" NOT IN ({', '.join('N' + _quoted(e) for e in EXECUTORS)})",
+                f" NOT IN ({', '.join('N' + _quoted(e) for e in KINDS)})",
                 "executor",
                 "unknown executor ",
                 _ms_shown("@executor"),
@@ -313,40 +291,7 @@ def _mssql_checks() -> str:
                 "target",
                 f"a job's target is 1 to {TARGET_LENGTH} characters",
             ),
-            _ms_refuse(
-                f"@executor = N'http' AND (({has_scheme}) OR @target LIKE N'//%')"
-                " AND NOT (@target LIKE N'http://[^/?#:@]%' OR @target LIKE N'https://[^/?#:@]%')",
-                "http",
-                "HTTP job target is neither a path such as /reports/run nor an http(s) URL: ",
-                _ms_shown("@target"),
-            ),
-            _ms_refuse(
-                "@executor = N'python' AND (@target NOT LIKE N'[A-Za-z_]%:[A-Za-z_]%'"
-                " OR @target LIKE N'%[^A-Za-z0-9_.:]%' OR @target LIKE N'%:%:%' OR @target LIKE N'%..%'"
-                " OR @target LIKE N'%.' OR @target LIKE N'%.:%' OR @target LIKE N'%.[0-9]%')",
-                "python",
-                "Python job target is not of the form package.module:function: ",
-                _ms_shown("@target"),
-            ),
-            _ms_refuse(
-                f"@executor = N'python' AND ({function} LIKE N'[_]%' OR {function} LIKE N'%.[_]%')",
-                "python",
-                "Python job target names a private attribute: ",
-                _ms_shown("@target"),
-            ),
-            _ms_refuse(
-                "@executor = N'command' AND (ISJSON(@target) = 0 OR LEFT(LTRIM(@target), 1) <> N'[')",
-                "command",
-                "command job target is not a JSON list of strings: ",
-                _ms_shown("@target"),
-            ),
-            _ms_refuse(
-                "@executor = N'command' AND (NOT EXISTS (SELECT 1 FROM OPENJSON(@target))"
-                " OR EXISTS (SELECT 1 FROM OPENJSON(@target) WHERE [type] <> 1) OR JSON_VALUE(@target, '$[0]') = N'')",
-                "command",
-                "command job target is not a JSON list of strings: ",
-                _ms_shown("@target"),
-            ),
+            *(check for kind in KINDS.values() for check in _ms_kind(kind)),
             _ms_refuse(
                 f"@queue IS NULL OR @queue = N'' OR DATALENGTH(@queue) / 2 > {MAX_NAME}"
                 " OR @queue NOT LIKE N'[A-Za-z0-9]%' OR @queue LIKE N'%[^A-Za-z0-9_.-]%'",
