@@ -374,7 +374,7 @@ class TurnTimer(OfJoinedNode):
     def _claim(self, limit: int, horizon: float = 0.0, guarded: bool = False) -> int:
         """Claim and start up to `limit` jobs; how many. With `guarded`, our queues with a farm-wide limit or
         rate too, in one claim with every other queue, so priority holds across them (a guarded queue with no
-        room or no job due gives nothing and, on PostgreSQL, is not even locked: see statements._held)."""
+        room or no job due gives nothing and, on PostgreSQL, is not even locked: see sql.gates.held_queues)."""
         options = self._claim_options()
         # Expired leases go back to work on turns (docs/design.md §3), and on any claim while a peer lately died (the
         # turn's holder may have no room for them); otherwise a claim skips looking for them, which costs a

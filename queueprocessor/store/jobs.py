@@ -20,7 +20,10 @@ from .base import StoreBase
 from .dbtime import db_now
 from .history import with_owner_name
 from .schema import deps, flow_jobs, jobs, machines, queues, runs
-from .statements import CANCELLED_BY, LOST, claim_statement, free_places, gated_now, taken_statement, unpaused
+from .sql.claim import LOST, claim_statement
+from .sql.due import unpaused
+from .sql.gates import free_places, gated_now, taken_statement
+from .sql.runs import CANCELLED_BY
 from .turns import TurnStore
 from .types import EVERY_QUEUE, NO_LOOKS, Looks, Plan, Turn
 
@@ -533,14 +536,14 @@ def _claim_params(
 
 
 def _plan_shape(plan: Plan) -> dict[str, Any]:
-    """What a claim's plan makes of its statement's shape (see statements.ClaimShape)."""
+    """What a claim's plan makes of its statement's shape (see sql.claim.ClaimShape)."""
     return dict(served=bool(plan.served), branches=plan.branches)
 
 
 def _ran_out(before: float | None = None) -> list[Any]:
     """A running job whose lease ran out (before `before` too, database time, if given): what a take-over takes,
     as the statements outside the claim state it (the claim states it with its own bound time: see
-    statements.claim_statement)."""
+    sql.claim.claim_statement)."""
     return [
         jobs.c.state == JobState.RUNNING,
         jobs.c.lease_until < db_now(),

@@ -1,5 +1,5 @@
 """The statements of named queues that operators and dashboards run (docs/design.md §9): their settings rows in
-qp_queues, and what waits and runs in each. The claim's own queue guards are in statements.py."""
+qp_queues, and what waits and runs in each. The claim's own queue guards are in sql/gates.py."""
 
 import time
 from typing import Any
@@ -13,9 +13,9 @@ from .base import StoreBase
 from .dbtime import db_now
 from .events import record_event
 from .schema import jobs, machines, queues
-from .statements import recount_statement, regate_statements
+from .sql.gates import recount_statement, regate_statements
 
-# The settings that hold a queue's jobs back (see statements.gated_now): a change of one sets their flags again.
+# The settings that hold a queue's jobs back (see sql.gates.gated_now): a change of one sets their flags again.
 HOLDING = frozenset({"paused", "max_running", "rate_count"})
 # How long a change of those waits for older transactions before it sets the flags (see QueueStore._regate).
 PATIENCE = 5.0
@@ -76,7 +76,7 @@ class QueueStore:
             self._regate(name)
 
     def _regate(self, name: str) -> None:
-        """Set the gated flag of queue `name`'s unfinished jobs to what its row says now (statements.gated_now).
+        """Set the gated flag of queue `name`'s unfinished jobs to what its row says now (sql.gates.gated_now).
         An enqueue that read the row before our change may not have committed yet, and its job would miss this
         update: on PostgreSQL we first wait, as CREATE INDEX CONCURRENTLY does, for every transaction that began
         before the change to end, for at most PATIENCE seconds (a job that still slips through, by a client

@@ -46,7 +46,7 @@ from .events import record_event
 from .history import run_history, with_machine_name
 from .jobs import cancel_queued
 from .schema import jobs, schedules
-from .statements import gated_now
+from .sql.gates import gated_now
 from .views import KEYS_PER_STATEMENT
 
 log = logging.getLogger("queueprocessor.schedules")

@@ -22,7 +22,7 @@ class Plan:
 
     @property
     def branches(self) -> tuple[bool, ...]:
-        """Per branch of its own, whether its queue is guarded (see statements.ClaimShape)."""
+        """Per branch of its own, whether its queue is guarded (see sql.claim.ClaimShape)."""
         return tuple(locked for _name, _room, locked in self.alone)
 
     @property

@@ -15,7 +15,7 @@ from queueprocessor.rules.states import JobState
 from queueprocessor.store.queues import QueueStore
 from queueprocessor.store.schedules import ScheduleStore
 from queueprocessor.store.schema import jobs
-from queueprocessor.store.statements import gated_now
+from queueprocessor.store.sql.gates import gated_now
 from queueprocessor.store.types import Plan
 from tests.support.work import PYJOBS
 
@@ -108,7 +108,7 @@ def test_a_job_that_slipped_past_its_queues_change_is_set_right_by_housekeeping(
 def test_the_server_keeps_one_plan_for_the_claim_of_a_limited_queue(pg_url):
     """The node that holds a limited queue's places claims with its row locked many times a second. Planned
     afresh at every run, that claim cost the server a millisecond of planning, as much as its run (named by an
-    array, the queue rows were guessed ten: statements._held). Once psycopg has prepared it (after five runs on
+    array, the queue rows were guessed ten: sql.gates.held_queues). Once psycopg has prepared it (after five runs on
     a connection), the server runs it on the plan it keeps."""
     with Farm(pg_url) as farm:
         farm._store.jobs.enqueue(REPORTS, count=20)

@@ -16,16 +16,9 @@ from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.queues import OnFailure, QueueInfo, Rate, Served
 from queueprocessor.rules.roster import slot_of
 from queueprocessor.store.schema import jobs
-from queueprocessor.store.statements import (
-    ClaimShape,
-    claim_statement,
-    freed_statement,
-    looks_statement,
-    recount_statement,
-    regate_statements,
-    taken_statement,
-    turn_statement,
-)
+from queueprocessor.store.sql.claim import ClaimShape, claim_statement
+from queueprocessor.store.sql.gates import freed_statement, recount_statement, regate_statements, taken_statement
+from queueprocessor.store.sql.turns import looks_statement, turn_statement
 from queueprocessor.store.types import Looks, Plan, Turn
 from tests.support.httptarget import most_at_once
 from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
