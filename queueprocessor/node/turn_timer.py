@@ -27,7 +27,7 @@ from ..store.queues import QueueStore
 from ..store.schedules import ScheduleStore
 from ..store.stats import HOUR, minute_to_write
 from ..store.stores import Store
-from ..store.types import Looks, Plan, Turn
+from ..store.types import ClaimRequest, Looks, Plan, Turn
 from .config import NodeConfig
 from .joined import Joined, OfJoinedNode
 from .push import BACKLOG, Listener, notify_backlog
@@ -345,29 +345,15 @@ class TurnTimer(OfJoinedNode):
         options = self._claim_options()  # expired leases go back to work on turns (docs/design.md §3)
         sent = self.clock.monotonic()
         looks = Looks(tuple(sorted(self.node.guarded)), self._served_elsewhere(), self.config.served.names)
-        turn = self.store.jobs.take_turn_and_claim(
-            slot,
-            self._me,
-            free,
-            self.config.lease,
-            horizon=self.config.claim_ahead,
-            plan=self._plan(free),
-            looks=looks,
-            ends=slot_end(slot, self.config.period),
-            **options,
+        request = ClaimRequest(
+            self._me, free, self.config.lease, horizon=self.config.claim_ahead, plan=self._plan(free), **options
         )
+        turn = self.store.jobs.take_turn_and_claim(slot, request, looks=looks, ends=slot_end(slot, self.config.period))
         if not turn.won:
             return None
         claimed = turn.claimed
         if turn.guarded_due and free > 0:
-            claimed = self.store.jobs.claim(
-                self._me,
-                free,
-                self.config.lease,
-                horizon=self.config.claim_ahead,
-                plan=self._plan(free, guarded=True),
-                **options,
-            )
+            claimed = self.store.jobs.claim(replace(request, plan=self._plan(free, guarded=True)))
         self._start(claimed, sent)
         return replace(turn, claimed=claimed)
 
@@ -381,13 +367,9 @@ class TurnTimer(OfJoinedNode):
         # scan of the running jobs' lease entries, live and dead.
         options["take_expired"] = options["take_expired"] and self._peer_lately_dead(options["expired_before"])
         sent = self.clock.monotonic()
+        plan = self._plan(limit, guarded and bool(self.node.guarded))
         jobs = self.store.jobs.claim(
-            self._me,
-            limit,
-            self.config.lease,
-            horizon=horizon,
-            plan=self._plan(limit, guarded and bool(self.node.guarded)),
-            **options,
+            ClaimRequest(self._me, limit, self.config.lease, horizon=horizon, plan=plan, **options)
         )
         self._start(jobs, sent)
         return len(jobs)

@@ -13,6 +13,7 @@ from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
 from queueprocessor.node.runs import OWN_CANCEL
 from queueprocessor.rules.job import JobSpec
+from queueprocessor.store.types import ClaimRequest
 from tests.support import pyjobs, unruly
 from tests.support.work import PYJOBS, Nodes, wait_for
 
@@ -92,7 +93,7 @@ def test_a_timeout_error_raised_by_the_work_itself_is_its_failure_not_its_timeou
     store = farm._store
     machine = store.machines.register(name="m", host="h", instance="i", pid=1, version="t", capacity=1)
     [job_id] = farm.enqueue_http("/slow", max_attempts=1)
-    [job] = store.jobs.claim(machine, 1, lease=30)
+    [job] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))
     runner = JobRunner(store, machine, {"http": TimesOut()}, store.ask_time, lambda _job, _outcome: None)
     runner.start()
     try:

@@ -20,6 +20,7 @@ from queueprocessor.farm import Farm, without_password  # noqa: E402
 from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
 from queueprocessor.rules.clock import SystemClock  # noqa: E402
 from queueprocessor.store.database import mask  # noqa: E402
+from queueprocessor.store.types import ClaimRequest
 from queueprocessor.views import runs_between, turns_between  # noqa: E402
 from tests.support import pyjobs  # noqa: E402
 from ui.app import make_app, node_options, parse_args  # noqa: E402
@@ -622,9 +623,9 @@ def test_the_attempts_table_shows_its_columns_without_scrolling_sideways_at_1440
     machine = farm._store.machines.register(name="web-01", host="host", instance="i-1", pid=1, version="t", capacity=1)
     (job_id,) = farm.enqueue_http("/flaky")
     error = "GET http://127.0.0.1:8080/flaky: HTTP 503 Service Unavailable: " + "upstream timed out; " * 8
-    (claimed,) = farm._store.jobs.claim(machine, 1, 60)
+    (claimed,) = farm._store.jobs.claim(ClaimRequest(machine, 1, 60))
     farm._store.runs.finish(claimed, machine, "failed", error=error, retry_in=0)
-    (claimed,) = farm._store.jobs.claim(machine, 1, 60)
+    (claimed,) = farm._store.jobs.claim(ClaimRequest(machine, 1, 60))
     farm._store.runs.finish(claimed, machine, "succeeded")
     window = open_window(farm.url)
     window.resize(1440, 900)

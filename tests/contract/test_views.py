@@ -15,6 +15,7 @@ from queueprocessor import singletons
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.schedules import Recurrence
+from queueprocessor.store.types import ClaimRequest
 from queueprocessor.views import (
     Dashboard,
     FarmTiming,
@@ -38,7 +39,7 @@ def _machine(store, name):
 
 def _run(store, machine, target, outcome):
     store.jobs.enqueue(JobSpec(executor="http", target=target))
-    [job] = store.jobs.claim(machine, 1, lease=30)
+    [job] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))
     store.runs.finish(job, machine, outcome, error=None if outcome == "succeeded" else "boom")
     return job
 
@@ -67,7 +68,7 @@ def test_runs_between_holds_runs_overlapping_the_window_with_their_target(farm):
     before = store.ask_time()
     done = _run(store, a, "/ok", "succeeded")
     store.jobs.enqueue(JobSpec(executor="http", target="/still"))
-    [running] = store.jobs.claim(a, 1, lease=30)
+    [running] = store.jobs.claim(ClaimRequest(a, 1, lease=30))
     after = store.ask_time()
     runs = runs_between(store, before, after)
     assert {(r["job_id"], r["outcome"], r["target"]) for r in runs} == {
@@ -229,7 +230,7 @@ def test_schedules_carry_their_next_occurrence_and_their_last_ones_job(farm):
     farm.schedule("later", farm.python_spec("tests.support.pyjobs:noop"), every=3600)
     farm.pause_schedule("later")
     time.sleep(2 * farm.settings()["period"] + 0.15)  # the first tick is due (two periods after its schedule was added)
-    [job] = store.jobs.claim(machine, 1, lease=30)
+    [job] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))
     store.runs.finish(job, machine, "succeeded")
     done = store.jobs.get(job.id)
     assert done["key"].startswith("tick@")
@@ -269,7 +270,7 @@ def test_a_snapshot_carries_the_schedules_and_the_singletons(farm):
     farm.schedule("tick", farm.python_spec("tests.support.pyjobs:noop"), every=60)
     job_id = farm.singleton("feed", farm.python_spec("tests.support.pyjobs:wait_for_cancel"))
     machine = _machine(store, "holder")
-    assert job_id in [job.id for job in store.jobs.claim(machine, 5, lease=30)]
+    assert job_id in [job.id for job in store.jobs.claim(ClaimRequest(machine, 5, lease=30))]
     snap = Dashboard(store, FarmTiming.of(farm.settings())).read(Query())
     assert [(s["name"], s["recurrence"]) for s in snap["schedules"]] == [("tick", "every 60 s")]
     [feed] = snap["singletons"]
