@@ -23,8 +23,6 @@ from ..rules.queues import served_names
 from ..rules.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take, turn_wait, upcoming_turn
 from ..rules.states import MachineState, Outcome
 from ..store.jobs import PRUNE_BATCH
-from ..store.queues import QueueStore
-from ..store.schedules import ScheduleStore
 from ..store.stats import HOUR, minute_to_write
 from ..store.stores import Store
 from ..store.types import ClaimRequest, Looks, Plan, Turn
@@ -67,8 +65,6 @@ class Host(Joined, Protocol):
     store: Store
     clock: Clock
     estimator: OffsetEstimator
-    schedules: ScheduleStore
-    queue_store: QueueStore
     tally: Tally
     listener: Listener | None
 
@@ -102,7 +98,7 @@ class TurnTimer(OfJoinedNode):
         """`started`: the watchdog's notice, set whenever we start jobs."""
         self.node = node
         self.config, self.store, self.clock, self.estimator = node.config, node.store, node.clock, node.estimator
-        self.schedules, self.queue_store, self.tally = node.schedules, node.queue_store, node.tally
+        self.tally = node.tally
         self._started = started
         self._backlog_slot = -1
         self._direct = False
@@ -190,7 +186,7 @@ class TurnTimer(OfJoinedNode):
                 self._materialise_due()
                 if self.sweep.is_set():
                     self.sweep.clear()
-                    self.schedules.drop_missed()
+                    self.store.schedules.drop_missed()
                 turn = self._take_turn(slot, free)
                 if turn is not None:
                     self._took_turn(slot, free, turn, now)
@@ -243,7 +239,7 @@ class TurnTimer(OfJoinedNode):
         if self._made[0] == reading:
             upcoming = self._made[1]
         if upcoming is not None and upcoming <= self.estimator.db_now() + self.config.schedule_ahead:
-            made = self.schedules.materialise(ahead=self.config.schedule_ahead, period=self.config.period)
+            made = self.store.schedules.materialise(ahead=self.config.schedule_ahead, period=self.config.period)
             self._made = (reading, made.next_schedule)
 
     def _took_turn(self, slot: int, free: int, turn: Turn, now: float) -> None:
@@ -285,7 +281,7 @@ class TurnTimer(OfJoinedNode):
         ScheduleStore.drop_missed), for those left waiting while the farm was busy."""
         started = self.clock.monotonic()
         self.store.turns.prune(self.config.turn_keep)
-        self.queue_store.recount()
+        self.store.queues.recount()
         self._housekeep_more = True
         while self.store.jobs.prune(self.config.keep_jobs) == PRUNE_BATCH:
             if self.clock.monotonic() - started > self.config.period / 4:

@@ -115,6 +115,31 @@ class QueueStore:
             for statement in regate_statements():
                 conn.execute(statement)
 
+    def infos(self, live: list[dict[str, Any]], only: str | None = None) -> list[QueueInfo]:
+        """Every queue with work, settings or a live machine serving it by name (and `default`), by name; or only
+        queue `only`, whose settings and counts alone are read. `live`: the machine rows judged alive, each with
+        its `name` and `queues` (names, () for every queue)."""
+        settings, counts = self.settings(only), self.counts(only)
+        names = {DEFAULT, *settings, *counts, *(q for m in live for q in m["queues"])} if only is None else {only}
+        infos = []
+        for name in sorted(names):
+            row = settings.get(name, {})
+            waiting, running, keys = counts.get(name, (0, 0, 0))
+            infos.append(
+                QueueInfo(
+                    name=name,
+                    waiting=waiting,
+                    running=running,
+                    limit=row.get("max_running"),
+                    rate=Rate(row["rate_count"], row["rate_per"]) if row.get("rate_count") else None,
+                    order_keys_waiting=keys,
+                    paused=bool(row.get("paused")),
+                    on_failure=OnFailure(row.get("on_failure") or OnFailure.SKIP),
+                    serving=serving_machines(live, name),
+                )
+            )
+        return infos
+
 
 def _changes(values: dict[str, Any]) -> list[tuple[EventKind, str | None]]:
     """The events a change of a queue's settings logs: one for each thing it changed."""
@@ -130,30 +155,3 @@ def _changes(values: dict[str, Any]) -> list[tuple[EventKind, str | None]]:
     if "on_failure" in values:
         found.append((EventKind.QUEUE_ON_FAILURE, f"on failure: {values['on_failure']}"))
     return found
-
-
-def queue_infos(store: StoreBase, live: list[dict[str, Any]], only: str | None = None) -> list[QueueInfo]:
-    """Every queue with work, settings or a live machine serving it by name (and `default`), by name; or only
-    queue `only`, whose settings and counts alone are read. `live`: the machine rows judged alive, each with
-    its `name` and `queues` (names, () for every queue)."""
-    reader = QueueStore(store)
-    settings, counts = reader.settings(only), reader.counts(only)
-    names = {DEFAULT, *settings, *counts, *(q for m in live for q in m["queues"])} if only is None else {only}
-    infos = []
-    for name in sorted(names):
-        row = settings.get(name, {})
-        waiting, running, keys = counts.get(name, (0, 0, 0))
-        infos.append(
-            QueueInfo(
-                name=name,
-                waiting=waiting,
-                running=running,
-                limit=row.get("max_running"),
-                rate=Rate(row["rate_count"], row["rate_per"]) if row.get("rate_count") else None,
-                order_keys_waiting=keys,
-                paused=bool(row.get("paused")),
-                on_failure=OnFailure(row.get("on_failure") or OnFailure.SKIP),
-                serving=serving_machines(live, name),
-            )
-        )
-    return infos

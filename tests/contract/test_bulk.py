@@ -7,8 +7,7 @@ from sqlalchemy import select, text, update
 from queueprocessor.farm import Farm, JobFilter
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.job import JobSpec
-from queueprocessor.rules.search import BadSearch
-from queueprocessor.store import bulk
+from queueprocessor.rules.search import BadSearch, BulkAction
 from queueprocessor.store.matching import let_bitmaps, matching
 from queueprocessor.store.schema import jobs
 from queueprocessor.store.types import ClaimRequest
@@ -125,16 +124,14 @@ def test_a_bulk_action_stopped_between_batches_leaves_every_job_changed_whole_or
     def stop():
         return len(told) == 2
 
-    changed = bulk.run(
-        store, bulk.BulkAction.RETRY, JobFilter(state="failed"), batch=10, stop=stop, progress=told.append
-    )
+    changed = store.bulk.run(BulkAction.RETRY, JobFilter(state="failed"), batch=10, stop=stop, progress=told.append)
     assert changed == 20 and told == [10, 20]
     jobs_now = [store.jobs.get(j) for j in failed]
     retried = [j for j in jobs_now if j["state"] == "queued"]
     assert len(retried) == 20 and all(j["finished_at"] is None and j["max_attempts"] == 2 for j in retried)
     untouched = [j for j in jobs_now if j["state"] == "failed"]
     assert len(untouched) == 5 and all(j["finished_at"] is not None and j["max_attempts"] == 1 for j in untouched)
-    assert bulk.run(store, bulk.BulkAction.RETRY, JobFilter(state="failed"), batch=10) == 5
+    assert store.bulk.run(BulkAction.RETRY, JobFilter(state="failed"), batch=10) == 5
 
 
 def test_a_selection_of_many_ids_is_acted_on_in_pieces(farm):

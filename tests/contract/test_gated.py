@@ -12,8 +12,6 @@ from sqlalchemy import String, insert, literal, select, update
 from queueprocessor.farm import Farm
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.states import JobState
-from queueprocessor.store.queues import QueueStore
-from queueprocessor.store.schedules import ScheduleStore
 from queueprocessor.store.schema import jobs
 from queueprocessor.store.sql.gates import gated_now
 from queueprocessor.store.types import ClaimRequest, Plan
@@ -78,7 +76,7 @@ def test_every_way_into_the_queue_gates_a_job_of_a_held_back_queue(farm):
     store.jobs.enqueue(REPORTS)
     store.jobs.enqueue(REPORTS, count=3)
     farm.schedule("nightly", REPORTS, every=60.0)
-    ScheduleStore(store).materialise(ahead=120.0, period=0.5)
+    store.schedules.materialise(ahead=120.0, period=0.5)
     store.jobs.retry(failed)
     queued = flags(farm)["queued"]
     assert len(queued) >= 6 and all(queued)
@@ -102,7 +100,7 @@ def test_a_job_that_slipped_past_its_queues_change_is_set_right_by_housekeeping(
         store.jobs.claim(ClaimRequest(me, 8, 30.0)) == []
         and store.jobs.claim(ClaimRequest(me, 8, 30.0, plan=LOCKED)) == []
     )
-    QueueStore(store).recount()
+    store.queues.recount()
     assert flags(farm) == {"queued": [True]}
     assert len(store.jobs.claim(ClaimRequest(me, 8, 30.0, plan=LOCKED))) == 1
 

@@ -10,7 +10,6 @@ from queueprocessor.rules.job import JobSpec
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
 from queueprocessor.store.migrations import QUEUED_BEFORE_6
-from queueprocessor.store.roster import RosterStore
 from queueprocessor.store.types import ClaimRequest, Plan, Progress
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
@@ -288,7 +287,7 @@ def test_a_version_3_database_gets_the_roster_version_and_the_heartbeat_indexes_
         assert version == CURRENT and {"ix_qp_machines_seen", "ix_qp_machines_wished"} <= indexes
         assert fill in (None, [f"fillfactor={schema.MACHINES_FILL}"])
         assert farm._engine.dialect.name != "postgresql" or fill is not None
-        peers = RosterStore(farm._store)
+        peers = farm._store.roster
         me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
         read = peers.read_farm(me, before=farm._store.ask_time() - 60)
         assert read.version == 1 and read.suspects == {}

@@ -11,7 +11,6 @@ from sqlalchemy import func, select, update
 from queueprocessor.farm import Farm
 from queueprocessor.rules.job import Ending, JobSpec
 from queueprocessor.rules.states import JobState, Outcome
-from queueprocessor.store.queues import QueueStore
 from queueprocessor.store.schema import jobs, queues
 from queueprocessor.store.types import ClaimRequest, Plan
 from tests.support.work import PYJOBS
@@ -70,7 +69,7 @@ def test_a_count_gone_wrong_is_repaired_by_the_recount_and_by_setting_the_limit(
     farm.set_queue("reports", limit=3)
     assert len(store.jobs.claim(ClaimRequest(machine(farm, "a"), 2, 30.0, plan=LOCKED))) == 2
     store.count(update(queues).values(running=3))  # e.g. started by a node of the older version, uncounted
-    QueueStore(store).recount()
+    store.queues.recount()
     assert counted(farm) == (2, 2)
     store.count(update(queues).values(running=0))
     farm.set_queue("reports", limit=3)
