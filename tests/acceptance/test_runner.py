@@ -97,6 +97,7 @@ from queueprocessor.executors.command import CommandExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
 from queueprocessor.rules.job import JobSpec
+from queueprocessor.store.types import ClaimRequest
 
 url, started = sys.argv[1], Path(sys.argv[2])
 with Farm(url) as farm:
@@ -104,7 +105,7 @@ with Farm(url) as farm:
     machine = store.machines.register(name="m", host="h", instance="stop-test", pid=1, version="0", capacity=3)
     argv = ["sh", "-c", 'echo >> "$0"; exec sleep 30', str(started)]
     store.jobs.enqueue(JobSpec(executor="command", target=json.dumps(argv)), count=3)
-    jobs = store.jobs.claim(machine, 3, 30.0)
+    jobs = store.jobs.claim(ClaimRequest(machine, 3, 30.0))
     runner = JobRunner(store, machine, {"command": CommandExecutor(("sh",))}, store.ask_time, lambda *_: None)
     runner.start()
     runner.submit_many(jobs)
