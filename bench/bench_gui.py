@@ -37,7 +37,7 @@ from sqlalchemy import insert, text  # noqa: E402
 from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.rules.states import JobState  # noqa: E402
 from queueprocessor.store.schema import jobs, machines, runs, turns  # noqa: E402
-from queueprocessor.views import Dashboard, FarmTiming, Query, find_jobs  # noqa: E402
+from queueprocessor.views import Dashboard, FarmTiming, Query  # noqa: E402
 from ui.arrays import prepare  # noqa: E402
 from ui.snapshot import Snapshot  # noqa: E402
 
@@ -229,8 +229,8 @@ def search_times(farm: Farm, extra: int, repeats: int) -> None:
         conn.execute(text("ANALYZE qp_jobs"))
     cases = [
         ("newest 500 jobs, no filter (store.list_jobs)", lambda: farm._store.jobs.newest(None, 500)),
-        ("text search, 500 of many matches ('upstream')", lambda: find_jobs(farm._store, "upstream")),
-        ("text search, nothing matches (a full scan)", lambda: find_jobs(farm._store, "no such text")),
+        ("text search, 500 of many matches ('upstream')", lambda: farm._store.views.find_jobs("upstream")),
+        ("text search, nothing matches (a full scan)", lambda: farm._store.views.find_jobs("no such text")),
     ]
     rows = []
     for label, read in cases:

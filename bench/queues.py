@@ -64,7 +64,7 @@ from queueprocessor.farm import Farm
 from queueprocessor.store.database import open_engine
 
 try:
-    from queueprocessor.store.statements import regate_statements
+    from queueprocessor.store.sql.gates import regate_statements
 except ImportError:  # the code measured predates gated jobs (schema 6, docs/design.md §9)
     regate_statements = None
 

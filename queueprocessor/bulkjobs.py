@@ -6,9 +6,8 @@ from typing import Any
 
 from .rules.errors import QPError
 from .rules.search import BulkAction, JobFilter
-from .store import bulk
+from .store.bulk import Changed
 from .store.stores import Store
-from .store.views import filtered_jobs
 
 EVERYTHING = "give a filter (state, queue, target, older_than, search), or everything=True to act on every job"
 
@@ -18,11 +17,11 @@ class ManyJobs:
 
     def find_jobs(self, where: JobFilter, limit: int = 100) -> list[dict[str, Any]]:
         """The newest `limit` jobs that `where` picks (its search: rules/search.py), newest first."""
-        return filtered_jobs(self._store, where, limit)
+        return self._store.views.filtered_jobs(where, limit)
 
     def count_jobs(self, action: str, where: JobFilter) -> int:
         """How many jobs `action` ("retry", "cancel", "delete") would change now: what to confirm first."""
-        return bulk.count(self._store, BulkAction(action), where)
+        return self._store.bulk.count(BulkAction(action), where)
 
     def act_on_jobs(
         self,
@@ -32,7 +31,7 @@ class ManyJobs:
         everything: bool = False,
         stop: Callable[[], bool] | None = None,
         progress: Callable[[int], None] | None = None,
-    ) -> bulk.Changed:
+    ) -> Changed:
         """Retry (failed or cancelled), cancel (queued or running: a running one is stopped by its owner within a
         heartbeat) or delete (finished, with their runs) every job `where` picks, as the single actions do, a
         batch of jobs to a short transaction. How many it changed (an int), with `.busy`: how many it found held
@@ -41,7 +40,7 @@ class ManyJobs:
         chosen = BulkAction(action)
         if where.is_empty() and not everything:
             raise QPError(f"an empty filter would {chosen} every job: {EVERYTHING}")
-        return bulk.run(self._store, chosen, where, stop=stop, progress=progress)
+        return self._store.bulk.run(chosen, where, stop=stop, progress=progress)
 
     def retry_jobs(self, where: JobFilter, **options: Any) -> int:
         """act_on_jobs("retry", ...)."""

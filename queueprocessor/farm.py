@@ -69,8 +69,6 @@ from .store.database import (
 )
 from .store.database import without_password as without_password  # the app's recent list keeps URLs so
 from .store.events import actor_of
-from .store.queues import QueueStore, queue_infos
-from .store.schedules import ScheduleStore
 from .store.stores import Store
 from .timing import SharedTiming
 from .workflows import FarmFlows
@@ -140,8 +138,8 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
             raise describe_failure(error, self.url) from None
         self._store = Store(self._engine)
         self._store.actor = actor_of(client)  # who the event log says changed the farm through us
-        self._schedules = ScheduleStore(self._store)
-        self._queues = QueueStore(self._store)
+        self._schedules = self._store.schedules
+        self._queues = self._store.queues
         self._shared = SharedTiming(self._store, self.read_only)
 
     @property
@@ -410,13 +408,13 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
 
     def queues(self) -> list[QueueInfo]:
         """Every queue with work, settings or a machine serving it by name (and `default`), by name."""
-        return queue_infos(self._store, self._live_machines())
+        return self._queues.infos(self._live_machines())
 
     def queue(self, name: str) -> QueueInfo:
         """One queue, as queues() shows it (NotFound for a name no job, setting or machine has used but
         `default`'s), its settings and counts read alone."""
         known = name if name == DEFAULT else self._known_queue(name)
-        return queue_infos(self._store, self._live_machines(), only=known)[0]
+        return self._queues.infos(self._live_machines(), only=known)[0]
 
     def serving(self, queue: str) -> tuple[str, ...]:
         """The names of the live machines that serve `queue` (none: its jobs wait until one joins)."""

@@ -28,7 +28,6 @@ from .rules.job import JobSpec
 from .rules.output import machine_label
 from .rules.states import JobState, Kind
 from .store.jobs import SINGLETON_PREFIX
-from .store.locks import LockStore
 from .store.stores import Store
 
 log = logging.getLogger("queueprocessor.singletons")
@@ -99,7 +98,7 @@ class Lock:
     ):
         if not name or len(name) > 200:
             raise InvalidJob(f"lock name {echoed(name)} must be 1-200 characters")
-        self.locks = LockStore(store)
+        self.locks = store.locks
         self.name = name
         self.lease = lease
         self.renew_every = renew_every

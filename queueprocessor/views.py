@@ -18,19 +18,7 @@ from .rules.errors import NotFound
 from .rules.roster import machine_status, roster, slot_of, slot_owner
 from .rules.schedules import Recurrence, settling
 from .rules.states import SERVING, MachineState
-from .store import lineage
-from .store.queues import queue_infos
-from .store.schedules import ScheduleStore
 from .store.stores import Store
-from .store.views import (
-    find_jobs,
-    jobs_by_key,
-    machine_throughput,
-    runs_between,
-    schedule_rows,
-    throughput,
-    turns_between,
-)
 
 _T = TypeVar("_T")
 # read_schedules' memory: (name, cron, tz, every, next_run) -> (last occurrence, next one)
@@ -97,7 +85,7 @@ def read_schedules(
     keeps each schedule's occurrences until the next one comes, so a poll does not ask croniter again. `period`:
     the farm's: for two of them after its creation a schedule makes no occurrence (rules.schedules.settling).
     """
-    rows = schedule_rows(store)
+    rows = store.views.schedule_rows()
     known = {} if known is None else known
     fresh: Occurrences = {}
     by_key: dict[str, dict[str, Any]] = {}
@@ -123,7 +111,7 @@ def read_schedules(
             by_key[f"{row['name']}@{recurrence.label(last)}"] = row
     known.clear()
     known.update(fresh)
-    for key, *job in jobs_by_key(store, list(by_key)):
+    for key, *job in store.views.jobs_by_key(list(by_key)):
         by_key[key].update(zip(("last_job", "last_state", "last_machine", "last_finished", "last_error"), job))
     for row in by_key.values():
         if row["last_job"] is None and row["last_at"] <= row["created_at"] + settling(period):
@@ -191,7 +179,7 @@ class Dashboard:
             return self.store.jobs.newest(query.jobs_state, query.jobs_limit, queue=query.jobs_queue)
         return self._search.read(
             (text, query.jobs_state, query.jobs_limit, query.jobs_queue),
-            lambda: find_jobs(self.store, text, query.jobs_state, query.jobs_limit, queue=query.jobs_queue),
+            lambda: self.store.views.find_jobs(text, query.jobs_state, query.jobs_limit, queue=query.jobs_queue),
         )
 
     def schedule(self, name: str | None) -> dict[str, Any] | None:
@@ -200,9 +188,9 @@ class Dashboard:
         repeat it at most SEARCH_SHARE of the time, as a text search."""
         if name is None:
             return None
-        store = ScheduleStore(self.store)
+        schedules = self.store.schedules
         try:
-            return store.get(name) | {"runs": self._schedule_runs.read(name, lambda: store.last_runs(name))}
+            return schedules.get(name) | {"runs": self._schedule_runs.read(name, lambda: schedules.last_runs(name))}
         except NotFound:
             return None
 
@@ -221,7 +209,7 @@ class Dashboard:
         if query.job_id is not None:
             try:
                 job = store.jobs.get(query.job_id) | {"runs": store.runs.read(job_id=query.job_id)}
-                job |= lineage.links(store, query.job_id)
+                job |= store.lineage.links(query.job_id)
             except NotFound:  # deleted, or from another farm: nothing to show
                 job = None
         return {
@@ -232,19 +220,19 @@ class Dashboard:
             "machines": machines,
             "names": {row["id"]: row["name"] for row in rows},
             "leader": next((m["id"] for m in machines if m["leader"]), None),
-            "turns": turns_between(store, since, until),
+            "turns": store.views.turns_between(since, until),
             "upcoming": upcoming_slots(rows, now, self.timing, query.ahead),
-            "runs": runs_between(store, since, until),
+            "runs": store.views.runs_between(since, until),
             "job_counts": store.jobs.counts(),
-            "throughput": throughput(store, now - query.history, now, query.bucket),
+            "throughput": store.views.throughput(now - query.history, now, query.bucket),
             "bucket": query.bucket,
             "history": query.history,
-            "machine_throughput": machine_throughput(store, now - query.history, now),
-            "jobs": lineage.with_waits(store, self.jobs(query)),
-            "flow": lineage.flow(store, query.flow_id),
+            "machine_throughput": store.views.machine_throughput(now - query.history, now),
+            "jobs": store.lineage.with_waits(self.jobs(query)),
+            "flow": store.lineage.flow(query.flow_id),
             "job": job,
             "schedule": self.schedule(query.schedule),
             "schedules": read_schedules(store, now, self._occurrences, self.timing.period),
             "singletons": singletons.list_all(store),
-            "queues": queue_infos(store, [m for m in machines if m["status"] in SERVING]),
+            "queues": store.queues.infos([m for m in machines if m["status"] in SERVING]),
         }

@@ -19,8 +19,7 @@ from ..rules.events import machine_label
 from ..rules.logs import about, one_line
 from ..rules.roster import KnownMachines, Liveness, slot_of
 from ..rules.states import MachineState, Outcome, Wish
-from ..store.queues import QueueStore
-from ..store.roster import FarmRead, RosterStore
+from ..store.roster import FarmRead
 from ..store.stores import Store
 from .config import NodeConfig
 from .joined import Joined, OfJoinedNode
@@ -61,8 +60,6 @@ class Member(Joined, Protocol):
     store: Store
     clock: Clock
     estimator: OffsetEstimator
-    peers: RosterStore
-    queue_store: QueueStore
     tally: Tally
     turns: TurnTimer
     warmup: Warmup
@@ -155,7 +152,9 @@ class Heartbeat(OfJoinedNode):
         self.renewed_at = sent
         since = slot_of(self.estimator.db_now(), self.config.period) - 3
         before = self.estimator.db_now() - self.config.stale  # a machine last seen before is a suspect
-        farm = self.node.peers.read_farm(self._me, before, since, stamp=self.clock.monotonic)  # also a clock sample
+        farm = self.node.store.roster.read_farm(
+            self._me, before, since, stamp=self.clock.monotonic
+        )  # also a clock sample
         assert farm.sample is not None  # asked for with stamp
         self.estimator.add(farm.sample)
         self._note_contact(farm.now)
@@ -166,7 +165,7 @@ class Heartbeat(OfJoinedNode):
         if (state := self.node.state) in HAND_BACK:  # at every heartbeat: a turn under way may yet have claimed some
             self._runner.hand_back_waiting(HAND_BACK[state])
         if farm.queues_changed != self._queues_changed:
-            self.queue_settings, self._queues_changed = self.node.queue_store.settings(), farm.queues_changed
+            self.queue_settings, self._queues_changed = self.node.store.queues.settings(), farm.queues_changed
             self.guarded = frozenset(
                 name
                 for name, row in self.queue_settings.items()
@@ -216,12 +215,12 @@ class Heartbeat(OfJoinedNode):
         if self._known.current(farm.version):
             moved = self._known.update(before, farm.suspects)
         else:
-            version, rows = self.node.peers.read_all()
+            version, rows = self.node.store.roster.read_all()
             self._known.replace(version, rows, before)
             moved = True
         self.known = self._known.copy()
         for machine_id, last_seen in self._known.dead(farm.now, self.liveness()):
-            if self.node.peers.bury(machine_id, last_seen, judge=machine_label(self.config.name, self._me)):
+            if self.node.store.roster.bury(machine_id, last_seen, judge=machine_label(self.config.name, self._me)):
                 log.warning(
                     "machine %s (%s) stopped checking in: judged dead", machine_id, self._known.name(machine_id)
                 )

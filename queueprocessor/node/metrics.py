@@ -36,7 +36,6 @@ from ..rules.logs import one_line
 from ..rules.queues import DEFAULT
 from ..rules.roster import KnownMachines, Liveness, machine_status
 from ..rules.states import MachineState
-from ..store.queues import QueueStore
 from ..store.stores import Store
 from ..version import __version__
 from .tally import Buckets, Tally
@@ -183,7 +182,7 @@ class NodeCollector(Collector):
         if time.monotonic() - read_at < WAITING_EVERY:
             return waiting
         try:
-            counts = QueueStore(self.node.store).counts()
+            counts = self.node.store.queues.counts()
         except Exception as error:  # the database went away since the last check-in: the node says so itself
             log.debug("farm gauges skipped: %s", one_line(error))
             return None

@@ -69,9 +69,6 @@ from ..rules.logs import one_line
 from ..rules.roster import KnownMachines, Liveness
 from ..rules.states import MachineState, Outcome
 from ..store.database import unreachable
-from ..store.queues import QueueStore
-from ..store.roster import RosterStore
-from ..store.schedules import ScheduleStore
 from ..store.stores import Store
 from ..version import __version__
 from .config import NodeConfig
@@ -101,9 +98,6 @@ class Node:
         self.clock = clock or SystemClock()
         self.estimator = OffsetEstimator(self.clock)
         self.executors = executors or make_executors(config.allow, config.http_base, config.command_env)
-        self.schedules = ScheduleStore(store)
-        self.peers = RosterStore(store)
-        self.queue_store = QueueStore(store)
         self.tally = Tally()  # what the metrics count (queueprocessor.tally)
         self.instance = uuid.uuid4().hex
         self.id: int | None = None
@@ -126,7 +120,7 @@ class Node:
         self.heartbeat = Heartbeat(self, self._stop)
         self.watchdog = Watchdog(self, self._stop)
         self.turns = TurnTimer(self, started=self.watchdog.holding)
-        self.warmup = Warmup(self.schedules, lambda: self.runner)
+        self.warmup = Warmup(store.schedules, lambda: self.runner)
 
     @property
     def state(self) -> MachineState:

@@ -23,11 +23,9 @@ from ..rules.queues import served_names
 from ..rules.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take, turn_wait, upcoming_turn
 from ..rules.states import MachineState, Outcome
 from ..store.jobs import PRUNE_BATCH
-from ..store.queues import QueueStore
-from ..store.schedules import ScheduleStore
 from ..store.stats import HOUR, minute_to_write
 from ..store.stores import Store
-from ..store.types import Looks, Plan, Turn
+from ..store.types import ClaimRequest, Looks, Plan, Turn
 from .config import NodeConfig
 from .joined import Joined, OfJoinedNode
 from .push import BACKLOG, Listener, notify_backlog
@@ -67,8 +65,6 @@ class Host(Joined, Protocol):
     store: Store
     clock: Clock
     estimator: OffsetEstimator
-    schedules: ScheduleStore
-    queue_store: QueueStore
     tally: Tally
     listener: Listener | None
 
@@ -102,7 +98,7 @@ class TurnTimer(OfJoinedNode):
         """`started`: the watchdog's notice, set whenever we start jobs."""
         self.node = node
         self.config, self.store, self.clock, self.estimator = node.config, node.store, node.clock, node.estimator
-        self.schedules, self.queue_store, self.tally = node.schedules, node.queue_store, node.tally
+        self.tally = node.tally
         self._started = started
         self._backlog_slot = -1
         self._direct = False
@@ -190,7 +186,7 @@ class TurnTimer(OfJoinedNode):
                 self._materialise_due()
                 if self.sweep.is_set():
                     self.sweep.clear()
-                    self.schedules.drop_missed()
+                    self.store.schedules.drop_missed()
                 turn = self._take_turn(slot, free)
                 if turn is not None:
                     self._took_turn(slot, free, turn, now)
@@ -243,7 +239,7 @@ class TurnTimer(OfJoinedNode):
         if self._made[0] == reading:
             upcoming = self._made[1]
         if upcoming is not None and upcoming <= self.estimator.db_now() + self.config.schedule_ahead:
-            made = self.schedules.materialise(ahead=self.config.schedule_ahead, period=self.config.period)
+            made = self.store.schedules.materialise(ahead=self.config.schedule_ahead, period=self.config.period)
             self._made = (reading, made.next_schedule)
 
     def _took_turn(self, slot: int, free: int, turn: Turn, now: float) -> None:
@@ -285,7 +281,7 @@ class TurnTimer(OfJoinedNode):
         ScheduleStore.drop_missed), for those left waiting while the farm was busy."""
         started = self.clock.monotonic()
         self.store.turns.prune(self.config.turn_keep)
-        self.queue_store.recount()
+        self.store.queues.recount()
         self._housekeep_more = True
         while self.store.jobs.prune(self.config.keep_jobs) == PRUNE_BATCH:
             if self.clock.monotonic() - started > self.config.period / 4:
@@ -345,49 +341,31 @@ class TurnTimer(OfJoinedNode):
         options = self._claim_options()  # expired leases go back to work on turns (docs/design.md §3)
         sent = self.clock.monotonic()
         looks = Looks(tuple(sorted(self.node.guarded)), self._served_elsewhere(), self.config.served.names)
-        turn = self.store.jobs.take_turn_and_claim(
-            slot,
-            self._me,
-            free,
-            self.config.lease,
-            horizon=self.config.claim_ahead,
-            plan=self._plan(free),
-            looks=looks,
-            ends=slot_end(slot, self.config.period),
-            **options,
+        request = ClaimRequest(
+            self._me, free, self.config.lease, horizon=self.config.claim_ahead, plan=self._plan(free), **options
         )
+        turn = self.store.jobs.take_turn_and_claim(slot, request, looks=looks, ends=slot_end(slot, self.config.period))
         if not turn.won:
             return None
         claimed = turn.claimed
         if turn.guarded_due and free > 0:
-            claimed = self.store.jobs.claim(
-                self._me,
-                free,
-                self.config.lease,
-                horizon=self.config.claim_ahead,
-                plan=self._plan(free, guarded=True),
-                **options,
-            )
+            claimed = self.store.jobs.claim(replace(request, plan=self._plan(free, guarded=True)))
         self._start(claimed, sent)
         return replace(turn, claimed=claimed)
 
     def _claim(self, limit: int, horizon: float = 0.0, guarded: bool = False) -> int:
         """Claim and start up to `limit` jobs; how many. With `guarded`, our queues with a farm-wide limit or
         rate too, in one claim with every other queue, so priority holds across them (a guarded queue with no
-        room or no job due gives nothing and, on PostgreSQL, is not even locked: see statements._held)."""
+        room or no job due gives nothing and, on PostgreSQL, is not even locked: see sql.gates.held_queues)."""
         options = self._claim_options()
         # Expired leases go back to work on turns (docs/design.md §3), and on any claim while a peer lately died (the
         # turn's holder may have no room for them); otherwise a claim skips looking for them, which costs a
         # scan of the running jobs' lease entries, live and dead.
         options["take_expired"] = options["take_expired"] and self._peer_lately_dead(options["expired_before"])
         sent = self.clock.monotonic()
+        plan = self._plan(limit, guarded and bool(self.node.guarded))
         jobs = self.store.jobs.claim(
-            self._me,
-            limit,
-            self.config.lease,
-            horizon=horizon,
-            plan=self._plan(limit, guarded and bool(self.node.guarded)),
-            **options,
+            ClaimRequest(self._me, limit, self.config.lease, horizon=horizon, plan=plan, **options)
         )
         self._start(jobs, sent)
         return len(jobs)

@@ -2,7 +2,7 @@
 
 Everything here is pure: it checks and parses what people type, so the CLI, the API and the app refuse the
 same names with the same words before anything reaches the database. The statements that enforce a queue's
-pause, limit, rate and order live in the store modules (statements.py, store/queues.py).
+pause, limit, rate and order live in the store modules (store/sql/gates.py, store/queues.py).
 """
 
 import re

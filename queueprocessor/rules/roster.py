@@ -58,7 +58,7 @@ def slot_of(db_now: float, period: float) -> int:
 
 
 def slot_end(slot: int, period: float) -> float:
-    """When `slot` ends in database time: a turn recorded later is refused (statements.turn_row)."""
+    """When `slot` ends in database time: a turn recorded later is refused (sql.turns.turn_row)."""
     return (slot + 1) * period
 
 

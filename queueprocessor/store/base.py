@@ -23,7 +23,7 @@ from sqlalchemy.sql import Select
 
 from ..rules.clock import Sample
 from .dbtime import db_now
-from .statements import ClaimShape
+from .sql.claim import ClaimShape
 
 CLOCK = select(db_now())  # built once: Raw compiles each statement it is given once
 KEEP = 5.0  # seconds a node without jobs keeps the connection for their results after its last use (see Held)
@@ -142,7 +142,7 @@ class StoreBase:
             self._results = Held(self._auto, self._raw)
 
     def claim_shape(self, limit: int, **shape: Any) -> ClaimShape:
-        """The claim statement's shape for this dialect (see statements.ClaimShape): on SQL Server the limit is
+        """The claim statement's shape for this dialect (see sql.claim.ClaimShape): on SQL Server the limit is
         part of it."""
         return ClaimShape(self.dialect, top=limit if self.tsql else None, **shape)
 

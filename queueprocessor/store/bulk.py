@@ -73,60 +73,65 @@ def _apply(conn: Connection, action: BulkAction, which: ColumnElement[bool]) -> 
     return delete_finished(conn, which)
 
 
-def count(store: StoreBase, action: BulkAction, where: JobFilter) -> int:
-    """How many jobs `action` would change now (what the app asks an operator to confirm)."""
-    picked = all_of([*matching(where), acts_on(action)])
-    return int(picked_rows(store, select(func.count()).select_from(jobs).where(picked), where)[0][0])
+class BulkStore:
+    """Bulk actions (Store.bulk), in batches (see the module doc)."""
 
+    def __init__(self, store: StoreBase):
+        self.store = store
 
-def run(
-    store: StoreBase,
-    action: BulkAction,
-    where: JobFilter,
-    *,
-    batch: int = BATCH,
-    stop: Callable[[], bool] | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> Changed:
-    """Apply `action` to every job `where` picks, `batch` jobs to a transaction; how many it changed, and how many it
-    found busy (see Changed). `stop()` is asked before each batch (true ends the work there); `progress(changed so
-    far)` is told after each."""
-    chunks = (
-        [where]
-        if not where.ids
-        else [
-            replace(where, ids=where.ids[n : n + KEYS_PER_STATEMENT])
-            for n in range(0, len(where.ids), KEYS_PER_STATEMENT)
-        ]
-    )
-    changed, busy, stopped = 0, 0, False
-    try:
-        for chunk in chunks:
-            picked = all_of([*matching(chunk), acts_on(action)])
-            after = None
-            while not (stopped := bool(stop and stop())):
-                with store.engine.begin() as conn:
-                    let_bitmaps(store, conn, chunk)
-                    ids = _lock_batch(conn, picked, after, batch)
-                    if store.dialect != "sqlite":  # SQLite locks the whole database: no row is ever skipped
-                        busy += _busy(conn, picked, after, ids, batch)
-                    if not ids:
+    def count(self, action: BulkAction, where: JobFilter) -> int:
+        """How many jobs `action` would change now (what the app asks an operator to confirm)."""
+        picked = all_of([*matching(where), acts_on(action)])
+        return int(picked_rows(self.store, select(func.count()).select_from(jobs).where(picked), where)[0][0])
+
+    def run(
+        self,
+        action: BulkAction,
+        where: JobFilter,
+        *,
+        batch: int = BATCH,
+        stop: Callable[[], bool] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> Changed:
+        """Apply `action` to every job `where` picks, `batch` jobs to a transaction; how many it changed, and how many
+        it found busy (see Changed). `stop()` is asked before each batch (true ends the work there); `progress(changed
+        so far)` is told after each."""
+        chunks = (
+            [where]
+            if not where.ids
+            else [
+                replace(where, ids=where.ids[n : n + KEYS_PER_STATEMENT])
+                for n in range(0, len(where.ids), KEYS_PER_STATEMENT)
+            ]
+        )
+        changed, busy, stopped = 0, 0, False
+        try:
+            for chunk in chunks:
+                picked = all_of([*matching(chunk), acts_on(action)])
+                after = None
+                while not (stopped := bool(stop and stop())):
+                    with self.store.engine.begin() as conn:
+                        let_bitmaps(self.store, conn, chunk)
+                        ids = _lock_batch(conn, picked, after, batch)
+                        if self.store.dialect != "sqlite":  # SQLite locks the whole database: no row is ever skipped
+                            busy += _busy(conn, picked, after, ids, batch)
+                        if not ids:
+                            break
+                        changed += _apply(conn, action, jobs.c.id.in_(ids))
+                    after = ids[-1]
+                    if progress:
+                        progress(changed)
+                    if len(ids) < batch:
                         break
-                    changed += _apply(conn, action, jobs.c.id.in_(ids))
-                after = ids[-1]
-                if progress:
-                    progress(changed)
-                if len(ids) < batch:
+                if stopped:
                     break
-            if stopped:
-                break
-    except BaseException:
-        with suppress(Exception):  # the batches committed are logged if the database lets us; the error goes on
-            _log(store, action, where, Changed(changed, busy), ", then interrupted")
-        raise
-    result = Changed(changed, busy)
-    _log(store, action, where, result, ", then stopped" if stopped else "")
-    return result
+        except BaseException:
+            with suppress(Exception):  # the batches committed are logged if the database lets us; the error goes on
+                _log(self.store, action, where, Changed(changed, busy), ", then interrupted")
+            raise
+        result = Changed(changed, busy)
+        _log(self.store, action, where, result, ", then stopped" if stopped else "")
+        return result
 
 
 def _busy(conn: Connection, picked: ColumnElement[bool], after: int | None, ids: list[int], batch: int) -> int:

@@ -42,7 +42,7 @@ from sqlalchemy.engine import Engine
 # with fresh statistics that passed jit_above_cost, and every claim was JIT-compiled, 70-80 ms a claim
 # instead of 0.8. Left to choose, the server keeps a statement's one plan only while it costs no more than a
 # plan for the values at hand, and plans for the values otherwise (so a statement must not make its kept plan
-# look dearer than it is: see statements._held).
+# look dearer than it is: see sql.gates.held_queues).
 PLANNER_HINT = "SET enable_bitmapscan = off"
 READ_ONLY = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
 

@@ -30,7 +30,7 @@ from ..rules.states import FINISHED, JobState
 from .dbtime import db_now
 from .groups import fill_callbacks
 from .schema import JOBS_CHANNEL, deps, flow_jobs, jobs, runs
-from .statements import gated_now
+from .sql.gates import gated_now
 
 BAD = (JobState.FAILED, JobState.CANCELLED)
 CHUNK = 1000  # parents flagged per statement: SQL Server takes at most 2,100 parameters (a group's callback: thousands)

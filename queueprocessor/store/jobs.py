@@ -20,9 +20,12 @@ from .base import StoreBase
 from .dbtime import db_now
 from .history import with_owner_name
 from .schema import deps, flow_jobs, jobs, machines, queues, runs
-from .statements import CANCELLED_BY, LOST, claim_statement, free_places, gated_now, taken_statement, unpaused
+from .sql.claim import LOST, claim_statement
+from .sql.due import unpaused
+from .sql.gates import free_places, gated_now, taken_statement
+from .sql.runs import CANCELLED_BY
 from .turns import TurnStore
-from .types import EVERY_QUEUE, NO_LOOKS, Looks, Plan, Turn
+from .types import NO_LOOKS, ClaimRequest, Looks, Turn
 
 SINGLETON_PREFIX = "singleton:"  # a singleton's key: singleton:NAME (singletons.py)
 PRUNE_BATCH = 500  # finished jobs deleted per transaction (retention): short enough never to hold up the queue
@@ -41,20 +44,10 @@ class JobStore:
         except exc.IntegrityError:
             raise DuplicateKey(spec.key) from None
 
-    def claim(
-        self,
-        machine_id: int,
-        limit: int,
-        lease: float,
-        *,
-        horizon: float = 0.0,
-        take_expired: bool = True,
-        expired_before: float | None = None,
-        plan: Plan = EVERY_QUEUE,
-    ) -> list[Claimed]:
-        """Atomically take up to `limit` claimable jobs of the queues `plan` names, best priority first.
+    def claim(self, request: ClaimRequest) -> list[Claimed]:
+        """Atomically take up to `request.limit` claimable jobs of the queues its plan names, best priority first.
 
-        Claimable: queued with run_at within `horizon` seconds from now, or (with
+        Claimable (see ClaimRequest): queued with run_at within the horizon from now, or (with
         take_expired) running with a lease that ran out, and ran out before
         `expired_before` (database time) if given: a claim that a stalled database
         holds up must not take the leases that ran out during the stall. One
@@ -63,12 +56,11 @@ class JobStore:
         adds what it started to both before the rows' lock is let go: on PostgreSQL the claim statement does
         all of it; elsewhere a transaction locks the rows first and writes the counts after the claim.
         """
-        if limit <= 0:
+        if request.limit <= 0:
             return []
-        params = _claim_params(machine_id, limit, lease, horizon, expired_before, plan)
-        shape = self.store.claim_shape(
-            limit, take_expired=take_expired, bounded=expired_before is not None, **_plan_shape(plan)
-        )
+        machine_id, plan = request.machine_id, request.plan
+        params = request.params()
+        shape = self.store.claim_shape(request.limit, **request.shape())
         if self.store.whole:  # the claim statement ends the lost runs and counts what it took itself
             rows = self.store.hot(claim_statement(shape), params)
             return self._not_stopped(machine_id, [Claimed(*row) for row in rows])
@@ -77,7 +69,7 @@ class JobStore:
                 conn.execute(
                     select(queues.c.name).where(queues.c.name.in_(plan.locks)).order_by(queues.c.name).with_for_update()
                 )
-            leaving = _expired_runs(conn, expired_before) if take_expired else {}
+            leaving = _expired_runs(conn, request.expired_before) if request.take_expired else {}
             claimed = _most_urgent_first(Claimed(*row) for row in conn.execute(claim_statement(shape), params))
             _end_lost(conn, [(c.id, c.attempts - 1, *leaving[c.id], c.fence - 1) for c in claimed if c.id in leaving])
             claimed = _stop_asked(conn, machine_id, claimed)
@@ -90,18 +82,7 @@ class JobStore:
         return claimed
 
     def take_turn_and_claim(
-        self,
-        slot: int,
-        machine_id: int,
-        limit: int,
-        lease: float,
-        *,
-        horizon: float = 0.0,
-        take_expired: bool = True,
-        expired_before: float | None = None,
-        plan: Plan = EVERY_QUEUE,
-        looks: Looks = NO_LOOKS,
-        ends: float | None = None,
+        self, slot: int, request: ClaimRequest, *, looks: Looks = NO_LOOKS, ends: float | None = None
     ) -> Turn:
         """Record the turn of `slot` (as TurnStore.take, before `ends`) and, only if it was ours to take, claim as
         `claim` does and look as `looks` asks (while guarded work is due, claim nothing).
@@ -110,41 +91,28 @@ class JobStore:
         database one statement per period, roles and limited queues or not;
         elsewhere, and for a plan that locks queues, two.
         """
-        if not self.store.whole or limit <= 0 or plan.locks:
-            won, guarded_due, elsewhere_due = self.turns.take_looking(slot, machine_id, looks, horizon, ends)
+        if not self.store.whole or request.limit <= 0 or request.plan.locks:
+            won, guarded_due, elsewhere_due = self.turns.take_looking(
+                slot, request.machine_id, looks, request.horizon, ends
+            )
             if not won:
                 return Turn(False, [])
-            claimed = (
-                []
-                if guarded_due
-                else self.claim(
-                    machine_id,
-                    limit,
-                    lease,
-                    horizon=horizon,
-                    take_expired=take_expired,
-                    expired_before=expired_before,
-                    plan=plan,
-                )
-            )
+            claimed = [] if guarded_due else self.claim(request)
             return Turn(True, claimed, guarded_due, elsewhere_due)
-        params = _claim_params(machine_id, limit, lease, horizon, expired_before, plan)
-        params |= dict(b_slot=slot, b_ends=ends) | looks.params()
+        params = request.params() | dict(b_slot=slot, b_ends=ends) | looks.params()
         shape = self.store.claim_shape(
-            limit,
-            take_expired=take_expired,
-            bounded=expired_before is not None,
+            request.limit,
             turn=True,
             guarded=bool(looks.guarded),
             elsewhere=looks.elsewhere is not None,
             ends=ends is not None,
-            **_plan_shape(plan),
+            **request.shape(),
         )
         rows = self.store.hot(claim_statement(shape), params)
         won, guarded_due, elsewhere_due = rows[0][:3]
         if not won:
             return Turn(False, [])
-        claimed = self._not_stopped(machine_id, [Claimed(*row[3:]) for row in rows if row[3] is not None])
+        claimed = self._not_stopped(request.machine_id, [Claimed(*row[3:]) for row in rows if row[3] is not None])
         return Turn(True, claimed, guarded_due, elsewhere_due)
 
     def _not_stopped(self, machine_id: int, claimed: list[Claimed]) -> list[Claimed]:
@@ -522,25 +490,10 @@ def delete_finished(conn: Connection, which: ColumnElement[bool]) -> int:
     return len(gone)
 
 
-def _claim_params(
-    machine_id: int, limit: int, lease: float, horizon: float, expired_before: float | None, plan: Plan
-) -> dict[str, Any]:
-    """The bound parameters every claim shape takes (a turn's claim adds its own)."""
-    params: dict[str, Any] = dict(b_machine=machine_id, b_limit=limit, b_lease=lease, b_horizon=horizon)
-    if expired_before is not None:
-        params["b_before"] = expired_before
-    return params | plan.params()
-
-
-def _plan_shape(plan: Plan) -> dict[str, Any]:
-    """What a claim's plan makes of its statement's shape (see statements.ClaimShape)."""
-    return dict(served=bool(plan.served), branches=plan.branches)
-
-
 def _ran_out(before: float | None = None) -> list[Any]:
     """A running job whose lease ran out (before `before` too, database time, if given): what a take-over takes,
     as the statements outside the claim state it (the claim states it with its own bound time: see
-    statements.claim_statement)."""
+    sql.claim.claim_statement)."""
     return [
         jobs.c.state == JobState.RUNNING,
         jobs.c.lease_until < db_now(),

@@ -13,7 +13,7 @@ from .base import StoreBase
 from .dbtime import db_now
 from .events import record_machine_event
 from .schema import machines
-from .statements import bump_roster, checkin_statement, newest_backlog
+from .sql.machines import bump_roster, checkin_statement, newest_backlog
 
 # The event a machine's check-in in a new state logs (a machine stops through mark_stopped).
 STATE_EVENTS: dict[str, EventKind] = {

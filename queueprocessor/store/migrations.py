@@ -14,8 +14,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.schema import CreateColumn, CreateTable
 
 from . import schema
+from .sql.gates import recount_statement, regate_statements
 from .sqlfunctions import create_sql_functions, narrow_enqueuers
-from .statements import recount_statement, regate_statements
 
 # What steps 1 to 2 and 5 to 6 need of an older qp_jobs, apart from the current tables (an index made on them would join
 # the current schema).

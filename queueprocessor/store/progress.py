@@ -10,7 +10,7 @@ from sqlalchemy.sql import ColumnElement
 
 from .dbtime import db_now
 from .schema import jobs
-from .statements import _by_id
+from .sql.runs import by_id
 from .types import Progress
 
 RunKey = tuple[int, int]  # (job id, fence)
@@ -20,7 +20,7 @@ RunKey = tuple[int, int]  # (job id, fence)
 def progress_renew_statement() -> Any:
     """PostgreSQL: renew_statement that also writes the progress in arrays `b_progress` and `b_message` (NULL where a
     run reported nothing new: its progress stays)."""
-    v, ours = _by_id([("id", BigInteger), ("fence", BigInteger), ("progress", Float), ("message", Text)])
+    v, ours = by_id([("id", BigInteger), ("fence", BigInteger), ("progress", Float), ("message", Text)])
     said = v.c.progress.isnot(None)
     return (
         jobs.update()

@@ -1,5 +1,5 @@
 """The statements of named queues that operators and dashboards run (docs/design.md §9): their settings rows in
-qp_queues, and what waits and runs in each. The claim's own queue guards are in statements.py."""
+qp_queues, and what waits and runs in each. The claim's own queue guards are in sql/gates.py."""
 
 import time
 from typing import Any
@@ -13,9 +13,9 @@ from .base import StoreBase
 from .dbtime import db_now
 from .events import record_event
 from .schema import jobs, machines, queues
-from .statements import recount_statement, regate_statements
+from .sql.gates import recount_statement, regate_statements
 
-# The settings that hold a queue's jobs back (see statements.gated_now): a change of one sets their flags again.
+# The settings that hold a queue's jobs back (see sql.gates.gated_now): a change of one sets their flags again.
 HOLDING = frozenset({"paused", "max_running", "rate_count"})
 # How long a change of those waits for older transactions before it sets the flags (see QueueStore._regate).
 PATIENCE = 5.0
@@ -76,7 +76,7 @@ class QueueStore:
             self._regate(name)
 
     def _regate(self, name: str) -> None:
-        """Set the gated flag of queue `name`'s unfinished jobs to what its row says now (statements.gated_now).
+        """Set the gated flag of queue `name`'s unfinished jobs to what its row says now (sql.gates.gated_now).
         An enqueue that read the row before our change may not have committed yet, and its job would miss this
         update: on PostgreSQL we first wait, as CREATE INDEX CONCURRENTLY does, for every transaction that began
         before the change to end, for at most PATIENCE seconds (a job that still slips through, by a client
@@ -115,6 +115,31 @@ class QueueStore:
             for statement in regate_statements():
                 conn.execute(statement)
 
+    def infos(self, live: list[dict[str, Any]], only: str | None = None) -> list[QueueInfo]:
+        """Every queue with work, settings or a live machine serving it by name (and `default`), by name; or only
+        queue `only`, whose settings and counts alone are read. `live`: the machine rows judged alive, each with
+        its `name` and `queues` (names, () for every queue)."""
+        settings, counts = self.settings(only), self.counts(only)
+        names = {DEFAULT, *settings, *counts, *(q for m in live for q in m["queues"])} if only is None else {only}
+        infos = []
+        for name in sorted(names):
+            row = settings.get(name, {})
+            waiting, running, keys = counts.get(name, (0, 0, 0))
+            infos.append(
+                QueueInfo(
+                    name=name,
+                    waiting=waiting,
+                    running=running,
+                    limit=row.get("max_running"),
+                    rate=Rate(row["rate_count"], row["rate_per"]) if row.get("rate_count") else None,
+                    order_keys_waiting=keys,
+                    paused=bool(row.get("paused")),
+                    on_failure=OnFailure(row.get("on_failure") or OnFailure.SKIP),
+                    serving=serving_machines(live, name),
+                )
+            )
+        return infos
+
 
 def _changes(values: dict[str, Any]) -> list[tuple[EventKind, str | None]]:
     """The events a change of a queue's settings logs: one for each thing it changed."""
@@ -130,30 +155,3 @@ def _changes(values: dict[str, Any]) -> list[tuple[EventKind, str | None]]:
     if "on_failure" in values:
         found.append((EventKind.QUEUE_ON_FAILURE, f"on failure: {values['on_failure']}"))
     return found
-
-
-def queue_infos(store: StoreBase, live: list[dict[str, Any]], only: str | None = None) -> list[QueueInfo]:
-    """Every queue with work, settings or a live machine serving it by name (and `default`), by name; or only
-    queue `only`, whose settings and counts alone are read. `live`: the machine rows judged alive, each with
-    its `name` and `queues` (names, () for every queue)."""
-    reader = QueueStore(store)
-    settings, counts = reader.settings(only), reader.counts(only)
-    names = {DEFAULT, *settings, *counts, *(q for m in live for q in m["queues"])} if only is None else {only}
-    infos = []
-    for name in sorted(names):
-        row = settings.get(name, {})
-        waiting, running, keys = counts.get(name, (0, 0, 0))
-        infos.append(
-            QueueInfo(
-                name=name,
-                waiting=waiting,
-                running=running,
-                limit=row.get("max_running"),
-                rate=Rate(row["rate_count"], row["rate_per"]) if row.get("rate_count") else None,
-                order_keys_waiting=keys,
-                paused=bool(row.get("paused")),
-                on_failure=OnFailure(row.get("on_failure") or OnFailure.SKIP),
-                serving=serving_machines(live, name),
-            )
-        )
-    return infos

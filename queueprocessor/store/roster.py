@@ -1,7 +1,7 @@
 """The roster version: a heartbeat learns what changed in O(1) rows.
 
 Every change of a row the roster is made of bumps qp_roster.version in the same
-transaction (statements.bump_roster, beside the store's other writes): a machine
+transaction (sql.machines.bump_roster, beside the store's other writes): a machine
 joining, stopping, writing a new state, or being buried. So a heartbeat reads
 one number, its own row's wish and the few machines that have gone quiet
 (read_farm), and reads every row (read_all) only when the number moved; partial
@@ -12,7 +12,7 @@ machine that has checked in since; the buried machine's next check-in revives it
 (MachineStore.heartbeat) and bumps the version again.
 
 The two statements every node runs every heartbeat, the read (farm_statement)
-and the check-in (statements.checkin_statement, run by MachineStore.heartbeat), are
+and the check-in (sql.machines.checkin_statement, run by MachineStore.heartbeat), are
 built once, everything that varies bound, and on PostgreSQL go straight to the
 driver (base.Raw), as the claim does: building and executing them through
 SQLAlchemy was most of an idle node's CPU.
@@ -32,7 +32,7 @@ from .base import StoreBase
 from .dbtime import db_now
 from .events import record_machine_event
 from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, roster_version, schedules
-from .statements import bump_roster, newest_backlog
+from .sql.machines import bump_roster, newest_backlog
 
 VERSION = select(roster_version.c.version).where(roster_version.c.id == 1).scalar_subquery()
 

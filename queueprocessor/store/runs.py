@@ -18,7 +18,8 @@ from .history import run_history, with_machine_name
 from .jobs import cancelled_instead
 from .progress import progress_arrays, progress_renew_statement, progress_values
 from .schema import Id, jobs, runs
-from .statements import CANCELLED_BY, array_text, finish_statement, free_places, renew_statement
+from .sql.gates import free_places
+from .sql.runs import CANCELLED_BY, array_text, finish_statement, renew_statement
 from .types import Progress
 
 
@@ -118,7 +119,7 @@ class RunStore:
     def finish_many(self, machine_id: int, endings: Sequence[Ending]) -> list[str | None]:
         """finish() for many runs in one transaction (a busy node's results, a few round trips for all).
         Returns each job's new state, None where the fence moved on: a run that would put its job back in the
-        queue while a cancel of it was asked ends it cancelled (statements.stopped). The batch's statements match
+        queue while a cancel of it was asked ends it cancelled (sql.runs.stopped). The batch's statements match
         jobs without children only: a parent (store/dependencies.py) is finished apart, in a transaction with its
         children's release or cancellation, so a job with no dependencies costs no statement more."""
         if self.store.whole and endings:

@@ -39,19 +39,22 @@ from ..rules.schedules import (
     plan,
     run_now_key,
 )
-from ..rules.states import JobState, Kind
+from ..rules.states import JobState
 from .base import StoreBase
 from .dbtime import db_now
 from .events import record_event
 from .history import run_history, with_machine_name
-from .jobs import cancel_queued
+from .jobs import cancel_queued, job_row
 from .schema import jobs, schedules
-from .statements import gated_now
+from .sql.gates import gated_now
 from .views import KEYS_PER_STATEMENT
 
 log = logging.getLogger("queueprocessor.schedules")
 
 RECURRENCE = ("cron", "tz", "every")
+# The job a schedule keeps for its occurrences: these fields of the JobSpec it was given (the key and origin are each
+# occurrence's own, see _spec).
+SPEC = ("executor", "target", "method", "payload", "priority", "max_attempts", "timeout", "queue", "order_key")
 WORK = ("executor", "target", "method", "payload", "queue")  # what an edit may change of the jobs it makes
 EDITABLE = (*RECURRENCE, *WORK)  # what an occurrence's job is made of, besides what an edit leaves alone
 POLICY = ("misfire", "grace")  # what else an edit may change
@@ -91,19 +94,11 @@ class ScheduleStore:
             cron=recurrence.cron,
             tz=recurrence.tz,
             every=recurrence.every,
-            executor=spec.executor,
-            target=spec.target,
-            method=spec.method,
-            payload=spec.payload,
-            priority=spec.priority,
-            max_attempts=spec.max_attempts,
-            timeout=spec.timeout,
             misfire=misfire,
             grace=grace,
             paused=False,
             next_run=first_occurrence(recurrence, now, period),
-            queue=spec.queue,
-            order_key=spec.order_key,
+            **{field: getattr(spec, field) for field in SPEC},
         )
         try:
             with self.store.engine.begin() as conn:
@@ -423,27 +418,14 @@ def _as_read(schedule: dict[str, Any], columns: Iterable[str]) -> list[ColumnEle
     ]
 
 
+def _spec(schedule: dict[str, Any], key: str | None) -> JobSpec:
+    """The job of one occurrence of `schedule`, keyed `key`: its row's SPEC columns, signed as its own."""
+    return JobSpec(**{field: schedule[field] for field in SPEC}, key=key, origin=_origin(schedule["name"]))
+
+
 def _job_row(schedule: dict[str, Any], key: str | None, run_at: Any) -> dict[str, Any]:
-    """The job of one occurrence of `schedule`, keyed `key`, due at `run_at`."""
-    return dict(
-        executor=schedule["executor"],
-        target=schedule["target"],
-        method=schedule["method"],
-        payload=schedule["payload"],
-        priority=schedule["priority"],
-        max_attempts=schedule["max_attempts"],
-        timeout=schedule["timeout"],
-        queue=schedule["queue"],
-        order_key=schedule["order_key"],
-        key=key,
-        kind=Kind.JOB,
-        origin=_origin(schedule["name"]),
-        state=JobState.QUEUED,
-        attempts=0,
-        fence=0,
-        cancel_requested=False,
-        run_at=run_at,
-    )
+    """The row of one occurrence of `schedule`'s job (see _spec), due at `run_at`."""
+    return job_row(_spec(schedule, key)) | dict(run_at=run_at)
 
 
 def _origin(name: str) -> str:

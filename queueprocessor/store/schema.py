@@ -202,9 +202,9 @@ jobs = Table(
     # Who enqueued it ("host pid N"): a refused grab names the winner.
     Column("origin", String(200), nullable=True),
     Column("queue", String(MAX_NAME), nullable=False, default=DEFAULT, server_default=DEFAULT),
-    # Jobs of one order key in one queue run one at a time, oldest first (see statements.claim_statement).
+    # Jobs of one order key in one queue run one at a time, oldest first (see sql.claim.claim_statement).
     Column("order_key", String(MAX_ORDER_KEY), nullable=True),
-    # Its queue holds its jobs back (paused, or a farm-wide limit or rate; see statements.gated_now): kept out of
+    # Its queue holds its jobs back (paused, or a farm-wide limit or rate; see sql.gates.gated_now): kept out of
     # the index every other claim walks, so a held-back queue's backlog is never in that walk's way.
     Column("gated", Boolean, nullable=False, default=False, server_default=false()),
     # Dependencies (store/dependencies.py, docs/design.md §10): set once a job names this one in its `after`, so

@@ -35,7 +35,7 @@ from ..rules.queues import _NAME, _NAME_RULE, DEFAULT, MAX_NAME, MAX_ORDER_KEY
 from .dbtime import db_now
 from .jobs import job_row
 from .schema import jobs
-from .statements import gated_now
+from .sql.gates import gated_now
 
 # What each refusal says to do, as the Python enqueue's errors say it (a malformed target: as its kind's row says).
 HINTS = {

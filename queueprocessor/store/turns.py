@@ -8,7 +8,7 @@ from .base import StoreBase
 from .dbtime import db_now
 from .history import with_machine_name
 from .schema import turns
-from .statements import looks_statement, turn_statement
+from .sql.turns import looks_statement, turn_statement
 from .types import NO_LOOKS, Looks
 
 

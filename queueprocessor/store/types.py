@@ -1,5 +1,5 @@
-"""The plain data the store takes and gives besides the job model (rules/job.py): what a claim and a turn take from
-which queues, what a turn found, and how far a run is."""
+"""The plain data the store takes and gives besides the job model (rules/job.py): what a claim asks for and from
+which queues, what a turn looks at and found, and how far a run is."""
 
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -22,7 +22,7 @@ class Plan:
 
     @property
     def branches(self) -> tuple[bool, ...]:
-        """Per branch of its own, whether its queue is guarded (see statements.ClaimShape)."""
+        """Per branch of its own, whether its queue is guarded (see sql.claim.ClaimShape)."""
         return tuple(locked for _name, _room, locked in self.alone)
 
     @property
@@ -37,6 +37,39 @@ class Plan:
 
 
 EVERY_QUEUE = Plan()
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """What a claim asks for (JobStore.claim, and JobStore.take_turn_and_claim after its turn): up to `limit` jobs of
+    the queues `plan` names, for machine `machine_id`, each under a lease of `lease` seconds. Queued jobs due within
+    `horizon` seconds from now are claimable; with `take_expired`, running ones whose lease ran out too, and only
+    those that ran out before `expired_before` (database time) if given."""
+
+    machine_id: int
+    limit: int
+    lease: float
+    horizon: float = 0.0
+    take_expired: bool = True
+    expired_before: float | None = None
+    plan: Plan = EVERY_QUEUE
+
+    def params(self) -> dict[str, Any]:
+        """The bound parameters every claim shape takes (a turn's claim adds its own)."""
+        params: dict[str, Any] = dict(b_machine=self.machine_id, b_limit=self.limit, b_lease=self.lease)
+        params["b_horizon"] = self.horizon
+        if self.expired_before is not None:
+            params["b_before"] = self.expired_before
+        return params | self.plan.params()
+
+    def shape(self) -> dict[str, Any]:
+        """What the request makes of its statement's shape (see sql.claim.ClaimShape)."""
+        return dict(
+            take_expired=self.take_expired,
+            bounded=self.expired_before is not None,
+            served=bool(self.plan.served),
+            branches=self.plan.branches,
+        )
 
 
 @dataclass(frozen=True)

@@ -56,70 +56,6 @@ def plain_dicts(rows: Sequence[Row[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(names, row)) for row in rows]
 
 
-def turns_between(store: StoreBase, since: float, until: float, limit: int = 100_000) -> list[dict[str, Any]]:
-    """Turns taken in [since, until] of database time, by slot (the turn log, the truth)."""
-    rows = store.rows(
-        select(turns).where(turns.c.taken_at >= since, turns.c.taken_at <= until).order_by(turns.c.slot).limit(limit)
-    )
-    return plain_dicts(rows)
-
-
-def runs_between(store: StoreBase, since: float, until: float, limit: int = 20_000) -> list[dict[str, Any]]:
-    """Runs that overlap [since, until] (still running ones included), newest first, with their job's target."""
-    history = run_history()
-    overlap = and_(history.c.started_at <= until, or_(history.c.finished_at.is_(None), history.c.finished_at >= since))
-    statement = (
-        select(history, jobs.c.target, jobs.c.method)
-        .join(jobs, jobs.c.id == history.c.job_id)
-        .where(overlap)
-        .order_by(history.c.started_at.desc())
-        .limit(limit)
-    )
-    return plain_dicts(store.rows(statement))
-
-
-def throughput(store: StoreBase, since: float, until: float, bucket: float) -> list[dict[str, Any]]:
-    """Finished runs per `bucket` seconds and outcome: [{start, outcome, count}], oldest first."""
-    slot = bucket_of(runs.c.finished_at, bucket)
-    statement = (
-        select(slot, runs.c.outcome, func.count())
-        .where(runs.c.finished_at >= since, runs.c.finished_at <= until)
-        .group_by(slot, runs.c.outcome)
-        .order_by(slot)
-    )
-    return [
-        {"start": int(n) * bucket, "outcome": outcome, "count": count} for n, outcome, count in store.rows(statement)
-    ]
-
-
-def machine_throughput(store: StoreBase, since: float, until: float) -> dict[int, dict[str, int]]:
-    """Finished runs per machine and outcome in [since, until]: {machine id: {outcome: count}}."""
-    statement = (
-        select(runs.c.machine_id, runs.c.outcome, func.count())
-        .where(runs.c.finished_at >= since, runs.c.finished_at <= until)
-        .group_by(runs.c.machine_id, runs.c.outcome)
-    )
-    counts: dict[int, dict[str, int]] = {}
-    for machine_id, outcome, count in store.rows(statement):
-        counts.setdefault(machine_id, {})[outcome] = count
-    return counts
-
-
-def find_jobs(
-    store: StoreBase, text: str, state: str | None = None, limit: int = 500, *, queue: str | None = None
-) -> list[dict[str, Any]]:
-    """The newest `limit` jobs (in `state`, of `queue`, if given) that the search expression `text` matches
-    (rules/search.py: payload fields, queue:, key:, and words an id, target, machine name or last error contains,
-    ignoring case, with % and _ matching only themselves); newest first."""
-    return filtered_jobs(store, JobFilter(state=state, queue=queue, search=text), limit)
-
-
-def filtered_jobs(store: StoreBase, where: JobFilter, limit: int = 500) -> list[dict[str, Any]]:
-    """The newest `limit` jobs that `where` picks, newest first, each with `owner_name` (its machine's name)."""
-    statement = with_owner_name(select(jobs)).where(*matching(where)).order_by(jobs.c.id.desc()).limit(limit)
-    return plain_dicts(picked_rows(store, statement, where))
-
-
 SCHEDULE_COLUMNS = (
     "name",
     "cron",
@@ -136,16 +72,87 @@ SCHEDULE_COLUMNS = (
 )
 
 
-def schedule_rows(store: StoreBase) -> list[dict[str, Any]]:
-    """Every schedule's SCHEDULE_COLUMNS, by name."""
-    return plain_dicts(store.rows(select(*(schedules.c[c] for c in SCHEDULE_COLUMNS)).order_by(schedules.c.name)))
+class ViewStore:
+    """The dashboards' reads (Store.views)."""
 
+    def __init__(self, store: StoreBase):
+        self.store = store
 
-def jobs_by_key(store: StoreBase, keys: list[str]) -> list[tuple[Any, ...]]:
-    """(key, id, state, owner, finished_at, last_error) of the jobs holding `keys`, found by their unique key."""
-    found = select(jobs.c.key, jobs.c.id, jobs.c.state, jobs.c.owner, jobs.c.finished_at, jobs.c.last_error)
-    return [
-        tuple(row)
-        for start in range(0, len(keys), KEYS_PER_STATEMENT)
-        for row in store.rows(found.where(jobs.c.key.in_(keys[start : start + KEYS_PER_STATEMENT])))
-    ]
+    def turns_between(self, since: float, until: float, limit: int = 100_000) -> list[dict[str, Any]]:
+        """Turns taken in [since, until] of database time, by slot (the turn log, the truth)."""
+        rows = self.store.rows(
+            select(turns)
+            .where(turns.c.taken_at >= since, turns.c.taken_at <= until)
+            .order_by(turns.c.slot)
+            .limit(limit)
+        )
+        return plain_dicts(rows)
+
+    def runs_between(self, since: float, until: float, limit: int = 20_000) -> list[dict[str, Any]]:
+        """Runs that overlap [since, until] (still running ones included), newest first, with their job's target."""
+        history = run_history()
+        overlap = and_(
+            history.c.started_at <= until, or_(history.c.finished_at.is_(None), history.c.finished_at >= since)
+        )
+        statement = (
+            select(history, jobs.c.target, jobs.c.method)
+            .join(jobs, jobs.c.id == history.c.job_id)
+            .where(overlap)
+            .order_by(history.c.started_at.desc())
+            .limit(limit)
+        )
+        return plain_dicts(self.store.rows(statement))
+
+    def throughput(self, since: float, until: float, bucket: float) -> list[dict[str, Any]]:
+        """Finished runs per `bucket` seconds and outcome: [{start, outcome, count}], oldest first."""
+        slot = bucket_of(runs.c.finished_at, bucket)
+        statement = (
+            select(slot, runs.c.outcome, func.count())
+            .where(runs.c.finished_at >= since, runs.c.finished_at <= until)
+            .group_by(slot, runs.c.outcome)
+            .order_by(slot)
+        )
+        return [
+            {"start": int(n) * bucket, "outcome": outcome, "count": count}
+            for n, outcome, count in self.store.rows(statement)
+        ]
+
+    def machine_throughput(self, since: float, until: float) -> dict[int, dict[str, int]]:
+        """Finished runs per machine and outcome in [since, until]: {machine id: {outcome: count}}."""
+        statement = (
+            select(runs.c.machine_id, runs.c.outcome, func.count())
+            .where(runs.c.finished_at >= since, runs.c.finished_at <= until)
+            .group_by(runs.c.machine_id, runs.c.outcome)
+        )
+        counts: dict[int, dict[str, int]] = {}
+        for machine_id, outcome, count in self.store.rows(statement):
+            counts.setdefault(machine_id, {})[outcome] = count
+        return counts
+
+    def find_jobs(
+        self, text: str, state: str | None = None, limit: int = 500, *, queue: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The newest `limit` jobs (in `state`, of `queue`, if given) that the search expression `text` matches
+        (rules/search.py: payload fields, queue:, key:, and words an id, target, machine name or last error contains,
+        ignoring case, with % and _ matching only themselves); newest first."""
+        return self.filtered_jobs(JobFilter(state=state, queue=queue, search=text), limit)
+
+    def filtered_jobs(self, where: JobFilter, limit: int = 500) -> list[dict[str, Any]]:
+        """The newest `limit` jobs that `where` picks, newest first, each with `owner_name` (its machine's name)."""
+        statement = with_owner_name(select(jobs)).where(*matching(where)).order_by(jobs.c.id.desc()).limit(limit)
+        return plain_dicts(picked_rows(self.store, statement, where))
+
+    def schedule_rows(self) -> list[dict[str, Any]]:
+        """Every schedule's SCHEDULE_COLUMNS, by name."""
+        return plain_dicts(
+            self.store.rows(select(*(schedules.c[c] for c in SCHEDULE_COLUMNS)).order_by(schedules.c.name))
+        )
+
+    def jobs_by_key(self, keys: list[str]) -> list[tuple[Any, ...]]:
+        """(key, id, state, owner, finished_at, last_error) of the jobs holding `keys`, found by their unique key."""
+        found = select(jobs.c.key, jobs.c.id, jobs.c.state, jobs.c.owner, jobs.c.finished_at, jobs.c.last_error)
+        return [
+            tuple(row)
+            for start in range(0, len(keys), KEYS_PER_STATEMENT)
+            for row in self.store.rows(found.where(jobs.c.key.in_(keys[start : start + KEYS_PER_STATEMENT])))
+        ]

@@ -12,6 +12,7 @@ from queueprocessor.executors import PythonExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
 from queueprocessor.rules.errors import InvalidJob
+from queueprocessor.store.types import ClaimRequest
 from tests.support import pyjobs
 from tests.support.httptarget import most_at_once
 from tests.support.work import FAST, PYJOBS, NodeProcesses, Nodes, RunningSampler, wait_for
@@ -105,14 +106,14 @@ def test_the_runner_calls_a_lone_job_before_any_other_claim_comes(farm):
     machine = store.machines.register(name="m", host="h", instance="batch-test", pid=1, version="0", capacity=20)
     spec = farm.python_spec(pyjobs.batch_async, None)
     store.jobs.enqueue(spec)
-    [first] = store.jobs.claim(machine, 20, 30.0)
+    [first] = store.jobs.claim(ClaimRequest(machine, 20, 30.0))
     runner = JobRunner(store, machine, {"python": PythonExecutor((PYJOBS,))}, store.ask_time, lambda *_: None)
     runner.start()
     try:
         runner.submit(first)
         wait_for(lambda: pyjobs.BATCHES == [[first.id]])
         store.jobs.enqueue(spec, count=3)
-        three = store.jobs.claim(machine, 20, 30.0)
+        three = store.jobs.claim(ClaimRequest(machine, 20, 30.0))
         runner.submit_many(three)
         wait_for(lambda: len(pyjobs.BATCHES) == 2)
         assert pyjobs.BATCHES == [[first.id], [j.id for j in three]]
@@ -214,7 +215,7 @@ def test_a_lost_lease_of_one_job_of_a_running_batch_hands_that_job_back_alone(fa
     store = farm._store
     machine = store.machines.register(name="m", host="h", instance="batch-test", pid=1, version="0", capacity=20)
     store.jobs.enqueue(farm.python_spec(pyjobs.batch_until_cancelled, None), count=3)
-    claimed = store.jobs.claim(machine, 20, 30.0)
+    claimed = store.jobs.claim(ClaimRequest(machine, 20, 30.0))
     runner = JobRunner(store, machine, {"python": PythonExecutor((PYJOBS,))}, store.ask_time, lambda *_: None)
     runner.start()
     try:

@@ -13,6 +13,7 @@ from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
 from queueprocessor.node.runs import OWN_CANCEL
 from queueprocessor.rules.job import JobSpec
+from queueprocessor.store.types import ClaimRequest
 from tests.support import pyjobs, unruly
 from tests.support.work import PYJOBS, Nodes, wait_for
 
@@ -92,7 +93,7 @@ def test_a_timeout_error_raised_by_the_work_itself_is_its_failure_not_its_timeou
     store = farm._store
     machine = store.machines.register(name="m", host="h", instance="i", pid=1, version="t", capacity=1)
     [job_id] = farm.enqueue_http("/slow", max_attempts=1)
-    [job] = store.jobs.claim(machine, 1, lease=30)
+    [job] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))
     runner = JobRunner(store, machine, {"http": TimesOut()}, store.ask_time, lambda _job, _outcome: None)
     runner.start()
     try:
@@ -149,7 +150,7 @@ def test_a_slow_roster_read_does_not_fence_off_the_jobs_it_delays(farm):
     """The renewal comes first in a check-in, so one slow read of the roster (2 s, the lease 3 s, fencing at 2.5 s)
     does not stop the node's jobs. Renewed after the read, they were renewed 3 s after their last renewal."""
     node = farm.node(name="a", heartbeat=1.0, period=1.0, allow_modules=[PYJOBS])
-    read_farm, reads_holding, slowed = node.peers.read_farm, [], threading.Event()
+    read_farm, reads_holding, slowed = node.store.roster.read_farm, [], threading.Event()
 
     def slow_once(*args, **kwargs):
         if node.runner is not None and node.runner.count():
@@ -159,7 +160,7 @@ def test_a_slow_roster_read_does_not_fence_off_the_jobs_it_delays(farm):
                 slowed.set()
         return read_farm(*args, **kwargs)
 
-    node.peers.read_farm = slow_once
+    node.store.roster.read_farm = slow_once
     node.start()
     try:
         [job_id] = farm.enqueue_python(f"{PYJOBS}:nap", 5.0, max_attempts=1)

@@ -14,6 +14,7 @@ from queueprocessor.rules.errors import ConfigError
 from queueprocessor.rules.job import Claimed
 from queueprocessor.rules.roster import slot_of
 from queueprocessor.store.database import unreachable
+from queueprocessor.store.types import ClaimRequest
 from tests.support.work import FAST, Nodes, wait_for
 
 
@@ -183,7 +184,7 @@ def test_a_full_farm_still_puts_a_dead_machines_jobs_back_first(farm, nodes, htt
     wait_for(lambda: all(farm._store.jobs.get(j)["state"] == "running" for j in busy))
     ghost = farm._store.machines.register(name="ghost", host="h", instance="ghost", pid=1, version="t", capacity=1)
     [orphan] = farm.enqueue_http("/ok")
-    [taken] = farm._store.jobs.claim(ghost, 1, lease=0.3)  # and then the ghost machine dies
+    [taken] = farm._store.jobs.claim(ClaimRequest(ghost, 1, lease=0.3))  # and then the ghost machine dies
     assert taken.id == orphan
     newer = farm.enqueue_http("/ok", count=2)
     # Both nodes are full, yet a turn puts the orphan back in the queue...
@@ -218,7 +219,8 @@ def test_a_dead_machines_jobs_beyond_the_turn_holders_room_go_at_once_to_a_machi
     start = Nodes(farm, http_target.base_url, period=period)
     ghost = farm._store.machines.register(name="ghost", host="h", instance="ghost", pid=1, version="t", capacity=6)
     orphans = farm.enqueue_http("/sleep/0.5", count=6)
-    held = [(job.id, job.fence) for job in farm._store.jobs.claim(ghost, 6, lease=60)]  # and then the ghost dies
+    held = [(job.id, job.fence) for job in farm._store.jobs.claim(ClaimRequest(ghost, 6, lease=60))]
+    # ... and then the ghost dies
     try:
         a = start("a", capacity=2)
         [busy] = farm.enqueue_http("/sleep/30")
@@ -248,7 +250,8 @@ def test_a_machine_too_new_to_take_expired_leases_hands_them_to_one_that_may_at_
         start = Nodes(farm, http_target.base_url, period=period, heartbeat=1.0, misses=4)  # lease 4 s, join 1.5 s
         ghost = farm._store.machines.register(name="ghost", host="h", instance="ghost", pid=1, version="t", capacity=4)
         orphans = farm.enqueue_http("/ok", count=4)
-        held = [(job.id, job.fence) for job in farm._store.jobs.claim(ghost, 4, lease=60)]  # and then the ghost dies
+        held = [(job.id, job.fence) for job in farm._store.jobs.claim(ClaimRequest(ghost, 4, lease=60))]
+        # ... and then the ghost dies
         try:
             a = start("a")
             # a judged the ghost dead and buried it: it is in nobody's roster, a newcomer's included

@@ -11,6 +11,7 @@ from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.states import Outcome
+from queueprocessor.store.types import ClaimRequest
 from tests.support.work import wait_for
 
 
@@ -33,7 +34,7 @@ def test_a_stopping_runner_lets_the_result_writers_last_statement_end_before_its
     store.runs.finish_many = finish_held_up
     machine = store.machines.register(name="m", host="h", instance="runner-test", pid=1, version="0", capacity=1)
     store.jobs.enqueue(JobSpec(executor="python", target="tests.support.pyjobs:echo"))
-    [job] = store.jobs.claim(machine, 1, 30.0)
+    [job] = store.jobs.claim(ClaimRequest(machine, 1, 30.0))
     ended = threading.Event()
     runner = JobRunner(store, machine, {}, store.ask_time, lambda _job, _outcome: ended.set())
     runner.start()
@@ -73,7 +74,7 @@ def test_a_result_the_database_was_away_for_is_still_written_by_a_stopping_runne
     store.runs.finish_many = away_once
     machine = store.machines.register(name="m", host="h", instance="runner-test", pid=1, version="0", capacity=1)
     [job_id] = store.jobs.enqueue(JobSpec(executor="python", target="tests.support.pyjobs:echo"))
-    [job] = store.jobs.claim(machine, 1, 30.0)
+    [job] = store.jobs.claim(ClaimRequest(machine, 1, 30.0))
     runner = JobRunner(store, machine, {}, store.ask_time, lambda _job, _outcome: None)
     runner.start()
     try:
@@ -96,6 +97,7 @@ from queueprocessor.executors.command import CommandExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
 from queueprocessor.rules.job import JobSpec
+from queueprocessor.store.types import ClaimRequest
 
 url, started = sys.argv[1], Path(sys.argv[2])
 with Farm(url) as farm:
@@ -103,7 +105,7 @@ with Farm(url) as farm:
     machine = store.machines.register(name="m", host="h", instance="stop-test", pid=1, version="0", capacity=3)
     argv = ["sh", "-c", 'echo >> "$0"; exec sleep 30', str(started)]
     store.jobs.enqueue(JobSpec(executor="command", target=json.dumps(argv)), count=3)
-    jobs = store.jobs.claim(machine, 3, 30.0)
+    jobs = store.jobs.claim(ClaimRequest(machine, 3, 30.0))
     runner = JobRunner(store, machine, {"command": CommandExecutor(("sh",))}, store.ask_time, lambda *_: None)
     runner.start()
     runner.submit_many(jobs)
@@ -142,7 +144,7 @@ def test_a_job_claimed_back_while_its_stopped_run_is_ending_stays_renewed_and_st
         store = farm._store
         machine = store.machines.register(name="m", host="h", instance="reclaim", pid=1, version="0", capacity=2)
         [job_id] = farm.enqueue_http("/sleep/30")
-        [old] = store.jobs.claim(machine, 1, lease=30)
+        [old] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))
         handing_back, thawed = threading.Event(), threading.Event()
         release = store.runs.release
 
@@ -164,7 +166,8 @@ def test_a_job_claimed_back_while_its_stopped_run_is_ending_stays_renewed_and_st
                 assert handing_back.wait(10)
                 wait_for(lambda: http_target.requests("/sleep")[0]["ended"])  # the target saw the call end
                 store.runs.renew(machine, [(job_id, old.fence)], lease=-1.0)  # its lease ran out meanwhile
-                [new] = store.jobs.claim(machine, 1, lease=30)  # this machine's turn after the thaw takes it back
+                # this machine's turn after the thaw takes it back
+                [new] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))
                 assert (new.id, new.fence) == (job_id, old.fence + 1)
                 runner.submit(new)
                 thawed.set()  # the old run's hand-back is refused (the fence moved on) and its run ends

@@ -33,7 +33,6 @@ from queueprocessor.rules.errors import InvalidJob, QPError  # noqa: E402
 from queueprocessor.rules.job import JobSpec  # noqa: E402
 from queueprocessor.rules.states import Wish  # noqa: E402
 from queueprocessor.store.database import open_engine  # noqa: E402
-from queueprocessor.views import find_jobs  # noqa: E402
 from tests.acceptance.test_bad_input import run_cli, snapshot  # noqa: E402
 from tests.app.test_ui_window import app, close  # noqa: E402, F401  (the app fixture, and closing a window)
 from tests.support.tcpproxy import TcpProxy  # noqa: E402
@@ -615,7 +614,7 @@ def test_hostile_text_only_ever_reaches_the_database_as_a_parameter(pg_url, http
             farm.wait(job, timeout=60)
             farm.wait(grabbed, timeout=60)
             assert farm.steer(MARK, "pause")["name"] == MARK
-            assert job in [j["id"] for j in find_jobs(farm._store, MARK)]
+            assert job in [j["id"] for j in farm._store.views.find_jobs(MARK)]
             with pytest.raises(QPError):
                 farm.steer(MARK + "x", "drain")
             stored = farm._store.jobs.get(job)

@@ -14,6 +14,7 @@ from sqlalchemy import update  # noqa: E402
 from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
 from queueprocessor.rules.job import JobSpec  # noqa: E402
 from queueprocessor.store.schema import jobs  # noqa: E402
+from queueprocessor.store.types import ClaimRequest
 from tests.app import test_ui_window  # noqa: E402
 from tests.app.test_ui_window import WAIT, _listed  # noqa: E402
 
@@ -28,7 +29,7 @@ def _failed(farm, payloads, name="worker"):
     store = farm._store
     machine = store.machines.register(name=name, host="h", instance=name, pid=1, version="t", capacity=50)
     ids = [store.jobs.enqueue(JobSpec(executor="http", target="/t", payload=p, max_attempts=1))[0] for p in payloads]
-    for claimed in store.jobs.claim(machine, len(ids), lease=30):
+    for claimed in store.jobs.claim(ClaimRequest(machine, len(ids), lease=30)):
         store.runs.finish(claimed, machine, "failed", error="boom")
     return ids
 

@@ -20,7 +20,7 @@ from queueprocessor.farm import Farm, without_password  # noqa: E402
 from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
 from queueprocessor.rules.clock import SystemClock  # noqa: E402
 from queueprocessor.store.database import mask  # noqa: E402
-from queueprocessor.views import runs_between, turns_between  # noqa: E402
+from queueprocessor.store.types import ClaimRequest
 from tests.support import pyjobs  # noqa: E402
 from ui.app import make_app, node_options, parse_args  # noqa: E402
 from ui.connection import State  # noqa: E402
@@ -108,7 +108,7 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
 
     # Slots timeline: the solid bars are the turn log (slots that ended before the read, so no turn is in flight).
     last = int((snap.until - 2 * snap.period) / snap.period)
-    logged = [(t["slot"], t["machine_id"]) for t in turns_between(store, snap.since, snap.until)]
+    logged = [(t["slot"], t["machine_id"]) for t in store.views.turns_between(snap.since, snap.until)]
     assert [p for p in window.timeline.plotted_turns() if p[0] <= last] == [p for p in logged if p[0] <= last]
     assert len({machine for _, machine in logged}) == 3  # all three machines took turns
     slot, machine = logged[0]
@@ -121,7 +121,7 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
     def plotted_runs_are_the_run_log():
         nonlocal snap, runs
         snap = window.snap
-        runs = runs_between(store, snap.since, snap.until)
+        runs = store.views.runs_between(snap.since, snap.until)
         return sorted(r["outcome"] for r in runs) == ["failed"] * 2 + [
             "succeeded"
         ] * 6 and window.jobs.gantt.plotted_runs() == sorted(
@@ -622,9 +622,9 @@ def test_the_attempts_table_shows_its_columns_without_scrolling_sideways_at_1440
     machine = farm._store.machines.register(name="web-01", host="host", instance="i-1", pid=1, version="t", capacity=1)
     (job_id,) = farm.enqueue_http("/flaky")
     error = "GET http://127.0.0.1:8080/flaky: HTTP 503 Service Unavailable: " + "upstream timed out; " * 8
-    (claimed,) = farm._store.jobs.claim(machine, 1, 60)
+    (claimed,) = farm._store.jobs.claim(ClaimRequest(machine, 1, 60))
     farm._store.runs.finish(claimed, machine, "failed", error=error, retry_in=0)
-    (claimed,) = farm._store.jobs.claim(machine, 1, 60)
+    (claimed,) = farm._store.jobs.claim(ClaimRequest(machine, 1, 60))
     farm._store.runs.finish(claimed, machine, "succeeded")
     window = open_window(farm.url)
     window.resize(1440, 900)

@@ -7,10 +7,10 @@ from sqlalchemy import select, text, update
 from queueprocessor.farm import Farm, JobFilter
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.job import JobSpec
-from queueprocessor.rules.search import BadSearch
-from queueprocessor.store import bulk
+from queueprocessor.rules.search import BadSearch, BulkAction
 from queueprocessor.store.matching import let_bitmaps, matching
 from queueprocessor.store.schema import jobs
+from queueprocessor.store.types import ClaimRequest
 from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
 
 
@@ -22,7 +22,7 @@ def _finished(store, machine, count, outcome, target="/t", queue="default"):
     """`count` jobs run once and ended with `outcome` (max_attempts 1: a failure is final), through the claim and
     finish a node makes."""
     ids = store.jobs.enqueue(JobSpec(executor="http", target=target, queue=queue, max_attempts=1), count=count)
-    for claimed in store.jobs.claim(machine, count, lease=30):
+    for claimed in store.jobs.claim(ClaimRequest(machine, count, lease=30)):
         store.runs.finish(claimed, machine, outcome, error=None if outcome == "succeeded" else "boom")
     return ids
 
@@ -77,7 +77,7 @@ def test_bulk_retry_queues_exactly_the_failed_and_cancelled_jobs_picked_as_a_ret
     assert farm.retry_jobs(JobFilter(queue="reports")) == 0  # nothing left that a retry may change
 
     farm.resume_queue("reports")
-    claimed = store.jobs.claim(m, 10, lease=30)
+    claimed = store.jobs.claim(ClaimRequest(m, 10, lease=30))
     assert sorted(c.id for c in claimed) == sorted([*failed, cancelled])
 
 
@@ -85,7 +85,7 @@ def test_bulk_cancel_cancels_queued_jobs_and_asks_owners_to_stop_running_ones(fa
     store = farm._store
     m = _machine(store)
     running = store.jobs.enqueue(JobSpec(executor="http", target="/t", order_key="k"))
-    assert [c.id for c in store.jobs.claim(m, 1, lease=30)] == running
+    assert [c.id for c in store.jobs.claim(ClaimRequest(m, 1, lease=30))] == running
     queued = store.jobs.enqueue(JobSpec(executor="http", target="/t", order_key="k"), count=3)
     done = _finished(store, m, 1, "succeeded", target="/other")
 
@@ -124,16 +124,14 @@ def test_a_bulk_action_stopped_between_batches_leaves_every_job_changed_whole_or
     def stop():
         return len(told) == 2
 
-    changed = bulk.run(
-        store, bulk.BulkAction.RETRY, JobFilter(state="failed"), batch=10, stop=stop, progress=told.append
-    )
+    changed = store.bulk.run(BulkAction.RETRY, JobFilter(state="failed"), batch=10, stop=stop, progress=told.append)
     assert changed == 20 and told == [10, 20]
     jobs_now = [store.jobs.get(j) for j in failed]
     retried = [j for j in jobs_now if j["state"] == "queued"]
     assert len(retried) == 20 and all(j["finished_at"] is None and j["max_attempts"] == 2 for j in retried)
     untouched = [j for j in jobs_now if j["state"] == "failed"]
     assert len(untouched) == 5 and all(j["finished_at"] is not None and j["max_attempts"] == 1 for j in untouched)
-    assert bulk.run(store, bulk.BulkAction.RETRY, JobFilter(state="failed"), batch=10) == 5
+    assert store.bulk.run(BulkAction.RETRY, JobFilter(state="failed"), batch=10) == 5
 
 
 def test_a_selection_of_many_ids_is_acted_on_in_pieces(farm):

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from queueprocessor.rules.job import Ending, JobSpec
+from queueprocessor.store.types import ClaimRequest
 
 WORK = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=3)
 
@@ -28,7 +29,7 @@ def running_asked_to_stop(farm, *, lease=30.0, children=False):
         if children
         else None
     )
-    [claimed] = store.jobs.claim(me, 64, lease)
+    [claimed] = store.jobs.claim(ClaimRequest(me, 64, lease))
     assert claimed.id == job_id
     assert farm.cancel(job_id) == "cancelling"
     return me, claimed, child
@@ -40,7 +41,7 @@ def assert_cancelled(farm, job_id, child):
     if child is not None:
         kept = farm._store.jobs.get(child)
         assert (kept["state"], kept["last_error"]) == ("cancelled", f"parent {job_id} was cancelled")
-    assert farm._store.jobs.claim(register(farm._store, "other"), 64, 30.0) == [], "it never runs again"
+    assert farm._store.jobs.claim(ClaimRequest(register(farm._store, "other"), 64, 30.0)) == [], "it never runs again"
 
 
 @pytest.mark.parametrize("children", [False, True])
@@ -58,12 +59,12 @@ def test_a_batch_of_endings_keeps_the_cancel_of_the_one_asked_to_stop(farm):
     store = farm._store
     me = register(store)
     a, b = store.jobs.enqueue(WORK, count=2)
-    claimed = {c.id: c for c in store.jobs.claim(me, 64, 30.0)}
+    claimed = {c.id: c for c in store.jobs.claim(ClaimRequest(me, 64, 30.0))}
     assert farm.cancel(a) == "cancelling"
     endings = [Ending(claimed[a], "failed", "flaky", 0.0), Ending(claimed[b], "failed", "flaky", 0.0)]
     assert store.runs.finish_many(me, endings) == ["cancelled", "queued"]
     assert store.jobs.get(a)["state"] == "cancelled"
-    assert [c.id for c in store.jobs.claim(me, 64, 30.0)] == [b]
+    assert [c.id for c in store.jobs.claim(ClaimRequest(me, 64, 30.0))] == [b]
 
 
 @pytest.mark.parametrize("children", [False, True])
@@ -91,9 +92,9 @@ def test_a_claim_never_starts_a_job_asked_to_stop_whose_lease_ran_out(farm, chil
     time.sleep(0.1)
     other = register(farm._store, "b")
     if turn:
-        taken = farm._store.jobs.take_turn_and_claim(1, other, 64, 30.0)
+        taken = farm._store.jobs.take_turn_and_claim(1, ClaimRequest(other, 64, 30.0))
         assert taken.won and taken.claimed == []
     else:
-        assert farm._store.jobs.claim(other, 64, 30.0) == []
+        assert farm._store.jobs.claim(ClaimRequest(other, 64, 30.0)) == []
     assert_cancelled(farm, claimed.id, child)
     assert farm._store.jobs.get(claimed.id)["attempts"] == 1

@@ -15,6 +15,7 @@ from queueprocessor.rules.errors import BadJobInput, LostLease, QPError
 from queueprocessor.rules.job import Ending, JobSpec
 from queueprocessor.rules.search import JobFilter
 from queueprocessor.store.schema import deps, flow_jobs
+from queueprocessor.store.types import ClaimRequest
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
 
 WORK = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
@@ -39,7 +40,7 @@ def after(*parents, ended=False, **fields):
 
 def claim(store, me, *ids, lease=30.0):
     """Claim every due job; the claimed jobs by id, which must be exactly `ids`."""
-    claimed = {c.id: c for c in store.jobs.claim(me, 64, lease)}
+    claimed = {c.id: c for c in store.jobs.claim(ClaimRequest(me, 64, lease))}
     assert sorted(claimed) == sorted(ids)
     return claimed
 
@@ -86,9 +87,9 @@ def test_a_late_writers_success_releases_nothing(farm):
     a, b = register(store, "a"), register(store, "b")
     [parent] = store.jobs.enqueue(WORK)
     [child] = store.jobs.enqueue(after(parent))
-    [old] = store.jobs.claim(a, 1, lease=0.05)
+    [old] = store.jobs.claim(ClaimRequest(a, 1, lease=0.05))
     time.sleep(0.1)
-    [new] = store.jobs.claim(b, 1, lease=30)
+    [new] = store.jobs.claim(ClaimRequest(b, 1, lease=30))
     assert new.fence == old.fence + 1
     with pytest.raises(LostLease):
         store.runs.finish(old, a, "succeeded")
@@ -210,8 +211,8 @@ def test_two_parents_ending_at_once_release_their_child_exactly_once(farm):
     for _ in range(5):
         p1, p2 = store.jobs.enqueue(WORK, count=2)
         [child] = store.jobs.enqueue(after(p1, p2))
-        [c1] = store.jobs.claim(a, 1, 30.0)
-        [c2] = store.jobs.claim(b, 1, 30.0)
+        [c1] = store.jobs.claim(ClaimRequest(a, 1, 30.0))
+        [c2] = store.jobs.claim(ClaimRequest(b, 1, 30.0))
         start = threading.Barrier(2)
 
         def finish(claimed, me):
@@ -225,7 +226,7 @@ def test_two_parents_ending_at_once_release_their_child_exactly_once(farm):
             t.join()
         job = store.jobs.get(child)
         assert (job["state"], job["pending"]) == ("queued", 0)
-        [taken] = store.jobs.claim(a, 64, 30.0)
+        [taken] = store.jobs.claim(ClaimRequest(a, 64, 30.0))
         store.runs.finish(taken, a, "succeeded")
 
 
@@ -289,7 +290,7 @@ def test_a_groups_callback_is_released_once_when_all_have_ended_with_the_counts(
     callback = info["callback"]["id"]
     assert info["progress"]["total"] == 4 and info["progress"]["done"] == 0
     assert info["callback"]["state"] == "waiting"
-    members = sorted(store.jobs.claim(me, 64, 30.0), key=lambda c: c.id)
+    members = sorted(store.jobs.claim(ClaimRequest(me, 64, 30.0)), key=lambda c: c.id)
     assert len(members) == 4
     store.runs.finish(members[0], me, "succeeded")
     store.runs.finish(members[1], me, "failed", error="bad tile")
@@ -299,7 +300,7 @@ def test_a_groups_callback_is_released_once_when_all_have_ended_with_the_counts(
     assert farm.cancel(members[3].id) == "cancelling"  # running: its owner stops it
     store.runs.finish(members[3], me, "cancelled")
     assert state(store, callback)[0] == "queued"
-    [run] = store.jobs.claim(me, 64, 30.0)
+    [run] = store.jobs.claim(ClaimRequest(me, 64, 30.0))
     assert run.id == callback
     assert json.loads(run.payload) == {
         "group": group_id,
@@ -328,7 +329,7 @@ def test_retention_takes_a_finished_childs_links_with_it(farm):
     me = register(store)
     group_id = farm.group([farm.http_spec("/ok")], callback=farm.http_spec("/done", method="POST"))
     for _ in range(2):  # the member, then the callback it releases
-        [job] = store.jobs.claim(me, 64, 30.0)
+        [job] = store.jobs.claim(ClaimRequest(me, 64, 30.0))
         store.runs.finish(job, me, "succeeded")
     time.sleep(0.05)
     assert store.jobs.prune(keep_seconds=0.01) == 2
@@ -413,7 +414,7 @@ def test_a_retried_groups_callback_waits_for_its_members_and_runs_with_its_outco
     callback = farm.group_info(group_id)["callback"]["id"]
     assert farm.cancel(callback) == "cancelled"
     assert farm.retry(callback) == "waiting"
-    members = sorted(store.jobs.claim(me, 64, 30.0), key=lambda c: c.id)
+    members = sorted(store.jobs.claim(ClaimRequest(me, 64, 30.0)), key=lambda c: c.id)
     assert [m.id for m in members] != [] and callback not in [m.id for m in members]
     store.runs.finish(members[0], me, "succeeded")
     store.runs.finish(members[1], me, "failed", error="bad")

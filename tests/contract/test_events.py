@@ -7,9 +7,7 @@ from sqlalchemy import update
 from queueprocessor.farm import Farm, JobFilter
 from queueprocessor.rules.errors import InvalidJob, NotFound
 from queueprocessor.rules.search import BulkAction
-from queueprocessor.store import bulk
 from queueprocessor.store.events import actor_of, record_event
-from queueprocessor.store.roster import RosterStore
 from queueprocessor.store.schema import events
 from tests.support import pyjobs
 
@@ -38,7 +36,7 @@ def test_a_machines_life_is_logged_with_who_did_what(farm):
     farm._store.machines.heartbeat(a, state="paused", applied_wish=None, **CHECKIN)  # no change: nothing logged
     farm._store.machines.mark_stopped(a)
     seen = farm._store.machines.find("beta")["last_seen"]
-    assert RosterStore(farm._store).bury(b, seen, judge="gamma #9")
+    assert farm._store.roster.bury(b, seen, judge="gamma #9")
     farm._store.machines.heartbeat(b, state="active", applied_wish=None, **CHECKIN)  # back from the dead
     farm._store.events.outage(b, 100.0, 112.5, fences=1)
     alpha, beta = f"alpha #{a}", f"beta #{b}"
@@ -115,8 +113,8 @@ def test_a_bulk_action_is_logged_once_with_its_filter_and_count_when_it_ends_is_
     assert farm.cancel_jobs(JobFilter(queue="mail")) == 3
     asked = []
     stop_after_two = lambda: asked.append(1) or len(asked) > 2  # noqa: E731
-    assert bulk.run(farm._store, BulkAction.RETRY, JobFilter(state="cancelled"), batch=1, stop=stop_after_two) == 2
-    assert bulk.run(farm._store, BulkAction.RETRY, JobFilter(ids=tuple(ids)), batch=1) == 1  # three batches, one event
+    assert farm._store.bulk.run(BulkAction.RETRY, JobFilter(state="cancelled"), batch=1, stop=stop_after_two) == 2
+    assert farm._store.bulk.run(BulkAction.RETRY, JobFilter(ids=tuple(ids)), batch=1) == 1  # three batches, one event
     assert farm.retry_jobs(JobFilter(state="cancelled", search="nothing like it")) == 0
     assert farm.cancel_jobs(JobFilter(ids=tuple(ids))) == 3
 
@@ -124,7 +122,7 @@ def test_a_bulk_action_is_logged_once_with_its_filter_and_count_when_it_ends_is_
         raise ConnectionError("the database went away")
 
     with pytest.raises(ConnectionError):  # after its first batch: that batch is logged, and the error goes on
-        bulk.run(farm._store, BulkAction.RETRY, JobFilter(queue="mail"), batch=1, progress=cut_off)
+        farm._store.bulk.run(BulkAction.RETRY, JobFilter(queue="mail"), batch=1, progress=cut_off)
     assert logged(farm, "jobs") == [
         ("jobs.bulk", "cancel", "queue=mail: 3 jobs", me),
         ("jobs.bulk", "retry", "state=cancelled: 2 jobs, then stopped", me),

@@ -12,11 +12,9 @@ from sqlalchemy import String, insert, literal, select, update
 from queueprocessor.farm import Farm
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.states import JobState
-from queueprocessor.store.queues import QueueStore
-from queueprocessor.store.schedules import ScheduleStore
 from queueprocessor.store.schema import jobs
-from queueprocessor.store.statements import gated_now
-from queueprocessor.store.types import Plan
+from queueprocessor.store.sql.gates import gated_now
+from queueprocessor.store.types import ClaimRequest, Plan
 from tests.support.work import PYJOBS
 
 REPORTS = JobSpec("python", f"{PYJOBS}:noop", queue="reports")
@@ -53,7 +51,7 @@ def test_a_queues_jobs_are_gated_while_it_is_paused_limited_or_rated_and_let_go_
     assert flags(farm) == {"queued": [True] * 3} and flags(farm, "default") == {"queued": [False]}
     farm.resume_queue("reports")
     assert flags(farm) == {"queued": [False] * 3}
-    assert {job.queue for job in store.jobs.claim(machine(farm), 8, 30.0)} == {"reports", "default"}
+    assert {job.queue for job in store.jobs.claim(ClaimRequest(machine(farm), 8, 30.0))} == {"reports", "default"}
 
     store.jobs.enqueue(REPORTS, count=2)
     farm.set_queue("reports", limit=10)
@@ -72,19 +70,19 @@ def test_every_way_into_the_queue_gates_a_job_of_a_held_back_queue(farm):
     store = farm._store
     [failed] = store.jobs.enqueue(REPORTS)
     me = machine(farm)
-    [job] = store.jobs.claim(me, 1, 30.0)
+    [job] = store.jobs.claim(ClaimRequest(me, 1, 30.0))
     store.runs.finish(job, me, "failed", error="boom")
     farm.set_queue("reports", limit=4)
     store.jobs.enqueue(REPORTS)
     store.jobs.enqueue(REPORTS, count=3)
     farm.schedule("nightly", REPORTS, every=60.0)
-    ScheduleStore(store).materialise(ahead=120.0, period=0.5)
+    store.schedules.materialise(ahead=120.0, period=0.5)
     store.jobs.retry(failed)
     queued = flags(farm)["queued"]
     assert len(queued) >= 6 and all(queued)
-    assert len(store.jobs.claim(me, 8, 30.0)) == 0, "the main claim passes them by"
+    assert len(store.jobs.claim(ClaimRequest(me, 8, 30.0))) == 0, "the main claim passes them by"
     b = machine(farm, "b")
-    taken = store.jobs.claim(b, 8, 30.0, plan=LOCKED)
+    taken = store.jobs.claim(ClaimRequest(b, 8, 30.0, plan=LOCKED))
     assert len(taken) == 4, "through the queue's own branch, within its limit"
     store.runs.finish(taken[0], b, "failed", error="again", retry_in=0.0)
     assert flags(farm)["queued"] == [True] * (len(queued) - 3), "back in the queue, still gated"
@@ -98,23 +96,26 @@ def test_a_job_that_slipped_past_its_queues_change_is_set_right_by_housekeeping(
     farm.set_queue("reports", limit=2)
     store.count(update(jobs).values(gated=False))
     me = machine(farm)
-    assert store.jobs.claim(me, 8, 30.0) == [] and store.jobs.claim(me, 8, 30.0, plan=LOCKED) == []
-    QueueStore(store).recount()
+    assert (
+        store.jobs.claim(ClaimRequest(me, 8, 30.0)) == []
+        and store.jobs.claim(ClaimRequest(me, 8, 30.0, plan=LOCKED)) == []
+    )
+    store.queues.recount()
     assert flags(farm) == {"queued": [True]}
-    assert len(store.jobs.claim(me, 8, 30.0, plan=LOCKED)) == 1
+    assert len(store.jobs.claim(ClaimRequest(me, 8, 30.0, plan=LOCKED))) == 1
 
 
 @pytest.mark.postgres
 def test_the_server_keeps_one_plan_for_the_claim_of_a_limited_queue(pg_url):
     """The node that holds a limited queue's places claims with its row locked many times a second. Planned
     afresh at every run, that claim cost the server a millisecond of planning, as much as its run (named by an
-    array, the queue rows were guessed ten: statements._held). Once psycopg has prepared it (after five runs on
+    array, the queue rows were guessed ten: sql.gates.held_queues). Once psycopg has prepared it (after five runs on
     a connection), the server runs it on the plan it keeps."""
     with Farm(pg_url) as farm:
         farm._store.jobs.enqueue(REPORTS, count=20)
         farm.set_queue("reports", limit=1)
         me = machine(farm)
-        claimed = sum(len(farm._store.jobs.claim(me, 8, 30.0, plan=LOCKED)) for _ in range(12))
+        claimed = sum(len(farm._store.jobs.claim(ClaimRequest(me, 8, 30.0, plan=LOCKED))) for _ in range(12))
         with farm._engine.connect() as conn:  # the pool's one connection, which ran the claims
             plans = conn.exec_driver_sql(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE 'WITH held AS%%'"
@@ -155,4 +156,4 @@ def test_a_change_waits_for_an_enqueue_that_read_the_queue_before_it(pg_url):
             writer.commit()
             changed.join(10)
         assert not changed.is_alive() and flags(farm) == {"queued": [True, True]}
-        assert len(farm._store.jobs.claim(machine(farm), 8, 30.0, plan=LOCKED)) == 1
+        assert len(farm._store.jobs.claim(ClaimRequest(machine(farm), 8, 30.0, plan=LOCKED))) == 1

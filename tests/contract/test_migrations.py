@@ -10,8 +10,7 @@ from queueprocessor.rules.job import JobSpec
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
 from queueprocessor.store.migrations import QUEUED_BEFORE_6
-from queueprocessor.store.roster import RosterStore
-from queueprocessor.store.types import Plan, Progress
+from queueprocessor.store.types import ClaimRequest, Plan, Progress
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
 CURRENT = str(schema.SCHEMA_VERSION)
@@ -209,9 +208,9 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
         store = farm._store
         fresh = store.jobs.enqueue(JOB)[0]
         me = store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
-        claimed = {job.id: job for job in store.jobs.claim(me, 4, 30.0)}
+        claimed = {job.id: job for job in store.jobs.claim(ClaimRequest(me, 4, 30.0))}
         assert set(claimed) == {waiting, fresh}, "the job from before the upgrade and a new one are claimed"
-        assert store.jobs.claim(me, 4, 30.0) == []
+        assert store.jobs.claim(ClaimRequest(me, 4, 30.0)) == []
         assert store.runs.finish(claimed[waiting], me, "succeeded") == "succeeded"
         assert store.runs.finish(claimed[fresh], me, "failed", error="boom") == "failed"
         assert [job["id"] for job in store.jobs.newest("succeeded")] == [waiting]
@@ -262,9 +261,9 @@ def test_a_version_2_database_gets_named_queues_in_place(db_url):
             name="m", host="h", instance="m-1", pid=1, version="t", capacity=4, queues="reports"
         )
         farm.pause_queue("reports")
-        assert farm._store.jobs.claim(me, 4, 30.0, plan=Plan(served=("reports",))) == []
+        assert farm._store.jobs.claim(ClaimRequest(me, 4, 30.0, plan=Plan(served=("reports",)))) == []
         farm.resume_queue("reports")
-        [first] = farm._store.jobs.claim(me, 4, 30.0, plan=Plan(served=("reports",)))
+        [first] = farm._store.jobs.claim(ClaimRequest(me, 4, 30.0, plan=Plan(served=("reports",))))
         assert first.id == ordered[0], "the oldest of the key, and only it"
         assert [(q.name, q.waiting, q.running, q.order_keys_waiting) for q in farm.queues()] == [
             ("default", 1, 0, 0),
@@ -288,7 +287,7 @@ def test_a_version_3_database_gets_the_roster_version_and_the_heartbeat_indexes_
         assert version == CURRENT and {"ix_qp_machines_seen", "ix_qp_machines_wished"} <= indexes
         assert fill in (None, [f"fillfactor={schema.MACHINES_FILL}"])
         assert farm._engine.dialect.name != "postgresql" or fill is not None
-        peers = RosterStore(farm._store)
+        peers = farm._store.roster
         me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
         read = peers.read_farm(me, before=farm._store.ask_time() - 60)
         assert read.version == 1 and read.suspects == {}
@@ -302,13 +301,13 @@ def test_a_version_4_database_counts_the_running_jobs_of_its_limited_queues_in_p
         farm.set_queue("reports", limit=3)
         me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
         guarded = Plan(served=("reports",), alone=(("reports", 4, True),))
-        assert len(farm._store.jobs.claim(me, 2, 30.0, plan=guarded)) == 2
+        assert len(farm._store.jobs.claim(ClaimRequest(me, 2, 30.0, plan=guarded))) == 2
     make_version_4(db_url)
     with Farm(db_url) as farm:
         version, _ = shape(farm)
         running = farm._store.rows(select(schema.queues.c.running).where(schema.queues.c.name == "reports"))
         assert version == CURRENT and running == [(2,)]
-        assert len(farm._store.jobs.claim(me, 4, 30.0, plan=guarded)) == 1
+        assert len(farm._store.jobs.claim(ClaimRequest(me, 4, 30.0, plan=guarded))) == 1
 
 
 def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db_url):
@@ -341,11 +340,14 @@ def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db
         )
         assert {queue: bool(flag) for queue, flag in gated.items()} == {"default": False, "reports": True, "mail": True}
         me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
-        assert sorted(c.id for c in farm._store.jobs.claim(me, 8, 30.0)) == plain
+        assert sorted(c.id for c in farm._store.jobs.claim(ClaimRequest(me, 8, 30.0))) == plain
         guarded = Plan(alone=(("reports", 8, True),))
-        assert [c.queue for c in farm._store.jobs.claim(me, 8, 30.0, plan=guarded)] == ["reports", "reports"]
+        assert [c.queue for c in farm._store.jobs.claim(ClaimRequest(me, 8, 30.0, plan=guarded))] == [
+            "reports",
+            "reports",
+        ]
         farm.resume_queue("mail")
-        assert [c.queue for c in farm._store.jobs.claim(me, 8, 30.0)] == ["mail", "mail"]
+        assert [c.queue for c in farm._store.jobs.claim(ClaimRequest(me, 8, 30.0))] == ["mail", "mail"]
 
 
 def test_a_version_6_database_gets_dependencies_in_place(db_url):
@@ -362,7 +364,7 @@ def test_a_version_6_database_gets_dependencies_in_place(db_url):
         [child] = store.jobs.enqueue(JobSpec("python", "bench.jobs:noop", after=(old,)))
         assert store.jobs.get(child)["state"] == "waiting"
         me = store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
-        [claimed] = store.jobs.claim(me, 4, 30.0)
+        [claimed] = store.jobs.claim(ClaimRequest(me, 4, 30.0))
         assert store.runs.finish(claimed, me, "succeeded") == "succeeded"
         assert store.jobs.get(child)["state"] == "queued"
 
@@ -377,7 +379,7 @@ def test_a_version_7_database_gets_progress_in_place(db_url):
         store = farm._store
         assert shape(farm)[0] == CURRENT
         me = store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
-        [job] = store.jobs.claim(me, 1, 30.0)
+        [job] = store.jobs.claim(ClaimRequest(me, 1, 30.0))
         assert job.id == waiting
         store.runs.renew(me, [(job.id, job.fence)], 30.0, {(job.id, job.fence): Progress(0.5, "half")})
         store.runs.finish(job, me, "succeeded")
@@ -411,7 +413,7 @@ def test_a_version_9_database_gets_the_farms_history_in_place(db_url):
     with Farm(db_url) as farm:
         me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
         farm._store.jobs.enqueue(JOB)
-        [claimed] = farm._store.jobs.claim(me, 8, 30.0)
+        [claimed] = farm._store.jobs.claim(ClaimRequest(me, 8, 30.0))
         farm._store.runs.finish(claimed, me, "succeeded")
     make_version_9(db_url)
     with Farm(db_url) as farm:

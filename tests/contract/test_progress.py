@@ -8,7 +8,7 @@ import pytest
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.limits import PROGRESS_NOTE
 from queueprocessor.rules.states import Outcome
-from queueprocessor.store.types import Progress
+from queueprocessor.store.types import ClaimRequest, Progress
 
 HTTP = JobSpec(executor="http", target="/ok")
 
@@ -28,7 +28,7 @@ def test_progress_is_written_with_the_renewal_and_kept_with_the_run(farm):
     store = farm._store
     me = register(store, "a")
     store.jobs.enqueue(HTTP, count=3)
-    one, two, quiet = store.jobs.claim(me, 3, lease=30)
+    one, two, quiet = store.jobs.claim(ClaimRequest(me, 3, lease=30))
     said = {(one.id, one.fence): Progress(0.25, "row 250 of 1000"), (two.id, two.fence): Progress(0.5, None)}
     held = [(j.id, j.fence) for j in (one, two, quiet)]
     assert store.runs.renew(me, held, 30, said) == {key: False for key in held}
@@ -55,11 +55,11 @@ def test_a_run_that_lost_its_lease_writes_no_progress(farm):
     store = farm._store
     a, b = register(store, "a"), register(store, "b")
     store.jobs.enqueue(HTTP)
-    [old] = store.jobs.claim(a, 1, lease=0.05)
+    [old] = store.jobs.claim(ClaimRequest(a, 1, lease=0.05))
     store.runs.renew(a, [(old.id, old.fence)], 0.05, {(old.id, old.fence): Progress(0.4, "old run")})
     assert progress_of(store, old.id) == (0.4, "old run")
     time.sleep(0.1)
-    [new] = store.jobs.claim(b, 1, lease=30)
+    [new] = store.jobs.claim(ClaimRequest(b, 1, lease=30))
     assert (new.id, new.fence) == (old.id, old.fence + 1)
     assert progress_of(store, new.id) == (None, None)  # a claim starts a run that has said nothing yet
     late = {(old.id, old.fence): Progress(0.9, "old run, late")}

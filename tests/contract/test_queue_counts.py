@@ -11,9 +11,8 @@ from sqlalchemy import func, select, update
 from queueprocessor.farm import Farm
 from queueprocessor.rules.job import Ending, JobSpec
 from queueprocessor.rules.states import JobState, Outcome
-from queueprocessor.store.queues import QueueStore
 from queueprocessor.store.schema import jobs, queues
-from queueprocessor.store.types import Plan
+from queueprocessor.store.types import ClaimRequest, Plan
 from tests.support.work import PYJOBS
 
 REPORTS = JobSpec("python", f"{PYJOBS}:noop", queue="reports")
@@ -49,14 +48,14 @@ def test_the_count_follows_claims_finishes_retries_releases_take_overs_and_reque
     store.jobs.enqueue(REPORTS, count=6)
     farm.set_queue("reports", limit=4)
     a, b = machine(farm, "a"), machine(farm, "b")
-    one, two, three, four = store.jobs.claim(a, 8, 30.0, plan=LOCKED)
-    assert counted(farm) == (4, 4) and store.jobs.claim(b, 8, 30.0, plan=LOCKED) == [], "the limit"
+    one, two, three, four = store.jobs.claim(ClaimRequest(a, 8, 30.0, plan=LOCKED))
+    assert counted(farm) == (4, 4) and store.jobs.claim(ClaimRequest(b, 8, 30.0, plan=LOCKED)) == [], "the limit"
     store.runs.finish(one, a, "succeeded")
     store.runs.finish(two, a, "failed", retry_in=0.0)  # back in the queue
     assert store.runs.release(three, a, "stopping")
     assert counted(farm) == (1, 1)
     expire(farm, four.id)
-    taken = store.jobs.claim(b, 8, 30.0, plan=LOCKED)
+    taken = store.jobs.claim(ClaimRequest(b, 8, 30.0, plan=LOCKED))
     assert four.id in {job.id for job in taken} and len(taken) == 4, "taken over, and three more within the limit"
     assert counted(farm) == (4, 4)
     expire(farm, *(job.id for job in taken))
@@ -68,14 +67,14 @@ def test_a_count_gone_wrong_is_repaired_by_the_recount_and_by_setting_the_limit(
     store = farm._store
     store.jobs.enqueue(REPORTS, count=4)
     farm.set_queue("reports", limit=3)
-    assert len(store.jobs.claim(machine(farm, "a"), 2, 30.0, plan=LOCKED)) == 2
+    assert len(store.jobs.claim(ClaimRequest(machine(farm, "a"), 2, 30.0, plan=LOCKED))) == 2
     store.count(update(queues).values(running=3))  # e.g. started by a node of the older version, uncounted
-    QueueStore(store).recount()
+    store.queues.recount()
     assert counted(farm) == (2, 2)
     store.count(update(queues).values(running=0))
     farm.set_queue("reports", limit=3)
     assert counted(farm) == (2, 2)
-    assert len(store.jobs.claim(machine(farm, "b"), 8, 30.0, plan=LOCKED)) == 1
+    assert len(store.jobs.claim(ClaimRequest(machine(farm, "b"), 8, 30.0, plan=LOCKED))) == 1
 
 
 @pytest.mark.postgres
@@ -90,7 +89,9 @@ def test_claims_and_finishes_racing_on_four_threads_never_pass_the_limit_and_lea
         held, most, lock = [0], [0], threading.Lock()
 
         def work(me: int) -> None:
-            while claimed := farm._store.jobs.claim(me, 3, 30.0, plan=Plan(("reports",), (("reports", 3, True),))):
+            while claimed := farm._store.jobs.claim(
+                ClaimRequest(me, 3, 30.0, plan=Plan(("reports",), (("reports", 3, True),)))
+            ):
                 with lock:
                     held[0] += len(claimed)
                     most[0] = max(most[0], held[0])

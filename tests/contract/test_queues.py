@@ -16,17 +16,10 @@ from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.queues import OnFailure, QueueInfo, Rate, Served
 from queueprocessor.rules.roster import slot_of
 from queueprocessor.store.schema import jobs
-from queueprocessor.store.statements import (
-    ClaimShape,
-    claim_statement,
-    freed_statement,
-    looks_statement,
-    recount_statement,
-    regate_statements,
-    taken_statement,
-    turn_statement,
-)
-from queueprocessor.store.types import Looks, Plan, Turn
+from queueprocessor.store.sql.claim import ClaimShape, claim_statement
+from queueprocessor.store.sql.gates import freed_statement, recount_statement, regate_statements, taken_statement
+from queueprocessor.store.sql.turns import looks_statement, turn_statement
+from queueprocessor.store.types import ClaimRequest, Looks, Plan, Turn
 from tests.support.httptarget import most_at_once
 from tests.support.work import PYJOBS, Nodes, run_cli, wait_for
 
@@ -59,8 +52,12 @@ def test_a_claim_takes_only_the_queues_it_serves(farm):
     reports = farm._store.jobs.enqueue(spec("reports"), count=2)
     plain = farm._store.jobs.enqueue(spec(), count=2)
     me = machine(farm, queues="reports")
-    assert {job.id for job in farm._store.jobs.claim(me, 8, 30.0, plan=Plan(served=("reports",)))} == set(reports)
-    assert {job.queue for job in farm._store.jobs.claim(me, 8, 30.0)} == {"default"}, "every queue, by default"
+    assert {job.id for job in farm._store.jobs.claim(ClaimRequest(me, 8, 30.0, plan=Plan(served=("reports",))))} == set(
+        reports
+    )
+    assert {job.queue for job in farm._store.jobs.claim(ClaimRequest(me, 8, 30.0))} == {"default"}, (
+        "every queue, by default"
+    )
     assert farm._store.jobs.get(plain[0])["queue"] == "default"
 
 
@@ -69,10 +66,10 @@ def test_a_paused_queue_starts_nothing_until_resumed_and_others_go_on(farm):
     other = farm._store.jobs.enqueue(spec())[0]
     me = machine(farm)
     farm.pause_queue("reports")
-    assert [job.id for job in farm._store.jobs.claim(me, 8, 30.0)] == [other]
+    assert [job.id for job in farm._store.jobs.claim(ClaimRequest(me, 8, 30.0))] == [other]
     assert [q.paused for q in farm.queues() if q.name == "reports"] == [True]
     farm.resume_queue("reports")
-    assert [job.id for job in farm._store.jobs.claim(me, 8, 30.0)] == [held]
+    assert [job.id for job in farm._store.jobs.claim(ClaimRequest(me, 8, 30.0))] == [held]
 
 
 def test_queue_list_says_what_waits_runs_and_who_serves(farm):
@@ -121,14 +118,14 @@ def test_jobs_of_an_order_key_start_one_at_a_time_in_enqueue_order(farm):
     b = store.jobs.enqueue(spec(order_key="b"), count=2)
     loose = store.jobs.enqueue(spec())[0]
     me = machine(farm)
-    first = {job.id: job for job in store.jobs.claim(me, 8, 30.0)}
+    first = {job.id: job for job in store.jobs.claim(ClaimRequest(me, 8, 30.0))}
     assert set(first) == {a[0], b[0], loose}, "the oldest of each key, and the job with none"
-    assert store.jobs.claim(me, 8, 30.0) == []
+    assert store.jobs.claim(ClaimRequest(me, 8, 30.0)) == []
     store.runs.finish(first[a[0]], me, "succeeded")
-    [second] = store.jobs.claim(me, 8, 30.0)
+    [second] = store.jobs.claim(ClaimRequest(me, 8, 30.0))
     assert second.id == a[1]
     store.runs.finish(second, me, "failed", error="boom", retry_in=0.0)  # attempts left: it holds its key
-    [again] = store.jobs.claim(me, 8, 30.0)
+    [again] = store.jobs.claim(ClaimRequest(me, 8, 30.0))
     assert again.id == a[1] and again.attempts == 2
 
 
@@ -141,16 +138,16 @@ def test_a_job_that_failed_for_good_blocks_its_key_or_not_as_the_queue_says(farm
     store.jobs.enqueue(spec("strict"))
     farm.set_queue("strict", on_failure=other, limit=1)  # another queue's policy is its own
     me = machine(farm)
-    [job] = store.jobs.claim(me, 8, 30.0)
+    [job] = store.jobs.claim(ClaimRequest(me, 8, 30.0))
     assert store.runs.finish(job, me, "failed", error="boom") == "failed"
-    taken = [job.id for job in store.jobs.claim(me, 8, 30.0)]
+    taken = [job.id for job in store.jobs.claim(ClaimRequest(me, 8, 30.0))]
     assert taken == ([] if policy == OnFailure.BLOCK else [after])
     if policy == OnFailure.BLOCK:
         farm.retry(first)  # an operator retries it: it runs first, then the key moves on
-        [again] = store.jobs.claim(me, 8, 30.0)
-        assert again.id == first and store.jobs.claim(me, 8, 30.0) == []
+        [again] = store.jobs.claim(ClaimRequest(me, 8, 30.0))
+        assert again.id == first and store.jobs.claim(ClaimRequest(me, 8, 30.0)) == []
         store.runs.finish(again, me, "succeeded")
-        assert [job.id for job in store.jobs.claim(me, 8, 30.0)] == [after]
+        assert [job.id for job in store.jobs.claim(ClaimRequest(me, 8, 30.0))] == [after]
 
 
 def test_a_farm_wide_limit_counts_running_jobs_and_leases_taken_over(farm):
@@ -159,22 +156,28 @@ def test_a_farm_wide_limit_counts_running_jobs_and_leases_taken_over(farm):
     farm.set_queue("reports", limit=2)
     a, b = machine(farm, "a"), machine(farm, "b")
     locked = Plan(alone=(("reports", 8, True),))
-    assert store.jobs.claim(a, 8, 30.0) == [], "a claim that does not lock a limited queue takes none of it"
-    [first] = store.jobs.claim(a, 1, 30.0, plan=locked)
-    assert len(store.jobs.claim(b, 8, 30.0, plan=locked)) == 1
-    assert store.jobs.claim(b, 8, 30.0, plan=locked) == [], "two running: the limit"
+    assert store.jobs.claim(ClaimRequest(a, 8, 30.0)) == [], (
+        "a claim that does not lock a limited queue takes none of it"
+    )
+    [first] = store.jobs.claim(ClaimRequest(a, 1, 30.0, plan=locked))
+    assert len(store.jobs.claim(ClaimRequest(b, 8, 30.0, plan=locked))) == 1
+    assert store.jobs.claim(ClaimRequest(b, 8, 30.0, plan=locked)) == [], "two running: the limit"
     store.count(update(jobs).where(jobs.c.id == first.id).values(lease_until=jobs.c.lease_until - 60))  # a dies
-    assert store.jobs.claim(b, 8, 30.0, plan=locked, take_expired=False) == [], "its job counts until its fence moves"
-    taken = store.jobs.claim(b, 8, 30.0, plan=locked)
+    assert store.jobs.claim(ClaimRequest(b, 8, 30.0, plan=locked, take_expired=False)) == [], (
+        "its job counts until its fence moves"
+    )
+    taken = store.jobs.claim(ClaimRequest(b, 8, 30.0, plan=locked))
     assert [job.id for job in taken] == [first.id], "the expired lease is taken over, still within the limit"
-    assert store.jobs.claim(b, 8, 30.0, plan=locked) == []
+    assert store.jobs.claim(ClaimRequest(b, 8, 30.0, plan=locked)) == []
 
 
 def test_a_machine_takes_at_most_its_own_limit_of_a_queue(farm):
     farm._store.jobs.enqueue(spec("reports"), count=5)
     farm._store.jobs.enqueue(spec(), count=5)
     me = machine(farm, queues="reports:2,default")
-    claimed = farm._store.jobs.claim(me, 6, 30.0, plan=Plan(("reports", "default"), (("reports", 2, False),)))
+    claimed = farm._store.jobs.claim(
+        ClaimRequest(me, 6, 30.0, plan=Plan(("reports", "default"), (("reports", 2, False),)))
+    )
     assert sorted(job.queue for job in claimed) == ["default"] * 4 + ["reports"] * 2
 
 
@@ -183,8 +186,8 @@ def test_a_rate_spends_tokens_in_the_claims_transaction(farm):
     farm.set_queue("feed", rate="2/min")  # a bucket of one start: what a period brings, at least one
     me = machine(farm)
     locked = Plan(alone=(("feed", 8, True),))
-    assert len(farm._store.jobs.claim(me, 8, 30.0, plan=locked)) == 1
-    assert farm._store.jobs.claim(me, 8, 30.0, plan=locked) == [], "no token left for half a minute"
+    assert len(farm._store.jobs.claim(ClaimRequest(me, 8, 30.0, plan=locked))) == 1
+    assert farm._store.jobs.claim(ClaimRequest(me, 8, 30.0, plan=locked)) == [], "no token left for half a minute"
 
 
 def test_roles_work_of_a_queue_waits_for_a_machine_that_serves_it(farm, http_target):
@@ -387,21 +390,27 @@ def test_a_turn_says_what_it_saw_of_work_it_does_not_claim(farm):
     me = machine(farm, "a", queues="qa,limited")
     plan = Plan(served=("qa", "limited"))
     looks = Looks(guarded=("limited",), elsewhere=("qb",), served=("qa", "limited"))
-    assert store.jobs.take_turn_and_claim(1, me, 4, 30.0, plan=plan, looks=looks) == Turn(True, [], False, False)
-    assert store.jobs.take_turn_and_claim(1, me, 4, 30.0, plan=plan, looks=looks) == Turn(False, [])
+    assert store.jobs.take_turn_and_claim(1, ClaimRequest(me, 4, 30.0, plan=plan), looks=looks) == Turn(
+        True, [], False, False
+    )
+    assert store.jobs.take_turn_and_claim(1, ClaimRequest(me, 4, 30.0, plan=plan), looks=looks) == Turn(False, [])
     store.jobs.enqueue(spec("qb"))
     farm.pause_queue("qb")
-    assert store.jobs.take_turn_and_claim(2, me, 4, 30.0, plan=plan, looks=looks).elsewhere_due is False, "paused"
+    assert (
+        store.jobs.take_turn_and_claim(2, ClaimRequest(me, 4, 30.0, plan=plan), looks=looks).elsewhere_due is False
+    ), "paused"
     farm.resume_queue("qb")
     farm.set_queue("limited", limit=1)
     [limited] = store.jobs.enqueue(spec("limited"))
     plain = store.jobs.enqueue(spec("qa"), count=2)
-    turn = store.jobs.take_turn_and_claim(3, me, 4, 30.0, plan=plan, looks=looks)
+    turn = store.jobs.take_turn_and_claim(3, ClaimRequest(me, 4, 30.0, plan=plan), looks=looks)
     assert turn == Turn(True, [], True, True), "limited work due: the turn leaves every queue to a locked claim"
-    joint = store.jobs.claim(me, 4, 30.0, plan=Plan(("qa", "limited"), (("limited", 4, True),)))
+    joint = store.jobs.claim(ClaimRequest(me, 4, 30.0, plan=Plan(("qa", "limited"), (("limited", 4, True),))))
     assert sorted(job.id for job in joint) == sorted([limited, *plain])
     everyone = Looks(elsewhere=(), served=("qa", "limited"))  # a peer serves every queue
-    assert store.jobs.take_turn_and_claim(4, me, 4, 30.0, plan=plan, looks=everyone) == Turn(True, [], None, True)
+    assert store.jobs.take_turn_and_claim(4, ClaimRequest(me, 4, 30.0, plan=plan), looks=everyone) == Turn(
+        True, [], None, True
+    )
 
 
 def test_an_enqueue_reads_the_machines_once_and_one_queue_is_read_alone(farm):

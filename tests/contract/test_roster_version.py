@@ -37,7 +37,7 @@ def beat(store, machine_id, state="active"):
 
 
 def test_joins_new_states_stops_and_burials_bump_the_version_and_nothing_else_does(farm):
-    store, peers = farm._store, RosterStore(farm._store)
+    store, peers = farm._store, farm._store.roster
     v0 = version(farm)
     a, b = register(store, "a"), register(store, "b")
     assert version(farm) == v0 + 2
@@ -58,7 +58,7 @@ def test_joins_new_states_stops_and_burials_bump_the_version_and_nothing_else_do
 
 
 def test_the_heartbeat_read_answers_with_our_wish_and_only_the_quiet_machines(farm):
-    store, peers = farm._store, RosterStore(farm._store)
+    store, peers = farm._store, farm._store.roster
     a, b, c = (register(store, name) for name in "abc")
     store.machines.wish(a, "drain")
     read = peers.read_farm(a, before=store.ask_time() - 60)
@@ -77,7 +77,7 @@ def test_the_heartbeat_read_answers_with_our_wish_and_only_the_quiet_machines(fa
 def test_a_check_in_writes_its_figures_and_clears_only_the_wish_it_applied(farm):
     """The heartbeat's two statements are built once with everything bound (store/roster.py): each call still
     writes its own values, and the read still answers for its own machine and slot."""
-    store, peers = farm._store, RosterStore(farm._store)
+    store, peers = farm._store, farm._store.roster
     a, b = register(store, "a"), register(store, "b")
     seen = store.machines.find(str(a))["last_seen"]
     store.machines.wish(a, "pause")

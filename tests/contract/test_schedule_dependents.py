@@ -6,7 +6,6 @@ import pytest
 from sqlalchemy import update
 
 from queueprocessor.rules.schedules import Recurrence
-from queueprocessor.store.schedules import ScheduleStore
 from queueprocessor.store.schema import jobs
 from tests.support import pyjobs
 from tests.support.work import FAST
@@ -46,7 +45,7 @@ def test_a_paused_or_removed_schedules_occurrence_cancels_the_jobs_after_it(farm
 def test_a_missed_occurrence_dropped_cancels_the_jobs_after_it(farm):
     occurrence, child = occurrence_with_child(farm, "late", every=3600, misfire="skip", grace=1)
     farm._store.count(update(jobs).where(jobs.c.id == occurrence["id"]).values(run_at=occurrence["run_at"] - 7200))
-    assert ScheduleStore(farm._store).drop_missed() == 1
+    assert farm._store.schedules.drop_missed() == 1
     assert_cancelled_with(farm, occurrence, child)
 
 

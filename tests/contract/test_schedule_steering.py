@@ -10,7 +10,6 @@ from sqlalchemy import update
 from queueprocessor.farm import Farm
 from queueprocessor.rules.errors import InvalidJob, NotFound, QPError
 from queueprocessor.rules.schedules import Recurrence, made_by, settling
-from queueprocessor.store.schedules import ScheduleStore
 from queueprocessor.store.schema import jobs, schedules
 from tests.support import pyjobs
 from tests.support.work import FAST, Nodes, wait_for
@@ -196,7 +195,7 @@ def test_a_paused_schedule_stays_paused_through_an_edit(farm, hourly):
 
 def test_an_occurrence_planned_from_the_row_before_an_edit_is_not_made(farm, hourly):
     """A turn that read the schedule just before an edit must not make jobs of the old definition after it."""
-    store = ScheduleStore(farm._store)
+    store = farm._store.schedules
     before = farm.get_schedule("hourly")
     farm.edit_schedule("hourly", payload='{"new": true}')
     assert not store._advance(before, Recurrence.of(before), [before["next_run"]], before["next_run"] + 3600)

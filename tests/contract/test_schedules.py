@@ -12,7 +12,6 @@ from sqlalchemy import insert, update
 from queueprocessor.farm import Farm
 from queueprocessor.rules.errors import InvalidJob
 from queueprocessor.rules.schedules import Recurrence, plan
-from queueprocessor.store.schedules import ScheduleStore
 from queueprocessor.store.schema import schedules
 from tests.support import pyjobs
 from tests.support.httptarget import HttpTarget
@@ -263,7 +262,7 @@ def test_two_machines_materialising_at_once_make_each_occurrence_once(farm):
 
     def materialise():
         barrier.wait()
-        ScheduleStore(farm._store).materialise(ahead=1.0, period=0.2)  # as each node does, on its own
+        farm._store.schedules.materialise(ahead=1.0, period=0.2)  # as each node does, on its own
 
     threads = [threading.Thread(target=materialise) for _ in range(4)]
     for thread in threads:

@@ -13,7 +13,7 @@ from queueprocessor.rules.roster import slot_end, slot_of
 from queueprocessor.rules.states import Outcome
 from queueprocessor.store import schema
 from queueprocessor.store.database import ensure_schema
-from queueprocessor.store.types import Turn
+from queueprocessor.store.types import ClaimRequest, Turn
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
 
 HTTP = JobSpec(executor="http", target="/ok")
@@ -73,7 +73,7 @@ def test_a_turn_that_reaches_the_database_after_its_slot_ended_is_refused(farm):
     now = store.ask_time()
     over = slot_of(now, period) - 1
     assert not store.turns.take(over, a, ends=slot_end(over, period))
-    assert not store.jobs.take_turn_and_claim(over, a, 4, 30.0, ends=slot_end(over, period)).won
+    assert not store.jobs.take_turn_and_claim(over, ClaimRequest(a, 4, 30.0), ends=slot_end(over, period)).won
     current = slot_of(now, period) + 1  # it lasts beyond the next second, whatever this moment's fraction
     assert store.turns.take(current, a, ends=slot_end(current, period))
     assert [t["slot"] for t in store.turns.read(0)] == [current]
@@ -85,10 +85,10 @@ def test_claim_takes_due_jobs_by_priority_and_bumps_the_fence(farm):
     low = store.jobs.enqueue(HTTP)[0]
     high = store.jobs.enqueue(JobSpec(executor="http", target="/ok", priority=5))[0]
     store.jobs.enqueue(HTTP, delay=60)  # not due
-    claimed = store.jobs.claim(me, 10, lease=5)
+    claimed = store.jobs.claim(ClaimRequest(me, 10, lease=5))
     assert [c.id for c in claimed] == [high, low]
     assert all(c.fence == 1 and c.attempts == 1 for c in claimed)
-    assert store.jobs.claim(me, 10, lease=5) == []
+    assert store.jobs.claim(ClaimRequest(me, 10, lease=5)) == []
     job = store.jobs.get(high)
     assert job["state"] == "running" and job["owner"] == me
     assert job["lease_until"] == pytest.approx(job["started_at"] + 5, abs=0.01)
@@ -103,7 +103,7 @@ def test_concurrent_claims_never_share_a_job(farm):
     got: dict[int, list[int]] = {m: [] for m in machines}
 
     def worker(machine_id):
-        while claimed := store.jobs.claim(machine_id, 7, lease=30):
+        while claimed := store.jobs.claim(ClaimRequest(machine_id, 7, lease=30)):
             got[machine_id].extend(c.id for c in claimed)
 
     threads = [threading.Thread(target=worker, args=(m,)) for m in machines]
@@ -119,9 +119,9 @@ def test_a_stale_fence_cannot_write(farm):
     store = farm._store
     a, b = register(store, "a"), register(store, "b")
     store.jobs.enqueue(HTTP)
-    [first] = store.jobs.claim(a, 1, lease=0.05)
+    [first] = store.jobs.claim(ClaimRequest(a, 1, lease=0.05))
     time.sleep(0.1)  # a's lease runs out; b takes the job over with a new fence
-    [second] = store.jobs.claim(b, 1, lease=30)
+    [second] = store.jobs.claim(ClaimRequest(b, 1, lease=30))
     assert second.id == first.id and second.fence == first.fence + 1 and second.attempts == 2
     assert store.runs.renew(a, [(first.id, first.fence)], lease=30) == {}
     with pytest.raises(LostLease):
@@ -139,9 +139,9 @@ def test_results_of_two_runs_of_one_job_in_one_batch_are_told_apart_by_fence(far
     store = farm._store
     a = register(store, "a")
     store.jobs.enqueue(HTTP)
-    [old] = store.jobs.claim(a, 1, lease=0.05)
+    [old] = store.jobs.claim(ClaimRequest(a, 1, lease=0.05))
     time.sleep(0.1)
-    [new] = store.jobs.claim(a, 1, lease=30)
+    [new] = store.jobs.claim(ClaimRequest(a, 1, lease=30))
     assert (new.id, new.fence) == (old.id, old.fence + 1)
     endings = [Ending(old, Outcome.SUCCEEDED), Ending(new, Outcome.FAILED, "boom")]
     assert store.runs.finish_many(a, endings) == [None, "failed"]
@@ -154,10 +154,10 @@ def test_a_renewal_extends_each_lease_held_as_quoted_and_no_other(farm):
     store = farm._store
     a, b = register(store, "a"), register(store, "b")
     store.jobs.enqueue(HTTP, count=5)
-    jobs = store.jobs.claim(a, 5, lease=0.05)
+    jobs = store.jobs.claim(ClaimRequest(a, 5, lease=0.05))
     time.sleep(0.1)
-    [theirs] = store.jobs.claim(b, 1, lease=30)
-    [again] = store.jobs.claim(a, 1, lease=30)  # one of our own, taken back under a newer fence
+    [theirs] = store.jobs.claim(ClaimRequest(b, 1, lease=30))
+    [again] = store.jobs.claim(ClaimRequest(a, 1, lease=30))  # one of our own, taken back under a newer fence
     done, *held = [j for j in jobs if j.id not in (theirs.id, again.id)]
     store.runs.finish(done, a, "succeeded")
     before = store.ask_time()
@@ -171,10 +171,10 @@ def test_an_expired_lease_on_the_last_attempt_comes_back_exhausted(farm):
     store = farm._store
     me = register(store)
     store.jobs.enqueue(JobSpec(executor="http", target="/ok", max_attempts=1))
-    [first] = store.jobs.claim(me, 1, lease=0.05)
+    [first] = store.jobs.claim(ClaimRequest(me, 1, lease=0.05))
     assert not first.exhausted
     time.sleep(0.1)
-    [again] = store.jobs.claim(me, 1, lease=5)
+    [again] = store.jobs.claim(ClaimRequest(me, 1, lease=5))
     assert again.exhausted
     assert store.runs.finish(again, me, "failed", error="lost", retry_in=1) == "failed"
 
@@ -183,23 +183,23 @@ def test_leases_of_a_stalled_farm_are_not_taken_when_asked_not_to(farm):
     store = farm._store
     me = register(store)
     store.jobs.enqueue(HTTP)
-    store.jobs.claim(me, 1, lease=0.01)
+    store.jobs.claim(ClaimRequest(me, 1, lease=0.01))
     time.sleep(0.05)
-    assert store.jobs.claim(me, 1, lease=5, take_expired=False) == []
+    assert store.jobs.claim(ClaimRequest(me, 1, lease=5, take_expired=False)) == []
 
 
 def test_failure_retries_with_backoff_until_attempts_run_out(farm):
     store = farm._store
     me = register(store)
     store.jobs.enqueue(JobSpec(executor="http", target="/fail", max_attempts=2))
-    [job] = store.jobs.claim(me, 1, lease=5)
+    [job] = store.jobs.claim(ClaimRequest(me, 1, lease=5))
     delay = backoff(job.attempts)
     before = store.ask_time()
     assert store.runs.finish(job, me, "failed", error="HTTP 500", retry_in=delay) == "queued"
     after = store.ask_time()
     assert before + delay <= store.jobs.get(job.id)["run_at"] <= after + delay  # pushed back in database time
-    assert store.jobs.claim(me, 1, lease=5) == []  # not due before its backoff is over
-    [job] = store.jobs.claim(me, 1, lease=5, horizon=delay)
+    assert store.jobs.claim(ClaimRequest(me, 1, lease=5)) == []  # not due before its backoff is over
+    [job] = store.jobs.claim(ClaimRequest(me, 1, lease=5, horizon=delay))
     assert job.attempts == 2
     assert store.runs.finish(job, me, "failed", error="HTTP 500", retry_in=0.0) == "failed"
     assert store.jobs.get(job.id)["last_error"] == "HTTP 500"
@@ -210,7 +210,7 @@ def test_cancel_and_retry(farm):
     me = register(store)
     queued, running = store.jobs.enqueue(HTTP, count=2)
     assert store.jobs.cancel(queued) == "cancelled"
-    [job] = store.jobs.claim(me, 1, lease=5)
+    [job] = store.jobs.claim(ClaimRequest(me, 1, lease=5))
     assert job.id == running
     assert store.jobs.cancel(running) == "cancelling"
     assert store.runs.renew(me, [(job.id, job.fence)], lease=5) == {(job.id, job.fence): True}
@@ -281,12 +281,16 @@ def test_a_turn_and_its_claim_go_together(farm):
     store = farm._store
     a, b = register(store, "a"), register(store, "b")
     store.jobs.enqueue(HTTP, count=3)
-    turn = store.jobs.take_turn_and_claim(7, a, 2, lease=5)
+    turn = store.jobs.take_turn_and_claim(7, ClaimRequest(a, 2, lease=5))
     claimed = turn.claimed
     assert turn.won and len(claimed) == 2 and all(c.fence == 1 for c in claimed)
-    assert store.jobs.take_turn_and_claim(7, b, 2, lease=5) == Turn(False, [])  # the slot was taken: nothing claimed
+    assert store.jobs.take_turn_and_claim(7, ClaimRequest(b, 2, lease=5)) == Turn(
+        False, []
+    )  # the slot was taken: nothing claimed
     assert store.jobs.counts()["queued"] == 1
-    assert store.jobs.take_turn_and_claim(8, b, 0, lease=5) == Turn(True, [])  # no room: no claim, and no looks asked
+    assert store.jobs.take_turn_and_claim(8, ClaimRequest(b, 0, lease=5)) == Turn(
+        True, []
+    )  # no room: no claim, and no looks asked
     assert [(t["slot"], t["machine_id"]) for t in store.turns.read(0)] == [(7, a), (8, b)]
     assert {r["job_id"] for r in store.runs.read()} == {c.id for c in claimed}
 
@@ -295,7 +299,7 @@ def test_expired_leases_go_back_to_the_queue_ahead_of_newer_work(farm):
     store = farm._store
     dead, alive = register(store, "dead"), register(store, "alive")
     [old] = store.jobs.enqueue(HTTP)
-    [first] = store.jobs.claim(dead, 1, lease=0.05)
+    [first] = store.jobs.claim(ClaimRequest(dead, 1, lease=0.05))
     store.jobs.enqueue(HTTP)  # newer work
     assert not store.jobs.any_expired()
     time.sleep(0.1)
@@ -304,7 +308,7 @@ def test_expired_leases_go_back_to_the_queue_ahead_of_newer_work(farm):
     assert not store.jobs.any_expired()
     job = store.jobs.get(old)
     assert (job["state"], job["owner"], job["attempts"]) == ("queued", None, 1)
-    [again] = store.jobs.claim(alive, 1, lease=5, take_expired=False)
+    [again] = store.jobs.claim(ClaimRequest(alive, 1, lease=5, take_expired=False))
     assert again.id == old and again.attempts == 2 and again.fence == first.fence + 1
     assert [r["outcome"] for r in sorted(store.runs.read(job_id=old), key=lambda r: r["fence"])] == ["lost", "running"]
 
@@ -325,7 +329,7 @@ def test_a_run_has_one_row_written_with_its_end_or_none_at_all(farm):
     store = farm._store
     me = register(store)
     [job_id] = store.jobs.enqueue(HTTP)
-    [claimed] = store.jobs.claim(me, 1, lease=30)
+    [claimed] = store.jobs.claim(ClaimRequest(me, 1, lease=30))
     started = store.jobs.get(job_id)["started_at"]
     assert [(r["id"], r["machine_id"], r["outcome"], r["started_at"]) for r in store.runs.read(job_id=job_id)] == [
         (None, me, "running", started)
@@ -359,7 +363,7 @@ def test_finished_jobs_and_their_runs_are_deleted_after_their_keeping_age(farm):
     store = farm._store
     me = register(store)
     ids = store.jobs.enqueue(HTTP, count=6)
-    claimed = {c.id: c for c in store.jobs.claim(me, 6, lease=30)}
+    claimed = {c.id: c for c in store.jobs.claim(ClaimRequest(me, 6, lease=30))}
     store.runs.finish(claimed[ids[0]], me, "succeeded")
     store.runs.finish(claimed[ids[1]], me, "failed", error="HTTP 500")
     store.runs.finish(claimed[ids[2]], me, "cancelled", error="cancelled by an operator")
@@ -392,7 +396,7 @@ def test_claims_and_results_go_on_after_the_database_drops_their_connection(pg_u
         store = farm._store
         me = register(store)
         ids = store.jobs.enqueue(HTTP, count=3)
-        first, second = store.jobs.claim(me, 2, lease=30)
+        first, second = store.jobs.claim(ClaimRequest(me, 2, lease=30))
         store.runs.finish(first, me, "succeeded")
         with farm._engine.begin() as conn:  # as a restart or a failover would
             conn.execute(
@@ -404,7 +408,7 @@ def test_claims_and_results_go_on_after_the_database_drops_their_connection(pg_u
         with pytest.raises(exc.DBAPIError):
             store.runs.finish(second, me, "succeeded")
         assert store.runs.finish(second, me, "succeeded") == "succeeded"
-        [third] = store.jobs.claim(me, 1, lease=30)
+        [third] = store.jobs.claim(ClaimRequest(me, 1, lease=30))
         assert {first.id, second.id, third.id} == set(ids)
         runs = store.runs.read()
         assert sorted((r["job_id"], r["outcome"]) for r in runs) == [
@@ -436,7 +440,7 @@ def test_the_connection_kept_for_results_is_given_back_and_taken_again(farm):
     store = farm._store
     me = register(store)
     first, second = store.jobs.enqueue(HTTP, count=2)
-    [a, b] = store.jobs.claim(me, 2, lease=30)
+    [a, b] = store.jobs.claim(ClaimRequest(me, 2, lease=30))
     assert store.runs.finish_many(me, [Ending(a, Outcome.SUCCEEDED)]) == ["succeeded"]
     store.idle()  # used just now: kept
     store.give_back()  # given back at once
@@ -449,7 +453,7 @@ def test_a_job_claimed_ahead_of_its_time_starts_when_it_is_marked_started(farm):
     me = register(store)
     store.jobs.enqueue(HTTP, delay=0.2)
     assert not store.jobs.any_due()
-    [job] = store.jobs.claim(me, 1, lease=30, horizon=1.0)
+    [job] = store.jobs.claim(ClaimRequest(me, 1, lease=30, horizon=1.0))
     claimed_at = store.jobs.get(job.id)["started_at"]
     time.sleep(0.05)
     store.runs.mark_started(job)
@@ -470,7 +474,7 @@ def test_a_key_is_held_by_its_job_until_it_finishes_and_gives_it_up(farm):
     spec = JobSpec(executor="http", target="/ok", key="k1")
     [job_id] = store.jobs.enqueue(spec)
     assert store.jobs.free_key("k1") == 0  # still queued: the key stays
-    [job] = store.jobs.claim(me, 1, lease=30)
+    [job] = store.jobs.claim(ClaimRequest(me, 1, lease=30))
     store.runs.finish(job, me, Outcome.SUCCEEDED, output="done")
     held = store.jobs.keyed(key="k1")
     assert held["id"] == job_id and held["machine_name"] == "m" and held["last_output"] == "done"

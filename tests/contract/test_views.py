@@ -15,17 +15,13 @@ from queueprocessor import singletons
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.schedules import Recurrence
+from queueprocessor.store.types import ClaimRequest
 from queueprocessor.views import (
     Dashboard,
     FarmTiming,
     Query,
-    find_jobs,
     judge_machines,
-    machine_throughput,
     read_schedules,
-    runs_between,
-    throughput,
-    turns_between,
     upcoming_slots,
 )
 
@@ -38,7 +34,7 @@ def _machine(store, name):
 
 def _run(store, machine, target, outcome):
     store.jobs.enqueue(JobSpec(executor="http", target=target))
-    [job] = store.jobs.claim(machine, 1, lease=30)
+    [job] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))
     store.runs.finish(job, machine, outcome, error=None if outcome == "succeeded" else "boom")
     return job
 
@@ -51,14 +47,14 @@ def test_turns_between_is_the_turn_log_inside_the_window(farm):
     for n, who in enumerate([a, b, a, b]):
         assert store.turns.take(base - 10 + n, who)
     assert not store.turns.take(base - 10, b)  # the slot is taken: the log keeps the first
-    turns = turns_between(store, now - 60, store.ask_time())
+    turns = store.views.turns_between(now - 60, store.ask_time())
     assert [(t["slot"], t["machine_id"]) for t in turns] == [
         (base - 10, a),
         (base - 9, b),
         (base - 8, a),
         (base - 7, b),
     ]
-    assert turns_between(store, now - 60, now - 30) == []
+    assert store.views.turns_between(now - 60, now - 30) == []
 
 
 def test_runs_between_holds_runs_overlapping_the_window_with_their_target(farm):
@@ -67,15 +63,15 @@ def test_runs_between_holds_runs_overlapping_the_window_with_their_target(farm):
     before = store.ask_time()
     done = _run(store, a, "/ok", "succeeded")
     store.jobs.enqueue(JobSpec(executor="http", target="/still"))
-    [running] = store.jobs.claim(a, 1, lease=30)
+    [running] = store.jobs.claim(ClaimRequest(a, 1, lease=30))
     after = store.ask_time()
-    runs = runs_between(store, before, after)
+    runs = store.views.runs_between(before, after)
     assert {(r["job_id"], r["outcome"], r["target"]) for r in runs} == {
         (done.id, "succeeded", "/ok"),
         (running.id, "running", "/still"),
     }
     # A window after the finished run ended still shows the run that is going on.
-    later = runs_between(store, after + 100, after + 200)
+    later = store.views.runs_between(after + 100, after + 200)
     assert [(r["job_id"], r["outcome"]) for r in later] == [(running.id, "running")]
 
 
@@ -87,14 +83,14 @@ def test_throughput_counts_finished_runs_per_bucket_and_machine(farm):
         _run(store, a, "/x", outcome)
     _run(store, b, "/y", "succeeded")
     end = store.ask_time()
-    rows = throughput(store, start - 1, end + 1, bucket=5.0)
+    rows = store.views.throughput(start - 1, end + 1, bucket=5.0)
     totals = {}
     for row in rows:
         assert row["start"] % 5.0 == 0
         assert start - 5 <= row["start"] <= end
         totals[row["outcome"]] = totals.get(row["outcome"], 0) + row["count"]
     assert totals == {"succeeded": 3, "failed": 1}
-    assert machine_throughput(store, start - 1, end + 1) == {a: {"succeeded": 2, "failed": 1}, b: {"succeeded": 1}}
+    assert store.views.machine_throughput(start - 1, end + 1) == {a: {"succeeded": 2, "failed": 1}, b: {"succeeded": 1}}
 
 
 def test_judged_machines_mark_the_leader_the_dead_and_the_unsynchronised():
@@ -143,7 +139,7 @@ def test_find_jobs_matches_id_target_machine_and_error_with_like_characters_take
     [other] = store.jobs.enqueue(JobSpec(executor="http", target="/other"))
 
     def found(text, state=None):
-        return [job["id"] for job in find_jobs(store, text, state)]
+        return [job["id"] for job in store.views.find_jobs(text, state)]
 
     assert found("%DONE") == [percent.id]  # % is a character, not "anything"; case is ignored
     assert found("a_b") == [underscore]  # _ is a character, not "any one character"
@@ -155,7 +151,7 @@ def test_find_jobs_matches_id_target_machine_and_error_with_like_characters_take
     assert found("'; drop table qp_jobs; --") == []
     assert len(found("/")) == 5
     with pytest.raises(QPError, match="unknown job state"):
-        find_jobs(store, "x", "nosuchstate")
+        store.views.find_jobs("x", "nosuchstate")
 
 
 def test_a_slow_text_search_is_repeated_at_most_a_tenth_of_the_time(farm):
@@ -182,7 +178,7 @@ def test_dashboard_rows_are_not_tracked_by_the_garbage_collector(farm):
     _run(store, a, "/ok", "failed")
     store.turns.take(int(store.ask_time()), a)
     now = store.ask_time()
-    rows = runs_between(store, 0, now + 1) + turns_between(store, 0, now + 1) + find_jobs(store, "ok")
+    rows = store.views.runs_between(0, now + 1) + store.views.turns_between(0, now + 1) + store.views.find_jobs("ok")
     assert len(rows) == 3
     assert [row for row in rows if gc.is_tracked(row)] == []
 
@@ -229,7 +225,7 @@ def test_schedules_carry_their_next_occurrence_and_their_last_ones_job(farm):
     farm.schedule("later", farm.python_spec("tests.support.pyjobs:noop"), every=3600)
     farm.pause_schedule("later")
     time.sleep(2 * farm.settings()["period"] + 0.15)  # the first tick is due (two periods after its schedule was added)
-    [job] = store.jobs.claim(machine, 1, lease=30)
+    [job] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))
     store.runs.finish(job, machine, "succeeded")
     done = store.jobs.get(job.id)
     assert done["key"].startswith("tick@")
@@ -269,7 +265,7 @@ def test_a_snapshot_carries_the_schedules_and_the_singletons(farm):
     farm.schedule("tick", farm.python_spec("tests.support.pyjobs:noop"), every=60)
     job_id = farm.singleton("feed", farm.python_spec("tests.support.pyjobs:wait_for_cancel"))
     machine = _machine(store, "holder")
-    assert job_id in [job.id for job in store.jobs.claim(machine, 5, lease=30)]
+    assert job_id in [job.id for job in store.jobs.claim(ClaimRequest(machine, 5, lease=30))]
     snap = Dashboard(store, FarmTiming.of(farm.settings())).read(Query())
     assert [(s["name"], s["recurrence"]) for s in snap["schedules"]] == [("tick", "every 60 s")]
     [feed] = snap["singletons"]

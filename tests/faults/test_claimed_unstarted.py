@@ -16,6 +16,7 @@ import pytest
 
 from queueprocessor.farm import Farm
 from queueprocessor.node.runs import STOPPED
+from queueprocessor.store.types import ClaimRequest
 from tests.support import pyjobs
 from tests.support.work import NodeProcesses, Nodes, stubborn_claimed_back, wait_for
 
@@ -158,7 +159,7 @@ def test_a_third_claim_of_a_job_waits_for_every_older_run_still_at_work_here(pg_
         wait_for(lambda: (job_id, second.fence) in runner.held())
         runner.stop_job((job_id, second.fence), "lost")  # another freeze
         store.runs.renew(machine, [(job_id, second.fence)], lease=-1.0)  # its lease runs out meanwhile
-        [third] = store.jobs.claim(machine, 1, lease=30)  # the node's turn after the thaw, again
+        [third] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))  # the node's turn after the thaw, again
         runner.submit(third)
         wait_for(lambda: store.jobs.get(job_id)["state"] != "running", timeout=20)
     assert [call["fence"] for call in pyjobs.CALLS] == [old.fence, third.fence]

@@ -20,6 +20,7 @@ from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.states import Outcome
+from queueprocessor.store.types import ClaimRequest
 from tests.support import leashjobs
 from tests.support.tcpproxy import TcpProxy
 from tests.support.work import NodeProcesses, wait_for
@@ -154,7 +155,7 @@ def test_a_timeout_and_a_stop_meeting_record_the_run_only_once_its_command_is_go
         f"trap '' TERM; echo $$ > {work_dir}/1.tmp; mv {work_dir}/1.tmp {work_dir}/1.pid; while :; do sleep 0.05; done"
     )
     store.jobs.enqueue(JobSpec(executor="command", target=json.dumps(["sh", "-c", script]), timeout=0.5))
-    [job] = store.jobs.claim(machine, 1, lease=30.0)
+    [job] = store.jobs.claim(ClaimRequest(machine, 1, lease=30.0))
     recorded: list[tuple[str, bool]] = []
 
     def done(_job, outcome):

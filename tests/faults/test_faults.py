@@ -17,6 +17,7 @@ import pytest
 from queueprocessor.executors import HttpExecutor
 from queueprocessor.farm import Farm
 from queueprocessor.node.runner import JobRunner
+from queueprocessor.store.types import ClaimRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import faults
@@ -170,7 +171,7 @@ def test_a_job_stopped_before_its_task_first_runs_is_handed_back(pg_url):
         machine = farm._store.machines.register(
             name="m", host="h", instance="i", pid=1, version="0", capacity=1, allow="{}"
         )
-        [job] = farm._store.jobs.claim(machine, 1, lease=30)
+        [job] = farm._store.jobs.claim(ClaimRequest(machine, 1, lease=30))
         runner = JobRunner(
             farm._store, machine, {"http": HttpExecutor()}, farm._store.ask_time, lambda _job, _outcome: None
         )

@@ -20,6 +20,7 @@ from queueprocessor.node.runner import JobRunner
 from queueprocessor.node.runs import STOPPED, Running
 from queueprocessor.rules.job import Claimed, JobSpec
 from queueprocessor.rules.states import Kind, Outcome
+from queueprocessor.store.types import ClaimRequest
 from tests.support import pyjobs
 from tests.support.work import Nodes, stubborn_claimed_back, wait_for
 
@@ -40,7 +41,7 @@ def test_a_failed_job_claimed_again_before_its_end_is_noted_keeps_both_runs_to_t
         store = farm._store
         machine = register(store)
         [job_id] = farm.enqueue_http("/fail")
-        [old] = store.jobs.claim(machine, 1, lease=30)
+        [old] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))
         written, go_on = threading.Event(), threading.Event()
         finish_many = store.runs.finish_many
 
@@ -65,7 +66,9 @@ def test_a_failed_job_claimed_again_before_its_end_is_noted_keeps_both_runs_to_t
             with caplog.at_level(logging.INFO):
                 runner.submit(old)
                 assert written.wait(10)
-                [new] = store.jobs.claim(machine, 1, lease=30, horizon=5.0)  # its retry, claimed ahead of its time
+                [new] = store.jobs.claim(
+                    ClaimRequest(machine, 1, lease=30, horizon=5.0)
+                )  # its retry, claimed ahead of its time
                 assert (new.id, new.fence) == (job_id, old.fence + 1)
                 runner.submit(new)
                 go_on.set()
@@ -90,7 +93,7 @@ def test_a_command_stopped_for_its_lease_is_over_before_the_lease_can_run_out(pg
         store = farm._store
         machine = register(store)
         farm.enqueue_command(["sh", "-c", "trap '' TERM; echo $$ > \"$0\"; sleep 30; sleep 30", str(pid_file)])
-        [job] = store.jobs.claim(machine, 1, lease=30)
+        [job] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))
         runner = JobRunner(
             store,
             machine,
@@ -177,7 +180,7 @@ def test_a_claim_that_comes_after_the_stop_is_handed_back_unstarted(pg_url, http
         store = farm._store
         machine = register(store)
         [job_id] = farm.enqueue_http("/ok")
-        [job] = store.jobs.claim(machine, 1, lease=30)
+        [job] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))
         runner = JobRunner(
             store, machine, {"http": HttpExecutor(http_target.base_url)}, store.ask_time, lambda _job, _outcome: None
         )
@@ -200,7 +203,7 @@ def test_a_singleton_claimed_after_a_drain_began_is_handed_back(pg_url):
         store = farm._store
         machine = register(store)
         farm.singleton("keeper", JobSpec(executor="python", target="tests.support.pyjobs:wait_for_cancel"))
-        [job] = store.jobs.claim(machine, 1, lease=30)
+        [job] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))
         assert job.kind == Kind.SINGLETON
         runner = JobRunner(store, machine, {}, store.ask_time, lambda _job, _outcome: None)
         runner.start()

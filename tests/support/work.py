@@ -19,6 +19,7 @@ from queueprocessor.node.runner import JobRunner
 from queueprocessor.rules.clock import SystemClock
 from queueprocessor.rules.states import JobState, Outcome
 from queueprocessor.store.schema import jobs
+from queueprocessor.store.types import ClaimRequest
 from tests.support import pyjobs
 
 FAST = dict(period=0.2, heartbeat=0.2)
@@ -66,7 +67,7 @@ def stubborn_claimed_back(farm, machine: int):
     the thaw. Yields (runner, job id, the old claim, the new one, submitted); stops the runner on the way out."""
     store = farm._store
     [job_id] = farm.enqueue_python("tests.support.pyjobs:stubborn", [2.0])
-    [old] = store.jobs.claim(machine, 1, lease=30)
+    [old] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))
     python = PythonExecutor((PYJOBS,))
     runner = JobRunner(store, machine, {"python": python}, store.ask_time, lambda _job, _outcome: None)
     runner.start()
@@ -75,7 +76,7 @@ def stubborn_claimed_back(farm, machine: int):
         wait_for(lambda: pyjobs.CALLS)
         runner.stop_job((old.id, old.fence), Outcome.LOST)  # the freeze; the call goes on
         store.runs.renew(machine, [(job_id, old.fence)], lease=-1.0)
-        [new] = store.jobs.claim(machine, 1, lease=30)  # the node's turn after the thaw
+        [new] = store.jobs.claim(ClaimRequest(machine, 1, lease=30))  # the node's turn after the thaw
         runner.submit(new)
         yield runner, job_id, old, new
     finally:

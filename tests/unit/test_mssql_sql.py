@@ -21,6 +21,7 @@ from queueprocessor.store.runs import RunStore
 from queueprocessor.store.sqlfunctions import mssql_procedure
 from queueprocessor.store.stores import Store
 from queueprocessor.store.turns import TurnStore
+from queueprocessor.store.types import ClaimRequest
 
 
 @pytest.fixture
@@ -69,11 +70,11 @@ def test_every_claim_a_node_makes_compiles_for_sql_server(captured, take_expired
     store, sql = captured
     options = dict(take_expired=take_expired, expired_before=expired_before)
     if turn:  # SQL Server records the turn first, then claims as Store.claim does
-        store.jobs.take_turn_and_claim(123, 7, limit, lease=3.0, **options)
+        store.jobs.take_turn_and_claim(123, ClaimRequest(7, limit, lease=3.0, **options))
         turn_sql, *leaving, claim = sql
         assert turn_sql.startswith("INSERT INTO qp_turns")
     else:
-        store.jobs.claim(7, limit, lease=3.0, **options)
+        store.jobs.claim(ClaimRequest(7, limit, lease=3.0, **options))
         *leaving, claim = sql
     # Taking expired leases over, the claim first reads (and locks) whose runs it will end as lost.
     assert [

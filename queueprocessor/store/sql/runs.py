@@ -1,0 +1,175 @@
+"""How a run ends and keeps its lease (PostgreSQL: arrays in, one statement a batch): the rules they keep are
+RunStore.renew's and RunStore.finish's."""
+
+import functools
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    case,
+    cast,
+    column,
+    false,
+    func,
+    insert,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.sql import ColumnElement
+
+from ...rules.states import JobState
+from ..dbtime import db_now
+from ..schema import STATE_SQL, Id, jobs, runs
+from .gates import freed
+
+
+def array_text(values: list[Any]) -> str:
+    """An array parameter of numbers or of our own words (states, outcomes: letters only, see schema._quoted), None
+    as NULL, in PostgreSQL's text form, for a statement that casts it (`by_id`): one join, where psycopg's array
+    dumper spends about a microsecond an element in Python, most of what a node spent on a finish's parameters.
+    Sent as text, it also keeps one prepared statement, where psycopg typed an array of small numbers int2[], then
+    int4[] as they grew (a statement prepared again for each)."""
+    if None in values:
+        return "{" + ",".join(["NULL" if value is None else str(value) for value in values]) + "}"
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def by_id(names_types: list[tuple[str, Any]]) -> tuple[Any, Any]:
+    """PostgreSQL: the rows of arrays `b_<name>` (one element per job, `id` first) as table `v`, and the jobs they
+    name, found by primary key (`id = ANY(array)`) and joined to them by hash.
+
+    The planner guessed badly from the table's statistics, stale for the minute after a backlog was enqueued in
+    one go: with the owner/fence guard as plain conditions on the jobs it thought them one row, then read the
+    whole table or matched every job against every row of `v` (the square of the batch: 75 us a job at 256). So
+    the guard is one condition over both sides, evaluated on the joined rows, and the state is checked in a form
+    that the partial index of running jobs does not match (walking it, dead entries included, cost more still).
+    Returns `v` and the condition: the job is `v`'s, and still ours (owner `b_machine`, fence, running)."""
+    from sqlalchemy.dialects.postgresql import ARRAY
+
+    v = (
+        func.unnest(*(cast(bindparam(f"b_{name}"), ARRAY(kind)) for name, kind in names_types))
+        .table_valued(*(column(name, kind) for name, kind in names_types))
+        .render_derived(name="v")
+    )
+    ours = jobs.c.id == any_(cast(bindparam("b_id"), ARRAY(BigInteger)))
+    guard = case(
+        (
+            jobs.c.fence == v.c.fence,
+            and_(
+                jobs.c.owner == bindparam("b_machine", type_=Id),
+                func.concat(jobs.c.state, "") == STATE_SQL[JobState.RUNNING],
+            ),
+        ),
+        else_=false(),
+    )
+    return v, and_(ours, jobs.c.id == v.c.id, guard)
+
+
+@functools.cache
+def renew_statement() -> Any:
+    """PostgreSQL: the renewal of the leases of jobs `b_id` (fences `b_fence`), by `b_lease` seconds from now, of
+    those still ours (see RunStore.renew): arrays in, so one statement text and one plan whatever their number (as
+    one OR per job, the planner read the whole table: a second for 512 jobs)."""
+    _v, ours = by_id([("id", BigInteger), ("fence", BigInteger)])
+    return (
+        update(jobs)
+        .where(ours)
+        .values(lease_until=db_now() + bindparam("b_lease", type_=Float))
+        .returning(jobs.c.id, jobs.c.fence, jobs.c.cancel_requested)
+    )
+
+
+@functools.cache
+def finish_statement() -> Any:
+    """PostgreSQL: how a batch of runs ended, in one statement: arrays in, the (id, fence) of the runs that were still
+    ours out.
+
+    Each job is matched on owner and fence as in RunStore.finish (see by_id); only the jobs that
+    were still ours get their run's row, which is written here, once (its start is the job's), and leave their
+    limited queue's running count. A job with children matches nothing here: RunStore.finish_many ends it in a
+    transaction with their release (store/dependencies.py).
+    """
+    columns = [
+        ("id", BigInteger),
+        ("fence", BigInteger),
+        ("state", Text),
+        ("error", Text),
+        ("retry", Float),
+        ("outcome", Text),
+        ("output", Text),
+    ]
+    v, ours = by_id(columns)
+    state = ending_state(v.c.state)
+    again = state == JobState.QUEUED
+    ended = (
+        update(jobs)
+        .where(ours, jobs.c.has_children == false())
+        .values(
+            state=state,
+            last_error=case((stopped(v.c.state), CANCELLED_BY), else_=v.c.error),
+            lease_until=None,
+            run_at=case((again, db_now() + v.c.retry), else_=jobs.c.run_at),
+            owner=case((again, None), else_=jobs.c.owner),
+            finished_at=case((again, jobs.c.finished_at), else_=db_now()),
+        )
+        .returning(
+            jobs.c.id,
+            state.label("state"),
+            jobs.c.attempts,
+            jobs.c.fence,
+            jobs.c.started_at,
+            v.c.outcome,
+            v.c.error,
+            v.c.output,
+            jobs.c.queue,
+            jobs.c.progress,
+            jobs.c.progress_message,
+        )
+        .cte("ended")
+    )
+    logged = (
+        insert(runs)
+        .from_select(
+            [
+                *("job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error"),
+                *("output", "progress", "progress_message"),
+            ],
+            select(
+                ended.c.id,
+                ended.c.attempts,
+                bindparam("b_machine", type_=Id),
+                ended.c.fence,
+                ended.c.started_at,
+                db_now(),
+                ended.c.outcome,
+                ended.c.error,
+                ended.c.output,
+                ended.c.progress,
+                ended.c.progress_message,
+            ),
+        )
+        .cte("logged")
+    )
+    # Every job that ended left running: its queue's running count, if it is limited, goes down with it.
+    gone = select(ended.c.queue, func.count().label("n")).group_by(ended.c.queue).subquery("gone")
+    return select(ended.c.id, ended.c.fence, ended.c.state).add_cte(logged, freed(gone).cte("freed"))
+
+
+CANCELLED_BY = "cancelled by an operator"  # a cancelled job's last_error, as a cancel leaves it
+
+
+def stopped(state: Any) -> ColumnElement[bool]:
+    """A run that would put its job back in the queue (`state`: queued, SQL) while a cancel of it was asked: the
+    job ends cancelled instead, as the cancel asked (docs/design.md §7)."""
+    return and_(state == JobState.QUEUED, jobs.c.cancel_requested == true())
+
+
+def ending_state(state: Any) -> Any:
+    """The state a job's row takes when its run ends with `state` (SQL), a cancel asked meanwhile kept (`stopped`)."""
+    return case((stopped(state), JobState.CANCELLED.value), else_=state)
