@@ -93,7 +93,8 @@ class Farm:
     # -- connecting ---------------------------------------------------------
 
     def __init__(self, url: str | None = None, *, read_only: bool = False, client: str | None = None):
-        """`read_only`: only look (the app's watch-only mode). Nothing is created or adopted, and the
+        """Connect to the farm at `url` (default: the SQLite file in the data folder), making or upgrading its
+        schema. `read_only`: only look (the app's watch-only mode); nothing is created or adopted, and the
         database itself refuses any write through this farm. A farm whose database user may only read is
         read-only too: `read_only` is then True and `why_read_only` says so in one line, and any write it is
         asked for raises that line as ReadOnly (store/permissions.py). `client` labels its connections on the
@@ -144,8 +145,7 @@ class Farm:
     # -- settings and nodes -------------------------------------------------
 
     def settings(self, **wanted: float | None) -> dict[str, float]:
-        """The farm-wide timing settings. Values passed in are adopted by a new farm and must match an existing
-        one."""
+        """The farm-wide timing settings: values given are adopted by a new farm and must match an existing one."""
         return self._shared.adopt(**wanted)
 
     def current_settings(self) -> dict[str, float]:
