@@ -14,50 +14,33 @@ the API has the same power, and neither of them reaches past it into the stores 
 in pyproject.toml holds them to that).
 """
 
-import json
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import exc
 
-from . import grabs, singletons
-from .bulkjobs import ManyJobs
-from .farm_past import FarmPast
-from .jobfunctions import JobFunction, target_of
+from . import bulkjobs, farm_past, grabs, jobs, singletons
+from .jobfunctions import JobFunction
+from .jobs import Enqueued
+from .machines import Machines
 from .node.config import FarmTiming, NodeConfig
-from .rules.allow import check_allowed
-from .rules.clock import Clock, SystemClock
-from .rules.errors import (
-    BadJobInput,
-    DatabaseUnavailable,
-    DuplicateKey,
-    NotFound,
-    QPError,
-    echoed,
-)
-from .rules.job import JobSpec as JobSpec  # what work_spec returns: the app builds jobs from it
-from .rules.job import to_json
+from .queues import Queues
+from .rules.clock import Clock
+from .rules.errors import DatabaseUnavailable, QPError
+from .rules.job import JobOptions
+from .rules.job import JobSpec as JobSpec  # the CLI and the app import it here
 from .rules.job import work_spec as work_spec  # the CLI, the app and scripts build jobs with it
-from .rules.limits import LATEST, MAX_ATTEMPTS, MAX_WAIT
-from .rules.queues import (
-    DEFAULT,
-    UNCHANGED,
-    OnFailure,
-    QueueInfo,
-    Rate,
-    check_limit,
-    check_name,
-    serving_machines,
-)
-from .rules.roster import Liveness, machine_status
+from .rules.queues import UNCHANGED, QueueInfo
+from .rules.roster import Liveness
 from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, Recurrence
+from .rules.search import BulkAction
 from .rules.search import JobFilter as JobFilter  # what find_jobs and act_on_jobs take
-from .rules.states import SERVING
 from .rules.urls import default_url, mask
-from .schedulesteer import ScheduleSteering, within_reach
+from .schedulesteer import ScheduleSteering
 from .store import permissions
+from .store.bulk import Changed
 from .store.database import (
     APP_PROGRAM,
     check_schema,
@@ -70,8 +53,8 @@ from .store.database import (
 from .store.database import without_password as without_password  # the app's recent list keeps URLs so
 from .store.events import actor_of
 from .store.stores import Store
-from .timing import SharedTiming
-from .workflows import FarmFlows
+from .timing import SharedTiming, node_for
+from .workflows import Flows, Workflow
 
 if TYPE_CHECKING:  # loaded by the methods that return them, so that enqueueing never loads a node (cli.py)
     from .node.node import Node
@@ -102,17 +85,16 @@ def app_client(machine: str | None) -> str:
     return client_name(machine, APP_PROGRAM)
 
 
-@dataclass(frozen=True)
-class Enqueued:
-    """What Farm.submit queued: the jobs' ids, and whether a live machine serves their queue."""
+class Farm:
+    """One farm, reached through its database: every method is a short delegation to the feature module that
+    does it (jobs, bulkjobs, workflows, schedulesteer, singletons, grabs, queues, machines, farm_past, timing),
+    each given what it needs (the store, the farm's timing, the live machines); docs/api.md lists them all."""
 
-    ids: list[int]
-    served: bool
+    # -- connecting ---------------------------------------------------------
 
-
-class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
     def __init__(self, url: str | None = None, *, read_only: bool = False, client: str | None = None):
-        """`read_only`: only look (the app's watch-only mode). Nothing is created or adopted, and the
+        """Connect to the farm at `url` (default: the SQLite file in the data folder), making or upgrading its
+        schema. `read_only`: only look (the app's watch-only mode); nothing is created or adopted, and the
         database itself refuses any write through this farm. A farm whose database user may only read is
         read-only too: `read_only` is then True and `why_read_only` says so in one line, and any write it is
         asked for raises that line as ReadOnly (store/permissions.py). `client` labels its connections on the
@@ -138,15 +120,19 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
             raise describe_failure(error, self.url) from None
         self._store = Store(self._engine)
         self._store.actor = actor_of(client)  # who the event log says changed the farm through us
-        self._schedules = self._store.schedules
-        self._queues = self._store.queues
         self._shared = SharedTiming(self._store, self.read_only)
+        self._machines = Machines(self._store, self.liveness)
+        self._queues = Queues(self._store, self._machines, self._shared)
+        self._schedules = ScheduleSteering(self._store, self._shared, self._machines)
+        self._flows = Flows(self._store, self._machines)
 
     @property
     def masked_url(self) -> str:
+        """The farm's URL with its password as `***`."""
         return mask(self.url)
 
     def close(self) -> None:
+        """Give the farm's connections back to the server."""
         self._store.give_back()  # a connection checked out when the pool is disposed of would be left open
         self._engine.dispose()
 
@@ -156,11 +142,10 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    # -- settings ---------------------------------------------------------
+    # -- settings and nodes -------------------------------------------------
 
     def settings(self, **wanted: float | None) -> dict[str, float]:
-        """The farm-wide timing settings. Values passed in are adopted by a new farm and must match an existing
-        one."""
+        """The farm-wide timing settings: values given are adopted by a new farm and must match an existing one."""
         return self._shared.adopt(**wanted)
 
     def current_settings(self) -> dict[str, float]:
@@ -169,6 +154,7 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
         return self._shared.current()
 
     def liveness(self) -> Liveness:
+        """How long a machine may go unheard before it is judged dead, from the farm's timing."""
         return self._shared.timing().liveness()
 
     def node(self, config: NodeConfig | None = None, *, clock: Clock | None = None, **settings: Any) -> "Node":
@@ -176,72 +162,37 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
         that fill NodeConfig's fields: e.g. `queues="reports:2,default"` (at most 2 reports jobs at once here),
         `allow_modules=["myapp.jobs"]`. The farm-wide timing is the farm's; any asked for must be it, or a new
         farm adopts it. `clock`: in place of the system clock offset by `clock_skew`."""
-        from .node.node import Node  # the engine and the node's threads: only a node loads them
+        return node_for(self._store, self._shared, config or NodeConfig(), clock, settings)
 
-        config = (config or NodeConfig()).given(**settings).checked()
-        farm = self.settings(**{k: getattr(config, k) for k in config.asked})
-        timing = FarmTiming.of(farm)
-        config = replace(config, period=timing.period, heartbeat=timing.heartbeat, misses=timing.misses)
-        return Node(self._store, config, clock=clock or SystemClock(config.clock_skew))
+    # -- work ---------------------------------------------------------------
 
-    # -- work -------------------------------------------------------------
+    def http_spec(self, path: str, *, payload: str | None = None, **options: Unpack[JobOptions]) -> JobSpec:
+        """Work that calls `path` on a node's --http-base (or a URL on an allowed host); `payload` is JSON text."""
+        return jobs.http_spec(path, payload=payload, **options)
+
+    def python_spec(
+        self, function: str | JobFunction, payload: object = None, **options: Unpack[JobOptions]
+    ) -> JobSpec:
+        """Work that calls `package.module:function` (or a @job function) with `payload`, any JSON-able value."""
+        return jobs.python_spec(function, payload, **options)
+
+    def command_spec(self, argv: Iterable[str], payload: object = None, **options: Unpack[JobOptions]) -> JobSpec:
+        """Work that runs a program without a shell; `argv[0]` must be on the node's allow-list. `payload`
+        (any JSON-able value) arrives on its stdin as JSON."""
+        return jobs.command_spec(argv, payload, **options)
 
     def enqueue_http(
         self,
         path: str,
         *,
-        method: str = "GET",
         payload: str | None = None,
         delay: float = 0.0,
         at: float | None = None,
-        priority: int = 0,
-        max_attempts: int = MAX_ATTEMPTS,
-        timeout: float | None = None,
         count: int = 1,
-        key: str | None = None,
-        queue: str = DEFAULT,
-        order_key: str | None = None,
-        after: Iterable[int] = (),
-        after_ended: bool = False,
+        **options: Unpack[JobOptions],
     ) -> list[int]:
-        spec = work_spec(
-            "http",
-            path,
-            method=method,
-            payload=payload,
-            priority=priority,
-            max_attempts=max_attempts,
-            timeout=timeout,
-            key=key,
-            queue=queue,
-            order_key=order_key,
-            after=after,
-            after_ended=after_ended,
-        )
-        return self.enqueue(spec, delay=delay, at=at, count=count)
-
-    def http_spec(self, path: str, **options: Any) -> JobSpec:
-        """Work that calls `path` on a node's --http-base (or a URL on an allowed host); options as enqueue_http."""
-        return work_spec("http", path, **{k: v for k, v in options.items() if v is not None})
-
-    def python_spec(self, function: str | JobFunction, payload: object = None, **options: Any) -> JobSpec:
-        """Work that calls `package.module:function` (or a @job function) with `payload`, any JSON-able value."""
-        if isinstance(function, JobFunction):
-            options = {**function.options, **{k: v for k, v in options.items() if v is not None}}
-        target = function if isinstance(function, str) else target_of(function)
-        return work_spec(
-            "python", target, payload=to_json(payload), **{k: v for k, v in options.items() if v is not None}
-        )
-
-    def command_spec(self, argv: Iterable[str], payload: object = None, **options: Any) -> JobSpec:
-        """Work that runs a program without a shell; `argv[0]` must be on the node's allow-list. `payload`
-        (any JSON-able value) arrives on its stdin as JSON."""
-        return work_spec(
-            "command",
-            json.dumps(list(argv)),
-            payload=to_json(payload),
-            **{k: v for k, v in options.items() if v is not None},
-        )
+        """Queue `count` calls of `path` (http_spec), due after `delay` seconds or at epoch time `at`."""
+        return self.enqueue(self.http_spec(path, payload=payload, **options), delay=delay, at=at, count=count)
 
     def enqueue_python(
         self,
@@ -251,28 +202,10 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
         delay: float = 0.0,
         at: float | None = None,
         count: int = 1,
-        priority: int | None = None,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
-        key: str | None = None,
-        queue: str | None = None,
-        order_key: str | None = None,
-        after: Iterable[int] = (),
-        after_ended: bool = False,
+        **options: Unpack[JobOptions],
     ) -> list[int]:
-        spec = self.python_spec(
-            function,
-            payload,
-            priority=priority,
-            max_attempts=max_attempts,
-            timeout=timeout,
-            key=key,
-            queue=queue,
-            order_key=order_key,
-            after=after or None,
-            after_ended=after_ended or None,
-        )
-        return self.enqueue(spec, delay=delay, at=at, count=count)
+        """Queue `count` calls of a Python function (python_spec), due after `delay` seconds or at time `at`."""
+        return self.enqueue(self.python_spec(function, payload, **options), delay=delay, at=at, count=count)
 
     def enqueue_command(
         self,
@@ -282,8 +215,9 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
         delay: float = 0.0,
         at: float | None = None,
         count: int = 1,
-        **options: Any,
+        **options: Unpack[JobOptions],
     ) -> list[int]:
+        """Queue `count` runs of a program (command_spec), due after `delay` seconds or at time `at`."""
         return self.enqueue(self.command_spec(argv, payload, **options), delay=delay, at=at, count=count)
 
     def enqueue(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> list[int]:
@@ -293,57 +227,22 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
     def submit(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> Enqueued:
         """As enqueue, and say whether a live machine serves the jobs' queue (if none does, they wait until one
         does), from the same read of the machine rows as the allow-list check."""
-        if count < 1:
-            raise BadJobInput.out_of("count", count, "at least 1")
-        if not 0 <= delay <= MAX_WAIT:
-            raise BadJobInput.out_of("delay", delay, f"from 0 to {MAX_WAIT:.0f} seconds, ten years")
-        if at is not None and not 0 <= at <= LATEST:
-            raise BadJobInput.out_of(
-                "at",
-                at,
-                f"a time from 1970 to 9999, e.g. 2026-11-22T18:00:00+00:00 or epoch seconds up to {LATEST:.0f}",
-            )
-        live = self._live_allowing(spec)
-        try:
-            ids = self._store.jobs.enqueue(self._signed(spec), delay=delay, at=at, count=count)
-        except DuplicateKey as error:
-            raise grabs.refuse(self._store, error) from None
-        return Enqueued(ids, bool(serving_machines(live, spec.queue)))
+        return jobs.submit(self._store, self._machines, spec, delay=delay, at=at, count=count)
 
     def check_allowed(self, spec: JobSpec) -> None:
         """Refuse, with the reason, work that no live machine's allow-lists would let it run."""
-        self._live_allowing(spec)
+        self._machines.allowing(spec)
 
-    def _live_allowing(self, spec: JobSpec) -> list[dict[str, Any]]:
-        """check_allowed, and the live machines' rows it read."""
-        live = self._live_machines()
-        check_allowed(spec, [m["allow"] for m in live if m["allow"]])
-        return live
-
-    @staticmethod
-    def _signed(spec: JobSpec) -> JobSpec:
-        return spec if spec.origin else replace(spec, origin=grabs.origin())
-
-    def grab(self, key: str, instance: str, spec: JobSpec) -> int:
-        """Enqueue `spec` as the one job for `key` + `instance`. Returns its id, or raises
-        grabs.AlreadyTaken saying who won and whether it finished (wait for it with `wait`)."""
-        return self.enqueue(replace(spec, key=grabs.grab_key(key, instance)))[0]
+    # -- looking at jobs ----------------------------------------------------
 
     def job(self, job_id: int) -> dict[str, Any]:
         """A job's row, the jobs it runs `after`, and its runs (every attempt: machine, fence, times, outcome...)."""
-        record = self._store.jobs.get(job_id)
-        record["after"] = self._store.flows.parents(job_id)
-        record["runs"] = self._store.runs.read(job_id=job_id)
-        return record
+        return jobs.read(self._store, job_id)
 
     def wait(self, job_id: int, timeout: float | None = None) -> dict[str, Any]:
         """Wait until a job has finished (succeeded, failed for good or cancelled); return it with its runs."""
         grabs.wait(self._store, job_id, timeout)
         return self.job(job_id)
-
-    def wait_grab(self, job_id: int, timeout: float | None = None) -> grabs.Holder:
-        """wait() for a grabbed job, answered as its holder: where it ran, how it ended, its last output."""
-        return grabs.wait(self._store, job_id, timeout)
 
     def list_jobs(self, state: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """The newest `limit` jobs (in `state`, if given), newest first."""
@@ -363,11 +262,64 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
         its parents ("waiting")."""
         return self._store.jobs.retry(job_id)
 
-    # -- schedules, singletons, locks --------------------------------------
+    # -- many jobs at once --------------------------------------------------
 
-    def _ahead(self) -> dict[str, Any]:
-        timing = self._shared.timing()
-        return dict(ahead=timing.schedule_ahead, period=timing.period)
+    def find_jobs(self, where: JobFilter, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest `limit` jobs that `where` picks (its search: rules/search.py), newest first."""
+        return self._store.views.filtered_jobs(where, limit)
+
+    def count_jobs(self, action: str, where: JobFilter) -> int:
+        """How many jobs `action` ("retry", "cancel", "delete") would change now: what to confirm first."""
+        return self._store.bulk.count(BulkAction(action), where)
+
+    def act_on_jobs(
+        self,
+        action: str,
+        where: JobFilter,
+        *,
+        everything: bool = False,
+        stop: Callable[[], bool] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> Changed:
+        """Retry (failed or cancelled), cancel (queued or running: a running one is stopped by its owner within a
+        heartbeat) or delete (finished, with their runs) every job `where` picks, as the single actions do, a
+        batch of jobs to a short transaction. How many it changed (an int), with `.busy`: how many it found held
+        by another transaction and left unchanged (run it again for those). An empty filter is refused unless
+        `everything`; `stop()` is asked before each batch, `progress(changed so far)` told after each."""
+        return bulkjobs.act(self._store, action, where, everything=everything, stop=stop, progress=progress)
+
+    def retry_jobs(self, where: JobFilter, **options: Any) -> int:
+        """act_on_jobs("retry", ...)."""
+        return self.act_on_jobs(BulkAction.RETRY, where, **options)
+
+    def cancel_jobs(self, where: JobFilter, **options: Any) -> int:
+        """act_on_jobs("cancel", ...)."""
+        return self.act_on_jobs(BulkAction.CANCEL, where, **options)
+
+    def delete_jobs(self, where: JobFilter, **options: Any) -> int:
+        """act_on_jobs("delete", ...)."""
+        return self.act_on_jobs(BulkAction.DELETE, where, **options)
+
+    # -- workflows and groups -----------------------------------------------
+
+    def workflow(self, name: str | None = None) -> Workflow:
+        """A graph of named steps to build with .step(name, spec, after=[names]) and enqueue in one call."""
+        return self._flows.workflow(name)
+
+    def group(self, specs: Iterable[JobSpec], *, callback: JobSpec | None = None, name: str | None = None) -> int:
+        """Enqueue `specs` as one group, all or none, with `callback` run once after all of them have ended: its
+        payload is how they went (docs/api.md#workflows-and-groups). The group's id."""
+        return self._flows.group(specs, callback, name)
+
+    def workflow_info(self, workflow_id: int) -> dict[str, Any]:
+        """A workflow: its steps with their states and parents, and its progress (done / total)."""
+        return self._flows.workflow_info(workflow_id)
+
+    def group_info(self, group_id: int) -> dict[str, Any]:
+        """A group: its progress (done / total, a count per state, the ids that failed) and its callback."""
+        return self._flows.group_info(group_id)
+
+    # -- schedules ----------------------------------------------------------
 
     def schedule(
         self,
@@ -381,14 +333,69 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
         grace: float = DEFAULT_GRACE,
     ) -> dict[str, Any]:
         """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds."""
-        recurrence = within_reach(Recurrence.parse(cron, tz, every))
-        self.check_allowed(spec)
-        return self._schedules.add(name, recurrence, self._signed(spec), misfire=misfire, grace=grace, **self._ahead())
+        return self._schedules.add(name, spec, Recurrence.parse(cron, tz, every), misfire=misfire, grace=grace)
+
+    def list_schedules(self) -> list[dict[str, Any]]:
+        """Every schedule's row, by name."""
+        return self._schedules.all()
+
+    def get_schedule(self, name: str) -> dict[str, Any]:
+        """One schedule's row (NotFound if there is none of that name)."""
+        return self._schedules.get(name)
+
+    def pause_schedule(self, name: str) -> int:
+        """Stop making occurrences until resumed; returns how many waiting ones were cancelled."""
+        return self._schedules.pause(name)
+
+    def resume_schedule(self, name: str) -> dict[str, Any]:
+        """Start a paused schedule again from its next occurrence (those in the pause are not run)."""
+        return self._schedules.resume(name)
+
+    def remove_schedule(self, name: str) -> int:
+        """Delete a schedule; returns how many of its waiting occurrences were cancelled."""
+        return self._schedules.remove(name)
+
+    def run_schedule(self, name: str, request: str | None = None) -> int:
+        """Run a schedule once now, beside its regular occurrences (which stay as they are); returns the job's id.
+        `request` keys it: the same request sent again (a retry, a second click, another machine) returns the
+        same job instead of making another. Default: a new request each call. Its job's key says `run now`."""
+        return self._schedules.run_now(name, request)
+
+    def edit_schedule(
+        self,
+        name: str,
+        *,
+        cron: Any = UNCHANGED,
+        tz: Any = UNCHANGED,
+        every: Any = UNCHANGED,
+        misfire: Any = UNCHANGED,
+        grace: Any = UNCHANGED,
+        executor: Any = UNCHANGED,
+        target: Any = UNCHANGED,
+        method: Any = UNCHANGED,
+        payload: Any = UNCHANGED,
+        queue: Any = UNCHANGED,
+    ) -> dict[str, Any]:
+        """Change what is given of a schedule, checked as schedule() checks it; the rest stays. A new recurrence
+        (cron, tz or every; see rules.schedules.edited) starts at its next occurrence more than two periods from now,
+        with no burst of those it would have had; a paused schedule stays paused. `payload` is JSON text (None:
+        none); a command's `target` may be its argv as a list. New work applies to the occurrences still waiting."""
+        when = dict(cron=cron, tz=tz, every=every, misfire=misfire, grace=grace)
+        work = dict(executor=executor, target=target, method=method, payload=payload, queue=queue)
+        return self._schedules.edit(name, when, work)
+
+    def schedule_runs(self, name: str, limit: int = 10) -> list[dict[str, Any]]:
+        """A schedule's last `limit` occurrences that ran (or ended without running), newest first, as their runs:
+        outcome, machine, start, due time, lateness (`late`: start minus due) and whether it was a run-now
+        (`manual`). See store.schedules.ScheduleStore.last_runs."""
+        return self._schedules.runs(name, limit)
+
+    # -- singletons, grabs and locks ----------------------------------------
 
     def singleton(self, name: str, spec: JobSpec) -> int:
         """Keep `spec` running on exactly one live machine; returns its job id."""
         self.check_allowed(spec)
-        return singletons.add(self._store, name, self._signed(spec))
+        return singletons.add(self._store, name, grabs.signed(spec))
 
     def list_singletons(self) -> list[dict[str, Any]]:
         """Every singleton (its job's row and `name`), by name."""
@@ -398,92 +405,64 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
         """Stop a singleton for good: "cancelled" at once if it waits, "cancelling" (within a heartbeat) if it runs."""
         return singletons.remove(self._store, name)
 
+    def grab(self, key: str, instance: str, spec: JobSpec) -> int:
+        """Enqueue `spec` as the one job for `key` + `instance`. Returns its id, or raises
+        grabs.AlreadyTaken saying who won and whether it finished (wait for it with `wait`)."""
+        return self.enqueue(replace(spec, key=grabs.grab_key(key, instance)))[0]
+
+    def wait_grab(self, job_id: int, timeout: float | None = None) -> grabs.Holder:
+        """wait() for a grabbed job, answered as its holder: where it ran, how it ended, its last output."""
+        return grabs.wait(self._store, job_id, timeout)
+
     def lock(self, name: str, wait: float | None = None) -> singletons.Lock:
         """A distributed lock: `with farm.lock("name") as lock:` (lock.fence, lock.lost). `wait`: seconds
         to wait for it (None: for ever), then singletons.LockHeld."""
         timing = self._shared.timing()
         return singletons.Lock(self._store, name, lease=timing.lease, renew_every=timing.heartbeat, wait=wait)
 
-    # -- queues -----------------------------------------------------------
+    # -- queues -------------------------------------------------------------
 
     def queues(self) -> list[QueueInfo]:
         """Every queue with work, settings or a machine serving it by name (and `default`), by name."""
-        return self._queues.infos(self._live_machines())
+        return self._queues.all()
 
     def queue(self, name: str) -> QueueInfo:
         """One queue, as queues() shows it (NotFound for a name no job, setting or machine has used but
         `default`'s), its settings and counts read alone."""
-        known = name if name == DEFAULT else self._known_queue(name)
-        return self._queues.infos(self._live_machines(), only=known)[0]
+        return self._queues.one(name)
 
     def serving(self, queue: str) -> tuple[str, ...]:
         """The names of the live machines that serve `queue` (none: its jobs wait until one joins)."""
-        return serving_machines(self._live_machines(), queue)
+        return self._machines.serving(queue)
 
     def pause_queue(self, name: str) -> None:
         """Start nothing more of queue `name`, farm-wide, from the next claim on; running jobs finish."""
-        self._queues.put(self._known_queue(name), paused=True)
+        self._queues.pause(name, True)
 
     def resume_queue(self, name: str) -> None:
-        self._queues.put(self._known_queue(name), paused=False)
+        """Start the jobs of a paused queue again, from the next claim on."""
+        self._queues.pause(name, False)
 
     def set_queue(
         self, name: str, *, limit: object = UNCHANGED, rate: object = UNCHANGED, on_failure: object = UNCHANGED
     ) -> None:
         """Change a queue's farm-wide settings: `limit` (most jobs running at once; None: no limit), `rate`
         (a Rate or "10/s"; None: no rate) and `on_failure` (OnFailure, for its order keys). Others stay."""
-        values: dict[str, object] = {}
-        if limit is not UNCHANGED:
-            values["max_running"] = check_limit(limit)
-        if rate is not UNCHANGED:
-            parsed = None if rate is None else Rate.parse(rate)
-            burst = None if parsed is None else parsed.burst(self.current_settings()["period"])
-            values |= dict(
-                rate_count=None if parsed is None else parsed.count,
-                rate_per=None if parsed is None else parsed.per_seconds,
-                burst=burst,
-                tokens=None,
-                refilled_at=None,
-            )
-        if on_failure is not UNCHANGED:
-            values["on_failure"] = OnFailure.parse(on_failure)
-        self._queues.put(self._known_queue(name), **values)
+        self._queues.set(name, limit=limit, rate=rate, on_failure=on_failure)
 
-    def _known_queue(self, name: str) -> str:
-        if not self._queues.known(check_name(name)):
-            raise NotFound(
-                f"no queue named {echoed(name)}: a queue exists once a job is enqueued to it or a machine "
-                "serves it by name",
-                what="queue",
-                ref=name,
-            )
-        return name
-
-    def _live_machines(self) -> list[dict[str, Any]]:
-        """The machine rows that still take work (active or paused, not dead)."""
-        now, _, rows = self._store.machines.read()
-        liveness = self.liveness()
-        return [m for m in rows if machine_status(m, now, liveness) in SERVING]
-
-    # -- looking ----------------------------------------------------------
+    # -- machines -----------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         """Machines with their judged state and clock sync, job counts, and the database's time."""
-        liveness = self.liveness()
-        now, _, rows = self._store.machines.read()
-        for row in rows:
-            row["status"] = machine_status(row, now, liveness)
-        return {
-            "db_now": now,
-            "database": self.masked_url,
-            "settings": self.current_settings(),
-            "machines": rows,
-            "jobs": self._store.jobs.counts(),
-        }
+        return self._machines.status(self.masked_url, self.current_settings())
 
     def turns(self, seconds: float = 60.0) -> list[dict[str, Any]]:
         """The turn log of the last `seconds` of database time: which machine took which slot."""
-        return self._store.turns.read(self._store.ask_time() - seconds)
+        return self._machines.turns(seconds)
+
+    def steer(self, machine: str, wish: str) -> dict[str, Any]:
+        """Ask a machine (by name or id) to pause, resume or drain."""
+        return self._machines.steer(machine, wish)
 
     def dashboard(self, clock: Callable[[], float] = time.monotonic) -> "Dashboard":
         """What a dashboard reads at each poll (views.Dashboard.read), for this farm's timing."""
@@ -491,8 +470,16 @@ class Farm(FarmFlows, ManyJobs, ScheduleSteering, FarmPast):
 
         return Dashboard(self._store, FarmTiming.of(self.settings()), clock)
 
-    def steer(self, machine: str, wish: str) -> dict[str, Any]:
-        """Ask a machine (by name or id) to pause, resume or drain."""
-        row = self._store.machines.find(machine)
-        self._store.machines.wish(row["id"], wish)
-        return row
+    # -- the farm's past ----------------------------------------------------
+
+    def stats(self, since: float = 86400.0, *, step: int = 60, queue: str | None = None) -> list[dict[str, Any]]:
+        """The farm's history per queue (docs/design.md §10) over the last `since` seconds, in buckets of `step`
+        seconds (a multiple of 60; past a day the rows are hours), oldest first: jobs enqueued, started and ended by
+        outcome, the jobs waiting, and the median and 95th percentile of the runs' durations (seconds)."""
+        return farm_past.stats(self._store, since, step, queue)
+
+    def events(self, since: float = 86400.0, *, kind: str | None = None, limit: int = 10_000) -> list[dict[str, Any]]:
+        """The farm's log of what happened and who did it (docs/design.md §10) over the last `since` seconds, oldest
+        first (the newest `limit`): each event's time (`at`), `kind` (rules.events.EventKind), `subject`, `detail`
+        and `actor`. `kind`: one kind, or a family of them (`machine`, `queue`, `schedule`, `jobs`, `database`)."""
+        return farm_past.events(self._store, since, kind, limit)

@@ -8,10 +8,11 @@ it ended, and can wait for the winner's result instead of doing the work again.
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
+from .rules.job import JobSpec
 from .rules.output import format_time, machine_label
 from .rules.states import FINISHED, JobState
 from .store.stores import Store
@@ -20,6 +21,11 @@ from .store.stores import Store
 def origin() -> str:
     """How this process signs the jobs it enqueues."""
     return f"{socket.gethostname()} pid {os.getpid()}"
+
+
+def signed(spec: JobSpec) -> JobSpec:
+    """`spec` signed by this process, unless it already names who enqueued it."""
+    return spec if spec.origin else replace(spec, origin=origin())
 
 
 def grab_key(key: str, instance: str) -> str:

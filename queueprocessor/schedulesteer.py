@@ -1,35 +1,23 @@
-"""An operator steers a schedule through the Farm: pause, resume or remove it, run it now, edit it, read its
-last runs.
-
-Farm takes these methods from ScheduleSteering; they check what they are given as `schedule add` does (the
-recurrence by rules.schedules, the work by rules.job) and leave the statements to store.schedules (the run-now
-key, the guarded edit, the runs read): docs/design.md §6.
+"""Schedules as the Farm adds and steers them: add one, pause, resume or remove it, run it now, edit it, read its
+last runs. What is given is checked as `schedule add` checks it (the recurrence by rules.schedules, the work by
+rules.job and the live machines' allow-lists); the statements are store.schedules' (the run-now key, the guarded
+edit, the runs read): docs/design.md §6.
 """
 
 import json
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
+from . import grabs
+from .machines import Machines
 from .rules.errors import BadJobInput
-from .rules.job import work_spec
+from .rules.job import JobSpec, work_spec
 from .rules.limits import MAX_INT, MAX_WAIT
 from .rules.queues import UNCHANGED
 from .rules.schedules import Recurrence, check_policy, edited
-
-if TYPE_CHECKING:
-    from .rules.job import JobSpec
-    from .store.schedules import ScheduleStore
-
-
-class SteeredFarm(Protocol):
-    """What these methods need of the Farm they are part of."""
-
-    _schedules: "ScheduleStore"
-
-    def check_allowed(self, spec: "JobSpec") -> None: ...
-
-    def _ahead(self) -> dict[str, Any]: ...
+from .store.stores import Store
+from .timing import SharedTiming
 
 
 def within_reach(recurrence: Recurrence) -> Recurrence:
@@ -40,7 +28,7 @@ def within_reach(recurrence: Recurrence) -> Recurrence:
 
 
 def _checked_work(
-    row: dict[str, Any], given: dict[str, Any], check_allowed: Callable[["JobSpec"], None]
+    row: dict[str, Any], given: dict[str, Any], check_allowed: Callable[[JobSpec], object]
 ) -> dict[str, Any]:
     """The work columns an edit gives (`given`, UNCHANGED where it keeps the row's), checked as new work is."""
     if given["executor"] is not UNCHANGED and given["target"] is UNCHANGED:
@@ -62,70 +50,57 @@ def _checked_work(
 
 
 class ScheduleSteering:
-    """The Farm's schedule steering (see the module docstring)."""
+    """The schedules of one farm: each call takes the farm's timing as it is when called (how far ahead a
+    schedule's occurrences are made)."""
 
-    def resume_schedule(self: "SteeredFarm", name: str) -> dict[str, Any]:
-        """Start a paused schedule again from its next occurrence (those in the pause are not run)."""
+    def __init__(self, store: Store, shared: SharedTiming, machines: Machines):
+        self._schedules = store.schedules
+        self._shared = shared
+        self._machines = machines
+
+    def _ahead(self) -> dict[str, Any]:
+        timing = self._shared.timing()
+        return dict(ahead=timing.schedule_ahead, period=timing.period)
+
+    def add(self, name: str, spec: JobSpec, recurrence: Recurrence, *, misfire: str, grace: float) -> dict[str, Any]:
+        recurrence = within_reach(recurrence)
+        self._machines.allowing(spec)
+        return self._schedules.add(name, recurrence, grabs.signed(spec), misfire=misfire, grace=grace, **self._ahead())
+
+    def resume(self, name: str) -> dict[str, Any]:
         return self._schedules.resume(name, **self._ahead())
 
-    def pause_schedule(self: "SteeredFarm", name: str) -> int:
-        """Stop making occurrences until resumed; returns how many waiting ones were cancelled."""
+    def pause(self, name: str) -> int:
         return self._schedules.pause(name)
 
-    def remove_schedule(self: "SteeredFarm", name: str) -> int:
-        """Delete a schedule; returns how many of its waiting occurrences were cancelled."""
+    def remove(self, name: str) -> int:
         return self._schedules.remove(name)
 
-    def list_schedules(self: "SteeredFarm") -> list[dict[str, Any]]:
-        """Every schedule's row, by name."""
+    def all(self) -> list[dict[str, Any]]:
         return self._schedules.all()
 
-    def get_schedule(self: "SteeredFarm", name: str) -> dict[str, Any]:
+    def get(self, name: str) -> dict[str, Any]:
         return self._schedules.get(name)
 
-    def run_schedule(self: "SteeredFarm", name: str, request: str | None = None) -> int:
-        """Run a schedule once now, beside its regular occurrences (which stay as they are); returns the job's id.
-        `request` keys it: the same request sent again (a retry, a second click, another machine) returns the
-        same job instead of making another. Default: a new request each call. Its job's key says `run now`."""
+    def run_now(self, name: str, request: str | None) -> int:
         return self._schedules.run_now(name, request or uuid.uuid4().hex)
 
-    def edit_schedule(
-        self: "SteeredFarm",
-        name: str,
-        *,
-        cron: Any = UNCHANGED,
-        tz: Any = UNCHANGED,
-        every: Any = UNCHANGED,
-        misfire: Any = UNCHANGED,
-        grace: Any = UNCHANGED,
-        executor: Any = UNCHANGED,
-        target: Any = UNCHANGED,
-        method: Any = UNCHANGED,
-        payload: Any = UNCHANGED,
-        queue: Any = UNCHANGED,
-    ) -> dict[str, Any]:
-        """Change what is given of a schedule, checked as schedule() checks it; the rest stays. A new recurrence
-        (cron, tz or every; see rules.schedules.edited) starts at its next occurrence more than two periods from now,
-        with no burst of those it would have had; a paused schedule stays paused. `payload` is JSON text (None:
-        none); a command's `target` may be its argv as a list. New work applies to the occurrences still waiting."""
+    def edit(self, name: str, when: dict[str, Any], work: dict[str, Any]) -> dict[str, Any]:
+        """Change what is given (UNCHANGED: keep it) of `when` (cron, tz, every, misfire, grace) and `work`
+        (executor, target, method, payload, queue), as Farm.edit_schedule says."""
         row = self._schedules.get(name)
         changes: dict[str, Any] = {}
-        if not all(given is UNCHANGED for given in (cron, tz, every)):
-            recurrence = within_reach(edited(row, cron=cron, tz=tz, every=every))
+        if not all(when[key] is UNCHANGED for key in ("cron", "tz", "every")):
+            recurrence = within_reach(edited(row, cron=when["cron"], tz=when["tz"], every=when["every"]))
             changes |= dict(cron=recurrence.cron, tz=recurrence.tz, every=recurrence.every)
-        if misfire is not UNCHANGED or grace is not UNCHANGED:
-            changes |= dict(misfire=row["misfire"] if misfire is UNCHANGED else misfire)
-            changes |= dict(grace=row["grace"] if grace is UNCHANGED else grace)
+        if when["misfire"] is not UNCHANGED or when["grace"] is not UNCHANGED:
+            changes |= {key: row[key] if when[key] is UNCHANGED else when[key] for key in ("misfire", "grace")}
             check_policy(changes["misfire"], changes["grace"])
-        work = dict(executor=executor, target=target, method=method, payload=payload, queue=queue)
         if any(value is not UNCHANGED for value in work.values()):
-            changes |= _checked_work(row, work, self.check_allowed)
+            changes |= _checked_work(row, work, self._machines.allowing)
         return self._schedules.edit(name, changes, **self._ahead())
 
-    def schedule_runs(self: "SteeredFarm", name: str, limit: int = 10) -> list[dict[str, Any]]:
-        """A schedule's last `limit` occurrences that ran (or ended without running), newest first, as their runs:
-        outcome, machine, start, due time, lateness (`late`: start minus due) and whether it was a run-now
-        (`manual`). See store.schedules.ScheduleStore.last_runs."""
+    def runs(self, name: str, limit: int) -> list[dict[str, Any]]:
         if not 1 <= limit <= MAX_INT:
             raise BadJobInput.out_of("limit", limit, f"from 1 to {MAX_INT}")
         return self._schedules.last_runs(name, limit)

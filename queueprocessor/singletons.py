@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, cast
 
 from .rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
@@ -40,18 +41,16 @@ def add(store: Store, name: str, spec: JobSpec) -> int:
     if not name or len(name) > 200 or name != name.strip():
         raise InvalidJob(f"singleton name {echoed(name)} must be 1-200 characters without surrounding spaces")
     key = SINGLETON_PREFIX + name
-    spec = JobSpec(
-        executor=spec.executor,
-        target=spec.target,
-        method=spec.method,
-        payload=spec.payload,
-        priority=spec.priority,
+    # Never out of attempts or time, and bound to no order key or parent: a singleton runs on, whatever the spec says.
+    spec = replace(
+        spec,
         max_attempts=FOREVER,
         timeout=None,
         key=key,
         kind=Kind.SINGLETON,
-        origin=spec.origin,
-        queue=spec.queue,
+        order_key=None,
+        after=(),
+        after_ended=False,
     )
     # A removed singleton of the same name keeps its history but gives its name up.
     store.jobs.free_key(key)

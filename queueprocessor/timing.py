@@ -3,11 +3,17 @@ every later one must agree, since turns and death verdicts need the same timing 
 Farm.node and what reads the timing (liveness, locks, schedules) go through here."""
 
 import math
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
-from .node.config import FARM_TIMING, FarmTiming
+from .node.config import FARM_TIMING, FarmTiming, NodeConfig
+from .rules.clock import Clock, SystemClock
 from .rules.errors import BadSetting
 from .rules.limits import MAX_MISSES, MIN_MISSES
 from .store.stores import Store
+
+if TYPE_CHECKING:  # loaded by node() alone, so that enqueueing never loads a node
+    from .node.node import Node
 
 
 class SharedTiming:
@@ -59,3 +65,16 @@ class SharedTiming:
 
     def timing(self) -> FarmTiming:
         return FarmTiming.of(self.current())
+
+
+def node_for(
+    store: Store, shared: SharedTiming, config: NodeConfig, clock: Clock | None, settings: dict[str, Any]
+) -> "Node":
+    """Farm.node: `config` with `settings`, checked, its timing the farm's (adopted by a new farm)."""
+    from .node.node import Node  # the engine and the node's threads: only a node loads them
+
+    config = config.given(**settings).checked()
+    farm = shared.adopt(**{k: getattr(config, k) for k in config.asked})
+    timing = FarmTiming.of(farm)
+    config = replace(config, period=timing.period, heartbeat=timing.heartbeat, misses=timing.misses)
+    return Node(store, config, clock=clock or SystemClock(config.clock_skew))

@@ -10,12 +10,11 @@ jobs with a callback, checked here and enqueued in one transaction (store/flows.
 A step names only steps added before it, so a cycle cannot be written.
 """
 
-import functools
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from . import grabs
-from .rules.allow import check_allowed
+from .machines import Machines
 from .rules.errors import BadJobInput, DuplicateKey, NotFound, echoed
 from .rules.job import JobSpec
 from .rules.kinds import HTTP
@@ -25,7 +24,7 @@ from .store.stores import Store
 
 MAX_STEPS = 100_000  # jobs one call enqueues: a graph is one transaction
 
-# What the Farm gives a flow: its store, and its check and signing of each job's work before it is stored.
+# How a flow is stored: Flows._submit checks and signs each job's work, then stores them all at once.
 Submit = Callable[[str, str | None, Sequence[Step], JobSpec | None], Made]
 
 
@@ -102,46 +101,30 @@ def read(flows: FlowStore, flow_id: int, kind: str, steps: bool) -> dict[str, An
     return flow
 
 
-class _Farm(Protocol):
-    """What FarmFlows uses of the Farm it is part of."""
+class Flows:
+    """The workflows and groups of one farm: each job's work is checked against the live machines' allow-lists
+    (one read for all of them) and signed, then all are stored at once."""
 
-    _store: Store
+    def __init__(self, store: Store, machines: Machines):
+        self._store = store
+        self._machines = machines
 
-    def _live_machines(self) -> list[dict[str, Any]]: ...
+    def workflow(self, name: str | None) -> Workflow:
+        return Workflow(self._submit, name)
 
-    def _signed(self, spec: JobSpec) -> JobSpec: ...
+    def group(self, specs: Iterable[JobSpec], callback: JobSpec | None, name: str | None) -> int:
+        return group(self._submit, specs, callback, name).id
 
-
-def _submit(farm: _Farm, kind: str, name: str | None, steps: Sequence[Step], callback: JobSpec | None) -> Made:
-    """Check every job's work against the live machines' allow-lists (one read), then store them all at once."""
-    allows = [m["allow"] for m in farm._live_machines() if m["allow"]]
-    for spec in {step.spec for step in steps} | ({callback} if callback else set()):
-        check_allowed(spec, allows)
-    signed = [step._replace(spec=farm._signed(step.spec)) for step in steps]
-    try:
-        return farm._store.flows.create(kind, name, signed, farm._signed(callback) if callback else None)
-    except DuplicateKey as error:
-        raise grabs.refuse(farm._store, error) from None
-
-
-class FarmFlows:
-    """The Farm's workflows and groups (Farm inherits them: farm.workflow(), farm.group(), ...)."""
-
-    def workflow(self: _Farm, name: str | None = None) -> Workflow:
-        """A graph of named steps to build with .step(name, spec, after=[names]) and enqueue in one call."""
-        return Workflow(functools.partial(_submit, self), name)
-
-    def group(
-        self: _Farm, specs: Iterable[JobSpec], *, callback: JobSpec | None = None, name: str | None = None
-    ) -> int:
-        """Enqueue `specs` as one group, all or none, with `callback` run once after all of them have ended: its
-        payload is how they went (docs/api.md#workflows-and-groups). The group's id."""
-        return group(functools.partial(_submit, self), specs, callback, name).id
-
-    def workflow_info(self: _Farm, workflow_id: int) -> dict[str, Any]:
-        """A workflow: its steps with their states and parents, and its progress (done / total)."""
+    def workflow_info(self, workflow_id: int) -> dict[str, Any]:
         return read(self._store.flows, workflow_id, WORKFLOW, steps=True)
 
-    def group_info(self: _Farm, group_id: int) -> dict[str, Any]:
-        """A group: its progress (done / total, a count per state, the ids that failed) and its callback."""
+    def group_info(self, group_id: int) -> dict[str, Any]:
         return read(self._store.flows, group_id, GROUP, steps=False)
+
+    def _submit(self, kind: str, name: str | None, steps: Sequence[Step], callback: JobSpec | None) -> Made:
+        self._machines.allowing(*{step.spec for step in steps} | ({callback} if callback else set()))
+        signed = [step._replace(spec=grabs.signed(step.spec)) for step in steps]
+        try:
+            return self._store.flows.create(kind, name, signed, grabs.signed(callback) if callback else None)
+        except DuplicateKey as error:
+            raise grabs.refuse(self._store, error) from None

@@ -1,0 +1,55 @@
+"""The farm's queues as an operator reads and steers them: every queue with its settings, counts and the live
+machines that serve it; pause, resume, and the farm-wide limit, rate and failure policy (rules.queues says what
+each means, store.queues stores them)."""
+
+from .machines import Machines
+from .rules.errors import NotFound, echoed
+from .rules.queues import DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, check_limit, check_name
+from .store.stores import Store
+from .timing import SharedTiming
+
+
+class Queues:
+    def __init__(self, store: Store, machines: Machines, shared: SharedTiming):
+        self._queues = store.queues
+        self._machines = machines
+        self._shared = shared
+
+    def all(self) -> list[QueueInfo]:
+        return self._queues.infos(self._machines.live())
+
+    def one(self, name: str) -> QueueInfo:
+        known = name if name == DEFAULT else self._known(name)
+        return self._queues.infos(self._machines.live(), only=known)[0]
+
+    def pause(self, name: str, paused: bool) -> None:
+        self._queues.put(self._known(name), paused=paused)
+
+    def set(self, name: str, *, limit: object, rate: object, on_failure: object) -> None:
+        """What is given of `limit`, `rate` and `on_failure` (UNCHANGED: not given) as the queue's settings."""
+        values: dict[str, object] = {}
+        if limit is not UNCHANGED:
+            values["max_running"] = check_limit(limit)
+        if rate is not UNCHANGED:
+            parsed = None if rate is None else Rate.parse(rate)
+            burst = None if parsed is None else parsed.burst(self._shared.current()["period"])
+            values |= dict(
+                rate_count=None if parsed is None else parsed.count,
+                rate_per=None if parsed is None else parsed.per_seconds,
+                burst=burst,
+                tokens=None,
+                refilled_at=None,
+            )
+        if on_failure is not UNCHANGED:
+            values["on_failure"] = OnFailure.parse(on_failure)
+        self._queues.put(self._known(name), **values)
+
+    def _known(self, name: str) -> str:
+        if not self._queues.known(check_name(name)):
+            raise NotFound(
+                f"no queue named {echoed(name)}: a queue exists once a job is enqueued to it or a machine "
+                "serves it by name",
+                what="queue",
+                ref=name,
+            )
+        return name
