@@ -61,7 +61,7 @@ EXECUTOR = click.argument("executor", type=click.Choice(KINDS), metavar="EXECUTO
 TARGET = click.argument("target", nargs=-1, required=True)
 
 
-def spec(
+def job_spec(
     executor: str,
     words: Sequence[str],
     *,

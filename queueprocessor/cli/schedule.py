@@ -9,7 +9,7 @@ from ..nodeoptions import Seconds
 from ..rules.output import format_time, machine_label, print_json, print_table
 from ..rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE
 from .context import Context, pass_ctx
-from .options import EXECUTOR, KINDS, TARGET, Decorated, spec, target_of, work_options
+from .options import EXECUTOR, KINDS, TARGET, Decorated, job_spec, target_of, work_options
 
 
 @click.group()
@@ -73,7 +73,7 @@ def schedule_add(
 ) -> None:
     """Run EXECUTOR TARGET... on a schedule, e.g. `schedule add nightly --cron '0 3 * * *' command -- backup`."""
     row = ctx.farm.schedule(
-        name, spec(executor, target, **work), cron=cron, tz=tz, every=every, misfire=misfire, grace=grace
+        name, job_spec(executor, target, **work), cron=cron, tz=tz, every=every, misfire=misfire, grace=grace
     )
     _say_schedule(row)
 

@@ -12,7 +12,7 @@ from ..rules.errors import echoed
 from ..rules.output import format_time, machine_label, print_json, print_table
 from ..rules.states import JobState
 from .context import Context, pass_ctx
-from .options import EXECUTOR, TARGET, Decorated, spec, work_options
+from .options import EXECUTOR, TARGET, Decorated, job_spec, work_options
 
 if TYPE_CHECKING:
     from ..rules.job import JobSpec
@@ -99,7 +99,7 @@ def enqueue_http(
     **work: Any,
 ) -> None:
     """Enqueue an HTTP GET/POST to PATH on each node's --http-base (or a URL on an allowed host)."""
-    _enqueue(ctx, spec("http", [path], **work), delay=delay, at=at, count=count, key=key, instance=instance)
+    _enqueue(ctx, job_spec("http", [path], **work), delay=delay, at=at, count=count, key=key, instance=instance)
 
 
 @enqueue.command("python")
@@ -119,7 +119,7 @@ def enqueue_python(
     **work: Any,
 ) -> None:
     """Enqueue a call of MODULE:FUNCTION(payload, context) on a node that allows the module."""
-    _enqueue(ctx, spec("python", [target], **work), delay=delay, at=at, count=count, key=key, instance=instance)
+    _enqueue(ctx, job_spec("python", [target], **work), delay=delay, at=at, count=count, key=key, instance=instance)
 
 
 @enqueue.command("command")
@@ -139,7 +139,7 @@ def enqueue_command(
     **work: Any,
 ) -> None:
     """Enqueue a program run without a shell: `enqueue command -- backup --full` (exit code 0 is success)."""
-    _enqueue(ctx, spec("command", argv, **work), delay=delay, at=at, count=count, key=key, instance=instance)
+    _enqueue(ctx, job_spec("command", argv, **work), delay=delay, at=at, count=count, key=key, instance=instance)
 
 
 def _parse_time(text: str | None) -> float | None:
@@ -171,7 +171,7 @@ def singleton() -> None:
 @pass_ctx
 def singleton_add(ctx: Context, /, name: str, executor: str, target: tuple[str, ...], **work: Any) -> None:
     """Keep EXECUTOR TARGET... running on one machine, e.g. `singleton add feed python myapp.feed:poll`."""
-    job_id = ctx.farm.singleton(name, spec(executor, target, **work))
+    job_id = ctx.farm.singleton(name, job_spec(executor, target, **work))
     click.echo(f"singleton {name} is job {job_id}; the next turn-holder with room starts it")
 
 
@@ -237,7 +237,7 @@ def grab(
     from ..grabs import AlreadyTaken
 
     try:
-        job_id = ctx.farm.grab(key, instance, spec(executor, target, **work))
+        job_id = ctx.farm.grab(key, instance, job_spec(executor, target, **work))
         click.echo(f"grabbed {key}@{instance}: job {job_id}")
     except AlreadyTaken as taken:
         click.echo(str(taken))
