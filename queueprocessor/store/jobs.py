@@ -7,7 +7,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import String, Table, and_, bindparam, delete, exc, false, func, insert, literal, select, true, update
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Update
 
@@ -329,6 +328,8 @@ def insert_rows(conn: Connection, table: Table, rows: list[dict[str, Any]], *, i
             return []
         made = conn.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True), rows).all()
         return [row[0] for row in made]
+    from sqlalchemy.dialects.postgresql import ARRAY  # PostgreSQL's own: loaded only by a farm on it
+
     new: list[int] = []
     if ids:
         sequence = func.pg_get_serial_sequence(table.name, "id")

@@ -50,10 +50,25 @@ def sqlite_url(tmp_path):
 
 
 def test_enqueue_writes_its_row_without_loading_a_node(sqlite_url):
+    """Nor what only other commands use: the app's views, the demo, a schedule's parser, the config file's parser,
+    the data folder (a --db was given), and no other database's dialect (a farm on SQLite builds no PostgreSQL
+    statement). Of a node's package it loads only node/config.py, the shape of the farm's timing."""
     modules, shown = loaded_by("enqueue", "http", "/x", db=sqlite_url)
     assert shown == "enqueued job 1"
     assert {"sqlalchemy", "queueprocessor.farm"} <= modules  # it did open the farm
     assert not NODE_SIDE & modules, sorted(NODE_SIDE & modules)
+    unneeded = {
+        "queueprocessor.views",
+        "queueprocessor.demo",
+        "croniter",
+        "tomllib",
+        "platformdirs",
+        "sqlalchemy.dialects.postgresql",
+        "sqlalchemy.dialects.mssql",
+    }
+    assert not unneeded & modules, sorted(unneeded & modules)
+    node_side = {name for name in modules if name.startswith("queueprocessor.node.")}
+    assert node_side == {"queueprocessor.node.config"}, sorted(node_side)
     with Farm(sqlite_url) as farm:
         assert [j["target"] for j in farm.list_jobs()] == ["/x"]
 

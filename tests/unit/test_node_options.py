@@ -7,7 +7,8 @@ pytest.importorskip("PySide6")
 
 import click  # noqa: E402
 
-from queueprocessor import cli  # noqa: E402
+from queueprocessor.cli import node as node_commands  # noqa: E402
+from queueprocessor.cli.output import in_cli_words  # noqa: E402
 from queueprocessor.nodeoptions import NodeConfig, secret_env, to_argv  # noqa: E402
 from queueprocessor.rules.errors import QPError  # noqa: E402
 from ui import app  # noqa: E402
@@ -82,7 +83,7 @@ def _by_command(command: click.Command, args: list[str]) -> NodeConfig | str:
     except click.ClickException as error:
         return f"error: {' '.join(error.format_message().split())}"
     except QPError as error:
-        return f"error: {cli.in_cli_words(error)}"
+        return f"error: {in_cli_words(error)}"
 
 
 def _by_app(args: list[str], capsys) -> NodeConfig | str:
@@ -96,11 +97,11 @@ def _by_app(args: list[str], capsys) -> NodeConfig | str:
 
 @pytest.mark.parametrize("args", ACCEPTED, ids=" ".join)
 def test_node_gui_and_the_app_accept_the_same_options(args, capsys, monkeypatch):
-    node = _by_command(cli.node, args)
+    node = _by_command(node_commands.node, args)
     assert isinstance(node, NodeConfig), node
-    assert node == _by_command(cli.gui, args) == _by_app(args, capsys)
+    assert node == _by_command(node_commands.gui, args) == _by_app(args, capsys)
     # and gui hands the app exactly these options: a URL with a password in its environment, not its argv
-    handed = _by_command(cli.gui, args)
+    handed = _by_command(node_commands.gui, args)
     for variable, value in secret_env(handed).items():
         monkeypatch.setenv(variable, value)
     assert "s3cret" not in " ".join(to_argv(handed))
@@ -109,9 +110,9 @@ def test_node_gui_and_the_app_accept_the_same_options(args, capsys, monkeypatch)
 
 @pytest.mark.parametrize("args", REFUSED, ids=" ".join)
 def test_node_gui_and_the_app_refuse_the_same_values_in_the_same_words(args, capsys):
-    node = _by_command(cli.node, args)
+    node = _by_command(node_commands.node, args)
     assert isinstance(node, str) and node.startswith("error: "), node
-    assert node == _by_command(cli.gui, args) == _by_app(args, capsys)
+    assert node == _by_command(node_commands.gui, args) == _by_app(args, capsys)
 
 
 def test_the_app_runs_a_node_with_the_settings_it_was_given(tmp_path):

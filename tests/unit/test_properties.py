@@ -18,7 +18,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import URL
 
-from queueprocessor.cli import _parse_time
+from queueprocessor.cli.work import _parse_time
 from queueprocessor.rules.clock import FakeClock, OffsetEstimator, SystemClock
 from queueprocessor.rules.errors import ConfigError, InvalidJob
 from queueprocessor.rules.job import parse_payload

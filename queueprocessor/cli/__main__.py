@@ -1,0 +1,5 @@
+"""`python -m queueprocessor.cli`: the command, as the installed script runs it."""
+
+from . import main
+
+main()

@@ -1,0 +1,241 @@
+"""The farm as a whole: its tables (`init-db`), its machines and their state (`status`, `pause`, `resume`,
+`drain`), its queues (`queue`), and its past (`turns`, `stats`, `events`)."""
+
+from dataclasses import asdict
+
+import click
+
+from ..nodeoptions import Seconds, node_options
+from ..rules.output import format_time, machine_label, print_json, print_table
+from ..rules.queues import UNCHANGED, OnFailure, Served
+from ..rules.states import HISTORY_COUNTS, Wish
+from .context import Context, pass_ctx
+from .options import QueueName
+
+
+@click.command("init-db")
+@node_options(only=("period", "heartbeat", "misses"))
+@pass_ctx
+def init_db(ctx: Context, period: float | None, heartbeat: float | None, misses: int | None) -> None:
+    """Create the tables (a node also does this on first start)."""
+    farm = ctx.farm
+    settings = farm.settings(period=period, heartbeat=heartbeat, misses=misses)
+    verb = "created" if farm.created else "is up to date"
+    click.echo(
+        f"schema {verb} in {farm.masked_url}; period {settings['period']:g} s, "
+        f"heartbeat {settings['heartbeat']:g} s, dead after {settings['misses']:g} misses"
+    )
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def status(ctx: Context, as_json: bool) -> None:
+    """Machines with their state and clock offsets, and job counts."""
+    report = ctx.reader.status()
+    if as_json:
+        return print_json(report)
+    click.echo(f"database {report['database']}  now {format_time(report['db_now'])}")
+    print_table(
+        ["id", "name", "host", "status", "queues", "offset", "±", "rtt", "seen", "cap", "run", "done", "fail"],
+        [
+            [
+                m["id"],
+                m["name"],
+                m["host"],
+                m["status"],
+                str(Served(m["queues"], tuple(m["caps"].items()))) or "all",
+                _ms(m["clock_offset"], signed=True),
+                _ms(m["error_bound"]),
+                _ms(m["rtt"]),
+                f"{report['db_now'] - m['last_seen']:.1f}s ago",
+                m["capacity"],
+                m["running"],
+                m["done_count"],
+                m["failed_count"],
+            ]
+            for m in report["machines"]
+        ],
+    )
+    click.echo("jobs: " + ", ".join(f"{n} {state}" for state, n in report["jobs"].items()))
+
+
+def _ms(seconds: float | None, signed: bool = False) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:+.1f}ms" if signed else f"{seconds * 1000:.1f}ms"
+
+
+@click.command()
+@click.option("--since", type=Seconds(min=0), default=60.0, help="Seconds of history.")
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def turns(ctx: Context, since: float, as_json: bool) -> None:
+    """The turn log: which machine polled in which slot."""
+    rows = ctx.reader.turns(since)
+    if as_json:
+        return print_json({"turns": rows})
+    print_table(
+        ["slot", "machine", "taken at", "claimed", "backlog"],
+        [
+            [
+                t["slot"],
+                machine_label(t["machine_name"], t["machine_id"]),
+                format_time(t["taken_at"]),
+                t["claimed"],
+                "yes" if t["backlog"] else "",
+            ]
+            for t in rows
+        ],
+    )
+
+
+@click.command()
+@click.option(
+    "--since", type=Seconds(min=0, min_open=True), default=3600.0, help="Seconds of history (default: an hour)."
+)
+@click.option("--queue", "queue_name", metavar="NAME", help="Only this queue.")
+@click.option("--step", type=click.IntRange(60), default=60, help="Seconds per row: 60, 300, 3600...")
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def stats(ctx: Context, since: float, queue_name: str | None, step: int, as_json: bool) -> None:
+    """The farm's history per queue: jobs enqueued, started, ended by outcome, waiting, and run durations."""
+    rows = ctx.reader.stats(since, step=step, queue=queue_name)
+    if as_json:
+        return print_json({"stats": rows})
+    print_table(
+        ["at", "queue", *HISTORY_COUNTS, "waiting", "running", "p50", "p95"],
+        [
+            [format_time(r["at"])[:16], r["queue"], *(r[n] for n in HISTORY_COUNTS)]
+            + [_or_dash(r["waiting"]), _or_dash(r["running"]), _seconds(r["p50"]), _seconds(r["p95"])]
+            for r in rows
+        ],
+    )
+
+
+@click.command()
+@click.option(
+    "--since", type=Seconds(min=0, min_open=True), default=86400.0, help="Seconds of the log (default: a day)."
+)
+@click.option("--kind", metavar="KIND", help="Only this kind (machine.dead), or family (machine, queue, schedule...).")
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def events(ctx: Context, since: float, kind: str | None, as_json: bool) -> None:
+    """The farm's log: what happened to machines, queues and schedules, and who did it."""
+    rows = ctx.reader.events(since, kind=kind)
+    if as_json:
+        return print_json({"events": rows})
+    print_table(
+        ["at", "kind", "subject", "detail", "by"],
+        [[format_time(e["at"]), e["kind"], e["subject"], e["detail"] or "", e["actor"] or ""] for e in rows],
+    )
+
+
+def _or_dash(value: object) -> object:
+    return "-" if value is None else value
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}s"
+
+
+@click.group()
+def queue() -> None:
+    """Named queues: pause, resume, limit, rate and ordering policy, farm-wide."""
+
+
+@queue.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def queue_list(ctx: Context, as_json: bool) -> None:
+    """Every queue: waiting, running, limit, rate, order keys waiting, paused, the machines serving it."""
+    infos = ctx.reader.queues()
+    if as_json:
+        return print_json({"queues": [asdict(q) | {"rate": q.rate and str(q.rate)} for q in infos]})
+    print_table(
+        ["queue", "waiting", "running", "limit", "rate", "keys waiting", "state", "on failure", "serving"],
+        [
+            [
+                q.name,
+                q.waiting,
+                q.running,
+                q.limit or "-",
+                q.rate or "-",
+                q.order_keys_waiting,
+                "paused" if q.paused else "active",
+                q.on_failure,
+                ", ".join(q.serving) or "NOBODY",
+            ]
+            for q in infos
+        ],
+    )
+
+
+def _queue_switch(word: str, text: str, said: str) -> click.Command:
+    @queue.command(word, help=text)
+    @click.argument("name", type=QueueName())
+    @pass_ctx
+    def command(ctx: Context, name: str) -> None:
+        getattr(ctx.farm, f"{word}_queue")(name)
+        click.echo(f"queue {name} {said}")
+
+    return command
+
+
+_queue_switch(
+    "pause",
+    "Start no more jobs of queue NAME anywhere (running ones finish) until resumed.",
+    "paused: no new job of it starts from the next claim on; running ones finish",
+)
+_queue_switch("resume", "Let a paused queue's jobs start again.", "resumed")
+
+
+@queue.command("set")
+@click.argument("name", type=QueueName())
+@click.option("--limit", type=int, help="At most N of its jobs running at once across the farm.")
+@click.option("--no-limit", is_flag=True, help="Remove the limit.")
+@click.option("--rate", metavar="N/UNIT", help="At most N starts per s, min or h across the farm, e.g. 10/s.")
+@click.option("--no-rate", is_flag=True, help="Remove the rate.")
+@click.option(
+    "--on-failure",
+    type=click.Choice([p.value for p in OnFailure]),
+    help="A job of an order key that failed for good: block the key's later jobs until it is retried or "
+    "cancelled, or skip it.",
+)
+@pass_ctx
+def queue_set(
+    ctx: Context, name: str, limit: int | None, no_limit: bool, rate: str | None, no_rate: bool, on_failure: str | None
+) -> None:
+    """Change queue NAME's farm-wide limit, rate or ordering policy (the rest stays as it is)."""
+    for given, removed, option in ((limit, no_limit, "limit"), (rate, no_rate, "rate")):
+        if given is not None and removed:
+            raise click.UsageError(f"give --{option} or --no-{option}, not both")
+    if limit is None and rate is None and on_failure is None and not (no_limit or no_rate):
+        raise click.UsageError("nothing to change: give --limit, --rate, --on-failure, --no-limit or --no-rate")
+    ctx.farm.set_queue(
+        name,
+        limit=None if no_limit else UNCHANGED if limit is None else limit,
+        rate=None if no_rate else UNCHANGED if rate is None else rate,
+        on_failure=UNCHANGED if on_failure is None else OnFailure(on_failure),
+    )
+    info = ctx.farm.queue(name)
+    click.echo(f"queue {name}: limit {info.limit or 'none'}, rate {info.rate or 'none'}, on failure {info.on_failure}")
+
+
+def _wish_command(wish: str, text: str) -> click.Command:
+    @click.command(wish, help=text)
+    @click.argument("machine")
+    @pass_ctx
+    def command(ctx: Context, machine: str) -> None:
+        row = ctx.farm.steer(machine, wish)
+        click.echo(f"asked machine {row['id']} ({row['name']}) to {wish}; it applies this within one heartbeat")
+
+    return command
+
+
+pause = _wish_command(Wish.PAUSE, "Take MACHINE (name or id) out of the turns; it keeps its running jobs.")
+resume = _wish_command(Wish.RESUME, "Put a paused MACHINE back into the turns.")
+drain = _wish_command(Wish.DRAIN, "Let MACHINE finish its jobs, then stop.")
+
+
+COMMANDS = (init_db, status, turns, stats, events, queue, pause, resume, drain)

@@ -1,0 +1,113 @@
+"""What several commands share: the kinds of work, the options every kind takes, the arguments that name work
+(`EXECUTOR TARGET...`), and the click types of a job id and a queue name."""
+
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from ..nodeoptions import Seconds
+from ..rules.errors import QPError
+from ..rules.limits import MAX_ATTEMPTS
+from ..rules.queues import DEFAULT, check_name
+
+if TYPE_CHECKING:
+    from ..rules.job import JobSpec
+
+# The kinds of work the command line names: the only place the CLI types them out.
+KINDS = ("http", "python", "command")
+Decorated = TypeVar("Decorated", bound=Callable[..., Any])  # a command's function, given more options
+JOB_ID = click.IntRange(1, 2**63 - 1)  # ids are 64-bit: a larger number names no job, and no driver takes it
+JOB_ID.name = "integer"  # "'abc' is not a valid integer", not "... integer range"
+
+
+def work_options(command: Decorated) -> Decorated:
+    """What every kind of work takes besides its target (enqueue, schedule, singleton, grab)."""
+    for option in reversed(
+        (
+            click.option(
+                "--method",
+                type=click.Choice(["GET", "POST"], case_sensitive=False),
+                default="GET",
+                help="HTTP jobs only.",
+            ),
+            click.option(
+                "--payload",
+                metavar="JSON",
+                help="JSON given to the work (HTTP POST body, Python argument, command's stdin).",
+            ),
+            click.option("--priority", type=int, default=0, help="Higher runs first."),
+            click.option("--max-attempts", type=click.IntRange(min=1), default=MAX_ATTEMPTS),
+            click.option("--timeout", type=Seconds(min=0, min_open=True), help="Seconds before a run is stopped."),
+            click.option(
+                "--queue",
+                default=DEFAULT,
+                metavar="NAME",
+                help="The queue it waits in; only machines serving it run it (node --queues).",
+            ),
+            click.option(
+                "--order-key",
+                metavar="KEY",
+                help="Jobs with the same key in one queue run one at a time, in the order they were enqueued.",
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+EXECUTOR = click.argument("executor", type=click.Choice(KINDS), metavar="EXECUTOR")
+TARGET = click.argument("target", nargs=-1, required=True)
+
+
+def job_spec(
+    executor: str,
+    words: Sequence[str],
+    *,
+    method: str,
+    payload: str | None,
+    priority: int,
+    max_attempts: int,
+    timeout: float | None,
+    queue: str,
+    order_key: str | None,
+    after: tuple[int, ...] = (),
+    after_ended: bool = False,
+) -> "JobSpec":
+    """A JobSpec from `EXECUTOR TARGET...` on the command line."""
+    from ..rules.job import work_spec
+
+    return work_spec(
+        executor,
+        target_of(executor, words),
+        method=method,
+        payload=payload,
+        priority=priority,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        queue=queue,
+        order_key=order_key,
+        after=after,
+        after_ended=after_ended,
+    )
+
+
+def target_of(executor: str, words: Sequence[str]) -> str:
+    """The target `EXECUTOR TARGET...` names on the command line: a command's argv as JSON."""
+    if executor != "command" and len(words) != 1:
+        example = "/reports/run" if executor == "http" else "myapp.jobs:report"
+        raise click.UsageError(f"{executor} work takes one target, e.g. {example} (got {len(words)})")
+    return json.dumps(list(words)) if executor == "command" else words[0]
+
+
+class QueueName(click.ParamType[str]):
+    """A queue name, checked as the API checks it, refused in click's words for an argument."""
+
+    name = "queue name"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return check_name(value)
+        except QPError as error:
+            self.fail(error.say(lambda _input: "name"), param, ctx)

@@ -1,0 +1,255 @@
+"""Work given to the farm now: `enqueue` (each kind of work), `grab` (keyed work done once) and `singleton`
+(continuous work one live machine holds)."""
+
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..nodeoptions import Seconds
+from ..rules.errors import echoed
+from ..rules.output import format_time, machine_label, print_json, print_table
+from ..rules.states import JobState
+from .context import Context, pass_ctx
+from .options import EXECUTOR, TARGET, Decorated, job_spec, work_options
+
+if TYPE_CHECKING:
+    from ..rules.job import JobSpec
+
+
+@click.group()
+def enqueue() -> None:
+    """Add jobs to the queue."""
+
+
+def _job_ids(_ctx: click.Context, _param: click.Parameter, text: str | None) -> tuple[int, ...]:
+    """--after 12,13: job ids, separated by commas."""
+    try:
+        return tuple(int(word) for word in text.split(",")) if text else ()
+    except ValueError:
+        raise click.BadParameter(
+            f"{echoed(text)} is not a list of job ids: give them separated by commas, e.g. 12,13"
+        ) from None
+
+
+def _when_options(command: Decorated) -> Decorated:
+    for option in reversed(
+        (
+            click.option("--delay", type=Seconds(min=0), default=0.0, help="Seconds from now (database time)."),
+            click.option("--at", "at", metavar="TIME", help="Run at an ISO 8601 time or epoch seconds."),
+            click.option(
+                "--count", type=click.IntRange(min=1, max=1_000_000), default=1, help="Enqueue this many copies."
+            ),
+            click.option(
+                "--key", help="Unique key: a second job with the same key (and instance) is refused, naming the winner."
+            ),
+            click.option("--instance", help="With --key: the instance of the keyed work, e.g. a date."),
+            click.option(
+                "--after",
+                metavar="IDS",
+                callback=_job_ids,
+                help="Run once these jobs (ids, e.g. 12,13) have succeeded; until then it waits.",
+            ),
+            click.option(
+                "--after-ended", is_flag=True, help="With --after: run once they have ended, whatever the outcome."
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def _enqueue(
+    ctx: Context, spec: "JobSpec", *, delay: float, at: str | None, count: int, key: str | None, instance: str | None
+) -> None:
+    if at is not None and delay:
+        raise click.UsageError("give --delay or --at, not both")
+    if instance is not None and key is None:
+        raise click.UsageError("--instance needs --key")
+    if key is not None:
+        from ..grabs import grab_key
+
+        spec = replace(spec, key=grab_key(key, instance) if instance is not None else key)
+    done = ctx.farm.submit(spec, delay=delay, at=_parse_time(at), count=count)
+    ids = done.ids
+    click.echo(f"enqueued job {ids[0]}" if len(ids) == 1 else f"enqueued {len(ids)} jobs ({ids[0]}..{ids[-1]})")
+    if not done.served:
+        click.echo(
+            f"warning: no live machine serves queue {echoed(spec.queue)} yet: its jobs wait until one does "
+            "(node --queues)",
+            err=True,
+        )
+
+
+@enqueue.command("http")
+@click.argument("path")
+@work_options
+@_when_options
+@pass_ctx
+def enqueue_http(
+    ctx: Context,
+    /,
+    path: str,
+    delay: float,
+    at: str | None,
+    count: int,
+    key: str | None,
+    instance: str | None,
+    **work: Any,
+) -> None:
+    """Enqueue an HTTP GET/POST to PATH on each node's --http-base (or a URL on an allowed host)."""
+    _enqueue(ctx, job_spec("http", [path], **work), delay=delay, at=at, count=count, key=key, instance=instance)
+
+
+@enqueue.command("python")
+@click.argument("target", metavar="MODULE:FUNCTION")
+@work_options
+@_when_options
+@pass_ctx
+def enqueue_python(
+    ctx: Context,
+    /,
+    target: str,
+    delay: float,
+    at: str | None,
+    count: int,
+    key: str | None,
+    instance: str | None,
+    **work: Any,
+) -> None:
+    """Enqueue a call of MODULE:FUNCTION(payload, context) on a node that allows the module."""
+    _enqueue(ctx, job_spec("python", [target], **work), delay=delay, at=at, count=count, key=key, instance=instance)
+
+
+@enqueue.command("command")
+@click.argument("argv", nargs=-1, required=True)
+@work_options
+@_when_options
+@pass_ctx
+def enqueue_command(
+    ctx: Context,
+    /,
+    argv: tuple[str, ...],
+    delay: float,
+    at: str | None,
+    count: int,
+    key: str | None,
+    instance: str | None,
+    **work: Any,
+) -> None:
+    """Enqueue a program run without a shell: `enqueue command -- backup --full` (exit code 0 is success)."""
+    _enqueue(ctx, job_spec("command", argv, **work), delay=delay, at=at, count=count, key=key, instance=instance)
+
+
+def _parse_time(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise click.BadParameter(
+            f"{echoed(text)} is not a time: use ISO 8601 (2026-11-22T18:00:00+00:00) or epoch seconds",
+            param_hint="--at",
+        ) from None
+
+
+@click.group()
+def singleton() -> None:
+    """Continuous work held by exactly one live machine, taken over when that machine dies."""
+
+
+@singleton.command("add")
+@click.argument("name")
+@EXECUTOR
+@TARGET
+@work_options
+@pass_ctx
+def singleton_add(ctx: Context, /, name: str, executor: str, target: tuple[str, ...], **work: Any) -> None:
+    """Keep EXECUTOR TARGET... running on one machine, e.g. `singleton add feed python myapp.feed:poll`."""
+    job_id = ctx.farm.singleton(name, job_spec(executor, target, **work))
+    click.echo(f"singleton {name} is job {job_id}; the next turn-holder with room starts it")
+
+
+@singleton.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def singleton_list(ctx: Context, as_json: bool) -> None:
+    """Every singleton, the machine holding it and since when."""
+    rows = ctx.reader.list_singletons()
+    if as_json:
+        return print_json({"singletons": rows})
+    print_table(
+        ["name", "job", "state", "machine", "fence", "since", "work", "last error"],
+        [
+            [
+                r["name"],
+                r["id"],
+                r["state"],
+                machine_label(r["owner_name"], r["owner"]),
+                r["fence"],
+                format_time(r["started_at"]),
+                f"{r['executor']} {r['target']}"[:50],
+                (r["last_error"] or "")[:50],
+            ]
+            for r in rows
+        ],
+    )
+
+
+@singleton.command("remove")
+@click.argument("name")
+@pass_ctx
+def singleton_remove(ctx: Context, name: str) -> None:
+    """Stop a singleton for good (its machine stops it within a heartbeat)."""
+    click.echo(f"singleton {name}: {ctx.farm.remove_singleton(name)}")
+
+
+@click.command()
+@click.argument("key")
+@click.argument("instance")
+@EXECUTOR
+@TARGET
+@work_options
+@click.option("--wait", "wait", is_flag=True, help="Wait for the result (ours, or the winner's if we lost).")
+@click.option("--wait-timeout", type=Seconds(min=0), help="Give up waiting after SECONDS.")
+@pass_ctx
+def grab(
+    ctx: Context,
+    /,
+    key: str,
+    instance: str,
+    executor: str,
+    target: tuple[str, ...],
+    wait: bool,
+    wait_timeout: float | None,
+    **work: Any,
+) -> None:
+    """Do EXECUTOR TARGET... once for KEY and INSTANCE (e.g. Report-26 2026-11-22).
+
+    A second grab of the same pair is refused, naming the winner and whether it finished (exit code 3),
+    or with --wait, waits for the winner's result. With --wait the exit code is 0 only if the work succeeded.
+    """
+    from ..grabs import AlreadyTaken
+
+    try:
+        job_id = ctx.farm.grab(key, instance, job_spec(executor, target, **work))
+        click.echo(f"grabbed {key}@{instance}: job {job_id}")
+    except AlreadyTaken as taken:
+        click.echo(str(taken))
+        if not wait:
+            raise click.exceptions.Exit(3) from None
+        job_id = taken.holder.job["id"]
+    if wait:
+        holder = ctx.farm.wait_grab(job_id, wait_timeout)
+        click.echo(f"job {job_id} {holder.status()}")
+        if holder.output:
+            click.echo(holder.output.rstrip("\n"))
+        raise click.exceptions.Exit(0 if holder.job["state"] == JobState.SUCCEEDED else 1)
+
+
+COMMANDS = (enqueue, grab, singleton)
