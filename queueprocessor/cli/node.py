@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import click
 
@@ -17,10 +17,18 @@ from ..rules.urls import default_url
 from .config import load_config
 from .context import Context, pass_ctx
 
-if TYPE_CHECKING:  # loaded by the command that runs it: `--help` and `enqueue` load no node (test_cli_imports)
-    from ..node.node import Node
-
 log = logging.getLogger("queueprocessor")
+
+
+class Runs(Protocol):
+    """What the command uses of the node Farm.node() gives it: the CLI never reaches into a node's insides, and
+    `--help` and `enqueue` load none of it (test_cli_imports)."""
+
+    stopped: threading.Event
+
+    def start(self) -> object: ...
+
+    def stop(self, drain: bool = True) -> None: ...
 
 
 @click.command(cls=NodeCommand)
@@ -33,7 +41,7 @@ def node(ctx: Context, options: NodeConfig) -> None:
     run_until_signalled(ctx.farm.node(options))
 
 
-def run_until_signalled(the_node: "Node") -> None:
+def run_until_signalled(the_node: Runs) -> None:
     """SIGTERM or the first SIGINT drains the node; a second SIGINT leaves at once."""
     stopping = threading.Event()
 

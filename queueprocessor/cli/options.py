@@ -1,7 +1,6 @@
 """What several commands share: the kinds of work, the options every kind takes, the arguments that name work
 (`EXECUTOR TARGET...`), and the click types of a job id and a queue name."""
 
-import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -9,14 +8,13 @@ import click
 
 from ..nodeoptions import Seconds
 from ..rules.errors import QPError
+from ..rules.kinds import KINDS
 from ..rules.limits import MAX_ATTEMPTS
 from ..rules.queues import DEFAULT, check_name
 
 if TYPE_CHECKING:
     from ..rules.job import JobSpec
 
-# The kinds of work the command line names: the only place the CLI types them out.
-KINDS = ("http", "python", "command")
 Decorated = TypeVar("Decorated", bound=Callable[..., Any])  # a command's function, given more options
 JOB_ID = click.IntRange(1, 2**63 - 1)  # ids are 64-bit: a larger number names no job, and no driver takes it
 JOB_ID.name = "integer"  # "'abc' is not a valid integer", not "... integer range"
@@ -57,7 +55,7 @@ def work_options(command: Decorated) -> Decorated:
     return command
 
 
-EXECUTOR = click.argument("executor", type=click.Choice(KINDS), metavar="EXECUTOR")
+EXECUTOR = click.argument("executor", type=click.Choice(list(KINDS)), metavar="EXECUTOR")
 TARGET = click.argument("target", nargs=-1, required=True)
 
 
@@ -95,10 +93,11 @@ def job_spec(
 
 def target_of(executor: str, words: Sequence[str]) -> str:
     """The target `EXECUTOR TARGET...` names on the command line: a command's argv as JSON."""
-    if executor != "command" and len(words) != 1:
-        example = "/reports/run" if executor == "http" else "myapp.jobs:report"
-        raise click.UsageError(f"{executor} work takes one target, e.g. {example} (got {len(words)})")
-    return json.dumps(list(words)) if executor == "command" else words[0]
+    kind = KINDS[executor]
+    target = kind.target_of(words)
+    if target is None:
+        raise click.UsageError(f"{executor} work takes one target, e.g. {kind.example} (got {len(words)})")
+    return target
 
 
 class QueueName(click.ParamType[str]):

@@ -6,10 +6,11 @@ from typing import Any
 import click
 
 from ..nodeoptions import Seconds
+from ..rules.kinds import HTTP, KINDS
 from ..rules.output import format_time, machine_label, print_json, print_table
 from ..rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE
 from .context import Context, pass_ctx
-from .options import EXECUTOR, KINDS, TARGET, Decorated, job_spec, target_of, work_options
+from .options import EXECUTOR, TARGET, Decorated, job_spec, target_of, work_options
 
 
 @click.group()
@@ -161,7 +162,7 @@ def schedule_run(ctx: Context, name: str, request: str | None) -> None:
 @click.option("--queue", metavar="NAME", help="The queue its occurrences wait in.")
 @click.option("--payload", metavar="JSON", help="JSON given to the work; '' for none.")
 @click.option("--method", type=click.Choice(["GET", "POST"], case_sensitive=False), help="HTTP work only.")
-@click.argument("executor", type=click.Choice(KINDS), metavar="[EXECUTOR", required=False)
+@click.argument("executor", type=click.Choice(list(KINDS)), metavar="[EXECUTOR", required=False)
 @click.argument("target", nargs=-1, metavar="TARGET...]")
 @pass_ctx
 def schedule_set(ctx: Context, /, name: str, executor: str | None, target: tuple[str, ...], **given: Any) -> None:
@@ -190,7 +191,7 @@ def schedule_show(ctx: Context, name: str, runs: int, as_json: bool) -> None:
     if as_json:
         return print_json({"schedule": row, "runs": last})
     _say_schedule(row)
-    work = f"{row['executor']} {row['method'] + ' ' if row['executor'] == 'http' else ''}{row['target']}"
+    work = f"{row['executor']} {row['method'] + ' ' if row['executor'] == HTTP.name else ''}{row['target']}"
     click.echo(f"work: {work} in queue {row['queue']}, payload {row['payload'] or 'none'}")
     click.echo(f"misfire: {row['misfire']}, grace {row['grace']:g} s")
     print_table(

@@ -9,6 +9,7 @@ import click
 
 from ..nodeoptions import Seconds
 from ..rules.errors import echoed
+from ..rules.kinds import COMMAND, HTTP, PYTHON
 from ..rules.output import format_time, machine_label, print_json, print_table
 from ..rules.states import JobState
 from .context import Context, pass_ctx
@@ -82,7 +83,7 @@ def _enqueue(
         )
 
 
-@enqueue.command("http")
+@enqueue.command(HTTP.name)
 @click.argument("path")
 @work_options
 @_when_options
@@ -99,10 +100,10 @@ def enqueue_http(
     **work: Any,
 ) -> None:
     """Enqueue an HTTP GET/POST to PATH on each node's --http-base (or a URL on an allowed host)."""
-    _enqueue(ctx, job_spec("http", [path], **work), delay=delay, at=at, count=count, key=key, instance=instance)
+    _enqueue(ctx, job_spec(HTTP.name, [path], **work), delay=delay, at=at, count=count, key=key, instance=instance)
 
 
-@enqueue.command("python")
+@enqueue.command(PYTHON.name)
 @click.argument("target", metavar="MODULE:FUNCTION")
 @work_options
 @_when_options
@@ -119,10 +120,10 @@ def enqueue_python(
     **work: Any,
 ) -> None:
     """Enqueue a call of MODULE:FUNCTION(payload, context) on a node that allows the module."""
-    _enqueue(ctx, job_spec("python", [target], **work), delay=delay, at=at, count=count, key=key, instance=instance)
+    _enqueue(ctx, job_spec(PYTHON.name, [target], **work), delay=delay, at=at, count=count, key=key, instance=instance)
 
 
-@enqueue.command("command")
+@enqueue.command(COMMAND.name)
 @click.argument("argv", nargs=-1, required=True)
 @work_options
 @_when_options
@@ -139,7 +140,7 @@ def enqueue_command(
     **work: Any,
 ) -> None:
     """Enqueue a program run without a shell: `enqueue command -- backup --full` (exit code 0 is success)."""
-    _enqueue(ctx, job_spec("command", argv, **work), delay=delay, at=at, count=count, key=key, instance=instance)
+    _enqueue(ctx, job_spec(COMMAND.name, argv, **work), delay=delay, at=at, count=count, key=key, instance=instance)
 
 
 def _parse_time(text: str | None) -> float | None:

@@ -9,6 +9,7 @@ import ast
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -107,3 +108,13 @@ def test_no_class_is_over_400_lines_and_no_function_over_80():
         for line in oversized(path)
     ]
     assert not offenders, "too long to read as one piece; split by what each part does:\n" + "\n".join(offenders)
+
+
+def test_every_package_of_the_tree_is_in_the_wheel():
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for package in ("queueprocessor", "ui")
+        for init in (ROOT / package).rglob("__init__.py")
+    }
+    assert found <= listed, f"an installed copy would miss {sorted(found - listed)}: list them in pyproject.toml"
