@@ -28,7 +28,9 @@ MAX_STEPS = 100_000  # jobs one call enqueues: a graph is one transaction
 Submit = Callable[[str, str | None, Sequence[Step], JobSpec | None], Made]
 
 
-def check_name(name: str | None, what: str) -> str | None:
+def check_flow_name(name: str | None, what: str) -> str | None:
+    """A workflow's, a group's or a step's name as given (any text that fits the column, without surrounding
+    spaces: unlike a queue's, rules.queues.check_name), or BadJobInput."""
     if name is not None and not (isinstance(name, str) and 0 < len(name) <= MAX_NAME and name.strip() == name):
         raise BadJobInput(
             "{0} {value} is not a name: give 1 to {limit} characters without surrounding spaces",
@@ -46,13 +48,13 @@ class Workflow:
 
     def __init__(self, submit: Submit, name: str | None = None):
         self._submit = submit
-        self.name = check_name(name, "name")
+        self.name = check_flow_name(name, "name")
         self.steps: list[Step] = []
 
     def step(self, name: str, spec: JobSpec, *, after: Iterable[str] = (), after_ended: bool = False) -> "Workflow":
         """Add step `name`, run once the steps named in `after` (added before it) have succeeded (with
         `after_ended`: have ended, whatever the outcome)."""
-        check_name(name, "step")
+        check_flow_name(name, "step")
         known = {s.name for s in self.steps}
         if name in known:
             raise BadJobInput("{0} {value} is named twice: give each step its own name", "step", value=name)
@@ -90,7 +92,7 @@ def group(submit: Submit, specs: Iterable[JobSpec], callback: JobSpec | None, na
         raise BadJobInput("{0} has no jobs: give at least one", "group")
     if len(members) > MAX_STEPS:
         raise BadJobInput.out_of("group", len(members), f"at most {MAX_STEPS:,} jobs in one call")
-    return submit(GROUP, check_name(name, "name"), members, callback)
+    return submit(GROUP, check_flow_name(name, "name"), members, callback)
 
 
 def read(flows: FlowStore, flow_id: int, kind: str, steps: bool) -> dict[str, Any]:
