@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import parse_qs, urlsplit
 
-from .farm import Farm, work_spec
+from . import work_spec
+from .farm import Farm
 from .rules.errors import NotFound, QPError
 from .rules.kinds import HTTP
 from .rules.states import CHECKING_IN, JobState, MachineState

@@ -29,14 +29,11 @@ from .node.config import FarmTiming, NodeConfig
 from .queues import Queues
 from .rules.clock import Clock
 from .rules.errors import DatabaseUnavailable, QPError
-from .rules.job import JobOptions
-from .rules.job import JobSpec as JobSpec  # the CLI and the app import it here
-from .rules.job import work_spec as work_spec  # the CLI, the app and scripts build jobs with it
+from .rules.job import JobOptions, JobSpec
 from .rules.queues import UNCHANGED, QueueInfo
 from .rules.roster import Liveness
 from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, Recurrence
-from .rules.search import BulkAction
-from .rules.search import JobFilter as JobFilter  # what find_jobs and act_on_jobs take
+from .rules.search import BulkAction, JobFilter
 from .rules.urls import default_url, mask
 from .schedulesteer import ScheduleSteering
 from .store import permissions

@@ -32,8 +32,9 @@ from PySide6.QtGui import QPainter  # noqa: E402
 from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
+from queueprocessor import JobFilter, work_spec  # noqa: E402
 from queueprocessor.demo import feed, start_web_server  # noqa: E402
-from queueprocessor.farm import Farm, JobFilter, work_spec  # noqa: E402
+from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
 from queueprocessor.rules.clock import SystemClock  # noqa: E402
 from queueprocessor.rules.search import BulkAction  # noqa: E402

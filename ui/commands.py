@@ -10,7 +10,8 @@ back as that command's failure.
 from collections.abc import Callable
 from typing import Any
 
-from queueprocessor.farm import Farm, JobFilter, JobSpec
+from queueprocessor import JobFilter, JobSpec
+from queueprocessor.farm import Farm
 from queueprocessor.rules.output import format_time
 from queueprocessor.rules.search import BulkAction
 from queueprocessor.rules.states import Wish

@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from queueprocessor import __version__
-from queueprocessor.farm import needs_password, with_password, work_spec
+from queueprocessor import __version__, work_spec
+from queueprocessor.farm import needs_password, with_password
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.kinds import HTTP
 from queueprocessor.rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, check_limit

@@ -18,7 +18,8 @@ from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QDockWidget, QMainWindow, QSplitter, QTabWidget, QVBoxLayout, QWidget
 
-from queueprocessor.farm import JobFilter, without_password
+from queueprocessor import JobFilter
+from queueprocessor.farm import without_password
 from queueprocessor.nodeoptions import NodeConfig
 from queueprocessor.rules.states import FINISHED, JobState, MachineState
 from queueprocessor.rules.urls import mask

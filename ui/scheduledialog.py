@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from queueprocessor.farm import work_spec
+from queueprocessor import work_spec
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.kinds import KINDS, METHODS, TARGETS_SAID
 from queueprocessor.rules.schedules import MISFIRE, PREVIEW, Recurrence, check_policy, edited

@@ -8,7 +8,8 @@ import sys
 
 from sqlalchemy import update
 
-from queueprocessor.farm import Farm, JobFilter
+from queueprocessor import JobFilter
+from queueprocessor.farm import Farm
 from queueprocessor.store.schema import jobs
 from tests.acceptance.test_cli import run
 from tests.support.work import wait_for

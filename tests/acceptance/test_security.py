@@ -26,9 +26,10 @@ from yarl import URL
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from queueprocessor import work_spec  # noqa: E402
 from queueprocessor.executors.base import JobFailed  # noqa: E402
 from queueprocessor.executors.http import LOCAL_HOSTS, HttpExecutor  # noqa: E402
-from queueprocessor.farm import Farm, work_spec  # noqa: E402
+from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.rules.errors import InvalidJob, QPError  # noqa: E402
 from queueprocessor.rules.job import JobSpec  # noqa: E402
 from queueprocessor.rules.states import Wish  # noqa: E402

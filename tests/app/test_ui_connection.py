@@ -9,7 +9,8 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from queueprocessor.farm import Farm, work_spec  # noqa: E402
+from queueprocessor import work_spec  # noqa: E402
+from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
 from queueprocessor.rules.states import JobState, MachineState, Wish  # noqa: E402
 from ui.commands import Commands  # noqa: E402

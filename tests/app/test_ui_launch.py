@@ -15,7 +15,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QSettings  # noqa: E402
 
-from queueprocessor.farm import Farm, work_spec  # noqa: E402
+from queueprocessor import work_spec  # noqa: E402
+from queueprocessor.farm import Farm  # noqa: E402
 from ui.app import make_app  # noqa: E402
 from ui.dialogs import DatabaseDialog, EnqueueDialog  # noqa: E402
 from ui.operator import recent_databases, remember  # noqa: E402

@@ -12,7 +12,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QPoint  # noqa: E402
 
-from queueprocessor.farm import Farm, work_spec  # noqa: E402
+from queueprocessor import work_spec  # noqa: E402
+from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
 from queueprocessor.rules.queues import OnFailure, Rate  # noqa: E402
 from tests.app import test_ui_window  # noqa: E402

@@ -4,7 +4,8 @@ delete changes exactly those its action may change, as the single action would, 
 import pytest
 from sqlalchemy import select, text, update
 
-from queueprocessor.farm import Farm, JobFilter
+from queueprocessor import JobFilter
+from queueprocessor.farm import Farm
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.search import BadSearch, BulkAction

@@ -4,7 +4,8 @@ logged in the same transaction, with who did it; a change refused logs nothing; 
 import pytest
 from sqlalchemy import update
 
-from queueprocessor.farm import Farm, JobFilter
+from queueprocessor import JobFilter
+from queueprocessor.farm import Farm
 from queueprocessor.rules.errors import InvalidJob, NotFound
 from queueprocessor.rules.search import BulkAction
 from queueprocessor.store.events import actor_of, record_event

@@ -5,7 +5,8 @@ from contextlib import contextmanager
 
 from sqlalchemy import func, insert, inspect, select, text, update
 
-from queueprocessor.farm import Farm, JobFilter
+from queueprocessor import JobFilter
+from queueprocessor.farm import Farm
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine

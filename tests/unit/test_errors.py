@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from queueprocessor import work_spec
 from queueprocessor.cli.output import in_cli_words
 from queueprocessor.executors import AllowLists, make_executors
-from queueprocessor.farm import Farm, work_spec
+from queueprocessor.farm import Farm
 from queueprocessor.rules.errors import ECHO_LIMIT, BadJobInput, BadSetting, InvalidJob, NotAllowed, NotFound, echoed
 from queueprocessor.rules.job import JobSpec
 
