@@ -2,7 +2,7 @@
 (`EXECUTOR TARGET...`), and the click types of a job id and a queue name."""
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 import click
 
@@ -13,7 +13,7 @@ from ..rules.limits import MAX_ATTEMPTS
 from ..rules.queues import DEFAULT, check_name
 
 if TYPE_CHECKING:
-    from ..rules.job import JobSpec
+    from ..rules.job import JobOptions, JobSpec
 
 Decorated = TypeVar("Decorated", bound=Callable[..., Any])  # a command's function, given more options
 JOB_ID = click.IntRange(1, 2**63 - 1)  # ids are 64-bit: a larger number names no job, and no driver takes it
@@ -59,36 +59,11 @@ EXECUTOR = click.argument("executor", type=click.Choice(list(KINDS)), metavar="E
 TARGET = click.argument("target", nargs=-1, required=True)
 
 
-def job_spec(
-    executor: str,
-    words: Sequence[str],
-    *,
-    method: str,
-    payload: str | None,
-    priority: int,
-    max_attempts: int,
-    timeout: float | None,
-    queue: str,
-    order_key: str | None,
-    after: tuple[int, ...] = (),
-    after_ended: bool = False,
-) -> "JobSpec":
-    """A JobSpec from `EXECUTOR TARGET...` on the command line."""
+def job_spec(executor: str, words: Sequence[str], *, payload: str | None, **options: Unpack["JobOptions"]) -> "JobSpec":
+    """A JobSpec from `EXECUTOR TARGET...` on the command line, with the options work_options gave."""
     from ..rules.job import work_spec
 
-    return work_spec(
-        executor,
-        target_of(executor, words),
-        method=method,
-        payload=payload,
-        priority=priority,
-        max_attempts=max_attempts,
-        timeout=timeout,
-        queue=queue,
-        order_key=order_key,
-        after=after,
-        after_ended=after_ended,
-    )
+    return work_spec(executor, target_of(executor, words), payload=payload, **options)
 
 
 def target_of(executor: str, words: Sequence[str]) -> str:
