@@ -7,7 +7,6 @@ node process: it starts, joins, and is gone once the block ends, by an exception
 
 import ast
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -109,4 +108,3 @@ def test_node_options_become_the_clis_flags(common):
 def test_an_unknown_backend_is_refused_in_one_line(common):
     with pytest.raises(ValueError, match="backend must be"), common.farm(backend="oracle"):
         pass
-
