@@ -15,7 +15,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,10 +22,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import load_average, print_table  # noqa: E402
+from common import farm, load_average, print_table  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.views import Dashboard, FarmTiming, Query  # noqa: E402
 from ui import workflowview  # noqa: E402
 from ui.app import make_app  # noqa: E402
@@ -82,6 +80,24 @@ def graph_costs(flow: dict, repeat: int, words: int) -> tuple[float, float, floa
     return costs
 
 
+def costs_of(farm_, members: int, repeat: int, words: int) -> list[str]:
+    """A group of `members` no-op HTTP jobs and a callback enqueued on `farm_`: the worker's read with and without
+    it, and the graph's costs, ours beside every box written in."""
+    group = farm_.group([farm_.http_spec("/ok") for _ in range(members)], callback=farm_.http_spec("/d", method="POST"))
+    dashboard = Dashboard(farm_._store, FarmTiming.of(farm_.settings()))
+    read_with = wall_ms(lambda: dashboard.read(Query(flow_id=group)), repeat)
+    read_without = wall_ms(lambda: dashboard.read(Query()), repeat)
+    flow = dashboard.read(Query(flow_id=group))["flow"]
+    ours = graph_costs(flow, repeat, words)
+    every = graph_costs(flow, repeat, 10**9)
+    return [
+        f"{members:,} + callback",
+        f"{read_with:.1f} / {read_without:.1f}",
+        " / ".join(f"{ms:.1f}" for ms in ours),
+        " / ".join(f"{ms:.1f}" for ms in every),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", default="50,1000,10000")
@@ -91,25 +107,8 @@ def main() -> None:
     words = workflowview.WORDS
     rows = []
     for members in (int(n) for n in args.members.split(",")):
-        farm = Farm(f"sqlite:///{tempfile.mkdtemp(prefix='qp-flowbench-')}/farm.db")
-        group = farm.group(
-            [farm.http_spec("/ok") for _ in range(members)], callback=farm.http_spec("/d", method="POST")
-        )
-        dashboard = Dashboard(farm._store, FarmTiming.of(farm.settings()))
-        read_with = wall_ms(lambda: dashboard.read(Query(flow_id=group)), args.repeat)  # noqa: B023
-        read_without = wall_ms(lambda: dashboard.read(Query()), args.repeat)  # noqa: B023
-        flow = dashboard.read(Query(flow_id=group))["flow"]
-        ours = graph_costs(flow, args.repeat, words)
-        every = graph_costs(flow, args.repeat, 10**9)
-        rows.append(
-            [
-                f"{members:,} + callback",
-                f"{read_with:.1f} / {read_without:.1f}",
-                " / ".join(f"{ms:.1f}" for ms in ours),
-                " / ".join(f"{ms:.1f}" for ms in every),
-            ]
-        )
-        farm.close()
+        with farm(backend="sqlite") as run:  # nothing runs the jobs: no node
+            rows.append(costs_of(run.farm, members, args.repeat, words))
     print(load_average())
     print_table(
         [

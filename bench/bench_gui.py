@@ -26,12 +26,14 @@ import random
 import sys
 import time
 from collections import deque
+from contextlib import ExitStack
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import fresh_database, load_average, percentile, print_table, rss_mb, start_postgres  # noqa: E402
+from common import farm as bench_farm  # noqa: E402
+from common import load_average, percentile, print_table, rss_mb  # noqa: E402
 from sqlalchemy import insert, text  # noqa: E402
 
 from queueprocessor.farm import Farm  # noqa: E402
@@ -333,9 +335,9 @@ def main() -> None:
     print(load_average())
     base_rss = rss_mb(os.getpid())
 
-    server = start_postgres()
-    farm = Farm(fresh_database(server))
+    harness = ExitStack()  # the server, the farm's database and the Farm: closed in the finally below
     try:
+        farm = harness.enter_context(bench_farm()).farm
         now = fill(farm, args.machines, args.runs)
         dashboard = Dashboard(farm._store, FarmTiming.of(farm.settings()))
         query = Query(since=now - SPAN, until=now + 5, jobs_limit=500, job_id=args.runs // 2)
@@ -498,8 +500,7 @@ def main() -> None:
         if args.search_jobs:
             search_times(farm, args.search_jobs, 3 if args.quick else 10)
     finally:
-        farm.close()
-        server.stop()
+        harness.close()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import NodeProcess, fresh_database, load_average, query, start_postgres, stop_all, wait_for  # noqa: E402
+from common import farm, fresh_database, load_average, postgres, query, wait_for  # noqa: E402
 
 from queueprocessor.farm import Farm, JobFilter  # noqa: E402
 
@@ -57,13 +57,13 @@ def finished(url: str) -> int:
 def drain_rate(server, backlog: int, failed: int, window: float | None) -> tuple[float, float | None]:
     """The drain's rate over the retry of `failed` jobs (window None) or over `window` seconds with no bulk
     action; and how long the retry took (None without one)."""
-    url = fresh_database(server)
-    if failed:
-        failed_jobs(url, failed)
-    with Farm(url) as farm:
-        farm.enqueue(farm.python_spec("bench.jobs:noop_async", queue="drain"), count=backlog)
-    node = NodeProcess(url, "drainer", extra=("--capacity", "256", "--queues", "drain", "--allow-module", "bench.jobs"))
-    try:
+    with farm(server=server, open=False) as run:
+        url = run.url
+        if failed:
+            failed_jobs(url, failed)
+        with Farm(url) as jobs:
+            jobs.enqueue(jobs.python_spec("bench.jobs:noop_async", queue="drain"), count=backlog)
+        run.start("drainer", capacity=256, queues="drain", allow_module="bench.jobs")
         wait_for(lambda: finished(url) >= WARM, 120, "the drain to start")
         start_count, started = finished(url), time.perf_counter()
         took = None
@@ -75,8 +75,6 @@ def drain_rate(server, backlog: int, failed: int, window: float | None) -> tuple
         if done >= backlog:
             raise SystemExit("the backlog ran out inside the window: raise --backlog")
         return (done - start_count) / (ended - started), took
-    finally:
-        stop_all([node])
 
 
 def main() -> None:
@@ -89,9 +87,8 @@ def main() -> None:
     if args.quick:
         args.jobs, args.backlog, args.rounds = 10_000, 40_000, 1
     print(f"load before: {load_average()}")
-    server = start_postgres()
     alone, beside, rate_beside, rate_alone = [], [], [], []
-    try:
+    with postgres() as server:
         for _ in range(args.rounds):
             url = fresh_database(server)
             failed_jobs(url, args.jobs)
@@ -100,8 +97,6 @@ def main() -> None:
             rate_beside.append(rate)
             beside.append(took)
             rate_alone.append(drain_rate(server, args.backlog, 0, took)[0])
-    finally:
-        server.stop()
     med = statistics.median
     print(f"bulk retry of {args.jobs:,} failed jobs, {args.rounds} round(s), median (range):")
     print(f"  alone:             {med(alone):.2f} s ({min(alone):.2f}-{max(alone):.2f})")

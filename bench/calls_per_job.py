@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import ROOT, fresh_database, load_average, print_table, rotated, source_tree, start_postgres
+from common import ROOT, farm, fresh_database, load_average, postgres, print_table, rotated, source_tree
 
 GROUPS = (
     ("turns", ("qp-turns",)),
@@ -41,8 +41,6 @@ def group_of(thread: str) -> str:
 
 def measure(url: str, jobs: int, capacity: int) -> dict[str, float]:
     """In the child process: drain `jobs` no-op jobs with one node; calls per job by thread group."""
-    from queueprocessor.farm import Farm
-
     calls: collections.Counter[str] = collections.Counter()
     counting = threading.Event()
 
@@ -50,18 +48,15 @@ def measure(url: str, jobs: int, capacity: int) -> dict[str, float]:
         if event == "call" and counting.is_set():
             calls[group_of(threading.current_thread().name)] += 1
 
-    farm = Farm(url)
-    farm.settings()
-    threading.setprofile(hook)  # every thread the node starts from here on counts its calls
-    node = farm.node(name="calls", capacity=capacity, allow_modules=["bench.jobs"]).start()
-    time.sleep(2.0)  # joined, its first turns taken: the drain alone is counted
-    counting.set()
-    farm.enqueue_python("bench.jobs:noop", count=jobs)
-    while farm._store.jobs.counts().get("succeeded", 0) < jobs:
-        time.sleep(0.05)
-    counting.clear()
-    node.stop(drain=False)
-    farm.close()
+    with farm(url=url, settings={}) as run:  # the node stopped (no drain), the Farm closed at its end
+        threading.setprofile(hook)  # every thread the node starts from here on counts its calls
+        run.start_in_process(name="calls", capacity=capacity, allow_modules=["bench.jobs"])
+        time.sleep(2.0)  # joined, its first turns taken: the drain alone is counted
+        counting.set()
+        run.farm.enqueue_python("bench.jobs:noop", count=jobs)
+        while run.farm._store.jobs.counts().get("succeeded", 0) < jobs:
+            time.sleep(0.05)
+        counting.clear()
     per_job = {group: calls[group] / jobs for group, _ in GROUPS + (("rest", ()),)}
     return per_job | {"total": sum(calls.values()) / jobs}
 
@@ -99,14 +94,11 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="qp-before-") as old:
         trees = [("this tree", ROOT)] + ([(args.before, source_tree(args.before, Path(old)))] if args.before else [])
-        server = start_postgres()
-        try:
+        with postgres() as server:
             results = collections.defaultdict(list)
             for r in range(args.runs):
                 for label, root in rotated(trees, r):
                     results[label].append(run(root, fresh_database(server, "calls"), args.jobs, args.capacity))
-        finally:
-            server.stop()
     columns = [group for group, _ in GROUPS] + ["rest", "total"]
     print_table(
         ["code", "run", *(f"{c} calls/job" for c in columns)],

@@ -19,9 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
-from common import ROOT, fresh_database, load_average, print_table, source_tree, start_postgres
+from common import ROOT, farm, load_average, postgres, print_table, source_tree
 
 TARGETS = {"--help": 0.15, "enqueue http /x": 0.2}  # seconds of wall clock
 COMMANDS = ("--help", "enqueue http /x", "status")
@@ -54,16 +55,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 runs each")
     options = parser.parse_args()
     runs = 3 if options.quick else options.runs
-    server = start_postgres()
-    try:
+    with postgres() as server, ExitStack() as farms:
         with tempfile.TemporaryDirectory(prefix="qp-cli-time-") as tmp:
             tmp = Path(tmp)
             (tmp / "before").mkdir()
             sides = {"before": source_tree(options.before, tmp / "before"), "after": ROOT}
             rows = []
             for backend in ("sqlite", "postgresql"):
-                dbs = {
-                    side: f"sqlite:///{tmp / side}.db" if backend == "sqlite" else fresh_database(server, side)
+                dbs = {  # each side's farm: a SQLite file, or a database on the server
+                    side: farms.enter_context(farm(backend=backend, server=server, prefix=side, open=False)).url
                     for side in sides
                 }
                 for side, tree in sides.items():  # create each farm and compile the bytecode, untimed
@@ -88,8 +88,6 @@ def main() -> None:
             rows.append(["(no command: python -c 'import click, sqlalchemy')", "-", "-", _shown(floor), "-"])
             least = _medians(floor)
             ratios = {side: (wall / least[0], cpu / least[1]) for side, (wall, cpu) in enqueue_medians.items()}
-    finally:
-        server.stop()
     print(
         f"queueprocessor commands, {runs} runs each, alternated; before = {options.before}, after = working tree; "
         f"{load_average()}"

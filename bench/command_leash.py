@@ -25,11 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import NodeProcess, fresh_database, print_table, source_tree, start_postgres, stop_all, wait_for
+from common import farm, postgres, print_table, source_tree, wait_for
 
 from queueprocessor.executors import JobContext
 from queueprocessor.executors.command import CommandExecutor
-from queueprocessor.farm import Farm
 from queueprocessor.node.config import FarmTiming
 from queueprocessor.rules.job import Claimed
 
@@ -48,33 +47,32 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def node(url: str, name: str, root: Path, capacity: int = 4) -> NodeProcess:
-    extra = ("--allow-command", "true", "--allow-command", "sh", "--capacity", str(capacity))
-    return NodeProcess(url, name, extra=extra, root=root)
+def leashed(server, root: Path, capacity: int = 4):
+    """A farm on a fresh database of `server` whose nodes run the code of `root` and may run `true` and `sh`."""
+    return farm(server=server, root=root, allow_command=("true", "sh"), capacity=capacity)
 
 
-def throughput(url: str, root: Path, jobs: int, capacity: int) -> float:
+def throughput(server, root: Path, jobs: int, capacity: int) -> float:
     """Jobs per second one node of `root` drains a backlog of `jobs` ["true"] commands at."""
-    with Farm(url) as farm:
-        worker = node(url, "t", root, capacity)
-        try:
-            wait_for(lambda: "t" in farm.serving("default"), 30, "the node to join")
-            started = time.monotonic()
-            farm.enqueue_command(["true"], count=jobs)
-            wait_for(lambda: farm.job_counts()["succeeded"] == jobs, 600, "the backlog to drain", poll=0.02)
-            return jobs / (time.monotonic() - started)
-        finally:
-            stop_all([worker])
+    with leashed(server, root, capacity) as run:
+        run.start("t")
+        farm_ = run.farm
+        wait_for(lambda: "t" in farm_.serving("default"), 30, "the node to join")
+        started = time.monotonic()
+        farm_.enqueue_command(["true"], count=jobs)
+        wait_for(lambda: farm_.job_counts()["succeeded"] == jobs, 600, "the backlog to drain", poll=0.02)
+        return jobs / (time.monotonic() - started)
 
 
-def death(url: str, root: Path, sig: signal.Signals, work: Path) -> float:
+def death(server, root: Path, sig: signal.Signals, work: Path) -> float:
     """Seconds from `sig` to a node of `root` to the end of its command's process group (inf: it outlived)."""
-    with Farm(url) as farm:
-        worker = node(url, "d", root)
+    with leashed(server, root) as run:
+        farm_ = run.farm
+        worker = run.start("d")
         pid_file = work / f"{time.monotonic_ns()}.pid"
         try:
-            wait_for(lambda: "d" in farm.serving("default"), 30, "the node to join")
-            farm.enqueue_command([*LONG, str(pid_file)])
+            wait_for(lambda: "d" in farm_.serving("default"), 30, "the node to join")
+            farm_.enqueue_command([*LONG, str(pid_file)])
             wait_for(pid_file.exists, 30, "the command to start", poll=0.01)
             pgid = int(pid_file.read_text())
             time.sleep(0.5)  # a renewal or so into its run, as a crash comes at any time
@@ -133,11 +131,8 @@ def main() -> None:
     if args.quick:
         args.jobs, args.trials = 500, 2
     here = Path(__file__).resolve().parent.parent
-    server = start_postgres()
-    try:
+    with postgres() as server:
         measure(server, args, here)
-    finally:
-        server.stop()
 
 
 def measure(server, args: argparse.Namespace, here: Path) -> None:
@@ -148,7 +143,7 @@ def measure(server, args: argparse.Namespace, here: Path) -> None:
         (work := Path(scratch) / "work").mkdir()
         rows = []
         for label, root in (("warden (this tree)", here), (f"no warden ({args.before})", before)):
-            rate = throughput(fresh_database(server), root, args.jobs, args.capacity)
+            rate = throughput(server, root, args.jobs, args.capacity)
             rows.append([label, f"{args.jobs:,}", f"{rate:,.0f}"])
         print(f"\nthroughput: {args.jobs:,} ['true'] command jobs, one node, capacity {args.capacity}")
         print_table(["node", "jobs", "jobs/s"], rows)
@@ -162,8 +157,8 @@ def measure(server, args: argparse.Namespace, here: Path) -> None:
 
         rows = []
         for sig in (signal.SIGKILL, signal.SIGSTOP):
-            ours = [death(fresh_database(server), here, sig, work) for _ in range(args.trials)]
-            old = death(fresh_database(server), before, sig, work)
+            ours = [death(server, here, sig, work) for _ in range(args.trials)]
+            old = death(server, before, sig, work)
             rows.append(
                 [
                     sig.name,

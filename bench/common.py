@@ -2,12 +2,16 @@
 
 Benchmarks run against the same parts a farm runs on: a throwaway PostgreSQL
 server (tests.support.pgserver) and node processes started exactly as an
-operator would, through the `queueprocessor` CLI. Run them from the repository
-root (`python bench/<name>.py`); this module puts the root on sys.path.
+operator would, through the `queueprocessor` CLI. Every script sets them up
+through one harness, `farm(...)` (with `postgres(...)` for a server that
+outlives several farms), which tears down whatever it started, whatever
+happens. Run them from the repository root (`python bench/<name>.py`); this
+module puts the root on sys.path.
 """
 
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +19,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,14 +34,18 @@ from queueprocessor.store.database import open_engine  # noqa: E402
 from tests.support.pgserver import PostgresServer  # noqa: E402
 
 __all__ = [
+    "FarmRun",
     "NodeProcess",
     "WakeProbe",
     "cpu_of",
     "cpu_seconds",
+    "farm",
     "fresh_database",
+    "node_args",
     "load_average",
     "ms",
     "percentile",
+    "postgres",
     "postgres_pids",
     "print_table",
     "query",
@@ -50,14 +60,18 @@ def start_postgres(stat_statements: bool = False, max_connections: int | None = 
     """A throwaway server; with `stat_statements`, one that counts every statement it runs; with
     `max_connections`, one that accepts no more clients than that (PostgreSQL's default is 100)."""
     server = PostgresServer().start()
-    if stat_statements:
-        query(server.url, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
-    if max_connections is not None:
-        query(server.url, f"ALTER SYSTEM SET max_connections = {int(max_connections)}")
-    if stat_statements or max_connections is not None:
-        server.restart()
-    if stat_statements:
-        query(server.url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    try:
+        if stat_statements:
+            query(server.url, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+        if max_connections is not None:
+            query(server.url, f"ALTER SYSTEM SET max_connections = {int(max_connections)}")
+        if stat_statements or max_connections is not None:
+            server.restart()
+        if stat_statements:
+            query(server.url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    except BaseException:
+        server.stop()
+        raise
     return server
 
 
@@ -107,6 +121,7 @@ class NodeProcess:
         """`root`: the source tree whose code runs (another one: a baseline checked out from git)."""
         self.name = name
         self.skew = skew
+        self.url, self.http_base, self.extra, self.root = url, http_base, extra, root  # what a restart repeats
         self.log = tempfile.NamedTemporaryFile(prefix=f"qp-bench-{name}-", suffix=".log", delete=False)
         command = [
             sys.executable,
@@ -172,6 +187,184 @@ def stop_all(nodes: list[NodeProcess]) -> None:
             node.discard_log()
         else:
             print(f"node {node.name} exited with {node.process.returncode}; log kept: {node.log.name}", file=sys.stderr)
+
+
+# -- the harness: a server, a farm database, node processes, torn down whatever happens ---------------------------
+
+
+@contextmanager
+def postgres(stat_statements: bool = False, max_connections: int | None = None) -> Iterator[PostgresServer]:
+    """A throwaway server (see start_postgres) for the block, stopped and deleted at its end, an exception or a
+    Ctrl-C included: for a script that runs several farms, each `farm(server=...)`, on one server."""
+    server = start_postgres(stat_statements, max_connections)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def node_args(**options) -> tuple[str, ...]:
+    """`queueprocessor node` options from keywords: `capacity=4` is `--capacity 4`, `push=False` is `--no-push`,
+    `no_push=True` is `--no-push`, a list or tuple repeats its flag (`allow_module=["a", "b"]`), None is left out."""
+    args: list[str] = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None:
+            continue
+        if value is True:
+            args.append(flag)
+        elif value is False:
+            args.append("--no-" + key.replace("_", "-"))
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                args += [flag, str(item)]
+        else:
+            args += [flag, str(value)]
+    return tuple(args)
+
+
+class FarmRun:
+    """What `farm(...)` yields: the database's URL, its server (None on SQLite), an open Farm (None if not asked
+    for), the node processes it started (`nodes`), and ways to start, stop, kill and restart one. Every node
+    started through it, in-process ones included, is stopped when the block ends."""
+
+    def __init__(self, url: str, server: PostgresServer | None, root: Path, http_base: str, options: dict):
+        self.url = url
+        self.server = server
+        self.root = root
+        self.http_base = http_base
+        self.options = options  # the node options every node gets unless start() says otherwise
+        self.farm = None  # a queueprocessor.farm.Farm on `url`, if farm(open=True)
+        self.bouncer = None  # a tests.support.pgbouncer.PgBouncer the nodes go through, if farm(pgbouncer=True)
+        self.nodes: list[NodeProcess] = []
+        self.in_process: list = []  # queueprocessor.node.node.Node, started by start_in_process
+
+    def start(
+        self,
+        name: str,
+        *,
+        url: str | None = None,
+        http_base: str | None = None,
+        skew: float = 0.0,
+        root: Path | None = None,
+        **options,
+    ) -> NodeProcess:
+        """One more node process (`queueprocessor node --name name`), with the farm's node options updated by
+        `options` (see node_args); `url`: another way to the same database (a proxy's)."""
+        where = url or (self.bouncer.url_for(self.url) if self.bouncer is not None else self.url)
+        node = NodeProcess(
+            where,
+            name,
+            skew=skew,
+            http_base=http_base or self.http_base,
+            extra=node_args(**(self.options | options)),
+            root=root or self.root,
+        )
+        self.nodes.append(node)
+        return node
+
+    def start_in_process(self, **settings):
+        """A node in this process (Farm.node(**settings).start()), for what only in-process code can do: step its
+        clock, count its calls. Stopped (no drain) when the block ends."""
+        node = self.farm.node(**settings).start()
+        self.in_process.append(node)
+        return node
+
+    def live(self) -> list[NodeProcess]:
+        return [n for n in self.nodes if n.alive()]
+
+    def kill(self, node: NodeProcess) -> None:
+        """SIGKILL: the machine dies without a word to anyone."""
+        node.kill()
+
+    def stop(self, node: NodeProcess) -> None:
+        """SIGTERM (drain and leave), then SIGKILL if it does not; its log kept only if it failed."""
+        stop_all([node])
+
+    def restart(self, node: NodeProcess) -> NodeProcess:
+        """Kill `node` if it still runs and start a new process under its name, with the same options."""
+        if node.alive():
+            node.kill()
+        again = NodeProcess(
+            node.url, node.name, skew=node.skew, http_base=node.http_base, extra=node.extra, root=node.root
+        )
+        self.nodes.append(again)
+        return again
+
+    def wait_joined(self, count: int | None = None, timeout: float = 60) -> None:
+        """Until the farm's status shows `count` machines (default: every node process started)."""
+        count = len(self.nodes) if count is None else count
+        wait_for(lambda: len(self.farm.status()["machines"]) == count, timeout, "nodes to join")
+
+    def log_paths(self) -> dict[str, str]:
+        """Each node process's log file, by its name and pid."""
+        return {f"{n.name}#{n.pid}": n.log.name for n in self.nodes}
+
+    def close(self) -> None:
+        """Every node stopped (the processes drain together), the Farm closed."""
+        try:
+            for node in self.in_process:
+                node.stop(drain=False)
+        finally:
+            try:
+                stop_all(self.nodes)
+            finally:
+                if self.farm is not None:
+                    self.farm.close()
+
+
+@contextmanager
+def farm(
+    nodes: int = 0,
+    backend: str = "postgresql",
+    *,
+    server: PostgresServer | None = None,
+    url: str | None = None,
+    stat_statements: bool = False,
+    max_connections: int | None = None,
+    pgbouncer: bool = False,
+    prefix: str = "bench",
+    open: bool = True,
+    settings: dict | None = None,
+    drop: bool = False,
+    names: str = "node-{}",
+    http_base: str = "http://127.0.0.1:9/",
+    root: Path = ROOT,
+    **node_options,
+) -> Iterator[FarmRun]:
+    """One farm for the block: a database (a fresh one on `server`, on a throwaway server of its own when none is
+    given, or a SQLite file with backend="sqlite"; `url`: an existing one), a Farm on it (`open`, with
+    `settings` applied when given), then `nodes` node processes named `names` with `node_options` (node_args),
+    through a PgBouncer with `pgbouncer`. At the block's end, an exception or Ctrl-C included: the nodes stopped,
+    the Farm closed, the database dropped (`drop`) or the file deleted, the server it started stopped."""
+    if backend not in ("postgresql", "sqlite"):
+        raise ValueError(f"backend must be postgresql or sqlite, not {backend!r}")
+    with ExitStack() as stack:
+        if url is None and backend == "sqlite":
+            folder = tempfile.mkdtemp(prefix="qp-bench-")
+            stack.callback(shutil.rmtree, folder, ignore_errors=True)
+            url = f"sqlite:///{folder}/farm.db"
+        elif url is None:
+            if server is None:
+                server = stack.enter_context(postgres(stat_statements, max_connections))
+            url = fresh_database(server, prefix)
+            if drop:
+                stack.callback(query, server.url, f'DROP DATABASE "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+        run = FarmRun(url, server, root, http_base, node_options)
+        if pgbouncer:
+            from tests.support.pgbouncer import PgBouncer
+
+            run.bouncer = stack.enter_context(PgBouncer(server))
+        stack.callback(run.close)
+        if open:
+            from queueprocessor.farm import Farm
+
+            run.farm = Farm(url)
+            if settings is not None:
+                run.farm.settings(**settings)
+        for i in range(nodes):
+            run.start(names.format(i))
+        yield run
 
 
 def wait_for(condition, timeout: float, what: str, poll: float = 0.1):

@@ -31,18 +31,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from common import (
-    ROOT,
-    NodeProcess,
-    fresh_database,
-    load_average,
-    print_table,
-    query,
-    source_tree,
-    start_postgres,
-    stop_all,
-    wait_for,
-)
+from common import ROOT, farm, load_average, postgres, print_table, query, source_tree, wait_for
 from sqlalchemy import text
 
 from queueprocessor.store.base import KEEP
@@ -91,7 +80,12 @@ def _ports_by_pid(pids: dict[int, str]) -> dict[int, str]:
 
 
 def measure(server, nodes: int, root: Path) -> dict:
-    url = fresh_database(server, "conns")
+    with farm(server=server, prefix="conns", open=False, root=root) as run:
+        return measured(run, nodes, root)
+
+
+def measured(run, nodes: int, root: Path) -> dict:
+    url = run.url
     subprocess.run(
         [sys.executable, "-m", "queueprocessor.cli", "--db", url, "init-db"],
         cwd=root,
@@ -99,11 +93,8 @@ def measure(server, nodes: int, root: Path) -> dict:
         capture_output=True,
         env=dict(os.environ, PYTHONPATH=str(root)),
     )
-    farm = [
-        NodeProcess(url, f"n{i}", extra=("--capacity", str(CAPACITY), "--allow-module", PYJOBS), root=root)
-        for i in range(nodes)
-    ]
-    pids = {node.pid: node.name for node in farm}
+    started = [run.start(f"n{i}", capacity=CAPACITY, allow_module=PYJOBS) for i in range(nodes)]
+    pids = {node.pid: node.name for node in started}
     engine = open_engine(url)
     observer = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
     try:
@@ -152,7 +143,6 @@ def measure(server, nodes: int, root: Path) -> dict:
     finally:
         observer.close()
         engine.dispose()
-        stop_all(farm)
     return {"idle": per_node(idle), "busy": busy, "opened": opened, "after": per_node(after)}
 
 
@@ -171,24 +161,23 @@ def main() -> None:
     if args.before:
         trees.insert(0, (f"before ({args.before})", source_tree(args.before, Path(old.name))))
     print(f"connections per node: capacity {CAPACITY}, push on, {JOBS_PER_NODE} jobs per node; {load_average()}")
-    server = start_postgres()
     rows = []
     try:
-        for nodes in args.nodes:
-            for label, root in trees:
-                got = measure(server, nodes, root)
-                rows.append(
-                    [
-                        nodes,
-                        label,
-                        _summary(got["idle"], nodes),
-                        _summary(got["busy"], nodes),
-                        _summary(got["opened"], nodes),
-                        _summary(got["after"], nodes),
-                    ]
-                )
+        with postgres() as server:
+            for nodes in args.nodes:
+                for label, root in trees:
+                    got = measure(server, nodes, root)
+                    rows.append(
+                        [
+                            nodes,
+                            label,
+                            _summary(got["idle"], nodes),
+                            _summary(got["busy"], nodes),
+                            _summary(got["opened"], nodes),
+                            _summary(got["after"], nodes),
+                        ]
+                    )
     finally:
-        server.stop()
         old.cleanup()
     print_table(
         [

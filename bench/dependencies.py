@@ -19,50 +19,53 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from common import (
     ROOT,
-    NodeProcess,
+    farm,
     fresh_database,
     load_average,
     ms,
     percentile,
+    postgres,
     print_table,
     query,
     source_tree,
-    start_postgres,
-    stop_all,
     wait_for,
 )
-
-from queueprocessor.farm import Farm
 
 PERIOD = 1.0
 NODES = 3
 NOOP = "bench.jobs:noop"
 
 
+@contextmanager
 def farm_of(server, push: bool, root: Path = ROOT):
-    url = fresh_database(server, "deps")
-    farm = Farm(url)
-    farm.settings(period=PERIOD)
-    extra = ("--allow-module", "bench.jobs") + (() if push else ("--no-push",))
-    nodes = [NodeProcess(url, f"node-{i}", extra=extra, root=root) for i in range(NODES)]
-    wait_for(lambda: len(farm.status()["machines"]) == NODES, 60, "nodes to join")
-    time.sleep(3.0)  # past the join delay: all take turns
-    return url, farm, nodes
+    """NODES nodes of `root`'s code on a fresh database, past their join delay: (its URL, a Farm on it)."""
+    with farm(
+        NODES,
+        server=server,
+        prefix="deps",
+        settings=dict(period=PERIOD),
+        root=root,
+        allow_module="bench.jobs",
+        push=None if push else False,
+    ) as run:
+        run.wait_joined(NODES)
+        time.sleep(3.0)  # past the join delay: all take turns
+        yield run.url, run.farm
 
 
 def chain(server, push: bool, steps: int) -> list[float]:
     """Each step's hand-over in a chain of `steps`, in seconds."""
-    url, farm, nodes = farm_of(server, push)
-    try:
-        flow = farm.workflow("chain").step("0", farm.python_spec(NOOP))
+    with farm_of(server, push) as (url, farm_):
+        flow = farm_.workflow("chain").step("0", farm_.python_spec(NOOP))
         for n in range(1, steps):
-            flow.step(str(n), farm.python_spec(NOOP), after=[str(n - 1)])
+            flow.step(str(n), farm_.python_spec(NOOP), after=[str(n - 1)])
         flow_id = flow.enqueue()
-        wait_for(lambda: farm.workflow_info(flow_id)["progress"]["succeeded"] == steps, 600, "the chain", poll=0.5)
+        wait_for(lambda: farm_.workflow_info(flow_id)["progress"]["succeeded"] == steps, 600, "the chain", poll=0.5)
         rows = query(
             url,
             "SELECT c.started_at - p.finished_at FROM qp_deps d"
@@ -70,9 +73,6 @@ def chain(server, push: bool, steps: int) -> list[float]:
             " JOIN qp_runs p ON p.job_id = d.parent_id AND p.outcome = 'succeeded'",
         )
         return [row[0] for row in rows]
-    finally:
-        stop_all(nodes)
-        farm.close()
 
 
 ENQUEUE = """import sys, time
@@ -107,12 +107,11 @@ def fan_in(server, tree: Path, members: int, runs: int) -> dict[str, list[float]
     idle = fresh_database(server, "deps")
     for _ in range(runs):
         found["idle"].append(enqueue(tree, idle, members)[1])
-    url, farm, nodes = farm_of(server, push=True, root=tree)
-    try:
+    with farm_of(server, push=True, root=tree) as (url, farm_):
         for _ in range(runs):
             group_id, seconds = enqueue(tree, url, members)
-            wait_for(lambda: farm.group_info(group_id)["callback"]["state"] == "succeeded", 900, "callback", poll=0.5)
-            callback = farm.group_info(group_id)["callback"]["id"]
+            wait_for(lambda: farm_.group_info(group_id)["callback"]["state"] == "succeeded", 900, "callback", poll=0.5)
+            callback = farm_.group_info(group_id)["callback"]["id"]
             [(released, claimed)] = query(
                 url,
                 "SELECT j.run_at - (SELECT max(r.finished_at) FROM qp_runs r JOIN qp_flow_jobs m"
@@ -126,9 +125,6 @@ def fan_in(server, tree: Path, members: int, runs: int) -> dict[str, list[float]
         enqueue(tree, url, members)  # work for the nodes while the next ones go in
         found["draining"] = [enqueue(tree, url, members)[1] for _ in range(runs)]
         return found
-    finally:
-        stop_all(nodes)
-        farm.close()
 
 
 def main() -> None:
@@ -143,16 +139,13 @@ def main() -> None:
     steps = args.steps or (100 if args.quick else 1000)
     members = args.members or (1000 if args.quick else 10_000)
     print(f"dependencies: {NODES} nodes, period {PERIOD:g} s; {load_average()}", flush=True)
-    server = start_postgres()
-    try:
+    with postgres() as server:
         handovers = {} if args.no_chain else {push: chain(server, push, steps) for push in (True, False)}
         with tempfile.TemporaryDirectory() as tmp:
             groups = {
                 side: fan_in(server, tree, members, args.runs)
                 for side, tree in (("before", source_tree(args.before, Path(tmp))), ("after", ROOT))
             }
-    finally:
-        server.stop()
     rows = [
         [
             f"chain of {steps}, " + ("push" if push else "polling only (--no-push)"),

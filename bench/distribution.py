@@ -15,9 +15,7 @@ the idlest's; the target is at most 1.25.
 import argparse
 import time
 
-from common import NodeProcess, fresh_database, load_average, print_table, query, start_postgres, stop_all, wait_for
-
-from queueprocessor.farm import Farm
+from common import farm, load_average, print_table, query, wait_for
 
 NODES = 4
 CAPACITY = 4
@@ -42,20 +40,13 @@ def main() -> None:
     print(
         f"distribution: {NODES} nodes of capacity {CAPACITY}, jobs of {NAP * 1000:g} ms; {load_average()}", flush=True
     )
-    server = start_postgres()
-    url = fresh_database(server, "distribution")
-    farm = Farm(url)
-    farm.settings()
-    nodes = [
-        NodeProcess(url, f"node-{i}", extra=("--capacity", str(CAPACITY), "--allow-module", "bench.jobs"))
-        for i in range(NODES)
-    ]
     results = {}
-    try:
-        wait_for(lambda: len(farm.status()["machines"]) == NODES, 60, "nodes to join")
+    with farm(NODES, prefix="distribution", settings={}, capacity=CAPACITY, allow_module="bench.jobs") as run:
+        url, farm_ = run.url, run.farm
+        run.wait_joined(NODES)
         time.sleep(3.0)
-        farm.enqueue_python("bench.jobs:nap", NAP, count=backlog)
-        wait_for(lambda: farm._store.jobs.counts()["succeeded"] == backlog, 600, "the backlog", poll=0.2)
+        farm_.enqueue_python("bench.jobs:nap", NAP, count=backlog)
+        wait_for(lambda: farm_._store.jobs.counts()["succeeded"] == backlog, 600, "the backlog", poll=0.2)
         results[f"backlog of {backlog} at once"] = shares(url, 0)
         last = backlog
         start = time.monotonic()
@@ -63,15 +54,11 @@ def main() -> None:
         while (elapsed := time.monotonic() - start) < trickle_seconds:
             due = int(elapsed * rate) - sent
             if due > 0:
-                farm.enqueue_python("bench.jobs:nap", NAP, count=due)
+                farm_.enqueue_python("bench.jobs:nap", NAP, count=due)
                 sent += due
             time.sleep(0.01)
-        wait_for(lambda: farm._store.jobs.counts()["succeeded"] == backlog + sent, 120, "the trickle", poll=0.2)
+        wait_for(lambda: farm_._store.jobs.counts()["succeeded"] == backlog + sent, 120, "the trickle", poll=0.2)
         results[f"trickle of {rate:g}/s for {trickle_seconds:g} s"] = shares(url, last)
-    finally:
-        stop_all(nodes)
-        farm.close()
-        server.stop()
     print()
     rows = []
     for label, counts in results.items():

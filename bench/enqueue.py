@@ -114,29 +114,24 @@ def pgqueuer(url: str, count: int, distinct: bool) -> float | None:
 def drain(server, count: int, analyze: bool) -> float:
     """Seconds from a bulk enqueue of `count` jobs (and an ANALYZE after it, if asked for) until one node has run
     them."""
-    from common import NodeProcess, fresh_database, query, stop_all, wait_for
+    from common import farm, query, wait_for
 
-    from queueprocessor.farm import Farm
-
-    url = fresh_database(server, "drain")
-    with Farm(url) as farm:
-        node = NodeProcess(url, "n0", extra=("--capacity", str(CAPACITY), "--allow-module", "bench.jobs"))
-        try:
-            wait_for(lambda: farm.status()["machines"], 60, "the node to join")
-            time.sleep(2.5)  # the join delay: it takes turns
-            started = time.perf_counter()
-            farm.enqueue(farm.python_spec("bench.jobs:noop_async"), count=count)
-            if analyze:
-                query(url, "ANALYZE qp_jobs")
-            wait_for(
-                lambda: query(url, "SELECT count(*) FROM qp_jobs WHERE state = 'succeeded'")[0][0] >= count,
-                300,
-                f"{count} jobs drained",
-                poll=0.05,
-            )
-            return time.perf_counter() - started
-        finally:
-            stop_all([node])
+    with farm(server=server, prefix="drain") as run:
+        url, farm_ = run.url, run.farm
+        run.start("n0", capacity=CAPACITY, allow_module="bench.jobs")
+        wait_for(lambda: farm_.status()["machines"], 60, "the node to join")
+        time.sleep(2.5)  # the join delay: it takes turns
+        started = time.perf_counter()
+        farm_.enqueue(farm_.python_spec("bench.jobs:noop_async"), count=count)
+        if analyze:
+            query(url, "ANALYZE qp_jobs")
+        wait_for(
+            lambda: query(url, "SELECT count(*) FROM qp_jobs WHERE state = 'succeeded'")[0][0] >= count,
+            300,
+            f"{count} jobs drained",
+            poll=0.05,
+        )
+        return time.perf_counter() - started
 
 
 def rate(count: int, seconds: list[float]) -> str:
@@ -156,7 +151,7 @@ def main() -> None:
     if args.quick:
         args.jobs, args.rounds = 10_000, 1
 
-    from common import fresh_database, load_average, print_table, start_postgres
+    from common import fresh_database, load_average, postgres, print_table
 
     print(f"bulk enqueue of {args.jobs:,} jobs, rounds: {args.rounds}; {load_average()}", flush=True)
     cases = {
@@ -170,8 +165,7 @@ def main() -> None:
         "as shipped (statistics stale until autovacuum)": [],
         "ANALYZE qp_jobs after the enqueue": [],
     }
-    server = start_postgres()
-    try:
+    with postgres() as server:
         for round_ in range(args.rounds):
             turn = 1 if round_ % 2 == 0 else -1  # each case goes first in every other round
             for name, case in list(cases.items())[::turn]:
@@ -181,8 +175,6 @@ def main() -> None:
             if args.drain:
                 for analyze, name in list(enumerate(drains))[::turn]:
                     drains[name].append(drain(server, args.jobs, bool(analyze)))
-    finally:
-        server.stop()
     print_table(["bulk enqueue", "jobs/s, median (range)"], [[name, rate(args.jobs, s)] for name, s in timed.items()])
     if args.drain:
         print()

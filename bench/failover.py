@@ -18,19 +18,8 @@ import argparse
 import random
 import time
 
-from common import (
-    NodeProcess,
-    fresh_database,
-    load_average,
-    percentile,
-    print_table,
-    query,
-    start_postgres,
-    stop_all,
-    wait_for,
-)
+from common import FarmRun, farm, load_average, percentile, postgres, print_table, query, wait_for
 
-from queueprocessor.farm import Farm
 from tests.support.httptarget import HttpTarget
 
 PERIOD = 1.0
@@ -41,24 +30,17 @@ HANGFIRE_SERVER_TIMEOUT = 300.0  # Hangfire's default BackgroundJobServerOptions
 
 
 class Bench:
-    def __init__(self, url: str, http_base: str, rng: random.Random):
-        self.url = url
-        self.http_base = http_base
+    def __init__(self, run: FarmRun, rng: random.Random):
+        self.run = run
+        self.url = run.url
         self.rng = rng
-        self.farm = Farm(url)
+        self.farm = run.farm
         self.started = 0
-        self.nodes: list[NodeProcess] = []
+        self.nodes = run.nodes
 
     def add_node(self) -> None:
         self.started += 1
-        self.nodes.append(
-            NodeProcess(
-                self.url,
-                f"node-{self.started}",
-                http_base=self.http_base,
-                extra=("--period", str(PERIOD), "--heartbeat", str(HEARTBEAT), "--misses", str(MISSES)),
-            )
-        )
+        self.run.start(f"node-{self.started}")
 
     def wait_for_roster(self, size: int) -> None:
         """Until `size` live machines have been in the farm long enough to take turns."""
@@ -96,9 +78,22 @@ class Bench:
         victim.discard_log()
         return {"failover": second["started_at"] - killed_at, "lease_left": lease_until - killed_at}
 
-    def close(self) -> None:
-        stop_all(self.nodes)
-        self.farm.close()
+
+def trials_on(bench: Bench, trials: int) -> list[dict]:
+    """`trials` kills on a farm of 3 nodes, each followed by a new third node."""
+    for _ in range(3):
+        bench.add_node()
+    results = []
+    for n in range(trials):
+        bench.wait_for_roster(3)
+        results.append(bench.trial())
+        print(
+            f"  trial {n + 1}: job back after {results[-1]['failover']:.3f} s "
+            f"(its lease had {results[-1]['lease_left']:.3f} s left)",
+            flush=True,
+        )
+        bench.add_node()  # the farm gets its third machine back
+    return results
 
 
 def main() -> None:
@@ -114,28 +109,20 @@ def main() -> None:
         f"failover: 3 nodes, period {PERIOD:g} s, heartbeat {HEARTBEAT:g} s, dead after {MISSES} misses, "
         f"{trials} SIGKILLs; {load_average()}"
     )
-    server = start_postgres()
-    http = HttpTarget()
-    bench = None
-    try:
-        bench = Bench(fresh_database(server, "failover"), http.base_url, random.Random(args.seed))
-        for _ in range(3):
-            bench.add_node()
-        results = []
-        for n in range(trials):
-            bench.wait_for_roster(3)
-            results.append(bench.trial())
-            print(
-                f"  trial {n + 1}: job back after {results[-1]['failover']:.3f} s "
-                f"(its lease had {results[-1]['lease_left']:.3f} s left)",
-                flush=True,
-            )
-            bench.add_node()  # the farm gets its third machine back
-    finally:
-        if bench is not None:
-            bench.close()
-        http.stop()
-        server.stop()
+    with postgres() as server:
+        http = HttpTarget()
+        try:
+            with farm(
+                server=server,
+                prefix="failover",
+                http_base=http.base_url,
+                period=PERIOD,
+                heartbeat=HEARTBEAT,
+                misses=MISSES,
+            ) as run:
+                results = trials_on(Bench(run, random.Random(args.seed)), trials)
+        finally:
+            http.stop()
     failover = [r["failover"] for r in results]
     lease = [r["lease_left"] for r in results]
     turn_wait = [r["failover"] - r["lease_left"] for r in results]

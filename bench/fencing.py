@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fresh_database, print_table, start_postgres  # noqa: E402
+from common import fresh_database, postgres, print_table  # noqa: E402
 from sqlalchemy import BigInteger, Column, MetaData, Table, create_engine, insert  # noqa: E402
 
 from queueprocessor.fencing import FenceGuard, admit, create_table  # noqa: E402
@@ -125,15 +125,11 @@ def main() -> None:
     print_table(["how", "plain req/s", "FenceGuard req/s", "ratio", "µs added"], middleware(rounds, requests, calls))
 
     print(f"\nThe SQL guard: statements a second, each in its own transaction, best of {rounds} rounds of {writes}")
-    server = start_postgres()
-    try:
-        with tempfile.TemporaryDirectory() as folder:
-            rows = [
-                sql_guard("SQLite (file)", f"sqlite:///{Path(folder) / 'target.db'}", rounds, writes),
-                sql_guard("PostgreSQL", fresh_database(server, "fencing"), rounds, writes),
-            ]
-    finally:
-        server.stop()
+    with postgres() as server, tempfile.TemporaryDirectory() as folder:  # a target's tables, not a farm's
+        rows = [
+            sql_guard("SQLite (file)", f"sqlite:///{Path(folder) / 'target.db'}", rounds, writes),
+            sql_guard("PostgreSQL", fresh_database(server, "fencing"), rounds, writes),
+        ]
     print_table(["database", "plain INSERT/s", "admit() new job/s", "admit() same job/s"], rows)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import fresh_database, load_average, print_table, query, start_postgres  # noqa: E402
+from common import fresh_database, load_average, postgres, print_table, query  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from queueprocessor.farm import Farm  # noqa: E402
@@ -124,8 +124,7 @@ def main() -> None:
     from ui.app import make_app
 
     make_app([], "light")
-    server = start_postgres()
-    try:
+    with postgres() as server:
         full, empty = farm_with(server, args.queues, DAYS), farm_with(server, args.queues, 0)
         times = {"14 days of history": [], "no history (baseline)": []}
         for _ in range(args.tries):
@@ -139,8 +138,6 @@ def main() -> None:
             ],
         )
         print_table(["stored", "rows per queue", "bytes per queue"], cost(full, args.queues))
-    finally:
-        server.stop()
 
 
 if __name__ == "__main__":

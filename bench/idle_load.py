@@ -29,19 +29,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from common import (
-    ROOT,
-    NodeProcess,
-    cpu_seconds,
-    fresh_database,
-    load_average,
-    print_table,
-    query,
-    source_tree,
-    start_postgres,
-    stop_all,
-    wait_for,
-)
+from common import ROOT, cpu_seconds, farm, load_average, postgres, print_table, query, source_tree, wait_for
 
 from queueprocessor.farm import Farm
 
@@ -76,30 +64,22 @@ def kind(statement: str) -> str:
 _CHANGE = re.compile(r'\b(INSERT\s+INTO|(?<!FOR )UPDATE|DELETE\s+FROM)\s+"?(\w+)', re.IGNORECASE)
 
 
-def served(i: int, queues: int, roles: bool) -> tuple[str, ...]:
+def served(i: int, queues: int, roles: bool) -> str | None:
     """--queues for node i: none (every queue), all `queues` by name, or with `roles` two of them."""
     if not queues:
-        return ()
+        return None
     names = [f"q{(i + k) % queues}" for k in range(2)] if roles else [f"q{k}" for k in range(queues)]
-    return ("--queues", ",".join(names))
+    return ",".join(names)
 
 
 def measure(
     server, nodes: int, seconds: float, queues: int = 0, roles: bool = False, limited: bool = False, root: Path = ROOT
 ) -> dict:
     """One farm of `nodes` idle node processes running the code in `root`."""
-    url = fresh_database(server, "idle")
-    database = url.rsplit("/", 1)[1]
-    farm = [
-        NodeProcess(
-            url,
-            f"idle-{i}",
-            extra=("--period", str(PERIOD), "--heartbeat", str(HEARTBEAT), *served(i, queues, roles)),
-            root=root,
-        )
-        for i in range(nodes)
-    ]
-    try:
+    with farm(server=server, prefix="idle", open=False, root=root, period=PERIOD, heartbeat=HEARTBEAT) as run:
+        url = run.url
+        database = url.rsplit("/", 1)[1]
+        started = [run.start(f"idle-{i}", queues=served(i, queues, roles)) for i in range(nodes)]
         wait_for(lambda: _joined(url, nodes), 60, f"{nodes} nodes to join")
         # Steady state: every node has taken its first turn (and swept missed schedule occurrences on it).
         wait_for(lambda: _turned(url, nodes), 30 + 2 * nodes * PERIOD, f"{nodes} nodes to take a turn each")
@@ -109,16 +89,18 @@ def measure(
             time.sleep(2 * HEARTBEAT)  # every node has read it
         before, cpu_before, t0 = (
             statement_counts(server, database),
-            [cpu_seconds(n.pid) for n in farm],
+            [cpu_seconds(n.pid) for n in started],
             time.monotonic(),
         )
         time.sleep(seconds)
-        after, cpu_after, t1 = statement_counts(server, database), [cpu_seconds(n.pid) for n in farm], time.monotonic()
-        dead = [n.name for n in farm if not n.alive()]
+        after, cpu_after, t1 = (
+            statement_counts(server, database),
+            [cpu_seconds(n.pid) for n in started],
+            time.monotonic(),
+        )
+        dead = [n.name for n in started if not n.alive()]
         if dead:
             raise RuntimeError(f"nodes died during the window: {dead}")
-    finally:
-        stop_all(farm)
     window = t1 - t0
     delta = after - before
     cpu = [(b - a) / window for a, b in zip(cpu_before, cpu_after)]
@@ -174,15 +156,14 @@ def main() -> None:
     old = tempfile.TemporaryDirectory(prefix="qp-before-")
     if args.before:
         trees.insert(0, (args.before, source_tree(args.before, Path(old.name))))
-    server = start_postgres(stat_statements=True)
     try:
-        results = [
-            measure(server, n, seconds, args.queues, args.roles, args.limited, root) | {"code": label}
-            for n in sizes
-            for label, root in trees
-        ]
+        with postgres(stat_statements=True) as server:
+            results = [
+                measure(server, n, seconds, args.queues, args.roles, args.limited, root) | {"code": label}
+                for n in sizes
+                for label, root in trees
+            ]
     finally:
-        server.stop()
         old.cleanup()
     print_table(
         [

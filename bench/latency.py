@@ -16,45 +16,33 @@ import argparse
 import random
 import time
 
-from common import (
-    NodeProcess,
-    fresh_database,
-    load_average,
-    ms,
-    percentile,
-    print_table,
-    start_postgres,
-    stop_all,
-    wait_for,
-)
-
-from queueprocessor.farm import Farm
+from common import farm, load_average, ms, percentile, postgres, print_table, wait_for
 
 PERIOD = 1.0
 NODES = 3
 
 
 def measure(server, push: bool, samples: int, rng: random.Random) -> list[float]:
-    url = fresh_database(server, "latency")
-    farm = Farm(url)
-    farm.settings(period=PERIOD)
-    extra = ("--allow-module", "bench.jobs") + (() if push else ("--no-push",))
-    nodes = [NodeProcess(url, f"node-{i}", extra=extra) for i in range(NODES)]
-    try:
-        wait_for(lambda: len(farm.status()["machines"]) == NODES, 60, "nodes to join")
+    with farm(
+        NODES,
+        server=server,
+        prefix="latency",
+        settings=dict(period=PERIOD),
+        allow_module="bench.jobs",
+        push=None if push else False,
+    ) as run:
+        farm_ = run.farm
+        run.wait_joined(NODES)
         time.sleep(3.0)  # past the join delay: all take turns
         latencies = []
         for _ in range(samples):
             time.sleep(rng.uniform(0.2, 1.2))  # any phase of the turn cycle
-            [job_id] = farm.enqueue_python("bench.jobs:noop")
+            [job_id] = farm_.enqueue_python("bench.jobs:noop")
             job = wait_for(
-                lambda: (j := farm.job(job_id))["state"] == "succeeded" and j, 10, f"job {job_id}", poll=0.02
+                lambda: (j := farm_.job(job_id))["state"] == "succeeded" and j, 10, f"job {job_id}", poll=0.02
             )
             latencies.append(job["runs"][0]["started_at"] - job["created_at"])
         return latencies
-    finally:
-        stop_all(nodes)
-        farm.close()
 
 
 def main() -> None:
@@ -66,11 +54,8 @@ def main() -> None:
     samples = args.samples or (10 if args.quick else 60)
     rng = random.Random(args.seed)
     print(f"latency: {NODES} nodes, period {PERIOD:g} s, {samples} jobs each way; {load_average()}", flush=True)
-    server = start_postgres()
-    try:
+    with postgres() as server:
         results = {push: measure(server, push, samples, rng) for push in (True, False)}
-    finally:
-        server.stop()
     print()
     rows = []
     for push, target in ((True, 0.020), (False, PERIOD)):

@@ -30,19 +30,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (
-    NodeProcess,
-    cpu_seconds,
-    fresh_database,
-    load_average,
-    print_table,
-    query,
-    start_postgres,
-    stop_all,
-    wait_for,
-)  # noqa: E402
-
-from queueprocessor.farm import Farm  # noqa: E402
+from common import cpu_seconds, farm, load_average, postgres, print_table, query, wait_for  # noqa: E402
 
 QUIET, SCRAPED = "quiet", "scraped"
 SUCCEEDED = "SELECT count(*) FROM qp_jobs WHERE state = 'succeeded'"
@@ -75,31 +63,24 @@ def window(case: str, seconds: float, endpoint: str, url: str, pid: int) -> tupl
 
 def drain(server, first: str, count: int, capacity: int, seconds: float) -> list[tuple[str, int, float, float]]:
     """One round: a fresh node drains `count` jobs; its full windows (case, jobs, seconds, CPU seconds)."""
-    url = fresh_database(server, "metrics")
     windows = []
-    with Farm(url) as farm:
-        farm.settings()
-        node = NodeProcess(
-            url, "drainer", extra=("--capacity", str(capacity), "--allow-module", "bench.jobs", "--metrics-port", "0")
-        )
-        try:
-            endpoint = wait_for(lambda: re.search(r"serving metrics at (\S+)", node.output()), 60, "the endpoint")[1]
-            wait_for(lambda: farm.status()["machines"], 60, "the node to join")
-            time.sleep(2.5)  # its join delay: it takes turns from then on
-            farm.enqueue_python("bench.jobs:noop", count=count)
-            cases = [first, SCRAPED if first == QUIET else QUIET]
-            window(cases[1], seconds, endpoint, url, node.pid)  # start-up: left out
-            while True:
-                case = cases[len(windows) % 2]
-                jobs, elapsed, cpu = window(case, seconds, endpoint, url, node.pid)
-                if query(url, SUCCEEDED)[0][0] == count:  # the backlog ran out within this window: left out
-                    break
-                windows.append((case, jobs, elapsed, cpu))
-            if claimed(scrape(endpoint)) != count:
-                raise RuntimeError("the claimed-jobs counter does not add up to the backlog")
-        finally:
-            stop_all([node])
-    query(server.url, f'DROP DATABASE "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+    with farm(server=server, prefix="metrics", settings={}, drop=True) as run:  # the database dropped at its end
+        url, farm_ = run.url, run.farm
+        node = run.start("drainer", capacity=capacity, allow_module="bench.jobs", metrics_port=0)
+        endpoint = wait_for(lambda: re.search(r"serving metrics at (\S+)", node.output()), 60, "the endpoint")[1]
+        wait_for(lambda: farm_.status()["machines"], 60, "the node to join")
+        time.sleep(2.5)  # its join delay: it takes turns from then on
+        farm_.enqueue_python("bench.jobs:noop", count=count)
+        cases = [first, SCRAPED if first == QUIET else QUIET]
+        window(cases[1], seconds, endpoint, url, node.pid)  # start-up: left out
+        while True:
+            case = cases[len(windows) % 2]
+            jobs, elapsed, cpu = window(case, seconds, endpoint, url, node.pid)
+            if query(url, SUCCEEDED)[0][0] == count:  # the backlog ran out within this window: left out
+                break
+            windows.append((case, jobs, elapsed, cpu))
+        if claimed(scrape(endpoint)) != count:
+            raise RuntimeError("the claimed-jobs counter does not add up to the backlog")
     return windows
 
 
@@ -126,9 +107,8 @@ def main() -> None:
         f"rounds; {load_average()}",
         flush=True,
     )
-    server = start_postgres()
     windows, ratios = [], []
-    try:
+    with postgres() as server:
         for round_ in range(rounds):
             drained = drain(server, QUIET if round_ % 2 == 0 else SCRAPED, count, args.capacity, args.window)
             windows += drained
@@ -139,8 +119,6 @@ def main() -> None:
                     f"{1e6 * cpu / max(1, jobs):4.0f} us/job",
                     flush=True,
                 )
-    finally:
-        server.stop()
     rate = {
         case: sum(w[1] for w in windows if w[0] == case) / sum(w[2] for w in windows if w[0] == case)
         for case in (QUIET, SCRAPED)

@@ -22,7 +22,7 @@ import argparse
 import random
 import time
 
-from common import load_average, ms, percentile, print_table, start_postgres
+from common import load_average, ms, percentile, postgres, print_table
 from sqlalchemy import select
 
 from queueprocessor.rules.clock import OffsetEstimator, Sample, SystemClock
@@ -115,9 +115,8 @@ def main() -> None:
         f"offset error: skews {', '.join(f'{s:+g}' for s in skews)} s, {samples} samples each, "
         f"{WARM_UP} warm-up samples; {load_average()}"
     )
-    server = start_postgres()
     rows, summary = [], []
-    try:
+    with postgres() as server:
         for path, delays in PATHS:
             proxy = None
             url = server.url
@@ -169,8 +168,6 @@ def main() -> None:
                 engine.dispose()
                 if proxy:
                     proxy.stop()
-    finally:
-        server.stop()
     print_table(
         [
             "path",

@@ -45,22 +45,9 @@ import time
 from pathlib import Path
 from statistics import median
 
-from common import (
-    ROOT,
-    NodeProcess,
-    fresh_database,
-    load_average,
-    print_table,
-    query,
-    rotated,
-    source_tree,
-    start_postgres,
-    stop_all,
-    wait_for,
-)
+from common import ROOT, farm, load_average, postgres, print_table, query, rotated, source_tree, wait_for
 from sqlalchemy import text
 
-from queueprocessor.farm import Farm
 from queueprocessor.store.database import open_engine
 
 try:
@@ -102,7 +89,12 @@ def graphile_ready() -> Path:
 def run_graphile(server, processes: int, count: int, capacity: int, keys: int, patience: float) -> float:
     """The ordered backlog on Graphile Worker: jobs per second (by what it finished, if it is still at it after
     `patience` seconds)."""
-    url = fresh_database(server, "graphile")
+    with farm(server=server, prefix="graphile", open=False, drop=True) as run:  # the database dropped at its end
+        return graphile_drain(run.url, processes, count, capacity, keys, patience)
+
+
+def graphile_drain(url: str, processes: int, count: int, capacity: int, keys: int, patience: float) -> float:
+    """run_graphile's drain on the database at `url`."""
     dsn = url.replace("postgresql+psycopg://", "postgresql://")
     script = graphile_ready()
     env = dict(os.environ, DSN=dsn, CONCURRENCY=str(capacity))
@@ -141,7 +133,6 @@ def run_graphile(server, processes: int, count: int, capacity: int, keys: int, p
         for worker in workers:
             worker.terminate()
             worker.wait()
-    query(server.url, f'DROP DATABASE "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
     rate = (count - waiting) / (done - enqueued)
     partial = f", only {count - waiting} of {count} done when it ran out of patience" if waiting else ""
     print(
@@ -194,36 +185,39 @@ def run_case(
     for it add nothing."""
     if case == "graphile":
         return {case: run_graphile(server, processes, count, capacity, keys, patience)}
-    url = fresh_database(server, "queues")
-    farm = Farm(url)
-    farm.settings()
-    nodes = [
-        NodeProcess(url, f"node-{i}", extra=("--capacity", str(capacity), "--allow-module", "bench.jobs"), root=root)
-        for i in range(processes)
-    ]
     held_back = case in ("limited", "paused")
-    try:
-        wait_for(lambda: len(farm.serving("q0")) == processes, 60, "nodes to join")
+    with farm(
+        processes,
+        server=server,
+        prefix="queues",
+        settings={},
+        drop=True,  # gone before the next case: its dead rows would keep autovacuum busy
+        root=root,
+        capacity=capacity,
+        allow_module="bench.jobs",
+    ) as run:
+        url, farm_ = run.url, run.farm
+        wait_for(lambda: len(farm_.serving("q0")) == processes, 60, "nodes to join")
         time.sleep(2.5)  # the join delay: every node takes turns
         if held_back:
-            farm.enqueue_python("bench.jobs:noop", queue="q0")
+            farm_.enqueue_python("bench.jobs:noop", queue="q0")
             if case == "limited":
-                farm.set_queue("q0", limit=limit)
+                farm_.set_queue("q0", limit=limit)
             else:
-                farm.pause_queue("q0")
+                farm_.pause_queue("q0")
             time.sleep(1.5)  # every node has read the setting at a heartbeat
         queues = 8 if case in ("queues8", "limited", "paused") else 1
         ordered = keys if case == "ordered" else 0
         started = time.monotonic()
         backlog(url, count, queues, ordered)
         enqueued = time.monotonic()
-        with farm._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # one cheap query a poll
+        with farm_._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:  # one cheap query a poll
             begun = float(conn.execute(text("SELECT extract(epoch from clock_timestamp())")).scalar())
             rest = text("SELECT EXISTS (SELECT 1 FROM qp_jobs WHERE state IN ('queued', 'running') AND queue <> 'q0')")
             while held_back and conn.execute(rest).scalar():
                 time.sleep(0.2)
             if case == "paused":
-                farm.resume_queue("q0")
+                farm_.resume_queue("q0")
             left = text("SELECT EXISTS (SELECT 1 FROM qp_jobs WHERE state IN ('queued', 'running'))")
             while conn.execute(left).scalar():
                 time.sleep(0.2)
@@ -238,10 +232,6 @@ def run_case(
             f"count(*) FILTER (WHERE {others}) FROM qp_jobs WHERE finished_at > :begun",
             begun=begun,
         )
-    finally:
-        stop_all(nodes)
-        farm.close()
-    query(server.url, f'DROP DATABASE "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
     drain = ended - begun
     rates = {case: within / drain}
     tail = ""
@@ -322,22 +312,21 @@ def main() -> None:
     )
     old = tempfile.TemporaryDirectory(prefix="qp-before-") if args.before else None
     trees = [("", ROOT)] + ([(f"{args.before} ", source_tree(args.before, Path(old.name)))] if old else [])
-    server = start_postgres()
     rates, figures = {}, {}  # figures: the cases' figures, in the order first seen
     try:
-        for r in range(args.rounds):
-            print(f"round {r + 1}: {load_average()}", flush=True)
-            for n in processes:
-                for (label, root), case in rotated([(tree, case) for tree in trees for case in cases], r):
-                    if label:
-                        print(f"  ({label.strip()})", end="", flush=True)
-                    for figure, rate in run_case(
-                        server, case, n, count, args.capacity, args.limit, keys, args.patience, root
-                    ).items():
-                        rates[figure, f"{label}x{n}", r] = rate
-                        figures.setdefault(figure, None)
+        with postgres() as server:
+            for r in range(args.rounds):
+                print(f"round {r + 1}: {load_average()}", flush=True)
+                for n in processes:
+                    for (label, root), case in rotated([(tree, case) for tree in trees for case in cases], r):
+                        if label:
+                            print(f"  ({label.strip()})", end="", flush=True)
+                        for figure, rate in run_case(
+                            server, case, n, count, args.capacity, args.limit, keys, args.patience, root
+                        ).items():
+                            rates[figure, f"{label}x{n}", r] = rate
+                            figures.setdefault(figure, None)
     finally:
-        server.stop()
         if old:
             old.cleanup()
     columns = [f"{label}x{n}" for n in processes for label, _root in trees]

@@ -26,18 +26,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from common import (
-    ROOT,
-    NodeProcess,
-    fresh_database,
-    load_average,
-    print_table,
-    query,
-    source_tree,
-    start_postgres,
-    stop_all,
-    wait_for,
-)
+from common import ROOT, farm, load_average, postgres, print_table, query, source_tree, wait_for
 
 HEARTBEAT = 1.0
 READS_MACHINES = re.compile(r"^\s*SELECT\b.*\bqp_machines\b", re.IGNORECASE | re.DOTALL)
@@ -71,21 +60,18 @@ def active(url: str) -> int:
 
 def measure(server, label: str, root: Path, sizes: list[int], seconds: float) -> list[dict]:
     """Grow one farm of `root`'s code through `sizes`, measuring a steady window at each."""
-    url = fresh_database(server, "reads")
-    farm: list[NodeProcess] = []
     results = []
-    try:
+    with farm(server=server, prefix="reads", open=False, root=root, heartbeat=HEARTBEAT) as run:
+        url = run.url
         for size in sizes:
-            farm += [
-                NodeProcess(url, f"{label}-{i}", root=root, extra=("--heartbeat", str(HEARTBEAT)))
-                for i in range(len(farm), size)
-            ]
+            for i in range(len(run.nodes), size):
+                run.start(f"{label}-{i}")
             wait_for(lambda: active(url) >= size, 60 + 3 * size, f"{size} {label} nodes to join")
             time.sleep(3 * HEARTBEAT)  # past the newcomers' join delay: every node has read the last change
             before, t0 = counters(server, url), time.monotonic()
             time.sleep(seconds)
             after, t1 = counters(server, url), time.monotonic()
-            dead = [n.name for n in farm if not n.alive()]
+            dead = [n.name for n in run.nodes if not n.alive()]
             if dead:
                 raise RuntimeError(f"nodes died during the window: {dead}")
             rates = {k: (after[k] - before[k]) / (t1 - t0) for k in ("returned", "scanned", "statements")}
@@ -95,8 +81,6 @@ def measure(server, label: str, root: Path, sizes: list[int], seconds: float) ->
                 f"{rates['scanned']:9.1f} tuples scanned/s, {rates['statements']:7.1f} statements/s",
                 flush=True,
             )
-    finally:
-        stop_all(farm)
     return results
 
 
@@ -110,13 +94,10 @@ def main() -> None:
     sizes = sorted(args.nodes or ([1, 4, 16] if args.quick else [1, 2, 4, 8, 16, 32, 64]))
     seconds = args.seconds or (6.0 if args.quick else 15.0)
     print(f"rows read by heartbeats: heartbeat {HEARTBEAT:g} s, {seconds:g} s window per size; {load_average()}")
-    server = start_postgres(stat_statements=True)
-    try:
+    with postgres(stat_statements=True) as server:
         with tempfile.TemporaryDirectory(prefix="qp-before-") as old:
             before = measure(server, "before", source_tree(args.before, Path(old)), sizes, seconds)
         after = measure(server, "after", ROOT, sizes, seconds)
-    finally:
-        server.stop()
     print()
     print_table(
         [

@@ -36,21 +36,8 @@ import subprocess
 import sys
 import time
 
-from common import (
-    ROOT,
-    NodeProcess,
-    fresh_database,
-    load_average,
-    ms,
-    percentile,
-    print_table,
-    query,
-    start_postgres,
-    stop_all,
-    wait_for,
-)
+from common import ROOT, farm, load_average, ms, percentile, postgres, print_table, query, wait_for
 
-from queueprocessor.farm import Farm
 from tests.support.httptarget import HttpTarget
 
 PERIOD = 1.0
@@ -62,74 +49,75 @@ BACKLOG_PATH = "/sleep/0.05"
 
 
 def run(server, seconds: float, kill_at: float, down: float, work: str, backlog_at: float) -> dict:
-    url = fresh_database(server, "schedule")
-    farm = Farm(url)
-    farm.settings(period=PERIOD)
     target = HttpTarget()
-    extra = ("--allow-module", "bench.jobs")
-
-    def start(name: str) -> NodeProcess:
-        return NodeProcess(url, name, http_base=target.base_url, extra=extra)
-
-    nodes = {f"node-{i}": start(f"node-{i}") for i in range(NODES)}
     try:
-        wait_for(lambda: len(farm.status()["machines"]) == NODES, 60, "nodes to join")
-        time.sleep(3.0)
-        began = farm._store.ask_time()
-        what = ["http", "/ok"] if work == "http" else ["python", "bench.jobs:stamp"]
-        subprocess.run(  # as a user adds it
-            [sys.executable, "-m", "queueprocessor.cli", "--db", url, "schedule", "add", "tick", "--every", "1", *what],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )
-        time.sleep(max(0.0, began + kill_at - farm._store.ask_time()))
-        victim = nodes["node-1"]
-        killed = farm._store.ask_time()
-        victim.kill()
-        print(f"  killed node-1 at +{killed - began:.1f} s", flush=True)
-        time.sleep(down)
-        nodes["node-1b"] = start("node-1")
-        back = farm._store.ask_time()
-        print(f"  started it again at +{back - began:.1f} s", flush=True)
-        time.sleep(max(0.0, began + backlog_at - farm._store.ask_time()))
-        flooded = farm._store.ask_time()  # a backlog of lower priority than the schedule's (see BACKLOG)
-        farm.enqueue_http(BACKLOG_PATH, count=BACKLOG, priority=-1)
-        print(f"  {BACKLOG} jobs of {BACKLOG_PATH} at priority -1 enqueued at +{flooded - began:.1f} s", flush=True)
-        time.sleep(max(0.0, began + seconds - farm._store.ask_time()))
-        ended = farm._store.ask_time()
-        farm.pause_schedule("tick")
-        wait_for(
-            lambda: not query(url, "SELECT count(*) FROM qp_jobs WHERE state = 'running'")[0][0],
-            30,
-            "the last occurrences to finish",
-        )
-        jobs = query(
-            url, "SELECT id, run_at FROM qp_jobs WHERE key LIKE :ticks AND state <> 'cancelled'", ticks="tick@%"
-        )
-        runs = query(url, "SELECT job_id, outcome, started_at, output FROM qp_runs")
-        turns = sorted(t for (t,) in query(url, "SELECT taken_at FROM qp_turns"))
-        [(drained,)] = query(url, "SELECT max(started_at) FROM qp_jobs WHERE priority = -1")
-        arrived: dict[int, float] = {}  # job id -> when its first request reached the server
-        for record in target.requests("/ok"):
-            if isinstance(record["job"], int):
-                arrived.setdefault(record["job"], record["started"])
-        return dict(
-            began=began,
-            ended=ended,
-            killed=killed,
-            back=back,
-            flooded=flooded,
-            drained=drained or ended,
-            jobs=jobs,
-            runs=runs,
-            turns=turns,
-            arrived=arrived,
-        )
+        with farm(
+            NODES,
+            server=server,
+            prefix="schedule",
+            settings=dict(period=PERIOD),
+            http_base=target.base_url,
+            allow_module="bench.jobs",
+        ) as bench:
+            return observed(bench, seconds, kill_at, down, work, backlog_at, target)
     finally:
-        stop_all([n for n in nodes.values() if n.alive()])
         target.stop()
-        farm.close()
+
+
+def observed(bench, seconds: float, kill_at: float, down: float, work: str, backlog_at: float, target) -> dict:
+    """The schedule's run on the farm of `bench`, with its kill and restart and its backlog: what was recorded."""
+    url, farm_ = bench.url, bench.farm
+    bench.wait_joined(NODES)
+    time.sleep(3.0)
+    began = farm_._store.ask_time()
+    what = ["http", "/ok"] if work == "http" else ["python", "bench.jobs:stamp"]
+    subprocess.run(  # as a user adds it
+        [sys.executable, "-m", "queueprocessor.cli", "--db", url, "schedule", "add", "tick", "--every", "1", *what],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    time.sleep(max(0.0, began + kill_at - farm_._store.ask_time()))
+    victim = bench.nodes[1]
+    killed = farm_._store.ask_time()
+    bench.kill(victim)
+    print(f"  killed node-1 at +{killed - began:.1f} s", flush=True)
+    time.sleep(down)
+    bench.restart(victim)
+    back = farm_._store.ask_time()
+    print(f"  started it again at +{back - began:.1f} s", flush=True)
+    time.sleep(max(0.0, began + backlog_at - farm_._store.ask_time()))
+    flooded = farm_._store.ask_time()  # a backlog of lower priority than the schedule's (see BACKLOG)
+    farm_.enqueue_http(BACKLOG_PATH, count=BACKLOG, priority=-1)
+    print(f"  {BACKLOG} jobs of {BACKLOG_PATH} at priority -1 enqueued at +{flooded - began:.1f} s", flush=True)
+    time.sleep(max(0.0, began + seconds - farm_._store.ask_time()))
+    ended = farm_._store.ask_time()
+    farm_.pause_schedule("tick")
+    wait_for(
+        lambda: not query(url, "SELECT count(*) FROM qp_jobs WHERE state = 'running'")[0][0],
+        30,
+        "the last occurrences to finish",
+    )
+    jobs = query(url, "SELECT id, run_at FROM qp_jobs WHERE key LIKE :ticks AND state <> 'cancelled'", ticks="tick@%")
+    runs = query(url, "SELECT job_id, outcome, started_at, output FROM qp_runs")
+    turns = sorted(t for (t,) in query(url, "SELECT taken_at FROM qp_turns"))
+    [(drained,)] = query(url, "SELECT max(started_at) FROM qp_jobs WHERE priority = -1")
+    arrived: dict[int, float] = {}  # job id -> when its first request reached the server
+    for record in target.requests("/ok"):
+        if isinstance(record["job"], int):
+            arrived.setdefault(record["job"], record["started"])
+    return dict(
+        began=began,
+        ended=ended,
+        killed=killed,
+        back=back,
+        flooded=flooded,
+        drained=drained or ended,
+        jobs=jobs,
+        runs=runs,
+        turns=turns,
+        arrived=arrived,
+    )
 
 
 def analyse(data: dict, work: str) -> list[dict]:
@@ -195,11 +183,8 @@ def main() -> None:
         f"and back {down:g} s later, {args.work} jobs; {load_average()}",
         flush=True,
     )
-    server = start_postgres()
-    try:
+    with postgres() as server:
         data = run(server, seconds, kill_at, down, args.work, backlog_at)
-    finally:
-        server.stop()
     rows = analyse(data, args.work)
     print()
     print_table(

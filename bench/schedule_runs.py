@@ -15,7 +15,7 @@ import argparse
 import statistics
 import time
 
-from common import fresh_database, ms, percentile, print_table, query, start_postgres
+from common import farm, ms, percentile, postgres, print_table, query
 
 
 def ended_runs_of(farm, name: str, count: int) -> None:
@@ -34,21 +34,20 @@ def timed(read, reads: int) -> list[float]:
     return seconds
 
 
-def measure(url: str, size: int, reads: int) -> list[list[str]]:
-    from queueprocessor.farm import Farm
-
-    with Farm(url) as farm:
-        spec = farm.python_spec("bench.jobs:noop_async")
+def measure(server, size: int, reads: int) -> list[list[str]]:
+    with farm(server=server) as run:
+        url, farm_ = run.url, run.farm
+        spec = farm_.python_spec("bench.jobs:noop_async")
         for name in ("early", "often"):
-            farm.schedule(name, spec, cron="0 3 1 1 *")
-        ended_runs_of(farm, "early", 10)
-        farm.enqueue(spec, count=size)
-        ended_runs_of(farm, "often", 10)
+            farm_.schedule(name, spec, cron="0 3 1 1 *")
+        ended_runs_of(farm_, "early", 10)
+        farm_.enqueue(spec, count=size)
+        ended_runs_of(farm_, "often", 10)
         query(url, "ANALYZE qp_jobs")
         cases = {
-            "newest 10 jobs (baseline)": lambda: farm.list_jobs(limit=10),
-            "last 10 runs, recent schedule": lambda: farm.schedule_runs("often"),
-            "last 10 runs, schedule behind all": lambda: farm.schedule_runs("early"),
+            "newest 10 jobs (baseline)": lambda: farm_.list_jobs(limit=10),
+            "last 10 runs, recent schedule": lambda: farm_.schedule_runs("often"),
+            "last 10 runs, schedule behind all": lambda: farm_.schedule_runs("early"),
         }
         rows = []
         for case, read in cases.items():
@@ -62,11 +61,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--reads", type=int, default=20)
     args = parser.parse_args()
-    server = start_postgres()
-    try:
-        rows = [row for size in args.sizes for row in measure(fresh_database(server), size, args.reads)]
-    finally:
-        server.stop()
+    with postgres() as server:
+        rows = [row for size in args.sizes for row in measure(server, size, args.reads)]
     print_table(["jobs", "read", "median ms", "p95 ms"], rows)
 
 

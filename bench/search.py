@@ -19,17 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402
-    NodeProcess,
-    fresh_database,
-    load_average,
-    percentile,
-    print_table,
-    query,
-    start_postgres,
-    stop_all,
-    wait_for,
-)
+from common import farm, fresh_database, load_average, percentile, postgres, print_table, query, wait_for  # noqa: E402
 
 from queueprocessor.farm import Farm, JobFilter  # noqa: E402
 
@@ -83,16 +73,16 @@ def enqueue_cost(server, count: int, indexed: bool) -> float:
 def drain_seconds(server, count: int, indexed: bool) -> float:
     """One node (`--capacity 256`) draining `count` no-op `async def` jobs with a payload: each claim and finish
     writes a new row version, which enters the payload index too (a GIN index takes no HOT update)."""
-    url = fresh_database(server)
-    with Farm(url) as farm:
-        if not indexed:
-            query(url, "DROP INDEX ix_qp_jobs_payload")
-        farm.enqueue(
-            farm.python_spec("bench.jobs:noop_async", {"customer": {"id": "c-1"}, "day": "monday"}), count=count
-        )
-    query(url, "VACUUM ANALYZE qp_jobs")
-    node = NodeProcess(url, "drainer", extra=("--capacity", "256", "--allow-module", "bench.jobs"))
-    try:
+    with farm(server=server, open=False) as run:
+        url = run.url
+        with Farm(url) as jobs:
+            if not indexed:
+                query(url, "DROP INDEX ix_qp_jobs_payload")
+            jobs.enqueue(
+                jobs.python_spec("bench.jobs:noop_async", {"customer": {"id": "c-1"}, "day": "monday"}), count=count
+            )
+        query(url, "VACUUM ANALYZE qp_jobs")
+        run.start("drainer", capacity=256, allow_module="bench.jobs")
         started = time.perf_counter()
         wait_for(
             lambda: query(url, "SELECT count(*) FROM qp_jobs WHERE state = 'succeeded'")[0][0] >= count,
@@ -100,8 +90,6 @@ def drain_seconds(server, count: int, indexed: bool) -> float:
             "the drain",
         )
         return time.perf_counter() - started
-    finally:
-        stop_all([node])
 
 
 def main() -> None:
@@ -113,9 +101,8 @@ def main() -> None:
     if args.quick:
         args.jobs, args.runs = 100_000, 10
     print(f"load before: {load_average()}")
-    server = start_postgres()
     rows = []
-    try:
+    with postgres() as server:
         url = fresh_database(server)
         with Farm(url) as farm:
             started = time.perf_counter()
@@ -142,8 +129,6 @@ def main() -> None:
         for order in ((True, False), (False, True))[: 1 if args.quick else 2]:
             for indexed in order:
                 drains[indexed].append(drain_seconds(server, DRAIN // (5 if args.quick else 1), indexed))
-    finally:
-        server.stop()
     print(f"find_jobs at {args.jobs:,} jobs, {args.runs} runs each (ms):")
     print_table(["search", "what", "p50", "p95", "p50 without the index"], rows)
     print(f"ix_qp_jobs_payload: {size / 2**20:.0f} MB for {args.jobs:,} jobs with a payload")

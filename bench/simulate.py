@@ -47,6 +47,7 @@ from queueprocessor.rules.clock import OffsetEstimator, Sample  # noqa: E402
 from queueprocessor.rules.roster import KnownMachines, Liveness, slot_end, slot_of, turn_to_take  # noqa: E402
 from queueprocessor.rules.states import CHECKING_IN, MachineState, Wish  # noqa: E402
 
+NO_HARNESS = "the database, the clocks and the machines are modelled in memory: no server, no farm, no node process"
 WARMUP = 60.0  # seconds of database time before the measured slots: every machine joined and settled
 SAMPLES_AT_START = 5  # clock samples a node takes before its first check-in (Node.start)
 

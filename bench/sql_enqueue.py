@@ -136,7 +136,7 @@ def main() -> None:
         args.jobs, args.rounds = 800, 1
     count = args.jobs // CONNECTIONS * CONNECTIONS
 
-    from common import fresh_database, load_average, print_table, start_postgres
+    from common import fresh_database, load_average, postgres, print_table
 
     print(
         f"enqueue of {count:,} jobs one a transaction from {CONNECTIONS} connections, rounds: {args.rounds}; "
@@ -149,14 +149,11 @@ def main() -> None:
         "Farm.enqueue(spec) from 8 threads, a Farm each": lambda url: by_api(url, count),
     }
     timed: dict[str, list[float]] = {name: [] for name in ways}
-    server = start_postgres()
-    try:
+    with postgres() as server:
         for round_ in range(args.rounds):
             turn = 1 if round_ % 2 == 0 else -1
             for name, way in list(ways.items())[::turn]:
                 timed[name].append(way(fresh_database(server, "sqlenqueue")))
-    finally:
-        server.stop()
     print_table(
         ["enqueue, one job a transaction", "jobs/s, median (range)"], [[n, rate(count, s)] for n, s in timed.items()]
     )

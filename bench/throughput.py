@@ -73,6 +73,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -623,16 +624,13 @@ def run_case(bench: Bench, config: Config, kind: str, processes: int) -> Result:
     """Drain `bench.count` jobs with `processes` workers of one system at one setting (PostgreSQL alone: that
     many pgbench clients). A system that has not drained the backlog after `bench.patience` seconds is rated by
     what it finished by then."""
-    from common import fresh_database, query
+    from common import farm
 
-    url = fresh_database(bench.server, f"tp_{config.system}")
-    try:
+    # Dropped before the next case starts: its dead rows would have autovacuum working during that case.
+    with farm(server=bench.server, prefix=f"tp_{config.system}", open=False, drop=True) as run:
         if config.system == CEILING:
-            return run_ceiling(bench, config, processes, url)
-        return drain(bench, config, kind, processes, url)
-    finally:
-        # Gone before the next case starts: its dead rows would have autovacuum working during that case.
-        query(bench.server.url, f'DROP DATABASE "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+            return run_ceiling(bench, config, processes, run.url)
+        return drain(bench, config, kind, processes, run.url)
 
 
 def drain(bench: Bench, config: Config, kind: str, processes: int, url: str) -> Result:
@@ -932,7 +930,7 @@ def pgboss_specs(text: str) -> list[str]:
 
 def run_all(args, systems: list[str]) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import ROOT, load_average, start_postgres
+    from common import ROOT, load_average, postgres
 
     from tests.support.pgbouncer import PgBouncer
 
@@ -941,13 +939,14 @@ def run_all(args, systems: list[str]) -> None:
     processes = [int(p) for p in (args.processes or ("1,2" if args.quick else "1,2,4")).split(",")]
     kinds = [k.strip() for k in args.kinds.split(",")]
     print(f"{count} jobs; ours at --capacity {args.concurrency} per process; {load_average()}", flush=True)
-    server = start_postgres()
-    pgbouncer = PgBouncer(server).start() if THROUGH_PGBOUNCER in systems else None
     port = 18000 + os.getpid() % 1000
     web = Worker([sys.executable, str(Path(__file__).resolve()), "--serve", str(port)], ROOT)
     results: Results = {}
     installed: dict[str, str | Path] = {}
+    servers = ExitStack()  # the server, and the PgBouncer in front of it: stopped in the reverse order
     try:
+        server = servers.enter_context(postgres())
+        pgbouncer = servers.enter_context(PgBouncer(server)) if THROUGH_PGBOUNCER in systems else None
         installed.update(installed_systems(systems, server, args.before))
         bench = Bench(server, count, args.patience, f"http://127.0.0.1:{port}/", pgbouncer, installed)
         systems = [s for s in systems if s in (OURS, THROUGH_PGBOUNCER) or s in bench.installed]
@@ -968,9 +967,7 @@ def run_all(args, systems: list[str]) -> None:
                     results["-" if config.system == CEILING else kind, n, config.system, config.name] = result
     finally:
         web.stop()
-        if pgbouncer is not None:
-            pgbouncer.stop()
-        server.stop()
+        servers.close()
         if BEFORE in installed:
             shutil.rmtree(installed[BEFORE])
     print(

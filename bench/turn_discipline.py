@@ -41,17 +41,15 @@ from collections import Counter
 
 from common import (
     ROOT,
-    NodeProcess,
     WakeProbe,
-    fresh_database,
+    farm,
     load_average,
     ms,
     percentile,
+    postgres,
     print_table,
     query,
     rss_mb,
-    start_postgres,
-    stop_all,
     wait_for,
 )
 
@@ -129,20 +127,20 @@ def judge(times: list[float], first_slot: int, last_slot: int, period: float) ->
 
 
 def run_size(server, nodes: int, seconds: float, period: float, rng: random.Random) -> list[dict]:
-    url = fresh_database(server, "turns")
-    for statement in NAIVE_TABLES:
-        query(url, statement)
     skews = [rng.uniform(-1.0, 1.0) for _ in range(nodes)]
     push, baseline = fits(nodes)
-    farm = [
-        NodeProcess(
-            url,
-            f"qp-{i}",
-            skew=s,
-            extra=("--period", str(period), "--heartbeat", str(HEARTBEAT), "--push" if push else "--no-push"),
-        )
-        for i, s in enumerate(skews)
-    ]
+    with farm(server=server, prefix="turns", open=False, period=period, heartbeat=HEARTBEAT, push=push) as run:
+        url = run.url
+        for statement in NAIVE_TABLES:
+            query(url, statement)
+        started = [run.start(f"qp-{i}", skew=s) for i, s in enumerate(skews)]
+        return judged(url, started, skews, push, baseline, nodes, seconds, period)
+
+
+def judged(
+    url: str, started: list, skews: list[float], push: bool, baseline: bool, nodes: int, seconds: float, period: float
+) -> list[dict]:
+    """Run the naive pollers beside the farm's nodes (`started`) over the window; both judged."""
     naive = [
         subprocess.Popen(
             [sys.executable, __file__, "naive-node", url, str(i), str(nodes), repr(s), str(period), f"naive-{i}"],
@@ -176,14 +174,13 @@ def run_size(server, nodes: int, seconds: float, period: float, rng: random.Rand
         with WakeProbe() as probe:
             time.sleep(max(0.0, (last_slot + 2) * period - start))
         bound = query(url, "SELECT max(error_bound) FROM qp_machines WHERE state = 'active'")[0][0]
-        memory = [rss_mb(node.pid) for node in farm]
-        dead = [n.name for n in farm if not n.alive()] + [f"naive-{i}" for i, p in enumerate(naive) if p.poll()]
+        memory = [rss_mb(node.pid) for node in started]
+        dead = [n.name for n in started if not n.alive()] + [f"naive-{i}" for i, p in enumerate(naive) if p.poll()]
         if dead:
             raise RuntimeError(f"processes died during the window: {dead}")
     finally:
         for process in naive:
             process.terminate()
-        stop_all(farm)
         for process in naive:
             process.wait(10)
     turns = query(
@@ -231,11 +228,8 @@ def main() -> None:
         f"turn discipline: period {args.period:g} s, heartbeat {HEARTBEAT:g} s, skews uniform in +-1 s, "
         f"{seconds:g} s window per size, max_connections {MAX_CONNECTIONS}; {load_average()}"
     )
-    server = start_postgres(max_connections=MAX_CONNECTIONS)
-    try:
+    with postgres(max_connections=MAX_CONNECTIONS) as server:
         results = [row for n in sizes for row in run_size(server, n, seconds, args.period, rng)]
-    finally:
-        server.stop()
     print_table(
         [
             "nodes",
