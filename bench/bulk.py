@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import farm, fresh_database, load_average, postgres, query, wait_for  # noqa: E402
 
-from queueprocessor.farm import Farm, JobFilter  # noqa: E402
+from queueprocessor import JobFilter  # noqa: E402
+from queueprocessor.farm import Farm  # noqa: E402
 
 WARM = 2_000  # drain jobs finished before the window opens: the node is claiming at full speed by then
 

@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import farm, fresh_database, load_average, percentile, postgres, print_table, query, wait_for  # noqa: E402
 
-from queueprocessor.farm import Farm, JobFilter  # noqa: E402
+from queueprocessor import JobFilter  # noqa: E402
+from queueprocessor.farm import Farm  # noqa: E402
 
 FILL = """
 INSERT INTO qp_jobs (executor, target, method, payload, state, priority, run_at, created_at, finished_at, attempts,

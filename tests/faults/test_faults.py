@@ -1,10 +1,10 @@
-"""The fault harness's short form, as tests: each scenario of bench/faults.py on the suite's real
+"""The fault harness's short form, as tests: each scenario of bench/faults on the suite's real
 PostgreSQL server, with real node processes and a real HTTP service, must end with no job lost, no job run
 twice at once (a batch function's jobs among them, each judged by the service's record of its own request, see
 Rig.batches), no live machine declared dead, no stale result accepted, no password in any log and no error in
 a node's log that no user caused (a traceback, an exception nobody retrieved).
 
-The long form with its figures: `python bench/faults.py` (docs/benchmarks.md, "Faults").
+The long form with its figures: `python bench/faults` (docs/benchmarks.md, "Faults").
 """
 
 import sys
@@ -136,7 +136,7 @@ def test_nodes_that_claim_back_the_jobs_a_database_freeze_stopped_never_run_one_
     claim its own stopped jobs back while their stopped runs are still being handed back. Each of those runs must
     stay its own: renewed until it ends, stoppable, and never beside another machine's run of the job. Judged by
     the service's record and the nodes' logs over several trials of a shape that takes that path in most of them
-    (bench/faults.py runs 50 of random shapes)."""
+    (bench/faults runs 50 of random shapes)."""
     shape = faults.Shape("freezes", nodes=3, lengths=(4.0,) * 12, lead=1.0, length=3.0, cut=(0, 1, 2))
     outcome = faults.fault_trials(pg_server, quick=True, kind="freezes", shapes=[shape] * 6)
     t, f = outcome.tally, outcome.facts

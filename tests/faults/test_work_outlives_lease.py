@@ -1,10 +1,10 @@
 """No work of a job outlives the lease that covers it, whatever happens to its node (docs/design.md §3): the short
-forms of bench/faults.py's scenarios for work that lives beside the node, on the suite's real PostgreSQL server with
+forms of bench/faults's scenarios for work that lives beside the node, on the suite's real PostgreSQL server with
 real node processes and a real HTTP service that records every run. A command job here is
 tests/support/slow_command.py, which holds one request to the service open while it runs: the service's record is
 the command's [start, end] and fence, so "two runs of one job at once" is what the target itself saw.
 
-The long forms, with many trials and their figures: `python bench/faults.py --only kill-commands lone-freeze
+The long forms, with many trials and their figures: `python bench/faults --only kill-commands lone-freeze
 sys-exit dependency-races` (docs/benchmarks.md, "Faults").
 """
 
