@@ -27,6 +27,7 @@ __all__ = [
     "Rate",
     "OnFailure",
     "QueueInfo",
+    "ScheduleChanges",
     "JobState",
     "Outcome",
     "MachineState",
@@ -58,6 +59,7 @@ _HOMES = (
     "grabs",
     "singletons",
     "jobs",
+    "schedulesteer",
     "farm",
 )
 
@@ -84,6 +86,7 @@ if TYPE_CHECKING:  # the names __getattr__ hands on, as a type checker should se
     from .rules.queues import OnFailure, QueueInfo, Rate
     from .rules.search import JobFilter
     from .rules.states import JobState, MachineState, Outcome, Wish
+    from .schedulesteer import ScheduleChanges
     from .singletons import LockHeld
 
 

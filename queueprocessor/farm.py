@@ -35,7 +35,7 @@ from .rules.roster import Liveness
 from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, Recurrence
 from .rules.search import BulkAction, JobFilter
 from .rules.urls import default_url, mask
-from .schedulesteer import ScheduleSteering
+from .schedulesteer import ScheduleChanges, ScheduleSteering
 from .store import permissions
 from .store.bulk import Changed
 from .store.database import (
@@ -358,28 +358,13 @@ class Farm:
         same job instead of making another. Default: a new request each call. Its job's key says `run now`."""
         return self._schedules.run_now(name, request)
 
-    def edit_schedule(
-        self,
-        name: str,
-        *,
-        cron: Any = UNCHANGED,
-        tz: Any = UNCHANGED,
-        every: Any = UNCHANGED,
-        misfire: Any = UNCHANGED,
-        grace: Any = UNCHANGED,
-        executor: Any = UNCHANGED,
-        target: Any = UNCHANGED,
-        method: Any = UNCHANGED,
-        payload: Any = UNCHANGED,
-        queue: Any = UNCHANGED,
-    ) -> dict[str, Any]:
-        """Change what is given of a schedule, checked as schedule() checks it; the rest stays. A new recurrence
-        (cron, tz or every; see rules.schedules.edited) starts at its next occurrence more than two periods from now,
-        with no burst of those it would have had; a paused schedule stays paused. `payload` is JSON text (None:
-        none); a command's `target` may be its argv as a list. New work applies to the occurrences still waiting."""
-        when = dict(cron=cron, tz=tz, every=every, misfire=misfire, grace=grace)
-        work = dict(executor=executor, target=target, method=method, payload=payload, queue=queue)
-        return self._schedules.edit(name, when, work)
+    def edit_schedule(self, name: str, **changes: Unpack[ScheduleChanges]) -> dict[str, Any]:
+        """Change what is given of a schedule (ScheduleChanges), checked as schedule() checks it; the rest stays. A
+        new recurrence (cron, tz or every; see rules.schedules.edited) starts at its next occurrence more than two
+        periods from now, with no burst of those it would have had; a paused schedule stays paused. `payload` is
+        JSON text (None: none); a command's `target` may be its argv as a list. New work applies to the
+        occurrences still waiting."""
+        return self._schedules.edit(name, changes)
 
     def schedule_runs(self, name: str, limit: int = 10) -> list[dict[str, Any]]:
         """A schedule's last `limit` occurrences that ran (or ended without running), newest first, as their runs:
@@ -470,13 +455,13 @@ class Farm:
     # -- the farm's past ----------------------------------------------------
 
     def stats(self, since: float = 86400.0, *, step: int = 60, queue: str | None = None) -> list[dict[str, Any]]:
-        """The farm's history per queue (docs/design.md §10) over the last `since` seconds, in buckets of `step`
+        """The farm's history per queue (docs/design.md §11) over the last `since` seconds, in buckets of `step`
         seconds (a multiple of 60; past a day the rows are hours), oldest first: jobs enqueued, started and ended by
         outcome, the jobs waiting, and the median and 95th percentile of the runs' durations (seconds)."""
         return farm_past.stats(self._store, since, step, queue)
 
     def events(self, since: float = 86400.0, *, kind: str | None = None, limit: int = 10_000) -> list[dict[str, Any]]:
-        """The farm's log of what happened and who did it (docs/design.md §10) over the last `since` seconds, oldest
+        """The farm's log of what happened and who did it (docs/design.md §11) over the last `since` seconds, oldest
         first (the newest `limit`): each event's time (`at`), `kind` (rules.events.EventKind), `subject`, `detail`
         and `actor`. `kind`: one kind, or a family of them (`machine`, `queue`, `schedule`, `jobs`, `database`)."""
         return farm_past.events(self._store, since, kind, limit)

@@ -7,7 +7,7 @@ edit, the runs read): docs/design.md §6.
 import json
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from . import grabs
 from .machines import Machines
@@ -18,6 +18,25 @@ from .rules.queues import UNCHANGED
 from .rules.schedules import Recurrence, check_policy, edited
 from .store.stores import Store
 from .timing import SharedTiming
+
+
+class ScheduleChanges(TypedDict, total=False):
+    """What Farm.edit_schedule may change of a schedule: its recurrence and misfire policy, and its work."""
+
+    cron: str | None
+    tz: str | None
+    every: float | None
+    misfire: str
+    grace: float
+    executor: str
+    target: str | list[str]
+    method: str
+    payload: str | None
+    queue: str
+
+
+WHEN = ("cron", "tz", "every", "misfire", "grace")
+WORK = ("executor", "target", "method", "payload", "queue")
 
 
 def within_reach(recurrence: Recurrence) -> Recurrence:
@@ -85,9 +104,13 @@ class ScheduleSteering:
     def run_now(self, name: str, request: str | None) -> int:
         return self._schedules.run_now(name, request or uuid.uuid4().hex)
 
-    def edit(self, name: str, when: dict[str, Any], work: dict[str, Any]) -> dict[str, Any]:
-        """Change what is given (UNCHANGED: keep it) of `when` (cron, tz, every, misfire, grace) and `work`
-        (executor, target, method, payload, queue), as Farm.edit_schedule says."""
+    def edit(self, name: str, given: ScheduleChanges) -> dict[str, Any]:
+        """Change what is given (a key left out, or UNCHANGED: keep it), as Farm.edit_schedule says."""
+        unknown = sorted(set(given) - set(WHEN) - set(WORK))
+        if unknown:
+            raise TypeError(f"edit_schedule() got an unexpected keyword argument {unknown[0]!r}")
+        when = {key: given.get(key, UNCHANGED) for key in WHEN}
+        work = {key: given.get(key, UNCHANGED) for key in WORK}
         row = self._schedules.get(name)
         changes: dict[str, Any] = {}
         if not all(when[key] is UNCHANGED for key in ("cron", "tz", "every")):
