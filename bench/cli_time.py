@@ -9,7 +9,7 @@ PYTHONPYCACHEPREFIX), as it is for an installed package; the runs alternate befo
 load. Reported: median and best wall time, and median CPU (user + system) of the process; beside them, the
 same for a Python that only imports click and SQLAlchemy, the least any command that opens a farm costs.
 
-    flock /work/coord/bench.lock .venv/bin/python bench/cli_time.py [--before REF] [--runs N] [--quick]
+    .venv/bin/python bench/cli_time.py [--before REF] [--runs N] [--quick]
 """
 
 import argparse
