@@ -9,7 +9,7 @@ import click
 
 from ..nodeoptions import Seconds
 from ..rules.errors import echoed
-from ..rules.kinds import COMMAND, HTTP, PYTHON
+from ..rules.kinds import COMMAND, HTTP, PYTHON, WorkKind
 from ..rules.output import format_time, machine_label, print_json, print_table
 from ..rules.states import JobState
 from .context import Context, pass_ctx
@@ -83,64 +83,36 @@ def _enqueue(
         )
 
 
-@enqueue.command(HTTP.name)
-@click.argument("path")
-@work_options
-@_when_options
-@pass_ctx
-def enqueue_http(
-    ctx: Context,
-    /,
-    path: str,
-    delay: float,
-    at: str | None,
-    count: int,
-    key: str | None,
-    instance: str | None,
-    **work: Any,
-) -> None:
-    """Enqueue an HTTP GET/POST to PATH on each node's --http-base (or a URL on an allowed host)."""
-    _enqueue(ctx, job_spec(HTTP.name, [path], **work), delay=delay, at=at, count=count, key=key, instance=instance)
+def _enqueue_kind(kind: WorkKind, name: str, doc: str, **argument: Any) -> None:
+    """`enqueue KIND`: work of one kind, its target given as the argument `name` (one word, or with `nargs=-1` an
+    argv), with the options every kind takes."""
+
+    def run(
+        ctx: Context, /, delay: float, at: str | None, count: int, key: str | None, instance: str | None, **work: Any
+    ) -> None:
+        words = work.pop(name)
+        spec = job_spec(kind.name, words if kind.argv else [words], **work)
+        _enqueue(ctx, spec, delay=delay, at=at, count=count, key=key, instance=instance)
+
+    enqueue.command(kind.name, help=doc)(click.argument(name, **argument)(work_options(_when_options(pass_ctx(run)))))
 
 
-@enqueue.command(PYTHON.name)
-@click.argument("target", metavar="MODULE:FUNCTION")
-@work_options
-@_when_options
-@pass_ctx
-def enqueue_python(
-    ctx: Context,
-    /,
-    target: str,
-    delay: float,
-    at: str | None,
-    count: int,
-    key: str | None,
-    instance: str | None,
-    **work: Any,
-) -> None:
-    """Enqueue a call of MODULE:FUNCTION(payload, context) on a node that allows the module."""
-    _enqueue(ctx, job_spec(PYTHON.name, [target], **work), delay=delay, at=at, count=count, key=key, instance=instance)
-
-
-@enqueue.command(COMMAND.name)
-@click.argument("argv", nargs=-1, required=True)
-@work_options
-@_when_options
-@pass_ctx
-def enqueue_command(
-    ctx: Context,
-    /,
-    argv: tuple[str, ...],
-    delay: float,
-    at: str | None,
-    count: int,
-    key: str | None,
-    instance: str | None,
-    **work: Any,
-) -> None:
-    """Enqueue a program run without a shell: `enqueue command -- backup --full` (exit code 0 is success)."""
-    _enqueue(ctx, job_spec(COMMAND.name, argv, **work), delay=delay, at=at, count=count, key=key, instance=instance)
+_enqueue_kind(
+    HTTP, "path", "Enqueue an HTTP GET/POST to PATH on each node's --http-base (or a URL on an allowed host)."
+)
+_enqueue_kind(
+    PYTHON,
+    "target",
+    "Enqueue a call of MODULE:FUNCTION(payload, context) on a node that allows the module.",
+    metavar="MODULE:FUNCTION",
+)
+_enqueue_kind(
+    COMMAND,
+    "argv",
+    "Enqueue a program run without a shell: `enqueue command -- backup --full` (exit code 0 is success).",
+    nargs=-1,
+    required=True,
+)
 
 
 def _parse_time(text: str | None) -> float | None:
