@@ -19,11 +19,17 @@ class Machines:
         self._store = store
         self._liveness = liveness
 
-    def live(self) -> list[dict[str, Any]]:
-        """The machine rows that still take work (active or paused, not dead)."""
+    def _judged(self) -> tuple[float, list[dict[str, Any]]]:
+        """The database's time and every machine row, each with its `status` as judged at that time."""
         now, _, rows = self._store.machines.read()
         liveness = self._liveness()
-        return [m for m in rows if machine_status(m, now, liveness) in SERVING]
+        for row in rows:
+            row["status"] = machine_status(row, now, liveness)
+        return now, rows
+
+    def live(self) -> list[dict[str, Any]]:
+        """The machine rows that still take work (active or paused, not dead)."""
+        return [row for row in self._judged()[1] if row["status"] in SERVING]
 
     def allowing(self, *specs: JobSpec) -> list[dict[str, Any]]:
         """Refuse, with the reason, work that no live machine's allow-lists would let it run (one read for all
@@ -39,10 +45,7 @@ class Machines:
 
     def status(self, database: str, settings: dict[str, float]) -> dict[str, Any]:
         """Machines with their judged state and clock sync, job counts, and the database's time."""
-        liveness = self._liveness()
-        now, _, rows = self._store.machines.read()
-        for row in rows:
-            row["status"] = machine_status(row, now, liveness)
+        now, rows = self._judged()
         return {
             "db_now": now,
             "database": database,
