@@ -16,6 +16,7 @@ from .rules.job import JobSpec, work_spec
 from .rules.limits import MAX_INT, MAX_WAIT
 from .rules.queues import UNCHANGED
 from .rules.schedules import Recurrence, check_policy, edited
+from .store.schedules import POLICY, RECURRENCE, WORK
 from .store.stores import Store
 from .timing import SharedTiming
 
@@ -33,10 +34,6 @@ class ScheduleChanges(TypedDict, total=False):
     method: str
     payload: str | None
     queue: str
-
-
-WHEN = ("cron", "tz", "every", "misfire", "grace")
-WORK = ("executor", "target", "method", "payload", "queue")
 
 
 def within_reach(recurrence: Recurrence) -> Recurrence:
@@ -106,18 +103,18 @@ class ScheduleSteering:
 
     def edit(self, name: str, given: ScheduleChanges) -> dict[str, Any]:
         """Change what is given (a key left out, or UNCHANGED: keep it), as Farm.edit_schedule says."""
-        unknown = sorted(set(given) - set(WHEN) - set(WORK))
+        unknown = sorted(set(given) - {*RECURRENCE, *POLICY, *WORK})
         if unknown:
             raise TypeError(f"edit_schedule() got an unexpected keyword argument {unknown[0]!r}")
-        when = {key: given.get(key, UNCHANGED) for key in WHEN}
+        when = {key: given.get(key, UNCHANGED) for key in (*RECURRENCE, *POLICY)}
         work = {key: given.get(key, UNCHANGED) for key in WORK}
         row = self._schedules.get(name)
         changes: dict[str, Any] = {}
-        if not all(when[key] is UNCHANGED for key in ("cron", "tz", "every")):
+        if not all(when[key] is UNCHANGED for key in RECURRENCE):
             recurrence = within_reach(edited(row, cron=when["cron"], tz=when["tz"], every=when["every"]))
             changes |= dict(cron=recurrence.cron, tz=recurrence.tz, every=recurrence.every)
         if when["misfire"] is not UNCHANGED or when["grace"] is not UNCHANGED:
-            changes |= {key: row[key] if when[key] is UNCHANGED else when[key] for key in ("misfire", "grace")}
+            changes |= {key: row[key] if when[key] is UNCHANGED else when[key] for key in POLICY}
             check_policy(changes["misfire"], changes["grace"])
         if any(value is not UNCHANGED for value in work.values()):
             changes |= _checked_work(row, work, self._machines.allowing)
