@@ -85,7 +85,7 @@ def main() -> None:
                         ]
                     )
             floor = [timed(ROOT, [], "", tmp / "pycache", FLOOR) for _ in range(runs)]
-            rows.append(["(no command: python -c 'import click, sqlalchemy')", "-", "-", _shown(floor), "-"])
+            rows.append([f"(no command: python -c '{FLOOR}')", "-", "-", _shown(floor), "-"])
             least = _medians(floor)
             ratios = {side: (wall / least[0], cpu / least[1]) for side, (wall, cpu) in enqueue_medians.items()}
     print(
