@@ -39,8 +39,11 @@ def group_of(thread: str) -> str:
     return next((group for group, prefixes in GROUPS if thread.startswith(prefixes)), "rest")
 
 
-def measure(url: str, jobs: int, capacity: int) -> dict[str, float]:
-    """In the child process: drain `jobs` no-op jobs with one node; calls per job by thread group."""
+def measure(url: str, jobs: int, capacity: int) -> dict[str, float | str]:
+    """In the child process: drain `jobs` no-op jobs with one node; calls per job by thread group, and the code
+    that ran them (`code`: the path of the queueprocessor it imported)."""
+    import queueprocessor
+
     calls: collections.Counter[str] = collections.Counter()
     counting = threading.Event()
 
@@ -57,8 +60,8 @@ def measure(url: str, jobs: int, capacity: int) -> dict[str, float]:
         while run.farm._store.jobs.counts().get("succeeded", 0) < jobs:
             time.sleep(0.05)
         counting.clear()
-    per_job = {group: calls[group] / jobs for group, _ in GROUPS + (("rest", ()),)}
-    return per_job | {"total": sum(calls.values()) / jobs}
+    per_job: dict[str, float | str] = {group: calls[group] / jobs for group, _ in GROUPS + (("rest", ()),)}
+    return per_job | {"total": sum(calls.values()) / jobs, "code": queueprocessor.__file__}
 
 
 def run(root: Path, url: str, jobs: int, capacity: int) -> dict[str, float]:
@@ -71,7 +74,11 @@ def run(root: Path, url: str, jobs: int, capacity: int) -> dict[str, float]:
         text=True,
         check=True,
     )
-    return json.loads(child.stdout.splitlines()[-1])
+    figures = json.loads(child.stdout.splitlines()[-1])
+    loaded = Path(figures.pop("code"))
+    if not loaded.is_relative_to(root):
+        raise SystemExit(f"the drain meant for {root} ran the code in {loaded}: check PYTHONPATH")
+    return figures
 
 
 def main() -> None:

@@ -25,7 +25,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+    # After PYTHONPATH's entries, before the installed packages: a child process a benchmark starts on another
+    # tree's code (its --before side, PYTHONPATH=<that tree>) imports that tree's queueprocessor, not this one's.
+    given = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    sys.path.insert(1 + len(given), str(ROOT))
 
 from sqlalchemy import text  # noqa: E402
 
