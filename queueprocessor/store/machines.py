@@ -56,8 +56,8 @@ class MachineStore:
         )
         with self.store.engine.begin() as conn:
             conn.execute(insert(machines).values(joined_at=db_now(), last_seen=db_now(), **values))
-            bump_roster(conn)
             machine_id: int = conn.execute(select(machines.c.id).where(machines.c.instance == instance)).scalar_one()
+            bump_roster(conn, machine_id)
             joined = f"on {host} pid {pid}, version {version}, capacity {capacity}, queues {queues or 'every queue'}"
             record_machine_event(conn, EventKind.MACHINE_JOINED, machine_id, joined)
             return machine_id
@@ -99,7 +99,7 @@ class MachineStore:
             stored = conn.execute(select(machines.c.state).where(machines.c.id == machine_id)).scalar()
             if conn.execute(checkin_statement(applied, any_state=True), params).rowcount != 1:
                 return False
-            bump_roster(conn)
+            bump_roster(conn, machine_id)
             kind = EventKind.MACHINE_BACK if stored == MachineState.DEAD else STATE_EVENTS.get(state)
             if kind is not None and (stored != state or kind is EventKind.MACHINE_BACK):
                 record_machine_event(conn, kind, machine_id, f"as asked ({applied_wish})" if applied else None)
@@ -152,5 +152,5 @@ class MachineStore:
                 .where(machines.c.id == machine_id)
                 .values(state=MachineState.STOPPED, running=0, last_seen=db_now())
             )
-            bump_roster(conn)
+            bump_roster(conn, machine_id)
             record_machine_event(conn, EventKind.MACHINE_LEFT, machine_id)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, Executable, Float, Subquery, bindparam, false, func, literal, select, true, update
+from sqlalchemy import BigInteger, ColumnElement, Executable, Float, Subquery, bindparam, false, func, literal, select, true, update
 
 from ..rules.clock import Sample
 from ..rules.events import EventKind
@@ -68,6 +68,12 @@ def farm_statement(backlog: bool) -> Executable:
     return select(
         db_now(), VERSION, newest_backlog(since), upcoming, wish, changed, suspects.c.id, suspects.c.last_seen
     ).select_from(_one_row().outerjoin(suspects, true()))
+
+
+def _read_statement(which: ColumnElement[bool]) -> Executable:
+    """The roster version and the machine rows `which` picks, by id: outer-joined to one row, so that the version
+    comes back when none match."""
+    return select(VERSION, machines).select_from(_one_row().outerjoin(machines, which)).order_by(machines.c.id)
 
 
 @dataclass(frozen=True)
@@ -117,9 +123,16 @@ class RosterStore:
 
     def read_all(self) -> tuple[int | None, list[dict[str, Any]]]:
         """The roster version and every machine row by id, read together."""
-        rows = self.store.rows(
-            select(VERSION, machines).select_from(_one_row().outerjoin(machines, true())).order_by(machines.c.id)
-        )
+        return self._read(true(), {})
+
+    def read_changes(self, since: int) -> tuple[int | None, list[dict[str, Any]]]:
+        """The roster version and the machine rows changed after version `since` (through their index), read
+        together: as many rows as changed, whatever the farm's size (roster.KnownMachines.learn says when they
+        are enough)."""
+        return self._read(machines.c.changed > bindparam("since", type_=BigInteger), {"since": since})
+
+    def _read(self, which: ColumnElement[bool], params: dict[str, Any]) -> tuple[int | None, list[dict[str, Any]]]:
+        rows = self.store.rows(_read_statement(which), params)
         keys = machines.c.keys()
         return rows[0][0], [dict(zip(keys, row[1:])) for row in rows if row[1] is not None]
 
@@ -136,7 +149,7 @@ class RosterStore:
                 == 1
             )
             if buried:
-                bump_roster(conn)
+                bump_roster(conn, machine_id)
                 silent = "stopped checking in"
                 record_machine_event(conn, EventKind.MACHINE_DEAD, machine_id, silent, judge or self.store.actor)
         return buried
