@@ -217,8 +217,8 @@ class Heartbeat(OfJoinedNode):
         peers = self.node.store.roster
         if self._known.current(farm.version):
             moved = self._known.update(before, farm.suspects)
-        elif (since := self._known.behind(farm.version)) is None or not self._known.catch_up(
-            *peers.read_changes(since), before, farm.suspects
+        elif (behind := self._known.behind(farm.version)) is None or not self._known.catch_up(
+            *peers.read_changes(*behind), before, farm.suspects
         ):
             self._known.replace(*peers.read_all(), before)
         self.known = self._known.copy()

@@ -149,12 +149,13 @@ class KnownMachines:
         self._memo = None
         self.update(before, _quiet(rows, before))
 
-    def behind(self, version: int | None) -> int | None:
-        """Our version, if the farm's `version` is ahead of it by fewer changes than we know rows: reading the
-        rows changed since (one at most per change) then costs less than reading them all. Else None."""
+    def behind(self, version: int | None) -> tuple[int, int] | None:
+        """When the farm's `version` is ahead of ours by fewer changes than we know rows, so that reading the rows
+        changed since (one at most per change) costs less than reading them all: our version, and the most rows
+        to read, twice the changes we know of (room for those made since the farm's version was read). Else None."""
         if version is None or self.version is None or not 0 < version - self.version < len(self._rows):
             return None
-        return self.version
+        return self.version, 2 * (version - self.version)
 
     def catch_up(self, version: int | None, changed: list[Row], before: float, suspects: dict[int, float]) -> bool:
         """Take the rows changed since our version (`changed`, read together with the farm's `version`) into

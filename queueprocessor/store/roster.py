@@ -23,7 +23,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Executable, Float, Subquery, bindparam, false, func, literal, select, true, update
+from sqlalchemy import (
+    BigInteger,
+    Executable,
+    Float,
+    Integer,
+    Subquery,
+    bindparam,
+    false,
+    func,
+    literal,
+    select,
+    true,
+    update,
+)
 
 from ..rules.clock import Sample
 from ..rules.events import EventKind
@@ -70,10 +83,21 @@ def farm_statement(backlog: bool) -> Executable:
     ).select_from(_one_row().outerjoin(suspects, true()))
 
 
-def _read_statement(which: ColumnElement[bool]) -> Executable:
-    """The roster version and the machine rows `which` picks, by id: outer-joined to one row, so that the version
-    comes back when none match."""
-    return select(VERSION, machines).select_from(_one_row().outerjoin(machines, which)).order_by(machines.c.id)
+@functools.cache
+def _read_statement(changes: bool) -> Executable:
+    """The roster version and the machine rows (every row; with `changes`, the first `most` changed after version
+    `since`, in the order of their change), outer-joined to one row so that the version comes back when none match.
+    Their order and their number make PostgreSQL read the changed rows by their index even on a table it has
+    no statistics of yet (it would read the table whole to find a few rows)."""
+    rows = select(machines)
+    if changes:
+        rows = (
+            rows.where(machines.c.changed > bindparam("since", type_=BigInteger))
+            .order_by(machines.c.changed)
+            .limit(bindparam("most", type_=Integer))
+        )
+    picked = rows.subquery("machines")
+    return select(VERSION, picked).select_from(_one_row().outerjoin(picked, true())).order_by(picked.c.id)
 
 
 @dataclass(frozen=True)
@@ -123,16 +147,16 @@ class RosterStore:
 
     def read_all(self) -> tuple[int | None, list[dict[str, Any]]]:
         """The roster version and every machine row by id, read together."""
-        return self._read(true(), {})
+        return self._read(_read_statement(False), {})
 
-    def read_changes(self, since: int) -> tuple[int | None, list[dict[str, Any]]]:
-        """The roster version and the machine rows changed after version `since` (through their index), read
-        together: as many rows as changed, whatever the farm's size (roster.KnownMachines.learn says when they
-        are enough)."""
-        return self._read(machines.c.changed > bindparam("since", type_=BigInteger), {"since": since})
+    def read_changes(self, since: int, most: int) -> tuple[int | None, list[dict[str, Any]]]:
+        """The roster version and at most `most` machine rows changed after version `since` (the first changed),
+        read together through their index: as many rows as changed, whatever the farm's size. Whether they are
+        all that changed is roster.KnownMachines.catch_up's to judge."""
+        return self._read(_read_statement(True), {"since": since, "most": most})
 
-    def _read(self, which: ColumnElement[bool], params: dict[str, Any]) -> tuple[int | None, list[dict[str, Any]]]:
-        rows = self.store.rows(_read_statement(which), params)
+    def _read(self, statement: Executable, params: dict[str, Any]) -> tuple[int | None, list[dict[str, Any]]]:
+        rows = self.store.rows(statement, params)
         keys = machines.c.keys()
         return rows[0][0], [dict(zip(keys, row[1:])) for row in rows if row[1] is not None]
 

@@ -7,8 +7,8 @@ from sqlalchemy import func, insert, inspect, select, text, update
 
 from queueprocessor import JobFilter
 from queueprocessor.farm import Farm
-from queueprocessor.rules.roster import KnownMachines
 from queueprocessor.rules.job import JobSpec
+from queueprocessor.rules.roster import KnownMachines
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
 from queueprocessor.store.migrations import QUEUED_BEFORE_6
@@ -491,12 +491,12 @@ def test_a_version_12_database_marks_each_roster_change_on_its_row_in_place(db_u
         known = KnownMachines()
         known.replace(version, rows, before=0.0)
         new = store.machines.register(name="new", host="h", instance="m-1", pid=1, version="t", capacity=4)
-        since = known.behind(peers.read_farm(new, before=0.0).version)
-        assert since == version
-        assert known.catch_up(*peers.read_changes(since), 0.0, {})
+        behind = known.behind(peers.read_farm(new, before=0.0).version)
+        assert behind == (version, 2)
+        assert known.catch_up(*peers.read_changes(*behind), 0.0, {})
         assert sorted(row["id"] for row in known.machines()) == [old, older, new]
         with farm._engine.begin() as conn:  # what a node of version 12 does as it stops
             conn.execute(update(schema.machines).where(schema.machines.c.id == old).values(state="stopped"))
             conn.execute(update(schema.roster_version).values(version=schema.roster_version.c.version + 1))
-        version, changed = peers.read_changes(known.version)
+        version, changed = peers.read_changes(known.version, 2)
         assert changed == [] and not known.catch_up(version, changed, 0.0, {}), "a version on no row: read all"
