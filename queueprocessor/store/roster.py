@@ -1,12 +1,15 @@
 """The roster version: a heartbeat learns what changed in O(1) rows.
 
 Every change of a row the roster is made of bumps qp_roster.version in the same
-transaction (sql.machines.bump_roster, beside the store's other writes): a machine
-joining, stopping, writing a new state, or being buried. So a heartbeat reads
-one number, its own row's wish and the few machines that have gone quiet
-(read_farm), and reads every row (read_all) only when the number moved; partial
-indexes answer the rest (schema), so a steady heartbeat reads a handful of index
-entries whatever the farm's size. A burial stores a judged death on the dead
+transaction and writes the new version on that row (sql.machines.bump_roster,
+beside the store's other writes): a machine joining, stopping, writing a new
+state, or being buried. So a heartbeat reads one number, its own row's wish and
+the few machines that have gone quiet (read_farm), and reads machine rows only
+when the number moved: those changed since its version (read_changes, through
+their index), or every row (read_all) when it cannot tell what changed or is far
+behind (roster.KnownMachines.catch_up); partial indexes answer the rest (schema),
+so a steady heartbeat reads a handful of index entries whatever the farm's size,
+and a change about one row per node. A burial stores a judged death on the dead
 machine's row, guarded by the last_seen the judge saw, so it never buries a
 machine that has checked in since; the buried machine's next check-in revives it
 (MachineStore.heartbeat) and bumps the version again.
