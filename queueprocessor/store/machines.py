@@ -13,7 +13,7 @@ from .base import StoreBase
 from .dbtime import db_now
 from .events import record_machine_event
 from .schema import machines
-from .sql.machines import bump_roster, checkin_statement, newest_backlog
+from .sql.machines import VERSION, bump_roster, checkin_statement, newest_backlog
 
 # The event a machine's check-in in a new state logs (a machine stops through mark_stopped).
 STATE_EVENTS: dict[str, EventKind] = {
@@ -55,9 +55,9 @@ class MachineStore:
             failed_count=0,
         )
         with self.store.engine.begin() as conn:
-            conn.execute(insert(machines).values(joined_at=db_now(), last_seen=db_now(), **values))
+            bump_roster(conn, None)
+            conn.execute(insert(machines).values(joined_at=db_now(), last_seen=db_now(), changed=VERSION, **values))
             machine_id: int = conn.execute(select(machines.c.id).where(machines.c.instance == instance)).scalar_one()
-            bump_roster(conn, machine_id)
             joined = f"on {host} pid {pid}, version {version}, capacity {capacity}, queues {queues or 'every queue'}"
             record_machine_event(conn, EventKind.MACHINE_JOINED, machine_id, joined)
             return machine_id

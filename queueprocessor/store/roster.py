@@ -47,10 +47,8 @@ from ..rules.states import MachineState
 from .base import StoreBase
 from .dbtime import db_now
 from .events import record_machine_event
-from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, roster_version, schedules
-from .sql.machines import bump_roster, newest_backlog
-
-VERSION = select(roster_version.c.version).where(roster_version.c.id == 1).scalar_subquery()
+from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, schedules
+from .sql.machines import VERSION, bump_roster, newest_backlog
 
 
 def _one_row() -> Subquery:
