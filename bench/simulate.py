@@ -123,11 +123,16 @@ class Database:
     def _bump(self, machine_id: int) -> None:
         """sql.machines.bump_roster: the version moves, and is written on the row changed."""
         self.version += 1
-        self.rows[machine_id]["changed"] = self.version
+        self._set(machine_id, changed=self.version)
         self._changes.append((self.version, machine_id))
 
+    def _set(self, machine_id: int, **values) -> None:
+        """Write on a row: a new dict, so that the rows the nodes read (shared, not copied: 10,000 nodes' copies of
+        10,000 rows would not fit in memory) stay as they were read."""
+        self.rows[machine_id] = self.rows[machine_id] | values
+
     def _write_seen(self, machine_id: int, now: float) -> None:
-        self.rows[machine_id]["last_seen"] = now
+        self._set(machine_id, last_seen=now)
         self._quiet.pop(machine_id, None)
         heapq.heappush(self._seen, (now, machine_id))
 
@@ -147,7 +152,7 @@ class Database:
         self.statements["read every row (version moved)"] += 1
         self.rows_returned += len(self.rows)
         self.roster_rows += len(self.rows)
-        return self.version, [dict(row) for row in self.rows.values()]
+        return self.version, list(self.rows.values())
 
     def read_changes(self, since: int, most: int) -> tuple[int, list[dict]]:
         """RosterStore.read_changes: the first `most` rows changed after `since`, through their index (entries a
@@ -157,7 +162,7 @@ class Database:
             if len(rows) == most:
                 break
             if self.rows[machine_id]["changed"] == version:
-                rows.append(dict(self.rows[machine_id]))
+                rows.append(self.rows[machine_id])
         self.statements["read the rows changed (version moved)"] += 1
         self.rows_returned += max(1, len(rows))
         self.roster_rows += len(rows)
@@ -167,7 +172,7 @@ class Database:
         row = self.rows[machine_id]
         self.statements["burial (update + version + mark)"] += 1
         if row["last_seen"] == last_seen and row["state"] in CHECKING_IN:
-            row["state"] = MachineState.DEAD
+            self._set(machine_id, state=MachineState.DEAD)
             self._quiet.pop(machine_id, None)
             self._bump(machine_id)
             self.statements["burial (update + version + mark)"] += 2
@@ -177,9 +182,9 @@ class Database:
         row = self.rows[machine_id]
         self.statements["check-in"] += 1
         if applied is not None and row["wish"] == applied:
-            row["wish"] = None
+            self._set(machine_id, wish=None)
         if row["state"] != state:
-            row["state"] = state
+            self._set(machine_id, state=state)
             self._bump(machine_id)
             self.statements["check-in, new state (update + version + mark)"] += 3
         self._write_seen(machine_id, now)
@@ -427,7 +432,7 @@ class Simulation:
         self.life["deaths"] += 1
 
     def pause(self, machine: Machine, wish: Wish) -> None:
-        self.db.rows[machine.id]["wish"] = wish
+        self.db._set(machine.id, wish=wish)
         self.db.statements["operator's wish"] += 1
         self.life[f"{wish}s"] += 1
 
