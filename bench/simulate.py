@@ -18,14 +18,18 @@ that code:
   check-in that brought news (heartbeat.Outlook.news), as the node's.
 
 It reports double polls (two turns recorded in one slot of database time) and missed slots (none) over the
-slots measured, and the statements per second the real farm would make on PostgreSQL (where an idle turn is
-one statement), by kind.
+slots measured, the statements per second the real farm would make on PostgreSQL (where an idle turn is
+one statement), by kind, and the rows read when the roster version moved (the rows changed since each node's
+version: store/roster.py) beside what main read then (every row, each time: its read_all), counted in the same
+run.
 
     python bench/simulate.py                             # 1,000 machines, 10,000 slots of 0.25 s
     python bench/simulate.py --machines 50 --slots 200   # a quick look
+    python bench/simulate.py --machines 10000 --slots 1000 --churn 3   # the roster reads of a big farm
 """
 
 import argparse
+import bisect
 import contextlib
 import heapq
 import math
@@ -97,6 +101,9 @@ class Database:
     def __init__(self):
         self.rows: dict[int, dict] = {}
         self.version = 0
+        self._changes: list[tuple[int, int]] = []  # (version, id) as stamped, in order: ix_qp_machines_changed
+        self.roster_rows = 0  # rows read by the reads of rows a moved version makes (read_changes, read_all)
+        self.roster_rows_main = 0  # what main's read (every row at each moved version) would have read
         self.turns: dict[int, float] = {}  # slot -> when its turn was recorded
         self.refused = 0  # turn inserts that found their slot taken
         self.late = 0  # turn inserts that arrived after their slot ended (statements.turn_row)
@@ -107,14 +114,25 @@ class Database:
 
     def register(self, machine_id: int, now: float, joined_at: float) -> None:
         self.rows[machine_id] = dict(
-            id=machine_id, state=MachineState.ACTIVE, last_seen=now, joined_at=joined_at, wish=None
+            id=machine_id, state=MachineState.ACTIVE, last_seen=now, joined_at=joined_at, wish=None, changed=0
         )
         self._write_seen(machine_id, now)
+        self._bump(machine_id)
+        self.statements["register (insert + version + mark)"] += 3
+
+    def _bump(self, machine_id: int) -> None:
+        """sql.machines.bump_roster: the version moves, and is written on the row changed."""
         self.version += 1
-        self.statements["register (insert + version)"] += 2
+        self._set(machine_id, changed=self.version)
+        self._changes.append((self.version, machine_id))
+
+    def _set(self, machine_id: int, **values) -> None:
+        """Write on a row: a new dict, so that the rows the nodes read (shared, not copied: 10,000 nodes' copies of
+        10,000 rows would not fit in memory) stay as they were read."""
+        self.rows[machine_id] = self.rows[machine_id] | values
 
     def _write_seen(self, machine_id: int, now: float) -> None:
-        self.rows[machine_id]["last_seen"] = now
+        self._set(machine_id, last_seen=now)
         self._quiet.pop(machine_id, None)
         heapq.heappush(self._seen, (now, machine_id))
 
@@ -133,27 +151,42 @@ class Database:
     def read_all(self) -> tuple[int, list[dict]]:
         self.statements["read every row (version moved)"] += 1
         self.rows_returned += len(self.rows)
-        return self.version, [dict(row) for row in self.rows.values()]
+        self.roster_rows += len(self.rows)
+        return self.version, list(self.rows.values())
+
+    def read_changes(self, since: int, most: int) -> tuple[int, list[dict]]:
+        """RosterStore.read_changes: the first `most` rows changed after `since`, through their index (entries a
+        later change of the same row replaced are skipped, as the index holds only the row's newest)."""
+        rows = []
+        for version, machine_id in self._changes[bisect.bisect_right(self._changes, (since, math.inf)) :]:
+            if len(rows) == most:
+                break
+            if self.rows[machine_id]["changed"] == version:
+                rows.append(self.rows[machine_id])
+        self.statements["read the rows changed (version moved)"] += 1
+        self.rows_returned += max(1, len(rows))
+        self.roster_rows += len(rows)
+        return self.version, rows
 
     def bury(self, machine_id: int, last_seen: float) -> None:
         row = self.rows[machine_id]
-        self.statements["burial (update + version)"] += 1
+        self.statements["burial (update + version + mark)"] += 1
         if row["last_seen"] == last_seen and row["state"] in CHECKING_IN:
-            row["state"] = MachineState.DEAD
+            self._set(machine_id, state=MachineState.DEAD)
             self._quiet.pop(machine_id, None)
-            self.version += 1
-            self.statements["burial (update + version)"] += 1
+            self._bump(machine_id)
+            self.statements["burial (update + version + mark)"] += 2
 
     def heartbeat(self, machine_id: int, state: MachineState, applied: str | None, now: float) -> None:
         """Store.heartbeat: one update while the state is as stored, else a second one and the version."""
         row = self.rows[machine_id]
         self.statements["check-in"] += 1
         if applied is not None and row["wish"] == applied:
-            row["wish"] = None
+            self._set(machine_id, wish=None)
         if row["state"] != state:
-            row["state"] = state
-            self.version += 1
-            self.statements["check-in, new state (update + version)"] += 2
+            self._set(machine_id, state=state)
+            self._bump(machine_id)
+            self.statements["check-in, new state (update + version + mark)"] += 3
         self._write_seen(machine_id, now)
 
     def take_turn(self, slot: int, now: float, ends: float) -> None:
@@ -301,9 +334,29 @@ class Simulation:
             if machine.known.current(version):
                 moved = machine.known.update(before, suspects)
                 self._learned(machine, read_at, wish, outlook, moved)
-            else:  # Heartbeat._learn_roster: every row, one more round trip
-                there, back = self.round_trip()
+                return
+            self.db.roster_rows_main += len(self.db.rows)  # main read every row here
+            there, back = self.round_trip()  # Heartbeat._learn_roster: the rows changed, one more round trip
+            if (behind := machine.known.behind(version)) is not None:
+                heard = (read_at, before, suspects, wish, outlook)
+                self.at(self.now + there, self._read_changes, machine, back, behind, heard)
+            else:  # far behind: every row
                 self.at(self.now + there, self._read_all, machine, back, read_at, before, wish, outlook)
+
+    def _read_changes(self, machine: Machine, back: float, behind: tuple[int, int], heard: tuple) -> None:
+        changes = self.db.read_changes(*behind)
+        self.at(self.now + back, self._changes_answered, machine, changes, heard)
+
+    def _changes_answered(self, machine: Machine, changes: tuple, heard: tuple) -> None:
+        """KnownMachines.catch_up, or every row when a version is on no row (one more round trip)."""
+        read_at, before, suspects, wish, outlook = heard
+        if not machine.alive:
+            return
+        if machine.known.catch_up(*changes, before, suspects):
+            self._learned(machine, read_at, wish, outlook, True)
+            return
+        there, back = self.round_trip()
+        self.at(self.now + there, self._read_all, machine, back, read_at, before, wish, outlook)
 
     def _read_all(
         self, machine: Machine, back: float, read_at: float, before: float, wish: str | None, outlook: Outlook
@@ -379,7 +432,7 @@ class Simulation:
         self.life["deaths"] += 1
 
     def pause(self, machine: Machine, wish: Wish) -> None:
-        self.db.rows[machine.id]["wish"] = wish
+        self.db._set(machine.id, wish=wish)
         self.db.statements["operator's wish"] += 1
         self.life[f"{wish}s"] += 1
 
@@ -428,6 +481,7 @@ def simulate(args) -> dict:
     sim.churn(WARMUP, end, args.churn, args.machines + 1)
     sim.run(WARMUP)
     statements_before, rows_before = Counter(sim.db.statements), sim.db.rows_returned
+    roster_before, main_before = sim.db.roster_rows, sim.db.roster_rows_main
     sim.run(end)
     double, missed = judge(sim.db.turns, first, last, args.period)
     seconds = end - WARMUP
@@ -440,6 +494,8 @@ def simulate(args) -> dict:
         seconds=seconds,
         statements={k: (v - statements_before[k]) / seconds for k, v in sim.db.statements.items()},
         rows=(sim.db.rows_returned - rows_before) / seconds,
+        roster_rows=(sim.db.roster_rows - roster_before) / seconds,
+        roster_rows_main=(sim.db.roster_rows_main - main_before) / seconds,
         bound_ratio=sim.bound_ratio,
         life=dict(sim.life),
         machines=len(sim.machines),
@@ -489,6 +545,10 @@ def main() -> None:
         f"statements per second the farm would make on PostgreSQL: {sum(result['statements'].values()):.1f} "
         f"({sum(result['statements'].values()) / args.machines:.2f} per machine), rows returned by them "
         f"{result['rows']:.1f}/s"
+    )
+    print(
+        f"rows read when the roster version moved: {result['roster_rows']:.1f}/s (the rows changed; every row when a "
+        f"node is far behind or a version is on no row); main, every row each time: {result['roster_rows_main']:.1f}/s"
     )
     for kind, rate in sorted(result["statements"].items(), key=lambda item: -item[1]):
         print(f"  {rate:9.2f}/s  {kind}")

@@ -3,10 +3,10 @@ keeps.
 
 Every `heartbeat` it checks in: it renews our leases first (a run not renewed was taken over, one an operator
 cancelled is to stop: both are stopped), so that nothing slower delays them; one read samples the database clock and
-says what changed in the roster (O(1) rows, see roster.KnownMachines); it applies an operator's wish and writes our
-row. What it keeps (the machine rows, the
-stall rule's streak, the queues' settings, when our leases were last renewed) the turn timer, the watchdog and the
-node read whole; the turn thread tells it a turn lost the database through `unreachable` (see node's docstring).
+says whether the roster changed (O(1) rows; then the rows that changed are read, see roster.KnownMachines); it applies
+an operator's wish and writes our row. What it keeps (the machine rows, the stall rule's streak, the queues' settings,
+when our leases were last renewed) the turn timer, the watchdog and the node read whole; the turn thread tells it a
+turn lost the database through `unreachable` (see node's docstring).
 """
 
 import logging
@@ -209,18 +209,21 @@ class Heartbeat(OfJoinedNode):
         self._handle_renewals(held, renewed)
 
     def _learn_roster(self, farm: FarmRead, before: float) -> bool:
-        """Keep our copy of the machine rows current: every row when the roster version moved, else only the
+        """Keep our copy of the machine rows current: the rows changed since our version when the roster
+        version moved (every row when we are far behind, or cannot tell what changed), else only the
         suspects' last_seen (see roster.KnownMachines). Suspects we find dead are buried, so nobody reads
         them again. Whether the rows or the suspects changed."""
+        moved = True
+        peers = self.node.store.roster
         if self._known.current(farm.version):
             moved = self._known.update(before, farm.suspects)
-        else:
-            version, rows = self.node.store.roster.read_all()
-            self._known.replace(version, rows, before)
-            moved = True
+        elif (behind := self._known.behind(farm.version)) is None or not self._known.catch_up(
+            *peers.read_changes(*behind), before, farm.suspects
+        ):
+            self._known.replace(*peers.read_all(), before)
         self.known = self._known.copy()
         for machine_id, last_seen in self._known.dead(farm.now, self.liveness()):
-            if self.node.store.roster.bury(machine_id, last_seen, judge=machine_label(self.config.name, self._me)):
+            if peers.bury(machine_id, last_seen, judge=machine_label(self.config.name, self._me)):
                 log.warning(
                     "machine %s (%s) stopped checking in: judged dead", machine_id, self._known.name(machine_id)
                 )

@@ -110,12 +110,19 @@ def machine_status(row: Row, db_now: float, liveness: Liveness) -> MachineState:
     return MachineState(row["state"])
 
 
+def _quiet(rows: Iterable[Row], before: float) -> dict[int, float]:
+    """id -> last_seen of the rows checking in last seen before `before`: suspects."""
+    return {row["id"]: row["last_seen"] for row in rows if row["state"] in CHECKING_IN and row["last_seen"] < before}
+
+
 class KnownMachines:
     """A node's copy of the machine rows, kept current by a heartbeat read of O(1) rows
     (a farm's check-ins must not grow with its size).
 
-    The node copies every row only when the farm's roster version moves (a
-    machine joined, stopped, was buried or wrote a new state). Between versions
+    The node reads rows only when the farm's roster version moves (a machine
+    joined, stopped, was buried or wrote a new state), and then only the rows
+    changed since its version (each change writes its version on its row), or
+    every row when that is no dearer or it cannot tell (catch_up). Between versions
     only last_seen moves, and the heartbeat read names just the machines checking
     in that were last seen before a bound (`before`, a little over a heartbeat
     ago): the suspects, with their last_seen. Every other machine checking in was
@@ -140,10 +147,33 @@ class KnownMachines:
         self.version = version
         self._rows = {row["id"]: row for row in rows}
         self._memo = None
-        self.update(
-            before,
-            {row["id"]: row["last_seen"] for row in rows if row["state"] in CHECKING_IN and row["last_seen"] < before},
-        )
+        self.update(before, _quiet(rows, before))
+
+    def behind(self, version: int | None) -> tuple[int, int] | None:
+        """When the farm's `version` is ahead of ours by fewer changes than we know rows, so that reading the rows
+        changed since (one at most per change) costs less than reading them all: our version, and the most rows
+        to read, twice the changes we know of (room for those made since the farm's version was read). Else None."""
+        if version is None or self.version is None or not 0 < version - self.version < len(self._rows):
+            return None
+        return self.version, 2 * (version - self.version)
+
+    def catch_up(self, version: int | None, changed: list[Row], before: float, suspects: dict[int, float]) -> bool:
+        """Take the rows changed since our version (`changed`, read together with the farm's `version`) into
+        our copy, with the heartbeat read's `suspects` for the rest. Only if each version since ours is still
+        on a row: a row changed again since holds only its newest, and an older node bumps the version without
+        writing it on the row (schema 13), so a missing number may hide a change; then nothing is taken
+        (False), and the caller reads every row."""
+        if version is None or self.version is None:
+            return False
+        if sum(1 for row in changed if self.version < row["changed"] <= version) != version - self.version:
+            return False
+        fresh = {row["id"]: row for row in changed}
+        self.version = version
+        self._rows = self._rows | fresh
+        self._memo = None
+        theirs = {machine_id: seen for machine_id, seen in suspects.items() if machine_id not in fresh}
+        self.update(before, theirs | _quiet(changed, before))
+        return True
 
     def update(self, before: float, suspects: dict[int, float]) -> bool:
         """A heartbeat read under our version: the machines checking in last seen before `before`. Whether the

@@ -13,7 +13,7 @@ from .base import StoreBase
 from .dbtime import db_now
 from .events import record_machine_event
 from .schema import machines
-from .sql.machines import bump_roster, checkin_statement, newest_backlog
+from .sql.machines import VERSION, bump_roster, checkin_statement, newest_backlog
 
 # The event a machine's check-in in a new state logs (a machine stops through mark_stopped).
 STATE_EVENTS: dict[str, EventKind] = {
@@ -55,8 +55,8 @@ class MachineStore:
             failed_count=0,
         )
         with self.store.engine.begin() as conn:
-            conn.execute(insert(machines).values(joined_at=db_now(), last_seen=db_now(), **values))
-            bump_roster(conn)
+            bump_roster(conn, None)
+            conn.execute(insert(machines).values(joined_at=db_now(), last_seen=db_now(), changed=VERSION, **values))
             machine_id: int = conn.execute(select(machines.c.id).where(machines.c.instance == instance)).scalar_one()
             joined = f"on {host} pid {pid}, version {version}, capacity {capacity}, queues {queues or 'every queue'}"
             record_machine_event(conn, EventKind.MACHINE_JOINED, machine_id, joined)
@@ -99,7 +99,7 @@ class MachineStore:
             stored = conn.execute(select(machines.c.state).where(machines.c.id == machine_id)).scalar()
             if conn.execute(checkin_statement(applied, any_state=True), params).rowcount != 1:
                 return False
-            bump_roster(conn)
+            bump_roster(conn, machine_id)
             kind = EventKind.MACHINE_BACK if stored == MachineState.DEAD else STATE_EVENTS.get(state)
             if kind is not None and (stored != state or kind is EventKind.MACHINE_BACK):
                 record_machine_event(conn, kind, machine_id, f"as asked ({applied_wish})" if applied else None)
@@ -152,5 +152,5 @@ class MachineStore:
                 .where(machines.c.id == machine_id)
                 .values(state=MachineState.STOPPED, running=0, last_seen=db_now())
             )
-            bump_roster(conn)
+            bump_roster(conn, machine_id)
             record_machine_event(conn, EventKind.MACHINE_LEFT, machine_id)

@@ -64,7 +64,8 @@ def _heartbeat_reads(conn: Connection) -> None:
     version; machine rows get the indexes the read uses and, on PostgreSQL, room enough for it to use them."""
     schema.roster_version.create(conn, checkfirst=True)
     for index in schema.machines.indexes:
-        index.create(conn, checkfirst=True)
+        if index.name in ("ix_qp_machines_seen", "ix_qp_machines_wished"):
+            index.create(conn, checkfirst=True)
     if conn.dialect.name == "postgresql":
         conn.execute(DDL(f"ALTER TABLE qp_machines SET (fillfactor = {schema.MACHINES_FILL})"))
 
@@ -159,6 +160,19 @@ def _job_ids_never_reused(conn: Connection) -> None:
         index.create(conn)
 
 
+def _roster_read_by_changes(conn: Connection) -> None:
+    """12 to 13: each roster change writes its version on the machine row it changed (qp_machines.changed, and its
+    index), so a node reads only the rows changed since its version (store/roster.py). The rows there are marked 0,
+    changed before any version a node of 13 has read. An older node still running reads every row when the version
+    moves, as before, and sees every change; its own changes bump the version without marking a row, and a node of
+    13 that finds a version on no row reads every row (roster.KnownMachines.catch_up): it sees them too, at the
+    cost of a full read each."""
+    _add_column(conn, schema.machines.c.changed)
+    for index in schema.machines.indexes:
+        if index.name == "ix_qp_machines_changed":
+            index.create(conn, checkfirst=True)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -172,6 +186,7 @@ STEPS = {
     9: _farm_history,
     10: _enqueue_through_the_door_only,
     11: _job_ids_never_reused,
+    12: _roster_read_by_changes,
 }
 
 

@@ -1,12 +1,15 @@
 """The roster version: a heartbeat learns what changed in O(1) rows.
 
 Every change of a row the roster is made of bumps qp_roster.version in the same
-transaction (sql.machines.bump_roster, beside the store's other writes): a machine
-joining, stopping, writing a new state, or being buried. So a heartbeat reads
-one number, its own row's wish and the few machines that have gone quiet
-(read_farm), and reads every row (read_all) only when the number moved; partial
-indexes answer the rest (schema), so a steady heartbeat reads a handful of index
-entries whatever the farm's size. A burial stores a judged death on the dead
+transaction and writes the new version on that row (sql.machines.bump_roster,
+beside the store's other writes): a machine joining, stopping, writing a new
+state, or being buried. So a heartbeat reads one number, its own row's wish and
+the few machines that have gone quiet (read_farm), and reads machine rows only
+when the number moved: those changed since its version (read_changes, through
+their index), or every row (read_all) when it cannot tell what changed or is far
+behind (roster.KnownMachines.catch_up); partial indexes answer the rest (schema),
+so a steady heartbeat reads a handful of index entries whatever the farm's size,
+and a change about one row per node. A burial stores a judged death on the dead
 machine's row, guarded by the last_seen the judge saw, so it never buries a
 machine that has checked in since; the buried machine's next check-in revives it
 (MachineStore.heartbeat) and bumps the version again.
@@ -23,7 +26,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, Executable, Float, Subquery, bindparam, false, func, literal, select, true, update
+from sqlalchemy import (
+    BigInteger,
+    Executable,
+    Float,
+    Integer,
+    Subquery,
+    bindparam,
+    false,
+    func,
+    literal,
+    select,
+    true,
+    update,
+)
 
 from ..rules.clock import Sample
 from ..rules.events import EventKind
@@ -31,10 +47,8 @@ from ..rules.states import MachineState
 from .base import StoreBase
 from .dbtime import db_now
 from .events import record_machine_event
-from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, roster_version, schedules
-from .sql.machines import bump_roster, newest_backlog
-
-VERSION = select(roster_version.c.version).where(roster_version.c.id == 1).scalar_subquery()
+from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, schedules
+from .sql.machines import VERSION, bump_roster, newest_backlog
 
 
 def _one_row() -> Subquery:
@@ -68,6 +82,23 @@ def farm_statement(backlog: bool) -> Executable:
     return select(
         db_now(), VERSION, newest_backlog(since), upcoming, wish, changed, suspects.c.id, suspects.c.last_seen
     ).select_from(_one_row().outerjoin(suspects, true()))
+
+
+@functools.cache
+def _read_statement(changes: bool) -> Executable:
+    """The roster version and the machine rows (every row; with `changes`, the first `most` changed after version
+    `since`, in the order of their change), outer-joined to one row so that the version comes back when none match.
+    Their order and their number make PostgreSQL read the changed rows by their index even on a table it has
+    no statistics of yet (it would read the table whole to find a few rows)."""
+    rows = select(machines)
+    if changes:
+        rows = (
+            rows.where(machines.c.changed > bindparam("since", type_=BigInteger))
+            .order_by(machines.c.changed)
+            .limit(bindparam("most", type_=Integer))
+        )
+    picked = rows.subquery("machines")
+    return select(VERSION, picked).select_from(_one_row().outerjoin(picked, true())).order_by(picked.c.id)
 
 
 @dataclass(frozen=True)
@@ -117,9 +148,16 @@ class RosterStore:
 
     def read_all(self) -> tuple[int | None, list[dict[str, Any]]]:
         """The roster version and every machine row by id, read together."""
-        rows = self.store.rows(
-            select(VERSION, machines).select_from(_one_row().outerjoin(machines, true())).order_by(machines.c.id)
-        )
+        return self._read(_read_statement(False), {})
+
+    def read_changes(self, since: int, most: int) -> tuple[int | None, list[dict[str, Any]]]:
+        """The roster version and at most `most` machine rows changed after version `since` (the first changed),
+        read together through their index: as many rows as changed, whatever the farm's size. Whether they are
+        all that changed is roster.KnownMachines.catch_up's to judge."""
+        return self._read(_read_statement(True), {"since": since, "most": most})
+
+    def _read(self, statement: Executable, params: dict[str, Any]) -> tuple[int | None, list[dict[str, Any]]]:
+        rows = self.store.rows(statement, params)
         keys = machines.c.keys()
         return rows[0][0], [dict(zip(keys, row[1:])) for row in rows if row[1] is not None]
 
@@ -136,7 +174,7 @@ class RosterStore:
                 == 1
             )
             if buried:
-                bump_roster(conn)
+                bump_roster(conn, machine_id)
                 silent = "stopped checking in"
                 record_machine_event(conn, EventKind.MACHINE_DEAD, machine_id, silent, judge or self.store.actor)
         return buried

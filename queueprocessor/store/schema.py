@@ -35,7 +35,7 @@ from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.schedules import DEFAULT_MISFIRE
 from ..rules.states import CHECKING_IN, HISTORY_COUNTS, JobState, Kind, MachineState, Outcome
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 metadata = MetaData()
 
@@ -139,6 +139,10 @@ machines = Table(
     # The queues it serves, as typed after --queues ("reports:2,default"; "" for every queue). Written once, when
     # the machine registers: a node's queues are fixed for its life.
     Column("queues", String(2000), nullable=False, default="", server_default=""),
+    # The roster version that last changed this row (a join, a new state, a stop, a burial): written with the bump,
+    # in its transaction, so a node behind by a few versions reads only the rows changed since (store/roster.py).
+    Column("changed", BigInteger, nullable=False, default=0, server_default="0"),
+    Index("ix_qp_machines_changed", "changed"),
 )
 # The heartbeat read (store/roster.py) asks two questions of these rows that an index answers without reading the
 # others: the oldest last_seen of the machines checking in (the first entry of the first index), and whether an
@@ -150,8 +154,9 @@ WISHED = machines.c.wish.isnot(None)
 partial("ix_qp_machines_wished", machines.c.id, where=WISHED)
 
 # The roster version: one row, bumped in the same transaction as every change of a row the roster is
-# made of (a machine joins, stops, is buried, or writes a new state), so a heartbeat learns whether any changed by
-# reading one number instead of every machine row (see store/roster.py).
+# made of (a machine joins, stops, is buried, or writes a new state) and written on the row it changed
+# (qp_machines.changed), so a heartbeat learns whether any changed by reading one number, and which by reading
+# only those rows (see store/roster.py).
 roster_version = Table(
     "qp_roster",
     metadata,

@@ -8,6 +8,7 @@ from sqlalchemy import func, insert, inspect, select, text, update
 from queueprocessor import JobFilter
 from queueprocessor.farm import Farm
 from queueprocessor.rules.job import JobSpec
+from queueprocessor.rules.roster import KnownMachines
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
 from queueprocessor.store.migrations import QUEUED_BEFORE_6
@@ -45,10 +46,20 @@ def rewriting(url: str):
         engine.dispose()
 
 
+def make_version_12(url: str) -> None:
+    """A farm database as schema version 12 left it (as this version made it, whatever is in it already): machine
+    rows without the roster version that last changed them, nor its index."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        drop_index(conn, "ix_qp_machines_changed", "qp_machines")
+        drop_column(conn, "qp_machines", "changed")
+        set_version(conn, 12)
+
+
 def make_version_11(url: str) -> None:
     """A farm database as schema version 11 left it (as this version made it, whatever is in it already): on
     SQLite, qp_jobs without AUTOINCREMENT (made again so, with its rows and indexes)."""
-    Farm(url).close()
+    make_version_12(url)
     with rewriting(url) as conn:
         if conn.dialect.name == "sqlite":
             made = conn.execute(
@@ -202,7 +213,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "12"
+        assert version == CURRENT == "13"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -458,3 +469,34 @@ def test_a_version_11_database_never_reuses_a_job_id_once_upgraded(db_url):
         assert {index.name for index in schema.jobs.indexes} <= indexes
         gone, new = newest_deleted_then_enqueued(farm)
         assert gone > kept and new > gone
+
+
+def test_a_version_12_database_marks_each_roster_change_on_its_row_in_place(db_url):
+    """Version 12 to 13: machine rows get the version that last changed them (0 for those already there) and its
+    index; from then on a node reads only the rows changed since its version, and a change an older node makes
+    (a bump written on no row) sends it back to reading every row."""
+    with Farm(db_url) as farm:
+        old, older = (
+            farm._store.machines.register(name=name, host="h", instance=name, pid=1, version="t", capacity=4)
+            for name in ("old", "older")
+        )
+    make_version_12(db_url)
+    with Farm(db_url) as farm:
+        store, peers = farm._store, farm._store.roster
+        assert shape(farm)[0] == CURRENT
+        with farm._engine.connect() as conn:
+            assert "ix_qp_machines_changed" in {index["name"] for index in inspect(conn).get_indexes("qp_machines")}
+        version, rows = peers.read_all()
+        assert [(row["id"], row["changed"]) for row in rows] == [(old, 0), (older, 0)]
+        known = KnownMachines()
+        known.replace(version, rows, before=0.0)
+        new = store.machines.register(name="new", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        behind = known.behind(peers.read_farm(new, before=0.0).version)
+        assert behind == (version, 2)
+        assert known.catch_up(*peers.read_changes(*behind), 0.0, {})
+        assert sorted(row["id"] for row in known.machines()) == [old, older, new]
+        with farm._engine.begin() as conn:  # what a node of version 12 does as it stops
+            conn.execute(update(schema.machines).where(schema.machines.c.id == old).values(state="stopped"))
+            conn.execute(update(schema.roster_version).values(version=schema.roster_version.c.version + 1))
+        version, changed = peers.read_changes(known.version, 2)
+        assert changed == [] and not known.catch_up(version, changed, 0.0, {}), "a version on no row: read all"

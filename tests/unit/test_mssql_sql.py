@@ -116,8 +116,10 @@ def test_the_roster_statements_compile(captured):
         peers.read_farm(7, before=1e9, backlog_since=100)
     with contextlib.suppress(IndexError):
         peers.read_all()
+    with contextlib.suppress(IndexError):
+        peers.read_changes(40, 2)
     assert peers.bury(7, 1e9)
-    heartbeat_read, read_all, bury, bump, _name, event = sql
+    heartbeat_read, read_all, read_changes, bury, bump, mark, _name, event = sql
     assert event.startswith("INSERT INTO qp_events") and "SYSUTCDATETIME()" in event, "the burial is logged with it"
     assert "qp_machines.id = :me AND qp_machines.wish IS NOT NULL" in heartbeat_read
     assert (
@@ -127,6 +129,9 @@ def test_the_roster_statements_compile(captured):
     assert "qp_roster.version" in heartbeat_read and "qp_roster.version" in read_all
     assert "SET state=:state" in bury and "qp_machines.last_seen = :last_seen_1" in bury
     assert bump.startswith("UPDATE qp_roster SET version=(qp_roster.version + :version_1)")
+    assert mark.startswith("UPDATE qp_machines SET changed=(SELECT qp_roster.version"), "the change on its row"
+    assert "qp_machines.changed > :since" in read_changes and "ORDER BY qp_machines.changed" in read_changes
+    assert "mssql_rn <= :most" in read_changes, "the first `most` changed, numbered (a bound TOP is not SQL Server's)"
 
 
 def test_schema_compiles_with_a_filtered_unique_key():

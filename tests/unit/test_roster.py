@@ -138,3 +138,48 @@ def test_a_version_is_current_only_when_it_is_the_one_read():
     peers = known([machine(1)], version=4)
     assert peers.current(4) and not peers.current(5)
     assert not KnownMachines().current(None) and not known([machine(1)], version=None).current(None)
+
+
+def changed(id, version, **row):
+    return machine(id, **row) | {"changed": version}
+
+
+def test_a_node_behind_by_fewer_changes_than_it_knows_rows_reads_the_changes_else_every_row():
+    peers = known([changed(i, 0) for i in range(1, 5)], version=10)
+    assert peers.behind(11) == (10, 2) and peers.behind(13) == (10, 6), "room for the changes made since"
+    assert peers.behind(14) is None, "4 changes cost a full read's rows: read them all"
+    assert peers.behind(10) is None and peers.behind(9) is None and peers.behind(None) is None
+    assert KnownMachines().behind(3) is None, "a node that never read reads every row"
+
+
+def test_the_rows_changed_since_our_version_are_taken_in_with_the_suspects_of_the_rest():
+    peers = known([changed(i, 0) for i in range(1, 6)], version=10)
+    before = NOW + 0.5
+    news = [
+        changed(2, 11, state="paused", seen=NOW + 0.6),
+        changed(6, 12, seen=NOW + 0.4, joined=NOW + 0.4),
+        changed(3, 13, seen=NOW - 0.2),
+    ]
+    assert peers.catch_up(13, news, before, suspects={3: NOW - 0.5, 4: NOW - 0.5})
+    assert peers.current(13)
+    assert {m["id"]: m["state"] for m in peers.machines()} == {1: "active", 2: "paused", 3: "active", 4: "active"} | {
+        5: "active",
+        6: "active",
+    }
+    assert peers.roster(NOW + 0.6, LIVE, 1.5) == [1, 3, 4, 5], "6 waits its join delay; 2 is paused"
+    assert peers.dead(NOW + 2.6, LIVE) == [(4, NOW - 0.5)], "4 as the heartbeat read said"
+    assert peers.dead(NOW + 2.9, LIVE) == [(4, NOW - 0.5), (3, NOW - 0.2)], "3 as its row, read since, says"
+    copy = peers.copy()
+    assert peers.catch_up(14, [changed(4, 14, state="dead")], before, {})
+    assert {m["id"]: m["state"] for m in copy.machines()}[4] == "active", "a copy handed out is never changed"
+    assert 4 not in peers.roster(NOW + 0.6, LIVE, 1.5)
+
+
+def test_a_version_on_no_row_sends_the_node_back_to_read_every_row_and_keeps_its_copy():
+    rows = [changed(i, 0) for i in range(1, 6)]
+    peers = known(rows, version=10)
+    overwritten = [changed(2, 12, state="paused")]  # 11 was 2's too, or an older node's bump (on no row)
+    assert not peers.catch_up(12, overwritten, NOW, {})
+    assert peers.current(10) and {m["state"] for m in peers.machines()} == {"active"}
+    assert not peers.catch_up(11, [], NOW, {}), "a bump on no row"
+    assert peers.catch_up(12, [changed(2, 12, state="paused"), changed(5, 11, state="stopped")], NOW, {})

@@ -12,3 +12,11 @@ def test_fifty_simulated_machines_never_poll_a_slot_twice_through_joins_deaths_p
     assert result["double"] == 0
     assert result["missed"] <= 0.05 * result["slots"], result
     assert result["bound_ratio"] <= 1.0, "each machine's clock error stayed within its own bound"
+
+
+def test_a_moved_roster_version_costs_the_rows_changed_not_every_row():
+    """Each simulated node reads the rows changed since its version (store/roster.py): a run's roster reads return
+    a small share of what reading every row at each moved version (main's read) would have."""
+    result = simulate(options(["--machines", "50", "--slots", "200", "--churn", "3"]))
+    assert result["double"] == 0
+    assert 0 < result["roster_rows"] < result["roster_rows_main"] / 10, result

@@ -1,5 +1,5 @@
-"""A machine's check-in (MachineStore.heartbeat) and the roster version every roster change bumps (store/roster.py
-reads it)."""
+"""A machine's check-in (MachineStore.heartbeat) and the roster version every roster change bumps and writes on the
+row it changed (store/roster.py reads them)."""
 
 import functools
 from typing import Any
@@ -11,10 +11,18 @@ from sqlalchemy.sql import ColumnElement
 from ..dbtime import db_now
 from ..schema import Id, machines, roster_version, turns
 
+# The roster version, as a column.
+VERSION = select(roster_version.c.version).where(roster_version.c.id == 1).scalar_subquery()
 
-def bump_roster(conn: Connection) -> None:
-    """Say, inside the transaction that changed a roster row, that the roster changed."""
+
+def bump_roster(conn: Connection, machine_id: int | None) -> None:
+    """Say, inside the transaction that changed machine `machine_id`'s row, that the roster changed, and write the
+    new version on that row (None: on the row the caller makes next, as VERSION). The bump comes before that
+    write: its lock on the version row makes the changes take their numbers in the order they commit, so a read
+    that sees version v sees every row changed at v or before."""
     conn.execute(update(roster_version).where(roster_version.c.id == 1).values(version=roster_version.c.version + 1))
+    if machine_id is not None:
+        conn.execute(update(machines).where(machines.c.id == machine_id).values(changed=VERSION))
 
 
 def newest_backlog(since: int | ColumnElement[int] | None) -> ColumnElement[int | None]:
