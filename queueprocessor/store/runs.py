@@ -19,7 +19,7 @@ from .jobs import cancelled_instead
 from .progress import progress_arrays, progress_renew_statement, progress_values
 from .schema import Id, jobs, runs
 from .sql.gates import free_places
-from .sql.runs import CANCELLED_BY, array_text, finish_statement, renew_statement
+from .sql.runs import CANCELLED_BY, finish_params, finish_statement, renew_params, renew_statement
 from .types import Progress
 
 
@@ -77,13 +77,7 @@ class RunStore:
         if self.store.whole:
             rows = self.store.hot(
                 progress_renew_statement() if progress else renew_statement(),
-                dict(
-                    b_machine=machine_id,
-                    b_id=array_text([job_id for job_id, _ in held]),
-                    b_fence=array_text([fence for _, fence in held]),
-                    b_lease=lease,
-                    **(progress_arrays(held, progress) if progress else {}),
-                ),
+                renew_params(machine_id, held, lease) | (progress_arrays(held, progress) if progress else {}),
             )
         else:
             mine = or_(*(and_(jobs.c.id == job_id, jobs.c.fence == fence) for job_id, fence in held))
@@ -123,19 +117,7 @@ class RunStore:
         jobs without children only: a parent (store/dependencies.py) is finished apart, in a transaction with its
         children's release or cancellation, so a job with no dependencies costs no statement more."""
         if self.store.whole and endings:
-            ours = self.store.held(
-                finish_statement(),
-                dict(
-                    b_machine=machine_id,
-                    b_id=array_text([e.job.id for e in endings]),
-                    b_fence=array_text([e.job.fence for e in endings]),
-                    b_state=array_text([e.state for e in endings]),
-                    b_error=[e.error for e in endings],  # any text: psycopg quotes it
-                    b_retry=array_text([e.retry_in for e in endings]),
-                    b_outcome=array_text([e.outcome for e in endings]),
-                    b_output=[e.output for e in endings],
-                ),
-            )
+            ours = self.store.held(finish_statement(), finish_params(machine_id, endings))
             still = {(job_id, fence): state for job_id, fence, state in ours}
             states = [still.get((e.job.id, e.job.fence)) for e in endings]
             if len(ours) == len(endings):  # every run was still ours and childless (each is in `endings` once)
