@@ -35,7 +35,7 @@ from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.schedules import DEFAULT_MISFIRE
 from ..rules.states import CHECKING_IN, HISTORY_COUNTS, JobState, Kind, MachineState, Outcome
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 metadata = MetaData()
 
@@ -248,6 +248,11 @@ partial("ux_qp_jobs_order_running", jobs.c.queue, jobs.c.order_key, unique=True,
 # The jobs a failed parent cancelled, by that parent: what its retry restores (only they enter it).
 partial("ix_qp_jobs_held", jobs.c.held_by, where=jobs.c.held_by.isnot(None))
 
+# Job rows at half a page each (PostgreSQL, measured by bench/wal.py): a claim's and a finish's new version of the row
+# finds room on its page, so the update logs only what changed and no lock of a second page (a full page made each
+# move to another, the whole new row in the WAL with it). A bulk enqueue writes twice the pages.
+JOBS_FILL = 50
+
 # PostgreSQL only: any insert into the queue wakes the listening nodes (see push).
 JOBS_CHANNEL = "qp_jobs"
 event.listen(
@@ -301,9 +306,6 @@ runs = Table(
     Index("ix_qp_runs_started", "started_at"),
     # The history writer reads each minute's ended runs by their end (store/stats.py): one entry per run, written once.
     Index("ix_qp_runs_finished", "finished_at"),
-    # Room left in each page was for a run row written twice (opened by the claim, closed by the finish: a HOT
-    # update). It is written once now, when the run ends (store.run_history); the room only waits for a schema
-    # step to give it back (a new version, which every older node would then refuse).
 )
 
 
@@ -316,7 +318,7 @@ def _fill(table: Table, percent: int) -> None:
 
 
 _fill(machines, MACHINES_FILL)
-_fill(runs, 70)
+_fill(jobs, JOBS_FILL)
 
 schedules = Table(
     "qp_schedules",

@@ -45,10 +45,21 @@ def rewriting(url: str):
         engine.dispose()
 
 
+def make_version_12(url: str) -> None:
+    """A farm database as schema version 12 left it (as this version made it, whatever is in it already): on
+    PostgreSQL, job rows filling their pages and run rows leaving 30 % of theirs."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("ALTER TABLE qp_jobs RESET (fillfactor)"))
+            conn.execute(text("ALTER TABLE qp_runs SET (fillfactor = 70)"))
+        set_version(conn, 12)
+
+
 def make_version_11(url: str) -> None:
     """A farm database as schema version 11 left it (as this version made it, whatever is in it already): on
     SQLite, qp_jobs without AUTOINCREMENT (made again so, with its rows and indexes)."""
-    Farm(url).close()
+    make_version_12(url)
     with rewriting(url) as conn:
         if conn.dialect.name == "sqlite":
             made = conn.execute(
@@ -202,7 +213,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "12"
+        assert version == CURRENT == "13"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -458,3 +469,26 @@ def test_a_version_11_database_never_reuses_a_job_id_once_upgraded(db_url):
         assert {index.name for index in schema.jobs.indexes} <= indexes
         gone, new = newest_deleted_then_enqueued(farm)
         assert gone > kept and new > gone
+
+
+def fill_factors(farm: Farm) -> dict[str, list[str] | None]:
+    with farm._engine.connect() as conn:
+        rows = conn.execute(text("SELECT relname, reloptions FROM pg_class WHERE relname IN ('qp_jobs', 'qp_runs')"))
+        return {name: options for name, options in rows}
+
+
+def test_a_version_12_database_gives_job_rows_room_in_place(db_url):
+    """Version 12 to 13: on PostgreSQL job rows get half a page (schema.JOBS_FILL) and run rows fill theirs; a run
+    claimed before the upgrade ends after it, recorded once."""
+    with Farm(db_url) as farm:
+        me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
+        farm._store.jobs.enqueue(JOB)
+        [claimed] = farm._store.jobs.claim(ClaimRequest(me, 8, 30.0))
+        made = fill_factors(farm) if farm._store.dialect == "postgresql" else None
+    make_version_12(db_url)
+    with Farm(db_url) as farm:
+        assert shape(farm)[0] == CURRENT
+        if farm._store.dialect == "postgresql":
+            assert fill_factors(farm) == made == {"qp_jobs": [f"fillfactor={schema.JOBS_FILL}"], "qp_runs": None}
+        assert farm._store.runs.finish(claimed, me, "succeeded") == "succeeded"
+        assert [run["outcome"] for run in farm._store.runs.read(job_id=claimed.id)] == ["succeeded"]
