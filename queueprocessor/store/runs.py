@@ -24,9 +24,10 @@ from .types import Progress
 
 
 def _run_ended(machine_id: int, *guard: Any) -> Any:
-    """The row of job `b_id`'s run, which ends now with `b_outcome`, `b_error` and `b_output`, written once (`guard`:
-    only if the job is still as the caller holds it). Its attempt, fence and start are the job's: a run in progress
-    is its job's row (see run_history); finish_statement writes it so on PostgreSQL."""
+    """The row of job `b_id`'s run, which ends now with `b_outcome`, `b_error` and `b_output` and not in its job's
+    success, written once (`guard`: only if the job is still as the caller holds it). Its attempt, fence and start
+    are the job's: a run in progress is its job's row (see run_history); finish_statement writes it so on
+    PostgreSQL."""
     return insert(runs).from_select(
         [
             *("job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error"),
@@ -187,10 +188,17 @@ class RunStore:
         return [dict(r._mapping) for r in self.store.rows(statement)]
 
 
+def kept(ending: Ending) -> str | None:
+    """The output a finish writes on its job's row: a success's that ends the job (the run's record is the job's
+    row then: history.kept_successes), else none."""
+    return ending.output if ending.state == JobState.SUCCEEDED else None
+
+
 def _write_endings(
     conn: Connection, machine_id: int, endings: Sequence[Ending], parents: bool = False
 ) -> list[str | None] | None:
-    """The guarded updates for `endings`, one executemany per kind, and their runs' rows; the jobs' new states if
+    """The guarded updates for `endings`, one executemany per kind, and the rows of their runs that did not end their
+    job in success (a success is its job's row: history.kept_successes); the jobs' new states if
     every one was ours, else None (and the caller rolls back). They match jobs without children, or with `parents`
     jobs with children only, whose children are then released or cancelled in the same transaction
     (store/dependencies.py). A job that would go back to the queue while a cancel was asked ends cancelled."""
@@ -224,9 +232,16 @@ def _write_endings(
             update(jobs)
             .where(mine)
             .values(
-                state=bindparam("b_state"), last_error=bindparam("b_error"), lease_until=None, finished_at=db_now()
+                state=bindparam("b_state"),
+                last_error=bindparam("b_error"),
+                lease_until=None,
+                finished_at=db_now(),
+                output=bindparam("b_output", type_=Text),
             ),
-            [dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_state=e.state) for e in done],
+            [
+                dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_state=e.state, b_output=kept(e))
+                for e in done
+            ],
         ).rowcount
     if count != len(endings):
         return None
@@ -234,10 +249,11 @@ def _write_endings(
     if again:
         now = dict(conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_([e.job.id for e in again]))).all())
         states = [str(now[e.job.id]) if e.state == JobState.QUEUED else state for e, state in zip(endings, states)]
-    conn.execute(
-        _run_ended(machine_id),
-        [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error, b_output=e.output) for e in endings],
-    )
+    if recorded := [e for e, state in zip(endings, states) if state != JobState.SUCCEEDED]:
+        conn.execute(
+            _run_ended(machine_id),
+            [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error, b_output=e.output) for e in recorded],
+        )
     free_places(conn, [e.job.queue for e in endings])
     if parents:
         dependencies.ended(conn, [(e.job.id, state) for e, state in zip(endings, states)])

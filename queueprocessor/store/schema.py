@@ -216,12 +216,15 @@ jobs = Table(
     # How far its running job says it is (context.progress): written with the lease renewal, reset by a claim.
     Column("progress", Float, nullable=True),
     Column("progress_message", String(PROGRESS_NOTE), nullable=True),
+    # A succeeded job's run is its row (store/history.py kept_successes): an excerpt of what that run printed or
+    # returned, written by the finish that ended it; NULL on every other job.
+    Column("output", Text, nullable=True),
 )
 # A claim and a finish change a job's state, so no update is HOT: each new row version enters every index
 # whose condition it meets. So all but the primary key are partial, each the size of what it serves: the
 # queued jobs in the claim's order; the leases of running jobs, for a turn's search for expired ones; jobs
-# that failed or were cancelled, for the app's look-ups by state (a succeeded job enters none); keys, for the
-# jobs that have one; and the singletons (the app lists them every poll).
+# that failed or were cancelled, for the app's look-ups by state (a succeeded job enters only that of its
+# end, below); keys, for the jobs that have one; and the singletons (the app lists them every poll).
 QUEUED = jobs.c.state == JobState.QUEUED
 partial("ix_qp_jobs_queued", jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id, where=QUEUED & (jobs.c.gated == false()))
 # The queued jobs of held-back queues, by queue: each such queue's claim branch, and the turn's look for its due
@@ -245,6 +248,11 @@ ORDERED = jobs.c.order_key.isnot(None)
 partial("ix_qp_jobs_order", jobs.c.queue, jobs.c.order_key, jobs.c.id, where=ORDERED)
 ORDERED_RUNNING = ORDERED & (jobs.c.state == JobState.RUNNING)
 partial("ux_qp_jobs_order_running", jobs.c.queue, jobs.c.order_key, unique=True, where=ORDERED_RUNNING)
+# Succeeded jobs by their end: a success is its job's row, with no row in qp_runs, and the farm's history reads each
+# minute's ended runs by their end (store/stats.py). A claim's new row versions never enter it, a finish's
+# successes once each.
+SUCCEEDED_JOBS = "ix_qp_jobs_succeeded"
+partial(SUCCEEDED_JOBS, jobs.c.finished_at, where=jobs.c.state == JobState.SUCCEEDED)
 # The jobs a failed parent cancelled, by that parent: what its retry restores (only they enter it).
 partial("ix_qp_jobs_held", jobs.c.held_by, where=jobs.c.held_by.isnot(None))
 

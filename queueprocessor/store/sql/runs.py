@@ -101,9 +101,10 @@ def finish_statement() -> Any:
     ours out.
 
     Each job is matched on owner and fence as in RunStore.finish (see by_id); only the jobs that
-    were still ours get their run's row, which is written here, once (its start is the job's), and leave their
-    limited queue's running count. A job with children matches nothing here: RunStore.finish_many ends it in a
-    transaction with their release (store/dependencies.py).
+    were still ours leave their limited queue's running count and get their run's record, written here, once
+    (its start is the job's): a success that ends its job stays on the job's row, its output with it (no row
+    in qp_runs, see history.kept_successes); any other end gets its row in qp_runs. A job with children matches
+    nothing here: RunStore.finish_many ends it in a transaction with their release (store/dependencies.py).
     """
     columns = [
         ("id", BigInteger),
@@ -127,6 +128,7 @@ def finish_statement() -> Any:
             run_at=case((again, db_now() + v.c.retry), else_=jobs.c.run_at),
             owner=case((again, None), else_=jobs.c.owner),
             finished_at=case((again, jobs.c.finished_at), else_=db_now()),
+            output=case((state == STATE_SQL[JobState.SUCCEEDED], v.c.output)),
         )
         .returning(
             jobs.c.id,
@@ -162,7 +164,7 @@ def finish_statement() -> Any:
                 ended.c.output,
                 ended.c.progress,
                 ended.c.progress_message,
-            ),
+            ).where(ended.c.state != STATE_SQL[JobState.SUCCEEDED]),
         )
         .cte("logged")
     )
