@@ -180,21 +180,11 @@ jobs = Table(
     Column("target", String(2000), nullable=False),
     Column("method", String(10), nullable=False, default="GET"),
     Column("payload", Text, nullable=True),
-    # queued | running | succeeded | failed | cancelled
-    Column("state", StateColumn(), nullable=False, default=JobState.QUEUED),
     Column("priority", Integer, nullable=False, default=0),
     Column("run_at", Time, nullable=False),
     Column("created_at", Time, nullable=False),
-    Column("attempts", Integer, nullable=False, default=0),
     Column("max_attempts", Integer, nullable=False, default=MAX_ATTEMPTS),
     Column("timeout", Float, nullable=True),
-    Column("owner", Id, nullable=True),
-    # Bumped by every claim; every write by the owner must quote it.
-    Column("fence", BigInteger, nullable=False, default=0),
-    Column("lease_until", Time, nullable=True),
-    Column("started_at", Time, nullable=True),
-    Column("finished_at", Time, nullable=True),
-    Column("last_error", Text, nullable=True),
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("key", String(400), nullable=True),
     # job | singleton (a singleton is requeued whenever its work ends, and never runs out of attempts)
@@ -213,12 +203,25 @@ jobs = Table(
     Column("has_children", Boolean, nullable=False, default=False, server_default=false()),
     Column("pending", Integer, nullable=False, default=0, server_default="0"),
     Column("held_by", Id, nullable=True),
-    # How far its running job says it is (context.progress): written with the lease renewal, reset by a claim.
-    Column("progress", Float, nullable=True),
-    Column("progress_message", String(PROGRESS_NOTE), nullable=True),
+    # The columns a claim and a finish write, last and side by side (schema 13, measured by bench/wal.py): PostgreSQL
+    # logs a new row version on its page without the bytes it shares with the old one at its start and its end, so
+    # the rest of the row (target, payload, key...) stays out of the WAL of both.
+    Column("owner", Id, nullable=True),
+    # Bumped by every claim; every write by the owner must quote it.
+    Column("fence", BigInteger, nullable=False, default=0),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("started_at", Time, nullable=True),
+    # queued | running | succeeded | failed | cancelled
+    Column("state", StateColumn(), nullable=False, default=JobState.QUEUED),
+    Column("lease_until", Time, nullable=True),
+    Column("finished_at", Time, nullable=True),
     # A succeeded job's run is its row (store/history.py kept_successes): an excerpt of what that run printed or
     # returned, written by the finish that ended it; NULL on every other job.
     Column("output", Text, nullable=True),
+    Column("last_error", Text, nullable=True),
+    # How far its running job says it is (context.progress): written with the lease renewal, reset by a claim.
+    Column("progress", Float, nullable=True),
+    Column("progress_message", String(PROGRESS_NOTE), nullable=True),
 )
 # A claim and a finish change a job's state, so no update is HOT: each new row version enters every index
 # whose condition it meets. So all but the primary key are partial, each the size of what it serves: the
