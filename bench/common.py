@@ -98,6 +98,16 @@ def fresh_database(server: PostgresServer, prefix: str = "bench") -> str:
     return server.create_database(f"{prefix}_{uuid.uuid4().hex[:10]}")
 
 
+# Every run that ended, as SQL (`FROM {RUNS} r`): the rows of qp_runs, and the successes kept on their jobs' rows
+# (schema 13: queueprocessor/store/history.py), one of them read where an older node wrote both. Also right on a
+# database of an older schema (its successes are all in qp_runs).
+RUNS = (
+    "(SELECT job_id, attempt, machine_id, fence, started_at, finished_at, outcome, error FROM qp_runs UNION ALL "
+    "SELECT j.id, j.attempts, j.owner, j.fence, j.started_at, j.finished_at, 'succeeded', j.last_error FROM qp_jobs j "
+    "WHERE j.state = 'succeeded' AND NOT EXISTS (SELECT 1 FROM qp_runs o WHERE o.job_id = j.id AND o.fence = j.fence))"
+)
+
+
 def query(url: str, sql: str, **params) -> list[tuple]:
     """Run one statement in autocommit on its own short-lived connection; rows if it returns any."""
     engine = open_engine(url, pool_size=1)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from common import (
     ROOT,
+    RUNS,
     farm,
     fresh_database,
     load_average,
@@ -69,8 +70,8 @@ def chain(server, push: bool, steps: int) -> list[float]:
         rows = query(
             url,
             "SELECT c.started_at - p.finished_at FROM qp_deps d"
-            " JOIN qp_runs c ON c.job_id = d.child_id AND c.outcome = 'succeeded'"
-            " JOIN qp_runs p ON p.job_id = d.parent_id AND p.outcome = 'succeeded'",
+            f" JOIN {RUNS} c ON c.job_id = d.child_id AND c.outcome = 'succeeded'"
+            f" JOIN {RUNS} p ON p.job_id = d.parent_id AND p.outcome = 'succeeded'",
         )
         return [row[0] for row in rows]
 
@@ -114,9 +115,9 @@ def fan_in(server, tree: Path, members: int, runs: int) -> dict[str, list[float]
             callback = farm_.group_info(group_id)["callback"]["id"]
             [(released, claimed)] = query(
                 url,
-                "SELECT j.run_at - (SELECT max(r.finished_at) FROM qp_runs r JOIN qp_flow_jobs m"
+                f"SELECT j.run_at - (SELECT max(r.finished_at) FROM {RUNS} r JOIN qp_flow_jobs m"
                 " ON m.job_id = r.job_id WHERE m.flow_id = :g), r.started_at - j.run_at"
-                " FROM qp_jobs j JOIN qp_runs r ON r.job_id = j.id AND r.outcome = 'succeeded' WHERE j.id = :callback",
+                f" FROM qp_jobs j JOIN {RUNS} r ON r.job_id = j.id AND r.outcome = 'succeeded' WHERE j.id = :callback",
                 callback=callback,
                 g=group_id,
             )

@@ -15,7 +15,7 @@ the idlest's; the target is at most 1.25.
 import argparse
 import time
 
-from common import farm, load_average, print_table, query, wait_for
+from common import RUNS, farm, load_average, print_table, query, wait_for
 
 NODES = 4
 CAPACITY = 4
@@ -25,7 +25,7 @@ NAP = 0.02  # seconds of work per job
 def shares(url: str, since_id: int) -> dict[str, int]:
     rows = query(
         url,
-        "SELECT m.name, count(*) FROM qp_runs r JOIN qp_machines m ON m.id = r.machine_id "
+        f"SELECT m.name, count(*) FROM {RUNS} r JOIN qp_machines m ON m.id = r.machine_id "
         "WHERE r.job_id > :since AND r.outcome = 'succeeded' GROUP BY m.name",
         since=since_id,
     )

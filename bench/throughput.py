@@ -675,12 +675,12 @@ def drain(bench: Bench, config: Config, kind: str, processes: int, url: str) -> 
 def shares(url: str, processes: int) -> str:
     """How evenly our machines shared the backlog: the busiest one's runs over the idlest one's (the target is
     at most 1.25 over a drain of 100,000); a machine that ran nothing counts as 0."""
-    from common import query
+    from common import RUNS, query
 
     ran = [
         n
         for _, n in query(
-            url, "SELECT machine_id, count(*) FROM qp_runs WHERE outcome = 'succeeded' GROUP BY machine_id"
+            url, f"SELECT machine_id, count(*) FROM {RUNS} r WHERE outcome = 'succeeded' GROUP BY machine_id"
         )
     ]
     counts = sorted([0] * (processes - len(ran)) + ran)

@@ -4,7 +4,7 @@ import signal
 import threading
 import time
 
-from common import postgres_pids, wait_for
+from common import RUNS, postgres_pids, wait_for
 from sqlalchemy.exc import OperationalError
 
 from queueprocessor.farm import Farm
@@ -28,7 +28,7 @@ def postgres_restart(server, quick: bool) -> Outcome:
         up = time.time()
         checked_in = wait_checked_in(rig, ids, up, 30)
         rig.settle(120)
-        resumed = first_after(rig, "SELECT min(started_at) FROM qp_runs WHERE started_at > :t", up)
+        resumed = first_after(rig, f"SELECT min(started_at) FROM {RUNS} r WHERE started_at > :t", up)
         alive = all(n.alive() for n in nodes)
     finally:
         rig.close()
@@ -104,7 +104,7 @@ def postgres_freeze(server, quick: bool) -> Outcome:
         rig.settle(120)
         watcher.stop()
         first_turn = first_after(rig, "SELECT min(taken_at) FROM qp_turns WHERE taken_at > :t", thawed)
-        resumed = first_after(rig, "SELECT min(started_at) FROM qp_runs WHERE started_at > :t", thawed)
+        resumed = first_after(rig, f"SELECT min(started_at) FROM {RUNS} r WHERE started_at > :t", thawed)
         wrong_turns, turns = turns_out_of_turn(rig, ids, max(formed, before - 5 * timing.period), time.time())
         shown_dead = [(t, m) for t, m in watcher.dead_polls if t >= thawed]
         alive = all(n.alive() for n in nodes)

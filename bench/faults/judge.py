@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from datetime import datetime
 
-from common import NodeProcess, query
+from common import RUNS, NodeProcess, query
 
 from .rig import BATCH_CALL, RECLAIMED, SELF_STOP, Rig, secs
 
@@ -34,7 +34,7 @@ def tally_of(rig: Rig) -> dict:
         for run in query(
             rig.url,
             "SELECT job_id, machine_id, fence, started_at, finished_at, outcome, "
-            "error FROM qp_runs ORDER BY job_id, fence",
+            f"error FROM {RUNS} r ORDER BY job_id, fence",
         )
         if run[0] in work
     ]

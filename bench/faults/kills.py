@@ -4,7 +4,7 @@ import random
 import statistics
 import time
 
-from common import query, wait_for
+from common import RUNS, query, wait_for
 
 from queueprocessor import singletons
 from queueprocessor.rules.job import JobSpec
@@ -64,7 +64,7 @@ def kill_churn(server, quick: bool, seed: int = 5) -> Outcome:
         for machine, killed in kills:
             rows = query(
                 rig.url,
-                "SELECT min(n.started_at) FROM qp_runs o JOIN qp_runs n ON n.job_id = o.job_id "
+                f"SELECT min(n.started_at) FROM qp_runs o JOIN {RUNS} n ON n.job_id = o.job_id "
                 "AND n.fence > o.fence WHERE o.machine_id = :m AND o.outcome = 'lost' "
                 "GROUP BY o.job_id",
                 m=machine,

@@ -6,7 +6,7 @@ import sys
 import time
 from collections import Counter
 
-from common import ROOT, query, wait_for
+from common import ROOT, RUNS, query, wait_for
 
 from queueprocessor.rules.clock import SystemClock
 
@@ -86,7 +86,7 @@ def clock_step(server, quick: bool) -> Outcome:
             wrong, turns = turns_out_of_turn(rig, ids, begin, end)
             ran = query(
                 rig.url,
-                "SELECT count(*), sum(CASE WHEN outcome = 'lost' THEN 1 ELSE 0 END) FROM qp_runs "
+                f"SELECT count(*), sum(CASE WHEN outcome = 'lost' THEN 1 ELSE 0 END) FROM {RUNS} r "
                 "WHERE machine_id = :m AND started_at >= :a AND started_at < :b",
                 m=stepped.id,
                 a=begin,
@@ -137,7 +137,7 @@ def same_name(server, quick: bool) -> Outcome:
         rig.settle(120)
         twin_ids = [rig.machine_id(t) for t in twins]
         turns = dict(query(rig.url, "SELECT machine_id, count(*) FROM qp_turns GROUP BY machine_id"))
-        runs = dict(query(rig.url, "SELECT machine_id, count(*) FROM qp_runs GROUP BY machine_id"))
+        runs = dict(query(rig.url, f"SELECT machine_id, count(*) FROM {RUNS} r GROUP BY machine_id"))
         pause = subprocess.run(
             [sys.executable, "-m", "queueprocessor.cli", "--db", rig.url, "pause", "twin"],
             capture_output=True,

@@ -29,7 +29,8 @@ from ..rules.job import JobSpec
 from ..rules.states import FINISHED, JobState
 from .dbtime import db_now
 from .groups import fill_callbacks
-from .schema import JOBS_CHANNEL, deps, flow_jobs, jobs, runs
+from .history import last_output
+from .schema import JOBS_CHANNEL, deps, flow_jobs, jobs
 from .sql.gates import gated_now
 
 BAD = (JobState.FAILED, JobState.CANCELLED)
@@ -285,12 +286,7 @@ def results(conn: Connection, job_id: int) -> dict[str | int, Any]:
     step name in a workflow, else by job id; None for a parent that did not succeed (after_ended)."""
     found: dict[str | int, Any] = {}
     for parent in parents_of(conn, job_id):
-        output = conn.execute(
-            select(runs.c.output)
-            .where(runs.c.job_id == parent["id"], runs.c.outcome == JobState.SUCCEEDED.value)
-            .order_by(runs.c.id.desc())
-            .limit(1)
-        ).scalar()
+        output = conn.execute(last_output(parent["id"], succeeded=True)).scalar()
         found[parent["step"] or parent["id"]] = _decoded(output)
     return found
 

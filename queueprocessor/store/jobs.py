@@ -17,7 +17,7 @@ from ..rules.states import FINISHED, JobState, Kind, Outcome
 from . import dependencies
 from .base import StoreBase
 from .dbtime import db_now
-from .history import with_owner_name
+from .history import last_output, with_owner_name
 from .schema import deps, flow_jobs, jobs, machines, queues, runs
 from .sql.claim import LOST, claim_statement
 from .sql.due import unpaused
@@ -218,9 +218,7 @@ class JobStore:
         if not rows:
             return None
         job = dict(rows[0]._mapping)
-        last = self.store.rows(
-            select(runs.c.output).where(runs.c.job_id == job["id"]).order_by(runs.c.id.desc()).limit(1)
-        )
+        last = self.store.rows(last_output(job["id"]))
         return job | {"last_output": last[0][0] if last else None}
 
     def free_key(self, key: str) -> int:

@@ -152,7 +152,8 @@ def _job_ids_never_reused(conn: Connection) -> None:
         return
     made = str(CreateTable(schema.jobs).compile(dialect=conn.dialect)).strip()
     conn.execute(DDL(made.replace("CREATE TABLE qp_jobs ", "CREATE TABLE qp_jobs_new ", 1)))
-    columns = ", ".join(column.name for column in schema.jobs.c)
+    there = {column["name"] for column in inspect(conn).get_columns("qp_jobs")}  # a later step's are not yet
+    columns = ", ".join(column.name for column in schema.jobs.c if column.name in there)
     conn.execute(DDL(f"INSERT INTO qp_jobs_new ({columns}) SELECT {columns} FROM qp_jobs"))
     conn.execute(DDL("DROP TABLE qp_jobs"))
     conn.execute(DDL("ALTER TABLE qp_jobs_new RENAME TO qp_jobs"))
@@ -173,6 +174,58 @@ def _roster_read_by_changes(conn: Connection) -> None:
             index.create(conn, checkfirst=True)
 
 
+def _job_rows_with_room(conn: Connection) -> None:
+    """12 to 13, PostgreSQL: job rows at half a page (schema.JOBS_FILL), so a claim's and a finish's new version of a
+    row stays on its page (bench/wal.py: a fifth less WAL per job); run rows, written once, fill their pages. A
+    storage parameter only: pages written from now on keep the room, those full already fill as jobs are pruned,
+    and no row is rewritten. An older node still running beside it works as before (its statements are the same,
+    its rows gain the room too), and loses or doubles no run: no table's columns or keys change. Elsewhere
+    nothing changes."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(DDL(f"ALTER TABLE qp_jobs SET (fillfactor = {schema.JOBS_FILL})"))
+        conn.execute(DDL("ALTER TABLE qp_runs RESET (fillfactor)"))
+
+
+def _successes_on_job_rows(conn: Connection) -> None:
+    """12 to 13: a run that ends its job in success is kept on its job's row (history.kept_successes), which gains
+    the run's output excerpt, and succeeded jobs get an index of their ends (the farm's history reads runs by their
+    end); every other run keeps its row in qp_runs. The successes recorded before keep their rows there.
+
+    An older node still running beside it (none can start: the version is newer than its own) claims, renews and
+    finishes as before, guarded as before, and writes a row in qp_runs for each success, as it always did: read
+    once, that row instead of the job's (the same job and fence). What it reads, it reads as before, so it misses
+    the successes an upgraded node ended: a job's runs shown through it (the CLI's or the app's, if they are
+    older too), the results of parents an upgraded node ended, passed to a child it runs (None where there was
+    a result), and the minutes of history it writes while it holds the turn (those successes uncounted). Upgrade
+    every node; the farm is whole again once the last older one has stopped."""
+    if "output" not in {column["name"] for column in inspect(conn).get_columns("qp_jobs")}:  # SQLite: step 11 made it
+        _add_column(conn, schema.jobs.c.output)
+    for index in schema.jobs.indexes:
+        if index.name == schema.SUCCEEDED_JOBS:
+            index.create(conn, checkfirst=True)
+
+
+def _layout_for_claim_and_finish(conn: Connection) -> None:
+    """12 to 13: job rows with room to be updated in place, and successes kept on them (the two steps above).
+
+    A new qp_jobs has the columns a claim and a finish write last and side by side (schema.jobs), which PostgreSQL
+    logs without the rest of the row: bench/wal.py measured 612 B of WAL a job for a claim and a finish against 662
+    with the older order. The step does not rebuild an older qp_jobs for that: PostgreSQL cannot move a column, so
+    it would copy every job into a new table under a lock that stops every node, older ones too, for as long as
+    the copy takes (minutes at millions of jobs), and make again its indexes, trigger and grants, for 50 B a job.
+    The output column, added, goes last, where it belongs anyway. (SQLite databases older than 12 are made again by
+    step 11, in the new order.)"""
+    _job_rows_with_room(conn)
+    _successes_on_job_rows(conn)
+
+
+def _storage_that_costs_what_work_needs(conn: Connection) -> None:
+    """12 to 13: the roster read by changes, and the job row's layout (each step says what it does, and what an
+    older node still running beside it can do)."""
+    _roster_read_by_changes(conn)
+    _layout_for_claim_and_finish(conn)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -186,7 +239,7 @@ STEPS = {
     9: _farm_history,
     10: _enqueue_through_the_door_only,
     11: _job_ids_never_reused,
-    12: _roster_read_by_changes,
+    12: _storage_that_costs_what_work_needs,
 }
 
 

@@ -19,14 +19,15 @@ from .jobs import cancelled_instead
 from .progress import progress_arrays, progress_renew_statement, progress_values
 from .schema import Id, jobs, runs
 from .sql.gates import free_places
-from .sql.runs import CANCELLED_BY, array_text, finish_statement, renew_statement
+from .sql.runs import CANCELLED_BY, finish_params, finish_statement, renew_params, renew_statement
 from .types import Progress
 
 
 def _run_ended(machine_id: int, *guard: Any) -> Any:
-    """The row of job `b_id`'s run, which ends now with `b_outcome`, `b_error` and `b_output`, written once (`guard`:
-    only if the job is still as the caller holds it). Its attempt, fence and start are the job's: a run in progress
-    is its job's row (see run_history); finish_statement writes it so on PostgreSQL."""
+    """The row of job `b_id`'s run, which ends now with `b_outcome`, `b_error` and `b_output` and not in its job's
+    success, written once (`guard`: only if the job is still as the caller holds it). Its attempt, fence and start
+    are the job's: a run in progress is its job's row (see run_history); finish_statement writes it so on
+    PostgreSQL."""
     return insert(runs).from_select(
         [
             *("job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "error"),
@@ -77,13 +78,7 @@ class RunStore:
         if self.store.whole:
             rows = self.store.hot(
                 progress_renew_statement() if progress else renew_statement(),
-                dict(
-                    b_machine=machine_id,
-                    b_id=array_text([job_id for job_id, _ in held]),
-                    b_fence=array_text([fence for _, fence in held]),
-                    b_lease=lease,
-                    **(progress_arrays(held, progress) if progress else {}),
-                ),
+                renew_params(machine_id, held, lease) | (progress_arrays(held, progress) if progress else {}),
             )
         else:
             mine = or_(*(and_(jobs.c.id == job_id, jobs.c.fence == fence) for job_id, fence in held))
@@ -123,19 +118,7 @@ class RunStore:
         jobs without children only: a parent (store/dependencies.py) is finished apart, in a transaction with its
         children's release or cancellation, so a job with no dependencies costs no statement more."""
         if self.store.whole and endings:
-            ours = self.store.held(
-                finish_statement(),
-                dict(
-                    b_machine=machine_id,
-                    b_id=array_text([e.job.id for e in endings]),
-                    b_fence=array_text([e.job.fence for e in endings]),
-                    b_state=array_text([e.state for e in endings]),
-                    b_error=[e.error for e in endings],  # any text: psycopg quotes it
-                    b_retry=array_text([e.retry_in for e in endings]),
-                    b_outcome=array_text([e.outcome for e in endings]),
-                    b_output=[e.output for e in endings],
-                ),
-            )
+            ours = self.store.held(finish_statement(), finish_params(machine_id, endings))
             still = {(job_id, fence): state for job_id, fence, state in ours}
             states = [still.get((e.job.id, e.job.fence)) for e in endings]
             if len(ours) == len(endings):  # every run was still ours and childless (each is in `endings` once)
@@ -205,10 +188,17 @@ class RunStore:
         return [dict(r._mapping) for r in self.store.rows(statement)]
 
 
+def kept(ending: Ending) -> str | None:
+    """The output a finish writes on its job's row: a success's that ends the job (the run's record is the job's
+    row then: history.kept_successes), else none."""
+    return ending.output if ending.state == JobState.SUCCEEDED else None
+
+
 def _write_endings(
     conn: Connection, machine_id: int, endings: Sequence[Ending], parents: bool = False
 ) -> list[str | None] | None:
-    """The guarded updates for `endings`, one executemany per kind, and their runs' rows; the jobs' new states if
+    """The guarded updates for `endings`, one executemany per kind, and the rows of their runs that did not end their
+    job in success (a success is its job's row: history.kept_successes); the jobs' new states if
     every one was ours, else None (and the caller rolls back). They match jobs without children, or with `parents`
     jobs with children only, whose children are then released or cancelled in the same transaction
     (store/dependencies.py). A job that would go back to the queue while a cancel was asked ends cancelled."""
@@ -242,9 +232,16 @@ def _write_endings(
             update(jobs)
             .where(mine)
             .values(
-                state=bindparam("b_state"), last_error=bindparam("b_error"), lease_until=None, finished_at=db_now()
+                state=bindparam("b_state"),
+                last_error=bindparam("b_error"),
+                lease_until=None,
+                finished_at=db_now(),
+                output=bindparam("b_output", type_=Text),
             ),
-            [dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_state=e.state) for e in done],
+            [
+                dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_state=e.state, b_output=kept(e))
+                for e in done
+            ],
         ).rowcount
     if count != len(endings):
         return None
@@ -252,10 +249,11 @@ def _write_endings(
     if again:
         now = dict(conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_([e.job.id for e in again]))).all())
         states = [str(now[e.job.id]) if e.state == JobState.QUEUED else state for e, state in zip(endings, states)]
-    conn.execute(
-        _run_ended(machine_id),
-        [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error, b_output=e.output) for e in endings],
-    )
+    if recorded := [e for e, state in zip(endings, states) if state != JobState.SUCCEEDED]:
+        conn.execute(
+            _run_ended(machine_id),
+            [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error, b_output=e.output) for e in recorded],
+        )
     free_places(conn, [e.job.queue for e in endings])
     if parents:
         dependencies.ended(conn, [(e.job.id, state) for e, state in zip(endings, states)])

@@ -185,21 +185,11 @@ jobs = Table(
     Column("target", String(2000), nullable=False),
     Column("method", String(10), nullable=False, default="GET"),
     Column("payload", Text, nullable=True),
-    # queued | running | succeeded | failed | cancelled
-    Column("state", StateColumn(), nullable=False, default=JobState.QUEUED),
     Column("priority", Integer, nullable=False, default=0),
     Column("run_at", Time, nullable=False),
     Column("created_at", Time, nullable=False),
-    Column("attempts", Integer, nullable=False, default=0),
     Column("max_attempts", Integer, nullable=False, default=MAX_ATTEMPTS),
     Column("timeout", Float, nullable=True),
-    Column("owner", Id, nullable=True),
-    # Bumped by every claim; every write by the owner must quote it.
-    Column("fence", BigInteger, nullable=False, default=0),
-    Column("lease_until", Time, nullable=True),
-    Column("started_at", Time, nullable=True),
-    Column("finished_at", Time, nullable=True),
-    Column("last_error", Text, nullable=True),
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("key", String(400), nullable=True),
     # job | singleton (a singleton is requeued whenever its work ends, and never runs out of attempts)
@@ -218,6 +208,22 @@ jobs = Table(
     Column("has_children", Boolean, nullable=False, default=False, server_default=false()),
     Column("pending", Integer, nullable=False, default=0, server_default="0"),
     Column("held_by", Id, nullable=True),
+    # The columns a claim and a finish write, last and side by side (schema 13, measured by bench/wal.py): PostgreSQL
+    # logs a new row version on its page without the bytes it shares with the old one at its start and its end, so
+    # the rest of the row (target, payload, key...) stays out of the WAL of both.
+    Column("owner", Id, nullable=True),
+    # Bumped by every claim; every write by the owner must quote it.
+    Column("fence", BigInteger, nullable=False, default=0),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("started_at", Time, nullable=True),
+    # queued | running | succeeded | failed | cancelled
+    Column("state", StateColumn(), nullable=False, default=JobState.QUEUED),
+    Column("lease_until", Time, nullable=True),
+    Column("finished_at", Time, nullable=True),
+    # A succeeded job's run is its row (store/history.py kept_successes): an excerpt of what that run printed or
+    # returned, written by the finish that ended it; NULL on every other job.
+    Column("output", Text, nullable=True),
+    Column("last_error", Text, nullable=True),
     # How far its running job says it is (context.progress): written with the lease renewal, reset by a claim.
     Column("progress", Float, nullable=True),
     Column("progress_message", String(PROGRESS_NOTE), nullable=True),
@@ -225,8 +231,8 @@ jobs = Table(
 # A claim and a finish change a job's state, so no update is HOT: each new row version enters every index
 # whose condition it meets. So all but the primary key are partial, each the size of what it serves: the
 # queued jobs in the claim's order; the leases of running jobs, for a turn's search for expired ones; jobs
-# that failed or were cancelled, for the app's look-ups by state (a succeeded job enters none); keys, for the
-# jobs that have one; and the singletons (the app lists them every poll).
+# that failed or were cancelled, for the app's look-ups by state (a succeeded job enters only that of its
+# end, below); keys, for the jobs that have one; and the singletons (the app lists them every poll).
 QUEUED = jobs.c.state == JobState.QUEUED
 partial("ix_qp_jobs_queued", jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id, where=QUEUED & (jobs.c.gated == false()))
 # The queued jobs of held-back queues, by queue: each such queue's claim branch, and the turn's look for its due
@@ -250,8 +256,18 @@ ORDERED = jobs.c.order_key.isnot(None)
 partial("ix_qp_jobs_order", jobs.c.queue, jobs.c.order_key, jobs.c.id, where=ORDERED)
 ORDERED_RUNNING = ORDERED & (jobs.c.state == JobState.RUNNING)
 partial("ux_qp_jobs_order_running", jobs.c.queue, jobs.c.order_key, unique=True, where=ORDERED_RUNNING)
+# Succeeded jobs by their end: a success is its job's row, with no row in qp_runs, and the farm's history reads each
+# minute's ended runs by their end (store/stats.py). A claim's new row versions never enter it, a finish's
+# successes once each.
+SUCCEEDED_JOBS = "ix_qp_jobs_succeeded"
+partial(SUCCEEDED_JOBS, jobs.c.finished_at, where=jobs.c.state == JobState.SUCCEEDED)
 # The jobs a failed parent cancelled, by that parent: what its retry restores (only they enter it).
 partial("ix_qp_jobs_held", jobs.c.held_by, where=jobs.c.held_by.isnot(None))
+
+# Job rows at half a page each (PostgreSQL, measured by bench/wal.py): a claim's and a finish's new version of the row
+# finds room on its page, so the update logs only what changed and no lock of a second page (a full page made each
+# move to another, the whole new row in the WAL with it). A bulk enqueue writes twice the pages.
+JOBS_FILL = 50
 
 # PostgreSQL only: any insert into the queue wakes the listening nodes (see push).
 JOBS_CHANNEL = "qp_jobs"
@@ -306,9 +322,6 @@ runs = Table(
     Index("ix_qp_runs_started", "started_at"),
     # The history writer reads each minute's ended runs by their end (store/stats.py): one entry per run, written once.
     Index("ix_qp_runs_finished", "finished_at"),
-    # Room left in each page was for a run row written twice (opened by the claim, closed by the finish: a HOT
-    # update). It is written once now, when the run ends (store.run_history); the room only waits for a schema
-    # step to give it back (a new version, which every older node would then refuse).
 )
 
 
@@ -321,7 +334,7 @@ def _fill(table: Table, percent: int) -> None:
 
 
 _fill(machines, MACHINES_FILL)
-_fill(runs, 70)
+_fill(jobs, JOBS_FILL)
 
 schedules = Table(
     "qp_schedules",

@@ -1,9 +1,10 @@
 """The farm's history per queue (docs/design.md §11): what each minute saw, written once a minute by the machine that
 holds that minute's first turn, rolled up to hours past a day, and kept `keep_history` seconds.
 
-Each statement is set-based: a minute's rows are one INSERT ... SELECT over qp_jobs and qp_runs (the runs read by
-their end, in database time), which inserts only the queues that minute has no row for yet, so a minute written
-twice is counted once. The run durations' percentiles are nearest-rank, with window functions every backend has.
+Each statement is set-based: a minute's rows are one INSERT ... SELECT over qp_jobs and the runs that ended
+(history.ended_runs: qp_runs and the successes kept on their jobs' rows, read by their end, in database time),
+which inserts only the queues that minute has no row for yet, so a minute written twice is counted once. The run
+durations' percentiles are nearest-rank, with window functions every backend has.
 """
 
 import functools
@@ -31,7 +32,8 @@ from sqlalchemy.exc import IntegrityError
 from ..rules.states import ENDINGS, HISTORY_COUNTS, JobState
 from .base import StoreBase
 from .dbtime import db_now
-from .schema import history, jobs, runs
+from .history import ended_runs
+from .schema import history, jobs
 
 MINUTE, HOUR = 60, 3600
 ROLL_UP_AFTER = 86400.0  # minutes older than this become hours
@@ -74,8 +76,13 @@ def minute_statement() -> Any:
     enqueued = _part(jobs.c.queue, enqueued=func.count()).where(
         jobs.c.id > seen, jobs.c.created_at >= start, jobs.c.created_at < end
     )
+    runs = ended_runs()  # a run that ended started before its end: a bound that each part's index of ends answers
     of_job = runs.join(jobs, jobs.c.id == runs.c.job_id)
-    started_ended = select(jobs.c.queue).select_from(of_job).where(runs.c.started_at >= start, runs.c.started_at < end)
+    started_ended = (
+        select(jobs.c.queue)
+        .select_from(of_job)
+        .where(runs.c.started_at >= start, runs.c.started_at < end, runs.c.finished_at >= start)
+    )
     started_running = select(jobs.c.queue).where(
         jobs.c.state == JobState.RUNNING, jobs.c.started_at >= start, jobs.c.started_at < end
     )

@@ -13,9 +13,9 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from ..rules.search import JobFilter
 from .base import StoreBase
-from .history import run_history, with_owner_name
+from .history import ended_runs, run_history, with_owner_name
 from .matching import matching, picked_rows
-from .schema import jobs, runs, schedules, turns
+from .schema import jobs, schedules, turns
 
 KEYS_PER_STATEMENT = 500  # well under every backend's limit of bound parameters (SQL Server's is 2,100)
 
@@ -105,6 +105,7 @@ class ViewStore:
 
     def throughput(self, since: float, until: float, bucket: float) -> list[dict[str, Any]]:
         """Finished runs per `bucket` seconds and outcome: [{start, outcome, count}], oldest first."""
+        runs = ended_runs()
         slot = bucket_of(runs.c.finished_at, bucket)
         statement = (
             select(slot, runs.c.outcome, func.count())
@@ -119,6 +120,7 @@ class ViewStore:
 
     def machine_throughput(self, since: float, until: float) -> dict[int, dict[str, int]]:
         """Finished runs per machine and outcome in [since, until]: {machine id: {outcome: count}}."""
+        runs = ended_runs()
         statement = (
             select(runs.c.machine_id, runs.c.outcome, func.count())
             .where(runs.c.finished_at >= since, runs.c.finished_at <= until)

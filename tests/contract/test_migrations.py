@@ -48,11 +48,17 @@ def rewriting(url: str):
 
 def make_version_12(url: str) -> None:
     """A farm database as schema version 12 left it (as this version made it, whatever is in it already): machine
-    rows without the roster version that last changed them, nor its index."""
+    rows without the roster version that last changed them, nor its index; no output on job rows nor index of
+    succeeded jobs' ends; on PostgreSQL, job rows filling their pages and run rows leaving 30 % of theirs."""
     Farm(url).close()
     with rewriting(url) as conn:
         drop_index(conn, "ix_qp_machines_changed", "qp_machines")
         drop_column(conn, "qp_machines", "changed")
+        drop_index(conn, schema.SUCCEEDED_JOBS)
+        drop_column(conn, "qp_jobs", "output")
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("ALTER TABLE qp_jobs RESET (fillfactor)"))
+            conn.execute(text("ALTER TABLE qp_runs SET (fillfactor = 70)"))
         set_version(conn, 12)
 
 
@@ -500,3 +506,68 @@ def test_a_version_12_database_marks_each_roster_change_on_its_row_in_place(db_u
             conn.execute(update(schema.roster_version).values(version=schema.roster_version.c.version + 1))
         version, changed = peers.read_changes(known.version, 2)
         assert changed == [] and not known.catch_up(version, changed, 0.0, {}), "a version on no row: read all"
+
+
+def fill_factors(farm: Farm) -> dict[str, list[str] | None]:
+    with farm._engine.connect() as conn:
+        rows = conn.execute(text("SELECT relname, reloptions FROM pg_class WHERE relname IN ('qp_jobs', 'qp_runs')"))
+        return {name: options for name, options in rows}
+
+
+def test_a_version_12_database_gives_job_rows_room_in_place(db_url):
+    """Version 12 to 13: on PostgreSQL job rows get half a page (schema.JOBS_FILL) and run rows fill theirs; a run
+    claimed before the upgrade ends after it, recorded once."""
+    with Farm(db_url) as farm:
+        me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
+        farm._store.jobs.enqueue(JOB)
+        [claimed] = farm._store.jobs.claim(ClaimRequest(me, 8, 30.0))
+        made = fill_factors(farm) if farm._store.dialect == "postgresql" else None
+    make_version_12(db_url)
+    with Farm(db_url) as farm:
+        assert shape(farm)[0] == CURRENT
+        if farm._store.dialect == "postgresql":
+            assert fill_factors(farm) == made == {"qp_jobs": [f"fillfactor={schema.JOBS_FILL}"], "qp_runs": None}
+        assert farm._store.runs.finish(claimed, me, "succeeded") == "succeeded"
+        assert [run["outcome"] for run in farm._store.runs.read(job_id=claimed.id)] == ["succeeded"]
+
+
+def test_a_success_an_older_node_recorded_beside_an_upgraded_one_is_read_once(db_url):
+    """Version 13 keeps a success on its job's row; a node of version 12 still running writes its row in qp_runs
+    too (the same job and fence), as it always did: every reader of runs reads it once, with its output."""
+    make_version_12(db_url)
+    with Farm(db_url) as farm:
+        assert shape(farm)[0] == CURRENT
+        store = farm._store
+        me = store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
+        store.jobs.enqueue(JOB, count=2)
+        older, newer = store.jobs.claim(ClaimRequest(me, 8, 30.0))
+        with farm._engine.begin() as conn:  # the older node's finish: the job's row, then its run's row
+            conn.execute(
+                update(schema.jobs)
+                .where(schema.jobs.c.id == older.id)
+                .values(state="succeeded", lease_until=None, finished_at=schema.jobs.c.started_at + 1)
+            )
+            conn.execute(
+                insert(schema.runs).from_select(
+                    ["job_id", "attempt", "machine_id", "fence", "started_at", "finished_at", "outcome", "output"],
+                    select(
+                        schema.jobs.c.id,
+                        schema.jobs.c.attempts,
+                        schema.jobs.c.owner,
+                        schema.jobs.c.fence,
+                        schema.jobs.c.started_at,
+                        schema.jobs.c.finished_at,
+                        text("'succeeded'"),
+                        text("'old'"),
+                    ).where(schema.jobs.c.id == older.id),
+                )
+            )
+        assert store.runs.finish(newer, me, "succeeded", output="new") == "succeeded"
+        with farm._engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(schema.runs)).scalar() == 1
+        for job, output in ((older, "old"), (newer, "new")):
+            [run] = store.runs.read(job_id=job.id)
+            assert (run["outcome"], run["output"], run["fence"], run["machine_name"]) == ("succeeded", output, 1, "m")
+        everything = store.runs.read()
+        assert sorted(run["job_id"] for run in everything) == sorted([older.id, newer.id])
+        assert store.views.machine_throughput(0, 2**40) == {me: {"succeeded": 2}}

@@ -363,7 +363,7 @@ def test_a_turn_of_a_node_with_a_limited_queue_claims_every_queue_in_one_order_o
         assert all(farm.wait(job, timeout=20)["state"] == "succeeded" for job in [*low, urgent, limited, held])
     finally:
         nodes.stop_all()
-    runs = sorted(farm._store.runs.read(), key=lambda r: r["id"])
+    runs = sorted(farm._store.runs.read(), key=lambda r: r["started_at"])  # in the order they were claimed
     assert {r["job_id"] for r in runs[:2]} == {urgent, limited}, "the node's first claim: the two most urgent"
     assert held in {r["job_id"] for r in runs[2:]}
 

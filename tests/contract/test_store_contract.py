@@ -322,10 +322,10 @@ def test_backoff_doubles_up_to_its_cap_with_jitter_between_half_and_the_whole_st
 
 
 def test_a_run_has_one_row_written_with_its_end_or_none_at_all(farm):
-    """A run's row is written once, when it ends, in the same transaction as its job's new state (one write per
-    job at the claim and one at the end). While it runs, the history shows it from its job's row; a failure at its
-    end (here: the history table is missing) leaves the job running and ours, with no row, and the next try writes
-    the one row, whose start is the claim's."""
+    """A run's row is written once, when it ends other than in its job's success, in the same transaction as its
+    job's new state (one write per job at the claim and one at the end). While it runs, the history shows it from
+    its job's row; a failure at its end (here: the history table is missing) leaves the job running and ours, with
+    no row, and the next try writes the one row, whose start is the claim's."""
     store = farm._store
     me = register(store)
     [job_id] = store.jobs.enqueue(HTTP)
@@ -339,24 +339,56 @@ def test_a_run_has_one_row_written_with_its_end_or_none_at_all(farm):
         conn.execute(text(rename.format("qp_runs", "qp_runs_away")))
     try:
         with pytest.raises(exc.DBAPIError):
-            store.runs.finish(claimed, me, "succeeded")
+            store.runs.finish(claimed, me, "failed", error="boom")
     finally:
         with farm._engine.begin() as conn:
             conn.execute(text(rename.format("qp_runs_away", "qp_runs")))
     job = store.jobs.get(job_id)
     assert (job["state"], job["owner"], job["fence"], job["attempts"]) == ("running", me, claimed.fence, 1)
-    assert store.runs.finish(claimed, me, "succeeded") == "succeeded"
+    assert store.runs.finish(claimed, me, "failed", error="boom") == "failed"
     [run] = store.runs.read(job_id=job_id)
-    assert (run["attempt"], run["machine_id"], run["fence"], run["outcome"], run["started_at"]) == (
+    assert (run["attempt"], run["machine_id"], run["fence"], run["outcome"], run["error"], run["started_at"]) == (
         1,
         me,
         claimed.fence,
-        "succeeded",
+        "failed",
+        "boom",
         started,
     )
     assert run["id"] is not None and run["finished_at"] >= started
     with farm._engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(schema.runs)).scalar() == 1
+
+
+def test_a_success_is_kept_on_its_jobs_row_and_read_as_a_run_beside_the_runs_before_it(farm):
+    """A run that ends its job in success writes no row of its own: its job's row is its record (machine, fence,
+    attempt, start, end, output), read as a run by every reader of runs, after the failed attempt before it, and
+    deleted with it."""
+    store = farm._store
+    me = register(store)
+    [job_id] = store.jobs.enqueue(HTTP)
+    [first] = store.jobs.claim(ClaimRequest(me, 1, lease=30))
+    assert store.runs.finish(first, me, "failed", error="boom") == "failed"
+    assert store.jobs.retry(job_id) == "queued"
+    [second] = store.jobs.claim(ClaimRequest(me, 1, lease=30))
+    assert store.runs.finish(second, me, "succeeded", output='{"n": 1}') == "succeeded"
+    job = store.jobs.get(job_id)
+    runs = sorted(store.runs.read(job_id=job_id), key=lambda run: run["fence"])
+    assert [(r["attempt"], r["fence"], r["outcome"], r["error"], r["output"], r["machine_name"]) for r in runs] == [
+        (1, first.fence, "failed", "boom", None, "m"),
+        (2, second.fence, "succeeded", None, '{"n": 1}', "m"),
+    ]
+    assert (runs[1]["id"], runs[1]["started_at"], runs[1]["finished_at"]) == (
+        None,
+        job["started_at"],
+        job["finished_at"],
+    )
+    assert store.jobs.keyed(job_id=job_id)["last_output"] == '{"n": 1}'
+    with farm._engine.connect() as conn:
+        assert conn.execute(select(schema.runs.c.fence)).scalars().all() == [first.fence]
+    assert store.views.machine_throughput(0, 2**40) == {me: {"failed": 1, "succeeded": 1}}
+    assert store.jobs.prune(-1) == 1
+    assert store.runs.read(job_id=job_id) == []
 
 
 def test_finished_jobs_and_their_runs_are_deleted_after_their_keeping_age(farm):

@@ -2,6 +2,7 @@
 RunStore.renew's and RunStore.finish's."""
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -9,7 +10,6 @@ from sqlalchemy import (
     Float,
     Text,
     and_,
-    any_,
     bindparam,
     case,
     cast,
@@ -23,6 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql import ColumnElement
 
+from ...rules.job import Ending
 from ...rules.states import JobState
 from ..dbtime import db_now
 from ..schema import STATE_SQL, Id, jobs, runs
@@ -42,22 +43,21 @@ def array_text(values: list[Any]) -> str:
 
 def by_id(names_types: list[tuple[str, Any]]) -> tuple[Any, Any]:
     """PostgreSQL: the rows of arrays `b_<name>` (one element per job, `id` first) as table `v`, and the jobs they
-    name, found by primary key (`id = ANY(array)`) and joined to them by hash.
+    name, each found by primary key: a nested loop over `v`, one look-up of qp_jobs_pkey a row, whatever the
+    table's statistics say.
 
-    The planner guessed badly from the table's statistics, stale for the minute after a backlog was enqueued in
-    one go: with the owner/fence guard as plain conditions on the jobs it thought them one row, then read the
-    whole table or matched every job against every row of `v` (the square of the batch: 75 us a job at 256). So
-    the guard is one condition over both sides, evaluated on the joined rows, and the state is checked in a form
-    that the partial index of running jobs does not match (walking it, dead entries included, cost more still).
-    Returns `v` and the condition: the job is `v`'s, and still ours (owner `b_machine`, fence, running)."""
+    Each array reaches unnest through a scalar subquery, whose value the planner cannot see: it guesses `v` at
+    ten rows (as it does for an array of unknown length), and ten look-ups by key cost less than anything that
+    reads the table. Given the arrays themselves, it counted their elements and, on a table never analysed (the
+    minute after a backlog was enqueued in one go), chose a hash join over a sequential scan: every finish and
+    renewal read the whole table (tests/contract/test_plans.py). The guard is one condition over both sides,
+    evaluated on the joined rows, and the state is checked in a form that the partial index of running jobs does
+    not match (walking it, dead entries included, cost more). Returns `v` and the condition: the job is `v`'s,
+    and still ours (owner `b_machine`, fence, running)."""
     from sqlalchemy.dialects.postgresql import ARRAY
 
-    v = (
-        func.unnest(*(cast(bindparam(f"b_{name}"), ARRAY(kind)) for name, kind in names_types))
-        .table_valued(*(column(name, kind) for name, kind in names_types))
-        .render_derived(name="v")
-    )
-    ours = jobs.c.id == any_(cast(bindparam("b_id"), ARRAY(BigInteger)))
+    unseen = (select(cast(bindparam(f"b_{name}"), ARRAY(kind))).scalar_subquery() for name, kind in names_types)
+    v = func.unnest(*unseen).table_valued(*(column(name, kind) for name, kind in names_types)).render_derived(name="v")
     guard = case(
         (
             jobs.c.fence == v.c.fence,
@@ -68,7 +68,17 @@ def by_id(names_types: list[tuple[str, Any]]) -> tuple[Any, Any]:
         ),
         else_=false(),
     )
-    return v, and_(ours, jobs.c.id == v.c.id, guard)
+    return v, and_(jobs.c.id == v.c.id, guard)
+
+
+def renew_params(machine_id: int, held: Sequence[tuple[int, int]], lease: float) -> dict[str, Any]:
+    """renew_statement's parameters for the runs `held` (job id, fence) of machine `machine_id`."""
+    return dict(
+        b_machine=machine_id,
+        b_id=array_text([job_id for job_id, _ in held]),
+        b_fence=array_text([fence for _, fence in held]),
+        b_lease=lease,
+    )
 
 
 @functools.cache
@@ -91,9 +101,10 @@ def finish_statement() -> Any:
     ours out.
 
     Each job is matched on owner and fence as in RunStore.finish (see by_id); only the jobs that
-    were still ours get their run's row, which is written here, once (its start is the job's), and leave their
-    limited queue's running count. A job with children matches nothing here: RunStore.finish_many ends it in a
-    transaction with their release (store/dependencies.py).
+    were still ours leave their limited queue's running count and get their run's record, written here, once
+    (its start is the job's): a success that ends its job stays on the job's row, its output with it (no row
+    in qp_runs, see history.kept_successes); any other end gets its row in qp_runs. A job with children matches
+    nothing here: RunStore.finish_many ends it in a transaction with their release (store/dependencies.py).
     """
     columns = [
         ("id", BigInteger),
@@ -117,6 +128,7 @@ def finish_statement() -> Any:
             run_at=case((again, db_now() + v.c.retry), else_=jobs.c.run_at),
             owner=case((again, None), else_=jobs.c.owner),
             finished_at=case((again, jobs.c.finished_at), else_=db_now()),
+            output=case((state == STATE_SQL[JobState.SUCCEEDED], v.c.output)),
         )
         .returning(
             jobs.c.id,
@@ -152,13 +164,27 @@ def finish_statement() -> Any:
                 ended.c.output,
                 ended.c.progress,
                 ended.c.progress_message,
-            ),
+            ).where(ended.c.state != STATE_SQL[JobState.SUCCEEDED]),
         )
         .cte("logged")
     )
     # Every job that ended left running: its queue's running count, if it is limited, goes down with it.
     gone = select(ended.c.queue, func.count().label("n")).group_by(ended.c.queue).subquery("gone")
     return select(ended.c.id, ended.c.fence, ended.c.state).add_cte(logged, freed(gone).cte("freed"))
+
+
+def finish_params(machine_id: int, endings: Sequence[Ending]) -> dict[str, Any]:
+    """finish_statement's parameters for `endings`, runs of machine `machine_id`."""
+    return dict(
+        b_machine=machine_id,
+        b_id=array_text([e.job.id for e in endings]),
+        b_fence=array_text([e.job.fence for e in endings]),
+        b_state=array_text([e.state for e in endings]),
+        b_error=[e.error for e in endings],  # any text: psycopg quotes it
+        b_retry=array_text([e.retry_in for e in endings]),
+        b_outcome=array_text([e.outcome for e in endings]),
+        b_output=[e.output for e in endings],
+    )
 
 
 CANCELLED_BY = "cancelled by an operator"  # a cancelled job's last_error, as a cancel leaves it
