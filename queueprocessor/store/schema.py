@@ -375,6 +375,8 @@ queues = Table(
     Column("tokens", Float, nullable=True),
     Column("refilled_at", Time, nullable=True),
     Column("on_failure", String(8), nullable=False, default=OnFailure.SKIP),
+    # Seconds its finished jobs are kept (NULL: the farm's default, the nodes' keep_jobs): JobStore.prune.
+    Column("keep", Float, nullable=True),
     # Database time of the last change by an operator: nodes see it in their heartbeat read and re-read.
     Column("changed_at", Time, nullable=False),
 )
