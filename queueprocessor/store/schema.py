@@ -34,8 +34,9 @@ from ..rules.limits import MAX_ATTEMPTS, PROGRESS_NOTE
 from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.schedules import DEFAULT_MISFIRE
 from ..rules.states import CHECKING_IN, HISTORY_COUNTS, JobState, Kind, MachineState, Outcome
+from .partitions import partition
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 metadata = MetaData()
 
@@ -446,3 +447,14 @@ events = Table(
     Column("actor", String(400), nullable=True),  # who did it: a machine, or the program, host and pid of a client
     Index("ix_qp_events_at", "at"),
 )
+
+
+def _by_day(table: Table, connection: Any, **_: Any) -> None:
+    """PostgreSQL: the history and the event log are partitioned by day of `at`, dropped whole past their keep
+    (store/partitions.py); their key holds `at` there (events: (id, at); the sequence keeps ids unique)."""
+    if connection.dialect.name == "postgresql":
+        partition(connection, table)
+
+
+for _log in (history, events):
+    event.listen(_log, "after_create", _by_day)

@@ -45,10 +45,39 @@ def rewriting(url: str):
         engine.dispose()
 
 
+def unpartitioned(conn, table) -> None:
+    """PostgreSQL: `table` made again in one table, as schema 12 had it, with its rows and its id sequence."""
+    name = table.name
+    sequence = conn.execute(text(f"SELECT pg_get_serial_sequence('{name}', 'id')")).scalar() if "id" in table.c else None
+    if sequence:
+        conn.execute(text(f"ALTER SEQUENCE {sequence} OWNED BY NONE"))
+    conn.execute(text(f"CREATE TABLE {name}_flat (LIKE {name} INCLUDING DEFAULTS)"))
+    conn.execute(text(f"INSERT INTO {name}_flat SELECT * FROM {name}"))
+    conn.execute(text(f"DROP TABLE {name}"))
+    conn.execute(text(f"ALTER TABLE {name}_flat RENAME TO {name}"))
+    conn.execute(text(f"ALTER TABLE {name} ADD PRIMARY KEY ({', '.join(c.name for c in table.primary_key)})"))
+    for index in table.indexes:
+        index.create(conn)
+    if sequence:
+        conn.execute(text(f"ALTER SEQUENCE {sequence} OWNED BY {name}.id"))
+
+
+def make_version_12(url: str) -> None:
+    """A farm database as schema version 12 left it (as this version made it, whatever is in it already): no
+    retention of a queue's own, and on PostgreSQL the history and the event log in one table each."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        drop_column(conn, "qp_queues", "keep")
+        if conn.dialect.name == "postgresql":
+            unpartitioned(conn, schema.history)
+            unpartitioned(conn, schema.events)
+        set_version(conn, 12)
+
+
 def make_version_11(url: str) -> None:
     """A farm database as schema version 11 left it (as this version made it, whatever is in it already): on
     SQLite, qp_jobs without AUTOINCREMENT (made again so, with its rows and indexes)."""
-    Farm(url).close()
+    make_version_12(url)
     with rewriting(url) as conn:
         if conn.dialect.name == "sqlite":
             made = conn.execute(
@@ -202,7 +231,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "12"
+        assert version == CURRENT == "13"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -458,3 +487,35 @@ def test_a_version_11_database_never_reuses_a_job_id_once_upgraded(db_url):
         assert {index.name for index in schema.jobs.indexes} <= indexes
         gone, new = newest_deleted_then_enqueued(farm)
         assert gone > kept and new > gone
+
+
+def partitioned(farm: Farm) -> set[str]:
+    """The farm's tables that are partitioned (PostgreSQL)."""
+    with farm._engine.connect() as conn:
+        return set(conn.execute(text("SELECT relname FROM pg_class WHERE relkind = 'p'")).scalars())
+
+
+def test_a_version_12_database_gets_its_logs_by_day_and_a_queues_own_retention_in_place(db_url):
+    """Version 12 to 13: on PostgreSQL the history and the event log are made again partitioned by day, their
+    rows kept and the event ids going on from the last; every backend: a queue may keep its finished jobs for a
+    time of its own."""
+    with Farm(db_url) as farm:
+        farm._store.jobs.enqueue(JobSpec(executor="python", target="bench.jobs:noop", queue="reports"))
+        farm.set_queue("reports", limit=2)
+        farm.set_queue("reports", on_failure="block")
+        assert farm._store.stats.write_minute(int(farm._store.ask_time() // 60 * 60)) == 1
+        logged = [e["id"] for e in farm.events()]
+    make_version_12(db_url)
+    with rewriting(db_url) as conn:
+        if conn.dialect.name == "postgresql":
+            assert not conn.execute(text("SELECT relname FROM pg_class WHERE relkind = 'p'")).all()
+    with Farm(db_url) as farm:
+        assert shape(farm)[0] == CURRENT
+        if farm._store.dialect == "postgresql":
+            assert {"qp_events", "qp_history"} <= partitioned(farm)
+        assert [e["id"] for e in farm.events()] == logged
+        assert [row["waiting"] for row in farm._store.stats.read(3600)] == [1]
+        farm.set_queue("reports", keep="3d")
+        assert farm.queue("reports").keep == 3 * 86400
+        [*old, new] = [e["id"] for e in farm.events()]
+        assert old == logged and new > max(logged)
