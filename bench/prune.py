@@ -54,7 +54,9 @@ INSERT INTO {table} (job_id, attempt, machine_id, fence, started_at, finished_at
 SELECT i, 1, 1, 1, t - 0.5, t, CASE WHEN i % 100 = 0 THEN 'failed' ELSE 'succeeded' END
 FROM generate_series(:lo, :hi) AS i, LATERAL (SELECT :start + i * :step AS t) AS at_ WHERE i % 100000 <> 0
 """
-FILL_KEYS = "INSERT INTO qp_job_keys (key, job_id) SELECT 'k-' || i, i FROM generate_series(:lo, :hi) AS i WHERE i % 20 = 0"
+FILL_KEYS = (
+    "INSERT INTO qp_job_keys (key, job_id) SELECT 'k-' || i, i FROM generate_series(:lo, :hi) AS i WHERE i % 20 = 0"
+)
 CHUNK = 1_000_000
 
 
@@ -124,7 +126,8 @@ def index_definitions(url: str, table: str) -> list[str]:
     """The current `table`'s indexes as CREATE INDEX statements on table {t}: its key as a plain index on id (a
     partitioned table's key must hold the partition key: the sequence keeps ids unique), none of its unique
     partial ones (a key's uniqueness moves to a side table; see _key_table)."""
-    rows = query(url, "SELECT indexdef FROM pg_indexes WHERE tablename = :t AND indexdef NOT LIKE '%UNIQUE%WHERE%'", t=table)
+    unique_partial = "indexdef NOT LIKE '%UNIQUE%WHERE%'"
+    rows = query(url, f"SELECT indexdef FROM pg_indexes WHERE tablename = :t AND {unique_partial}", t=table)
     return [
         row[0].replace(f" ON public.{table} ", " ON {t} ").replace("INDEX ", "INDEX {t}_", 1).replace("UNIQUE ", "")
         for row in rows
@@ -254,8 +257,8 @@ def case_by_state(server, count: int, hot: int) -> dict:
             pruned += query(url, f"SELECT count(*) FROM s_jobs_{day}")[0][0]
             query(
                 url,
-                f"DO $$ BEGIN DELETE FROM qp_job_keys WHERE job_id IN (SELECT id FROM s_jobs_{day} WHERE key IS NOT NULL);"
-                f" DROP TABLE s_jobs_{day}, s_runs_{day}; END $$",
+                "DO $$ BEGIN DELETE FROM qp_job_keys WHERE job_id IN "
+                f"(SELECT id FROM s_jobs_{day} WHERE key IS NOT NULL); DROP TABLE s_jobs_{day}, s_runs_{day}; END $$",
             )
         took = time.perf_counter() - started
         return dict(
@@ -297,8 +300,18 @@ def main() -> None:
             results.append(case_by_state(server, args.jobs, args.hot))
     print(f"\n{args.jobs:,} finished jobs over a simulated week; every finished one pruned. MB, seconds, bytes.")
     print_table(
-        ["layout", "heap", "indexes", "claim+finish WAL/job", "pruned", "took", "jobs/s", "WAL", "heap+ix after",
-         "VACUUM owed"],
+        [
+            "layout",
+            "heap",
+            "indexes",
+            "claim+finish WAL/job",
+            "pruned",
+            "took",
+            "jobs/s",
+            "WAL",
+            "heap+ix after",
+            "VACUUM owed",
+        ],
         [
             [
                 r["layout"],

@@ -175,9 +175,9 @@ class EnqueueDialog(QDialog):
 
 
 class QueueDialog(QDialog):
-    """A queue's farm-wide limit, rate, failure policy and retention. The core's own parsing checks each field before the
-    dialog closes; `changes` holds only what the operator changed (Farm.set_queue's keywords), so a setting
-    another operator changed meanwhile is left as they set it."""
+    """A queue's farm-wide limit, rate, failure policy and retention. The core's own parsing checks each field
+    before the dialog closes; `changes` holds only what the operator changed (Farm.set_queue's keywords), so a
+    setting another operator changed meanwhile is left as they set it."""
 
     def __init__(self, info: QueueInfo, parent=None):
         super().__init__(parent)

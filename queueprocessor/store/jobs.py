@@ -6,7 +6,22 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import String, Table, and_, bindparam, delete, exc, false, func, insert, literal, or_, select, true, update
+from sqlalchemy import (
+    String,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    exc,
+    false,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Update
 

@@ -83,9 +83,8 @@ def partition(conn: Connection, table: Table) -> None:
     for _, sequence in serials:
         conn.execute(text(f"ALTER SEQUENCE {sequence} OWNED BY NONE"))
     key = [column.name for column in table.primary_key] + ([] if "at" in table.primary_key.columns else ["at"])
-    conn.execute(
-        text(f"CREATE TABLE {name} (LIKE {old} INCLUDING DEFAULTS, PRIMARY KEY ({', '.join(key)})) PARTITION BY RANGE (at)")
-    )
+    made = f"CREATE TABLE {name} (LIKE {old} INCLUDING DEFAULTS, PRIMARY KEY ({', '.join(key)}))"
+    conn.execute(text(f"{made} PARTITION BY RANGE (at)"))
     for index in table.indexes:
         index.create(conn)
     conn.execute(text(f"CREATE TABLE {name}_default PARTITION OF {name} DEFAULT"))

@@ -48,7 +48,8 @@ def rewriting(url: str):
 def unpartitioned(conn, table) -> None:
     """PostgreSQL: `table` made again in one table, as schema 12 had it, with its rows and its id sequence."""
     name = table.name
-    sequence = conn.execute(text(f"SELECT pg_get_serial_sequence('{name}', 'id')")).scalar() if "id" in table.c else None
+    serial = text(f"SELECT pg_get_serial_sequence('{name}', 'id')")
+    sequence = conn.execute(serial).scalar() if "id" in table.c else None
     if sequence:
         conn.execute(text(f"ALTER SEQUENCE {sequence} OWNED BY NONE"))
     conn.execute(text(f"CREATE TABLE {name}_flat (LIKE {name} INCLUDING DEFAULTS)"))

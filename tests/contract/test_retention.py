@@ -94,7 +94,8 @@ def partitions(farm, table: str) -> list[str]:
 def where(farm, table: str) -> list[tuple[str, float]]:
     """Each row's partition and time."""
     with farm._engine.connect() as conn:
-        return [tuple(row) for row in conn.execute(text(f"SELECT tableoid::regclass::text, at FROM {table} ORDER BY at"))]
+        rows = conn.execute(text(f"SELECT tableoid::regclass::text, at FROM {table} ORDER BY at"))
+        return [tuple(row) for row in rows]
 
 
 @pytest.fixture
