@@ -160,7 +160,19 @@ def case_delete(server, count: int, hot: int, budget: float) -> dict:
             wal=written,
             after=after,
             vacuum=time.perf_counter() - vacuum_started,
+            keys=0.0,
         )
+
+
+def finished_jobs(url: str, table: str) -> int:
+    """Finished jobs in `table`: counted before and after a prune, outside its timing."""
+    return int(query(url, f"SELECT count(*) FROM {table} WHERE state IN {FINISHED}")[0][0])
+
+
+def _timed(url: str, sql: str) -> float:
+    started = time.perf_counter()
+    query(url, sql)
+    return time.perf_counter() - started
 
 
 def _key_table(url: str) -> None:
@@ -189,27 +201,33 @@ def case_by_id(server, count: int, hot: int, per: int) -> dict:
         fill(url, count, "p_jobs", "p_runs", keys=True)
         week = sizes(url, ("p_jobs", "p_runs", "qp_job_keys"))
         hot_wal = hot_path(url, "p_jobs", "p_runs", hot, count + 1)
-        before, started, pruned = wal(url), time.perf_counter(), 0
+        finished, keys = finished_jobs(url, "p_jobs"), 0.0
+        before, started = wal(url), time.perf_counter()
         for n, lo in enumerate(range(1, count + 2 - per, per)):  # every partition of the week's ids
-            pruned += _drop_id_range(url, n, lo, lo + per)
+            keys += _drop_id_range(url, n, lo, lo + per)
         took = time.perf_counter() - started
         return dict(
             layout=f"by id ({per:,} a partition)",
             week=week,
             hot=hot_wal,
-            pruned=pruned,
+            pruned=finished - finished_jobs(url, "p_jobs"),
             took=took,
+            keys=keys,
             wal=wal(url) - before,
             after=sizes(url, ("p_jobs", "p_runs", "qp_job_keys")),
             vacuum=0.0,
         )
 
 
-def _drop_id_range(url: str, n: int, lo: int, hi: int) -> int:
-    """Prune partition `n` (ids lo..hi-1): its live rows go to the default partition, its finished jobs' keys
-    leave the side table, and it goes whole, with its runs' partition. In one transaction."""
+def _drop_id_range(url: str, n: int, lo: int, hi: int) -> float:
+    """Prune partition `n` (ids lo..hi-1): its finished jobs' keys leave the side table (timed apart: the
+    seconds returned), then its live rows go to the default partition and it goes whole, with its runs'."""
     live = f"state NOT IN {FINISHED}"
-    pruned = query(url, f"SELECT count(*) FROM p_jobs_{n} WHERE NOT ({live})")[0][0]
+    keys = _timed(
+        url,
+        f"DELETE FROM qp_job_keys WHERE job_id >= {lo} AND job_id < {hi} "
+        f"AND job_id NOT IN (SELECT id FROM p_jobs_{n} WHERE {live})",
+    )
     query(
         url,
         f"""DO $$ BEGIN
@@ -217,12 +235,10 @@ ALTER TABLE p_jobs DETACH PARTITION p_jobs_{n};
 ALTER TABLE p_runs DETACH PARTITION p_runs_{n};
 INSERT INTO p_jobs SELECT * FROM p_jobs_{n} WHERE {live};
 INSERT INTO p_runs SELECT r.* FROM p_runs_{n} AS r JOIN p_jobs_{n} AS j ON j.id = r.job_id WHERE j.{live};
-DELETE FROM qp_job_keys WHERE job_id >= {lo} AND job_id < {hi}
-  AND job_id NOT IN (SELECT id FROM p_jobs_{n} WHERE {live});
 DROP TABLE p_jobs_{n}, p_runs_{n};
 END $$""",
     )
-    return int(pruned)
+    return keys
 
 
 def case_by_state(server, count: int, hot: int) -> dict:
@@ -252,21 +268,21 @@ def case_by_state(server, count: int, hot: int) -> dict:
         fill(url, count, "s_jobs", "s_runs", keys=True)
         week = sizes(url, ("s_jobs", "s_runs", "qp_job_keys"))
         hot_wal = hot_path(url, "s_jobs", "s_runs", hot, count + 1)
-        before, started, pruned = wal(url), time.perf_counter(), 0
+        finished, keys = finished_jobs(url, "s_jobs"), 0.0
+        before, started = wal(url), time.perf_counter()
         for day in range(today - 9 * DAY, today, DAY):  # every day before today's
-            pruned += query(url, f"SELECT count(*) FROM s_jobs_{day}")[0][0]
-            query(
-                url,
-                "DO $$ BEGIN DELETE FROM qp_job_keys WHERE job_id IN "
-                f"(SELECT id FROM s_jobs_{day} WHERE key IS NOT NULL); DROP TABLE s_jobs_{day}, s_runs_{day}; END $$",
+            keys += _timed(
+                url, f"DELETE FROM qp_job_keys WHERE job_id IN (SELECT id FROM s_jobs_{day} WHERE key IS NOT NULL)"
             )
+            query(url, f"DROP TABLE s_jobs_{day}, s_runs_{day}")
         took = time.perf_counter() - started
         return dict(
             layout="by state, then day",
             week=week,
             hot=hot_wal,
-            pruned=pruned,
+            pruned=finished - finished_jobs(url, "s_jobs"),
             took=took,
+            keys=keys,
             wal=wal(url) - before,
             after=sizes(url, ("s_jobs", "s_runs", "qp_job_keys")),
             vacuum=0.0,
@@ -307,6 +323,7 @@ def main() -> None:
             "claim+finish WAL/job",
             "pruned",
             "took",
+            "of which keys",
             "jobs/s",
             "WAL",
             "heap+ix after",
@@ -320,6 +337,7 @@ def main() -> None:
                 f"{r['hot']:,.0f}",
                 f"{r['pruned']:,}",
                 f"{r['took']:.2f}",
+                f"{r['keys']:.2f}",
                 f"{r['pruned'] / r['took']:,.0f}",
                 mb(r["wal"]),
                 mb(sum(r["after"])),

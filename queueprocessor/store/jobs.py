@@ -6,22 +6,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import (
-    String,
-    Table,
-    and_,
-    bindparam,
-    delete,
-    exc,
-    false,
-    func,
-    insert,
-    literal,
-    or_,
-    select,
-    true,
-    update,
-)
+from sqlalchemy import String, Table, and_, bindparam, delete, exc, false, func, insert, literal, select, true, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Update
 
@@ -501,9 +486,12 @@ def _past_keep(kept: dict[str, float], default: float) -> ColumnElement[bool]:
     """A job that finished longer ago than its queue keeps them: `kept` by the queues with a time of their own
     (seconds, by name; few), `default` by every other. Written out per queue, not a join per row."""
     now = db_now()
-    own = [and_(jobs.c.queue == name, jobs.c.finished_at < now - keep) for name, keep in sorted(kept.items())]
-    rest = jobs.c.finished_at < now - default
-    return or_(*own, and_(jobs.c.queue.notin_(sorted(kept)), rest)) if kept else rest
+    past = jobs.c.finished_at < now - default
+    if kept:
+        past = and_(jobs.c.queue.notin_(sorted(kept)), past)
+    for name, keep in sorted(kept.items()):
+        past = past | and_(jobs.c.queue == name, jobs.c.finished_at < now - keep)
+    return past
 
 
 def delete_finished(conn: Connection, which: ColumnElement[bool]) -> int:
