@@ -112,7 +112,7 @@ def upkeep(engine: Engine, table: str, now: float, keep: float) -> int:
     try:
         with engine.begin() as conn:
             conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'"))
-            conn.execute(text(f"LOCK TABLE {table} IN SHARE UPDATE EXCLUSIVE MODE"))
+            conn.execute(text(f"LOCK TABLE ONLY {table} IN SHARE UPDATE EXCLUSIVE MODE"))
             days = _days(conn, table)
             for day in sorted(_ahead(now) - days):
                 _make_day(conn, table, day)
