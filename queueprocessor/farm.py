@@ -426,11 +426,18 @@ class Farm:
         self._queues.pause(name, False)
 
     def set_queue(
-        self, name: str, *, limit: object = UNCHANGED, rate: object = UNCHANGED, on_failure: object = UNCHANGED
+        self,
+        name: str,
+        *,
+        limit: object = UNCHANGED,
+        rate: object = UNCHANGED,
+        on_failure: object = UNCHANGED,
+        keep: object = UNCHANGED,
     ) -> None:
         """Change a queue's farm-wide settings: `limit` (most jobs running at once; None: no limit), `rate`
-        (a Rate or "10/s"; None: no rate) and `on_failure` (OnFailure, for its order keys). Others stay."""
-        self._queues.set(name, limit=limit, rate=rate, on_failure=on_failure)
+        (a Rate or "10/s"; None: no rate), `on_failure` (OnFailure, for its order keys) and `keep` (how long its
+        finished jobs are kept: seconds or "3d"; None: the farm's default, the nodes' keep_jobs). Others stay."""
+        self._queues.set(name, limit=limit, rate=rate, on_failure=on_failure, keep=keep)
 
     # -- machines -----------------------------------------------------------
 

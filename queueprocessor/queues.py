@@ -1,10 +1,10 @@
 """The farm's queues as an operator reads and steers them: every queue with its settings, counts and the live
-machines that serve it; pause, resume, and the farm-wide limit, rate and failure policy (rules.queues says what
-each means, store.queues stores them)."""
+machines that serve it; pause, resume, and the farm-wide limit, rate, failure policy and retention (rules.queues
+says what each means, store.queues stores them)."""
 
 from .machines import Machines
 from .rules.errors import NotFound, echoed
-from .rules.queues import DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, check_limit, check_name
+from .rules.queues import DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, check_keep, check_limit, check_name
 from .store.stores import Store
 from .timing import SharedTiming
 
@@ -25,8 +25,9 @@ class Queues:
     def pause(self, name: str, paused: bool) -> None:
         self._queues.put(self._known(name), paused=paused)
 
-    def set(self, name: str, *, limit: object, rate: object, on_failure: object) -> None:
-        """What is given of `limit`, `rate` and `on_failure` (UNCHANGED: not given) as the queue's settings."""
+    def set(self, name: str, *, limit: object, rate: object, on_failure: object, keep: object = UNCHANGED) -> None:
+        """What is given of `limit`, `rate`, `on_failure` and `keep` (UNCHANGED: not given) as the queue's
+        settings."""
         values: dict[str, object] = {}
         if limit is not UNCHANGED:
             values["max_running"] = check_limit(limit)
@@ -42,6 +43,8 @@ class Queues:
             )
         if on_failure is not UNCHANGED:
             values["on_failure"] = OnFailure.parse(on_failure)
+        if keep is not UNCHANGED:
+            values["keep"] = check_keep(keep)
         self._queues.put(self._known(name), **values)
 
     def _known(self, name: str) -> str:

@@ -25,7 +25,7 @@ from queueprocessor import __version__, work_spec
 from queueprocessor.farm import needs_password, with_password
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.kinds import HTTP
-from queueprocessor.rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, check_limit
+from queueprocessor.rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, check_keep, check_limit, keep_text
 from queueprocessor.rules.urls import default_url, mask
 
 from . import theme
@@ -175,9 +175,9 @@ class EnqueueDialog(QDialog):
 
 
 class QueueDialog(QDialog):
-    """A queue's farm-wide limit, rate and failure policy. The core's own parsing checks each field before the
-    dialog closes; `changes` holds only what the operator changed (Farm.set_queue's keywords), so a setting
-    another operator changed meanwhile is left as they set it."""
+    """A queue's farm-wide limit, rate, failure policy and retention. The core's own parsing checks each field
+    before the dialog closes; `changes` holds only what the operator changed (Farm.set_queue's keywords), so a
+    setting another operator changed meanwhile is left as they set it."""
 
     def __init__(self, info: QueueInfo, parent=None):
         super().__init__(parent)
@@ -208,15 +208,20 @@ class QueueDialog(QDialog):
             "attempts; skip: the next job of its key runs at once"
         )
         form.addRow("On failure", self.on_failure)
+        self.keep = QLineEdit("" if info.keep is None else keep_text(info.keep))
+        self.keep.setPlaceholderText("the farm's default, or e.g. 3d, 12h")
+        self.keep.setToolTip("How long this queue's finished jobs and their runs are kept before they are deleted")
+        form.addRow("Keep", self.keep)
         self.error = _finish_form(self, layout, form, "Set")
 
     def accept(self) -> None:
         try:
-            limit, rate = self.limit.text().strip(), self.rate.text().strip()
+            limit, rate, keep = self.limit.text().strip(), self.rate.text().strip(), self.keep.text().strip()
             wanted = {
                 "limit": check_limit(_whole(limit)) if limit else None,
                 "rate": Rate.parse(rate) if rate else None,
                 "on_failure": self.on_failure.currentData(),
+                "keep": check_keep(keep) if keep else None,
             }
         except QPError as error:
             self.error.setText(in_form_terms(error))
@@ -259,6 +264,7 @@ FIELDS = {
     "order_key": "Order key",
     "limit": "Limit",
     "rate": "Rate",
+    "keep": "Keep",
 }
 
 

@@ -7,7 +7,7 @@ import click
 
 from ..nodeoptions import Seconds, node_options
 from ..rules.output import format_time, machine_label, print_json, print_table
-from ..rules.queues import UNCHANGED, OnFailure, Served
+from ..rules.queues import UNCHANGED, OnFailure, Served, keep_text
 from ..rules.states import HISTORY_COUNTS, Wish
 from .context import Context, pass_ctx
 from .options import QueueName
@@ -141,19 +141,20 @@ def _seconds(value: float | None) -> str:
 
 @click.group()
 def queue() -> None:
-    """Named queues: pause, resume, limit, rate and ordering policy, farm-wide."""
+    """Named queues: pause, resume, limit, rate, ordering policy and retention, farm-wide."""
 
 
 @queue.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
 @pass_ctx
 def queue_list(ctx: Context, as_json: bool) -> None:
-    """Every queue: waiting, running, limit, rate, order keys waiting, paused, the machines serving it."""
+    """Every queue: waiting, running, limit, rate, order keys waiting, paused, how long its finished jobs are kept,
+    the machines serving it."""
     infos = ctx.reader.queues()
     if as_json:
         return print_json({"queues": [asdict(q) | {"rate": q.rate and str(q.rate)} for q in infos]})
     print_table(
-        ["queue", "waiting", "running", "limit", "rate", "keys waiting", "state", "on failure", "serving"],
+        ["queue", "waiting", "running", "limit", "rate", "keys waiting", "state", "on failure", "keep", "serving"],
         [
             [
                 q.name,
@@ -164,6 +165,7 @@ def queue_list(ctx: Context, as_json: bool) -> None:
                 q.order_keys_waiting,
                 "paused" if q.paused else "active",
                 q.on_failure,
+                "-" if q.keep is None else keep_text(q.keep),
                 ", ".join(q.serving) or "NOBODY",
             ]
             for q in infos
@@ -202,24 +204,41 @@ _queue_switch("resume", "Let a paused queue's jobs start again.", "resumed")
     help="A job of an order key that failed for good: block the key's later jobs until it is retried or "
     "cancelled, or skip it.",
 )
+@click.option("--keep", metavar="TIME", help="Keep its finished jobs this long, e.g. 3d, 12h, 90min (or seconds).")
+@click.option("--no-keep", is_flag=True, help="Keep its finished jobs as long as the farm's default (keep_jobs).")
 @pass_ctx
 def queue_set(
-    ctx: Context, name: str, limit: int | None, no_limit: bool, rate: str | None, no_rate: bool, on_failure: str | None
+    ctx: Context,
+    name: str,
+    limit: int | None,
+    no_limit: bool,
+    rate: str | None,
+    no_rate: bool,
+    on_failure: str | None,
+    keep: str | None,
+    no_keep: bool,
 ) -> None:
-    """Change queue NAME's farm-wide limit, rate or ordering policy (the rest stays as it is)."""
-    for given, removed, option in ((limit, no_limit, "limit"), (rate, no_rate, "rate")):
+    """Change queue NAME's farm-wide limit, rate, ordering policy or retention (the rest stays as it is)."""
+    pairs = ((limit, no_limit, "limit"), (rate, no_rate, "rate"), (keep, no_keep, "keep"))
+    for given, removed, option in pairs:
         if given is not None and removed:
             raise click.UsageError(f"give --{option} or --no-{option}, not both")
-    if limit is None and rate is None and on_failure is None and not (no_limit or no_rate):
-        raise click.UsageError("nothing to change: give --limit, --rate, --on-failure, --no-limit or --no-rate")
+    if on_failure is None and all(given is None and not removed for given, removed, _ in pairs):
+        raise click.UsageError(
+            "nothing to change: give --limit, --rate, --on-failure, --keep, --no-limit, --no-rate or --no-keep"
+        )
     ctx.farm.set_queue(
         name,
         limit=None if no_limit else UNCHANGED if limit is None else limit,
         rate=None if no_rate else UNCHANGED if rate is None else rate,
         on_failure=UNCHANGED if on_failure is None else OnFailure(on_failure),
+        keep=None if no_keep else UNCHANGED if keep is None else keep,
     )
     info = ctx.farm.queue(name)
-    click.echo(f"queue {name}: limit {info.limit or 'none'}, rate {info.rate or 'none'}, on failure {info.on_failure}")
+    click.echo(
+        f"queue {name}: limit {info.limit or 'none'}, rate {info.rate or 'none'}, on failure {info.on_failure}, "
+        f"finished jobs kept {keep_text(info.keep)}"
+    )
 
 
 def _wish_command(wish: str, text: str) -> click.Command:

@@ -276,7 +276,8 @@ class TurnTimer(OfJoinedNode):
     def _housekeep(self) -> None:
         """Retention, once per `housekeeping` seconds for the whole farm (by whoever holds the turn of a slot
         that is a multiple of it), so an idle farm's cost does not grow with its machines: trim the turn log and
-        delete finished jobs past `keep_jobs` a small batch at a time, for at most a quarter period per turn. A
+        delete finished jobs past `keep_jobs` (or their queue's own `keep`) a small batch at a time, for at most a
+        quarter period per turn. A
         pass cut short goes on at our next turn. Our next turn also sweeps missed schedule occurrences (see
         ScheduleStore.drop_missed), for those left waiting while the farm was busy."""
         started = self.clock.monotonic()

@@ -26,6 +26,7 @@ class EventKind(StrEnum):
     QUEUE_LIMITED = "queue.limited"  # its farm-wide limit set or lifted
     QUEUE_RATED = "queue.rated"  # its rate set or lifted
     QUEUE_ON_FAILURE = "queue.on_failure"  # its order keys' failure policy changed
+    QUEUE_KEEP = "queue.keep"  # how long its finished jobs are kept, set or back to the farm's default
     SCHEDULE_ADDED = "schedule.added"
     SCHEDULE_EDITED = "schedule.edited"
     SCHEDULE_RUN = "schedule.run"  # run now, once, by hand

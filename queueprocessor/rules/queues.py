@@ -24,6 +24,10 @@ _NAME_RULE = f"1 to {MAX_NAME} letters, digits, '.', '_' or '-', starting with a
 _RATE = re.compile(r"\s*(\S+?)\s*/\s*(\S+)\s*\Z")
 _UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0, "h": 3600.0, "hour": 3600.0}
 _UNIT_NAMES = {1.0: "s", 60.0: "min", 3600.0: "h"}
+# How long a queue keeps its finished jobs: "3d", "12h", "90min", "2w", or a number of seconds.
+_KEEP = re.compile(r"\s*(\d+(?:\.\d*)?)\s*([a-z]*)\s*\Z")
+_KEEP_UNITS = {"": 1.0, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+MAX_KEEP = 3650 * 86400.0  # ten years
 
 
 class OnFailure(StrEnum):
@@ -81,6 +85,29 @@ def check_limit(limit: object) -> int | None:
     return limit
 
 
+def check_keep(keep: object) -> float | None:
+    """How long a queue keeps its finished jobs, in seconds (None: the farm's default, the nodes' `keep_jobs`):
+    a number of seconds, or text such as "3d", "12h", "90min", "2w"; BadQueueInput for anything else."""
+    if keep is None:
+        return None
+    seconds = keep
+    found = _KEEP.match(keep.lower()) if isinstance(keep, str) else None
+    if found and found.group(2) in _KEEP_UNITS:
+        seconds = float(found.group(1)) * _KEEP_UNITS[found.group(2)]
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 1 <= seconds <= MAX_KEEP:
+        raise BadQueueInput.out_of("keep", keep, "a time from 1s to 3650d: seconds, or a number and s, min, h, d or w")
+    return float(seconds)
+
+
+def keep_text(seconds: float | None) -> str:
+    """A queue's retention as check_keep reads it back, in the largest unit that holds it whole ("3d", "90min");
+    "farm default" for None."""
+    if seconds is None:
+        return "farm default"
+    unit = next(u for u in ("w", "d", "h", "min", "s") if seconds % _KEEP_UNITS[u] == 0 or u == "s")
+    return f"{seconds / _KEEP_UNITS[unit]:g}{unit}"
+
+
 @dataclass(frozen=True)
 class Rate:
     """At most `count` starts per `per_seconds`, farm-wide, in database time: "10/s" is Rate(10, 1.0)."""
@@ -131,6 +158,7 @@ class QueueInfo:
     paused: bool
     on_failure: OnFailure
     serving: tuple[str, ...]
+    keep: float | None = None  # seconds its finished jobs are kept (None: the farm's default)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ fencing themselves and steered; queues and schedules changed; bulk actions; outa
 
 An event is written in the same transaction as the change it tells of (`record_event`), so the log never says
 something happened that did not, nor misses what did; nothing is written on an idle farm. Housekeeping deletes
-events past `keep_events`, with the history's hourly roll-up (see TurnTimer._write_history).
+events past `keep_events`, with the history's hourly roll-up (see TurnTimer._write_history): on PostgreSQL by
+dropping days whole (store/partitions.py).
 """
 
 import os
@@ -18,6 +19,7 @@ from ..rules.urls import mask
 from .base import StoreBase
 from .database import client_name
 from .dbtime import db_now
+from .partitions import upkeep
 from .schema import events, machines
 
 MAX_DETAIL = 2000
@@ -73,5 +75,8 @@ class EventStore:
                 record_machine_event(conn, EventKind.MACHINE_FENCED, machine_id, fenced)
 
     def prune(self, keep: float) -> int:
-        """Delete the events older than `keep` seconds (housekeeping); how many."""
+        """Delete the events older than `keep` seconds (housekeeping); how many. On PostgreSQL the days past `keep`
+        are dropped whole instead, and the days ahead made (store/partitions.py)."""
+        if self.store.whole:
+            return upkeep(self.store.engine, events.name, self.store.ask_time(), keep)
         return self.store.count(delete(events).where(events.c.at < db_now() - keep))

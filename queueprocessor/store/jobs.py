@@ -251,12 +251,13 @@ class JobStore:
         return {state: 0 for state in JobState} | {state: n for state, n in rows}
 
     def prune(self, keep_seconds: float, batch: int = PRUNE_BATCH) -> int:
-        """Delete up to `batch` jobs that finished more than `keep_seconds` ago, with their runs, the rows naming
-        their parents and their places in workflows and groups, in one transaction (retention, as Oban's pruner and
-        Hangfire's expiration do). Returns how many: fewer than `batch` means none are left. A job retried meanwhile
-        is no longer finished, and stays."""
-        old = and_(jobs.c.state.in_(FINISHED), jobs.c.finished_at < db_now() - keep_seconds)
+        """Delete up to `batch` jobs that finished more than `keep_seconds` ago (or their queue's own `keep`, where
+        it has one), with their runs, the rows naming their parents and their places in workflows and groups, in
+        one transaction (retention, as Oban's pruner and Hangfire's expiration do). Returns how many: fewer than
+        `batch` means none are left. A job retried meanwhile is no longer finished, and stays."""
         with self.store.engine.begin() as conn:
+            kept = dict(conn.execute(select(queues.c.name, queues.c.keep).where(queues.c.keep.isnot(None))).all())
+            old = and_(jobs.c.state.in_(FINISHED), _past_keep(kept, keep_seconds))
             ids = [row[0] for row in conn.execute(select(jobs.c.id).where(old).limit(batch))]
             if ids:
                 delete_finished(conn, and_(jobs.c.id.in_(ids), old))
@@ -477,6 +478,18 @@ def retried(conn: Connection, which: ColumnElement[bool]) -> tuple[int, dict[int
             dependencies.restore(conn, job_id)
     held = dependencies.rejoined(conn, [job_id for job_id, _ in rows])
     return len(rows) - len(held), held
+
+
+def _past_keep(kept: dict[str, float], default: float) -> ColumnElement[bool]:
+    """A job that finished longer ago than its queue keeps them: `kept` by the queues with a time of their own
+    (seconds, by name; few), `default` by every other. Written out per queue, not a join per row."""
+    now = db_now()
+    past = jobs.c.finished_at < now - default
+    if kept:
+        past = and_(jobs.c.queue.notin_(sorted(kept)), past)
+    for name, keep in sorted(kept.items()):
+        past = past | and_(jobs.c.queue == name, jobs.c.finished_at < now - keep)
+    return past
 
 
 def delete_finished(conn: Connection, which: ColumnElement[bool]) -> int:

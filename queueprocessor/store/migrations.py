@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.schema import CreateColumn, CreateTable
 
 from . import schema
+from .partitions import partition
 from .sql.gates import recount_statement, regate_statements
 from .sqlfunctions import create_sql_functions, narrow_enqueuers
 
@@ -161,6 +162,20 @@ def _job_ids_never_reused(conn: Connection) -> None:
         index.create(conn)
 
 
+def _logs_by_day_and_queue_retention(conn: Connection) -> None:
+    """12 to 13: on PostgreSQL the history and the event log are partitioned by day (store/partitions.py), each
+    made again so with its rows (renamed, made partitioned, copied, dropped); and a queue may keep its finished
+    jobs for a time of its own (qp_queues.keep, NULL: the farm's keep_jobs). An older node still running writes
+    and reads both logs as before (an insert finds its day's partition) and deletes their old rows by DELETE; its
+    housekeeping deletes finished jobs at the farm's keep_jobs whatever their queue's own time. (A database
+    older than 3 has its qp_queues made whole by step 2, and its logs made partitioned by step 9.)"""
+    if "keep" not in {column["name"] for column in inspect(conn).get_columns("qp_queues")}:
+        _add_column(conn, schema.queues.c.keep)
+    if conn.dialect.name == "postgresql":
+        partition(conn, schema.history)
+        partition(conn, schema.events)
+
+
 def _roster_read_by_changes(conn: Connection) -> None:
     """12 to 13: each roster change writes its version on the machine row it changed (qp_machines.changed, and its
     index), so a node reads only the rows changed since its version (store/roster.py). The rows there are marked 0,
@@ -220,10 +235,11 @@ def _layout_for_claim_and_finish(conn: Connection) -> None:
 
 
 def _storage_that_costs_what_work_needs(conn: Connection) -> None:
-    """12 to 13: the roster read by changes, and the job row's layout (each step says what it does, and what an
-    older node still running beside it can do)."""
+    """12 to 13: the roster read by changes, the job row's layout, the logs by day and retention per queue (each
+    step says what it does, and what an older node still running beside it can do)."""
     _roster_read_by_changes(conn)
     _layout_for_claim_and_finish(conn)
+    _logs_by_day_and_queue_retention(conn)
 
 
 # The step that upgrades a database from each version to the next.

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import case, exc, func, insert, select, text, update
 
 from ..rules.events import EventKind
-from ..rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, served_names, serving_machines
+from ..rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, keep_text, served_names, serving_machines
 from ..rules.states import JobState
 from .base import StoreBase
 from .dbtime import db_now
@@ -136,6 +136,7 @@ class QueueStore:
                     paused=bool(row.get("paused")),
                     on_failure=OnFailure(row.get("on_failure") or OnFailure.SKIP),
                     serving=serving_machines(live, name),
+                    keep=row.get("keep"),
                 )
             )
         return infos
@@ -154,4 +155,6 @@ def _changes(values: dict[str, Any]) -> list[tuple[EventKind, str | None]]:
         found.append((EventKind.QUEUE_RATED, "no rate" if count is None else f"{count} starts per {per:g} s"))
     if "on_failure" in values:
         found.append((EventKind.QUEUE_ON_FAILURE, f"on failure: {values['on_failure']}"))
+    if "keep" in values:
+        found.append((EventKind.QUEUE_KEEP, f"finished jobs kept: {keep_text(values['keep'])}"))
     return found

@@ -34,6 +34,7 @@ from ..rules.limits import MAX_ATTEMPTS, PROGRESS_NOTE
 from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.schedules import DEFAULT_MISFIRE
 from ..rules.states import CHECKING_IN, HISTORY_COUNTS, JobState, Kind, MachineState, Outcome
+from .partitions import partition
 
 SCHEMA_VERSION = 13
 
@@ -393,6 +394,8 @@ queues = Table(
     Column("tokens", Float, nullable=True),
     Column("refilled_at", Time, nullable=True),
     Column("on_failure", String(8), nullable=False, default=OnFailure.SKIP),
+    # Seconds its finished jobs are kept (NULL: the farm's default, the nodes' keep_jobs): JobStore.prune.
+    Column("keep", Float, nullable=True),
     # Database time of the last change by an operator: nodes see it in their heartbeat read and re-read.
     Column("changed_at", Time, nullable=False),
 )
@@ -462,3 +465,14 @@ events = Table(
     Column("actor", String(400), nullable=True),  # who did it: a machine, or the program, host and pid of a client
     Index("ix_qp_events_at", "at"),
 )
+
+
+def _by_day(table: Table, connection: Any, **_: Any) -> None:
+    """PostgreSQL: the history and the event log are partitioned by day of `at`, dropped whole past their keep
+    (store/partitions.py); their key holds `at` there (events: (id, at); the sequence keeps ids unique)."""
+    if connection.dialect.name == "postgresql":
+        partition(connection, table)
+
+
+for _log in (history, events):
+    event.listen(_log, "after_create", _by_day)

@@ -1,5 +1,6 @@
 """The farm's history per queue (docs/design.md §11): what each minute saw, written once a minute by the machine that
-holds that minute's first turn, rolled up to hours past a day, and kept `keep_history` seconds.
+holds that minute's first turn, rolled up to hours past a day, and kept `keep_history` seconds (on PostgreSQL, in
+partitions of a day, dropped whole: store/partitions.py).
 
 Each statement is set-based: a minute's rows are one INSERT ... SELECT over qp_jobs and the runs that ended
 (history.ended_runs: qp_runs and the successes kept on their jobs' rows, read by their end, in database time),
@@ -33,6 +34,7 @@ from ..rules.states import ENDINGS, HISTORY_COUNTS, JobState
 from .base import StoreBase
 from .dbtime import db_now
 from .history import ended_runs
+from .partitions import upkeep
 from .schema import history, jobs
 
 MINUTE, HOUR = 60, 3600
@@ -191,12 +193,16 @@ class StatsStore:
 
     def roll_up(self, now: float, keep: float) -> None:
         """Housekeeping at `now` (database time): make the minutes older than ROLL_UP_AFTER hours, and delete every
-        row older than `keep` seconds, in one transaction."""
+        row older than `keep` seconds, in one transaction; on PostgreSQL the days past `keep` are dropped whole
+        instead, and the days ahead made (store/partitions.py)."""
         before = int((now - ROLL_UP_AFTER) // HOUR * HOUR)
         with self.store.engine.begin() as conn:
             conn.execute(roll_up_statement(), dict(b_before=before))
             conn.execute(delete(history).where(history.c.step == MINUTE, history.c.at < before))
-            conn.execute(delete(history).where(history.c.at < now - keep))
+            if not self.store.whole:
+                conn.execute(delete(history).where(history.c.at < now - keep))
+        if self.store.whole:
+            upkeep(self.store.engine, history.name, now, keep)
 
     def read(self, since: float, step: int = MINUTE, queue: str | None = None) -> list[dict[str, Any]]:
         """The rows of the last `since` seconds, merged into buckets of `step` seconds (a multiple of MINUTE; an

@@ -394,6 +394,9 @@ BAD_INPUTS = [
     case("queue", [*DB, "queue", "set", "default", "--rate", "ten/s"], r"^error: --rate 'ten/s' is not a rate: use"),
     case("queue", [*DB, "queue", "set", "default", "--rate", "5/fortnight"], r"^error: --rate '5/fortnight' is not a"),
     case("queue", [*DB, "queue", "set", "default"], r"^error: nothing to change: give --limit"),
+    case("queue", [*DB, "queue", "set", "default", "--keep", "3x"], r"^error: --keep must be a time from 1s to 3650d"),
+    case("queue", [*DB, "queue", "set", "default", "--keep", "0"], r"^error: --keep must be a time from 1s to 3650d"),
+    case("queue", [*DB, "queue", "set", "default", "--keep", "3d", "--no-keep"], r"^error: give --keep or --no-keep"),
     case(
         "queue", [*DB, "queue", "set", "default", "--on-failure", "retry"], r"^error: Invalid value for '--on-failure'"
     ),

@@ -150,9 +150,11 @@ def test_pause_resume_and_limits_from_the_menu_reach_the_database(farm, open_win
         ("two", "", "Limit"),
         ("", "ten/s", "Rate"),
         ("", "5/fortnight", "Rate"),
+        ("", "", "Keep"),
     ):
         dialog.limit.setText(limit)
         dialog.rate.setText(rate)
+        dialog.keep.setText("3x" if word == "Keep" else "")
         dialog.accept()
         assert dialog.isVisible() and word in dialog.error.text() and "\n" not in dialog.error.text()
     assert (_queue(farm, "reports").limit, _queue(farm, "reports").rate) == (None, None)
@@ -160,20 +162,23 @@ def test_pause_resume_and_limits_from_the_menu_reach_the_database(farm, open_win
     dialog.rate.setText("5/min")
     assert dialog.on_failure.currentData() == _queue(farm, "reports").on_failure == OnFailure.SKIP  # the default
     dialog.on_failure.setCurrentIndex(dialog.on_failure.findData(OnFailure.BLOCK))
+    dialog.keep.setText("3d")
     dialog.accept()
     assert not dialog.isVisible()
     qtbot.waitUntil(lambda: _cells(view.model, "reports")[4:6] == ["3", str(Rate(5, 60.0))], timeout=WAIT)
     stored = _queue(farm, "reports")
-    assert (stored.limit, stored.rate, stored.on_failure) == (3, Rate(5, 60.0), OnFailure.BLOCK)
+    assert (stored.limit, stored.rate, stored.on_failure, stored.keep) == (3, Rate(5, 60.0), OnFailure.BLOCK, 3 * 86400)
 
-    # Emptied fields lift the limit and the rate.
+    # Emptied fields lift the limit and the rate, and give the queue the farm's retention back.
     dialog = _edit(view, "reports")
-    assert (dialog.limit.text(), dialog.rate.text()) == ("3", str(Rate(5, 60.0)))
+    assert (dialog.limit.text(), dialog.rate.text(), dialog.keep.text()) == ("3", str(Rate(5, 60.0)), "3d")
     dialog.limit.setText("")
     dialog.rate.setText("")
+    dialog.keep.setText("")
     dialog.accept()
     qtbot.waitUntil(lambda: _cells(view.model, "reports")[4:6] == ["none", "none"], timeout=WAIT)
-    assert (_queue(farm, "reports").limit, _queue(farm, "reports").rate) == (None, None)
+    stored = _queue(farm, "reports")
+    assert (stored.limit, stored.rate, stored.keep) == (None, None, None)
 
 
 def _queue(farm, name):

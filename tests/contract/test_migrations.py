@@ -46,19 +46,41 @@ def rewriting(url: str):
         engine.dispose()
 
 
+def unpartitioned(conn, table) -> None:
+    """PostgreSQL: `table` made again in one table, as schema 12 had it, with its rows and its id sequence."""
+    name = table.name
+    serial = text(f"SELECT pg_get_serial_sequence('{name}', 'id')")
+    sequence = conn.execute(serial).scalar() if "id" in table.c else None
+    if sequence:
+        conn.execute(text(f"ALTER SEQUENCE {sequence} OWNED BY NONE"))
+    conn.execute(text(f"CREATE TABLE {name}_flat (LIKE {name} INCLUDING DEFAULTS)"))
+    conn.execute(text(f"INSERT INTO {name}_flat SELECT * FROM {name}"))
+    conn.execute(text(f"DROP TABLE {name}"))
+    conn.execute(text(f"ALTER TABLE {name}_flat RENAME TO {name}"))
+    conn.execute(text(f"ALTER TABLE {name} ADD PRIMARY KEY ({', '.join(c.name for c in table.primary_key)})"))
+    for index in table.indexes:
+        index.create(conn)
+    if sequence:
+        conn.execute(text(f"ALTER SEQUENCE {sequence} OWNED BY {name}.id"))
+
+
 def make_version_12(url: str) -> None:
     """A farm database as schema version 12 left it (as this version made it, whatever is in it already): machine
     rows without the roster version that last changed them, nor its index; no output on job rows nor index of
-    succeeded jobs' ends; on PostgreSQL, job rows filling their pages and run rows leaving 30 % of theirs."""
+    succeeded jobs' ends; no retention of a queue's own; on PostgreSQL, job rows filling their pages and run rows
+    leaving 30 % of theirs, and the history and the event log in one table each."""
     Farm(url).close()
     with rewriting(url) as conn:
         drop_index(conn, "ix_qp_machines_changed", "qp_machines")
         drop_column(conn, "qp_machines", "changed")
         drop_index(conn, schema.SUCCEEDED_JOBS)
         drop_column(conn, "qp_jobs", "output")
+        drop_column(conn, "qp_queues", "keep")
         if conn.dialect.name == "postgresql":
             conn.execute(text("ALTER TABLE qp_jobs RESET (fillfactor)"))
             conn.execute(text("ALTER TABLE qp_runs SET (fillfactor = 70)"))
+            unpartitioned(conn, schema.history)
+            unpartitioned(conn, schema.events)
         set_version(conn, 12)
 
 
@@ -571,3 +593,35 @@ def test_a_success_an_older_node_recorded_beside_an_upgraded_one_is_read_once(db
         everything = store.runs.read()
         assert sorted(run["job_id"] for run in everything) == sorted([older.id, newer.id])
         assert store.views.machine_throughput(0, 2**40) == {me: {"succeeded": 2}}
+
+
+def partitioned(farm: Farm) -> set[str]:
+    """The farm's tables that are partitioned (PostgreSQL)."""
+    with farm._engine.connect() as conn:
+        return set(conn.execute(text("SELECT relname FROM pg_class WHERE relkind = 'p'")).scalars())
+
+
+def test_a_version_12_database_gets_its_logs_by_day_and_a_queues_own_retention_in_place(db_url):
+    """Version 12 to 13: on PostgreSQL the history and the event log are made again partitioned by day, their
+    rows kept and the event ids going on from the last; every backend: a queue may keep its finished jobs for a
+    time of its own."""
+    with Farm(db_url) as farm:
+        farm._store.jobs.enqueue(JobSpec(executor="python", target="bench.jobs:noop", queue="reports"))
+        farm.set_queue("reports", limit=2)
+        farm.set_queue("reports", on_failure="block")
+        assert farm._store.stats.write_minute(int(farm._store.ask_time() // 60 * 60)) == 1
+        logged = [e["id"] for e in farm.events()]
+    make_version_12(db_url)
+    with rewriting(db_url) as conn:
+        if conn.dialect.name == "postgresql":
+            assert not conn.execute(text("SELECT relname FROM pg_class WHERE relkind = 'p'")).all()
+    with Farm(db_url) as farm:
+        assert shape(farm)[0] == CURRENT
+        if farm._store.dialect == "postgresql":
+            assert {"qp_events", "qp_history"} <= partitioned(farm)
+        assert [e["id"] for e in farm.events()] == logged
+        assert [row["waiting"] for row in farm._store.stats.read(3600)] == [1]
+        farm.set_queue("reports", keep="3d")
+        assert farm.queue("reports").keep == 3 * 86400
+        [*old, new] = [e["id"] for e in farm.events()]
+        assert old == logged and new > max(logged)
