@@ -159,6 +159,18 @@ def _job_ids_never_reused(conn: Connection) -> None:
         index.create(conn)
 
 
+def _coalesced_push(conn: Connection) -> None:
+    """12 to 13, PostgreSQL only: the commits that queue work notify at most once per short interval for the whole
+    farm (store/sql/push.py) instead of once each: the NOTIFY trigger on every insert statement is replaced by one
+    that runs as the transaction commits, through the throttle row qp_push. An older node still running beside a
+    new one keeps working as it did: its releases notify directly, as they did; its listener wakes on the fewer
+    notices, but does not claim again after one, so a job whose commit skipped its notice because another commit
+    had just sent one may wait for the next turn if only older nodes hold the turns: upgrade the farm's nodes
+    together."""
+    if conn.dialect.name == "postgresql":
+        create_sql_functions(conn)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -172,6 +184,7 @@ STEPS = {
     9: _farm_history,
     10: _enqueue_through_the_door_only,
     11: _job_ids_never_reused,
+    12: _coalesced_push,
 }
 
 
