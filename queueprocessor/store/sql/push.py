@@ -39,9 +39,14 @@ CREATE OR REPLACE FUNCTION {s}.qp_push() RETURNS void LANGUAGE plpgsql SECURITY 
 SET search_path = pg_catalog, pg_temp AS $qp_push$
 DECLARE
     v_now double precision := extract(epoch FROM clock_timestamp());
+    v_last double precision;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM pg_notify('{JOBS_CHANNEL}', '');
+        RETURN;
+    END IF;
+    SELECT notified_at INTO v_last FROM {s}.qp_push WHERE id = 1;  -- most writers stop here: a notice was just sent
+    IF v_last > v_now - {PUSH_EVERY} AND v_last <= v_now THEN
         RETURN;
     END IF;
     UPDATE {s}.qp_push SET notified_at = v_now WHERE id = (
@@ -54,11 +59,16 @@ BEGIN
     END IF;
 END
 $qp_push$;
-CREATE OR REPLACE FUNCTION {s}.qp_push_once() RETURNS boolean LANGUAGE sql VOLATILE AS $qp_push_once$
-    SELECT CASE WHEN current_setting('{FLAG}', true) = 'on' THEN false ELSE set_config('{FLAG}', 'on', true) = 'on' END
+CREATE OR REPLACE FUNCTION {s}.qp_push_once() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $qp_push_once$
+BEGIN
+    IF pg_catalog.current_setting('{FLAG}', true) = 'on' THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_catalog.set_config('{FLAG}', 'on', true);
+    RETURN true;
+END
 $qp_push_once$;
-CREATE OR REPLACE FUNCTION {s}.qp_jobs_notify() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp AS $qp_jobs_notify$
+CREATE OR REPLACE FUNCTION {s}.qp_jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $qp_jobs_notify$
 BEGIN
     PERFORM {s}.qp_push();
     RETURN NULL;
