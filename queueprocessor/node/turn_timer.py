@@ -191,7 +191,9 @@ class TurnTimer(OfJoinedNode):
                 is not None
             ):
                 self._last_slot = slot
-                self._pushed.clear()  # the turn's claim covers what the notice announced
+                if self._pushed.is_set():  # the turn's claim covers what the notice announced; claim again later
+                    self._pushed.clear()  # for a commit that skipped its notice for that one (see push.FOLLOW_UP)
+                    self._follow_at = self.clock.monotonic() + FOLLOW_UP
                 self._materialise_due()
                 if self.sweep.is_set():
                     self.sweep.clear()

@@ -46,8 +46,9 @@ def test_a_transaction_that_queues_many_jobs_notifies_once_as_it_commits(farm, l
     last_notice_long_ago(farm)
     with farm._engine.connect() as conn:
         with conn.begin():
-            for _ in range(3):  # three statements, three jobs
+            for _ in range(3):  # three statements, three jobs: the first queues the commit's push, alone
                 conn.execute(text("SELECT qp_enqueue('python', 'bench.jobs:noop')"))
+            assert conn.execute(text("SELECT current_setting('qp.push', true)")).scalar() == "on"
             assert heard(listener) == 0
     assert heard(listener) == 1
 
@@ -105,7 +106,7 @@ def make_version_12(url: str) -> None:
     try:
         with engine.begin() as conn:
             conn.execute(text("DROP TRIGGER qp_jobs_push ON qp_jobs"))
-            conn.execute(text("DROP FUNCTION qp_push_once(), qp_push()"))
+            conn.execute(text("DROP FUNCTION qp_push()"))
             conn.execute(text("DROP TABLE qp_push"))
             conn.execute(
                 text(

@@ -5,8 +5,9 @@ A commit with a pending notification takes a lock that every other such commit o
 PreCommit_Notify), so a NOTIFY per enqueue serialised many writers (a trigger enqueuing for each row of a busy log
 table). So:
 
-- An insert of a queued job queues, once per transaction (qp_push_once, in the trigger's WHEN), a deferred constraint
-  trigger that runs qp_push() as the transaction commits, its last act; a release of a waiting job (a parent's
+- An insert of a queued job queues, once per transaction (the trigger's WHEN sets FLAG, a setting local to the
+  transaction, as it lets the first one through: a row of a bulk insert costs two calls of built-in functions), a
+  deferred constraint trigger that runs qp_push() as the transaction commits, its last act; a release of a waiting job (a parent's
   finish, store/dependencies.py) calls qp_push() at the end of the finish's transaction.
 - qp_push() notifies only if the farm's last notice is PUSH_EVERY old or more (database time), taking the one row of
   qp_push with FOR UPDATE SKIP LOCKED: a writer never waits for another, as a row locked is a commit notifying now.
@@ -23,7 +24,7 @@ making again by whoever notifies next) and missing on a promoted standby.
 
 JOBS_CHANNEL = "qp_jobs"
 PUSH_EVERY = 0.01  # seconds: the least time between two notices of the farm's commits
-FLAG = "qp.push"  # a setting local to the transaction: its first queued job has queued the commit's push
+FLAG = "qp.push"  # local to the transaction: its first queued job has queued the commit's push
 
 
 def push_ddl(farm_schema: str) -> str:
@@ -59,15 +60,6 @@ BEGIN
     END IF;
 END
 $qp_push$;
-CREATE OR REPLACE FUNCTION {s}.qp_push_once() RETURNS boolean LANGUAGE plpgsql VOLATILE AS $qp_push_once$
-BEGIN
-    IF pg_catalog.current_setting('{FLAG}', true) = 'on' THEN
-        RETURN false;
-    END IF;
-    PERFORM pg_catalog.set_config('{FLAG}', 'on', true);
-    RETURN true;
-END
-$qp_push_once$;
 CREATE OR REPLACE FUNCTION {s}.qp_jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $qp_jobs_notify$
 BEGIN
     PERFORM {s}.qp_push();
@@ -77,5 +69,7 @@ $qp_jobs_notify$;
 DROP TRIGGER IF EXISTS qp_jobs_notify ON {s}.qp_jobs;
 DROP TRIGGER IF EXISTS qp_jobs_push ON {s}.qp_jobs;
 CREATE CONSTRAINT TRIGGER qp_jobs_push AFTER INSERT ON {s}.qp_jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
-WHEN (CASE WHEN NEW.state = 'queued' THEN {s}.qp_push_once() ELSE false END) EXECUTE FUNCTION {s}.qp_jobs_notify();
+WHEN (CASE WHEN NEW.state <> 'queued' OR pg_catalog.current_setting('{FLAG}', true) = 'on' THEN false
+      ELSE pg_catalog.set_config('{FLAG}', 'on', true) = 'on' END)
+EXECUTE FUNCTION {s}.qp_jobs_notify();
 """
