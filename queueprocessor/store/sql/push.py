@@ -30,8 +30,10 @@ FLAG = "qp.push"  # local to the transaction: its first queued job has queued th
 def push_ddl(farm_schema: str) -> str:
     """Make (again) the throttle row, qp_push(), and the trigger that runs it as an insert's transaction commits; drop
     the trigger of schema 12 and before (a NOTIFY for every insert statement). In `farm_schema`, as sqlfunctions'
-    qp_enqueue, and with its owner's rights: a role granted only qp_enqueue, or a node's role, has no right on qp_push,
-    and needs none. Anyone may call qp_push(): at worst it sends the notice the farm would have sent."""
+    qp_enqueue. qp_push() runs with its owner's rights: a role granted only qp_enqueue, or a node's role, may read when
+    the last notice went (the trigger looks, with its caller's rights, before it calls qp_push: most commits stop
+    there, without the price of a change of rights) but not write it. Anyone may call qp_push(): at worst it sends
+    the notice the farm would have sent."""
     s = '"' + farm_schema.replace('"', '""') + '"'
     return f"""
 CREATE TABLE IF NOT EXISTS {s}.qp_push (id smallint PRIMARY KEY CHECK (id = 1), notified_at double precision NOT NULL);
@@ -61,11 +63,17 @@ BEGIN
 END
 $qp_push$;
 CREATE OR REPLACE FUNCTION {s}.qp_jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $qp_jobs_notify$
+DECLARE
+    v_now double precision := extract(epoch FROM clock_timestamp());
 BEGIN
-    PERFORM {s}.qp_push();
+    -- most commits stop here, with their caller's rights: a notice was just sent
+    IF NOT EXISTS (SELECT FROM {s}.qp_push WHERE notified_at > v_now - {PUSH_EVERY} AND notified_at <= v_now) THEN
+        PERFORM {s}.qp_push();
+    END IF;
     RETURN NULL;
 END
 $qp_jobs_notify$;
+GRANT SELECT ON {s}.qp_push TO PUBLIC;
 DROP TRIGGER IF EXISTS qp_jobs_notify ON {s}.qp_jobs;
 DROP TRIGGER IF EXISTS qp_jobs_push ON {s}.qp_jobs;
 CREATE CONSTRAINT TRIGGER qp_jobs_push AFTER INSERT ON {s}.qp_jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
