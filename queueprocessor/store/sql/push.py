@@ -7,8 +7,8 @@ table). So:
 
 - An insert of a queued job queues, once per transaction (the trigger's WHEN sets FLAG, a setting local to the
   transaction, as it lets the first one through: a row of a bulk insert costs two calls of built-in functions), a
-  deferred constraint trigger that runs qp_push() as the transaction commits, its last act; a release of a waiting job (a parent's
-  finish, store/dependencies.py) calls qp_push() at the end of the finish's transaction.
+  deferred constraint trigger that runs qp_push() as the transaction commits, its last act; a release of a waiting
+  job (a parent's finish, store/dependencies.py) calls qp_push() at the end of the finish's transaction.
 - qp_push() notifies only if the farm's last notice is PUSH_EVERY old or more (database time), taking the one row of
   qp_push with FOR UPDATE SKIP LOCKED: a writer never waits for another, as a row locked is a commit notifying now.
 - A writer that skipped its notice so commits within PUSH_EVERY of a notice sent, or while one is being sent: the
