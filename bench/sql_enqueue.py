@@ -17,6 +17,13 @@ printed, with the load average (2 cores shared with other work skew every figure
 
     python bench/sql_enqueue.py                  # 4,000 jobs a way, 3 rounds
     python bench/sql_enqueue.py --quick          # 800 jobs, one round: proves it works
+
+With --push it measures push instead: `count` single-job qp_enqueue commits from 8 and from 32 connections, by
+--before's code (its schema and qp_enqueue, made by it) and by this tree's, with the farm's trigger (push on) and
+with it dropped (push off: the floor), each on a fresh database, and the notices a LISTENing connection hears
+(target: at most a tenth of the commits).
+
+    python bench/sql_enqueue.py --push --jobs 2000 --rounds 3 --before 409d36d
 """
 
 import argparse
@@ -38,11 +45,11 @@ CREATE TRIGGER esb_log_enqueue AFTER INSERT ON esb_log FOR EACH ROW EXECUTE FUNC
 """
 
 
-def in_parallel(work: Callable[[int], Callable[[], None]]) -> float:
-    """Seconds for CONNECTIONS threads to each run what `work(n)` made for it (made before the clock starts), from
+def in_parallel(work: Callable[[int], Callable[[], None]], connections: int = CONNECTIONS) -> float:
+    """Seconds for `connections` threads to each run what `work(n)` made for it (made before the clock starts), from
     a common start."""
-    ready = [work(n) for n in range(CONNECTIONS)]
-    start = threading.Barrier(CONNECTIONS + 1)
+    ready = [work(n) for n in range(connections)]
+    start = threading.Barrier(connections + 1)
 
     def run(each: Callable[[], None]) -> None:
         start.wait()
@@ -64,15 +71,17 @@ def dsn_of(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def by_sql(url: str, count: int, statement: str) -> float:
-    """`statement` (with parameters n and request) count/CONNECTIONS times on each of CONNECTIONS connections."""
+def by_sql(url: str, count: int, statement: str, writers: int = CONNECTIONS, made: bool = False) -> float:
+    """`statement` (with parameters n and request) count/writers times on each of `writers` connections (the farm's
+    schema made first by this tree's code, unless `made`)."""
     import psycopg
 
     from queueprocessor.farm import Farm
 
-    Farm(url).close()  # the schema, and qp_enqueue with it
-    per = count // CONNECTIONS
-    connections = [psycopg.connect(dsn_of(url), autocommit=True) for _ in range(CONNECTIONS)]
+    if not made:
+        Farm(url).close()  # the schema, and qp_enqueue with it
+    per = count // writers
+    connections = [psycopg.connect(dsn_of(url), autocommit=True) for _ in range(writers)]
     try:
         if "esb_log" in statement:
             connections[0].execute(LOG_TABLE)
@@ -87,7 +96,7 @@ def by_sql(url: str, count: int, statement: str) -> float:
 
             return each
 
-        return in_parallel(work)
+        return in_parallel(work, writers)
     finally:
         for conn in connections:
             conn.close()
@@ -121,6 +130,96 @@ CALL = "SELECT qp_enqueue('python', 'bench.jobs:noop', jsonb_build_object('n', %
 TRIGGERED = "INSERT INTO esb_log (request_id, seq, message) VALUES (%(request)s, %(n)s, 'a log record')"
 
 
+MADE = """import sys
+from queueprocessor.farm import Farm
+Farm(sys.argv[1]).close()
+"""
+PUSH_OFF = "DROP TRIGGER IF EXISTS qp_jobs_notify ON qp_jobs; DROP TRIGGER IF EXISTS qp_jobs_push ON qp_jobs"
+
+
+class Heard:
+    """A LISTENing connection on the jobs channel, counting the notices it hears while the block runs (and for
+    `settle` seconds after, for those still on their way)."""
+
+    def __init__(self, url: str, settle: float = 0.5):
+        import psycopg
+
+        self.conn = psycopg.connect(dsn_of(url), autocommit=True)
+        self.conn.execute("LISTEN qp_jobs")
+        self.settle, self.count = settle, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._count)
+
+    def _count(self) -> None:
+        while not self._stop.is_set():
+            self.count += sum(1 for _ in self.conn.notifies(timeout=0.05))
+
+    def __enter__(self) -> "Heard":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        time.sleep(self.settle)
+        self._stop.set()
+        self._thread.join()
+        self.conn.close()
+
+
+def pushed(tree, url: str, count: int, writers: int, push: bool) -> tuple[float, int]:
+    """`count` single-job qp_enqueue commits from `writers` connections on a farm database made by the code of
+    `tree` (its trigger dropped without `push`): the seconds they took, and the notices a listener heard (the
+    writers' first, untimed, commits included)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    subprocess.run([sys.executable, "-c", MADE, url], cwd=tree, env=env, check=True, capture_output=True)
+    if not push:
+        import psycopg
+
+        with psycopg.connect(dsn_of(url), autocommit=True) as conn:
+            conn.execute(PUSH_OFF)
+    with Heard(url) as heard:
+        seconds = by_sql(url, count, CALL, writers, made=True)
+    return seconds, heard.count
+
+
+def push_main(args) -> None:
+    """The commits of single-job enqueues and the notices they send: --before's tree and this one, push on and
+    off, 8 and 32 writers, each case on a fresh database, the rounds in turn."""
+    import tempfile
+    from pathlib import Path
+
+    from common import ROOT, fresh_database, load_average, postgres, print_table, source_tree
+
+    print(f"push: {args.jobs:,} qp_enqueue commits, {args.rounds} rounds; {load_average()}", flush=True)
+    cases = [(side, push, writers) for side in ("before", "after") for push in (True, False) for writers in (8, 32)]
+    timed: dict[tuple, list[tuple[float, int]]] = {case: [] for case in cases}
+    with tempfile.TemporaryDirectory() as tmp, postgres(max_connections=100) as server:
+        trees = {"before": source_tree(args.before, Path(tmp)), "after": ROOT}
+        for round_ in range(args.rounds):
+            for side, push, writers in cases[:: 1 if round_ % 2 == 0 else -1]:
+                url = fresh_database(server, "sqlpush")
+                timed[(side, push, writers)].append(pushed(trees[side], url, args.jobs, writers, push))
+    rows = []
+    for side, push, writers in cases:
+        runs = timed[(side, push, writers)]
+        count = args.jobs // writers * writers
+        notices = sorted(n for _, n in runs)
+        rows.append(
+            [
+                f"{side} ({args.before if side == 'before' else 'this tree'})",
+                "on" if push else "off (no trigger)",
+                writers,
+                rate(count, [seconds for seconds, _ in runs]),
+                f"{statistics.median(notices):,.0f} ({notices[0]:,}-{notices[-1]:,}) of {count + writers:,}",
+            ]
+        )
+    print_table(["code", "push", "writers", "commits/s, median (range)", "notices, median (range)"], rows)
+    print(load_average())
+
+
 def rate(count: int, seconds: list[float]) -> str:
     rates = sorted(count / s for s in seconds)
     return f"{statistics.median(rates):,.0f} ({rates[0]:,.0f}-{rates[-1]:,.0f})"
@@ -131,9 +230,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=4_000, help="jobs a way and round (default 4,000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, each way once a round (default 3)")
     parser.add_argument("--quick", action="store_true", help="800 jobs, one round: proves it works")
+    parser.add_argument("--push", action="store_true", help="notices and commits/s, push on and off, beside --before")
+    parser.add_argument("--before", default="409d36d", help="with --push: the git ref beside this tree (%(default)s)")
     args = parser.parse_args()
     if args.quick:
         args.jobs, args.rounds = 800, 1
+    if args.push:
+        return push_main(args)
     count = args.jobs // CONNECTIONS * CONNECTIONS
 
     from common import fresh_database, load_average, postgres, print_table

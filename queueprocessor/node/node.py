@@ -45,8 +45,8 @@ no backlog notice is lost to the turn thread resetting its backlog.
   it claims directly, turns taken)                       (anyone); turns.sweep, sweep missed occurrences
                                                          (qp-heartbeat: contact back, resumed); new work
                                                          and places freed under a limit, through
-                                                         turns.notice (qp-listen) and turns.job_done (the
-                                                         runner's writer)
+                                                         turns.notice (qp-listen), turns.job_done and
+                                                         turns.released (the runner's writer)
   watchdog.holding (jobs started:         qp-watchdog    set by qp-turns when it starts jobs, and stop()
   watch them)
   _failures[thread name]                  that thread    last_error (a property) shows the newest
@@ -240,6 +240,8 @@ class Node:
             )
             self.runner.start()
             undo.callback(self.runner.stop)
+            self.store.runs.on_release[self.id] = self.turns.released  # our finishes' released children: claim them
+            undo.callback(self.store.runs.on_release.pop, self.id, None)
             self.heartbeat.checkin()
             undo.callback(self._end_threads)
             self._start_threads()

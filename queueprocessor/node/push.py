@@ -1,13 +1,16 @@
 """Push on PostgreSQL: new work wakes an idle farm in milliseconds instead of at the next turn.
 
-Every insert into qp_jobs, whoever makes it (CLI, API, a plain SQL INSERT),
-fires a statement-level trigger that NOTIFYs the jobs channel (see schema). A
-node LISTENs on its own connection and, on a notice, lets the machine that
-owns the current turn slot claim at once; a turn that finds a backlog
-notifies too, so every node with free capacity joins in without waiting for
-its heartbeat. Polling stays the fallback: a lost notice or a dropped
-listening connection only costs the latency of the next turn. SQLite and SQL
-Server have no push and poll only.
+A commit that queues work, whoever makes it (CLI, API, qp_enqueue, a plain SQL
+INSERT, a parent's finish releasing its children), NOTIFYs the jobs channel, at
+most once per PUSH_EVERY for the whole farm (store/sql/push.py). A node LISTENs
+on its own connection and, on a notice, lets the machine that owns the current
+turn slot claim at once, and once more FOLLOW_UP later: a commit that skipped
+its notice because another had just sent one is visible by then. A turn that
+finds a backlog notifies too, so every node with free capacity joins in without
+waiting for its heartbeat. Polling stays the fallback: a lost notice or a
+dropped listening connection only costs the latency of the next turn. SQLite
+and SQL Server have no push and poll only; on every dialect a node claims at
+once the children its own finishes release (turn_timer.TurnTimer.released).
 
 LISTEN needs a session of its own, which a pooler in transaction mode
 (PgBouncer) does not give: a farm reached through one listens on the server's
@@ -31,10 +34,15 @@ from ..rules.urls import mask
 from ..store.connections import reaches_pooler
 from ..store.database import labelled, listen_url, query_value, unlabelled
 from ..store.schema import JOBS_CHANNEL
+from ..store.sql.push import PUSH_EVERY
 
 log = logging.getLogger("queueprocessor.push")
 
 BACKLOG = "backlog"
+# After answering a notice, the slot's holder claims again this long after it: a commit that skipped its notice for
+# that one decided within PUSH_EVERY of it and committed right after (the decision is its last act); the rest is a
+# margin for its commit's own flush.
+FOLLOW_UP = PUSH_EVERY + 0.01
 RECONNECT = 1.0  # seconds between attempts to listen again after losing the connection
 
 

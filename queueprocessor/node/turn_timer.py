@@ -7,8 +7,8 @@ every `tick` (10 ms) only while there is work to claim directly.
 
 What it reads of the node (the roster copy, the state, the guarded queues, the streak of check-ins) is
 written by the node's heartbeat and read whole; what others want of it comes as notices (see node's
-docstring): `wake`, `backlogs`, `sweep`, and its own `_pushed` and `_limited_freed`, set through `notice`
-(the listener), `job_done` and `room_made` (the runner's writer).
+docstring): `wake`, `backlogs`, `sweep`, and its own `_pushed`, `_released` and `_limited_freed`, set through
+`notice` (the listener), `released`, `job_done` and `room_made` (the runner's writer).
 """
 
 import math
@@ -28,7 +28,7 @@ from ..store.stores import Store
 from ..store.types import ClaimRequest, Looks, Plan, Turn
 from .config import NodeConfig
 from .joined import Joined, OfJoinedNode
-from .push import BACKLOG, Listener, notify_backlog
+from .push import BACKLOG, FOLLOW_UP, Listener, notify_backlog
 from .tally import Tally
 
 TURN_MARGIN = 0.0005  # wake this far past the instant our error bound lets us take the turn
@@ -115,6 +115,8 @@ class TurnTimer(OfJoinedNode):
         self.backlogs: queue.SimpleQueue[int] = queue.SimpleQueue()  # backlog slots: the listener's, heartbeats'
         self.wake = threading.Event()  # look now
         self._pushed = threading.Event()  # new work (the listener)
+        self._released = threading.Event()  # our finish released children (the runner's writer): claim them
+        self._follow_at: float | None = None  # when to claim again after answering a notice (monotonic; FOLLOW_UP)
         self._limited_freed = threading.Event()  # a job of a guarded queue ended here: claim its room at once
         # Drop occurrences that waited past their schedule's grace, before this node's next turn claims: set
         # when it starts, when its contact with the database resumes, when it is resumed, and by housekeeping.
@@ -140,9 +142,11 @@ class TurnTimer(OfJoinedNode):
         if not self.node.db_healthy or self.node.state != MachineState.ACTIVE:
             return None
         now = self.estimator.db_now()
-        if self._direct or self._pushed.is_set() or self._backlog_slot >= slot_of(now, self.config.period) - 2:
+        if self._direct or self._pushed.is_set() or self._released.is_set():
             return self.config.tick
-        return turn_timer_wait(
+        if self._backlog_slot >= slot_of(now, self.config.period) - 2:
+            return self.config.tick
+        wait = turn_timer_wait(
             self.node.known,
             self._me,
             now,
@@ -151,6 +155,10 @@ class TurnTimer(OfJoinedNode):
             self._last_slot,
             self.estimator.error_bound(),
         )
+        if self._follow_at is None:
+            return wait
+        follow = max(self._follow_at - self.clock.monotonic(), 0.0)
+        return follow if wait is None else min(wait, follow)
 
     def _roster(self, now: float, known: KnownMachines | None = None) -> list[int]:
         """The roster at `now` by our copy of the machine rows (`known`: one already read, to read more from)."""
@@ -162,8 +170,9 @@ class TurnTimer(OfJoinedNode):
         return upcoming_turn(self._roster(now), self._me, now, self.config.period, self._last_slot)
 
     def tick(self) -> None:
-        """Take our turn if its slot has come; else take pushed work within our turn, and claim directly while
-        a backlog is worked off or a place under a limit was freed here."""
+        """Take our turn if its slot has come; else take pushed work within our turn (and again FOLLOW_UP after the
+        notice), the children our own finishes released, and claim directly while a backlog is worked off or a
+        place under a limit was freed here."""
         if self.node.state != MachineState.ACTIVE:
             return
         now = self.estimator.db_now()
@@ -182,7 +191,9 @@ class TurnTimer(OfJoinedNode):
                 is not None
             ):
                 self._last_slot = slot
-                self._pushed.clear()  # the turn's claim covers what the notice announced
+                if self._pushed.is_set():  # the turn's claim covers what the notice announced; claim again later
+                    self._pushed.clear()  # for a commit that skipped its notice for that one (see push.FOLLOW_UP)
+                    self._follow_at = self.clock.monotonic() + FOLLOW_UP
                 self._materialise_due()
                 if self.sweep.is_set():
                     self.sweep.clear()
@@ -193,9 +204,17 @@ class TurnTimer(OfJoinedNode):
                 return
         if self._pushed.is_set():
             self._pushed.clear()
-            if self._last_slot == slot:  # our turn is under way: take the new work now, or flag it if we are full
-                self._take_freed()  # the claim is guarded: it fills the places freed under a limit too
-                self._flag_backlog(slot, free, self._claim(free, self.config.claim_ahead, guarded=True))
+            if self._last_slot == slot:  # our turn is under way: take the new work now, and again a little later
+                self._follow_at = self.clock.monotonic() + FOLLOW_UP
+                free = self._claim_pushed(slot, free)
+        if self._follow_at is not None and self.clock.monotonic() >= self._follow_at:
+            self._follow_at = None  # the jobs whose commits skipped their notice for the one we answered
+            if free > 0 or self._last_slot == slot:
+                free = self._claim_pushed(slot, free)
+        if self._released.is_set():  # our own finish released children, due now: we have the room they need
+            self._released.clear()
+            if free > 0:
+                self._claim(free, guarded=self._take_freed())
                 free = self._runner.room(self.config.capacity)
         if self._backlog_slot >= slot - 2 and free > 0 and not self._direct:
             self._direct = True
@@ -212,6 +231,14 @@ class TurnTimer(OfJoinedNode):
                     self._backlog_slot = -1
         elif free > 0 and self._take_freed():
             self._claim(free, guarded=True)
+
+    def _claim_pushed(self, slot: int, free: int) -> int:
+        """Take pushed work (a notice, or the claim that follows one) and flag it if we are full; our room left."""
+        self._take_freed()  # the claim is guarded: it fills the places freed under a limit too
+        claimed = self._claim(free, self.config.claim_ahead, guarded=True)
+        if self._last_slot == slot:
+            self._flag_backlog(slot, free, claimed)
+        return self._runner.room(self.config.capacity)
 
     def _take_freed(self) -> bool:
         """Whether a job of a guarded queue ended here since our last guarded claim (see job_done): if so, the
@@ -407,6 +434,12 @@ class TurnTimer(OfJoinedNode):
             self.backlogs.put(slot_of(self.estimator.db_now(), self.config.period))
         else:
             self._pushed.set()
+        self.wake.set()
+
+    def released(self, _count: int) -> None:
+        """A finish of ours released children (the runner's writer, once it committed): claim them now, on every
+        dialect, instead of waiting for a turn or for the slot's holder to hear of them."""
+        self._released.set()
         self.wake.set()
 
     def room_made(self) -> None:

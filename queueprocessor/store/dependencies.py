@@ -30,7 +30,7 @@ from ..rules.states import FINISHED, JobState
 from .dbtime import db_now
 from .groups import fill_callbacks
 from .history import last_output
-from .schema import JOBS_CHANNEL, deps, flow_jobs, jobs
+from .schema import deps, flow_jobs, jobs
 from .sql.gates import gated_now
 
 BAD = (JobState.FAILED, JobState.CANCELLED)
@@ -91,21 +91,22 @@ def fan_in(conn: Connection, flow_id: int, callback: int, members: int) -> None:
     conn.execute(insert(deps).from_select(["parent_id", "child_id", "after_ended"], edges))
 
 
-def ended(conn: Connection, parents: Sequence[tuple[int, str]]) -> None:
+def ended(conn: Connection, parents: Sequence[tuple[int, str]]) -> list[int]:
     """Jobs with children ended (id, new state), in the transaction that ended them: release, or cancel, their
-    waiting children (see the module's docstring). A state that is not an end (queued again) does nothing."""
+    waiting children (see the module's docstring). A state that is not an end (queued again) does nothing. The
+    children released (due now), so that the finishing node can claim them once this commits (node/turn_timer.py)."""
     succeeded = [job_id for job_id, state in parents if state == JobState.SUCCEEDED]
     bad = {job_id: (job_id, reason(job_id, state)) for job_id, state in parents if state in BAD}
-    if succeeded:
-        _count_down(conn, succeeded, every=True)
+    released = _count_down(conn, succeeded, every=True) if succeeded else []
     if bad:
-        _count_down(conn, list(bad), every=False)
-        _cascade(conn, bad)
+        released += _count_down(conn, list(bad), every=False)
+        released += _cascade(conn, bad)
+    return released
 
 
-def _count_down(conn: Connection, parents: list[int], *, every: bool) -> None:
+def _count_down(conn: Connection, parents: list[int], *, every: bool) -> list[int]:
     """The waiting children of `parents` count them as met (with `every`, through every edge; else through the
-    after_ended ones only); those left waiting for none are queued, due now (or at their own later time)."""
+    after_ended ones only); those left waiting for none are queued, due now (or at their own later time): their ids."""
     edges = [deps.c.parent_id.in_(parents)] + ([] if every else [deps.c.after_ended == true()])
     met = select(func.count()).where(deps.c.child_id == jobs.c.id, *edges).scalar_subquery()
     left = jobs.c.pending - met
@@ -125,8 +126,9 @@ def _count_down(conn: Connection, parents: list[int], *, every: bool) -> None:
     released = [job_id for job_id, state in rows if state == JobState.QUEUED]
     if released:
         fill_callbacks(conn, released)
-        if conn.dialect.name == "postgresql":  # wake the farm as an insert does (push): the child is due now
-            conn.execute(select(func.pg_notify(JOBS_CHANNEL, "")))
+        if conn.dialect.name == "postgresql":  # wake the farm as an insert does (coalesced push): the child is due now
+            conn.execute(select(func.qp_push()))
+    return released
 
 
 def _cancel(conn: Connection, ids: Sequence[int], root: int, why: str) -> dict[int, tuple[int, str]]:
@@ -140,9 +142,10 @@ def _cancel(conn: Connection, ids: Sequence[int], root: int, why: str) -> dict[i
     return {row[0]: (root, why) for row in rows}
 
 
-def _cascade(conn: Connection, bad: dict[int, tuple[int, str]]) -> None:
+def _cascade(conn: Connection, bad: dict[int, tuple[int, str]]) -> list[int]:
     """Cancel the waiting descendants of the `bad` jobs (each with the root that failed and why), level by level;
-    each job so cancelled has ended, so its after_ended children count it."""
+    each job so cancelled has ended, so its after_ended children count it: those it released."""
+    released: list[int] = []
     while bad:
         rows = conn.execute(
             select(deps.c.child_id, deps.c.parent_id)
@@ -157,8 +160,9 @@ def _cascade(conn: Connection, bad: dict[int, tuple[int, str]]) -> None:
         for root_why in sorted(set(doomed.values())):
             newly |= _cancel(conn, [c for c, r in doomed.items() if r == root_why], *root_why)
         if newly:
-            _count_down(conn, list(newly), every=False)
+            released += _count_down(conn, list(newly), every=False)
         bad = newly
+    return released
 
 
 def restore(conn: Connection, job_id: int) -> None:

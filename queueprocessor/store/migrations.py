@@ -234,12 +234,25 @@ def _layout_for_claim_and_finish(conn: Connection) -> None:
     _successes_on_job_rows(conn)
 
 
+def _coalesced_push(conn: Connection) -> None:
+    """12 to 13, PostgreSQL only: the commits that queue work notify at most once per short interval for the whole
+    farm (store/sql/push.py) instead of once each: the NOTIFY trigger on every insert statement is replaced by one
+    that runs as the transaction commits, through the throttle row qp_push. An older node still running beside a
+    new one keeps working as it did: its releases notify directly, as they did; its listener wakes on the fewer
+    notices, but does not claim again after one, so a job whose commit skipped its notice because another commit
+    had just sent one may wait for the next turn if only older nodes hold the turns: upgrade the farm's nodes
+    together."""
+    if conn.dialect.name == "postgresql":
+        create_sql_functions(conn)
+
+
 def _storage_that_costs_what_work_needs(conn: Connection) -> None:
-    """12 to 13: the roster read by changes, the job row's layout, the logs by day and retention per queue (each
-    step says what it does, and what an older node still running beside it can do)."""
+    """12 to 13: the roster read by changes, the job row's layout, the logs by day and retention per queue, and
+    coalesced push (each step says what it does, and what an older node still running beside it can do)."""
     _roster_read_by_changes(conn)
     _layout_for_claim_and_finish(conn)
     _logs_by_day_and_queue_retention(conn)
+    _coalesced_push(conn)
 
 
 # The step that upgrades a database from each version to the next.

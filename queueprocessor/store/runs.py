@@ -2,7 +2,7 @@
 guarded by the owner and the fence it was claimed under; and the runs as read."""
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Float, String, Text, and_, bindparam, case, false, insert, literal, or_, select, true, update
@@ -52,6 +52,9 @@ def _run_ended(machine_id: int, *guard: Any) -> Any:
 class RunStore:
     def __init__(self, store: StoreBase):
         self.store = store
+        # By machine: told, once its finish that released children (store/dependencies.py) has committed, how many
+        # (its node claims them: node/turn_timer.py). A dict, as in-process nodes of one Farm share its store.
+        self.on_release: dict[int, Callable[[int], None]] = {}
 
     def mark_started(self, job: Claimed) -> None:
         """A job claimed ahead of its time starts now: its run's start becomes the real one (database time)."""
@@ -145,8 +148,12 @@ class RunStore:
     def _finish_parent(self, machine_id: int, ending: Ending) -> str | None:
         """A run the plain finish did not match: a job with children, ended with their release in one transaction
         under the same guard (owner and fence); None if it was not ours either (the fence moved on)."""
+        released: list[int] = []
         with self.store.engine.begin() as conn:
-            return (_write_endings(conn, machine_id, [ending], parents=True) or [None])[0]
+            state = (_write_endings(conn, machine_id, [ending], parents=True, released=released) or [None])[0]
+        if released and (told := self.on_release.get(machine_id)) is not None:
+            told(len(released))
+        return state
 
     def release(self, job: Claimed, machine_id: int, reason: str) -> bool:
         """Give a job back to the queue without spending an attempt (the node stopped it, e.g. when
@@ -195,7 +202,11 @@ def kept(ending: Ending) -> str | None:
 
 
 def _write_endings(
-    conn: Connection, machine_id: int, endings: Sequence[Ending], parents: bool = False
+    conn: Connection,
+    machine_id: int,
+    endings: Sequence[Ending],
+    parents: bool = False,
+    released: list[int] | None = None,
 ) -> list[str | None] | None:
     """The guarded updates for `endings`, one executemany per kind, and the rows of their runs that did not end their
     job in success (a success is its job's row: history.kept_successes); the jobs' new states if
@@ -256,5 +267,7 @@ def _write_endings(
         )
     free_places(conn, [e.job.queue for e in endings])
     if parents:
-        dependencies.ended(conn, [(e.job.id, state) for e, state in zip(endings, states)])
+        freed = dependencies.ended(conn, [(e.job.id, state) for e, state in zip(endings, states)])
+        if released is not None:
+            released += freed
     return list(states)

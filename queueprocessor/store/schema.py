@@ -35,6 +35,7 @@ from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.schedules import DEFAULT_MISFIRE
 from ..rules.states import CHECKING_IN, HISTORY_COUNTS, JobState, Kind, MachineState, Outcome
 from .partitions import partition
+from .sql import push
 
 SCHEMA_VERSION = 13
 
@@ -270,17 +271,9 @@ partial("ix_qp_jobs_held", jobs.c.held_by, where=jobs.c.held_by.isnot(None))
 # move to another, the whole new row in the WAL with it). A bulk enqueue writes twice the pages.
 JOBS_FILL = 50
 
-# PostgreSQL only: any insert into the queue wakes the listening nodes (see push).
-JOBS_CHANNEL = "qp_jobs"
-event.listen(
-    jobs,
-    "after_create",
-    DDL(f"""
-CREATE OR REPLACE FUNCTION qp_jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pg_notify('{JOBS_CHANNEL}', ''); RETURN NULL; END $$;
-CREATE TRIGGER qp_jobs_notify AFTER INSERT ON qp_jobs FOR EACH STATEMENT EXECUTE FUNCTION qp_jobs_notify();
-""").execute_if(dialect="postgresql"),
-)
+# PostgreSQL only: a commit that queues work wakes the listening nodes, at most one notice per short interval for the
+# whole farm (store/sql/push.py, made with qp_enqueue by sqlfunctions; node/push.py listens).
+JOBS_CHANNEL = push.JOBS_CHANNEL
 
 # PostgreSQL only: searches in payloads (store/matching.py) by containment over the payload as jsonb, answered by a
 # GIN index of jsonb_path_ops. The payload column is text, and a row written by a plain SQL insert may hold text

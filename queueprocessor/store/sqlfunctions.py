@@ -36,6 +36,7 @@ from .dbtime import db_now
 from .jobs import job_row
 from .schema import jobs
 from .sql.gates import gated_now
+from .sql.push import push_ddl
 
 # What each refusal says to do, as the Python enqueue's errors say it (a malformed target: as its kind's row says).
 HINTS = {
@@ -55,10 +56,13 @@ ORIGIN_LENGTH = jobs.c.origin.type.length  # type: ignore[attr-defined]
 
 def create_sql_functions(conn: Connection) -> None:
     """(Re)create qp_enqueue on a PostgreSQL or SQL Server farm database, in the caller's transaction (a grant of
-    EXECUTE already made is kept). On PostgreSQL it names the farm's tables in the schema they were made in: the
-    first of the creating session's search_path, as create_all made them."""
+    EXECUTE already made is kept), and on PostgreSQL the coalesced push its commits wake the farm by (sql/push.py).
+    On PostgreSQL it names the farm's tables in the schema they were made in: the first of the creating session's
+    search_path, as create_all made them."""
     if conn.dialect.name == "postgresql":
-        made = postgresql_function(conn.execute(text("SELECT current_schema()")).scalar_one())
+        farm_schema = conn.execute(text("SELECT current_schema()")).scalar_one()
+        conn.execute(DDL(push_ddl(farm_schema).replace("%", "%%")))
+        made = postgresql_function(farm_schema)
     elif conn.dialect.name == "mssql":
         made = mssql_procedure()
     else:

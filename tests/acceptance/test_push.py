@@ -153,3 +153,45 @@ def test_a_listener_whose_relay_fails_says_so_and_listens_again(farm, caplog):
         listener.stop()
     [said] = [r.getMessage() for r in caplog.records]
     assert "a bug in the relay" in said and "listens again" in said
+
+
+LONG = 10.0  # a turn every 10 s: a chain that hands over by turns takes a slot a link
+
+
+def chain_of(farm, links: int) -> list[int]:
+    """A workflow of `links` no-op steps, each after the one before: their job ids, in order."""
+    flow = farm.workflow("chain").step("0", farm.python_spec(pyjobs.noop))
+    for n in range(1, links):
+        flow.step(str(n), farm.python_spec(pyjobs.noop), after=[str(n - 1)])
+    steps = farm.workflow_info(flow.enqueue())["steps"]
+    return [step["job_id"] for step in steps]  # in the order they were enqueued
+
+
+def slots_of_a_chain(farm, links: int) -> tuple[int, int, int]:
+    """Enqueue a chain early in a slot of LONG: the slot it was enqueued in, and those its first and its last link
+    started in."""
+    wait_for(lambda: 0.3 < farm._store.ask_time() % LONG < 2.0, timeout=2 * LONG, interval=0.01)
+    ids = chain_of(farm, links)
+    wait_for(lambda: farm.job(ids[-1])["state"] == "succeeded", timeout=links * LONG)
+    first, last = farm.job(ids[0]), farm.job(ids[-1])
+    return tuple(
+        slot_of(t, LONG) for t in (first["created_at"], first["runs"][0]["started_at"], last["runs"][0]["started_at"])
+    )
+
+
+@pytest.mark.parametrize("push", [True, False], ids=["push", "no-push"])
+def test_a_released_child_starts_without_waiting_for_a_turn(farm, push):
+    """Each link of a chain of 8 is released by its parent's finish: the node that finished it claims it at once
+    (on every dialect), and with push the slot's holder hears of it too. By turns alone each link would wait for the
+    next slot, 10 s away: the whole chain runs within the slot its first link started in (with push, the slot it
+    was enqueued in; without, the next one, whose turn takes the first link)."""
+    started = Nodes(farm, period=LONG, heartbeat=0.5)
+    try:
+        a, b = started("a", push=push), started("b", push=push)
+        if push:
+            wait_for(lambda: a.listener.listening.is_set() and b.listener.listening.is_set())
+        time.sleep(2.0)  # both are in the roster
+        enqueued, first, last = slots_of_a_chain(farm, 8)
+        assert last == first == (enqueued if push else enqueued + 1)
+    finally:
+        started.stop_all()

@@ -455,9 +455,10 @@ def test_a_retry_racing_its_parents_finish_never_leaves_the_child_waiting_for_ev
         ended = runs.dependencies.ended
 
         def held_open(conn, parents):
-            ended(conn, parents)
+            released = ended(conn, parents)
             counted.set()
             go_on.wait(10)
+            return released
 
         monkeypatch.setattr(runs.dependencies, "ended", held_open)
         finishing = threading.Thread(target=store.runs.finish, args=(claimed[parent], me, "succeeded"))
