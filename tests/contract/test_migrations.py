@@ -64,11 +64,30 @@ def unpartitioned(conn, table) -> None:
         conn.execute(text(f"ALTER SEQUENCE {sequence} OWNED BY {name}.id"))
 
 
+def notify_each_insert(conn) -> None:
+    """PostgreSQL: push as schema 12 had it, a NOTIFY for every insert statement into qp_jobs, no throttle row."""
+    conn.execute(text("DROP TRIGGER qp_jobs_push ON qp_jobs"))
+    conn.execute(text("DROP FUNCTION qp_push()"))
+    conn.execute(text("DROP TABLE qp_push"))
+    conn.execute(
+        text(
+            "CREATE OR REPLACE FUNCTION qp_jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            "BEGIN PERFORM pg_notify('qp_jobs', ''); RETURN NULL; END $$"
+        )
+    )
+    conn.execute(
+        text(
+            "CREATE TRIGGER qp_jobs_notify AFTER INSERT ON qp_jobs FOR EACH STATEMENT EXECUTE FUNCTION qp_jobs_notify()"
+        )
+    )
+
+
 def make_version_12(url: str) -> None:
     """A farm database as schema version 12 left it (as this version made it, whatever is in it already): machine
     rows without the roster version that last changed them, nor its index; no output on job rows nor index of
     succeeded jobs' ends; no retention of a queue's own; on PostgreSQL, job rows filling their pages and run rows
-    leaving 30 % of theirs, and the history and the event log in one table each."""
+    leaving 30 % of theirs, the history and the event log in one table each, and a NOTIFY for every insert
+    statement instead of coalesced push."""
     Farm(url).close()
     with rewriting(url) as conn:
         drop_index(conn, "ix_qp_machines_changed", "qp_machines")
@@ -81,6 +100,7 @@ def make_version_12(url: str) -> None:
             conn.execute(text("ALTER TABLE qp_runs SET (fillfactor = 70)"))
             unpartitioned(conn, schema.history)
             unpartitioned(conn, schema.events)
+            notify_each_insert(conn)
         set_version(conn, 12)
 
 

@@ -9,7 +9,7 @@ from sqlalchemy.engine import make_url
 from queueprocessor.farm import Farm
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.store import schema
-from queueprocessor.store.database import open_engine
+from tests.contract.test_migrations import make_version_12
 
 pytestmark = pytest.mark.postgres
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
@@ -97,32 +97,6 @@ def test_a_waiting_job_notifies_nobody(farm, listener):
     last_notice_long_ago(farm)
     farm.enqueue(farm.python_spec("bench.jobs:noop", after=[parent]))
     assert heard(listener) == 0
-
-
-def make_version_12(url: str) -> None:
-    """A farm database as schema version 12 left it: a NOTIFY for every insert statement, no throttle row."""
-    Farm(url).close()
-    engine = open_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("DROP TRIGGER qp_jobs_push ON qp_jobs"))
-            conn.execute(text("DROP FUNCTION qp_push()"))
-            conn.execute(text("DROP TABLE qp_push"))
-            conn.execute(
-                text(
-                    "CREATE OR REPLACE FUNCTION qp_jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$ "
-                    "BEGIN PERFORM pg_notify('qp_jobs', ''); RETURN NULL; END $$"
-                )
-            )
-            conn.execute(
-                text(
-                    "CREATE TRIGGER qp_jobs_notify AFTER INSERT ON qp_jobs FOR EACH STATEMENT "
-                    "EXECUTE FUNCTION qp_jobs_notify()"
-                )
-            )
-            conn.execute(text("UPDATE qp_meta SET value = '12' WHERE key = 'schema_version'"))
-    finally:
-        engine.dispose()
 
 
 def test_a_version_12_database_gets_coalesced_push_in_place(pg_url):
