@@ -64,6 +64,8 @@ def partial_for(dialect: str) -> None:
         index.dialect_options[dialect]["where"] = where
     if dialect == "sqlite":
         jobs.dialect_options["sqlite"]["autoincrement"] = True
+    if dialect == "postgresql":
+        SUCCEEDED_INDEX.dialect_options["postgresql"]["using"] = "brin"
 
 
 # Every job state, as SQL text. Compiled into a statement once and cached with it, where a literal_execute
@@ -259,10 +261,14 @@ partial("ix_qp_jobs_order", jobs.c.queue, jobs.c.order_key, jobs.c.id, where=ORD
 ORDERED_RUNNING = ORDERED & (jobs.c.state == JobState.RUNNING)
 partial("ux_qp_jobs_order_running", jobs.c.queue, jobs.c.order_key, unique=True, where=ORDERED_RUNNING)
 # Succeeded jobs by their end: a success is its job's row, with no row in qp_runs, and the farm's history reads each
-# minute's ended runs by their end (store/stats.py). A claim's new row versions never enter it, a finish's
-# successes once each.
+# minute's ended runs by their end (store/stats.py). A claim's new row versions never enter it. On PostgreSQL a BRIN
+# index (partial_for), the least and greatest end per 128 pages of jobs: a batch's finish, which writes one end for
+# all its jobs (sql.runs.finish_statement), widens a range's summary at most once, and not at all in the pages added
+# since the last vacuum, which it leaves unsummarised (bench/wal.py: 66 B of WAL a job less than a btree's entry).
+# The history writer reads it by a bitmap scan (which a node's connections plan only where asked: stats.write_minute);
+# an unsummarised range is read whole, so the pages added since autovacuum's last pass are.
 SUCCEEDED_JOBS = "ix_qp_jobs_succeeded"
-partial(SUCCEEDED_JOBS, jobs.c.finished_at, where=jobs.c.state == JobState.SUCCEEDED)
+SUCCEEDED_INDEX = partial(SUCCEEDED_JOBS, jobs.c.finished_at, where=jobs.c.state == JobState.SUCCEEDED)
 # The jobs a failed parent cancelled, by that parent: what its retry restores (only they enter it).
 partial("ix_qp_jobs_held", jobs.c.held_by, where=jobs.c.held_by.isnot(None))
 
