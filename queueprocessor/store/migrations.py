@@ -259,7 +259,7 @@ def _payloads_apart(conn: Connection) -> None:
     before. Its own searches by payload field find the same jobs, each by reading every job with a payload (the
     index they used is gone): slow at millions of jobs, until it is upgraded. Elsewhere nothing changes: SQLite
     and SQL Server search the job row's payload as before."""
-    if conn.dialect.name != "postgresql":
+    if conn.dialect.name != "postgresql" or inspect(conn).has_table(schema.PAYLOADS):
         return
     schema.keep_payloads_apart(conn)
     conn.execute(

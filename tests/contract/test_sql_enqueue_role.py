@@ -14,6 +14,7 @@ from queueprocessor import Farm
 from queueprocessor.store.database import open_engine
 from queueprocessor.store.sqlfunctions import SIGNATURE
 from tests.acceptance.test_read_only_operators import OPERATOR_GRANTS, role_url
+from tests.contract.test_migrations import make_version_12
 from tests.support.work import ROOT
 
 pytestmark = pytest.mark.postgres
@@ -148,7 +149,7 @@ def test_a_farm_before_version_11_takes_the_insert_from_its_enqueuers_and_keeps_
     """Made as version 10 left it (the door ran with its caller's rights, and PUBLIC could call it) with a role
     granted what its docs said, one that relied on PUBLIC for the door, and an operator: the upgrade leaves both
     writers the door alone, and the operator its writes."""
-    Farm(pg_url).close()
+    make_version_12(pg_url)  # and what 10 to 12 made, made again by their steps
     as_owner(
         pg_url,
         f"ALTER FUNCTION {SIGNATURE} SECURITY INVOKER RESET search_path",
