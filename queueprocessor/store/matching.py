@@ -3,7 +3,8 @@ what a filter and a search mean).
 
 A payload field is matched per dialect: on PostgreSQL by containment over the payload as jsonb in its table of its
 own (schema.payloads_ddl: qp_payloads, kept apart from the job rows that claims and finishes update), which its GIN
-index answers; on SQLite with json_extract; on SQL Server with JSON_VALUE. Text that is not JSON matches no field, and never fails the search.
+index answers; on SQLite with json_extract; on SQL Server with JSON_VALUE. Text that is not JSON matches no field,
+and never fails the search.
 """
 
 import json

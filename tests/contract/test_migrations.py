@@ -658,7 +658,8 @@ def test_a_version_12_database_keeps_its_payloads_apart_in_place_and_an_older_no
                 .values(executor="http", target="/t", payload='{"day": "tuesday"}', run_at=0, created_at=0)
                 .returning(schema.jobs.c.id)
             ).scalar_one()
-            conn.execute(update(schema.jobs).where(schema.jobs.c.id == before["id"]).values(payload='{"day": "friday"}'))
+            friday = update(schema.jobs).where(schema.jobs.c.id == before["id"]).values(payload='{"day": "friday"}')
+            conn.execute(friday)
         assert [job["id"] for job in farm.find_jobs(JobFilter(search="day=tuesday"))] == [later]
         assert [job["id"] for job in farm.find_jobs(JobFilter(search="day=friday"))] == [before["id"]]
         assert farm.find_jobs(JobFilter(search="day=monday")) == []
