@@ -273,3 +273,25 @@ def test_a_bulk_action_says_how_many_jobs_it_found_busy_and_left_unchanged(pg_ur
         assert _states(farm._store, [ids[1]]) == {ids[1]: "queued"}
         again = farm.cancel_jobs(JobFilter(queue="busy"))
         assert (again, again.busy) == (1, 0)
+
+
+@pytest.mark.postgres
+def test_on_postgresql_each_payload_has_its_row_apart_whatever_door_its_job_came_by_until_it_is_pruned(pg_url):
+    """The payloads' own table (schema.payloads_ddl) holds one row per job with a payload, written by the Python
+    enqueue (one or many), by qp_enqueue, and never by a job without one; retention deletes it with its job."""
+    with Farm(pg_url) as farm:
+        spec = farm.python_spec("bench.jobs:noop", {"day": "monday"})
+        ids = [*farm.enqueue(spec, count=2), *farm.enqueue(farm.python_spec("bench.jobs:noop"))]
+        with farm._engine.begin() as conn:
+            ids.append(
+                conn.execute(text("""SELECT qp_enqueue('python', 'bench.jobs:noop', '{"day": "friday"}')""")).scalar()
+            )
+        with farm._engine.connect() as conn:
+            kept = dict(conn.execute(text("SELECT job_id, doc->>'day' FROM qp_payloads")).all())
+        assert kept == {ids[0]: "monday", ids[1]: "monday", ids[3]: "friday"}
+        assert {job["id"] for job in farm.find_jobs(JobFilter(search="day=monday"))} == set(ids[:2])
+        with farm._engine.begin() as conn:
+            conn.execute(text("UPDATE qp_jobs SET state = 'succeeded', finished_at = 0"))
+        assert farm._store.jobs.prune(keep_seconds=60) == 4
+        with farm._engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM qp_payloads")).scalar() == 0
