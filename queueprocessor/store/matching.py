@@ -1,9 +1,10 @@
 """A JobFilter as SQL: the conditions a jobs list and a bulk action pick their jobs by (rules/search.py says
 what a filter and a search mean).
 
-A payload field is matched per dialect: on PostgreSQL by containment over the payload as jsonb, which the GIN
-index ix_qp_jobs_payload answers (schema.PAYLOAD_INDEX); on SQLite with json_extract; on SQL Server with
-JSON_VALUE. Text that is not JSON matches no field, and never fails the search.
+A payload field is matched per dialect: on PostgreSQL by containment over the payload as jsonb in its table of its
+own (schema.payloads_ddl: qp_payloads, kept apart from the job rows that claims and finishes update), which its GIN
+index answers; on SQLite with json_extract; on SQL Server with JSON_VALUE. Text that is not JSON matches no field,
+and never fails the search.
 """
 
 import json
@@ -19,7 +20,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from ..rules.search import JobFilter, JsonScalar, Terms
 from .base import StoreBase
 from .dbtime import db_now
-from .schema import PAYLOAD_JSON, jobs, machines
+from .schema import PAYLOADS, jobs, machines
 
 
 class payload_holds(FunctionElement[bool]):
@@ -47,12 +48,10 @@ def _json_path(path: tuple[str, ...]) -> str:
 
 @compiles(payload_holds, "postgresql")
 def _pg(element: payload_holds, compiler: SQLCompiler, **kw: Any) -> str:
-    payload = compiler.process(jobs.c.payload, **kw)
     held = " OR ".join(
-        f"{PAYLOAD_JSON}({payload}) @> {PAYLOAD_JSON}({compiler.process(literal(_nested(element.path, v)), **kw)})"
-        for v in element.values
+        f"doc @> CAST({compiler.process(literal(_nested(element.path, v)), **kw)} AS jsonb)" for v in element.values
     )
-    return f"({payload} IS NOT NULL AND ({held}))"
+    return f"({compiler.process(jobs.c.id, **kw)} IN (SELECT job_id FROM {PAYLOADS} WHERE {held}))"
 
 
 @compiles(payload_holds, "sqlite")

@@ -118,10 +118,23 @@ def _progress_and_sql_enqueue(conn: Connection) -> None:
     create_sql_functions(conn)
 
 
+# The payload index of versions 9 to 12, on qp_jobs itself (version 13 keeps payloads apart: schema.payloads_ddl).
+PAYLOAD_INDEX_BEFORE_13 = DDL(f"""
+CREATE OR REPLACE FUNCTION {schema.PAYLOAD_JSON}(payload text) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL RESTRICTED
+AS $$ BEGIN RETURN payload::jsonb; EXCEPTION WHEN others THEN RETURN NULL; END $$;
+CREATE INDEX IF NOT EXISTS ix_qp_jobs_payload ON qp_jobs USING gin ({schema.PAYLOAD_JSON}(payload) jsonb_path_ops)
+WHERE payload IS NOT NULL;
+DO $$ BEGIN IF current_setting('server_version_num')::int >= 140000 THEN
+  EXECUTE 'CREATE STATISTICS IF NOT EXISTS st_qp_jobs_payload ON ({schema.PAYLOAD_JSON}(payload)) FROM qp_jobs';
+END IF; END $$;
+""")
+
+
 def _payload_search(conn: Connection) -> None:
     """8 to 9: searches in payloads (store/matching.py) have their index on PostgreSQL; elsewhere nothing changes."""
     if conn.dialect.name == "postgresql":
-        conn.execute(schema.PAYLOAD_INDEX)
+        conn.execute(PAYLOAD_INDEX_BEFORE_13)
 
 
 def _farm_history(conn: Connection) -> None:
@@ -246,11 +259,39 @@ def _coalesced_push(conn: Connection) -> None:
         create_sql_functions(conn)
 
 
+def _payloads_apart(conn: Connection) -> None:
+    """12 to 13, PostgreSQL: payloads are searched in a table of their own, written once per job (schema.payloads_ddl),
+    and qp_jobs loses its GIN index, which every claim, finish and renewal of a job with a payload entered again.
+    The triggers are made first: their lock on qp_jobs waits for the writers in flight and holds every other
+    writer (nodes' claims too) until the step commits, so the copy that follows sees every payload there is and
+    none is written past it; the copy takes a few seconds a million jobs with a payload.
+
+    An older node still running beside it loses no payload: the triggers copy what it enqueues (or a schedule or
+    a group of its changes), and drop the copy of a job it deletes; its claims return payloads from the job row as
+    before. Its own searches by payload field find the same jobs, each by reading every job with a payload (the
+    index they used is gone): slow at millions of jobs, until it is upgraded. Elsewhere nothing changes: SQLite
+    and SQL Server search the job row's payload as before."""
+    if conn.dialect.name != "postgresql" or inspect(conn).has_table(schema.PAYLOADS):
+        return
+    schema.keep_payloads_apart(conn)
+    conn.execute(
+        DDL(
+            f"INSERT INTO {schema.PAYLOADS} (job_id, doc) SELECT id, doc FROM "
+            f"(SELECT id, {schema.PAYLOAD_JSON}(payload) AS doc FROM qp_jobs WHERE payload IS NOT NULL) AS j "
+            "WHERE doc IS NOT NULL ON CONFLICT (job_id) DO NOTHING"
+        )
+    )
+    conn.execute(DDL("DROP INDEX IF EXISTS ix_qp_jobs_payload"))
+    conn.execute(DDL("DROP STATISTICS IF EXISTS st_qp_jobs_payload"))
+
+
 def _storage_that_costs_what_work_needs(conn: Connection) -> None:
-    """12 to 13: the roster read by changes, the job row's layout, the logs by day and retention per queue, and
-    coalesced push (each step says what it does, and what an older node still running beside it can do)."""
+    """12 to 13: the roster read by changes, the job row's layout, payloads apart, the logs by day and retention per
+    queue, and coalesced push (each step says what it does, and what an older node still running beside it can
+    do)."""
     _roster_read_by_changes(conn)
     _layout_for_claim_and_finish(conn)
+    _payloads_apart(conn)
     _logs_by_day_and_queue_retention(conn)
     _coalesced_push(conn)
 

@@ -24,6 +24,7 @@ from sqlalchemy import (
     event,
     false,
     literal_column,
+    select,
     true,
 )
 from sqlalchemy.sql import ColumnElement, operators
@@ -64,6 +65,8 @@ def partial_for(dialect: str) -> None:
         index.dialect_options[dialect]["where"] = where
     if dialect == "sqlite":
         jobs.dialect_options["sqlite"]["autoincrement"] = True
+    if dialect == "postgresql":
+        SUCCEEDED_INDEX.dialect_options["postgresql"]["using"] = "brin"
 
 
 # Every job state, as SQL text. Compiled into a statement once and cached with it, where a literal_execute
@@ -259,10 +262,14 @@ partial("ix_qp_jobs_order", jobs.c.queue, jobs.c.order_key, jobs.c.id, where=ORD
 ORDERED_RUNNING = ORDERED & (jobs.c.state == JobState.RUNNING)
 partial("ux_qp_jobs_order_running", jobs.c.queue, jobs.c.order_key, unique=True, where=ORDERED_RUNNING)
 # Succeeded jobs by their end: a success is its job's row, with no row in qp_runs, and the farm's history reads each
-# minute's ended runs by their end (store/stats.py). A claim's new row versions never enter it, a finish's
-# successes once each.
+# minute's ended runs by their end (store/stats.py). A claim's new row versions never enter it. On PostgreSQL a BRIN
+# index (partial_for), the least and greatest end per 128 pages of jobs: a batch's finish, which writes one end for
+# all its jobs (sql.runs.finish_statement), widens a range's summary at most once, and not at all in the pages added
+# since the last vacuum, which it leaves unsummarised (bench/wal.py: 66 B of WAL a job less than a btree's entry).
+# The history writer reads it by a bitmap scan (which a node's connections plan only where asked: stats.write_minute);
+# an unsummarised range is read whole, so the pages added since autovacuum's last pass are.
 SUCCEEDED_JOBS = "ix_qp_jobs_succeeded"
-partial(SUCCEEDED_JOBS, jobs.c.finished_at, where=jobs.c.state == JobState.SUCCEEDED)
+SUCCEEDED_INDEX = partial(SUCCEEDED_JOBS, jobs.c.finished_at, where=jobs.c.state == JobState.SUCCEEDED)
 # The jobs a failed parent cancelled, by that parent: what its retry restores (only they enter it).
 partial("ix_qp_jobs_held", jobs.c.held_by, where=jobs.c.held_by.isnot(None))
 
@@ -275,24 +282,59 @@ JOBS_FILL = 50
 # whole farm (store/sql/push.py, made with qp_enqueue by sqlfunctions; node/push.py listens).
 JOBS_CHANNEL = push.JOBS_CHANNEL
 
-# PostgreSQL only: searches in payloads (store/matching.py) by containment over the payload as jsonb, answered by a
-# GIN index of jsonb_path_ops. The payload column is text, and a row written by a plain SQL insert may hold text
-# that is not JSON: the function makes that NULL where a cast would fail the insert (or the search). Its exception
-# block is a subtransaction, which a parallel worker cannot start: PARALLEL RESTRICTED. The planner reads no
-# statistics of a partial index's expression: statistics of their own (PostgreSQL 14 and later) tell it how many
-# jobs hold a value, so it walks the newest jobs for a common one and asks the index for a rare one.
+# PostgreSQL only: searches in payloads (store/matching.py) by containment, answered by a GIN index of jsonb_path_ops
+# over a table of their own, qp_payloads (schema 13): each job's payload as jsonb, written once as the job is
+# enqueued, so no claim, finish or renewal of a job, none of them HOT, enters the payload's keys again (on qp_jobs
+# the index did, at every update: bench/wal.py). The job row keeps its payload as text, unindexed, for the claim to
+# return: a new version of the row on its page logs none of it (see JOBS_FILL). Triggers keep the copy, whoever
+# writes qp_jobs (the Python enqueue, qp_enqueue, a schedule, a workflow, a node older than 13): a job inserted or
+# given a new payload gets its row, a job deleted loses it; only jobs with a payload fire them. The payload column
+# is text, and a row written by a plain SQL insert may hold text that is not JSON: qp_payload_json makes that NULL
+# (no row) where a cast would fail the insert. Its exception block is a subtransaction, which a parallel worker
+# cannot start: PARALLEL RESTRICTED. The trigger function runs with its owner's rights (a role that may write
+# qp_jobs keeps its side table whatever its grants) and a pinned search_path, naming the tables in their schema.
 PAYLOAD_JSON = "qp_payload_json"
-PAYLOAD_INDEX = DDL(f"""
+PAYLOADS = "qp_payloads"
+PAYLOADS_INDEX = "ix_qp_payloads"
+
+
+def payloads_ddl(farm_schema: str) -> str:
+    """The side table of payloads, its index and its triggers, in `farm_schema` (the database's own name of it)."""
+    s = '"' + farm_schema.replace('"', '""') + '"'
+    return f"""
 CREATE OR REPLACE FUNCTION {PAYLOAD_JSON}(payload text) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL RESTRICTED
 AS $$ BEGIN RETURN payload::jsonb; EXCEPTION WHEN others THEN RETURN NULL; END $$;
-CREATE INDEX IF NOT EXISTS ix_qp_jobs_payload ON qp_jobs USING gin ({PAYLOAD_JSON}(payload) jsonb_path_ops)
-WHERE payload IS NOT NULL;
-DO $$ BEGIN IF current_setting('server_version_num')::int >= 140000 THEN
-  EXECUTE 'CREATE STATISTICS IF NOT EXISTS st_qp_jobs_payload ON ({PAYLOAD_JSON}(payload)) FROM qp_jobs';
-END IF; END $$;
-""")
-event.listen(jobs, "after_create", PAYLOAD_INDEX.execute_if(dialect="postgresql"))
+CREATE TABLE IF NOT EXISTS {PAYLOADS} (job_id bigint PRIMARY KEY, doc jsonb NOT NULL);
+CREATE INDEX IF NOT EXISTS {PAYLOADS_INDEX} ON {PAYLOADS} USING gin (doc jsonb_path_ops);
+CREATE OR REPLACE FUNCTION qp_payloads_kept() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF TG_OP <> 'INSERT' THEN DELETE FROM {s}.{PAYLOADS} WHERE job_id = OLD.id; END IF;
+  IF TG_OP <> 'DELETE' THEN
+    INSERT INTO {s}.{PAYLOADS} (job_id, doc)
+    SELECT NEW.id, doc FROM (SELECT {s}.{PAYLOAD_JSON}(NEW.payload) AS doc) AS d WHERE doc IS NOT NULL;
+  END IF;
+  RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION qp_payloads_kept() FROM PUBLIC;
+CREATE TRIGGER qp_payloads_added AFTER INSERT ON qp_jobs
+FOR EACH ROW WHEN (NEW.payload IS NOT NULL) EXECUTE FUNCTION qp_payloads_kept();
+CREATE TRIGGER qp_payloads_changed AFTER UPDATE OF payload ON qp_jobs
+FOR EACH ROW WHEN (OLD.payload IS DISTINCT FROM NEW.payload) EXECUTE FUNCTION qp_payloads_kept();
+CREATE TRIGGER qp_payloads_gone AFTER DELETE ON qp_jobs
+FOR EACH ROW WHEN (OLD.payload IS NOT NULL) EXECUTE FUNCTION qp_payloads_kept();
+"""
+
+
+def keep_payloads_apart(connection: Any) -> None:
+    """PostgreSQL: make the side table of payloads (payloads_ddl) in the schema qp_jobs was made in."""
+    if connection.dialect.name == "postgresql":
+        farm_schema = connection.execute(select(literal_column("current_schema()"))).scalar_one()
+        connection.execute(DDL(payloads_ddl(farm_schema).replace("%", "%%")))
+
+
+event.listen(jobs, "after_create", lambda _table, connection, **_: keep_payloads_apart(connection))
 
 runs = Table(
     "qp_runs",

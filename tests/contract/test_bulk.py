@@ -217,7 +217,7 @@ def test_a_bad_search_is_one_line_saying_what_to_write(farm, search, said):
 @pytest.mark.postgres
 def test_on_postgresql_a_rare_payload_value_is_found_through_the_index_and_a_common_one_by_the_newest_jobs(pg_url):
     """The farm's connections plan no bitmap scans (connections.PLANNER_HINT), the only scans a GIN index has: a
-    search allows them in its own transaction, and the payload's statistics tell the planner which values are rare."""
+    search allows them in its own transaction, and the payloads' statistics tell the planner which values are rare."""
     with Farm(pg_url) as farm:
         engine = farm._engine
         with engine.begin() as conn:
@@ -230,7 +230,7 @@ def test_on_postgresql_a_rare_payload_value_is_found_through_the_index_and_a_com
                 )
             )
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(text("ANALYZE qp_jobs"))
+            conn.execute(text("VACUUM ANALYZE qp_jobs, qp_payloads"))  # as autovacuum leaves them (no pending list)
 
         def plan(search):
             statement = (
@@ -241,8 +241,8 @@ def test_on_postgresql_a_rare_payload_value_is_found_through_the_index_and_a_com
                 sql = str(statement.compile(conn, compile_kwargs={"literal_binds": True}))
                 return "\n".join(row[0] for row in conn.execute(text(f"EXPLAIN {sql}")))
 
-        assert "ix_qp_jobs_payload" in plan("id=4242")
-        assert "ix_qp_jobs_payload" not in plan("day=d1")  # half the jobs: the newest 500 are found at once
+        assert "ix_qp_payloads" in plan("id=4242")
+        assert "ix_qp_payloads" not in plan("day=d1")  # half the jobs: the newest 500 are found at once
         assert [j["id"] for j in farm.find_jobs(JobFilter(search="id=4242"))] == [4242]
 
 
@@ -273,3 +273,25 @@ def test_a_bulk_action_says_how_many_jobs_it_found_busy_and_left_unchanged(pg_ur
         assert _states(farm._store, [ids[1]]) == {ids[1]: "queued"}
         again = farm.cancel_jobs(JobFilter(queue="busy"))
         assert (again, again.busy) == (1, 0)
+
+
+@pytest.mark.postgres
+def test_on_postgresql_each_payload_has_its_row_apart_whatever_door_its_job_came_by_until_it_is_pruned(pg_url):
+    """The payloads' own table (schema.payloads_ddl) holds one row per job with a payload, written by the Python
+    enqueue (one or many), by qp_enqueue, and never by a job without one; retention deletes it with its job."""
+    with Farm(pg_url) as farm:
+        spec = farm.python_spec("bench.jobs:noop", {"day": "monday"})
+        ids = [*farm.enqueue(spec, count=2), *farm.enqueue(farm.python_spec("bench.jobs:noop"))]
+        with farm._engine.begin() as conn:
+            ids.append(
+                conn.execute(text("""SELECT qp_enqueue('python', 'bench.jobs:noop', '{"day": "friday"}')""")).scalar()
+            )
+        with farm._engine.connect() as conn:
+            kept = dict(conn.execute(text("SELECT job_id, doc->>'day' FROM qp_payloads")).all())
+        assert kept == {ids[0]: "monday", ids[1]: "monday", ids[3]: "friday"}
+        assert {job["id"] for job in farm.find_jobs(JobFilter(search="day=monday"))} == set(ids[:2])
+        with farm._engine.begin() as conn:
+            conn.execute(text("UPDATE qp_jobs SET state = 'succeeded', finished_at = 0"))
+        assert farm._store.jobs.prune(keep_seconds=60) == 4
+        with farm._engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM qp_payloads")).scalar() == 0

@@ -11,7 +11,7 @@ from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.roster import KnownMachines
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
-from queueprocessor.store.migrations import QUEUED_BEFORE_6
+from queueprocessor.store.migrations import PAYLOAD_INDEX_BEFORE_13, QUEUED_BEFORE_6
 from queueprocessor.store.types import ClaimRequest, Plan, Progress
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
@@ -86,8 +86,8 @@ def make_version_12(url: str) -> None:
     """A farm database as schema version 12 left it (as this version made it, whatever is in it already): machine
     rows without the roster version that last changed them, nor its index; no output on job rows nor index of
     succeeded jobs' ends; no retention of a queue's own; on PostgreSQL, job rows filling their pages and run rows
-    leaving 30 % of theirs, the history and the event log in one table each, and a NOTIFY for every insert
-    statement instead of coalesced push."""
+    leaving 30 % of theirs, the history and the event log in one table each, a NOTIFY for every insert statement
+    instead of coalesced push, and payloads indexed on qp_jobs itself (no qp_payloads nor its triggers)."""
     Farm(url).close()
     with rewriting(url) as conn:
         drop_index(conn, "ix_qp_machines_changed", "qp_machines")
@@ -101,6 +101,11 @@ def make_version_12(url: str) -> None:
             unpartitioned(conn, schema.history)
             unpartitioned(conn, schema.events)
             notify_each_insert(conn)
+            for trigger in ("added", "changed", "gone"):
+                conn.execute(text(f"DROP TRIGGER qp_payloads_{trigger} ON qp_jobs"))
+            conn.execute(text("DROP FUNCTION qp_payloads_kept()"))
+            conn.execute(text(f"DROP TABLE {schema.PAYLOADS}"))
+            conn.execute(PAYLOAD_INDEX_BEFORE_13)
         set_version(conn, 12)
 
 
@@ -462,7 +467,7 @@ def test_a_version_8_database_gets_the_payload_search_index_in_place(db_url):
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
         assert version == CURRENT
-        assert ("ix_qp_jobs_payload" in indexes) == (farm._store.dialect == "postgresql")
+        assert "ix_qp_jobs_payload" not in indexes  # PostgreSQL: its index went with the payloads' own table (13)
         [found] = farm.find_jobs(JobFilter(search="day=monday"))
         assert found["payload"] == '{"day": "monday"}'
 
@@ -645,3 +650,40 @@ def test_a_version_12_database_gets_its_logs_by_day_and_a_queues_own_retention_i
         assert farm.queue("reports").keep == 3 * 86400
         [*old, new] = [e["id"] for e in farm.events()]
         assert old == logged and new > max(logged)
+
+
+def payload_rows(farm: Farm) -> dict[int, str]:
+    with farm._engine.connect() as conn:
+        return dict(conn.execute(text(f"SELECT job_id, doc::text FROM {schema.PAYLOADS}")).all())
+
+
+def test_a_version_12_database_keeps_its_payloads_apart_in_place_and_an_older_nodes_writes_follow(db_url):
+    """Version 12 to 13: on PostgreSQL the payloads there are copied into their own table, searched there, and the
+    job rows lose their index; what a node of 12 still writes to qp_jobs afterwards (an enqueue, a new payload, a
+    prune) the side table follows, so no payload is missed by a search. Elsewhere the payload is searched on the row."""
+    make_version_12(db_url)
+    with rewriting(db_url) as conn:  # rows a node of 12 wrote, one of them not JSON (a plain SQL insert)
+        for payload in ('{"day": "monday"}', "not JSON", None):
+            conn.execute(
+                insert(schema.jobs).values(executor="http", target="/t", payload=payload, run_at=0, created_at=0)
+            )
+    with Farm(db_url) as farm:
+        version, indexes = shape(farm)
+        assert version == CURRENT and "ix_qp_jobs_payload" not in indexes
+        [before] = farm.find_jobs(JobFilter(search="day=monday"))
+        with farm._engine.begin() as conn:  # what a node of 12 still does beside it, by its own statements
+            later = conn.execute(
+                insert(schema.jobs)
+                .values(executor="http", target="/t", payload='{"day": "tuesday"}', run_at=0, created_at=0)
+                .returning(schema.jobs.c.id)
+            ).scalar_one()
+            friday = update(schema.jobs).where(schema.jobs.c.id == before["id"]).values(payload='{"day": "friday"}')
+            conn.execute(friday)
+        assert [job["id"] for job in farm.find_jobs(JobFilter(search="day=tuesday"))] == [later]
+        assert [job["id"] for job in farm.find_jobs(JobFilter(search="day=friday"))] == [before["id"]]
+        assert farm.find_jobs(JobFilter(search="day=monday")) == []
+        if farm._store.dialect == "postgresql":
+            assert payload_rows(farm) == {before["id"]: '{"day": "friday"}', later: '{"day": "tuesday"}'}
+            with farm._engine.begin() as conn:
+                conn.execute(schema.jobs.delete().where(schema.jobs.c.id == later))
+            assert list(payload_rows(farm)) == [before["id"]]
