@@ -9,12 +9,9 @@ from ..rules.states import JobState, Outcome
 from .schema import jobs, machines, runs
 
 
-def kept_successes() -> Any:
-    """The runs that ended their job in success, as rows of qp_runs: each is its job's row (succeeded: its owner,
-    fence, attempt, start, end, output and progress), written by the same update that ended it, with no row of
-    its own (schema 13, docs/design.md §3). A node older than 13 still wrote one (the same job and fence): that
-    row is read instead, so a run is read once. Its `id` is NULL."""
-    recorded = exists().where(runs.c.job_id == jobs.c.id, runs.c.fence == jobs.c.fence)
+def _on_job_row(outcome: Outcome, finished_at: Any, error: Any, output: Any) -> Any:
+    """A run that is its job's row (its owner, fence, attempt, start and progress), as a row of qp_runs; its `id` is
+    NULL."""
     return select(
         null().label("id"),
         jobs.c.id.label("job_id"),
@@ -22,13 +19,23 @@ def kept_successes() -> Any:
         jobs.c.owner.label("machine_id"),
         jobs.c.fence,
         jobs.c.started_at,
-        jobs.c.finished_at,
-        literal(Outcome.SUCCEEDED, String).label("outcome"),
-        jobs.c.last_error.label("error"),
-        jobs.c.output,
+        finished_at.label("finished_at"),
+        literal(outcome, String).label("outcome"),
+        error.label("error"),
+        output.label("output"),
         jobs.c.progress,
         jobs.c.progress_message,
-    ).where(jobs.c.state == JobState.SUCCEEDED, ~recorded)
+    )
+
+
+def kept_successes() -> Any:
+    """The runs that ended their job in success, as rows of qp_runs: each is its job's row (succeeded: also its end
+    and output), written by the same update that ended it, with no row of its own (schema 13, docs/design.md §3).
+    A node older than 13 still wrote one (the same job and fence): that row is read instead, so a run is read
+    once."""
+    recorded = exists().where(runs.c.job_id == jobs.c.id, runs.c.fence == jobs.c.fence)
+    kept = _on_job_row(Outcome.SUCCEEDED, jobs.c.finished_at, jobs.c.last_error, jobs.c.output)
+    return kept.where(jobs.c.state == JobState.SUCCEEDED, ~recorded)
 
 
 def _recorded() -> Any:
@@ -63,20 +70,7 @@ def run_history() -> Any:
     in success is its job's row for good; any other gets a row of its own, written once, when it ends (a claim and
     a finish are each one write per job on the hot path); until then the run is its job's row, running, with its
     owner, fence, attempt and start, and is read from there (its `id` is NULL)."""
-    running = select(
-        null().label("id"),
-        jobs.c.id.label("job_id"),
-        jobs.c.attempts.label("attempt"),
-        jobs.c.owner.label("machine_id"),
-        jobs.c.fence,
-        jobs.c.started_at,
-        null().label("finished_at"),
-        literal(Outcome.RUNNING, String).label("outcome"),
-        null().label("error"),
-        null().label("output"),
-        jobs.c.progress,
-        jobs.c.progress_message,
-    ).where(jobs.c.state == JobState.RUNNING)
+    running = _on_job_row(Outcome.RUNNING, null(), null(), null()).where(jobs.c.state == JobState.RUNNING)
     return union_all(_recorded(), kept_successes(), running).subquery("runs")
 
 
