@@ -199,6 +199,61 @@ class Database:
             self.turns[slot] = now
 
 
+class SharedRosters:
+    """Nodes whose copies of the rows give the same roster share one computation of it by the node's own code
+    (KnownMachines.roster): the first to need it computes it, the others find it in their memo, as if each had.
+
+    Without this, each of n nodes recomputes its roster over every row at each change: n x n rows in this one
+    process (the model's cost, not the node's: each node computes over its own copy). Two copies give the same
+    roster, and the same instants at which it changes by itself, over an interval of database time when they
+    hold the same version (the same ids, states and join times: each version is one set of rows), the same
+    suspects with their last_seen, and the same dead timeout and join delay; provided that, for each, no machine
+    but a suspect may be dead yet (its own heartbeats ran within the dead timeout: what the node's memo asks too)
+    and its own streak of check-ins began before every suspect was last seen (so the streak changes no verdict).
+    A node outside these is computed on its own, as before."""
+
+    MOST = 256  # rosters kept: older ones are dropped whole (the nodes keep theirs in their memo)
+
+    def __init__(self) -> None:
+        self._rosters: dict[tuple, tuple[float, float, list[int]]] = {}  # key -> (valid from, until, roster)
+        self.computed = 0  # rosters computed for the table
+        self.lent = 0  # rosters a node found in the table
+
+    @staticmethod
+    def key(known: KnownMachines, now: float, liveness: Liveness, join_delay: float) -> tuple | None:
+        """What the roster `known` gives at `now` depends on, when its copy may share it (see above); else None."""
+        suspects = known._suspects
+        if (
+            known.version is None
+            or now >= liveness.dies_at(known._fresh_since)
+            or liveness.judge_streak_start > min(suspects.values(), default=math.inf)
+        ):
+            return None
+        return known.version, frozenset(suspects.items()), liveness.dead_after, join_delay
+
+    def lend(self, known: KnownMachines, now: float, liveness: Liveness, join_delay: float) -> None:
+        """Before the node's own roster(`now`): put the shared roster in its memo, or compute it with the node's
+        code and share it. Nothing when its memo already holds it, or when its copy may not share."""
+        memo = known._memo
+        own = (known.version, liveness, join_delay)
+        if memo is not None and memo[0] == own and memo[1] <= now < memo[2]:
+            return
+        key = self.key(known, now, liveness, join_delay)
+        if key is None:
+            return
+        shared = self._rosters.get(key)
+        if shared is not None and shared[0] < now < shared[1]:
+            known._memo = (own, *shared)
+            self.lent += 1
+            return
+        known.roster(now, liveness, join_delay)
+        assert known._memo is not None
+        if len(self._rosters) >= self.MOST:
+            self._rosters.clear()
+        self._rosters[key] = known._memo[1:]
+        self.computed += 1
+
+
 @dataclass
 class Machine:
     """One virtual node: the real estimator, known rows, liveness and turn decisions; modelled statements."""
@@ -249,6 +304,7 @@ class Simulation:
         self._sequence = 0
         self.bound_ratio = 0.0  # the largest |estimate - truth| / error bound at a turn decision
         self.life: Counter = Counter()
+        self.shared = None if args.per_node else SharedRosters()
 
     # -- the event loop ----------------------------------------------------
 
@@ -394,10 +450,12 @@ class Simulation:
         machine.wake_generation += 1
         if machine.state != MachineState.ACTIVE:
             return
+        now = machine.estimator.db_now()
+        self.share_roster(machine, now)
         wait = turn_timer_wait(
             machine.known,
             machine.id,
-            machine.estimator.db_now(),
+            now,
             machine.liveness(),
             self.config,
             machine.last_slot,
@@ -405,6 +463,11 @@ class Simulation:
         )
         if wait is not None:
             self.at(self.now + machine.clock.seconds(wait), self._tick, machine, machine.wake_generation)
+
+    def share_roster(self, machine: Machine, now: float) -> None:
+        """Before the node's code asks its roster at `now`: the one its peers computed, if it is theirs."""
+        if self.shared is not None:
+            self.shared.lend(machine.known, now, machine.liveness(), self.config.join_delay)
 
     def _tick(self, machine: Machine, generation: int) -> None:
         """TurnTimer.tick: take the turn if it is ours (the insert reaches the database after its delay)."""
@@ -417,6 +480,7 @@ class Simulation:
             now = machine.estimator.db_now()
             bound = machine.estimator.error_bound()
             self.bound_ratio = max(self.bound_ratio, abs(now - self.now) / bound)
+            self.share_roster(machine, now)
             ids = machine.known.roster(now, machine.liveness(), self.config.join_delay)
             slot = turn_to_take(ids, machine.id, now, self.config.period, bound, machine.last_slot)
             if slot is not None:
@@ -522,6 +586,11 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
         "--churn", type=int, default=5, help="joins, deaths, pauses and freezes (of each) during the measured slots"
     )
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument(
+        "--per-node",
+        action="store_true",
+        help="each node computes its own roster, none shared (the same figures, slower: to check the sharing)",
+    )
     return parser.parse_args(argv)
 
 
