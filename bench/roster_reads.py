@@ -191,6 +191,26 @@ def change(store: Store, turn: int, ids: list[int], known: KnownMachines) -> str
     return kind
 
 
+def learn(store: Store, engine, known: KnownMachines, me: int) -> tuple[str, int, int, str]:
+    """Heartbeat._learn_roster's reads from `known`'s version: the heartbeat's read, then nothing when the version
+    has not moved, the rows changed since (catch_up), or every row when it is far behind or the rows changed do not account for every change. What it
+    read, the rows returned, the tuples the server fetched, the plan."""
+    farm_read = store.roster.read_farm(me, 0.0)
+    if known.current(farm_read.version):
+        return "no row", 0, 0, "-"
+    returned, tuples, plans = 0, 0, []
+    if (behind := known.behind(farm_read.version)) is not None:
+        version, changed = store.roster.read_changes(*behind)
+        tuples, how = fetched(engine, _read_statement(True), dict(zip(("since", "most"), behind)))
+        if known.catch_up(version, changed, 0.0, farm_read.suspects):
+            return "the rows changed", len(changed), tuples, how
+        returned, plans = len(changed), [how]
+    version, every = store.roster.read_all()
+    read, how = fetched(engine, _read_statement(False), {})
+    known.replace(version, every, 0.0)
+    return ("the rows changed, then " if plans else "") + "every row", returned + len(every), tuples + read, how
+
+
 def store_reads(server, rows: int, changes: int) -> None:
     """--rows: `rows` machine rows registered through the store, `changes` changes made through it, the reads a
     node makes after each beside main's read of every row (see the module's docstring)."""
@@ -206,7 +226,7 @@ def store_reads(server, rows: int, changes: int) -> None:
                 for i in range(rows)
             ]
             print(f"{rows:,} machine rows registered through the store in {time.monotonic() - started:.0f} s")
-            me, known = ids[0], KnownMachines()
+            me, known, lagging = ids[0], KnownMachines(), KnownMachines()
             known.replace(*store.roster.read_all(), 0.0)
             totals = []
             for phase in ("as registered", "after ANALYZE"):
@@ -217,20 +237,17 @@ def store_reads(server, rows: int, changes: int) -> None:
                     "WHERE relname = 'qp_machines'"
                 )
                 print(f"\n{phase} (qp_machines {'analysed' if analysed else 'never analysed'}):")
+                learn(store, engine, lagging, me)
                 table = []
                 for turn in range(changes):
                     kind = change(store, turn, ids, known)
-                    farm_read = store.roster.read_farm(me, 0.0)
+                    what, returned, read, how = learn(store, engine, known, me)
+                    if what != "the rows changed":
+                        raise RuntimeError(f"{kind}: a node one change behind read {what}")
                     beat, _ = fetched(engine, farm_statement(False), {"me": me, "before": 0.0})
-                    behind = known.behind(farm_read.version)
-                    assert behind is not None, "one change behind reads the rows changed"
-                    version, changed = store.roster.read_changes(*behind)
-                    read, how = fetched(engine, _read_statement(True), dict(zip(("since", "most"), behind)))
-                    if not known.catch_up(version, changed, 0.0, farm_read.suspects):
-                        raise RuntimeError(f"version {version}: the rows changed did not account for every change")
                     every = len(store.roster.read_all()[1])
                     main_read, main_how = fetched(engine, _read_statement(False), {})
-                    table.append([kind, version, len(changed), read, how, every, main_read, main_how, beat])
+                    table.append([kind, known.version, returned, read, how, every, main_read, main_how, beat])
                 print_table(
                     [
                         "change",
@@ -244,6 +261,11 @@ def store_reads(server, rows: int, changes: int) -> None:
                         "heartbeat read: tuples fetched",
                     ],
                     table,
+                )
+                what, returned, read, how = learn(store, engine, lagging, me)
+                print(
+                    f"a node {changes} changes behind (a machine paused and resumed among them: its row holds only "
+                    f"the newest): read {what}, {returned:,} rows returned, {read:,} tuples fetched ({how})"
                 )
                 totals.append((phase, table))
             print()
