@@ -193,8 +193,8 @@ def change(store: Store, turn: int, ids: list[int], known: KnownMachines) -> str
 
 def learn(store: Store, engine, known: KnownMachines, me: int) -> tuple[str, int, int, str]:
     """Heartbeat._learn_roster's reads from `known`'s version: the heartbeat's read, then nothing when the version
-    has not moved, the rows changed since (catch_up), or every row when it is far behind or the rows changed do not account for every change. What it
-    read, the rows returned, the tuples the server fetched, the plan."""
+    has not moved, the rows changed since (catch_up), or every row when it is far behind or the rows changed do not
+    account for every change. What it read, the rows returned, the tuples the server fetched, the plan."""
     farm_read = store.roster.read_farm(me, 0.0)
     if known.current(farm_read.version):
         return "no row", 0, 0, "-"
@@ -233,8 +233,9 @@ def store_reads(server, rows: int, changes: int) -> None:
                 if phase == "after ANALYZE":
                     query(run.url, "ANALYZE qp_machines")
                 [(analysed,)] = query(
-                    run.url, "SELECT coalesce(last_analyze, last_autoanalyze) IS NOT NULL FROM pg_stat_user_tables "
-                    "WHERE relname = 'qp_machines'"
+                    run.url,
+                    "SELECT coalesce(last_analyze, last_autoanalyze) IS NOT NULL FROM pg_stat_user_tables "
+                    "WHERE relname = 'qp_machines'",
                 )
                 print(f"\n{phase} (qp_machines {'analysed' if analysed else 'never analysed'}):")
                 learn(store, engine, lagging, me)
