@@ -239,7 +239,8 @@ class SharedRosters:
         own = (known.version, liveness, join_delay)
         if memo is not None and memo[0] == own and memo[1] <= now < memo[2]:
             return False
-        shared = self._rosters.get(self.key(known, now, liveness, join_delay))  # type: ignore[arg-type]
+        key = self.key(known, now, liveness, join_delay)
+        shared = None if key is None else self._rosters.get(key)
         if shared is None or not shared[0] < now < shared[1]:
             return False
         known._memo = (own, *shared)
@@ -671,10 +672,11 @@ def main() -> None:
     )
     changes, rows, main_rows = result["changes"], result["roster_rows"], result["roster_rows_main"]
     per_node = changes * result["machines"]
-    print(
-        f"roster changes {changes:.2f}/s; rows read per change and node {rows / per_node:.2f} (main "
-        f"{main_rows / per_node:,.1f}), by the whole farm {rows / changes:,.0f} (main {main_rows / changes:,.0f})"
-    )
+    if changes:
+        print(
+            f"roster changes {changes:.2f}/s; rows read per change and node {rows / per_node:.2f} (main "
+            f"{main_rows / per_node:,.1f}), by the whole farm {rows / changes:,.0f} (main {main_rows / changes:,.0f})"
+        )
     for kind, rate in sorted(result["statements"].items(), key=lambda item: -item[1]):
         print(f"  {rate:9.2f}/s  {kind}")
     print(
