@@ -199,6 +199,115 @@ class Database:
             self.turns[slot] = now
 
 
+class SharedRosters:
+    """Nodes whose copies of the rows give the same roster share one computation of it by the node's own code
+    (KnownMachines.roster): the first to need it computes it, the others find it in their memo, as if each had.
+
+    Without this, each of n nodes recomputes its roster over every row at each change: n x n rows in this one
+    process (the model's cost, not the node's: each node computes over its own copy). Two copies give the same
+    roster, and the same instants at which it changes by itself, over an interval of database time when they
+    hold the same version (the same ids, states and join times: each version is one set of rows), the same
+    suspects with their last_seen, and the same dead timeout and join delay; provided that, for each, no machine
+    but a suspect may be dead yet (its own heartbeats ran within the dead timeout: what the node's memo asks too)
+    and its own streak of check-ins began before every suspect was last seen (so the streak changes no verdict).
+    A node outside these computes on its own (SharedKnown)."""
+
+    MOST = 256  # rosters kept: older ones are dropped whole (the nodes keep theirs in their memo)
+
+    def __init__(self) -> None:
+        self._rosters: dict[tuple, tuple[float, float, list[int]]] = {}  # key -> (valid from, until, roster)
+        self.computed = 0  # rosters the node's code computed and shared
+        self.lent = 0  # rosters a node found computed by a peer
+        self.kept = 0  # rosters a node whose heartbeats are late found computed by itself (SharedKnown)
+
+    @staticmethod
+    def key(known: KnownMachines, now: float, liveness: Liveness, join_delay: float) -> tuple | None:
+        """What the roster `known` gives at `now` depends on, when its copy may share it (see above); else None."""
+        suspects = known._suspects
+        if (
+            known.version is None
+            or now >= liveness.dies_at(known._fresh_since)
+            or liveness.judge_streak_start > min(suspects.values(), default=math.inf)
+        ):
+            return None
+        return known.version, frozenset(suspects.items()), liveness.dead_after, join_delay
+
+    def lend(self, known: KnownMachines, now: float, liveness: Liveness, join_delay: float) -> bool:
+        """Before the node's own roster(`now`): put the shared roster in its memo, if it is its and its memo does
+        not hold it already."""
+        memo = known._memo
+        own = (known.version, liveness, join_delay)
+        if memo is not None and memo[0] == own and memo[1] <= now < memo[2]:
+            return False
+        key = self.key(known, now, liveness, join_delay)
+        shared = None if key is None else self._rosters.get(key)
+        if shared is None or not shared[0] < now < shared[1]:
+            return False
+        known._memo = (own, *shared)
+        self.lent += 1
+        return True
+
+    def share(self, known: KnownMachines, now: float, liveness: Liveness, join_delay: float) -> None:
+        """After the node's code computed its roster at `now` (in its memo): share it, if its copy may."""
+        key = self.key(known, now, liveness, join_delay)
+        if key is not None and known._memo is not None:
+            if len(self._rosters) >= self.MOST:
+                self._rosters.clear()
+            self._rosters[key] = known._memo[1:]
+            self.computed += 1
+
+
+class SharedKnown(KnownMachines):
+    """A node's KnownMachines whose roster() first looks for the one it would compute, already computed by the
+    node's code: its peers' (SharedRosters), or, while its own heartbeats are late, its own.
+
+    A node whose heartbeat answer is late (its last read's bound past the dead timeout) finds every peer it
+    has not heard of since dead: its memo no longer holds (KnownMachines.roster) and its turn timer wakes every
+    TURN_MARGIN to look again until the answer comes, each time over every row, as the node does. What it
+    computes changes only at the instants a row's join delay or dead timeout runs out (roster.Liveness); until
+    the next of them, with the same rows, suspects and bound (each replaced, never changed in place), it is the
+    same roster and memo, kept here instead of computed again."""
+
+    def __init__(self, farm: SharedRosters) -> None:
+        super().__init__()
+        self.farm = farm
+        self._late: tuple | None = None  # (inputs, valid from, until, the memo the node's code made)
+
+    def roster(self, db_now: float, liveness: Liveness, join_delay: float) -> list[int]:
+        if db_now < liveness.dies_at(self._fresh_since):
+            memo, lent = self._memo, self.farm.lend(self, db_now, liveness, join_delay)
+            ids = super().roster(db_now, liveness, join_delay)
+            if not lent and self._memo is not memo:
+                self.farm.share(self, db_now, liveness, join_delay)
+            return ids
+        rows, inputs = (self._rows, self._suspects), (self._fresh_since, self.version, liveness, join_delay)
+        late = self._late
+        if (
+            late is not None
+            and all(a is b for a, b in zip(late[0][0], rows))
+            and late[0][1] == inputs
+            and late[1] < db_now < late[2]
+        ):
+            self._memo = late[3]
+            self.farm.kept += 1
+            return late[3][3]
+        ids = super().roster(db_now, liveness, join_delay)
+        assert self._memo is not None  # roster() has just made it
+        instants = [self._memo[1], self._memo[2]]
+        instants += [
+            liveness.dies_at(row["last_seen"]) for row in self.machines() if row["state"] == MachineState.ACTIVE
+        ]
+        until = min((t for t in instants if t >= db_now), default=math.inf)
+        if db_now < until:
+            self._late = (
+                (rows, inputs),
+                max((t for t in instants if t < db_now), default=-math.inf),
+                until,
+                self._memo,
+            )
+        return ids
+
+
 @dataclass
 class Machine:
     """One virtual node: the real estimator, known rows, liveness and turn decisions; modelled statements."""
@@ -249,6 +358,7 @@ class Simulation:
         self._sequence = 0
         self.bound_ratio = 0.0  # the largest |estimate - truth| / error bound at a turn decision
         self.life: Counter = Counter()
+        self.shared = None if args.per_node else SharedRosters()
 
     # -- the event loop ----------------------------------------------------
 
@@ -274,7 +384,8 @@ class Simulation:
         heartbeats and the turn timer. `joined_before`: the row says it joined that long ago (the farm was
         running before the simulation began)."""
         clock = VirtualClock(self, 1 + self.rng.uniform(-20e-6, 20e-6), self.rng.uniform(0, 1e6))
-        machine = self.machines[machine_id] = Machine(machine_id, clock, self.config)
+        known = KnownMachines() if self.shared is None else SharedKnown(self.shared)
+        machine = self.machines[machine_id] = Machine(machine_id, clock, self.config, known=known)
         there, back = self.round_trip()
         self.at(self.now + there, self._register, machine, back, first_beat, joined_before)
 
@@ -481,7 +592,7 @@ def simulate(args) -> dict:
     sim.churn(WARMUP, end, args.churn, args.machines + 1)
     sim.run(WARMUP)
     statements_before, rows_before = Counter(sim.db.statements), sim.db.rows_returned
-    roster_before, main_before = sim.db.roster_rows, sim.db.roster_rows_main
+    roster_before, main_before, version_before = sim.db.roster_rows, sim.db.roster_rows_main, sim.db.version
     sim.run(end)
     double, missed = judge(sim.db.turns, first, last, args.period)
     seconds = end - WARMUP
@@ -496,9 +607,13 @@ def simulate(args) -> dict:
         rows=(sim.db.rows_returned - rows_before) / seconds,
         roster_rows=(sim.db.roster_rows - roster_before) / seconds,
         roster_rows_main=(sim.db.roster_rows_main - main_before) / seconds,
+        changes=(sim.db.version - version_before) / seconds,
         bound_ratio=sim.bound_ratio,
         life=dict(sim.life),
         machines=len(sim.machines),
+        computed=sim.shared.computed if sim.shared else 0,
+        lent=sim.shared.lent if sim.shared else 0,
+        kept=sim.shared.kept if sim.shared else 0,
     )
 
 
@@ -522,6 +637,11 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
         "--churn", type=int, default=5, help="joins, deaths, pauses and freezes (of each) during the measured slots"
     )
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument(
+        "--per-node",
+        action="store_true",
+        help="each node computes its own roster, none shared (the same figures, slower: to check the sharing)",
+    )
     return parser.parse_args(argv)
 
 
@@ -550,9 +670,20 @@ def main() -> None:
         f"rows read when the roster version moved: {result['roster_rows']:.1f}/s (the rows changed; every row when a "
         f"node is far behind or a version is on no row); main, every row each time: {result['roster_rows_main']:.1f}/s"
     )
+    changes, rows, main_rows = result["changes"], result["roster_rows"], result["roster_rows_main"]
+    per_node = changes * result["machines"]
+    if changes:
+        print(
+            f"roster changes {changes:.2f}/s; rows read per change and node {rows / per_node:.2f} (main "
+            f"{main_rows / per_node:,.1f}), by the whole farm {rows / changes:,.0f} (main {main_rows / changes:,.0f})"
+        )
     for kind, rate in sorted(result["statements"].items(), key=lambda item: -item[1]):
         print(f"  {rate:9.2f}/s  {kind}")
-    print(f"simulated in {time.monotonic() - started:.0f} s")
+    print(
+        f"simulated in {time.monotonic() - started:.0f} s; rosters the node's code computed and shared "
+        f"{result['computed']:,}, found computed by a peer {result['lent']:,} times, by the node itself while its "
+        f"heartbeat was late {result['kept']:,} times (--per-node: none)"
+    )
 
 
 if __name__ == "__main__":
