@@ -218,7 +218,6 @@ class SharedRosters:
         self._rosters: dict[tuple, tuple[float, float, list[int]]] = {}  # key -> (valid from, until, roster)
         self.computed = 0  # rosters the node's code computed and shared
         self.lent = 0  # rosters a node found computed by a peer
-        self.kept = 0  # rosters a node whose heartbeats are late found computed by itself (SharedKnown)
 
     @staticmethod
     def key(known: KnownMachines, now: float, liveness: Liveness, join_delay: float) -> tuple | None:
@@ -236,7 +235,7 @@ class SharedRosters:
         """Before the node's own roster(`now`): put the shared roster in its memo, if it is its and its memo does
         not hold it already."""
         memo = known._memo
-        own = (known.version, liveness, join_delay)
+        own = (known.version, liveness, join_delay, now >= liveness.dies_at(known._fresh_since))
         if memo is not None and memo[0] == own and memo[1] <= now < memo[2]:
             return False
         key = self.key(known, now, liveness, join_delay)
@@ -259,52 +258,19 @@ class SharedRosters:
 
 class SharedKnown(KnownMachines):
     """A node's KnownMachines whose roster() first looks for the one it would compute, already computed by the
-    node's code: its peers' (SharedRosters), or, while its own heartbeats are late, its own.
-
-    A node whose heartbeat answer is late (its last read's bound past the dead timeout) finds every peer it
-    has not heard of since dead: its memo no longer holds (KnownMachines.roster) and its turn timer wakes every
-    TURN_MARGIN to look again until the answer comes, each time over every row, as the node does. What it
-    computes changes only at the instants a row's join delay or dead timeout runs out (roster.Liveness); until
-    the next of them, with the same rows, suspects and bound (each replaced, never changed in place), it is the
-    same roster and memo, kept here instead of computed again."""
+    node's code for a peer (SharedRosters), and shares what it computes itself. A node whose heartbeat answer is
+    late (its last read's bound past the dead timeout) computes its own, once: the node's memo holds it until
+    the next read or change (KnownMachines.roster)."""
 
     def __init__(self, farm: SharedRosters) -> None:
         super().__init__()
         self.farm = farm
-        self._late: tuple | None = None  # (inputs, valid from, until, the memo the node's code made)
 
     def roster(self, db_now: float, liveness: Liveness, join_delay: float) -> list[int]:
-        if db_now < liveness.dies_at(self._fresh_since):
-            memo, lent = self._memo, self.farm.lend(self, db_now, liveness, join_delay)
-            ids = super().roster(db_now, liveness, join_delay)
-            if not lent and self._memo is not memo:
-                self.farm.share(self, db_now, liveness, join_delay)
-            return ids
-        rows, inputs = (self._rows, self._suspects), (self._fresh_since, self.version, liveness, join_delay)
-        late = self._late
-        if (
-            late is not None
-            and all(a is b for a, b in zip(late[0][0], rows))
-            and late[0][1] == inputs
-            and late[1] < db_now < late[2]
-        ):
-            self._memo = late[3]
-            self.farm.kept += 1
-            return late[3][3]
+        memo, lent = self._memo, self.farm.lend(self, db_now, liveness, join_delay)
         ids = super().roster(db_now, liveness, join_delay)
-        assert self._memo is not None  # roster() has just made it
-        instants = [self._memo[1], self._memo[2]]
-        instants += [
-            liveness.dies_at(row["last_seen"]) for row in self.machines() if row["state"] == MachineState.ACTIVE
-        ]
-        until = min((t for t in instants if t >= db_now), default=math.inf)
-        if db_now < until:
-            self._late = (
-                (rows, inputs),
-                max((t for t in instants if t < db_now), default=-math.inf),
-                until,
-                self._memo,
-            )
+        if not lent and self._memo is not memo:
+            self.farm.share(self, db_now, liveness, join_delay)
         return ids
 
 
@@ -613,7 +579,6 @@ def simulate(args) -> dict:
         machines=len(sim.machines),
         computed=sim.shared.computed if sim.shared else 0,
         lent=sim.shared.lent if sim.shared else 0,
-        kept=sim.shared.kept if sim.shared else 0,
     )
 
 
@@ -681,8 +646,7 @@ def main() -> None:
         print(f"  {rate:9.2f}/s  {kind}")
     print(
         f"simulated in {time.monotonic() - started:.0f} s; rosters the node's code computed and shared "
-        f"{result['computed']:,}, found computed by a peer {result['lent']:,} times, by the node itself while its "
-        f"heartbeat was late {result['kept']:,} times (--per-node: none)"
+        f"{result['computed']:,}, found computed by a peer {result['lent']:,} times (--per-node: none)"
     )
 
 

@@ -136,7 +136,7 @@ class KnownMachines:
         self._rows: dict[int, Row] = {}  # as read at `version`
         self._suspects: dict[int, float] = {}  # id -> last_seen
         self._fresh_since = -math.inf  # every machine checking in that is not a suspect was seen after this
-        self._memo: tuple[tuple[int | None, Liveness, float], float, float, list[int]] | None = None  # see roster()
+        self._memo: tuple[tuple[int | None, Liveness, float, bool], float, float, list[int]] | None = None  # roster()
 
     def current(self, version: int | None) -> bool:
         """Is our copy of the rows that version's? (A farm without a version is always re-read.)"""
@@ -223,25 +223,29 @@ class KnownMachines:
         join delay or a dead timeout running out); inf if none is coming. A node sleeps until then."""
         self.roster(db_now, liveness, join_delay)
         assert self._memo is not None  # roster() has just made it
-        return min(self._memo[2], liveness.dies_at(self._fresh_since))
+        stale = liveness.dies_at(self._fresh_since)
+        # Past that instant our last read is too old to vouch for the machines it saw checking in: the stale roster's
+        # own changes are in its memo (roster()); the instant itself is no longer one to wake for (waking for an
+        # instant past would spin the turn timer until the next read).
+        return min(self._memo[2], stale if stale > db_now else math.inf)
 
     def roster(self, db_now: float, liveness: Liveness, join_delay: float) -> list[int]:
         """roster() of what we know, recomputed only when it may have changed: a new version or suspect, a
         newcomer's join delay or a suspect's dead timeout running out, or our own heartbeats stopping (every
         machine's bound then ages past the dead timeout)."""
-        key = (self.version, liveness, join_delay)
+        # Computed before or after our last read went stale (too old to vouch for the machines it saw checking in):
+        # a roster made stale must not outlive the next read, nor a fresh one the read going stale.
+        stale = db_now >= liveness.dies_at(self._fresh_since)
+        key = (self.version, liveness, join_delay, stale)
         memo = self._memo  # (key, valid from, valid until, roster)
-        if (
-            memo is not None
-            and memo[0] == key
-            and memo[1] <= db_now < memo[2]
-            and db_now < liveness.dies_at(self._fresh_since)
-        ):
+        if memo is not None and memo[0] == key and memo[1] <= db_now < memo[2]:
             return memo[3]
         rows = self.machines()
         ids = roster(rows, db_now, liveness, join_delay)
         changes = [row["joined_at"] + join_delay for row in rows if row["state"] == MachineState.ACTIVE]
         changes += [liveness.dies_at(seen) for seen in self._suspects.values()]
+        if stale:  # the machines our last read saw check in after its bound die each at its own time, one by one
+            changes += [liveness.dies_at(row["last_seen"]) for row in rows if row["state"] == MachineState.ACTIVE]
         # Valid from the last change before now (our estimate of now may step back a little) to the next one.
         self._memo = (
             key,

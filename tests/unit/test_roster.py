@@ -134,6 +134,31 @@ def test_without_heartbeats_of_our_own_every_peer_ages_out_as_before():
     assert peers.roster(NOW + 3.1, LIVE, 1.5) == []  # nothing learned for longer than the dead timeout
 
 
+def test_a_late_heartbeat_read_brings_the_roster_back_and_a_stale_one_never_spins_the_turn_timer():
+    """A heartbeat answer later than the dead timeout leaves a stale roster (nobody vouched for), which must neither
+    outlive the late read (the node would take no turn until the roster next changed) nor ask to be woken at an
+    instant already past (its turn timer would spin, recomputing the roster over every row)."""
+    peers = known([machine(1, seen=NOW - 1.0), machine(2, seen=NOW - 1.0)])
+    peers.update(NOW - 1.5, {})
+    assert peers.roster(NOW, LIVE, 1.5) == [1, 2]
+    late = NOW + 5.0  # no read for longer than the dead timeout
+    assert peers.roster(late, LIVE, 1.5) == []
+    assert peers.changes_at(late, LIVE, 1.5) > late
+    peers.update(late - 1.5, {})  # the late answer, both checking in
+    assert peers.roster(late + 0.1, LIVE, 1.5) == [1, 2]
+
+
+def test_a_stale_roster_still_sees_a_machine_seen_after_its_bound_die_at_its_time():
+    """Once our read is stale, a machine it saw check in after the read's bound dies at its own last_seen plus the
+    dead timeout: a change the stale roster wakes for."""
+    peers = known([machine(1, seen=NOW - 2.0), machine(2, seen=NOW)])
+    peers.update(NOW - 2.5, {})  # machine 2's row is newer than the bound
+    stale = NOW + 2.0  # past the bound's death (NOW + 0.5) and machine 1's (NOW + 1.0), before machine 2's (NOW + 3.0)
+    assert peers.roster(stale, LIVE, 1.5) == [2]
+    assert peers.changes_at(stale, LIVE, 1.5) == NOW + 3.0
+    assert peers.roster(NOW + 3.001, LIVE, 1.5) == []
+
+
 def test_a_version_is_current_only_when_it_is_the_one_read():
     peers = known([machine(1)], version=4)
     assert peers.current(4) and not peers.current(5)
