@@ -12,6 +12,7 @@ importing the code measured (this tree, or with --before the tree at a git ref, 
     python bench/calls_per_job.py                      # 20,000 jobs, capacity 32, 2 runs
     python bench/calls_per_job.py --quick              # 4,000 jobs, 1 run
     python bench/calls_per_job.py --before REF         # the code at git REF beside this tree's
+    python bench/calls_per_job.py --job bench.jobs:noop_batch --capacity 2000   # a batch function's no-op
 """
 
 import argparse
@@ -39,8 +40,8 @@ def group_of(thread: str) -> str:
     return next((group for group, prefixes in GROUPS if thread.startswith(prefixes)), "rest")
 
 
-def measure(url: str, jobs: int, capacity: int) -> dict[str, float | str]:
-    """In the child process: drain `jobs` no-op jobs with one node; calls per job by thread group, and the code
+def measure(url: str, jobs: int, capacity: int, job: str) -> dict[str, float | str]:
+    """In the child process: drain `jobs` no-op jobs (`job`) with one node; calls per job by thread group, and the code
     that ran them (`code`: the path of the queueprocessor it imported)."""
     import queueprocessor
 
@@ -56,7 +57,7 @@ def measure(url: str, jobs: int, capacity: int) -> dict[str, float | str]:
         run.start_in_process(name="calls", capacity=capacity, allow_modules=["bench.jobs"])
         time.sleep(2.0)  # joined, its first turns taken: the drain alone is counted
         counting.set()
-        run.farm.enqueue_python("bench.jobs:noop", count=jobs)
+        run.farm.enqueue_python(job, count=jobs)
         while run.farm._store.jobs.counts().get("succeeded", 0) < jobs:
             time.sleep(0.05)
         counting.clear()
@@ -64,10 +65,10 @@ def measure(url: str, jobs: int, capacity: int) -> dict[str, float | str]:
     return per_job | {"total": sum(calls.values()) / jobs, "code": queueprocessor.__file__}
 
 
-def run(root: Path, url: str, jobs: int, capacity: int) -> dict[str, float]:
+def run(root: Path, url: str, jobs: int, capacity: int, job: str) -> dict[str, float]:
     """One drain by the code in `root`, in a process of its own."""
     child = subprocess.run(
-        [sys.executable, __file__, "--child", url, "--jobs", str(jobs), "--capacity", str(capacity)],
+        [sys.executable, __file__, "--child", url, "--jobs", str(jobs), "--capacity", str(capacity), "--job", job],
         cwd=root,
         env=dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{root / 'bench'}"),
         capture_output=True,
@@ -86,6 +87,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="4,000 jobs, 1 run")
     parser.add_argument("--jobs", type=int)
     parser.add_argument("--capacity", type=int, default=32)
+    parser.add_argument(
+        "--job", default="bench.jobs:noop", help="the job drained (bench/jobs.py: noop_async, noop_batch)"
+    )
     parser.add_argument("--runs", type=int, help="drains per tree (default 2; 1 with --quick)")
     parser.add_argument("--before", metavar="REF", help="also measure the code at this git ref")
     parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
@@ -93,10 +97,11 @@ def main() -> None:
     args.jobs = args.jobs or (4000 if args.quick else 20000)
     args.runs = args.runs or (1 if args.quick else 2)
     if args.child:
-        print(json.dumps(measure(args.child, args.jobs, args.capacity)))
+        print(json.dumps(measure(args.child, args.jobs, args.capacity, args.job)))
         return
     print(
-        f"{args.jobs} no-op jobs, one node of capacity {args.capacity}, {args.runs} run(s); {load_average()}",
+        f"{args.jobs} no-op jobs ({args.job}), one node of capacity {args.capacity}, {args.runs} run(s); "
+        f"{load_average()}",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="qp-before-") as old:
@@ -105,7 +110,9 @@ def main() -> None:
             results = collections.defaultdict(list)
             for r in range(args.runs):
                 for label, root in rotated(trees, r):
-                    results[label].append(run(root, fresh_database(server, "calls"), args.jobs, args.capacity))
+                    results[label].append(
+                        run(root, fresh_database(server, "calls"), args.jobs, args.capacity, args.job)
+                    )
     columns = [group for group, _ in GROUPS] + ["rest", "total"]
     print_table(
         ["code", "run", *(f"{c} calls/job" for c in columns)],

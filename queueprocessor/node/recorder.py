@@ -101,10 +101,11 @@ class Recorder:
             else:
                 again.append(entry)
         endings = []
+        now = self.db_now()  # read once for the batch: a singleton's back-off is all that uses it (see retry_in)
         for entry in ending:
             assert entry.ending is not None
             outcome, error, output, final = entry.ending
-            endings.append(Ending(entry.job, outcome, error, retry_in(entry, outcome, final, self.db_now()), output))
+            endings.append(Ending(entry.job, outcome, error, retry_in(entry, outcome, final, now), output))
         try:
             states = self.store.runs.finish_many(self.machine_id, endings)
         except Exception as exc:  # database away: try again; in the end the lease expires and it runs elsewhere

@@ -224,11 +224,16 @@ class TurnTimer(OfJoinedNode):
             # we claim a quarter of our capacity at a time. A place freed under a limited queue's limit rides
             # with that claim (guarded then), waiting for it at most FREED_WAIT. Like a turn's, the claim looks a
             # period ahead: work of a higher priority than the backlog due before the next turn (a schedule's
-            # occurrence) is taken ahead of its time and starts at it, not at the next claim after it.
+            # occurrence) is taken ahead of its time and starts at it, not at the next claim after it. A claim
+            # takes at most half our capacity, and the room left is claimed at once: the next claim is under way
+            # while the runner starts the last one's jobs and writes the results before them.
             if free >= max(1, self.config.capacity // 4) or (free > 0 and self._freed_waited()):
-                if not self._claim(free, self.config.claim_ahead, guarded=self._take_freed()):
+                limit = min(free, max(1, self.config.capacity // 2))
+                if not self._claim(limit, self.config.claim_ahead, guarded=self._take_freed()):
                     self._direct = False
                     self._backlog_slot = -1
+                elif limit < free:
+                    self.wake.set()
         elif free > 0 and self._take_freed():
             self._claim(free, guarded=True)
 

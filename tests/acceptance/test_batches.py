@@ -34,7 +34,7 @@ def farm(pg_url):
 def nodes(farm):
     pyjobs.SEEN.clear()
     pyjobs.BATCHES.clear()
-    pyjobs.IN_FLIGHT.update(jobs=0, most=0, keys=set(), overlaps=[])
+    pyjobs.IN_FLIGHT.update(jobs=0, most=0, calls=0, most_calls=0, keys=set(), overlaps=[])
     started = Nodes(farm)
     yield started
     started.stop_all()
@@ -121,6 +121,20 @@ def test_the_runner_calls_a_lone_job_before_any_other_claim_comes(farm):
     finally:
         runner.stop()
     assert {store.jobs.get(i)["state"] for i in (first.id, *(j.id for j in three))} == {"succeeded"}
+
+
+def test_a_backlog_is_claimed_half_a_capacity_at_a_time_so_the_next_call_is_at_work_before_the_last_ends(farm, nodes):
+    """Working off a backlog, a node's claim takes at most half its capacity and it claims the room left at once: the
+    jobs of the next claim are at work while the last claim's are, two calls of one node at once (a claim that took
+    the whole room would leave none until its call ended). A turn's claim may take the whole room."""
+    nodes("a", capacity=20)
+    wait_for(lambda: farm.serving("default"))
+    ids = farm.enqueue_python(pyjobs.batch_busy, None, count=200)
+    assert {j["state"] for j in ended(farm, ids, timeout=60)} == {"succeeded"}
+    calls = called_with(ids)
+    assert sum(len(call) <= 10 for call in calls) > len(calls) / 2, "most calls are of a backlog's claims: half"
+    assert pyjobs.IN_FLIGHT["most_calls"] >= 2, "two calls at work at once on the one node"
+    assert pyjobs.IN_FLIGHT["most"] <= 20, "never more at work than the node's capacity"
 
 
 def test_a_farm_wide_limit_of_5_never_has_6_running_with_batches_of_20(farm, nodes):

@@ -105,7 +105,7 @@ def overlapping(calls: list[dict]) -> list[tuple[dict, dict]]:
 
 # Batch functions (@job(batch=N)): each call is recorded in BATCHES, in order, as the job ids it was given.
 BATCHES: list[list[int]] = []
-IN_FLIGHT = {"jobs": 0, "most": 0, "keys": set(), "overlaps": []}
+IN_FLIGHT = {"jobs": 0, "most": 0, "calls": 0, "most_calls": 0, "keys": set(), "overlaps": []}
 _in_flight = threading.Lock()
 
 
@@ -136,19 +136,22 @@ async def batch_async(payloads, contexts):
 
 @job(batch=20)
 def batch_busy(payloads, contexts):
-    """Works 50 ms, counting how many jobs (in IN_FLIGHT, across every node of the process) and which order keys
-    (payload {"key": k}) are inside a call at once; a key in two calls at once, or twice in one, is an overlap."""
+    """Works 50 ms, counting how many jobs and calls (in IN_FLIGHT, across every node of the process) and which order
+    keys (payload {"key": k}) are inside a call at once; a key in two calls at once, or twice in one, is an overlap."""
     BATCHES.append([c.job_id for c in contexts])
     keys = [p["key"] for p in payloads if isinstance(p, dict) and "key" in p]
     with _in_flight:
         IN_FLIGHT["jobs"] += len(payloads)
         IN_FLIGHT["most"] = max(IN_FLIGHT["most"], IN_FLIGHT["jobs"])
+        IN_FLIGHT["calls"] += 1
+        IN_FLIGHT["most_calls"] = max(IN_FLIGHT["most_calls"], IN_FLIGHT["calls"])
         clash = [k for k in keys if k in IN_FLIGHT["keys"]] + [k for k in set(keys) if keys.count(k) > 1]
         IN_FLIGHT["overlaps"].extend(clash)
         IN_FLIGHT["keys"].update(keys)
     time.sleep(0.05)
     with _in_flight:
         IN_FLIGHT["jobs"] -= len(payloads)
+        IN_FLIGHT["calls"] -= 1
         IN_FLIGHT["keys"].difference_update(keys)
 
 
