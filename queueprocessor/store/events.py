@@ -78,5 +78,5 @@ class EventStore:
         """Delete the events older than `keep` seconds (housekeeping); how many. On PostgreSQL the days past `keep`
         are dropped whole instead, and the days ahead made (store/partitions.py)."""
         if self.store.whole:
-            return upkeep(self.store.engine, events.name, self.store.ask_time(), keep)
+            return upkeep(self.store.engine, events, self.store.ask_time(), keep)
         return self.store.count(delete(events).where(events.c.at < db_now() - keep))

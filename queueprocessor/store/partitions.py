@@ -8,14 +8,17 @@ a day longer). The chore runs where the history's hourly roll-up does, once an h
 stalls for days. A row that lands there anyway moves into its day's partition when that day is made. SQLite and SQL
 Server keep one table each, trimmed by DELETE.
 
-Table names are the schema's own constants and partition names are made from them and a date: never input.
+Table names are the schema's own constants and partition names are made from them and a date: never input. Still,
+every value travels as a bound parameter, and the names in statements that cannot take one (DDL) are quoted.
 """
 
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import Table, text
+from sqlalchemy import DDL, Insert, Table, column, delete, func, insert, select, table, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.sql.expression import TableClause
 
 DAY = 86400
 AHEAD = 2  # days made beyond today's
@@ -23,79 +26,109 @@ LOCK_WAIT = "2s"  # a drop waits this long for the readers of the table; failing
 LOCK_NOT_AVAILABLE = "55P03"
 
 
-def _name(table: str, day: int) -> str:
-    """The partition of `table` for the day that starts at `day` (epoch seconds): qp_events_20250114."""
-    return f"{table}_{datetime.fromtimestamp(day, UTC):%Y%m%d}"
+def _name(table_name: str, day: int) -> str:
+    """The partition of `table_name` for the day that starts at `day` (epoch seconds): qp_events_20250114."""
+    return f"{table_name}_{datetime.fromtimestamp(day, UTC):%Y%m%d}"
 
 
-def _day_of(table: str, name: str) -> int | None:
-    """The start of the day partition `name` of `table` holds (None: the default partition)."""
-    stamp = name.removeprefix(f"{table}_")
+def _day_of(table_name: str, name: str) -> int | None:
+    """The start of the day partition `name` of `table_name` holds (None: the default partition)."""
+    stamp = name.removeprefix(f"{table_name}_")
     if not stamp.isdigit():
         return None
     return int(datetime.strptime(stamp, "%Y%m%d").replace(tzinfo=UTC).timestamp())
 
 
-def _days(conn: Connection, table: str) -> set[int]:
-    """The days `table` has a partition for."""
+def _ddl(conn: Connection, statement: str, **names: str) -> None:
+    """Run DDL `statement` with each `{name}` in it the quoted identifier `names[name]` (DDL takes no parameters)."""
+    quote = conn.dialect.identifier_preparer.quote
+    conn.execute(DDL(statement.format(**{key: quote(value) for key, value in names.items()})))
+
+
+def _like(whole: Table, name: str) -> TableClause:
+    """Table `name`, with `whole`'s columns (a partition of it, or the table it was)."""
+    return table(name, *(column(c.name, c.type) for c in whole.c))
+
+
+def _copy(whole: Table, source: Any, into: str) -> Insert:
+    """INSERT INTO `into` every row of `source`, both with `whole`'s columns."""
+    names = [c.name for c in whole.c]
+    return insert(_like(whole, into)).from_select(names, select(*(source.c[n] for n in names)))
+
+
+def _days(conn: Connection, table_name: str) -> set[int]:
+    """The days `table_name` has a partition for."""
     names = conn.execute(
         text(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
             "WHERE i.inhparent = CAST(:t AS regclass)"
         ),
-        dict(t=table),
+        dict(t=table_name),
     ).scalars()
-    return {day for name in names if (day := _day_of(table, name)) is not None}
+    return {day for name in names if (day := _day_of(table_name, name)) is not None}
 
 
-def _make_day(conn: Connection, table: str, day: int) -> None:
-    """A partition for the day at `day`, with whatever rows the default partition holds of it moved in first (a
-    partition over rows of the default cannot be attached)."""
-    name = _name(table, day)
-    conn.execute(text(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS)"))
-    conn.execute(
-        text(
-            f"WITH moved AS (DELETE FROM {table}_default WHERE at >= {day} AND at < {day + DAY} RETURNING *) "
-            f"INSERT INTO {name} SELECT * FROM moved"
-        )
+def _make_day(conn: Connection, whole: Table, day: int) -> None:
+    """A partition of `whole` for the day at `day`, with whatever rows the default partition holds of it moved in
+    first (a partition over rows of the default cannot be attached)."""
+    table_name = whole.name
+    name = _name(table_name, day)
+    _ddl(conn, "CREATE TABLE {day} (LIKE {table} INCLUDING DEFAULTS)", day=name, table=table_name)
+    default = _like(whole, f"{table_name}_default")
+    ofday = (default.c.at >= day) & (default.c.at < day + DAY)
+    moved = delete(default).where(ofday).returning(*default.c).cte("moved")
+    conn.execute(_copy(whole, moved, into=name).add_cte(moved))
+    _ddl(
+        conn,
+        f"ALTER TABLE {{table}} ATTACH PARTITION {{day}} FOR VALUES FROM ({int(day)}) TO ({int(day) + DAY})",
+        table=table_name,
+        day=name,
     )
-    conn.execute(text(f"ALTER TABLE {table} ATTACH PARTITION {name} FOR VALUES FROM ({day}) TO ({day + DAY})"))
 
 
-def partition(conn: Connection, table: Table) -> None:
-    """Make `table` (made unpartitioned by create_all, or by an older schema, with rows) partitioned by day of
+def partition(conn: Connection, whole: Table) -> None:
+    """Make `whole` (made unpartitioned by create_all, or by an older schema, with rows) partitioned by day of
     `at`, in the caller's transaction: renamed, made again partitioned with its key extended by `at` (a
     partitioned table's key must hold the partition key) and its indexes, a partition for each day it has rows of
     and for the days ahead, its rows copied, the old table dropped. Its id sequence, if any, goes with the new
     table. Nothing to do if it is partitioned already (made so by create_all within an older schema's step)."""
-    name, old = table.name, f"{table.name}_unpartitioned"
-    if conn.execute(text(f"SELECT relkind FROM pg_class WHERE oid = '{name}'::regclass")).scalar() == "p":
+    name, old = whole.name, f"{whole.name}_unpartitioned"
+    kind = text("SELECT relkind FROM pg_class WHERE oid = CAST(:t AS regclass)")
+    if conn.execute(kind, dict(t=name)).scalar() == "p":
         return
-    conn.execute(text(f"ALTER TABLE {name} RENAME TO {old}"))
-    conn.execute(text(f"ALTER TABLE {old} DROP CONSTRAINT {name}_pkey"))
-    for index in table.indexes:
-        conn.execute(text(f"DROP INDEX {index.name}"))
+    _ddl(conn, "ALTER TABLE {table} RENAME TO {old}", table=name, old=old)
+    _ddl(conn, "ALTER TABLE {old} DROP CONSTRAINT {key}", old=old, key=f"{name}_pkey")
+    for index in whole.indexes:
+        _ddl(conn, "DROP INDEX {index}", index=str(index.name))
+    serial = text("SELECT pg_get_serial_sequence(:t, :c)")
     serials = [
-        (column.name, sequence)
-        for column in table.primary_key
-        if (sequence := conn.execute(text(f"SELECT pg_get_serial_sequence('{old}', '{column.name}')")).scalar())
+        (column_.name, sequence)
+        for column_ in whole.primary_key
+        if (sequence := conn.execute(serial, dict(t=old, c=column_.name)).scalar())
     ]
-    for _, sequence in serials:
-        conn.execute(text(f"ALTER SEQUENCE {sequence} OWNED BY NONE"))
-    key = [column.name for column in table.primary_key] + ([] if "at" in table.primary_key.columns else ["at"])
-    made = f"CREATE TABLE {name} (LIKE {old} INCLUDING DEFAULTS, PRIMARY KEY ({', '.join(key)}))"
-    conn.execute(text(f"{made} PARTITION BY RANGE (at)"))
-    for index in table.indexes:
+    for _, sequence in serials:  # pg_get_serial_sequence gives it quoted as needed, qualified by its schema
+        conn.execute(DDL(f"ALTER SEQUENCE {sequence} OWNED BY NONE"))
+    key = [column_.name for column_ in whole.primary_key] + ([] if "at" in whole.primary_key.columns else ["at"])
+    columns = ", ".join(conn.dialect.identifier_preparer.quote(column_name) for column_name in key)
+    _ddl(
+        conn,
+        f"CREATE TABLE {{table}} (LIKE {{old}} INCLUDING DEFAULTS, PRIMARY KEY ({columns})) PARTITION BY RANGE (at)",
+        table=name,
+        old=old,
+    )
+    for index in whole.indexes:
         index.create(conn)
-    conn.execute(text(f"CREATE TABLE {name}_default PARTITION OF {name} DEFAULT"))
-    held = conn.execute(text(f"SELECT DISTINCT floor(at / {DAY}) * {DAY} FROM {old}")).scalars()
+    _ddl(conn, "CREATE TABLE {default} PARTITION OF {table} DEFAULT", default=f"{name}_default", table=name)
+    was = _like(whole, old)
+    held = select(func.floor(was.c.at / DAY) * DAY).distinct()
     now = conn.execute(text("SELECT extract(epoch FROM now())")).scalar_one()
-    for day in sorted({int(day) for day in held} | _ahead(float(now))):
-        _make_day(conn, name, day)
-    conn.execute(text(f"INSERT INTO {name} SELECT * FROM {old}"))
-    conn.execute(text(f"DROP TABLE {old}"))
-    for column, sequence in serials:
-        conn.execute(text(f"ALTER SEQUENCE {sequence} OWNED BY {name}.{column}"))
+    for day in sorted({int(day) for day in conn.execute(held).scalars()} | _ahead(float(now))):
+        _make_day(conn, whole, day)
+    conn.execute(_copy(whole, was, into=name))
+    _ddl(conn, "DROP TABLE {old}", old=old)
+    for column_name, sequence in serials:
+        owner = conn.dialect.identifier_preparer.quote
+        conn.execute(DDL(f"ALTER SEQUENCE {sequence} OWNED BY {owner(name)}.{owner(column_name)}"))
 
 
 def _ahead(now: float) -> set[int]:
@@ -104,23 +137,26 @@ def _ahead(now: float) -> set[int]:
     return {today + n * DAY for n in range(AHEAD + 1)}
 
 
-def upkeep(engine: Engine, table: str, now: float, keep: float) -> int:
-    """Make `table`'s days ahead and drop the days wholly older than `keep` seconds before `now` (database time),
-    with the rows of the default partition past it, in one transaction; how many rows went. Serialised by a lock
-    on `table` that every upkeep takes (and inserts do not wait for); a drop holds the table alone for a moment.
-    0 and nothing done if it could not have it within LOCK_WAIT (a long read of it: the next hour tries again)."""
+def upkeep(engine: Engine, whole: Table, now: float, keep: float) -> int:
+    """Make `whole`'s days ahead and drop the days wholly older than `keep` seconds before `now` (database
+    time), with the rows of the default partition past it, in one transaction; how many rows went. Serialised by a
+    lock on the table that every upkeep takes (and inserts do not wait for); a drop holds the table alone for a
+    moment. 0 and nothing done if it could not have it within LOCK_WAIT (a long read of it: the next hour tries
+    again)."""
+    table_name = whole.name
     try:
         with engine.begin() as conn:
             conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_WAIT}'"))
-            conn.execute(text(f"LOCK TABLE ONLY {table} IN SHARE UPDATE EXCLUSIVE MODE"))
-            days = _days(conn, table)
+            _ddl(conn, "LOCK TABLE ONLY {table} IN SHARE UPDATE EXCLUSIVE MODE", table=table_name)
+            days = _days(conn, table_name)
             for day in sorted(_ahead(now) - days):
-                _make_day(conn, table, day)
-            gone = conn.execute(text(f"DELETE FROM {table}_default WHERE at < :cut"), dict(cut=now - keep)).rowcount
+                _make_day(conn, whole, day)
+            default = _like(whole, f"{table_name}_default")
+            gone = conn.execute(delete(default).where(default.c.at < now - keep)).rowcount
             for day in sorted(day for day in days if day + DAY <= now - keep):
-                partition_name = _name(table, day)
-                gone += conn.execute(text(f"SELECT count(*) FROM {partition_name}")).scalar_one()
-                conn.execute(text(f"DROP TABLE {partition_name}"))
+                partition_name = _name(table_name, day)
+                gone += conn.execute(select(func.count()).select_from(table(partition_name))).scalar_one()
+                _ddl(conn, "DROP TABLE {day}", day=partition_name)
             return int(gone)
     except OperationalError as error:
         if getattr(error.orig, "sqlstate", None) == LOCK_NOT_AVAILABLE:

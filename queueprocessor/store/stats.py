@@ -206,7 +206,7 @@ class StatsStore:
             if not self.store.whole:
                 conn.execute(delete(history).where(history.c.at < now - keep))
         if self.store.whole:
-            upkeep(self.store.engine, history.name, now, keep)
+            upkeep(self.store.engine, history, now, keep)
 
     def read(self, since: float, step: int = MINUTE, queue: str | None = None) -> list[dict[str, Any]]:
         """The rows of the last `since` seconds, merged into buckets of `step` seconds (a multiple of MINUTE; an

@@ -619,13 +619,18 @@ def run_sql(url: str, statement: str, autocommit: bool = False) -> None:
         engine.dispose()
 
 
+def hashable(row) -> tuple:
+    """A row as a tuple that sets can hold: a jsonb value (qp_payloads) as its JSON text."""
+    return tuple(json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value for value in row)
+
+
 def snapshot(url: str) -> dict:
     """Every row of every table, in a stable order: what "nothing changed" compares."""
     engine = open_engine(url, pool_size=1)
     try:
         with engine.connect() as conn:
             return {
-                table: sorted(map(tuple, conn.execute(text(f'SELECT * FROM "{table}"'))), key=repr)
+                table: sorted(map(hashable, conn.execute(text(f'SELECT * FROM "{table}"'))), key=repr)
                 for table in sorted(inspect(conn).get_table_names())
             }
     finally:
@@ -733,13 +738,18 @@ def test_bad_input_gets_one_clear_line_and_changes_nothing(refused, pg_server, i
     assert ran.created == [], "files were created"
 
 
+# The push throttle's one row (PostgreSQL, store/sql/push.py): an enqueue rewrites when the farm last notified.
+REWRITTEN = {"qp_push"}
+
+
 def test_hostile_names_that_are_valid_are_stored_verbatim(yard):
     for ran in run_all(yard, HOSTILE_ACCEPTED):
         assert ran.returncode == 0, ran.stderr
         assert "Traceback" not in ran.stdout + ran.stderr
         assert set(ran.after) == set(ran.before), "a table appeared or vanished"
         for table, rows in ran.before.items():
-            assert set(rows) <= set(ran.after[table]), f"rows of {table} changed or vanished"
+            if table not in REWRITTEN:
+                assert set(rows) <= set(ran.after[table]), f"rows of {table} changed or vanished"
         added = [
             value for table in ran.after for row in set(ran.after[table]) - set(ran.before[table]) for value in row
         ]

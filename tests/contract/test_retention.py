@@ -133,7 +133,7 @@ def test_days_past_their_keep_are_dropped_whole_and_a_stray_row_finds_its_day(pg
         "qp_history_default",
     ]
     later = today + 9 * DAY + HOUR  # nine days on, keeping five: today's partition is past it
-    assert upkeep(engine, "qp_history", later, keep=5 * DAY) == 2, "the row of 20 days ago, and today's"
+    assert upkeep(engine, schema.history, later, keep=5 * DAY) == 2, "the row of 20 days ago, and today's"
     assert where(pg_farm, "qp_history") == [(day_of("qp_history", today + 10 * DAY), today + 10 * DAY)], (
         "the stray row moved into its day's partition when that day was made"
     )
@@ -147,8 +147,8 @@ def test_a_drop_waits_for_a_long_reader_a_moment_then_leaves_it_for_the_next_hou
     before = partitions(pg_farm, "qp_events")
     with engine.connect() as reader:
         reader.execute(select(schema.events)).all()  # holds its lock until the transaction ends
-        assert upkeep(engine, "qp_events", now + 9 * DAY, keep=DAY) == 0
+        assert upkeep(engine, schema.events, now + 9 * DAY, keep=DAY) == 0
         reader.rollback()
     assert partitions(pg_farm, "qp_events") == before, "nothing done while the reader held the table"
-    assert upkeep(engine, "qp_events", now + 9 * DAY, keep=DAY) == 0  # nothing was in the dropped days
+    assert upkeep(engine, schema.events, now + 9 * DAY, keep=DAY) == 0  # nothing was in the dropped days
     assert len(partitions(pg_farm, "qp_events")) == AHEAD + 2
