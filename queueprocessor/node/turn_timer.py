@@ -309,9 +309,8 @@ class TurnTimer(OfJoinedNode):
         """Retention, once per `housekeeping` seconds for the whole farm (by whoever holds the turn of a slot
         that is a multiple of it), so an idle farm's cost does not grow with its machines: trim the turn log and
         delete finished jobs past `keep_jobs` (or their queue's own `keep`) a small batch at a time, for at most a
-        quarter period per turn. A
-        pass cut short goes on at our next turn. Our next turn also sweeps missed schedule occurrences (see
-        ScheduleStore.drop_missed), for those left waiting while the farm was busy."""
+        quarter period per turn. A pass cut short goes on at our next turn. Our next turn also sweeps missed
+        schedule occurrences (see ScheduleStore.drop_missed), for those left waiting while the farm was busy."""
         started = self.clock.monotonic()
         self.store.turns.prune(self.config.turn_keep)
         self.store.queues.recount()
