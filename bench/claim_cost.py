@@ -10,7 +10,7 @@ claim runs under EXPLAIN (ANALYZE, BUFFERS) (rolled back) and its plan is printe
 
 Server time per job (mean_exec_time / rows) moves with the machine's load; buffers per job do not.
 
-    python bench/claim_cost.py                     # 100,000 jobs, claims of 1,000, beside main (409d36d)
+    python bench/claim_cost.py                     # 100,000 jobs, claims of 1,000, beside main (--before REF)
     python bench/claim_cost.py --quick --plan      # 20,000 jobs, and the halfway claim's plan
     python bench/claim_cost.py --before ''         # this tree only
 """
@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, help="jobs enqueued and drained (default 100,000)")
     parser.add_argument("--batch", type=int, default=1000, help="jobs per claim and per finish")
     parser.add_argument("--plan", action="store_true", help="print the halfway claim's plan of each tree")
-    parser.add_argument("--before", metavar="REF", default="409d36d", help="also measure the code at this git ref")
+    parser.add_argument("--before", metavar="REF", default="main", help="also measure the code at this git ref")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.backlog = args.backlog or (20000 if args.quick else 100000)
