@@ -78,6 +78,9 @@ def test_a_batch_is_claimed_renewed_and_finished_by_primary_key_on_a_never_analy
             assert ("Seq Scan", "qp_jobs") not in plan, f"the {name} reads the whole of qp_jobs: {plan}"
         for name in ("renew", "progress", "finish"):
             assert ("Index Scan", "qp_jobs") in plans[name], plans[name]
+        # The claim's update is the statement itself, its rows returned as written, not scanned again by a SELECT
+        # around it (sql.claim._one_of: the picked ids as one array, looked up by key).
+        assert plans["claim"][0] == ("ModifyTable", "qp_jobs"), plans["claim"]
         # The statements do what they are planned for: every job of the batch renewed, then finished.
         assert len(store.runs.renew(me, held, 60)) == BATCH
         assert store.runs.finish_many(me, endings) == ["succeeded"] * BATCH
