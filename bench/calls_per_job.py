@@ -18,15 +18,12 @@ importing the code measured (this tree, or with --before the tree at a git ref, 
 import argparse
 import collections
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from common import ROOT, farm, fresh_database, load_average, postgres, print_table, rotated, source_tree
+from common import ROOT, farm, fresh_database, load_average, postgres, print_table, rotated, run_on, source_tree
 
 GROUPS = (
     ("turns", ("qp-turns",)),
@@ -65,23 +62,6 @@ def measure(url: str, jobs: int, capacity: int, job: str) -> dict[str, float | s
     return per_job | {"total": sum(calls.values()) / jobs, "code": queueprocessor.__file__}
 
 
-def run(root: Path, url: str, jobs: int, capacity: int, job: str) -> dict[str, float]:
-    """One drain by the code in `root`, in a process of its own."""
-    child = subprocess.run(
-        [sys.executable, __file__, "--child", url, "--jobs", str(jobs), "--capacity", str(capacity), "--job", job],
-        cwd=root,
-        env=dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{root / 'bench'}"),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    figures = json.loads(child.stdout.splitlines()[-1])
-    loaded = Path(figures.pop("code"))
-    if not loaded.is_relative_to(root):
-        raise SystemExit(f"the drain meant for {root} ran the code in {loaded}: check PYTHONPATH")
-    return figures
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4,000 jobs, 1 run")
@@ -111,7 +91,12 @@ def main() -> None:
             for r in range(args.runs):
                 for label, root in rotated(trees, r):
                     results[label].append(
-                        run(root, fresh_database(server, "calls"), args.jobs, args.capacity, args.job)
+                        run_on(
+                            root,
+                            __file__,
+                            *("--child", fresh_database(server, "calls"), "--jobs", str(args.jobs)),
+                            *("--capacity", str(args.capacity), "--job", args.job),
+                        )
                     )
     columns = [group for group, _ in GROUPS] + ["rest", "total"]
     print_table(

@@ -18,8 +18,6 @@ Server time per job (mean_exec_time / rows) moves with the machine's load; buffe
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -82,20 +80,6 @@ def drain(url: str, backlog: int, batch: int) -> dict:
     return figures
 
 
-def child(root: Path, *args: str) -> dict:
-    """One measurement by the code in `root`, in a process of its own."""
-    done = subprocess.run(
-        [sys.executable, __file__, *args],
-        cwd=root,
-        env=dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{root / 'bench'}"),
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode:
-        raise SystemExit(f"{root}: {done.stderr.strip()[-3000:] or done.returncode}")
-    return json.loads(done.stdout.splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a backlog of 20,000")
@@ -106,14 +90,12 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.backlog = args.backlog or (20000 if args.quick else 100000)
-    if args.child:  # no import of common here: it puts this tree first on sys.path, and --before measures another
+    if args.child:  # figures, and the code that made them (see common.run_on)
         import queueprocessor
 
-        if not Path(queueprocessor.__file__).resolve().is_relative_to(Path.cwd().resolve()):
-            raise SystemExit(f"measured {queueprocessor.__file__}, not the code in {Path.cwd()}")
-        print(json.dumps(drain(args.child[1], args.backlog, args.batch)))
+        print(json.dumps(drain(args.child[1], args.backlog, args.batch) | {"code": queueprocessor.__file__}))
         return
-    from common import ROOT, fresh_database, load_average, postgres, print_table, source_tree
+    from common import ROOT, fresh_database, load_average, postgres, print_table, run_on, source_tree
 
     print(f"{args.backlog:,} batch no-op jobs, claimed and finished {args.batch:,} at a time; {load_average()}")
     with tempfile.TemporaryDirectory(prefix="qp-before-") as old:
@@ -121,7 +103,7 @@ def main() -> None:
         with postgres(stat_statements=True) as server:
             common = ["--backlog", str(args.backlog), "--batch", str(args.batch)]
             found = {
-                label: child(root, *common, "--child", "drain", fresh_database(server, "claim"))
+                label: run_on(root, __file__, *common, "--child", "drain", fresh_database(server, "claim"))
                 for label, root in trees
             }
     rows = []

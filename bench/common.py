@@ -9,6 +9,7 @@ happens. Run them from the repository root (`python bench/<name>.py`); this
 module puts the root on sys.path.
 """
 
+import json
 import math
 import os
 import shutil
@@ -84,6 +85,27 @@ def source_tree(ref: str, into: Path) -> Path:
     archive = subprocess.run(["git", "archive", ref], cwd=ROOT, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return into
+
+
+def run_on(root: Path, script: str, *args: str) -> dict:
+    """`script` run with `args` in a process of its own on the code in `root` (its tree, then its bench/, first on
+    PYTHONPATH): the figures it printed last, as a JSON object. The child adds the path of the queueprocessor it
+    imported as "code" (`{..., "code": queueprocessor.__file__}`), so a --before side that measured another
+    tree is refused instead of reported; a child that failed stops the benchmark with the end of its stderr."""
+    done = subprocess.run(
+        [sys.executable, script, *args],
+        cwd=root,
+        env=dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{root / 'bench'}"),
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        raise SystemExit(f"{root}: {done.stderr.strip()[-3000:] or done.returncode}")
+    figures = json.loads(done.stdout.splitlines()[-1])
+    loaded = Path(figures.pop("code")).resolve()
+    if not loaded.is_relative_to(root.resolve()):
+        raise SystemExit(f"the measurement meant for {root} ran the code in {loaded}: check PYTHONPATH")
+    return figures
 
 
 def rss_mb(pid: int) -> float:

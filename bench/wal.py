@@ -23,7 +23,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -179,20 +178,6 @@ def finish_time(url: str, backlog: int, batch: int, timed: int) -> dict[str, flo
     return figures
 
 
-def child(root: Path, *args: str) -> dict[str, float]:
-    """One measurement by the code in `root`, in a process of its own."""
-    done = subprocess.run(
-        [sys.executable, __file__, *args],
-        cwd=root,
-        env=dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{root / 'bench'}"),
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode:
-        raise SystemExit(f"{root}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
-    return json.loads(done.stdout.splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4,000 jobs, a backlog of 20,000")
@@ -203,20 +188,19 @@ def main() -> None:
     parser.add_argument("--before", metavar="REF", default="409d36d", help="also measure the code at this git ref")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:  # no import of common here: it puts this tree first on sys.path, and --before measures another
+    if args.child:  # figures, and the code that made them (see common.run_on)
         what, url, *rest = args.child
         import queueprocessor
 
-        if not Path(queueprocessor.__file__).resolve().is_relative_to(Path.cwd().resolve()):
-            raise SystemExit(f"measured {queueprocessor.__file__}, not the code in {Path.cwd()}")
+        code = {"code": queueprocessor.__file__}
         if what == "wal":
             bindir, pgdata, postmaster, payload = rest
             wal = Wal(bindir, pgdata)
-            print(json.dumps(measure(url, args.jobs, args.batch, payload == "1", wal, int(postmaster))))
+            print(json.dumps(measure(url, args.jobs, args.batch, payload == "1", wal, int(postmaster)) | code))
         else:
-            print(json.dumps(finish_time(url, args.backlog, args.batch, args.timed)))
+            print(json.dumps(finish_time(url, args.backlog, args.batch, args.timed) | code))
         return
-    from common import ROOT, fresh_database, load_average, postgres, print_table, source_tree
+    from common import ROOT, fresh_database, load_average, postgres, print_table, run_on, source_tree
 
     args.jobs = args.jobs or (4000 if args.quick else 20000)
     args.backlog = args.backlog or (20000 if args.quick else 100000)
@@ -227,13 +211,16 @@ def main() -> None:
             where = [str(server.bin_dir), str(server.data_dir), str(server.pid)]
             common = ["--jobs", str(args.jobs), "--batch", str(args.batch)]
             wal = {
-                (label, payload): child(root, *common, "--child", "wal", fresh_database(server, "wal"), *where, payload)
+                (label, payload): run_on(
+                    root, __file__, *common, "--child", "wal", fresh_database(server, "wal"), *where, payload
+                )
                 for payload in ("0", "1")
                 for label, root in trees
             }
             timing = ["--backlog", str(args.backlog), "--batch", str(args.batch), "--timed", str(args.timed)]
             timed = {
-                label: child(root, *timing, "--child", "time", fresh_database(server, "wal")) for label, root in trees
+                label: run_on(root, __file__, *timing, "--child", "time", fresh_database(server, "wal"))
+                for label, root in trees
             }
     rows = []
     for (label, payload), f in wal.items():
