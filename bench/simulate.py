@@ -409,7 +409,8 @@ class Simulation:
             machine.note_contact(read_at)
             version, wish, suspects = read
             if machine.known.current(version):
-                moved = machine.known.update(before, suspects)
+                stale = machine.known.stale(read_at, machine.liveness())  # as Heartbeat._learn_roster
+                moved = machine.known.update(before, suspects) or stale
                 self._learned(machine, read_at, wish, outlook, moved)
                 return
             self.db.roster_rows_main += len(self.db.rows)  # main read every row here

@@ -212,11 +212,13 @@ class Heartbeat(OfJoinedNode):
         """Keep our copy of the machine rows current: the rows changed since our version when the roster
         version moved (every row when we are far behind, or cannot tell what changed), else only the
         suspects' last_seen (see roster.KnownMachines). Suspects we find dead are buried, so nobody reads
-        them again. Whether the rows or the suspects changed."""
+        them again. Whether the rows or the suspects changed, or our copy had gone stale by this read: the turn
+        timer sleeps on a stale roster (no turn of ours in it, no change it could wake for) until told."""
         moved = True
         peers = self.node.store.roster
         if self._known.current(farm.version):
-            moved = self._known.update(before, farm.suspects)
+            stale = self._known.stale(farm.now, self.liveness())
+            moved = self._known.update(before, farm.suspects) or stale
         elif (behind := self._known.behind(farm.version)) is None or not self._known.catch_up(
             *peers.read_changes(*behind), before, farm.suspects
         ):

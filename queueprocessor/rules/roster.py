@@ -218,6 +218,11 @@ class KnownMachines:
         twin._memo = None
         return twin
 
+    def stale(self, db_now: float, liveness: Liveness) -> bool:
+        """Is our last read too old to vouch for the machines it saw checking in (each then counts as dead at its
+        own last_seen)? The next read brings them back: news for a turn timer asleep on the stale roster."""
+        return db_now >= liveness.dies_at(self._fresh_since)
+
     def changes_at(self, db_now: float, liveness: Liveness, join_delay: float) -> float:
         """The first instant from `db_now` on at which roster() may change by itself, with no new read (a
         join delay or a dead timeout running out); inf if none is coming. A node sleeps until then."""
@@ -233,9 +238,9 @@ class KnownMachines:
         """roster() of what we know, recomputed only when it may have changed: a new version or suspect, a
         newcomer's join delay or a suspect's dead timeout running out, or our own heartbeats stopping (every
         machine's bound then ages past the dead timeout)."""
-        # Computed before or after our last read went stale (too old to vouch for the machines it saw checking in):
-        # a roster made stale must not outlive the next read, nor a fresh one the read going stale.
-        stale = db_now >= liveness.dies_at(self._fresh_since)
+        # Computed before or after our last read went stale: a roster made stale must not outlive the next read, nor
+        # a fresh one the read going stale.
+        stale = self.stale(db_now, liveness)
         key = (self.version, liveness, join_delay, stale)
         memo = self._memo  # (key, valid from, valid until, roster)
         if memo is not None and memo[0] == key and memo[1] <= db_now < memo[2]:

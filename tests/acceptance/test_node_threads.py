@@ -6,6 +6,7 @@ it runs) while the test makes the other thread act, then let go."""
 
 import logging
 import threading
+import time
 from contextlib import contextmanager
 
 import pytest
@@ -200,6 +201,38 @@ def test_a_backlog_notice_that_comes_while_the_turn_thread_resets_is_kept(tmp_pa
             assert node.turns.taken == 1, "the job was claimed directly, not on a turn"
         finally:
             nodes.stop_all()
+
+
+def test_a_check_in_that_finds_our_roster_gone_stale_wakes_the_turn_timer(tmp_path, monkeypatch):
+    """A heartbeat a little late (past its read's stale point, still well inside the lease) leaves a stale roster:
+    nobody in it, so the turn timer sleeps until told. The late check-in brings everyone back, and must say so,
+    or the node takes no turn until the next push or roster change (seen as turns stalled for a minute under load).
+    (The node's threads are not started: the test makes each check-in itself. Heartbeats of 2 s put a read's stale
+    point 3 s after it, once our own run of check-ins is that long, and the end of our renewal's margin 5.5 s
+    after it: the late check-in comes half a second to 2.5 s from either. Our own row, written a second after
+    its read, is no suspect yet: the check-in's suspects are what they were.)"""
+    from queueprocessor.node.node import Node
+
+    monkeypatch.setattr(Node, "_start_threads", lambda node: None)
+    with Farm(f"sqlite:///{tmp_path}/farm.db") as farm:
+        node = Nodes(farm, period=1.0, heartbeat=2.0)("a")
+        try:
+            for _ in range(4):  # on time, for longer than the stale point: a peer is judged only within our run
+                node.heartbeat.checkin()
+                time.sleep(1.0)
+            node.heartbeat.checkin()
+            node.turns.wake.clear()
+            time.sleep(1.0)  # that check-in's write of our last_seen came late, as under load: no suspect at the next
+            with farm._engine.begin() as conn:
+                conn.execute(text("UPDATE qp_machines SET last_seen = :t"), {"t": farm._store.ask_time()})
+            wait_for(lambda: node.known.stale(node.estimator.db_now(), node.liveness()), timeout=10, interval=0.1)
+            assert node.turns.upcoming(node.estimator.db_now()) is None, "a stale roster holds no turn of ours"
+            assert node.db_healthy, "still inside the lease: only the roster went stale"
+            node.heartbeat.checkin()
+            assert node.turns.wake.is_set(), "the late check-in brought the roster back"
+            assert node.turns.upcoming(node.estimator.db_now()) is not None
+        finally:
+            node.stop(drain=False)
 
 
 def test_a_check_in_wakes_the_turn_timer_only_when_its_plan_may_change(farm, monkeypatch):
