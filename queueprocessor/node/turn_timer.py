@@ -14,6 +14,8 @@ docstring): `wake`, `backlogs`, `sweep`, and its own `_pushed`, `_released` and 
 import math
 import queue
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -106,10 +108,8 @@ class TurnTimer(OfJoinedNode):
         self._last_slot = -1
         self._made: tuple[int, float | None] = (-1, None)  # (farm read number, earliest occurrence left)
         self._housekeep_more = False  # our last housekeeping pass was cut short
-        self._elsewhere: tuple[object, tuple[str, ...] | None] = (
-            None,
-            None,
-        )  # ((roster version, roster), _served_elsewhere()'s answer for it)
+        # ((roster version, roster), _served_elsewhere()'s answer for it)
+        self._elsewhere: tuple[object, tuple[str, ...] | None] = (None, None)
         self.taken = 0  # turns taken
         # Notices (see the node's docstring)
         self.backlogs: queue.SimpleQueue[int] = queue.SimpleQueue()  # backlog slots: the listener's, heartbeats'
@@ -118,6 +118,11 @@ class TurnTimer(OfJoinedNode):
         self._released = threading.Event()  # our finish released children (the runner's writer): claim them
         self._follow_at: float | None = None  # when to claim again after answering a notice (monotonic; FOLLOW_UP)
         self._limited_freed = threading.Event()  # a job of a guarded queue ended here: claim its room at once
+        # A backlog's second claim, under way on the qp-claims thread beside the turn thread's own (see tick), and the
+        # room it holds until it returns. The thread is made on first use: a node that never meets a backlog has none.
+        self._ahead: Future[int] | None = None
+        self._ahead_room = 0
+        self._claims = ThreadPoolExecutor(1, thread_name_prefix="qp-claims")
         # Drop occurrences that waited past their schedule's grace, before this node's next turn claims: set
         # when it starts, when its contact with the database resumes, when it is resumed, and by housekeeping.
         self.sweep = threading.Event()
@@ -177,7 +182,8 @@ class TurnTimer(OfJoinedNode):
             return
         now = self.estimator.db_now()
         slot = slot_of(now, self.config.period)
-        free = self._runner.room(self.config.capacity)
+        self._claimed_ahead()
+        free = self._room()
         if slot != self._last_slot:
             if (
                 turn_to_take(
@@ -215,7 +221,7 @@ class TurnTimer(OfJoinedNode):
             self._released.clear()
             if free > 0:
                 self._claim(free, guarded=self._take_freed())
-                free = self._runner.room(self.config.capacity)
+                free = self._room()
         if self._backlog_slot >= slot - 2 and free > 0 and not self._direct:
             self._direct = True
         if self._direct:
@@ -226,9 +232,14 @@ class TurnTimer(OfJoinedNode):
             # period ahead: work of a higher priority than the backlog due before the next turn (a schedule's
             # occurrence) is taken ahead of its time and starts at it, not at the next claim after it. A claim
             # takes at most half our capacity, and the room left is claimed at once: the next claim is under way
-            # while the runner starts the last one's jobs and writes the results before them.
-            if free >= max(1, self.config.capacity // 4) or (free > 0 and self._freed_waited()):
+            # while the runner starts the last one's jobs and writes the results before them. If a quarter of the
+            # room is left beside this claim, a second claim takes it at the same time on the qp-claims thread (see
+            # _send_ahead): two batches in flight, as each statement spends most of its time in the server.
+            quarter = max(1, self.config.capacity // 4)
+            if free >= quarter or (free > 0 and self._freed_waited()):
                 limit = min(free, max(1, self.config.capacity // 2))
+                if free - limit >= quarter and self._ahead is None:
+                    self._send_ahead(min(free - limit, limit))
                 if not self._claim(limit, self.config.claim_ahead, guarded=self._take_freed()):
                     self._direct = False
                     self._backlog_slot = -1
@@ -243,7 +254,31 @@ class TurnTimer(OfJoinedNode):
         claimed = self._claim(free, self.config.claim_ahead, guarded=True)
         if self._last_slot == slot:
             self._flag_backlog(slot, free, claimed)
-        return self._runner.room(self.config.capacity)
+        return self._room()
+
+    def _room(self) -> int:
+        """How many more jobs we may claim: the runner's room, less what a claim under way on qp-claims may bring."""
+        return self._runner.room(self.config.capacity) - (self._ahead_room if self._ahead is not None else 0)
+
+    def _send_ahead(self, limit: int) -> None:
+        """A backlog's claim of up to `limit` jobs on qp-claims, beside the turn thread's: it starts its jobs and wakes
+        us when over, its room held meanwhile (_room). Never guarded, it never ends the backlog: our own claims do."""
+        self._ahead_room = limit
+        self._ahead = self._claims.submit(self._claim, limit, self.config.claim_ahead)
+        self._ahead.add_done_callback(lambda _done: self.wake.set())
+
+    def _claimed_ahead(self) -> None:
+        """A claim sent ahead that is over gives its room back; one that failed is said as ours would be."""
+        ahead = self._ahead
+        if ahead is not None and ahead.done():
+            self._ahead = None
+            ahead.result()
+
+    def close(self, wait: float) -> None:
+        """Stopping: wait up to `wait` seconds for a claim sent ahead (the runner starts or refuses its jobs)."""
+        if (ahead := self._ahead) is not None:
+            wait_for([ahead], timeout=wait)
+        self._claims.shutdown(wait=False)
 
     def _take_freed(self) -> bool:
         """Whether a job of a guarded queue ended here since our last guarded claim (see job_done): if so, the
