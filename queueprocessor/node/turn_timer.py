@@ -38,6 +38,7 @@ LATELY_DEAD = 60.0  # seconds after a peer's death during which every claim also
 # While a backlog is worked off, a place freed under a limited queue's limit waits at most this long to be
 # filled by the next claim of a quarter of our capacity, instead of a claim of its own (see tick).
 FREED_WAIT = 0.05
+IN_FLIGHT = 2  # a backlog's claims under way at once on a node (see tick)
 
 
 def turn_timer_wait(
@@ -118,11 +119,11 @@ class TurnTimer(OfJoinedNode):
         self._released = threading.Event()  # our finish released children (the runner's writer): claim them
         self._follow_at: float | None = None  # when to claim again after answering a notice (monotonic; FOLLOW_UP)
         self._limited_freed = threading.Event()  # a job of a guarded queue ended here: claim its room at once
-        # A backlog's second claim, under way on the qp-claims thread beside the turn thread's own (see tick), and the
-        # room it holds until it returns. The thread is made on first use: a node that never meets a backlog has none.
-        self._ahead: Future[int] | None = None
-        self._ahead_room = 0
-        self._claims = ThreadPoolExecutor(1, thread_name_prefix="qp-claims")
+        # A backlog's claims under way on the qp-claims threads (see tick), each with the room it holds until it
+        # returns. The threads are made on first use: a node that never meets a backlog has none.
+        self._sent: dict[Future[int], tuple[int, int]] = {}  # claim -> (its room, _notices when it was sent)
+        self._notices = 0  # backlog notices folded into ours (see take_backlog_notices)
+        self._claims = ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="qp-claims")
         # Drop occurrences that waited past their schedule's grace, before this node's next turn claims: set
         # when it starts, when its contact with the database resumes, when it is resumed, and by housekeeping.
         self.sweep = threading.Event()
@@ -137,6 +138,7 @@ class TurnTimer(OfJoinedNode):
             except queue.Empty:
                 return
             self._backlog_slot = max(self._backlog_slot, slot)
+            self._notices += 1
 
     def next_wake(self) -> float | None:
         """How long the turn timer may sleep (None: until woken): until we are surely inside our next slot or
@@ -182,7 +184,7 @@ class TurnTimer(OfJoinedNode):
             return
         now = self.estimator.db_now()
         slot = slot_of(now, self.config.period)
-        self._claimed_ahead()
+        self._backlog_claimed()
         free = self._room()
         if slot != self._last_slot:
             if (
@@ -231,20 +233,15 @@ class TurnTimer(OfJoinedNode):
             # with that claim (guarded then), waiting for it at most FREED_WAIT. Like a turn's, the claim looks a
             # period ahead: work of a higher priority than the backlog due before the next turn (a schedule's
             # occurrence) is taken ahead of its time and starts at it, not at the next claim after it. A claim
-            # takes at most half our capacity, and the room left is claimed at once: the next claim is under way
-            # while the runner starts the last one's jobs and writes the results before them. If a quarter of the
-            # room is left beside this claim, a second claim takes it at the same time on the qp-claims thread (see
-            # _send_ahead): two batches in flight, as each statement spends most of its time in the server.
-            quarter = max(1, self.config.capacity // 4)
-            if free >= quarter or (free > 0 and self._freed_waited()):
+            # takes at most half our capacity, and the room left is claimed at once. The claims run on the qp-claims
+            # threads, IN_FLIGHT at most: a claim spends most of its time in the server, and the next one is under
+            # way meanwhile, and while the runner starts the last one's jobs and writes the results before them.
+            while len(self._sent) < IN_FLIGHT and (
+                free >= max(1, self.config.capacity // 4) or (free > 0 and self._freed_waited())
+            ):
                 limit = min(free, max(1, self.config.capacity // 2))
-                if free - limit >= quarter and self._ahead is None:
-                    self._send_ahead(min(free - limit, limit))
-                if not self._claim(limit, self.config.claim_ahead, guarded=self._take_freed()):
-                    self._direct = False
-                    self._backlog_slot = -1
-                elif limit < free:
-                    self.wake.set()
+                self._send(limit, guarded=self._take_freed())
+                free -= limit
         elif free > 0 and self._take_freed():
             self._claim(free, guarded=True)
 
@@ -258,26 +255,28 @@ class TurnTimer(OfJoinedNode):
 
     def _room(self) -> int:
         """How many more jobs we may claim: the runner's room, less what a claim under way on qp-claims may bring."""
-        return self._runner.room(self.config.capacity) - (self._ahead_room if self._ahead is not None else 0)
+        return self._runner.room(self.config.capacity) - sum(room for room, _ in self._sent.values())
 
-    def _send_ahead(self, limit: int) -> None:
-        """A backlog's claim of up to `limit` jobs on qp-claims, beside the turn thread's: it starts its jobs and wakes
-        us when over, its room held meanwhile (_room). Never guarded, it never ends the backlog: our own claims do."""
-        self._ahead_room = limit
-        self._ahead = self._claims.submit(self._claim, limit, self.config.claim_ahead)
-        self._ahead.add_done_callback(lambda _done: self.wake.set())
+    def _send(self, limit: int, guarded: bool) -> None:
+        """A backlog's claim of up to `limit` jobs on qp-claims: it starts its jobs and wakes us when it is over, its
+        room held meanwhile (see _room)."""
+        sent = self._claims.submit(self._claim, limit, self.config.claim_ahead, guarded)
+        self._sent[sent] = limit, self._notices
+        sent.add_done_callback(lambda _done: self.wake.set())
 
-    def _claimed_ahead(self) -> None:
-        """A claim sent ahead that is over gives its room back; one that failed is said as ours would be."""
-        ahead = self._ahead
-        if ahead is not None and ahead.done():
-            self._ahead = None
-            ahead.result()
+    def _backlog_claimed(self) -> None:
+        """The backlog's claims that are over give their room back; one that claimed nothing ends the backlog's
+        claims (a claim beside it may hold the last due rows: it claims them) unless a backlog notice came since it
+        was sent; one that failed is said as the turn thread's own failure would be (Node._turn_loop)."""
+        over = [(sent, self._sent.pop(sent)[1]) for sent in list(self._sent) if sent.done()]
+        for sent, notices in over:
+            if not sent.result() and notices == self._notices:  # a notice folded since it was sent is kept
+                self._direct = False
+                self._backlog_slot = -1
 
     def close(self, wait: float) -> None:
-        """Stopping: wait up to `wait` seconds for a claim sent ahead (the runner starts or refuses its jobs)."""
-        if (ahead := self._ahead) is not None:
-            wait_for([ahead], timeout=wait)
+        """Stopping: wait up to `wait` seconds for the claims under way (the runner starts or refuses their jobs)."""
+        wait_for(list(self._sent), timeout=wait)
         self._claims.shutdown(wait=False)
 
     def _take_freed(self) -> bool:
