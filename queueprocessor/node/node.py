@@ -277,7 +277,6 @@ class Node:
         for thread in self._threads:
             if thread.name == "qp-turns" and thread is not threading.current_thread():
                 thread.join(wait)
-        self.turns.close(wait)
 
     def _failed_start(self) -> None:
         """The last undo of a failed start (whose error says why): this node is stopped, so stop() has

@@ -24,9 +24,6 @@ RECORD_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 # least as many jobs are still at work: slow jobs (HTTP) end a few at a time, and each write has a fixed cost.
 LINGER = 0.005
 LINGER_UNTIL = 16
-# Finishes under way at once: while one is in the server, the results that came meanwhile go in a second, if there
-# are LINGER_UNTIL of them (each on its own connection: see store.base.Held).
-WRITERS = 2
 
 
 class Recorder:
@@ -49,19 +46,19 @@ class Recorder:
         self.loop, self.store, self.machine_id, self.db_now = loop, store, machine_id, db_now
         self.working, self.written = working, written
         self.waiting: list[Running] = []  # ended, their `ending` not written yet
-        self.writers = 0  # _write tasks under way, at most WRITERS
-        self.task: asyncio.Task[None] | None = None  # the last writer (_write) started
+        self.busy = False
+        self.task: asyncio.Task[None] | None = None  # the writer (_write), while busy
         self._lingering: asyncio.Future[None] | None = None  # resolved when the linger is over (see _linger)
 
     def record(self, entries: list[Running]) -> None:
         """Write each entry's `ending` with the next batch. Nobody waits for it: the writer tries again by itself
         while the database is away, and a job leaves `running` (its lease no longer renewed) once it is written."""
         self.waiting += entries
-        if len(self.waiting) >= LINGER_UNTIL and self._lingering is not None:
-            self._linger_over()
-        elif not self.writers or (self.writers < WRITERS and len(self.waiting) >= LINGER_UNTIL):
-            self.writers += 1
+        if not self.busy:
+            self.busy = True
             self.task = self.loop.create_task(self._write())
+        elif len(self.waiting) >= LINGER_UNTIL and self._lingering is not None:
+            self._linger_over()
 
     async def _linger(self) -> None:
         """More results are on their way: wait for them, up to LINGER, or until LINGER_UNTIL are waiting (fast
@@ -79,17 +76,15 @@ class Recorder:
     async def _write(self) -> None:
         try:
             while self.waiting:
-                if len(self.waiting) < LINGER_UNTIL and self.working() >= LINGER_UNTIL and self._lingering is None:
+                if len(self.waiting) < LINGER_UNTIL and self.working() >= LINGER_UNTIL:
                     await self._linger()
-                    if not self.waiting:  # the other writer took them
-                        break
                 batch, self.waiting = self.waiting, []
                 loop = self.loop
                 for entry in await loop.run_in_executor(None, self.record_many, batch):
                     loop.call_later(RECORD_RETRIES[entry.tries], self.record, [entry])
                     entry.tries += 1
         finally:
-            self.writers -= 1
+            self.busy = False
 
     def record_many(self, entries: list[Running]) -> list[Running]:
         """Write how runs ended, all finishes in one transaction. Returns those to try again later: the

@@ -14,8 +14,6 @@ docstring): `wake`, `backlogs`, `sweep`, and its own `_pushed`, `_released` and 
 import math
 import queue
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_for
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -38,7 +36,6 @@ LATELY_DEAD = 60.0  # seconds after a peer's death during which every claim also
 # While a backlog is worked off, a place freed under a limited queue's limit waits at most this long to be
 # filled by the next claim of a quarter of our capacity, instead of a claim of its own (see tick).
 FREED_WAIT = 0.05
-IN_FLIGHT = 2  # a backlog's claims under way at once on a node (see tick)
 
 
 def turn_timer_wait(
@@ -109,8 +106,10 @@ class TurnTimer(OfJoinedNode):
         self._last_slot = -1
         self._made: tuple[int, float | None] = (-1, None)  # (farm read number, earliest occurrence left)
         self._housekeep_more = False  # our last housekeeping pass was cut short
-        # ((roster version, roster), _served_elsewhere()'s answer for it)
-        self._elsewhere: tuple[object, tuple[str, ...] | None] = (None, None)
+        self._elsewhere: tuple[object, tuple[str, ...] | None] = (
+            None,
+            None,
+        )  # ((roster version, roster), _served_elsewhere()'s answer for it)
         self.taken = 0  # turns taken
         # Notices (see the node's docstring)
         self.backlogs: queue.SimpleQueue[int] = queue.SimpleQueue()  # backlog slots: the listener's, heartbeats'
@@ -119,11 +118,6 @@ class TurnTimer(OfJoinedNode):
         self._released = threading.Event()  # our finish released children (the runner's writer): claim them
         self._follow_at: float | None = None  # when to claim again after answering a notice (monotonic; FOLLOW_UP)
         self._limited_freed = threading.Event()  # a job of a guarded queue ended here: claim its room at once
-        # A backlog's claims under way on the qp-claims threads (see tick), each with the room it holds until it
-        # returns. The threads are made on first use: a node that never meets a backlog has none.
-        self._sent: dict[Future[int], tuple[int, int]] = {}  # claim -> (its room, _notices when it was sent)
-        self._notices = 0  # backlog notices folded into ours (see take_backlog_notices)
-        self._claims = ThreadPoolExecutor(IN_FLIGHT, thread_name_prefix="qp-claims")
         # Drop occurrences that waited past their schedule's grace, before this node's next turn claims: set
         # when it starts, when its contact with the database resumes, when it is resumed, and by housekeeping.
         self.sweep = threading.Event()
@@ -138,7 +132,6 @@ class TurnTimer(OfJoinedNode):
             except queue.Empty:
                 return
             self._backlog_slot = max(self._backlog_slot, slot)
-            self._notices += 1
 
     def next_wake(self) -> float | None:
         """How long the turn timer may sleep (None: until woken): until we are surely inside our next slot or
@@ -184,8 +177,7 @@ class TurnTimer(OfJoinedNode):
             return
         now = self.estimator.db_now()
         slot = slot_of(now, self.config.period)
-        self._backlog_claimed()
-        free = self._room()
+        free = self._runner.room(self.config.capacity)
         if slot != self._last_slot:
             if (
                 turn_to_take(
@@ -223,7 +215,7 @@ class TurnTimer(OfJoinedNode):
             self._released.clear()
             if free > 0:
                 self._claim(free, guarded=self._take_freed())
-                free = self._room()
+                free = self._runner.room(self.config.capacity)
         if self._backlog_slot >= slot - 2 and free > 0 and not self._direct:
             self._direct = True
         if self._direct:
@@ -233,15 +225,15 @@ class TurnTimer(OfJoinedNode):
             # with that claim (guarded then), waiting for it at most FREED_WAIT. Like a turn's, the claim looks a
             # period ahead: work of a higher priority than the backlog due before the next turn (a schedule's
             # occurrence) is taken ahead of its time and starts at it, not at the next claim after it. A claim
-            # takes at most half our capacity, and the room left is claimed at once. The claims run on the qp-claims
-            # threads, IN_FLIGHT at most: a claim spends most of its time in the server, and the next one is under
-            # way meanwhile, and while the runner starts the last one's jobs and writes the results before them.
-            while len(self._sent) < IN_FLIGHT and (
-                free >= max(1, self.config.capacity // 4) or (free > 0 and self._freed_waited())
-            ):
+            # takes at most half our capacity, and the room left is claimed at once: the next claim is under way
+            # while the runner starts the last one's jobs and writes the results before them.
+            if free >= max(1, self.config.capacity // 4) or (free > 0 and self._freed_waited()):
                 limit = min(free, max(1, self.config.capacity // 2))
-                self._send(limit, guarded=self._take_freed())
-                free -= limit
+                if not self._claim(limit, self.config.claim_ahead, guarded=self._take_freed()):
+                    self._direct = False
+                    self._backlog_slot = -1
+                elif limit < free:
+                    self.wake.set()
         elif free > 0 and self._take_freed():
             self._claim(free, guarded=True)
 
@@ -251,33 +243,7 @@ class TurnTimer(OfJoinedNode):
         claimed = self._claim(free, self.config.claim_ahead, guarded=True)
         if self._last_slot == slot:
             self._flag_backlog(slot, free, claimed)
-        return self._room()
-
-    def _room(self) -> int:
-        """How many more jobs we may claim: the runner's room, less what a claim under way on qp-claims may bring."""
-        return self._runner.room(self.config.capacity) - sum(room for room, _ in self._sent.values())
-
-    def _send(self, limit: int, guarded: bool) -> None:
-        """A backlog's claim of up to `limit` jobs on qp-claims: it starts its jobs and wakes us when it is over, its
-        room held meanwhile (see _room)."""
-        sent = self._claims.submit(self._claim, limit, self.config.claim_ahead, guarded)
-        self._sent[sent] = limit, self._notices
-        sent.add_done_callback(lambda _done: self.wake.set())
-
-    def _backlog_claimed(self) -> None:
-        """The backlog's claims that are over give their room back; one that claimed nothing ends the backlog's
-        claims (a claim beside it may hold the last due rows: it claims them) unless a backlog notice came since it
-        was sent; one that failed is said as the turn thread's own failure would be (Node._turn_loop)."""
-        over = [(sent, self._sent.pop(sent)[1]) for sent in list(self._sent) if sent.done()]
-        for sent, notices in over:
-            if not sent.result() and notices == self._notices:  # a notice folded since it was sent is kept
-                self._direct = False
-                self._backlog_slot = -1
-
-    def close(self, wait: float) -> None:
-        """Stopping: wait up to `wait` seconds for the claims under way (the runner starts or refuses their jobs)."""
-        wait_for(list(self._sent), timeout=wait)
-        self._claims.shutdown(wait=False)
+        return self._runner.room(self.config.capacity)
 
     def _take_freed(self) -> bool:
         """Whether a job of a guarded queue ended here since our last guarded claim (see job_done): if so, the

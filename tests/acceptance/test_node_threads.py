@@ -180,7 +180,7 @@ def test_a_backlog_notice_that_comes_while_the_turn_thread_resets_is_kept(tmp_pa
 
             def during_the_empty_claim(conn, cursor, statement, *_):
                 if (
-                    threading.current_thread().name.startswith(("qp-turns", "qp-claims"))  # a backlog's claims
+                    threading.current_thread().name == "qp-turns"
                     and statement.lstrip().startswith("UPDATE")
                     and "qp_jobs" in statement
                     and not hold.is_set()
