@@ -43,7 +43,12 @@ from sqlalchemy.engine import Engine
 # instead of 0.8. Left to choose, the server keeps a statement's one plan only while it costs no more than a
 # plan for the values at hand, and plans for the values otherwise (so a statement must not make its kept plan
 # look dearer than it is: see sql.gates.held_queues).
+#
+# Nor is JIT compilation ever worth it for them: planned on fresh statistics, a backlog claim of 2,000 jobs (a node
+# of capacity 4,000 claims half of it at a time) costs past jit_above_cost, and compiling it took 38 ms of a 58 ms
+# claim, 20-44 us a job where a claim of 1,000, under the threshold, took 8-9 (bench/claim_cost.py --batch 2000).
 PLANNER_HINT = "SET enable_bitmapscan = off"
+NO_JIT = "SET jit = off"
 READ_ONLY = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
 
 
@@ -57,6 +62,7 @@ def prepare(engine: Engine, read_only: bool) -> None:
             return
         with dbapi_connection.cursor() as cursor:
             cursor.execute(PLANNER_HINT)
+            cursor.execute(NO_JIT)
             if read_only:
                 cursor.execute(READ_ONLY)
         dbapi_connection.commit()  # a SET inside a transaction that is rolled back would be undone

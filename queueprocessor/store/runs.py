@@ -19,7 +19,7 @@ from .jobs import cancelled_instead
 from .progress import progress_arrays, progress_renew_statement, progress_values
 from .schema import Id, jobs, runs
 from .sql.gates import free_places
-from .sql.runs import CANCELLED_BY, finish_params, finish_statement, renew_params, renew_statement
+from .sql.runs import CANCELLED_BY, finish_params, finish_statement, renew_params, renew_statement, successes
 from .types import Progress
 
 
@@ -121,10 +121,13 @@ class RunStore:
         jobs without children only: a parent (store/dependencies.py) is finished apart, in a transaction with its
         children's release or cancellation, so a job with no dependencies costs no statement more."""
         if self.store.whole and endings:
-            ours = self.store.held(finish_statement(), finish_params(machine_id, endings))
+            succeeded = successes(endings)
+            ours = self.store.held(finish_statement(succeeded), finish_params(machine_id, endings, succeeded))
+            if succeeded and len(ours) == len(endings):  # every run was still ours and childless (each is in
+                return [JobState.SUCCEEDED.value] * len(endings)  # `endings` once), and a success stays one
             still = {(job_id, fence): state for job_id, fence, state in ours}
             states = [still.get((e.job.id, e.job.fence)) for e in endings]
-            if len(ours) == len(endings):  # every run was still ours and childless (each is in `endings` once)
+            if len(ours) == len(endings):
                 return states
         else:
             states = self._finish_plain(machine_id, endings)

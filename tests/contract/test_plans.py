@@ -74,9 +74,10 @@ def test_a_batch_is_claimed_renewed_and_finished_by_primary_key_on_a_never_analy
             engine, progress_renew_statement(), renew_params(me, held, 60) | progress_arrays(held, news)
         )
         plans["finish"] = planned(engine, finish_statement(), finish_params(me, endings))
+        plans["successes"] = planned(engine, finish_statement(True), finish_params(me, endings, True))
         for name, plan in plans.items():
             assert ("Seq Scan", "qp_jobs") not in plan, f"the {name} reads the whole of qp_jobs: {plan}"
-        for name in ("renew", "progress", "finish"):
+        for name in ("renew", "progress", "finish", "successes"):
             assert ("Index Scan", "qp_jobs") in plans[name], plans[name]
         # The claim's update is the statement itself, its rows returned as written, not scanned again by a SELECT
         # around it (sql.claim._one_of: the picked ids as one array, looked up by key).
