@@ -3,7 +3,7 @@ leases that ran out, cancel, retry, read, and prune. (A run's writes under its l
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import String, Table, and_, bindparam, delete, exc, false, func, insert, literal, select, true, update
@@ -14,7 +14,7 @@ from ..rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from ..rules.job import Claimed, JobSpec
 from ..rules.schedules import RUN_NOW
 from ..rules.states import FINISHED, JobState, Kind, Outcome
-from . import dependencies
+from . import dependencies, job_partitions
 from .base import StoreBase
 from .dbtime import db_now
 from .history import last_output, with_owner_name
@@ -256,12 +256,30 @@ class JobStore:
         one transaction (retention, as Oban's pruner and Hangfire's expiration do). Returns how many: fewer than
         `batch` means none are left. A job retried meanwhile is no longer finished, and stays."""
         with self.store.engine.begin() as conn:
-            kept = dict(conn.execute(select(queues.c.name, queues.c.keep).where(queues.c.keep.isnot(None))).all())
-            old = and_(jobs.c.state.in_(FINISHED), _past_keep(kept, keep_seconds))
+            kept = _kept(conn)
+            by_day = job_partitions.closed_before(conn) if conn.dialect.name == "postgresql" else None
+            old = and_(jobs.c.state.in_(FINISHED), _past_keep(kept, keep_seconds, by_day))
             ids = [row[0] for row in conn.execute(select(jobs.c.id).where(old).limit(batch))]
             if ids:
                 delete_finished(conn, and_(jobs.c.id.in_(ids), old))
         return len(ids)
+
+    def prune_days(self, keep_seconds: float) -> int:
+        """PostgreSQL: make the days ahead and drop each day whose every job finished and is past its keep
+        (`keep_seconds`, or its queue's own), with its runs, payloads and keys (store/job_partitions.py); how many
+        jobs went. prune deletes the rest, of the days that cannot go whole. Elsewhere nothing (0)."""
+        if self.store.engine.dialect.name != "postgresql":
+            return 0
+        now = self.store.ask_time()
+        job_partitions.upkeep(self.store.engine, now)
+        with self.store.engine.connect() as conn:
+            kept = _kept(conn)
+        return job_partitions.drop_days(self.store.engine, now, keep_seconds, kept, _past_keep(kept, keep_seconds))
+
+
+def _kept(conn: Connection) -> dict[str, float]:
+    """The queues that keep their finished jobs for a time of their own: seconds, by name."""
+    return dict(conn.execute(select(queues.c.name, queues.c.keep).where(queues.c.keep.isnot(None))).all())
 
 
 def insert_jobs(
@@ -480,16 +498,24 @@ def retried(conn: Connection, which: ColumnElement[bool]) -> tuple[int, dict[int
     return len(rows) - len(held), held
 
 
-def _past_keep(kept: dict[str, float], default: float) -> ColumnElement[bool]:
+def _past_keep(
+    kept: dict[str, float], default: float, by_day: Callable[[float], ColumnElement[bool]] | None = None
+) -> ColumnElement[bool]:
     """A job that finished longer ago than its queue keeps them: `kept` by the queues with a time of their own
-    (seconds, by name; few), `default` by every other. Written out per queue, not a join per row."""
+    (seconds, by name; few), `default` by every other. Written out per queue, not a join per row. With `by_day`
+    (PostgreSQL), only of the days closed that long ago (job_partitions.closed_before): a younger day waits to go
+    whole."""
     now = db_now()
-    past = jobs.c.finished_at < now - default
+
+    def past(keep: float) -> ColumnElement[bool]:
+        return and_(jobs.c.finished_at < now - keep, *([by_day(keep)] if by_day is not None else []))
+
+    found = past(default)
     if kept:
-        past = and_(jobs.c.queue.notin_(sorted(kept)), past)
+        found = and_(jobs.c.queue.notin_(sorted(kept)), found)
     for name, keep in sorted(kept.items()):
-        past = past | and_(jobs.c.queue == name, jobs.c.finished_at < now - keep)
-    return past
+        found = found | and_(jobs.c.queue == name, past(keep))
+    return found
 
 
 def delete_finished(conn: Connection, which: ColumnElement[bool]) -> int:
