@@ -227,11 +227,11 @@ def partition_jobs(conn: Connection) -> None:
     if conn.execute(kind).scalar() == "p":
         return
     today = int(_now(conn) // DAY * DAY)
-    first = Part(today, None)
-    last = conn.execute(text("SELECT coalesce(max(id), 0) FROM qp_jobs")).scalar_one()
-    if last >= first.hi:
-        raise RuntimeError(f"qp_jobs holds ids up to {last}, past the first day's range ({first.hi})")
     _ddl(conn, "LOCK TABLE qp_jobs, qp_runs IN ACCESS EXCLUSIVE MODE")
+    last = conn.execute(
+        text("SELECT greatest((SELECT max(id) FROM qp_jobs), (SELECT last_value FROM qp_jobs_id_seq))")
+    ).scalar_one()
+    first = Part(max(today, (last // ID_SPAN + 1) * DAY + EPOCH), None)  # every id given so far below its top
     for trigger in TRIGGERS_BEFORE:
         _ddl(conn, f"DROP TRIGGER IF EXISTS {trigger} ON qp_jobs")
     for table_name, key in TABLES:
@@ -281,11 +281,11 @@ def make_days(conn: Connection, now: float) -> None:
         )
 
 
-def closed_before(conn: Connection) -> Callable[[float], ColumnElement[bool]]:
+def closed_before(conn: Connection, now: float | None = None) -> Callable[[float], ColumnElement[bool]]:
     """For a keep (seconds), the jobs whose partition closed that long ago or more, or that are in none: what the
-    DELETE path may prune of a queue kept so long (a younger day waits to go whole)."""
+    DELETE path may prune of a queue kept so long (a younger day waits to go whole). `now`: database time."""
     jobs = schema.jobs
-    now, made = _now(conn), parts(conn)
+    now, made = _now(conn) if now is None else now, parts(conn)
 
     def below(keep: float) -> ColumnElement[bool]:
         closed = [part.hi for part in made if part.closed <= now - keep]

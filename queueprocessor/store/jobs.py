@@ -250,31 +250,35 @@ class JobStore:
         rows = self.store.rows(select(jobs.c.state, func.count()).group_by(jobs.c.state))
         return {state: 0 for state in JobState} | {state: n for state, n in rows}
 
-    def prune(self, keep_seconds: float, batch: int = PRUNE_BATCH) -> int:
+    def prune(self, keep_seconds: float, batch: int = PRUNE_BATCH, now: float | None = None) -> int:
         """Delete up to `batch` jobs that finished more than `keep_seconds` ago (or their queue's own `keep`, where
         it has one), with their runs, the rows naming their parents and their places in workflows and groups, in
         one transaction (retention, as Oban's pruner and Hangfire's expiration do). Returns how many: fewer than
-        `batch` means none are left. A job retried meanwhile is no longer finished, and stays."""
+        `batch` means none are left. A job retried meanwhile is no longer finished, and stays. On PostgreSQL only
+        the jobs of days closed their keep ago (the days that could not go whole: prune_days). `now`: database
+        time, for a test (by default the database's own)."""
         with self.store.engine.begin() as conn:
             kept = _kept(conn)
-            by_day = job_partitions.closed_before(conn) if conn.dialect.name == "postgresql" else None
-            old = and_(jobs.c.state.in_(FINISHED), _past_keep(kept, keep_seconds, by_day))
+            by_day = job_partitions.closed_before(conn, now) if conn.dialect.name == "postgresql" else None
+            old = and_(jobs.c.state.in_(FINISHED), _past_keep(kept, keep_seconds, by_day, now))
             ids = [row[0] for row in conn.execute(select(jobs.c.id).where(old).limit(batch))]
             if ids:
                 delete_finished(conn, and_(jobs.c.id.in_(ids), old))
         return len(ids)
 
-    def prune_days(self, keep_seconds: float) -> int:
+    def prune_days(self, keep_seconds: float, now: float | None = None) -> int:
         """PostgreSQL: make the days ahead and drop each day whose every job finished and is past its keep
         (`keep_seconds`, or its queue's own), with its runs, payloads and keys (store/job_partitions.py); how many
-        jobs went. prune deletes the rest, of the days that cannot go whole. Elsewhere nothing (0)."""
+        jobs went. prune deletes the rest, of the days that cannot go whole. Elsewhere nothing (0). `now`: database
+        time, for a test."""
         if self.store.engine.dialect.name != "postgresql":
             return 0
-        now = self.store.ask_time()
+        now = self.store.ask_time() if now is None else now
         job_partitions.upkeep(self.store.engine, now)
         with self.store.engine.connect() as conn:
             kept = _kept(conn)
-        return job_partitions.drop_days(self.store.engine, now, keep_seconds, kept, _past_keep(kept, keep_seconds))
+        past = _past_keep(kept, keep_seconds, now=now)
+        return job_partitions.drop_days(self.store.engine, now, keep_seconds, kept, past)
 
 
 def _kept(conn: Connection) -> dict[str, float]:
@@ -499,16 +503,19 @@ def retried(conn: Connection, which: ColumnElement[bool]) -> tuple[int, dict[int
 
 
 def _past_keep(
-    kept: dict[str, float], default: float, by_day: Callable[[float], ColumnElement[bool]] | None = None
+    kept: dict[str, float],
+    default: float,
+    by_day: Callable[[float], ColumnElement[bool]] | None = None,
+    now: float | None = None,
 ) -> ColumnElement[bool]:
     """A job that finished longer ago than its queue keeps them: `kept` by the queues with a time of their own
     (seconds, by name; few), `default` by every other. Written out per queue, not a join per row. With `by_day`
     (PostgreSQL), only of the days closed that long ago (job_partitions.closed_before): a younger day waits to go
-    whole."""
-    now = db_now()
+    whole. `now`: database time, for a test (by default the database's own)."""
+    at = db_now() if now is None else literal(now)
 
     def past(keep: float) -> ColumnElement[bool]:
-        return and_(jobs.c.finished_at < now - keep, *([by_day(keep)] if by_day is not None else []))
+        return and_(jobs.c.finished_at < at - keep, *([by_day(keep)] if by_day is not None else []))
 
     found = past(default)
     if kept:

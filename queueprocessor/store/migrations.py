@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.schema import CreateColumn, CreateTable
 
 from . import schema
+from .job_partitions import partition_jobs
 from .partitions import partition
 from .sql.gates import recount_statement, regate_statements
 from .sqlfunctions import create_sql_functions, narrow_enqueuers
@@ -310,8 +311,6 @@ def _finished_jobs_by_day(conn: Connection) -> None:
     at its own pace (the rows it deletes leave the days that would have gone whole anyway). Elsewhere nothing
     changes: SQLite and SQL Server keep one table each."""
     if conn.dialect.name == "postgresql":
-        from .job_partitions import partition_jobs
-
         partition_jobs(conn)
         create_sql_functions(conn)
 
