@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DDL, ColumnElement, and_, column, exists, false, literal_column, or_, select, table, text
+from sqlalchemy import DDL, ColumnElement, and_, column, event, exists, false, literal_column, or_, select, table, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
@@ -89,7 +89,10 @@ def _quoted(conn: Connection, name: str) -> str:
 def parts(conn: Connection) -> list[Part]:
     """qp_jobs' partitions by day, oldest first (not the default)."""
     names = conn.execute(
-        text("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'qp_jobs'::regclass")
+        text(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'qp_jobs'::regclass"
+        )
     ).scalars()
     found = []
     for name in names:
@@ -186,8 +189,7 @@ def _into_first_partition(conn: Connection, table_name: str, key: str, first: Pa
     for index_name in list(indexes):
         _ddl(conn, f"ALTER INDEX {index_name} RENAME TO {_quoted(conn, old + '_' + index_name.removeprefix('ux_'))}")
     _ddl(conn, f"CREATE TABLE {table_name} (LIKE {old} INCLUDING DEFAULTS) PARTITION BY RANGE ({key})")
-    serial = key == "id" or table_name == "qp_runs"
-    if serial:
+    if table_name != schema.PAYLOADS:  # the others take their ids from a sequence of their own
         serial = conn.execute(text("SELECT pg_get_serial_sequence(:t, 'id')"), dict(t=old)).scalar()
         _ddl(conn, f"ALTER SEQUENCE {serial} OWNED BY {table_name}.id")
     grants = conn.execute(
@@ -236,7 +238,7 @@ def partition_jobs(conn: Connection) -> None:
         _ddl(conn, f"DROP TRIGGER IF EXISTS {trigger} ON qp_jobs")
     for table_name, key in TABLES:
         _into_first_partition(conn, table_name, key, first)
-    farm_schema = conn.execute(select(literal_column("current_schema()"))).scalar_one()
+    farm_schema: str = conn.execute(select(literal_column("current_schema()"))).scalar_one()
     _ddl(conn, side_ddl(farm_schema))
     _ddl(conn, f"INSERT INTO {KEYS} (key, job_id) SELECT key, id FROM qp_jobs WHERE key IS NOT NULL")
     _ddl(
@@ -260,7 +262,8 @@ def make_days(conn: Connection, now: float) -> None:
         if top is not None and part.lo is not None and part.lo < top:
             continue
         held = conn.execute(
-            text("SELECT EXISTS (SELECT FROM qp_jobs_default WHERE id >= :lo AND id < :hi)"), dict(lo=part.lo, hi=part.hi)
+            text("SELECT EXISTS (SELECT FROM qp_jobs_default WHERE id >= :lo AND id < :hi)"),
+            dict(lo=part.lo, hi=part.hi),
         ).scalar_one()
         if held:
             break
@@ -274,9 +277,7 @@ def make_days(conn: Connection, now: float) -> None:
     start = base(today)
     if top is not None and start < top:
         conn.execute(
-            text(
-                "SELECT setval('qp_jobs_id_seq', :start) FROM qp_jobs_id_seq WHERE last_value < :start"
-            ),
+            text("SELECT setval('qp_jobs_id_seq', :start) FROM qp_jobs_id_seq WHERE last_value < :start"),
             dict(start=start),
         )
 
@@ -343,9 +344,12 @@ def _drop(conn: Connection, part: Part) -> int:
     the rows naming its jobs in qp_deps and qp_flow_jobs."""
     jobs_part = part.name("qp_jobs")
     count = conn.execute(text(f"SELECT count(*) FROM {jobs_part}")).scalar_one()
-    _ddl(conn, f"DELETE FROM {KEYS} AS k USING {jobs_part} AS j WHERE j.key IS NOT NULL AND k.key = j.key AND k.job_id = j.id")
+    _ddl(
+        conn,
+        f"DELETE FROM {KEYS} AS k USING {jobs_part} AS j WHERE j.key IS NOT NULL AND k.key = j.key AND k.job_id = j.id",
+    )
     for name, key in (("qp_deps", "child_id"), ("qp_flow_jobs", "job_id")):
-        ids = column(key)
+        ids: Any = column(key)
         which = [ids < part.hi] + ([ids >= part.lo] if part.lo is not None else [])
         conn.execute(table(name, ids).delete().where(*which))
     for table_name, _ in TABLES:
@@ -366,3 +370,13 @@ def upkeep(engine: Engine, now: float) -> None:
     except OperationalError as error:
         if getattr(error.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
             raise
+
+
+def _jobs_by_day(_metadata: Any, connection: Any, tables: Any = (), **_: Any) -> None:
+    """PostgreSQL: qp_jobs, qp_runs and qp_payloads, once made by create_all, are partitioned by day of job id (made
+    here, where every store and migrations import it: schema cannot import this module, which builds on it)."""
+    if connection.dialect.name == "postgresql" and schema.jobs in tables:
+        partition_jobs(connection)
+
+
+event.listen(schema.metadata, "after_create", _jobs_by_day)

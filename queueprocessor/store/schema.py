@@ -511,15 +511,3 @@ def _by_day(table: Table, connection: Any, **_: Any) -> None:
 
 for _log in (history, events):
     event.listen(_log, "after_create", _by_day)
-
-
-def _jobs_by_day(_metadata: MetaData, connection: Any, tables: Any = (), **_: Any) -> None:
-    """PostgreSQL: qp_jobs, qp_runs and qp_payloads, once made, are partitioned by day of job id, and finished jobs
-    leave with their day's partition (store/job_partitions.py, docs/design.md §11)."""
-    if connection.dialect.name == "postgresql" and jobs in tables:
-        from .job_partitions import partition_jobs  # it builds on this module's tables
-
-        partition_jobs(connection)
-
-
-event.listen(metadata, "after_create", _jobs_by_day)

@@ -587,7 +587,8 @@ def fill_factors(farm: Farm) -> dict[str, list[str] | None]:
         # the jobs of schema 13 and before: the first partition of qp_jobs since schema 14 (store/job_partitions.py)
         rows = conn.execute(
             text(
-                "SELECT relname, reloptions FROM pg_class WHERE relkind IN ('r', 'p') AND (relname IN ('qp_jobs', 'qp_runs') OR relname LIKE 'qp\\_jobs\\_until\\_%')"
+                "SELECT relname, reloptions FROM pg_class WHERE relkind IN ('r', 'p') "
+                "AND (relname IN ('qp_jobs', 'qp_runs') OR relname LIKE 'qp\\_jobs\\_until\\_%')"
             )
         )
         found = {name: options for name, options in rows}
@@ -762,7 +763,8 @@ def test_a_version_13_database_gets_its_jobs_by_day_in_place_with_every_row_and_
                 kinds = dict(
                     conn.execute(
                         text(
-                            "SELECT relname, relkind FROM pg_class WHERE relname IN ('qp_jobs', 'qp_runs', 'qp_payloads')"
+                            "SELECT relname, relkind FROM pg_class "
+                            "WHERE relname IN ('qp_jobs', 'qp_runs', 'qp_payloads')"
                         )
                     ).all()
                 )
