@@ -1,14 +1,16 @@
-"""Finished jobs pruned by partition on PostgreSQL (docs/design.md §11): qp_jobs is partitioned by range of id, a
-range of ID_SPAN ids per day of enqueue, and qp_runs and qp_payloads by the same ranges of job_id, so a day goes
-with everything that hangs off it, dropped whole once every job in it has finished and passed its queue's keep.
+"""Finished jobs pruned by partition on PostgreSQL (docs/design.md §11): qp_jobs is partitioned by contiguous ranges
+of id, each about a day of this farm's enqueues, and qp_runs and qp_payloads by the same ranges of job_id, so a range
+goes with everything that hangs off it, dropped whole once every job in it has finished and passed its queue's keep.
 
-A job's partition is fixed when it is inserted: its id is drawn from the one sequence, which the housekeeping moves
-to the base of each day's range as the day starts (upkeep, `setval`, forward only), so no claim, renewal or finish
-ever moves a row to another partition, and each of them, and every look-up by id, prunes to one partition by the
-primary key. Days are made AHEAD; a late chore only lets the current range go on filling (2^36 ids), and an id
-outside every range (given by hand) lands in the default partition, so no insert fails. The ids of a day start at
-(day - 2000-01-01) * 2^36, under 2^53 (exact as a JavaScript number) until the 24th century. The table an older
-schema made becomes the first partition, every id below today's range (`qp_jobs_until_YYYYMMDD`).
+Ids stay what users know (1, 2, 3, ...): the sequence is never moved; the ranges follow it. The housekeeping keeps
+AHEAD ranges made beyond the one the sequence is in, each `max(MIN_SPAN, ids given in the last day)` wide, so a range
+fills in about a day whatever the rate. A job's partition is fixed when it is inserted, so no claim, renewal or finish
+moves a row, and each of them, and every look-up by id, prunes to one partition by the primary key. A burst that
+outruns the ranges made (or an id given by hand) lands in the default partition, so no insert fails; the next upkeep
+makes its ranges above the default's highest id, and the DELETE path (JobStore.prune) takes the default's finished
+jobs at their keep. Correctness never depends on a range matching a day: a range goes only when every job in it has.
+The table an older schema made becomes the first partition, every id given before it (`qp_jobs_below_N`); the
+others are named by their first id (`qp_jobs_from_N`).
 
 A partitioned table's unique index must hold its partition key, so two farm-wide rules move to side tables kept by
 triggers that fire only for the rows they concern: a job's key, unique while its row is kept (qp_job_keys, whose
@@ -17,9 +19,8 @@ at a time (qp_running_order_keys, ux_qp_jobs_order_running). A dropped partition
 its keys itself. SQLite and SQL Server keep one table, pruned by DELETE (JobStore.prune).
 """
 
-from collections.abc import Callable
+import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import DDL, ColumnElement, and_, column, event, exists, false, literal_column, or_, select, table, text
@@ -31,12 +32,17 @@ from ..rules.states import JobState
 from . import schema
 from .partitions import DAY, LOCK_NOT_AVAILABLE
 
-ID_SPAN = 2**36  # ids a day: 800,000 jobs a second for a day before a range spills into the next
-EPOCH = 946684800  # 2000-01-01: day 0 of the ranges
-AHEAD = 2  # days made beyond today's
-LOCK_WAIT = "200ms"  # a drop holds qp_jobs alone for a moment: every claim waits behind it, so it waits little
+# The narrowest range made: a quiet farm's ranges last longer than a day (a million ids: a few hundred MB of rows at
+# most, few partitions for the claim to walk), and a burst of a million jobs on it still lands in a range made ahead.
+MIN_SPAN = 1_000_000
+AHEAD = 2  # ranges made beyond the one the sequence is in: a day's chores may be missed before the default fills
+# How long past its keep a finished job of a closed range waits for its range to go whole before the DELETE path
+# takes it: a range holds about a day of enqueues, so a range not dropped by then is held (docs/design.md §11).
+GRACE = 2 * DAY
+LOCK_WAIT = "200ms"  # a drop or a new range holds qp_jobs alone for a moment: every claim waits behind it
 KEYS = "qp_job_keys"
 RUNNING_ORDER_KEYS = "qp_running_order_keys"
+SEQUENCE = "qp_jobs_id_seq"
 # Each table partitioned by job id, with the column that holds it.
 TABLES = (("qp_jobs", "id"), ("qp_runs", "job_id"), (schema.PAYLOADS, "job_id"))
 # The unique indexes of the plain qp_jobs, and the plain ones a partitioned qp_jobs has in their place.
@@ -47,35 +53,23 @@ PLAIN = {
 }
 UNIQUE = tuple(PLAIN)
 TRIGGERS_BEFORE = ("qp_payloads_added", "qp_payloads_changed", "qp_payloads_gone", "qp_jobs_push")
-
-
-def base(day: int) -> int:
-    """The first id of the day that starts at `day` (epoch seconds)."""
-    return (day - EPOCH) // DAY * ID_SPAN
-
-
-def day_name(table_name: str, day: int) -> str:
-    return f"{table_name}_{datetime.fromtimestamp(day, UTC):%Y%m%d}"
+BOUND = re.compile(r"FROM \((?:MINVALUE|'?(-?\d+)'?)\) TO \('?(-?\d+)'?\)")
 
 
 @dataclass(frozen=True)
 class Part:
-    """One partition of qp_jobs: its ids [lo, hi) (lo None: every id below hi) and the time its range closed (its
-    day's end; the first partition's: the day the table was partitioned)."""
+    """One partition of qp_jobs (and of qp_runs and qp_payloads): its ids [lo, hi), lo None for every id below hi
+    (the first, an older schema's table)."""
 
-    day: int
     lo: int | None
-
-    @property
-    def hi(self) -> int:
-        return base(self.day + (DAY if self.lo is not None else 0))
-
-    @property
-    def closed(self) -> int:
-        return self.day + (DAY if self.lo is not None else 0)
+    hi: int
 
     def name(self, table_name: str) -> str:
-        return day_name(table_name, self.day) if self.lo is not None else day_name(f"{table_name}_until", self.day)
+        return f"{table_name}_below_{self.hi}" if self.lo is None else f"{table_name}_from_{self.lo}"
+
+    def ids(self, ids: Any) -> list[ColumnElement[bool]]:
+        """The rows of this partition, by `ids` (a column holding job ids)."""
+        return [ids < self.hi] + ([ids >= self.lo] if self.lo is not None else [])
 
 
 def _ddl(conn: Connection, statement: str) -> None:
@@ -87,20 +81,47 @@ def _quoted(conn: Connection, name: str) -> str:
 
 
 def parts(conn: Connection) -> list[Part]:
-    """qp_jobs' partitions by day, oldest first (not the default)."""
-    names = conn.execute(
+    """qp_jobs' partitions by range, lowest first (not the default), read from their bounds in the catalog."""
+    bounds = conn.execute(
         text(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
             "WHERE i.inhparent = 'qp_jobs'::regclass"
         )
     ).scalars()
     found = []
-    for name in names:
-        stamp = name.removeprefix("qp_jobs_").removeprefix("until_")
-        if stamp.isdigit():
-            day = int(datetime.strptime(stamp, "%Y%m%d").replace(tzinfo=UTC).timestamp())
-            found.append(Part(day, None if name.startswith("qp_jobs_until_") else base(day)))
+    for bound in bounds:
+        if matched := BOUND.search(bound):
+            lo, hi = matched.groups()
+            found.append(Part(None if lo is None else int(lo), int(hi)))
     return sorted(found, key=lambda part: part.hi)
+
+
+def next_id(conn: Connection) -> int:
+    """The id the sequence gives next (read without taking it)."""
+    return int(
+        conn.execute(
+            text(f"SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM {SEQUENCE}")
+        ).scalar_one()
+    )
+
+
+def given_since(conn: Connection, since: float) -> int:
+    """How many ids the sequence gave since `since` (database time): from the first job created since then, found
+    by bisecting ids by primary key (a job's created_at grows with its id; a few dozen look-ups), to the next id."""
+    after = text("SELECT id, created_at FROM qp_jobs WHERE id >= :id ORDER BY id LIMIT 1")
+    top = next_id(conn)
+    lowest = conn.execute(text("SELECT min(id) FROM qp_jobs")).scalar()
+    if lowest is None:
+        return 0
+    lo, hi = int(lowest), top
+    while lo < hi:  # the first id from which every job was created since: in [lo, hi]
+        mid = (lo + hi) // 2
+        row = conn.execute(after, dict(id=mid)).first()
+        if row is not None and row.created_at >= since:
+            hi = mid
+        else:
+            lo = min(row.id + 1 if row is not None else mid + 1, hi)
+    return top - lo
 
 
 def side_ddl(farm_schema: str) -> str:
@@ -222,18 +243,15 @@ def _now(conn: Connection) -> float:
 
 def partition_jobs(conn: Connection) -> None:
     """Make a plain qp_jobs, qp_runs and qp_payloads (new and empty, or an older schema's with rows) partitioned by
-    day of job id, in the caller's transaction: each the first partition of its new table, the side tables filled
-    from the rows there, the triggers on the new qp_jobs, today's and the next days' partitions made and the
-    sequence moved to today's range. Nothing to do if qp_jobs is partitioned already."""
+    range of job id, in the caller's transaction: each the first partition of its new table (every id given so far),
+    the side tables filled from the rows there, the triggers on the new qp_jobs, and the ranges ahead made. Nothing
+    to do if qp_jobs is partitioned already."""
     kind = text("SELECT relkind FROM pg_class WHERE oid = 'qp_jobs'::regclass")
     if conn.execute(kind).scalar() == "p":
         return
-    today = int(_now(conn) // DAY * DAY)
     _ddl(conn, "LOCK TABLE qp_jobs, qp_runs IN ACCESS EXCLUSIVE MODE")
-    last = conn.execute(
-        text("SELECT greatest((SELECT max(id) FROM qp_jobs), (SELECT last_value FROM qp_jobs_id_seq))")
-    ).scalar_one()
-    first = Part(max(today, (last // ID_SPAN + 1) * DAY + EPOCH), None)  # every id given so far below its top
+    given = conn.execute(text("SELECT max(id) + 1 FROM qp_jobs")).scalar()
+    first = Part(None, max(next_id(conn), given or 0))
     for trigger in TRIGGERS_BEFORE:
         _ddl(conn, f"DROP TRIGGER IF EXISTS {trigger} ON qp_jobs")
     for table_name, key in TABLES:
@@ -248,59 +266,57 @@ def partition_jobs(conn: Connection) -> None:
     )
     _ddl(conn, _side_triggers())
     schema.keep_payloads_apart(conn)  # its triggers again, on the new qp_jobs (its table is made already)
-    make_days(conn, today)
+    make_ranges(conn, ranges_wanted(conn, _now(conn)))
 
 
-def make_days(conn: Connection, now: float) -> None:
-    """Today's partitions and AHEAD more (those missing), and the sequence moved to today's range if behind it.
-    A day whose range holds rows in the default partition (ids given by hand) is left unmade: they stay there."""
-    today = int(now // DAY * DAY)
-    made = parts(conn)
-    top = made[-1].hi if made else None
-    for day in range(today, today + (AHEAD + 1) * DAY, DAY):
-        part = Part(day, base(day))
-        if top is not None and part.lo is not None and part.lo < top:
-            continue
-        held = conn.execute(
-            text("SELECT EXISTS (SELECT FROM qp_jobs_default WHERE id >= :lo AND id < :hi)"),
-            dict(lo=part.lo, hi=part.hi),
-        ).scalar_one()
-        if held:
-            break
+def ranges_wanted(conn: Connection, now: float) -> list[Part]:
+    """The ranges to make so that AHEAD are made beyond the one the sequence is in (none, mostly): contiguous from
+    the highest made, or from above the sequence and the default partition's rows after a burst outran them; each
+    `max(MIN_SPAN, ids given in the day before `now`)` wide."""
+    made, at = parts(conn), next_id(conn)
+    inside = any((part.lo is None or part.lo <= at) and at < part.hi for part in made)
+    beyond = sum(1 for part in made if part.lo is not None and part.lo > at)
+    missing = AHEAD + (0 if inside else 1) - beyond
+    if missing <= 0:
+        return []
+    # Above the sequence, and above the default's rows (a burst's, or ids given by hand): they stay where they are.
+    held = conn.execute(text("SELECT max(id) + 1 FROM qp_jobs_default")).scalar()
+    top = max(made[-1].hi if made else at, at, held or at)
+    span = max(MIN_SPAN, given_since(conn, now - DAY))
+    return [Part(top + n * span, top + (n + 1) * span) for n in range(missing)]
+
+
+def make_ranges(conn: Connection, wanted: list[Part]) -> None:
+    """Make the partitions of `wanted`, of each table (each CREATE takes its table alone for a moment)."""
+    for part in wanted:
         for table_name, _ in TABLES:
             _ddl(
                 conn,
                 f"CREATE TABLE {part.name(table_name)} PARTITION OF {table_name} "
                 f"FOR VALUES FROM ({part.lo}) TO ({part.hi}){_fill(table_name)}",
             )
-        top = part.hi
-    start = base(today)
-    if top is not None and start < top:
-        conn.execute(
-            text("SELECT setval('qp_jobs_id_seq', :start) FROM qp_jobs_id_seq WHERE last_value < :start"),
-            dict(start=start),
-        )
 
 
-def closed_before(conn: Connection, now: float | None = None) -> Callable[[float], ColumnElement[bool]]:
-    """For a keep (seconds), the jobs whose partition closed that long ago or more, or that are in none: what the
-    DELETE path may prune of a queue kept so long (a younger day waits to go whole). `now`: database time."""
-    jobs = schema.jobs
-    now, made = _now(conn) if now is None else now, parts(conn)
-
-    def below(keep: float) -> ColumnElement[bool]:
-        closed = [part.hi for part in made if part.closed <= now - keep]
-        inside = jobs.c.id < closed[-1] if closed else false()
-        return or_(inside, jobs.c.id >= made[-1].hi) if made else inside
-
-    return below
+def closed_ids(conn: Connection) -> ColumnElement[bool]:
+    """The jobs of the ranges the sequence has passed (closed: no id will be given in them again), which wait for
+    their range to go whole until GRACE past their keep; the others (of the open range, or the default) the DELETE
+    path takes at their keep."""
+    at, spans = next_id(conn), list[Part]()
+    for part in parts(conn):
+        if part.hi > at:
+            break
+        if spans and spans[-1].hi == part.lo:
+            spans[-1] = Part(spans[-1].lo, part.hi)
+        else:
+            spans.append(part)
+    return or_(false(), *(and_(*span.ids(schema.jobs.c.id)) for span in spans))
 
 
 def _pinned(part: Part, past_keep: ColumnElement[bool], latest: Any) -> Any:
     """Whether `part` holds a job that is not finished, or not past its keep: each by an index of the state it asks
     of (the queued, the running, the failed or cancelled, the succeeded by end), fast under the table's lock."""
     jobs = schema.jobs
-    ids = [jobs.c.id < part.hi] + ([jobs.c.id >= part.lo] if part.lo is not None else [])
+    ids = part.ids(jobs.c.id)
     finished_young = ~past_keep
     asks = [
         and_(jobs.c.state == JobState.QUEUED, jobs.c.gated.is_(False)),
@@ -312,17 +328,17 @@ def _pinned(part: Part, past_keep: ColumnElement[bool], latest: Any) -> Any:
     return or_(*(exists().where(*ids, ask) for ask in asks))
 
 
-def drop_days(engine: Engine, now: float, keep: float, kept: dict[str, float], past_keep: ColumnElement[bool]) -> int:
-    """Drop every partition of qp_jobs (with its runs' and payloads') closed more than the shortest keep ago whose
-    every job has finished and passed its keep (`past_keep`), with its keys and its rows of qp_deps and
-    qp_flow_jobs; how many jobs went. Checked first without a lock, then again, by index, under the lock on qp_jobs
-    that DETACH takes (waiting LOCK_WAIT at most: a long read of qp_jobs puts the drop off to the next pass)."""
-    keeps = [keep, *kept.values()]
+def drop_ranges(engine: Engine, now: float, keeps: list[float], past_keep: ColumnElement[bool]) -> int:
+    """Drop every closed range of qp_jobs (with its runs' and payloads') whose every job has finished and passed its
+    keep (`past_keep`; `keeps`: every queue's), with its keys and its rows of qp_deps and qp_flow_jobs; how many jobs
+    went. Checked first without a lock, then again, by index, under the lock on qp_jobs that DETACH takes (waiting
+    LOCK_WAIT at most: a long read of qp_jobs puts the drop off to the next pass)."""
     latest = now - max(keeps)
     gone = 0
     with engine.connect() as conn:
-        candidates = [part for part in parts(conn)[:-1] if part.closed <= now - min(keeps)]
-        droppable = [part for part in candidates if not conn.execute(select(_pinned(part, past_keep, latest))).scalar()]
+        at = next_id(conn)
+        closed = [part for part in parts(conn) if part.hi <= at]
+        droppable = [part for part in closed if not conn.execute(select(_pinned(part, past_keep, latest))).scalar()]
         conn.rollback()
     for part in droppable:
         try:
@@ -350,8 +366,7 @@ def _drop(conn: Connection, part: Part) -> int:
     )
     for name, key in (("qp_deps", "child_id"), ("qp_flow_jobs", "job_id")):
         ids: Any = column(key)
-        which = [ids < part.hi] + ([ids >= part.lo] if part.lo is not None else [])
-        conn.execute(table(name, ids).delete().where(*which))
+        conn.execute(table(name, ids).delete().where(*part.ids(ids)))
     for table_name, _ in TABLES:
         name = part.name(table_name)
         _ddl(conn, f"ALTER TABLE {table_name} DETACH PARTITION {name}")
@@ -360,23 +375,29 @@ def _drop(conn: Connection, part: Part) -> int:
 
 
 def upkeep(engine: Engine, now: float) -> None:
-    """Make the days ahead and move the sequence to today's range: under a lock on qp_jobs that only another upkeep
-    waits for (inserts do not), in one transaction; skipped if that lock is not free within LOCK_WAIT."""
+    """Make the ranges wanted ahead (`now`: database time, the end of the day whose ids set their width): looked up
+    without a lock, then again under a lock that only another upkeep waits for, and made each under its table's
+    lock for a moment (a claim waits behind it); skipped if a lock is not free within LOCK_WAIT."""
+    with engine.connect() as conn:
+        wanted = ranges_wanted(conn, now)
+        conn.rollback()
+    if not wanted:
+        return
     try:
         with engine.begin() as conn:
             _ddl(conn, f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
             _ddl(conn, "LOCK TABLE ONLY qp_jobs IN SHARE UPDATE EXCLUSIVE MODE")
-            make_days(conn, now)
+            make_ranges(conn, ranges_wanted(conn, now))
     except OperationalError as error:
         if getattr(error.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
             raise
 
 
-def _jobs_by_day(_metadata: Any, connection: Any, tables: Any = (), **_: Any) -> None:
-    """PostgreSQL: qp_jobs, qp_runs and qp_payloads, once made by create_all, are partitioned by day of job id (made
-    here, where every store and migrations import it: schema cannot import this module, which builds on it)."""
+def _jobs_by_range(_metadata: Any, connection: Any, tables: Any = (), **_: Any) -> None:
+    """PostgreSQL: qp_jobs, qp_runs and qp_payloads, once made by create_all, are partitioned by range of job id
+    (made here, where every store and migrations import it: schema cannot import this module, which builds on it)."""
     if connection.dialect.name == "postgresql" and schema.jobs in tables:
         partition_jobs(connection)
 
 
-event.listen(schema.metadata, "after_create", _jobs_by_day)
+event.listen(schema.metadata, "after_create", _jobs_by_range)

@@ -3,7 +3,7 @@ leases that ran out, cancel, retry, read, and prune. (A run's writes under its l
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import String, Table, and_, bindparam, delete, exc, false, func, insert, literal, select, true, update
@@ -254,31 +254,31 @@ class JobStore:
         """Delete up to `batch` jobs that finished more than `keep_seconds` ago (or their queue's own `keep`, where
         it has one), with their runs, the rows naming their parents and their places in workflows and groups, in
         one transaction (retention, as Oban's pruner and Hangfire's expiration do). Returns how many: fewer than
-        `batch` means none are left. A job retried meanwhile is no longer finished, and stays. On PostgreSQL only
-        the jobs of days closed their keep ago (the days that could not go whole: prune_days). `now`: database
-        time, for a test (by default the database's own)."""
+        `batch` means none are left. A job retried meanwhile is no longer finished, and stays. On PostgreSQL a job
+        of a closed range waits GRACE more for its range to go whole (prune_ranges). `now`: database time, for a
+        test (by default the database's own)."""
         with self.store.engine.begin() as conn:
             kept = _kept(conn)
-            by_day = job_partitions.closed_before(conn, now) if conn.dialect.name == "postgresql" else None
-            old = and_(jobs.c.state.in_(FINISHED), _past_keep(kept, keep_seconds, by_day, now))
+            closed = job_partitions.closed_ids(conn) if conn.dialect.name == "postgresql" else None
+            old = and_(jobs.c.state.in_(FINISHED), _past_keep(kept, keep_seconds, now, closed))
             ids = [row[0] for row in conn.execute(select(jobs.c.id).where(old).limit(batch))]
             if ids:
                 delete_finished(conn, and_(jobs.c.id.in_(ids), old))
         return len(ids)
 
-    def prune_days(self, keep_seconds: float, now: float | None = None) -> int:
-        """PostgreSQL: make the days ahead and drop each day whose every job finished and is past its keep
-        (`keep_seconds`, or its queue's own), with its runs, payloads and keys (store/job_partitions.py); how many
-        jobs went. prune deletes the rest, of the days that cannot go whole. Elsewhere nothing (0). `now`: database
-        time, for a test."""
+    def prune_ranges(self, keep_seconds: float, now: float | None = None) -> int:
+        """PostgreSQL: make the ranges of job ids ahead and drop each closed range whose every job finished and is
+        past its keep (`keep_seconds`, or its queue's own), with its runs, payloads and keys
+        (store/job_partitions.py); how many jobs went. prune deletes the rest. Elsewhere nothing (0). `now`:
+        database time, for a test."""
         if self.store.engine.dialect.name != "postgresql":
             return 0
         now = self.store.ask_time() if now is None else now
         job_partitions.upkeep(self.store.engine, now)
         with self.store.engine.connect() as conn:
             kept = _kept(conn)
-        past = _past_keep(kept, keep_seconds, now=now)
-        return job_partitions.drop_days(self.store.engine, now, keep_seconds, kept, past)
+        past = _past_keep(kept, keep_seconds, now)
+        return job_partitions.drop_ranges(self.store.engine, now, [keep_seconds, *kept.values()], past)
 
 
 def _kept(conn: Connection) -> dict[str, float]:
@@ -503,19 +503,19 @@ def retried(conn: Connection, which: ColumnElement[bool]) -> tuple[int, dict[int
 
 
 def _past_keep(
-    kept: dict[str, float],
-    default: float,
-    by_day: Callable[[float], ColumnElement[bool]] | None = None,
-    now: float | None = None,
+    kept: dict[str, float], default: float, now: float | None = None, closed: ColumnElement[bool] | None = None
 ) -> ColumnElement[bool]:
     """A job that finished longer ago than its queue keeps them: `kept` by the queues with a time of their own
-    (seconds, by name; few), `default` by every other. Written out per queue, not a join per row. With `by_day`
-    (PostgreSQL), only of the days closed that long ago (job_partitions.closed_before): a younger day waits to go
-    whole. `now`: database time, for a test (by default the database's own)."""
+    (seconds, by name; few), `default` by every other. Written out per queue, not a join per row. With `closed`
+    (PostgreSQL: the jobs of closed ranges, job_partitions.closed_ids), those only GRACE past their keep: their
+    range goes whole first unless it is held. `now`: database time, for a test (by default the database's own)."""
     at = db_now() if now is None else literal(now)
 
     def past(keep: float) -> ColumnElement[bool]:
-        return and_(jobs.c.finished_at < at - keep, *([by_day(keep)] if by_day is not None else []))
+        if closed is None:
+            return jobs.c.finished_at < at - keep
+        waited = ~closed | (jobs.c.finished_at < at - keep - job_partitions.GRACE)
+        return and_(jobs.c.finished_at < at - keep, waited)
 
     found = past(default)
     if kept:

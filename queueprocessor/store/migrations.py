@@ -297,19 +297,20 @@ def _storage_that_costs_what_work_needs(conn: Connection) -> None:
     _coalesced_push(conn)
 
 
-def _finished_jobs_by_day(conn: Connection) -> None:
-    """13 to 14, PostgreSQL: qp_jobs, qp_runs and qp_payloads are partitioned by day of job id and finished jobs
-    leave with their day's partition (store/job_partitions.py, docs/design.md §11). Each table becomes, in place,
-    the first partition of its new partitioned table (every id below today's range: a CHECK validated first spares
-    ATTACH a second scan; its indexes are kept as they are), keys and running order keys are copied into their side
-    tables, and the sequence moves to today's range. The step holds qp_jobs and qp_runs alone for a scan of each
-    (seconds a million jobs): every node waits for it.
+def _finished_jobs_by_range(conn: Connection) -> None:
+    """13 to 14, PostgreSQL: qp_jobs, qp_runs and qp_payloads are partitioned by ranges of job id, each about a day
+    of enqueues, and finished jobs leave with their range's partition (store/job_partitions.py, docs/design.md
+    §11). Each table becomes, in place, the first partition of its new partitioned table (every id given so far: a
+    CHECK validated first spares ATTACH a second scan; its indexes are kept as they are), keys and running order
+    keys are copied into their side tables, and the ranges ahead are made; ids and the sequence stay as they are.
+    The step holds qp_jobs and qp_runs alone for a scan of each and a copy of the keys (seconds a million jobs):
+    every node waits for it.
 
     An older node still running beside it goes on working: its statements name the same tables and columns, its
-    inserts land in today's partition, its keys and order keys are kept unique by the side tables' triggers (a
+    inserts land in the range ahead, its keys and order keys are kept unique by the side tables' triggers (a
     duplicate fails as before, naming the same constraint), and its housekeeping deletes finished jobs by DELETE
-    at its own pace (the rows it deletes leave the days that would have gone whole anyway). Elsewhere nothing
-    changes: SQLite and SQL Server keep one table each."""
+    at their keep (the rows it deletes leave ranges that would have gone whole anyway). Elsewhere nothing changes:
+    SQLite and SQL Server keep one table each."""
     if conn.dialect.name == "postgresql":
         partition_jobs(conn)
         create_sql_functions(conn)
@@ -329,7 +330,7 @@ STEPS = {
     10: _enqueue_through_the_door_only,
     11: _job_ids_never_reused,
     12: _storage_that_costs_what_work_needs,
-    13: _finished_jobs_by_day,
+    13: _finished_jobs_by_range,
 }
 
 

@@ -1,6 +1,6 @@
-"""PostgreSQL: finished jobs leave with their day's partition of qp_jobs (store/job_partitions.py, docs/design.md
-§11). Days pass by the `now` the prune is given (database time): a day's jobs are written into an older day's
-partition by giving them ids of its range."""
+"""PostgreSQL: finished jobs leave with their range's partition of qp_jobs (store/job_partitions.py,
+docs/design.md §11). Time passes by the `now` the prune is given (database time); traffic by moving the sequence
+forward (ids given and not used), as a burst of enqueues would."""
 
 import pytest
 from sqlalchemy import text, update
@@ -10,7 +10,7 @@ from queueprocessor.farm import Farm
 from queueprocessor.rules.errors import DuplicateKey
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.store import schema
-from queueprocessor.store.job_partitions import DAY, Part, base, parts
+from queueprocessor.store.job_partitions import AHEAD, DAY, GRACE, MIN_SPAN, Part, next_id, parts
 from queueprocessor.store.types import ClaimRequest
 
 pytestmark = pytest.mark.postgres
@@ -29,19 +29,22 @@ def sql(farm, statement: str, **params):
         return result.all() if result.returns_rows else []
 
 
-def old_day(farm) -> Part:
-    """A day partition made before today's (a week and more ago), ids drawn from it from now on."""
-    [[now]] = sql(farm, "SELECT extract(epoch FROM now())")
-    day = int(now // DAY * DAY) - 30 * DAY
-    part = Part(day, base(day))
+def made(farm) -> list[Part]:
     with farm._engine.connect() as conn:
-        [first] = [made for made in parts(conn) if made.lo is None]  # empty on a new farm: every id below today's
-    for name in ("qp_jobs", "qp_runs", schema.PAYLOADS):
-        sql(farm, f"DROP TABLE {first.name(name)}")
-    for name in ("qp_jobs", "qp_runs", schema.PAYLOADS):
-        sql(farm, f"CREATE TABLE {part.name(name)} PARTITION OF {name} FOR VALUES FROM ({part.lo}) TO ({part.hi})")
-    sql(farm, "SELECT setval('qp_jobs_id_seq', :lo)", lo=part.lo)
+        return [part for part in parts(conn) if part.lo is not None]
+
+
+def current(farm) -> Part:
+    """The range the sequence gives ids in now."""
+    with farm._engine.connect() as conn:
+        at = next_id(conn)
+    [part] = [part for part in made(farm) if part.lo <= at < part.hi]
     return part
+
+
+def close(farm, part: Part) -> None:
+    """The sequence past `part`'s end: its next id is the next range's first."""
+    sql(farm, "SELECT setval('qp_jobs_id_seq', :last)", last=part.hi - 1)
 
 
 def ran(farm, spec: JobSpec, outcome: str = "succeeded") -> int:
@@ -53,74 +56,117 @@ def ran(farm, spec: JobSpec, outcome: str = "succeeded") -> int:
     return job_id
 
 
-def names(farm) -> set[str]:
-    with farm._engine.connect() as conn:
-        return {part.name("qp_jobs") for part in parts(conn)}
-
-
 def later(farm, days: float) -> float:
     return farm._store.ask_time() + days * DAY
 
 
-def test_a_day_whose_jobs_all_finished_past_their_keep_is_dropped_and_its_keys_are_free_again(farm):
-    day = old_day(farm)
+def test_ids_stay_dense_and_ranges_ahead_are_as_wide_as_a_day_of_ids(farm):
+    first = ran(farm, JobSpec("http", "/ok"))
+    assert first == 1, "the sequence is never moved"
+    ranges = made(farm)
+    assert [(part.lo, part.hi) for part in ranges] == [(1 + n * MIN_SPAN, 1 + (n + 1) * MIN_SPAN) for n in range(3)]
+    sql(farm, "UPDATE qp_jobs SET created_at = created_at - 0.5 * :day", day=DAY)  # within the last day
+    sql(farm, "SELECT setval('qp_jobs_id_seq', :last)", last=2 * MIN_SPAN + 5)  # 2 million ids given today
+    [busy] = farm._store.jobs.enqueue(JobSpec("http", "/ok"))
+    assert farm._store.jobs.prune_ranges(KEEP) == 0
+    with farm._engine.connect() as conn:
+        given = next_id(conn) - first
+    beyond = [part for part in made(farm) if part.lo > busy]
+    assert len(beyond) == AHEAD and all(part.hi - part.lo == given for part in beyond), "a day's ids each"
+    assert beyond[0].lo == ranges[-1].hi, "contiguous"
+    assert farm._store.jobs.prune_ranges(KEEP) == 0
+    assert [part for part in made(farm) if part.lo > busy] == beyond, "none more while AHEAD are made"
+    assert (ranges[1].lo, ranges[1].hi) not in {(part.lo, part.hi) for part in made(farm)}, "closed and empty: gone"
+
+
+def test_a_burst_past_the_ranges_lands_in_the_default_and_the_next_ranges_start_above_it(farm):
+    top = made(farm)[-1].hi
+    sql(farm, "SELECT setval('qp_jobs_id_seq', :last)", last=top + 10)
+    burst = ran(farm, JobSpec("http", "/ok", key="burst"))
+    assert sql(farm, "SELECT tableoid::regclass::text FROM qp_jobs WHERE id = :id", id=burst) == [("qp_jobs_default",)]
+    with pytest.raises(DuplicateKey):
+        farm.enqueue(farm.http_spec("/again", key="burst"))
+    with farm._engine.connect() as conn:
+        start = next_id(conn)  # above the burst's job (the refused enqueue took an id too)
+    farm._store.jobs.prune_ranges(KEEP)
+    assert [part.lo for part in made(farm)] == [start, start + MIN_SPAN, start + 2 * MIN_SPAN], "the old: empty"
+    [after] = farm._store.jobs.enqueue(JobSpec("http", "/ok"))
+    assert sql(farm, "SELECT tableoid::regclass::text FROM qp_jobs WHERE id = :id", id=after) == [
+        (f"qp_jobs_from_{start}",)
+    ]
+    assert farm._store.jobs.prune(KEEP, now=later(farm, 8)) == 1, "the default's finished jobs go at their keep"
+
+
+def test_a_range_whose_jobs_all_finished_past_their_keep_is_dropped_and_its_keys_are_free_again(farm):
+    part = current(farm)
     done = [ran(farm, JobSpec("http", "/ok", key=f"k-{n}", payload='{"n": 1}')) for n in range(3)]
     failed = ran(farm, JobSpec("http", "/bad", max_attempts=1), "failed")
-    assert all(day.lo <= job_id < day.hi for job_id in [*done, failed])
-    assert farm._store.jobs.prune_days(KEEP, now=later(farm, 8)) == 4
-    assert day.name("qp_jobs") not in names(farm)
-    assert sql(farm, "SELECT count(*) FROM qp_runs WHERE job_id >= :lo AND job_id < :hi", lo=day.lo, hi=day.hi) == [
-        (0,)
-    ]
+    assert farm._store.jobs.prune_ranges(KEEP, now=later(farm, 8)) == 0, "open: ids are still given in it"
+    close(farm, part)
+    assert farm._store.jobs.prune_ranges(KEEP, now=later(farm, 6)) == 0, "not past their keep"
+    assert farm._store.jobs.prune_ranges(KEEP, now=later(farm, 8)) == 4
+    assert part not in made(farm) and {job["id"] for job in farm._store.jobs.newest()}.isdisjoint([*done, failed])
+    assert sql(farm, "SELECT count(*) FROM qp_runs WHERE job_id < :hi", hi=part.hi) == [(0,)]
     assert sql(farm, "SELECT count(*) FROM qp_payloads") == [(0,)]
     assert sql(farm, "SELECT count(*) FROM qp_job_keys") == [(0,)]
     farm.enqueue(farm.http_spec("/again", key="k-0"))  # its key is free again
 
 
-def test_a_day_with_an_unfinished_job_keeps_it_and_loses_the_others(farm):
-    day = old_day(farm)
+def test_a_closed_range_held_by_an_unfinished_job_loses_its_others_by_delete_after_the_grace(farm):
+    part = current(farm)
     done = [ran(farm, JobSpec("http", "/ok")) for _ in range(3)]
     [waiting] = farm._store.jobs.enqueue(JobSpec("http", "/later", key="far"), delay=365 * DAY)
-    now = later(farm, 8)
-    assert farm._store.jobs.prune_days(KEEP, now=now) == 0, "pinned: not dropped"
-    assert farm._store.jobs.prune(KEEP, now=now) == 3, "the DELETE path takes the others"
-    left = {row[0] for row in sql(farm, "SELECT id FROM qp_jobs WHERE id >= :lo AND id < :hi", lo=day.lo, hi=day.hi)}
+    close(farm, part)
+    assert farm._store.jobs.prune_ranges(KEEP, now=later(farm, 8)) == 0, "held: not dropped"
+    assert farm._store.jobs.prune(KEEP, now=later(farm, 8)) == 0, "closed: they wait for their range to go whole"
+    now = later(farm, (KEEP + GRACE) / DAY + 1)
+    assert farm._store.jobs.prune(KEEP, now=now) == 3, "past the grace: the DELETE path takes them"
+    left = {row[0] for row in sql(farm, "SELECT id FROM qp_jobs WHERE id < :hi", hi=part.hi)}
     assert left == {waiting} and not set(done) & left
     with pytest.raises(DuplicateKey):
         farm.enqueue(farm.http_spec("/again", key="far"))
 
 
+def test_the_open_ranges_jobs_go_at_their_keep_by_delete(farm):
+    done = [ran(farm, JobSpec("http", "/ok")) for _ in range(2)]
+    assert farm._store.jobs.prune(KEEP, now=later(farm, 6)) == 0
+    assert farm._store.jobs.prune(KEEP, now=later(farm, 8)) == 2
+    assert {job["id"] for job in farm._store.jobs.newest()}.isdisjoint(done)
+
+
 def test_a_queue_kept_longer_keeps_its_jobs_while_the_farms_go(farm):
-    old_day(farm)
+    part = current(farm)
     kept = ran(farm, JobSpec("http", "/ok", queue="audit"))
     farm.set_queue("audit", keep="30d")
     for _ in range(2):
         ran(farm, JobSpec("http", "/ok"))
-    now = later(farm, 8)
-    assert farm._store.jobs.prune_days(KEEP, now=now) == 0
+    close(farm, part)
+    now = later(farm, 10)
+    assert farm._store.jobs.prune_ranges(KEEP, now=now) == 0
     assert farm._store.jobs.prune(KEEP, now=now) == 2
     assert {job["id"] for job in farm._store.jobs.newest()} == {kept}
-    assert farm._store.jobs.prune_days(KEEP, now=later(farm, 31)) == 1
+    assert farm._store.jobs.prune_ranges(KEEP, now=later(farm, 31)) == 1
 
 
-def test_a_key_is_unique_across_days_and_an_order_key_runs_once_across_days(farm):
-    day = old_day(farm)
+def test_a_key_is_unique_across_ranges_and_an_order_key_runs_once_across_ranges(farm):
+    part = current(farm)
     [first] = farm._store.jobs.enqueue(JobSpec("http", "/a", key="same", queue="q", order_key="o"))
-    [[now]] = sql(farm, "SELECT extract(epoch FROM now())")
-    sql(farm, "SELECT setval('qp_jobs_id_seq', :lo)", lo=base(int(now // DAY * DAY)))  # today's range again
+    close(farm, part)
     with pytest.raises(DuplicateKey):
         farm._store.jobs.enqueue(JobSpec("http", "/b", key="same"))
     [second] = farm._store.jobs.enqueue(JobSpec("http", "/b", queue="q", order_key="o"))
-    assert first < day.hi <= second
+    assert first < part.hi <= second
     farm._store.count(update(schema.jobs).where(schema.jobs.c.id == first).values(state="running", owner=1))
     with pytest.raises(Exception, match="ux_qp_jobs_order_running"):
         farm._store.count(update(schema.jobs).where(schema.jobs.c.id == second).values(state="running", owner=1))
 
 
-def test_jobs_in_old_days_are_found_retried_cancelled_and_searched(farm):
-    old_day(farm)
+def test_jobs_in_closed_ranges_are_found_retried_cancelled_and_searched(farm):
+    part = current(farm)
     failed = ran(farm, JobSpec("http", "/bad", max_attempts=1, payload='{"team": "x"}'), "failed")
     [queued] = farm._store.jobs.enqueue(JobSpec("http", "/q"), delay=DAY)
+    close(farm, part)
+    farm._store.jobs.enqueue(JobSpec("http", "/next"))
     assert farm.job(failed)["state"] == "failed"
     assert [run["outcome"] for run in farm._store.runs.read(job_id=failed)] == ["failed"]
     farm.cancel(queued)

@@ -103,7 +103,6 @@ def make_version_13(url: str) -> None:
             conn.execute(text(f"ALTER TABLE qp_jobs SET (fillfactor = {schema.JOBS_FILL})"))
             schema.keep_payloads_apart(conn)
             create_sql_functions(conn)
-            conn.execute(text("SELECT setval('qp_jobs_id_seq', coalesce((SELECT max(id) FROM qp_jobs), 1))"))
         set_version(conn, 13)
 
 
@@ -588,11 +587,11 @@ def fill_factors(farm: Farm) -> dict[str, list[str] | None]:
         rows = conn.execute(
             text(
                 "SELECT relname, reloptions FROM pg_class WHERE relkind IN ('r', 'p') "
-                "AND (relname IN ('qp_jobs', 'qp_runs') OR relname LIKE 'qp\\_jobs\\_until\\_%')"
+                "AND (relname IN ('qp_jobs', 'qp_runs') OR relname LIKE 'qp\\_jobs\\_below\\_%')"
             )
         )
         found = {name: options for name, options in rows}
-        first = [options for name, options in found.items() if name.startswith("qp_jobs_until_")]
+        first = [options for name, options in found.items() if name.startswith("qp_jobs_below_")]
         return {"qp_jobs": first[0] if first else found.get("qp_jobs"), "qp_runs": found.get("qp_runs")}
 
 
@@ -724,8 +723,8 @@ def test_a_version_12_database_keeps_its_payloads_apart_in_place_and_an_older_no
             assert list(payload_rows(farm)) == [before["id"]]
 
 
-def test_a_version_13_database_gets_its_jobs_by_day_in_place_with_every_row_and_key(db_url):
-    """PostgreSQL: qp_jobs, qp_runs and qp_payloads become partitioned by day of job id, each old table the first
+def test_a_version_13_database_gets_its_jobs_by_range_in_place_with_every_row_and_key(db_url):
+    """PostgreSQL: qp_jobs, qp_runs and qp_payloads become partitioned by range of job id, each old table the first
     partition with all its rows; keys stay unique farm-wide through the side table, filled from the rows."""
     make_version_13(db_url)
     with rewriting(

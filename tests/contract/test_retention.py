@@ -19,36 +19,31 @@ from tests.support.work import run_cli
 HOUR = 3600
 
 
-def finished(farm, queue: str, ago: float, later: float = 0.0) -> int:
-    """A job of `queue` that succeeded `ago` seconds before `later` seconds from now, with its run."""
+def finished(farm, queue: str, ago: float) -> int:
+    """A job of `queue` that succeeded `ago` seconds ago, with its run."""
     store = farm._store
     [job_id] = store.jobs.enqueue(JobSpec("http", "/ok", queue=queue))
     me = store.machines.register(name=f"m{job_id}", host="h", instance=f"i{job_id}", pid=1, version="t", capacity=1)
     [claimed] = store.jobs.claim(ClaimRequest(me, 1, 30.0))
     store.runs.finish(claimed, me, "succeeded")
     store.count(
-        update(schema.jobs)
-        .where(schema.jobs.c.id == job_id)
-        .values(finished_at=schema.jobs.c.finished_at + later - ago)
+        update(schema.jobs).where(schema.jobs.c.id == job_id).values(finished_at=schema.jobs.c.finished_at - ago)
     )
     return job_id
 
 
 def test_each_queue_keeps_its_finished_jobs_for_its_own_time_and_the_rest_for_the_farms(farm):
-    # On PostgreSQL the DELETE path prunes only the days closed their keep ago (the rest go whole): 11 days on.
-    later = 11 * DAY if farm._engine.dialect.name == "postgresql" else 0.0
-    short = [finished(farm, "short", ago, later) for ago in (2 * HOUR, 30)]
-    long = [finished(farm, "long", ago, later) for ago in (5 * DAY, 20 * DAY)]
-    other = [finished(farm, "default", ago, later) for ago in (2 * DAY, HOUR)]
+    short = [finished(farm, "short", ago) for ago in (2 * HOUR, 30)]
+    long = [finished(farm, "long", ago) for ago in (5 * DAY, 20 * DAY)]
+    other = [finished(farm, "default", ago) for ago in (2 * DAY, HOUR)]
     farm.set_queue("short", keep="1h")
     farm.set_queue("long", keep="10d")
-    now = farm._store.ask_time() + later
-    assert farm._store.jobs.prune(keep_seconds=DAY, now=now) == 3
+    assert farm._store.jobs.prune(keep_seconds=DAY) == 3
     left = {job["id"] for job in farm._store.jobs.newest()}
     assert left == {short[1], long[0], other[1]}, "each past its own queue's time went; the farm's for the rest"
     assert {run["job_id"] for run in farm._store.runs.read()} == left
     farm.set_queue("long", keep=None)  # back to the farm's time
-    assert farm._store.jobs.prune(keep_seconds=DAY, now=now) == 1
+    assert farm._store.jobs.prune(keep_seconds=DAY) == 1
     assert [q.keep for q in farm.queues() if q.name in ("long", "short")] == [None, 3600.0]
 
 
