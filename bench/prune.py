@@ -17,6 +17,7 @@ meanwhile); then the VACUUM the dead rows owe. WAL is the server's between the p
     python bench/prune.py                          # 10,000,000 jobs beside main (073a0ca)
     python bench/prune.py --quick                  # 200,000 jobs
     python bench/prune.py --held 100000            # 1 in 100,000 jobs scheduled far ahead: every range held
+    python bench/prune.py --upgrade                # first, the upgrade of --before's week to this schema, timed
 """
 
 import argparse
@@ -163,6 +164,30 @@ def prune(url: str, count: int, held: int, budget: float) -> dict:
     )
 
 
+def filled(url: str, count: int, held: int) -> dict:
+    """In the child (an older tree's code): the week written, nothing pruned: a farm to upgrade."""
+    from queueprocessor.farm import Farm
+
+    with Farm(url) as farm:
+        fill(farm._store, farm._engine, count, held)
+    return {}
+
+
+def upgraded(url: str) -> dict:
+    """In the child (this tree's code): the farm's upgrade to this schema timed, as the first node to start runs it."""
+    from sqlalchemy import text
+
+    started = time.perf_counter()
+    from queueprocessor.farm import Farm
+
+    with Farm(url) as farm:
+        took = time.perf_counter() - started
+        with farm._engine.connect() as conn:
+            leaves = conn.execute(text(f"SELECT count(*) FROM ({LEAVES}) AS leaves"), dict(tables=["qp_jobs"])).scalar()
+            keys = conn.execute(text("SELECT count(*) FROM qp_job_keys")).scalar()
+    return dict(took=took, partitions=leaves, keys=keys)
+
+
 def mb(size: int) -> str:
     return f"{size / 2**20:,.0f}"
 
@@ -174,6 +199,7 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=600.0, help="seconds the DELETE path may take at most")
     parser.add_argument("--before", metavar="REF", default="073a0ca", help="also measure the code at this git ref")
     parser.add_argument("--quick", action="store_true", help="200,000 jobs")
+    parser.add_argument("--upgrade", action="store_true", help="first time the upgrade of --before's filled week")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
@@ -182,7 +208,15 @@ def main() -> None:
     if args.child:  # figures, and the code that made them (see common.run_on)
         import queueprocessor
 
-        print(json.dumps(prune(args.child[1], args.jobs, held, args.budget) | {"code": queueprocessor.__file__}))
+        what, url = args.child
+        figures = (
+            prune(url, args.jobs, held, args.budget)
+            if what == "prune"
+            else filled(url, args.jobs, held)
+            if what == "fill"
+            else upgraded(url)
+        )
+        print(json.dumps(figures | {"code": queueprocessor.__file__}))
         return
     from common import ROOT, fresh_database, load_average, postgres, print_table, run_on, source_tree
 
@@ -191,8 +225,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="qp-before-") as old:
         trees = [("this tree", ROOT)] + ([(args.before, source_tree(args.before, Path(old)))] if args.before else [])
         with postgres() as server:
+            common = ["--jobs", str(args.jobs), "--held", str(args.held), "--budget", str(args.budget)]
+            if args.upgrade and args.before:  # the older tree's week, then this tree's first node upgrading it
+                url = fresh_database(server, "upgrade")
+                run_on(trees[1][1], __file__, *common, "--child", "fill", url)
+                up = run_on(ROOT, __file__, *common, "--child", "upgrade", url)
+                print(
+                    f"upgrade of {args.before}'s week of {args.jobs:,} jobs: {up['took']:.1f} s, "
+                    f"{up['partitions']} partitions of qp_jobs, {up['keys']:,} keys copied; {load_average()}",
+                    flush=True,
+                )
             for label, root in trees:
-                common = ["--jobs", str(args.jobs), "--held", str(args.held), "--budget", str(args.budget)]
                 found[label] = run_on(root, __file__, *common, "--child", "prune", fresh_database(server, "prune"))
     held_note = f", 1 in {args.held:,} held a year ahead" if args.held else ""
     print(f"\n{args.jobs:,} jobs over a simulated week{held_note}; every finished one pruned. MB, seconds.")
