@@ -23,7 +23,21 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import DDL, ColumnElement, and_, column, event, exists, false, literal_column, or_, select, table, text
+from sqlalchemy import (
+    DDL,
+    ColumnElement,
+    and_,
+    column,
+    event,
+    exists,
+    false,
+    func,
+    literal_column,
+    or_,
+    select,
+    table,
+    text,
+)
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
@@ -359,7 +373,7 @@ def _drop(conn: Connection, part: Part) -> int:
     """Detach and drop `part` of each table; first delete its keys from the side table (a drop fires no trigger) and
     the rows naming its jobs in qp_deps and qp_flow_jobs."""
     jobs_part = part.name("qp_jobs")
-    count = conn.execute(text(f"SELECT count(*) FROM {jobs_part}")).scalar_one()
+    count = conn.execute(select(func.count()).select_from(table(jobs_part))).scalar_one()
     _ddl(
         conn,
         f"DELETE FROM {KEYS} AS k USING {jobs_part} AS j WHERE j.key IS NOT NULL AND k.key = j.key AND k.job_id = j.id",
