@@ -117,19 +117,19 @@ def prune(url: str, count: int, held: int, budget: float) -> dict:
             finished = conn.execute(text(f"SELECT count(*) FROM qp_jobs WHERE state IN {FINISHED}")).scalar_one()
             leaves = conn.execute(text(f"SELECT count(*) FROM ({LEAVES}) AS leaves"), dict(tables=["qp_jobs"])).scalar()
         drops: list[float] = []
-        if hasattr(store.jobs, "prune_ranges"):  # each drop's locked part timed: what a claim may wait for
+        if hasattr(store.jobs, "prune_ranges"):  # each drop's part under the lock timed: what a claim may wait for
             from queueprocessor.store import job_partitions
 
-            dropping = job_partitions._drop
+            detaching = job_partitions._detach
 
-            def timed(conn: Any, part: Any) -> int:
+            def timed(*args: Any) -> bool:
                 began = time.perf_counter()
                 try:
-                    return dropping(conn, part)
+                    return detaching(*args)
                 finally:
                     drops.append(time.perf_counter() - began)
 
-            job_partitions._drop = timed
+            job_partitions._detach = timed
         before, started = wal(), time.perf_counter()
         dropped = store.jobs.prune_ranges(KEEP) if hasattr(store.jobs, "prune_ranges") else 0
         dropping_took, deleted = time.perf_counter() - started, 0
@@ -251,7 +251,7 @@ def main() -> None:
             "left",
             "took",
             "of which drops",
-            "longest drop",
+            "longest lock",
             "jobs/s",
             "WAL MB",
             "heap+ix after",

@@ -37,6 +37,7 @@ from sqlalchemy import (
     select,
     table,
     text,
+    true,
 )
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
@@ -328,13 +329,14 @@ def closed_ids(conn: Connection) -> ColumnElement[bool]:
 
 def _pinned(part: Part, past_keep: ColumnElement[bool], latest: Any) -> Any:
     """Whether `part` holds a job that is not finished, or not past its keep: each by an index of the state it asks
-    of (the queued, the running, the failed or cancelled, the succeeded by end), fast under the table's lock."""
+    of (the queued, the running, the failed or cancelled, the succeeded by end: a BRIN, read by a bitmap, which the
+    caller allows), each predicate written as its index's is, so that the check is quick under the table's lock."""
     jobs = schema.jobs
     ids = part.ids(jobs.c.id)
     finished_young = ~past_keep
     asks = [
-        and_(jobs.c.state == JobState.QUEUED, jobs.c.gated.is_(False)),
-        and_(jobs.c.state == JobState.QUEUED, jobs.c.gated.is_(True)),
+        and_(jobs.c.state == JobState.QUEUED, jobs.c.gated == false()),
+        and_(jobs.c.state == JobState.QUEUED, jobs.c.gated == true()),
         jobs.c.state == JobState.RUNNING,
         and_(jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED)), finished_young),
         and_(jobs.c.state == JobState.SUCCEEDED, jobs.c.finished_at >= latest, finished_young),
@@ -342,49 +344,81 @@ def _pinned(part: Part, past_keep: ColumnElement[bool], latest: Any) -> Any:
     return or_(*(exists().where(*ids, ask) for ask in asks))
 
 
+def _held(conn: Connection, part: Part, past_keep: ColumnElement[bool], latest: float) -> bool:
+    """_pinned, asked in the caller's transaction with bitmap scans allowed (the farm's sessions plan none)."""
+    _ddl(conn, "SET LOCAL enable_bitmapscan = on")
+    return bool(conn.execute(select(_pinned(part, past_keep, latest))).scalar())
+
+
+def detached(conn: Connection) -> list[str]:
+    """The ranges of qp_jobs detached by a drop that did not get to drop them (its process ended): plain tables
+    named as ranges are, no longer partitions."""
+    return list(
+        conn.execute(
+            text(
+                "SELECT relname FROM pg_class WHERE relkind = 'r' AND NOT relispartition AND relname ~ "
+                "'^qp_jobs_(from|below)_[0-9]+$' AND relnamespace = CAST(current_schema() AS regnamespace)"
+            )
+        ).scalars()
+    )
+
+
 def drop_ranges(engine: Engine, now: float, keeps: list[float], past_keep: ColumnElement[bool]) -> int:
     """Drop every closed range of qp_jobs (with its runs' and payloads') whose every job has finished and passed its
     keep (`past_keep`; `keeps`: every queue's), with its keys and its rows of qp_deps and qp_flow_jobs; how many jobs
     went. Checked first without a lock, then again, by index, under the lock on qp_jobs that DETACH takes (waiting
-    LOCK_WAIT at most: a long read of qp_jobs puts the drop off to the next pass)."""
+    LOCK_WAIT at most: a long read of qp_jobs puts the drop off to the next pass), which is held only for that check
+    and the detach: the rest is done on the detached tables, which no statement of the farm reads any more."""
     latest = now - max(keeps)
-    gone = 0
-    with engine.connect() as conn:
+    with engine.begin() as conn:
         at = next_id(conn)
         closed = [part for part in parts(conn) if part.hi <= at]
-        droppable = [part for part in closed if not conn.execute(select(_pinned(part, past_keep, latest))).scalar()]
-        conn.rollback()
+        droppable = [part for part in closed if not _held(conn, part, past_keep, latest)]
+        left = detached(conn)
+    gone = sum(_drop_detached(engine, name) for name in left)
     for part in droppable:
         try:
             with engine.begin() as conn:
                 _ddl(conn, f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
                 _ddl(conn, "LOCK TABLE qp_jobs, qp_runs, qp_payloads IN ACCESS EXCLUSIVE MODE")
-                if conn.execute(select(_pinned(part, past_keep, latest))).scalar():
+                if not _detach(conn, part, past_keep, latest):
                     continue
-                gone += _drop(conn, part)
         except OperationalError as error:
             if getattr(error.orig, "sqlstate", None) == LOCK_NOT_AVAILABLE:
                 return gone
             raise
+        gone += _drop_detached(engine, part.name("qp_jobs"))
     return gone
 
 
-def _drop(conn: Connection, part: Part) -> int:
-    """Detach and drop `part` of each table; first delete its keys from the side table (a drop fires no trigger) and
-    the rows naming its jobs in qp_deps and qp_flow_jobs."""
-    jobs_part = part.name("qp_jobs")
-    count = conn.execute(select(func.count()).select_from(table(jobs_part))).scalar_one()
-    _ddl(
-        conn,
-        f"DELETE FROM {KEYS} AS k USING {jobs_part} AS j WHERE j.key IS NOT NULL AND k.key = j.key AND k.job_id = j.id",
-    )
-    for name, key in (("qp_deps", "child_id"), ("qp_flow_jobs", "job_id")):
-        ids: Any = column(key)
-        conn.execute(table(name, ids).delete().where(*part.ids(ids)))
+def _detach(conn: Connection, part: Part, past_keep: ColumnElement[bool], latest: float) -> bool:
+    """Under the lock: detach `part` of each table unless it holds a job (checked again); whether it did."""
+    if _held(conn, part, past_keep, latest):
+        return False
     for table_name, _ in TABLES:
-        name = part.name(table_name)
-        _ddl(conn, f"ALTER TABLE {table_name} DETACH PARTITION {name}")
-        _ddl(conn, f"DROP TABLE {name}")
+        _ddl(conn, f"ALTER TABLE {table_name} DETACH PARTITION {part.name(table_name)}")
+    return True
+
+
+def _drop_detached(engine: Engine, jobs_name: str) -> int:
+    """Drop the detached range of qp_jobs named `jobs_name` and its runs' and payloads', in one transaction that
+    takes no lock on the farm's tables; first delete its keys from the side table (a drop fires no trigger: until
+    then a key of it still refuses a new job, as before the drop) and the rows naming its jobs in qp_deps and
+    qp_flow_jobs. How many jobs it held."""
+    ids: Any = column("id")
+    detached_jobs = table(jobs_name, ids, column("key"))
+    with engine.begin() as conn:
+        count = conn.execute(select(func.count()).select_from(detached_jobs)).scalar_one()
+        _ddl(
+            conn,
+            f"DELETE FROM {KEYS} AS k USING {jobs_name} AS j WHERE j.key IS NOT NULL AND k.key = j.key "
+            "AND k.job_id = j.id",
+        )
+        for name, key in (("qp_deps", "child_id"), ("qp_flow_jobs", "job_id")):
+            named: Any = column(key)
+            conn.execute(table(name, named).delete().where(named.in_(select(ids).select_from(detached_jobs))))
+        for table_name, _ in TABLES:
+            _ddl(conn, f"DROP TABLE IF EXISTS {table_name}{jobs_name.removeprefix('qp_jobs')}")
     return int(count)
 
 

@@ -174,3 +174,18 @@ def test_jobs_in_closed_ranges_are_found_retried_cancelled_and_searched(farm):
     farm.retry(failed)
     assert farm.job(failed)["state"] == "queued"
     assert [job["id"] for job in farm.find_jobs(JobFilter(search="team=x"))] == [failed]
+
+
+def test_a_range_detached_by_a_drop_cut_short_is_dropped_at_the_next_pass_and_its_keys_freed(farm):
+    part = current(farm)
+    done = ran(farm, JobSpec("http", "/ok", key="cut"))
+    close(farm, part)
+    for name in ("qp_jobs", "qp_runs", schema.PAYLOADS):  # what a drop does under its lock, then its process ends
+        sql(farm, f"ALTER TABLE {name} DETACH PARTITION {part.name(name)}")
+    with pytest.raises(DuplicateKey):
+        farm.enqueue(farm.http_spec("/again", key="cut"))  # its key still held, as before the drop
+    assert farm._store.jobs.prune_ranges(KEEP) == 1
+    assert sql(farm, "SELECT to_regclass(:t)", t=part.name("qp_jobs")) == [(None,)]
+    assert sql(farm, "SELECT count(*) FROM qp_job_keys") == [(0,)]
+    assert done not in {job["id"] for job in farm._store.jobs.newest()}
+    farm.enqueue(farm.http_spec("/again", key="cut"))
