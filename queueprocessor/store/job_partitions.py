@@ -404,21 +404,27 @@ def _drop_detached(engine: Engine, jobs_name: str) -> int:
     """Drop the detached range of qp_jobs named `jobs_name` and its runs' and payloads', in one transaction that
     takes no lock on the farm's tables; first delete its keys from the side table (a drop fires no trigger: until
     then a key of it still refuses a new job, as before the drop) and the rows naming its jobs in qp_deps and
-    qp_flow_jobs. How many jobs it held."""
+    qp_flow_jobs. How many jobs it held (0 if a lock was not free within LOCK_WAIT: the next pass finishes it)."""
     ids: Any = column("id")
     detached_jobs = table(jobs_name, ids, column("key"))
-    with engine.begin() as conn:
-        count = conn.execute(select(func.count()).select_from(detached_jobs)).scalar_one()
-        _ddl(
-            conn,
-            f"DELETE FROM {KEYS} AS k USING {jobs_name} AS j WHERE j.key IS NOT NULL AND k.key = j.key "
-            "AND k.job_id = j.id",
-        )
-        for name, key in (("qp_deps", "child_id"), ("qp_flow_jobs", "job_id")):
-            named: Any = column(key)
-            conn.execute(table(name, named).delete().where(named.in_(select(ids).select_from(detached_jobs))))
-        for table_name, _ in TABLES:
-            _ddl(conn, f"DROP TABLE IF EXISTS {table_name}{jobs_name.removeprefix('qp_jobs')}")
+    try:
+        with engine.begin() as conn:
+            _ddl(conn, f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
+            count = conn.execute(select(func.count()).select_from(detached_jobs)).scalar_one()
+            _ddl(
+                conn,
+                f"DELETE FROM {KEYS} AS k USING {jobs_name} AS j WHERE j.key IS NOT NULL AND k.key = j.key "
+                "AND k.job_id = j.id",
+            )
+            for name, key in (("qp_deps", "child_id"), ("qp_flow_jobs", "job_id")):
+                named: Any = column(key)
+                conn.execute(table(name, named).delete().where(named.in_(select(ids).select_from(detached_jobs))))
+            for table_name, _ in TABLES:
+                _ddl(conn, f"DROP TABLE IF EXISTS {table_name}{jobs_name.removeprefix('qp_jobs')}")
+    except OperationalError as error:
+        if getattr(error.orig, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+            return 0
+        raise
     return int(count)
 
 
