@@ -2,11 +2,14 @@
 makes while it drains a backlog of batch-function jobs, beside another tree's code in the same run.
 
 Each tree gets a fresh database on one throwaway PostgreSQL server that counts its statements, and a process of
-its own importing the code measured. It enqueues `--backlog` batch no-op jobs (bench.jobs:noop_batch), analyses
-the table, then claims and finishes them `--batch` at a time as a node's claims of a backlog do (no take-over of
-expired leases, leases that ran out before now), until none is left. Autovacuum is off for the jobs' table, as in
-bench/wal.py: a drain outruns it, so every claim walks the dead entries the claims before it left. Halfway, one
-claim runs under EXPLAIN (ANALYZE, BUFFERS) (rolled back) and its plan is printed with --plan.
+its own importing the code measured. It first writes `--days` days of `--finished` succeeded jobs a day, as a farm
+keeping a week of them has: on schema 14's partitioned qp_jobs, a range each (docs/design.md §11), so that the
+claim runs with ten ranges present (a week's, the open one and two ahead). Then it enqueues `--backlog` batch no-op
+jobs (bench.jobs:noop_batch), analyses the table, then claims and finishes them `--batch` at a time as a node's
+claims of a backlog do (no take-over of expired leases, leases that ran out before now), until none is left.
+Autovacuum is off for the jobs' tables, as in bench/wal.py: a drain outruns it, so every claim walks the dead
+entries the claims before it left. Halfway, one claim runs under EXPLAIN (ANALYZE, BUFFERS) (rolled back) and its
+plan is printed with --plan.
 
 Server time per job (mean_exec_time / rows) moves with the machine's load; buffers per job do not.
 
@@ -20,9 +23,36 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
+
+FILLED = (
+    "INSERT INTO qp_jobs (executor, target, method, state, priority, run_at, created_at, started_at, finished_at, "
+    "attempts, max_attempts, fence, cancel_requested, kind, queue, gated) SELECT 'python', 'bench.jobs:noop_batch', "
+    "'GET', 'succeeded', 0, t, t, t, t, 1, 1, 1, false, 'job', 'default', false "
+    "FROM generate_series(1, :n), extract(epoch FROM now()) AS t"
+)
 
 
-def drain(url: str, backlog: int, batch: int) -> dict:
+def a_week_kept(store: Any, engine: Any, days: int, finished: int) -> None:
+    """`days` days of `finished` succeeded jobs each, kept (a week's retention): on a partitioned qp_jobs (schema
+    14) each day fills a range whose end the sequence then passes, as a day's enqueues would (setval), and the
+    node's housekeeping (prune_ranges) makes the ranges ahead: `days` closed, the open one and AHEAD more."""
+    from sqlalchemy import text
+
+    for _ in range(days):
+        with engine.begin() as conn:
+            conn.execute(text(FILLED), dict(n=finished))
+        if hasattr(store.jobs, "prune_ranges"):
+            from queueprocessor.store.job_partitions import next_id, parts
+
+            with engine.begin() as conn:
+                at = next_id(conn)
+                [open_range] = [part for part in parts(conn) if part.lo is not None and part.lo <= at < part.hi]
+                conn.execute(text("SELECT setval('qp_jobs_id_seq', :last)"), dict(last=open_range.hi - 1))
+            store.jobs.prune_ranges(7 * 86400.0)
+
+
+def drain(url: str, backlog: int, batch: int, days: int, finished: int) -> dict:
     """In the child: the drain, its statements' figures from pg_stat_statements, and the halfway claim's plan."""
     from sqlalchemy import text
 
@@ -34,8 +64,15 @@ def drain(url: str, backlog: int, batch: int) -> dict:
 
     with Farm(url) as farm:
         store, engine = farm._store, farm._engine
-        with engine.begin() as conn:
-            conn.execute(text("ALTER TABLE qp_jobs SET (autovacuum_enabled = off)"))
+        a_week_kept(store, engine, days, finished)
+        with engine.begin() as conn:  # each partition's own (PostgreSQL refuses it on a partitioned table)
+            tables = conn.execute(
+                text("SELECT relname FROM pg_class WHERE relname LIKE 'qp\\_jobs%' AND relkind = 'r'")
+            )
+            for table in tables.scalars().all():
+                conn.execute(text(f"ALTER TABLE {table} SET (autovacuum_enabled = off)"))
+            partitions = conn.execute(text("SELECT count(*) FROM pg_inherits WHERE inhparent = 'qp_jobs'::regclass"))
+            present = partitions.scalar_one()
         store.jobs.enqueue(JobSpec(executor="python", target="bench.jobs:noop_batch"), count=backlog)
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
@@ -73,7 +110,7 @@ def drain(url: str, backlog: int, batch: int) -> dict:
                     "FROM pg_stat_statements WHERE query NOT LIKE 'EXPLAIN%' ORDER BY total_exec_time DESC LIMIT 3"
                 )
             ).all()
-    figures: dict = {"jobs": done, "plan": plan}
+    figures: dict = {"jobs": done, "plan": plan, "partitions": present}
     for sql, calls, rows, total, blocks in stats:
         step = "claim" if "FOR UPDATE SKIP LOCKED" in sql else "finish" if "finished_at" in sql else sql[:60]
         figures.setdefault(step, dict(calls=calls, rows=rows, ms=total, blocks=blocks))
@@ -87,13 +124,16 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="jobs per claim and per finish")
     parser.add_argument("--plan", action="store_true", help="print the halfway claim's plan of each tree")
     parser.add_argument("--before", metavar="REF", default="main", help="also measure the code at this git ref")
+    parser.add_argument("--days", type=int, default=7, help="days of finished jobs kept before the backlog")
+    parser.add_argument("--finished", type=int, default=10000, help="finished jobs a day")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.backlog = args.backlog or (20000 if args.quick else 100000)
     if args.child:  # figures, and the code that made them (see common.run_on)
         import queueprocessor
 
-        print(json.dumps(drain(args.child[1], args.backlog, args.batch) | {"code": queueprocessor.__file__}))
+        found = drain(args.child[1], args.backlog, args.batch, args.days, args.finished)
+        print(json.dumps(found | {"code": queueprocessor.__file__}))
         return
     from common import ROOT, fresh_database, load_average, postgres, print_table, run_on, source_tree
 
@@ -101,7 +141,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="qp-before-") as old:
         trees = [("this tree", ROOT)] + ([(args.before, source_tree(args.before, Path(old)))] if args.before else [])
         with postgres(stat_statements=True) as server:
-            common = ["--backlog", str(args.backlog), "--batch", str(args.batch)]
+            common = ["--backlog", str(args.backlog), "--batch", str(args.batch), "--days", str(args.days)]
+            common += ["--finished", str(args.finished)]
             found = {
                 label: run_on(root, __file__, *common, "--child", "drain", fresh_database(server, "claim"))
                 for label, root in trees
@@ -115,6 +156,7 @@ def main() -> None:
                 rows.append(
                     [
                         label,
+                        f["partitions"],
                         step,
                         s["calls"],
                         s["rows"],
@@ -122,7 +164,7 @@ def main() -> None:
                         f"{s['blocks'] / max(s['rows'], 1):.2f}",
                     ]
                 )
-    print_table(["code", "step", "calls", "rows", "server us/job (ms/1,000)", "buffers/job"], rows)
+    print_table(["code", "partitions", "step", "calls", "rows", "server us/job (ms/1,000)", "buffers/job"], rows)
     if args.plan:
         for label, f in found.items():
             print(f"\n{label}: the halfway claim\n{f['plan']}")

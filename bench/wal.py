@@ -3,17 +3,18 @@ with the machine's load.
 
 Each run gets a fresh database on one throwaway PostgreSQL 15 server (fsync and full-page writes off, as every
 bench's) and a process of its own importing the code measured (this tree, or with --before the tree at a git ref,
-in the same run). It enqueues `--jobs` batch-function no-op jobs (bench.jobs:noop_batch) in one go, with no payload
-and with a 6-key JSON payload (a log record), then drives the store's own statements as a node with batch functions
-does: a claim of `--batch` jobs, then the finish of that batch (each a success), until none is left. Between the
-statements it reads the WAL position: the bytes each wrote, and with pg_waldump its records, by resource manager
-(heap, btree, GIN...). PostgreSQL's CPU is that of every process of the server (/proc, user + system), a tick is
-10 ms: read it over a whole run, not a batch. Autovacuum is off for the run's tables, so that nothing else writes.
+in the same run). It enqueues `--jobs` batch-function no-op jobs (bench.jobs:noop_batch) in one go, with no payload,
+with a 6-key JSON payload (a log record), and with an order key each, then drives the store's own statements as a
+node with batch functions does: a claim of `--batch` jobs, then the finish of that batch (each a success), until none
+is left. Between the statements it reads the WAL position: the bytes each wrote, and with pg_waldump its records, by
+resource manager (heap, btree, GIN...). PostgreSQL's CPU is that of every process of the server (/proc, user +
+system), a tick is 10 ms: read it over a whole run, not a batch. Autovacuum is off for the run's tables (each
+partition's), so that nothing else writes.
 
 Then the finish's time: `--backlog` jobs enqueued, never analysed, `--timed` batches claimed and finished, the
 finish timed; then ANALYZE and as many again. A timed figure: on a busy machine, say its load.
 
-    python bench/wal.py                  # 20,000 jobs, batches of 1,000, beside main (409d36d)
+    python bench/wal.py                  # 20,000 jobs, batches of 1,000, beside main (073a0ca)
     python bench/wal.py --quick          # 4,000 jobs, a backlog of 20,000
     python bench/wal.py --before REF     # beside the code at git REF ('' for none)
 """
@@ -26,12 +27,16 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 LOG_RECORD = (
     '{"ts": "2025-06-01T12:00:00.%06dZ", "host": "web-3", "level": "info", "service": "checkout", '
     '"message": "order placed", "request_id": "req-%06d"}'
 )
 KINDS = ("Heap", "Heap2", "Btree", "Gin", "Transaction")
+# The jobs measured: no payload; a 6-key JSON payload (a log record); an order key each (schema 14 keeps the running
+# job of each order key in a side table, written by a trigger on the claim and on the finish).
+KINDS_OF_JOB = {"none": "none", "payload": "6-key JSON", "order": "an order key"}
 
 
 def server_cpu(postmaster: int) -> float:
@@ -71,8 +76,20 @@ class Wal:
         return found
 
 
-def measure(url: str, jobs: int, batch: int, payload: bool, wal: Wal, postmaster: int) -> dict[str, float]:
-    """In the child: claim and finish `jobs` jobs, `batch` at a time; WAL bytes, records and server CPU per job."""
+def no_autovacuum(engine: Any) -> None:
+    """Autovacuum off for every table of the farm that holds rows (each partition of a partitioned one: schema 14
+    partitions qp_jobs, whose own setting PostgreSQL refuses), so that nothing but the statements measured writes."""
+    from sqlalchemy import text
+
+    with engine.begin() as conn:
+        tables = conn.execute(text("SELECT relname FROM pg_class WHERE relname LIKE 'qp_%' AND relkind = 'r'"))
+        for table in tables.scalars().all():
+            conn.execute(text(f"ALTER TABLE {table} SET (autovacuum_enabled = off)"))
+
+
+def measure(url: str, jobs: int, batch: int, kind: str, wal: Wal, postmaster: int) -> dict[str, float]:
+    """In the child: claim and finish `jobs` jobs (`kind`: no payload, a 6-key payload, an order key each), `batch`
+    at a time; WAL bytes, records and server CPU per job."""
     import psycopg
     from sqlalchemy import text
 
@@ -84,16 +101,14 @@ def measure(url: str, jobs: int, batch: int, payload: bool, wal: Wal, postmaster
     spec = JobSpec(executor="python", target="bench.jobs:noop_batch")
     with Farm(url) as farm:
         store, engine = farm._store, farm._engine
-        with engine.begin() as conn:
-            tables = conn.execute(text("SELECT relname FROM pg_class WHERE relname LIKE 'qp_%' AND relkind = 'r'"))
-            for table in tables.scalars().all():
-                conn.execute(text(f"ALTER TABLE {table} SET (autovacuum_enabled = off)"))
-        if payload:  # each job its own log record, through the farm's door for the database (qp_enqueue)
+        no_autovacuum(engine)
+        if kind != "none":  # each job its own log record or order key, through the farm's door (qp_enqueue)
             with engine.begin() as conn:
                 conn.execute(
                     text(
-                        "SELECT count(qp_enqueue(:executor, :target, format(:record, i, i)::jsonb)) "
-                        "FROM generate_series(1, :jobs) AS i"
+                        "SELECT count(qp_enqueue(:executor, :target, "
+                        + ("format(:record, i, i)::jsonb)) " if kind == "payload" else "NULL, 'default', 'o-' || i)) ")
+                        + "FROM generate_series(1, :jobs) AS i"
                     ),
                     dict(
                         executor=spec.executor, target=spec.target, record=LOG_RECORD.replace("%06d", "%s"), jobs=jobs
@@ -157,8 +172,7 @@ def finish_time(url: str, backlog: int, batch: int, timed: int) -> dict[str, flo
 
     with Farm(url) as farm:
         store, engine = farm._store, farm._engine
-        with engine.begin() as conn:
-            conn.execute(text("ALTER TABLE qp_jobs SET (autovacuum_enabled = off)"))
+        no_autovacuum(engine)
         store.jobs.enqueue(JobSpec(executor="python", target="bench.jobs:noop_batch"), count=backlog)
         me = store.machines.register(
             name="t", host="h", instance=f"t-{os.getpid()}", pid=1, version="t", capacity=batch
@@ -185,7 +199,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="jobs per claim and per finish")
     parser.add_argument("--backlog", type=int, help="jobs enqueued for the finish's time (default 100,000)")
     parser.add_argument("--timed", type=int, default=10, help="batches timed, never analysed and analysed")
-    parser.add_argument("--before", metavar="REF", default="409d36d", help="also measure the code at this git ref")
+    parser.add_argument("--before", metavar="REF", default="073a0ca", help="also measure the code at this git ref")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:  # figures, and the code that made them (see common.run_on)
@@ -194,9 +208,9 @@ def main() -> None:
 
         code = {"code": queueprocessor.__file__}
         if what == "wal":
-            bindir, pgdata, postmaster, payload = rest
+            bindir, pgdata, postmaster, kind = rest
             wal = Wal(bindir, pgdata)
-            print(json.dumps(measure(url, args.jobs, args.batch, payload == "1", wal, int(postmaster)) | code))
+            print(json.dumps(measure(url, args.jobs, args.batch, kind, wal, int(postmaster)) | code))
         else:
             print(json.dumps(finish_time(url, args.backlog, args.batch, args.timed) | code))
         return
@@ -211,10 +225,10 @@ def main() -> None:
             where = [str(server.bin_dir), str(server.data_dir), str(server.pid)]
             common = ["--jobs", str(args.jobs), "--batch", str(args.batch)]
             wal = {
-                (label, payload): run_on(
-                    root, __file__, *common, "--child", "wal", fresh_database(server, "wal"), *where, payload
+                (label, kind): run_on(
+                    root, __file__, *common, "--child", "wal", fresh_database(server, "wal"), *where, kind
                 )
-                for payload in ("0", "1")
+                for kind in KINDS_OF_JOB
                 for label, root in trees
             }
             timing = ["--backlog", str(args.backlog), "--batch", str(args.batch), "--timed", str(args.timed)]
@@ -223,7 +237,7 @@ def main() -> None:
                 for label, root in trees
             }
     rows = []
-    for (label, payload), f in wal.items():
+    for (label, kind), f in wal.items():
         for step in ("claim", "finish", "both"):
             steps = ("claim", "finish") if step == "both" else (step,)
 
@@ -233,7 +247,7 @@ def main() -> None:
             rows.append(
                 [
                     label,
-                    "6-key JSON" if payload == "1" else "none",
+                    KINDS_OF_JOB[kind],
                     step,
                     f"{per('bytes'):.0f}",
                     f"{per('records'):.2f}",
@@ -242,7 +256,7 @@ def main() -> None:
                 ]
             )
     print_table(
-        ["code", "payload", "step", "WAL B/job", "records/job", *(f"{k}/job" for k in KINDS), "server CPU us/job"],
+        ["code", "jobs", "step", "WAL B/job", "records/job", *(f"{k}/job" for k in KINDS), "server CPU us/job"],
         rows,
     )
     print(f"\nThe finish's time, ms per {args.batch:,} jobs, {args.timed} batches from a backlog of {args.backlog:,}:")

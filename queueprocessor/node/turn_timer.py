@@ -315,6 +315,7 @@ class TurnTimer(OfJoinedNode):
         self.store.turns.prune(self.config.turn_keep)
         self.store.queues.recount()
         self._housekeep_more = True
+        self.store.jobs.prune_ranges(self.config.keep_jobs)
         while self.store.jobs.prune(self.config.keep_jobs) == PRUNE_BATCH:
             if self.clock.monotonic() - started > self.config.period / 4:
                 return

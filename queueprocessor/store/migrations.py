@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.schema import CreateColumn, CreateTable
 
 from . import schema
+from .job_partitions import partition_jobs
 from .partitions import partition
 from .sql.gates import recount_statement, regate_statements
 from .sqlfunctions import create_sql_functions, narrow_enqueuers
@@ -296,6 +297,25 @@ def _storage_that_costs_what_work_needs(conn: Connection) -> None:
     _coalesced_push(conn)
 
 
+def _finished_jobs_by_range(conn: Connection) -> None:
+    """13 to 14, PostgreSQL: qp_jobs, qp_runs and qp_payloads are partitioned by ranges of job id, each about a day
+    of enqueues, and finished jobs leave with their range's partition (store/job_partitions.py, docs/design.md
+    §11). Each table becomes, in place, the first partition of its new partitioned table (every id given so far: a
+    CHECK validated first spares ATTACH a second scan; its indexes are kept as they are), keys and running order
+    keys are copied into their side tables, and the ranges ahead are made; ids and the sequence stay as they are.
+    The step holds qp_jobs and qp_runs alone for a scan of each and a copy of the keys (seconds a million jobs):
+    every node waits for it.
+
+    An older node still running beside it goes on working: its statements name the same tables and columns, its
+    inserts land in the range ahead, its keys and order keys are kept unique by the side tables' triggers (a
+    duplicate fails as before, naming the same constraint), and its housekeeping deletes finished jobs by DELETE
+    at their keep (the rows it deletes leave ranges that would have gone whole anyway). Elsewhere nothing changes:
+    SQLite and SQL Server keep one table each."""
+    if conn.dialect.name == "postgresql":
+        partition_jobs(conn)
+        create_sql_functions(conn)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -310,6 +330,7 @@ STEPS = {
     10: _enqueue_through_the_door_only,
     11: _job_ids_never_reused,
     12: _storage_that_costs_what_work_needs,
+    13: _finished_jobs_by_range,
 }
 
 

@@ -270,8 +270,10 @@ class ScheduleStore:
         it inserted (counted by RETURNING: a driver's rowcount of ON CONFLICT DO NOTHING is not to be trusted)."""
         dialect = self.store.dialect
         made = dict(created_at=db_now(), gated=gated_now(literal(queue, String)))
-        if dialect in ("postgresql", "sqlite"):  # each has its own INSERT ... ON CONFLICT, loaded only here
-            module = importlib.import_module(f"sqlalchemy.dialects.{dialect}")
+        # SQLite's own INSERT ... ON CONFLICT, loaded only here. Not PostgreSQL's: a key is unique there through a
+        # trigger's side table (store/job_partitions.py), whose conflict it cannot skip; a savepoint a row instead.
+        if dialect == "sqlite":
+            module = importlib.import_module("sqlalchemy.dialects.sqlite")
             statement = module.insert(jobs).values(**made).on_conflict_do_nothing()
             return len(conn.execute(statement.returning(jobs.c.id), rows).all())
         inserted = 0

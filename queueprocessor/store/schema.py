@@ -38,7 +38,7 @@ from ..rules.states import CHECKING_IN, HISTORY_COUNTS, JobState, Kind, MachineS
 from .partitions import partition
 from .sql import push
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 metadata = MetaData()
 

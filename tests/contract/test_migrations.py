@@ -3,15 +3,18 @@
 import threading
 from contextlib import contextmanager
 
+import pytest
 from sqlalchemy import func, insert, inspect, select, text, update
 
 from queueprocessor import JobFilter
 from queueprocessor.farm import Farm
+from queueprocessor.rules.errors import DuplicateKey
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.roster import KnownMachines
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
 from queueprocessor.store.migrations import PAYLOAD_INDEX_BEFORE_13, QUEUED_BEFORE_6
+from queueprocessor.store.sqlfunctions import create_sql_functions
 from queueprocessor.store.types import ClaimRequest, Plan, Progress
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
@@ -82,13 +85,34 @@ def notify_each_insert(conn) -> None:
     )
 
 
+def make_version_13(url: str) -> None:
+    """A farm database as schema version 13 left it: on PostgreSQL qp_jobs, qp_runs and qp_payloads in one table each,
+    keys and running order keys unique by qp_jobs' own indexes, no side tables."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("DROP TABLE qp_job_keys, qp_running_order_keys"))
+            conn.execute(text(f"CREATE TABLE flat (LIKE {schema.PAYLOADS})"))
+            conn.execute(text(f"INSERT INTO flat SELECT * FROM {schema.PAYLOADS}"))
+            conn.execute(text(f"DROP TABLE {schema.PAYLOADS}"))
+            conn.execute(text(f"ALTER TABLE flat RENAME TO {schema.PAYLOADS}"))
+            conn.execute(text(f"ALTER TABLE {schema.PAYLOADS} ADD PRIMARY KEY (job_id)"))
+            unpartitioned(conn, schema.runs)
+            unpartitioned(conn, schema.jobs)
+            conn.execute(text("DROP FUNCTION qp_job_keys_kept(), qp_running_order_keys_kept()"))
+            conn.execute(text(f"ALTER TABLE qp_jobs SET (fillfactor = {schema.JOBS_FILL})"))
+            schema.keep_payloads_apart(conn)
+            create_sql_functions(conn)
+        set_version(conn, 13)
+
+
 def make_version_12(url: str) -> None:
     """A farm database as schema version 12 left it (as this version made it, whatever is in it already): machine
     rows without the roster version that last changed them, nor its index; no output on job rows nor index of
     succeeded jobs' ends; no retention of a queue's own; on PostgreSQL, job rows filling their pages and run rows
     leaving 30 % of theirs, the history and the event log in one table each, a NOTIFY for every insert statement
     instead of coalesced push, and payloads indexed on qp_jobs itself (no qp_payloads nor its triggers)."""
-    Farm(url).close()
+    make_version_13(url)
     with rewriting(url) as conn:
         drop_index(conn, "ix_qp_machines_changed", "qp_machines")
         drop_column(conn, "qp_machines", "changed")
@@ -259,14 +283,18 @@ def make_version_1(url: str) -> int:
 def shape(farm: Farm) -> tuple[str, set[str]]:
     with farm._engine.connect() as conn:
         version = conn.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).scalar()
-        return version, {index["name"] for index in inspect(conn).get_indexes("qp_jobs")}
+        names = {index["name"] for index in inspect(conn).get_indexes("qp_jobs")}
+        if conn.dialect.name == "postgresql":  # keys and running order keys unique through side tables (schema 14)
+            sides = "SELECT indexname FROM pg_indexes WHERE tablename IN ('qp_job_keys', 'qp_running_order_keys')"
+            names |= set(conn.execute(text(sides)).scalars())
+        return version, names
 
 
 def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "13"
+        assert version == CURRENT == "14"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -517,9 +545,7 @@ def test_a_version_11_database_never_reuses_a_job_id_once_upgraded(db_url):
     with Farm(db_url) as farm:
         assert shape(farm)[0] == CURRENT
         assert farm.job(kept)["state"] == "queued"
-        with farm._engine.connect() as conn:
-            indexes = {index["name"] for index in inspect(conn).get_indexes("qp_jobs")}
-        assert {index.name for index in schema.jobs.indexes} <= indexes
+        assert {index.name for index in schema.jobs.indexes} <= shape(farm)[1]
         gone, new = newest_deleted_then_enqueued(farm)
         assert gone > kept and new > gone
 
@@ -557,8 +583,16 @@ def test_a_version_12_database_marks_each_roster_change_on_its_row_in_place(db_u
 
 def fill_factors(farm: Farm) -> dict[str, list[str] | None]:
     with farm._engine.connect() as conn:
-        rows = conn.execute(text("SELECT relname, reloptions FROM pg_class WHERE relname IN ('qp_jobs', 'qp_runs')"))
-        return {name: options for name, options in rows}
+        # the jobs of schema 13 and before: the first partition of qp_jobs since schema 14 (store/job_partitions.py)
+        rows = conn.execute(
+            text(
+                "SELECT relname, reloptions FROM pg_class WHERE relkind IN ('r', 'p') "
+                "AND (relname IN ('qp_jobs', 'qp_runs') OR relname LIKE 'qp\\_jobs\\_below\\_%')"
+            )
+        )
+        found = {name: options for name, options in rows}
+        first = [options for name, options in found.items() if name.startswith("qp_jobs_below_")]
+        return {"qp_jobs": first[0] if first else found.get("qp_jobs"), "qp_runs": found.get("qp_runs")}
 
 
 def test_a_version_12_database_gives_job_rows_room_in_place(db_url):
@@ -687,3 +721,55 @@ def test_a_version_12_database_keeps_its_payloads_apart_in_place_and_an_older_no
             with farm._engine.begin() as conn:
                 conn.execute(schema.jobs.delete().where(schema.jobs.c.id == later))
             assert list(payload_rows(farm)) == [before["id"]]
+
+
+def test_a_version_13_database_gets_its_jobs_by_range_in_place_with_every_row_and_key(db_url):
+    """PostgreSQL: qp_jobs, qp_runs and qp_payloads become partitioned by range of job id, each old table the first
+    partition with all its rows; keys stay unique farm-wide through the side table, filled from the rows."""
+    make_version_13(db_url)
+    with rewriting(
+        db_url
+    ) as conn:  # a version 13 farm's jobs: queued and keyed, failed with a run and a payload, running
+        made = [
+            conn.execute(
+                insert(schema.jobs)
+                .values(executor="http", target="/x", run_at=0, created_at=0, state=state, key=key, payload=payload)
+                .returning(schema.jobs.c.id)
+            ).scalar_one()
+            for state, key, payload in (("queued", "k-1", None), ("failed", None, '{"a": 1}'), ("running", "k-2", None))
+        ]
+        conn.execute(
+            insert(schema.runs).values(
+                job_id=made[1], attempt=1, machine_id=1, fence=1, started_at=0, finished_at=1, outcome="failed"
+            )
+        )
+    with Farm(db_url) as farm:
+        jobs = {job["id"]: job for job in farm._store.jobs.newest()}
+        assert set(made) <= set(jobs), "every job kept"
+        assert {run["job_id"] for run in farm._store.runs.read()} == {
+            made[1],
+            made[2],
+        }  # the running one's run: its row
+        with pytest.raises(DuplicateKey):
+            farm.enqueue(farm.http_spec("/y", key="k-1"))
+        with pytest.raises(DuplicateKey):
+            farm.enqueue(farm.http_spec("/y", key="k-2"))
+        [new] = farm.enqueue(farm.http_spec("/z", key="k-3"))
+        assert new > max(made)
+        with farm._engine.connect() as conn:
+            version = conn.execute(text("SELECT value FROM qp_meta WHERE key = 'schema_version'")).scalar()
+            if farm._engine.dialect.name == "postgresql":
+                kinds = dict(
+                    conn.execute(
+                        text(
+                            "SELECT relname, relkind FROM pg_class "
+                            "WHERE relname IN ('qp_jobs', 'qp_runs', 'qp_payloads')"
+                        )
+                    ).all()
+                )
+                assert kinds == {"qp_jobs": "p", "qp_runs": "p", "qp_payloads": "p"}
+                keys = dict(conn.execute(text("SELECT key, job_id FROM qp_job_keys")).all())
+                assert keys == {"k-1": made[0], "k-2": made[2], "k-3": new}
+                payloads = conn.execute(text("SELECT job_id FROM qp_payloads")).scalars().all()
+                assert payloads == [made[1]]
+        assert version == str(schema.SCHEMA_VERSION)

@@ -42,18 +42,25 @@ def planned(engine, statement, params) -> list[tuple[str, str | None]]:
     return scans(plan[0]["Plan"])
 
 
+def conn_rows(engine, sql: str) -> list[tuple]:
+    with engine.connect() as conn:
+        return [tuple(row) for row in conn.exec_driver_sql(sql)]
+
+
 @pytest.mark.postgres
 def test_a_batch_is_claimed_renewed_and_finished_by_primary_key_on_a_never_analysed_table(pg_url):
     with Farm(pg_url) as farm:
         store, engine = farm._store, farm._engine
         with engine.begin() as conn:
-            conn.execute(text("ALTER TABLE qp_jobs SET (autovacuum_enabled = off)"))
+            leaves = conn.execute(text("SELECT relid::text FROM pg_partition_tree('qp_jobs') WHERE isleaf")).scalars()
+            for leaf in list(leaves):
+                conn.execute(text(f"ALTER TABLE {leaf} SET (autovacuum_enabled = off)"))
         store.jobs.enqueue(JobSpec(executor="python", target="bench.jobs:noop"), count=BACKLOG)
         with engine.connect() as conn:
             [[analysed]] = conn.execute(
                 text(
-                    "SELECT last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL FROM pg_stat_user_tables "
-                    "WHERE relname = 'qp_jobs'"
+                    "SELECT bool_or(last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL) FROM pg_stat_user_tables "
+                    "WHERE relname LIKE 'qp\\_jobs%'"
                 )
             ).all()
         assert not analysed
@@ -75,10 +82,13 @@ def test_a_batch_is_claimed_renewed_and_finished_by_primary_key_on_a_never_analy
         )
         plans["finish"] = planned(engine, finish_statement(), finish_params(me, endings))
         plans["successes"] = planned(engine, finish_statement(True), finish_params(me, endings, True))
+        # qp_jobs is partitioned by range of id (store/job_partitions.py): the backlog is all in the open range's
+        # partition, and an empty partition may be read whole (no page at all).
+        [open_range] = {relation for (relation,) in conn_rows(engine, "SELECT tableoid::regclass::text FROM qp_jobs")}
         for name, plan in plans.items():
-            assert ("Seq Scan", "qp_jobs") not in plan, f"the {name} reads the whole of qp_jobs: {plan}"
+            assert ("Seq Scan", open_range) not in plan, f"the {name} reads the whole of qp_jobs: {plan}"
         for name in ("renew", "progress", "finish", "successes"):
-            assert ("Index Scan", "qp_jobs") in plans[name], plans[name]
+            assert ("Index Scan", open_range) in plans[name], plans[name]
         # The claim's update is the statement itself, its rows returned as written, not scanned again by a SELECT
         # around it (sql.claim._one_of: the picked ids as one array, looked up by key).
         assert plans["claim"][0] == ("ModifyTable", "qp_jobs"), plans["claim"]
