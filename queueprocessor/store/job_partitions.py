@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
-    DDL,
     ColumnElement,
     and_,
     column,
@@ -32,7 +31,6 @@ from sqlalchemy import (
     exists,
     false,
     func,
-    literal_column,
     or_,
     select,
     table,
@@ -46,6 +44,7 @@ from ..rules.queues import MAX_NAME, MAX_ORDER_KEY
 from ..rules.states import JobState
 from . import schema
 from .partitions import DAY, LOCK_NOT_AVAILABLE
+from .sql.ddl import farm_schema, quoted, run, side_triggers
 
 # The narrowest range made: a quiet farm's ranges last longer than a day (a million ids: a few hundred MB of rows at
 # most, few partitions for the claim to walk), and a burst of a million jobs on it still lands in a range made ahead.
@@ -85,10 +84,6 @@ class Part:
     def ids(self, ids: Any) -> list[ColumnElement[bool]]:
         """The rows of this partition, by `ids` (a column holding job ids)."""
         return [ids < self.hi] + ([ids >= self.lo] if self.lo is not None else [])
-
-
-def _ddl(conn: Connection, statement: str) -> None:
-    conn.execute(DDL(statement.replace("%", "%%")))
 
 
 def _quoted(conn: Connection, name: str) -> str:
@@ -141,7 +136,7 @@ def given_since(conn: Connection, since: float) -> int:
 
 def side_ddl(farm_schema: str) -> str:
     """The side tables that keep keys and running order keys unique farm-wide, and their triggers' function."""
-    s = '"' + farm_schema.replace('"', '""') + '"'
+    s = quoted(farm_schema)
     running = "{0}.state = 'running' AND {0}.order_key IS NOT NULL"
     return f"""
 CREATE TABLE IF NOT EXISTS {KEYS} (key varchar(400) NOT NULL, job_id bigint NOT NULL,
@@ -181,36 +176,32 @@ def _side_triggers() -> str:
     running = "({0}.state = 'running' AND {0}.order_key IS NOT NULL)"
     moved = f"{running.format('OLD')} IS DISTINCT FROM {running.format('NEW')} OR ({running.format('NEW')} AND "
     moved += "(OLD.queue, OLD.order_key) IS DISTINCT FROM (NEW.queue, NEW.order_key))"
-    return f"""
-CREATE TRIGGER qp_job_keys_added AFTER INSERT ON qp_jobs
-FOR EACH ROW WHEN (NEW.key IS NOT NULL) EXECUTE FUNCTION qp_job_keys_kept();
-CREATE TRIGGER qp_job_keys_changed AFTER UPDATE OF key ON qp_jobs
-FOR EACH ROW WHEN (OLD.key IS DISTINCT FROM NEW.key) EXECUTE FUNCTION qp_job_keys_kept();
-CREATE TRIGGER qp_job_keys_gone AFTER DELETE ON qp_jobs
-FOR EACH ROW WHEN (OLD.key IS NOT NULL) EXECUTE FUNCTION qp_job_keys_kept();
-CREATE TRIGGER qp_running_order_keys_added AFTER INSERT ON qp_jobs
+    return (
+        side_triggers(KEYS, "key", "qp_job_keys_kept")
+        + f"""CREATE TRIGGER qp_running_order_keys_added AFTER INSERT ON qp_jobs
 FOR EACH ROW WHEN {running.format("NEW")} EXECUTE FUNCTION qp_running_order_keys_kept();
 CREATE TRIGGER qp_running_order_keys_changed AFTER UPDATE OF state, queue, order_key ON qp_jobs
 FOR EACH ROW WHEN ({moved}) EXECUTE FUNCTION qp_running_order_keys_kept();
 CREATE TRIGGER qp_running_order_keys_gone AFTER DELETE ON qp_jobs
 FOR EACH ROW WHEN {running.format("OLD")} EXECUTE FUNCTION qp_running_order_keys_kept();
 """
+    )
 
 
 def _parent_indexes(conn: Connection, table_name: str) -> None:
     """The indexes of the partitioned `table_name`, cloned to every partition (an equal one there is taken as is)."""
     if table_name == schema.PAYLOADS:
-        _ddl(conn, f"ALTER TABLE {table_name} ADD PRIMARY KEY (job_id)")
-        _ddl(conn, f"CREATE INDEX {schema.PAYLOADS_INDEX} ON {table_name} USING gin (doc jsonb_path_ops)")
+        run(conn, f"ALTER TABLE {table_name} ADD PRIMARY KEY (job_id)")
+        run(conn, f"CREATE INDEX {schema.PAYLOADS_INDEX} ON {table_name} USING gin (doc jsonb_path_ops)")
         return
     whole = schema.jobs if table_name == "qp_jobs" else schema.runs
     for index in whole.indexes:
         if index.name not in UNIQUE:
             index.create(conn)
     if whole is schema.jobs:
-        _ddl(conn, "ALTER TABLE qp_jobs ADD PRIMARY KEY (id)")
+        run(conn, "ALTER TABLE qp_jobs ADD PRIMARY KEY (id)")
         for definition in PLAIN.values():
-            _ddl(conn, definition)
+            run(conn, definition)
 
 
 def _into_first_partition(conn: Connection, table_name: str, key: str, first: Part) -> None:
@@ -218,16 +209,16 @@ def _into_first_partition(conn: Connection, table_name: str, key: str, first: Pa
     below `first.hi`. Its indexes are renamed and kept (equal to the new table's, they are attached as they are,
     unbuilt), a CHECK validated first spares ATTACH its scan, its sequence and its grants go to the new table."""
     old = first.name(table_name)
-    _ddl(conn, f"ALTER TABLE {table_name} RENAME TO {old}")
+    run(conn, f"ALTER TABLE {table_name} RENAME TO {old}")
     indexes = conn.execute(
         text("SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = CAST(:t AS regclass)"), dict(t=old)
     ).scalars()
     for index_name in list(indexes):
-        _ddl(conn, f"ALTER INDEX {index_name} RENAME TO {_quoted(conn, old + '_' + index_name.removeprefix('ux_'))}")
-    _ddl(conn, f"CREATE TABLE {table_name} (LIKE {old} INCLUDING DEFAULTS) PARTITION BY RANGE ({key})")
+        run(conn, f"ALTER INDEX {index_name} RENAME TO {_quoted(conn, old + '_' + index_name.removeprefix('ux_'))}")
+    run(conn, f"CREATE TABLE {table_name} (LIKE {old} INCLUDING DEFAULTS) PARTITION BY RANGE ({key})")
     if table_name != schema.PAYLOADS:  # the others take their ids from a sequence of their own
         serial = conn.execute(text("SELECT pg_get_serial_sequence(:t, 'id')"), dict(t=old)).scalar()
-        _ddl(conn, f"ALTER SEQUENCE {serial} OWNED BY {table_name}.id")
+        run(conn, f"ALTER SEQUENCE {serial} OWNED BY {table_name}.id")
     grants = conn.execute(
         text(
             "SELECT a.privilege_type, CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(r.rolname) END "
@@ -237,15 +228,15 @@ def _into_first_partition(conn: Connection, table_name: str, key: str, first: Pa
         dict(t=old),
     ).all()
     for privilege, grantee in grants:
-        _ddl(conn, f"GRANT {privilege} ON {table_name} TO {grantee}")
+        run(conn, f"GRANT {privilege} ON {table_name} TO {grantee}")
     _parent_indexes(conn, table_name)
-    _ddl(conn, f"ALTER TABLE {old} ADD CONSTRAINT {old}_ids CHECK ({key} < {first.hi}) NOT VALID")
-    _ddl(conn, f"ALTER TABLE {old} VALIDATE CONSTRAINT {old}_ids")
-    _ddl(conn, f"ALTER TABLE {table_name} ATTACH PARTITION {old} FOR VALUES FROM (MINVALUE) TO ({first.hi})")
-    _ddl(conn, f"ALTER TABLE {old} DROP CONSTRAINT {old}_ids")
+    run(conn, f"ALTER TABLE {old} ADD CONSTRAINT {old}_ids CHECK ({key} < {first.hi}) NOT VALID")
+    run(conn, f"ALTER TABLE {old} VALIDATE CONSTRAINT {old}_ids")
+    run(conn, f"ALTER TABLE {table_name} ATTACH PARTITION {old} FOR VALUES FROM (MINVALUE) TO ({first.hi})")
+    run(conn, f"ALTER TABLE {old} DROP CONSTRAINT {old}_ids")
     for unique in UNIQUE:
-        _ddl(conn, f"DROP INDEX IF EXISTS {old}_{unique.removeprefix('ux_')}")
-    _ddl(conn, f"CREATE TABLE {table_name}_default PARTITION OF {table_name} DEFAULT{_fill(table_name)}")
+        run(conn, f"DROP INDEX IF EXISTS {old}_{unique.removeprefix('ux_')}")
+    run(conn, f"CREATE TABLE {table_name}_default PARTITION OF {table_name} DEFAULT{_fill(table_name)}")
 
 
 def _fill(table_name: str) -> str:
@@ -264,22 +255,21 @@ def partition_jobs(conn: Connection) -> None:
     kind = text("SELECT relkind FROM pg_class WHERE oid = 'qp_jobs'::regclass")
     if conn.execute(kind).scalar() == "p":
         return
-    _ddl(conn, "LOCK TABLE qp_jobs, qp_runs IN ACCESS EXCLUSIVE MODE")
+    run(conn, "LOCK TABLE qp_jobs, qp_runs IN ACCESS EXCLUSIVE MODE")
     given = conn.execute(text("SELECT max(id) + 1 FROM qp_jobs")).scalar()
     first = Part(None, max(next_id(conn), given or 0))
     for trigger in TRIGGERS_BEFORE:
-        _ddl(conn, f"DROP TRIGGER IF EXISTS {trigger} ON qp_jobs")
+        run(conn, f"DROP TRIGGER IF EXISTS {trigger} ON qp_jobs")
     for table_name, key in TABLES:
         _into_first_partition(conn, table_name, key, first)
-    farm_schema: str = conn.execute(select(literal_column("current_schema()"))).scalar_one()
-    _ddl(conn, side_ddl(farm_schema))
-    _ddl(conn, f"INSERT INTO {KEYS} (key, job_id) SELECT key, id FROM qp_jobs WHERE key IS NOT NULL")
-    _ddl(
+    run(conn, side_ddl(farm_schema(conn)))
+    run(conn, f"INSERT INTO {KEYS} (key, job_id) SELECT key, id FROM qp_jobs WHERE key IS NOT NULL")
+    run(
         conn,
         f"INSERT INTO {RUNNING_ORDER_KEYS} (queue, order_key, job_id) SELECT queue, order_key, id FROM qp_jobs "
         "WHERE state = 'running' AND order_key IS NOT NULL",
     )
-    _ddl(conn, _side_triggers())
+    run(conn, _side_triggers())
     schema.keep_payloads_apart(conn)  # its triggers again, on the new qp_jobs (its table is made already)
     make_ranges(conn, ranges_wanted(conn, _now(conn)))
 
@@ -305,7 +295,7 @@ def make_ranges(conn: Connection, wanted: list[Part]) -> None:
     """Make the partitions of `wanted`, of each table (each CREATE takes its table alone for a moment)."""
     for part in wanted:
         for table_name, _ in TABLES:
-            _ddl(
+            run(
                 conn,
                 f"CREATE TABLE {part.name(table_name)} PARTITION OF {table_name} "
                 f"FOR VALUES FROM ({part.lo}) TO ({part.hi}){_fill(table_name)}",
@@ -346,7 +336,7 @@ def _pinned(part: Part, past_keep: ColumnElement[bool], latest: Any) -> Any:
 
 def _held(conn: Connection, part: Part, past_keep: ColumnElement[bool], latest: float) -> bool:
     """_pinned, asked in the caller's transaction with bitmap scans allowed (the farm's sessions plan none)."""
-    _ddl(conn, "SET LOCAL enable_bitmapscan = on")
+    run(conn, "SET LOCAL enable_bitmapscan = on")
     return bool(conn.execute(select(_pinned(part, past_keep, latest))).scalar())
 
 
@@ -379,8 +369,8 @@ def drop_ranges(engine: Engine, now: float, keeps: list[float], past_keep: Colum
     for part in droppable:
         try:
             with engine.begin() as conn:
-                _ddl(conn, f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
-                _ddl(conn, "LOCK TABLE qp_jobs, qp_runs, qp_payloads IN ACCESS EXCLUSIVE MODE")
+                run(conn, f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
+                run(conn, "LOCK TABLE qp_jobs, qp_runs, qp_payloads IN ACCESS EXCLUSIVE MODE")
                 if not _detach(conn, part, past_keep, latest):
                     continue
         except OperationalError as error:
@@ -396,7 +386,7 @@ def _detach(conn: Connection, part: Part, past_keep: ColumnElement[bool], latest
     if _held(conn, part, past_keep, latest):
         return False
     for table_name, _ in TABLES:
-        _ddl(conn, f"ALTER TABLE {table_name} DETACH PARTITION {part.name(table_name)}")
+        run(conn, f"ALTER TABLE {table_name} DETACH PARTITION {part.name(table_name)}")
     return True
 
 
@@ -409,9 +399,9 @@ def _drop_detached(engine: Engine, jobs_name: str) -> int:
     detached_jobs = table(jobs_name, ids, column("key"))
     try:
         with engine.begin() as conn:
-            _ddl(conn, f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
+            run(conn, f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
             count = conn.execute(select(func.count()).select_from(detached_jobs)).scalar_one()
-            _ddl(
+            run(
                 conn,
                 f"DELETE FROM {KEYS} AS k USING {jobs_name} AS j WHERE j.key IS NOT NULL AND k.key = j.key "
                 "AND k.job_id = j.id",
@@ -420,7 +410,7 @@ def _drop_detached(engine: Engine, jobs_name: str) -> int:
                 named: Any = column(key)
                 conn.execute(table(name, named).delete().where(named.in_(select(ids).select_from(detached_jobs))))
             for table_name, _ in TABLES:
-                _ddl(conn, f"DROP TABLE IF EXISTS {table_name}{jobs_name.removeprefix('qp_jobs')}")
+                run(conn, f"DROP TABLE IF EXISTS {table_name}{jobs_name.removeprefix('qp_jobs')}")
     except OperationalError as error:
         if getattr(error.orig, "sqlstate", None) == LOCK_NOT_AVAILABLE:
             return 0
@@ -439,8 +429,8 @@ def upkeep(engine: Engine, now: float) -> None:
         return
     try:
         with engine.begin() as conn:
-            _ddl(conn, f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
-            _ddl(conn, "LOCK TABLE ONLY qp_jobs IN SHARE UPDATE EXCLUSIVE MODE")
+            run(conn, f"SET LOCAL lock_timeout = '{LOCK_WAIT}'")
+            run(conn, "LOCK TABLE ONLY qp_jobs IN SHARE UPDATE EXCLUSIVE MODE")
             make_ranges(conn, ranges_wanted(conn, now))
     except OperationalError as error:
         if getattr(error.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:

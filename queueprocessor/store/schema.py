@@ -24,7 +24,6 @@ from sqlalchemy import (
     event,
     false,
     literal_column,
-    select,
     true,
 )
 from sqlalchemy.sql import ColumnElement, operators
@@ -37,6 +36,7 @@ from ..rules.schedules import DEFAULT_MISFIRE
 from ..rules.states import CHECKING_IN, HISTORY_COUNTS, JobState, Kind, MachineState, Outcome
 from .partitions import partition
 from .sql import push
+from .sql.ddl import farm_schema, quoted, run, side_triggers
 
 SCHEMA_VERSION = 14
 
@@ -300,7 +300,7 @@ PAYLOADS_INDEX = "ix_qp_payloads"
 
 def payloads_ddl(farm_schema: str) -> str:
     """The side table of payloads, its index and its triggers, in `farm_schema` (the database's own name of it)."""
-    s = '"' + farm_schema.replace('"', '""') + '"'
+    s = quoted(farm_schema)
     return f"""
 CREATE OR REPLACE FUNCTION {PAYLOAD_JSON}(payload text) RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL RESTRICTED
@@ -318,20 +318,13 @@ BEGIN
   RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION qp_payloads_kept() FROM PUBLIC;
-CREATE TRIGGER qp_payloads_added AFTER INSERT ON qp_jobs
-FOR EACH ROW WHEN (NEW.payload IS NOT NULL) EXECUTE FUNCTION qp_payloads_kept();
-CREATE TRIGGER qp_payloads_changed AFTER UPDATE OF payload ON qp_jobs
-FOR EACH ROW WHEN (OLD.payload IS DISTINCT FROM NEW.payload) EXECUTE FUNCTION qp_payloads_kept();
-CREATE TRIGGER qp_payloads_gone AFTER DELETE ON qp_jobs
-FOR EACH ROW WHEN (OLD.payload IS NOT NULL) EXECUTE FUNCTION qp_payloads_kept();
-"""
+""" + side_triggers(PAYLOADS, "payload", "qp_payloads_kept")
 
 
 def keep_payloads_apart(connection: Any) -> None:
     """PostgreSQL: make the side table of payloads (payloads_ddl) in the schema qp_jobs was made in."""
     if connection.dialect.name == "postgresql":
-        farm_schema = connection.execute(select(literal_column("current_schema()"))).scalar_one()
-        connection.execute(DDL(payloads_ddl(farm_schema).replace("%", "%%")))
+        run(connection, payloads_ddl(farm_schema(connection)))
 
 
 event.listen(jobs, "after_create", lambda _table, connection, **_: keep_payloads_apart(connection))

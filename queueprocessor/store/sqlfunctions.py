@@ -35,6 +35,7 @@ from ..rules.queues import _NAME, _NAME_RULE, DEFAULT, MAX_NAME, MAX_ORDER_KEY
 from .dbtime import db_now
 from .jobs import job_row
 from .schema import jobs
+from .sql.ddl import farm_schema, run
 from .sql.gates import gated_now
 from .sql.push import push_ddl
 
@@ -60,14 +61,14 @@ def create_sql_functions(conn: Connection) -> None:
     On PostgreSQL it names the farm's tables in the schema they were made in: the first of the creating session's
     search_path, as create_all made them."""
     if conn.dialect.name == "postgresql":
-        farm_schema = conn.execute(text("SELECT current_schema()")).scalar_one()
-        conn.execute(DDL(push_ddl(farm_schema).replace("%", "%%")))
-        made = postgresql_function(farm_schema)
+        schema = farm_schema(conn)
+        run(conn, push_ddl(schema))
+        made = postgresql_function(schema)
     elif conn.dialect.name == "mssql":
         made = mssql_procedure()
     else:
         return
-    conn.execute(DDL(made.replace("%", "%%")))  # a DDL formats its text with %: its own percent signs doubled
+    run(conn, made)
 
 
 # The roles a farm before schema version 11 let enqueue through qp_enqueue by the grants docs/sql-enqueue.md gave

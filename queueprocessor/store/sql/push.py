@@ -22,6 +22,8 @@ kilobyte of WAL), it costs nothing worth an unlogged table's price, which is to 
 making again by whoever notifies next) and missing on a promoted standby.
 """
 
+from .ddl import quoted
+
 JOBS_CHANNEL = "qp_jobs"
 PUSH_EVERY = 0.01  # seconds: the least time between two notices of the farm's commits
 FLAG = "qp.push"  # local to the transaction: its first queued job has queued the commit's push
@@ -34,7 +36,7 @@ def push_ddl(farm_schema: str) -> str:
     the last notice went (the trigger looks, with its caller's rights, before it calls qp_push: most commits stop
     there, without the price of a change of rights) but not write it. Anyone may call qp_push(): at worst it sends
     the notice the farm would have sent."""
-    s = '"' + farm_schema.replace('"', '""') + '"'
+    s = quoted(farm_schema)
     return f"""
 CREATE TABLE IF NOT EXISTS {s}.qp_push (id smallint PRIMARY KEY CHECK (id = 1), notified_at double precision NOT NULL);
 INSERT INTO {s}.qp_push (id, notified_at) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
