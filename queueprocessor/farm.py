@@ -433,11 +433,15 @@ class Farm:
         rate: object = UNCHANGED,
         on_failure: object = UNCHANGED,
         keep: object = UNCHANGED,
+        fair: object = UNCHANGED,
+        key_limit: object = UNCHANGED,
     ) -> None:
         """Change a queue's farm-wide settings: `limit` (most jobs running at once; None: no limit), `rate`
-        (a Rate or "10/s"; None: no rate), `on_failure` (OnFailure, for its order keys) and `keep` (how long its
-        finished jobs are kept: seconds or "3d"; None: the farm's default, the nodes' keep_jobs). Others stay."""
-        self._queues.set(name, limit=limit, rate=rate, on_failure=on_failure, keep=keep)
+        (a Rate or "10/s"; None: no rate), `on_failure` (OnFailure, for its order keys), `keep` (how long its
+        finished jobs are kept: seconds or "3d"; None: the farm's default, the nodes' keep_jobs), `fair` (True:
+        claims share it across the jobs' fairness keys by weight) and `key_limit` (most units, the jobs' costs,
+        running at once per fairness key; None: none). Others stay (docs/design.md §9)."""
+        self._queues.set(name, limit=limit, rate=rate, on_failure=on_failure, keep=keep, fair=fair, key_limit=key_limit)
 
     # -- machines -----------------------------------------------------------
 

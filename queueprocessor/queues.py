@@ -3,7 +3,7 @@ machines that serve it; pause, resume, and the farm-wide limit, rate, failure po
 says what each means, store.queues stores them)."""
 
 from .machines import Machines
-from .rules.errors import NotFound, echoed
+from .rules.errors import BadQueueInput, NotFound, echoed
 from .rules.queues import DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, check_keep, check_limit, check_name
 from .store.stores import Store
 from .timing import SharedTiming
@@ -25,10 +25,26 @@ class Queues:
     def pause(self, name: str, paused: bool) -> None:
         self._queues.put(self._known(name), paused=paused)
 
-    def set(self, name: str, *, limit: object, rate: object, on_failure: object, keep: object = UNCHANGED) -> None:
-        """What is given of `limit`, `rate`, `on_failure` and `keep` (UNCHANGED: not given) as the queue's
-        settings."""
+    def set(
+        self,
+        name: str,
+        *,
+        limit: object,
+        rate: object,
+        on_failure: object,
+        keep: object = UNCHANGED,
+        fair: object = UNCHANGED,
+        key_limit: object = UNCHANGED,
+    ) -> None:
+        """What is given of `limit`, `rate`, `on_failure`, `keep`, `fair` and `key_limit` (UNCHANGED: not given) as
+        the queue's settings."""
         values: dict[str, object] = {}
+        if fair is not UNCHANGED:
+            if not isinstance(fair, bool):
+                raise BadQueueInput.out_of("fair", fair, "True or False")
+            values["fair"] = fair
+        if key_limit is not UNCHANGED:
+            values["key_limit"] = check_limit(key_limit, "key_limit")
         if limit is not UNCHANGED:
             values["max_running"] = check_limit(limit)
         if rate is not UNCHANGED:

@@ -7,7 +7,7 @@ import click
 
 from ..nodeoptions import Seconds, node_options
 from ..rules.output import format_time, machine_label, print_json, print_table
-from ..rules.queues import UNCHANGED, OnFailure, Served, keep_text
+from ..rules.queues import UNCHANGED, OnFailure, QueueInfo, Served, keep_text
 from ..rules.states import HISTORY_COUNTS, Wish
 from .context import Context, pass_ctx
 from .options import QueueName
@@ -154,7 +154,19 @@ def queue_list(ctx: Context, as_json: bool) -> None:
     if as_json:
         return print_json({"queues": [asdict(q) | {"rate": q.rate and str(q.rate)} for q in infos]})
     print_table(
-        ["queue", "waiting", "running", "limit", "rate", "keys waiting", "state", "on failure", "keep", "serving"],
+        [
+            "queue",
+            "waiting",
+            "running",
+            "limit",
+            "rate",
+            "per key",
+            "keys waiting",
+            "state",
+            "on failure",
+            "keep",
+            "serving",
+        ],
         [
             [
                 q.name,
@@ -162,6 +174,7 @@ def queue_list(ctx: Context, as_json: bool) -> None:
                 q.running,
                 q.limit or "-",
                 q.rate or "-",
+                _per_key(q),
                 q.order_keys_waiting,
                 "paused" if q.paused else "active",
                 q.on_failure,
@@ -171,6 +184,12 @@ def queue_list(ctx: Context, as_json: bool) -> None:
             for q in infos
         ],
     )
+
+
+def _per_key(q: QueueInfo) -> str:
+    """A queue's flow control per fairness key, in the `queue list` table: fair share, a limit, both or neither."""
+    said = (["fair"] if q.fair else []) + ([f"at most {q.key_limit}"] if q.key_limit else [])
+    return ", ".join(said) or "-"
 
 
 def _queue_switch(word: str, text: str, said: str) -> click.Command:
@@ -206,6 +225,13 @@ _queue_switch("resume", "Let a paused queue's jobs start again.", "resumed")
 )
 @click.option("--keep", metavar="TIME", help="Keep its finished jobs this long, e.g. 3d, 12h, 90min (or seconds).")
 @click.option("--no-keep", is_flag=True, help="Keep its finished jobs as long as the farm's default (keep_jobs).")
+@click.option(
+    "--fair/--no-fair",
+    default=None,
+    help="Share its claims across the jobs' fairness keys by weight (--fair-key), or go by priority, then age.",
+)
+@click.option("--key-limit", type=int, help="At most N units (job costs) running at once per fairness key.")
+@click.option("--no-key-limit", is_flag=True, help="Remove the limit per key.")
 @pass_ctx
 def queue_set(
     ctx: Context,
@@ -217,15 +243,24 @@ def queue_set(
     on_failure: str | None,
     keep: str | None,
     no_keep: bool,
+    fair: bool | None,
+    key_limit: int | None,
+    no_key_limit: bool,
 ) -> None:
-    """Change queue NAME's farm-wide limit, rate, ordering policy or retention (the rest stays as it is)."""
-    pairs = ((limit, no_limit, "limit"), (rate, no_rate, "rate"), (keep, no_keep, "keep"))
+    """Change queue NAME's farm-wide limit, rate, ordering policy, fair share, limit per key or retention (the rest
+    stays as it is)."""
+    pairs = (
+        (limit, no_limit, "limit"),
+        (rate, no_rate, "rate"),
+        (keep, no_keep, "keep"),
+        (key_limit, no_key_limit, "key-limit"),
+    )
     for given, removed, option in pairs:
         if given is not None and removed:
             raise click.UsageError(f"give --{option} or --no-{option}, not both")
-    if on_failure is None and all(given is None and not removed for given, removed, _ in pairs):
+    if on_failure is None and fair is None and all(given is None and not removed for given, removed, _ in pairs):
         raise click.UsageError(
-            "nothing to change: give --limit, --rate, --on-failure, --keep, --no-limit, --no-rate or --no-keep"
+            "nothing to change: give --limit, --rate, --on-failure, --keep, --fair, --key-limit or their --no- forms"
         )
     ctx.farm.set_queue(
         name,
@@ -233,10 +268,13 @@ def queue_set(
         rate=None if no_rate else UNCHANGED if rate is None else rate,
         on_failure=UNCHANGED if on_failure is None else OnFailure(on_failure),
         keep=None if no_keep else UNCHANGED if keep is None else keep,
+        fair=UNCHANGED if fair is None else fair,
+        key_limit=None if no_key_limit else UNCHANGED if key_limit is None else key_limit,
     )
     info = ctx.farm.queue(name)
     click.echo(
         f"queue {name}: limit {info.limit or 'none'}, rate {info.rate or 'none'}, on failure {info.on_failure}, "
+        f"{'fair share by key' if info.fair else 'priority, then age'}, limit per key {info.key_limit or 'none'}, "
         f"finished jobs kept {keep_text(info.keep)}"
     )
 

@@ -55,6 +55,13 @@ def _when_options(command: Decorated) -> Decorated:
             click.option(
                 "--after-ended", is_flag=True, help="With --after: run once they have ended, whatever the outcome."
             ),
+            click.option(
+                "--fair-key",
+                metavar="KEY",
+                help="Whose share of a fair queue it takes (e.g. a tenant), and whose limit per key it counts in.",
+            ),
+            click.option("--fair-weight", type=float, help="With --fair-key: that key's weight (default 1)."),
+            click.option("--cost", type=int, help="Units of its key's limit it holds while it runs (default 1)."),
         )
     ):
         command = option(command)

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from ..rules.clock import Clock, OffsetEstimator
 from ..rules.events import machine_label
 from ..rules.logs import about, one_line
+from ..rules.queues import guarded
 from ..rules.roster import KnownMachines, Liveness, slot_of
 from ..rules.states import MachineState, Outcome, Wish
 from ..store.roster import FarmRead
@@ -96,7 +97,8 @@ class Heartbeat(OfJoinedNode):
         # Operators' queue settings as of `_queues_changed` (the heartbeat's read says when they change): which
         # of our queues are paused or guarded by a farm-wide limit or rate.
         self.queue_settings: dict[str, dict[str, Any]] = {}
-        self.guarded: frozenset[str] = frozenset()  # ours with a farm-wide limit or rate: their claims lock
+        self.guarded: frozenset[str] = frozenset()  # ours held back (rules.queues.guarded): their claims lock
+        self.keyed: frozenset[str] = frozenset()  # those of them with a limit per key: their claims keep it
         self._queues_changed: float | None = None
         self._checked_in = False
         self._streak_start = float("inf")
@@ -166,13 +168,11 @@ class Heartbeat(OfJoinedNode):
             self._runner.hand_back_waiting(HAND_BACK[state])
         if farm.queues_changed != self._queues_changed:
             self.queue_settings, self._queues_changed = self.node.store.queues.settings(), farm.queues_changed
-            self.guarded = frozenset(
-                name
-                for name, row in self.queue_settings.items()
-                if self.config.served.serves(name)
-                and not row["paused"]
-                and (row["max_running"] is not None or row["rate_count"] is not None)
-            )
+            held = {
+                n: row for n, row in self.queue_settings.items() if self.config.served.serves(n) and not row["paused"]
+            }
+            self.guarded = frozenset(name for name, row in held.items() if guarded(row))
+            self.keyed = frozenset(name for name, row in held.items() if row["key_limit"] is not None)
         self.node.store.machines.heartbeat(
             self._me,
             state=self.node.state,

@@ -146,8 +146,14 @@ class Node:
 
     @property
     def guarded(self) -> frozenset[str]:
-        """Our queues with a farm-wide limit or rate: their claims lock their row."""
+        """Our queues held back (a farm-wide limit or rate, fair share, a limit per key): their claims lock their
+        row."""
         return self.heartbeat.guarded
+
+    @property
+    def keyed(self) -> frozenset[str]:
+        """Those of them with a limit per key: their claims keep it."""
+        return self.heartbeat.keyed
 
     @property
     def queue_settings(self) -> dict[str, dict[str, Any]]:

@@ -72,7 +72,10 @@ class Host(Joined, Protocol):
     def known(self) -> KnownMachines: ...  # the machine rows as of the last heartbeat
 
     @property
-    def guarded(self) -> frozenset[str]: ...  # our queues with a farm-wide limit or rate: claimed under their lock
+    def guarded(self) -> frozenset[str]: ...  # our queues held back (rules.queues.guarded): claimed under their lock
+
+    @property
+    def keyed(self) -> frozenset[str]: ...  # those of them with a limit per key
 
     @property
     def upcoming(self) -> tuple[int, float | None]: ...  # (farm read number, earliest schedule occurrence to make)
@@ -420,7 +423,7 @@ class TurnTimer(OfJoinedNode):
             (name, min(free, capped[name] - self._runner.held_in(name)) if name in capped else free, name in ours)
             for name in names
         )
-        return Plan(self.config.served.names, alone)
+        return Plan(self.config.served.names, alone, tuple(sorted(self.node.keyed & set(names))))
 
     def _peer_lately_dead(self, now: float) -> bool:
         """Did a machine die within the last minute (so its jobs' leases may be running out now)?"""

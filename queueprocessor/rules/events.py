@@ -26,6 +26,8 @@ class EventKind(StrEnum):
     QUEUE_LIMITED = "queue.limited"  # its farm-wide limit set or lifted
     QUEUE_RATED = "queue.rated"  # its rate set or lifted
     QUEUE_ON_FAILURE = "queue.on_failure"  # its order keys' failure policy changed
+    QUEUE_FAIR = "queue.fair"  # fair share by key turned on or off
+    QUEUE_KEY_LIMITED = "queue.key_limited"  # its limit per key set or lifted
     QUEUE_KEEP = "queue.keep"  # how long its finished jobs are kept, set or back to the farm's default
     SCHEDULE_ADDED = "schedule.added"
     SCHEDULE_EDITED = "schedule.edited"

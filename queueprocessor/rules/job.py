@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, NoReturn, TypedDict, Unpack, cast
 
 from .errors import BadJobInput, InvalidJob
+from .fairness import check_cost, check_fair_key, check_weight
 from .kinds import kind_of
 from .limits import MAX_ATTEMPTS, MAX_INT, MAX_PAYLOAD
 from .queues import DEFAULT, check_name, check_order_key
@@ -34,6 +35,9 @@ class JobSpec:
     order_key: str | None = None  # jobs of one key in one queue run one at a time, in enqueue order
     after: tuple[int, ...] = ()  # jobs it waits for (store/dependencies.py): it runs once they have succeeded
     after_ended: bool = False  # or once they have ended, whatever their outcome
+    fair_key: str | None = None  # whose share of a fair queue it takes, and whose per-key limit it counts in
+    fair_weight: float | None = None  # that key's weight (None: 1): a key of weight 2 gets twice the share
+    cost: int | None = None  # units of its key's limit it holds while it runs (None: 1)
 
 
 class Claimed(NamedTuple):
@@ -131,7 +135,8 @@ class JobOptions(TypedDict, total=False):
     and *_spec calls, schedules, singletons, the CLI and the app pass these through unchanged. `queue` names the
     queue it waits in; jobs with the same `order_key` in one queue run one at a time, in the order they were
     enqueued; it runs once the jobs `after` names have succeeded (with `after_ended`: have ended, whatever the
-    outcome). `method` is an HTTP job's."""
+    outcome). `fair_key` names whose share of a fair queue it takes (`fair_weight`: that key's weight) and whose
+    per-key limit it counts in, holding `cost` units of it (rules/fairness.py). `method` is an HTTP job's."""
 
     method: str
     priority: int
@@ -142,6 +147,9 @@ class JobOptions(TypedDict, total=False):
     order_key: str | None
     after: Iterable[int]
     after_ended: bool
+    fair_key: str | None
+    fair_weight: float | None
+    cost: int | None
 
 
 def work_spec(executor: str, target: str, *, payload: str | None = None, **options: Unpack[JobOptions]) -> JobSpec:
@@ -171,6 +179,9 @@ def work_spec(executor: str, target: str, *, payload: str | None = None, **optio
         order_key=check_order_key(given.get("order_key")),
         after=check_after(given.get("after", ()), after_ended),
         after_ended=after_ended,
+        fair_key=check_fair_key(given.get("fair_key")),
+        fair_weight=check_weight(given.get("fair_weight")),
+        cost=check_cost(given.get("cost")),
     )
     kind_of(spec.executor).check(spec.target, spec.method)
     return spec

@@ -76,12 +76,12 @@ def check_order_key(key: str | None) -> str | None:
     return key
 
 
-def check_limit(limit: object) -> int | None:
-    """A farm-wide or per-machine limit: a whole number from 1 (None: no limit)."""
+def check_limit(limit: object, what: str = "limit") -> int | None:
+    """A farm-wide, per-machine or per-key limit: a whole number from 1 (None: no limit)."""
     if limit is None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise BadQueueInput.out_of("limit", limit, f"a whole number from 1 to {MAX_LIMIT}")
+        raise BadQueueInput.out_of(what, limit, f"a whole number from 1 to {MAX_LIMIT}")
     return limit
 
 
@@ -159,6 +159,8 @@ class QueueInfo:
     on_failure: OnFailure
     serving: tuple[str, ...]
     keep: float | None = None  # seconds its finished jobs are kept (None: the farm's default)
+    fair: bool = False  # claims share it across fairness keys by weight (rules/fairness.py)
+    key_limit: int | None = None  # most units running at once per fairness key
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,12 @@ class Served:
         """As stored on the machine row and typed after --queues ("" for every queue)."""
         caps = dict(self.caps)
         return ",".join(f"{n}:{caps[n]}" if n in caps else n for n in self.names)
+
+
+def guarded(row: dict[str, Any]) -> bool:
+    """A queue's settings row holds its jobs back for claims under its lock (sql.gates._guarded, the same test in
+    SQL): a farm-wide limit or rate, fair share, or a limit per key."""
+    return any(row.get(c) is not None for c in ("max_running", "rate_count", "key_limit")) or bool(row.get("fair"))
 
 
 def serving_machines(live: list[dict[str, Any]], queue: str) -> tuple[str, ...]:

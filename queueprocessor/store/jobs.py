@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Update
 
 from ..rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
+from ..rules.fairness import step
 from ..rules.job import Claimed, JobSpec
 from ..rules.schedules import RUN_NOW
 from ..rules.states import FINISHED, JobState, Kind, Outcome
@@ -21,6 +22,7 @@ from .history import last_output, with_owner_name
 from .schema import deps, flow_jobs, jobs, machines, queues, runs
 from .sql.claim import LOST, claim_statement
 from .sql.due import unpaused
+from .sql.fair import tag
 from .sql.gates import free_places, gated_now, taken_statement
 from .sql.runs import CANCELLED_BY
 from .turns import TurnStore
@@ -60,14 +62,18 @@ class JobStore:
         machine_id, plan = request.machine_id, request.plan
         params = request.params()
         shape = self.store.claim_shape(request.limit, **request.shape())
-        if self.store.whole:  # the claim statement ends the lost runs and counts what it took itself
+        if self.store.whole and not any(shape.keyed):  # the statement ends lost runs, counts what it took itself
             rows = self.store.hot(claim_statement(shape), params)
             return self._not_stopped(machine_id, [Claimed(*row) for row in rows])
+        if self.store.whole:
+            # A limit per key is counted from the running jobs themselves, which the statement sees as of its
+            # snapshot: taken after the rows' lock, it sees every job the claim before ours started.
+            with self.store.engine.begin() as conn:
+                _lock_queues(conn, plan.locks)
+                rows = [tuple(row) for row in conn.execute(claim_statement(shape), params)]
+            return self._not_stopped(machine_id, [Claimed(*row) for row in rows])
         with self.store.engine.begin() as conn:  # a take-over and the lost run's row are written together, or neither
-            if plan.locks:
-                conn.execute(
-                    select(queues.c.name).where(queues.c.name.in_(plan.locks)).order_by(queues.c.name).with_for_update()
-                )
+            _lock_queues(conn, plan.locks)
             leaving = _expired_runs(conn, request.expired_before) if request.take_expired else {}
             claimed = _most_urgent_first(Claimed(*row) for row in conn.execute(claim_statement(shape), params))
             _end_lost(conn, [(c.id, c.attempts - 1, *leaving[c.id], c.fence - 1) for c in claimed if c.id in leaving])
@@ -283,6 +289,12 @@ class JobStore:
         return job_partitions.drop_ranges(self.store.engine, now, [keep_seconds, *kept.values()], past)
 
 
+def _lock_queues(conn: Connection, names: tuple[str, ...]) -> None:
+    """Lock the rows of queues `names` in name order, as every claim does (see sql.gates.freed): no deadlock."""
+    if names:
+        conn.execute(select(queues.c.name).where(queues.c.name.in_(names)).order_by(queues.c.name).with_for_update())
+
+
 def _kept(conn: Connection) -> dict[str, float]:
     """The queues that keep their finished jobs for a time of their own: seconds, by name."""
     return dict(conn.execute(select(queues.c.name, queues.c.keep).where(queues.c.keep.isnot(None))).all())
@@ -294,7 +306,7 @@ def insert_jobs(
     """JobStore.enqueue in a transaction of the caller's (a workflow's steps go in together, or none). A job with
     `after` waits for its parents (store/dependencies.py)."""
     run_at = literal(at) if at is not None else db_now() + delay
-    statement, gated = _insert_statement(spec.queue, run_at)
+    statement, gated = _insert_statement(spec, run_at)
     check_key(spec)
     row = job_row(spec)
     failed = None
@@ -303,16 +315,19 @@ def insert_jobs(
         row |= starts
     if count == 1:
         ids = [conn.execute(statement, row).scalar_one()]
-    elif not whole:
-        ids = [r[0] for r in conn.execute(statement, [row] * count).all()]
+    elif not whole:  # one statement of many rows (insertmanyvalues): each row's tag given, one turn after another
+        rows = [row | dict(vtag=vtag) for vtag in _tags(conn, [spec] * count)]
+        ids = [r[0] for r in conn.execute(_insert_statement(spec, run_at, tagged=False)[0], rows).all()]
     else:  # the copies made by the database, in one statement: no rows sent, none converted one by one
+        n = func.generate_series(0, count - 1).column_valued("n")
         copies = select(
             *(literal(value, jobs.c[name].type).label(name) for name, value in row.items()),
             db_now().label("created_at"),
             run_at.label("run_at"),
             gated.label("gated"),
-        ).select_from(func.generate_series(1, count))
-        made = insert(jobs).from_select([*row, "created_at", "run_at", "gated"], copies).returning(jobs.c.id)
+            (tag(spec.queue, spec.fair_key) + n * step(spec.cost, spec.fair_weight)).label("vtag"),  # each its turn
+        )
+        made = insert(jobs).from_select([*row, "created_at", "run_at", "gated", "vtag"], copies).returning(jobs.c.id)
         ids = [r[0] for r in conn.execute(made).all()]
     if spec.after:
         dependencies.linked(conn, ids, spec, failed)
@@ -332,7 +347,9 @@ def insert_plain(conn: Connection, specs: Sequence[JobSpec], *, parents: bool = 
     for queue, places in by_queue.items():
         now, gated = conn.execute(select(db_now(), gated_now(literal(queue, String)))).one()
         fixed = dict(created_at=now, run_at=now, gated=gated, has_children=parents)
-        made = insert_rows(conn, jobs, [job_row(specs[n]) | fixed for n in places], ids=True)
+        tags = _tags(conn, [specs[n] for n in places]) if gated else [None] * len(places)  # fair queues are gated
+        rows = [job_row(specs[n]) | fixed | dict(vtag=t) for n, t in zip(places, tags, strict=True)]
+        made = insert_rows(conn, jobs, rows, ids=True)
         for n, job_id in zip(places, made, strict=True):
             ids[n] = job_id
     return ids
@@ -370,11 +387,33 @@ def insert_rows(conn: Connection, table: Table, rows: list[dict[str, Any]], *, i
     return new
 
 
-def _insert_statement(queue: str, run_at: Any) -> tuple[Any, Any]:
-    """The insert of jobs of `queue` due at `run_at`, made now in database time and gated as the queue says; and
-    that gated flag, as SQL."""
-    gated = gated_now(literal(queue, String))
-    return insert(jobs).values(created_at=db_now(), run_at=run_at, gated=gated).returning(jobs.c.id), gated
+def _tags(conn: Connection, specs: Sequence[JobSpec]) -> list[float | None]:
+    """The virtual start tags of `specs` (jobs of one queue enqueued together) in order, or None each if their
+    queue is not fair: each key's jobs take their turns one after another from where sql.fair.tag starts its
+    next one, read once per key."""
+    queue = specs[0].queue
+    starts = {key: None for key in dict.fromkeys(spec.fair_key for spec in specs)}
+    for key in starts:
+        starts[key] = conn.execute(select(tag(literal(queue, String), literal(key, String)))).scalar()
+    tags: list[float | None] = []
+    for spec in specs:
+        start = starts[spec.fair_key]
+        tags.append(start)
+        if start is not None:
+            starts[spec.fair_key] = start + step(spec.cost, spec.fair_weight)
+    return tags
+
+
+def _insert_statement(spec: JobSpec, run_at: Any, tagged: bool = True) -> tuple[Any, Any]:
+    """The insert of jobs of `spec`'s queue due at `run_at`, made now in database time, gated as the queue says and
+    (`tagged`; else each row gives its own) tagged for its turn if the queue is fair (sql.fair.tag); and that gated
+    flag, as SQL."""
+    queue = literal(spec.queue, String)
+    gated = gated_now(queue)
+    made = dict(created_at=db_now(), run_at=run_at, gated=gated)
+    if tagged:
+        made["vtag"] = tag(queue, literal(spec.fair_key, String))
+    return insert(jobs).values(**made).returning(jobs.c.id), gated
 
 
 # The keys the farm makes for its own jobs, in one namespace with the keys users give (a grab's `key@instance`, a
@@ -417,6 +456,9 @@ def job_row(spec: JobSpec) -> dict[str, Any]:
         origin=spec.origin,
         queue=spec.queue,
         order_key=spec.order_key,
+        fair_key=spec.fair_key,
+        fair_weight=spec.fair_weight,
+        cost=spec.cost,
         state=JobState.QUEUED,
         attempts=0,
         fence=0,
@@ -493,6 +535,7 @@ def retried(conn: Connection, which: ColumnElement[bool]) -> tuple[int, dict[int
             cancel_requested=False,
             max_attempts=jobs.c.attempts + 1,
             gated=gated_now(jobs.c.queue),
+            vtag=tag(jobs.c.queue, jobs.c.fair_key),  # in a fair queue, a turn from now on
             held_by=None,
         )
         .returning(jobs.c.id, jobs.c.has_children)

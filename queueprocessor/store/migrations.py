@@ -316,6 +316,29 @@ def _finished_jobs_by_range(conn: Connection) -> None:
         create_sql_functions(conn)
 
 
+def _fair_shares_and_limits_per_key(conn: Connection) -> None:
+    """14 to 15: fair shares and limits per key (docs/design.md §9). Jobs get a fairness key, weight, cost and
+    virtual start tag, queues their fair and key_limit settings (every existing one neither), and the claim's index
+    of held-back queues orders by the tag before the age; the new partial indexes start empty.
+
+    An older node still running beside it goes on working on every queue it knew: it enqueues without a tag and
+    claims held-back queues in age order. It does not know a fair queue or a limit per key, which makes the queue
+    held back (gated): a claim by an older node takes none of its jobs, so it cannot exceed a key's limit."""
+    for column in (
+        schema.jobs.c.fair_key,
+        schema.jobs.c.fair_weight,
+        schema.jobs.c.cost,
+        schema.jobs.c.vtag,
+        schema.queues.c.fair,
+        schema.queues.c.key_limit,
+    ):
+        _add_column(conn, column)
+    indexes = {str(index.name): index for index in schema.jobs.indexes}
+    indexes["ix_qp_jobs_gated"].drop(conn)
+    for name in ("ix_qp_jobs_gated", "ix_qp_jobs_vtag", "ix_qp_jobs_fair", "ix_qp_jobs_key_running"):
+        indexes[name].create(conn)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -331,6 +354,7 @@ STEPS = {
     11: _job_ids_never_reused,
     12: _storage_that_costs_what_work_needs,
     13: _finished_jobs_by_range,
+    14: _fair_shares_and_limits_per_key,
 }
 
 

@@ -13,10 +13,11 @@ from .base import StoreBase
 from .dbtime import db_now
 from .events import record_event
 from .schema import jobs, machines, queues
+from .sql.fair import retag_statements
 from .sql.gates import recount_statement, regate_statements
 
 # The settings that hold a queue's jobs back (see sql.gates.gated_now): a change of one sets their flags again.
-HOLDING = frozenset({"paused", "max_running", "rate_count"})
+HOLDING = frozenset({"paused", "max_running", "rate_count", "fair", "key_limit"})
 # How long a change of those waits for older transactions before it sets the flags (see QueueStore._regate).
 PATIENCE = 5.0
 
@@ -88,7 +89,7 @@ class QueueStore:
             while self.store.rows(_OLDER_OPEN, dict(b_since=since))[0][0] and time.monotonic() < deadline:
                 time.sleep(0.01)
         with self.store.engine.begin() as conn:
-            for statement in regate_statements(one=True):
+            for statement in (*regate_statements(one=True), *retag_statements()):
                 conn.execute(statement, dict(b_queue=name))
 
     def _write(self, name: str, values: dict[str, Any]) -> None:
@@ -137,6 +138,8 @@ class QueueStore:
                     on_failure=OnFailure(row.get("on_failure") or OnFailure.SKIP),
                     serving=serving_machines(live, name),
                     keep=row.get("keep"),
+                    fair=bool(row.get("fair")),
+                    key_limit=row.get("key_limit"),
                 )
             )
         return infos
@@ -155,6 +158,11 @@ def _changes(values: dict[str, Any]) -> list[tuple[EventKind, str | None]]:
         found.append((EventKind.QUEUE_RATED, "no rate" if count is None else f"{count} starts per {per:g} s"))
     if "on_failure" in values:
         found.append((EventKind.QUEUE_ON_FAILURE, f"on failure: {values['on_failure']}"))
+    if "fair" in values:
+        found.append((EventKind.QUEUE_FAIR, "fair share by key" if values["fair"] else "priority, then age"))
+    if "key_limit" in values:
+        limit = values["key_limit"]
+        found.append((EventKind.QUEUE_KEY_LIMITED, "no limit per key" if limit is None else f"at most {limit} per key"))
     if "keep" in values:
         found.append((EventKind.QUEUE_KEEP, f"finished jobs kept: {keep_text(values['keep'])}"))
     return found

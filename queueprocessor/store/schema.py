@@ -30,6 +30,7 @@ from sqlalchemy.sql import ColumnElement, operators
 from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.operators import OperatorType
 
+from ..rules.fairness import MAX_FAIR_KEY
 from ..rules.limits import MAX_ATTEMPTS, PROGRESS_NOTE
 from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
 from ..rules.schedules import DEFAULT_MISFIRE
@@ -38,7 +39,7 @@ from .partitions import partition
 from .sql import push
 from .sql.ddl import farm_schema, quoted, run, side_triggers
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 metadata = MetaData()
 
@@ -232,6 +233,13 @@ jobs = Table(
     # How far its running job says it is (context.progress): written with the lease renewal, reset by a claim.
     Column("progress", Float, nullable=True),
     Column("progress_message", String(PROGRESS_NOTE), nullable=True),
+    # Fair shares and limits per key (schema 15, docs/design.md §9): whose share and per-key limit the job counts
+    # in, that key's weight and the job's cost (NULL: 1), and, in a fair queue, its virtual start tag (sql/fair.py),
+    # which orders the queue's claims. NULL on every job that uses none of it: it costs such a row nothing.
+    Column("fair_key", String(MAX_FAIR_KEY), nullable=True),
+    Column("fair_weight", Float, nullable=True),
+    Column("cost", Integer, nullable=True),
+    Column("vtag", Float, nullable=True),
 )
 # A claim and a finish change a job's state, so no update is HOT: each new row version enters every index
 # whose condition it meets. So all but the primary key are partial, each the size of what it serves: the
@@ -242,13 +250,26 @@ QUEUED = jobs.c.state == JobState.QUEUED
 partial("ix_qp_jobs_queued", jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id, where=QUEUED & (jobs.c.gated == false()))
 # The queued jobs of held-back queues, by queue: each such queue's claim branch, and the turn's look for its due
 # jobs, read its own jobs only (docs/design.md §9).
+# In a fair queue the virtual start tag comes before the age (NULL in every other queue: the same order as before).
 partial(
     "ix_qp_jobs_gated",
     jobs.c.queue,
     jobs.c.priority.desc(),
+    jobs.c.vtag,
     jobs.c.run_at,
     jobs.c.id,
     where=QUEUED & (jobs.c.gated == true()),
+)
+# Fair queues (sql/fair.py): a new job's tag reads its queue's least waiting tag and its key's greatest; a claim
+# with limits per key reads each key's running units. Only jobs that use them enter these.
+TAGGED = QUEUED & jobs.c.vtag.isnot(None)
+partial("ix_qp_jobs_vtag", jobs.c.queue, jobs.c.vtag, where=TAGGED)
+partial("ix_qp_jobs_fair", jobs.c.queue, jobs.c.fair_key, jobs.c.vtag, where=TAGGED)
+partial(
+    "ix_qp_jobs_key_running",
+    jobs.c.queue,
+    jobs.c.fair_key,
+    where=(jobs.c.state == JobState.RUNNING) & jobs.c.fair_key.isnot(None),
 )
 ENDED_BADLY = jobs.c.state.in_((JobState.FAILED, JobState.CANCELLED))
 partial("ix_qp_jobs_ended_badly", jobs.c.state, jobs.c.id, where=ENDED_BADLY)
@@ -424,6 +445,10 @@ queues = Table(
     Column("on_failure", String(8), nullable=False, default=OnFailure.SKIP),
     # Seconds its finished jobs are kept (NULL: the farm's default, the nodes' keep_jobs): JobStore.prune.
     Column("keep", Float, nullable=True),
+    # Fair share (its claims take its keys' jobs by virtual time) and the most units one fairness key may run at
+    # once (schema 15, docs/design.md §9): either makes the queue guarded, claimed under its row's lock.
+    Column("fair", Boolean, nullable=False, default=False, server_default=false()),
+    Column("key_limit", Integer, nullable=True),
     # Database time of the last change by an operator: nodes see it in their heartbeat read and re-read.
     Column("changed_at", Time, nullable=False),
 )

@@ -15,15 +15,23 @@ class Plan:
     `served`: the node's queues (() for every queue). `alone`: queues claimed in branches of their own, each
     (queue, room, locked): at most `room` of its jobs (the node's own limit for it, or all its free room), and,
     when `locked`, within the queue's farm-wide limit and rate, whose row the claim locks (on PostgreSQL in the
-    claim statement itself). A queue with a farm-wide limit or rate gives work only to a claim that locked it."""
+    claim statement itself). A queue with a farm-wide limit or rate gives work only to a claim that locked it.
+    `keyed`: those of them with a limit per key, kept by their branches (a queue with one gives no work to a branch
+    that does not keep it)."""
 
     served: tuple[str, ...] = ()
     alone: tuple[tuple[str, int, bool], ...] = ()
+    keyed: tuple[str, ...] = ()
 
     @property
     def branches(self) -> tuple[bool, ...]:
         """Per branch of its own, whether its queue is guarded (see sql.claim.ClaimShape)."""
         return tuple(locked for _name, _room, locked in self.alone)
+
+    @property
+    def keyed_branches(self) -> tuple[bool, ...]:
+        """Per branch of its own, whether it keeps its queue's limit per key (see sql.claim.ClaimShape)."""
+        return tuple(locked and name in self.keyed for name, _room, locked in self.alone)
 
     @property
     def locks(self) -> tuple[str, ...]:
@@ -69,6 +77,7 @@ class ClaimRequest:
             bounded=self.expired_before is not None,
             served=bool(self.plan.served),
             branches=self.plan.branches,
+            keyed=self.plan.keyed_branches if self.plan.keyed else (),
         )
 
 

@@ -27,13 +27,14 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.sql import ColumnElement
+from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.elements import BindParameter
 
 from ...rules.states import JobState, Outcome
 from ..dbtime import db_now
 from ..schema import Id, jobs, queues, runs, turns
 from .due import due, unpaused
+from .fair import key_limit, key_room, within_key_limits
 from .gates import branch_room, counted, held_queues, holds_back
 from .portable import among
 from .turns import TURN_COLUMNS, guarded_due, looks, turn_row
@@ -52,6 +53,7 @@ class ClaimShape:
     top: int | None = None  # SQL Server: the limit as a plain number, for its TOP (see `limit`)
     served: bool = False  # only jobs of the queues in `b_served`
     branches: tuple[bool, ...] = ()  # a branch of its own per queue `b_q{i}`; True where that queue is guarded
+    keyed: tuple[bool, ...] = ()  # per branch: True where that queue has a limit per key (sql/fair.py)
     turn: bool = False  # PostgreSQL: record the turn of slot `b_slot` first, and claim only if it was ours
     guarded: bool = False  # with `turn`: claim nothing while guarded work is due (see guarded_due)
     elsewhere: bool = False  # with `turn`: ask elsewhere_due too (see `looks`)
@@ -149,23 +151,30 @@ def _turn_gate(shape: ClaimShape, recorded: Any) -> ColumnElement[bool]:
     return and_(gate, ~guarded_due(shape.dialect)) if shape.guarded else gate
 
 
-def _best(shape: ClaimShape, j: Any, gate: ColumnElement[bool], where: ColumnElement[bool], most: Any = None) -> Any:
-    """The best `most` (the claim's limit) jobs `j` that `where` and `gate` allow, best priority first, locked and
-    skipped while another claim holds them."""
+def _picked_columns(j: Any) -> list[Any]:
+    """What each branch's pick gives the merge (see _merged)."""
+    return [j.c.id, j.c.priority, j.c.run_at, j.c.state, j.c.owner, j.c.started_at, j.c.attempts, j.c.fence, j.c.queue]
+
+
+def _best(
+    shape: ClaimShape,
+    j: Any,
+    gate: ColumnElement[bool],
+    where: ColumnElement[bool],
+    most: Any = None,
+    *,
+    fair: bool = False,
+    keyed: bool = False,
+) -> Any:
+    """The best `most` (the claim's limit) jobs `j` that `where` and `gate` allow, best priority first, then (`fair`:
+    in a held-back queue, whose fair jobs have a virtual start tag) by that tag, then oldest, locked and skipped
+    while another claim holds them; `keyed`, with what a limit per key counts (sql/fair.py)."""
+    tagged = [j.c.vtag] if fair else []
+    counts = [j.c.vtag, j.c.fair_key, j.c.cost] if keyed else []
     return (
-        select(
-            j.c.id,
-            j.c.priority,
-            j.c.run_at,
-            j.c.state,
-            j.c.owner,
-            j.c.started_at,
-            j.c.attempts,
-            j.c.fence,
-            j.c.queue,
-        )
+        select(*_picked_columns(j), *counts)
         .where(where, gate)
-        .order_by(j.c.priority.desc(), j.c.run_at, j.c.id)
+        .order_by(j.c.priority.desc(), *tagged, j.c.run_at, j.c.id)
         .limit(shape.limit if most is None else most)
         .with_for_update(skip_locked=True)
         .with_hint(j, "WITH (UPDLOCK, ROWLOCK, READPAST)", "mssql")
@@ -209,10 +218,16 @@ def _queue_pick(
     shape: ClaimShape, j: Any, gate: ColumnElement[bool], waiting: ColumnElement[bool], i: int, name: Any, held: Any
 ) -> Any:
     """Branch `i`: queue `b_q{i}`'s due jobs on their own, at most as many as branch_room allows: from the gated jobs'
-    index when the queue is guarded (so its jobs are gated), else from the main one."""
-    gated = true() if shape.branches[i] else false()
-    room = branch_room(shape.dialect, i, shape.limit, held)
-    return _best(shape, j, gate, and_(waiting, j.c.gated == gated, j.c.queue == name), room)
+    index when the queue is guarded (so its jobs are gated; a fair queue's in their virtual time), else from the
+    main one; with a limit per key, only jobs their keys have room for (sql/fair.py)."""
+    guarded, keyed = shape.branches[i], i < len(shape.keyed) and shape.keyed[i]
+    room = branch_room(shape.dialect, i, shape.limit, held, keyed)
+    where = and_(waiting, j.c.gated == (true() if guarded else false()), j.c.queue == name)
+    if not keyed:
+        return _best(shape, j, gate, where, room, fair=guarded)
+    limit = key_limit(name)
+    each = _best(shape, j, gate, and_(where, key_room(j, limit)), room, fair=True, keyed=True)
+    return within_key_limits(each, limit, [c.name for c in _picked_columns(j)])
 
 
 def _expired(shape: ClaimShape, table: Any, now: Any) -> ColumnElement[bool]:
@@ -230,7 +245,11 @@ def _takeover_pick(shape: ClaimShape, j: Any, gate: ColumnElement[bool], mine: C
 def _merged(shape: ClaimShape, picks: list[Any], held: Any) -> Any:
     """The ids the claim takes: its one branch's, or the best of its branches' merged. On PostgreSQL the picked rows
     also say which run a taken-over job leaves (see _lost) and, with guarded queues, which queue each is of."""
-    either = union_all(*(select(p) for p in picks)).subquery() if len(picks) > 1 else picks[0]
+    either = (
+        union_all(*(p if isinstance(p, Select) else select(p) for p in picks)).subquery()
+        if len(picks) > 1
+        else picks[0]
+    )
     taken_from = (
         [either.c.state, either.c.owner, either.c.started_at, either.c.attempts, either.c.fence]
         if shape.whole and shape.take_expired

@@ -1,0 +1,141 @@
+"""Fair shares and limits per key (docs/design.md §9): a fair queue's claims take its keys' jobs in turn by weight,
+whatever each key has waiting; a limit per key holds within one claim and across claims; a claim that does not
+keep the limit takes none of the queue. On SQLite, PostgreSQL and PgBouncer."""
+
+from collections import Counter
+
+import pytest
+from sqlalchemy import update
+from sqlalchemy.dialects.mssql import pyodbc
+
+from queueprocessor.rules.errors import BadJobInput, BadQueueInput
+from queueprocessor.rules.job import Ending, JobSpec, work_spec
+from queueprocessor.rules.states import Outcome
+from queueprocessor.store.schema import jobs
+from queueprocessor.store.sql.claim import ClaimShape, claim_statement
+from queueprocessor.store.types import ClaimRequest, Plan
+from tests.conftest import BACKENDS, PGBOUNCER, backend_url
+from tests.support.work import PYJOBS, run_cli
+
+NOOP = f"{PYJOBS}:noop"
+
+
+@pytest.fixture(params=[*BACKENDS, PGBOUNCER])
+def db_url(request, tmp_path):
+    return backend_url(request, tmp_path)
+
+
+def spec(key=None, queue="t", **extra) -> JobSpec:
+    return JobSpec("python", NOOP, queue=queue, fair_key=key, **extra)
+
+
+def machine(farm, name="m") -> int:
+    return farm._store.machines.register(
+        name=name, host="h", instance=f"{name}-i", pid=1, version="t", capacity=64, queues="t"
+    )
+
+
+def claim(farm, me, limit, keyed=True):
+    plan = Plan(alone=(("t", limit, True),), keyed=("t",) if keyed else ())
+    return farm._store.jobs.claim(ClaimRequest(me, limit, 30.0, plan=plan))
+
+
+def keys_of(farm, claimed) -> list[str | None]:
+    return [farm._store.jobs.get(job.id)["fair_key"] for job in claimed]
+
+
+def test_a_key_with_a_few_jobs_takes_its_turn_at_once_behind_a_flood(farm):
+    me = machine(farm)
+    farm.set_queue("t", fair=True)
+    farm._store.jobs.enqueue(spec("flood"), count=50)  # one statement of copies on PostgreSQL
+    small = [farm._store.jobs.enqueue(spec("small"))[0] for _ in range(3)]
+    first = claim(farm, me, 6)
+    assert Counter(keys_of(farm, first)) == {"flood": 3, "small": 3}, "the keys take turns from the first claim on"
+    assert {job.id for job in first} >= set(small)
+    farm.set_queue("t", fair=False)
+    farm._store.jobs.enqueue(spec("small"))
+    plain = farm._store.jobs.claim(ClaimRequest(me, 6, 30.0))  # no longer held back: the main branch takes it
+    assert set(keys_of(farm, plain)) == {"flood"}, "not fair: the oldest first"
+
+
+def test_weights_share_the_claims_and_a_key_spread_over_order_keys_takes_one_share(farm):
+    me = machine(farm)
+    farm.set_queue("t", fair=True)
+    farm._store.jobs.enqueue(spec("heavy", fair_weight=2.0), count=30)
+    farm._store.jobs.enqueue(spec("light"), count=30)
+    assert Counter(keys_of(farm, claim(farm, me, 6))) == {"heavy": 4, "light": 2}
+    for n in range(20):  # one tenant's jobs over twenty order keys: still its one share
+        farm._store.jobs.enqueue(spec("spread", queue="t", order_key=f"shard-{n}"))
+    taken = Counter(keys_of(farm, claim(farm, me, 12)))
+    assert taken["spread"] <= 5 and taken["heavy"] >= 4, taken
+
+
+def test_a_limit_per_key_holds_within_a_claim_and_across_claims(farm):
+    store = farm._store
+    me = machine(farm)
+    farm.set_queue("t", key_limit=2)
+    store.jobs.enqueue(spec("a"), count=5)
+    store.jobs.enqueue(spec("b"), count=5)
+    store.jobs.enqueue(spec(None), count=2)
+    [heavy] = store.jobs.enqueue(spec("c", cost=2))
+    store.jobs.enqueue(spec("c"))
+    first = claim(farm, me, 20)
+    assert Counter(keys_of(farm, first)) == {"a": 2, "b": 2, None: 2, "c": 1}, "c's job of cost 2 fills its key"
+    assert heavy in {job.id for job in first}
+    assert claim(farm, me, 20) == [], "every key is full"
+    done = next(job for job in first if keys_of(farm, [job]) == ["a"])
+    store.runs.finish_many(me, [Ending(done, Outcome.SUCCEEDED)])
+    assert keys_of(farm, claim(farm, me, 20)) == ["a"], "one place of a's is free again"
+    store.count(update(jobs).where(jobs.c.id == heavy).values(lease_until=jobs.c.lease_until - 60))  # its node died
+    assert [job.id for job in claim(farm, me, 20)] == [heavy], "taken over in its place: c's other job still waits"
+
+
+def test_a_claim_that_does_not_keep_the_limit_per_key_takes_none_of_the_queue(farm):
+    me = machine(farm)
+    farm.set_queue("t", key_limit=1)
+    farm._store.jobs.enqueue(spec("a"), count=3)
+    assert claim(farm, me, 8, keyed=False) == []
+    assert farm._store.jobs.claim(ClaimRequest(me, 8, 30.0)) == [], "nor the main branch"
+    assert len(claim(farm, me, 8)) == 1
+
+
+def test_a_retried_job_of_a_fair_queue_takes_a_turn_from_now(farm):
+    store = farm._store
+    me = machine(farm)
+    farm.set_queue("t", fair=True)
+    [old] = store.jobs.enqueue(spec("a"))
+    [job] = claim(farm, me, 1)
+    store.runs.finish_many(me, [Ending(job, Outcome.FAILED, "boom")])
+    store.jobs.enqueue(spec("b"), count=3)
+    store.jobs.retry(old)
+    assert Counter(keys_of(farm, claim(farm, me, 2))) == {"a": 1, "b": 1}, "behind b's first, not behind all of b's"
+
+
+def test_bad_fairness_input_is_refused_in_one_line(farm, capsys):
+    for options, word in (
+        (dict(fair_weight=0), "fair_weight"),
+        (dict(fair_weight=float("inf")), "fair_weight"),
+        (dict(cost=0), "cost"),
+        (dict(cost=1.5), "cost"),
+        (dict(fair_key=""), "fair_key"),
+        (dict(fair_key="x" * 201), "fair_key"),
+    ):
+        with pytest.raises(BadJobInput, match=word):
+            work_spec("python", NOOP, **options)
+    machine(farm)
+    for settings in (dict(key_limit=0), dict(fair="yes")):
+        with pytest.raises(BadQueueInput):
+            farm.set_queue("t", **settings)
+    assert farm.queue("t").key_limit is None and not farm.queue("t").fair
+    assert run_cli("--db", farm.url, "enqueue", "python", NOOP, "--queue", "t", "--cost", "0") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cost must be a whole number from 1 to 1000 (got 0)" in err[0]
+    assert run_cli("--db", farm.url, "queue", "set", "t", "--fair", "--key-limit", "3") == 0
+    assert "fair share by key, limit per key 3" in capsys.readouterr().out
+    assert farm.queue("t").fair and farm.queue("t").key_limit == 3
+
+
+def test_the_keyed_claim_compiles_for_sql_server():
+    shape = ClaimShape("mssql", True, False, 4, branches=(True,), keyed=(True,))
+    sql = str(claim_statement(shape).compile(dialect=pyodbc.dialect()))
+    assert "sum(coalesce(" in sql.lower() and "OVER (PARTITION BY" in sql and "key_limit" in sql
