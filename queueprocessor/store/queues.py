@@ -57,8 +57,9 @@ class QueueStore:
         return {row[0]: (int(row[1]), int(row[2]), row[3]) for row in self.store.rows(statement)}
 
     def known(self, name: str) -> bool:
-        """Has this queue been set, served by name, or given a job (of any state)?"""
-        if self.store.rows(select(queues.c.name).where(queues.c.name == name)):
+        """Is this queue `default` (always listed: see infos), or has it been set, served by name, or given a job (of
+        any state)?"""
+        if name == DEFAULT or self.store.rows(select(queues.c.name).where(queues.c.name == name)):
             return True
         if self.store.rows(select(jobs.c.id).where(jobs.c.queue == name).limit(1)):
             return True
