@@ -31,6 +31,7 @@ from sqlalchemy import (
     exists,
     false,
     func,
+    inspect,
     or_,
     select,
     table,
@@ -195,8 +196,9 @@ def _parent_indexes(conn: Connection, table_name: str) -> None:
         run(conn, f"CREATE INDEX {schema.PAYLOADS_INDEX} ON {table_name} USING gin (doc jsonb_path_ops)")
         return
     whole = schema.jobs if table_name == "qp_jobs" else schema.runs
-    for index in whole.indexes:
-        if index.name not in UNIQUE:
+    there = {column["name"] for column in inspect(conn).get_columns(table_name)}
+    for index in whole.indexes:  # an index of a later version's columns is made by that version's step
+        if index.name not in UNIQUE and {column.name for column in index.columns} <= there:
             index.create(conn)
     if whole is schema.jobs:
         run(conn, "ALTER TABLE qp_jobs ADD PRIMARY KEY (id)")

@@ -394,7 +394,7 @@ def _tags(conn: Connection, specs: Sequence[JobSpec]) -> list[float | None]:
     queue = specs[0].queue
     starts = {key: None for key in dict.fromkeys(spec.fair_key for spec in specs)}
     for key in starts:
-        starts[key] = conn.execute(select(tag(literal(queue, String), literal(key, String)))).scalar()
+        starts[key] = conn.execute(select(tag(literal(queue, String), _key(key)))).scalar()
     tags: list[float | None] = []
     for spec in specs:
         start = starts[spec.fair_key]
@@ -402,6 +402,11 @@ def _tags(conn: Connection, specs: Sequence[JobSpec]) -> list[float | None]:
         if start is not None:
             starts[spec.fair_key] = start + step(spec.cost, spec.fair_weight)
     return tags
+
+
+def _key(key: str | None) -> Any:
+    """A fairness key as sql.fair.tag takes it: a bound value, or None for a job without one (its SQL: IS NULL)."""
+    return None if key is None else literal(key, String)
 
 
 def _insert_statement(spec: JobSpec, run_at: Any, tagged: bool = True) -> tuple[Any, Any]:
@@ -412,7 +417,7 @@ def _insert_statement(spec: JobSpec, run_at: Any, tagged: bool = True) -> tuple[
     gated = gated_now(queue)
     made = dict(created_at=db_now(), run_at=run_at, gated=gated)
     if tagged:
-        made["vtag"] = tag(queue, literal(spec.fair_key, String))
+        made["vtag"] = tag(queue, _key(spec.fair_key))
     return insert(jobs).values(**made).returning(jobs.c.id), gated
 
 

@@ -90,10 +90,8 @@ def _gated_jobs(conn: Connection) -> None:
     _add_column(conn, schema.jobs.c.gated)
     Index("ix_qp_jobs_queued", _VERSION_1_JOBS.c.state).drop(conn)
     for index in schema.jobs.indexes:
-        if index.name in ("ix_qp_jobs_queued", "ix_qp_jobs_gated"):
-            index.create(conn)
-    for statement in regate_statements():
-        conn.execute(statement)
+        if index.name == "ix_qp_jobs_queued":
+            index.create(conn)  # ix_qp_jobs_gated, and the flags, by step 14 in their latest form
 
 
 def _dependencies(conn: Connection) -> None:
@@ -321,22 +319,25 @@ def _fair_shares_and_limits_per_key(conn: Connection) -> None:
     virtual start tag, queues their fair and key_limit settings (every existing one neither), and the claim's index
     of held-back queues orders by the tag before the age; the new partial indexes start empty.
 
-    An older node still running beside it goes on working on every queue it knew: it enqueues without a tag and
-    claims held-back queues in age order. It does not know a fair queue or a limit per key, which makes the queue
-    held back (gated): a claim by an older node takes none of its jobs, so it cannot exceed a key's limit."""
-    for column in (
-        schema.jobs.c.fair_key,
-        schema.jobs.c.fair_weight,
-        schema.jobs.c.cost,
-        schema.jobs.c.vtag,
-        schema.queues.c.fair,
-        schema.queues.c.key_limit,
+    An older node still running beside it goes on working as it did: it knows no fair queue nor limit per key, and
+    takes none of the jobs a newer node gates for them. But the jobs it enqueues itself into such a queue, it sees
+    ungated, and claims without fairness or the limit until a newer node's housekeeping gates them (recount):
+    upgrade every node before making a queue fair or setting a limit per key."""
+    for table, names in (
+        (schema.jobs, ("fair_key", "fair_weight", "cost", "vtag")),
+        (schema.queues, ("fair", "key_limit")),
     ):
-        _add_column(conn, column)
+        there = {column["name"] for column in inspect(conn).get_columns(table.name)}  # SQLite: step 11 made them
+        for name in names:
+            if name not in there:
+                _add_column(conn, table.c[name])
     indexes = {str(index.name): index for index in schema.jobs.indexes}
-    indexes["ix_qp_jobs_gated"].drop(conn)
+    indexes["ix_qp_jobs_gated"].drop(conn, checkfirst=True)  # made again with the tag (step 5 left it to us)
     for name in ("ix_qp_jobs_gated", "ix_qp_jobs_vtag", "ix_qp_jobs_fair", "ix_qp_jobs_key_running"):
-        indexes[name].create(conn)
+        indexes[name].create(conn, checkfirst=True)
+    for statement in regate_statements():  # as the queues say now (step 5's flags, set here by today's rules)
+        conn.execute(statement)
+    create_sql_functions(conn)  # qp_enqueue tags a job of a fair queue too
 
 
 # The step that upgrades a database from each version to the next.

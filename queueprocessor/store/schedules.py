@@ -46,6 +46,7 @@ from .events import record_event
 from .history import run_history, with_machine_name
 from .jobs import cancel_queued, job_row
 from .schema import jobs, schedules
+from .sql.fair import tag
 from .sql.gates import gated_now
 from .views import KEYS_PER_STATEMENT
 
@@ -269,7 +270,8 @@ class ScheduleStore:
         """Insert jobs of `queue`, leaving out any whose key already exists (an occurrence made before); how many
         it inserted (counted by RETURNING: a driver's rowcount of ON CONFLICT DO NOTHING is not to be trusted)."""
         dialect = self.store.dialect
-        made = dict(created_at=db_now(), gated=gated_now(literal(queue, String)))
+        queued = literal(queue, String)
+        made = dict(created_at=db_now(), gated=gated_now(queued), vtag=tag(queued, None))  # no fairness key
         # SQLite's own INSERT ... ON CONFLICT, loaded only here. Not PostgreSQL's: a key is unique there through a
         # trigger's side table (store/job_partitions.py), whose conflict it cannot skip; a savepoint a row instead.
         if dialect == "sqlite":

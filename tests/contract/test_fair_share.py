@@ -70,6 +70,16 @@ def test_weights_share_the_claims_and_a_key_spread_over_order_keys_takes_one_sha
     assert taken["spread"] <= 5 and taken["heavy"] >= 4, taken
 
 
+def test_jobs_without_a_key_take_one_share_together(farm):
+    me = machine(farm)
+    farm.set_queue("t", fair=True)
+    farm._store.jobs.enqueue(spec(None), count=20)
+    for _ in range(3):
+        farm._store.jobs.enqueue(spec(None))
+    farm._store.jobs.enqueue(spec("tenant"), count=3)
+    assert Counter(keys_of(farm, claim(farm, me, 6))) == {None: 3, "tenant": 3}
+
+
 def test_a_limit_per_key_holds_within_a_claim_and_across_claims(farm):
     store = farm._store
     me = machine(farm)
@@ -139,3 +149,18 @@ def test_the_keyed_claim_compiles_for_sql_server():
     shape = ClaimShape("mssql", True, False, 4, branches=(True,), keyed=(True,))
     sql = str(claim_statement(shape).compile(dialect=pyodbc.dialect()))
     assert "sum(coalesce(" in sql.lower() and "OVER (PARTITION BY" in sql and "key_limit" in sql
+
+
+@pytest.mark.postgres
+def test_a_job_enqueued_in_sql_takes_its_turn_in_a_fair_queue(pg_url):
+    from sqlalchemy import text
+
+    from queueprocessor.farm import Farm
+
+    with Farm(pg_url) as farm:
+        me = machine(farm)
+        farm.set_queue("t", fair=True)
+        farm._store.jobs.enqueue(spec("flood"), count=10)
+        with farm._engine.begin() as conn:
+            [sql_job] = conn.execute(text(f"SELECT qp_enqueue('python', '{NOOP}', NULL, 't')")).scalars()
+        assert sql_job in {job.id for job in claim(farm, me, 2)}, "next in line, as a job without a key"

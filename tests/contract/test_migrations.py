@@ -4,7 +4,7 @@ import threading
 from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import func, insert, inspect, select, text, update
+from sqlalchemy import Index, MetaData, func, insert, inspect, select, text, true, update
 
 from queueprocessor import JobFilter
 from queueprocessor.farm import Farm
@@ -85,6 +85,29 @@ def notify_each_insert(conn) -> None:
     )
 
 
+def back_to_14(conn) -> None:
+    """Schema 15's fair shares and limits per key, gone: the jobs' fairness columns and their indexes, the queues'
+    settings, and the claim's index of held-back queues in age order alone."""
+    for index in ("ix_qp_jobs_vtag", "ix_qp_jobs_fair", "ix_qp_jobs_key_running", "ix_qp_jobs_gated"):
+        drop_index(conn, index)
+    older = schema.jobs.to_metadata(MetaData()).c  # a copy: an index made on it joins no table of the schema's
+    gated = schema.QUEUED & (schema.jobs.c.gated == true())
+    where = {f"{conn.dialect.name}_where": gated}
+    Index("ix_qp_jobs_gated", older.queue, older.priority.desc(), older.run_at, older.id, **where).create(conn)
+    for column in ("fair_key", "fair_weight", "cost", "vtag"):
+        drop_column(conn, "qp_jobs", column)
+    for column in ("fair", "key_limit"):
+        drop_column(conn, "qp_queues", column)
+
+
+def make_version_14(url: str) -> None:
+    """A farm database as schema version 14 left it: no fair shares nor limits per key."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        back_to_14(conn)
+        set_version(conn, 14)
+
+
 def make_version_13(url: str) -> None:
     """A farm database as schema version 13 left it: on PostgreSQL qp_jobs, qp_runs and qp_payloads in one table each,
     keys and running order keys unique by qp_jobs' own indexes, no side tables."""
@@ -103,6 +126,7 @@ def make_version_13(url: str) -> None:
             conn.execute(text(f"ALTER TABLE qp_jobs SET (fillfactor = {schema.JOBS_FILL})"))
             schema.keep_payloads_apart(conn)
             create_sql_functions(conn)
+        back_to_14(conn)
         set_version(conn, 13)
 
 
@@ -294,7 +318,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "14"
+        assert version == CURRENT == "15"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -417,7 +441,13 @@ def test_a_version_5_database_gates_the_jobs_of_its_held_back_queues_in_place(db
     make_version_5(db_url)
     with rewriting(db_url) as conn:
         conn.execute(update(schema.queues).where(schema.queues.c.name == "reports").values(running=0))
-        conn.execute(insert(schema.queues).values(name="mail", paused=True, changed_at=0))
+        conn.execute(  # the columns of version 5's row (the schema's own would add later ones)
+            text(
+                "INSERT INTO qp_queues (name, paused, running, on_failure, changed_at) "
+                "VALUES ('mail', :paused, 0, 'skip', 0)"
+            ),
+            dict(paused=True),
+        )
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
         assert version == CURRENT and {"ix_qp_jobs_queued", "ix_qp_jobs_gated"} <= indexes
@@ -773,3 +803,19 @@ def test_a_version_13_database_gets_its_jobs_by_range_in_place_with_every_row_an
                 payloads = conn.execute(text("SELECT job_id FROM qp_payloads")).scalars().all()
                 assert payloads == [made[1]]
         assert version == str(schema.SCHEMA_VERSION)
+
+
+def test_a_version_14_database_gets_fair_shares_and_limits_per_key_in_place(db_url):
+    with Farm(db_url) as farm:
+        [waiting] = farm._store.jobs.enqueue(JobSpec(executor="python", target="bench.jobs:noop", queue="t"))
+        farm.set_queue("t", limit=5)  # held back before the upgrade: its job is gated
+    make_version_14(db_url)
+    with Farm(db_url) as farm:
+        version, indexes = shape(farm)
+        assert version == CURRENT
+        assert {"ix_qp_jobs_gated", "ix_qp_jobs_vtag", "ix_qp_jobs_fair", "ix_qp_jobs_key_running"} <= indexes
+        farm.set_queue("t", fair=True, key_limit=1)
+        assert farm.job(waiting)["state"] == "queued" and farm.job(waiting)["vtag"] is not None, "tagged in place"
+        me = farm._store.machines.register(name="m", host="h", instance="i", pid=1, version="t", capacity=8)
+        plan = Plan(alone=(("t", 8, True),), keyed=("t",))
+        assert [job.id for job in farm._store.jobs.claim(ClaimRequest(me, 8, 30.0, plan=plan))] == [waiting]
