@@ -435,13 +435,24 @@ class Farm:
         keep: object = UNCHANGED,
         fair: object = UNCHANGED,
         key_limit: object = UNCHANGED,
+        key_rate: object = UNCHANGED,
     ) -> None:
         """Change a queue's farm-wide settings: `limit` (most jobs running at once; None: no limit), `rate`
         (a Rate or "10/s"; None: no rate), `on_failure` (OnFailure, for its order keys), `keep` (how long its
         finished jobs are kept: seconds or "3d"; None: the farm's default, the nodes' keep_jobs), `fair` (True:
-        claims share it across the jobs' fairness keys by weight) and `key_limit` (most units, the jobs' costs,
-        running at once per fairness key; None: none). Others stay (docs/design.md §9)."""
-        self._queues.set(name, limit=limit, rate=rate, on_failure=on_failure, keep=keep, fair=fair, key_limit=key_limit)
+        claims share it across the jobs' fairness keys by weight), `key_limit` (most units, the jobs' costs, running
+        at once per fairness key; None: none) and `key_rate` (most units started per fairness key, a Rate or "5/s";
+        None: none). Others stay (docs/design.md §9)."""
+        self._queues.set(
+            name,
+            limit=limit,
+            rate=rate,
+            on_failure=on_failure,
+            keep=keep,
+            fair=fair,
+            key_limit=key_limit,
+            key_rate=key_rate,
+        )
 
     # -- machines -----------------------------------------------------------
 

@@ -35,25 +35,33 @@ class Queues:
         keep: object = UNCHANGED,
         fair: object = UNCHANGED,
         key_limit: object = UNCHANGED,
+        key_rate: object = UNCHANGED,
     ) -> None:
-        """What is given of `limit`, `rate`, `on_failure`, `keep`, `fair` and `key_limit` (UNCHANGED: not given) as
-        the queue's settings."""
+        """What is given of `limit`, `rate`, `on_failure`, `keep`, `fair`, `key_limit` and `key_rate` (UNCHANGED: not
+        given) as the queue's settings."""
         values: dict[str, object] = {}
+        period = self._shared.current()["period"]
         if fair is not UNCHANGED:
             if not isinstance(fair, bool):
                 raise BadQueueInput.out_of("fair", fair, "True or False")
             values["fair"] = fair
         if key_limit is not UNCHANGED:
             values["key_limit"] = check_limit(key_limit, "key_limit")
+        if key_rate is not UNCHANGED:
+            parsed = None if key_rate is None else Rate.parse(key_rate, "key_rate")
+            values |= dict(
+                key_rate_count=None if parsed is None else parsed.count,
+                key_rate_per=None if parsed is None else parsed.per_seconds,
+                key_burst=None if parsed is None else parsed.burst(period),
+            )
         if limit is not UNCHANGED:
             values["max_running"] = check_limit(limit)
         if rate is not UNCHANGED:
             parsed = None if rate is None else Rate.parse(rate)
-            burst = None if parsed is None else parsed.burst(self._shared.current()["period"])
             values |= dict(
                 rate_count=None if parsed is None else parsed.count,
                 rate_per=None if parsed is None else parsed.per_seconds,
-                burst=burst,
+                burst=None if parsed is None else parsed.burst(period),
                 tokens=None,
                 refilled_at=None,
             )

@@ -152,7 +152,10 @@ def queue_list(ctx: Context, as_json: bool) -> None:
     the machines serving it."""
     infos = ctx.reader.queues()
     if as_json:
-        return print_json({"queues": [asdict(q) | {"rate": q.rate and str(q.rate)} for q in infos]})
+        shown = [
+            asdict(q) | {"rate": q.rate and str(q.rate), "key_rate": q.key_rate and str(q.key_rate)} for q in infos
+        ]
+        return print_json({"queues": shown})
     print_table(
         [
             "queue",
@@ -187,8 +190,10 @@ def queue_list(ctx: Context, as_json: bool) -> None:
 
 
 def _per_key(q: QueueInfo) -> str:
-    """A queue's flow control per fairness key, in the `queue list` table: fair share, a limit, both or neither."""
-    said = (["fair"] if q.fair else []) + ([f"at most {q.key_limit}"] if q.key_limit else [])
+    """A queue's flow control per fairness key, in the `queue list` table: fair share, a limit, a rate."""
+    said = ["fair"] if q.fair else []
+    said += [f"at most {q.key_limit}"] if q.key_limit else []
+    said += [str(q.key_rate)] if q.key_rate else []
     return ", ".join(said) or "-"
 
 
@@ -232,6 +237,10 @@ _queue_switch("resume", "Let a paused queue's jobs start again.", "resumed")
 )
 @click.option("--key-limit", type=int, help="At most N units (job costs) running at once per fairness key.")
 @click.option("--no-key-limit", is_flag=True, help="Remove the limit per key.")
+@click.option(
+    "--key-rate", metavar="N/UNIT", help="At most N units (job costs) started per fairness key per s, min or h."
+)
+@click.option("--no-key-rate", is_flag=True, help="Remove the rate per key.")
 @pass_ctx
 def queue_set(
     ctx: Context,
@@ -246,6 +255,8 @@ def queue_set(
     fair: bool | None,
     key_limit: int | None,
     no_key_limit: bool,
+    key_rate: str | None,
+    no_key_rate: bool,
 ) -> None:
     """Change queue NAME's farm-wide limit, rate, ordering policy, fair share, limit per key or retention (the rest
     stays as it is)."""
@@ -254,13 +265,15 @@ def queue_set(
         (rate, no_rate, "rate"),
         (keep, no_keep, "keep"),
         (key_limit, no_key_limit, "key-limit"),
+        (key_rate, no_key_rate, "key-rate"),
     )
     for given, removed, option in pairs:
         if given is not None and removed:
             raise click.UsageError(f"give --{option} or --no-{option}, not both")
     if on_failure is None and fair is None and all(given is None and not removed for given, removed, _ in pairs):
         raise click.UsageError(
-            "nothing to change: give --limit, --rate, --on-failure, --keep, --fair, --key-limit or their --no- forms"
+            "nothing to change: give --limit, --rate, --on-failure, --keep, --fair, --key-limit, --key-rate "
+            "or their --no- forms"
         )
     ctx.farm.set_queue(
         name,
@@ -270,11 +283,13 @@ def queue_set(
         keep=None if no_keep else UNCHANGED if keep is None else keep,
         fair=UNCHANGED if fair is None else fair,
         key_limit=None if no_key_limit else UNCHANGED if key_limit is None else key_limit,
+        key_rate=None if no_key_rate else UNCHANGED if key_rate is None else key_rate,
     )
     info = ctx.farm.queue(name)
     click.echo(
         f"queue {name}: limit {info.limit or 'none'}, rate {info.rate or 'none'}, on failure {info.on_failure}, "
         f"{'fair share by key' if info.fair else 'priority, then age'}, limit per key {info.key_limit or 'none'}, "
+        f"rate per key {info.key_rate or 'none'}, "
         f"finished jobs kept {keep_text(info.keep)}"
     )
 

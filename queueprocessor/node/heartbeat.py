@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from ..rules.clock import Clock, OffsetEstimator
 from ..rules.events import machine_label
 from ..rules.logs import about, one_line
-from ..rules.queues import guarded
+from ..rules.queues import guarded, per_key
 from ..rules.roster import KnownMachines, Liveness, slot_of
 from ..rules.states import MachineState, Outcome, Wish
 from ..store.roster import FarmRead
@@ -98,7 +98,7 @@ class Heartbeat(OfJoinedNode):
         # of our queues are paused or guarded by a farm-wide limit or rate.
         self.queue_settings: dict[str, dict[str, Any]] = {}
         self.guarded: frozenset[str] = frozenset()  # ours held back (rules.queues.guarded): their claims lock
-        self.keyed: frozenset[str] = frozenset()  # those of them with a limit per key: their claims keep it
+        self.keyed: frozenset[str] = frozenset()  # those of them with a limit or rate per key: their claims keep it
         self._queues_changed: float | None = None
         self._checked_in = False
         self._streak_start = float("inf")
@@ -172,7 +172,7 @@ class Heartbeat(OfJoinedNode):
                 n: row for n, row in self.queue_settings.items() if self.config.served.serves(n) and not row["paused"]
             }
             self.guarded = frozenset(name for name, row in held.items() if guarded(row))
-            self.keyed = frozenset(name for name, row in held.items() if row["key_limit"] is not None)
+            self.keyed = frozenset(name for name, row in held.items() if per_key(row))
         self.node.store.machines.heartbeat(
             self._me,
             state=self.node.state,

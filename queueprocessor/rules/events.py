@@ -28,6 +28,7 @@ class EventKind(StrEnum):
     QUEUE_ON_FAILURE = "queue.on_failure"  # its order keys' failure policy changed
     QUEUE_FAIR = "queue.fair"  # fair share by key turned on or off
     QUEUE_KEY_LIMITED = "queue.key_limited"  # its limit per key set or lifted
+    QUEUE_KEY_RATED = "queue.key_rated"  # its rate per key set or lifted
     QUEUE_KEEP = "queue.keep"  # how long its finished jobs are kept, set or back to the farm's default
     SCHEDULE_ADDED = "schedule.added"
     SCHEDULE_EDITED = "schedule.edited"

@@ -28,6 +28,7 @@ _UNIT_NAMES = {1.0: "s", 60.0: "min", 3600.0: "h"}
 _KEEP = re.compile(r"\s*(\d+(?:\.\d*)?)\s*([a-z]*)\s*\Z")
 _KEEP_UNITS = {"": 1.0, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 MAX_KEEP = 3650 * 86400.0  # ten years
+MAX_RATE_PERIOD = max(_UNITS.values())  # the longest a rate counts over: a bucket refilled that long is full
 
 
 class OnFailure(StrEnum):
@@ -116,7 +117,7 @@ class Rate:
     per_seconds: float
 
     @classmethod
-    def parse(cls, text: object) -> "Rate":
+    def parse(cls, text: object, what: str = "rate") -> "Rate":
         if isinstance(text, Rate):
             return text
         found = _RATE.match(text) if isinstance(text, str) else None
@@ -125,7 +126,7 @@ class Rate:
         if not count.isdigit() or unit is None or not 1 <= int(count) <= MAX_LIMIT:
             raise BadQueueInput(
                 "{0} {value} is not a rate: use {limit}",
-                "rate",
+                what,
                 value=text,
                 limit=f"a whole number of starts from 1 to {MAX_LIMIT} per s, min or h, e.g. 10/s",
             )
@@ -161,6 +162,7 @@ class QueueInfo:
     keep: float | None = None  # seconds its finished jobs are kept (None: the farm's default)
     fair: bool = False  # claims share it across fairness keys by weight (rules/fairness.py)
     key_limit: int | None = None  # most units running at once per fairness key
+    key_rate: Rate | None = None  # most units started per fairness key over time
 
 
 @dataclass(frozen=True)
@@ -214,8 +216,15 @@ class Served:
 
 def guarded(row: dict[str, Any]) -> bool:
     """A queue's settings row holds its jobs back for claims under its lock (sql.gates._guarded, the same test in
-    SQL): a farm-wide limit or rate, fair share, or a limit per key."""
-    return any(row.get(c) is not None for c in ("max_running", "rate_count", "key_limit")) or bool(row.get("fair"))
+    SQL): a farm-wide limit or rate, fair share, or a limit or rate per key."""
+    return (
+        row.get("max_running") is not None or row.get("rate_count") is not None or bool(row.get("fair")) or per_key(row)
+    )
+
+
+def per_key(row: dict[str, Any]) -> bool:
+    """A queue's settings row has a limit or a rate per fairness key: its claims keep them (sql.gates.per_key)."""
+    return row.get("key_limit") is not None or row.get("key_rate_count") is not None
 
 
 def serving_machines(live: list[dict[str, Any]], queue: str) -> tuple[str, ...]:

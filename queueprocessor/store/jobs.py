@@ -6,7 +6,23 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import String, Table, and_, bindparam, delete, exc, false, func, insert, literal, select, true, update
+from sqlalchemy import (
+    Float,
+    String,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    exc,
+    false,
+    func,
+    insert,
+    literal,
+    null,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Update
 
@@ -15,7 +31,7 @@ from ..rules.fairness import step
 from ..rules.job import Claimed, JobSpec
 from ..rules.schedules import RUN_NOW
 from ..rules.states import FINISHED, JobState, Kind, Outcome
-from . import dependencies, job_partitions
+from . import dependencies, job_partitions, key_flow
 from .base import StoreBase
 from .dbtime import db_now
 from .history import last_output, with_owner_name
@@ -70,14 +86,17 @@ class JobStore:
             # snapshot: taken after the rows' lock, it sees every job the claim before ours started.
             with self.store.engine.begin() as conn:
                 _lock_queues(conn, plan.locks)
-                rows = [tuple(row) for row in conn.execute(claim_statement(shape), params)]
-            return self._not_stopped(machine_id, [Claimed(*row) for row in rows])
+                claimed = [Claimed(*row) for row in conn.execute(claim_statement(shape), params)]
+                key_flow.spend(conn, self.store.dialect, [c.id for c in claimed])
+            return self._not_stopped(machine_id, claimed)
         with self.store.engine.begin() as conn:  # a take-over and the lost run's row are written together, or neither
             _lock_queues(conn, plan.locks)
             leaving = _expired_runs(conn, request.expired_before) if request.take_expired else {}
             claimed = _most_urgent_first(Claimed(*row) for row in conn.execute(claim_statement(shape), params))
             _end_lost(conn, [(c.id, c.attempts - 1, *leaving[c.id], c.fence - 1) for c in claimed if c.id in leaving])
             claimed = _stop_asked(conn, machine_id, claimed)
+            if any(shape.keyed):
+                key_flow.spend(conn, self.store.dialect, [c.id for c in claimed])
             started = Counter(c.queue for c in claimed if c.queue in plan.locks and c.id not in leaving)
             if started:
                 conn.execute(
@@ -316,17 +335,19 @@ def insert_jobs(
     if count == 1:
         ids = [conn.execute(statement, row).scalar_one()]
     elif not whole:  # one statement of many rows (insertmanyvalues): each row's tag given, one turn after another
-        rows = [row | dict(vtag=vtag) for vtag in _tags(conn, [spec] * count)]
+        rows = [row | dict(vtag=vtag) for vtag in key_flow.tags(conn, [spec] * count)]
         ids = [r[0] for r in conn.execute(_insert_statement(spec, run_at, tagged=False)[0], rows).all()]
     else:  # the copies made by the database, in one statement: no rows sent, none converted one by one
-        n = func.generate_series(0, count - 1).column_valued("n")
+        series = func.generate_series(0, count - 1).table_valued("n").render_derived()
+        [first] = key_flow.tags(conn, [spec])  # read once: the database's time moves on from row to row
+        turns = series.c.n * step(spec.cost, spec.fair_weight)
         copies = select(
             *(literal(value, jobs.c[name].type).label(name) for name, value in row.items()),
             db_now().label("created_at"),
             run_at.label("run_at"),
             gated.label("gated"),
-            (tag(spec.queue, spec.fair_key) + n * step(spec.cost, spec.fair_weight)).label("vtag"),  # each its turn
-        )
+            (null() if first is None else literal(first, Float) + turns).label("vtag"),  # a turn each
+        ).select_from(series)
         made = insert(jobs).from_select([*row, "created_at", "run_at", "gated", "vtag"], copies).returning(jobs.c.id)
         ids = [r[0] for r in conn.execute(made).all()]
     if spec.after:
@@ -347,7 +368,9 @@ def insert_plain(conn: Connection, specs: Sequence[JobSpec], *, parents: bool = 
     for queue, places in by_queue.items():
         now, gated = conn.execute(select(db_now(), gated_now(literal(queue, String)))).one()
         fixed = dict(created_at=now, run_at=now, gated=gated, has_children=parents)
-        tags = _tags(conn, [specs[n] for n in places]) if gated else [None] * len(places)  # fair queues are gated
+        tags = (
+            key_flow.tags(conn, [specs[n] for n in places]) if gated else [None] * len(places)
+        )  # fair queues are gated
         rows = [job_row(specs[n]) | fixed | dict(vtag=t) for n, t in zip(places, tags, strict=True)]
         made = insert_rows(conn, jobs, rows, ids=True)
         for n, job_id in zip(places, made, strict=True):
@@ -387,28 +410,6 @@ def insert_rows(conn: Connection, table: Table, rows: list[dict[str, Any]], *, i
     return new
 
 
-def _tags(conn: Connection, specs: Sequence[JobSpec]) -> list[float | None]:
-    """The virtual start tags of `specs` (jobs of one queue enqueued together) in order, or None each if their
-    queue is not fair: each key's jobs take their turns one after another from where sql.fair.tag starts its
-    next one, read once per key."""
-    queue = specs[0].queue
-    starts = {key: None for key in dict.fromkeys(spec.fair_key for spec in specs)}
-    for key in starts:
-        starts[key] = conn.execute(select(tag(literal(queue, String), _key(key)))).scalar()
-    tags: list[float | None] = []
-    for spec in specs:
-        start = starts[spec.fair_key]
-        tags.append(start)
-        if start is not None:
-            starts[spec.fair_key] = start + step(spec.cost, spec.fair_weight)
-    return tags
-
-
-def _key(key: str | None) -> Any:
-    """A fairness key as sql.fair.tag takes it: a bound value, or None for a job without one (its SQL: IS NULL)."""
-    return None if key is None else literal(key, String)
-
-
 def _insert_statement(spec: JobSpec, run_at: Any, tagged: bool = True) -> tuple[Any, Any]:
     """The insert of jobs of `spec`'s queue due at `run_at`, made now in database time, gated as the queue says and
     (`tagged`; else each row gives its own) tagged for its turn if the queue is fair (sql.fair.tag); and that gated
@@ -417,7 +418,7 @@ def _insert_statement(spec: JobSpec, run_at: Any, tagged: bool = True) -> tuple[
     gated = gated_now(queue)
     made = dict(created_at=db_now(), run_at=run_at, gated=gated)
     if tagged:
-        made["vtag"] = tag(queue, _key(spec.fair_key))
+        made["vtag"] = tag(queue, key_flow.key(spec.fair_key))
     return insert(jobs).values(**made).returning(jobs.c.id), gated
 
 

@@ -315,22 +315,24 @@ def _finished_jobs_by_range(conn: Connection) -> None:
 
 
 def _fair_shares_and_limits_per_key(conn: Connection) -> None:
-    """14 to 15: fair shares and limits per key (docs/design.md §9). Jobs get a fairness key, weight, cost and
-    virtual start tag, queues their fair and key_limit settings (every existing one neither), and the claim's index
-    of held-back queues orders by the tag before the age; the new partial indexes start empty.
+    """14 to 15: fair shares, limits and rates per key (docs/design.md §9). Jobs get a fairness key, weight, cost and
+    virtual start tag; queues their fair, limit per key and rate per key settings (every existing queue none), and
+    qp_key_buckets holds those rates' buckets; the claim's index of held-back queues orders by the tag before the
+    age. The new partial indexes start empty; the jobs' gated flags are set by today's rules.
 
     An older node still running beside it goes on working as it did: it knows no fair queue nor limit per key, and
     takes none of the jobs a newer node gates for them. But the jobs it enqueues itself into such a queue, it sees
-    ungated, and claims without fairness or the limit until a newer node's housekeeping gates them (recount):
-    upgrade every node before making a queue fair or setting a limit per key."""
+    ungated, and claims without fairness, limit or rate until a newer node's housekeeping gates them (recount):
+    upgrade every node before making a queue fair or giving it a limit or rate per key."""
     for table, names in (
         (schema.jobs, ("fair_key", "fair_weight", "cost", "vtag")),
-        (schema.queues, ("fair", "key_limit")),
+        (schema.queues, ("fair", "key_limit", "key_rate_count", "key_rate_per", "key_burst")),
     ):
         there = {column["name"] for column in inspect(conn).get_columns(table.name)}  # SQLite: step 11 made them
         for name in names:
             if name not in there:
                 _add_column(conn, table.c[name])
+    schema.key_buckets.create(conn, checkfirst=True)
     indexes = {str(index.name): index for index in schema.jobs.indexes}
     indexes["ix_qp_jobs_gated"].drop(conn, checkfirst=True)  # made again with the tag (step 5 left it to us)
     for name in ("ix_qp_jobs_gated", "ix_qp_jobs_vtag", "ix_qp_jobs_fair", "ix_qp_jobs_key_running"):

@@ -4,20 +4,21 @@ qp_queues, and what waits and runs in each. The claim's own queue guards are in 
 import time
 from typing import Any
 
-from sqlalchemy import case, exc, func, insert, select, text, update
+from sqlalchemy import case, delete, exc, func, insert, select, text, update
 
 from ..rules.events import EventKind
 from ..rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, keep_text, served_names, serving_machines
 from ..rules.states import JobState
+from . import key_flow
 from .base import StoreBase
 from .dbtime import db_now
 from .events import record_event
-from .schema import jobs, machines, queues
+from .schema import jobs, key_buckets, machines, queues
 from .sql.fair import retag_statements
 from .sql.gates import recount_statement, regate_statements
 
 # The settings that hold a queue's jobs back (see sql.gates.gated_now): a change of one sets their flags again.
-HOLDING = frozenset({"paused", "max_running", "rate_count", "fair", "key_limit"})
+HOLDING = frozenset({"paused", "max_running", "rate_count", "fair", "key_limit", "key_rate_count"})
 # How long a change of those waits for older transactions before it sets the flags (see QueueStore._regate).
 PATIENCE = 5.0
 
@@ -99,6 +100,8 @@ class QueueStore:
                 conn.execute(insert(queues).values(name=name, **values))
             if values.get("max_running") is not None:
                 conn.execute(recount_statement(one=True), dict(b_queue=name))
+            if "key_rate_count" in values:  # a new rate per key starts every key with a full bucket
+                conn.execute(delete(key_buckets).where(key_buckets.c.queue == name))
             for kind, detail in _changes(values):
                 record_event(conn, kind, name, detail, self.store.actor)
 
@@ -107,7 +110,8 @@ class QueueStore:
         order as claims take it: a count that went wrong is repaired. Every statement that moves a limited
         queue's job into or out of running moves its count in the same transaction, so none should; but a
         claim planned just before a limit was set, or a node of an older version, starts jobs uncounted.
-        Gated flags are set right too, for a job that slipped past its queue's change (see _regate)."""
+        Gated flags are set right too, for a job that slipped past its queue's change (see _regate), and full
+        buckets of rates per key are forgotten (key_flow.forget_full)."""
         with self.store.engine.begin() as conn:
             conn.execute(
                 select(queues.c.name).where(queues.c.max_running.isnot(None)).order_by(queues.c.name).with_for_update()
@@ -116,6 +120,7 @@ class QueueStore:
         with self.store.engine.begin() as conn:
             for statement in regate_statements():
                 conn.execute(statement)
+            key_flow.forget_full(conn)
 
     def infos(self, live: list[dict[str, Any]], only: str | None = None) -> list[QueueInfo]:
         """Every queue with work, settings or a live machine serving it by name (and `default`), by name; or only
@@ -141,6 +146,7 @@ class QueueStore:
                     keep=row.get("keep"),
                     fair=bool(row.get("fair")),
                     key_limit=row.get("key_limit"),
+                    key_rate=Rate(row["key_rate_count"], row["key_rate_per"]) if row.get("key_rate_count") else None,
                 )
             )
         return infos
@@ -164,6 +170,10 @@ def _changes(values: dict[str, Any]) -> list[tuple[EventKind, str | None]]:
     if "key_limit" in values:
         limit = values["key_limit"]
         found.append((EventKind.QUEUE_KEY_LIMITED, "no limit per key" if limit is None else f"at most {limit} per key"))
+    if "key_rate_count" in values:
+        count, per = values["key_rate_count"], values["key_rate_per"]
+        said = "no rate per key" if count is None else f"{count} starts per {per:g} s per key"
+        found.append((EventKind.QUEUE_KEY_RATED, said))
     if "keep" in values:
         found.append((EventKind.QUEUE_KEEP, f"finished jobs kept: {keep_text(values['keep'])}"))
     return found

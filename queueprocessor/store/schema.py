@@ -449,8 +449,25 @@ queues = Table(
     # once (schema 15, docs/design.md §9): either makes the queue guarded, claimed under its row's lock.
     Column("fair", Boolean, nullable=False, default=False, server_default=false()),
     Column("key_limit", Integer, nullable=True),
+    # A rate per fairness key: key_rate_count starts per key_rate_per seconds, each key's bucket of key_burst
+    # tokens in qp_key_buckets (schema 15).
+    Column("key_rate_count", Integer, nullable=True),
+    Column("key_rate_per", Float, nullable=True),
+    Column("key_burst", Float, nullable=True),
     # Database time of the last change by an operator: nodes see it in their heartbeat read and re-read.
     Column("changed_at", Time, nullable=False),
+)
+
+# The token buckets of a queue's rate per fairness key (schema 15, docs/design.md §9): a key's row is written by the
+# claims that start its jobs, under the queue row's lock; a key without a row has a full bucket, so a row that has
+# refilled for longer than any rate's period says nothing and housekeeping deletes it (QueueStore.recount).
+key_buckets = Table(
+    "qp_key_buckets",
+    metadata,
+    Column("queue", String(MAX_NAME), primary_key=True),
+    Column("key", String(MAX_FAIR_KEY), primary_key=True),
+    Column("tokens", Float, nullable=False),
+    Column("refilled_at", Time, nullable=False),
 )
 
 # Dependencies (store/dependencies.py): child `child_id` runs after `parent_id` has succeeded, or, with

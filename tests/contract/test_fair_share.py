@@ -5,13 +5,13 @@ keep the limit takes none of the queue. On SQLite, PostgreSQL and PgBouncer."""
 from collections import Counter
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.dialects.mssql import pyodbc
 
 from queueprocessor.rules.errors import BadJobInput, BadQueueInput
 from queueprocessor.rules.job import Ending, JobSpec, work_spec
 from queueprocessor.rules.states import Outcome
-from queueprocessor.store.schema import jobs
+from queueprocessor.store.schema import jobs, key_buckets
 from queueprocessor.store.sql.claim import ClaimShape, claim_statement
 from queueprocessor.store.types import ClaimRequest, Plan
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
@@ -100,6 +100,22 @@ def test_a_limit_per_key_holds_within_a_claim_and_across_claims(farm):
     assert [job.id for job in claim(farm, me, 20)] == [heavy], "taken over in its place: c's other job still waits"
 
 
+def test_a_rate_per_key_spends_each_keys_own_bucket(farm):
+    store = farm._store
+    me = machine(farm)
+    farm.set_queue("t", key_rate="2/min")  # a bucket of one start per key: what a period brings, at least one
+    store.jobs.enqueue(spec("a"), count=3)
+    store.jobs.enqueue(spec("b"), count=3)
+    store.jobs.enqueue(spec(None))
+    assert Counter(keys_of(farm, claim(farm, me, 10))) == {"a": 1, "b": 1, None: 1}
+    assert claim(farm, me, 10) == [], "no token left for half a minute"
+    store.count(update(key_buckets).where(key_buckets.c.key == "a").values(refilled_at=key_buckets.c.refilled_at - 30))
+    assert keys_of(farm, claim(farm, me, 10)) == ["a"], "a's bucket refilled, b's not"
+    farm.set_queue("t", key_rate=None)
+    assert Counter(keys_of(farm, farm._store.jobs.claim(ClaimRequest(me, 10, 30.0)))) == {"a": 1, "b": 2}
+    assert farm.queue("t").key_rate is None and store.rows(select(key_buckets)) == []
+
+
 def test_a_claim_that_does_not_keep_the_limit_per_key_takes_none_of_the_queue(farm):
     me = machine(farm)
     farm.set_queue("t", key_limit=1)
@@ -133,7 +149,7 @@ def test_bad_fairness_input_is_refused_in_one_line(farm, capsys):
         with pytest.raises(BadJobInput, match=word):
             work_spec("python", NOOP, **options)
     machine(farm)
-    for settings in (dict(key_limit=0), dict(fair="yes")):
+    for settings in (dict(key_limit=0), dict(fair="yes"), dict(key_rate="fast")):
         with pytest.raises(BadQueueInput):
             farm.set_queue("t", **settings)
     assert farm.queue("t").key_limit is None and not farm.queue("t").fair

@@ -34,7 +34,7 @@ from ...rules.states import JobState, Outcome
 from ..dbtime import db_now
 from ..schema import Id, jobs, queues, runs, turns
 from .due import due, unpaused
-from .fair import key_limit, key_room, within_key_limits
+from .fair import key_columns, key_room, within_key_budgets
 from .gates import branch_room, counted, held_queues, holds_back
 from .portable import among
 from .turns import TURN_COLUMNS, guarded_due, looks, turn_row
@@ -53,7 +53,7 @@ class ClaimShape:
     top: int | None = None  # SQL Server: the limit as a plain number, for its TOP (see `limit`)
     served: bool = False  # only jobs of the queues in `b_served`
     branches: tuple[bool, ...] = ()  # a branch of its own per queue `b_q{i}`; True where that queue is guarded
-    keyed: tuple[bool, ...] = ()  # per branch: True where that queue has a limit per key (sql/fair.py)
+    keyed: tuple[bool, ...] = ()  # per branch: True where that queue has a limit or rate per key (sql/fair.py)
     turn: bool = False  # PostgreSQL: record the turn of slot `b_slot` first, and claim only if it was ours
     guarded: bool = False  # with `turn`: claim nothing while guarded work is due (see guarded_due)
     elsewhere: bool = False  # with `turn`: ask elsewhere_due too (see `looks`)
@@ -168,9 +168,9 @@ def _best(
 ) -> Any:
     """The best `most` (the claim's limit) jobs `j` that `where` and `gate` allow, best priority first, then (`fair`:
     in a held-back queue, whose fair jobs have a virtual start tag) by that tag, then oldest, locked and skipped
-    while another claim holds them; `keyed`, with what a limit per key counts (sql/fair.py)."""
+    while another claim holds them; `keyed`, with what limits and rates per key count (sql/fair.py)."""
     tagged = [j.c.vtag] if fair else []
-    counts = [j.c.vtag, j.c.fair_key, j.c.cost] if keyed else []
+    counts = key_columns(shape.dialect, j) if keyed else []
     return (
         select(*_picked_columns(j), *counts)
         .where(where, gate)
@@ -219,15 +219,14 @@ def _queue_pick(
 ) -> Any:
     """Branch `i`: queue `b_q{i}`'s due jobs on their own, at most as many as branch_room allows: from the gated jobs'
     index when the queue is guarded (so its jobs are gated; a fair queue's in their virtual time), else from the
-    main one; with a limit per key, only jobs their keys have room for (sql/fair.py)."""
+    main one; with a limit or rate per key, only jobs their keys have room for (sql/fair.py)."""
     guarded, keyed = shape.branches[i], i < len(shape.keyed) and shape.keyed[i]
     room = branch_room(shape.dialect, i, shape.limit, held, keyed)
     where = and_(waiting, j.c.gated == (true() if guarded else false()), j.c.queue == name)
     if not keyed:
         return _best(shape, j, gate, where, room, fair=guarded)
-    limit = key_limit(name)
-    each = _best(shape, j, gate, and_(where, key_room(j, limit)), room, fair=True, keyed=True)
-    return within_key_limits(each, limit, [c.name for c in _picked_columns(j)])
+    each = _best(shape, j, gate, and_(where, key_room(shape.dialect, j)), room, fair=True, keyed=True)
+    return within_key_budgets(each, [c.name for c in _picked_columns(j)])
 
 
 def _expired(shape: ClaimShape, table: Any, now: Any) -> ColumnElement[bool]:

@@ -6,15 +6,19 @@ key is kept by the claim, under the queue row's lock: a job is picked only while
 for it (`key_room`), and the picked jobs are cut to that room key by key (`within_key_limits`).
 """
 
+import functools
 from typing import Any
 
-from sqlalchemy import Float, String, and_, bindparam, case, exists, func, literal, or_, select, true, update
+from sqlalchemy import Float, String, and_, bindparam, case, exists, func, insert, literal, or_, select, true, update
 from sqlalchemy.sql import ColumnElement
 
 from ...rules.fairness import STEP
 from ...rules.states import JobState
 from ..dbtime import db_now
-from ..schema import jobs, queues
+from ..schema import jobs, key_buckets, queues
+from .portable import least
+
+NO_BOUND = 1e18  # a budget without a limit or rate per key: more units than any claim takes
 
 
 def units(j: Any) -> ColumnElement[float]:
@@ -49,34 +53,54 @@ def running_units(queue: Any, key: Any) -> Any:
     return (
         select(func.coalesce(func.sum(units(r)), 0))
         .where(r.c.queue == queue, r.c.fair_key == key, r.c.state == JobState.RUNNING)
+        .correlate_except(r)  # with the job it counts for, two levels up in key_budget
         .scalar_subquery()
     )
 
 
-def key_limit(queue: Any) -> Any:
-    """Queue `queue`'s limit per key (NULL: none)."""
-    q = queues.alias("kq")
-    return select(q.c.key_limit).where(q.c.name == queue).scalar_subquery()
+def tokens_now(dialect: str, q: Any, b: Any) -> Any:
+    """The tokens key bucket row `b` of queue row `q` holds now, in database time: what it held, refilled since, at
+    most the burst; a full bucket without a row (NULL `b`); NULL without a rate per key."""
+    refilled = least(
+        dialect, q.c.key_burst, b.c.tokens + (db_now() - b.c.refilled_at) * q.c.key_rate_count / q.c.key_rate_per
+    )
+    return case((q.c.key_rate_count.is_(None), None), else_=func.coalesce(refilled, q.c.key_burst))
 
 
-def key_room(j: Any, limit: Any) -> ColumnElement[bool]:
-    """Job `j` fits under its key's `limit` with its key's running jobs: it has no key, its queue no limit per key,
-    or its key's running units and its own stay within the limit."""
-    return or_(j.c.fair_key.is_(None), limit.is_(None), running_units(j.c.queue, j.c.fair_key) + units(j) <= limit)
+def key_budget(dialect: str, queue: Any, key: Any) -> Any:
+    """How many units of fairness key `key` queue `queue` lets start now (columns or values): its limit per key less
+    its key's running units, and its key's bucket's tokens, whichever is less (NO_BOUND where it has neither)."""
+    q, b = queues.alias("kq"), key_buckets.alias("kb")
+    limited = func.coalesce(q.c.key_limit - running_units(queue, key), NO_BOUND)
+    rated = func.coalesce(tokens_now(dialect, q, b), NO_BOUND)
+    return (
+        select(least(dialect, limited, rated))
+        .select_from(q.outerjoin(b, and_(b.c.queue == q.c.name, b.c.key == key)))
+        .where(q.c.name == queue)
+        .correlate_except(q, b)
+        .scalar_subquery()
+    )
 
 
-def within_key_limits(picked: Any, limit: Any, names: list[str]) -> Any:
-    """`picked` (a claim branch's jobs of one queue, in claim order, each fitting alone: see key_room), cut so that
-    the jobs of each key it takes together fit: a job stays if its key's running units and those of its key's
-    picked jobs up to it, itself included, stay within `limit`; its columns `names`."""
+def key_room(dialect: str, j: Any) -> ColumnElement[bool]:
+    """Job `j` fits its key's budget (key_budget) alone, or has no key (a limit or rate per key leaves it be)."""
+    return or_(j.c.fair_key.is_(None), units(j) <= key_budget(dialect, j.c.queue, j.c.fair_key))
+
+
+def key_columns(dialect: str, j: Any) -> list[Any]:
+    """What a claim branch that keeps limits and rates per key picks of job `j` besides the rest: what orders it
+    (its tag), whose budget it spends (its key), how much (its cost), and that budget (see within_key_budgets)."""
+    return [j.c.vtag, j.c.fair_key, j.c.cost, key_budget(dialect, j.c.queue, j.c.fair_key).label("budget")]
+
+
+def within_key_budgets(picked: Any, names: list[str]) -> Any:
+    """`picked` (a claim branch's jobs of one queue, in claim order, each fitting alone: see key_room, with what
+    `key_columns` adds), cut so that the jobs of each key it takes fit together: a job stays if its key's picked jobs up
+    to it, itself included, fit the key's budget; its columns `names`."""
     order = (picked.c.priority.desc(), picked.c.vtag, picked.c.run_at, picked.c.id)
     so_far = func.sum(units(picked)).over(partition_by=picked.c.fair_key, order_by=order)
     ranked = select(*picked.c, so_far.label("so_far")).subquery("ranked")
-    fits = or_(
-        ranked.c.fair_key.is_(None),
-        limit.is_(None),
-        running_units(ranked.c.queue, ranked.c.fair_key) + ranked.c.so_far <= limit,
-    )
+    fits = or_(ranked.c.fair_key.is_(None), ranked.c.so_far <= ranked.c.budget)
     return select(*(ranked.c[name] for name in names)).where(fits)
 
 
@@ -93,3 +117,29 @@ def retag_statements() -> tuple[Any, ...]:
         update(jobs).where(mine, jobs.c.vtag.is_(None), fair).values(vtag=db_now()),
         update(jobs).where(mine, jobs.c.vtag.isnot(None), ~fair).values(vtag=None),
     )
+
+
+@functools.cache
+def spend_statement(dialect: str) -> Any:
+    """Key `b_key` of queue `b_queue` started `b_n` units: its bucket spends them from what it holds now (see
+    key_flow.spend); no row matched if the key has none yet (first_spend_statement)."""
+    b, q = key_buckets, queues.alias("sq")
+    now = select(tokens_now(dialect, q, b)).where(q.c.name == b.c.queue).scalar_subquery()
+    return (
+        update(b)
+        .where(b.c.queue == bindparam("b_queue", type_=String), b.c.key == bindparam("b_key", type_=String))
+        .values(tokens=now - bindparam("b_n", type_=Float), refilled_at=db_now())
+    )
+
+
+@functools.cache
+def first_spend_statement() -> Any:
+    """The first start of key `b_key` of queue `b_queue` since its bucket was last forgotten: a full bucket spent."""
+    q = queues
+    spent = select(
+        q.c.name,
+        bindparam("b_key", type_=String),
+        q.c.key_burst - bindparam("b_n", type_=Float),
+        db_now(),
+    ).where(q.c.name == bindparam("b_queue", type_=String))
+    return insert(key_buckets).from_select(["queue", "key", "tokens", "refilled_at"], spent)

@@ -41,9 +41,14 @@ def bucket(dialect: str, q: Any) -> Any:
 
 
 def _guarded(q: Any) -> Any:
-    """Queue row `q` has a farm-wide limit or rate, is fair or has a limit per key: its jobs start only within them,
-    each claim of them under the row's lock (see rules.queues.guarded, the same test in Python)."""
-    return or_(q.c.max_running.isnot(None), q.c.rate_count.isnot(None), q.c.fair == true(), q.c.key_limit.isnot(None))
+    """Queue row `q` has a farm-wide limit or rate, is fair or has a limit or rate per key: its jobs start only
+    within them, each claim of them under the row's lock (see rules.queues.guarded, the same test in Python)."""
+    return or_(q.c.max_running.isnot(None), q.c.rate_count.isnot(None), q.c.fair == true(), per_key(q))
+
+
+def per_key(q: Any) -> Any:
+    """Queue row `q` has a limit or a rate per fairness key (see rules.queues.per_key)."""
+    return or_(q.c.key_limit.isnot(None), q.c.key_rate_count.isnot(None))
 
 
 def holds_back(q: Any) -> Any:
@@ -189,14 +194,14 @@ def branch_room(dialect: str, i: int, limit: Any, held: Any = None, keyed: bool 
     rate, to the room its row gives (see _cut): as the claim statement locked it (`held`, PostgreSQL), or as
     the claim's transaction locked it before (JobStore.claim). None at all from a paused queue, from a guarded
     one that the node did not know as guarded (`b_locked{i}` false: it has not read the settings yet), nor, in a
-    branch that does not keep limits per key (not `keyed`), from a queue that has one."""
+    branch that does not keep limits and rates per key (not `keyed`), from a queue that has one."""
     q = queues.alias(f"q{i}")
     mine = bindparam(f"b_room{i}", type_=Integer)
     if held is None:
         cut = _cut(dialect, q, mine)
     else:  # no held row: the queue gives no room now
         cut = func.coalesce(select(_cut(dialect, held, mine)).where(held.c.name == q.c.name).scalar_subquery(), 0)
-    unknown = [] if keyed else [(q.c.key_limit.isnot(None), 0)]
+    unknown = [] if keyed else [(per_key(q), 0)]
     room = case(
         (q.c.paused, 0),
         (and_(_guarded(q), bindparam(f"b_locked{i}", type_=Boolean) == false()), 0),

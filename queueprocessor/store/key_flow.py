@@ -1,0 +1,67 @@
+"""Fair shares, limits and rates per key, where the store writes for them (docs/design.md §9): the tags of jobs
+enqueued together in a fair queue, and the buckets of rates per key, spent by the claims that start their jobs and
+forgotten once full. The SQL is in sql/fair.py."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import String, and_, delete, func, literal, select
+from sqlalchemy.engine import Connection
+
+from ..rules.fairness import step
+from ..rules.job import JobSpec
+from ..rules.queues import MAX_RATE_PERIOD
+from .dbtime import db_now
+from .schema import jobs, key_buckets, queues
+from .sql.fair import first_spend_statement, spend_statement, tag, units
+
+IDS_AT_ONCE = 1000  # ids named in one statement (SQL Server takes at most 2,100 parameters)
+
+
+def key(fair_key: str | None) -> Any:
+    """A fairness key as sql.fair.tag takes it: a bound value, or None for a job without one (its SQL: IS NULL)."""
+    return None if fair_key is None else literal(fair_key, String)
+
+
+def tags(conn: Connection, specs: Sequence[JobSpec]) -> list[float | None]:
+    """The virtual start tags of `specs` (jobs of one queue enqueued together) in order, or None each if their
+    queue is not fair: each key's jobs take their turns one after another from where sql.fair.tag starts its
+    next one, read once per key."""
+    queue = literal(specs[0].queue, String)
+    starts = {
+        fair_key: conn.execute(select(tag(queue, key(fair_key)))).scalar() for fair_key in {s.fair_key for s in specs}
+    }
+    found: list[float | None] = []
+    for spec in specs:
+        start = starts[spec.fair_key]
+        found.append(start)
+        if start is not None:
+            starts[spec.fair_key] = start + step(spec.cost, spec.fair_weight)
+    return found
+
+
+def spend(conn: Connection, dialect: str, started: Sequence[int]) -> None:
+    """A claim, in its transaction under the queue rows' lock, started the jobs `started` (ids): the keys of those
+    of queues with a rate per key spend their units from their buckets (a key's first start makes its row)."""
+    rated = select(queues.c.name).where(queues.c.key_rate_count.isnot(None))
+    for at in range(0, len(started), IDS_AT_ONCE):
+        spent = conn.execute(
+            select(jobs.c.queue, jobs.c.fair_key, func.sum(units(jobs)))
+            .where(
+                jobs.c.id.in_(started[at : at + IDS_AT_ONCE]),
+                jobs.c.fair_key.isnot(None),
+                jobs.c.queue.in_(rated),
+            )
+            .group_by(jobs.c.queue, jobs.c.fair_key)
+        ).all()
+        for queue, fair_key, n in spent:
+            params = dict(b_queue=queue, b_key=fair_key, b_n=n)
+            if not conn.execute(spend_statement(dialect), params).rowcount:
+                conn.execute(first_spend_statement(), params)
+
+
+def forget_full(conn: Connection) -> int:
+    """Delete the buckets that have refilled for longer than any rate's period from no debt (see spend_statement):
+    full, they say what no row says."""
+    full = and_(key_buckets.c.refilled_at < db_now() - MAX_RATE_PERIOD, key_buckets.c.tokens >= 0)  # no debt left
+    return conn.execute(delete(key_buckets).where(full)).rowcount
