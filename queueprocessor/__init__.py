@@ -27,6 +27,7 @@ __all__ = [
     "Rate",
     "OnFailure",
     "QueueInfo",
+    "KeyUse",
     "ScheduleChanges",
     "JobState",
     "Outcome",
@@ -55,6 +56,7 @@ _HOMES = (
     "rules.job",
     "rules.search",
     "rules.queues",
+    "rules.fairness",
     "jobfunctions",
     "grabs",
     "singletons",
@@ -82,6 +84,7 @@ if TYPE_CHECKING:  # the names __getattr__ hands on, as a type checker should se
         ReadOnly,
         SchemaTooNew,
     )
+    from .rules.fairness import KeyUse
     from .rules.job import JobOptions, JobSpec, work_spec
     from .rules.queues import OnFailure, QueueInfo, Rate
     from .rules.search import JobFilter

@@ -29,6 +29,7 @@ from .node.config import FarmTiming, NodeConfig
 from .queues import Queues
 from .rules.clock import Clock
 from .rules.errors import DatabaseUnavailable, QPError
+from .rules.fairness import KeyUse
 from .rules.job import JobOptions, JobSpec
 from .rules.queues import UNCHANGED, QueueInfo
 from .rules.roster import Liveness
@@ -412,6 +413,11 @@ class Farm:
         """One queue, as queues() shows it (NotFound for a name no job, setting or machine has used but
         `default`'s), its settings and counts read alone."""
         return self._queues.one(name)
+
+    def queue_keys(self, name: str, most: int = 10) -> list[KeyUse]:
+        """The `most` busiest fairness keys of queue `name`: the units each has running, its jobs waiting and, with a
+        rate per key, its bucket's tokens now (docs/design.md §9)."""
+        return self._queues.keys(name, most)
 
     def serving(self, queue: str) -> tuple[str, ...]:
         """The names of the live machines that serve `queue` (none: its jobs wait until one joins)."""

@@ -4,6 +4,7 @@ says what each means, store.queues stores them)."""
 
 from .machines import Machines
 from .rules.errors import BadQueueInput, NotFound, echoed
+from .rules.fairness import KeyUse
 from .rules.queues import DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, check_keep, check_limit, check_name
 from .store.stores import Store
 from .timing import SharedTiming
@@ -21,6 +22,11 @@ class Queues:
     def one(self, name: str) -> QueueInfo:
         known = name if name == DEFAULT else self._known(name)
         return self._queues.infos(self._machines.live(), only=known)[0]
+
+    def keys(self, name: str, most: int) -> list[KeyUse]:
+        if isinstance(most, bool) or not isinstance(most, int) or most < 1:
+            raise BadQueueInput.out_of("most", most, "a whole number from 1")
+        return self._queues.keys(self._known(name), most)
 
     def pause(self, name: str, paused: bool) -> None:
         self._queues.put(self._known(name), paused=paused)

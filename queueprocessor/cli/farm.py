@@ -189,6 +189,34 @@ def queue_list(ctx: Context, as_json: bool) -> None:
     )
 
 
+@queue.command("keys")
+@click.argument("name", type=QueueName())
+@click.option("--most", type=click.IntRange(min=1), default=10, show_default=True, help="How many keys to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
+@pass_ctx
+def queue_keys(ctx: Context, name: str, most: int, as_json: bool) -> None:
+    """The busiest fairness keys of queue NAME: units running (job costs), jobs waiting, and, with a rate per key,
+    the tokens left in each key's bucket."""
+    keys = ctx.reader.queue_keys(name, most)
+    if as_json:
+        return print_json({"queue": name, "keys": [asdict(k) for k in keys]})
+    info = ctx.reader.queue(name)
+    print_table(
+        ["key", "running", "waiting", "tokens"],
+        [
+            [k.key, _of(k.running, info.key_limit), k.waiting, "-" if k.tokens is None else f"{k.tokens:.1f}"]
+            for k in keys
+        ],
+    )
+    if not keys:
+        click.echo(f"no job of queue {name} has a fairness key running or waiting")
+
+
+def _of(used: int, limit: int | None) -> str:
+    """`used` units, out of the limit per key if there is one ("2/3")."""
+    return f"{used}/{limit}" if limit else str(used)
+
+
 def _per_key(q: QueueInfo) -> str:
     """A queue's flow control per fairness key, in the `queue list` table: fair share, a limit, a rate."""
     said = ["fair"] if q.fair else []

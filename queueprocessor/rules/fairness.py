@@ -10,6 +10,7 @@ same words.
 """
 
 import math
+from dataclasses import dataclass
 
 from .errors import BadJobInput
 from .queues import MAX_ORDER_KEY
@@ -57,3 +58,14 @@ def check_cost(cost: object) -> int | None:
 def step(cost: int | None, weight: float | None) -> float:
     """How far one job moves its key's virtual time: its cost over its weight, in STEP units."""
     return STEP * (cost or 1) / (weight or 1.0)
+
+
+@dataclass(frozen=True)
+class KeyUse:
+    """One fairness key of a queue as operators see it (Farm.queue_keys): the units its running jobs hold, its jobs
+    waiting, and, with a rate per key, the tokens its bucket holds now (None without one)."""
+
+    key: str
+    running: int
+    waiting: int
+    tokens: float | None = None

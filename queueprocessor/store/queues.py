@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import case, delete, exc, func, insert, select, text, update
 
 from ..rules.events import EventKind
+from ..rules.fairness import KeyUse
 from ..rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, keep_text, served_names, serving_machines
 from ..rules.states import JobState
 from . import key_flow
@@ -14,7 +15,7 @@ from .base import StoreBase
 from .dbtime import db_now
 from .events import record_event
 from .schema import jobs, key_buckets, machines, queues
-from .sql.fair import retag_statements
+from .sql.fair import key_use, retag_statements
 from .sql.gates import recount_statement, regate_statements
 
 # The settings that hold a queue's jobs back (see sql.gates.gated_now): a change of one sets their flags again.
@@ -121,6 +122,14 @@ class QueueStore:
             for statement in regate_statements():
                 conn.execute(statement)
             key_flow.forget_full(conn)
+
+    def keys(self, name: str, most: int) -> list[KeyUse]:
+        """The `most` busiest fairness keys of queue `name` (most units running, then most waiting), each with its
+        bucket's tokens if the queue has a rate per key."""
+        use = key_use(self.store.dialect, name, most)
+        return [
+            KeyUse(key, int(running), int(waiting), tokens) for key, running, waiting, tokens in self.store.rows(use)
+        ]
 
     def infos(self, live: list[dict[str, Any]], only: str | None = None) -> list[QueueInfo]:
         """Every queue with work, settings or a live machine serving it by name (and `default`), by name; or only

@@ -116,6 +116,35 @@ def test_a_rate_per_key_spends_each_keys_own_bucket(farm):
     assert farm.queue("t").key_rate is None and store.rows(select(key_buckets)) == []
 
 
+def test_a_job_that_costs_more_than_its_keys_bucket_holds_starts_when_the_bucket_is_full(farm):
+    me = machine(farm)
+    farm.set_queue("t", key_rate="2/min")  # a bucket of one start
+    [big] = farm._store.jobs.enqueue(spec("a", cost=3))
+    farm._store.jobs.enqueue(spec("a"))
+    assert [job.id for job in claim(farm, me, 10)] == [big], "a full bucket lets it start, and goes into debt"
+    [(tokens,)] = farm._store.rows(select(key_buckets.c.tokens))
+    assert tokens == pytest.approx(-2, abs=0.01)
+    assert claim(farm, me, 10) == [], "the debt is paid back first"
+
+
+def test_the_busiest_keys_are_listed_with_their_use(farm, capsys):
+    me = machine(farm)
+    farm.set_queue("t", key_limit=3, key_rate="600/min")  # a bucket of what a period brings: ten starts
+    farm._store.jobs.enqueue(spec("big"), count=6)
+    farm._store.jobs.enqueue(spec("small", cost=2), count=2)
+    farm._store.jobs.enqueue(spec(None))
+    claim(farm, me, 20)
+    keys = farm.queue_keys("t")
+    assert [(k.key, k.running, k.waiting) for k in keys] == [("big", 3, 3), ("small", 2, 1)]
+    assert keys[0].tokens is not None and keys[0].tokens < keys[1].tokens, "big spent more of its bucket"
+    assert [k.key for k in farm.queue_keys("t", most=1)] == ["big"]
+    assert run_cli("--db", farm.url, "queue", "keys", "t") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["key", "running", "waiting", "tokens"] and out[-2].split()[:3] == ["big", "3/3", "3"]
+    assert run_cli("--db", farm.url, "queue", "keys", "nowhere") == 1
+    assert "no queue named 'nowhere'" in capsys.readouterr().err
+
+
 def test_a_claim_that_does_not_keep_the_limit_per_key_takes_none_of_the_queue(farm):
     me = machine(farm)
     farm.set_queue("t", key_limit=1)

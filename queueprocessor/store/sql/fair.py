@@ -3,7 +3,8 @@
 A fair queue's job gets its virtual start tag as it is enqueued (`tag`), so its claims read the queue's jobs in tag
 order off an index, as any held-back queue's are read in age order: fairness costs the claim nothing. A limit per
 key is kept by the claim, under the queue row's lock: a job is picked only while its key's running units leave room
-for it (`key_room`), and the picked jobs are cut to that room key by key (`within_key_limits`).
+for it (`key_room`), and the picked jobs are cut to that room key by key (`within_key_budgets`); a rate per key
+likewise, from each key's bucket (qp_key_buckets), spent by the claim in its transaction (store/key_flow.py).
 """
 
 import functools
@@ -67,14 +68,18 @@ def tokens_now(dialect: str, q: Any, b: Any) -> Any:
     return case((q.c.key_rate_count.is_(None), None), else_=func.coalesce(refilled, q.c.key_burst))
 
 
-def key_budget(dialect: str, queue: Any, key: Any) -> Any:
-    """How many units of fairness key `key` queue `queue` lets start now (columns or values): its limit per key less
-    its key's running units, and its key's bucket's tokens, whichever is less (NO_BOUND where it has neither)."""
+def _room(queue: Any, key: Any) -> Any:
+    """The units fairness key `key` of queue `queue` may start now under its limit per key (NO_BOUND without one)."""
+    q = queues.alias("kq")
+    room = func.coalesce(q.c.key_limit - running_units(queue, key), NO_BOUND)
+    return select(room).where(q.c.name == queue).correlate_except(q).scalar_subquery()
+
+
+def _tokens(dialect: str, queue: Any, key: Any) -> Any:
+    """The tokens the bucket of fairness key `key` of queue `queue` holds now (NO_BOUND without a rate per key)."""
     q, b = queues.alias("kq"), key_buckets.alias("kb")
-    limited = func.coalesce(q.c.key_limit - running_units(queue, key), NO_BOUND)
-    rated = func.coalesce(tokens_now(dialect, q, b), NO_BOUND)
     return (
-        select(least(dialect, limited, rated))
+        select(func.coalesce(tokens_now(dialect, q, b), NO_BOUND))
         .select_from(q.outerjoin(b, and_(b.c.queue == q.c.name, b.c.key == key)))
         .where(q.c.name == queue)
         .correlate_except(q, b)
@@ -82,26 +87,47 @@ def key_budget(dialect: str, queue: Any, key: Any) -> Any:
     )
 
 
+def _burst(queue: Any) -> Any:
+    q = queues.alias("kq")
+    return select(q.c.key_burst).where(q.c.name == queue).correlate_except(q).scalar_subquery()
+
+
+def _fits(used: Any, cost: Any, room: Any, tokens: Any, burst: Any) -> ColumnElement[bool]:
+    """`used` units of a key (a job's `cost` the last of them) fit its `room` under the limit per key, and its bucket's
+    `tokens`; or, when they are one job alone that costs more than the bucket can hold (`burst`), the bucket is full:
+    that job starts and the key pays the debt back before its next start."""
+    return and_(used <= room, or_(used <= tokens, and_(used == cost, tokens >= burst)))
+
+
 def key_room(dialect: str, j: Any) -> ColumnElement[bool]:
-    """Job `j` fits its key's budget (key_budget) alone, or has no key (a limit or rate per key leaves it be)."""
-    return or_(j.c.fair_key.is_(None), units(j) <= key_budget(dialect, j.c.queue, j.c.fair_key))
+    """Job `j` fits its key's limit and rate alone (see _fits), or has no key (they leave it be)."""
+    queue, key = j.c.queue, j.c.fair_key
+    alone = _fits(units(j), units(j), _room(queue, key), _tokens(dialect, queue, key), _burst(queue))
+    return or_(key.is_(None), alone)
 
 
 def key_columns(dialect: str, j: Any) -> list[Any]:
     """What a claim branch that keeps limits and rates per key picks of job `j` besides the rest: what orders it
-    (its tag), whose budget it spends (its key), how much (its cost), and that budget (see within_key_budgets)."""
-    return [j.c.vtag, j.c.fair_key, j.c.cost, key_budget(dialect, j.c.queue, j.c.fair_key).label("budget")]
+    (its tag), whose limit and rate it counts in (its key), how much (its cost), and what they leave its key now
+    (see within_key_budgets)."""
+    queue, key = j.c.queue, j.c.fair_key
+    return [
+        *(j.c.vtag, key, j.c.cost),
+        _room(queue, key).label("room"),
+        _tokens(dialect, queue, key).label("tokens"),
+        _burst(queue).label("burst"),
+    ]
 
 
 def within_key_budgets(picked: Any, names: list[str]) -> Any:
     """`picked` (a claim branch's jobs of one queue, in claim order, each fitting alone: see key_room, with what
-    `key_columns` adds), cut so that the jobs of each key it takes fit together: a job stays if its key's picked jobs up
-    to it, itself included, fit the key's budget; its columns `names`."""
+    `key_columns` adds), cut so that the jobs of each key it takes fit together: a job stays if its key's picked jobs
+    up to it, itself included, fit the key's limit and rate (see _fits); its columns `names`."""
     order = (picked.c.priority.desc(), picked.c.vtag, picked.c.run_at, picked.c.id)
     so_far = func.sum(units(picked)).over(partition_by=picked.c.fair_key, order_by=order)
-    ranked = select(*picked.c, so_far.label("so_far")).subquery("ranked")
-    fits = or_(ranked.c.fair_key.is_(None), ranked.c.so_far <= ranked.c.budget)
-    return select(*(ranked.c[name] for name in names)).where(fits)
+    r = select(*picked.c, so_far.label("so_far")).subquery("ranked")
+    fits = or_(r.c.fair_key.is_(None), _fits(r.c.so_far, units(r), r.c.room, r.c.tokens, r.c.burst))
+    return select(*(r.c[name] for name in names)).where(fits)
 
 
 def retag_statements() -> tuple[Any, ...]:
@@ -143,3 +169,31 @@ def first_spend_statement() -> Any:
         db_now(),
     ).where(q.c.name == bindparam("b_queue", type_=String))
     return insert(key_buckets).from_select(["queue", "key", "tokens", "refilled_at"], spent)
+
+
+def key_use(dialect: str, queue: str, most: int) -> Any:
+    """The `most` busiest fairness keys of `queue`: each key, its running jobs' units, its waiting jobs, and its
+    bucket's tokens now (NULL without a rate per key); most units running first, then most waiting."""
+    running, waiting = jobs.c.state == JobState.RUNNING, jobs.c.state == JobState.QUEUED
+    per_key = (
+        select(
+            jobs.c.fair_key.label("key"),
+            func.sum(case((running, units(jobs)), else_=0)).label("running"),
+            func.sum(case((waiting, 1), else_=0)).label("waiting"),
+        )
+        .where(jobs.c.queue == queue, jobs.c.fair_key.isnot(None), or_(running, waiting))
+        .group_by(jobs.c.fair_key)
+        .subquery("per_key")
+    )
+    q, b = queues.alias("uq"), key_buckets.alias("ub")
+    tokens = (
+        select(tokens_now(dialect, q, b))
+        .select_from(q.outerjoin(b, and_(b.c.queue == q.c.name, b.c.key == per_key.c.key)))
+        .where(q.c.name == queue)
+        .scalar_subquery()
+    )
+    return (
+        select(per_key.c.key, per_key.c.running, per_key.c.waiting, tokens)
+        .order_by(per_key.c.running.desc(), per_key.c.waiting.desc(), per_key.c.key)
+        .limit(most)
+    )
