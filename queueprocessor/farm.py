@@ -442,13 +442,15 @@ class Farm:
         fair: object = UNCHANGED,
         key_limit: object = UNCHANGED,
         key_rate: object = UNCHANGED,
+        fair_from: object = UNCHANGED,
     ) -> None:
         """Change a queue's farm-wide settings: `limit` (most jobs running at once; None: no limit), `rate`
         (a Rate or "10/s"; None: no rate), `on_failure` (OnFailure, for its order keys), `keep` (how long its
         finished jobs are kept: seconds or "3d"; None: the farm's default, the nodes' keep_jobs), `fair` (True:
         claims share it across the jobs' fairness keys by weight), `key_limit` (most units, the jobs' costs, running
-        at once per fairness key; None: none) and `key_rate` (most units started per fairness key, a Rate or "5/s";
-        None: none). Others stay (docs/design.md §9)."""
+        at once per fairness key; None: none), `key_rate` (most units started per fairness key, a Rate or "5/s";
+        None: none) and `fair_from` (where a job enqueued without a fairness key takes one: "order_key" or
+        "payload.FIELD"; None: nowhere). Others stay (docs/design.md §9)."""
         self._queues.set(
             name,
             limit=limit,
@@ -458,6 +460,7 @@ class Farm:
             fair=fair,
             key_limit=key_limit,
             key_rate=key_rate,
+            fair_from=fair_from,
         )
 
     # -- machines -----------------------------------------------------------

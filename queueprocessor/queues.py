@@ -4,7 +4,7 @@ says what each means, store.queues stores them)."""
 
 from .machines import Machines
 from .rules.errors import BadQueueInput, NotFound, echoed
-from .rules.fairness import KeyUse
+from .rules.fairness import KeyUse, check_fair_from
 from .rules.queues import DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, check_keep, check_limit, check_name
 from .store.stores import Store
 from .timing import SharedTiming
@@ -42,9 +42,10 @@ class Queues:
         fair: object = UNCHANGED,
         key_limit: object = UNCHANGED,
         key_rate: object = UNCHANGED,
+        fair_from: object = UNCHANGED,
     ) -> None:
-        """What is given of `limit`, `rate`, `on_failure`, `keep`, `fair`, `key_limit` and `key_rate` (UNCHANGED: not
-        given) as the queue's settings."""
+        """What is given of `limit`, `rate`, `on_failure`, `keep`, `fair`, `key_limit`, `key_rate` and `fair_from`
+        (UNCHANGED: not given) as the queue's settings."""
         values: dict[str, object] = {}
         period = self._shared.current()["period"]
         if fair is not UNCHANGED:
@@ -53,6 +54,8 @@ class Queues:
             values["fair"] = fair
         if key_limit is not UNCHANGED:
             values["key_limit"] = check_limit(key_limit, "key_limit")
+        if fair_from is not UNCHANGED:
+            values["fair_from"] = check_fair_from(fair_from)
         if key_rate is not UNCHANGED:
             parsed = None if key_rate is None else Rate.parse(key_rate, "key_rate")
             values |= dict(

@@ -269,6 +269,12 @@ _queue_switch("resume", "Let a paused queue's jobs start again.", "resumed")
     "--key-rate", metavar="N/UNIT", help="At most N units (job costs) started per fairness key per s, min or h."
 )
 @click.option("--no-key-rate", is_flag=True, help="Remove the rate per key.")
+@click.option(
+    "--fair-from",
+    metavar="SOURCE",
+    help="Where a job enqueued without --fair-key takes its key: order_key, or payload.FIELD (e.g. payload.tenant).",
+)
+@click.option("--no-fair-from", is_flag=True, help="Jobs enqueued without a fairness key have none.")
 @pass_ctx
 def queue_set(
     ctx: Context,
@@ -285,6 +291,8 @@ def queue_set(
     no_key_limit: bool,
     key_rate: str | None,
     no_key_rate: bool,
+    fair_from: str | None,
+    no_fair_from: bool,
 ) -> None:
     """Change queue NAME's farm-wide limit, rate, ordering policy, fair share, limit per key or retention (the rest
     stays as it is)."""
@@ -294,14 +302,15 @@ def queue_set(
         (keep, no_keep, "keep"),
         (key_limit, no_key_limit, "key-limit"),
         (key_rate, no_key_rate, "key-rate"),
+        (fair_from, no_fair_from, "fair-from"),
     )
     for given, removed, option in pairs:
         if given is not None and removed:
             raise click.UsageError(f"give --{option} or --no-{option}, not both")
     if on_failure is None and fair is None and all(given is None and not removed for given, removed, _ in pairs):
         raise click.UsageError(
-            "nothing to change: give --limit, --rate, --on-failure, --keep, --fair, --key-limit, --key-rate "
-            "or their --no- forms"
+            "nothing to change: give --limit, --rate, --on-failure, --keep, --fair, --key-limit, --key-rate, "
+            "--fair-from or their --no- forms"
         )
     ctx.farm.set_queue(
         name,
@@ -312,12 +321,13 @@ def queue_set(
         fair=UNCHANGED if fair is None else fair,
         key_limit=None if no_key_limit else UNCHANGED if key_limit is None else key_limit,
         key_rate=None if no_key_rate else UNCHANGED if key_rate is None else key_rate,
+        fair_from=None if no_fair_from else UNCHANGED if fair_from is None else fair_from,
     )
     info = ctx.farm.queue(name)
     click.echo(
         f"queue {name}: limit {info.limit or 'none'}, rate {info.rate or 'none'}, on failure {info.on_failure}, "
         f"{'fair share by key' if info.fair else 'priority, then age'}, limit per key {info.key_limit or 'none'}, "
-        f"rate per key {info.key_rate or 'none'}, "
+        f"rate per key {info.key_rate or 'none'}, keys from {info.fair_from or 'the jobs'}, "
         f"finished jobs kept {keep_text(info.keep)}"
     )
 

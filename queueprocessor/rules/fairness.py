@@ -10,9 +10,10 @@ same words.
 """
 
 import math
+import re
 from dataclasses import dataclass
 
-from .errors import BadJobInput
+from .errors import BadJobInput, BadQueueInput
 from .queues import MAX_ORDER_KEY
 
 MAX_FAIR_KEY = MAX_ORDER_KEY  # qp_jobs.fair_key is String(200)
@@ -21,6 +22,11 @@ MAX_COST = 1000
 # Virtual seconds a job of cost 1 and weight 1 moves its key's tags on: small, so that tags stay near the database
 # time a queue's first tags start from (see store/sql/fair.py), and the order between keys is what counts.
 STEP = 0.001
+# Where a queue takes the fairness key of a job enqueued without one (qp_queues.fair_from): its order key, or a
+# top-level field of its JSON payload ("payload.tenant").
+ORDER_KEY = "order_key"
+PAYLOAD = "payload."
+_FIELD = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 
 
 def check_fair_key(key: object) -> str | None:
@@ -44,6 +50,17 @@ def check_weight(weight: object) -> float | None:
     ):
         raise BadJobInput.out_of("fair_weight", weight, f"a number above 0 and at most {MAX_WEIGHT:g}")
     return float(weight)
+
+
+def check_fair_from(source: object) -> str | None:
+    """Where a queue takes a keyless job's fairness key: "order_key", or "payload.FIELD" (a top-level field of its
+    JSON payload: 1 to 64 letters, digits, '_' or '-'); None: nowhere (the job has none). BadQueueInput else."""
+    if source is None:
+        return None
+    field = source.removeprefix(PAYLOAD) if isinstance(source, str) and source.startswith(PAYLOAD) else None
+    if source != ORDER_KEY and (field is None or not _FIELD.match(field)):
+        raise BadQueueInput.out_of("fair_from", source, f"{ORDER_KEY!r} or 'payload.FIELD', e.g. 'payload.tenant'")
+    return str(source)
 
 
 def check_cost(cost: object) -> int | None:

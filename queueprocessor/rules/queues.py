@@ -163,6 +163,7 @@ class QueueInfo:
     fair: bool = False  # claims share it across fairness keys by weight (rules/fairness.py)
     key_limit: int | None = None  # most units running at once per fairness key
     key_rate: Rate | None = None  # most units started per fairness key over time
+    fair_from: str | None = None  # where a job enqueued without a fairness key takes one
 
 
 @dataclass(frozen=True)

@@ -325,31 +325,34 @@ def insert_jobs(
     """JobStore.enqueue in a transaction of the caller's (a workflow's steps go in together, or none). A job with
     `after` waits for its parents (store/dependencies.py)."""
     run_at = literal(at) if at is not None else db_now() + delay
-    statement, gated = _insert_statement(spec, run_at)
     check_key(spec)
     row = job_row(spec)
+    del row["fair_key"]  # given, or taken where its queue says (key_flow.key_for), by the statement or a read first
     failed = None
     if spec.after:
         starts, failed = dependencies.start(conn, spec)
         row |= starts
     if count == 1:
+        statement, _gated = _insert_statement(conn.dialect.name, spec, run_at)
         ids = [conn.execute(statement, row).scalar_one()]
-    elif not whole:  # one statement of many rows (insertmanyvalues): each row's tag given, one turn after another
-        rows = [row | dict(vtag=vtag) for vtag in key_flow.tags(conn, [spec] * count)]
-        ids = [r[0] for r in conn.execute(_insert_statement(spec, run_at, tagged=False)[0], rows).all()]
+    elif not whole:  # one statement of many rows (insertmanyvalues): each row's key and tag given, a turn each
+        made = key_flow.keys_and_tags(conn, [spec] * count)
+        rows = [row | dict(fair_key=fair_key, vtag=vtag) for fair_key, vtag in made]
+        ids = [r[0] for r in conn.execute(_insert_statement(conn.dialect.name, spec, run_at, given=True)[0], rows)]
     else:  # the copies made by the database, in one statement: no rows sent, none converted one by one
         series = func.generate_series(0, count - 1).table_valued("n").render_derived()
-        [first] = key_flow.tags(conn, [spec])  # read once: the database's time moves on from row to row
+        [(fair_key, first)] = key_flow.keys_and_tags(conn, [spec])  # read once: the database's time moves on
         turns = series.c.n * step(spec.cost, spec.fair_weight)
+        row |= dict(fair_key=fair_key)
         copies = select(
             *(literal(value, jobs.c[name].type).label(name) for name, value in row.items()),
             db_now().label("created_at"),
             run_at.label("run_at"),
-            gated.label("gated"),
+            gated_now(literal(spec.queue, String)).label("gated"),
             (null() if first is None else literal(first, Float) + turns).label("vtag"),  # a turn each
         ).select_from(series)
-        made = insert(jobs).from_select([*row, "created_at", "run_at", "gated", "vtag"], copies).returning(jobs.c.id)
-        ids = [r[0] for r in conn.execute(made).all()]
+        copied = insert(jobs).from_select([*row, "created_at", "run_at", "gated", "vtag"], copies)
+        ids = [r[0] for r in conn.execute(copied.returning(jobs.c.id)).all()]
     if spec.after:
         dependencies.linked(conn, ids, spec, failed)
     return ids
@@ -366,12 +369,14 @@ def insert_plain(conn: Connection, specs: Sequence[JobSpec], *, parents: bool = 
         by_queue.setdefault(spec.queue, []).append(n)
     ids = [0] * len(specs)
     for queue, places in by_queue.items():
-        now, gated = conn.execute(select(db_now(), gated_now(literal(queue, String)))).one()
+        named = literal(queue, String)
+        taken = select(queues.c.fair_from).where(queues.c.name == named).scalar_subquery()
+        now, gated, fair_from = conn.execute(select(db_now(), gated_now(named), taken)).one()
         fixed = dict(created_at=now, run_at=now, gated=gated, has_children=parents)
-        tags = (
-            key_flow.tags(conn, [specs[n] for n in places]) if gated else [None] * len(places)
-        )  # fair queues are gated
-        rows = [job_row(specs[n]) | fixed | dict(vtag=t) for n, t in zip(places, tags, strict=True)]
+        group = [specs[n] for n in places]
+        # Only a queue that is held back (fair, or limited or rated per key) or takes keys needs them read.
+        keyed = key_flow.keys_and_tags(conn, group) if gated or fair_from else [(s.fair_key, None) for s in group]
+        rows = [job_row(s) | fixed | dict(fair_key=k, vtag=t) for s, (k, t) in zip(group, keyed, strict=True)]
         made = insert_rows(conn, jobs, rows, ids=True)
         for n, job_id in zip(places, made, strict=True):
             ids[n] = job_id
@@ -410,15 +415,16 @@ def insert_rows(conn: Connection, table: Table, rows: list[dict[str, Any]], *, i
     return new
 
 
-def _insert_statement(spec: JobSpec, run_at: Any, tagged: bool = True) -> tuple[Any, Any]:
-    """The insert of jobs of `spec`'s queue due at `run_at`, made now in database time, gated as the queue says and
-    (`tagged`; else each row gives its own) tagged for its turn if the queue is fair (sql.fair.tag); and that gated
-    flag, as SQL."""
+def _insert_statement(dialect: str, spec: JobSpec, run_at: Any, given: bool = False) -> tuple[Any, Any]:
+    """The insert of jobs of `spec`'s queue due at `run_at`, made now in database time, gated as the queue says, with
+    their fairness key (key_flow.key_for) and, if the queue is fair, tagged for their turn (sql.fair.tag); with
+    `given`, each row gives its key and tag instead. And that gated flag, as SQL."""
     queue = literal(spec.queue, String)
     gated = gated_now(queue)
     made = dict(created_at=db_now(), run_at=run_at, gated=gated)
-    if tagged:
-        made["vtag"] = tag(queue, key_flow.key(spec.fair_key))
+    if not given:
+        made["fair_key"] = fair_key = key_flow.key_for(dialect, spec)
+        made["vtag"] = tag(queue, fair_key, maybe_null=spec.fair_key is None)
     return insert(jobs).values(**made).returning(jobs.c.id), gated
 
 
@@ -541,7 +547,7 @@ def retried(conn: Connection, which: ColumnElement[bool]) -> tuple[int, dict[int
             cancel_requested=False,
             max_attempts=jobs.c.attempts + 1,
             gated=gated_now(jobs.c.queue),
-            vtag=tag(jobs.c.queue, jobs.c.fair_key),  # in a fair queue, a turn from now on
+            vtag=tag(jobs.c.queue, jobs.c.fair_key, maybe_null=True),  # in a fair queue, a turn from now on
             held_by=None,
         )
         .returning(jobs.c.id, jobs.c.has_children)

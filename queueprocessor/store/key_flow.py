@@ -5,7 +5,7 @@ forgotten once full. The SQL is in sql/fair.py."""
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import String, and_, delete, func, literal, select
+from sqlalchemy import String, Text, and_, delete, func, literal, select
 from sqlalchemy.engine import Connection
 
 from ..rules.fairness import step
@@ -13,7 +13,7 @@ from ..rules.job import JobSpec
 from ..rules.queues import MAX_RATE_PERIOD
 from .dbtime import db_now
 from .schema import jobs, key_buckets, queues
-from .sql.fair import first_spend_statement, spend_statement, tag, units
+from .sql.fair import first_spend_statement, key_of, spend_statement, tag, units
 
 IDS_AT_ONCE = 1000  # ids named in one statement (SQL Server takes at most 2,100 parameters)
 
@@ -23,21 +23,40 @@ def key(fair_key: str | None) -> Any:
     return None if fair_key is None else literal(fair_key, String)
 
 
-def tags(conn: Connection, specs: Sequence[JobSpec]) -> list[float | None]:
-    """The virtual start tags of `specs` (jobs of one queue enqueued together) in order, or None each if their
-    queue is not fair: each key's jobs take their turns one after another from where sql.fair.tag starts its
-    next one, read once per key."""
+def key_for(dialect: str, spec: JobSpec) -> Any:
+    """The fairness key of a job of `spec` as SQL: its own, or, without one, what its queue takes it from
+    (sql.fair.key_of: NULL if nothing)."""
+    if spec.fair_key is not None:
+        return literal(spec.fair_key, String)
+    order_key, payload = literal(spec.order_key, String), literal(spec.payload, Text)
+    return key_of(dialect, literal(spec.queue, String), order_key, payload)
+
+
+def keys_and_tags(conn: Connection, specs: Sequence[JobSpec]) -> list[tuple[str | None, float | None]]:
+    """The fairness keys (key_for) and virtual start tags (sql.fair.tag; None if their queue is not fair) of `specs`,
+    jobs of one queue enqueued together, in order: each key's jobs take their turns one after another from where
+    tag starts its next one. Read once for each key, or for each order key and payload of the jobs without one."""
     queue = literal(specs[0].queue, String)
-    starts = {
-        fair_key: conn.execute(select(tag(queue, key(fair_key)))).scalar() for fair_key in {s.fair_key for s in specs}
-    }
-    found: list[float | None] = []
+    read: dict[tuple[str | None, ...], tuple[str | None, float | None]] = {}
     for spec in specs:
-        start = starts[spec.fair_key]
-        found.append(start)
-        if start is not None:
-            starts[spec.fair_key] = start + step(spec.cost, spec.fair_weight)
-    return found
+        if (source := _source(spec)) not in read:
+            of = key_for(conn.dialect.name, spec)
+            found = conn.execute(select(of, tag(queue, of, maybe_null=spec.fair_key is None))).one()
+            read[source] = (found[0], found[1])
+    turns: dict[str | None, float | None] = {}
+    made: list[tuple[str | None, float | None]] = []
+    for spec in specs:
+        fair_key, start = read[_source(spec)]
+        at = turns.get(fair_key, start)
+        made.append((fair_key, at))
+        if at is not None:
+            turns[fair_key] = at + step(spec.cost, spec.fair_weight)
+    return made
+
+
+def _source(spec: JobSpec) -> tuple[str | None, ...]:
+    """What a job's fairness key comes from: its own, or its order key and payload."""
+    return (spec.fair_key,) if spec.fair_key is not None else (None, spec.order_key, spec.payload)
 
 
 def spend(conn: Connection, dialect: str, started: Sequence[int]) -> None:

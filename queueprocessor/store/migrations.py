@@ -326,7 +326,7 @@ def _fair_shares_and_limits_per_key(conn: Connection) -> None:
     upgrade every node before making a queue fair or giving it a limit or rate per key."""
     for table, names in (
         (schema.jobs, ("fair_key", "fair_weight", "cost", "vtag")),
-        (schema.queues, ("fair", "key_limit", "key_rate_count", "key_rate_per", "key_burst")),
+        (schema.queues, ("fair", "key_limit", "fair_from", "key_rate_count", "key_rate_per", "key_burst")),
     ):
         there = {column["name"] for column in inspect(conn).get_columns(table.name)}  # SQLite: step 11 made them
         for name in names:

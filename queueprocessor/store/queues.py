@@ -155,6 +155,7 @@ class QueueStore:
                     keep=row.get("keep"),
                     fair=bool(row.get("fair")),
                     key_limit=row.get("key_limit"),
+                    fair_from=row.get("fair_from"),
                     key_rate=Rate(row["key_rate_count"], row["key_rate_per"]) if row.get("key_rate_count") else None,
                 )
             )
@@ -179,6 +180,9 @@ def _changes(values: dict[str, Any]) -> list[tuple[EventKind, str | None]]:
     if "key_limit" in values:
         limit = values["key_limit"]
         found.append((EventKind.QUEUE_KEY_LIMITED, "no limit per key" if limit is None else f"at most {limit} per key"))
+    if "fair_from" in values:
+        source = values["fair_from"]
+        found.append((EventKind.QUEUE_FAIR, f"fairness key of jobs without one: {source or 'none'}"))
     if "key_rate_count" in values:
         count, per = values["key_rate_count"], values["key_rate_per"]
         said = "no rate per key" if count is None else f"{count} starts per {per:g} s per key"

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, and_, delete, exc, false, func, insert, literal, or_, select, update
+from sqlalchemy import String, Text, and_, delete, exc, false, func, insert, literal, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, FromClause
 
@@ -46,7 +46,7 @@ from .events import record_event
 from .history import run_history, with_machine_name
 from .jobs import cancel_queued, job_row
 from .schema import jobs, schedules
-from .sql.fair import tag
+from .sql.fair import key_of, tag
 from .sql.gates import gated_now
 from .views import KEYS_PER_STATEMENT
 
@@ -270,8 +270,12 @@ class ScheduleStore:
         """Insert jobs of `queue`, leaving out any whose key already exists (an occurrence made before); how many
         it inserted (counted by RETURNING: a driver's rowcount of ON CONFLICT DO NOTHING is not to be trusted)."""
         dialect = self.store.dialect
-        queued = literal(queue, String)
-        made = dict(created_at=db_now(), gated=gated_now(queued), vtag=tag(queued, None))  # no fairness key
+        queued, first = literal(queue, String), rows[0]  # one schedule's: the same order key and payload
+        fair_key = key_of(dialect, queued, literal(first["order_key"], String), literal(first["payload"], Text))
+        made = dict(
+            created_at=db_now(), gated=gated_now(queued), fair_key=fair_key, vtag=tag(queued, fair_key, maybe_null=True)
+        )
+        rows = [{name: value for name, value in row.items() if name != "fair_key"} for row in rows]
         # SQLite's own INSERT ... ON CONFLICT, loaded only here. Not PostgreSQL's: a key is unique there through a
         # trigger's side table (store/job_partitions.py), whose conflict it cannot skip; a savepoint a row instead.
         if dialect == "sqlite":

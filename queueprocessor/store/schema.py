@@ -449,6 +449,8 @@ queues = Table(
     # once (schema 15, docs/design.md §9): either makes the queue guarded, claimed under its row's lock.
     Column("fair", Boolean, nullable=False, default=False, server_default=false()),
     Column("key_limit", Integer, nullable=True),
+    # Where a job enqueued without a fairness key takes one (rules.fairness.check_fair_from; NULL: nowhere).
+    Column("fair_from", String(80), nullable=True),
     # A rate per fairness key: key_rate_count starts per key_rate_per seconds, each key's bucket of key_burst
     # tokens in qp_key_buckets (schema 15).
     Column("key_rate_count", Integer, nullable=True),

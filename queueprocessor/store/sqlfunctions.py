@@ -36,7 +36,7 @@ from .dbtime import db_now
 from .jobs import job_row
 from .schema import jobs
 from .sql.ddl import farm_schema, run
-from .sql.fair import tag
+from .sql.fair import key_of, tag
 from .sql.gates import gated_now
 from .sql.push import push_ddl
 
@@ -113,7 +113,8 @@ def _insert(dialect: Any, value: Callable[[str], ColumnElement[Any]], farm_schem
                 created_at=db_now(),
                 run_at=func.coalesce(value("run_at"), db_now()),  # none given: due now
                 gated=gated_now(value("queue")),
-                vtag=tag(value("queue"), None),  # in a fair queue, a turn as a job without a fairness key
+                fair_key=(fair_key := key_of(dialect.name, value("queue"), value("order_key"), value("payload"))),
+                vtag=tag(value("queue"), fair_key, maybe_null=True),  # in a fair queue, a turn of its key
             )
         )
         .returning(jobs.c.id)

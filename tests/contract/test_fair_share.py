@@ -80,6 +80,25 @@ def test_jobs_without_a_key_take_one_share_together(farm):
     assert Counter(keys_of(farm, claim(farm, me, 6))) == {None: 3, "tenant": 3}
 
 
+def test_a_queue_takes_the_fairness_key_of_jobs_without_one_from_their_payload_or_order_key(farm, capsys):
+    store = farm._store
+    me = machine(farm)
+    assert run_cli("--db", farm.url, "queue", "set", "t", "--key-limit", "1", "--fair-from", "payload.tenant") == 0
+    assert "keys from payload.tenant" in capsys.readouterr().out
+    for tenant in ("a", "a", "b"):
+        store.jobs.enqueue(spec(payload=f'{{"tenant": "{tenant}", "n": 1}}'))
+    store.jobs.enqueue(spec(payload='{"tenant": "b"}'), count=2)  # copies: the key read once
+    store.jobs.enqueue(spec("own", payload='{"tenant": "a"}'))  # a key of its own wins
+    store.jobs.enqueue(spec(payload='{"other": 1}'))  # no such field: no key
+    assert Counter(keys_of(farm, claim(farm, me, 20))) == {"a": 1, "b": 1, "own": 1, None: 1}
+    farm.set_queue("t", fair_from="order_key")
+    store.jobs.enqueue(spec(order_key="k1"))
+    assert store.jobs.newest(queue="t", limit=1)[0]["fair_key"] == "k1"
+    for bad in ("payload.", "payload.a b", "tenant", ""):
+        with pytest.raises(BadQueueInput, match="fair_from"):
+            farm.set_queue("t", fair_from=bad)
+
+
 def test_a_limit_per_key_holds_within_a_claim_and_across_claims(farm):
     store = farm._store
     me = machine(farm)
@@ -206,6 +225,12 @@ def test_a_job_enqueued_in_sql_takes_its_turn_in_a_fair_queue(pg_url):
         me = machine(farm)
         farm.set_queue("t", fair=True)
         farm._store.jobs.enqueue(spec("flood"), count=10)
+        farm.set_queue("t", fair_from="payload.tenant")
         with farm._engine.begin() as conn:
             [sql_job] = conn.execute(text(f"SELECT qp_enqueue('python', '{NOOP}', NULL, 't')")).scalars()
-        assert sql_job in {job.id for job in claim(farm, me, 2)}, "next in line, as a job without a key"
+            [tenant_job] = conn.execute(
+                text(f"SELECT qp_enqueue('python', '{NOOP}', CAST(:p AS jsonb), 't')"), dict(p='{"tenant": "c"}')
+            ).scalars()
+        assert farm._store.jobs.get(tenant_job)["fair_key"] == "c", "its key from its payload"
+        taken = {job.id for job in claim(farm, me, 3)}
+        assert {sql_job, tenant_job} <= taken, "each next in line, as a key of its own"

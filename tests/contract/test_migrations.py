@@ -96,7 +96,7 @@ def back_to_14(conn) -> None:
     Index("ix_qp_jobs_gated", older.queue, older.priority.desc(), older.run_at, older.id, **where).create(conn)
     for column in ("fair_key", "fair_weight", "cost", "vtag"):
         drop_column(conn, "qp_jobs", column)
-    for column in ("fair", "key_limit", "key_rate_count", "key_rate_per", "key_burst"):
+    for column in ("fair", "key_limit", "fair_from", "key_rate_count", "key_rate_per", "key_burst"):
         drop_column(conn, "qp_queues", column)
     conn.execute(text("DROP TABLE qp_key_buckets"))
 

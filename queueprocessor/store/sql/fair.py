@@ -13,11 +13,11 @@ from typing import Any
 from sqlalchemy import Float, String, and_, bindparam, case, exists, func, insert, literal, or_, select, true, update
 from sqlalchemy.sql import ColumnElement
 
-from ...rules.fairness import STEP
+from ...rules.fairness import MAX_FAIR_KEY, ORDER_KEY, PAYLOAD, STEP
 from ...rules.states import JobState
 from ..dbtime import db_now
 from ..schema import jobs, key_buckets, queues
-from .portable import least
+from .portable import json_text, least
 
 NO_BOUND = 1e18  # a budget without a limit or rate per key: more units than any claim takes
 
@@ -32,15 +32,31 @@ def _finish(t: Any) -> Any:
     return t.c.vtag + literal(STEP, Float) * func.coalesce(t.c.cost, 1) / func.coalesce(t.c.fair_weight, 1.0)
 
 
-def tag(queue: Any, key: Any) -> Any:
-    """The virtual start tag of a job of `queue` and fairness key `key` (values or SQL) enqueued now, or NULL when the
-    queue is not fair: the later of the queue's virtual time (the least tag waiting in it, or database time when none
-    does) and the end of its key's last waiting job's turn. A key with nothing waiting starts at the queue's virtual
-    time, so it is next in line whatever the others have waiting; a key with a backlog extends its own line."""
+def key_of(dialect: str, queue: Any, order_key: Any, payload: Any) -> Any:
+    """The fairness key a job of `queue` without one of its own takes from its order key or a payload field, as its
+    queue's `fair_from` says (rules.fairness.check_fair_from); NULL when the queue says nothing (columns or SQL)."""
+    q = queues.alias("kf")
+    field = func.substr(q.c.fair_from, len(PAYLOAD) + 1)
+    taken = case(
+        (q.c.fair_from == ORDER_KEY, order_key),
+        (q.c.fair_from.like(f"{PAYLOAD}%"), func.substr(json_text(dialect, payload, field), 1, MAX_FAIR_KEY)),
+        else_=None,
+    )
+    return select(taken).where(q.c.name == queue).scalar_subquery()
+
+
+def tag(queue: Any, key: Any, maybe_null: bool = False) -> Any:
+    """The virtual start tag of a job of `queue` and fairness key `key` (values or SQL; `maybe_null`: SQL that may
+    be NULL, such as key_of's) enqueued now, or NULL when the queue is not fair: the later of the queue's virtual
+    time (the least tag waiting in it, or database time when none does) and the end of its key's last waiting job's
+    turn. A key with nothing waiting starts at the queue's virtual time, so it is next in line whatever the others
+    have waiting; a key with a backlog extends its own line."""
     t = jobs.alias("ft")
     waiting = and_(t.c.queue == queue, t.c.state == JobState.QUEUED, t.c.vtag.isnot(None))
     now = select(func.min(t.c.vtag)).where(waiting).scalar_subquery()
     same_key = t.c.fair_key.is_(None) if key is None else t.c.fair_key == key
+    if maybe_null:
+        same_key = or_(same_key, and_(t.c.fair_key.is_(None), key.is_(None)))
     last = select(_finish(t)).where(waiting, same_key).order_by(t.c.vtag.desc()).limit(1).scalar_subquery()
     virtual = func.coalesce(now, db_now())
     q = queues.alias("fq")

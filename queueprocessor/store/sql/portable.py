@@ -4,7 +4,7 @@ array on PostgreSQL)."""
 import functools
 from typing import Any
 
-from sqlalchemy import String, any_, bindparam, case, cast, func
+from sqlalchemy import String, any_, bindparam, case, cast, func, literal
 
 
 def least(dialect: str, *values: Any) -> Any:
@@ -20,6 +20,19 @@ def greatest(dialect: str, *values: Any) -> Any:
     if dialect == "mssql":
         return functools.reduce(lambda a, b: case((a >= b, a), else_=b), values)
     return (func.max if dialect == "sqlite" else func.greatest)(*values)
+
+
+def json_text(dialect: str, document: Any, field: Any) -> Any:
+    """Top-level `field` of JSON text `document` as text (NULL if it has none): PostgreSQL's ->>, SQLite's
+    json_extract, SQL Server's JSON_VALUE."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import JSONB  # PostgreSQL's own: loaded only by a farm on it
+
+        return cast(document, JSONB).op("->>")(field)
+    path = literal("$.", String) + field
+    if dialect == "mssql":
+        return func.json_value(document, path)
+    return cast(func.json_extract(document, path), String)
 
 
 def among(dialect: str, column: Any, name: str) -> Any:
