@@ -316,6 +316,15 @@ def _finished_jobs_by_range(conn: Connection) -> None:
         create_sql_functions(conn)
 
 
+def _snoozes_counted(conn: Connection) -> None:
+    """14 to 15: a run may end snoozed (docs/design.md §9): jobs count their snoozes (nullable: NULL until the first)
+    and the farm's history counts snoozed runs (a server default of 0: an older node's minutes fill it). An older
+    node still running beside it never snoozes a job (its executors have no snooze) and writes its minutes without
+    the count; its claim and finish name neither column."""
+    _add_column(conn, schema.jobs.c.snoozes)
+    _add_column(conn, schema.history.c.snoozed)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -331,6 +340,7 @@ STEPS = {
     11: _job_ids_never_reused,
     12: _storage_that_costs_what_work_needs,
     13: _finished_jobs_by_range,
+    14: _snoozes_counted,
 }
 
 
