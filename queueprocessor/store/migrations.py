@@ -320,9 +320,11 @@ def _snoozes_counted(conn: Connection) -> None:
     """14 to 15: a run may end snoozed (docs/design.md §9): jobs count their snoozes (nullable: NULL until the first)
     and the farm's history counts snoozed runs (a server default of 0: an older node's minutes fill it). An older
     node still running beside it never snoozes a job (its executors have no snooze) and writes its minutes without
-    the count; its claim and finish name neither column."""
-    _add_column(conn, schema.jobs.c.snoozes)
-    _add_column(conn, schema.history.c.snoozed)
+    the count; its claim and finish name neither column. (An older database whose qp_jobs step 11 made again, or whose
+    qp_history step 9 made, has them already.)"""
+    for column in (schema.jobs.c.snoozes, schema.history.c.snoozed):
+        if column.name not in {c["name"] for c in inspect(conn).get_columns(column.table.name)}:
+            _add_column(conn, column)
 
 
 # The step that upgrades a database from each version to the next.

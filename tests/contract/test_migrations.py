@@ -85,10 +85,20 @@ def notify_each_insert(conn) -> None:
     )
 
 
+def make_version_14(url: str) -> None:
+    """A farm database as schema version 14 left it: no count of snoozes on job rows, nor of snoozed runs in the
+    history."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        drop_column(conn, "qp_jobs", "snoozes")
+        drop_column(conn, "qp_history", "snoozed")
+        set_version(conn, 14)
+
+
 def make_version_13(url: str) -> None:
     """A farm database as schema version 13 left it: on PostgreSQL qp_jobs, qp_runs and qp_payloads in one table each,
     keys and running order keys unique by qp_jobs' own indexes, no side tables."""
-    Farm(url).close()
+    make_version_14(url)
     with rewriting(url) as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("DROP TABLE qp_job_keys, qp_running_order_keys"))
@@ -294,7 +304,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "14"
+        assert version == CURRENT == "15"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -773,3 +783,33 @@ def test_a_version_13_database_gets_its_jobs_by_range_in_place_with_every_row_an
                 payloads = conn.execute(text("SELECT job_id FROM qp_payloads")).scalars().all()
                 assert payloads == [made[1]]
         assert version == str(schema.SCHEMA_VERSION)
+
+
+def test_a_version_14_database_counts_snoozes_in_place_and_an_older_nodes_history_follows(db_url):
+    """Version 14 to 15: job rows get their count of snoozes (NULL, none yet) and the history its count of snoozed
+    runs, 0 in the rows already there and in those an older node writes without it; a job of before snoozes."""
+    with Farm(db_url) as farm:
+        me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
+        [job_id] = farm._store.jobs.enqueue(JOB)
+        [claimed] = farm._store.jobs.claim(ClaimRequest(me, 8, 30.0))
+        farm._store.runs.finish(claimed, me, "succeeded")
+        minute = int(farm._store.runs.read()[0]["finished_at"] // 60 * 60)
+        assert farm._store.stats.write_minute(minute) == 1
+        [older] = farm._store.jobs.enqueue(JOB)
+    make_version_14(db_url)
+    with rewriting(db_url) as conn:  # a minute an older node wrote, without the count it does not know
+        conn.execute(
+            text(
+                "INSERT INTO qp_history (queue, step, at, enqueued, started, succeeded, failed, timeout, cancelled, "
+                "lost, last_job) VALUES ('default', 60, 0, 1, 0, 0, 0, 0, 0, 0, 1)"
+            )
+        )
+    with Farm(db_url) as farm:
+        assert shape(farm)[0] == CURRENT
+        assert (farm.job(job_id)["snoozes"], farm.job(older)["snoozes"]) == (None, None)
+        with farm._engine.connect() as conn:
+            assert set(conn.execute(text("SELECT snoozed FROM qp_history")).scalars()) == {0}
+        me = farm._store.machines.register(name="n", host="h", instance="n-1", pid=1, version="t", capacity=8)
+        [claimed] = farm._store.jobs.claim(ClaimRequest(me, 8, 30.0))
+        ending = farm._store.runs.finish(claimed, me, "snoozed", error="later", retry_in=0.0)
+        assert (ending, farm.job(older)["snoozes"], farm.job(older)["attempts"]) == ("queued", 1, 0)
