@@ -254,6 +254,7 @@ def _requeued_params(endings: list[Ending]) -> list[dict[str, Any]]:
     ]
 
 
+REQUEUED = _requeued()  # a failure with attempts left, a singleton's end
 # A snooze refunds the attempt its run spent (as RunStore.release does) and is counted on its job's row.
 SNOOZED = _requeued(attempts=jobs.c.attempts - 1, snoozes=func.coalesce(jobs.c.snoozes, 0) + 1)
 
@@ -301,7 +302,7 @@ def _write_endings(
     done = [e for e in endings if e.state != JobState.QUEUED]
     count = 0
     if again:
-        count += conn.execute(update(jobs).where(mine).values(_requeued()), _requeued_params(again)).rowcount
+        count += conn.execute(update(jobs).where(mine).values(REQUEUED), _requeued_params(again)).rowcount
     if snoozed:
         conn.execute(_run_ended(machine_id, mine), params := _requeued_params(snoozed))
         count += conn.execute(update(jobs).where(mine).values(SNOOZED), params).rowcount

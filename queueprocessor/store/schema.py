@@ -465,7 +465,6 @@ flow_jobs = Table(
     Index("ix_qp_flow_jobs_job", "job_id"),
 )
 
-SNOOZED_DEFAULT: dict[str, dict[str, Any]] = {Outcome.SNOOZED: dict(server_default="0")}
 history = Table(
     "qp_history",
     metadata,
@@ -475,7 +474,10 @@ history = Table(
     Column("step", Integer, primary_key=True, autoincrement=False),
     Column("at", BigInteger, primary_key=True, autoincrement=False),
     # The count of each ending; `snoozed` (schema 15) has a server default, so that an older node's rows fill it.
-    *(Column(name, Integer, nullable=False, **SNOOZED_DEFAULT.get(name, {})) for name in HISTORY_COUNTS),
+    *(
+        Column(name, Integer, nullable=False, server_default="0" if name == Outcome.SNOOZED else None)
+        for name in HISTORY_COUNTS
+    ),
     Column("waiting", Integer, nullable=True),  # queued jobs as the bucket was written (an hour: its peak)
     Column("running", Integer, nullable=True),  # running jobs, likewise
     Column("p50", Float, nullable=True),  # seconds a run that ended in the bucket took: median, 95th percentile
