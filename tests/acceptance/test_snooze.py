@@ -86,6 +86,16 @@ def test_a_batch_function_snoozes_one_job_of_its_call_alone(farm, nodes):
         assert by_run(job) == ([(1, "snoozed")] if n % 2 else []) + [(1, "succeeded")]
 
 
+def test_a_snooze_raised_out_of_a_batch_call_snoozes_every_job_of_it(farm, nodes):
+    nodes("a")
+    ids = farm.enqueue_python(pyjobs.batch_snooze_all, count=3)
+    for job_id in ids:
+        job = finished(farm, job_id)
+        assert (job["state"], job["attempts"], job["snoozes"]) == ("succeeded", 1, 1)
+        assert by_run(job) == [(1, "snoozed"), (1, "succeeded")]
+        assert min(job["runs"], key=lambda r: r["fence"])["error"] == "all of them; back in 0.2 s"
+
+
 def test_a_command_exiting_75_is_snoozed_for_its_last_retry_after_line(farm, nodes, tmp_path):
     """Exit code 75 (EX_TEMPFAIL) with `retry-after: SECONDS` lines: the last one says how long; the second run,
     finding its mark, succeeds, on the same attempt."""

@@ -301,3 +301,15 @@ def batch_snooze_odd(payloads, contexts):
         runs.append(c.attempt)
         entries.append(Snooze(0.2, "odd") if p % 2 and len(runs) == 1 else {"job": c.job_id})
     return entries
+
+
+@job(batch=20, max_attempts=1)
+def batch_snooze_all(payloads, contexts):
+    """Raises a snooze (0.2 s) out of the call the first time it sees its jobs: every job of the call snoozes."""
+    BATCHES.append([c.job_id for c in contexts])
+    first = [len(SNOOZED.setdefault(c.job_id, [])) == 0 for c in contexts]
+    for c in contexts:
+        SNOOZED[c.job_id].append(c.attempt)
+    if all(first):
+        contexts[0].snooze(0.2, "all of them")
+    return {"batch": len(payloads)}
