@@ -108,3 +108,24 @@ def test_context_snooze_ends_the_run_with_its_reason():
 )
 def test_a_commands_retry_after_line(line, seconds):
     assert asked_delay(line) == seconds
+
+
+def test_the_snoozes_writes_compile_for_sql_server():
+    """No SQL Server runs here: the snooze's statements (its run's row, its job's update, the read of the counts)
+    compile with the real dialect (the contract suite runs them where QP_TEST_MSSQL_URL names a server)."""
+    from sqlalchemy import select, update
+    from sqlalchemy.dialects.mssql import pyodbc
+
+    from queueprocessor.store import runs
+    from queueprocessor.store.schema import jobs
+
+    dialect = pyodbc.dialect()
+    guard = jobs.c.owner == 1
+    made = [
+        update(jobs).where(guard).values(runs.SNOOZED),
+        runs._run_ended(1, guard),
+        select(jobs.c.id, jobs.c.snoozes).where(jobs.c.id.in_([1, 2])),
+    ]
+    texts = [str(statement.compile(dialect=dialect)) for statement in made]
+    assert "snoozes=(coalesce(qp_jobs.snoozes, " in texts[0] and "attempts=(qp_jobs.attempts - " in texts[0]
+    assert texts[1].startswith("INSERT INTO qp_runs ") and "SELECT qp_jobs.id, qp_jobs.attempts" in texts[1]
