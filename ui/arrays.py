@@ -11,7 +11,15 @@ import numpy as np
 from queueprocessor.rules.states import Outcome
 
 # Drawing order, and the legend's: a run still going first.
-OUTCOMES = (Outcome.RUNNING, Outcome.SUCCEEDED, Outcome.FAILED, Outcome.TIMEOUT, Outcome.LOST, Outcome.CANCELLED)
+OUTCOMES = (
+    Outcome.RUNNING,
+    Outcome.SUCCEEDED,
+    Outcome.FAILED,
+    Outcome.TIMEOUT,
+    Outcome.LOST,
+    Outcome.CANCELLED,
+    Outcome.SNOOZED,
+)
 LANE = 0.72  # of a lane's height, for its runs; overlapping runs split it into sub-rows
 PACK_GAP = 1 / 300  # of the window: runs closer than this share no sub-row (a short run is drawn wider)
 

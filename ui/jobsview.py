@@ -97,6 +97,7 @@ class JobDetails(QWidget):
         self.title.setText(f"Job {job['id']} and its attempts")
         self.fields["state"].setText(
             f"{job['state']} · attempt {job['attempts']} of {job['max_attempts']}"
+            + (f" · snoozed {job['snoozes']} times" if job.get("snoozes") else "")
             + (" · cancel requested" if job["cancel_requested"] else "")
         )
         self.fields["progress"].setText(_progress(job))

@@ -23,7 +23,7 @@ from .samples import keep
 from .snapshot import Snapshot
 
 # Throughput bars, stacked bottom to top.
-STACK = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.TIMEOUT, Outcome.LOST, Outcome.CANCELLED)
+STACK = (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.TIMEOUT, Outcome.LOST, Outcome.CANCELLED, Outcome.SNOOZED)
 LINES = (JobState.QUEUED, JobState.RUNNING)
 
 

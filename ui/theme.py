@@ -33,6 +33,7 @@ OUTCOME: dict[str, str] = {
     Outcome.TIMEOUT: "#a855f7",
     Outcome.LOST: "#d97706",
     Outcome.CANCELLED: "#8b919b",
+    Outcome.SNOOZED: "#db2777",
 }
 JOB_STATE: dict[str, str] = {
     JobState.WAITING: "#0e7490",

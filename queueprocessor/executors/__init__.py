@@ -4,7 +4,7 @@ allow-lists (queueprocessor.rules.allow)."""
 from ..rules.allow import AllowLists
 from ..rules.errors import InvalidJob
 from ..rules.kinds import COMMAND, HTTP, LOCAL_BASE, PYTHON
-from .base import Executor, JobContext, JobFailed
+from .base import Executor, JobContext, JobFailed, Snooze
 from .command import CommandExecutor
 from .http import HttpExecutor
 from .python import PythonExecutor
@@ -17,6 +17,7 @@ __all__ = [
     "JobContext",
     "JobFailed",
     "PythonExecutor",
+    "Snooze",
     "executor_for",
     "make_executors",
 ]

@@ -9,9 +9,10 @@ import math
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from ..rules.job import Claimed, JobSpec
+from ..rules.limits import SNOOZE_CAP
 from ..store.types import Progress
 from .warden import Leash
 
@@ -77,6 +78,13 @@ class JobContext:
         a second), fenced like every write of the run (docs/design.md §3)."""
         self.reported = Progress.of(fraction, message)
 
+    def snooze(self, seconds: float, reason: str | None = None) -> NoReturn:
+        """End this run now, asking to be run again `seconds` from now (at most a day) without spending an attempt:
+        raises Snooze, which the job lets through (sync, async or batch function alike; a batch function may
+        instead return `Snooze(seconds)` as one job's entry). `reason` goes into the run's record. A job snoozes at
+        most MAX_SNOOZES (50) times: the next snooze fails its run, spending an attempt."""
+        raise Snooze(seconds, reason or "snoozed by the job")
+
     def stop(self, grace: float | None = None) -> None:
         """Tell the job to stop, from any thread (`grace`: a shorter time to end by itself, for a lost lease): its
         flag, and its work outside the node at once, through its leash (the runner's loop may be blocked)."""
@@ -104,12 +112,37 @@ class JobContext:
 class JobFailed(Exception):
     """The work ran and did not succeed; the message is the run's error, `output` what it printed.
     `permanent`: no retry could succeed (the callable does not exist, the host is not allowed), so the job
-    fails at once instead of backing off through its attempts."""
+    fails at once instead of backing off through its attempts. `throttled`: the target answered 429 or 503 (read
+    by whatever slows a queue down for its targets' sake: rules.job.Ending.throttled)."""
 
-    def __init__(self, message: str, output: str | None = None, permanent: bool = False):
+    def __init__(self, message: str, output: str | None = None, permanent: bool = False, throttled: bool = False):
         super().__init__(message)
         self.output = output
         self.permanent = permanent
+        self.throttled = throttled
+
+
+def seconds_text(seconds: float) -> str:
+    """Seconds as a run's record says them: `30`, `1.5`, `86400`."""
+    return f"{seconds:.3f}".rstrip("0").rstrip(".")
+
+
+class Snooze(JobFailed):
+    """The run ends asking to be put back in the queue `delay` seconds from now without spending an attempt
+    (docs/design.md §9): raised by context.snooze, by the HTTP executor for a 429 or 503 with Retry-After and by the
+    command executor for exit code 75; a batch function may return one as a job's entry, for that job alone. A
+    JobFailed, so that whatever ends a run with one (a batch's entries, a call's failure) carries it unchanged.
+    `delay` is cut to SNOOZE_CAP, the message saying so; a job that has snoozed MAX_SNOOZES times already fails
+    instead, spending an attempt (RunStore.finish_many)."""
+
+    def __init__(
+        self, delay: float, reason: str = "snoozed by the job", output: str | None = None, throttled: bool = False
+    ):
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not delay >= 0 or math.isnan(delay):
+            raise ValueError(f"a snooze is a number of seconds from 0 (got {delay!r})")
+        asked, self.delay = float(delay), min(float(delay), SNOOZE_CAP)
+        cut = f" (the cap: it asked {seconds_text(asked)} s)" if asked > SNOOZE_CAP else ""
+        super().__init__(f"{reason}; back in {seconds_text(self.delay)} s{cut}", output, throttled=throttled)
 
 
 OUTPUT_LIMIT = 4000  # characters of output kept with a run (the end: that is where errors are)

@@ -5,7 +5,8 @@ expanded by a shell. argv[0] must be on the node's allow-list exactly as
 written (`backup` allows `backup` found on PATH, not `/tmp/backup`). The
 payload arrives on stdin, the job's identity in QP_* environment variables,
 and the end of stdout and stderr is kept with the run. A line of output
-`QP_PROGRESS 0.4 copied 4 of 10` reports the job's progress (JobContext.progress).
+`QP_PROGRESS 0.4 copied 4 of 10` reports the job's progress (JobContext.progress). Exit code 75 (EX_TEMPFAIL)
+snoozes the job without spending an attempt, for the seconds its last line `retry-after: SECONDS` says (else 60).
 
 A command never outlives the lease that covers it (docs/design.md §3). It runs in a process group of its own, held by
 the node's warden (executors.warden), a process beside the node that kills the group when its lease stops being
@@ -21,6 +22,7 @@ the node's settings: it gets PASSED (those the node has), the variables the node
 """
 
 import asyncio
+import math
 import os
 import signal
 from collections import deque
@@ -29,7 +31,7 @@ from ..rules.allow import check_listed
 from ..rules.job import Claimed, JobSpec
 from ..rules.kinds import COMMAND, parse_argv
 from ..store.types import Progress
-from .base import OUTPUT_LIMIT, Executor, JobContext, JobFailed, excerpt
+from .base import OUTPUT_LIMIT, Executor, JobContext, JobFailed, Snooze, excerpt, seconds_text
 from .warden import Leash, Warden
 
 # The node's variables every command gets (those it has): where programs are, who and where it runs, its locale
@@ -39,6 +41,23 @@ BACKSTOP = 0.5  # seconds past a stop's grace after which the node kills a group
 
 PROGRESS = b"QP_PROGRESS "  # a line of output that starts so reports progress: "QP_PROGRESS 0.4 copied 4 of 10"
 PROGRESS_LINE = 1024  # bytes of an unfinished line kept to read a progress line that arrives in pieces
+# Exit code 75 (EX_TEMPFAIL in sysexits.h: "try again later") snoozes the job without spending an attempt, for the
+# seconds its last line of output `retry-after: SECONDS` says, else SNOOZE_DELAY (see Snooze).
+TEMPFAIL = 75
+RETRY_AFTER = b"retry-after:"
+SNOOZE_DELAY = 60.0
+
+
+def asked_delay(line: bytes) -> float | None:
+    """The seconds a `retry-after: SECONDS` line of a command's output asks for (None: not such a line, or one whose
+    seconds are not a number from 0: output like any other)."""
+    if not line.startswith(RETRY_AFTER):
+        return None
+    try:
+        seconds = float(line[len(RETRY_AFTER) :].decode("ascii").strip())
+    except ValueError:  # UnicodeDecodeError too
+        return None
+    return seconds if 0 <= seconds < math.inf else None
 
 
 def reported(line: bytes) -> Progress | None:
@@ -106,7 +125,7 @@ class CommandExecutor(Executor):
             raise JobFailed(f"command {argv[0]!r} could not be held to its lease: {error}") from None
         tail: deque[bytes] = deque()
         try:
-            await asyncio.gather(self._feed(process, job.payload), self._collect(process, tail, context))
+            _, asked = await asyncio.gather(self._feed(process, job.payload), self._collect(process, tail, context))
             code = await process.wait()
         except asyncio.CancelledError:
             context.cancelled.set()
@@ -115,6 +134,11 @@ class CommandExecutor(Executor):
         finally:
             leash.free()
         output = excerpt(b"".join(tail).decode("utf-8", "replace"))
+        if code == TEMPFAIL:
+            said = f"retry-after: {seconds_text(asked)}" if asked is not None else "no retry-after line"
+            raise Snooze(
+                SNOOZE_DELAY if asked is None else asked, f"command {argv[0]!r} exited {TEMPFAIL} ({said})", output
+            )
         if code != 0:
             reason = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
             raise JobFailed(f"command {argv[0]!r} failed: {reason}", output)
@@ -132,23 +156,28 @@ class CommandExecutor(Executor):
             pass  # the program does not read its input; that is its business
 
     @staticmethod
-    async def _collect(process: asyncio.subprocess.Process, tail: deque[bytes], context: JobContext) -> None:
+    async def _collect(process: asyncio.subprocess.Process, tail: deque[bytes], context: JobContext) -> float | None:
         """Read all output but keep only its end, so a chatty program cannot fill memory; its progress lines are
-        the job's progress (see reported)."""
+        the job's progress (see reported). Returns the seconds of its last `retry-after:` line (see asked_delay)."""
         assert process.stdout is not None  # started with stdout=PIPE
-        kept, line = 0, b""
+        kept, line, asked = 0, b"", None
         while chunk := await process.stdout.read(65536):
             read = line[-PROGRESS_LINE:] + chunk
-            if PROGRESS in read:  # one search of the bytes: output without progress lines is not split up
+            if PROGRESS in read or RETRY_AFTER in read:  # one search each: other output is not split up
                 *ended, line = read.split(b"\n")
-                for said in filter(None, map(reported, ended)):
-                    context.reported = said
+                for text in ended:
+                    if (said := reported(text)) is not None:
+                        context.reported = said
+                    elif (seconds := asked_delay(text)) is not None:
+                        asked = seconds
             else:
                 line = read[read.rfind(b"\n") + 1 :]
             tail.append(chunk)
             kept += len(chunk)
             while kept - len(tail[0]) >= 4 * OUTPUT_LIMIT:
                 kept -= len(tail.popleft())
+        last = asked_delay(line)  # the last line, unfinished
+        return asked if last is None else last
 
     def _leash(self, pgid: int, context: JobContext) -> Leash:
         """Hold the group with the warden until the run's deadline. A renewal that came meanwhile did not see the

@@ -4,7 +4,8 @@ or to an absolute URL on a host in the node's allow-list (default: this machine 
 The fence token travels in X-QP-Fence so the downstream service can refuse a
 writer that lost its lease. A POST sends the payload as its JSON body; a GET sends
 it as query parameters, which only a flat JSON object of scalars can be (see
-query_of): any other payload fails the run at once, with the reason.
+query_of): any other payload fails the run at once, with the reason. A target that answers 429 or 503 with a
+Retry-After header snoozes its job for that long, without spending an attempt (see throttled, retry_after).
 
 The HTTP client (aiohttp, yarl) is imported by the first HTTP job: a node that
 never runs one is 10 MB smaller (an idle node's budget is 60 MB). That import takes
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from contextlib import suppress
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit, urlunsplit
@@ -26,7 +28,8 @@ from ..rules.errors import BadSetting
 from ..rules.job import Claimed, JobSpec
 from ..rules.kinds import HTTP, LOCAL_BASE, LOCAL_HOSTS
 from ..rules.urls import HTTP_SCHEMES, mask
-from .base import Executor, JobContext, JobFailed
+from .base import Executor, JobContext, JobFailed, Snooze
+from .retry_after import THROTTLED, retry_after
 
 if TYPE_CHECKING:
     import aiohttp
@@ -53,6 +56,17 @@ def query_of(payload: str | None) -> dict[str, str] | None:
             permanent=True,
         )
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in data.items()}
+
+
+def throttled(said: str, asked: str | None, date: str | None, excerpt: str) -> JobFailed:
+    """How a run whose target answered 429 or 503 (`said`) ends: snoozed for what its Retry-After `asked` (a
+    delay, or a date read against the answer's `date`), without spending an attempt; an ordinary failure without
+    one, or with one that cannot be read. Either way throttled (Ending.throttled)."""
+    delay = retry_after(asked, date, time.time())
+    if delay is None:
+        why = "no Retry-After" if asked is None else f"a Retry-After that is neither seconds nor a date: {asked[:80]!r}"
+        return JobFailed(f"{said} with {why}: {excerpt[:200]}", throttled=True)
+    return Snooze(delay, f"{said}, Retry-After {(asked or '').strip()[:80]}", throttled=True)
 
 
 def _load_client() -> None:
@@ -171,7 +185,10 @@ class HttpExecutor(Executor):
         except aiohttp.ClientError as error:
             raise JobFailed(f"{job.method} {mask(url)}: {type(error).__name__}: {mask(error)}") from None
         if not 200 <= response.status < 300:
-            raise JobFailed(f"{job.method} {mask(url)} answered HTTP {response.status}: {excerpt[:200]}")
+            said = f"{job.method} {mask(url)} answered HTTP {response.status}"
+            if response.status in THROTTLED:
+                raise throttled(said, response.headers.get("Retry-After"), response.headers.get("Date"), excerpt)
+            raise JobFailed(f"{said}: {excerpt[:200]}")
         return excerpt
 
     async def close(self) -> None:

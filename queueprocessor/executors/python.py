@@ -18,6 +18,9 @@ as `function(payloads, contexts)` with many jobs of its target at once, which
 the runner groups (run_batch); a job that reaches run() alone is a batch of
 one. The call is one unit of work: stopping it sets every job's flag, and an
 `async def` one is cancelled.
+
+A job that calls `context.snooze(seconds)` ends its run snoozed (executors.base.Snooze); a batch function that
+raises one snoozes every job of its call, and one that returns a Snooze as a job's entry snoozes that job alone.
 """
 
 import asyncio
@@ -34,7 +37,7 @@ from ..rules.allow import check_listed
 from ..rules.job import Claimed, JobSpec
 from ..rules.kinds import PYTHON, module_allowed, parse_target
 from ..rules.logs import about
-from .base import Executor, JobContext, JobFailed, excerpt
+from .base import Executor, JobContext, JobFailed, Snooze, excerpt
 from .threads import Threads
 
 log = logging.getLogger("queueprocessor.executors.python")
@@ -79,6 +82,10 @@ def said(error: BaseException) -> str:
 
 
 def _failed(error: BaseException) -> JobFailed:
+    """How a run whose callable raised `error` ends: a snooze as it asked (context.snooze), anything else as a
+    failure with its traceback from the callable on."""
+    if isinstance(error, Snooze):
+        return error
     assert error.__traceback__ is not None  # it was raised
     frames = traceback.format_exception(type(error), error, error.__traceback__.tb_next)  # from the callable on
     return JobFailed(said(error), excerpt("".join(frames)))

@@ -196,5 +196,5 @@ class Batches:
                 if isinstance(result, JobFailed):
                     entry.ending = failed_end(result)
                 else:
-                    entry.ending = Outcome.SUCCEEDED, None, result, False
+                    entry.ending = Outcome.SUCCEEDED, None, result, False, None, False
         self.ended(batch)

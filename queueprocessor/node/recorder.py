@@ -104,8 +104,9 @@ class Recorder:
         now = self.db_now()  # read once for the batch: a singleton's back-off is all that uses it (see retry_in)
         for entry in ending:
             assert entry.ending is not None
-            outcome, error, output, final = entry.ending
-            endings.append(Ending(entry.job, outcome, error, retry_in(entry, outcome, final, now), output))
+            outcome, error, output, final, snooze, throttled = entry.ending
+            retry = retry_in(entry, outcome, final, now, snooze)
+            endings.append(Ending(entry.job, outcome, error, retry, output, throttled))
         try:
             states = self.store.runs.finish_many(self.machine_id, endings)
         except Exception as exc:  # database away: try again; in the end the lease expires and it runs elsewhere
@@ -127,7 +128,7 @@ class Recorder:
             debug = log.isEnabledFor(logging.DEBUG)
             for entry, state in zip(ending, states):
                 assert entry.ending is not None
-                job, (outcome, error, _, _) = entry.job, entry.ending
+                job, (outcome, error, *_) = entry.job, entry.ending
                 if state is None:
                     log.warning(
                         "result of job %s refused by its fence: another machine owns it now",

@@ -344,7 +344,7 @@ class JobRunner:
                     marking = self.loop.run_in_executor(None, self._mark_started, job)
                     entry.started, entry.began = self.db_now(), self.loop.time()
                 output = await bounded(executor.run(job, entry.context), job.timeout)
-                ending = Outcome.SUCCEEDED, None, output, False
+                ending = Outcome.SUCCEEDED, None, output, False, None, False
         except OutOfTime:
             entry.context.cancelled.set()
             ending = timed_out(job)

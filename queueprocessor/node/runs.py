@@ -5,7 +5,7 @@ import random
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from ..executors import JobContext, JobFailed
+from ..executors import JobContext, JobFailed, Snooze
 from ..rules.errors import NotAllowed, QPError
 from ..rules.job import Claimed
 from ..rules.states import Kind, Outcome
@@ -21,22 +21,31 @@ STOPPED: dict[str | None, str] = {
 }
 LOST_LEASE = "stopped: this machine lost its lease"
 
-RunEnd = tuple[Outcome, str | None, str | None, bool]  # how a run ended: outcome, error, output, failed for good
+# How a run ended: outcome, error, output, failed for good, a snooze's delay (SNOOZED only), throttled (its target
+# answered 429 or 503: Ending.throttled).
+RunEnd = tuple[Outcome, str | None, str | None, bool, float | None, bool]
 T = TypeVar("T")
 
 
 # A job claimed back from a lost lease on its last attempt: failed, not run.
-EXHAUSTED: RunEnd = Outcome.FAILED, "lease lost on its last attempt (its machine died or was cut off)", None, False
+EXHAUSTED: RunEnd = (
+    Outcome.FAILED,
+    "lease lost on its last attempt (its machine died or was cut off)",
+    None,
+    False,
+    None,
+    False,
+)
 
 
 def stopped_end(stop_reason: str | None) -> RunEnd:
     """How a run this node stopped ends: cancelled by an operator, else lost (handed back, or its lease gone)."""
     outcome = Outcome.CANCELLED if stop_reason == Outcome.CANCELLED else Outcome.LOST
-    return outcome, STOPPED.get(stop_reason, LOST_LEASE), None, False
+    return outcome, STOPPED.get(stop_reason, LOST_LEASE), None, False, None, False
 
 
 def timed_out(job: Claimed) -> RunEnd:
-    return Outcome.TIMEOUT, f"stopped after its timeout of {job.timeout:g} s", None, False
+    return Outcome.TIMEOUT, f"stopped after its timeout of {job.timeout:g} s", None, False, None, False
 
 
 def failed_end(error: BaseException) -> RunEnd:
@@ -44,14 +53,16 @@ def failed_end(error: BaseException) -> RunEnd:
     failure a retry may mend (it may land on a machine that allows it); any other refusal by this node (an unknown
     executor, a malformed target) for good; anything else as a failure a retry may mend (a bad job fails alone; the
     node goes on), a SystemExit or KeyboardInterrupt included: work that tries to end the node's process ends only
-    its own run."""
+    its own run. A Snooze ends it snoozed, for its delay."""
+    if isinstance(error, Snooze):
+        return Outcome.SNOOZED, str(error), error.output, False, error.delay, error.throttled
     if isinstance(error, JobFailed):
-        return Outcome.FAILED, str(error), error.output, error.permanent
+        return Outcome.FAILED, str(error), error.output, error.permanent, None, error.throttled
     if isinstance(error, NotAllowed):
-        return Outcome.FAILED, f"{error} (a retry may run on a machine that allows it)", None, False
+        return Outcome.FAILED, f"{error} (a retry may run on a machine that allows it)", None, False, None, False
     if isinstance(error, QPError):
-        return Outcome.FAILED, str(error), None, True
-    return Outcome.FAILED, f"{type(error).__name__}: {error}", None, False
+        return Outcome.FAILED, str(error), None, True, None, False
+    return Outcome.FAILED, f"{type(error).__name__}: {error}", None, False, None, False
 
 
 # A CancelledError the work raised itself: a failure like any other. Taken for a stop, it would be handed back with
@@ -60,6 +71,8 @@ OWN_CANCEL: RunEnd = (
     Outcome.FAILED,
     "asyncio.CancelledError raised by the job itself (it awaited something that was cancelled), not a stop by its "
     "node: catch it in the job, or let it fail",
+    None,
+    False,
     None,
     False,
 )
@@ -145,9 +158,12 @@ def backoff(attempt: int, base: float = 1.0, cap: float = 300.0) -> float:
     return random.uniform(0.5, 1.0) * step
 
 
-def retry_in(entry: Running, outcome: str, final: bool, now: float) -> float | None:
-    """When to run the job again: failures back off; a singleton restarts whenever it ends, quickly after a long
-    run, slowly when it keeps ending at once. Work that failed for good (`final`) never runs again."""
+def retry_in(entry: Running, outcome: str, final: bool, now: float, snooze: float | None = None) -> float | None:
+    """When to run the job again: a snoozed job after its `snooze` delay; failures back off; a singleton restarts
+    whenever it ends, quickly after a long run, slowly when it keeps ending at once. Work that failed for good
+    (`final`) never runs again."""
+    if snooze is not None:
+        return snooze
     if final:
         return None
     if entry.job.kind == Kind.SINGLETON and outcome != Outcome.CANCELLED:

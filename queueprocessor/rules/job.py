@@ -67,23 +67,26 @@ class Claimed(NamedTuple):
 
 class Ending(NamedTuple):
     """How one run ended, as the runner reports it (see RunStore.finish); a tuple, as a busy node makes thousands a
-    second."""
+    second. `throttled`: the target answered 429 or 503 (whether the job snoozed or failed)."""
 
     job: Claimed
-    outcome: Outcome  # SUCCEEDED, FAILED, TIMEOUT or CANCELLED
+    outcome: Outcome  # SUCCEEDED, FAILED, TIMEOUT, CANCELLED or SNOOZED
     error: str | None = None
-    retry_in: float | None = None  # requeue after this long, if attempts are left
+    retry_in: float | None = None  # requeue after this long, if attempts are left (SNOOZED: the snooze's delay)
     output: str | None = None
+    throttled: bool = False
 
     @property
     def state(self) -> JobState:
-        """The job's state after this ending."""
+        """The job's state after this ending (a snooze's: queued, unless the store finds it snoozed too often)."""
         if self.job.kind == Kind.SINGLETON and self.outcome != Outcome.CANCELLED and self.retry_in is not None:
             return JobState.QUEUED
         if self.outcome == Outcome.SUCCEEDED:
             return JobState.SUCCEEDED
         if self.outcome == Outcome.CANCELLED:
             return JobState.CANCELLED
+        if self.outcome == Outcome.SNOOZED:
+            return JobState.QUEUED
         again = self.retry_in is not None and self.job.attempts < self.job.max_attempts
         return JobState.QUEUED if again else JobState.FAILED
 

@@ -14,3 +14,10 @@ MAX_ATTEMPTS = 3  # the tries a job gets unless its enqueue says otherwise
 LATEST = 253402300799.0  # 9999-12-31 23:59:59 UTC
 MAX_WAIT = 10 * 365.25 * 86400  # ten years, seconds
 PROGRESS_NOTE = 200  # characters of a progress message kept (context.progress); the rest is cut off
+# A run may end by asking to be put back later without spending an attempt (a snooze: Retry-After, context.snooze,
+# a command's exit code 75). One snooze waits at most SNOOZE_CAP seconds (a longer ask is cut, and its run's record
+# says so); a job snoozes at most MAX_SNOOZES times (counted on its row, qp_jobs.snoozes): the next one is an ordinary
+# failure. A constant, not a node option: the finish enforces it in the store, and two nodes of one farm must not
+# judge the same job by different bounds. 50 snoozes of a minute is most of an hour of a target's refusals.
+SNOOZE_CAP = 86400.0
+MAX_SNOOZES = 50

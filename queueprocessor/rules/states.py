@@ -32,6 +32,7 @@ class Outcome(StrEnum):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     LOST = "lost"  # its machine lost the lease (died, was cut off, or handed the job back)
+    SNOOZED = "snoozed"  # put back for later without spending an attempt (a 429 with Retry-After, context.snooze)
 
 
 # How a run may end, each a count in the farm's history (store/stats.py) beside the jobs enqueued and started.

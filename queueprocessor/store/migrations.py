@@ -315,7 +315,7 @@ def _finished_jobs_by_range(conn: Connection) -> None:
 
 
 def _fair_shares_and_limits_per_key(conn: Connection) -> None:
-    """14 to 15: fair shares, limits and rates per key (docs/design.md §9). Jobs get a fairness key, weight, cost and
+    """Fair shares, limits and rates per key (docs/design.md §9). Jobs get a fairness key, weight, cost and
     virtual start tag; queues their fair, limit per key and rate per key settings (every existing queue none), and
     qp_key_buckets holds those rates' buckets; the claim's index of held-back queues orders by the tag before the
     age. The new partial indexes start empty; the jobs' gated flags are set by today's rules.
@@ -342,6 +342,24 @@ def _fair_shares_and_limits_per_key(conn: Connection) -> None:
     create_sql_functions(conn)  # qp_enqueue tags a job of a fair queue too
 
 
+def _snoozes_counted(conn: Connection) -> None:
+    """A run may end snoozed (docs/design.md §9): jobs count their snoozes (nullable: NULL until the first)
+    and the farm's history counts snoozed runs (a server default of 0: an older node's minutes fill it). An older
+    node still running beside it never snoozes a job (its executors have no snooze) and writes its minutes without
+    the count; its claim and finish name neither column. (An older database whose qp_jobs step 11 made again, or whose
+    qp_history step 9 made, has them already.)"""
+    for column in (schema.jobs.c.snoozes, schema.history.c.snoozed):
+        if column.name not in {c["name"] for c in inspect(conn).get_columns(column.table.name)}:
+            _add_column(conn, column)
+
+
+def _flow_control(conn: Connection) -> None:
+    """14 to 15: flow control (docs/design.md §9): fair shares, limits and rates per key, and snoozes (each step says
+    what it does, and what an older node still running beside it can do)."""
+    _fair_shares_and_limits_per_key(conn)
+    _snoozes_counted(conn)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -357,7 +375,7 @@ STEPS = {
     11: _job_ids_never_reused,
     12: _storage_that_costs_what_work_needs,
     13: _finished_jobs_by_range,
-    14: _fair_shares_and_limits_per_key,
+    14: _flow_control,
 }
 
 

@@ -15,7 +15,7 @@ every value travels as a bound parameter, and the names in statements that canno
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DDL, Insert, Table, column, delete, func, insert, select, table, text
+from sqlalchemy import DDL, Insert, Table, column, delete, func, insert, inspect, select, table, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.sql.expression import TableClause
@@ -45,14 +45,15 @@ def _ddl(conn: Connection, statement: str, **names: str) -> None:
     conn.execute(DDL(statement.format(**{key: quote(value) for key, value in names.items()})))
 
 
-def _like(whole: Table, name: str) -> TableClause:
-    """Table `name`, with `whole`'s columns (a partition of it, or the table it was)."""
-    return table(name, *(column(c.name, c.type) for c in whole.c))
+def _like(whole: Table, name: str, there: set[str] | None = None) -> TableClause:
+    """Table `name`, with `whole`'s columns (a partition of it, or the table it was; those in `there`, if given: a
+    table an older schema made lacks a later step's)."""
+    return table(name, *(column(c.name, c.type) for c in whole.c if there is None or c.name in there))
 
 
-def _copy(whole: Table, source: Any, into: str) -> Insert:
-    """INSERT INTO `into` every row of `source`, both with `whole`'s columns."""
-    names = [c.name for c in whole.c]
+def _copy(whole: Table, source: Any, into: str, there: set[str] | None = None) -> Insert:
+    """INSERT INTO `into` every row of `source`, both with `whole`'s columns (those in `there`, as _like)."""
+    names = [c.name for c in whole.c if there is None or c.name in there]
     return insert(_like(whole, into)).from_select(names, select(*(source.c[n] for n in names)))
 
 
@@ -68,16 +69,16 @@ def _days(conn: Connection, table_name: str) -> set[int]:
     return {day for name in names if (day := _day_of(table_name, name)) is not None}
 
 
-def _make_day(conn: Connection, whole: Table, day: int) -> None:
-    """A partition of `whole` for the day at `day`, with whatever rows the default partition holds of it moved in
-    first (a partition over rows of the default cannot be attached)."""
+def _make_day(conn: Connection, whole: Table, day: int, there: set[str] | None = None) -> None:
+    """A partition of `whole` (with the columns `there`, as _like) for the day at `day`, with whatever rows the
+    default partition holds of it moved in first (a partition over rows of the default cannot be attached)."""
     table_name = whole.name
     name = _name(table_name, day)
     _ddl(conn, "CREATE TABLE {day} (LIKE {table} INCLUDING DEFAULTS)", day=name, table=table_name)
-    default = _like(whole, f"{table_name}_default")
+    default = _like(whole, f"{table_name}_default", there)
     ofday = (default.c.at >= day) & (default.c.at < day + DAY)
     moved = delete(default).where(ofday).returning(*default.c).cte("moved")
-    conn.execute(_copy(whole, moved, into=name).add_cte(moved))
+    conn.execute(_copy(whole, moved, into=name, there=there).add_cte(moved))
     _ddl(
         conn,
         f"ALTER TABLE {{table}} ATTACH PARTITION {{day}} FOR VALUES FROM ({int(day)}) TO ({int(day) + DAY})",
@@ -119,12 +120,13 @@ def partition(conn: Connection, whole: Table) -> None:
     for index in whole.indexes:
         index.create(conn)
     _ddl(conn, "CREATE TABLE {default} PARTITION OF {table} DEFAULT", default=f"{name}_default", table=name)
-    was = _like(whole, old)
+    there = {c["name"] for c in inspect(conn).get_columns(old)}
+    was = _like(whole, old, there)
     held = select(func.floor(was.c.at / DAY) * DAY).distinct()
     now = conn.execute(text("SELECT extract(epoch FROM now())")).scalar_one()
     for day in sorted({int(day) for day in conn.execute(held).scalars()} | _ahead(float(now))):
-        _make_day(conn, whole, day)
-    conn.execute(_copy(whole, was, into=name))
+        _make_day(conn, whole, day, there)
+    conn.execute(_copy(whole, was, into=name, there=there))
     _ddl(conn, "DROP TABLE {old}", old=old)
     for column_name, sequence in serials:
         owner = conn.dialect.identifier_preparer.quote

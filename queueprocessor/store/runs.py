@@ -5,11 +5,27 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Float, String, Text, and_, bindparam, case, false, insert, literal, or_, select, true, update
+from sqlalchemy import (
+    Float,
+    String,
+    Text,
+    and_,
+    bindparam,
+    case,
+    false,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.engine import Connection
 
 from ..rules.errors import LostLease
 from ..rules.job import Claimed, Ending
+from ..rules.limits import MAX_SNOOZES
 from ..rules.states import JobState, Outcome
 from . import dependencies
 from .base import StoreBase
@@ -19,7 +35,15 @@ from .jobs import cancelled_instead
 from .progress import progress_arrays, progress_renew_statement, progress_values
 from .schema import Id, jobs, runs
 from .sql.gates import free_places
-from .sql.runs import CANCELLED_BY, finish_params, finish_statement, renew_params, renew_statement, successes
+from .sql.runs import (
+    CANCELLED_BY,
+    finish_params,
+    finish_statement,
+    renew_params,
+    renew_statement,
+    snoozing,
+    successes,
+)
 from .types import Progress
 
 
@@ -117,11 +141,12 @@ class RunStore:
     def finish_many(self, machine_id: int, endings: Sequence[Ending]) -> list[str | None]:
         """finish() for many runs in one transaction (a busy node's results, a few round trips for all).
         Returns each job's new state, None where the fence moved on: a run that would put its job back in the
-        queue while a cancel of it was asked ends it cancelled (sql.runs.stopped). The batch's statements match
+        queue while a cancel of it was asked ends it cancelled (sql.runs.stopped). A snoozed run puts its job back
+        after its delay with its attempt refunded (see _write_endings). The batch's statements match
         jobs without children only: a parent (store/dependencies.py) is finished apart, in a transaction with its
         children's release or cancellation, so a job with no dependencies costs no statement more."""
-        if self.store.whole and endings:
-            succeeded = successes(endings)
+        succeeded = self.store.whole and bool(endings) and successes(endings)
+        if succeeded or (self.store.whole and endings and not snoozing(endings)):  # snoozes: the plain finish
             ours = self.store.held(finish_statement(succeeded), finish_params(machine_id, endings, succeeded))
             if succeeded and len(ours) == len(endings):  # every run was still ours and childless (each is in
                 return [JobState.SUCCEEDED.value] * len(endings)  # `endings` once), and a success stays one
@@ -134,7 +159,8 @@ class RunStore:
         return [state if state is not None else self._finish_parent(machine_id, e) for state, e in zip(states, endings)]
 
     def _finish_plain(self, machine_id: int, endings: Sequence[Ending]) -> list[str | None]:
-        """finish_many of jobs without children, elsewhere than on PostgreSQL."""
+        """finish_many of jobs without children, elsewhere than on PostgreSQL, or of a batch with snoozes (rare: a
+        snooze reads its job's count of them first, see _bounded)."""
         engine = self.store.engine
         if len(endings) > 1 and engine.dialect.supports_sane_multi_rowcount:
             with engine.connect() as conn:
@@ -204,6 +230,49 @@ def kept(ending: Ending) -> str | None:
     return ending.output if ending.state == JobState.SUCCEEDED else None
 
 
+def _requeued(**more: Any) -> dict[str, Any]:
+    """What a run that puts its job back in the queue writes on its row (`more` besides): queued again after
+    `b_retry` seconds, unless a cancel was asked meanwhile, which ends it cancelled (sql.runs.stopped)."""
+    cancel = jobs.c.cancel_requested == true()
+    return dict(
+        state=case((cancel, JobState.CANCELLED.value), else_=JobState.QUEUED.value),
+        last_error=case((cancel, CANCELLED_BY), else_=bindparam("b_error", type_=Text)),
+        lease_until=None,
+        run_at=case((cancel, jobs.c.run_at), else_=db_now() + bindparam("b_retry", type_=Float)),
+        owner=case((cancel, jobs.c.owner), else_=None),
+        finished_at=case((cancel, db_now()), else_=jobs.c.finished_at),
+        **more,
+    )
+
+
+def _requeued_params(endings: list[Ending]) -> list[dict[str, Any]]:
+    """The parameters of _requeued's update (and of a snoozed run's row, _run_ended) for `endings`."""
+    return [
+        dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_retry=e.retry_in, b_outcome=e.outcome)
+        | dict(b_output=e.output)
+        for e in endings
+    ]
+
+
+REQUEUED = _requeued()  # a failure with attempts left, a singleton's end
+# A snooze refunds the attempt its run spent (as RunStore.release does) and is counted on its job's row.
+SNOOZED = _requeued(attempts=jobs.c.attempts - 1, snoozes=func.coalesce(jobs.c.snoozes, 0) + 1)
+
+
+def _bounded(conn: Connection, endings: Sequence[Ending]) -> list[Ending]:
+    """`endings`, each snooze of a job that has snoozed MAX_SNOOZES times already made an ordinary failure (an
+    attempt spent, run again after the delay it asked for if attempts are left), its error saying so. The counts are
+    read in the finish's transaction; only the job's owner, under its fence, changes them."""
+    ids = [e.job.id for e in endings if e.outcome == Outcome.SNOOZED]
+    counts = dict(conn.execute(select(jobs.c.id, jobs.c.snoozes).where(jobs.c.id.in_(ids))).all())
+    return [
+        e._replace(outcome=Outcome.FAILED, error=f"snoozed {counts[e.job.id]} times: {e.error}")
+        if e.outcome == Outcome.SNOOZED and (counts.get(e.job.id) or 0) >= MAX_SNOOZES
+        else e
+        for e in endings
+    ]
+
+
 def _write_endings(
     conn: Connection,
     machine_id: int,
@@ -215,7 +284,8 @@ def _write_endings(
     job in success (a success is its job's row: history.kept_successes); the jobs' new states if
     every one was ours, else None (and the caller rolls back). They match jobs without children, or with `parents`
     jobs with children only, whose children are then released or cancelled in the same transaction
-    (store/dependencies.py). A job that would go back to the queue while a cancel was asked ends cancelled."""
+    (store/dependencies.py). A job that would go back to the queue while a cancel was asked ends cancelled. A
+    snoozed run's row is written before its job's (its attempt is the one it spent, refunded on the job)."""
     mine = and_(
         jobs.c.id == bindparam("b_id"),
         jobs.c.owner == machine_id,
@@ -224,23 +294,18 @@ def _write_endings(
         jobs.c.has_children == (true() if parents else false()),
     )
     again = [e for e in endings if e.state == JobState.QUEUED]
+    snoozed: list[Ending] = []
+    if again and snoozing(again):
+        endings = _bounded(conn, endings)
+        again = [e for e in endings if e.state == JobState.QUEUED and e.outcome != Outcome.SNOOZED]
+        snoozed = [e for e in endings if e.outcome == Outcome.SNOOZED]
     done = [e for e in endings if e.state != JobState.QUEUED]
     count = 0
     if again:
-        cancel = jobs.c.cancel_requested == true()
-        count += conn.execute(
-            update(jobs)
-            .where(mine)
-            .values(
-                state=case((cancel, JobState.CANCELLED.value), else_=JobState.QUEUED.value),
-                last_error=case((cancel, CANCELLED_BY), else_=bindparam("b_error", type_=Text)),
-                lease_until=None,
-                run_at=case((cancel, jobs.c.run_at), else_=db_now() + bindparam("b_retry", type_=Float)),
-                owner=case((cancel, jobs.c.owner), else_=None),
-                finished_at=case((cancel, db_now()), else_=jobs.c.finished_at),
-            ),
-            [dict(b_id=e.job.id, b_fence=e.job.fence, b_error=e.error, b_retry=e.retry_in) for e in again],
-        ).rowcount
+        count += conn.execute(update(jobs).where(mine).values(REQUEUED), _requeued_params(again)).rowcount
+    if snoozed:
+        conn.execute(_run_ended(machine_id, mine), params := _requeued_params(snoozed))
+        count += conn.execute(update(jobs).where(mine).values(SNOOZED), params).rowcount
     if done:
         count += conn.execute(
             update(jobs)
@@ -260,13 +325,15 @@ def _write_endings(
     if count != len(endings):
         return None
     states = [str(e.state) for e in endings]
-    if again:
-        now = dict(conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_([e.job.id for e in again]))).all())
+    if again or snoozed:
+        back = [e.job.id for e in (*again, *snoozed)]
+        now = dict(conn.execute(select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(back))).all())
         states = [str(now[e.job.id]) if e.state == JobState.QUEUED else state for e, state in zip(endings, states)]
-    if recorded := [e for e, state in zip(endings, states) if state != JobState.SUCCEEDED]:
+    ended = [e for e, state in zip(endings, states) if state != JobState.SUCCEEDED and e.outcome != Outcome.SNOOZED]
+    if ended:
         conn.execute(
             _run_ended(machine_id),
-            [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error, b_output=e.output) for e in recorded],
+            [dict(b_id=e.job.id, b_outcome=e.outcome, b_error=e.error, b_output=e.output) for e in ended],
         )
     free_places(conn, [e.job.queue for e in endings])
     if parents:

@@ -214,6 +214,9 @@ jobs = Table(
     Column("has_children", Boolean, nullable=False, default=False, server_default=false()),
     Column("pending", Integer, nullable=False, default=0, server_default="0"),
     Column("held_by", Id, nullable=True),
+    # How many times its runs ended snoozed (a 429 with Retry-After, context.snooze; docs/design.md §9), bounded by
+    # rules.limits.MAX_SNOOZES: NULL (no byte of the row) until its first snooze (schema 15).
+    Column("snoozes", Integer, nullable=True),
     # The columns a claim and a finish write, last and side by side (schema 13, measured by bench/wal.py): PostgreSQL
     # logs a new row version on its page without the bytes it shares with the old one at its start and its end, so
     # the rest of the row (target, payload, key...) stays out of the WAL of both.
@@ -360,7 +363,7 @@ runs = Table(
     Column("fence", BigInteger, nullable=False),
     Column("started_at", Time, nullable=False),
     Column("finished_at", Time, nullable=True),
-    # running | succeeded | failed | lost | cancelled | timeout
+    # running | succeeded | failed | lost | cancelled | timeout | snoozed
     Column("outcome", String(16), nullable=False, default=Outcome.RUNNING),
     Column("error", Text, nullable=True),
     # An excerpt of what the work printed or returned.
@@ -514,7 +517,11 @@ history = Table(
     Column("queue", String(MAX_NAME), primary_key=True),
     Column("step", Integer, primary_key=True, autoincrement=False),
     Column("at", BigInteger, primary_key=True, autoincrement=False),
-    *(Column(name, Integer, nullable=False) for name in HISTORY_COUNTS),
+    # The count of each ending; `snoozed` (schema 15) has a server default, so that an older node's rows fill it.
+    *(
+        Column(name, Integer, nullable=False, server_default="0" if name == Outcome.SNOOZED else None)
+        for name in HISTORY_COUNTS
+    ),
     Column("waiting", Integer, nullable=True),  # queued jobs as the bucket was written (an hour: its peak)
     Column("running", Integer, nullable=True),  # running jobs, likewise
     Column("p50", Float, nullable=True),  # seconds a run that ended in the bucket took: median, 95th percentile

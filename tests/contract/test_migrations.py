@@ -86,23 +86,25 @@ def notify_each_insert(conn) -> None:
 
 
 def back_to_14(conn) -> None:
-    """Schema 15's fair shares and limits per key, gone: the jobs' fairness columns and their indexes, the queues'
-    settings, and the claim's index of held-back queues in age order alone."""
+    """Schema 15's flow control, gone: the jobs' fairness columns and their indexes, the queues' settings and the
+    buckets of rates per key, the claim's index of held-back queues in age order alone; no count of snoozes on job
+    rows, nor of snoozed runs in the history."""
     for index in ("ix_qp_jobs_vtag", "ix_qp_jobs_fair", "ix_qp_jobs_key_running", "ix_qp_jobs_gated"):
         drop_index(conn, index)
     older = schema.jobs.to_metadata(MetaData()).c  # a copy: an index made on it joins no table of the schema's
     gated = schema.QUEUED & (schema.jobs.c.gated == true())
     where = {f"{conn.dialect.name}_where": gated}
     Index("ix_qp_jobs_gated", older.queue, older.priority.desc(), older.run_at, older.id, **where).create(conn)
-    for column in ("fair_key", "fair_weight", "cost", "vtag"):
+    for column in ("fair_key", "fair_weight", "cost", "vtag", "snoozes"):
         drop_column(conn, "qp_jobs", column)
     for column in ("fair", "key_limit", "fair_from", "key_rate_count", "key_rate_per", "key_burst"):
         drop_column(conn, "qp_queues", column)
+    drop_column(conn, "qp_history", "snoozed")
     conn.execute(text("DROP TABLE qp_key_buckets"))
 
 
 def make_version_14(url: str) -> None:
-    """A farm database as schema version 14 left it: no fair shares nor limits per key."""
+    """A farm database as schema version 14 left it: no flow control (see back_to_14)."""
     Farm(url).close()
     with rewriting(url) as conn:
         back_to_14(conn)
@@ -820,3 +822,33 @@ def test_a_version_14_database_gets_fair_shares_and_limits_per_key_in_place(db_u
         me = farm._store.machines.register(name="m", host="h", instance="i", pid=1, version="t", capacity=8)
         plan = Plan(alone=(("t", 8, True),), keyed=("t",))
         assert [job.id for job in farm._store.jobs.claim(ClaimRequest(me, 8, 30.0, plan=plan))] == [waiting]
+
+
+def test_a_version_14_database_counts_snoozes_in_place_and_an_older_nodes_history_follows(db_url):
+    """Version 14 to 15: job rows get their count of snoozes (NULL, none yet) and the history its count of snoozed
+    runs, 0 in the rows already there and in those an older node writes without it; a job of before snoozes."""
+    with Farm(db_url) as farm:
+        me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=8)
+        [job_id] = farm._store.jobs.enqueue(JOB)
+        [claimed] = farm._store.jobs.claim(ClaimRequest(me, 8, 30.0))
+        farm._store.runs.finish(claimed, me, "succeeded")
+        minute = int(farm._store.runs.read()[0]["finished_at"] // 60 * 60)
+        assert farm._store.stats.write_minute(minute) == 1
+        [older] = farm._store.jobs.enqueue(JOB)
+    make_version_14(db_url)
+    with rewriting(db_url) as conn:  # a minute an older node wrote, without the count it does not know
+        conn.execute(
+            text(
+                "INSERT INTO qp_history (queue, step, at, enqueued, started, succeeded, failed, timeout, cancelled, "
+                "lost, last_job) VALUES ('default', 60, 0, 1, 0, 0, 0, 0, 0, 0, 1)"
+            )
+        )
+    with Farm(db_url) as farm:
+        assert shape(farm)[0] == CURRENT
+        assert (farm.job(job_id)["snoozes"], farm.job(older)["snoozes"]) == (None, None)
+        with farm._engine.connect() as conn:
+            assert set(conn.execute(text("SELECT snoozed FROM qp_history")).scalars()) == {0}
+        me = farm._store.machines.register(name="n", host="h", instance="n-1", pid=1, version="t", capacity=8)
+        [claimed] = farm._store.jobs.claim(ClaimRequest(me, 8, 30.0))
+        ending = farm._store.runs.finish(claimed, me, "snoozed", error="later", retry_in=0.0)
+        assert (ending, farm.job(older)["snoozes"], farm.job(older)["attempts"]) == ("queued", 1, 0)

@@ -15,6 +15,8 @@ Routes:
     /fails-once/<seconds> -> after sleeping, 500 to the first of its X-QP-Job's
                         requests to finish the sleep, 200 to later ones (a step
                         that fails once and succeeds when retried)
+    /throttled/<n>/<seconds>[/date] -> 429 with Retry-After: <seconds> (with /date: the HTTP-date that many
+                        seconds from now) to the first <n> requests of its X-QP-Job, 200 to later ones
     POST /write/<name> -> 200 if X-QP-Fence >= the X-QP-Job's highest accepted fence,
                           else 409 (also when either header is missing)
     anything else -> 404
@@ -27,6 +29,7 @@ import socket
 import sys
 import threading
 import time
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 __all__ = ["HttpTarget"]
@@ -53,6 +56,7 @@ class HttpTarget:
         self._records: list[dict] = []
         self._fences: dict[object, int] = {}  # job -> highest accepted fence
         self._failed_once: set[object] = set()  # jobs /fails-once/ has failed
+        self._throttled: dict[object, int] = {}  # job -> requests /throttled/ has answered 429
         self._stopping = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
         self._server.daemon_threads = False  # let stop() join request threads
@@ -129,6 +133,13 @@ class HttpTarget:
             self._failed_once.add(job)
             return first
 
+    def _throttle(self, job: object, times: int) -> bool:
+        """True for the first `times` requests of `job`."""
+        with self._lock:
+            seen = self._throttled.get(job, 0)
+            self._throttled[job] = seen + 1
+            return seen < times
+
     def _sleep(self, seconds: float, conn: socket.socket) -> int:
         """Sleep `seconds` and return the status to record, ending early on stop or hang-up."""
         deadline = time.monotonic() + seconds
@@ -204,6 +215,8 @@ def _handler_class(target: HttpTarget) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Type", "text/plain")
                 if "location" in record:
                     self.send_header("Location", record["location"])
+                if "retry_after" in record:
+                    self.send_header("Retry-After", record["retry_after"])
                 self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
                 self.wfile.write(reply)
@@ -225,6 +238,14 @@ def _handler_class(target: HttpTarget) -> type[BaseHTTPRequestHandler]:
                 case ["fails-once", seconds] if _is_seconds(seconds):
                     status = target._sleep(float(seconds), self.connection)
                     return 500 if status == 200 and target._first_failure(record["job"]) else status
+                case ["throttled", times, seconds, *form] if (
+                    times.isdigit() and seconds.isdigit() and form in ([], ["date"])
+                ):
+                    if not target._throttle(record["job"], int(times)):
+                        return 200
+                    when = formatdate(time.time() + int(seconds), usegmt=True) if form else seconds
+                    record["retry_after"] = when
+                    return 429
                 case ["write", _] if self.command == "POST":
                     record["accepted"] = target._accept_fence(record["job"], record["fence"])
                     return 200 if record["accepted"] else 409

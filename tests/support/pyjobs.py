@@ -266,3 +266,50 @@ def chatty(payload, context):
     for n in range(1, 10_001):
         context.progress(n / 10_000, f"step {n}")
     _wait_for_gate(payload, context)
+
+
+# Snoozes (context.snooze): each job's runs counted in SNOOZED, by job id.
+SNOOZED: dict[int, list[int]] = {}
+
+
+@job(max_attempts=1)
+def snooze_twice(payload, context):
+    """Snoozes its first two runs for `payload` seconds, then succeeds (one attempt: a spent one would fail it)."""
+    runs = SNOOZED.setdefault(context.job_id, [])
+    runs.append(context.attempt)
+    if len(runs) <= 2:
+        context.snooze(payload, "not yet")
+    return {"runs": len(runs)}
+
+
+@job(max_attempts=1)
+async def snooze_twice_async(payload, context):
+    """snooze_twice, as an async def."""
+    await asyncio.sleep(0)
+    return snooze_twice(payload, context)
+
+
+@job(batch=20, max_attempts=1)
+def batch_snooze_odd(payloads, contexts):
+    """One entry per job: a job with an odd payload snoozes (`Snooze(0.2)`) on its first run, the others succeed."""
+    from queueprocessor.executors import Snooze
+
+    BATCHES.append([c.job_id for c in contexts])
+    entries: list[object] = []
+    for p, c in zip(payloads, contexts):
+        runs = SNOOZED.setdefault(c.job_id, [])
+        runs.append(c.attempt)
+        entries.append(Snooze(0.2, "odd") if p % 2 and len(runs) == 1 else {"job": c.job_id})
+    return entries
+
+
+@job(batch=20, max_attempts=1)
+def batch_snooze_all(payloads, contexts):
+    """Raises a snooze (0.2 s) out of the call the first time it sees its jobs: every job of the call snoozes."""
+    BATCHES.append([c.job_id for c in contexts])
+    first = [len(SNOOZED.setdefault(c.job_id, [])) == 0 for c in contexts]
+    for c in contexts:
+        SNOOZED[c.job_id].append(c.attempt)
+    if all(first):
+        contexts[0].snooze(0.2, "all of them")
+    return {"batch": len(payloads)}

@@ -115,6 +115,12 @@ def successes(endings: Sequence[Ending]) -> bool:
     return all(e.outcome == Outcome.SUCCEEDED and e.state == JobState.SUCCEEDED for e in endings)
 
 
+def snoozing(endings: Sequence[Ending]) -> bool:
+    """Whether a run of `endings` ended snoozed: such a batch is finished by the plain path (RunStore._finish_plain),
+    which reads the jobs' counts of snoozes first; this statement never sees a snooze."""
+    return any(e.outcome == Outcome.SNOOZED for e in endings)
+
+
 @functools.cache
 def finish_statement(succeeded: bool = False) -> Any:
     """PostgreSQL: how a batch of runs ended, in one statement: arrays in, the (id, fence, state) of the runs that were
