@@ -113,7 +113,7 @@ def _insert(dialect: Any, value: Callable[[str], ColumnElement[Any]], farm_schem
                 created_at=db_now(),
                 run_at=func.coalesce(value("run_at"), db_now()),  # none given: due now
                 gated=gated_now(value("queue")),
-                fair_key=(fair_key := key_of(dialect.name, value("queue"), value("order_key"), value("payload"))),
+                fair_key=(fair_key := key_of(dialect.name, value("queue"), value("order_key"), value("payload"), True)),
                 vtag=tag(value("queue"), fair_key, maybe_null=True),  # in a fair queue, a turn of its key
             )
         )

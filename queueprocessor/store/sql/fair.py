@@ -32,14 +32,15 @@ def _finish(t: Any) -> Any:
     return t.c.vtag + literal(STEP, Float) * func.coalesce(t.c.cost, 1) / func.coalesce(t.c.fair_weight, 1.0)
 
 
-def key_of(dialect: str, queue: Any, order_key: Any, payload: Any) -> Any:
+def key_of(dialect: str, queue: Any, order_key: Any, payload: Any, valid: bool = False) -> Any:
     """The fairness key a job of `queue` without one of its own takes from its order key or a payload field, as its
-    queue's `fair_from` says (rules.fairness.check_fair_from); NULL when the queue says nothing (columns or SQL)."""
+    queue's `fair_from` says (rules.fairness.check_fair_from); NULL when the queue says nothing (columns or SQL;
+    `valid`: the payload is JSON by construction)."""
     q = queues.alias("kf")
     field = func.substr(q.c.fair_from, len(PAYLOAD) + 1)
     taken = case(
         (q.c.fair_from == ORDER_KEY, order_key),
-        (q.c.fair_from.like(f"{PAYLOAD}%"), func.substr(json_text(dialect, payload, field), 1, MAX_FAIR_KEY)),
+        (q.c.fair_from.like(f"{PAYLOAD}%"), func.substr(json_text(dialect, payload, field, valid), 1, MAX_FAIR_KEY)),
         else_=None,
     )
     return select(taken).where(q.c.name == queue).scalar_subquery()

@@ -22,17 +22,19 @@ def greatest(dialect: str, *values: Any) -> Any:
     return (func.max if dialect == "sqlite" else func.greatest)(*values)
 
 
-def json_text(dialect: str, document: Any, field: Any) -> Any:
-    """Top-level `field` of JSON text `document` as text (NULL if it has none): PostgreSQL's ->>, SQLite's
-    json_extract, SQL Server's JSON_VALUE."""
+def json_text(dialect: str, document: Any, field: Any, valid: bool = False) -> Any:
+    """Top-level `field` of JSON text `document` as text, NULL if it has none or is not JSON (`valid`: it is, by
+    construction): PostgreSQL's ->> (of the farm's qp_payload_json, which makes text that is not JSON NULL: a cast
+    would fail, at planning already for a bound value), SQLite's json_extract, SQL Server's JSON_VALUE."""
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import JSONB  # PostgreSQL's own: loaded only by a farm on it
 
-        return cast(document, JSONB).op("->>")(field)
+        parsed = cast(document, JSONB) if valid else func.qp_payload_json(document, type_=JSONB)
+        return parsed.op("->>")(field)
     path = literal("$.", String) + field
     if dialect == "mssql":
-        return func.json_value(document, path)
-    return cast(func.json_extract(document, path), String)
+        return case((func.isjson(document) > 0, func.json_value(document, path)), else_=None)
+    return case((func.json_valid(document) == 1, cast(func.json_extract(document, path), String)), else_=None)
 
 
 def among(dialect: str, column: Any, name: str) -> Any:
