@@ -1,9 +1,10 @@
 """The farm's queues as an operator reads and steers them: every queue with its settings, counts and the live
-machines that serve it; pause, resume, and the farm-wide limit, rate, failure policy and retention (rules.queues
-says what each means, store.queues stores them)."""
+machines that serve it; pause, resume, and the farm-wide limit, rate, failure policy, retention, breaker and
+adaptive rate (rules.queues and rules.breaker say what each means, store.queues and store.breakers store them)."""
 
 from .machines import Machines
-from .rules.errors import NotFound, echoed
+from .rules.breaker import flow_settings, watched
+from .rules.errors import BadQueueInput, NotFound, echoed
 from .rules.queues import DEFAULT, UNCHANGED, OnFailure, QueueInfo, Rate, check_keep, check_limit, check_name
 from .store.stores import Store
 from .timing import SharedTiming
@@ -12,6 +13,7 @@ from .timing import SharedTiming
 class Queues:
     def __init__(self, store: Store, machines: Machines, shared: SharedTiming):
         self._queues = store.queues
+        self._store = store
         self._machines = machines
         self._shared = shared
 
@@ -25,9 +27,20 @@ class Queues:
     def pause(self, name: str, paused: bool) -> None:
         self._queues.put(self._known(name), paused=paused)
 
-    def set(self, name: str, *, limit: object, rate: object, on_failure: object, keep: object = UNCHANGED) -> None:
-        """What is given of `limit`, `rate`, `on_failure` and `keep` (UNCHANGED: not given) as the queue's
-        settings."""
+    def set(
+        self,
+        name: str,
+        *,
+        limit: object,
+        rate: object,
+        on_failure: object,
+        keep: object = UNCHANGED,
+        breaker: object = UNCHANGED,
+        cool_down: object = UNCHANGED,
+        adaptive: object = UNCHANGED,
+    ) -> None:
+        """What is given of `limit`, `rate`, `on_failure`, `keep`, `breaker`, `cool_down` and `adaptive` (UNCHANGED:
+        not given) as the queue's settings."""
         values: dict[str, object] = {}
         if limit is not UNCHANGED:
             values["max_running"] = check_limit(limit)
@@ -40,12 +53,27 @@ class Queues:
                 burst=burst,
                 tokens=None,
                 refilled_at=None,
+                rate_set_per=None,  # the configured rate is the current one
             )
         if on_failure is not UNCHANGED:
             values["on_failure"] = OnFailure.parse(on_failure)
         if keep is not UNCHANGED:
             values["keep"] = check_keep(keep)
+        if (breaker, cool_down, adaptive) != (UNCHANGED,) * 3 or (rate is not UNCHANGED and values.get("rate_count")):
+            row = self._queues.settings(only=name).get(name, {})
+            period = self._shared.current()["period"]
+            values |= flow_settings(row, values, breaker, cool_down, adaptive, period)
         self._queues.put(self._known(name), **values)
+
+    def reset_breaker(self, name: str) -> None:
+        """Close queue `name`'s breaker and bring its rate back to the configured one (BadQueueInput: it has
+        neither a breaker nor an adaptive rate)."""
+        row = self._queues.settings(only=self._known(name)).get(name, {})
+        if not watched(row):
+            raise BadQueueInput(
+                "{0} {value} has no breaker and no adaptive rate: nothing to reset", "queue", value=name
+            )
+        self._store.breakers.reset(name, self._shared.current()["period"])
 
     def _known(self, name: str) -> str:
         if not self._queues.known(check_name(name)):

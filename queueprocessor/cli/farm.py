@@ -6,8 +6,9 @@ from dataclasses import asdict
 import click
 
 from ..nodeoptions import Seconds, node_options
+from ..rules.breaker import rate_text
 from ..rules.output import format_time, machine_label, print_json, print_table
-from ..rules.queues import UNCHANGED, OnFailure, Served, keep_text
+from ..rules.queues import UNCHANGED, OnFailure, QueueInfo, Served, keep_text
 from ..rules.states import HISTORY_COUNTS, Wish
 from .context import Context, pass_ctx
 from .options import QueueName
@@ -141,20 +142,34 @@ def _seconds(value: float | None) -> str:
 
 @click.group()
 def queue() -> None:
-    """Named queues: pause, resume, limit, rate, ordering policy and retention, farm-wide."""
+    """Named queues: pause, resume, limit, rate, ordering policy, retention, breaker and adaptive rate, farm-wide."""
 
 
 @queue.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
 @pass_ctx
 def queue_list(ctx: Context, as_json: bool) -> None:
-    """Every queue: waiting, running, limit, rate, order keys waiting, paused, how long its finished jobs are kept,
-    the machines serving it."""
+    """Every queue: waiting, running, limit, rate (configured, and what its claims allow now), breaker (its
+    state and failures counted), order keys waiting, paused, how long its finished jobs are kept, the machines
+    serving it."""
     infos = ctx.reader.queues()
     if as_json:
         return print_json({"queues": [asdict(q) | {"rate": q.rate and str(q.rate)} for q in infos]})
     print_table(
-        ["queue", "waiting", "running", "limit", "rate", "keys waiting", "state", "on failure", "keep", "serving"],
+        [
+            "queue",
+            "waiting",
+            "running",
+            "limit",
+            "rate",
+            "rate now",
+            "breaker",
+            "keys waiting",
+            "state",
+            "on failure",
+            "keep",
+            "serving",
+        ],
         [
             [
                 q.name,
@@ -162,6 +177,8 @@ def queue_list(ctx: Context, as_json: bool) -> None:
                 q.running,
                 q.limit or "-",
                 q.rate or "-",
+                _rate_now(q),
+                _breaker_text(q) if q.breaker else "-",
                 q.order_keys_waiting,
                 "paused" if q.paused else "active",
                 q.on_failure,
@@ -206,6 +223,15 @@ _queue_switch("resume", "Let a paused queue's jobs start again.", "resumed")
 )
 @click.option("--keep", metavar="TIME", help="Keep its finished jobs this long, e.g. 3d, 12h, 90min (or seconds).")
 @click.option("--no-keep", is_flag=True, help="Keep its finished jobs as long as the farm's default (keep_jobs).")
+@click.option("--breaker", metavar="N/TIME", help="Stop its claims after N failures within TIME, e.g. 5/60s.")
+@click.option("--no-breaker", is_flag=True, help="Remove the breaker.")
+@click.option("--cool-down", metavar="TIME", help="How long an open breaker waits before each canary (default 30s).")
+@click.option(
+    "--adaptive",
+    metavar="N/UNIT",
+    help="Throttled jobs (429, 503) lower its rate down to this floor, successes raise it back, e.g. 1/s.",
+)
+@click.option("--no-adaptive", is_flag=True, help="Keep its rate fixed.")
 @pass_ctx
 def queue_set(
     ctx: Context,
@@ -217,15 +243,28 @@ def queue_set(
     on_failure: str | None,
     keep: str | None,
     no_keep: bool,
+    breaker: str | None,
+    no_breaker: bool,
+    cool_down: str | None,
+    adaptive: str | None,
+    no_adaptive: bool,
 ) -> None:
-    """Change queue NAME's farm-wide limit, rate, ordering policy or retention (the rest stays as it is)."""
-    pairs = ((limit, no_limit, "limit"), (rate, no_rate, "rate"), (keep, no_keep, "keep"))
+    """Change queue NAME's farm-wide limit, rate, ordering policy, retention, breaker or adaptive rate (the rest
+    stays as it is)."""
+    pairs = (
+        (limit, no_limit, "limit"),
+        (rate, no_rate, "rate"),
+        (keep, no_keep, "keep"),
+        (breaker, no_breaker, "breaker"),
+        (adaptive, no_adaptive, "adaptive"),
+    )
     for given, removed, option in pairs:
         if given is not None and removed:
             raise click.UsageError(f"give --{option} or --no-{option}, not both")
-    if on_failure is None and all(given is None and not removed for given, removed, _ in pairs):
+    if on_failure is None and cool_down is None and all(given is None and not removed for given, removed, _ in pairs):
         raise click.UsageError(
-            "nothing to change: give --limit, --rate, --on-failure, --keep, --no-limit, --no-rate or --no-keep"
+            "nothing to change: give --limit, --rate, --on-failure, --keep, --breaker, --cool-down, --adaptive "
+            "or a --no- of one"
         )
     ctx.farm.set_queue(
         name,
@@ -233,12 +272,41 @@ def queue_set(
         rate=None if no_rate else UNCHANGED if rate is None else rate,
         on_failure=UNCHANGED if on_failure is None else OnFailure(on_failure),
         keep=None if no_keep else UNCHANGED if keep is None else keep,
+        breaker=None if no_breaker else UNCHANGED if breaker is None else breaker,
+        cool_down=UNCHANGED if cool_down is None else cool_down,
+        adaptive=None if no_adaptive else UNCHANGED if adaptive is None else adaptive,
     )
     info = ctx.farm.queue(name)
     click.echo(
         f"queue {name}: limit {info.limit or 'none'}, rate {info.rate or 'none'}, on failure {info.on_failure}, "
-        f"finished jobs kept {keep_text(info.keep)}"
+        f"finished jobs kept {keep_text(info.keep)}, breaker {_breaker_text(info)}, adaptive "
+        f"{'off' if info.adaptive_floor is None else 'floor ' + rate_text(info.adaptive_floor)}"
     )
+
+
+@queue.command("reset-breaker")
+@click.argument("name", type=QueueName())
+@pass_ctx
+def queue_reset_breaker(ctx: Context, name: str) -> None:
+    """Close queue NAME's breaker now and give it its configured rate back."""
+    ctx.farm.reset_breaker(name)
+    info = ctx.farm.queue(name)
+    click.echo(f"queue {name}: breaker {_breaker_text(info)}, rate {info.rate or 'none'}")
+
+
+def _breaker_text(info: QueueInfo) -> str:
+    """A queue's breaker as the CLI shows it: "5/60s closed (2 failures)", "none"."""
+    if info.breaker is None:
+        return "none"
+    return f"{info.breaker} {info.breaker_state} ({info.failures} failures)"
+
+
+def _rate_now(info: QueueInfo) -> str:
+    """The rate its claims allow now, marked when lowered below the configured one."""
+    if info.current_rate is None or info.rate is None:
+        return "-"
+    lowered = info.current_rate < info.rate.per_second * (1 - 1e-9)
+    return rate_text(info.current_rate) + (" (adapted)" if lowered else "")
 
 
 def _wish_command(wish: str, text: str) -> click.Command:

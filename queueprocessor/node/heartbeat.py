@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..rules.breaker import watched
 from ..rules.clock import Clock, OffsetEstimator
 from ..rules.events import machine_label
 from ..rules.logs import about, one_line
@@ -22,6 +23,7 @@ from ..rules.states import MachineState, Outcome, Wish
 from ..store.roster import FarmRead
 from ..store.stores import Store
 from .config import NodeConfig
+from .flowcount import FlowCount
 from .joined import Joined, OfJoinedNode
 from .runs import RunKey
 from .tally import Tally
@@ -61,6 +63,7 @@ class Member(Joined, Protocol):
     clock: Clock
     estimator: OffsetEstimator
     tally: Tally
+    flows: FlowCount
     turns: TurnTimer
     warmup: Warmup
 
@@ -94,9 +97,9 @@ class Heartbeat(OfJoinedNode):
         self.known = self._known.copy()
         self.upcoming: tuple[int, float | None] = (0, None)  # (farm read number, earliest occurrence to make)
         # Operators' queue settings as of `_queues_changed` (the heartbeat's read says when they change): which
-        # of our queues are paused or guarded by a farm-wide limit or rate.
+        # of our queues are paused or guarded by a farm-wide limit, rate or breaker.
         self.queue_settings: dict[str, dict[str, Any]] = {}
-        self.guarded: frozenset[str] = frozenset()  # ours with a farm-wide limit or rate: their claims lock
+        self.guarded: frozenset[str] = frozenset()  # ours with a farm-wide limit, rate or breaker: claims lock
         self._queues_changed: float | None = None
         self._checked_in = False
         self._streak_start = float("inf")
@@ -171,8 +174,9 @@ class Heartbeat(OfJoinedNode):
                 for name, row in self.queue_settings.items()
                 if self.config.served.serves(name)
                 and not row["paused"]
-                and (row["max_running"] is not None or row["rate_count"] is not None)
+                and (row["max_running"] is not None or row["rate_count"] is not None or watched(row))
             )
+            self.node.flows.watch(self.queue_settings)
         self.node.store.machines.heartbeat(
             self._me,
             state=self.node.state,

@@ -70,6 +70,7 @@ class Ending(NamedTuple):
     error: str | None = None
     retry_in: float | None = None  # requeue after this long, if attempts are left
     output: str | None = None
+    throttled: bool = False
 
     @property
     def state(self) -> JobState:

@@ -90,12 +90,21 @@ def check_keep(keep: object) -> float | None:
     a number of seconds, or text such as "3d", "12h", "90min", "2w"; BadQueueInput for anything else."""
     if keep is None:
         return None
-    seconds = keep
-    found = _KEEP.match(keep.lower()) if isinstance(keep, str) else None
+    seconds = seconds_in(keep)
+    if seconds is None or not 1 <= seconds <= MAX_KEEP:
+        raise BadQueueInput.out_of("keep", keep, "a time from 1s to 3650d: seconds, or a number and s, min, h, d or w")
+    return seconds
+
+
+def seconds_in(value: object) -> float | None:
+    """A time as typed: a number of seconds, or text such as "30s", "90min", "12h", "3d", "2w"; None if it is
+    neither (the caller says what it wanted)."""
+    seconds = value
+    found = _KEEP.match(value.lower()) if isinstance(value, str) else None
     if found and found.group(2) in _KEEP_UNITS:
         seconds = float(found.group(1)) * _KEEP_UNITS[found.group(2)]
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 1 <= seconds <= MAX_KEEP:
-        raise BadQueueInput.out_of("keep", keep, "a time from 1s to 3650d: seconds, or a number and s, min, h, d or w")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return None
     return float(seconds)
 
 
@@ -147,7 +156,7 @@ class Rate:
 @dataclass(frozen=True)
 class QueueInfo:
     """One queue as operators see it (Farm.queues()): `serving` names the live machines that take its work;
-    `limit` and `rate` are farm-wide."""
+    `limit` and `rate` (the configured one) are farm-wide."""
 
     name: str
     waiting: int
@@ -159,6 +168,14 @@ class QueueInfo:
     on_failure: OnFailure
     serving: tuple[str, ...]
     keep: float | None = None  # seconds its finished jobs are kept (None: the farm's default)
+    # Its breaker (rules/breaker.py), None: none: "N/Ws", the seconds before a canary, its state (closed, open,
+    # half-open, ramp), the failures counted in its current window.
+    breaker: str | None = None
+    cool_down: float | None = None
+    breaker_state: str | None = None
+    failures: int = 0
+    adaptive_floor: float | None = None  # its adaptive rate's floor, starts per second (None: not adaptive)
+    current_rate: float | None = None  # starts per second its claims allow now: `rate`'s, or lower while adapted
 
 
 @dataclass(frozen=True)

@@ -316,6 +316,35 @@ def _finished_jobs_by_range(conn: Connection) -> None:
         create_sql_functions(conn)
 
 
+# The qp_queues columns of breakers and adaptive rates (schema 15).
+FLOW_COLUMNS = (
+    "breaker_failures",
+    "breaker_window",
+    "breaker_cooldown",
+    "breaker_state",
+    "breaker_at",
+    "breaker_count",
+    "breaker_from",
+    "adapt_floor",
+    "adapt_at",
+    "adapt_throttled",
+    "rate_set_per",
+    "flow_version",
+)
+
+
+def _breakers_and_adaptive_rates(conn: Connection) -> None:
+    """14 to 15: a queue may have a breaker and an adaptive rate (rules/breaker.py): nullable columns of qp_queues,
+    NULL on every row (no queue has either). An older node still running beside it claims and finishes as before;
+    it knows no breaker: it neither counts failures nor honours an open breaker of a queue with no limit or rate
+    (its claim and housekeeping leave such a queue's jobs ungated), and a node of 15 honours it alone. Set a
+    breaker once every node runs 15."""
+    have = {column["name"] for column in inspect(conn).get_columns("qp_queues")}
+    for name in FLOW_COLUMNS:
+        if name not in have:
+            _add_column(conn, schema.queues.c[name])
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -331,6 +360,7 @@ STEPS = {
     11: _job_ids_never_reused,
     12: _storage_that_costs_what_work_needs,
     13: _finished_jobs_by_range,
+    14: _breakers_and_adaptive_rates,
 }
 
 
