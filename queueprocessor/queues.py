@@ -59,8 +59,8 @@ class Queues:
             values["on_failure"] = OnFailure.parse(on_failure)
         if keep is not UNCHANGED:
             values["keep"] = check_keep(keep)
-        if (breaker, cool_down, adaptive) != (UNCHANGED,) * 3 or (rate is not UNCHANGED and values.get("rate_count")):
-            row = self._queues.settings(only=name).get(name, {})
+        if (breaker, cool_down, adaptive, rate) != (UNCHANGED,) * 4:
+            row = self._queues.settings(only=self._known(name)).get(name, {})
             period = self._shared.current()["period"]
             values |= flow_settings(row, values, breaker, cool_down, adaptive, period)
         self._queues.put(self._known(name), **values)

@@ -17,6 +17,7 @@ from sqlalchemy import (
     exists,
     false,
     func,
+    literal,
     or_,
     select,
     true,
@@ -50,7 +51,7 @@ def _guarded(q: Any) -> Any:
 def _shut(q: Any) -> Any:
     """Queue row `q`'s breaker is open or half-open: its claims take one job (a canary) once breaker_at has come,
     none before (rules/breaker.py)."""
-    return q.c.breaker_state.in_(SHUT)
+    return or_(*(q.c.breaker_state == literal(state) for state in SHUT))  # no IN (...): claims are compiled once
 
 
 def holds_back(q: Any) -> Any:
@@ -103,7 +104,7 @@ def taken(dialect: str, n: Any) -> dict[str, Any]:
         running=case((q.c.max_running.isnot(None), q.c.running + n), else_=q.c.running),
         tokens=case((rated, bucket(dialect, q) - n), else_=q.c.tokens),
         refilled_at=case((rated, db_now()), else_=q.c.refilled_at),
-        breaker_state=case((_shut(q), HALF_OPEN), else_=q.c.breaker_state),
+        breaker_state=case((_shut(q), literal(HALF_OPEN)), else_=q.c.breaker_state),
         breaker_at=case((_shut(q), db_now() + func.coalesce(q.c.breaker_cooldown, COOL)), else_=q.c.breaker_at),
     )
 
