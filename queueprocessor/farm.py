@@ -437,26 +437,16 @@ class Farm:
         cool_down: object = UNCHANGED,
         adaptive: object = UNCHANGED,
     ) -> None:
-        """Change a queue's farm-wide settings: `limit` (most jobs running at once; None: no limit), `rate`
-        (a Rate or "10/s"; None: no rate), `on_failure` (OnFailure, for its order keys), `keep` (how long its
-        finished jobs are kept: seconds or "3d"; None: the farm's default, the nodes' keep_jobs), `breaker` (a
-        Breaker or "5/60s": that many failures within that time stop its claims; None: no breaker), `cool_down`
-        (seconds or "30s" before a canary; None: 30 s) and `adaptive` (a floor, a Rate or "1/s": throttled
-        endings lower its current rate down to it, successes raise it back to `rate`; None: off). Others stay."""
-        self._queues.set(
-            name,
-            limit=limit,
-            rate=rate,
-            on_failure=on_failure,
-            keep=keep,
-            breaker=breaker,
-            cool_down=cool_down,
-            adaptive=adaptive,
-        )
+        """Change a queue's farm-wide settings: `limit` (most jobs running at once), `rate` (a Rate or "10/s"),
+        `on_failure` (OnFailure, for its order keys), `keep` (how long its finished jobs are kept: seconds or "3d";
+        None: the nodes' keep_jobs), `breaker` ("5/60s": that many failures within that time stop its claims),
+        `cool_down` (before a canary: seconds or "30s"; None: 30 s), `adaptive` (a floor, "1/s": throttled endings
+        lower its current rate down to it, successes raise it back to `rate`). None removes one; others stay."""
+        flow = dict(breaker=breaker, cool_down=cool_down, adaptive=adaptive)
+        self._queues.set(name, limit=limit, rate=rate, on_failure=on_failure, keep=keep, **flow)
 
     def reset_breaker(self, name: str) -> None:
-        """Close queue `name`'s breaker now and give it its configured rate back (BadQueueInput: it has neither
-        a breaker nor an adaptive rate)."""
+        """Close queue `name`'s breaker now, at its configured rate (BadQueueInput: no breaker, no adaptive rate)."""
         self._queues.reset_breaker(name)
 
     # -- machines -----------------------------------------------------------

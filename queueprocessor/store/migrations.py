@@ -92,6 +92,7 @@ def _gated_jobs(conn: Connection) -> None:
     for index in schema.jobs.indexes:
         if index.name in ("ix_qp_jobs_queued", "ix_qp_jobs_gated"):
             index.create(conn)
+    _breakers_and_adaptive_rates(conn)  # the flags follow the queue rows as they are now, breakers included (15)
     for statement in regate_statements():
         conn.execute(statement)
 

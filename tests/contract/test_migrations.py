@@ -13,7 +13,7 @@ from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.roster import KnownMachines
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
-from queueprocessor.store.migrations import PAYLOAD_INDEX_BEFORE_13, QUEUED_BEFORE_6
+from queueprocessor.store.migrations import FLOW_COLUMNS, PAYLOAD_INDEX_BEFORE_13, QUEUED_BEFORE_6
 from queueprocessor.store.sqlfunctions import create_sql_functions
 from queueprocessor.store.types import ClaimRequest, Plan, Progress
 
@@ -85,10 +85,19 @@ def notify_each_insert(conn) -> None:
     )
 
 
+def make_version_14(url: str) -> None:
+    """A farm database as schema version 14 left it: qp_queues without the columns of breakers and adaptive rates."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        for column in FLOW_COLUMNS:
+            drop_column(conn, "qp_queues", column)
+        set_version(conn, 14)
+
+
 def make_version_13(url: str) -> None:
     """A farm database as schema version 13 left it: on PostgreSQL qp_jobs, qp_runs and qp_payloads in one table each,
     keys and running order keys unique by qp_jobs' own indexes, no side tables."""
-    Farm(url).close()
+    make_version_14(url)
     with rewriting(url) as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("DROP TABLE qp_job_keys, qp_running_order_keys"))
@@ -294,7 +303,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "14"
+        assert version == CURRENT == "15"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -773,3 +782,24 @@ def test_a_version_13_database_gets_its_jobs_by_range_in_place_with_every_row_an
                 payloads = conn.execute(text("SELECT job_id FROM qp_payloads")).scalars().all()
                 assert payloads == [made[1]]
         assert version == str(schema.SCHEMA_VERSION)
+
+
+def test_a_version_14_database_gets_breakers_and_adaptive_rates_in_place(db_url):
+    make_version_14(db_url)
+    with rewriting(db_url) as conn:
+        conn.execute(insert(schema.queues).values(name="api", paused=False, max_running=2, changed_at=0))
+    with Farm(db_url) as farm:
+        [job] = farm.enqueue(farm.http_spec("/x", queue="api"))
+        assert farm.queue("api").limit == 2 and farm.queue("api").breaker is None, "its settings kept, no breaker"
+        farm.set_queue("api", breaker="2/60s", rate="5/s", adaptive="1/s")
+        info = farm.queue("api")
+        assert (info.breaker, info.breaker_state, str(info.rate), info.adaptive_floor) == (
+            "2/60s",
+            "closed",
+            "5/s",
+            1.0,
+        )
+        me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        assert [
+            c.id for c in farm._store.jobs.claim(ClaimRequest(me, 4, 30.0, plan=Plan(alone=(("api", 4, True),))))
+        ] == [job]

@@ -15,6 +15,7 @@ Routes:
     /fails-once/<seconds> -> after sleeping, 500 to the first of its X-QP-Job's
                         requests to finish the sleep, 200 to later ones (a step
                         that fails once and succeeds when retried)
+    /flaky -> 500 while `down` is set, else 200 (a service that fails for a while, then recovers)
     POST /write/<name> -> 200 if X-QP-Fence >= the X-QP-Job's highest accepted fence,
                           else 409 (also when either header is missing)
     anything else -> 404
@@ -54,6 +55,7 @@ class HttpTarget:
         self._fences: dict[object, int] = {}  # job -> highest accepted fence
         self._failed_once: set[object] = set()  # jobs /fails-once/ has failed
         self._stopping = threading.Event()
+        self.down = threading.Event()  # /flaky fails while set
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
         self._server.daemon_threads = False  # let stop() join request threads
         self._server.handle_error = _ignore_hang_ups(self._server.handle_error)
@@ -215,6 +217,8 @@ def _handler_class(target: HttpTarget) -> type[BaseHTTPRequestHandler]:
                     return 200
                 case ["fail"]:
                     return 500
+                case ["flaky"]:
+                    return 500 if target.down.is_set() else 200
                 case ["redirect", *rest]:
                     record["location"] = "/" + "/".join(rest)
                     return 302
