@@ -15,7 +15,7 @@ from queueprocessor.rules.job import JobSpec
 from queueprocessor.store.schema import queues
 from queueprocessor.store.types import ClaimRequest, Plan
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
-from tests.support.work import PYJOBS
+from tests.support.work import PYJOBS, run_cli
 
 NOOP = f"{PYJOBS}:noop"
 LOCKED = Plan(alone=(("api", 8, True),))  # a node that knows api as guarded (its breaker makes it so)
@@ -156,3 +156,26 @@ def test_throttled_endings_cut_the_current_rate_and_keep_the_configured_one(farm
         farm.set_queue("api", breaker="often")
     farm.set_queue("api", adaptive=None, breaker=None)
     assert farm.queue("api").adaptive_floor is None and farm.queue("api").breaker is None
+
+
+def test_the_cli_sets_shows_and_resets_a_breaker_and_refuses_bad_input_in_one_line(farm, capsys):
+    url = farm.url
+    farm._store.jobs.enqueue(JobSpec("python", NOOP, queue="api"))
+    assert run_cli("--db", url, "queue", "set", "api", "--rate", "10/s", "--breaker", "3/60s", "--adaptive", "1/s") == 0
+    assert "breaker 3/60s closed (0 failures), adaptive floor 1/s" in capsys.readouterr().out
+    note(farm, throttled=2)  # the rate halved
+    note(farm, failed=1)  # the third failure within the window opens it
+    assert run_cli("--db", url, "queue", "list") == 0
+    [row] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("api ")]
+    assert "10/s" in row and "5/s (adapted)" in row and "3/60s open (0 failures)" in row
+    assert run_cli("--db", url, "queue", "reset-breaker", "api") == 0
+    assert capsys.readouterr().out == "queue api: breaker 3/60s closed (0 failures), rate 10/s\n"
+    for bad, words in (
+        (("--breaker", "often"), "'often' is not a breaker: use N/TIME"),
+        (("--cool-down", "soon"), "--cool-down must be a time from 1s to 1d"),
+        (("--adaptive", "20/s"), "a floor below the queue's rate, 10/s"),
+        (("--breaker", "3/60s", "--no-breaker"), "give --breaker or --no-breaker, not both"),
+    ):
+        assert run_cli("--db", url, "queue", "set", "api", *bad) != 0
+        err = capsys.readouterr().err.strip()
+        assert words in err and len(err.splitlines()) == 1, err
