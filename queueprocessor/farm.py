@@ -31,7 +31,8 @@ from .rules.clock import Clock
 from .rules.errors import DatabaseUnavailable, QPError
 from .rules.fairness import KeyUse
 from .rules.job import JobOptions, JobSpec
-from .rules.queues import UNCHANGED, QueueInfo
+from .rules.queue_settings import QueueSettings
+from .rules.queues import QueueInfo
 from .rules.roster import Liveness
 from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, Recurrence
 from .rules.search import BulkAction, JobFilter
@@ -431,37 +432,15 @@ class Farm:
         """Start the jobs of a paused queue again, from the next claim on."""
         self._queues.pause(name, False)
 
-    def set_queue(
-        self,
-        name: str,
-        *,
-        limit: object = UNCHANGED,
-        rate: object = UNCHANGED,
-        on_failure: object = UNCHANGED,
-        keep: object = UNCHANGED,
-        fair: object = UNCHANGED,
-        key_limit: object = UNCHANGED,
-        key_rate: object = UNCHANGED,
-        fair_from: object = UNCHANGED,
-    ) -> None:
-        """Change a queue's farm-wide settings: `limit` (most jobs running at once; None: no limit), `rate`
-        (a Rate or "10/s"; None: no rate), `on_failure` (OnFailure, for its order keys), `keep` (how long its
-        finished jobs are kept: seconds or "3d"; None: the farm's default, the nodes' keep_jobs), `fair` (True:
-        claims share it across the jobs' fairness keys by weight), `key_limit` (most units, the jobs' costs, running
-        at once per fairness key; None: none), `key_rate` (most units started per fairness key, a Rate or "5/s";
-        None: none) and `fair_from` (where a job enqueued without a fairness key takes one: "order_key" or
-        "payload.FIELD"; None: nowhere). Others stay (docs/design.md §9)."""
-        self._queues.set(
-            name,
-            limit=limit,
-            rate=rate,
-            on_failure=on_failure,
-            keep=keep,
-            fair=fair,
-            key_limit=key_limit,
-            key_rate=key_rate,
-            fair_from=fair_from,
-        )
+    def set_queue(self, name: str, **settings: Unpack[QueueSettings]) -> None:
+        """Change what is given of a queue's farm-wide settings (QueueSettings says what each is; None removes one;
+        others stay): its limit, rate, order keys' failure policy, retention, fair share, limit and rate per
+        fairness key, where keyless jobs take their key, breaker and adaptive rate (docs/design.md §9)."""
+        self._queues.set(name, **settings)
+
+    def reset_breaker(self, name: str) -> None:
+        """Close queue `name`'s breaker now, at its configured rate (BadQueueInput: no breaker, no adaptive rate)."""
+        self._queues.reset_breaker(name)
 
     # -- machines -----------------------------------------------------------
 

@@ -28,7 +28,7 @@ from .rules.errors import DuplicateKey, InvalidJob, NotFound, QPError, echoed
 from .rules.job import JobSpec
 from .rules.output import machine_label
 from .rules.states import JobState, Kind
-from .store.jobs import SINGLETON_PREFIX
+from .store.inserts import SINGLETON_PREFIX
 from .store.stores import Store
 
 log = logging.getLogger("queueprocessor.singletons")

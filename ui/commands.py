@@ -127,6 +127,12 @@ class Commands:
             _saying(lambda farm: farm.resume_queue(name), "resumed: its jobs start again (within a heartbeat)"),
         )
 
+    def reset_breaker(self, name: str) -> None:
+        self.run(
+            f"Reset the breaker of queue {name}",
+            _saying(lambda farm: farm.reset_breaker(name), "breaker closed: its jobs start at its configured rate"),
+        )
+
     def set_queue(self, name: str, changes: dict) -> None:
         """`changes`: Farm.set_queue's keywords for what the operator changed (None lifts a limit or rate)."""
 

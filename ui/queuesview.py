@@ -1,7 +1,7 @@
 """The Queues tab: every named queue with its counts, limits and serving machines, and its jobs over time.
 
-A table on top (waiting, running, limit, rate, order keys, failure policy,
-the live machines serving it) and below it a small chart per queue. A queue
+A table on top (waiting, running, limit, rate and the rate its claims allow now, its breaker's state, order keys,
+failure policy, the live machines serving it) and below it a small chart per queue. A queue
 no live machine serves is flagged: its jobs are accepted but wait until a
 machine that serves it joins. Right-click a queue (in the table or on its
 chart) to pause, resume or edit its limit and rate. Like the Schedules tab,
@@ -16,6 +16,7 @@ from dataclasses import fields
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QMenu, QSplitter, QVBoxLayout, QWidget
 
+from queueprocessor.rules.breaker import SHUT, rate_text
 from queueprocessor.rules.queues import QueueInfo
 from queueprocessor.rules.states import SERVING
 
@@ -56,7 +57,36 @@ def _optional(value) -> str:
     return "none" if value is None else str(value)
 
 
+def _breaker(row: dict) -> str:
+    """A breaker's cell: its state and the failures counted toward its setting ("open", "closed · 2/5 in 60s")."""
+    if row["breaker"] is None:
+        return "none"
+    if row["breaker_state"] != "closed":
+        return row["breaker_state"]
+    failures, window = row["breaker"].split("/")
+    return f"closed · {row['failures']}/{failures} in {window}"
+
+
+def _rate_now(row: dict) -> str:
+    """The rate its claims allow now, marked when an adaptive rate or a breaker's ramp lowered it."""
+    if row["current_rate"] is None:
+        return "none"
+    lowered = row["rate"] is not None and row["current_rate"] < row["rate"].per_second * (1 - 1e-9)
+    return rate_text(row["current_rate"]) + (" ↓" if lowered else "")
+
+
+def _shut_or_lowered(info: QueueInfo) -> bool:
+    """Is there something for a reset to undo: its breaker not closed, or its rate below the configured one?"""
+    lowered = info.rate is not None and (info.current_rate or 0.0) < info.rate.per_second * (1 - 1e-9)
+    return info.breaker_state not in (None, "closed") or lowered
+
+
 def _queue_tip(row: dict, _context) -> str | None:
+    if row["breaker_state"] in SHUT:
+        return (
+            f"{row['name']}'s breaker is {row['breaker_state']}: its claims stop but for one canary job each "
+            f"{row['cool_down']:g} s; a canary that passes ramps its rate back up (queue reset-breaker closes it)"
+        )
     if row["state"] is QueueState.UNSERVED:
         return (
             f"No live machine serves {row['name']}: its {row['waiting']:,} waiting jobs start when a node "
@@ -69,6 +99,11 @@ def _queue_tip(row: dict, _context) -> str | None:
 
 # Unserved queues stand out as dead machines do; paused ones as paused schedules do.
 MARKS = {QueueState.UNSERVED: Mark.ALARM, QueueState.PAUSED: Mark.PAUSED}
+
+
+def _mark(row: dict) -> Mark | None:
+    """An open or half-open breaker stands out as a queue nobody serves does: its jobs wait."""
+    return Mark.ALARM if row["breaker_state"] in SHUT else MARKS.get(row["state"])
 
 
 class QueuesModel(SnapshotModel):
@@ -101,6 +136,21 @@ class QueuesModel(SnapshotModel):
             "Most starts of this queue's jobs per second, minute or hour, farm-wide",
         ),
         Column(
+            "Rate now",
+            lambda r, c: _rate_now(r),
+            lambda r, c: r["current_rate"] or 0.0,
+            True,
+            "What its claims allow now, per second: its rate, or lower (↓) while throttled endings keep it down "
+            "(adaptive) or its breaker ramps it back up",
+        ),
+        Column(
+            "Breaker",
+            lambda r, c: _breaker(r),
+            icon=dot(theme.BREAKER_STATE, "breaker_state"),
+            tip="closed (failures counted within its window); open (its claims stop); half-open (one canary job "
+            "per cool-down); ramp (a canary passed: its rate comes back by steps)",
+        ),
+        Column(
             "Order keys",
             lambda r, c: f"{r['order_keys_waiting']:,}",
             "order_keys_waiting",
@@ -121,7 +171,7 @@ class QueuesModel(SnapshotModel):
             cell_tip=lambda r, c: _machines(r) or None,
         ),
     ]
-    row_styles = marked(lambda row: MARKS.get(row["state"]), _queue_tip)
+    row_styles = marked(_mark, _queue_tip)
 
 
 class QueuesView(QWidget):
@@ -135,7 +185,10 @@ class QueuesView(QWidget):
         self.dialog: QueueDialog | None = None
         self.model = QueuesModel(self)
         self.table = table(
-            self.model, (120, 96, 70, 70, 56, 70, 80, 76, 200), order=Qt.SortOrder.AscendingOrder, menu=self._table_menu
+            self.model,
+            (120, 96, 70, 70, 56, 70, 80, 110, 80, 76, 200),
+            order=Qt.SortOrder.AscendingOrder,
+            menu=self._table_menu,
         )
         self.table.setToolTip("Right-click a queue to pause, resume or change its limit and rate")
         self.charts = QueueCharts()
@@ -209,7 +262,7 @@ class QueuesView(QWidget):
             self.show_menu(index.data(ROW_ROLE)["name"], self.table.viewport().mapToGlobal(position))
 
     def show_menu(self, name: str, where: QPoint) -> None:
-        """Pause, Resume and Limit and rate for one queue, at a global position."""
+        """Pause, Resume, Limit and rate, and Reset the breaker for one queue, at a global position."""
         info = self.queues.get(name)
         if info is None:
             return
@@ -219,6 +272,12 @@ class QueuesView(QWidget):
             ("pause", f"Pause queue {name}", not info.paused, lambda: self.commands.pause_queue(name)),
             ("resume", f"Resume queue {name}", info.paused, lambda: self.commands.resume_queue(name)),
             ("limit", f"Limit and rate of {name}…", True, lambda: self.edit(info)),
+            (
+                "resume",
+                f"Reset the breaker of {name}",
+                _shut_or_lowered(info),
+                lambda: self.commands.reset_breaker(name),
+            ),
         ):
             action = menu.addAction(theme.icon(icon), label)
             action.setEnabled(enabled and not self.watch_only)

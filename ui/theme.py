@@ -58,6 +58,13 @@ QUEUE_STATE: dict[str, str] = {
     QueueState.PAUSED: MACHINE_STATE[MachineState.PAUSED],
     QueueState.UNSERVED: MACHINE_STATE[MachineState.DEAD],
 }
+# A queue's breaker (rules/breaker.py): closed as an active machine, open as a dead one, trying again as a paused one.
+BREAKER_STATE: dict[str, str] = {
+    "closed": MACHINE_STATE[MachineState.ACTIVE],
+    "open": MACHINE_STATE[MachineState.DEAD],
+    "half-open": MACHINE_STATE[MachineState.PAUSED],
+    "ramp": MACHINE_STATE[MachineState.PAUSED],
+}
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,14 @@
 `drain`), its queues (`queue`), and its past (`turns`, `stats`, `events`)."""
 
 from dataclasses import asdict
+from typing import Any
 
 import click
 
 from ..nodeoptions import Seconds, node_options
+from ..rules.breaker import rate_text
 from ..rules.output import format_time, machine_label, print_json, print_table
-from ..rules.queues import UNCHANGED, OnFailure, QueueInfo, Served, keep_text
+from ..rules.queues import OnFailure, QueueInfo, Served, keep_text
 from ..rules.states import HISTORY_COUNTS, Wish
 from .context import Context, pass_ctx
 from .options import QueueName
@@ -141,15 +143,16 @@ def _seconds(value: float | None) -> str:
 
 @click.group()
 def queue() -> None:
-    """Named queues: pause, resume, limit, rate, ordering policy and retention, farm-wide."""
+    """Named queues: pause, resume, limit, rate, ordering policy, retention, breaker and adaptive rate, farm-wide."""
 
 
 @queue.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
 @pass_ctx
 def queue_list(ctx: Context, as_json: bool) -> None:
-    """Every queue: waiting, running, limit, rate, order keys waiting, paused, how long its finished jobs are kept,
-    the machines serving it."""
+    """Every queue: waiting, running, limit, rate (configured, and what its claims allow now), breaker (its
+    state and failures counted), order keys waiting, paused, how long its finished jobs are kept, the machines
+    serving it."""
     infos = ctx.reader.queues()
     if as_json:
         shown = [
@@ -163,6 +166,8 @@ def queue_list(ctx: Context, as_json: bool) -> None:
             "running",
             "limit",
             "rate",
+            "rate now",
+            "breaker",
             "per key",
             "keys waiting",
             "state",
@@ -177,6 +182,8 @@ def queue_list(ctx: Context, as_json: bool) -> None:
                 q.running,
                 q.limit or "-",
                 q.rate or "-",
+                _rate_now(q),
+                _breaker_text(q) if q.breaker else "-",
                 _per_key(q),
                 q.order_keys_waiting,
                 "paused" if q.paused else "active",
@@ -275,61 +282,68 @@ _queue_switch("resume", "Let a paused queue's jobs start again.", "resumed")
     help="Where a job enqueued without --fair-key takes its key: order_key, or payload.FIELD (e.g. payload.tenant).",
 )
 @click.option("--no-fair-from", is_flag=True, help="Jobs enqueued without a fairness key have none.")
+@click.option("--breaker", metavar="N/TIME", help="Stop its claims after N failures within TIME, e.g. 5/60s.")
+@click.option("--no-breaker", is_flag=True, help="Remove the breaker.")
+@click.option("--cool-down", metavar="TIME", help="How long an open breaker waits before each canary (default 30s).")
+@click.option(
+    "--adaptive",
+    metavar="N/UNIT",
+    help="Throttled jobs (429, 503) lower its rate down to this floor, successes raise it back, e.g. 1/s.",
+)
+@click.option("--no-adaptive", is_flag=True, help="Keep its rate fixed.")
 @pass_ctx
-def queue_set(
-    ctx: Context,
-    name: str,
-    limit: int | None,
-    no_limit: bool,
-    rate: str | None,
-    no_rate: bool,
-    on_failure: str | None,
-    keep: str | None,
-    no_keep: bool,
-    fair: bool | None,
-    key_limit: int | None,
-    no_key_limit: bool,
-    key_rate: str | None,
-    no_key_rate: bool,
-    fair_from: str | None,
-    no_fair_from: bool,
-) -> None:
-    """Change queue NAME's farm-wide limit, rate, ordering policy, fair share, limit per key or retention (the rest
-    stays as it is)."""
-    pairs = (
-        (limit, no_limit, "limit"),
-        (rate, no_rate, "rate"),
-        (keep, no_keep, "keep"),
-        (key_limit, no_key_limit, "key-limit"),
-        (key_rate, no_key_rate, "key-rate"),
-        (fair_from, no_fair_from, "fair-from"),
-    )
-    for given, removed, option in pairs:
-        if given is not None and removed:
+def queue_set(ctx: Context, /, name: str, **given: Any) -> None:
+    """Change queue NAME's farm-wide limit, rate, ordering policy, retention, fair share, limit and rate per key, the
+    source of keyless jobs' keys, breaker or adaptive rate (the rest stays as it is)."""
+    settings: dict[str, Any] = {setting: given[setting] for setting in _PLAIN if given[setting] is not None}
+    for setting in _REMOVABLE:
+        option = setting.replace("_", "-")
+        if given[setting] is not None and given[f"no_{setting}"]:
             raise click.UsageError(f"give --{option} or --no-{option}, not both")
-    if on_failure is None and fair is None and all(given is None and not removed for given, removed, _ in pairs):
-        raise click.UsageError(
-            "nothing to change: give --limit, --rate, --on-failure, --keep, --fair, --key-limit, --key-rate, "
-            "--fair-from or their --no- forms"
-        )
-    ctx.farm.set_queue(
-        name,
-        limit=None if no_limit else UNCHANGED if limit is None else limit,
-        rate=None if no_rate else UNCHANGED if rate is None else rate,
-        on_failure=UNCHANGED if on_failure is None else OnFailure(on_failure),
-        keep=None if no_keep else UNCHANGED if keep is None else keep,
-        fair=UNCHANGED if fair is None else fair,
-        key_limit=None if no_key_limit else UNCHANGED if key_limit is None else key_limit,
-        key_rate=None if no_key_rate else UNCHANGED if key_rate is None else key_rate,
-        fair_from=None if no_fair_from else UNCHANGED if fair_from is None else fair_from,
-    )
+        if given[f"no_{setting}"] or given[setting] is not None:
+            settings[setting] = None if given[f"no_{setting}"] else given[setting]
+    if not settings:
+        named = ", ".join(f"--{s.replace('_', '-')}" for s in (*_REMOVABLE, *_PLAIN))
+        raise click.UsageError(f"nothing to change: give one of {named}, or a --no- form")
+    ctx.farm.set_queue(name, **settings)
     info = ctx.farm.queue(name)
     click.echo(
         f"queue {name}: limit {info.limit or 'none'}, rate {info.rate or 'none'}, on failure {info.on_failure}, "
         f"{'fair share by key' if info.fair else 'priority, then age'}, limit per key {info.key_limit or 'none'}, "
         f"rate per key {info.key_rate or 'none'}, keys from {info.fair_from or 'the jobs'}, "
-        f"finished jobs kept {keep_text(info.keep)}"
+        f"finished jobs kept {keep_text(info.keep)}, breaker {_breaker_text(info)}, adaptive "
+        f"{'off' if info.adaptive_floor is None else 'floor ' + rate_text(info.adaptive_floor)}"
     )
+
+
+# `queue set`'s settings with a --no- form that removes them, and those without.
+_REMOVABLE = ("limit", "rate", "keep", "key_limit", "key_rate", "fair_from", "breaker", "adaptive")
+_PLAIN = ("on_failure", "fair", "cool_down")
+
+
+@queue.command("reset-breaker")
+@click.argument("name", type=QueueName())
+@pass_ctx
+def queue_reset_breaker(ctx: Context, name: str) -> None:
+    """Close queue NAME's breaker now and give it its configured rate back."""
+    ctx.farm.reset_breaker(name)
+    info = ctx.farm.queue(name)
+    click.echo(f"queue {name}: breaker {_breaker_text(info)}, rate {info.rate or 'none'}")
+
+
+def _breaker_text(info: QueueInfo) -> str:
+    """A queue's breaker as the CLI shows it: "5/60s closed (2 failures)", "none"."""
+    if info.breaker is None:
+        return "none"
+    return f"{info.breaker} {info.breaker_state} ({info.failures} failures)"
+
+
+def _rate_now(info: QueueInfo) -> str:
+    """The rate its claims allow now, marked when lowered below the configured one."""
+    if info.current_rate is None or info.rate is None:
+        return "-"
+    lowered = info.current_rate < info.rate.per_second * (1 - 1e-9)
+    return rate_text(info.current_rate) + (" (adapted)" if lowered else "")
 
 
 def _wish_command(wish: str, text: str) -> click.Command:

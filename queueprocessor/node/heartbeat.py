@@ -23,6 +23,7 @@ from ..rules.states import MachineState, Outcome, Wish
 from ..store.roster import FarmRead
 from ..store.stores import Store
 from .config import NodeConfig
+from .flowcount import FlowCount
 from .joined import Joined, OfJoinedNode
 from .runs import RunKey
 from .tally import Tally
@@ -62,6 +63,7 @@ class Member(Joined, Protocol):
     clock: Clock
     estimator: OffsetEstimator
     tally: Tally
+    flows: FlowCount
     turns: TurnTimer
     warmup: Warmup
 
@@ -95,7 +97,7 @@ class Heartbeat(OfJoinedNode):
         self.known = self._known.copy()
         self.upcoming: tuple[int, float | None] = (0, None)  # (farm read number, earliest occurrence to make)
         # Operators' queue settings as of `_queues_changed` (the heartbeat's read says when they change): which
-        # of our queues are paused or guarded by a farm-wide limit or rate.
+        # of our queues are paused or guarded by a farm-wide limit, rate or breaker.
         self.queue_settings: dict[str, dict[str, Any]] = {}
         self.guarded: frozenset[str] = frozenset()  # ours held back (rules.queues.guarded): their claims lock
         self.keyed: frozenset[str] = frozenset()  # those of them with a limit or rate per key: their claims keep it
@@ -173,6 +175,7 @@ class Heartbeat(OfJoinedNode):
             }
             self.guarded = frozenset(name for name, row in held.items() if guarded(row))
             self.keyed = frozenset(name for name, row in held.items() if per_key(row))
+            self.node.flows.watch(self.queue_settings)
         self.node.store.machines.heartbeat(
             self._me,
             state=self.node.state,

@@ -72,6 +72,7 @@ from ..store.database import unreachable
 from ..store.stores import Store
 from ..version import __version__
 from .config import NodeConfig
+from .flowcount import FlowCount
 from .heartbeat import Heartbeat
 from .push import Listener, where_to_listen
 from .runner import JobRunner
@@ -99,6 +100,7 @@ class Node:
         self.estimator = OffsetEstimator(self.clock)
         self.executors = executors or make_executors(config.allow, config.http_base, config.command_env)
         self.tally = Tally()  # what the metrics count (queueprocessor.tally)
+        self.flows = FlowCount(store, config.period)  # endings counted for breakers and adaptive rates
         self.instance = uuid.uuid4().hex
         self.id: int | None = None
         self.runner: JobRunner | None = None
@@ -243,6 +245,7 @@ class Node:
                 self.config.fenced_grace,
                 self.config.leash,
                 on_failure=self._failed,
+                flows=self.flows,
             )
             self.runner.start()
             undo.callback(self.runner.stop)

@@ -12,6 +12,7 @@ from ..rules.job import Ending
 from ..rules.logs import about
 from ..rules.states import Outcome
 from ..store.stores import Store
+from .flowcount import FlowCount
 from .runs import Running, retry_in
 
 log = logging.getLogger("queueprocessor.runner")
@@ -32,7 +33,8 @@ class Recorder:
     The writes themselves (record_many) run in a thread of the loop's executor.
 
     It is given what it uses of its runner, not the runner: `working()`, how many jobs are at work (whether to
-    linger), and `written(done)`, told of the runs whose end is written or given up on."""
+    linger), and `written(done)`, told of the runs whose end is written or given up on; and `flows`, which counts
+    each written batch for the queues with a breaker or an adaptive rate."""
 
     def __init__(
         self,
@@ -42,9 +44,11 @@ class Recorder:
         db_now: Callable[[], float],
         working: Callable[[], int],
         written: Callable[[list[tuple[Running, Outcome]]], None],
+        flows: FlowCount | None = None,
     ):
         self.loop, self.store, self.machine_id, self.db_now = loop, store, machine_id, db_now
         self.working, self.written = working, written
+        self.flows = flows  # counts endings for the queues with a breaker or an adaptive rate
         self.waiting: list[Running] = []  # ended, their `ending` not written yet
         self.busy = False
         self.task: asyncio.Task[None] | None = None  # the writer (_write), while busy
@@ -125,6 +129,8 @@ class Recorder:
                     )
                     done.append((entry, Outcome.LOST))
         else:
+            if self.flows is not None:
+                self.flows.written(endings, states)
             debug = log.isEnabledFor(logging.DEBUG)
             for entry, state in zip(ending, states):
                 assert entry.ending is not None

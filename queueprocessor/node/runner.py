@@ -34,6 +34,7 @@ from ..rules.states import Kind, Outcome
 from ..store.stores import Store
 from ..store.types import Progress
 from .batches import Batches
+from .flowcount import FlowCount
 from .recorder import Recorder
 from .runs import (
     EXHAUSTED,
@@ -78,13 +79,15 @@ class JobRunner:
         fenced_grace: float = 0.1,
         leash: float = math.inf,
         on_failure: Callable[[str], None] = lambda _why: None,
+        flows: FlowCount | None = None,
     ):
         """`on_done(job, outcome)` once a job's result is written; `on_room()` as soon as jobs' work is over,
         before that write (see room), and again once their results are written (one call for the jobs of a pass of
         the loop, or of a batch). `tally` counts claims, durations and endings for the node's metrics.
         `fenced_grace`: how long a job stopped for a lost lease may take to end by itself before it is forced
         (see JobContext.grace): its stop must be over before the lease runs out. `leash`: see work_deadline.
-        `on_failure(why)` if the loop is interrupted (the node then stops, as when one of its threads dies)."""
+        `on_failure(why)` if the loop is interrupted (the node then stops, as when one of its threads dies).
+        `flows` counts the written endings of queues with a breaker or an adaptive rate (see Recorder)."""
         self.store = store
         self.machine_id = machine_id
         self._read_results = store.flows.results  # what a job's parents returned, read when it asks (JobContext)
@@ -107,7 +110,7 @@ class JobRunner:
         self._lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._serve, name="qp-runner", daemon=True)
-        self.recorder = Recorder(self.loop, store, machine_id, db_now, self.working, self._written)
+        self.recorder = Recorder(self.loop, store, machine_id, db_now, self.working, self._written, flows)
         self.batches = Batches(self.loop, executors, db_now, self._execute, self._ended)
 
     def start(self) -> None:

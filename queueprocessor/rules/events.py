@@ -30,6 +30,12 @@ class EventKind(StrEnum):
     QUEUE_KEY_LIMITED = "queue.key_limited"  # its limit per key set or lifted
     QUEUE_KEY_RATED = "queue.key_rated"  # its rate per key set or lifted
     QUEUE_KEEP = "queue.keep"  # how long its finished jobs are kept, set or back to the farm's default
+    QUEUE_BREAKER = "queue.breaker"  # its breaker (and cool-down) set or removed, or reset by an operator
+    QUEUE_ADAPTIVE = "queue.adaptive"  # its adaptive rate set or removed
+    QUEUE_BREAKER_OPENED = "queue.breaker_opened"  # its failures opened its breaker (or a canary's reopened it)
+    QUEUE_BREAKER_RAMP = "queue.breaker_ramp"  # a canary passed: its rate ramps back up
+    QUEUE_BREAKER_CLOSED = "queue.breaker_closed"  # the ramp ended (or a canary passed, for a queue with no rate)
+    QUEUE_RATE_ADAPTED = "queue.rate_adapted"  # its current rate cut or raised (the detail has old and new)
     SCHEDULE_ADDED = "schedule.added"
     SCHEDULE_EDITED = "schedule.edited"
     SCHEDULE_RUN = "schedule.run"  # run now, once, by hand

@@ -91,12 +91,21 @@ def check_keep(keep: object) -> float | None:
     a number of seconds, or text such as "3d", "12h", "90min", "2w"; BadQueueInput for anything else."""
     if keep is None:
         return None
-    seconds = keep
-    found = _KEEP.match(keep.lower()) if isinstance(keep, str) else None
+    seconds = seconds_in(keep)
+    if seconds is None or not 1 <= seconds <= MAX_KEEP:
+        raise BadQueueInput.out_of("keep", keep, "a time from 1s to 3650d: seconds, or a number and s, min, h, d or w")
+    return seconds
+
+
+def seconds_in(value: object) -> float | None:
+    """A time as typed: a number of seconds, or text such as "30s", "90min", "12h", "3d", "2w"; None if it is
+    neither (the caller says what it wanted)."""
+    seconds = value
+    found = _KEEP.match(value.lower()) if isinstance(value, str) else None
     if found and found.group(2) in _KEEP_UNITS:
         seconds = float(found.group(1)) * _KEEP_UNITS[found.group(2)]
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 1 <= seconds <= MAX_KEEP:
-        raise BadQueueInput.out_of("keep", keep, "a time from 1s to 3650d: seconds, or a number and s, min, h, d or w")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return None
     return float(seconds)
 
 
@@ -148,7 +157,7 @@ class Rate:
 @dataclass(frozen=True)
 class QueueInfo:
     """One queue as operators see it (Farm.queues()): `serving` names the live machines that take its work;
-    `limit` and `rate` are farm-wide."""
+    `limit` and `rate` (the configured one) are farm-wide."""
 
     name: str
     waiting: int
@@ -164,6 +173,14 @@ class QueueInfo:
     key_limit: int | None = None  # most units running at once per fairness key
     key_rate: Rate | None = None  # most units started per fairness key over time
     fair_from: str | None = None  # where a job enqueued without a fairness key takes one
+    # Its breaker (rules/breaker.py), None: none: "N/Ws", the seconds before a canary, its state (closed, open,
+    # half-open, ramp), the failures counted in its current window.
+    breaker: str | None = None
+    cool_down: float | None = None
+    breaker_state: str | None = None
+    failures: int = 0
+    adaptive_floor: float | None = None  # its adaptive rate's floor, starts per second (None: not adaptive)
+    current_rate: float | None = None  # starts per second its claims allow now: `rate`'s, or lower while adapted
 
 
 @dataclass(frozen=True)
@@ -217,10 +234,9 @@ class Served:
 
 def guarded(row: dict[str, Any]) -> bool:
     """A queue's settings row holds its jobs back for claims under its lock (sql.gates._guarded, the same test in
-    SQL): a farm-wide limit or rate, fair share, or a limit or rate per key."""
-    return (
-        row.get("max_running") is not None or row.get("rate_count") is not None or bool(row.get("fair")) or per_key(row)
-    )
+    SQL): a farm-wide limit, rate or breaker, fair share, or a limit or rate per key."""
+    farm_wide = any(row.get(c) is not None for c in ("max_running", "rate_count", "breaker_failures"))
+    return farm_wide or bool(row.get("fair")) or per_key(row)
 
 
 def per_key(row: dict[str, Any]) -> bool:

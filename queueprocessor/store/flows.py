@@ -15,7 +15,7 @@ from .base import StoreBase
 from .dbtime import db_now
 from .dependencies import fan_in, parents_of, results
 from .groups import tally
-from .jobs import insert_jobs, insert_plain, insert_rows
+from .inserts import insert_jobs, insert_plain, insert_rows
 from .schema import deps, flow_jobs, flows, jobs
 
 WORKFLOW = "workflow"

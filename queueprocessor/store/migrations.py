@@ -353,9 +353,40 @@ def _snoozes_counted(conn: Connection) -> None:
             _add_column(conn, column)
 
 
+# The qp_queues columns of breakers and adaptive rates (schema 15).
+FLOW_COLUMNS = (
+    "breaker_failures",
+    "breaker_window",
+    "breaker_cooldown",
+    "breaker_state",
+    "breaker_at",
+    "breaker_count",
+    "breaker_from",
+    "adapt_floor",
+    "adapt_at",
+    "adapt_throttled",
+    "rate_set_per",
+    "flow_version",
+)
+
+
+def _breakers_and_adaptive_rates(conn: Connection) -> None:
+    """A queue may have a breaker and an adaptive rate (rules/breaker.py): nullable columns of qp_queues,
+    NULL on every row (no queue has either). An older node still running beside it claims and finishes as before;
+    it knows no breaker: it neither counts failures nor honours an open breaker of a queue with no limit or rate
+    (its claim and housekeeping leave such a queue's jobs ungated), and a node of 15 honours it alone. Set a
+    breaker once every node runs 15."""
+    have = {column["name"] for column in inspect(conn).get_columns("qp_queues")}
+    for name in FLOW_COLUMNS:
+        if name not in have:
+            _add_column(conn, schema.queues.c[name])
+
+
 def _flow_control(conn: Connection) -> None:
-    """14 to 15: flow control (docs/design.md §9): fair shares, limits and rates per key, and snoozes (each step says
-    what it does, and what an older node still running beside it can do)."""
+    """14 to 15: flow control (docs/design.md §9): breakers and adaptive rates, fair shares, limits and rates per key,
+    and snoozes (each step says what it does, and what an older node still running beside it can do); the jobs'
+    gated flags are set by today's rules once the queues' new columns are there."""
+    _breakers_and_adaptive_rates(conn)
     _fair_shares_and_limits_per_key(conn)
     _snoozes_counted(conn)
 

@@ -2,10 +2,12 @@
 qp_queues, and what waits and runs in each. The claim's own queue guards are in sql/gates.py."""
 
 import time
+from dataclasses import fields
 from typing import Any
 
 from sqlalchemy import case, delete, exc, func, insert, select, text, update
 
+from ..rules.breaker import Breaker, Flow, rate_text
 from ..rules.events import EventKind
 from ..rules.fairness import KeyUse
 from ..rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, keep_text, served_names, serving_machines
@@ -19,7 +21,9 @@ from .sql.fair import key_use, retag_statements
 from .sql.gates import recount_statement, regate_statements
 
 # The settings that hold a queue's jobs back (see sql.gates.gated_now): a change of one sets their flags again.
-HOLDING = frozenset({"paused", "max_running", "rate_count", "fair", "key_limit", "key_rate_count"})
+HOLDING = frozenset({"paused", "max_running", "rate_count", "breaker_failures", "fair", "key_limit", "key_rate_count"})
+# The settings a node's breaker writes read (store/breakers.py): a change of one moves the row's flow_version.
+FLOW = frozenset({"rate_count", *(f.name for f in fields(Flow))})
 # How long a change of those waits for older transactions before it sets the flags (see QueueStore._regate).
 PATIENCE = 5.0
 
@@ -97,7 +101,8 @@ class QueueStore:
 
     def _write(self, name: str, values: dict[str, Any]) -> None:
         with self.store.engine.begin() as conn:
-            if not conn.execute(update(queues).where(queues.c.name == name).values(**values)).rowcount:
+            moved = dict(flow_version=func.coalesce(queues.c.flow_version, 0) + 1) if FLOW & values.keys() else {}
+            if not conn.execute(update(queues).where(queues.c.name == name).values(**values, **moved)).rowcount:
                 conn.execute(insert(queues).values(name=name, **values))
             if values.get("max_running") is not None:
                 conn.execute(recount_statement(one=True), dict(b_queue=name))
@@ -147,7 +152,7 @@ class QueueStore:
                     waiting=waiting,
                     running=running,
                     limit=row.get("max_running"),
-                    rate=Rate(row["rate_count"], row["rate_per"]) if row.get("rate_count") else None,
+                    rate=_rate(row),
                     order_keys_waiting=keys,
                     paused=bool(row.get("paused")),
                     on_failure=OnFailure(row.get("on_failure") or OnFailure.SKIP),
@@ -157,9 +162,28 @@ class QueueStore:
                     key_limit=row.get("key_limit"),
                     fair_from=row.get("fair_from"),
                     key_rate=Rate(row["key_rate_count"], row["key_rate_per"]) if row.get("key_rate_count") else None,
+                    **_flow(row),
                 )
             )
         return infos
+
+
+def _rate(row: dict[str, Any]) -> Rate | None:
+    """A queue row's configured rate (the ceiling, while its current rate is lowered)."""
+    return Rate(row["rate_count"], row.get("rate_set_per") or row["rate_per"]) if row.get("rate_count") else None
+
+
+def _flow(row: dict[str, Any]) -> dict[str, Any]:
+    """What QueueInfo shows of a queue row's breaker and adaptive rate."""
+    breaker = row.get("breaker_failures") is not None
+    return dict(
+        breaker=str(Breaker(row["breaker_failures"], row["breaker_window"])) if breaker else None,
+        cool_down=Flow.of(row).cool_down if breaker else None,
+        breaker_state=Flow.of(row).state if breaker else None,
+        failures=row.get("breaker_count") or 0,
+        adaptive_floor=row.get("adapt_floor"),
+        current_rate=row["rate_count"] / row["rate_per"] if row.get("rate_count") else None,
+    )
 
 
 def _changes(values: dict[str, Any]) -> list[tuple[EventKind, str | None]]:
@@ -189,4 +213,15 @@ def _changes(values: dict[str, Any]) -> list[tuple[EventKind, str | None]]:
         found.append((EventKind.QUEUE_KEY_RATED, said))
     if "keep" in values:
         found.append((EventKind.QUEUE_KEEP, f"finished jobs kept: {keep_text(values['keep'])}"))
+    if "breaker_failures" in values:
+        failures = values["breaker_failures"]
+        said = "no breaker" if failures is None else f"{failures} failures within {values['breaker_window']:g} s"
+        found.append((EventKind.QUEUE_BREAKER, said))
+    if "breaker_cooldown" in values:
+        found.append(
+            (EventKind.QUEUE_BREAKER, f"cool-down {Flow(breaker_cooldown=values['breaker_cooldown']).cool_down:g} s")
+        )
+    if "adapt_floor" in values:
+        floor = values["adapt_floor"]
+        found.append((EventKind.QUEUE_ADAPTIVE, "not adaptive" if floor is None else f"floor {rate_text(floor)}"))
     return found

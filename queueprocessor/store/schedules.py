@@ -44,7 +44,8 @@ from .base import StoreBase
 from .dbtime import db_now
 from .events import record_event
 from .history import run_history, with_machine_name
-from .jobs import cancel_queued, job_row
+from .inserts import job_row
+from .jobs import cancel_queued
 from .schema import jobs, schedules
 from .sql.fair import key_of, tag
 from .sql.gates import gated_now

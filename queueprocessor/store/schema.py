@@ -459,6 +459,26 @@ queues = Table(
     Column("key_rate_count", Integer, nullable=True),
     Column("key_rate_per", Float, nullable=True),
     Column("key_burst", Float, nullable=True),
+    # Its breaker and adaptive rate (rules/breaker.py, store/breakers.py), NULL when it has none. The breaker:
+    # breaker_failures within breaker_window seconds open it; breaker_cooldown (NULL: the default) before a canary;
+    # its state (NULL: closed); breaker_at, open or half-open: when the next canary may start (the claim reads it),
+    # ramping: when the next step is due; breaker_count failures counted in the window that began at breaker_from.
+    Column("breaker_failures", Integer, nullable=True),
+    Column("breaker_window", Float, nullable=True),
+    Column("breaker_cooldown", Float, nullable=True),
+    Column("breaker_state", String(10), nullable=True),
+    Column("breaker_at", Time, nullable=True),
+    Column("breaker_count", Integer, nullable=True),
+    Column("breaker_from", Time, nullable=True),
+    # The adaptive rate: its floor (starts per second); the window that began at adapt_at has seen adapt_throttled
+    # throttled endings. While the current rate (rate_per, what the bucket uses) is lowered by it or by a
+    # breaker's ramp, rate_set_per holds the configured one's (the ceiling).
+    Column("adapt_floor", Float, nullable=True),
+    Column("adapt_at", Time, nullable=True),
+    Column("adapt_throttled", Integer, nullable=True),
+    Column("rate_set_per", Float, nullable=True),
+    # Moved by every write of the columns above: a node's write of them is guarded by the value it read.
+    Column("flow_version", Integer, nullable=True),
     # Database time of the last change by an operator: nodes see it in their heartbeat read and re-read.
     Column("changed_at", Time, nullable=False),
 )

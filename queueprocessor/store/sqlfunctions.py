@@ -4,7 +4,7 @@ trigger or any SQL client to enqueue in its own transaction. (SQLite has no stor
 
 It checks what the Python enqueue checks of a job's form and the farm's bounds (a known executor, the target's form,
 the queue's name, the order key, the payload's size, the time), each refusal one error with a hint, and inserts the
-row the Python enqueue inserts: the statement is generated from the same row (jobs.job_row), the same default of
+row the Python enqueue inserts: the statement is generated from the same row (inserts.job_row), the same default of
 every column (JobSpec's), the same database time (dbtime) and queue gate (statements.gated_now). The insert fires
 the jobs table's NOTIFY trigger, so on PostgreSQL it wakes the farm through push once the caller commits.
 
@@ -33,7 +33,7 @@ from ..rules.kinds import KINDS, TARGETS_SAID, WorkKind
 from ..rules.limits import LATEST, MAX_PAYLOAD
 from ..rules.queues import _NAME, _NAME_RULE, DEFAULT, MAX_NAME, MAX_ORDER_KEY
 from .dbtime import db_now
-from .jobs import job_row
+from .inserts import job_row
 from .schema import jobs
 from .sql.ddl import farm_schema, run
 from .sql.fair import key_of, tag

@@ -5,6 +5,7 @@ needs by name, never building a store of its own: `store.jobs.claim(...)`, `stor
 from sqlalchemy.engine import Engine
 
 from .base import StoreBase
+from .breakers import BreakerStore
 from .bulk import BulkStore
 from .events import EventStore
 from .flows import FlowStore
@@ -25,8 +26,8 @@ from .views import ViewStore
 class Store(StoreBase):
     """The farm's database (see StoreBase) and its stores, each built once here over the same base: jobs (the
     queue's side), runs (their owner's side), machines, turns, the roster (the machines as peers read them), the
-    farm's settings, queues, schedules, locks, workflows and groups (flows), a job's lineage, bulk actions, the
-    dashboards' reads (views), its history per queue (stats) and its log of events."""
+    farm's settings, queues and their breakers, schedules, locks, workflows and groups (flows), a job's lineage,
+    bulk actions, the dashboards' reads (views), its history per queue (stats) and its log of events."""
 
     def __init__(self, engine: Engine):
         super().__init__(engine)
@@ -37,6 +38,7 @@ class Store(StoreBase):
         self.roster = RosterStore(self)
         self.settings = SettingsStore(self)
         self.queues = QueueStore(self)
+        self.breakers = BreakerStore(self)
         self.schedules = ScheduleStore(self)
         self.locks = LockStore(self)
         self.flows = FlowStore(self)

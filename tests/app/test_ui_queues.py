@@ -15,6 +15,7 @@ from PySide6.QtCore import QPoint  # noqa: E402
 from queueprocessor import work_spec  # noqa: E402
 from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
+from queueprocessor.rules.breaker import Seen  # noqa: E402
 from queueprocessor.rules.queues import OnFailure, Rate  # noqa: E402
 from tests.app import test_ui_window  # noqa: E402
 from tests.support.work import FAST, Nodes  # noqa: E402
@@ -71,7 +72,10 @@ def test_the_tab_shows_the_queues_of_a_real_farm(farm, open_window, qtbot):
             timeout=WAIT,
         )
 
-        name, state, waiting, running, limit, rate, keys, on_failure, serving = _cells(view.model, "reports")
+        name, state, waiting, running, limit, rate, rate_now, breaker, keys, on_failure, serving = _cells(
+            view.model, "reports"
+        )
+        assert (rate_now, breaker) == ("10/s", "none")
         assert (state, waiting, running, limit, rate, keys, on_failure, serving) == (
             "active",
             "3",
@@ -82,7 +86,7 @@ def test_the_tab_shows_the_queues_of_a_real_farm(farm, open_window, qtbot):
             "block",
             "reporter",
         )
-        assert _cells(view.model, "gpu")[1:3] + _cells(view.model, "gpu")[6:] == [
+        assert _cells(view.model, "gpu")[1:3] + _cells(view.model, "gpu")[8:] == [
             "unserved",
             "2",
             "1",
@@ -123,6 +127,7 @@ def test_pause_resume_and_limits_from_the_menu_reach_the_database(farm, open_win
         ("Pause queue reports", True),
         ("Resume queue reports", False),
         ("Limit and rate of reports…", True),
+        ("Reset the breaker of reports", False),
     ]
     view.menu.close()
     view.menu = None
@@ -361,3 +366,30 @@ def test_the_apps_queues_option_is_refused_in_one_line_as_the_nodes(capsys):
             parse_args(["--queues", bad])
         err = capsys.readouterr().err
         assert refused.value.code == 2 and err.startswith("error: --queues ") and err.count("\n") == 1, err
+
+
+def test_the_tab_draws_a_breaker_and_the_rate_its_claims_allow_and_resets_it(farm, open_window, qtbot, tmp_path):
+    farm.enqueue_http("/api", delay=LATER, queue="api", count=2)
+    farm.set_queue("api", rate="10/s", breaker="3/60s", adaptive="1/s")
+    farm._store.breakers.note({"api": Seen(throttled=2)}, 1.0)  # the rate halved, two failures counted
+    window = open_window(farm.url, NodeConfig(name="desk", capacity=1, queues="default"))
+    view = _tab(window)
+    qtbot.waitUntil(lambda: view.model.row_of("api") is not None, timeout=WAIT)
+    qtbot.waitUntil(lambda: _cells(view.model, "api")[5:8] == ["10/s", "5/s ↓", "closed · 2/3 in 60s"], timeout=WAIT)
+    farm._store.breakers.note({"api": Seen(failed=1)}, 1.0)  # the third failure opens it
+    qtbot.waitUntil(lambda: _cells(view.model, "api")[7] == "open", timeout=WAIT)
+    row = view.model.row_of("api")
+    assert view.model.index(row, 0).data(BACKGROUND).name() == theme.current().dead_bg
+    assert "breaker is open" in view.model.index(row, 0).data(TOOLTIP)
+    view.resize(1400, 500)
+    view.grab().save(str(tmp_path / "queues-breaker.png"))
+    if shots := os.environ.get("QP_SCREENSHOTS"):
+        view.grab().save(os.path.join(shots, "queues-breaker.png"))
+
+    # The turn timeline marks the breaker's changes with the other events, along its top edge.
+    window.tabs.setCurrentWidget(window.event_log)
+    opened = [e["at"] for e in farm.events(kind="queue") if e["kind"] in ("queue.breaker_opened", "queue.rate_adapted")]
+    qtbot.waitUntil(lambda: {at for at, _y in window.timeline.plotted_events()} >= set(opened), timeout=WAIT)
+
+    _menu(view, "api")["Reset the breaker of api"].trigger()
+    qtbot.waitUntil(lambda: _cells(view.model, "api")[6:8] == ["10/s", "closed · 0/3 in 60s"], timeout=WAIT)

@@ -13,7 +13,7 @@ from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.roster import KnownMachines
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
-from queueprocessor.store.migrations import PAYLOAD_INDEX_BEFORE_13, QUEUED_BEFORE_6
+from queueprocessor.store.migrations import FLOW_COLUMNS, PAYLOAD_INDEX_BEFORE_13, QUEUED_BEFORE_6
 from queueprocessor.store.sqlfunctions import create_sql_functions
 from queueprocessor.store.types import ClaimRequest, Plan, Progress
 
@@ -86,9 +86,10 @@ def notify_each_insert(conn) -> None:
 
 
 def back_to_14(conn) -> None:
-    """Schema 15's flow control, gone: the jobs' fairness columns and their indexes, the queues' settings and the
-    buckets of rates per key, the claim's index of held-back queues in age order alone; no count of snoozes on job
-    rows, nor of snoozed runs in the history."""
+    """Schema 15's flow control, gone: the jobs' fairness columns and their indexes, the claim's index of held-back
+    queues in age order alone, the queues' settings of fair shares, of limits and rates per key, of breakers and
+    adaptive rates, the buckets of rates per key; no count of snoozes on job rows, nor of snoozed runs in the
+    history."""
     for index in ("ix_qp_jobs_vtag", "ix_qp_jobs_fair", "ix_qp_jobs_key_running", "ix_qp_jobs_gated"):
         drop_index(conn, index)
     older = schema.jobs.to_metadata(MetaData()).c  # a copy: an index made on it joins no table of the schema's
@@ -98,6 +99,8 @@ def back_to_14(conn) -> None:
     for column in ("fair_key", "fair_weight", "cost", "vtag", "snoozes"):
         drop_column(conn, "qp_jobs", column)
     for column in ("fair", "key_limit", "fair_from", "key_rate_count", "key_rate_per", "key_burst"):
+        drop_column(conn, "qp_queues", column)
+    for column in FLOW_COLUMNS:
         drop_column(conn, "qp_queues", column)
     drop_column(conn, "qp_history", "snoozed")
     conn.execute(text("DROP TABLE qp_key_buckets"))
@@ -113,7 +116,8 @@ def make_version_14(url: str) -> None:
 
 def make_version_13(url: str) -> None:
     """A farm database as schema version 13 left it: on PostgreSQL qp_jobs, qp_runs and qp_payloads in one table each,
-    keys and running order keys unique by qp_jobs' own indexes, no side tables."""
+    keys and running order keys unique by qp_jobs' own indexes, no side tables (and version 14's lacks: see
+    back_to_14, undone last, as unpartitioned makes the indexes of today's columns)."""
     Farm(url).close()
     with rewriting(url) as conn:
         if conn.dialect.name == "postgresql":
@@ -852,3 +856,24 @@ def test_a_version_14_database_counts_snoozes_in_place_and_an_older_nodes_histor
         [claimed] = farm._store.jobs.claim(ClaimRequest(me, 8, 30.0))
         ending = farm._store.runs.finish(claimed, me, "snoozed", error="later", retry_in=0.0)
         assert (ending, farm.job(older)["snoozes"], farm.job(older)["attempts"]) == ("queued", 1, 0)
+
+
+def test_a_version_14_database_gets_breakers_and_adaptive_rates_in_place(db_url):
+    make_version_14(db_url)
+    with rewriting(db_url) as conn:
+        conn.execute(insert(schema.queues).values(name="api", paused=False, max_running=2, changed_at=0))
+    with Farm(db_url) as farm:
+        [job] = farm.enqueue(farm.http_spec("/x", queue="api"))
+        assert farm.queue("api").limit == 2 and farm.queue("api").breaker is None, "its settings kept, no breaker"
+        farm.set_queue("api", breaker="2/60s", rate="5/s", adaptive="1/s")
+        info = farm.queue("api")
+        assert (info.breaker, info.breaker_state, str(info.rate), info.adaptive_floor) == (
+            "2/60s",
+            "closed",
+            "5/s",
+            1.0,
+        )
+        me = farm._store.machines.register(name="m", host="h", instance="m-1", pid=1, version="t", capacity=4)
+        assert [
+            c.id for c in farm._store.jobs.claim(ClaimRequest(me, 4, 30.0, plan=Plan(alone=(("api", 4, True),))))
+        ] == [job]

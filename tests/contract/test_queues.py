@@ -89,6 +89,7 @@ def test_queue_list_says_what_waits_runs_and_who_serves(farm):
         paused=False,
         on_failure=OnFailure.BLOCK,
         serving=("r1", "any"),
+        current_rate=10.0,
     )
     assert default.serving == ("any",) and default.limit is None and default.on_failure == OnFailure.SKIP
     farm.set_queue("reports", limit=None)

@@ -17,6 +17,7 @@ Routes:
                         that fails once and succeeds when retried)
     /throttled/<n>/<seconds>[/date] -> 429 with Retry-After: <seconds> (with /date: the HTTP-date that many
                         seconds from now) to the first <n> requests of its X-QP-Job, 200 to later ones
+    /flaky -> 500 while `down` is set, else 200 (a service that fails for a while, then recovers)
     POST /write/<name> -> 200 if X-QP-Fence >= the X-QP-Job's highest accepted fence,
                           else 409 (also when either header is missing)
     anything else -> 404
@@ -58,6 +59,7 @@ class HttpTarget:
         self._failed_once: set[object] = set()  # jobs /fails-once/ has failed
         self._throttled: dict[object, int] = {}  # job -> requests /throttled/ has answered 429
         self._stopping = threading.Event()
+        self.down = threading.Event()  # /flaky fails while set
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
         self._server.daemon_threads = False  # let stop() join request threads
         self._server.handle_error = _ignore_hang_ups(self._server.handle_error)
@@ -228,6 +230,8 @@ def _handler_class(target: HttpTarget) -> type[BaseHTTPRequestHandler]:
                     return 200
                 case ["fail"]:
                     return 500
+                case ["flaky"]:
+                    return 500 if target.down.is_set() else 200
                 case ["redirect", *rest]:
                     record["location"] = "/" + "/".join(rest)
                     return 302

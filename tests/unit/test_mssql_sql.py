@@ -14,7 +14,8 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.limits import MAX_ATTEMPTS
 from queueprocessor.store import schema
-from queueprocessor.store.jobs import JobStore, job_row
+from queueprocessor.store.inserts import job_row
+from queueprocessor.store.jobs import JobStore
 from queueprocessor.store.machines import MachineStore
 from queueprocessor.store.roster import RosterStore
 from queueprocessor.store.runs import RunStore
@@ -146,7 +147,7 @@ def test_schema_compiles_with_a_filtered_unique_key():
 
 def test_qp_enqueue_is_a_procedure_with_the_functions_parameters_that_inserts_the_python_enqueues_row():
     """The seeds enqueue from T-SQL too: the procedure takes qp_enqueue's parameters (the same defaults), refuses bad
-    input with THROW, and inserts every column the Python enqueue fills (jobs.job_row), returning the id."""
+    input with THROW, and inserts every column the Python enqueue fills (inserts.job_row), returning the id."""
     procedure = mssql_procedure()
     assert procedure.startswith("CREATE OR ALTER PROCEDURE qp_enqueue")
     head = procedure.split("AS\nBEGIN")[0]
@@ -157,7 +158,7 @@ def test_qp_enqueue_is_a_procedure_with_the_functions_parameters_that_inserts_th
     [insert] = [line for line in procedure.splitlines() if line.strip().startswith("INSERT INTO qp_jobs")]
     filled = insert.split("(", 1)[1].split(")", 1)[0].replace("[key]", "key").split(", ")
     defaulted = {column.name for column in schema.jobs.c if column.default is not None}  # e.g. a dependency's flags
-    assert set(filled) == {*job_row(JobSpec("http", "/x")), *defaulted, "created_at", "run_at", "gated"}
+    assert set(filled) == {*job_row(JobSpec("http", "/x")), *defaulted, "created_at", "run_at", "gated", "vtag"}
     assert "OUTPUT inserted.id" in insert and f", {MAX_ATTEMPTS}, " in insert
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import (
     exists,
     false,
     func,
+    literal,
     or_,
     select,
     true,
@@ -26,6 +27,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.elements import BindParameter
 
+from ...rules.breaker import DEFAULT_COOL_DOWN as COOL
+from ...rules.breaker import HALF_OPEN, SHUT
 from ...rules.states import JobState
 from ..dbtime import db_now
 from ..schema import jobs, queues
@@ -41,14 +44,26 @@ def bucket(dialect: str, q: Any) -> Any:
 
 
 def _guarded(q: Any) -> Any:
-    """Queue row `q` has a farm-wide limit or rate, is fair or has a limit or rate per key: its jobs start only
-    within them, each claim of them under the row's lock (see rules.queues.guarded, the same test in Python)."""
-    return or_(q.c.max_running.isnot(None), q.c.rate_count.isnot(None), q.c.fair == true(), per_key(q))
+    """Queue row `q` has a farm-wide limit, rate or breaker, is fair or has a limit or rate per key: its jobs start
+    only within them, each claim of them under the row's lock (see rules.queues.guarded, the same test in Python)."""
+    return or_(
+        q.c.max_running.isnot(None),
+        q.c.rate_count.isnot(None),
+        q.c.breaker_failures.isnot(None),
+        q.c.fair == true(),
+        per_key(q),
+    )
 
 
 def per_key(q: Any) -> Any:
     """Queue row `q` has a limit or a rate per fairness key (see rules.queues.per_key)."""
     return or_(q.c.key_limit.isnot(None), q.c.key_rate_count.isnot(None))
+
+
+def _shut(q: Any) -> Any:
+    """Queue row `q`'s breaker is open or half-open: its claims take one job (a canary) once breaker_at has come,
+    none before (rules/breaker.py)."""
+    return or_(*(q.c.breaker_state == literal(state) for state in SHUT))  # no IN (...): claims are compiled once
 
 
 def holds_back(q: Any) -> Any:
@@ -87,18 +102,22 @@ def _cut(dialect: str, q: Any, mine: Any) -> Any:
     """`mine` cut to the room guarded queue row `q` gives: its free places under the limit, its bucket's whole
     tokens. (SQLAlchemy gives SQLite a floor() of its own, in Python, that fails on NULL: hence the CASE.)"""
     tokens = case((q.c.rate_count.is_(None), mine), else_=cast(func.floor(bucket(dialect, q)), Integer))
-    return least(dialect, mine, func.coalesce(q.c.max_running - q.c.running, mine), tokens)
+    canary = case((_shut(q), case((q.c.breaker_at <= db_now(), 1), else_=0)), else_=mine)
+    return least(dialect, mine, func.coalesce(q.c.max_running - q.c.running, mine), tokens, canary)
 
 
 def taken(dialect: str, n: Any) -> dict[str, Any]:
-    """What starting `n` jobs of a queue does to its row: `n` more running, if it is limited, and `n` tokens
-    spent, if it is rated (from the bucket as it is now, in database time)."""
+    """What starting `n` jobs of a queue does to its row: `n` more running, if it is limited, `n` tokens
+    spent, if it is rated (from the bucket as it is now, in database time), and a canary sent, if its breaker is
+    open or half-open (half-open now, the next canary one cool-down later)."""
     q = queues
     rated = q.c.rate_count.isnot(None)
     return dict(
         running=case((q.c.max_running.isnot(None), q.c.running + n), else_=q.c.running),
         tokens=case((rated, bucket(dialect, q) - n), else_=q.c.tokens),
         refilled_at=case((rated, db_now()), else_=q.c.refilled_at),
+        breaker_state=case((_shut(q), literal(HALF_OPEN)), else_=q.c.breaker_state),
+        breaker_at=case((_shut(q), db_now() + func.coalesce(q.c.breaker_cooldown, COOL)), else_=q.c.breaker_at),
     )
 
 
@@ -173,13 +192,23 @@ def held_queues(dialect: str, names: list[BindParameter[str]]) -> Any:
     g = jobs.alias("hj")
     return (
         select(
-            h.c.name, h.c.max_running, h.c.running, h.c.rate_count, h.c.rate_per, h.c.burst, h.c.tokens, h.c.refilled_at
+            h.c.name,
+            h.c.max_running,
+            h.c.running,
+            h.c.rate_count,
+            h.c.rate_per,
+            h.c.burst,
+            h.c.tokens,
+            h.c.refilled_at,
+            h.c.breaker_state,
+            h.c.breaker_at,
         )
         .where(
             h.c.name.in_(names) if names else false(),
             h.c.paused == false(),
             or_(h.c.max_running.is_(None), h.c.running < h.c.max_running),
             or_(h.c.rate_count.is_(None), bucket(dialect, h) >= 1),
+            or_(h.c.breaker_state.is_(None), ~_shut(h), h.c.breaker_at <= db_now()),
             exists(select(g.c.id).where(g.c.gated == true(), g.c.queue == h.c.name, due(g))),
         )
         .order_by(h.c.name)
