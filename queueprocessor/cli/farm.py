@@ -311,8 +311,9 @@ def queue_set(ctx: Context, /, name: str, **given: Any) -> None:
         f"queue {name}: limit {info.limit or 'none'}, rate {info.rate or 'none'}, on failure {info.on_failure}, "
         f"{'fair share by key' if info.fair else 'priority, then age'}, limit per key {info.key_limit or 'none'}, "
         f"rate per key {info.key_rate or 'none'}, keys from {info.fair_from or 'the jobs'}, "
-        f"finished jobs kept {keep_text(info.keep)}, breaker {_breaker_text(info)}, adaptive "
-        f"{'off' if info.adaptive_floor is None else 'floor ' + rate_text(info.adaptive_floor)}"
+        f"breaker {_breaker_text(info)}, adaptive "
+        f"{'off' if info.adaptive_floor is None else 'floor ' + rate_text(info.adaptive_floor)}, "
+        f"finished jobs kept {keep_text(info.keep)}"
     )
 
 

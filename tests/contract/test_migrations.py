@@ -861,7 +861,13 @@ def test_a_version_14_database_counts_snoozes_in_place_and_an_older_nodes_histor
 def test_a_version_14_database_gets_breakers_and_adaptive_rates_in_place(db_url):
     make_version_14(db_url)
     with rewriting(db_url) as conn:
-        conn.execute(insert(schema.queues).values(name="api", paused=False, max_running=2, changed_at=0))
+        conn.execute(  # the columns of version 14's row (the schema's own would add later ones)
+            text(
+                "INSERT INTO qp_queues (name, paused, max_running, running, on_failure, changed_at) "
+                "VALUES ('api', :paused, 2, 0, 'skip', 0)"
+            ),
+            dict(paused=False),
+        )
     with Farm(db_url) as farm:
         [job] = farm.enqueue(farm.http_spec("/x", queue="api"))
         assert farm.queue("api").limit == 2 and farm.queue("api").breaker is None, "its settings kept, no breaker"
