@@ -181,9 +181,9 @@ def part_shards(server, capacity: int, per: int) -> list[str]:
 # -- throughput: fair share on and off -------------------------------------------------------------------------
 
 
-def drain_rate(server, case: str, count: int, capacity: int, limit: int, lead: list[float]) -> float:
-    """Jobs/s of `count` no-ops of KEYS fair keys, due at one moment, drained by 2 nodes; `lead`: the seconds the
-    last enqueue took (the due moment is set that far ahead, and more), updated."""
+def drain_rate(server, case: str, count: int, capacity: int, limit: int, leads: dict[str, float]) -> float:
+    """Jobs/s of `count` no-ops of KEYS fair keys, due at one moment, drained by 2 nodes; `leads`: the longest
+    enqueue of each case so far, in seconds (the due moment is set twice that ahead, and more), updated."""
     with idle_farm(server, 2, capacity) as run:
         if case == "fair":
             run.farm.set_queue("default", fair=True)
@@ -191,29 +191,34 @@ def drain_rate(server, case: str, count: int, capacity: int, limit: int, lead: l
             run.farm.set_queue("default", limit=limit)
         joined(run, 2)
         [(now,)] = query(run.url, "SELECT extract(epoch from clock_timestamp())")
-        due = float(now) + 2 + 1.5 * lead[0]
+        due = float(now) + 3 + 2 * leads.get(case, count / 10_000)
         began = time.monotonic()
         for k in range(KEYS):
             run.farm.enqueue_python(NOOP, fair_key=f"k{k}", at=due, count=count // KEYS)
-        lead[0] = time.monotonic() - began
+        took = time.monotonic() - began
+        leads[case] = max(leads.get(case, 0.0), took)
         [(late,)] = query(run.url, "SELECT extract(epoch from clock_timestamp())::float8 - :due", due=due)
         if late > 0:
             raise RuntimeError(f"{case}: the enqueue ended {late:.2f} s after the jobs were due: try again")
         drained(run.url)
         [(first, last, n)] = query(run.url, "SELECT min(started_at), max(finished_at), count(*) FROM qp_jobs")
     rate = n / (last - first)
-    print(f"  throughput: {case:8} {rate:8.0f} jobs/s (drain {last - first:.2f} s); {load_average()}", flush=True)
+    print(
+        f"  throughput: {case:8} {rate:8.0f} jobs/s (drain {last - first:.2f} s, enqueue {took:.2f} s); "
+        f"{load_average()}",
+        flush=True,
+    )
     return rate
 
 
 def part_throughput(server, count: int, capacity: int, limit: int, rounds: int) -> list[str]:
     cases = ["fair", "plain", "limited"]
     rates: dict[tuple[str, int], float] = {}
-    lead = [count / 20_000]  # a first guess of the enqueue's seconds
+    leads: dict[str, float] = {}
     for r in range(rounds):
         print(f"  throughput round {r + 1}: {load_average()}", flush=True)
         for case in rotated(cases, r):
-            rates[case, r] = drain_rate(server, case, count, capacity, limit, lead)
+            rates[case, r] = drain_rate(server, case, count, capacity, limit, leads)
     rows, notes = [], []
     for case in cases:
         own = [rates[case, r] for r in range(rounds)]
