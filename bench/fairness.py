@@ -23,8 +23,9 @@ finished_at, database time), never from this script's clock.
   fair / plain >= 0.9.
 - limit: the queue with key_limit=3, 20 keys of HTTP jobs `/sleep/0.2?key=K` to a recording HTTP target
   (tests/support/httptarget.py, nodes given `--http-base`), 3 nodes of capacity C; every --kill-every seconds the
-  oldest node is killed with SIGKILL and a new one started, for --churn seconds. Reported by the target's record:
-  the most requests of any one key in flight at once (must be <= 3), of all keys together, and the jobs done.
+  oldest node is killed with SIGKILL and a new one started, for --churn seconds; then the same without kills.
+  Reported by the target's record: the most requests of any one key in flight at once (must be <= 3), of all keys
+  together, and the jobs done (a killed node's jobs hold their keys' room until their leases run out).
 
     python bench/fairness.py                    # the issue's figures: 100,000-job flood, 100,000 jobs x 3 rounds
     python bench/fairness.py --quick            # 10,000-job flood, 20,000 jobs, 10 s of churn
@@ -181,9 +182,12 @@ def part_shards(server, capacity: int, per: int) -> list[str]:
 # -- throughput: fair share on and off -------------------------------------------------------------------------
 
 
-def drain_rate(server, case: str, count: int, capacity: int, limit: int, leads: dict[str, float]) -> float:
-    """Jobs/s of `count` no-ops of KEYS fair keys, due at one moment, drained by 2 nodes; `leads`: the longest
-    enqueue of each case so far, in seconds (the due moment is set twice that ahead, and more), updated."""
+def drain_rate(
+    server, case: str, count: int, capacity: int, limit: int, leads: dict[str, float]
+) -> tuple[float, float]:
+    """Jobs/s, and the seconds its enqueue took, of `count` no-ops of KEYS fair keys, due at one moment, drained
+    by 2 nodes; `leads`: the longest enqueue of each case so far, in seconds (the due moment is set twice that
+    ahead, and more), updated."""
     with idle_farm(server, 2, capacity) as run:
         if case == "fair":
             run.farm.set_queue("default", fair=True)
@@ -208,27 +212,34 @@ def drain_rate(server, case: str, count: int, capacity: int, limit: int, leads: 
         f"{load_average()}",
         flush=True,
     )
-    return rate
+    return rate, took
 
 
 def part_throughput(server, count: int, capacity: int, limit: int, rounds: int) -> list[str]:
     cases = ["fair", "plain", "limited"]
     rates: dict[tuple[str, int], float] = {}
+    enqueues: dict[str, list[float]] = {case: [] for case in cases}
     leads: dict[str, float] = {}
     for r in range(rounds):
         print(f"  throughput round {r + 1}: {load_average()}", flush=True)
         for case in rotated(cases, r):
-            rates[case, r] = drain_rate(server, case, count, capacity, limit, leads)
+            rates[case, r], took = drain_rate(server, case, count, capacity, limit, leads)
+            enqueues[case].append(took)
     rows, notes = [], []
     for case in cases:
         own = [rates[case, r] for r in range(rounds)]
         ratios = [rates[case, r] / rates["plain", r] for r in range(rounds)]
         cell = f"{median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
-        rows.append([case, f"{median(own):.0f} ({min(own):.0f}-{max(own):.0f})", cell])
+        took = enqueues[case]
+        rows.append(
+            [case, f"{median(own):.0f} ({min(own):.0f}-{max(own):.0f})", cell, f"{median(took):.2f} ({max(took):.2f})"]
+        )
         if case != "plain":
             notes.append(f"throughput: {case} / plain = {cell}, median (min-max) of {rounds} rounds")
     print(f"{count:,} no-op jobs of {KEYS} fair keys, 2 nodes of capacity {capacity}, limited: limit {limit}")
-    print_table(["queue", "jobs/s median (min-max)", "/ plain, median of rounds (min-max)"], rows)
+    print_table(
+        ["queue", "jobs/s median (min-max)", "/ plain, median of rounds (min-max)", "enqueue s, median (max)"], rows
+    )
     ratio = median(rates["fair", r] / rates["plain", r] for r in range(rounds))
     notes.append(f"throughput: goal fair / plain >= 0.9: {'met' if ratio >= 0.9 else 'NOT met'} ({ratio:.2f})")
     return notes
@@ -237,7 +248,9 @@ def part_throughput(server, count: int, capacity: int, limit: int, rounds: int) 
 # -- limit: a limit per key under kill churn -------------------------------------------------------------------
 
 
-def part_limit(server, capacity: int, per_key: int, churn: float, kill_every: float) -> list[str]:
+def limit_case(server, capacity: int, per_key: int, seconds: float, kill_every: float | None) -> list:
+    """A row of the limit part: `seconds` from the first request, with a node killed and one started every
+    `kill_every` seconds (None: none), judged by the target's record once every request has ended."""
     target = HttpTarget()
     try:
         with idle_farm(server, 0, capacity, http_base=target.base_url) as run:
@@ -249,10 +262,10 @@ def part_limit(server, capacity: int, per_key: int, churn: float, kill_every: fl
                 run.start(f"node-{started}")
                 started += 1
             wait_for(lambda: target.requests("/sleep"), 60, "the first request")
-            end, kills = time.monotonic() + churn, 0
+            end, kills = time.monotonic() + seconds, 0
             while time.monotonic() < end:
-                time.sleep(min(kill_every, max(0.0, end - time.monotonic())))
-                if time.monotonic() >= end:
+                time.sleep(min(kill_every or seconds, max(0.0, end - time.monotonic())))
+                if time.monotonic() >= end or kill_every is None:
                     break
                 run.kill(run.live()[0])
                 kills += 1
@@ -267,17 +280,38 @@ def part_limit(server, capacity: int, per_key: int, churn: float, kill_every: fl
         by_key.setdefault(record["path"].partition("?key=")[2], []).append(record)
     most = max(most_at_once(r) for r in by_key.values())
     cut = sum(1 for r in records if r["status"] != 200)
+    what = f"a kill every {kill_every:g} s" if kill_every else "no kill"
+    return [what, kills, done, f"{done / seconds:.0f}", len(records), cut, most, most_at_once(records)]
+
+
+def part_limit(server, capacity: int, per_key: int, churn: float, kill_every: float) -> list[str]:
+    rows = []
+    for every in (kill_every, None):
+        print(f"  limit: {'churn' if every else 'steady'}; {load_average()}", flush=True)
+        rows.append(limit_case(server, capacity, per_key, churn, every))
     print(
-        f"key_limit {KEY_LIMIT}, {LIMIT_KEYS} keys x {per_key} jobs of /sleep/0.2, 3 nodes of capacity {capacity}, "
-        f"one killed (SIGKILL) and one started every {kill_every:g} s for {churn:g} s"
+        f"key_limit {KEY_LIMIT}, {LIMIT_KEYS} keys x {per_key} jobs of /sleep/0.2 (at most "
+        f"{KEY_LIMIT * LIMIT_KEYS / 0.2:.0f} jobs/s), 3 nodes of capacity {capacity}, {churn:g} s from the first "
+        "request; with churn, the oldest node killed (SIGKILL) and a new one started"
     )
     print_table(
-        ["kills", "jobs done", "requests", "cut short by a kill", "most of one key at once", "most of all at once"],
-        [[kills, done, len(records), cut, most, most_at_once(records)]],
+        [
+            "nodes",
+            "kills",
+            "jobs done",
+            "jobs/s",
+            "requests",
+            "cut short by a kill",
+            "most of one key at once",
+            "most of all at once",
+        ],
+        rows,
     )
+    most = max(row[6] for row in rows)
     return [
         f"limit: most requests of one key in flight at once {most} (must be <= {KEY_LIMIT}): "
-        f"{'held' if most <= KEY_LIMIT else 'BROKEN'}; {done} jobs done, {kills} kills"
+        f"{'held' if most <= KEY_LIMIT else 'BROKEN'}; jobs done {rows[0][2]} with {rows[0][1]} kills, "
+        f"{rows[1][2]} without"
     ]
 
 
