@@ -185,7 +185,7 @@ def part_shards(server, capacity: int, per: int) -> list[str]:
 def drain_rate(server, case: str, count: int, capacity: int, limit: int) -> tuple[float, float]:
     """Jobs/s, and the seconds its enqueue took, of `count` no-ops of KEYS fair keys enqueued before any node runs,
     drained by 2 nodes started together, from the first start to the last end. (Not jobs due at a moment set
-    ahead while the nodes idle: a plain queue drained such a backlog at 0.5-0.8x its rate, the guarded ones not.)"""
+    ahead while the nodes idle: the plain queue drained those slower, the guarded ones not; docs/benchmarks.md.)"""
     with idle_farm(server, 0, capacity) as run:
         if case == "fair":
             run.farm.set_queue("default", fair=True)
