@@ -304,7 +304,7 @@ def queue_set(ctx: Context, /, name: str, **given: Any) -> None:
             settings[setting] = None if given[f"no_{setting}"] else given[setting]
     if not settings:
         named = ", ".join(f"--{s.replace('_', '-')}" for s in (*_REMOVABLE, *_PLAIN))
-        raise click.UsageError(f"nothing to change: give one of {named}, or a --no- form")
+        raise click.UsageError(f"nothing to change: give {named}, or a --no- form of one")
     ctx.farm.set_queue(name, **settings)
     info = ctx.farm.queue(name)
     click.echo(

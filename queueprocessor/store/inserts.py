@@ -3,6 +3,7 @@ checked for a key kept for the farm's own jobs, gated as its queue says, with it
 queue, its turn (store/key_flow.py). JobStore.enqueue, flows and schedules write them; sqlfunctions generates the
 database's own qp_enqueue from the same row."""
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -17,8 +18,7 @@ from ..rules.schedules import RUN_NOW
 from ..rules.states import JobState, Kind
 from . import dependencies, key_flow
 from .dbtime import db_now
-from .schema import jobs, queues
-from .sql.fair import tag
+from .schema import jobs
 from .sql.gates import gated_now
 
 SINGLETON_PREFIX = "singleton:"  # a singleton's key: singleton:NAME (singletons.py)
@@ -32,21 +32,23 @@ def insert_jobs(
     run_at = literal(at) if at is not None else db_now() + delay
     check_key(spec)
     row = job_row(spec)
-    del row["fair_key"]  # given, or taken where its queue says (key_flow.key_for), by the statement or a read first
     failed = None
     if spec.after:
         starts, failed = dependencies.start(conn, spec)
         row |= starts
+    when = dict(b_queue=spec.queue) | (dict(b_at=at) if at is not None else dict(b_delay=delay))
     if count == 1:
-        statement, _gated = _insert_statement(conn.dialect.name, spec, run_at)
-        ids = [conn.execute(statement, row).scalar_one()]
+        job_id, gated = conn.execute(_insert_statement(at is not None), row | when).one()
+        if gated:  # a held-back queue may be fair or keep flow per key: its job's key and turn, as the queue says
+            conn.execute(key_flow.keyed_statement(conn.dialect.name, spec), dict(b_id=job_id))
+        ids = [job_id]
     elif not whole:  # one statement of many rows (insertmanyvalues): each row's key and tag given, a turn each
-        made = key_flow.keys_and_tags(conn, [spec] * count)
+        made = _keys_and_tags(conn, [spec] * count)
         rows = [row | dict(fair_key=fair_key, vtag=vtag) for fair_key, vtag in made]
-        ids = [r[0] for r in conn.execute(_insert_statement(conn.dialect.name, spec, run_at, given=True)[0], rows)]
+        ids = [r[0] for r in conn.execute(_insert_statement(at is not None), [r | when for r in rows])]
     else:  # the copies made by the database, in one statement: no rows sent, none converted one by one
         series = func.generate_series(0, count - 1).table_valued("n").render_derived()
-        [(fair_key, first)] = key_flow.keys_and_tags(conn, [spec])  # read once: the database's time moves on
+        [(fair_key, first)] = _keys_and_tags(conn, [spec])  # read once: the database's time moves on
         turns = series.c.n * step(spec.cost, spec.fair_weight)
         row |= dict(fair_key=fair_key)
         copies = select(
@@ -63,6 +65,14 @@ def insert_jobs(
     return ids
 
 
+def _keys_and_tags(conn: Connection, specs: Sequence[JobSpec]) -> list[tuple[str | None, float | None]]:
+    """key_flow.keys_and_tags of `specs` (jobs of one queue) if their queue is held back; else their own keys, and
+    no turn: only a held-back queue may be fair or keep flow per key."""
+    if conn.execute(select(gated_now(literal(specs[0].queue, String)))).scalar():
+        return key_flow.keys_and_tags(conn, specs)
+    return [(spec.fair_key, None) for spec in specs]
+
+
 def insert_plain(conn: Connection, specs: Sequence[JobSpec], *, parents: bool = False) -> list[int]:
     """Jobs without `after`, due now, in a transaction of the caller's (a group's members, thousands in one call):
     the time and each queue's gated flag read once, then the rows sent in one statement (insert_rows). With
@@ -74,13 +84,11 @@ def insert_plain(conn: Connection, specs: Sequence[JobSpec], *, parents: bool = 
         by_queue.setdefault(spec.queue, []).append(n)
     ids = [0] * len(specs)
     for queue, places in by_queue.items():
-        named = literal(queue, String)
-        taken = select(queues.c.fair_from).where(queues.c.name == named).scalar_subquery()
-        now, gated, fair_from = conn.execute(select(db_now(), gated_now(named), taken)).one()
+        now, gated = conn.execute(select(db_now(), gated_now(literal(queue, String)))).one()
         fixed = dict(created_at=now, run_at=now, gated=gated, has_children=parents)
         group = [specs[n] for n in places]
-        # Only a queue that is held back (fair, or limited or rated per key) or takes keys needs them read.
-        keyed = key_flow.keys_and_tags(conn, group) if gated or fair_from else [(s.fair_key, None) for s in group]
+        # Only a held-back queue may be fair or keep flow per key: only its jobs' keys and turns are read.
+        keyed = key_flow.keys_and_tags(conn, group) if gated else [(s.fair_key, None) for s in group]
         rows = [job_row(s) | fixed | dict(fair_key=k, vtag=t) for s, (k, t) in zip(group, keyed, strict=True)]
         made = insert_rows(conn, jobs, rows, ids=True)
         for n, job_id in zip(places, made, strict=True):
@@ -120,17 +128,16 @@ def insert_rows(conn: Connection, table: Table, rows: list[dict[str, Any]], *, i
     return new
 
 
-def _insert_statement(dialect: str, spec: JobSpec, run_at: Any, given: bool = False) -> tuple[Any, Any]:
-    """The insert of jobs of `spec`'s queue due at `run_at`, made now in database time, gated as the queue says, with
-    their fairness key (key_flow.key_for) and, if the queue is fair, tagged for their turn (sql.fair.tag); with
-    `given`, each row gives its key and tag instead. And that gated flag, as SQL."""
-    queue = literal(spec.queue, String)
-    gated = gated_now(queue)
-    made = dict(created_at=db_now(), run_at=run_at, gated=gated)
-    if not given:
-        made["fair_key"] = fair_key = key_flow.key_for(dialect, spec)
-        made["vtag"] = tag(queue, fair_key, maybe_null=spec.fair_key is None)
-    return insert(jobs).values(**made).returning(jobs.c.id), gated
+@functools.cache
+def _insert_statement(at: bool) -> Any:
+    """The insert of jobs of queue `b_queue` due at `b_at` (with `at`) or `b_delay` seconds from now, made now in
+    database time and gated as the queue says, returning their ids and that flag; built once (an alias of the queue
+    rows in it makes a proxy of each of their columns). Their fairness key and turn are not its work: a queue that
+    is not held back (most) needs none, and the statement that works them out reads qp_jobs, whose partitions each
+    of its plans would weigh (a single enqueue took twice as long with them in it)."""
+    when = bindparam("b_at", type_=Float) if at else db_now() + bindparam("b_delay", type_=Float)
+    gated = gated_now(bindparam("b_queue", type_=String))
+    return insert(jobs).values(created_at=db_now(), run_at=when, gated=gated).returning(jobs.c.id, jobs.c.gated)
 
 
 # The keys the farm makes for its own jobs, in one namespace with the keys users give (a grab's `key@instance`, a

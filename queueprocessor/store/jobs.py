@@ -5,18 +5,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import (
-    and_,
-    delete,
-    exc,
-    false,
-    func,
-    insert,
-    literal,
-    select,
-    true,
-    update,
-)
+from sqlalchemy import and_, delete, exc, false, func, insert, literal, select, true, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, Update
 

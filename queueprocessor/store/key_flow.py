@@ -5,7 +5,7 @@ forgotten once full. The SQL is in sql/fair.py."""
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import String, Text, and_, delete, func, literal, select
+from sqlalchemy import String, Text, and_, bindparam, delete, func, literal, select, update
 from sqlalchemy.engine import Connection
 
 from ..rules.fairness import step
@@ -30,6 +30,18 @@ def key_for(dialect: str, spec: JobSpec) -> Any:
         return literal(spec.fair_key, String)
     order_key, payload = literal(spec.order_key, String), literal(spec.payload, Text)
     return key_of(dialect, literal(spec.queue, String), order_key, payload)
+
+
+def keyed_statement(dialect: str, spec: JobSpec) -> Any:
+    """The update that gives job `b_id`, just enqueued from `spec` into a held-back queue, its fairness key (key_for)
+    and, if its queue is fair, its turn (sql.fair.tag): in the enqueue's transaction, before anyone sees it."""
+    fair_key = key_for(dialect, spec)
+    queue = literal(spec.queue, String)
+    return (
+        update(jobs)
+        .where(jobs.c.id == bindparam("b_id"))
+        .values(fair_key=fair_key, vtag=tag(queue, fair_key, maybe_null=spec.fair_key is None))
+    )
 
 
 def keys_and_tags(conn: Connection, specs: Sequence[JobSpec]) -> list[tuple[str | None, float | None]]:

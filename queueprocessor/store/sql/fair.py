@@ -1,4 +1,4 @@
-"""Fair shares and limits per key in SQL (docs/design.md §9, "Fair shares"; rules/fairness.py says what they are).
+"""Fair shares, limits and rates per key in SQL (docs/design.md §9; rules/fairness.py says what they are).
 
 A fair queue's job gets its virtual start tag as it is enqueued (`tag`), so its claims read the queue's jobs in tag
 order off an index, as any held-back queue's are read in age order: fairness costs the claim nothing. A limit per
@@ -29,7 +29,7 @@ def units(j: Any) -> ColumnElement[float]:
 
 def _finish(t: Any) -> Any:
     """Where job `t`'s turn ends in its key's virtual time: its tag plus its cost over its weight."""
-    return t.c.vtag + literal(STEP, Float) * func.coalesce(t.c.cost, 1) / func.coalesce(t.c.fair_weight, 1.0)
+    return t.c.vtag + literal(STEP, Float) * units(t) / func.coalesce(t.c.fair_weight, 1.0)
 
 
 def key_of(dialect: str, queue: Any, order_key: Any, payload: Any, valid: bool = False) -> Any:
@@ -71,7 +71,7 @@ def running_units(queue: Any, key: Any) -> Any:
     return (
         select(func.coalesce(func.sum(units(r)), 0))
         .where(r.c.queue == queue, r.c.fair_key == key, r.c.state == JobState.RUNNING)
-        .correlate_except(r)  # with the job it counts for, two levels up in key_budget
+        .correlate_except(r)  # with the job it counts for, two levels up (see _room)
         .scalar_subquery()
     )
 
@@ -105,6 +105,7 @@ def _tokens(dialect: str, queue: Any, key: Any) -> Any:
 
 
 def _burst(queue: Any) -> Any:
+    """The size of a bucket of queue `queue`'s rate per key (NULL without one)."""
     q = queues.alias("kq")
     return select(q.c.key_burst).where(q.c.name == queue).correlate_except(q).scalar_subquery()
 
@@ -147,6 +148,7 @@ def within_key_budgets(picked: Any, names: list[str]) -> Any:
     return select(*(r.c[name] for name in names)).where(fits)
 
 
+@functools.cache
 def retag_statements() -> tuple[Any, ...]:
     """The updates that follow queue `b_queue`'s fair setting (QueueStore.put): made fair, its unfinished jobs
     without a tag get one, the same for all (they keep their age order, behind no one: the queue's virtual time
