@@ -11,7 +11,6 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
-    QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -216,13 +215,14 @@ class QueueDialog(QDialog):
         self.keep.setPlaceholderText("the farm's default, or e.g. 3d, 12h")
         self.keep.setToolTip("How long this queue's finished jobs and their runs are kept before they are deleted")
         form.addRow("Keep", self.keep)
-        form.addRow(self._per_key(info))
+        self._per_key(info, form)
         self.error = _finish_form(self, layout, form, "Set")
 
-    def _per_key(self, info: QueueInfo) -> QGroupBox:
-        """Fair share, the limit and rate per fairness key, and where keyless jobs take their key."""
-        group = QGroupBox("Per fairness key (a tenant, a customer)")
-        form = QFormLayout(group)
+    def _per_key(self, info: QueueInfo, form: QFormLayout) -> None:
+        """Fair share, the limit and rate per fairness key, and where keyless jobs take their key, under a title."""
+        title = QLabel("Per fairness key (a tenant, a customer)", objectName="sectionTitle")
+        title.setContentsMargins(0, 6, 0, 0)
+        form.addRow(title)
         self.fair = QCheckBox("take the keys in turn, by weight")
         self.fair.setChecked(info.fair)
         self.fair.setToolTip(
@@ -248,7 +248,6 @@ class QueueDialog(QDialog):
             "JSON payload (payload.FIELD); none: it has none"
         )
         form.addRow("Keys from", self.fair_from)
-        return group
 
     def accept(self) -> None:
         try:
