@@ -12,6 +12,7 @@ from typing import Any
 
 from queueprocessor import JobFilter, JobSpec
 from queueprocessor.farm import Farm
+from queueprocessor.rules.fairness import KeyUse
 from queueprocessor.rules.output import format_time
 from queueprocessor.rules.search import BulkAction
 from queueprocessor.rules.states import Wish
@@ -31,6 +32,10 @@ class Commands:
     def read_history(self, span: float, step: int, then: Callable[[list[dict]], None]) -> None:
         """The farm's history per queue over the last `span` seconds in rows of `step` (Farm.stats), to `then`."""
         self.fetch("Read the queues' history", lambda farm: farm.stats(span, step=step), then)
+
+    def read_queue_keys(self, name: str, then: Callable[[list[KeyUse]], None]) -> None:
+        """The busiest fairness keys of queue `name` with their use (Farm.queue_keys), to `then`."""
+        self.fetch(f"Read the keys of queue {name}", lambda farm: farm.queue_keys(name), then)
 
     def read_events(self, since: float, kind: str | None, then: Callable[[list[dict]], None]) -> None:
         """The farm's events of the last `since` seconds, of `kind` (a family; None: all) (Farm.events), to `then`."""
@@ -138,9 +143,7 @@ class Commands:
 
         def set_queue(farm: Farm) -> str:
             farm.set_queue(name, **changes)
-            return ", ".join(
-                f"{key.replace('_', ' ')} {'none' if value is None else value}" for key, value in changes.items()
-            )
+            return ", ".join(f"{key.replace('_', ' ')} {_setting(value)}" for key, value in changes.items())
 
         self.run(f"Set queue {name}", set_queue)
 
@@ -153,6 +156,13 @@ def _saying(call: Callable[[Farm], None], message: str) -> Callable[[Farm], str]
         return message
 
     return command
+
+
+def _setting(value: object) -> str:
+    """A queue setting as the status bar says it: none, on, off or its text."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "none" if value is None else str(value)
 
 
 def _waiting(cancelled: int) -> str:

@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
 from queueprocessor import __version__, work_spec
 from queueprocessor.farm import needs_password, with_password
 from queueprocessor.rules.errors import QPError
+from queueprocessor.rules.fairness import ORDER_KEY, check_fair_from
 from queueprocessor.rules.kinds import HTTP
 from queueprocessor.rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, check_keep, check_limit, keep_text
 from queueprocessor.rules.urls import default_url, mask
@@ -175,7 +177,8 @@ class EnqueueDialog(QDialog):
 
 
 class QueueDialog(QDialog):
-    """A queue's farm-wide limit, rate, failure policy and retention. The core's own parsing checks each field
+    """A queue's farm-wide limit, rate, failure policy and retention, and its flow control per fairness key (fair
+    share, a limit and a rate per key, where keyless jobs take their key). The core's own parsing checks each field
     before the dialog closes; `changes` holds only what the operator changed (Farm.set_queue's keywords), so a
     setting another operator changed meanwhile is left as they set it."""
 
@@ -212,16 +215,54 @@ class QueueDialog(QDialog):
         self.keep.setPlaceholderText("the farm's default, or e.g. 3d, 12h")
         self.keep.setToolTip("How long this queue's finished jobs and their runs are kept before they are deleted")
         form.addRow("Keep", self.keep)
+        self._per_key(info, form)
         self.error = _finish_form(self, layout, form, "Set")
+
+    def _per_key(self, info: QueueInfo, form: QFormLayout) -> None:
+        """Fair share, the limit and rate per fairness key, and where keyless jobs take their key, under a title."""
+        title = QLabel("Per fairness key (a tenant, a customer)", objectName="sectionTitle")
+        title.setContentsMargins(0, 6, 0, 0)
+        form.addRow(title)
+        self.fair = QCheckBox("take the keys in turn, by weight")
+        self.fair.setChecked(info.fair)
+        self.fair.setToolTip(
+            "Its claims share the farm across its jobs' fairness keys by weight, so a flood of one key waits "
+            "behind a few jobs of another; off: by priority, then age"
+        )
+        form.addRow("Fair share", self.fair)
+        self.key_limit = QLineEdit("" if info.key_limit is None else str(info.key_limit))
+        self.key_limit.setPlaceholderText("none, or e.g. 3")
+        self.key_limit.setToolTip("Most units (the jobs' costs, 1 each unless given) of one key running at once")
+        form.addRow("Limit per key", self.key_limit)
+        self.key_rate = QLineEdit("" if info.key_rate is None else str(info.key_rate))
+        self.key_rate.setPlaceholderText("none, or e.g. 5/s, 100/min")
+        self.key_rate.setToolTip("Most units of one key started per second, minute or hour, each key its own bucket")
+        form.addRow("Rate per key", self.key_rate)
+        self.fair_from = QComboBox()
+        self.fair_from.setEditable(True)
+        self.fair_from.addItems(list(dict.fromkeys(["", ORDER_KEY, info.fair_from or ""])))
+        self.fair_from.setCurrentText(info.fair_from or "")
+        self.fair_from.lineEdit().setPlaceholderText("none, order_key or payload.FIELD")
+        self.fair_from.setToolTip(
+            "Where a job enqueued without a fairness key takes one: its order key, or a top-level field of its "
+            "JSON payload (payload.FIELD); none: it has none"
+        )
+        form.addRow("Keys from", self.fair_from)
 
     def accept(self) -> None:
         try:
             limit, rate, keep = self.limit.text().strip(), self.rate.text().strip(), self.keep.text().strip()
+            key_limit, key_rate = self.key_limit.text().strip(), self.key_rate.text().strip()
+            source = self.fair_from.currentText().strip()
             wanted = {
                 "limit": check_limit(_whole(limit)) if limit else None,
                 "rate": Rate.parse(rate) if rate else None,
                 "on_failure": self.on_failure.currentData(),
                 "keep": check_keep(keep) if keep else None,
+                "fair": self.fair.isChecked(),
+                "key_limit": check_limit(_whole(key_limit), "key_limit") if key_limit else None,
+                "key_rate": Rate.parse(key_rate, "key_rate") if key_rate else None,
+                "fair_from": check_fair_from(source or None),
             }
         except QPError as error:
             self.error.setText(in_form_terms(error))
@@ -265,6 +306,9 @@ FIELDS = {
     "limit": "Limit",
     "rate": "Rate",
     "keep": "Keep",
+    "key_limit": "Limit per key",
+    "key_rate": "Rate per key",
+    "fair_from": "Keys from",
 }
 
 

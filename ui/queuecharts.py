@@ -81,6 +81,7 @@ class QueueChart(QWidget):
             lambda position: self.menu_requested.emit(self.name, self.plot.mapToGlobal(position))
         )
         box.addWidget(self.plot)
+        box.addStretch(1)  # a row taller than the chart (few queues) leaves its room below the plot, not above it
         self.lines = {state: self.plot.plot([], [], connect="finite") for state in SERIES}
         self.cap = pg.InfiniteLine(angle=0, movable=False)
         self.cap.hide()

@@ -1,13 +1,15 @@
 """The Queues tab: every named queue with its counts, limits and serving machines, and its jobs over time.
 
-A table on top (waiting, running, limit, rate and the rate its claims allow now, its breaker's state, order keys,
-failure policy, the live machines serving it) and below it a small chart per queue. A queue
+A table on top (waiting, running, limit, rate and the rate its claims allow now, its breaker's state, its flow
+control per fairness key, order keys, failure policy, the live machines serving it) and below it a small chart per
+queue, with, beside the charts, the busiest keys of the selected queue when it has flow control per key. A queue
 no live machine serves is flagged: its jobs are accepted but wait until a
 machine that serves it joins. Right-click a queue (in the table or on its
 chart) to pause, resume or edit its limit and rate. Like the Schedules tab,
 it never touches the database: an action is a call of the window's `Commands`
 (run on the worker thread), and the next snapshot shows its effect. The charts' stored history (docs/app.md) is
-read the same way: when the window opens, when the operator picks another span, and once a minute.
+read the same way: when the window opens, when the operator picks another span, and once a minute; the busiest
+keys when a queue is selected, and again every KEYS_EVERY seconds of snapshots while it stays selected on screen.
 """
 
 import math
@@ -26,6 +28,7 @@ from .dialogs import QueueDialog
 from .models import ROW_ROLE, Column, Mark, SnapshotModel, capped, dot, marked
 from .onscreen import OnScreen
 from .queuecharts import DEFAULT_SPAN, SPANS, QueueCharts
+from .queuekeys import KeysPanel, keyed, per_key, source_text
 from .queuestate import QueueState
 from .readonly import refuse
 from .snapshot import Snapshot
@@ -33,6 +36,7 @@ from .tables import table
 
 SHOWN_NAMES = 3  # serving machines named in the table; the rest are counted (all are in the tooltip)
 HISTORY_EVERY = 60.0  # seconds of database time between reads of the stored history (a new row a minute)
+KEYS_EVERY = 2.0  # seconds of database time between reads of the selected queue's busiest keys
 
 
 def row_of(info: QueueInfo, caps: dict[str, dict[str, int]]) -> dict:
@@ -73,6 +77,19 @@ def _rate_now(row: dict) -> str:
         return "none"
     lowered = row["rate"] is not None and row["current_rate"] < row["rate"].per_second * (1 - 1e-9)
     return rate_text(row["current_rate"]) + (" ↓" if lowered else "")
+
+
+def _per_key_tip(row: dict, _context) -> str | None:
+    """The queue's flow control per key in full, and where its keyless jobs take their key."""
+    said = ["fair share: its claims take the keys in turn, by weight"] if row["fair"] else []
+    if row["key_limit"] is not None:
+        said.append(f"at most {row['key_limit']} units of one key running at once")
+    if row["key_rate"] is not None:
+        said.append(f"one key starts at most {row['key_rate']} units")
+    if row["fair_from"] is not None:
+        said.append(f"jobs enqueued without a fairness key take {source_text(row['fair_from'])}")
+    text = "; ".join(said)
+    return text[:1].upper() + text[1:] or None
 
 
 def _shut_or_lowered(info: QueueInfo) -> bool:
@@ -151,6 +168,14 @@ class QueuesModel(SnapshotModel):
             "per cool-down); ramp (a canary passed: its rate comes back by steps)",
         ),
         Column(
+            "Per key",
+            lambda r, c: per_key(r["fair"], r["key_limit"], r["key_rate"]),
+            tip="Flow control per fairness key (a tenant, a customer): fair (its claims take the keys in turn, by "
+            "weight); ≤N (at most N units of one key running at once); N/s (at most N units of one key started per "
+            "second, minute or hour); -: none. Select the queue to see its busiest keys",
+            cell_tip=_per_key_tip,
+        ),
+        Column(
             "Order keys",
             lambda r, c: f"{r['order_keys_waiting']:,}",
             "order_keys_waiting",
@@ -184,13 +209,18 @@ class QueuesView(QWidget):
         self.menu: QMenu | None = None
         self.dialog: QueueDialog | None = None
         self.model = QueuesModel(self)
+        # Order keys and On failure hidden at first, so that the rest fits the app's default window.
         self.table = table(
             self.model,
-            (120, 96, 70, 70, 56, 70, 80, 110, 80, 76, 200),
+            (120, 96, 70, 70, 56, 70, 80, 110, 130, 80, 76, 110),
             order=Qt.SortOrder.AscendingOrder,
             menu=self._table_menu,
+            hidden=(9, 10),
         )
-        self.table.setToolTip("Right-click a queue to pause, resume or change its limit and rate")
+        self.table.setToolTip(
+            "Right-click a queue to pause, resume or change its limit and rate; right-click a column title to show "
+            "or hide columns (Order keys, On failure)"
+        )
         self.charts = QueueCharts()
         self.charts.menu_requested.connect(self.show_menu)
 
@@ -214,12 +244,20 @@ class QueuesView(QWidget):
         heading.addWidget(self.caption, 1)
         heading.addWidget(self.span)
         box.addLayout(heading)
-        box.addWidget(self.charts, 1)
+        # The selected queue's busiest keys stand beside the charts (hidden for a queue without flow per key).
+        self.keys = KeysPanel()
+        self.keys.hide()
+        beside = QHBoxLayout()
+        beside.addWidget(self.charts, 1)
+        beside.addWidget(self.keys)
+        box.addLayout(beside, 1)
         split.addWidget(lower)
         split.setSizes([200, 320])
         layout.addWidget(split)
         self.split = split
+        self._keys_asked: tuple[str, float] | None = None  # the queue whose keys were last asked for, and when
         self.drawing = OnScreen(self, self._draw)
+        self.table.selectionModel().selectionChanged.connect(self._selection_changed)
 
     # -- showing ----------------------------------------------------------------
 
@@ -248,6 +286,34 @@ class QueuesView(QWidget):
             f"Jobs waiting and running per queue since {text.clock(since, millis=False)} "
             f"({text.duration(self.charts.reach)} at most) · dashed line: the farm-wide limit"
         )
+        self._follow_keys(snapshot.db_now)
+
+    # -- the busiest keys ---------------------------------------------------------
+
+    def selected(self) -> str | None:
+        """The name of the queue selected in the table, if any."""
+        rows = self.table.selectionModel().selectedRows()
+        return rows[0].data(ROW_ROLE)["name"] if rows else None
+
+    def _selection_changed(self, *_) -> None:
+        if self.drawing.latest is not None and self.isVisible():
+            self._follow_keys(self.drawing.latest.db_now)
+
+    def _follow_keys(self, now: float) -> None:
+        """Show the busiest keys of the selected queue if it has flow control per key (else hide them), read at
+        once for a queue newly selected, then again once `now` (database time) is KEYS_EVERY past the last read."""
+        name = self.selected()
+        info = self.queues.get(name) if name is not None else None
+        if info is None or not keyed(info):
+            self.keys.hide()
+            self._keys_asked = None
+            return
+        self.keys.follow(info)
+        self.keys.show()
+        asked = self._keys_asked
+        if asked is None or asked[0] != info.name or now - asked[1] >= KEYS_EVERY:
+            self._keys_asked = (info.name, now)
+            self.commands.read_queue_keys(info.name, lambda keys: self.keys.show_keys(info.name, keys))
 
     def restyle(self) -> None:
         self.charts.restyle()

@@ -72,10 +72,10 @@ def test_the_tab_shows_the_queues_of_a_real_farm(farm, open_window, qtbot):
             timeout=WAIT,
         )
 
-        name, state, waiting, running, limit, rate, rate_now, breaker, keys, on_failure, serving = _cells(
+        name, state, waiting, running, limit, rate, rate_now, breaker, per_key, keys, on_failure, serving = _cells(
             view.model, "reports"
         )
-        assert (rate_now, breaker) == ("10/s", "none")
+        assert (rate_now, breaker, per_key) == ("10/s", "none", "-")
         assert (state, waiting, running, limit, rate, keys, on_failure, serving) == (
             "active",
             "3",
@@ -86,7 +86,7 @@ def test_the_tab_shows_the_queues_of_a_real_farm(farm, open_window, qtbot):
             "block",
             "reporter",
         )
-        assert _cells(view.model, "gpu")[1:3] + _cells(view.model, "gpu")[8:] == [
+        assert _cells(view.model, "gpu")[1:3] + _cells(view.model, "gpu")[9:] == [
             "unserved",
             "2",
             "1",

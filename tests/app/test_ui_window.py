@@ -146,7 +146,7 @@ def test_the_window_draws_what_the_database_holds(farm, peers, http_target, open
     listed = [window.jobs.model.index(row, 0).data(ROW_ROLE) for row in range(window.jobs.model.rowCount())]
     assert [(j["id"], j["state"]) for j in listed] == [(j["id"], j["state"]) for j in store.jobs.newest(limit=500)]
     window.tabs.setCurrentWidget(window.queue)  # the queue graph draws while it is on screen
-    assert window.queue.plotted_throughput() == {"succeeded": 6, "failed": 2, "timeout": 0, "lost": 0, "cancelled": 0}
+    assert window.queue.plotted_throughput() == dict(succeeded=6, failed=2, timeout=0, lost=0, cancelled=0, snoozed=0)
     assert window.queue.counts["succeeded"].text() == "6"
 
     # This node's panel shows the in-process node, with the counts the peers table shows in the same frame.
