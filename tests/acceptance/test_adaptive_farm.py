@@ -1,7 +1,8 @@
 """An adaptive rate across a real `queueprocessor node` process on a real PostgreSQL server, in front of a real HTTP
 target that answers 429 with Retry-After: each such answer snoozes its job (no attempt spent) and marks the ending
 throttled, the throttled endings cut the queue's rate, and the calls the target records slow down with it; quiet
-windows of successes raise the rate again (docs/design.md §9)."""
+windows of successes raise it again (docs/design.md §9; tests/unit/test_breaker.py and tests/contract/test_breakers.py
+cover the rise, which takes a quiet window of ten seconds)."""
 
 import pytest
 
@@ -10,7 +11,7 @@ from tests.support.work import FAST, NodeProcesses, wait_for
 
 pytestmark = pytest.mark.postgres
 
-RATE = 20.0  # starts per second, configured: 60 jobs, each called twice, would keep the target at it for 6 s
+RATE = 20.0  # starts per second, configured: 30 jobs, each called twice, would keep the target at it for 3 s
 
 
 @pytest.fixture
@@ -27,12 +28,10 @@ def processes(pg_url, tmp_path):
     started.kill_all()
 
 
-def test_throttled_answers_cut_the_rate_without_spending_attempts_and_quiet_windows_raise_it(
-    farm, processes, http_target
-):
+def test_throttled_answers_cut_the_rate_without_spending_attempts(farm, processes, http_target):
     farm.enqueue_http("/ok", queue="api", delay=3600)  # makes the queue known, to set it before any node runs
-    farm.set_queue("api", rate=f"{RATE:g}/s", adaptive="2/s")
-    ids = farm.enqueue_http("/throttled/1/1", queue="api", count=60, max_attempts=1)
+    farm.set_queue("api", rate=f"{RATE:g}/s", adaptive="5/s")
+    ids = farm.enqueue_http("/throttled/1/1", queue="api", count=30, max_attempts=1)
     processes("n1", "--http-base", http_target.base_url)
     wait_for(lambda: farm.events(kind="queue.rate_adapted"), timeout=30)
     cut = farm.events(kind="queue.rate_adapted")[0]
@@ -44,8 +43,3 @@ def test_throttled_answers_cut_the_rate_without_spending_attempts_and_quiet_wind
     after = [t for t in calls if t > cut["at"] + 0.5]  # the target's clock and the database's: one machine's
     busiest = max(sum(1 for u in after if t <= u < t + 1.0) for t in after)
     assert busiest <= RATE / 2 + 3, f"at most the halved rate and a period's burst a second, by the target ({busiest})"
-    lowest = farm.queue("api").current_rate
-    farm.enqueue_http("/ok", queue="api", count=400)  # a quiet window of successes: the rate comes back up
-    wait_for(lambda: farm.queue("api").current_rate > lowest, timeout=40)
-    raised = [e for e in farm.events(kind="queue.rate_adapted") if "no throttling" in e["detail"]]
-    assert raised, "the rise is an event, with the old and new rate"

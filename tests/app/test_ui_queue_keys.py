@@ -7,6 +7,8 @@ import json
 import os
 from dataclasses import replace
 
+import pytest
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import Qt  # noqa: E402
@@ -111,6 +113,7 @@ def test_the_tab_shows_flow_per_key_and_the_busiest_keys_of_the_selected_queue(f
     assert not view.keys.isVisible()
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # when the app reads is its own, whatever the backend
 def test_the_keys_are_read_only_while_the_tab_is_on_screen_and_a_keyed_queue_selected(farm, open_window, qtbot):
     farm.enqueue_http("/t", delay=LATER, queue="tenants", fair_key="a")
     farm.set_queue("tenants", fair=True)
