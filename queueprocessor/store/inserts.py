@@ -40,7 +40,7 @@ def insert_jobs(
     if count == 1:
         job_id, gated = conn.execute(_insert_statement(at is not None), row | when).one()
         if gated:  # a held-back queue may be fair or keep flow per key: its job's key and turn, as the queue says
-            conn.execute(key_flow.keyed_statement(conn.dialect.name, spec), dict(b_id=job_id))
+            key_flow.key_and_tag(conn, spec, job_id)
         ids = [job_id]
     elif not whole:  # one statement of many rows (insertmanyvalues): each row's key and tag given, a turn each
         made = _keys_and_tags(conn, [spec] * count)

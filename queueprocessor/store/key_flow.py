@@ -1,11 +1,12 @@
-"""Fair shares, limits and rates per key, where the store writes for them (docs/design.md §9): the tags of jobs
-enqueued together in a fair queue, and the buckets of rates per key, spent by the claims that start their jobs and
-forgotten once full. The SQL is in sql/fair.py."""
+"""Fair shares, limits and rates per key, where the store writes for them (docs/design.md §9): the fairness keys and
+turns of jobs enqueued into a held-back queue, and the buckets of rates per key, spent by the claims that start
+their jobs and forgotten once full. The SQL is in sql/fair.py."""
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import String, Text, and_, bindparam, delete, func, literal, select, update
+from sqlalchemy import String, Text, and_, bindparam, delete, func, select, update
 from sqlalchemy.engine import Connection
 
 from ..rules.fairness import step
@@ -18,42 +19,21 @@ from .sql.fair import first_spend_statement, key_of, spend_statement, tag, units
 IDS_AT_ONCE = 1000  # ids named in one statement (SQL Server takes at most 2,100 parameters)
 
 
-def key(fair_key: str | None) -> Any:
-    """A fairness key as sql.fair.tag takes it: a bound value, or None for a job without one (its SQL: IS NULL)."""
-    return None if fair_key is None else literal(fair_key, String)
-
-
-def key_for(dialect: str, spec: JobSpec) -> Any:
-    """The fairness key of a job of `spec` as SQL: its own, or, without one, what its queue takes it from
-    (sql.fair.key_of: NULL if nothing)."""
-    if spec.fair_key is not None:
-        return literal(spec.fair_key, String)
-    order_key, payload = literal(spec.order_key, String), literal(spec.payload, Text)
-    return key_of(dialect, literal(spec.queue, String), order_key, payload)
-
-
-def keyed_statement(dialect: str, spec: JobSpec) -> Any:
-    """The update that gives job `b_id`, just enqueued from `spec` into a held-back queue, its fairness key (key_for)
-    and, if its queue is fair, its turn (sql.fair.tag): in the enqueue's transaction, before anyone sees it."""
-    fair_key = key_for(dialect, spec)
-    queue = literal(spec.queue, String)
-    return (
-        update(jobs)
-        .where(jobs.c.id == bindparam("b_id"))
-        .values(fair_key=fair_key, vtag=tag(queue, fair_key, maybe_null=spec.fair_key is None))
-    )
+def key_and_tag(conn: Connection, spec: JobSpec, job_id: int) -> None:
+    """Give job `job_id`, just enqueued from `spec` into a held-back queue, its fairness key (its own, or what its
+    queue takes it from: sql.fair.key_of) and, if its queue is fair, its turn (sql.fair.tag): in the enqueue's
+    transaction, before anyone sees it."""
+    conn.execute(_keyed_statement(conn.dialect.name, spec.fair_key is not None), _params(spec) | dict(b_id=job_id))
 
 
 def keys_and_tags(conn: Connection, specs: Sequence[JobSpec]) -> list[tuple[str | None, float | None]]:
-    """The fairness keys (key_for) and virtual start tags (sql.fair.tag; None if their queue is not fair) of `specs`,
-    jobs of one queue enqueued together, in order: each key's jobs take their turns one after another from where
+    """The fairness keys (see key_and_tag) and virtual start tags (None if their queue is not fair) of `specs`, jobs
+    of one queue enqueued together, in order: each key's jobs take their turns one after another from where the
     tag starts its next one. Read once for each key, or for each order key and payload of the jobs without one."""
-    queue = literal(specs[0].queue, String)
     read: dict[tuple[str | None, ...], tuple[str | None, float | None]] = {}
     for spec in specs:
         if (source := _source(spec)) not in read:
-            of = key_for(conn.dialect.name, spec)
-            found = conn.execute(select(of, tag(queue, of, maybe_null=spec.fair_key is None))).one()
+            found = conn.execute(_read_statement(conn.dialect.name, spec.fair_key is not None), _params(spec)).one()
             read[source] = (found[0], found[1])
     turns: dict[str | None, float | None] = {}
     made: list[tuple[str | None, float | None]] = []
@@ -64,6 +44,37 @@ def keys_and_tags(conn: Connection, specs: Sequence[JobSpec]) -> list[tuple[str 
         if at is not None:
             turns[fair_key] = at + step(spec.cost, spec.fair_weight)
     return made
+
+
+def _key(dialect: str, own: bool) -> Any:
+    """A job's fairness key as SQL: its own (`b_key`), or what its queue `b_queue` takes from its order key and
+    payload (`b_order_key`, `b_payload`; sql.fair.key_of, NULL if nothing)."""
+    if own:
+        return bindparam("b_key", type_=String)
+    queue, order_key = bindparam("b_queue", type_=String), bindparam("b_order_key", type_=String)
+    return key_of(dialect, queue, order_key, bindparam("b_payload", type_=Text))
+
+
+# Built once each, so their text stays the same and PostgreSQL plans each once per connection (prepared): planned
+# afresh, their reads of qp_jobs weighed its partitions at every enqueue.
+@functools.cache
+def _keyed_statement(dialect: str, own: bool) -> Any:
+    fair_key = _key(dialect, own)
+    turn = tag(bindparam("b_queue", type_=String), fair_key, maybe_null=not own)
+    return update(jobs).where(jobs.c.id == bindparam("b_id")).values(fair_key=fair_key, vtag=turn)
+
+
+@functools.cache
+def _read_statement(dialect: str, own: bool) -> Any:
+    fair_key = _key(dialect, own)
+    return select(fair_key, tag(bindparam("b_queue", type_=String), fair_key, maybe_null=not own))
+
+
+def _params(spec: JobSpec) -> dict[str, Any]:
+    """The values _key and the tag read of a job of `spec`."""
+    if spec.fair_key is not None:
+        return dict(b_queue=spec.queue, b_key=spec.fair_key)
+    return dict(b_queue=spec.queue, b_order_key=spec.order_key, b_payload=spec.payload)
 
 
 def _source(spec: JobSpec) -> tuple[str | None, ...]:
