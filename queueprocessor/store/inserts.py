@@ -29,7 +29,6 @@ def insert_jobs(
 ) -> list[int]:
     """JobStore.enqueue in a transaction of the caller's (a workflow's steps go in together, or none). A job with
     `after` waits for its parents (store/dependencies.py)."""
-    run_at = literal(at) if at is not None else db_now() + delay
     check_key(spec)
     row = job_row(spec)
     failed = None
@@ -47,6 +46,7 @@ def insert_jobs(
         rows = [row | dict(fair_key=fair_key, vtag=vtag) for fair_key, vtag in made]
         ids = [r[0] for r in conn.execute(_insert_statement(at is not None), [r | when for r in rows])]
     else:  # the copies made by the database, in one statement: no rows sent, none converted one by one
+        run_at = literal(at) if at is not None else db_now() + delay
         series = func.generate_series(0, count - 1).table_valued("n").render_derived()
         [(fair_key, first)] = _keys_and_tags(conn, [spec])  # read once: the database's time moves on
         turns = series.c.n * step(spec.cost, spec.fair_weight)

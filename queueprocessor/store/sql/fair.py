@@ -17,7 +17,8 @@ from ...rules.fairness import MAX_FAIR_KEY, ORDER_KEY, PAYLOAD, STEP
 from ...rules.states import JobState
 from ..dbtime import db_now
 from ..schema import jobs, key_buckets, queues
-from .portable import json_text, least
+from .gates import refilled
+from .portable import json_text
 
 NO_BOUND = 1e18  # a budget without a limit or rate per key: more units than any claim takes
 
@@ -77,12 +78,10 @@ def running_units(queue: Any, key: Any) -> Any:
 
 
 def tokens_now(dialect: str, q: Any, b: Any) -> Any:
-    """The tokens key bucket row `b` of queue row `q` holds now, in database time: what it held, refilled since, at
-    most the burst; a full bucket without a row (NULL `b`); NULL without a rate per key."""
-    refilled = least(
-        dialect, q.c.key_burst, b.c.tokens + (db_now() - b.c.refilled_at) * q.c.key_rate_count / q.c.key_rate_per
-    )
-    return case((q.c.key_rate_count.is_(None), None), else_=func.coalesce(refilled, q.c.key_burst))
+    """The tokens key bucket row `b` of queue row `q` holds now (see gates.refilled); a full bucket without a row
+    (NULL `b`); NULL without a rate per key."""
+    now = refilled(dialect, b.c.tokens, b.c.refilled_at, q.c.key_rate_count, q.c.key_rate_per, q.c.key_burst)
+    return case((q.c.key_rate_count.is_(None), None), else_=func.coalesce(now, q.c.key_burst))
 
 
 def _room(queue: Any, key: Any) -> Any:

@@ -36,11 +36,17 @@ from .due import due
 from .portable import greatest, least
 
 
+def refilled(dialect: str, tokens: Any, refilled_at: Any, count: Any, per: Any, burst: Any) -> Any:
+    """The tokens a token bucket holds now, in database time: the `tokens` it held at `refilled_at`, refilled since at
+    `count` per `per` seconds, at most its `burst` (a queue's bucket, and a key's: sql/fair.py)."""
+    return least(dialect, burst, tokens + (db_now() - refilled_at) * count / per)
+
+
 def bucket(dialect: str, q: Any) -> Any:
-    """The tokens a queue's rate bucket holds now, in database time: what it held, refilled since, at most
-    its burst (a bucket never spent is full; a queue without a rate has none, NULL)."""
-    refill = (db_now() - q.c.refilled_at) * q.c.rate_count / q.c.rate_per
-    return case((q.c.tokens.is_(None), q.c.burst), else_=least(dialect, q.c.burst, q.c.tokens + refill))
+    """The tokens a queue's rate bucket holds now (see refilled; a bucket never spent is full; a queue without a
+    rate has none, NULL)."""
+    now = refilled(dialect, q.c.tokens, q.c.refilled_at, q.c.rate_count, q.c.rate_per, q.c.burst)
+    return case((q.c.tokens.is_(None), q.c.burst), else_=now)
 
 
 def _guarded(q: Any) -> Any:
