@@ -211,3 +211,15 @@ def test_enqueue_at_the_cli_says_how_a_held_key_was_settled(tmp_path, capsys):
     assert errors[1] == (
         "error: --key-for holds the key until the job ends and then for its window: give no --key-scope with it"
     )
+
+
+def test_a_workflow_or_group_takes_key_scopes_but_no_conflict_answer(farm):
+    farm.group([farm.python_spec(pyjobs.noop, key="g", key_scope="waiting")])
+    assert farm._store.jobs.keyed(key="g")["key_scope"] == "waiting"
+    with pytest.raises(BadJobInput, match="^on_conflict answers an enqueue of one job: give it to no step"):
+        farm.group([farm.python_spec(pyjobs.noop, key="h", on_conflict="existing")])
+    flow = farm.workflow()
+    flow.step("a", farm.python_spec(pyjobs.noop, key="w", debounce=5))
+    with pytest.raises(BadJobInput, match="^debounce answers an enqueue of one job: give it to no step"):
+        flow.enqueue()
+    assert farm._store.jobs.counts()["queued"] == 1
