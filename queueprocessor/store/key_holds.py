@@ -7,9 +7,10 @@ locked rows), and two enqueues of one key settle one after the other, so whateve
 holds a key at a time. The conditions are SQL, so qp_enqueue (sqlfunctions) settles the same way in the database.
 """
 
+import functools
 from typing import Any, NamedTuple
 
-from sqlalchemy import Float, and_, bindparam, case, cast, null, or_, select, update
+from sqlalchemy import Float, String, and_, bindparam, case, cast, null, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement, FromClause
 
@@ -60,6 +61,14 @@ def debounced_at(
     )
 
 
+@functools.cache
+def _holder_statement() -> Any:
+    """The job holding key `b_key`, locked: its id, whether it holds the key still and whether it has not started;
+    built once."""
+    held = select(jobs.c.id, holding(jobs, db_now()).label("holding"), jobs.c.state.in_(NOT_STARTED).label("waiting"))
+    return held.where(jobs.c.key == bindparam("b_key", type_=String)).with_for_update()
+
+
 def settle(conn: Connection, spec: JobSpec, *, delay: float, at: float | None) -> Settled | None:
     """In the caller's transaction: settle `spec`'s enqueue with the job holding its key, as above; None if the key
     is free now (none holds it, or its holder just gave it up): the caller inserts again."""
@@ -67,12 +76,7 @@ def settle(conn: Connection, spec: JobSpec, *, delay: float, at: float | None) -
     dialect = conn.dialect.name
     b_debounce = bindparam("b_debounce", terms.debounce, Float)
     b_max_delay = cast(bindparam("b_max_delay", terms.max_delay, Float), Float)  # typed when NULL too
-    read = select(
-        jobs.c.id,
-        holding(jobs, db_now()).label("holding"),
-        jobs.c.state.in_(NOT_STARTED).label("waiting"),
-    ).where(jobs.c.key == spec.key)
-    holder = conn.execute(read.with_for_update()).one_or_none()
+    holder = conn.execute(_holder_statement(), dict(b_key=spec.key)).one_or_none()
     if holder is None:
         return None
     if not holder.holding:

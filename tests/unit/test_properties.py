@@ -214,13 +214,13 @@ def test_urls_without_a_password_are_shown_as_they_are(user, host, name):
 @PROPERTY
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_epoch_seconds_mean_exactly_that_instant(seconds):
-    assert _parse_time(repr(seconds)) == seconds
+    assert _parse_time(repr(seconds), "--at") == seconds
 
 
 @PROPERTY
 @given(st.datetimes(timezones=st.timezones()))
 def test_an_iso_time_with_its_zone_means_that_instant(when):
-    assert _parse_time(when.isoformat()) == pytest.approx(when.timestamp(), abs=1e-6)
+    assert _parse_time(when.isoformat(), "--at") == pytest.approx(when.timestamp(), abs=1e-6)
 
 
 @PROPERTY
@@ -229,7 +229,7 @@ def test_an_iso_time_with_its_zone_means_that_instant(when):
 @example("2026-13-45T00:00:00")
 def test_any_text_is_a_time_or_one_clear_error(text):
     try:
-        value = _parse_time(text)
+        value = _parse_time(text, "--at")
     except click.BadParameter as error:
         assert one_line(error) and "--at" in error.format_message()
         return
@@ -251,7 +251,7 @@ def test_any_stored_time_is_shown_as_a_date_or_as_its_epoch_seconds(epoch):
 
 
 def test_a_time_without_a_zone_is_local_time():
-    assert _parse_time("2026-11-22T18:00:00") == datetime(2026, 11, 22, 18, 0).timestamp()
+    assert _parse_time("2026-11-22T18:00:00", "--at") == datetime(2026, 11, 22, 18, 0).timestamp()
 
 
 # -- roster, slots and turns -----------------------------------------------------
