@@ -249,7 +249,9 @@ def test_pause_on_failure_pauses_after_n_failures_in_a_row_and_a_success_resets(
 
     def end(job_id: int, state: str) -> None:
         farm._store.count(
-            update(jobs).where(jobs.c.id == job_id).values(state=state, finished_at=farm._store.ask_time(), last_error="boom")
+            update(jobs)
+            .where(jobs.c.id == job_id)
+            .values(state=state, finished_at=farm._store.ask_time(), last_error="boom")
         )
 
     end(ids[0], "failed")
@@ -261,7 +263,10 @@ def test_pause_on_failure_pauses_after_n_failures_in_a_row_and_a_success_resets(
     end(ids[4], "failed")
     pass_(farm)
     row = farm.get_schedule("f")
-    assert row["paused"] and row["paused_why"] == f"paused on failure: 2 runs in a row failed for good (the last, job {ids[4]}: boom)"
+    assert (
+        row["paused"]
+        and row["paused_why"] == f"paused on failure: 2 runs in a row failed for good (the last, job {ids[4]}: boom)"
+    )
     [paused] = [e for e in events(farm, "schedule.paused") if e["subject"] == "f"]
     assert row["paused_why"] in paused["detail"]
     resumed = farm.resume_schedule("f")
@@ -271,7 +276,10 @@ def test_pause_on_failure_pauses_after_n_failures_in_a_row_and_a_success_resets(
 @pytest.mark.parametrize(
     "policy, message",
     [
-        (dict(overlap="sometimes"), "unknown overlap policy 'sometimes': use one of allow, skip, buffer-one, cancel-previous"),
+        (
+            dict(overlap="sometimes"),
+            "unknown overlap policy 'sometimes': use one of allow, skip, buffer-one, cancel-previous",
+        ),
         (dict(jitter=-1.0), "jitter must be from 0 to 86400 seconds (got -1)"),
         (dict(jitter=float("nan")), "jitter must be from 0 to 86400 seconds"),
         (dict(pause_on_failure=0), "pause_on_failure must be from 1 to 1000 runs (got 0)"),
@@ -289,9 +297,11 @@ def test_a_bad_policy_is_one_line_and_makes_nothing(farm, policy, message):
 def test_bad_backfills_and_pauses_are_one_line(farm):
     farm.schedule("h", farm.python_spec(pyjobs.noop), every=1)
     now = farm._store.ask_time()
-    with pytest.raises(InvalidJob, match="^a backfill's start must not be after its end$"):
+    with pytest.raises(InvalidJob, match=r"^a backfill's start \(FROM\) must not be after its end \(TO\)$"):
         farm.backfill_schedule("h", now - 10, now - 20)
-    with pytest.raises(InvalidJob, match="^a backfill covers past occurrences: its end must not be later than now$"):
+    with pytest.raises(
+        InvalidJob, match=r"^a backfill covers past occurrences: its end \(TO\) must not be later than now$"
+    ):
         farm.backfill_schedule("h", now - 10, now + 3600)
     with pytest.raises(InvalidJob, match=f"^the range holds more than {MAX_BACKFILL} occurrences"):
         farm.backfill_schedule("h", now - 2 * MAX_BACKFILL, now - 1)
