@@ -17,7 +17,8 @@ from queueprocessor.store.schema import jobs, schedules
 from queueprocessor.store.types import ClaimRequest
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
 from tests.support import pyjobs
-from tests.support.work import FAST
+from tests.support.httptarget import HttpTarget, most_at_once
+from tests.support.work import FAST, Nodes, wait_for
 
 STEP = 10.0  # seconds between occurrences: the tests make the past ones by moving next_run back
 
@@ -310,3 +311,23 @@ def test_bad_backfills_and_pauses_are_one_line(farm):
     with pytest.raises(InvalidJob, match="^until must be later than now$"):
         farm.pause_schedule("h", until=now - 1)
     assert not farm.get_schedule("h")["paused"]
+
+
+def test_real_nodes_never_run_a_skip_schedule_twice_at_once_and_list_what_they_skipped(farm):
+    """Two nodes, a schedule every 0.2 s whose run takes 0.7 s: the target never serves two of its runs at once, and
+    the occurrences that fell due meanwhile are skipped, each with its reason (the turn-holder's pass, woken at every
+    turn by the heartbeat's look at the schedules)."""
+    with HttpTarget() as target:
+        nodes = Nodes(farm, http_base=target.base_url)
+        try:
+            nodes("a")
+            nodes("b")
+            farm.schedule("slow", farm.http_spec("/sleep/0.7"), every=0.2, overlap="skip")
+            wait_for(lambda: len([r for r in target.requests("/sleep") if r["ended"]]) >= 3, timeout=20)
+            farm.pause_schedule("slow")
+        finally:
+            nodes.stop_all()
+        served = target.requests("/sleep")
+    assert most_at_once([r for r in served if r["ended"]]) == 1 and len({r["machine"] for r in served}) >= 1
+    skipped = [r for r in farm.schedule_runs("slow", limit=200) if (r["error"] or "").startswith("skipped:")]
+    assert len(skipped) >= 3 and all("overlap=skip" in r["error"] and r["outcome"] == "cancelled" for r in skipped)
