@@ -13,8 +13,8 @@ skipped. Each decision is a guarded write: a cancel only of a job still queued w
 claim took meanwhile is left alone), a stop only of a job still running and not yet asked.
 
 A failed run never stops a schedule for good: in a queue whose order keys block on a failure
-(on_failure=block), the farm's own key is taken off the schedule's runs that failed for good. A key the user
-gave blocks as the user's queue says.
+(on_failure=block), the farm's own key is taken off the schedule's runs that failed for good, at a pass that finds
+an occurrence due and none of its runs going on. A key the user gave blocks as the user's queue says.
 
 Pause on failure: the schedule's ended jobs are read in id order from its mark (`counted`: every job of the
 schedule up to it has ended) up to its oldest unfinished one, at the pass that makes its occurrences (and at every
@@ -133,7 +133,8 @@ class PolicyPass:
         if schedule["overlap"] != DEFAULT_OVERLAP:
             self._overlap(schedule, going)
         paused = self._mark(schedule, going.first)
-        if schedule["overlap"] != DEFAULT_OVERLAP and schedule["order_key"] is None:
+        stuck = going.due and not (going.running or going.retrying)  # due, and nothing runs: a failure may block
+        if stuck and schedule["overlap"] != DEFAULT_OVERLAP and schedule["order_key"] is None:
             self._unblock(schedule)  # after the count, which reads the failed runs by their key
         return paused
 
@@ -221,10 +222,12 @@ class PolicyPass:
         """Take the farm's own order key off the schedule's runs that failed for good in a queue whose keys block on
         a failure, so that the next occurrence can run (the key was the farm's, not a user's ask to block)."""
         blocking = select(queues.c.name).where(queues.c.on_failure == OnFailure.BLOCK)
+        key = (jobs.c.queue == schedule["queue"], jobs.c.order_key == job_order_key(schedule))
         with self.store.engine.begin() as conn:
             conn.execute(
                 update(jobs)
-                .where(self._since_mark(schedule), jobs.c.state == JobState.FAILED, jobs.c.queue.in_(blocking))
+                .where(*key, made(jobs, schedule["name"]), jobs.c.state == JobState.FAILED)
+                .where(jobs.c.queue.in_(blocking))
                 .values(order_key=None)
             )
 
