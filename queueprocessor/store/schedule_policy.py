@@ -32,7 +32,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, false, literal, or_, select, update
+from sqlalchemy import and_, case, false, literal, or_, select, true, update
 from sqlalchemy.sql import ColumnElement, FromClause
 
 from ..rules.events import EventKind
@@ -81,7 +81,7 @@ def wake_at() -> ColumnElement[Any]:
     occurrence, or at once while an overlap policy needs a look at every turn, or its time to resume at; NULL if
     never."""
     return case(
-        (schedules.c.paused, schedules.c.paused_until),
+        (schedules.c.paused == true(), schedules.c.paused_until),
         (schedules.c.overlap != DEFAULT_OVERLAP, literal(0.0)),
         else_=schedules.c.next_run,
     )

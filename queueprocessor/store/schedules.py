@@ -122,7 +122,8 @@ class ScheduleStore:
         )
         try:
             with self.store.engine.begin() as conn:
-                conn.execute(insert(schedules).values(created_at=db_now(), counted=_newest_job(), **row))
+                counted = conn.execute(select(_newest_job())).scalar()  # SQL Server takes no sub-select in VALUES
+                conn.execute(insert(schedules).values(created_at=db_now(), counted=counted, **row))
                 record_event(conn, EventKind.SCHEDULE_ADDED, name, _described(row), self.store.actor)
         except exc.IntegrityError:
             raise InvalidJob(
