@@ -382,8 +382,10 @@ class ScheduleStore:
                 return schedule
             recurs = not values.keys().isdisjoint(RECURRENCE)
             guard = _as_read(schedule, ("paused", *values))
-            if "pause_on_failure" in values:  # counted from the jobs made after it is set
-                values |= dict(failures=None, counted=_newest_job())
+            if "pause_on_failure" in values:  # counted afresh: from the jobs made after it is set, or, under an
+                values["failures"] = None  # overlap policy, from the mark its passes keep at its oldest unfinished job
+                if values.get("overlap", schedule["overlap"]) == DEFAULT_OVERLAP:
+                    values["counted"] = _newest_job()
             if recurs and not schedule["paused"]:
                 restart = first_occurrence(Recurrence.of(schedule | values), self.store.ask_time(), period)
                 values["next_run"] = restart

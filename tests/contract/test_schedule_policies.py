@@ -403,3 +403,16 @@ def test_two_machines_passing_at_once_skip_each_occurrence_once(farm, db_url):
     [event] = events(farm, "schedule.skipped")
     assert event["detail"].startswith(f"{len(waiting) - 1} occurrences skipped")
     assert farm.get_schedule("twice")["counted"] == running - 1  # the mark moved once, by compare-and-set
+
+
+def test_setting_pause_on_failure_counts_afresh_and_keeps_a_running_run_in_sight(farm):
+    behind(farm, "k", overlap="skip")
+    [running] = claim(farm)
+    pass_(farm)
+    farm.edit_schedule("k", pause_on_failure=2)
+    assert farm.get_schedule("k")["counted"] == running - 1  # the run going on stays above the mark
+    old = behind(farm, "plain")
+    farm._store.count(update(jobs).where(jobs.c.id.in_([j["id"] for j in old])).values(state="failed"))
+    farm.edit_schedule("plain", pause_on_failure=1)  # failures before it was set are not its own
+    pass_due(farm, "plain")
+    assert not farm.get_schedule("plain")["paused"]
