@@ -34,10 +34,10 @@ from .rules.job import JobOptions, JobSpec
 from .rules.queue_settings import QueueSettings
 from .rules.queues import QueueInfo
 from .rules.roster import Liveness
-from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, Recurrence
+from .rules.schedules import Recurrence
 from .rules.search import BulkAction, JobFilter
 from .rules.urls import default_url, mask
-from .schedulesteer import ScheduleChanges, ScheduleSteering
+from .schedulesteer import ScheduleChanges, SchedulePolicy, ScheduleSteering
 from .store import permissions
 from .store.bulk import Changed
 from .store.database import (
@@ -329,11 +329,11 @@ class Farm:
         cron: str | None = None,
         tz: str | None = None,
         every: float | None = None,
-        misfire: str = DEFAULT_MISFIRE,
-        grace: float = DEFAULT_GRACE,
+        **policy: Unpack[SchedulePolicy],
     ) -> dict[str, Any]:
-        """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds."""
-        return self._schedules.add(name, spec, Recurrence.parse(cron, tz, every), misfire=misfire, grace=grace)
+        """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds, under `policy`
+        (SchedulePolicy: misfire, grace, overlap, jitter, pause_on_failure; docs/design.md §6 says what each does)."""
+        return self._schedules.add(name, spec, Recurrence.parse(cron, tz, every), **policy)
 
     def list_schedules(self) -> list[dict[str, Any]]:
         """Every schedule's row, by name."""
@@ -343,13 +343,19 @@ class Farm:
         """One schedule's row (NotFound if there is none of that name)."""
         return self._schedules.get(name)
 
-    def pause_schedule(self, name: str) -> int:
-        """Stop making occurrences until resumed; returns how many waiting ones were cancelled."""
-        return self._schedules.pause(name)
+    def pause_schedule(self, name: str, until: float | None = None) -> int:
+        """Stop making occurrences until resumed (or until the farm resumes it at `until`, epoch seconds); returns
+        how many waiting ones were cancelled."""
+        return self._schedules.pause(name, until)
 
     def resume_schedule(self, name: str) -> dict[str, Any]:
         """Start a paused schedule again from its next occurrence (those in the pause are not run)."""
         return self._schedules.resume(name)
+
+    def backfill_schedule(self, name: str, start: float, end: float) -> int:
+        """Make each occurrence from `start` to `end` (epoch seconds, past) that has no job yet into one, due now,
+        once however often asked (see ScheduleStore.backfill); how many it made."""
+        return self._schedules.backfill(name, start, end)
 
     def remove_schedule(self, name: str) -> int:
         """Delete a schedule; returns how many of its waiting occurrences were cancelled."""

@@ -2,7 +2,6 @@
 (continuous work one live machine holds)."""
 
 from dataclasses import replace
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -14,7 +13,7 @@ from ..rules.kinds import COMMAND, HTTP, PYTHON, WorkKind
 from ..rules.output import format_time, machine_label, print_json, print_table
 from ..rules.states import JobState
 from .context import Context, pass_ctx
-from .options import EXECUTOR, TARGET, Decorated, job_spec, work_options
+from .options import EXECUTOR, TARGET, Decorated, job_spec, parse_time, work_options
 
 if TYPE_CHECKING:
     from ..rules.job import JobSpec
@@ -178,19 +177,7 @@ TERMS = ("key", "instance", "key_scope", "key_until", "key_for", "on_conflict", 
 
 
 def _parse_time(text: str | None, option: str) -> float | None:
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise click.BadParameter(
-            f"{echoed(text)} is not a time: use ISO 8601 (2026-11-22T18:00:00+00:00) or epoch seconds",
-            param_hint=option,
-        ) from None
+    return None if text is None else parse_time(text, option)
 
 
 @click.group()

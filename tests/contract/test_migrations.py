@@ -13,7 +13,12 @@ from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.roster import KnownMachines
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
-from queueprocessor.store.migrations import FLOW_COLUMNS, PAYLOAD_INDEX_BEFORE_13, QUEUED_BEFORE_6
+from queueprocessor.store.migrations import (
+    FLOW_COLUMNS,
+    PAYLOAD_INDEX_BEFORE_13,
+    QUEUED_BEFORE_6,
+    SCHEDULE_POLICY_COLUMNS,
+)
 from queueprocessor.store.sqlfunctions import FORMER_SIGNATURE, SIGNATURE, create_sql_functions
 from queueprocessor.store.types import ClaimRequest, Plan, Progress
 
@@ -86,10 +91,13 @@ def notify_each_insert(conn) -> None:
 
 
 def back_to_15(conn) -> None:
-    """Schema 16's keys on their own terms, gone: no scope or hold on job rows, and on PostgreSQL qp_enqueue of six
+    """Schema 16's keys on their own terms and schedule policies, gone: no scope or hold on job rows, none of the
+    qp_schedules columns of overlap, jitter, pause until and pause on failure, and on PostgreSQL qp_enqueue of six
     parameters (a stand-in of that signature: what the upgrade does with it, not what it ran, is what is tested)."""
     for column in ("key_scope", "key_hold"):
         drop_column(conn, "qp_jobs", column)
+    for column in SCHEDULE_POLICY_COLUMNS:
+        drop_column(conn, "qp_schedules", column)
     if conn.dialect.name == "postgresql":
         conn.execute(text(f"DROP FUNCTION {SIGNATURE}"))
         conn.execute(text(f"CREATE FUNCTION {FORMER_SIGNATURE} RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'"))
@@ -104,10 +112,10 @@ def make_version_15(url: str) -> None:
 
 
 def back_to_14(conn) -> None:
-    """Schema 15's flow control, gone (and 16's, first): the jobs' fairness columns and their indexes, the claim's
-    index of held-back queues in age order alone, the queues' settings of fair shares, of limits and rates per key,
-    of breakers and adaptive rates, the buckets of rates per key; no count of snoozes on job rows, nor of snoozed
-    runs in the history."""
+    """Schema 15's flow control, gone: the jobs' fairness columns and their indexes, the claim's index of held-back
+    queues in age order alone, the queues' settings of fair shares, of limits and rates per key, of breakers and
+    adaptive rates, the buckets of rates per key; no count of snoozes on job rows, nor of snoozed runs in the
+    history (and version 15's lacks: see back_to_15)."""
     back_to_15(conn)
     for index in ("ix_qp_jobs_vtag", "ix_qp_jobs_fair", "ix_qp_jobs_key_running", "ix_qp_jobs_gated"):
         drop_index(conn, index)
@@ -926,3 +934,24 @@ def test_a_version_15_database_gets_keys_on_their_own_terms_and_its_sql_door_kee
                 assert conn.execute(text(door), dict(f=FORMER_SIGNATURE, s=SIGNATURE)).one() == (True, True)
                 keyed = text("SELECT qp_enqueue('python', 'bench.jobs:noop', key => 'k', on_conflict => 'existing')")
                 assert conn.execute(keyed).scalar() == before
+
+
+def test_a_version_15_database_gets_schedule_policies_in_place_and_an_older_nodes_schedule_follows(db_url):
+    """Version 15 to 16: every schedule there is `allow` with no jitter and none of the rest, as before; one an older
+    node adds afterwards (naming only version 15's columns) is too; and a policy can be set at once."""
+    with Farm(db_url) as farm:
+        farm.schedule("before", farm.python_spec("tests.support.pyjobs:noop"), every=3600)
+    make_version_15(db_url)
+    with Farm(db_url) as farm:
+        assert shape(farm)[0] == CURRENT
+        with farm._engine.begin() as conn:  # an older node's add: the columns it knows
+            row = {c: v for c, v in farm.get_schedule("before").items() if c not in (*SCHEDULE_POLICY_COLUMNS, "id")}
+            columns = ", ".join(row)  # in SQL: the schema's table would fill the new columns' Python defaults
+            conn.execute(
+                text(f"INSERT INTO qp_schedules ({columns}) VALUES (:{', :'.join(row)})"), row | dict(name="older")
+            )
+        for name in ("before", "older"):
+            row = farm.get_schedule(name)
+            assert (row["overlap"], row["jitter"]) == ("allow", 0.0)
+            assert all(row[c] is None for c in SCHEDULE_POLICY_COLUMNS if c not in ("overlap", "jitter"))
+        assert farm.edit_schedule("before", overlap="skip", pause_on_failure=2)["overlap"] == "skip"
