@@ -81,8 +81,13 @@ class Commands:
 
         self.run(f"{action.capitalize()} {len(ids)} jobs", act)
 
-    def pause_schedule(self, name: str) -> None:
-        self.run(f"Pause schedule {name}", lambda farm: f"paused ({_waiting(farm.pause_schedule(name))})")
+    def pause_schedule(self, name: str, until: float | None = None) -> None:
+        """Pause a schedule, for good or `until` an epoch time (then the farm resumes it itself)."""
+        said = "" if until is None else f" until {format_time(until)} UTC"
+        self.run(
+            f"Pause schedule {name}{said}",
+            lambda farm: f"paused{said} ({_waiting(farm.pause_schedule(name, until=until))})",
+        )
 
     def resume_schedule(self, name: str) -> None:
         self.run(

@@ -31,6 +31,7 @@ from queueprocessor.rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, che
 from queueprocessor.rules.urls import default_url, mask
 
 from . import theme
+from .keyfields import KeyFields
 
 
 class DatabaseDialog(QDialog):
@@ -148,8 +149,9 @@ class EnqueueDialog(QDialog):
         self.count = QSpinBox(minimum=1, maximum=100_000, value=1)
         form.addRow("Copies", self.count)
         self.key = QLineEdit()
-        self.key.setPlaceholderText("optional: a second job with the same key is refused")
+        self.key.setPlaceholderText("optional: a second job with the same key meets “On conflict” below")
         form.addRow("Unique key", self.key)
+        self.key_fields = KeyFields(form, self.key)
         self.order_key = QLineEdit()
         self.order_key.setPlaceholderText("optional: jobs with the same order key run one at a time, in order")
         form.addRow("Order key", self.order_key)
@@ -168,6 +170,7 @@ class EnqueueDialog(QDialog):
                 key=self.key.text().strip() or None,
                 queue=self.queue.currentText().strip(),
                 order_key=self.order_key.text().strip() or None,
+                **self.key_fields.options(),
             )
         except QPError as error:
             self.error.setText(in_form_terms(error))
@@ -303,6 +306,13 @@ FIELDS = {
     "payload": "Payload",
     "queue": "Queue",
     "order_key": "Order key",
+    "key": "Unique key",
+    "key_scope": "Key held",
+    "key_until": "Held until",
+    "key_for": "Held after success",
+    "on_conflict": "On conflict",
+    "debounce": "Debounce",
+    "max_delay": "Max delay",
     "limit": "Limit",
     "rate": "Rate",
     "keep": "Keep",
