@@ -26,6 +26,7 @@ from queueprocessor import __version__, work_spec
 from queueprocessor.farm import needs_password, with_password
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.fairness import ORDER_KEY, check_fair_from
+from queueprocessor.rules.keys import check_enqueue
 from queueprocessor.rules.kinds import HTTP
 from queueprocessor.rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, check_keep, check_limit, keep_text
 from queueprocessor.rules.urls import default_url, mask
@@ -172,6 +173,7 @@ class EnqueueDialog(QDialog):
                 order_key=self.order_key.text().strip() or None,
                 **self.key_fields.options(),
             )
+            check_enqueue(spec.terms, count=self.count.value(), delay=self.delay.value(), at=None)
         except QPError as error:
             self.error.setText(in_form_terms(error))
             return

@@ -3,8 +3,9 @@ pause on failure, work and queue), as a form, with the next five occurrences sho
 the time a pause ends, as a small form of its own.
 
 The preview and every check are the core's pure rules (rules.schedules.edited, Recurrence.upcoming, check_policy,
-check_overlap, work_spec), run as the operator types: nothing here touches the database. `changes` holds only the fields the
-operator changed (Farm.edit_schedule's keywords), so what another operator changed meanwhile stays as they set it.
+check_overlap, work_spec), run as the operator types: nothing here touches the database. `changes` holds only the
+fields the operator changed (Farm.edit_schedule's keywords), so what another operator changed meanwhile stays as
+they set it.
 """
 
 from PySide6.QtCore import QDateTime

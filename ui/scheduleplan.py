@@ -36,7 +36,12 @@ def pause_on_failure_text(row: dict, _context=None) -> str:
 
 
 POLICY = [
-    Column("Overlap", lambda r, c: r["overlap"], tip="What an occurrence does while the last one's run still goes", cell_tip=_overlap_tip),
+    Column(
+        "Overlap",
+        lambda r, c: r["overlap"],
+        tip="What an occurrence does while the last one's run still goes",
+        cell_tip=_overlap_tip,
+    ),
     Column(
         "Jitter",
         jitter_text,

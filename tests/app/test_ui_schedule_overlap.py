@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QDialogButtonBox  # noqa: E402
 from queueprocessor.rules.schedules import PREVIEW, Recurrence, upcoming_runs  # noqa: E402
 from tests.app import test_ui_window  # noqa: E402
 from tests.app.test_ui_schedule_steering import NEVER_SOON, _selected  # noqa: E402
-from tests.app.test_ui_schedules import DESK, FEED, NOOP, _cells, _names, _rows, _tab  # noqa: E402
+from tests.app.test_ui_schedules import FEED, NOOP, _cells, _names, _rows, _tab  # noqa: E402
 from tests.support.work import FAST  # noqa: E402
 from ui import text  # noqa: E402
 
