@@ -34,7 +34,7 @@ from .rules.job import JobOptions, JobSpec
 from .rules.queue_settings import QueueSettings
 from .rules.queues import QueueInfo
 from .rules.roster import Liveness
-from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, Recurrence
+from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, DEFAULT_OVERLAP, Recurrence
 from .rules.search import BulkAction, JobFilter
 from .rules.urls import default_url, mask
 from .schedulesteer import ScheduleChanges, ScheduleSteering
@@ -330,9 +330,20 @@ class Farm:
         every: float | None = None,
         misfire: str = DEFAULT_MISFIRE,
         grace: float = DEFAULT_GRACE,
+        overlap: str = DEFAULT_OVERLAP,
+        jitter: float = 0.0,
+        pause_on_failure: int | None = None,
     ) -> dict[str, Any]:
-        """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds."""
-        return self._schedules.add(name, spec, Recurrence.parse(cron, tz, every), misfire=misfire, grace=grace)
+        """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds.
+        `overlap`: what an occurrence does that falls due while a run goes on: `allow` (the default: it runs beside
+        it), `skip` (it is cancelled, with its reason), `buffer-one` (the first waits, later ones are skipped) or
+        `cancel-previous` (the run is asked to stop); under all but `allow` no two runs are ever at once.
+        `jitter`: each occurrence waits a delay in [0, jitter) seconds fixed by a hash of its key, the same on
+        every machine. `pause_on_failure`: after that many runs in a row failed for good, it pauses itself.
+        docs/design.md §6 says what each guarantees."""
+        policy = dict(overlap=overlap, jitter=jitter, pause_on_failure=pause_on_failure)
+        recurrence = Recurrence.parse(cron, tz, every)
+        return self._schedules.add(name, spec, recurrence, misfire=misfire, grace=grace, **policy)
 
     def list_schedules(self) -> list[dict[str, Any]]:
         """Every schedule's row, by name."""
@@ -342,13 +353,20 @@ class Farm:
         """One schedule's row (NotFound if there is none of that name)."""
         return self._schedules.get(name)
 
-    def pause_schedule(self, name: str) -> int:
-        """Stop making occurrences until resumed; returns how many waiting ones were cancelled."""
-        return self._schedules.pause(name)
+    def pause_schedule(self, name: str, until: float | None = None) -> int:
+        """Stop making occurrences until resumed, or, with `until` (epoch seconds), until the farm resumes it
+        itself at that time (database time); returns how many waiting ones were cancelled."""
+        return self._schedules.pause(name, until)
 
     def resume_schedule(self, name: str) -> dict[str, Any]:
         """Start a paused schedule again from its next occurrence (those in the pause are not run)."""
         return self._schedules.resume(name)
+
+    def backfill_schedule(self, name: str, start: float, end: float) -> int:
+        """Make each of the schedule's occurrences from `start` to `end` (epoch seconds, a past range, at most
+        rules.schedules.MAX_BACKFILL of them) that has no job yet into one, due now; their keys `NAME@TIME` make
+        each once, however often it is asked. Returns how many it made."""
+        return self._schedules.backfill(name, start, end)
 
     def remove_schedule(self, name: str) -> int:
         """Delete a schedule; returns how many of its waiting occurrences were cancelled."""

@@ -15,20 +15,24 @@ from .rules.errors import BadJobInput
 from .rules.job import JobSpec, work_spec
 from .rules.limits import MAX_INT, MAX_WAIT
 from .rules.queues import UNCHANGED
-from .rules.schedules import Recurrence, check_policy, edited
-from .store.schedules import POLICY, RECURRENCE, WORK
+from .rules.schedules import Recurrence, check_overlap, check_policy, edited
+from .store.schedules import MADE_WITH, POLICY, RECURRENCE, WORK
 from .store.stores import Store
 from .timing import SharedTiming
 
 
 class ScheduleChanges(TypedDict, total=False):
-    """What Farm.edit_schedule may change of a schedule: its recurrence and misfire policy, and its work."""
+    """What Farm.edit_schedule may change of a schedule: its recurrence, its misfire, overlap and failure policies,
+    its jitter, and its work."""
 
     cron: str | None
     tz: str | None
     every: float | None
     misfire: str
     grace: float
+    overlap: str
+    jitter: float
+    pause_on_failure: int | None
     executor: str
     target: str | list[str]
     method: str
@@ -78,16 +82,20 @@ class ScheduleSteering:
         timing = self._shared.timing()
         return dict(ahead=timing.schedule_ahead, period=timing.period)
 
-    def add(self, name: str, spec: JobSpec, recurrence: Recurrence, *, misfire: str, grace: float) -> dict[str, Any]:
+    def add(self, name: str, spec: JobSpec, recurrence: Recurrence, **policy: Any) -> dict[str, Any]:
+        """Add a schedule; `policy`: misfire, grace, overlap, jitter, pause_on_failure (store.schedules.add)."""
         recurrence = within_reach(recurrence)
         self._machines.allowing(spec)
-        return self._schedules.add(name, recurrence, grabs.signed(spec), misfire=misfire, grace=grace, **self._ahead())
+        return self._schedules.add(name, recurrence, grabs.signed(spec), **policy, **self._ahead())
 
     def resume(self, name: str) -> dict[str, Any]:
         return self._schedules.resume(name, **self._ahead())
 
-    def pause(self, name: str) -> int:
-        return self._schedules.pause(name)
+    def pause(self, name: str, until: float | None) -> int:
+        return self._schedules.pause(name, until)
+
+    def backfill(self, name: str, start: float, end: float) -> int:
+        return self._schedules.backfill(name, start, end)
 
     def remove(self, name: str) -> int:
         return self._schedules.remove(name)
@@ -103,10 +111,10 @@ class ScheduleSteering:
 
     def edit(self, name: str, given: ScheduleChanges) -> dict[str, Any]:
         """Change what is given (a key left out, or UNCHANGED: keep it), as Farm.edit_schedule says."""
-        unknown = sorted(set(given) - {*RECURRENCE, *POLICY, *WORK})
+        unknown = sorted(set(given) - {*RECURRENCE, *POLICY, *MADE_WITH, *WORK})
         if unknown:
             raise TypeError(f"edit_schedule() got an unexpected keyword argument {unknown[0]!r}")
-        when = {key: given.get(key, UNCHANGED) for key in (*RECURRENCE, *POLICY)}
+        when = {key: given.get(key, UNCHANGED) for key in (*RECURRENCE, *POLICY, *MADE_WITH)}
         work = {key: given.get(key, UNCHANGED) for key in WORK}
         row = self._schedules.get(name)
         changes: dict[str, Any] = {}
@@ -114,8 +122,12 @@ class ScheduleSteering:
             recurrence = within_reach(edited(row, cron=when["cron"], tz=when["tz"], every=when["every"]))
             changes |= dict(cron=recurrence.cron, tz=recurrence.tz, every=recurrence.every)
         if when["misfire"] is not UNCHANGED or when["grace"] is not UNCHANGED:
-            changes |= {key: row[key] if when[key] is UNCHANGED else when[key] for key in POLICY}
+            changes |= {key: row[key] if when[key] is UNCHANGED else when[key] for key in ("misfire", "grace")}
             check_policy(changes["misfire"], changes["grace"])
+        overlapping = ("overlap", "jitter", "pause_on_failure")
+        if any(when[key] is not UNCHANGED for key in overlapping):
+            changes |= {key: row[key] if when[key] is UNCHANGED else when[key] for key in overlapping}
+            check_overlap(changes["overlap"], changes["jitter"], changes["pause_on_failure"])
         if any(value is not UNCHANGED for value in work.values()):
             changes |= _checked_work(row, work, self._machines.allowing)
         return self._schedules.edit(name, changes, **self._ahead())

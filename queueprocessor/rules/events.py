@@ -42,6 +42,9 @@ class EventKind(StrEnum):
     SCHEDULE_PAUSED = "schedule.paused"
     SCHEDULE_RESUMED = "schedule.resumed"
     SCHEDULE_REMOVED = "schedule.removed"
+    SCHEDULE_SKIPPED = "schedule.skipped"  # occurrences cancelled by its overlap policy (the detail says why)
+    SCHEDULE_STOPPED = "schedule.stopped"  # its running run asked to stop by overlap=cancel-previous
+    SCHEDULE_BACKFILLED = "schedule.backfilled"  # past occurrences made into jobs by an operator's backfill
     JOBS_BULK = "jobs.bulk"  # a bulk retry, cancel or delete: the detail has its filter and count
 
 

@@ -22,10 +22,19 @@ was missed (the farm was down or too busy to take turns). One older than the
 schedule's grace is dropped. Within the grace the policy decides: `skip`
 drops the missed ones, `once` runs the newest of them once, `all` runs each.
 
+Overlap (docs/design.md §6): `allow` (the default, as before) lets runs of a schedule overlap; under `skip`,
+`buffer-one` and `cancel-previous` every job of the schedule carries an order key (its own, or `schedule:NAME`:
+order_key_of), so the database never lets two of them run at once, and the turn-holder's pass applies the policy
+to an occurrence that falls due while a run goes on (store/schedule_policy.py).
+
+Jitter: an occurrence's job is due at its time plus a delay in [0, jitter) drawn from a hash of its key
+(jitter_of), so every machine computes the same one; its key still names the occurrence's own time.
+
 Run now: an operator's extra occurrence is keyed `name@run now REQUEST` (run_now_key), so one request makes
 one job however often it is sent, and its key tells it from the regular occurrences in the history.
 """
 
+import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,7 +43,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import BadJobInput, InvalidJob, echoed
-from .queues import UNCHANGED
+from .queues import MAX_ORDER_KEY, UNCHANGED
 
 MISFIRE = ("skip", "once", "all")
 DEFAULT_MISFIRE = "once"  # a farm down over several occurrences runs one of them when it is back
@@ -53,6 +62,11 @@ MAX_PER_PASS = 1000  # occurrences made into jobs per schedule per turn (the res
 PREVIEW = 5  # occurrences an edit shows before it is saved
 RUN_NOW = "run now"  # what an operator's extra occurrence has in its key in place of its time
 MAX_REQUEST = 64  # characters of a run-now request's key
+OVERLAP = ("allow", "skip", "buffer-one", "cancel-previous")
+DEFAULT_OVERLAP = "allow"  # runs may overlap, as before overlap policies existed
+MAX_JITTER = 86400.0  # seconds: a day
+MAX_PAUSE_ON_FAILURE = 1000  # failed runs in a row
+MAX_BACKFILL = MAX_PER_PASS  # occurrences one backfill may make
 
 
 @dataclass(frozen=True)
@@ -288,3 +302,76 @@ def due_of(name: str, key: str, created_at: float) -> float:
         return datetime.fromisoformat(key.removeprefix(f"{name}@")).timestamp()
     except ValueError:  # a key written by SQL: the job's making is the best guess left
         return created_at
+
+
+def check_overlap(overlap: str, jitter: float, pause_on_failure: int | None) -> None:
+    """The overlap policy, jitter and pause-on-failure of a schedule, each in one line if wrong."""
+    if overlap not in OVERLAP:
+        raise InvalidJob(f"unknown overlap policy {echoed(overlap)}: use one of {', '.join(OVERLAP)}")
+    if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= MAX_JITTER:
+        raise BadJobInput.out_of("jitter", jitter, f"from 0 to {MAX_JITTER:g} seconds")
+    if pause_on_failure is not None and (
+        isinstance(pause_on_failure, bool)
+        or not isinstance(pause_on_failure, int)
+        or not 1 <= pause_on_failure <= MAX_PAUSE_ON_FAILURE
+    ):
+        raise BadJobInput.out_of("pause_on_failure", pause_on_failure, f"from 1 to {MAX_PAUSE_ON_FAILURE} runs")
+
+
+def order_key_of(name: str, overlap: str, order_key: str | None) -> str | None:
+    """The order key of a schedule's jobs: the one it was given, or, when its runs must not overlap, the farm's
+    own `schedule:NAME` (for a name too long for the column, `schedule:#` and a hash of it)."""
+    if order_key is not None or overlap == DEFAULT_OVERLAP:
+        return order_key
+    key = f"schedule:{name}"
+    return key if len(key) <= MAX_ORDER_KEY else f"schedule:#{hashlib.sha256(name.encode()).hexdigest()}"
+
+
+def jitter_of(key: str, jitter: float) -> float:
+    """The delay of the occurrence keyed `key` (`NAME@TIME`) under `jitter` seconds: a hash of the key, so every
+    machine, and every pass, computes the same."""
+    if not jitter:
+        return 0.0
+    digest = hashlib.sha256(key.encode()).digest()
+    return jitter * int.from_bytes(digest[:8], "big") / 2**64
+
+
+def upcoming_runs(schedule: Mapping[str, Any], now: float, count: int = PREVIEW) -> list[float]:
+    """The next `count` times the schedule's occurrences are due after `now`, jitter applied, earliest first: what
+    `schedule show` and the app print. None for a paused schedule, unless paused until a time (then those after
+    it; the farm resumes it then, from its next occurrence more than two periods on: see first_occurrence)."""
+    if schedule["paused"]:
+        if schedule.get("paused_until") is None:
+            return []
+        now = max(now, schedule["paused_until"])
+    recurrence, name = Recurrence.of(schedule), schedule["name"]
+    jitter = float(schedule.get("jitter") or 0.0)
+    t, runs = recurrence.after(now - jitter), []
+    for _ in range(count + MAX_PER_PASS):
+        due = t + jitter_of(f"{name}@{recurrence.label(t)}", jitter)
+        if due > now:
+            runs.append(due)
+        runs.sort()
+        if len(runs) >= count and t > runs[count - 1]:
+            break
+        t = recurrence.after(t)
+    return runs[:count]
+
+
+def backfilled(recurrence: Recurrence, start: float, end: float, now: float) -> list[float]:
+    """The occurrences in [start, end] that a backfill makes, checked: a past range (end not after `now`) of at
+    most MAX_BACKFILL occurrences, each refused in one line."""
+    if not (math.isfinite(start) and math.isfinite(end)) or start > end:
+        raise BadJobInput("a backfill's {0} must not be after its {1}", "start", "end")
+    if end > now:
+        raise BadJobInput("a backfill covers past occurrences: its {0} must not be later than now", "end")
+    times: list[float] = []
+    t = recurrence.after(start - 0.001)
+    while t <= end:
+        if len(times) == MAX_BACKFILL:
+            raise InvalidJob(
+                f"the range holds more than {MAX_BACKFILL} occurrences: backfill at most {MAX_BACKFILL} at a time"
+            )
+        times.append(t)
+        t = recurrence.after(t)
+    return times

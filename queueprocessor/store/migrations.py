@@ -402,6 +402,37 @@ def _keys_on_their_own_terms(conn: Connection) -> None:
             _add_column(conn, column)
 
 
+# The qp_schedules columns of overlap policies, jitter, pause-until and pause-on-failure (schema 16).
+SCHEDULE_POLICY_COLUMNS = (
+    "overlap",
+    "jitter",
+    "pause_on_failure",
+    "failures",
+    "counted",
+    "paused_until",
+    "paused_why",
+)
+
+
+def _schedule_policies(conn: Connection) -> None:
+    """A schedule may have an overlap policy, jitter, a time to resume at and a pause on failure
+    (docs/design.md §6): columns of qp_schedules, `allow` and 0 on every row there (their server defaults: as before),
+    the rest NULL. An older node still running beside it makes every schedule's occurrences as before: it reads
+    none of them, so it gives a schedule with a policy's occurrences neither the farm's order key nor their jitter,
+    applies no overlap policy, never resumes a schedule at its time nor counts failures; a node of 16 applies them
+    at its turns. Set them once every node runs 16."""
+    have = {column["name"] for column in inspect(conn).get_columns("qp_schedules")}
+    for name in SCHEDULE_POLICY_COLUMNS:
+        if name not in have:
+            _add_column(conn, schema.schedules.c[name])
+
+
+def _keys_and_schedule_policies(conn: Connection) -> None:
+    """Schema 16 (issue 36): both steps, as merged into i36-schedui (the lead folds them into one step)."""
+    _keys_on_their_own_terms(conn)
+    _schedule_policies(conn)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -418,7 +449,7 @@ STEPS = {
     12: _storage_that_costs_what_work_needs,
     13: _finished_jobs_by_range,
     14: _flow_control,
-    15: _keys_on_their_own_terms,
+    15: _keys_and_schedule_policies,
 }
 
 

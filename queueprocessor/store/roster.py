@@ -33,7 +33,6 @@ from sqlalchemy import (
     Integer,
     Subquery,
     bindparam,
-    false,
     func,
     literal,
     select,
@@ -47,7 +46,8 @@ from ..rules.states import MachineState
 from .base import StoreBase
 from .dbtime import db_now
 from .events import record_machine_event
-from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues, schedules
+from .schedule_policy import wake_at
+from .schema import CHECKING_IN_SQL, WISHED, Id, machines, queues
 from .sql.machines import VERSION, bump_roster, newest_backlog
 
 
@@ -76,7 +76,7 @@ def farm_statement(backlog: bool) -> Executable:
         .where(oldest < bound, CHECKING_IN_SQL, machines.c.last_seen < bound)
         .subquery("suspects")
     )
-    upcoming = select(func.min(schedules.c.next_run)).where(schedules.c.paused == false()).scalar_subquery()
+    upcoming = select(func.min(wake_at())).scalar_subquery()  # the schedules' next look (store/schedule_policy.py)
     changed = select(func.max(queues.c.changed_at)).scalar_subquery()
     since = bindparam("since", type_=BigInteger) if backlog else None
     return select(

@@ -20,22 +20,27 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, Text, and_, delete, exc, false, func, insert, literal, or_, select, update
+from sqlalchemy import String, Text, and_, case, delete, exc, false, func, insert, literal, or_, select, update
 from sqlalchemy.engine import Connection
-from sqlalchemy.sql import ColumnElement, FromClause
+from sqlalchemy.sql import ColumnElement
 
-from ..rules.errors import InvalidJob, NotFound, echoed
+from ..rules.errors import BadJobInput, InvalidJob, NotFound, echoed
 from ..rules.events import EventKind
 from ..rules.job import JobSpec
+from ..rules.output import format_time
 from ..rules.schedules import (
     DEFAULT_GRACE,
     DEFAULT_MISFIRE,
+    DEFAULT_OVERLAP,
     Recurrence,
+    backfilled,
+    check_overlap,
     check_policy,
     check_schedule_name,
     due_of,
     first_occurrence,
     is_run_now,
+    jitter_of,
     plan,
     run_now_key,
 )
@@ -46,6 +51,10 @@ from .events import record_event
 from .history import run_history, with_machine_name
 from .inserts import job_row
 from .jobs import cancel_queued
+from .schedule_policy import PolicyPass, has_policy, job_order_key
+from .schedule_policy import made as _made
+from .schedule_policy import origin as _origin
+from .schedule_policy import waiting as _waiting
 from .schema import jobs, schedules
 from .sql.fair import key_of, tag
 from .sql.gates import gated_now
@@ -58,8 +67,9 @@ RECURRENCE = ("cron", "tz", "every")
 # occurrence's own, see _spec).
 SPEC = ("executor", "target", "method", "payload", "priority", "max_attempts", "timeout", "queue", "order_key")
 WORK = ("executor", "target", "method", "payload", "queue")  # what an edit may change of the jobs it makes
-EDITABLE = (*RECURRENCE, *WORK)  # what an occurrence's job is made of, besides what an edit leaves alone
-POLICY = ("misfire", "grace")  # what else an edit may change
+MADE_WITH = ("overlap", "jitter")  # what else an occurrence's job is made with (its order key, its time)
+EDITABLE = (*RECURRENCE, *WORK, *MADE_WITH)  # what an occurrence's job is made of, besides what an edit leaves alone
+POLICY = ("misfire", "grace", "pause_on_failure")  # what else an edit may change
 LAST_RUNS = 10  # occurrences `last_runs` reads unless asked for more
 MS = 0.001  # an occurrence's key names its time to the millisecond (Recurrence.label)
 RUN_COLUMNS = ("attempt", "machine_id", "machine_name", "started_at", "finished_at", "outcome", "error")
@@ -83,13 +93,18 @@ class ScheduleStore:
         *,
         misfire: str = DEFAULT_MISFIRE,
         grace: float = DEFAULT_GRACE,
+        overlap: str = DEFAULT_OVERLAP,
+        jitter: float = 0.0,
+        pause_on_failure: int | None = None,
         ahead: float,
         period: float,
     ) -> dict[str, Any]:
         """Store a schedule and make its first occurrences within `ahead` seconds into jobs at once. The first is
-        more than two periods away (see first_occurrence)."""
+        more than two periods away (see first_occurrence). Its failures are counted from the jobs made after it
+        (a removed schedule's of the same name are not its own)."""
         check_schedule_name(name)
         check_policy(misfire, grace)
+        check_overlap(overlap, jitter, pause_on_failure)
         now = self.store.ask_time()
         row = dict(
             name=name,
@@ -100,11 +115,14 @@ class ScheduleStore:
             grace=grace,
             paused=False,
             next_run=first_occurrence(recurrence, now, period),
+            overlap=overlap,
+            jitter=float(jitter),
+            pause_on_failure=pause_on_failure,
             **{field: getattr(spec, field) for field in SPEC},
         )
         try:
             with self.store.engine.begin() as conn:
-                conn.execute(insert(schedules).values(created_at=db_now(), **row))
+                conn.execute(insert(schedules).values(created_at=db_now(), counted=_newest_job(), **row))
                 record_event(conn, EventKind.SCHEDULE_ADDED, name, _described(row), self.store.actor)
         except exc.IntegrityError:
             raise InvalidJob(
@@ -134,12 +152,22 @@ class ScheduleStore:
                 raise NotFound(f"no schedule named {echoed(name)}", what="schedule", ref=name)
             return self._cancelled(conn, EventKind.SCHEDULE_REMOVED, name)
 
-    def pause(self, name: str) -> int:
-        """Stop making occurrences; cancel those already waiting. Returns how many were cancelled."""
+    def pause(self, name: str, until: float | None = None) -> int:
+        """Stop making occurrences; cancel those already waiting. Returns how many were cancelled. With `until`
+        (epoch seconds, later than now in database time), the turn-holder's pass resumes it at that time, once
+        (store/schedule_policy.py); a pause without it, or a resume, forgets it."""
+        if until is not None and not until > self.store.ask_time():
+            raise BadJobInput("{0} must be later than now", "until")
         with self.store.engine.begin() as conn:
-            if not conn.execute(update(schedules).where(schedules.c.name == name).values(paused=True)).rowcount:
+            paused = update(schedules).where(schedules.c.name == name)
+            if not conn.execute(paused.values(paused=True, paused_until=until, paused_why=None)).rowcount:
                 raise NotFound(f"no schedule named {echoed(name)}", what="schedule", ref=name)
-            return self._cancelled(conn, EventKind.SCHEDULE_PAUSED, name)
+            if until is None:
+                return self._cancelled(conn, EventKind.SCHEDULE_PAUSED, name)
+            cancelled = self._cancel_queued(conn, name)
+            detail = f"until {format_time(until)}: {cancelled} waiting occurrences cancelled"
+            record_event(conn, EventKind.SCHEDULE_PAUSED, name, detail, self.store.actor)
+            return cancelled
 
     def resume(self, name: str, *, ahead: float, period: float) -> dict[str, Any]:
         """Start again from the next occurrence more than two periods away (see first_occurrence); those that fell
@@ -149,7 +177,8 @@ class ScheduleStore:
             restart = first_occurrence(Recurrence.checked(schedule), self.store.ask_time(), period)
             with self.store.engine.begin() as conn:
                 resumed = update(schedules).where(schedules.c.name == name, schedules.c.paused)
-                if conn.execute(resumed.values(paused=False, next_run=restart)).rowcount:
+                values = dict(paused=False, next_run=restart, paused_until=None, paused_why=None, failures=None)
+                if conn.execute(resumed.values(values)).rowcount:
                     record_event(conn, EventKind.SCHEDULE_RESUMED, name, None, self.store.actor)
             self.materialise(ahead=ahead, period=period, names=[name])
         return self.get(name)
@@ -162,8 +191,8 @@ class ScheduleStore:
 
     @staticmethod
     def _cancel_queued(conn: Connection, name: str) -> int:
-        """Cancel the schedule's waiting occurrences, and only those (see _waiting), with the jobs that wait for
-        them (store/jobs.py cancel_queued)."""
+        """Cancel the schedule's waiting occurrences, and only those (see schedule_policy.waiting), with the jobs
+        that wait for them (store/jobs.py cancel_queued)."""
         return cancel_queued(conn, _waiting(jobs, name), f"schedule {name} was removed or paused")
 
     def drop_missed(self) -> int:
@@ -193,23 +222,29 @@ class ScheduleStore:
         return dropped
 
     def materialise(self, *, ahead: float, period: float, names: list[str] | None = None) -> Materialised:
-        """Make every active schedule's occurrences up to `ahead` seconds from now into jobs."""
+        """Make every active schedule's occurrences up to `ahead` seconds from now into jobs, and apply the
+        policies of those that have one (store/schedule_policy.py), which read the same rows."""
         horizon = db_now() + ahead
         later = (
             select(func.min(schedules.c.next_run))
             .where(schedules.c.paused == false(), schedules.c.next_run > horizon)
             .scalar_subquery()
         )
-        query = select(db_now(), later, schedules).where(schedules.c.paused == false(), schedules.c.next_run <= horizon)
+        due = and_(schedules.c.paused == false(), schedules.c.next_run <= horizon)
+        query = select(db_now(), later, case((due, 1), else_=0).label("due"), schedules).where(or_(due, has_policy()))
         if names is not None:
             query = query.where(schedules.c.name.in_(names))
         rows = self.store.rows(query)
         if not rows:
             return Materialised(0, None)
         now, upcoming = rows[0][0], rows[0][1]
-        made = 0
+        made, policies = 0, PolicyPass(self.store, period)
         for row in rows:
             schedule = dict(row._mapping)
+            if policies.apply(schedule, now) or not row.due:
+                wake = now if schedule["paused_until"] is None else schedule["paused_until"]
+                upcoming = wake if upcoming is None else min(upcoming, wake)  # the policy looks again next turn
+                continue
             try:
                 recurrence = Recurrence.checked(schedule)
                 todo = plan(
@@ -227,6 +262,8 @@ class ScheduleStore:
             if self._advance(schedule, recurrence, todo.occurrences, todo.next_run):
                 made += len(todo.occurrences)
             upcoming = todo.next_run if upcoming is None else min(upcoming, todo.next_run)
+            if schedule["overlap"] != DEFAULT_OVERLAP or schedule["pause_on_failure"] is not None:
+                upcoming = min(upcoming, now)
         return Materialised(made, upcoming)
 
     def _advance(
@@ -240,13 +277,17 @@ class ScheduleStore:
                 update(schedules)
                 .where(
                     and_(schedules.c.id == schedule["id"], schedules.c.next_run == schedule["next_run"]),
-                    *_as_read(schedule, EDITABLE),  # an edit since it was read: its occurrences are made anew
+                    *_as_read(schedule, (*EDITABLE, "paused")),  # an edit or pause since it was read: made anew
                 )
                 .values(next_run=next_run)
             ).rowcount
             if not moved:
                 return False
-            rows = [_job_row(schedule, f"{name}@{recurrence.label(t)}", t) for t in occurrences]
+            keys = [f"{name}@{recurrence.label(t)}" for t in occurrences]
+            rows = [
+                _job_row(schedule, key, t + jitter_of(key, schedule["jitter"]))
+                for key, t in zip(keys, occurrences, strict=True)
+            ]
             if rows:
                 self._insert_new(conn, rows, schedule["queue"])
         return True
@@ -287,7 +328,7 @@ class ScheduleStore:
         for row in rows:
             try:
                 with conn.begin_nested():
-                    inserted += conn.execute(insert(jobs).values(**made, **row)).rowcount
+                    inserted += len(conn.execute(insert(jobs).values(**made, **row).returning(jobs.c.id)).all())
             except exc.IntegrityError:
                 pass
         return inserted
@@ -309,6 +350,24 @@ class ScheduleStore:
         job_id: int = made[0][0]
         return job_id
 
+    def backfill(self, name: str, start: float, end: float) -> int:
+        """Make each occurrence of the schedule in [start, end] (a past range: rules.schedules.backfilled) that has no
+        job yet into one, due now: its key `NAME@TIME` lets it in once, however often and from however many machines
+        the range is asked for. Paused or not, as an operator asked; jitter is not applied (they are due now); the
+        misfire rules do not drop them at their making (they apply to a pass's late occurrences), only, as for any
+        occurrence, one still waiting more than the grace after its making. How many it made."""
+        schedule, now = self.get(name), self.store.ask_time()
+        recurrence = Recurrence.of(schedule)
+        times = backfilled(recurrence, start, end, now)
+        if not times:
+            return 0
+        rows = [_job_row(schedule, f"{name}@{recurrence.label(t)}", now) for t in times]
+        with self.store.engine.begin() as conn:
+            count = self._insert_new(conn, rows, schedule["queue"])
+            detail = f"{count} of the {len(times)} occurrences from {format_time(start)} to {format_time(end)}"
+            record_event(conn, EventKind.SCHEDULE_BACKFILLED, name, detail, self.store.actor)
+        return count
+
     def edit(self, name: str, changes: dict[str, Any], *, ahead: float, period: float) -> dict[str, Any]:
         """Write the columns in `changes` (checked by the caller) that differ. A new recurrence starts from its
         first occurrence after the settling time (first_occurrence), so no missed burst fires; its waiting
@@ -322,6 +381,8 @@ class ScheduleStore:
                 return schedule
             recurs = not values.keys().isdisjoint(RECURRENCE)
             guard = _as_read(schedule, ("paused", *values))
+            if "pause_on_failure" in values:  # counted from the jobs made after it is set
+                values |= dict(failures=None, counted=_newest_job())
             if recurs and not schedule["paused"]:
                 restart = first_occurrence(Recurrence.of(schedule | values), self.store.ask_time(), period)
                 values["next_run"] = restart
@@ -329,7 +390,7 @@ class ScheduleStore:
                 if conn.execute(
                     update(schedules).where(schedules.c.id == schedule["id"], *guard).values(values)
                 ).rowcount:
-                    self._rework_waiting(conn, schedule | values, recurs, not values.keys().isdisjoint(WORK))
+                    self._rework_waiting(conn, schedule | values, recurs, set(values))
                     changed = ", ".join(column for column in EDITABLE + POLICY if column in values)
                     detail = f"{_described(schedule | values)} ({changed} changed)"
                     record_event(conn, EventKind.SCHEDULE_EDITED, name, detail, self.store.actor)
@@ -341,15 +402,16 @@ class ScheduleStore:
         return self.get(name)
 
     @staticmethod
-    def _rework_waiting(conn: Connection, schedule: dict[str, Any], recurs: bool, reworked: bool) -> None:
+    def _rework_waiting(conn: Connection, schedule: dict[str, Any], recurs: bool, changed: set[str]) -> None:
         """Bring an edited schedule's waiting occurrences in line: under a new recurrence those it does not have
         are cancelled (one it has too keeps its job, whose key the new one would use), and what waits is given
-        the schedule's work as it is now (if `reworked`). A run-now is never the recurrence's to cancel."""
+        the schedule's work as it is now (if it `changed`), and its order key under a new overlap policy (a run
+        already going on keeps its own: see docs/design.md §6). A run-now is never the recurrence's to cancel."""
         name = schedule["name"]
         if recurs:
             recurrence = Recurrence.of(schedule)
-            waiting = conn.execute(select(jobs.c.id, jobs.c.key, jobs.c.created_at).where(_waiting(jobs, name)))
-            stale = [job.id for job in waiting if not _recurs_at(recurrence, name, job.key, job.created_at)]
+            queued = conn.execute(select(jobs.c.id, jobs.c.key, jobs.c.created_at).where(_waiting(jobs, name)))
+            stale = [job.id for job in queued if not _recurs_at(recurrence, name, job.key, job.created_at)]
             reason = f"schedule {name} was edited: its occurrences follow the new recurrence"
             for start in range(0, len(stale), KEYS_PER_STATEMENT):
                 cancel_queued(
@@ -361,10 +423,12 @@ class ScheduleStore:
                     ),
                     reason,
                 )
-        if reworked:
+        if not changed.isdisjoint(WORK):
             work = {column: schedule[column] for column in WORK}
             gated = gated_now(literal(schedule["queue"], String))
             conn.execute(update(jobs).where(_waiting(jobs, name)).values(**work, gated=gated))
+        if "overlap" in changed:
+            conn.execute(update(jobs).where(_waiting(jobs, name)).values(order_key=job_order_key(schedule)))
 
     def last_runs(self, name: str, limit: int = LAST_RUNS) -> list[dict[str, Any]]:
         """The schedule's newest `limit` occurrences that started or ended, newest first, as their runs (every
@@ -400,15 +464,9 @@ class ScheduleStore:
         return rows
 
 
-def _waiting(table: FromClause, name: str) -> ColumnElement[bool]:
-    """The schedule's occurrences still in the queue."""
-    return and_(_made(table, name), table.c.state == JobState.QUEUED)
-
-
-def _made(table: FromClause, name: str) -> ColumnElement[bool]:
-    """The schedule's occurrences, regular and run-now. A grab may use the same name@instance form (`grab NAME
-    INSTANCE`), so the key alone does not tell them apart, the origin does."""
-    return and_(table.c.key.startswith(f"{name}@", autoescape=True), table.c.origin == _origin(name))
+def _newest_job() -> Any:
+    """The newest job's id (0 if none): a schedule counts its failures from the jobs made after it."""
+    return select(func.coalesce(func.max(jobs.c.id), 0)).scalar_subquery()
 
 
 def _recurs_at(recurrence: Recurrence, name: str, key: str, created_at: float) -> bool:
@@ -429,17 +487,13 @@ def _as_read(schedule: dict[str, Any], columns: Iterable[str]) -> list[ColumnEle
 
 def _spec(schedule: dict[str, Any], key: str | None) -> JobSpec:
     """The job of one occurrence of `schedule`, keyed `key`: its row's SPEC columns, signed as its own."""
-    return JobSpec(**{field: schedule[field] for field in SPEC}, key=key, origin=_origin(schedule["name"]))
+    work = {field: schedule[field] for field in SPEC} | dict(order_key=job_order_key(schedule))
+    return JobSpec(**work, key=key, origin=_origin(schedule["name"]))
 
 
 def _job_row(schedule: dict[str, Any], key: str | None, run_at: Any) -> dict[str, Any]:
     """The row of one occurrence of `schedule`'s job (see _spec), due at `run_at`."""
     return job_row(_spec(schedule, key)) | dict(run_at=run_at)
-
-
-def _origin(name: str) -> str:
-    """How a schedule signs the jobs it makes."""
-    return f"schedule {name}"
 
 
 def _described(row: dict[str, Any]) -> str:

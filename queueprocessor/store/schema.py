@@ -33,7 +33,7 @@ from sqlalchemy.sql.operators import OperatorType
 from ..rules.fairness import MAX_FAIR_KEY
 from ..rules.limits import MAX_ATTEMPTS, PROGRESS_NOTE
 from ..rules.queues import DEFAULT, MAX_NAME, MAX_ORDER_KEY, OnFailure
-from ..rules.schedules import DEFAULT_MISFIRE
+from ..rules.schedules import DEFAULT_MISFIRE, DEFAULT_OVERLAP
 from ..rules.states import CHECKING_IN, HISTORY_COUNTS, JobState, Kind, MachineState, Outcome
 from .partitions import partition
 from .sql import push
@@ -418,6 +418,16 @@ schedules = Table(
     Column("created_at", Time, nullable=False),
     Column("queue", String(MAX_NAME), nullable=False, default=DEFAULT, server_default=DEFAULT),
     Column("order_key", String(MAX_ORDER_KEY), nullable=True),
+    # Overlap policy, jitter and pause-on-failure (schema 16, docs/design.md §6, store/schedule_policy.py): allow and
+    # 0 as before; the rest NULL while unused. `failures`: its runs in a row that failed for good, counted up to its
+    # job `counted`; `paused_until`: when the farm resumes it; `paused_why`: why it paused itself, or until when.
+    Column("overlap", String(16), nullable=False, default=DEFAULT_OVERLAP, server_default=DEFAULT_OVERLAP),
+    Column("jitter", Float, nullable=False, default=0.0, server_default="0"),
+    Column("pause_on_failure", Integer, nullable=True),
+    Column("failures", Integer, nullable=True),
+    Column("counted", Id, nullable=True),
+    Column("paused_until", Time, nullable=True),
+    Column("paused_why", String(400), nullable=True),
     Index("ix_qp_schedules_next", "paused", "next_run"),
 )
 
