@@ -37,7 +37,7 @@ def test_the_columns_say_each_schedules_overlap_jitter_pause_on_failure_and_paus
     view = _tab(window)
     qtbot.waitUntil(lambda: _names(view.schedules_model) == ["careful", "plain", "resting"], timeout=WAIT)
     model = view.schedules_model
-    assert [model.headerData(c, 1) for c in range(len(HEADERS))] == HEADERS  # 1: horizontal
+    assert [column.title for column in model.columns][: len(HEADERS)] == HEADERS
     now = window.snap.db_now
 
     def policy(name):
@@ -80,10 +80,8 @@ def test_an_occurrence_skipped_while_the_last_run_goes_on_is_listed_with_why(far
 def test_the_next_five_runs_are_shown_with_jitter_applied(farm, open_window, qtbot):
     farm.settings(**FAST)
     farm.schedule("spread", farm.python_spec(NOOP), every=600, jitter=300)
-    farm.pause_schedule("spread")
-    farm.resume_schedule("spread")
     window, view = _selected(farm, open_window, qtbot, "spread")
-    qtbot.waitUntil(lambda: window.snap.schedule_next, timeout=WAIT)
+    qtbot.waitUntil(lambda: bool(window.snap.schedule_next), timeout=WAIT)
     snap = window.snap
     times = upcoming_runs(farm.get_schedule("spread"), snap.db_now)
     assert list(snap.schedule_next) == times and len(times) == PREVIEW
