@@ -5,12 +5,13 @@ jitter applied (rules.schedules.upcoming_runs, worked out on the worker thread a
 
 Plain functions of the rows the snapshot holds: nothing here touches the database."""
 
+from queueprocessor.rules.output import format_time
 from queueprocessor.rules.schedules import PREVIEW, upcoming_runs
 
 from . import text
 from .models import Column
 
-ALLOW = "allow"
+SKIPPED = "skipped: overlap="  # how the reason of an occurrence an overlap policy cancelled begins
 
 
 def _overlap_tip(row: dict, _context) -> str:
@@ -64,7 +65,7 @@ def next_text(row: dict, now: float) -> str:
     resumes it."""
     until = row["paused_until"]
     if row["paused"] and until is not None:
-        return f"resumes {text.clock(until, millis=False)} · in {text.duration(max(0.0, until - now))}"
+        return f"resumes in {text.duration(max(0.0, until - now))}"
     if row["next_at"] is None:
         return "–"
     return f"{text.clock(row['next_at'], millis=False)} · in {text.duration(max(0.0, row['next_at'] - now))}"
@@ -76,9 +77,20 @@ def next_runs(schedule: dict | None, now: float) -> list[float]:
     return [] if schedule is None else upcoming_runs(schedule, now, PREVIEW)
 
 
+def next_tip(row: dict, _context) -> str | None:
+    """The next occurrence's time in UTC, or the pause's end."""
+    at = row["paused_until"] if row["paused"] else row["next_at"]
+    return None if at is None else f"{format_time(at)} UTC"
+
+
+def says_skipped(error: str | None) -> bool:
+    """Whether a cancelled occurrence's reason is its overlap policy's."""
+    return (error or "").startswith(SKIPPED)
+
+
 def skipped(run: dict) -> bool:
-    """An occurrence the schedule's overlap policy skipped: its job cancelled without a run, saying so."""
-    return run["attempt"] is None and run["outcome"] == "cancelled" and (run["error"] or "").startswith("skipped")
+    """An occurrence the schedule's overlap policy skipped: its job cancelled without a run, saying why."""
+    return run["attempt"] is None and run["outcome"] == "cancelled" and says_skipped(run["error"])
 
 
 def next_runs_text(schedule: dict, times: list[float], now: float) -> str:

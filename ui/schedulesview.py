@@ -18,7 +18,6 @@ from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMenu, QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget
 
-from queueprocessor.rules.output import format_time
 from queueprocessor.rules.states import JobState, MachineState
 
 from . import text, theme
@@ -26,7 +25,7 @@ from .commands import Commands
 from .dialogs import confirm
 from .models import ROW_ROLE, Column, Mark, SnapshotModel, dot, full_text, marked
 from .scheduledialog import PauseDialog, ScheduleDialog
-from .scheduleplan import POLICY, next_runs_text, next_text, skipped
+from .scheduleplan import POLICY, next_runs_text, next_text, next_tip, says_skipped, skipped
 from .scheduleruns import ScheduleRunsModel, run_rows
 from .snapshot import Snapshot
 from .tables import table
@@ -46,7 +45,9 @@ def _state(row: dict) -> MachineState:
 def _last(row: dict, _context) -> str:
     if row["last_at"] is None:
         return "not yet"
-    return row["last_state"] or "skipped"
+    if row["last_state"] is None or says_skipped(row["last_error"]):
+        return "skipped"  # by its misfire policy (no job), or its overlap policy (a job cancelled, saying why)
+    return row["last_state"]
 
 
 def _last_run_tip(row: dict, _context) -> str | None:
@@ -93,8 +94,8 @@ class SchedulesModel(SnapshotModel):
             lambda r, c: next_text(r, c["db_now"]),
             lambda r, c: r["next_at"] or r["paused_until"] or float("inf"),
             tip="The next occurrence (before its jitter), in your time zone, and how far off it is in database "
-            "time; for a schedule paused until a time, when the farm resumes it",
-            cell_tip=lambda r, c: f"{format_time(r['next_at'])} UTC" if r["next_at"] is not None else None,
+            "time; for a schedule paused until a time, how far off that is",
+            cell_tip=next_tip,
         ),
         Column(
             "Last run",
@@ -163,14 +164,14 @@ class SchedulesView(QWidget):
         self.watch_only = watch_only
         self.schedules_model = SchedulesModel(self)
         self.singletons_model = SingletonsModel(self)
-        # Misfire (a setting, seldom read) and Finished (in the last run's tooltip) hidden at first: the rest fits
-        # at 1440 px beside the dock.
+        # Misfire (a setting, seldom read), the last run's Machine and Finished (in its tooltip) hidden at first:
+        # the rest fits at 1440 px beside the dock.
         self.schedules_view = table(
             self.schedules_model,
-            (120, 180, 120, 96, 80, 56, 80, 70, 180, 100, 80, 90),
+            (120, 175, 125, 96, 105, 56, 70, 80, 170, 100, 80, 90),
             order=ASCENDING,
             menu=lambda at: self._menu(self.schedules_view, self.schedule_actions, at),
-            hidden=(3, 11),
+            hidden=(3, 10, 11),
         )
         self.singletons_view = table(
             self.singletons_model,
@@ -230,10 +231,10 @@ class SchedulesView(QWidget):
         beside.addWidget(runs)
         beside.addWidget(self._next_section())
         beside.setStretchFactor(0, 1)
-        beside.setSizes([800, 220])
+        beside.setSizes([870, 150])
         split.addWidget(beside)
         split.addWidget(self._section("Singletons", [self.act_remove_singleton], self.singletons_view))
-        split.setSizes([300, 160, 140])
+        split.setSizes([300, 210, 90])
         layout.addWidget(split)
         self.split = split
         self._selected: dict[QTableView, str | None] = {self.schedules_view: None, self.singletons_view: None}
@@ -261,7 +262,7 @@ class SchedulesView(QWidget):
         )
         self.dialog: ScheduleDialog | PauseDialog | None = None
         self.runs_model = ScheduleRunsModel(self)
-        self.runs_view = table(self.runs_model, (150, 80, 60, 60, 110, 150, 80, 90, 200))
+        self.runs_view = table(self.runs_model, (95, 72, 45, 58, 80, 95, 60, 95, 200))
         self.details: dict | None = None  # the selected schedule's row and last runs, once a snapshot has them
         self._requests: dict[str, str] = {}  # schedule -> the run-now request sent and not yet answered
         self._start = 0.0  # database time a period past the last snapshot's: where an edit's preview counts from
@@ -340,7 +341,6 @@ class SchedulesView(QWidget):
         skips = sum(skipped(run) for run in self.details["runs"]) if self.details else 0
         said = f" · {skips} skipped" if skips else ""
         self.runs_title.setText(f"Last runs of {name}{said}" if name else "Last runs (select a schedule)")
-        self.next_title.setText(f"Next runs of {name}" if name else "Next runs")
         if self.details is None:
             self.next_runs.setText("Select a schedule" if name is None else "Reading…")
         else:
