@@ -169,12 +169,9 @@ class ScheduleDialog(QDialog):
         try:
             recurrence = edited(self.row, **given)
             check_policy(self.misfire.currentText(), self.grace.value())
-            policy = dict(
-                overlap=self.overlap.currentText(),
-                jitter=self.jitter.value(),
-                pause_on_failure=self.pause_on_failure.value() or None,
-            )
-            check_overlap(**policy)
+            overlap, jitter = self.overlap.currentText(), self.jitter.value()
+            pause_on_failure = self.pause_on_failure.value() or None
+            check_overlap(overlap, jitter, pause_on_failure)
             spec = work_spec(
                 self.executor.currentText(),
                 self.target.text().strip(),
@@ -186,7 +183,8 @@ class ScheduleDialog(QDialog):
             self.error.setText(in_form_terms(error))
             return
         wanted = dict(cron=recurrence.cron, tz=recurrence.tz, every=recurrence.every)
-        wanted |= dict(misfire=self.misfire.currentText(), grace=self.grace.value()) | policy
+        wanted |= dict(misfire=self.misfire.currentText(), grace=self.grace.value())
+        wanted |= dict(overlap=overlap, jitter=jitter, pause_on_failure=pause_on_failure)
         wanted |= {key: getattr(spec, key) for key in WORK}
         self.changes = {key: value for key, value in wanted.items() if value != self.row[key]}
         if not {"cron", "tz", "every"}.isdisjoint(self.changes):  # a recurrence is given whole, or not at all
