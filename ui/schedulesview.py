@@ -220,7 +220,17 @@ class SchedulesView(QWidget):
         ]
         self.menu: QMenu | None = None
         self.confirm: QMessageBox | None = None
+        self.split = self._lay_out()
+        self._selected: dict[QTableView, str | None] = {self.schedules_view: None, self.singletons_view: None}
+        self._updating = False
+        for view in (self.schedules_view, self.singletons_view):
+            view.selectionModel().selectionChanged.connect(lambda *_, v=view: self._selection_changed(v))
+        self._update_actions()
 
+    # -- building -------------------------------------------------------------
+
+    def _lay_out(self) -> QSplitter:
+        """The schedules; below them their last runs beside their next runs; then the singletons."""
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         split = QSplitter(Qt.Orientation.Vertical)
@@ -236,14 +246,7 @@ class SchedulesView(QWidget):
         split.addWidget(self._section("Singletons", [self.act_remove_singleton], self.singletons_view))
         split.setSizes([300, 210, 90])
         layout.addWidget(split)
-        self.split = split
-        self._selected: dict[QTableView, str | None] = {self.schedules_view: None, self.singletons_view: None}
-        self._updating = False
-        for view in (self.schedules_view, self.singletons_view):
-            view.selectionModel().selectionChanged.connect(lambda *_, v=view: self._selection_changed(v))
-        self._update_actions()
-
-    # -- building -------------------------------------------------------------
+        return split
 
     def _build_steering(self) -> None:
         """Run now and Edit, and the last runs of the selected schedule."""
