@@ -34,10 +34,10 @@ from .rules.job import JobOptions, JobSpec
 from .rules.queue_settings import QueueSettings
 from .rules.queues import QueueInfo
 from .rules.roster import Liveness
-from .rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, DEFAULT_OVERLAP, Recurrence
+from .rules.schedules import Recurrence
 from .rules.search import BulkAction, JobFilter
 from .rules.urls import default_url, mask
-from .schedulesteer import ScheduleChanges, ScheduleSteering
+from .schedulesteer import ScheduleChanges, SchedulePolicy, ScheduleSteering
 from .store import permissions
 from .store.bulk import Changed
 from .store.database import (
@@ -328,22 +328,11 @@ class Farm:
         cron: str | None = None,
         tz: str | None = None,
         every: float | None = None,
-        misfire: str = DEFAULT_MISFIRE,
-        grace: float = DEFAULT_GRACE,
-        overlap: str = DEFAULT_OVERLAP,
-        jitter: float = 0.0,
-        pause_on_failure: int | None = None,
+        **policy: Unpack[SchedulePolicy],
     ) -> dict[str, Any]:
-        """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds.
-        `overlap`: what an occurrence does that falls due while a run goes on: `allow` (the default: it runs beside
-        it), `skip` (it is cancelled, with its reason), `buffer-one` (the first waits, later ones are skipped) or
-        `cancel-previous` (the run is asked to stop); under all but `allow` no two runs are ever at once.
-        `jitter`: each occurrence waits a delay in [0, jitter) seconds fixed by a hash of its key, the same on
-        every machine. `pause_on_failure`: after that many runs in a row failed for good, it pauses itself.
-        docs/design.md §6 says what each guarantees."""
-        policy = dict(overlap=overlap, jitter=jitter, pause_on_failure=pause_on_failure)
-        recurrence = Recurrence.parse(cron, tz, every)
-        return self._schedules.add(name, spec, recurrence, misfire=misfire, grace=grace, **policy)
+        """Run `spec` at every occurrence of a cron expression (in time zone `tz`) or every N seconds, under `policy`
+        (SchedulePolicy: misfire, grace, overlap, jitter, pause_on_failure; docs/design.md §6 says what each does)."""
+        return self._schedules.add(name, spec, Recurrence.parse(cron, tz, every), **policy)
 
     def list_schedules(self) -> list[dict[str, Any]]:
         """Every schedule's row, by name."""
@@ -354,8 +343,8 @@ class Farm:
         return self._schedules.get(name)
 
     def pause_schedule(self, name: str, until: float | None = None) -> int:
-        """Stop making occurrences until resumed, or, with `until` (epoch seconds), until the farm resumes it
-        itself at that time (database time); returns how many waiting ones were cancelled."""
+        """Stop making occurrences until resumed (or until the farm resumes it at `until`, epoch seconds); returns
+        how many waiting ones were cancelled."""
         return self._schedules.pause(name, until)
 
     def resume_schedule(self, name: str) -> dict[str, Any]:
@@ -363,9 +352,8 @@ class Farm:
         return self._schedules.resume(name)
 
     def backfill_schedule(self, name: str, start: float, end: float) -> int:
-        """Make each of the schedule's occurrences from `start` to `end` (epoch seconds, a past range, at most
-        rules.schedules.MAX_BACKFILL of them) that has no job yet into one, due now; their keys `NAME@TIME` make
-        each once, however often it is asked. Returns how many it made."""
+        """Make each occurrence from `start` to `end` (epoch seconds, past) that has no job yet into one, due now,
+        once however often asked (see ScheduleStore.backfill); how many it made."""
         return self._schedules.backfill(name, start, end)
 
     def remove_schedule(self, name: str) -> int:

@@ -7,7 +7,7 @@ edit, the runs read): docs/design.md §6.
 import json
 import uuid
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any, TypedDict, Unpack
 
 from . import grabs
 from .machines import Machines
@@ -19,6 +19,20 @@ from .rules.schedules import Recurrence, check_overlap, check_policy, edited
 from .store.schedules import MADE_WITH, POLICY, RECURRENCE, WORK
 from .store.stores import Store
 from .timing import SharedTiming
+
+
+class SchedulePolicy(TypedDict, total=False):
+    """How a schedule treats its occurrences (Farm.schedule; each left out takes its default, docs/design.md §6):
+    `misfire` (skip, once, all; default once) and `grace` (seconds, 3600) for those the farm noticed late; `overlap`
+    (allow, the default, skip, buffer-one, cancel-previous) for one that falls due while a run goes on: all but
+    allow never let two runs be at once; `jitter`: seconds of a delay fixed per occurrence by a hash of its key (0);
+    `pause_on_failure`: pause after that many runs in a row failed for good (None: never)."""
+
+    misfire: str
+    grace: float
+    overlap: str
+    jitter: float
+    pause_on_failure: int | None
 
 
 class ScheduleChanges(TypedDict, total=False):
@@ -82,8 +96,7 @@ class ScheduleSteering:
         timing = self._shared.timing()
         return dict(ahead=timing.schedule_ahead, period=timing.period)
 
-    def add(self, name: str, spec: JobSpec, recurrence: Recurrence, **policy: Any) -> dict[str, Any]:
-        """Add a schedule; `policy`: misfire, grace, overlap, jitter, pause_on_failure (store.schedules.add)."""
+    def add(self, name: str, spec: JobSpec, recurrence: Recurrence, **policy: Unpack[SchedulePolicy]) -> dict[str, Any]:
         recurrence = within_reach(recurrence)
         self._machines.allowing(spec)
         return self._schedules.add(name, recurrence, grabs.signed(spec), **policy, **self._ahead())

@@ -1,13 +1,14 @@
 """What several commands share: the kinds of work, the options every kind takes, the arguments that name work
-(`EXECUTOR TARGET...`), and the click types of a job id and a queue name."""
+(`EXECUTOR TARGET...`), and the click types of a job id, a queue name and a time."""
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 import click
 
 from ..nodeoptions import Seconds
-from ..rules.errors import QPError
+from ..rules.errors import QPError, echoed
 from ..rules.kinds import KINDS
 from ..rules.limits import MAX_ATTEMPTS
 from ..rules.queues import DEFAULT, check_name
@@ -85,3 +86,30 @@ class QueueName(click.ParamType[str]):
             return check_name(value)
         except QPError as error:
             self.fail(error.say(lambda _input: "name"), param, ctx)
+
+
+def parse_time(text: str, hint: str) -> float:
+    """A time as epoch seconds, given as epoch seconds or ISO 8601 (without a zone: this machine's local time);
+    one line naming `hint` if it is neither."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise click.BadParameter(
+            f"{echoed(text)} is not a time: use ISO 8601 (2026-11-22T18:00:00+00:00) or epoch seconds", param_hint=hint
+        ) from None
+
+
+class Time(click.ParamType[float]):
+    """An option's or argument's time (parse_time)."""
+
+    name = "time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        hint = param.get_error_hint(ctx) if param is not None and ctx is not None else "TIME"
+        return parse_time(str(value), hint)

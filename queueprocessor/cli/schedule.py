@@ -1,16 +1,38 @@
 """`schedule`: recurring work, each occurrence run once on the farm, and how an operator steers it."""
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from ..nodeoptions import Seconds
+from ..rules.errors import echoed
 from ..rules.kinds import HTTP, KINDS
 from ..rules.output import format_time, machine_label, print_json, print_table
-from ..rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE
+from ..rules.queues import seconds_in
+from ..rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, DEFAULT_OVERLAP, OVERLAP
 from .context import Context, pass_ctx
-from .options import EXECUTOR, TARGET, Decorated, job_spec, target_of, work_options
+from .options import EXECUTOR, TARGET, Decorated, Time, job_spec, target_of, work_options
+
+
+class Duration(click.ParamType[float]):
+    """Seconds, as a number or with a unit: 30, 30s, 5min, 2h (rules.queues.seconds_in)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        seconds = value if isinstance(value, float) else seconds_in(value if value[-1:].isalpha() else _number(value))
+        if seconds is None:
+            self.fail(f"{echoed(value)} is not a duration: give seconds, or a number and s, min, h or d", param, ctx)
+        return seconds
+
+
+def _number(text: str) -> object:
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 @click.group()
@@ -19,7 +41,9 @@ def schedule() -> None:
 
 
 def _when_recurring(misfire: str | None, grace: float | None) -> Callable[[Decorated], Decorated]:
-    """The options that say when a schedule recurs, for `schedule add` (with the defaults) and `set` (None: keep)."""
+    """The options that say when a schedule recurs and what its runs may do, for `schedule add` (with the
+    defaults) and `set` (None: keep)."""
+    adding = misfire is not None
 
     def add_options(command: Decorated) -> Decorated:
         for option in reversed(
@@ -43,6 +67,25 @@ def _when_recurring(misfire: str | None, grace: float | None) -> Callable[[Decor
                     type=Seconds(min=0),
                     default=grace,
                     help="Seconds after which a missed occurrence is dropped whatever --misfire says.",
+                ),
+                click.option(
+                    "--overlap",
+                    type=click.Choice(OVERLAP),
+                    default=DEFAULT_OVERLAP if adding else None,
+                    help="An occurrence due while a run goes on: run beside it (allow), skip it, keep one waiting "
+                    "(buffer-one), or stop the run (cancel-previous). All but allow: never two runs at once.",
+                ),
+                click.option(
+                    "--jitter",
+                    type=Duration(),
+                    default=0.0 if adding else None,
+                    help="Delay each occurrence by up to this (e.g. 30s), the same on every machine.",
+                ),
+                click.option(
+                    "--pause-on-failure",
+                    type=click.IntRange(0),
+                    metavar="N",
+                    help="Pause it after N runs in a row failed for good (0 with `set`: never).",
                 ),
             )
         ):
@@ -68,20 +111,31 @@ def schedule_add(
     every: float | None,
     misfire: str,
     grace: float,
+    overlap: str,
+    jitter: float,
+    pause_on_failure: int | None,
     executor: str,
     target: tuple[str, ...],
     **work: Any,
 ) -> None:
     """Run EXECUTOR TARGET... on a schedule, e.g. `schedule add nightly --cron '0 3 * * *' command -- backup`."""
-    row = ctx.farm.schedule(
-        name, job_spec(executor, target, **work), cron=cron, tz=tz, every=every, misfire=misfire, grace=grace
-    )
+    spec = job_spec(executor, target, **work)
+    when: dict[str, Any] = dict(cron=cron, tz=tz, every=every, misfire=misfire, grace=grace)
+    row = ctx.farm.schedule(name, spec, **when, overlap=overlap, jitter=jitter, pause_on_failure=pause_on_failure)
     _say_schedule(row)
 
 
 def _say_schedule(row: dict[str, Any]) -> None:
-    when = "paused" if row["paused"] else f"next at {format_time(row['next_run'])} UTC"
-    click.echo(f"schedule {row['name']}: {_recurrence(row)}, {when}")
+    click.echo(f"schedule {row['name']}: {_recurrence(row)}, {_state(row)}")
+
+
+def _state(row: dict[str, Any]) -> str:
+    """Active with its next occurrence, or paused (until when, or why, if it paused itself)."""
+    if not row["paused"]:
+        return f"next at {format_time(row['next_run'])} UTC"
+    if row["paused_until"] is not None:
+        return f"paused until {format_time(row['paused_until'])} UTC"
+    return f"paused ({row['paused_why']})" if row["paused_why"] else "paused"
 
 
 @schedule.command("list")
@@ -126,11 +180,25 @@ def schedule_remove(ctx: Context, name: str) -> None:
 
 @schedule.command("pause")
 @click.argument("name")
+@click.option("--until", type=Time(), metavar="TIME", help="Resumed by the farm itself then (ISO 8601 or epoch s).")
 @pass_ctx
-def schedule_pause(ctx: Context, name: str) -> None:
+def schedule_pause(ctx: Context, name: str, until: float | None) -> None:
     """Stop making occurrences until resumed (those in between are not run)."""
-    cancelled = ctx.farm.pause_schedule(name)
-    click.echo(f"schedule {name} paused ({cancelled} waiting occurrence(s) cancelled)")
+    cancelled = ctx.farm.pause_schedule(name, until)
+    then = "" if until is None else f" until {format_time(until)} UTC"
+    click.echo(f"schedule {name} paused{then} ({cancelled} waiting occurrence(s) cancelled)")
+
+
+@schedule.command("backfill")
+@click.argument("name")
+@click.argument("start", type=Time(), metavar="FROM")
+@click.argument("end", type=Time(), metavar="TO")
+@pass_ctx
+def schedule_backfill(ctx: Context, name: str, start: float, end: float) -> None:
+    """Run each occurrence of schedule NAME from FROM to TO (a past range; ISO 8601 or epoch seconds) that has no
+    job yet, once, due now: asked again, it makes none twice."""
+    made = ctx.farm.backfill_schedule(name, start, end)
+    click.echo(f"schedule {name}: {made} occurrence(s) from {format_time(start)} to {format_time(end)} UTC backfilled")
 
 
 @schedule.command("resume")
@@ -170,12 +238,14 @@ def schedule_set(ctx: Context, /, name: str, executor: str | None, target: tuple
     nightly http /backup`; the rest stays. A new recurrence starts at its next occurrence, none it missed runs;
     a paused schedule stays paused."""
     changes = {key: value for key, value in given.items() if value is not None}
+    if changes.get("pause_on_failure") == 0:
+        changes["pause_on_failure"] = None  # never
     if executor is not None:
         changes |= dict(executor=executor, target=target_of(executor, target))
     if not changes:
         raise click.UsageError(
-            "nothing to change: give --cron, --tz, --every, --misfire, --grace, --queue, --payload, --method "
-            "or EXECUTOR TARGET..."
+            "nothing to change: give --cron, --tz, --every, --misfire, --grace, --overlap, --jitter, "
+            "--pause-on-failure, --queue, --payload, --method or EXECUTOR TARGET..."
         )
     _say_schedule(ctx.farm.edit_schedule(name, **changes))
 
@@ -186,14 +256,22 @@ def schedule_set(ctx: Context, /, name: str, executor: str | None, target: tuple
 @click.option("--json", "as_json", is_flag=True, help="Print a stable JSON document.")
 @pass_ctx
 def schedule_show(ctx: Context, name: str, runs: int, as_json: bool) -> None:
-    """Schedule NAME, and its last runs: when each was due, how late it started, how it ended."""
+    """Schedule NAME, its policies, its next five runs (jitter applied), and its last runs: when each was due, how
+    late it started, how it ended (a skipped occurrence: cancelled, and why)."""
+    from ..rules.schedules import upcoming_runs
+
     row, last = ctx.reader.get_schedule(name), ctx.reader.schedule_runs(name, runs)
+    upcoming = upcoming_runs(row, time.time())  # shown, not acted on: this machine's clock will do
     if as_json:
-        return print_json({"schedule": row, "runs": last})
+        return print_json({"schedule": row, "upcoming": upcoming, "runs": last})
     _say_schedule(row)
     work = f"{row['executor']} {row['method'] + ' ' if row['executor'] == HTTP.name else ''}{row['target']}"
     click.echo(f"work: {work} in queue {row['queue']}, payload {row['payload'] or 'none'}")
     click.echo(f"misfire: {row['misfire']}, grace {row['grace']:g} s")
+    failures = "never" if row["pause_on_failure"] is None else f"after {row['pause_on_failure']} failed in a row"
+    failed = f", {row['failures']} failed in a row now" if row["failures"] else ""
+    click.echo(f"overlap: {row['overlap']}, jitter {row['jitter']:g} s, pause on failure: {failures}{failed}")
+    click.echo("next runs (UTC): " + (", ".join(format_time(t) for t in upcoming) or "none while paused"))
     print_table(
         ["job", "due (UTC)", "kind", "attempt", "machine", "started", "late", "outcome", "error"],
         [

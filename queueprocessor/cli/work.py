@@ -2,7 +2,6 @@
 (continuous work one live machine holds)."""
 
 from dataclasses import replace
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -13,7 +12,7 @@ from ..rules.kinds import COMMAND, HTTP, PYTHON, WorkKind
 from ..rules.output import format_time, machine_label, print_json, print_table
 from ..rules.states import JobState
 from .context import Context, pass_ctx
-from .options import EXECUTOR, TARGET, Decorated, job_spec, work_options
+from .options import EXECUTOR, TARGET, Decorated, job_spec, parse_time, work_options
 
 if TYPE_CHECKING:
     from ..rules.job import JobSpec
@@ -123,19 +122,7 @@ _enqueue_kind(
 
 
 def _parse_time(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise click.BadParameter(
-            f"{echoed(text)} is not a time: use ISO 8601 (2026-11-22T18:00:00+00:00) or epoch seconds",
-            param_hint="--at",
-        ) from None
+    return None if text is None else parse_time(text, "--at")
 
 
 @click.group()

@@ -362,9 +362,9 @@ def backfilled(recurrence: Recurrence, start: float, end: float, now: float) -> 
     """The occurrences in [start, end] that a backfill makes, checked: a past range (end not after `now`) of at
     most MAX_BACKFILL occurrences, each refused in one line."""
     if not (math.isfinite(start) and math.isfinite(end)) or start > end:
-        raise BadJobInput("a backfill's {0} must not be after its {1}", "start", "end")
+        raise BadJobInput("a backfill's start (FROM) must not be after its end (TO)", "start", "end")
     if end > now:
-        raise BadJobInput("a backfill covers past occurrences: its {0} must not be later than now", "end")
+        raise BadJobInput("a backfill covers past occurrences: its end (TO) must not be later than now", "end")
     times: list[float] = []
     t = recurrence.after(start - 0.001)
     while t <= end:

@@ -13,7 +13,12 @@ from queueprocessor.rules.job import JobSpec
 from queueprocessor.rules.roster import KnownMachines
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
-from queueprocessor.store.migrations import FLOW_COLUMNS, PAYLOAD_INDEX_BEFORE_13, QUEUED_BEFORE_6
+from queueprocessor.store.migrations import (
+    FLOW_COLUMNS,
+    PAYLOAD_INDEX_BEFORE_13,
+    QUEUED_BEFORE_6,
+    SCHEDULE_POLICY_COLUMNS,
+)
 from queueprocessor.store.sqlfunctions import create_sql_functions
 from queueprocessor.store.types import ClaimRequest, Plan, Progress
 
@@ -85,11 +90,27 @@ def notify_each_insert(conn) -> None:
     )
 
 
+def back_to_15(conn) -> None:
+    """Schema 16's schedule policies, gone: the qp_schedules columns of overlap, jitter, pause until and pause on
+    failure."""
+    for column in SCHEDULE_POLICY_COLUMNS:
+        drop_column(conn, "qp_schedules", column)
+
+
+def make_version_15(url: str) -> None:
+    """A farm database as schema version 15 left it: no schedule policies (see back_to_15)."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        back_to_15(conn)
+        set_version(conn, 15)
+
+
 def back_to_14(conn) -> None:
     """Schema 15's flow control, gone: the jobs' fairness columns and their indexes, the claim's index of held-back
     queues in age order alone, the queues' settings of fair shares, of limits and rates per key, of breakers and
     adaptive rates, the buckets of rates per key; no count of snoozes on job rows, nor of snoozed runs in the
-    history."""
+    history (and version 15's lacks: see back_to_15)."""
+    back_to_15(conn)
     for index in ("ix_qp_jobs_vtag", "ix_qp_jobs_fair", "ix_qp_jobs_key_running", "ix_qp_jobs_gated"):
         drop_index(conn, index)
     older = schema.jobs.to_metadata(MetaData()).c  # a copy: an index made on it joins no table of the schema's
@@ -325,7 +346,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "15"
+        assert version == CURRENT == "16"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -883,3 +904,24 @@ def test_a_version_14_database_gets_breakers_and_adaptive_rates_in_place(db_url)
         assert [
             c.id for c in farm._store.jobs.claim(ClaimRequest(me, 4, 30.0, plan=Plan(alone=(("api", 4, True),))))
         ] == [job]
+
+
+def test_a_version_15_database_gets_schedule_policies_in_place_and_an_older_nodes_schedule_follows(db_url):
+    """Version 15 to 16: every schedule there is `allow` with no jitter and none of the rest, as before; one an older
+    node adds afterwards (naming only version 15's columns) is too; and a policy can be set at once."""
+    with Farm(db_url) as farm:
+        farm.schedule("before", farm.python_spec("tests.support.pyjobs:noop"), every=3600)
+    make_version_15(db_url)
+    with Farm(db_url) as farm:
+        assert shape(farm)[0] == CURRENT
+        with farm._engine.begin() as conn:  # an older node's add: the columns it knows
+            row = {c: v for c, v in farm.get_schedule("before").items() if c not in (*SCHEDULE_POLICY_COLUMNS, "id")}
+            columns = ", ".join(row)  # in SQL: the schema's table would fill the new columns' Python defaults
+            conn.execute(
+                text(f"INSERT INTO qp_schedules ({columns}) VALUES (:{', :'.join(row)})"), row | dict(name="older")
+            )
+        for name in ("before", "older"):
+            row = farm.get_schedule(name)
+            assert (row["overlap"], row["jitter"]) == ("allow", 0.0)
+            assert all(row[c] is None for c in SCHEDULE_POLICY_COLUMNS if c not in ("overlap", "jitter"))
+        assert farm.edit_schedule("before", overlap="skip", pause_on_failure=2)["overlap"] == "skip"

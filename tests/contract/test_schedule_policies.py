@@ -17,7 +17,8 @@ from queueprocessor.store.schema import jobs, schedules
 from queueprocessor.store.types import ClaimRequest
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
 from tests.support import pyjobs
-from tests.support.work import FAST
+from tests.support.httptarget import HttpTarget, most_at_once
+from tests.support.work import FAST, Nodes, wait_for
 
 STEP = 10.0  # seconds between occurrences: the tests make the past ones by moving next_run back
 
@@ -249,7 +250,9 @@ def test_pause_on_failure_pauses_after_n_failures_in_a_row_and_a_success_resets(
 
     def end(job_id: int, state: str) -> None:
         farm._store.count(
-            update(jobs).where(jobs.c.id == job_id).values(state=state, finished_at=farm._store.ask_time(), last_error="boom")
+            update(jobs)
+            .where(jobs.c.id == job_id)
+            .values(state=state, finished_at=farm._store.ask_time(), last_error="boom")
         )
 
     end(ids[0], "failed")
@@ -261,7 +264,10 @@ def test_pause_on_failure_pauses_after_n_failures_in_a_row_and_a_success_resets(
     end(ids[4], "failed")
     pass_(farm)
     row = farm.get_schedule("f")
-    assert row["paused"] and row["paused_why"] == f"paused on failure: 2 runs in a row failed for good (the last, job {ids[4]}: boom)"
+    assert (
+        row["paused"]
+        and row["paused_why"] == f"paused on failure: 2 runs in a row failed for good (the last, job {ids[4]}: boom)"
+    )
     [paused] = [e for e in events(farm, "schedule.paused") if e["subject"] == "f"]
     assert row["paused_why"] in paused["detail"]
     resumed = farm.resume_schedule("f")
@@ -271,7 +277,10 @@ def test_pause_on_failure_pauses_after_n_failures_in_a_row_and_a_success_resets(
 @pytest.mark.parametrize(
     "policy, message",
     [
-        (dict(overlap="sometimes"), "unknown overlap policy 'sometimes': use one of allow, skip, buffer-one, cancel-previous"),
+        (
+            dict(overlap="sometimes"),
+            "unknown overlap policy 'sometimes': use one of allow, skip, buffer-one, cancel-previous",
+        ),
         (dict(jitter=-1.0), "jitter must be from 0 to 86400 seconds (got -1)"),
         (dict(jitter=float("nan")), "jitter must be from 0 to 86400 seconds"),
         (dict(pause_on_failure=0), "pause_on_failure must be from 1 to 1000 runs (got 0)"),
@@ -289,9 +298,11 @@ def test_a_bad_policy_is_one_line_and_makes_nothing(farm, policy, message):
 def test_bad_backfills_and_pauses_are_one_line(farm):
     farm.schedule("h", farm.python_spec(pyjobs.noop), every=1)
     now = farm._store.ask_time()
-    with pytest.raises(InvalidJob, match="^a backfill's start must not be after its end$"):
+    with pytest.raises(InvalidJob, match=r"^a backfill's start \(FROM\) must not be after its end \(TO\)$"):
         farm.backfill_schedule("h", now - 10, now - 20)
-    with pytest.raises(InvalidJob, match="^a backfill covers past occurrences: its end must not be later than now$"):
+    with pytest.raises(
+        InvalidJob, match=r"^a backfill covers past occurrences: its end \(TO\) must not be later than now$"
+    ):
         farm.backfill_schedule("h", now - 10, now + 3600)
     with pytest.raises(InvalidJob, match=f"^the range holds more than {MAX_BACKFILL} occurrences"):
         farm.backfill_schedule("h", now - 2 * MAX_BACKFILL, now - 1)
@@ -300,3 +311,23 @@ def test_bad_backfills_and_pauses_are_one_line(farm):
     with pytest.raises(InvalidJob, match="^until must be later than now$"):
         farm.pause_schedule("h", until=now - 1)
     assert not farm.get_schedule("h")["paused"]
+
+
+def test_real_nodes_never_run_a_skip_schedule_twice_at_once_and_list_what_they_skipped(farm):
+    """Two nodes, a schedule every 0.2 s whose run takes 0.7 s: the target never serves two of its runs at once, and
+    the occurrences that fell due meanwhile are skipped, each with its reason (the turn-holder's pass, woken at every
+    turn by the heartbeat's look at the schedules)."""
+    with HttpTarget() as target:
+        nodes = Nodes(farm, http_base=target.base_url)
+        try:
+            nodes("a")
+            nodes("b")
+            farm.schedule("slow", farm.http_spec("/sleep/0.7"), every=0.2, overlap="skip")
+            wait_for(lambda: len([r for r in target.requests("/sleep") if r["ended"]]) >= 3, timeout=20)
+            farm.pause_schedule("slow")
+        finally:
+            nodes.stop_all()
+        served = target.requests("/sleep")
+    assert most_at_once([r for r in served if r["ended"]]) == 1 and len({r["machine"] for r in served}) >= 1
+    skipped = [r for r in farm.schedule_runs("slow", limit=200) if (r["error"] or "").startswith("skipped:")]
+    assert len(skipped) >= 3 and all("overlap=skip" in r["error"] and r["outcome"] == "cancelled" for r in skipped)
