@@ -1,8 +1,8 @@
 """Edit a schedule: what `queueprocessor schedule set` takes (its recurrence, misfire and overlap policies, jitter,
-pause on failure, work and queue), as a form, with the next five occurrences shown as the recurrence is typed; and
+pause on failure, work and queue), as a form, with the next five runs (jitter applied) shown as they are typed; and
 the time a pause ends, as a small form of its own.
 
-The preview and every check are the core's pure rules (rules.schedules.edited, Recurrence.upcoming, check_policy,
+The preview and every check are the core's pure rules (rules.schedules.edited, upcoming_runs, check_policy,
 check_overlap, work_spec), run as the operator types: nothing here touches the database. `changes` holds only the
 fields the operator changed (Farm.edit_schedule's keywords), so what another operator changed meanwhile stays as
 they set it.
@@ -35,6 +35,7 @@ from queueprocessor.rules.schedules import (
     check_overlap,
     check_policy,
     edited,
+    upcoming_runs,
 )
 
 from . import text, theme
@@ -80,6 +81,7 @@ class ScheduleDialog(QDialog):
         form.addRow("Every", self.every)
         self.preview = QLabel("", objectName="muted")
         self.preview.setWordWrap(True)
+        self.preview.setToolTip("When the next occurrences start, each with its jitter applied")
         form.addRow(f"Next {PREVIEW}", self.preview)
         self.misfire = QComboBox()
         self.misfire.addItems(list(MISFIRE))
@@ -115,6 +117,7 @@ class ScheduleDialog(QDialog):
             self.tz.textChanged,
             self.every.valueChanged,
             self.kind.currentIndexChanged,
+            self.jitter.valueChanged,
         ):
             signal.connect(self.show_preview)
         self.show_preview()
@@ -151,14 +154,16 @@ class ScheduleDialog(QDialog):
         return dict(cron=self.cron.text().strip(), tz=self.tz.text().strip(), every=None)
 
     def show_preview(self) -> None:
-        """The next occurrences of the recurrence typed so far, or why it has none."""
+        """The next runs of the recurrence typed so far with the jitter given (rules.schedules.upcoming_runs), or why
+        it has none."""
         cron = self.kind.currentData() == CRON
         self.cron.setEnabled(cron)
         self.tz.setEnabled(cron)
         self.every.setEnabled(not cron)
         try:
             recurrence = edited(self.row, **self.recurrence_given())
-            times = recurrence.upcoming(self.start)
+            plan = dict(cron=recurrence.cron, tz=recurrence.tz, every=recurrence.every, jitter=self.jitter.value())
+            times = upcoming_runs(self.row | plan | dict(paused=False), self.start)
         except QPError as error:
             self.preview.setText(in_form_terms(error))
             return

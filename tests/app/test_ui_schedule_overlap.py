@@ -18,6 +18,7 @@ from tests.app.test_ui_schedule_steering import NEVER_SOON, _selected  # noqa: E
 from tests.app.test_ui_schedules import FEED, NOOP, _cells, _names, _rows, _tab  # noqa: E402
 from tests.support.work import FAST  # noqa: E402
 from ui import text  # noqa: E402
+from ui.scheduledialog import occurrence_text  # noqa: E402
 
 app, open_window = test_ui_window.app, test_ui_window.open_window  # the window tests' fixtures
 WAIT = test_ui_window.WAIT
@@ -111,8 +112,13 @@ def test_the_edit_dialog_sets_overlap_jitter_and_pause_on_failure(farm, open_win
         "none",
         "never",
     )
+    yearly = Recurrence.parse(NEVER_SOON)
+    assert dialog.preview.text().splitlines() == [occurrence_text(yearly, t) for t in yearly.upcoming(dialog.start)]
     dialog.overlap.setCurrentText("buffer-one")
-    dialog.jitter.setValue(45)
+    dialog.jitter.setValue(45)  # the preview shows the runs with it
+    jittered = upcoming_runs(farm.get_schedule("yearly") | dict(jitter=45.0, paused=False), dialog.start)
+    assert dialog.preview.text().splitlines() == [occurrence_text(yearly, t) for t in jittered]
+    assert jittered != yearly.upcoming(dialog.start)
     dialog.pause_on_failure.setValue(2)
     _ok(dialog)
     assert dialog.changes == dict(overlap="buffer-one", jitter=45.0, pause_on_failure=2)
