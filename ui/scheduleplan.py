@@ -19,7 +19,7 @@ def _overlap_tip(row: dict, _context) -> str:
         "allow": "Each occurrence runs, beside the last one's run if that is still going (the default)",
         "skip": "An occurrence due while the last one's run is still going is skipped (cancelled, with why)",
         "buffer-one": "An occurrence due while the last one's run is still going waits for it; one at most waits",
-        "cancel-previous": "An occurrence due while the last one's run is still going cancels that run, then runs",
+        "cancel-previous": "An occurrence due while the last one's run is still going asks that run to stop, then runs",
     }.get(row["overlap"], row["overlap"])
 
 
