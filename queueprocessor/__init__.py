@@ -29,6 +29,7 @@ __all__ = [
     "QueueInfo",
     "KeyUse",
     "ScheduleChanges",
+    "SchedulePolicy",
     "JobState",
     "Outcome",
     "MachineState",
@@ -89,7 +90,7 @@ if TYPE_CHECKING:  # the names __getattr__ hands on, as a type checker should se
     from .rules.queues import OnFailure, QueueInfo, Rate
     from .rules.search import JobFilter
     from .rules.states import JobState, MachineState, Outcome, Wish
-    from .schedulesteer import ScheduleChanges
+    from .schedulesteer import ScheduleChanges, SchedulePolicy
     from .singletons import LockHeld
 
 

@@ -284,7 +284,7 @@ def schedule_show(ctx: Context, name: str, runs: int, as_json: bool) -> None:
                 format_time(r["started_at"]),
                 "-" if r["late"] is None else f"{r['late'] * 1000:+.0f}ms",
                 r["outcome"],
-                (r["error"] or "")[:50],
+                (r["error"] or "")[:72],
             ]
             for r in last
         ],

@@ -51,7 +51,7 @@ from .events import record_event
 from .history import run_history, with_machine_name
 from .inserts import job_row
 from .jobs import cancel_queued
-from .schedule_policy import PolicyPass, has_policy, job_order_key
+from .schedule_policy import PolicyPass, has_policy, job_order_key, uses_policy
 from .schedule_policy import made as _made
 from .schedule_policy import origin as _origin
 from .schedule_policy import waiting as _waiting
@@ -241,7 +241,7 @@ class ScheduleStore:
         made, policies = 0, PolicyPass(self.store, period)
         for row in rows:
             schedule = dict(row._mapping)
-            if policies.apply(schedule, now) or not row.due:
+            if (uses_policy(schedule) and policies.apply(schedule, now)) or not row.due:
                 wake = now if schedule["paused_until"] is None else schedule["paused_until"]
                 upcoming = wake if upcoming is None else min(upcoming, wake)  # the policy looks again next turn
                 continue
@@ -262,7 +262,7 @@ class ScheduleStore:
             if self._advance(schedule, recurrence, todo.occurrences, todo.next_run):
                 made += len(todo.occurrences)
             upcoming = todo.next_run if upcoming is None else min(upcoming, todo.next_run)
-            if schedule["overlap"] != DEFAULT_OVERLAP or schedule["pause_on_failure"] is not None:
+            if schedule["overlap"] != DEFAULT_OVERLAP:
                 upcoming = min(upcoming, now)
         return Materialised(made, upcoming)
 

@@ -34,6 +34,14 @@ def pass_(farm: Farm) -> None:
     farm._store.schedules.materialise(ahead=timing.schedule_ahead, period=timing.period)
 
 
+def pass_due(farm: Farm, name: str) -> None:
+    """The pass at a turn that makes the schedule's next occurrence (one already made: its key lets in no other)."""
+    row = farm.get_schedule(name)
+    last = Recurrence.of(row).before(farm._store.ask_time())
+    farm._store.count(update(schedules).where(schedules.c.name == name).values(next_run=last))
+    pass_(farm)
+
+
 def made(farm: Farm, name: str) -> list[dict]:
     rows = farm._store.rows(select(jobs).where(jobs.c.origin == f"schedule {name}").order_by(jobs.c.id))
     return [dict(r._mapping) for r in rows]
@@ -258,11 +266,13 @@ def test_pause_on_failure_pauses_after_n_failures_in_a_row_and_a_success_resets(
     end(ids[0], "failed")
     end(ids[1], "succeeded")
     end(ids[2], "failed")
-    pass_(farm)
+    pass_due(farm, "f")
     assert not farm.get_schedule("f")["paused"] and farm.get_schedule("f")["failures"] == 1
     end(ids[3], "cancelled")  # a skipped occurrence neither counts nor resets
     end(ids[4], "failed")
     pass_(farm)
+    assert not farm.get_schedule("f")["paused"]  # counted as its occurrences are made, not at every turn
+    pass_due(farm, "f")
     row = farm.get_schedule("f")
     assert (
         row["paused"]
@@ -331,3 +341,32 @@ def test_real_nodes_never_run_a_skip_schedule_twice_at_once_and_list_what_they_s
     assert most_at_once([r for r in served if r["ended"]]) == 1 and len({r["machine"] for r in served}) >= 1
     skipped = [r for r in farm.schedule_runs("slow", limit=200) if (r["error"] or "").startswith("skipped:")]
     assert len(skipped) >= 3 and all("overlap=skip" in r["error"] and r["outcome"] == "cancelled" for r in skipped)
+
+
+def test_a_failed_run_in_a_blocking_queue_is_counted_before_its_key_is_released(farm):
+    farm.settings(**FAST)
+    spec = farm.python_spec(pyjobs.noop, queue="strict")
+    farm.schedule("s", spec, every=STEP, misfire="all", overlap="skip", pause_on_failure=1)
+    farm._store.count(update(schedules).values(next_run=farm._store.ask_time() - 3 * STEP))
+    pass_(farm)
+    farm.set_queue("strict", on_failure="block")
+    [first] = claim(farm)
+    now = farm._store.ask_time()
+    farm._store.count(update(jobs).where(jobs.c.id == first).values(state="failed", finished_at=now, lease_until=None))
+    pass_(farm)
+    row = farm.get_schedule("s")
+    assert row["paused"] and f"job {first}" in row["paused_why"] and farm.job(first)["order_key"] is None
+
+
+def test_the_mark_follows_the_oldest_unfinished_run_so_a_pass_reads_only_what_is_left(farm):
+    waiting = behind(farm, "m", overlap="skip")
+    [running] = claim(farm)
+    started_long_ago(farm, running)
+    pass_(farm)  # skips those that fell due
+    assert farm.get_schedule("m")["counted"] == running - 1
+    farm._store.count(
+        update(jobs).where(jobs.c.id == running).values(state="succeeded", finished_at=farm._store.ask_time())
+    )
+    asked = farm.run_schedule("m")  # the one unfinished job left
+    pass_(farm)
+    assert farm.get_schedule("m")["counted"] == asked - 1 > running and waiting
