@@ -18,6 +18,12 @@ from queueprocessor.rules.search import BulkAction
 from queueprocessor.rules.states import Wish
 
 Run = Callable[[str, Callable[[Farm], str]], None]
+# What an enqueue whose key was held did (Enqueued.settled), said of the job holding it.
+SETTLED = {
+    "existing": "key {key} is held by job {job}: answered with it, nothing enqueued",
+    "replaced": "key {key} is held by job {job}, waiting: its payload and time replaced",
+    "debounced": "key {key} is held by job {job}, waiting: its time moved by the debounce",
+}
 Fetch = Callable[[str, Callable[[Farm], Any], Callable[[Any], None]], None]
 
 
@@ -57,6 +63,8 @@ class Commands:
             done = farm.submit(spec, delay=delay, count=count)
             ids = done.ids
             said = f"enqueued job {ids[0]}" if len(ids) == 1 else f"enqueued {len(ids)} jobs ({ids[0]}..{ids[-1]})"
+            if done.settled is not None:  # its key was held: what became of the holder
+                said = SETTLED[done.settled].format(job=ids[0], key=spec.key)
             # Accepted, but said: like `enqueue`'s warning, the Queues tab shows the queue as unserved too.
             return said if done.served else f"{said}; no live machine serves queue {spec.queue} yet: it waits"
 
@@ -81,8 +89,13 @@ class Commands:
 
         self.run(f"{action.capitalize()} {len(ids)} jobs", act)
 
-    def pause_schedule(self, name: str) -> None:
-        self.run(f"Pause schedule {name}", lambda farm: f"paused ({_waiting(farm.pause_schedule(name))})")
+    def pause_schedule(self, name: str, until: float | None = None) -> None:
+        """Pause a schedule, for good or `until` an epoch time (then the farm resumes it itself)."""
+        said = "" if until is None else f" until {format_time(until)} UTC"
+        self.run(
+            f"Pause schedule {name}{said}",
+            lambda farm: f"paused{said} ({_waiting(farm.pause_schedule(name, until=until))})",
+        )
 
     def resume_schedule(self, name: str) -> None:
         self.run(

@@ -26,11 +26,13 @@ from queueprocessor import __version__, work_spec
 from queueprocessor.farm import needs_password, with_password
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.fairness import ORDER_KEY, check_fair_from
+from queueprocessor.rules.keys import check_enqueue
 from queueprocessor.rules.kinds import HTTP
 from queueprocessor.rules.queues import DEFAULT, OnFailure, QueueInfo, Rate, check_keep, check_limit, keep_text
 from queueprocessor.rules.urls import default_url, mask
 
 from . import theme
+from .keyfields import KeyFields
 
 
 class DatabaseDialog(QDialog):
@@ -148,8 +150,9 @@ class EnqueueDialog(QDialog):
         self.count = QSpinBox(minimum=1, maximum=100_000, value=1)
         form.addRow("Copies", self.count)
         self.key = QLineEdit()
-        self.key.setPlaceholderText("optional: a second job with the same key is refused")
+        self.key.setPlaceholderText("optional: a second job with the same key meets “On conflict” below")
         form.addRow("Unique key", self.key)
+        self.key_fields = KeyFields(form, self.key)
         self.order_key = QLineEdit()
         self.order_key.setPlaceholderText("optional: jobs with the same order key run one at a time, in order")
         form.addRow("Order key", self.order_key)
@@ -168,7 +171,9 @@ class EnqueueDialog(QDialog):
                 key=self.key.text().strip() or None,
                 queue=self.queue.currentText().strip(),
                 order_key=self.order_key.text().strip() or None,
+                **self.key_fields.options(),
             )
+            check_enqueue(spec.terms, count=self.count.value(), delay=self.delay.value(), at=None)
         except QPError as error:
             self.error.setText(in_form_terms(error))
             return
@@ -303,6 +308,13 @@ FIELDS = {
     "payload": "Payload",
     "queue": "Queue",
     "order_key": "Order key",
+    "key": "Unique key",
+    "key_scope": "Key held",
+    "key_until": "Held until",
+    "key_for": "Held after success",
+    "on_conflict": "On conflict",
+    "debounce": "Debounce",
+    "max_delay": "Max delay",
     "limit": "Limit",
     "rate": "Rate",
     "keep": "Keep",

@@ -1,26 +1,42 @@
-"""Edit a schedule: what `queueprocessor schedule set` takes, as a form, with the next five occurrences shown as
-the recurrence is typed.
+"""Edit a schedule: what `queueprocessor schedule set` takes (its recurrence, misfire and overlap policies, jitter,
+pause on failure, work and queue), as a form, with the next five runs (jitter applied) shown as they are typed; and
+the time a pause ends, as a small form of its own.
 
-The preview and every check are the core's pure rules (rules.schedules.edited, Recurrence.upcoming, check_policy,
-work_spec), run as the operator types: nothing here touches the database. `changes` holds only the fields the
-operator changed (Farm.edit_schedule's keywords), so what another operator changed meanwhile stays as they set it.
+The preview and every check are the core's pure rules (rules.schedules.edited, upcoming_runs, check_policy,
+check_overlap, work_spec), run as the operator types: nothing here touches the database. `changes` holds only the
+fields the operator changed (Farm.edit_schedule's keywords), so what another operator changed meanwhile stays as
+they set it.
 """
 
+from PySide6.QtCore import QDateTime
 from PySide6.QtWidgets import (
     QComboBox,
+    QDateTimeEdit,
     QDialog,
     QDoubleSpinBox,
     QFormLayout,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
+    QSpinBox,
     QVBoxLayout,
 )
 
 from queueprocessor import work_spec
 from queueprocessor.rules.errors import QPError
 from queueprocessor.rules.kinds import KINDS, METHODS, TARGETS_SAID
-from queueprocessor.rules.schedules import MISFIRE, PREVIEW, Recurrence, check_policy, edited
+from queueprocessor.rules.schedules import (
+    MAX_JITTER,
+    MAX_PAUSE_ON_FAILURE,
+    MISFIRE,
+    OVERLAP,
+    PREVIEW,
+    Recurrence,
+    check_overlap,
+    check_policy,
+    edited,
+    upcoming_runs,
+)
 
 from . import text, theme
 from .dialogs import _finish_form, in_form_terms
@@ -65,6 +81,7 @@ class ScheduleDialog(QDialog):
         form.addRow("Every", self.every)
         self.preview = QLabel("", objectName="muted")
         self.preview.setWordWrap(True)
+        self.preview.setToolTip("When the next occurrences start, each with its jitter applied")
         form.addRow(f"Next {PREVIEW}", self.preview)
         self.misfire = QComboBox()
         self.misfire.addItems(list(MISFIRE))
@@ -75,6 +92,7 @@ class ScheduleDialog(QDialog):
         self.grace.setValue(row["grace"])
         self.grace.setToolTip("A missed occurrence older than this is dropped whatever the misfire policy says")
         form.addRow("Grace", self.grace)
+        self._policy(row, form)
         self.executor = QComboBox()
         self.executor.addItems(list(KINDS))
         self.executor.setCurrentText(row["executor"])
@@ -99,9 +117,35 @@ class ScheduleDialog(QDialog):
             self.tz.textChanged,
             self.every.valueChanged,
             self.kind.currentIndexChanged,
+            self.jitter.valueChanged,
         ):
             signal.connect(self.show_preview)
         self.show_preview()
+
+    def _policy(self, row: dict, form: QFormLayout) -> None:
+        """Overlap, jitter and pause on failure."""
+        self.overlap = QComboBox()
+        self.overlap.addItems(list(OVERLAP))
+        self.overlap.setCurrentText(row["overlap"])
+        self.overlap.setToolTip(
+            "An occurrence due while the last one's run is still going: allow runs it beside it; skip cancels it "
+            "(saying why); buffer-one keeps one waiting for the run to end; cancel-previous stops the run"
+        )
+        form.addRow("Overlap", self.overlap)
+        self.jitter = QDoubleSpinBox(minimum=0, maximum=MAX_JITTER, decimals=1, suffix=" s")
+        self.jitter.setSpecialValueText("none")
+        self.jitter.setValue(row["jitter"] or 0.0)
+        self.jitter.setToolTip(
+            "Each occurrence starts up to this late, by a delay fixed per occurrence (every machine agrees on "
+            "it): schedules due at the same time spread out"
+        )
+        form.addRow("Jitter", self.jitter)
+        self.pause_on_failure = QSpinBox(minimum=0, maximum=MAX_PAUSE_ON_FAILURE)
+        self.pause_on_failure.setSpecialValueText("never")
+        self.pause_on_failure.setSuffix(" failed runs in a row")
+        self.pause_on_failure.setValue(row["pause_on_failure"] or 0)
+        self.pause_on_failure.setToolTip("It pauses itself, with an event, after this many failed runs in a row")
+        form.addRow("Pause after", self.pause_on_failure)
 
     def recurrence_given(self) -> dict:
         """The recurrence the form says, as Farm.edit_schedule's keywords."""
@@ -110,14 +154,16 @@ class ScheduleDialog(QDialog):
         return dict(cron=self.cron.text().strip(), tz=self.tz.text().strip(), every=None)
 
     def show_preview(self) -> None:
-        """The next occurrences of the recurrence typed so far, or why it has none."""
+        """The next runs of the recurrence typed so far with the jitter given (rules.schedules.upcoming_runs), or why
+        it has none."""
         cron = self.kind.currentData() == CRON
         self.cron.setEnabled(cron)
         self.tz.setEnabled(cron)
         self.every.setEnabled(not cron)
         try:
             recurrence = edited(self.row, **self.recurrence_given())
-            times = recurrence.upcoming(self.start)
+            plan = dict(cron=recurrence.cron, tz=recurrence.tz, every=recurrence.every, jitter=self.jitter.value())
+            times = upcoming_runs(self.row | plan | dict(paused=False), self.start)
         except QPError as error:
             self.preview.setText(in_form_terms(error))
             return
@@ -128,6 +174,9 @@ class ScheduleDialog(QDialog):
         try:
             recurrence = edited(self.row, **given)
             check_policy(self.misfire.currentText(), self.grace.value())
+            overlap, jitter = self.overlap.currentText(), self.jitter.value()
+            pause_on_failure = self.pause_on_failure.value() or None
+            check_overlap(overlap, jitter, pause_on_failure)
             spec = work_spec(
                 self.executor.currentText(),
                 self.target.text().strip(),
@@ -140,10 +189,39 @@ class ScheduleDialog(QDialog):
             return
         wanted = dict(cron=recurrence.cron, tz=recurrence.tz, every=recurrence.every)
         wanted |= dict(misfire=self.misfire.currentText(), grace=self.grace.value())
+        wanted |= dict(overlap=overlap, jitter=jitter, pause_on_failure=pause_on_failure)
         wanted |= {key: getattr(spec, key) for key in WORK}
         self.changes = {key: value for key, value in wanted.items() if value != self.row[key]}
         if not {"cron", "tz", "every"}.isdisjoint(self.changes):  # a recurrence is given whole, or not at all
             self.changes |= given
         if "executor" in self.changes:  # a target means what its executor makes of it
             self.changes["target"] = spec.target
+        super().accept()
+
+
+class PauseDialog(QDialog):
+    """Until when to pause schedule `row`: a time in your time zone, from `start` (database time, a period past the
+    last snapshot) on; `until` holds it as epoch seconds once accepted."""
+
+    def __init__(self, row: dict, start: float, parent=None):
+        super().__init__(parent)
+        self.start = start
+        self.until: float | None = None
+        self.setWindowTitle(f"Pause {row['name']} until")
+        self.setWindowIcon(theme.icon("pause"))
+        layout = QVBoxLayout(self)
+        form = QFormLayout()
+        self.when = QDateTimeEdit(QDateTime.fromSecsSinceEpoch(int(start) + 3600))
+        self.when.setCalendarPopup(True)
+        self.when.setDisplayFormat("yyyy-MM-dd HH:mm:ss")
+        self.when.setToolTip("The farm resumes it at this time (your time zone), from its next occurrence")
+        form.addRow("Until", self.when)
+        self.error = _finish_form(self, layout, form, "Pause")
+
+    def accept(self) -> None:
+        until = float(self.when.dateTime().toSecsSinceEpoch())
+        if until <= self.start:
+            self.error.setText("“Until” must be later than now")
+            return
+        self.until = until
         super().accept()

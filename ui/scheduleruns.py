@@ -1,9 +1,11 @@
 """The last runs of the schedule selected in the Schedules tab: when each occurrence was due, how late it started,
-where it ran and how it ended, and which were an operator's run-now. The rows are the dashboard's
+where it ran and how it ended, which were an operator's run-now, and which its overlap policy skipped (with why,
+in the error column). The rows are the dashboard's
 (views.Dashboard.schedule, from ScheduleStore.last_runs); this model only shows them."""
 
 from . import text, theme
 from .models import Column, SnapshotModel, dot, full_text
+from .scheduleplan import skipped
 
 
 def late(row: dict, _context) -> str:
@@ -12,6 +14,10 @@ def late(row: dict, _context) -> str:
         return "–"
     sign = "-" if row["late"] < 0 else "+"
     return f"{sign}{text.duration(abs(row['late']))}"
+
+
+def kind(row: dict, _context) -> str:
+    return "run now" if row["manual"] else "skipped" if skipped(row) else "scheduled"
 
 
 def _machine(row: dict, _context) -> str:
@@ -26,8 +32,9 @@ class ScheduleRunsModel(SnapshotModel):
         Column("Due", lambda r, c: text.clock(r["due"]), "due", tip="When the occurrence was due (your time zone)"),
         Column(
             "Kind",
-            lambda r, c: "run now" if r["manual"] else "scheduled",
-            tip="scheduled: a regular occurrence; run now: one an operator asked for",
+            kind,
+            tip="scheduled: a regular occurrence; run now: one an operator asked for; skipped: one its overlap "
+            "policy skipped, as the last one's run was still going (the error says which)",
         ),
         Column("Job", lambda r, c: str(r["job"]), "job", True),
         Column("Attempt", lambda r, c: str(r["attempt"] or "–"), tip="Which attempt of the occurrence's job"),

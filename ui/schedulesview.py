@@ -2,9 +2,11 @@
 Remove for them.
 
 Like Hangfire's "Recurring jobs" page: each schedule with how it recurs, its
-next occurrence and what became of its last one; below, the last runs of the
-selected one (due, late, outcome), then each singleton with the machine
-holding it. The tab never touches the database: an operator's
+policy (misfire, overlap, jitter, pause on failure), its next occurrence (or
+when its pause ends) and what became of its last one; below, the last runs of
+the selected one (due, late, outcome, the occurrences it skipped and why) beside
+its next runs with jitter applied, then each singleton with the machine holding
+it. The tab never touches the database: an operator's
 action is a call of the window's `Commands` (run on the worker thread), and
 the next snapshot shows its effect.
 """
@@ -16,26 +18,19 @@ from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLabel, QMenu, QMessageBox, QSplitter, QTableView, QToolBar, QVBoxLayout, QWidget
 
-from queueprocessor.rules.output import format_time
 from queueprocessor.rules.states import JobState, MachineState
 
 from . import text, theme
 from .commands import Commands
 from .dialogs import confirm
 from .models import ROW_ROLE, Column, Mark, SnapshotModel, dot, full_text, marked
-from .scheduledialog import ScheduleDialog
+from .scheduledialog import PauseDialog, ScheduleDialog
+from .scheduleplan import POLICY, next_runs_text, next_text, next_tip, says_skipped, skipped
 from .scheduleruns import ScheduleRunsModel, run_rows
 from .snapshot import Snapshot
 from .tables import table
 
 ASCENDING = Qt.SortOrder.AscendingOrder
-
-
-def when(epoch: float | None, now: float) -> str:
-    """A time to come as the local clock and how far off it is."""
-    if epoch is None:
-        return "–"
-    return f"{text.clock(epoch, millis=False)} · in {text.duration(max(0.0, epoch - now))}"
 
 
 def _machine(machine_id: int | None, context: dict) -> str:
@@ -50,7 +45,9 @@ def _state(row: dict) -> MachineState:
 def _last(row: dict, _context) -> str:
     if row["last_at"] is None:
         return "not yet"
-    return row["last_state"] or "skipped"
+    if row["last_state"] is None or says_skipped(row["last_error"]):
+        return "skipped"  # by its misfire policy (no job), or its overlap policy (a job cancelled, saying why)
+    return row["last_state"]
 
 
 def _last_run_tip(row: dict, _context) -> str | None:
@@ -58,11 +55,17 @@ def _last_run_tip(row: dict, _context) -> str | None:
         return None
     job = f"job {row['last_job']}" if row["last_job"] else "no job (its misfire policy skipped it)"
     error = f"\n{row['last_error']}" if row["last_error"] else ""
-    return f"Occurrence of {text.stamp(row['last_at'])}: {job}{error}"
+    finished = f", finished {text.stamp(row['last_finished'])}" if row["last_finished"] else ""
+    return f"Occurrence of {text.stamp(row['last_at'])}: {job}{finished}{error}"
 
 
 def _paused_tip(row: dict, _context) -> str | None:
-    return f"{row['name']} is paused: Resume starts it again from its next occurrence" if row["paused"] else None
+    if not row["paused"]:
+        return None
+    why = f" ({row['paused_why']})" if row["paused_why"] else ""
+    if row["paused_until"] is not None:
+        return f"{row['name']} is paused until {text.stamp(row['paused_until'])}{why}: the farm resumes it then"
+    return f"{row['name']} is paused{why}: Resume starts it again from its next occurrence"
 
 
 class SchedulesModel(SnapshotModel):
@@ -79,6 +82,7 @@ class SchedulesModel(SnapshotModel):
             tip="Occurrences the farm noticed late: skip them, run the newest once, or run all; "
             "older than the grace, they are dropped",
         ),
+        *POLICY,
         Column(
             "State",
             lambda r, c: _state(r),
@@ -87,10 +91,11 @@ class SchedulesModel(SnapshotModel):
         ),
         Column(
             "Next",
-            lambda r, c: when(r["next_at"], c["db_now"]),
-            lambda r, c: r["next_at"] or float("inf"),
-            tip="The next occurrence, in your time zone, and how far off it is in database time",
-            cell_tip=lambda r, c: f"{format_time(r['next_at'])} UTC" if r["next_at"] is not None else None,
+            lambda r, c: next_text(r, c["db_now"]),
+            lambda r, c: r["next_at"] or r["paused_until"] or float("inf"),
+            tip="The next occurrence (before its jitter), in your time zone, and how far off it is in database "
+            "time; for a schedule paused until a time, how far off that is",
+            cell_tip=next_tip,
         ),
         Column(
             "Last run",
@@ -159,13 +164,14 @@ class SchedulesView(QWidget):
         self.watch_only = watch_only
         self.schedules_model = SchedulesModel(self)
         self.singletons_model = SingletonsModel(self)
-        # Misfire (a setting, seldom read) hidden at first: the rest fits at 1440 px beside the dock.
+        # Misfire (a setting, seldom read), the last run's Machine and Finished (in its tooltip) hidden at first:
+        # the rest fits at 1440 px beside the dock.
         self.schedules_view = table(
             self.schedules_model,
-            (120, 210, 140, 96, 76, 205, 110, 90),
+            (120, 175, 125, 96, 105, 56, 70, 80, 170, 100, 80, 90),
             order=ASCENDING,
             menu=lambda at: self._menu(self.schedules_view, self.schedule_actions, at),
-            hidden=(3,),
+            hidden=(3, 10, 11),
         )
         self.singletons_view = table(
             self.singletons_model,
@@ -178,6 +184,12 @@ class SchedulesView(QWidget):
             "Pause",
             "Stop making jobs of the selected schedule; its occurrences waiting in the queue are cancelled",
             self.pause,
+        )
+        self.act_pause_until = self._action(
+            "pause",
+            "Pause until…",
+            "Stop making jobs of the selected schedule until a time you choose; the farm resumes it itself then",
+            self.pause_until,
         )
         self.act_resume = self._action(
             "resume",
@@ -198,21 +210,17 @@ class SchedulesView(QWidget):
             self.remove_singleton,
         )
         self._build_steering()
-        self.schedule_actions = [self.act_run_now, self.act_edit, self.act_pause, self.act_resume, self.act_remove]
+        self.schedule_actions = [
+            self.act_run_now,
+            self.act_edit,
+            self.act_pause,
+            self.act_pause_until,
+            self.act_resume,
+            self.act_remove,
+        ]
         self.menu: QMenu | None = None
         self.confirm: QMessageBox | None = None
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(6, 6, 6, 6)
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self._section("Recurring schedules", self.schedule_actions, self.schedules_view))
-        runs = self._section("Last runs", [], self.runs_view)
-        self.runs_title = runs.findChild(QLabel, "sectionTitle")
-        split.addWidget(runs)
-        split.addWidget(self._section("Singletons", [self.act_remove_singleton], self.singletons_view))
-        split.setSizes([300, 160, 140])
-        layout.addWidget(split)
-        self.split = split
+        self.split = self._lay_out()
         self._selected: dict[QTableView, str | None] = {self.schedules_view: None, self.singletons_view: None}
         self._updating = False
         for view in (self.schedules_view, self.singletons_view):
@@ -220,6 +228,25 @@ class SchedulesView(QWidget):
         self._update_actions()
 
     # -- building -------------------------------------------------------------
+
+    def _lay_out(self) -> QSplitter:
+        """The schedules; below them their last runs beside their next runs; then the singletons."""
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self._section("Recurring schedules", self.schedule_actions, self.schedules_view))
+        runs = self._section("Last runs", [], self.runs_view)
+        self.runs_title = runs.findChild(QLabel, "sectionTitle")
+        beside = QSplitter(Qt.Orientation.Horizontal)
+        beside.addWidget(runs)
+        beside.addWidget(self._next_section())
+        beside.setStretchFactor(0, 1)
+        beside.setSizes([870, 150])
+        split.addWidget(beside)
+        split.addWidget(self._section("Singletons", [self.act_remove_singleton], self.singletons_view))
+        split.setSizes([300, 210, 90])
+        layout.addWidget(split)
+        return split
 
     def _build_steering(self) -> None:
         """Run now and Edit, and the last runs of the selected schedule."""
@@ -236,9 +263,9 @@ class SchedulesView(QWidget):
             "shown as you type",
             self.edit,
         )
-        self.dialog: ScheduleDialog | None = None
+        self.dialog: ScheduleDialog | PauseDialog | None = None
         self.runs_model = ScheduleRunsModel(self)
-        self.runs_view = table(self.runs_model, (150, 80, 60, 60, 110, 150, 80, 90, 200))
+        self.runs_view = table(self.runs_model, (95, 72, 45, 58, 80, 95, 60, 95, 200))
         self.details: dict | None = None  # the selected schedule's row and last runs, once a snapshot has them
         self._requests: dict[str, str] = {}  # schedule -> the run-now request sent and not yet answered
         self._start = 0.0  # database time a period past the last snapshot's: where an edit's preview counts from
@@ -251,6 +278,25 @@ class SchedulesView(QWidget):
         action.setStatusTip(tip)
         action.triggered.connect(slot)
         return action
+
+    def _next_section(self) -> QWidget:
+        """The selected schedule's next runs with its jitter applied (the snapshot's schedule_next)."""
+        section = QWidget()
+        box = QVBoxLayout(section)
+        box.setContentsMargins(0, 0, 0, 0)
+        self.next_title = QLabel("Next runs", objectName="sectionTitle")
+        self.next_title.setContentsMargins(4, 8, 4, 8)
+        self.next_title.setToolTip(
+            "When the selected schedule's next occurrences start, each with its jitter applied (every machine "
+            "agrees on it): the times a target sees"
+        )
+        self.next_runs = QLabel("Select a schedule")
+        self.next_runs.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.next_runs.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.next_runs.setContentsMargins(6, 4, 6, 4)
+        box.addWidget(self.next_title)
+        box.addWidget(self.next_runs, 1)
+        return section
 
     def _section(self, title: str, actions: list[QAction], view: QTableView) -> QWidget:
         section = QWidget()
@@ -295,7 +341,13 @@ class SchedulesView(QWidget):
         self.details = shown if shown is not None and shown["name"] == name else None
         self._start = snapshot.db_now + snapshot.period
         self.runs_model.set_rows(run_rows(self.details), {})
-        self.runs_title.setText(f"Last runs of {name}" if name else "Last runs (select a schedule)")
+        skips = sum(skipped(run) for run in self.details["runs"]) if self.details else 0
+        said = f" · {skips} skipped" if skips else ""
+        self.runs_title.setText(f"Last runs of {name}{said}" if name else "Last runs (select a schedule)")
+        if self.details is None:
+            self.next_runs.setText("Select a schedule" if name is None else "Reading…")
+        else:
+            self.next_runs.setText(next_runs_text(self.details, snapshot.schedule_next, snapshot.db_now))
 
     def selected(self, view: QTableView) -> dict | None:
         rows = view.selectionModel().selectedRows()
@@ -322,6 +374,7 @@ class SchedulesView(QWidget):
         """The actions that change the farm (the window disables them while it is read-only)."""
         return [
             self.act_pause,
+            self.act_pause_until,
             self.act_resume,
             self.act_remove,
             self.act_run_now,
@@ -334,6 +387,7 @@ class SchedulesView(QWidget):
         singleton = self.selected(self.singletons_view)
         allowed = not self.watch_only
         self.act_pause.setEnabled(allowed and bool(schedule) and not schedule["paused"])
+        self.act_pause_until.setEnabled(allowed and bool(schedule))
         self.act_resume.setEnabled(allowed and bool(schedule) and schedule["paused"])
         self.act_remove.setEnabled(allowed and bool(schedule))
         self.act_run_now.setEnabled(allowed and bool(schedule) and schedule["name"] not in self._requests)
@@ -358,6 +412,14 @@ class SchedulesView(QWidget):
     def pause(self) -> None:
         if schedule := self.selected(self.schedules_view):
             self.commands.pause_schedule(schedule["name"])
+
+    def pause_until(self) -> None:
+        """Ask until when (without blocking), then pause the selected schedule until then."""
+        if schedule := self.selected(self.schedules_view):
+            name, dialog = schedule["name"], PauseDialog(schedule, self._start, self)
+            dialog.accepted.connect(lambda: self.commands.pause_schedule(name, until=dialog.until))
+            dialog.open()
+            self.dialog = dialog
 
     def resume(self) -> None:
         if schedule := self.selected(self.schedules_view):

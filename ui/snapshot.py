@@ -1,7 +1,7 @@
 """One poll of the farm as the window draws it: a frozen `Snapshot`, made in one place, `Snapshot.of`.
 
 The worker thread makes it (the dashboard's read, this machine's node, the
-plot arrays) and the GUI thread only reads it, so no view can change what the
+selected schedule's next runs, the plot arrays) and the GUI thread only reads it, so no view can change what the
 others draw. A field the dashboard reads is copied by name: a new one is one
 more field here (views.Dashboard.read must fill it).
 """
@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from queueprocessor.rules.queues import QueueInfo
 
 from .arrays import LaneArrays, prepare
+from .scheduleplan import next_runs
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Snapshot:
     queues: list[QueueInfo]  # every named queue, by name
     # What the app adds.
     node: dict | None  # this machine's node (Node.snapshot()); None when the app only observes
+    schedule_next: list[float]  # the selected schedule's next starts with its jitter applied (scheduleplan)
     read_ms: float  # how long the read took
     mono: float  # the app's monotonic clock when the read began: db time is extrapolated from it
     plot: LaneArrays
@@ -49,7 +51,8 @@ class Snapshot:
         """A snapshot of `reading` (views.Dashboard.read()'s dict); makes the plot arrays, so call it off the GUI
         thread."""
         read = {f.name: reading[f.name] for f in fields(cls) if f.name not in _ADDED}
-        return cls(**read, node=node, read_ms=read_ms, mono=mono, plot=prepare(reading))
+        upcoming = next_runs(reading["schedule"], reading["db_now"])
+        return cls(**read, node=node, schedule_next=upcoming, read_ms=read_ms, mono=mono, plot=prepare(reading))
 
     @property
     def own_id(self) -> int | None:
@@ -65,4 +68,4 @@ class Snapshot:
         return self.names.get(machine_id, f"#{machine_id}")
 
 
-_ADDED = frozenset(("node", "read_ms", "mono", "plot"))
+_ADDED = frozenset(("node", "schedule_next", "read_ms", "mono", "plot"))

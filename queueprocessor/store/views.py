@@ -69,6 +69,13 @@ SCHEDULE_COLUMNS = (
     "paused",
     "next_run",
     "created_at",
+    # Its policies (schema 16): what the app's Schedules tab shows beside each schedule.
+    "overlap",
+    "jitter",
+    "pause_on_failure",
+    "failures",
+    "paused_until",
+    "paused_why",
 )
 
 

@@ -66,7 +66,8 @@ def test_the_tab_lists_the_schedules_the_database_holds(farm, open_window, qtbot
     now = window.snap.db_now
     for schedule in stored:
         recurrence = Recurrence(cron=schedule["cron"], tz=schedule["tz"], every=schedule["every"])
-        _, how, work, misfire, state, upcoming, last, machine, finished = _cells(view.schedules_model, schedule["name"])
+        cells = _cells(view.schedules_model, schedule["name"])
+        _, how, work, misfire, _overlap, _jitter, _pauses, state, upcoming, last, machine, finished = cells
         assert how == recurrence.describe()
         assert work == f"{schedule['executor']} {schedule['target']}"
         assert misfire == f"{schedule['misfire']} · {text.duration(schedule['grace'])}"
@@ -111,6 +112,7 @@ def test_pause_resume_and_remove_from_the_tab_change_the_database(farm, open_win
         ("Run now", True),
         ("Edit…", view.details is not None),  # once a snapshot has read the selected schedule whole
         ("Pause", True),
+        ("Pause until…", True),
         ("Resume", False),
         ("Remove", True),
     ]
@@ -119,7 +121,7 @@ def test_pause_resume_and_remove_from_the_tab_change_the_database(farm, open_win
 
     view.act_pause.trigger()
     qtbot.waitUntil(
-        lambda: farm.get_schedule("often")["paused"] and _cells(view.schedules_model, "often")[4] == "paused",
+        lambda: farm.get_schedule("often")["paused"] and _cells(view.schedules_model, "often")[7] == "paused",
         timeout=WAIT,
     )
     assert window.last_result[:2] == ("Pause schedule often", True)
@@ -133,7 +135,7 @@ def test_pause_resume_and_remove_from_the_tab_change_the_database(farm, open_win
 
     view.act_resume.trigger()
     qtbot.waitUntil(
-        lambda: not farm.get_schedule("often")["paused"] and _cells(view.schedules_model, "often")[4] == "active",
+        lambda: not farm.get_schedule("often")["paused"] and _cells(view.schedules_model, "often")[7] == "active",
         timeout=WAIT,
     )
     assert view.selected(table)["name"] == "often"
@@ -203,7 +205,7 @@ def test_the_tab_shows_who_ran_each_occurrence_and_who_holds_each_singleton(farm
         assert job["key"] == f"tick@{Recurrence(every=0.5).label(tick['last_at'])}" and job["state"] == "succeeded"
         [run] = job["runs"]
         cells = _cells(view.schedules_model, "tick")
-        assert cells[6:] == ["succeeded", window.snap.names[run["machine_id"]], _clock(job["finished_at"])]
+        assert cells[9:] == ["succeeded", window.snap.names[run["machine_id"]], _clock(job["finished_at"])]
 
         def held():
             cells = _cells(view.singletons_model, "feed") if view.singletons_model.row_of("feed") is not None else []
