@@ -20,10 +20,13 @@ from .store.stores import Store
 
 @dataclass(frozen=True)
 class Enqueued:
-    """What Farm.submit queued: the jobs' ids, and whether a live machine serves their queue."""
+    """What Farm.submit queued: the jobs' ids, and whether a live machine serves their queue; `settled`, if its key
+    was held: the holder's id is the one id, "existing" (returned as it was), "replaced" (its payload and time) or
+    "debounced" (its time moved)."""
 
     ids: list[int]
     served: bool
+    settled: str | None = None
 
 
 def http_spec(path: str, *, payload: str | None = None, **options: Unpack[JobOptions]) -> JobSpec:
@@ -56,10 +59,10 @@ def submit(store: Store, machines: Machines, spec: JobSpec, *, delay: float, at:
         )
     live = machines.allowing(spec)
     try:
-        ids = store.jobs.enqueue(grabs.signed(spec), delay=delay, at=at, count=count)
+        made = store.jobs.made(grabs.signed(spec), delay=delay, at=at, count=count)
     except DuplicateKey as error:
         raise grabs.refuse(store, error) from None
-    return Enqueued(ids, bool(serving_machines(live, spec.queue)))
+    return Enqueued(made.ids, bool(serving_machines(live, spec.queue)), made.settled)
 
 
 def read(store: Store, job_id: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import NamedTuple, NoReturn, TypedDict, Unpack, cast
 
 from .errors import BadJobInput, InvalidJob
 from .fairness import check_cost, check_fair_key, check_weight
+from .keys import KeyTerms, key_terms
 from .kinds import kind_of
 from .limits import MAX_ATTEMPTS, MAX_INT, MAX_PAYLOAD
 from .queues import DEFAULT, check_name, check_order_key
@@ -38,6 +39,7 @@ class JobSpec:
     fair_key: str | None = None  # whose share of a fair queue it takes, and whose per-key limit it counts in
     fair_weight: float | None = None  # that key's weight (None: 1): a key of weight 2 gets twice the share
     cost: int | None = None  # units of its key's limit it holds while it runs (None: 1)
+    terms: KeyTerms = KeyTerms()  # how long it holds `key`, and what its enqueue does if the key is held
 
 
 class Claimed(NamedTuple):
@@ -135,11 +137,13 @@ def to_json(value: object) -> str | None:
 
 class JobOptions(TypedDict, total=False):
     """What every kind of work takes alike, with one meaning and one default (JobSpec's): the Farm's enqueue_*
-    and *_spec calls, schedules, singletons, the CLI and the app pass these through unchanged. `queue` names the
-    queue it waits in; jobs with the same `order_key` in one queue run one at a time, in the order they were
-    enqueued; it runs once the jobs `after` names have succeeded (with `after_ended`: have ended, whatever the
-    outcome). `fair_key` names whose share of a fair queue it takes (`fair_weight`: that key's weight) and whose
-    per-key limit it counts in, holding `cost` units of it (rules/fairness.py). `method` is an HTTP job's."""
+        and *_spec calls, schedules, singletons, the CLI and the app pass these through unchanged. `queue` names the
+        queue it waits in; jobs with the same `order_key` in one queue run one at a time, in the order they were
+        enqueued; it runs once the jobs `after` names have succeeded (with `after_ended`: have ended, whatever the
+        outcome). `fair_key` names whose share of a fair queue it takes (`fair_weight`: that key's weight) and whose
+        per-key limit it counts in, holding `cost` units of it (rules/fairness.py). A job with a `key` holds it as
+    `key_scope`, `key_until` or `key_for` say, and its enqueue settles a conflict as `on_conflict` says, or moves the
+    waiting job of its key by `debounce`, up to `max_delay` (rules/keys.py). `method` is an HTTP job's."""
 
     method: str
     priority: int
@@ -153,6 +157,12 @@ class JobOptions(TypedDict, total=False):
     fair_key: str | None
     fair_weight: float | None
     cost: int | None
+    key_scope: str | None
+    key_until: float | None
+    key_for: float | None
+    on_conflict: str | None
+    debounce: float | None
+    max_delay: float | None
 
 
 def work_spec(executor: str, target: str, *, payload: str | None = None, **options: Unpack[JobOptions]) -> JobSpec:
@@ -185,6 +195,15 @@ def work_spec(executor: str, target: str, *, payload: str | None = None, **optio
         fair_key=check_fair_key(given.get("fair_key")),
         fair_weight=check_weight(given.get("fair_weight")),
         cost=check_cost(given.get("cost")),
+        terms=key_terms(
+            given.get("key"),
+            key_scope=given.get("key_scope"),
+            key_until=given.get("key_until"),
+            key_for=given.get("key_for"),
+            on_conflict=given.get("on_conflict"),
+            debounce=given.get("debounce"),
+            max_delay=given.get("max_delay"),
+        ),
     )
     kind_of(spec.executor).check(spec.target, spec.method)
     return spec

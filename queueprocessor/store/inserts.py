@@ -166,7 +166,8 @@ def check_key(spec: JobSpec) -> None:
 
 def job_row(spec: JobSpec) -> dict[str, Any]:
     """A new job's columns as `spec` gives them, queued, never run, beside its times and gate: the database's own
-    qp_enqueue fills the same, generated from here (sqlfunctions)."""
+    qp_enqueue fills the same, generated from here (sqlfunctions). Its key's terms only if it has any: a job
+    without them sends what it always did."""
     return dict(
         executor=spec.executor,
         target=spec.target,
@@ -187,4 +188,4 @@ def job_row(spec: JobSpec) -> dict[str, Any]:
         attempts=0,
         fence=0,
         cancel_requested=False,
-    )
+    ) | ({} if spec.terms.scope is None else dict(key_scope=spec.terms.scope, key_hold=spec.terms.hold))

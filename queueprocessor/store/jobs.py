@@ -3,7 +3,7 @@ leases that ran out, cancel, retry, read, and prune. (A run's writes under its l
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import and_, delete, exc, false, func, insert, literal, select, true, update
 from sqlalchemy.engine import Connection
@@ -11,8 +11,9 @@ from sqlalchemy.sql import ColumnElement, Update
 
 from ..rules.errors import DuplicateKey, NotFound, QPError, echoed
 from ..rules.job import Claimed, JobSpec
+from ..rules.keys import check_enqueue
 from ..rules.states import FINISHED, JobState, Kind, Outcome
-from . import dependencies, job_partitions, key_flow
+from . import dependencies, job_partitions, key_flow, key_holds
 from .base import StoreBase
 from .dbtime import db_now
 from .history import last_output, with_owner_name
@@ -26,6 +27,16 @@ from .sql.runs import CANCELLED_BY
 from .turns import TurnStore
 from .types import NO_LOOKS, ClaimRequest, Looks, Turn
 
+SETTLE_TRIES = 10  # inserts of a keyed job that found its key taken, then free, before giving up
+
+
+class Made(NamedTuple):
+    """The jobs an enqueue made, or the one job holding its key it answered with, and how (key_holds.Settled)."""
+
+    ids: list[int]
+    settled: str | None = None
+
+
 PRUNE_BATCH = 500  # finished jobs deleted per transaction (retention): short enough never to hold up the queue
 
 
@@ -36,11 +47,26 @@ class JobStore:
 
     def enqueue(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> list[int]:
         """Insert `count` copies of a job, due after `delay` seconds or at epoch `at` (database time)."""
-        try:
+        return self.made(spec, delay=delay, at=at, count=count).ids
+
+    def made(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> "Made":
+        """As enqueue, and how a key held by another job was settled (store/key_holds.py): the insert is tried
+        first, so a job whose key is free, or that has none, costs what it always did."""
+        check_enqueue(spec.terms, count=count, delay=delay, at=at)
+        if spec.terms.debounce is not None:
+            delay = spec.terms.debounce
+        for _ in range(SETTLE_TRIES):
+            try:
+                with self.store.engine.begin() as conn:
+                    return Made(insert_jobs(conn, self.store.whole, spec, delay=delay, at=at, count=count))
+            except exc.IntegrityError:
+                if spec.key is None or count != 1:
+                    raise DuplicateKey(spec.key) from None
             with self.store.engine.begin() as conn:
-                return insert_jobs(conn, self.store.whole, spec, delay=delay, at=at, count=count)
-        except exc.IntegrityError:
-            raise DuplicateKey(spec.key) from None
+                settled = key_holds.settle(conn, spec, delay=delay, at=at)
+            if settled is not None:
+                return Made([settled.job_id], settled.how)
+        raise DuplicateKey(spec.key)  # given up and taken again each time: a key fought over beyond reason
 
     def claim(self, request: ClaimRequest) -> list[Claimed]:
         """Atomically take up to `request.limit` claimable jobs of the queues its plan names, best priority first.

@@ -391,6 +391,17 @@ def _flow_control(conn: Connection) -> None:
     _snoozes_counted(conn)
 
 
+def _keys_on_their_own_terms(conn: Connection) -> None:
+    """A job may hold its key on its own terms (rules/keys.py): two nullable columns of qp_jobs, NULL on every job
+    there is (each keeps its key while its row is kept, as before). An older node still running beside it enqueues,
+    claims and finishes as before; its enqueue refuses any key that is taken, even by a job whose terms gave it up
+    (a node of 16 takes such a key back), and it does not settle conflicts or debounce."""
+    have = {column["name"] for column in inspect(conn).get_columns("qp_jobs")}
+    for column in (schema.jobs.c.key_scope, schema.jobs.c.key_hold):
+        if column.name not in have:
+            _add_column(conn, column)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -407,6 +418,7 @@ STEPS = {
     12: _storage_that_costs_what_work_needs,
     13: _finished_jobs_by_range,
     14: _flow_control,
+    15: _keys_on_their_own_terms,
 }
 
 

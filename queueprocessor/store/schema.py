@@ -39,7 +39,7 @@ from .partitions import partition
 from .sql import push
 from .sql.ddl import farm_schema, quoted, run, side_triggers
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 
 metadata = MetaData()
 
@@ -243,6 +243,10 @@ jobs = Table(
     Column("fair_weight", Float, nullable=True),
     Column("cost", Integer, nullable=True),
     Column("vtag", Float, nullable=True),
+    # How long it holds its key (schema 16, rules/keys.py): NULL (kept while the row is), or waiting, unfinished,
+    # until (key_hold: the time) or after (key_hold: seconds after success). NULL on a job without such terms.
+    Column("key_scope", String(12), nullable=True),
+    Column("key_hold", Float, nullable=True),
 )
 # A claim and a finish change a job's state, so no update is HOT: each new row version enters every index
 # whose condition it meets. So all but the primary key are partial, each the size of what it serves: the
