@@ -220,7 +220,8 @@ class Farm:
         return self.enqueue(self.command_spec(argv, payload, **options), delay=delay, at=at, count=count)
 
     def enqueue(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> list[int]:
-        """Queue `count` copies of `spec`. A key already taken raises grabs.AlreadyTaken naming the winner."""
+        """Queue `count` copies of `spec`. A key another job holds raises grabs.AlreadyTaken naming the holder,
+        unless `spec`'s on_conflict or debounce says otherwise (rules/keys.py): then the holder's id."""
         return self.submit(spec, delay=delay, at=at, count=count).ids
 
     def submit(self, spec: JobSpec, *, delay: float = 0.0, at: float | None = None, count: int = 1) -> Enqueued:

@@ -46,7 +46,8 @@ def command_spec(argv: Iterable[str], payload: object = None, **options: Unpack[
 
 def submit(store: Store, machines: Machines, spec: JobSpec, *, delay: float, at: float | None, count: int) -> Enqueued:
     """Queue `count` copies of `spec`, checked, and say whether a live machine serves their queue, from the same
-    read of the machine rows as the allow-list check. A key already taken raises grabs.AlreadyTaken."""
+    read of the machine rows as the allow-list check. A key another job holds raises grabs.AlreadyTaken, unless
+    `spec`'s key terms settle it otherwise (store/key_holds.py)."""
     if count < 1:
         raise BadJobInput.out_of("count", count, "at least 1")
     if not 0 <= delay <= MAX_WAIT:

@@ -107,8 +107,9 @@ def render() -> str:
         "",
     ]
     out += public_names()
+    # A key's terms (key_scope, on_conflict, debounce...) are no field of JobSpec's: each defaults to None.
     defaults = {field.name: field.default for field in dataclasses.fields(JobSpec)}
-    options = ", ".join(f"`{name}={defaults[name]!r}`" for name in JobOptions.__annotations__)
+    options = ", ".join(f"`{name}={defaults.get(name)!r}`" for name in JobOptions.__annotations__)
     out += ["", "### Job options: `**options: Unpack[JobOptions]`", ""]
     out += [f"Every kind of work takes the same options, with the same defaults (None: the default): {options}."]
     for title, methods in farm_groups():

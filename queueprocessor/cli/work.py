@@ -9,6 +9,7 @@ import click
 
 from ..nodeoptions import Seconds
 from ..rules.errors import echoed
+from ..rules.keys import NAMED, OnConflict, key_terms
 from ..rules.kinds import COMMAND, HTTP, PYTHON, WorkKind
 from ..rules.output import format_time, machine_label, print_json, print_table
 from ..rules.states import JobState
@@ -47,6 +48,38 @@ def _when_options(command: Decorated) -> Decorated:
             ),
             click.option("--instance", help="With --key: the instance of the keyed work, e.g. a date."),
             click.option(
+                "--key-scope",
+                type=click.Choice([str(scope) for scope in NAMED]),
+                help="With --key: how long the job holds it: kept (while its row is; the default), waiting "
+                "(until it starts), unfinished (until it ends).",
+            ),
+            click.option(
+                "--key-until",
+                metavar="TIME",
+                help="With --key: held until the job ends and, if it succeeded, until TIME.",
+            ),
+            click.option(
+                "--key-for",
+                type=Seconds(min=0, min_open=True),
+                help="With --key: held until the job ends and, if it succeeded, this many seconds more.",
+            ),
+            click.option(
+                "--on-conflict",
+                type=click.Choice([str(how) for how in OnConflict]),
+                help="With --key, if another job holds it: reject (the default), existing (answer with that job), "
+                "replace (give that waiting job this payload and time).",
+            ),
+            click.option(
+                "--debounce",
+                type=Seconds(min=0, min_open=True),
+                help="With --key: due this many seconds after the last enqueue of the key; one job, the last payload.",
+            ),
+            click.option(
+                "--max-delay",
+                type=Seconds(min=0, min_open=True),
+                help="With --debounce: never due later than this many seconds after the key's first enqueue.",
+            ),
+            click.option(
                 "--after",
                 metavar="IDS",
                 callback=_job_ids,
@@ -69,7 +102,16 @@ def _when_options(command: Decorated) -> Decorated:
 
 
 def _enqueue(
-    ctx: Context, spec: "JobSpec", *, delay: float, at: str | None, count: int, key: str | None, instance: str | None
+    ctx: Context,
+    spec: "JobSpec",
+    *,
+    delay: float,
+    at: str | None,
+    count: int,
+    key: str | None,
+    instance: str | None,
+    key_until: str | None,
+    **terms: Any,
 ) -> None:
     if at is not None and delay:
         raise click.UsageError("give --delay or --at, not both")
@@ -78,9 +120,14 @@ def _enqueue(
     if key is not None:
         from ..grabs import grab_key
 
-        spec = replace(spec, key=grab_key(key, instance) if instance is not None else key)
-    done = ctx.farm.submit(spec, delay=delay, at=_parse_time(at), count=count)
+        key = grab_key(key, instance) if instance is not None else key
+    until = _parse_time(key_until, "--key-until")
+    spec = replace(spec, key=key, terms=key_terms(key, key_until=until, **terms))
+    done = ctx.farm.submit(spec, delay=delay, at=_parse_time(at, "--at"), count=count)
     ids = done.ids
+    if done.settled is not None:
+        click.echo(f"job {ids[0]} holds key {echoed(key)}: {SETTLED[done.settled]}")
+        return
     click.echo(f"enqueued job {ids[0]}" if len(ids) == 1 else f"enqueued {len(ids)} jobs ({ids[0]}..{ids[-1]})")
     if not done.served:
         click.echo(
@@ -94,12 +141,11 @@ def _enqueue_kind(kind: WorkKind, name: str, doc: str, **argument: Any) -> None:
     """`enqueue KIND`: work of one kind, its target given as the argument `name` (one word, or with `nargs=-1` an
     argv), with the options every kind takes."""
 
-    def run(
-        ctx: Context, /, delay: float, at: str | None, count: int, key: str | None, instance: str | None, **work: Any
-    ) -> None:
+    def run(ctx: Context, /, delay: float, at: str | None, count: int, **work: Any) -> None:
         words = work.pop(name)
+        terms = {option: work.pop(option) for option in TERMS}
         spec = job_spec(kind.name, words if kind.argv else [words], **work)
-        _enqueue(ctx, spec, delay=delay, at=at, count=count, key=key, instance=instance)
+        _enqueue(ctx, spec, delay=delay, at=at, count=count, **terms)
 
     enqueue.command(kind.name, help=doc)(click.argument(name, **argument)(work_options(_when_options(pass_ctx(run)))))
 
@@ -122,7 +168,16 @@ _enqueue_kind(
 )
 
 
-def _parse_time(text: str | None) -> float | None:
+# What `enqueue` says when the key was held (jobs.Enqueued.settled), and the options that say how.
+SETTLED = {
+    "existing": "nothing enqueued (--on-conflict existing)",
+    "replaced": "it waits with this payload and time instead (--on-conflict replace)",
+    "debounced": "its time moved (--debounce)",
+}
+TERMS = ("key", "instance", "key_scope", "key_until", "key_for", "on_conflict", "debounce", "max_delay")
+
+
+def _parse_time(text: str | None, option: str) -> float | None:
     if text is None:
         return None
     try:
@@ -134,7 +189,7 @@ def _parse_time(text: str | None) -> float | None:
     except ValueError:
         raise click.BadParameter(
             f"{echoed(text)} is not a time: use ISO 8601 (2026-11-22T18:00:00+00:00) or epoch seconds",
-            param_hint="--at",
+            param_hint=option,
         ) from None
 
 

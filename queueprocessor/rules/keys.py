@@ -13,6 +13,7 @@ A job that failed for good or was cancelled gives a scoped key up as it ends: th
 """
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -156,3 +157,14 @@ def check_enqueue(terms: KeyTerms, *, count: int, delay: float, at: float | None
         raise BadJobInput(
             "{0} sets the job's time: give no {1} with it", "debounce", "at" if at is not None else "delay"
         )
+
+
+def check_together(terms: Iterable[KeyTerms]) -> None:
+    """Refuse on_conflict and debounce in jobs enqueued together (a workflow's steps, a group's members), which go in
+    all or none: a conflict's answer is one job's."""
+    for each in terms:
+        if each.alone:
+            raise BadJobInput(
+                "{0} answers an enqueue of one job: give it to no step of a workflow or member of a group",
+                "debounce" if each.debounce is not None else "on_conflict",
+            )

@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection
 
 from ..rules.errors import DuplicateKey, NotFound
 from ..rules.job import JobSpec
+from ..rules.keys import check_together
 from .base import StoreBase
 from .dbtime import db_now
 from .dependencies import fan_in, parents_of, results
@@ -47,6 +48,7 @@ class FlowStore:
     def create(self, kind: str, name: str | None, steps: Sequence[Step], callback: JobSpec | None = None) -> Made:
         """Enqueue every step, each after the steps it names (each named before it: a cycle cannot be written), and
         the callback after all of them have ended, in one transaction: all of them, or none."""
+        check_together([step.spec.terms for step in steps] + ([callback.terms] if callback is not None else []))
         try:
             with self.store.engine.begin() as conn:
                 return self._create(conn, kind, name, steps, callback)

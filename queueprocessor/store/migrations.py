@@ -395,11 +395,13 @@ def _keys_on_their_own_terms(conn: Connection) -> None:
     """A job may hold its key on its own terms (rules/keys.py): two nullable columns of qp_jobs, NULL on every job
     there is (each keeps its key while its row is kept, as before). An older node still running beside it enqueues,
     claims and finishes as before; its enqueue refuses any key that is taken, even by a job whose terms gave it up
-    (a node of 16 takes such a key back), and it does not settle conflicts or debounce."""
+    (a node of 16 takes such a key back), and it does not settle conflicts or debounce. qp_enqueue takes a key and
+    its terms (a call of the six parameters it had still works; the roles granted it keep it)."""
     have = {column["name"] for column in inspect(conn).get_columns("qp_jobs")}
     for column in (schema.jobs.c.key_scope, schema.jobs.c.key_hold):
         if column.name not in have:
             _add_column(conn, column)
+    create_sql_functions(conn)
 
 
 # The step that upgrades a database from each version to the next.

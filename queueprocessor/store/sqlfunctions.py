@@ -1,6 +1,8 @@
 """The door the database itself enqueues through (docs/sql-enqueue.md): `qp_enqueue(executor, target, payload,
 queue, order_key, run_at)`, a PL/pgSQL function on PostgreSQL and a procedure of the same name on SQL Server, for a
-trigger or any SQL client to enqueue in its own transaction. (SQLite has no stored code: enqueue from Python.)
+trigger or any SQL client to enqueue in its own transaction. (SQLite has no stored code: enqueue from Python.) On
+PostgreSQL it also takes a key and its terms (key_scope, key_until, key_for, on_conflict, debounce, max_delay) and
+settles a conflict as JobStore.made does, from the same conditions (store/key_holds.py).
 
 It checks what the Python enqueue checks of a job's form and the farm's bounds (a known executor, the target's form,
 the queue's name, the order key, the payload's size, the time), each refusal one error with a hint, and inserts the
@@ -11,7 +13,8 @@ the jobs table's NOTIFY trigger, so on PostgreSQL it wakes the farm through push
 It is the only door a role that may enqueue needs, and it opens onto nothing more: it runs with its owner's rights
 (SECURITY DEFINER on PostgreSQL, ownership chaining on SQL Server), so such a role is granted EXECUTE on it and
 nothing of the farm's tables; and its parameters name none of what a row could be made to squat with (a state, a
-lease, an owner, parents to wait for, a unique key, a kind): its job is a queued job like any other. On PostgreSQL
+lease, an owner, parents to wait for, a kind, a key of the farm's own: a schedule's occurrence or a singleton's,
+refused as the Python enqueue refuses them): its job is a queued job like any other. On PostgreSQL
 its search_path is pinned to pg_catalog and pg_temp, last, and the farm's tables are named with their schema, so a
 caller's own objects (a same-named function or table in a schema of its own, or a temporary table) cannot divert it
 (PostgreSQL's "Writing SECURITY DEFINER Functions Safely"); and PUBLIC may not execute it, only the roles granted.
@@ -24,16 +27,31 @@ allow-lists do not admit; such a job fails that one run and never runs anywhere.
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import DDL, ColumnDefault, Float, String, func, insert, literal_column, text
+from sqlalchemy import (
+    DDL,
+    BigInteger,
+    ColumnDefault,
+    Float,
+    String,
+    case,
+    func,
+    insert,
+    literal_column,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 
 from ..rules.job import JobSpec
+from ..rules.keys import NAMED, OnConflict
 from ..rules.kinds import KINDS, TARGETS_SAID, WorkKind
 from ..rules.limits import LATEST, MAX_PAYLOAD
 from ..rules.queues import _NAME, _NAME_RULE, DEFAULT, MAX_NAME, MAX_ORDER_KEY
 from .dbtime import db_now
-from .inserts import job_row
+from .inserts import OCCURRENCE_KEY, SINGLETON_PREFIX, job_row
+from .key_holds import NOT_STARTED, debounced_at, holding
 from .schema import jobs
 from .sql.ddl import farm_schema, run
 from .sql.fair import key_of, tag
@@ -49,10 +67,15 @@ HINTS = {
     "order_key": f"an order key is 1 to {MAX_ORDER_KEY} characters, or NULL",
     "payload": "store large data elsewhere and pass a reference",
     "run_at": "a time from 1970 to 9999, or NULL for now",
+    "key": "its terms are in docs/sql-enqueue.md, as `enqueue --help` words them",
+    "held": "give on_conflict => 'existing' or 'replace', or another key",
+    "started": "give the key key_scope => 'waiting' to enqueue anew once its job starts",
 }
 # Its signature, as GRANT and REVOKE name it on PostgreSQL.
-SIGNATURE = "qp_enqueue(text, text, jsonb, text, text, timestamptz)"
+FORMER_SIGNATURE = "qp_enqueue(text, text, jsonb, text, text, timestamptz)"  # schema 7 to 15: without a key
+SIGNATURE = FORMER_SIGNATURE.removesuffix(")") + ", text, text, timestamptz, interval, text, interval, interval)"
 TARGET_LENGTH = jobs.c.target.type.length  # type: ignore[attr-defined]
+KEY_LENGTH = jobs.c.key.type.length  # type: ignore[attr-defined]
 ORIGIN_LENGTH = jobs.c.origin.type.length  # type: ignore[attr-defined]
 
 
@@ -64,12 +87,29 @@ def create_sql_functions(conn: Connection) -> None:
     if conn.dialect.name == "postgresql":
         schema = farm_schema(conn)
         run(conn, push_ddl(schema))
-        made = postgresql_function(schema)
+        granted = _former_door_closed(conn)
+        run(conn, postgresql_function(schema))
+        for role in granted:  # the database's own names (regrole's text is quoted where it must be), never input
+            conn.execute(DDL(f"GRANT EXECUTE ON FUNCTION {SIGNATURE} TO {role}"))
     elif conn.dialect.name == "mssql":
-        made = mssql_procedure()
-    else:
-        return
-    run(conn, made)
+        run(conn, mssql_procedure())
+
+
+def _former_door_closed(conn: Connection) -> list[str]:
+    """PostgreSQL: drop qp_enqueue of six parameters (before schema 16), which a call naming six or fewer would find
+    beside today's; the roles granted it, to be granted today's."""
+    former = conn.execute(text("SELECT to_regprocedure(:f)"), dict(f=FORMER_SIGNATURE)).scalar()
+    if former is None:
+        return []
+    roles = list(conn.execute(_PG_CALLERS, dict(f=FORMER_SIGNATURE)).scalars())
+    conn.execute(DDL(f"DROP FUNCTION {FORMER_SIGNATURE}"))
+    return roles
+
+
+_PG_CALLERS = text(
+    "SELECT DISTINCT CAST(a.grantee AS regrole)::text FROM pg_proc p, aclexplode(p.proacl) AS a "
+    "WHERE p.oid = to_regprocedure(:f) AND a.privilege_type = 'EXECUTE' AND a.grantee NOT IN (0, p.proowner)"
+)
 
 
 # The roles a farm before schema version 11 let enqueue through qp_enqueue by the grants docs/sql-enqueue.md gave
@@ -94,12 +134,15 @@ def narrow_enqueuers(conn: Connection) -> list[str]:
     return roles
 
 
-def _insert(dialect: Any, value: Callable[[str], ColumnElement[Any]], farm_schema: str | None = None) -> str:
+def _insert(
+    dialect: Any, value: Callable[[str], ColumnElement[Any]], farm_schema: str | None = None, keyed: bool = False
+) -> str:
     """The Python enqueue's insert of one job (JobStore.enqueue), its given columns read through `value` (a variable
     of the stored code), every other column as a default JobSpec fills it; returning the new id. With `farm_schema`,
-    every table is named in it."""
+    every table is named in it; with `keyed`, the job's key and its terms are given too."""
     row = job_row(JobSpec(executor="", target=""))
-    given = {name: value(name) for name in ("executor", "target", "payload", "queue", "order_key", "origin")}
+    named = ("executor", "target", "payload", "queue", "order_key", "origin", *(KEY_COLUMNS if keyed else ()))
+    given = {name: value(name) for name in named}
     # Columns with a default of the schema's own (e.g. a dependency's flags): compiled with literal binds, a Python-side
     # default would be written NULL, so each is given as its value.
     defaults = {c.name: c.default.arg for c in jobs.c if isinstance(c.default, ColumnDefault) and c.default.is_scalar}
@@ -119,6 +162,11 @@ def _insert(dialect: Any, value: Callable[[str], ColumnElement[Any]], farm_schem
         )
         .returning(jobs.c.id)
     )
+    return _compiled(statement, dialect, farm_schema)
+
+
+def _compiled(statement: Any, dialect: Any, farm_schema: str | None = None) -> str:
+    """`statement` as the stored code's text, its values inlined, its tables named in `farm_schema` if given."""
     translated: dict[str, Any] = (
         {"schema_translate_map": {None: farm_schema}, "render_schema_translate": True} if farm_schema else {}
     )
@@ -126,7 +174,12 @@ def _insert(dialect: Any, value: Callable[[str], ColumnElement[Any]], farm_schem
 
 
 # The function's variables, named for the columns they fill (names, never values, in its text).
-_VARIABLES = {name: "v_" + name for name in ("executor", "target", "payload", "queue", "order_key", "origin", "run_at")}
+KEY_COLUMNS = ("key", "key_scope", "key_hold")
+_VARIABLES = {
+    name: "v_" + name
+    for name in ("executor", "target", "payload", "queue", "order_key", "origin", "run_at", *KEY_COLUMNS)
+}
+_FLOATS = ("run_at", "key_hold")
 
 
 def _quoted(text: str) -> str:
@@ -140,13 +193,18 @@ def postgresql_function(farm_schema: str) -> str:
 
     dialect = postgresql.dialect()
     insert_sql = _insert(
-        dialect, lambda name: literal_column(_VARIABLES[name], Float if name == "run_at" else String), farm_schema
+        dialect,
+        lambda name: literal_column(_VARIABLES[name], Float if name in _FLOATS else String),
+        farm_schema,
+        keyed=True,
     )
     declared = "".join(f"    {kind.postgresql.declare}\n" for kind in KINDS.values() if kind.postgresql.declare)
     return f"""
 CREATE OR REPLACE FUNCTION qp_enqueue(
     executor text, target text, payload jsonb DEFAULT NULL, queue text DEFAULT {_quoted(DEFAULT)},
-    order_key text DEFAULT NULL, run_at timestamptz DEFAULT NULL
+    order_key text DEFAULT NULL, run_at timestamptz DEFAULT NULL, key text DEFAULT NULL, key_scope text DEFAULT NULL,
+    key_until timestamptz DEFAULT NULL, key_for interval DEFAULT NULL, on_conflict text DEFAULT NULL,
+    debounce interval DEFAULT NULL, max_delay interval DEFAULT NULL
 ) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $qp_enqueue$
 DECLARE
     v_executor text := qp_enqueue.executor;
@@ -156,21 +214,26 @@ DECLARE
     v_order_key text := qp_enqueue.order_key;
     v_run_at double precision := extract(epoch FROM qp_enqueue.run_at);
     v_origin text := left(format('sql %s pid %s', session_user, pg_backend_pid()), {ORIGIN_LENGTH});
-{declared}    v_id bigint;
+{declared}{KEY_DECLARED}    v_id bigint;
 BEGIN
 {_postgresql_checks()}
-    {insert_sql} INTO v_id;
-    RETURN v_id;
+{_postgresql_key_checks()}
+    IF v_key IS NULL THEN
+        {insert_sql} INTO v_id;
+        RETURN v_id;
+    END IF;
+{settled(farm_schema, insert_sql)}
 END
 $qp_enqueue$;
 REVOKE ALL ON FUNCTION {SIGNATURE} FROM PUBLIC;
 """
 
 
-def _pg_refuse(condition: str, what: str, message: str, shown: str) -> str:
-    """A PL/pgSQL refusal: RAISE the message (`shown` fills its %) with the hint for `what`."""
+def _pg_refuse(condition: str, what: str, message: str, shown: str | None) -> str:
+    """A PL/pgSQL refusal: RAISE the message (`shown`, if any, fills its %) with the hint for `what`."""
     return (
-        f"    IF {condition} THEN\n        RAISE EXCEPTION {_quoted('qp_enqueue: ' + message)}, {shown}"
+        f"    IF {condition} THEN\n        RAISE EXCEPTION {_quoted('qp_enqueue: ' + message)}"
+        f"{'' if shown is None else ', ' + shown}"
         f" USING ERRCODE = '22023', HINT = {_quoted(HINTS[what])};\n    END IF;"
     )
 
@@ -229,6 +292,139 @@ def _postgresql_checks() -> str:
                 f"v_run_at < 0 OR v_run_at > {LATEST:.0f}", "run_at", "run_at % is out of range", "qp_enqueue.run_at"
             ),
         ]
+    )
+
+
+# The key's terms as its row takes them (rules/keys.py key_terms), and how a conflict is settled.
+KEY_DECLARED = """    v_key text := qp_enqueue.key;
+    v_key_scope text := CASE WHEN qp_enqueue.key_until IS NOT NULL THEN 'until' WHEN qp_enqueue.key_for IS NOT NULL
+        THEN 'after' WHEN qp_enqueue.debounce IS NOT NULL THEN 'waiting' WHEN qp_enqueue.key_scope <> 'kept'
+        THEN qp_enqueue.key_scope END;
+    v_key_hold double precision := coalesce(extract(epoch FROM qp_enqueue.key_until),
+        extract(epoch FROM qp_enqueue.key_for));
+    v_debounce double precision := extract(epoch FROM qp_enqueue.debounce);
+    v_max_delay double precision := extract(epoch FROM qp_enqueue.max_delay);
+    v_settles text := coalesce(qp_enqueue.on_conflict,
+        CASE WHEN qp_enqueue.debounce IS NOT NULL THEN 'replace' ELSE 'reject' END);
+    h_id bigint;
+    h_holding boolean;
+    h_waiting boolean;
+"""
+SETTLE_TRIES = 10  # as JobStore.made: a key taken, then given up, then taken again, this many times at most
+
+
+def settled(farm_schema: str, insert_sql: str) -> str:
+    """PL/pgSQL: JobStore.made's loop, in the caller's transaction: insert; if the key is taken, settle with its
+    holder under its row's lock (store/key_holds.py's conditions, compiled), or give the key up for it and insert
+    again. Only a call with a key enters it (a block that catches an error costs a subtransaction)."""
+    from sqlalchemy.dialects import postgresql
+
+    dialect = postgresql.dialect()
+    now = db_now()
+    read = select(jobs.c.id, holding(jobs, now), jobs.c.state.in_(NOT_STARTED)).where(
+        jobs.c.key == literal_column("v_key", String)
+    )
+    holder = literal_column("h_id", BigInteger)
+    debounce, max_delay = literal_column("v_debounce", Float), literal_column("v_max_delay", Float)
+    when = case(
+        (debounce.is_(None), func.coalesce(literal_column("v_run_at", Float), now)),
+        else_=debounced_at(dialect.name, jobs, now, debounce, max_delay),
+    )
+    payload = case(
+        (literal_column("v_settles", String) == "replace", literal_column("v_payload", String)), else_=jobs.c.payload
+    )
+    moved = update(jobs).where(jobs.c.id == holder).values(run_at=when, payload=payload)
+    freed = update(jobs).where(jobs.c.id == holder).values(key=None)
+    held = _quoted("qp_enqueue: key % is held by job %")
+    started = _quoted(
+        "qp_enqueue: job % holds key % and has started: replace and debounce change only a job that waits"
+    )
+    return f"""    FOR attempt IN 1..{SETTLE_TRIES} LOOP
+        BEGIN
+            {insert_sql} INTO v_id;
+            RETURN v_id;
+        EXCEPTION WHEN unique_violation THEN
+            NULL;
+        END;
+        {_compiled(read.with_for_update(), dialect, farm_schema)} INTO h_id, h_holding, h_waiting;
+        CONTINUE WHEN NOT FOUND;
+        IF NOT h_holding THEN
+            {_compiled(freed, dialect, farm_schema)};
+            CONTINUE;
+        END IF;
+        IF v_settles = 'reject' THEN
+            RAISE EXCEPTION {held}, quote_literal(v_key), h_id
+                USING ERRCODE = '23505', HINT = {_quoted(HINTS["held"])};
+        END IF;
+        IF v_settles = 'existing' AND v_debounce IS NULL THEN
+            RETURN h_id;
+        END IF;
+        IF NOT h_waiting THEN
+            RAISE EXCEPTION {started}, h_id, quote_literal(v_key)
+                USING ERRCODE = '55000', HINT = {_quoted(HINTS["started"])};
+        END IF;
+        {_compiled(moved, dialect, farm_schema)};
+        RETURN h_id;
+    END LOOP;
+    RAISE EXCEPTION 'qp_enqueue: key % was taken and given up {SETTLE_TRIES} times', quote_literal(v_key)
+        USING ERRCODE = '40001', HINT = 'try again';"""
+
+
+def _postgresql_key_checks() -> str:
+    """qp_enqueue's refusals of a key and its terms on PostgreSQL, as rules/keys.py key_terms and inserts.check_key
+    make them."""
+    from sqlalchemy.dialects import postgresql
+
+    terms = ("key_scope", "key_until", "key_for", "on_conflict", "debounce", "max_delay")
+    given = " OR ".join(f"qp_enqueue.{name} IS NOT NULL" for name in terms)
+    reserved = "^(?:" + OCCURRENCE_KEY.pattern + ")$"
+    window = "(qp_enqueue.key_until IS NOT NULL OR qp_enqueue.key_for IS NOT NULL)"
+    refusals = [
+        (f"v_key IS NULL AND ({given})", "a key's terms need a key: give key => ...", None),
+        (f"length(v_key) > {KEY_LENGTH}", f"key is % characters, over {KEY_LENGTH}", "length(v_key)"),
+        (
+            f"v_key LIKE {_quoted(SINGLETON_PREFIX + '%')} OR v_key ~ {_quoted(reserved)}",
+            "key % has the form of a schedule's occurrence or a singleton's key, kept for them",
+            _pg_shown("v_key"),
+        ),
+        (
+            f"qp_enqueue.key_scope NOT IN ({', '.join(map(_quoted, NAMED))})",
+            "key_scope % is none of " + ", ".join(NAMED),
+            _pg_shown("qp_enqueue.key_scope"),
+        ),
+        (
+            f"qp_enqueue.on_conflict NOT IN ({', '.join(map(_quoted, OnConflict))})",
+            "on_conflict % is none of " + ", ".join(OnConflict),
+            _pg_shown("qp_enqueue.on_conflict"),
+        ),
+        (
+            "qp_enqueue.key_until IS NOT NULL AND qp_enqueue.key_for IS NOT NULL",
+            "give key_until or key_for, not both",
+            None,
+        ),
+        (
+            f"{window} AND qp_enqueue.key_scope <> 'unfinished' OR qp_enqueue.debounce IS NOT NULL AND "
+            f"(qp_enqueue.key_scope NOT IN ('kept', 'waiting') OR {window})",
+            "key_scope % does not go with the key's window or debounce",
+            _pg_shown("qp_enqueue.key_scope"),
+        ),
+        ("qp_enqueue.key_for <= interval '0'", "key_for % is not after success", "qp_enqueue.key_for"),
+        ("qp_enqueue.debounce <= interval '0'", "debounce % is not a positive time", "qp_enqueue.debounce"),
+        (
+            "qp_enqueue.max_delay IS NOT NULL AND "
+            "(qp_enqueue.debounce IS NULL OR qp_enqueue.max_delay < qp_enqueue.debounce)",
+            "max_delay % needs a debounce no longer than it",
+            "qp_enqueue.max_delay",
+        ),
+        (
+            "qp_enqueue.debounce IS NOT NULL AND (qp_enqueue.on_conflict = 'reject' OR qp_enqueue.run_at IS NOT NULL)",
+            "debounce sets the job's time and moves the waiting job: give no run_at and no on_conflict reject",
+            None,
+        ),
+    ]
+    return "\n".join(_pg_refuse(condition, "key", message, shown) for condition, message, shown in refusals) + (
+        f"\n    IF v_debounce IS NOT NULL THEN\n        v_run_at := {_compiled(db_now(), postgresql.dialect())}"
+        " + v_debounce;\n    END IF;"
     )
 
 

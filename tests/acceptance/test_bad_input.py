@@ -243,6 +243,23 @@ BAD_INPUTS = [
         "job", [*DB, "enqueue", "http", "/x", "--after", "0"], r"^error: --after names jobs by their ids, whole numbers"
     ),
     case("job", [*DB, "enqueue", "http", "/x", "--after-ended"], r"^error: --after-ended needs --after"),
+    case("job", [*DB, "enqueue", "http", "/x", "--key-scope", "waiting"], r"^error: --key-scope needs --key"),
+    case("job", [*DB, "enqueue", "http", "/x", "--key", "k", "--max-delay", "5"], r"^error: --max-delay needs --deb"),
+    case(
+        "job",
+        [*DB, "enqueue", "http", "/x", "--key", "k", "--debounce", "5", "--count", "2"],
+        r"^error: --debounce answers an enqueue of one job: give no --count with it$",
+    ),
+    case(
+        "job",
+        [*DB, "enqueue", "http", "/x", "--key", "k", "--debounce", "5", "--max-delay", "1"],
+        r"^error: --max-delay must be seconds from the debounce \(5\) up to",
+    ),
+    case(
+        "job",
+        [*DB, "enqueue", "http", "/x", "--key", "k", "--key-until", "soon"],
+        r"^error: Invalid value for --key-until: 'soon' is not a time",
+    ),
     case("job", [*DB, "workflow", "show", "999999"], r"^error: no workflow or group with id 999999"),
     case(
         "job",

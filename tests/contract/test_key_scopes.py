@@ -12,6 +12,7 @@ from queueprocessor.rules.errors import BadJobInput, InvalidJob
 from queueprocessor.store.schema import jobs
 from tests.conftest import BACKENDS, PGBOUNCER, backend_url
 from tests.support import pyjobs
+from tests.support.work import run_cli
 
 
 @pytest.fixture(params=[*BACKENDS, PGBOUNCER])
@@ -189,3 +190,36 @@ def test_debounce_and_on_conflict_answer_one_job_and_debounce_sets_the_time(farm
         farm.submit(spec, count=2)
     with pytest.raises(BadJobInput, match="^debounce sets the job's time: give no delay"):
         farm.submit(spec, delay=5)
+
+
+def test_enqueue_at_the_cli_says_how_a_held_key_was_settled(tmp_path, capsys):
+    db = f"sqlite:///{tmp_path / 'farm.db'}"
+    enqueue_cli = ("--db", db, "enqueue", "http", "/reindex", "--key", "shop-7")
+    assert run_cli(*enqueue_cli, "--debounce", "30", "--max-delay", "300") == 0
+    assert run_cli(*enqueue_cli, "--debounce", "30", "--max-delay", "300", "--payload", '{"n": 2}') == 0
+    assert run_cli(*enqueue_cli, "--on-conflict", "existing") == 0
+    assert run_cli(*enqueue_cli) == 1
+    assert run_cli(*enqueue_cli, "--key-for", "60", "--key-scope", "waiting") == 1
+    said = capsys.readouterr()
+    assert said.out.splitlines() == [
+        "enqueued job 1",
+        "job 1 holds key 'shop-7': its time moved (--debounce)",
+        "job 1 holds key 'shop-7': nothing enqueued (--on-conflict existing)",
+    ]
+    errors = [line for line in said.err.splitlines() if line.startswith("error: ")]
+    assert errors[0].startswith("error: shop-7 was taken first by ")
+    assert errors[1] == (
+        "error: --key-for holds the key until the job ends and then for its window: give no --key-scope with it"
+    )
+
+
+def test_a_workflow_or_group_takes_key_scopes_but_no_conflict_answer(farm):
+    farm.group([farm.python_spec(pyjobs.noop, key="g", key_scope="waiting")])
+    assert farm._store.jobs.keyed(key="g")["key_scope"] == "waiting"
+    with pytest.raises(BadJobInput, match="^on_conflict answers an enqueue of one job: give it to no step"):
+        farm.group([farm.python_spec(pyjobs.noop, key="h", on_conflict="existing")])
+    flow = farm.workflow()
+    flow.step("a", farm.python_spec(pyjobs.noop, key="w", debounce=5))
+    with pytest.raises(BadJobInput, match="^debounce answers an enqueue of one job: give it to no step"):
+        flow.enqueue()
+    assert farm._store.jobs.counts()["queued"] == 1

@@ -14,7 +14,7 @@ from queueprocessor.rules.roster import KnownMachines
 from queueprocessor.store import schema
 from queueprocessor.store.database import open_engine
 from queueprocessor.store.migrations import FLOW_COLUMNS, PAYLOAD_INDEX_BEFORE_13, QUEUED_BEFORE_6
-from queueprocessor.store.sqlfunctions import create_sql_functions
+from queueprocessor.store.sqlfunctions import FORMER_SIGNATURE, SIGNATURE, create_sql_functions
 from queueprocessor.store.types import ClaimRequest, Plan, Progress
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
@@ -85,11 +85,30 @@ def notify_each_insert(conn) -> None:
     )
 
 
+def back_to_15(conn) -> None:
+    """Schema 16's keys on their own terms, gone: no scope or hold on job rows, and on PostgreSQL qp_enqueue of six
+    parameters (a stand-in of that signature: what the upgrade does with it, not what it ran, is what is tested)."""
+    for column in ("key_scope", "key_hold"):
+        drop_column(conn, "qp_jobs", column)
+    if conn.dialect.name == "postgresql":
+        conn.execute(text(f"DROP FUNCTION {SIGNATURE}"))
+        conn.execute(text(f"CREATE FUNCTION {FORMER_SIGNATURE} RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'"))
+
+
+def make_version_15(url: str) -> None:
+    """A farm database as schema version 15 left it (see back_to_15)."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        back_to_15(conn)
+        set_version(conn, 15)
+
+
 def back_to_14(conn) -> None:
-    """Schema 15's flow control, gone: the jobs' fairness columns and their indexes, the claim's index of held-back
-    queues in age order alone, the queues' settings of fair shares, of limits and rates per key, of breakers and
-    adaptive rates, the buckets of rates per key; no count of snoozes on job rows, nor of snoozed runs in the
-    history."""
+    """Schema 15's flow control, gone (and 16's, first): the jobs' fairness columns and their indexes, the claim's
+    index of held-back queues in age order alone, the queues' settings of fair shares, of limits and rates per key,
+    of breakers and adaptive rates, the buckets of rates per key; no count of snoozes on job rows, nor of snoozed
+    runs in the history."""
+    back_to_15(conn)
     for index in ("ix_qp_jobs_vtag", "ix_qp_jobs_fair", "ix_qp_jobs_key_running", "ix_qp_jobs_gated"):
         drop_index(conn, index)
     older = schema.jobs.to_metadata(MetaData()).c  # a copy: an index made on it joins no table of the schema's
@@ -325,7 +344,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "15"
+        assert version == CURRENT == "16"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -883,3 +902,27 @@ def test_a_version_14_database_gets_breakers_and_adaptive_rates_in_place(db_url)
         assert [
             c.id for c in farm._store.jobs.claim(ClaimRequest(me, 4, 30.0, plan=Plan(alone=(("api", 4, True),))))
         ] == [job]
+
+
+def test_a_version_15_database_gets_keys_on_their_own_terms_and_its_sql_door_keeps_its_callers(db_url):
+    """Version 15 to 16: job rows get their key's scope and hold (NULL: held while kept, as every job before); on
+    PostgreSQL qp_enqueue takes a key and its terms, the six-parameter one is gone, and a role granted it keeps
+    the door."""
+    with Farm(db_url) as farm:
+        [before] = farm._store.jobs.enqueue(JobSpec(executor="python", target="bench.jobs:noop", key="k"))
+    make_version_15(db_url)
+    postgresql = db_url.startswith("postgresql")
+    if postgresql:
+        with rewriting(db_url) as conn:
+            conn.execute(text("CREATE ROLE esb_writer NOLOGIN"))
+            conn.execute(text(f"GRANT EXECUTE ON FUNCTION {FORMER_SIGNATURE} TO esb_writer"))
+    with Farm(db_url) as farm:
+        assert shape(farm)[0] == CURRENT
+        spec = farm.python_spec("bench.jobs:noop", key="k", on_conflict="existing")
+        assert farm.submit(spec).ids == [before], "a job of before holds its key as it did"
+        if postgresql:
+            with farm._engine.begin() as conn:
+                door = "SELECT to_regprocedure(:f) IS NULL, has_function_privilege('esb_writer', :s, 'EXECUTE')"
+                assert conn.execute(text(door), dict(f=FORMER_SIGNATURE, s=SIGNATURE)).one() == (True, True)
+                keyed = text("SELECT qp_enqueue('python', 'bench.jobs:noop', key => 'k', on_conflict => 'existing')")
+                assert conn.execute(keyed).scalar() == before

@@ -13,10 +13,11 @@ from sqlalchemy.engine import make_url
 from queueprocessor import Farm
 from queueprocessor.rules.job import JobSpec
 from queueprocessor.store import schema
+from queueprocessor.store.sqlfunctions import SIGNATURE
 from tests.conftest import backend_url
 
 # The grant docs/sql-enqueue.md gives a role that is to enqueue and do nothing else.
-GRANTS = ["GRANT EXECUTE ON FUNCTION qp_enqueue(text, text, jsonb, text, text, timestamptz) TO esb_writer"]
+GRANTS = [f"GRANT EXECUTE ON FUNCTION {SIGNATURE} TO esb_writer"]
 
 SQL_BACKENDS = [pytest.param("postgresql", marks=pytest.mark.postgres)]
 if os.environ.get("QP_TEST_MSSQL_URL"):
@@ -145,3 +146,64 @@ def test_a_role_granted_only_the_door_can_enqueue_and_nothing_more(pg_url):
         finally:
             engine.dispose()
         assert farm.job(job_id)["origin"].startswith("sql esb_writer pid ")
+
+
+@pytest.fixture
+def pg_farm(pg_url):
+    """qp_enqueue takes a key and its terms on PostgreSQL (SQL Server's procedure takes none yet)."""
+    with Farm(pg_url) as the_farm:
+        yield the_farm
+
+
+def keyed(conn, payload, **given):
+    casts = {"debounce": "CAST(:debounce AS interval)", "max_delay": "CAST(:max_delay AS interval)"}
+    named = "".join(f", {name} => {casts.get(name, ':' + name)}" for name in given)
+    statement = f"SELECT qp_enqueue('http', '/orders', CAST(:payload AS jsonb), key => :key{named})"
+    return conn.execute(text(statement), dict(payload=payload, key="order-7", **given)).scalar_one()
+
+
+def test_a_debounced_key_from_sql_moves_its_one_waiting_job_as_the_python_enqueue_does(pg_farm):
+    with pg_farm._engine.begin() as conn:
+        first = keyed(conn, '{"n": 1}', debounce="30 seconds", max_delay="45 seconds")
+    due = pg_farm.job(first)["run_at"]
+    with pg_farm._engine.begin() as conn:
+        assert keyed(conn, '{"n": 2}', debounce="30 seconds", max_delay="45 seconds") == first
+    spec = pg_farm.http_spec("/orders", payload='{"n": 3}', key="order-7", debounce=30, max_delay=45)
+    assert pg_farm.submit(spec).ids == [first]  # the Python enqueue settles with the job SQL made, and back
+    job = pg_farm.job(first)
+    assert job["payload"] == '{"n":3}' and due < job["run_at"] <= job["created_at"] + 45
+    assert job["key_scope"] == "waiting" and len(pg_farm._store.jobs.newest(None, 10)) == 1
+
+
+def test_a_held_key_from_sql_answers_as_on_conflict_says(pg_farm):
+    with pg_farm._engine.begin() as conn:
+        first = keyed(conn, '{"n": 1}', key_scope="unfinished")
+        assert keyed(conn, '{"n": 2}', on_conflict="existing") == first
+        assert keyed(conn, '{"n": 3}', on_conflict="replace") == first
+    assert pg_farm.job(first)["payload"] == '{"n": 3}'  # as PostgreSQL writes a jsonb as text
+    with pg_farm._engine.connect() as conn, pytest.raises(exc.IntegrityError) as raised:
+        keyed(conn, '{"n": 4}')
+    assert raised.value.orig.diag.message_primary == f"qp_enqueue: key 'order-7' is held by job {first}"
+    assert "on_conflict => 'existing'" in raised.value.orig.diag.message_hint
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        (dict(key="singleton:feed"), "key 'singleton:feed' has the form of a schedule's occurrence"),
+        (dict(key="daily@2026-12-06T18:00:00.000+00:00"), "has the form of a schedule's occurrence"),
+        (dict(key_scope="waiting"), "a key's terms need a key"),
+        (dict(key="k", key_scope="always"), "key_scope 'always' is none of kept, waiting, unfinished"),
+        (dict(key="k", on_conflict="merge"), "on_conflict 'merge' is none of reject, existing, replace"),
+        (dict(key="k", debounce="0 s"), "debounce 00:00:00 is not a positive time"),
+        (dict(key="k", debounce="5 s", max_delay="1 s"), "needs a debounce no longer than it"),
+        (dict(key="k", debounce="5 s", on_conflict="reject"), "debounce sets the job's time"),
+    ],
+)
+def test_a_bad_key_or_terms_from_sql_is_one_error(pg_farm, given, said):
+    casts = {"debounce": "CAST(:debounce AS interval)", "max_delay": "CAST(:max_delay AS interval)"}
+    named = "".join(f", {name} => {casts.get(name, ':' + name)}" for name in given)
+    with pg_farm._engine.connect() as conn, pytest.raises(exc.DBAPIError) as raised:
+        conn.execute(text(f"SELECT qp_enqueue('http', '/x'{named})"), given)
+    assert said in raised.value.orig.diag.message_primary
+    assert pg_farm._store.jobs.newest(None, 10) == []

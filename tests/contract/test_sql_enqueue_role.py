@@ -12,7 +12,7 @@ from sqlalchemy.engine import make_url
 
 from queueprocessor import Farm
 from queueprocessor.store.database import open_engine
-from queueprocessor.store.sqlfunctions import SIGNATURE
+from queueprocessor.store.sqlfunctions import FORMER_SIGNATURE, SIGNATURE
 from tests.acceptance.test_read_only_operators import OPERATOR_GRANTS, role_url
 from tests.contract.test_migrations import make_version_10
 from tests.support.work import ROOT
@@ -40,9 +40,9 @@ DOOR = "qp_enqueue(executor => 'http', target => '/from/esb')"
 
 
 def documented_grants() -> list[str]:
-    """The GRANTs docs/sql-enqueue.md gives the role `esb_writer`, for any role."""
+    """The GRANTs docs/sql-enqueue.md gives the role `esb_writer`, for any role (a GRANT may run over two lines)."""
     page = (ROOT / "docs" / "sql-enqueue.md").read_text()
-    return [g.replace("esb_writer", "{role}") for g in re.findall(r"^ *(GRANT [^;]*);", page, re.M)]
+    return [" ".join(g.replace("esb_writer", "{role}").split()) for g in re.findall(r"^ *(GRANT [^;]*);", page, re.M)]
 
 
 def as_role(url: str, *statements: str) -> list[object]:
@@ -95,10 +95,16 @@ def test_a_role_granted_the_door_enqueues_and_writes_nothing_else(pg_url):
         assert job["origin"].startswith(f"sql {make_url(writer).username} pid ")
         for what, statement in FORGED.items():
             assert refused(writer, statement) == "42501", what  # insufficient_privilege
-        # The door names nothing a row could squat with: its parameters are the six of an enqueue.
+        # The door names nothing a row could squat with: its parameters are the six of an enqueue and a key with its
+        # terms, and a key of the farm's own (a schedule's occurrence, a singleton's) is refused.
         with farm._engine.connect() as conn:
             names = conn.execute(text(f"SELECT proargnames FROM pg_proc WHERE oid = '{SIGNATURE}'::regprocedure"))
-            assert names.scalar() == ["executor", "target", "payload", "queue", "order_key", "run_at"]
+            assert names.scalar() == [
+                *("executor", "target", "payload", "queue", "order_key", "run_at"),
+                *("key", "key_scope", "key_until", "key_for", "on_conflict", "debounce", "max_delay"),
+            ]
+        squat = "qp_enqueue(executor => 'http', target => '/x', key => 'singleton:feed')"
+        assert refused(writer, f"SELECT {squat}") == "22023"  # invalid_parameter_value
         assert [job["id"] for job in farm._store.jobs.newest(None, 10)] == [job_id]
         # A role not granted the door may not call it (PUBLIC may not).
         assert refused(role_url(pg_url, []), f"SELECT {DOOR}") == "42501"
@@ -152,15 +158,15 @@ def test_a_farm_before_version_11_takes_the_insert_from_its_enqueuers_and_keeps_
     make_version_10(pg_url)
     as_owner(
         pg_url,
-        f"ALTER FUNCTION {SIGNATURE} SECURITY INVOKER RESET search_path",
-        f"GRANT EXECUTE ON FUNCTION {SIGNATURE} TO PUBLIC",
+        f"ALTER FUNCTION {FORMER_SIGNATURE} SECURITY INVOKER RESET search_path",
+        f"GRANT EXECUTE ON FUNCTION {FORMER_SIGNATURE} TO PUBLIC",
     )
     version_10_grants = [
         "GRANT INSERT, SELECT (id) ON qp_jobs TO {role}",
         "GRANT USAGE ON SEQUENCE qp_jobs_id_seq TO {role}",
         "GRANT SELECT ON qp_queues TO {role}",
     ]
-    writer = role_url(pg_url, [f"GRANT EXECUTE ON FUNCTION {SIGNATURE} TO {{role}}", *version_10_grants])
+    writer = role_url(pg_url, [f"GRANT EXECUTE ON FUNCTION {FORMER_SIGNATURE} TO {{role}}", *version_10_grants])
     relying = role_url(pg_url, version_10_grants)
     operator = role_url(pg_url, OPERATOR_GRANTS)
     assert as_role(writer, FORGED["a running job whose lease never ends"]) == [1]  # as version 10 allowed
