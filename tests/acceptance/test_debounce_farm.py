@@ -84,7 +84,7 @@ def test_four_machines_enqueue_a_debounced_key_1000_times_and_the_target_sees_on
     returned = {job_id for machine in made for job_id in machine["ids"]}
     assert len(returned) == 1, "every enqueue returned the one waiting job"
     [job_id] = returned
-    succeeded(farm, job_id)
+    job = succeeded(farm, job_id)
     [seen] = http_target.requests("/ok")
     assert (seen["job"], seen["status"]) == (job_id, 200)
     sent = json.loads(seen["body"])
@@ -97,6 +97,8 @@ def test_four_machines_enqueue_a_debounced_key_1000_times_and_the_target_sees_on
     # Due a debounce after the last enqueue, in database time (the target runs on the database's host).
     assert seen["started"] >= latest_start + debounce, "ran before a debounce had passed since the last enqueue"
     assert seen["started"] <= last["after"] + debounce + LATE, "ran long after it was due"
+    assert latest_start + debounce <= job["run_at"] <= last["after"] + debounce, "the farm's own record agrees"
+    assert [run["started_at"] >= job["run_at"] for run in job["runs"]] == [True]
     assert key_jobs(farm, "report") == [job_id]
 
 
