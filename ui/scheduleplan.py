@@ -6,12 +6,10 @@ jitter applied (rules.schedules.upcoming_runs, worked out on the worker thread a
 Plain functions of the rows the snapshot holds: nothing here touches the database."""
 
 from queueprocessor.rules.output import format_time
-from queueprocessor.rules.schedules import PREVIEW, upcoming_runs
+from queueprocessor.rules.schedules import PREVIEW, SKIPPED, upcoming_runs
 
 from . import text
 from .models import Column
-
-SKIPPED = "skipped: overlap="  # how the reason of an occurrence an overlap policy cancelled begins
 
 
 def _overlap_tip(row: dict, _context) -> str:

@@ -37,7 +37,16 @@ from sqlalchemy.sql import ColumnElement, FromClause
 
 from ..rules.events import EventKind
 from ..rules.queues import OnFailure
-from ..rules.schedules import DEFAULT_OVERLAP, Recurrence, due_of, first_occurrence, is_run_now, jitter_of, order_key_of
+from ..rules.schedules import (
+    DEFAULT_OVERLAP,
+    SKIPPED,
+    Recurrence,
+    due_of,
+    first_occurrence,
+    is_run_now,
+    jitter_of,
+    order_key_of,
+)
 from ..rules.states import JobState
 from .base import StoreBase
 from .events import record_event
@@ -184,12 +193,12 @@ class PolicyPass:
             return
         previous = (going.running + going.retrying)[0].id
         if overlap == "buffer-one":
-            why = f"skipped: overlap=buffer-one, job {fell[0].id} already waits for job {previous} to end"
+            why = f"{SKIPPED}buffer-one, job {fell[0].id} already waits for job {previous} to end"
             self._skip(name, fell[1:], why)
         elif overlap == "cancel-previous":
             self._cancel_previous(name, going, fell)
         else:
-            self._skip(name, fell, f"skipped: overlap=skip, job {previous} (the previous run) was still running")
+            self._skip(name, fell, f"{SKIPPED}skip, job {previous} (the previous run) was still running")
 
     def _skip(self, name: str, skipped: list[Any], why: str) -> None:
         if not skipped:
@@ -206,7 +215,7 @@ class PolicyPass:
         """Keep the newest occurrence that fell due: ask the runs going on to stop (a retry waiting is cancelled)
         and cancel the older ones."""
         newest = fell[-1]
-        why = f"skipped: overlap=cancel-previous, job {newest.id} (a newer occurrence) fell due"
+        why = f"{SKIPPED}cancel-previous, job {newest.id} (a newer occurrence) fell due"
         self._skip(name, fell[:-1] + going.retrying, why)
         if not going.running:
             return
