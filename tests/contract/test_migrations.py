@@ -1,6 +1,7 @@
 """A farm database made by an older QueueProcessor is upgraded in place when a node starts, and goes on working."""
 
 import threading
+import uuid
 from contextlib import contextmanager
 
 import pytest
@@ -919,19 +920,19 @@ def test_a_version_15_database_gets_keys_on_their_own_terms_and_its_sql_door_kee
     with Farm(db_url) as farm:
         [before] = farm._store.jobs.enqueue(JobSpec(executor="python", target="bench.jobs:noop", key="k"))
     make_version_15(db_url)
-    postgresql = db_url.startswith("postgresql")
+    postgresql, writer = db_url.startswith("postgresql"), f"writer_{uuid.uuid4().hex[:8]}"  # roles are the server's
     if postgresql:
         with rewriting(db_url) as conn:
-            conn.execute(text("CREATE ROLE esb_writer NOLOGIN"))
-            conn.execute(text(f"GRANT EXECUTE ON FUNCTION {FORMER_SIGNATURE} TO esb_writer"))
+            conn.execute(text(f"CREATE ROLE {writer} NOLOGIN"))
+            conn.execute(text(f"GRANT EXECUTE ON FUNCTION {FORMER_SIGNATURE} TO {writer}"))
     with Farm(db_url) as farm:
         assert shape(farm)[0] == CURRENT
         spec = farm.python_spec("bench.jobs:noop", key="k", on_conflict="existing")
         assert farm.submit(spec).ids == [before], "a job of before holds its key as it did"
         if postgresql:
             with farm._engine.begin() as conn:
-                door = "SELECT to_regprocedure(:f) IS NULL, has_function_privilege('esb_writer', :s, 'EXECUTE')"
-                assert conn.execute(text(door), dict(f=FORMER_SIGNATURE, s=SIGNATURE)).one() == (True, True)
+                door = "SELECT to_regprocedure(:f) IS NULL, has_function_privilege(:w, :s, 'EXECUTE')"
+                assert conn.execute(text(door), dict(f=FORMER_SIGNATURE, s=SIGNATURE, w=writer)).one() == (True, True)
                 keyed = text("SELECT qp_enqueue('python', 'bench.jobs:noop', key => 'k', on_conflict => 'existing')")
                 assert conn.execute(keyed).scalar() == before
 
