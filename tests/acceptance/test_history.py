@@ -1,5 +1,6 @@
 """The farm's history (docs/design.md §11) as a user sees it: a real node writes each minute's row once the minute
-is over, by itself, and `stats` prints it."""
+is over, by itself, and `stats` prints it. On PostgreSQL, the farm's database: the test waits for a minute to end,
+and the same writes on SQLite are tests/contract/test_stats.py's."""
 
 import json
 import subprocess
@@ -10,7 +11,8 @@ from queueprocessor.store.stats import MINUTE
 from tests.support.work import Nodes, wait_for
 
 
-def test_a_node_writes_the_minute_its_jobs_ran_in_and_stats_prints_it(db_url, http_target, tmp_path):
+def test_a_node_writes_the_minute_its_jobs_ran_in_and_stats_prints_it(pg_url, http_target, tmp_path):
+    db_url = pg_url
     with Farm(db_url) as farm:
         nodes = Nodes(farm, http_base=http_target.base_url)
         try:
