@@ -1,15 +1,17 @@
 """A schedule with `overlap="skip"` never runs beside itself, whatever happens to the machine running it
 (docs/design.md §6): it recurs every second and each run takes three, so every occurrence but those falling
-between two runs must be skipped. Four times in a row, the node running it is SIGKILLed (and started again) or
-its link to PostgreSQL stalled at a TCP proxy for twice the lease, in the middle of a run: the run is taken over
-by another node (or claimed back by the same after the thaw) after its lease, and the occurrences due meanwhile
-are skipped too. Judged by what the real HTTP service saw (each run is one request of its own, with its job and
+between two runs must be skipped. Five times in a row, in the middle of a run, the node running it is SIGKILLed
+(and started again), or its link to PostgreSQL stalled at a TCP proxy for twice the lease, or PostgreSQL itself
+frozen (every server process SIGSTOPped) for twice the lease and a heartbeat: the run is taken over by another
+node (or claimed back by the same after the thaw) after its lease, and the occurrences due meanwhile are skipped
+too. Judged by what the real HTTP service saw (each run is one request of its own, with its job and
 fence, from its start to its end or its caller's hang-up): no two requests of the schedule at once; and the
 skipped occurrences are listed by `Farm.schedule_runs` as cancelled, with their reason.
 
-One farm of three real node processes on the suite's PostgreSQL, each node through its own proxy; about 22 s.
+One farm of three real node processes on the suite's PostgreSQL, each node through its own proxy; about 27 s.
 """
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -17,9 +19,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from common import wait_for
+from common import postgres_pids, wait_for
 from faults.judge import tally_of
-from faults.rig import QUICK, Rig
+from faults.rig import QUICK, Rig, signal_all
 
 from tests.support.tcpproxy import TcpProxy
 
@@ -28,7 +30,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 NAME = "report"
 EVERY = 1.0  # seconds between occurrences
 LENGTH = 3.0  # seconds a run takes: three occurrences come due while one runs
-FAULTS = ("kill", "stall", "kill", "stall")
+FAULTS = ("kill", "freeze", "stall", "kill", "freeze")
 NODES = 3
 PAUSED = f"schedule {NAME} was removed or paused"  # why the pause at the end cancels what waits
 
@@ -86,10 +88,15 @@ class Trials:
         if fault == "kill":
             self.rig.kill(node)
             self.start(index)
-        else:
+        elif fault == "stall":
             self.proxies[index].freeze()
             time.sleep(2 * self.rig.timing.lease)
             self.proxies[index].restore()
+        else:  # the whole database, for every node
+            pids = postgres_pids(self.server)
+            signal_all(pids, signal.SIGSTOP)
+            time.sleep(2 * self.rig.timing.lease + self.rig.timing.heartbeat)
+            signal_all(list(reversed(pids)), signal.SIGCONT)
         return run["started"]
 
     def close(self) -> None:
@@ -97,7 +104,7 @@ class Trials:
             proxy.stop()
 
 
-def test_a_schedule_that_skips_overlaps_never_runs_twice_at_once_through_kills_and_stalls(pg_server):
+def test_a_schedule_that_skips_overlaps_never_runs_twice_at_once_through_kills_stalls_and_freezes(pg_server):
     rig = Rig(pg_server, QUICK)
     trials = Trials(rig, pg_server)
     try:
