@@ -58,9 +58,10 @@ class KeyTerms:
         return self.on_conflict or (OnConflict.REPLACE if self.debounce is not None else OnConflict.REJECT)
 
     @property
-    def alone(self) -> bool:
-        """Whether only an enqueue of one job may carry these terms (a conflict's answer is one job)."""
-        return self.on_conflict is not None or self.debounce is not None
+    def alone(self) -> str | None:
+        """The option that lets only an enqueue of one job carry these terms (a conflict's answer is one job):
+        debounce or on_conflict; None if neither is given."""
+        return "debounce" if self.debounce is not None else "on_conflict" if self.on_conflict is not None else None
 
 
 def key_terms(
@@ -148,11 +149,7 @@ def check_enqueue(terms: KeyTerms, *, count: int, delay: float, at: float | None
     """Refuse what these terms cannot go with in one enqueue: copies (a conflict's answer is one job), or a time of
     its own beside debounce's."""
     if terms.alone and count != 1:
-        raise BadJobInput(
-            "{0} answers an enqueue of one job: give no {1} with it",
-            "debounce" if terms.debounce is not None else "on_conflict",
-            "count",
-        )
+        raise BadJobInput("{0} answers an enqueue of one job: give no {1} with it", terms.alone, "count")
     if terms.debounce is not None and (delay or at is not None):
         raise BadJobInput(
             "{0} sets the job's time: give no {1} with it", "debounce", "at" if at is not None else "delay"
@@ -165,6 +162,5 @@ def check_together(terms: Iterable[KeyTerms]) -> None:
     for each in terms:
         if each.alone:
             raise BadJobInput(
-                "{0} answers an enqueue of one job: give it to no step of a workflow or member of a group",
-                "debounce" if each.debounce is not None else "on_conflict",
+                "{0} answers an enqueue of one job: give it to no step of a workflow or member of a group", each.alone
             )

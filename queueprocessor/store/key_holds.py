@@ -63,10 +63,15 @@ def debounced_at(
 
 @functools.cache
 def _holder_statement() -> Any:
-    """The job holding key `b_key`, locked: its id, whether it holds the key still and whether it has not started;
-    built once."""
+    """holder_read of key `b_key`, built once."""
+    return holder_read(bindparam("b_key", type_=String))
+
+
+def holder_read(key: ColumnElement[str]) -> Any:
+    """The job holding `key`, locked: its id, whether it holds the key still and whether it has not started (the
+    Python enqueue's read, and qp_enqueue's)."""
     held = select(jobs.c.id, holding(jobs, db_now()).label("holding"), jobs.c.state.in_(NOT_STARTED).label("waiting"))
-    return held.where(jobs.c.key == bindparam("b_key", type_=String)).with_for_update()
+    return held.where(jobs.c.key == key).with_for_update()
 
 
 def settle(conn: Connection, spec: JobSpec, *, delay: float, at: float | None) -> Settled | None:

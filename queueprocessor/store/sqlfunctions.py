@@ -37,7 +37,6 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
-    select,
     text,
     update,
 )
@@ -51,7 +50,7 @@ from ..rules.limits import LATEST, MAX_PAYLOAD
 from ..rules.queues import _NAME, _NAME_RULE, DEFAULT, MAX_NAME, MAX_ORDER_KEY
 from .dbtime import db_now
 from .inserts import OCCURRENCE_KEY, SINGLETON_PREFIX, job_row
-from .key_holds import NOT_STARTED, debounced_at, holding
+from .key_holds import debounced_at, holder_read
 from .schema import jobs
 from .sql.ddl import farm_schema, run
 from .sql.fair import key_of, tag
@@ -321,9 +320,7 @@ def settled(farm_schema: str, insert_sql: str) -> str:
 
     dialect = postgresql.dialect()
     now = db_now()
-    read = select(jobs.c.id, holding(jobs, now), jobs.c.state.in_(NOT_STARTED)).where(
-        jobs.c.key == literal_column("v_key", String)
-    )
+    read = holder_read(literal_column("v_key", String))
     holder = literal_column("h_id", BigInteger)
     debounce, max_delay = literal_column("v_debounce", Float), literal_column("v_max_delay", Float)
     when = case(
@@ -346,7 +343,7 @@ def settled(farm_schema: str, insert_sql: str) -> str:
         EXCEPTION WHEN unique_violation THEN
             NULL;
         END;
-        {_compiled(read.with_for_update(), dialect, farm_schema)} INTO h_id, h_holding, h_waiting;
+        {_compiled(read, dialect, farm_schema)} INTO h_id, h_holding, h_waiting;
         CONTINUE WHEN NOT FOUND;
         IF NOT h_holding THEN
             {_compiled(freed, dialect, farm_schema)};
