@@ -11,15 +11,13 @@ default window size (1440x900).
 import argparse
 import os
 import sys
-import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from PySide6.QtCore import QSettings  # noqa: E402
-from screenshots import pump  # noqa: E402  (scripts/screenshots.py, beside this file)
+from screenshots import pump, scratch_farm  # noqa: E402  (scripts/screenshots.py, beside this file)
 
 from queueprocessor.demo import start_web_server  # noqa: E402
 from queueprocessor.farm import Farm  # noqa: E402
@@ -42,10 +40,7 @@ def main() -> None:
     parser.add_argument("--out", default="docs/screenshots", help="Folder for the PNG files.")
     out = Path(parser.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="qp-schedule-shots-"))
-    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
-    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(scratch / "settings"))
-    url = f"sqlite:///{scratch / 'farm.db'}"
+    url = scratch_farm("qp-schedule-shots-")
     web = start_web_server()
     base = f"http://127.0.0.1:{web.server_address[1]}/"
     farm = Farm(url, client="queueprocessor ops-laptop")

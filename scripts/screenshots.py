@@ -73,6 +73,15 @@ SINGLETONS = (("feed-poller", "/slow?ms=20000"), ("ledger-compactor", "/slow?ms=
 MANY = 32  # machines in the last shot (the peers above, the app's node, and more nodes started for it)
 
 
+def scratch_farm(prefix: str) -> str:
+    """A scratch folder of its own for a run of shots: the app's settings kept there (not the user's), and the URL
+    of a new SQLite farm in it."""
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(scratch / "settings"))
+    return f"sqlite:///{scratch / 'farm.db'}"
+
+
 def pump(seconds: float, until=lambda: False) -> None:
     """Let the window live for a while (the worker polls, timers tick), or less once `until()` holds."""
     app = QApplication.instance()
@@ -188,10 +197,7 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="qp-shots-"))
-    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
-    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(scratch / "settings"))
-    url = f"sqlite:///{scratch / 'farm.db'}"
+    url = scratch_farm("qp-shots-")
 
     web = start_web_server()
     base = f"http://127.0.0.1:{web.server_address[1]}/"

@@ -11,14 +11,12 @@ group's members are quick, failing (a page that does not exist) or slow, so the 
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from PySide6.QtCore import QSettings  # noqa: E402
-from screenshots import pump  # noqa: E402  (scripts/screenshots.py, beside this file)
+from screenshots import pump, scratch_farm  # noqa: E402  (scripts/screenshots.py, beside this file)
 
 from queueprocessor.demo import start_web_server  # noqa: E402
 from queueprocessor.farm import Farm  # noqa: E402
@@ -57,10 +55,7 @@ def main() -> None:
     parser.add_argument("--out", default="docs/screenshots", help="Folder for the PNG files.")
     out = Path(parser.parse_args().out)
     out.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="qp-flow-shots-"))
-    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
-    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(scratch / "settings"))
-    url = f"sqlite:///{scratch / 'farm.db'}"
+    url = scratch_farm("qp-flow-shots-")
     web = start_web_server()
     farm = Farm(url)
     farm.settings(period=0.25, heartbeat=0.25)
