@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Unpack, cast
 
-from . import grabs
+from . import grabs, tracing
 from .jobfunctions import JobFunction, target_of
 from .machines import Machines
 from .rules.errors import BadJobInput, DuplicateKey
@@ -59,10 +59,13 @@ def submit(store: Store, machines: Machines, spec: JobSpec, *, delay: float, at:
             f"a time from 1970 to 9999, e.g. 2026-11-22T18:00:00+00:00 or epoch seconds up to {LATEST:.0f}",
         )
     live = machines.allowing(spec)
+    spec, span = tracing.sending(spec)  # in a trace: the job keeps its producer span's context (design §12)
     try:
         made = store.jobs.made(grabs.signed(spec), delay=delay, at=at, count=count)
     except DuplicateKey as error:
         raise grabs.refuse(store, error) from None
+    finally:
+        tracing.sent(span)
     return Enqueued(made.ids, bool(serving_machines(live, spec.queue)), made.settled)
 
 

@@ -1,0 +1,219 @@
+"""Traces (docs/design.md §12), with the `otel` extra: the enqueue's producer span, and a tracing node's claim, run
+and finish spans in the trace each job keeps. The one module that imports OpenTelemetry, and only when asked: an
+enqueuer that has not loaded it, or a node without an OTLP endpoint, imports and pays nothing of it (one check)."""
+
+import contextvars
+import hashlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from .rules.job import Claimed, JobSpec
+
+log = logging.getLogger("queueprocessor.tracing")
+
+SYSTEM = "queueprocessor"  # messaging.system
+ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+_SPAN_ID: contextvars.ContextVar[int | None] = contextvars.ContextVar("qp_span_id", default=None)
+
+
+def traceparent_of(span: Any) -> str | None:
+    """A span's context as a W3C traceparent, or None if it has none valid."""
+    context = span.get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+def _parent(traceparent: str) -> Any:
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return TraceContextTextMapPropagator().extract({"traceparent": traceparent})
+
+
+def sending(spec: JobSpec) -> tuple[JobSpec, Any]:
+    """An enqueue in a trace (the current one, or the spec's own traceparent): a `send {queue}` producer span, whose
+    context the job keeps; end it with sent(). Without OpenTelemetry loaded by the caller, `spec` as it is."""
+    if "opentelemetry.trace" not in sys.modules:
+        return spec, None
+    from opentelemetry import trace
+
+    parent = _parent(spec.traceparent) if spec.traceparent else None
+    if parent is None and not trace.get_current_span().get_span_context().is_valid:
+        return spec, None
+    span = trace.get_tracer(SYSTEM).start_span(
+        f"send {spec.queue}",
+        context=parent,
+        kind=trace.SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": SYSTEM,
+            "messaging.operation.type": "send",
+            "messaging.destination.name": spec.queue,
+            "queueprocessor.executor": spec.executor,
+        },
+    )
+    return replace(spec, traceparent=traceparent_of(span) or spec.traceparent), span
+
+
+def sent(span: Any) -> None:
+    """End the span sending() made, if any."""
+    if span is not None:
+        span.end()
+
+
+def run_span_id(trace_id: int, job_id: int, fence: int) -> int:
+    """The span id of a job's run under `fence`, the same on every machine, so the next run (fence + 1: only a claim
+    moves a fence) links to it without storing anything (docs/design.md §12)."""
+    digest = hashlib.blake2b(f"{trace_id:032x}/{job_id}/{fence}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest) or 1
+
+
+def node_tracer(machine: str) -> "NodeTracer | None":
+    """A tracer for a node, if tracing is on: the extra installed, an OTLP endpoint named, the SDK not disabled.
+    Otherwise None, and nothing of OpenTelemetry imported."""
+    if not any(os.environ.get(name) for name in ENDPOINTS):
+        return None
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    try:
+        return NodeTracer(machine)
+    except ImportError as error:
+        log.warning("an OTLP endpoint is named but the otel extra is not installed (%s): not tracing", error)
+        return None
+
+
+class NodeTracer:
+    """A tracing node's spans, kept on each run it holds (Running.trace): `receive` and `process` at the claim's
+    hand-over, `settle` from its ending to its written finish."""
+
+    def __init__(self, machine: str):
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+        class _Ids(RandomIdGenerator):  # a run's span id as run_span_id says; any other at random
+            def generate_span_id(self) -> int:
+                return _SPAN_ID.get() or super().generate_span_id()
+
+        resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", SYSTEM)})
+        self.provider = TracerProvider(resource=resource, id_generator=_Ids())
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self.tracer = self.provider.get_tracer(SYSTEM)
+        self.trace = trace
+        self.machine = machine
+
+    def shutdown(self) -> None:
+        """Send what is left, then stop (a node's last act)."""
+        self.provider.shutdown()
+
+    def claimed(
+        self,
+        runs: Sequence[Any],
+        leased_at: float,
+        slot: int | None,
+        traceparents: Callable[[list[int]], dict[int, str]],
+    ) -> None:
+        """The runs of a claim sent at `leased_at` (monotonic), handed to the runner now: for each whose job keeps a
+        traceparent (read in one statement), its `receive` span, and its `process` span begun."""
+        found = traceparents([run.job.id for run in runs])
+        if not found:
+            return
+        trace = self.trace
+        now = time.time_ns()
+        sent = now - int(max(0.0, time.monotonic() - leased_at) * 1e9) if leased_at > float("-inf") else now
+        for run in runs:
+            job: Claimed = run.job
+            if (traceparent := found.get(job.id)) is None:
+                continue
+            parent = _parent(traceparent)
+            trace_id = trace.get_current_span(parent).get_span_context().trace_id
+            said: dict[str, Any] = {
+                "messaging.system": SYSTEM,
+                "messaging.destination.name": job.queue,
+                "messaging.message.id": str(job.id),
+                "queueprocessor.fence": job.fence,
+                "queueprocessor.machine": self.machine,
+            }
+            received = self.tracer.start_span(
+                f"receive {job.queue}",
+                context=parent,
+                kind=trace.SpanKind.CONSUMER,
+                start_time=sent,
+                attributes=said
+                | {"messaging.operation.type": "receive"}
+                | ({} if slot is None else {"queueprocessor.slot": slot}),
+            )
+            received.end(now)
+            links = []
+            if job.fence > 1:
+                before = trace.SpanContext(
+                    trace_id, run_span_id(trace_id, job.id, job.fence - 1), True, trace.TraceFlags(1)
+                )
+                links.append(trace.Link(before, {"queueprocessor.link": "previous run"}))
+            token = _SPAN_ID.set(run_span_id(trace_id, job.id, job.fence))
+            try:
+                run.trace = self.tracer.start_span(
+                    f"process {job.queue}",
+                    context=trace.set_span_in_context(received),
+                    kind=trace.SpanKind.CONSUMER,
+                    start_time=now,
+                    links=links,
+                    attributes=said
+                    | {
+                        "messaging.operation.type": "process",
+                        "queueprocessor.attempt": job.attempts,
+                        "queueprocessor.executor": job.executor,
+                    },
+                )
+            finally:
+                _SPAN_ID.reset(token)
+            run.context.traceparent = traceparent_of(run.trace)
+
+    def ended(self, runs: Sequence[Any]) -> None:
+        """Their endings are known: each `process` span ends with its outcome, and its `settle` span begins."""
+        trace = self.trace
+        for run in runs:
+            span = run.trace
+            if span is None or run.ending is None:
+                continue
+            outcome, error = run.ending[0], run.ending[1]
+            span.set_attribute("queueprocessor.outcome", str(outcome))
+            if outcome != "succeeded":
+                span.set_status(trace.Status(trace.StatusCode.ERROR, error))
+            span.end()
+            run.trace = self.tracer.start_span(
+                f"settle {run.job.queue}",
+                context=trace.set_span_in_context(span),
+                attributes={
+                    "messaging.system": SYSTEM,
+                    "messaging.operation.type": "settle",
+                    "queueprocessor.outcome": str(outcome),
+                },
+            )
+
+    def written(self, runs: Sequence[Any]) -> None:
+        """Their finishes are written (or given up on): each `settle` span ends."""
+        for run in runs:
+            if run.trace is not None:
+                run.trace.end()
+                run.trace = None
+
+
+@contextmanager
+def current(traceparent: str) -> Iterator[None]:
+    """A Python job's work runs with its `process` span as the current context (a tracing node only)."""
+    from opentelemetry import context
+
+    token = context.attach(_parent(traceparent))
+    try:
+        yield
+    finally:
+        context.detach(token)
