@@ -1,0 +1,96 @@
+"""Traces (docs/design.md §12), end to end: a real OTLP/HTTP endpoint (tests/support/otlp.py, which decodes the
+protobuf it receives) and a real node process. A job enqueued through qp_enqueue inside a traced transaction, run on
+the node, calling the real HTTP target (which records the traceparent header it got), failing once and retried,
+gives one trace whose spans link the enqueue, each claim, each run, the target's requests and the retry."""
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from sqlalchemy import text
+
+from queueprocessor import Farm
+from queueprocessor.tracing import traceparent_of
+from tests.support.otlp import OtlpEndpoint
+from tests.support.work import FAST, NodeProcesses, wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+@pytest.fixture
+def otlp():
+    endpoint = OtlpEndpoint()
+    yield endpoint
+    endpoint.stop()
+
+
+def traced_enqueue(farm: Farm, endpoint: str) -> str:
+    """The caller: a span of its own around a transaction that enqueues through qp_enqueue, passing its context as
+    the SQL door's last argument, as a trigger's caller would; exported to the same endpoint. Its traceparent."""
+    provider = TracerProvider(resource=Resource.create({"service.name": "orders"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))
+    try:
+        with provider.get_tracer("orders").start_as_current_span("place order", kind=trace.SpanKind.SERVER) as span:
+            caller = traceparent_of(span)
+            with farm._engine.begin() as conn:
+                conn.execute(
+                    text("SELECT qp_enqueue('http', '/fails-once/0', queue => 'orders', traceparent => :t)"),
+                    dict(t=caller),
+                )
+    finally:
+        provider.shutdown()
+    assert caller is not None
+    return caller
+
+
+def test_one_trace_from_the_callers_transaction_to_the_target_and_the_retry(
+    pg_url, tmp_path, monkeypatch, otlp, http_target
+):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)  # the node processes inherit it
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # milliseconds: its spans sent soon after they end
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "farm")
+    with Farm(pg_url) as farm:
+        farm.settings(**FAST)
+        nodes = NodeProcesses(pg_url, tmp_path)
+        try:
+            nodes("traced", "--http-base", http_target.base_url, "--queues", "orders")
+            caller = traced_enqueue(farm, otlp.url)
+            trace_id, caller_span = caller.split("-")[1:3]
+            [job] = farm.list_jobs()
+            wait_for(lambda: farm.job(job["id"])["state"] == "succeeded", timeout=30)
+            wait_for(lambda: len([s for s in otlp.trace(trace_id) if s["name"] == "settle orders"]) == 2, timeout=20)
+        finally:
+            nodes.kill_all()
+
+    spans = otlp.trace(trace_id)
+    assert {s["trace_id"] for s in spans} == {trace_id} and len(spans) == 7, [s["name"] for s in spans]
+    [order] = [s for s in spans if s["span_id"] == caller_span]
+    assert order["name"] == "place order" and order["service"] == "orders"
+    received = sorted(
+        (s for s in spans if s["name"] == "receive orders"), key=lambda s: s["attributes"]["queueprocessor.fence"]
+    )
+    runs = sorted(
+        (s for s in spans if s["name"] == "process orders"), key=lambda s: s["attributes"]["queueprocessor.fence"]
+    )
+    settled = [s for s in spans if s["name"] == "settle orders"]
+    assert len(received) == len(runs) == len(settled) == 2
+    for claim, run in zip(received, runs):  # each claim: a child of the caller's span; each run, of its claim
+        assert claim["parent"] == caller_span and claim["kind"] == "consumer" and claim["service"] == "farm"
+        assert claim["attributes"]["messaging.message.id"] == str(job["id"])
+        assert claim["attributes"]["queueprocessor.machine"] == "traced"
+        assert run["parent"] == claim["span_id"] and run["kind"] == "consumer"
+        assert {k: run["attributes"][k] for k in ("messaging.destination.name", "queueprocessor.executor")} == {
+            "messaging.destination.name": "orders",
+            "queueprocessor.executor": "http",
+        }
+    first, retry = runs
+    assert [r["attributes"]["queueprocessor.attempt"] for r in runs] == [1, 2]
+    assert [r["attributes"]["queueprocessor.outcome"] for r in runs] == ["failed", "succeeded"]
+    assert first["links"] == [] and retry["links"] == [(trace_id, first["span_id"])], "the retry links its first run"
+    assert sorted(s["parent"] for s in settled) == sorted(r["span_id"] for r in runs), "each finish under its run"
+    # What the target saw: each request carried its own run's context, so its spans are children of that run.
+    requests = sorted(http_target.requests("/fails-once"), key=lambda r: r["fence"])
+    assert [r["status"] for r in requests] == [500, 200]
+    assert [r["traceparent"].split("-")[1:3] for r in requests] == [[trace_id, r["span_id"]] for r in runs]
