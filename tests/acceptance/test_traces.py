@@ -3,6 +3,9 @@ protobuf it receives) and a real node process. A job enqueued through qp_enqueue
 the node, calling the real HTTP target (which records the traceparent header it got), failing once and retried,
 gives one trace whose spans link the enqueue, each claim, each run, the target's requests and the retry."""
 
+import json
+from dataclasses import replace
+
 import pytest
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -14,7 +17,7 @@ from sqlalchemy import text
 from queueprocessor import Farm
 from queueprocessor.tracing import traceparent_of
 from tests.support.otlp import OtlpEndpoint
-from tests.support.work import FAST, NodeProcesses, wait_for
+from tests.support.work import FAST, PYJOBS, NodeProcesses, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -94,3 +97,54 @@ def test_one_trace_from_the_callers_transaction_to_the_target_and_the_retry(
     requests = sorted(http_target.requests("/fails-once"), key=lambda r: r["fence"])
     assert [r["status"] for r in requests] == [500, 200]
     assert [r["traceparent"].split("-")[1:3] for r in requests] == [[trace_id, r["span_id"]] for r in runs]
+
+
+def processed(otlp: OtlpEndpoint) -> dict[int, dict]:
+    """The `process` spans received, by job id."""
+    return {int(s["attributes"]["messaging.message.id"]): s for s in otlp.spans() if s["name"].startswith("process")}
+
+
+def test_the_work_gets_its_runs_context_python_sync_async_and_batch_and_a_command(pg_url, tmp_path, monkeypatch, otlp):
+    """Jobs enqueued through the API under a traceparent given (a fresh trace each): a Python function (sync and
+    `async def`) runs with its run's span current and in context.traceparent; a batch function's jobs, called
+    together, each have a span of their own, named in their contexts; a command gets it as TRACEPARENT."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    with Farm(pg_url) as farm:
+        farm.settings(**FAST)
+        nodes = NodeProcesses(pg_url, tmp_path)
+        try:
+            nodes("traced")
+            given = {}
+            for n, spec in enumerate(
+                [
+                    farm.python_spec(f"{PYJOBS}:seen_trace"),
+                    farm.python_spec(f"{PYJOBS}:seen_trace_async"),
+                    farm.command_spec(["sh", "-c", 'printf "%s" "$TRACEPARENT"']),
+                ]
+            ):
+                traceparent = f"00-{n + 1:032x}-{n + 1:016x}-01"
+                [job_id] = farm.submit(replace(spec, traceparent=traceparent)).ids
+                given[job_id] = traceparent
+            batched = []
+            for n in (7, 8):
+                spec = farm.python_spec(f"{PYJOBS}:seen_trace_batch", traceparent=f"00-{n:032x}-{n:016x}-01")
+                batched += farm.submit(spec).ids
+                given[batched[-1]] = spec.traceparent
+            wait_for(lambda: all(farm.job(i)["state"] == "succeeded" for i in given), timeout=30)
+            outputs = {i: [r["output"] for r in farm.job(i)["runs"]] for i in given}
+            wait_for(lambda: set(processed(otlp)) == set(given), timeout=20)
+        finally:
+            nodes.kill_all()
+    runs = processed(otlp)
+    for job_id, traceparent in given.items():
+        run = runs[job_id]
+        assert run["trace_id"] == traceparent.split("-")[1]
+        said = f"00-{run['trace_id']}-{run['span_id']}-01"
+        [output] = outputs[job_id]
+        if job_id in batched:  # a batch's job: its own span in its context, none current during the call
+            assert json.loads(output) == {"current": None, "context": said}
+        elif output.startswith("{"):
+            assert json.loads(output) == {"current": said, "context": said}
+        else:
+            assert output == said  # the command's TRACEPARENT
