@@ -13,14 +13,21 @@ importing the code measured (this tree, or with --before the tree at a git ref, 
     python bench/calls_per_job.py --quick              # 4,000 jobs, 1 run
     python bench/calls_per_job.py --before REF         # the code at git REF beside this tree's
     python bench/calls_per_job.py --job bench.jobs:noop_batch --capacity 2000   # a batch function's no-op
+    python bench/calls_per_job.py --traced             # tracing on: an OTLP endpoint, every job in a trace
+
+With --traced the node traces (docs/design.md §12): this process serves an OTLP/HTTP endpoint that takes and drops
+what it is sent, and every job is enqueued with a traceparent, so each gets its receive, process and settle spans;
+the exporter's thread counts in "rest". (Code from before tracing ignores both, and measures as without.)
 """
 
 import argparse
 import collections
 import json
+import os
 import tempfile
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from common import ROOT, farm, fresh_database, load_average, postgres, print_table, rotated, run_on, source_tree
@@ -37,7 +44,23 @@ def group_of(thread: str) -> str:
     return next((group for group, prefixes in GROUPS if thread.startswith(prefixes)), "rest")
 
 
-def measure(url: str, jobs: int, capacity: int, job: str) -> dict[str, float | str]:
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+class Dropped(BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint that takes every export and keeps nothing (--traced)."""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def measure(url: str, jobs: int, capacity: int, job: str, traced: bool = False) -> dict[str, float | str]:
     """In the child process: drain `jobs` no-op jobs (`job`) with one node; calls per job by thread group, and the code
     that ran them (`code`: the path of the queueprocessor it imported)."""
     import queueprocessor
@@ -54,7 +77,7 @@ def measure(url: str, jobs: int, capacity: int, job: str) -> dict[str, float | s
         run.start_in_process(name="calls", capacity=capacity, allow_modules=["bench.jobs"])
         time.sleep(2.0)  # joined, its first turns taken: the drain alone is counted
         counting.set()
-        run.farm.enqueue_python(job, count=jobs)
+        run.farm.enqueue_python(job, count=jobs, **({"traceparent": TRACEPARENT} if traced else {}))
         while run.farm._store.jobs.counts().get("succeeded", 0) < jobs:
             time.sleep(0.05)
         counting.clear()
@@ -72,15 +95,21 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, help="drains per tree (default 2; 1 with --quick)")
     parser.add_argument("--before", metavar="REF", help="also measure the code at this git ref")
+    parser.add_argument("--traced", action="store_true", help="tracing on, every job in a trace")
     parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.jobs = args.jobs or (4000 if args.quick else 20000)
     args.runs = args.runs or (1 if args.quick else 2)
     if args.child:
-        print(json.dumps(measure(args.child, args.jobs, args.capacity, args.job)))
+        print(json.dumps(measure(args.child, args.jobs, args.capacity, args.job, args.traced)))
         return
+    if args.traced:
+        sink = ThreadingHTTPServer(("127.0.0.1", 0), Dropped)
+        threading.Thread(target=sink.serve_forever, daemon=True).start()
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{sink.server_address[1]}"  # the children's
     print(
-        f"{args.jobs} no-op jobs ({args.job}), one node of capacity {args.capacity}, {args.runs} run(s); "
+        f"{args.jobs} no-op jobs ({args.job}), one node of capacity {args.capacity}, {args.runs} run(s)"
+        f"{', traced' if args.traced else ''}; "
         f"{load_average()}",
         flush=True,
     )
@@ -96,6 +125,7 @@ def main() -> None:
                             __file__,
                             *("--child", fresh_database(server, "calls"), "--jobs", str(args.jobs)),
                             *("--capacity", str(args.capacity), "--job", args.job),
+                            *(("--traced",) if args.traced and label == "this tree" else ()),
                         )
                     )
     columns = [group for group, _ in GROUPS] + ["rest", "total"]
