@@ -6,7 +6,6 @@ import contextvars
 import hashlib
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,6 +17,7 @@ from .rules.job import Claimed, JobSpec
 log = logging.getLogger("queueprocessor.tracing")
 
 SYSTEM = "queueprocessor"  # messaging.system
+API = "opentelemetry.trace"  # loaded: the process may be tracing (none of it is loaded here to find out)
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _SPAN_ID: contextvars.ContextVar[int | None] = contextvars.ContextVar("qp_span_id", default=None)
 
@@ -37,10 +37,9 @@ def _parent(traceparent: str) -> Any:
 
 
 def sending(spec: JobSpec) -> tuple[JobSpec, Any]:
-    """An enqueue in a trace (the current one, or the spec's own traceparent): a `send {queue}` producer span, whose
-    context the job keeps; end it with sent(). Without OpenTelemetry loaded by the caller, `spec` as it is."""
-    if "opentelemetry.trace" not in sys.modules:
-        return spec, None
+    """An enqueue in a trace (the current one, or the spec's own traceparent), in a process that loaded
+    OpenTelemetry (API in sys.modules: the caller's check): a `send {queue}` producer span, whose context the job
+    keeps, to be ended once it is stored; else `spec` as it is, and no span."""
     from opentelemetry import trace
 
     parent = _parent(spec.traceparent) if spec.traceparent else None
@@ -58,12 +57,6 @@ def sending(spec: JobSpec) -> tuple[JobSpec, Any]:
         },
     )
     return replace(spec, traceparent=traceparent_of(span) or spec.traceparent), span
-
-
-def sent(span: Any) -> None:
-    """End the span sending() made, if any."""
-    if span is not None:
-        span.end()
 
 
 def run_span_id(trace_id: int, job_id: int, fence: int) -> int:

@@ -366,7 +366,9 @@ class JobRunner:
         if marking is not None:  # the run's row takes its start from the job's row when it ends: written first
             await asyncio.wait({marking})
         entry.ending = ending
-        self._record([entry])  # the job's task ends here: the writer sees its result through
+        if self.tracer is not None:
+            self.tracer.ended([entry])
+        self.recorder.record([entry])  # the job's task ends here: the writer sees its result through
 
     async def _after_prior(self, entry: Running) -> None:
         """Wait until our older run of this job (stopped: its fence is out of date) has stopped working, so the
@@ -399,10 +401,6 @@ class JobRunner:
     def _ended(self, entries: list[Running]) -> None:
         """The work of a batch's jobs is over and each has its ending: they make room, and their ends are written."""
         self._writing_results(entries)
-        self._record(entries)
-
-    def _record(self, entries: list[Running]) -> None:
-        """Their endings are set: written with the recorder's next batch."""
         if self.tracer is not None:
             self.tracer.ended(entries)
         self.recorder.record(entries)

@@ -7,7 +7,8 @@ from .errors import BadJobInput
 
 # version 00, a trace id and a parent span id (neither all zeros), flags; lower-case hex (the W3C's own form).
 TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}\Z")
-TRACEPARENT_SAID = "a traceparent is 00-<32 hex trace id>-<16 hex span id>-<2 hex flags> (W3C Trace Context)"
+FORM = "00-<32 hex trace id>-<16 hex span id>-<2 hex flags>"
+TRACEPARENT_SAID = f"a traceparent is {FORM} (W3C Trace Context), or NULL for none"
 
 
 def check_traceparent(text: str | None) -> str | None:
@@ -17,7 +18,5 @@ def check_traceparent(text: str | None) -> str | None:
         return None
     said = text.strip().lower()
     if not TRACEPARENT.match(said):
-        raise BadJobInput(
-            "{0} {value} is refused: " + TRACEPARENT_SAID.removeprefix("a traceparent "), "traceparent", value=text
-        )
+        raise BadJobInput("{0} {value} is not a W3C traceparent: give " + FORM, "traceparent", value=text)
     return said

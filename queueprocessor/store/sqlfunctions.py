@@ -221,7 +221,7 @@ DECLARE
     v_order_key text := qp_enqueue.order_key;
     v_run_at double precision := extract(epoch FROM qp_enqueue.run_at);
     v_origin text := left(format('sql %s pid %s', session_user, pg_backend_pid()), {ORIGIN_LENGTH});
-    v_traceparent text := lower(qp_enqueue.traceparent);
+    v_traceparent text := lower(nullif(btrim(qp_enqueue.traceparent), ''));
 {declared}{KEY_DECLARED}    v_id bigint;
 BEGIN
 {_postgresql_checks()}

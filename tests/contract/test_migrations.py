@@ -998,7 +998,8 @@ def test_a_version_16_database_keeps_trace_context_and_its_sql_door_keeps_its_ca
                 assert conn.execute(text(door), dict(f=KEYED_SIGNATURE, s=SIGNATURE, w=writer)).one() == (True, True)
                 traced = text("SELECT qp_enqueue('python', 'bench.jobs:noop', traceparent => :t)")
                 job_id = conn.execute(traced, dict(t=traceparent)).scalar()
-            assert farm._store.jobs.traceparents([job_id]) == {job_id: traceparent}
+                blank = conn.execute(traced, dict(t="")).scalar()  # as an unset setting of the caller's gives
+            assert farm._store.jobs.traceparents([job_id, blank]) == {job_id: traceparent}
             with pytest.raises(exc.DBAPIError, match="traceparent '00-xyz' is not a W3C traceparent") as refused:
                 with farm._engine.begin() as conn:
                     conn.execute(traced, dict(t="00-xyz"))
