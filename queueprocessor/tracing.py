@@ -36,6 +36,13 @@ def _parent(traceparent: str) -> Any:
     return TraceContextTextMapPropagator().extract({"traceparent": traceparent})
 
 
+def current_traceparent() -> str | None:
+    """The current span's context as a traceparent, if one is current (API in sys.modules: the caller's check)."""
+    from opentelemetry import trace
+
+    return traceparent_of(trace.get_current_span())
+
+
 def sending(spec: JobSpec) -> tuple[JobSpec, Any]:
     """An enqueue in a trace (the current one, or the spec's own traceparent), in a process that loaded
     OpenTelemetry (API in sys.modules: the caller's check): a `send {queue}` producer span, whose context the job

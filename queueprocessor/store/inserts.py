@@ -90,6 +90,9 @@ def insert_plain(conn: Connection, specs: Sequence[JobSpec], *, parents: bool = 
         # Only a held-back queue may be fair or keep flow per key: only its jobs' keys and turns are read.
         keyed = key_flow.keys_and_tags(conn, group) if gated else [(s.fair_key, None) for s in group]
         rows = [job_row(s) | fixed | dict(fair_key=k, vtag=t) for s, (k, t) in zip(group, keyed, strict=True)]
+        if len({(s.terms.scope is None, s.traceparent is None) for s in group}) > 1:  # one statement's rows: alike
+            names = {name for row in rows for name in row}
+            rows = [{name: row.get(name) for name in names} for row in rows]
         made = insert_rows(conn, jobs, rows, ids=True)
         for n, job_id in zip(places, made, strict=True):
             ids[n] = job_id
