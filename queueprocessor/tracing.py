@@ -3,6 +3,7 @@ and finish spans in the trace each job keeps. The one module that imports OpenTe
 enqueuer that has not loaded it, or a node without an OTLP endpoint, imports and pays nothing of it (one check)."""
 
 import contextvars
+import functools
 import hashlib
 import logging
 import os
@@ -73,12 +74,32 @@ def run_span_id(trace_id: int, job_id: int, fence: int) -> int:
     return int.from_bytes(digest) or 1
 
 
+# The outcomes whose run span has an error status (a snooze or an operator's cancel is no error of the work's).
+FAILED = ("failed", "timeout", "lost")
+
+
+def _harmless(method: Callable[..., None]) -> Callable[..., None]:
+    """A tracer's step whose failure (the database's read of the traceparents, the SDK) costs the runs their spans,
+    never their work: it is logged, and the node goes on."""
+
+    @functools.wraps(method)
+    def step(*args: Any) -> None:
+        try:
+            method(*args)
+        except Exception as error:  # noqa: BLE001
+            log.warning("tracing: %s failed: %s (these runs' spans are incomplete)", method.__name__, error)
+
+    return step
+
+
 def node_tracer(machine: str) -> "NodeTracer | None":
     """A tracer for a node, if tracing is on: the extra installed, an OTLP endpoint named, the SDK not disabled.
     Otherwise None, and nothing of OpenTelemetry imported."""
     if not any(os.environ.get(name) for name in ENDPOINTS):
         return None
     if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    if os.environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
         return None
     try:
         return NodeTracer(machine)
@@ -103,7 +124,9 @@ class NodeTracer:
             def generate_span_id(self) -> int:
                 return _SPAN_ID.get() or super().generate_span_id()
 
-        resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", SYSTEM)})
+        resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES; unnamed: queueprocessor
+        if str(resource.attributes.get("service.name", "unknown_service")).startswith("unknown_service"):
+            resource = resource.merge(Resource({"service.name": SYSTEM}))
         self.provider = TracerProvider(resource=resource, id_generator=_Ids())
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         self.tracer = self.provider.get_tracer(SYSTEM)
@@ -114,6 +137,7 @@ class NodeTracer:
         """Send what is left, then stop (a node's last act)."""
         self.provider.shutdown()
 
+    @_harmless
     def claimed(
         self,
         runs: Sequence[Any],
@@ -177,6 +201,7 @@ class NodeTracer:
                 _SPAN_ID.reset(token)
             run.context.traceparent = traceparent_of(run.trace)
 
+    @_harmless
     def ended(self, runs: Sequence[Any]) -> None:
         """Their endings are known: each `process` span ends with its outcome, and its `settle` span begins."""
         trace = self.trace
@@ -186,7 +211,7 @@ class NodeTracer:
                 continue
             outcome, error = run.ending[0], run.ending[1]
             span.set_attribute("queueprocessor.outcome", str(outcome))
-            if outcome != "succeeded":
+            if outcome in FAILED:
                 span.set_status(trace.Status(trace.StatusCode.ERROR, error))
             span.end()
             run.trace = self.tracer.start_span(
@@ -199,6 +224,7 @@ class NodeTracer:
                 },
             )
 
+    @_harmless
     def written(self, runs: Sequence[Any]) -> None:
         """Their finishes are written (or given up on): each `settle` span ends."""
         for run in runs:

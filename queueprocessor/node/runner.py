@@ -241,8 +241,6 @@ class JobRunner:
         deadline = work_deadline(leased_at, self.leash)
         contexts = [JobContext(j.id, j.attempts, j.fence, self.machine_id, self._results, deadline) for j in jobs]
         entries = [Running(job, context, leased_at) for job, context in zip(jobs, contexts, strict=True)]
-        if self.tracer is not None:  # before any of them can start: its work gets its span's context
-            self.tracer.claimed(entries, leased_at, slot, self.store.jobs.traceparents)
         with self._lock:
             for entry in entries:
                 entry.prior = self._newest.get(entry.job.id)
@@ -252,6 +250,8 @@ class JobRunner:
                     entry.stop_reason = self._refusing
                 elif self._no_singletons and entry.job.kind == Kind.SINGLETON:
                     entry.stop_reason = "released"
+        if self.tracer is not None:  # held (renewed) meanwhile; before any starts: its work gets its span's context
+            self.tracer.claimed(entries, leased_at, slot, self.store.jobs.traceparents)
         self.tally.claimed(jobs)
         self.loop.call_soon_threadsafe(self._launch_many, entries)
 

@@ -32,7 +32,10 @@ def test_a_groups_members_keep_each_their_own_or_the_current_one(farm):
     ids = [job["id"] for job in sorted(farm.list_jobs(limit=10), key=lambda j: j["id"])]
     assert kept(farm, ids) == [GIVEN, None, None, None], "one statement's rows, each with its own"
     with trace.use_span(trace.NonRecordingSpan(CURRENT)):
-        farm.group([farm.http_spec("/d"), farm.http_spec("/e", traceparent=GIVEN)], callback=farm.http_spec("/f", method="POST"))
+        farm.group(
+            [farm.http_spec("/d"), farm.http_spec("/e", traceparent=GIVEN)],
+            callback=farm.http_spec("/f", method="POST"),
+        )
     ids = [job["id"] for job in sorted(farm.list_jobs(limit=10), key=lambda j: j["id"])][4:]
     assert kept(farm, ids) == [CURRENT_SAID, GIVEN, CURRENT_SAID]
     assert farm.group_info(group)["callback"] is not None

@@ -44,3 +44,14 @@ def test_each_run_of_a_job_has_its_own_span_id_any_machine_can_name():
     assert len(ids) == 6 and all(0 < i < 2**64 for i in ids)
     assert run_span_id(trace, 1, 2) == run_span_id(trace, 1, 2), "the next run links to it by the same derivation"
     assert run_span_id(trace + 1, 1, 2) != run_span_id(trace, 1, 2)
+
+
+def test_a_tracers_failure_costs_the_runs_their_spans_never_their_work(caplog):
+    from queueprocessor.tracing import _harmless
+
+    @_harmless
+    def claimed(*_runs):
+        raise RuntimeError("the database is away")
+
+    claimed([])  # the runner's call returns: the claim's jobs are started as ever
+    assert "tracing: claimed failed: the database is away" in caplog.text
