@@ -60,6 +60,7 @@ def sending(spec: JobSpec) -> tuple[JobSpec, Any]:
         attributes={
             "messaging.system": SYSTEM,
             "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
             "messaging.destination.name": spec.queue,
             "queueprocessor.executor": spec.executor,
         },
@@ -169,10 +170,10 @@ class NodeTracer:
             received = self.tracer.start_span(
                 f"receive {job.queue}",
                 context=parent,
-                kind=trace.SpanKind.CONSUMER,
+                kind=trace.SpanKind.CLIENT,  # a pull (the messaging conventions' kind for receive)
                 start_time=sent,
                 attributes=said
-                | {"messaging.operation.type": "receive"}
+                | {"messaging.operation.type": "receive", "messaging.operation.name": "receive"}
                 | ({} if slot is None else {"queueprocessor.slot": slot}),
             )
             received.end(now)
@@ -193,6 +194,7 @@ class NodeTracer:
                     attributes=said
                     | {
                         "messaging.operation.type": "process",
+                        "messaging.operation.name": "process",
                         "queueprocessor.attempt": job.attempts,
                         "queueprocessor.executor": job.executor,
                     },
@@ -217,9 +219,11 @@ class NodeTracer:
             run.trace = self.tracer.start_span(
                 f"settle {run.job.queue}",
                 context=trace.set_span_in_context(span),
+                kind=trace.SpanKind.CLIENT,
                 attributes={
                     "messaging.system": SYSTEM,
                     "messaging.operation.type": "settle",
+                    "messaging.operation.name": "settle",
                     "queueprocessor.outcome": str(outcome),
                 },
             )

@@ -80,7 +80,7 @@ def test_one_trace_from_the_callers_transaction_to_the_target_and_the_retry(
     settled = [s for s in spans if s["name"] == "settle orders"]
     assert len(received) == len(runs) == len(settled) == 2
     for claim, run in zip(received, runs):  # each claim: a child of the caller's span; each run, of its claim
-        assert claim["parent"] == caller_span and claim["kind"] == "consumer" and claim["service"] == "farm"
+        assert claim["parent"] == caller_span and claim["kind"] == "client" and claim["service"] == "farm"
         assert claim["attributes"]["messaging.message.id"] == str(job["id"])
         assert claim["attributes"]["queueprocessor.machine"] == "traced"
         assert run["parent"] == claim["span_id"] and run["kind"] == "consumer"
@@ -93,6 +93,7 @@ def test_one_trace_from_the_callers_transaction_to_the_target_and_the_retry(
     assert [r["attributes"]["queueprocessor.outcome"] for r in runs] == ["failed", "succeeded"]
     assert first["links"] == [] and retry["links"] == [(trace_id, first["span_id"])], "the retry links its first run"
     assert sorted(s["parent"] for s in settled) == sorted(r["span_id"] for r in runs), "each finish under its run"
+    assert {s["kind"] for s in settled} == {"client"} and {r["kind"] for r in runs} == {"consumer"}
     # What the target saw: each request carried its own run's context, so its spans are children of that run.
     requests = sorted(http_target.requests("/fails-once"), key=lambda r: r["fence"])
     assert [r["status"] for r in requests] == [500, 200]
