@@ -100,9 +100,14 @@ def test_one_trace_from_the_callers_transaction_to_the_target_and_the_retry(
     assert [r["traceparent"].split("-")[1:3] for r in requests] == [[trace_id, r["span_id"]] for r in runs]
 
 
+def processed_spans(otlp: OtlpEndpoint) -> list[dict]:
+    """The `process` spans received."""
+    return [s for s in otlp.spans() if s["name"].startswith("process")]
+
+
 def processed(otlp: OtlpEndpoint) -> dict[int, dict]:
     """The `process` spans received, by job id."""
-    return {int(s["attributes"]["messaging.message.id"]): s for s in otlp.spans() if s["name"].startswith("process")}
+    return {int(s["attributes"]["messaging.message.id"]): s for s in processed_spans(otlp)}
 
 
 def test_the_work_gets_its_runs_context_python_sync_async_and_batch_and_a_command(pg_url, tmp_path, monkeypatch, otlp):
@@ -149,3 +154,38 @@ def test_the_work_gets_its_runs_context_python_sync_async_and_batch_and_a_comman
             assert json.loads(output) == {"current": said, "context": said}
         else:
             assert output == said  # the command's TRACEPARENT
+
+
+def test_a_run_taken_over_from_a_killed_node_links_to_the_run_the_target_saw_first(
+    pg_url, tmp_path, monkeypatch, otlp, http_target
+):
+    """The run of a job whose node was killed mid-request is taken over by another node: the new run, in the same
+    trace, links to the killed one, by the span id the target got in the first request's traceparent (the killed
+    node never sent that span: the link names it all the same, derived from the job and the fence)."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with Farm(pg_url) as farm:
+        farm.settings(**FAST)
+        nodes = NodeProcesses(pg_url, tmp_path)
+        try:
+            victim = nodes("victim", "--http-base", http_target.base_url)
+            wait_for(lambda: farm.serving("default"), timeout=20)
+            [job_id] = farm.enqueue(farm.http_spec("/sleep/2", traceparent=traceparent))
+            wait_for(lambda: http_target.requests("/sleep"), timeout=20)
+            victim.kill()
+            victim.wait()
+            nodes("heir", "--http-base", http_target.base_url)
+            wait_for(lambda: farm.job(job_id)["state"] == "succeeded", timeout=30)
+            wait_for(lambda: 2 in {s["attributes"]["queueprocessor.fence"] for s in processed_spans(otlp)}, timeout=20)
+            runs = sorted(farm.job(job_id)["runs"], key=lambda r: r["fence"])
+        finally:
+            nodes.kill_all()
+    assert [(r["fence"], r["outcome"]) for r in runs] == [(1, "lost"), (2, "succeeded")]
+    first, second = sorted(http_target.requests("/sleep"), key=lambda r: r["fence"])
+    trace_id, first_run = first["traceparent"].split("-")[1:3]
+    [heir] = [s for s in processed_spans(otlp) if s["attributes"]["queueprocessor.fence"] == 2]
+    assert heir["trace_id"] == trace_id == traceparent.split("-")[1]
+    assert heir["attributes"]["queueprocessor.machine"] == "heir"
+    assert heir["links"] == [(trace_id, first_run)], "the take-over links to the run the target saw first"
+    assert second["traceparent"].split("-")[1:3] == [trace_id, heir["span_id"]]
