@@ -171,28 +171,25 @@ def job_row(spec: JobSpec) -> dict[str, Any]:
     """A new job's columns as `spec` gives them, queued, never run, beside its times and gate: the database's own
     qp_enqueue fills the same, generated from here (sqlfunctions). Its key's terms and its traceparent only if it has
     any: a job without them sends what it always did."""
-    return (
-        dict(
-            executor=spec.executor,
-            target=spec.target,
-            method=spec.method,
-            payload=spec.payload,
-            priority=spec.priority,
-            max_attempts=spec.max_attempts,
-            timeout=spec.timeout,
-            key=spec.key,
-            kind=spec.kind,
-            origin=spec.origin,
-            queue=spec.queue,
-            order_key=spec.order_key,
-            fair_key=spec.fair_key,
-            fair_weight=spec.fair_weight,
-            cost=spec.cost,
-            state=JobState.QUEUED,
-            attempts=0,
-            fence=0,
-            cancel_requested=False,
-        )
-        | ({} if spec.terms.scope is None else dict(key_scope=spec.terms.scope, key_hold=spec.terms.hold))
-        | ({} if spec.traceparent is None else dict(traceparent=spec.traceparent))
-    )
+    row = dict(
+        executor=spec.executor,
+        target=spec.target,
+        method=spec.method,
+        payload=spec.payload,
+        priority=spec.priority,
+        max_attempts=spec.max_attempts,
+        timeout=spec.timeout,
+        key=spec.key,
+        kind=spec.kind,
+        origin=spec.origin,
+        queue=spec.queue,
+        order_key=spec.order_key,
+        fair_key=spec.fair_key,
+        fair_weight=spec.fair_weight,
+        cost=spec.cost,
+        state=JobState.QUEUED,
+        attempts=0,
+        fence=0,
+        cancel_requested=False,
+    ) | ({} if spec.terms.scope is None else dict(key_scope=spec.terms.scope, key_hold=spec.terms.hold))
+    return row if spec.traceparent is None else row | dict(traceparent=spec.traceparent)
