@@ -4,6 +4,8 @@ the node, calling the real HTTP target (which records the traceparent header it 
 gives one trace whose spans link the enqueue, each claim, each run, the target's requests and the retry."""
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -17,7 +19,7 @@ from sqlalchemy import text
 from queueprocessor import Farm
 from queueprocessor.tracing import traceparent_of
 from tests.support.otlp import OtlpEndpoint
-from tests.support.work import FAST, PYJOBS, NodeProcesses, wait_for
+from tests.support.work import FAST, PYJOBS, ROOT, NodeProcesses, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -189,3 +191,47 @@ def test_a_run_taken_over_from_a_killed_node_links_to_the_run_the_target_saw_fir
     assert heir["attributes"]["queueprocessor.machine"] == "heir"
     assert heir["links"] == [(trace_id, first_run)], "the take-over links to the run the target saw first"
     assert second["traceparent"].split("-")[1:3] == [trace_id, heir["span_id"]]
+
+
+# An application that traces with the SDK as its global provider (in a process of its own: a global provider is set
+# once a process), enqueueing through the API inside its span.
+TRACED_APP = """
+import sys
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from queueprocessor import Farm
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter()))
+trace.set_tracer_provider(provider)
+with trace.get_tracer("shop").start_as_current_span("checkout") as span, Farm(sys.argv[1]) as farm:
+    [job_id] = farm.enqueue(farm.python_spec("tests.support.pyjobs:noop"))
+print(job_id, format(span.get_span_context().trace_id, "032x"))
+provider.shutdown()
+"""
+
+
+def test_an_api_enqueue_in_a_span_makes_a_producer_span_the_runs_follow(pg_url, tmp_path, monkeypatch, otlp):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    with Farm(pg_url) as farm:
+        farm.settings(**FAST)
+        nodes = NodeProcesses(pg_url, tmp_path)
+        try:
+            nodes("traced")
+            app = subprocess.run([sys.executable, "-c", TRACED_APP, pg_url], capture_output=True, text=True, cwd=ROOT)
+            assert app.returncode == 0, app.stderr
+            job_id, trace_id = app.stdout.split()
+            wait_for(lambda: farm.job(int(job_id))["state"] == "succeeded", timeout=30)
+            wait_for(lambda: any(s["name"] == "settle default" for s in otlp.trace(trace_id)), timeout=20)
+        finally:
+            nodes.kill_all()
+    spans = {s["name"]: s for s in otlp.trace(trace_id)}
+    assert set(spans) == {"checkout", "send default", "receive default", "process default", "settle default"}
+    chain = ["checkout", "send default", "receive default", "process default", "settle default"]
+    for parent, child in zip(chain, chain[1:]):
+        assert spans[child]["parent"] == spans[parent]["span_id"], child
+    assert spans["send default"]["kind"] == "producer"
+    assert spans["send default"]["attributes"]["messaging.destination.name"] == "default"
