@@ -1,7 +1,9 @@
 """Traces (docs/design.md §12), end to end: a real OTLP/HTTP endpoint (tests/support/otlp.py, which decodes the
-protobuf it receives) and a real node process. A job enqueued through qp_enqueue inside a traced transaction, run on
-the node, calling the real HTTP target (which records the traceparent header it got), failing once and retried,
-gives one trace whose spans link the enqueue, each claim, each run, the target's requests and the retry."""
+protobuf it receives) and real node processes. A job enqueued through qp_enqueue inside a traced transaction, run on
+a node, calling the real HTTP target (which records the traceparent header it got), failing once and retried, gives
+one trace whose spans link the enqueue, each claim, each run, the target's requests and the retry; the work gets its
+run's context (HTTP, command, Python sync, async and batch); a take-over links to the killed node's run; an API
+enqueue in an application's span makes the producer span the runs follow."""
 
 import json
 import subprocess
