@@ -32,9 +32,12 @@ def traceparent_of(span: Any) -> str | None:
 
 
 def _parent(traceparent: str) -> Any:
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    """A context whose span is the one `traceparent` names (checked for form at every door: rules/tracecontext.py)."""
+    from opentelemetry import trace
 
-    return TraceContextTextMapPropagator().extract({"traceparent": traceparent})
+    _, trace_id, span_id, flags = traceparent.split("-")
+    named = trace.SpanContext(int(trace_id, 16), int(span_id, 16), True, trace.TraceFlags(int(flags, 16)))
+    return trace.set_span_in_context(trace.NonRecordingSpan(named))
 
 
 def current_traceparent() -> str | None:
@@ -159,7 +162,7 @@ class NodeTracer:
             if (traceparent := found.get(job.id)) is None:
                 continue
             parent = _parent(traceparent)
-            trace_id = trace.get_current_span(parent).get_span_context().trace_id
+            trace_id = int(traceparent[3:35], 16)
             said: dict[str, Any] = {
                 "messaging.system": SYSTEM,
                 "messaging.destination.name": job.queue,
