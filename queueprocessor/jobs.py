@@ -3,11 +3,12 @@ alike (rules.job.JobOptions), the checks before it is stored (count, delay and t
 who signed it), and a job read whole with the jobs it runs after and its runs."""
 
 import json
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Unpack, cast
 
-from . import grabs
+from . import grabs, tracing
 from .jobfunctions import JobFunction, target_of
 from .machines import Machines
 from .rules.errors import BadJobInput, DuplicateKey
@@ -59,10 +60,16 @@ def submit(store: Store, machines: Machines, spec: JobSpec, *, delay: float, at:
             f"a time from 1970 to 9999, e.g. 2026-11-22T18:00:00+00:00 or epoch seconds up to {LATEST:.0f}",
         )
     live = machines.allowing(spec)
+    span = None
+    if tracing.API in sys.modules:  # a caller that traces: the job keeps its producer span's context (design §12)
+        spec, span = tracing.sending(spec)
     try:
         made = store.jobs.made(grabs.signed(spec), delay=delay, at=at, count=count)
     except DuplicateKey as error:
         raise grabs.refuse(store, error) from None
+    finally:
+        if span is not None:
+            span.end()
     return Enqueued(made.ids, bool(serving_machines(live, spec.queue)), made.settled)
 
 

@@ -10,10 +10,12 @@ jobs with a callback, checked here and enqueued in one transaction (store/flows.
 A step names only steps added before it, so a cycle cannot be written.
 """
 
+import sys
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
-from . import grabs
+from . import grabs, tracing
 from .machines import Machines
 from .rules.errors import BadJobInput, DuplicateKey, NotFound, echoed
 from .rules.job import JobSpec
@@ -125,6 +127,13 @@ class Flows:
 
     def _submit(self, kind: str, name: str | None, steps: Sequence[Step], callback: JobSpec | None) -> Made:
         self._machines.allowing(*{step.spec for step in steps} | ({callback} if callback else set()))
+        if tracing.API in sys.modules and (traceparent := tracing.current_traceparent()) is not None:
+            # a caller that traces: each job given none keeps the current context (docs/design.md §12)
+            steps = [
+                step._replace(spec=replace(step.spec, traceparent=step.spec.traceparent or traceparent))
+                for step in steps
+            ]
+            callback = callback and replace(callback, traceparent=callback.traceparent or traceparent)
         signed = [step._replace(spec=grabs.signed(step.spec)) for step in steps]
         try:
             return self._store.flows.create(kind, name, signed, grabs.signed(callback) if callback else None)

@@ -94,6 +94,12 @@ def _when_options(command: Decorated) -> Decorated:
             ),
             click.option("--fair-weight", type=float, help="With --fair-key: that key's weight (default 1)."),
             click.option("--cost", type=int, help="Units of its key's limit it holds while it runs (default 1)."),
+            click.option(
+                "--traceparent",
+                envvar="TRACEPARENT",
+                metavar="W3C",
+                help="The trace its runs join (W3C traceparent; default: $TRACEPARENT). docs/design.md §12.",
+            ),
         )
     ):
         command = option(command)

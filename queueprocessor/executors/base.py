@@ -42,6 +42,7 @@ class JobContext:
         "told",
         "deadline",
         "leash",
+        "traceparent",
     )
     _making = threading.Lock()  # two threads asking for the flag at once get the same one
 
@@ -58,6 +59,7 @@ class JobContext:
         self.attempt = attempt
         self.fence = fence
         self.machine_id = machine_id
+        self.traceparent: str | None = None  # its run's span on a tracing node (docs/design.md §12)
         self.grace = STOP_GRACE
         self._cancelled: threading.Event | None = None
         self._results = results

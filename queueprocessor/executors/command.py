@@ -18,7 +18,8 @@ When the program ends, what it left running in its group is killed with it.
 
 A command does not inherit the node's environment, which holds the farm's database URL and its password (QP_DB) and
 the node's settings: it gets PASSED (those the node has), the variables the node is told to pass through
-(`--command-env NAME`), and its own QP_JOB_ID, QP_ATTEMPT, QP_FENCE, QP_MACHINE and QP_QUEUE.
+(`--command-env NAME`), and its own QP_JOB_ID, QP_ATTEMPT, QP_FENCE, QP_MACHINE and QP_QUEUE (and, from a tracing
+node, TRACEPARENT: its run's span, docs/design.md §12).
 """
 
 import asyncio
@@ -104,6 +105,8 @@ class CommandExecutor(Executor):
             QP_MACHINE=str(context.machine_id),
             QP_QUEUE=job.queue,
         )
+        if context.traceparent is not None:  # a tracing node's run: the command's own spans may join its trace
+            env["TRACEPARENT"] = context.traceparent
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,

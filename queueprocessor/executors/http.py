@@ -173,6 +173,8 @@ class HttpExecutor(Executor):
             "X-QP-Fence": str(job.fence),
             "X-QP-Machine": str(context.machine_id),
         }
+        if context.traceparent is not None:  # a tracing node's run: the target's request joins its trace
+            headers["traceparent"] = context.traceparent
         body = job.payload.encode() if job.method == "POST" and job.payload is not None else None
         if body is not None:
             headers["Content-Type"] = "application/json"

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, cast
 
+from .. import tracing
 from ..rules.allow import check_listed
 from ..rules.job import Claimed, JobSpec
 from ..rules.kinds import PYTHON, module_allowed, parse_target
@@ -97,7 +98,11 @@ def _output(result: object) -> str | None:
 
 def _call(function: Callable[..., object], payload: str | None, context: JobContext) -> str | None:
     try:
-        result = function(json.loads(payload) if payload else None, context)
+        if context.traceparent is not None:  # a tracing node's run: its span is the current context while it works
+            with tracing.current(context.traceparent):
+                result = function(json.loads(payload) if payload else None, context)
+        else:
+            result = function(json.loads(payload) if payload else None, context)
     except BaseException as error:  # SystemExit too: handed to the runner's loop, it would end the loop
         raise _failed(error) from None
     return _output(result)
@@ -193,6 +198,9 @@ class PythonExecutor(Executor):
         assert self._threads is not None
         if is_async:
             try:
+                if context.traceparent is not None:  # as _call: in its own task, the context is its alone
+                    with tracing.current(context.traceparent):
+                        return _output(await function(json.loads(job.payload) if job.payload else None, context))
                 return _output(await function(json.loads(job.payload) if job.payload else None, context))
             except asyncio.CancelledError:
                 context.cancelled.set()

@@ -70,6 +70,7 @@ from ..rules.roster import KnownMachines, Liveness
 from ..rules.states import MachineState, Outcome
 from ..store.database import unreachable
 from ..store.stores import Store
+from ..tracing import node_tracer
 from ..version import __version__
 from .config import NodeConfig
 from .flowcount import FlowCount
@@ -105,6 +106,7 @@ class Node:
         self.id: int | None = None
         self.runner: JobRunner | None = None
         self.listener: Listener | None = None
+        self.tracer = node_tracer(config.name or socket.gethostname())  # None: not tracing (docs/design.md §12)
         self.exporter: Exporter | None = None  # serves our metrics, with config.metrics_port
         self._threads: list[threading.Thread] = []
         self._failures: dict[str, tuple[float, str] | None] = dict.fromkeys(WATCHED)
@@ -246,6 +248,7 @@ class Node:
                 self.config.leash,
                 on_failure=self._failed,
                 flows=self.flows,
+                tracer=self.tracer,
             )
             self.runner.start()
             undo.callback(self.runner.stop)
@@ -336,6 +339,8 @@ class Node:
         self._await_idle(5)
         self._end_threads()
         self.runner.stop()
+        if self.tracer is not None:  # the spans of the last runs sent
+            self.tracer.shutdown()
         if self.id is not None:
             self._mark_stopped()
         if self.exporter is not None:

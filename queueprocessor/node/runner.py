@@ -33,6 +33,7 @@ from ..rules.logs import about
 from ..rules.states import Kind, Outcome
 from ..store.stores import Store
 from ..store.types import Progress
+from ..tracing import NodeTracer
 from .batches import Batches
 from .flowcount import FlowCount
 from .recorder import Recorder
@@ -80,6 +81,7 @@ class JobRunner:
         leash: float = math.inf,
         on_failure: Callable[[str], None] = lambda _why: None,
         flows: FlowCount | None = None,
+        tracer: NodeTracer | None = None,
     ):
         """`on_done(job, outcome)` once a job's result is written; `on_room()` as soon as jobs' work is over,
         before that write (see room), and again once their results are written (one call for the jobs of a pass of
@@ -87,11 +89,13 @@ class JobRunner:
         `fenced_grace`: how long a job stopped for a lost lease may take to end by itself before it is forced
         (see JobContext.grace): its stop must be over before the lease runs out. `leash`: see work_deadline.
         `on_failure(why)` if the loop is interrupted (the node then stops, as when one of its threads dies).
-        `flows` counts the written endings of queues with a breaker or an adaptive rate (see Recorder)."""
+        `flows` counts the written endings of queues with a breaker or an adaptive rate (see Recorder). `tracer`, on
+        a tracing node only, makes each traced run's spans (docs/design.md §12)."""
         self.store = store
         self.machine_id = machine_id
         self._read_results = store.flows.results  # what a job's parents returned, read when it asks (JobContext)
         self.on_failure = on_failure
+        self.tracer = tracer
         self._pulsed = time.monotonic()  # when the loop last turned (see _pulse)
         self.executors = executors
         self.db_now = db_now
@@ -229,10 +233,11 @@ class JobRunner:
     def submit(self, job: Claimed, leased_at: float = float("-inf")) -> None:
         self.submit_many([job], leased_at)
 
-    def submit_many(self, jobs: list[Claimed], leased_at: float = float("-inf")) -> None:
+    def submit_many(self, jobs: list[Claimed], leased_at: float = float("-inf"), slot: int | None = None) -> None:
         """Start a claim's jobs: one wake-up of the loop for all of them. A job we still hold a run of (stopped,
         and ending) gets a run of its own beside it, which starts once the older run's work is over. A claim that
-        comes after refuse() (a stop) or, for singletons, after release_singletons() (a drain) is handed back."""
+        comes after refuse() (a stop) or, for singletons, after release_singletons() (a drain) is handed back.
+        `slot`: the turn that claimed them, if one did (a traced run's claim span names it)."""
         deadline = work_deadline(leased_at, self.leash)
         contexts = [JobContext(j.id, j.attempts, j.fence, self.machine_id, self._results, deadline) for j in jobs]
         entries = [Running(job, context, leased_at) for job, context in zip(jobs, contexts, strict=True)]
@@ -245,6 +250,8 @@ class JobRunner:
                     entry.stop_reason = self._refusing
                 elif self._no_singletons and entry.job.kind == Kind.SINGLETON:
                     entry.stop_reason = "released"
+        if self.tracer is not None:  # held (renewed) meanwhile; before any starts: its work gets its span's context
+            self.tracer.claimed(entries, leased_at, slot, self.store.jobs.traceparents)
         self.tally.claimed(jobs)
         self.loop.call_soon_threadsafe(self._launch_many, entries)
 
@@ -359,6 +366,8 @@ class JobRunner:
         if marking is not None:  # the run's row takes its start from the job's row when it ends: written first
             await asyncio.wait({marking})
         entry.ending = ending
+        if self.tracer is not None:
+            self.tracer.ended([entry])
         self.recorder.record([entry])  # the job's task ends here: the writer sees its result through
 
     async def _after_prior(self, entry: Running) -> None:
@@ -392,6 +401,8 @@ class JobRunner:
     def _ended(self, entries: list[Running]) -> None:
         """The work of a batch's jobs is over and each has its ending: they make room, and their ends are written."""
         self._writing_results(entries)
+        if self.tracer is not None:
+            self.tracer.ended(entries)
         self.recorder.record(entries)
 
     def _writing_results(self, entries: list[Running]) -> None:
@@ -433,6 +444,8 @@ class JobRunner:
                 if self._newest.get(entry.job.id) is entry:
                     del self._newest[entry.job.id]
             self._writing -= len(done)
+        if self.tracer is not None:
+            self.tracer.written([entry for entry, _ in done])
         self.tally.ended([entry.job for entry, _ in done], [outcome for _, outcome in done])
         for entry, outcome in done:
             self.on_done(entry.job, outcome)

@@ -3,7 +3,7 @@
 import asyncio
 import random
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..executors import JobContext, JobFailed, Snooze
 from ..rules.errors import NotAllowed, QPError
@@ -125,6 +125,7 @@ class Running:
         "batch",
         "waiting",
         "over",
+        "trace",
     )
 
     def __init__(self, job: Claimed, context: JobContext, leased_at: float = float("-inf")):
@@ -145,6 +146,7 @@ class Running:
         self.waiting = True  # claimed, its work not begun: waiting for its launch, its time or an older run of it
         # Resolved once its work is over (`recording`): made when a newer run of its job must wait for that
         self.over: asyncio.Future[None] | None = None
+        self.trace: Any = None  # on a tracing node, its span going on: process, then settle (tracing.NodeTracer)
 
 
 SINGLETON_SETTLED = 10.0  # seconds a singleton must run before it counts as having started well

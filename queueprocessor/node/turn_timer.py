@@ -386,7 +386,7 @@ class TurnTimer(OfJoinedNode):
         claimed = turn.claimed
         if turn.guarded_due and free > 0:
             claimed = self.store.jobs.claim(replace(request, plan=self._plan(free, guarded=True)))
-        self._start(claimed, sent)
+        self._start(claimed, sent, slot)
         return replace(turn, claimed=claimed)
 
     def _claim(self, limit: int, horizon: float = 0.0, guarded: bool = False) -> int:
@@ -406,9 +406,9 @@ class TurnTimer(OfJoinedNode):
         self._start(jobs, sent)
         return len(jobs)
 
-    def _start(self, jobs: list[Claimed], leased_at: float) -> None:
+    def _start(self, jobs: list[Claimed], leased_at: float, slot: int | None = None) -> None:
         if jobs:
-            self._runner.submit_many(jobs, leased_at=leased_at)
+            self._runner.submit_many(jobs, leased_at=leased_at, slot=slot)
             self._started.set()
 
     def _plan(self, free: int, guarded: bool = False) -> Plan:

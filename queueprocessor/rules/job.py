@@ -16,6 +16,7 @@ from .kinds import kind_of
 from .limits import MAX_ATTEMPTS, MAX_INT, MAX_PAYLOAD
 from .queues import DEFAULT, check_name, check_order_key
 from .states import JobState, Kind, Outcome
+from .tracecontext import check_traceparent
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class JobSpec:
     fair_weight: float | None = None  # that key's weight (None: 1): a key of weight 2 gets twice the share
     cost: int | None = None  # units of its key's limit it holds while it runs (None: 1)
     terms: KeyTerms = KeyTerms()  # how long it holds `key`, and what its enqueue does if the key is held
+    traceparent: str | None = None  # the W3C trace context it was enqueued under (docs/design.md §12)
 
 
 class Claimed(NamedTuple):
@@ -143,7 +145,8 @@ class JobOptions(TypedDict, total=False):
         outcome). `fair_key` names whose share of a fair queue it takes (`fair_weight`: that key's weight) and whose
         per-key limit it counts in, holding `cost` units of it (rules/fairness.py). A job with a `key` holds it as
     `key_scope`, `key_until` or `key_for` say, and its enqueue settles a conflict as `on_conflict` says, or moves the
-    waiting job of its key by `debounce`, up to `max_delay` (rules/keys.py). `method` is an HTTP job's."""
+    waiting job of its key by `debounce`, up to `max_delay` (rules/keys.py). `method` is an HTTP job's. `traceparent`
+    (W3C) names the trace its runs join (docs/design.md §12); none given, the Farm takes the current one, if any."""
 
     method: str
     priority: int
@@ -163,6 +166,7 @@ class JobOptions(TypedDict, total=False):
     on_conflict: str | None
     debounce: float | None
     max_delay: float | None
+    traceparent: str | None
 
 
 def work_spec(executor: str, target: str, *, payload: str | None = None, **options: Unpack[JobOptions]) -> JobSpec:
@@ -204,6 +208,7 @@ def work_spec(executor: str, target: str, *, payload: str | None = None, **optio
             debounce=given.get("debounce"),
             max_delay=given.get("max_delay"),
         ),
+        traceparent=check_traceparent(given.get("traceparent")),
     )
     kind_of(spec.executor).check(spec.target, spec.method)
     return spec

@@ -90,6 +90,9 @@ def insert_plain(conn: Connection, specs: Sequence[JobSpec], *, parents: bool = 
         # Only a held-back queue may be fair or keep flow per key: only its jobs' keys and turns are read.
         keyed = key_flow.keys_and_tags(conn, group) if gated else [(s.fair_key, None) for s in group]
         rows = [job_row(s) | fixed | dict(fair_key=k, vtag=t) for s, (k, t) in zip(group, keyed, strict=True)]
+        if len({(s.terms.scope is None, s.traceparent is None) for s in group}) > 1:  # one statement's rows: alike
+            names = {name for row in rows for name in row}
+            rows = [{name: row.get(name) for name in names} for row in rows]
         made = insert_rows(conn, jobs, rows, ids=True)
         for n, job_id in zip(places, made, strict=True):
             ids[n] = job_id
@@ -166,9 +169,9 @@ def check_key(spec: JobSpec) -> None:
 
 def job_row(spec: JobSpec) -> dict[str, Any]:
     """A new job's columns as `spec` gives them, queued, never run, beside its times and gate: the database's own
-    qp_enqueue fills the same, generated from here (sqlfunctions). Its key's terms only if it has any: a job
-    without them sends what it always did."""
-    return dict(
+    qp_enqueue fills the same, generated from here (sqlfunctions). Its key's terms and its traceparent only if it has
+    any: a job without them sends what it always did."""
+    row = dict(
         executor=spec.executor,
         target=spec.target,
         method=spec.method,
@@ -189,3 +192,4 @@ def job_row(spec: JobSpec) -> dict[str, Any]:
         fence=0,
         cancel_requested=False,
     ) | ({} if spec.terms.scope is None else dict(key_scope=spec.terms.scope, key_hold=spec.terms.hold))
+    return row if spec.traceparent is None else row | dict(traceparent=spec.traceparent)

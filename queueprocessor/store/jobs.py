@@ -146,6 +146,15 @@ class JobStore:
         claimed = self._not_stopped(request.machine_id, [Claimed(*row[3:]) for row in rows if row[3] is not None])
         return Turn(True, claimed, guarded_due, elsewhere_due)
 
+    def traceparents(self, ids: list[int]) -> dict[int, str]:
+        """The W3C traceparents the jobs `ids` keep, by id (those without one left out): read once a claim, by a
+        tracing node only (docs/design.md §12)."""
+        with self.store.engine.connect() as conn:
+            found = conn.execute(
+                select(jobs.c.id, jobs.c.traceparent).where(jobs.c.id.in_(ids), jobs.c.traceparent.is_not(None))
+            )
+            return {job_id: traceparent for job_id, traceparent in found}
+
     def _not_stopped(self, machine_id: int, claimed: list[Claimed]) -> list[Claimed]:
         """PostgreSQL's claim, made in one statement: the jobs it took whose cancel was asked end cancelled, in a
         transaction of their own (see _stop_asked); the others, most urgent first."""

@@ -437,6 +437,17 @@ def _exactly_the_runs_meant(conn: Connection) -> None:
     _schedule_policies(conn)
 
 
+def _trace_context_kept(conn: Connection) -> None:
+    """16 to 17 (docs/design.md §12): a job keeps the W3C traceparent it was enqueued under, a nullable column of
+    qp_jobs (on PostgreSQL added to the partitioned table, so every range has it), NULL on every job there is; and
+    qp_enqueue takes a traceparent last (the roles granted the one of schema 16 keep the door). An older node still
+    running beside it enqueues, claims, runs and finishes as before, and traces nothing: its runs of traced jobs are
+    missing from their traces."""
+    if "traceparent" not in {column["name"] for column in inspect(conn).get_columns("qp_jobs")}:
+        _add_column(conn, schema.jobs.c.traceparent)
+    create_sql_functions(conn)
+
+
 # The step that upgrades a database from each version to the next.
 STEPS = {
     1: _index_queued_jobs_only,
@@ -454,6 +465,7 @@ STEPS = {
     13: _finished_jobs_by_range,
     14: _flow_control,
     15: _exactly_the_runs_meant,
+    16: _trace_context_kept,
 }
 
 

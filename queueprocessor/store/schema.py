@@ -39,7 +39,7 @@ from .partitions import partition
 from .sql import push
 from .sql.ddl import farm_schema, quoted, run, side_triggers
 
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 
 metadata = MetaData()
 
@@ -247,6 +247,9 @@ jobs = Table(
     # until (key_hold: the time) or after (key_hold: seconds after success). NULL on a job without such terms.
     Column("key_scope", String(12), nullable=True),
     Column("key_hold", Float, nullable=True),
+    # The W3C traceparent it was enqueued under (docs/design.md §12): its runs' spans join that trace. NULL on a job
+    # enqueued outside a trace, which costs its row nothing.
+    Column("traceparent", String(55), nullable=True),
 )
 # A claim and a finish change a job's state, so no update is HOT: each new row version enters every index
 # whose condition it meets. So all but the primary key are partial, each the size of what it serves: the

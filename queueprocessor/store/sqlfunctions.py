@@ -2,7 +2,8 @@
 queue, order_key, run_at)`, a PL/pgSQL function on PostgreSQL and a procedure of the same name on SQL Server, for a
 trigger or any SQL client to enqueue in its own transaction. (SQLite has no stored code: enqueue from Python.) On
 PostgreSQL it also takes a key and its terms (key_scope, key_until, key_for, on_conflict, debounce, max_delay) and
-settles a conflict as JobStore.made does, from the same conditions (store/key_holds.py).
+settles a conflict as JobStore.made does, from the same conditions (store/key_holds.py), and last the W3C
+traceparent of the caller's trace, kept on the job (docs/design.md §12).
 
 It checks what the Python enqueue checks of a job's form and the farm's bounds (a known executor, the target's form,
 the queue's name, the order key, the payload's size, the time), each refusal one error with a hint, and inserts the
@@ -48,6 +49,7 @@ from ..rules.keys import NAMED, OnConflict
 from ..rules.kinds import KINDS, TARGETS_SAID, WorkKind
 from ..rules.limits import LATEST, MAX_PAYLOAD
 from ..rules.queues import _NAME, _NAME_RULE, DEFAULT, MAX_NAME, MAX_ORDER_KEY
+from ..rules.tracecontext import TRACEPARENT, TRACEPARENT_SAID
 from .dbtime import db_now
 from .inserts import OCCURRENCE_KEY, SINGLETON_PREFIX, job_row
 from .key_holds import debounced_at, holder_read
@@ -69,10 +71,13 @@ HINTS = {
     "key": "its terms are in docs/sql-enqueue.md, as `enqueue --help` words them",
     "held": "give on_conflict => 'existing' or 'replace', or another key",
     "started": "give the key key_scope => 'waiting' to enqueue anew once its job starts",
+    "traceparent": TRACEPARENT_SAID,
 }
-# Its signature, as GRANT and REVOKE name it on PostgreSQL.
+# Its signature, as GRANT and REVOKE name it on PostgreSQL, and the former ones an upgrade replaces.
 FORMER_SIGNATURE = "qp_enqueue(text, text, jsonb, text, text, timestamptz)"  # schema 7 to 15: without a key
-SIGNATURE = FORMER_SIGNATURE.removesuffix(")") + ", text, text, timestamptz, interval, text, interval, interval)"
+KEYED_SIGNATURE = FORMER_SIGNATURE.removesuffix(")") + ", text, text, timestamptz, interval, text, interval, interval)"
+SIGNATURE = KEYED_SIGNATURE.removesuffix(")") + ", text)"  # schema 17: a traceparent last (docs/design.md §12)
+FORMER_SIGNATURES = (FORMER_SIGNATURE, KEYED_SIGNATURE)  # schema 16: with a key, without a traceparent
 TARGET_LENGTH = jobs.c.target.type.length  # type: ignore[attr-defined]
 KEY_LENGTH = jobs.c.key.type.length  # type: ignore[attr-defined]
 ORIGIN_LENGTH = jobs.c.origin.type.length  # type: ignore[attr-defined]
@@ -95,13 +100,14 @@ def create_sql_functions(conn: Connection) -> None:
 
 
 def _former_door_closed(conn: Connection) -> list[str]:
-    """PostgreSQL: drop qp_enqueue of six parameters (before schema 16), which a call naming six or fewer would find
-    beside today's; the roles granted it, to be granted today's."""
-    former = conn.execute(text("SELECT to_regprocedure(:f)"), dict(f=FORMER_SIGNATURE)).scalar()
-    if former is None:
-        return []
-    roles = list(conn.execute(_PG_CALLERS, dict(f=FORMER_SIGNATURE)).scalars())
-    conn.execute(DDL(f"DROP FUNCTION {FORMER_SIGNATURE}"))
+    """PostgreSQL: drop each former qp_enqueue (six parameters before schema 16, thirteen in 16), which a call naming
+    fewer parameters would find beside today's; the roles granted them, to be granted today's."""
+    roles: list[str] = []
+    for signature in FORMER_SIGNATURES:
+        if conn.execute(text("SELECT to_regprocedure(:f)"), dict(f=signature)).scalar() is None:
+            continue
+        roles += [r for r in conn.execute(_PG_CALLERS, dict(f=signature)).scalars() if r not in roles]
+        conn.execute(DDL(f"DROP FUNCTION {signature}"))
     return roles
 
 
@@ -141,6 +147,7 @@ def _insert(
     every table is named in it; with `keyed`, the job's key and its terms are given too."""
     row = job_row(JobSpec(executor="", target=""))
     named = ("executor", "target", "payload", "queue", "order_key", "origin", *(KEY_COLUMNS if keyed else ()))
+    named += ("traceparent",) if keyed else ()
     given = {name: value(name) for name in named}
     # Columns with a default of the schema's own (e.g. a dependency's flags): compiled with literal binds, a Python-side
     # default would be written NULL, so each is given as its value.
@@ -176,7 +183,7 @@ def _compiled(statement: Any, dialect: Any, farm_schema: str | None = None) -> s
 KEY_COLUMNS = ("key", "key_scope", "key_hold")
 _VARIABLES = {
     name: "v_" + name
-    for name in ("executor", "target", "payload", "queue", "order_key", "origin", "run_at", *KEY_COLUMNS)
+    for name in ("executor", "target", "payload", "queue", "order_key", "origin", "run_at", *KEY_COLUMNS, "traceparent")
 }
 _FLOATS = ("run_at", "key_hold")
 
@@ -203,7 +210,7 @@ CREATE OR REPLACE FUNCTION qp_enqueue(
     executor text, target text, payload jsonb DEFAULT NULL, queue text DEFAULT {_quoted(DEFAULT)},
     order_key text DEFAULT NULL, run_at timestamptz DEFAULT NULL, key text DEFAULT NULL, key_scope text DEFAULT NULL,
     key_until timestamptz DEFAULT NULL, key_for interval DEFAULT NULL, on_conflict text DEFAULT NULL,
-    debounce interval DEFAULT NULL, max_delay interval DEFAULT NULL
+    debounce interval DEFAULT NULL, max_delay interval DEFAULT NULL, traceparent text DEFAULT NULL
 ) RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $qp_enqueue$
 DECLARE
     v_executor text := qp_enqueue.executor;
@@ -213,10 +220,12 @@ DECLARE
     v_order_key text := qp_enqueue.order_key;
     v_run_at double precision := extract(epoch FROM qp_enqueue.run_at);
     v_origin text := left(format('sql %s pid %s', session_user, pg_backend_pid()), {ORIGIN_LENGTH});
+    v_traceparent text := lower(nullif(btrim(qp_enqueue.traceparent), ''));
 {declared}{KEY_DECLARED}    v_id bigint;
 BEGIN
 {_postgresql_checks()}
 {_postgresql_key_checks()}
+{_pg_refuse(TRACE_REFUSED, "traceparent", "traceparent % is not a W3C traceparent", _pg_shown("v_traceparent"))}
     IF v_key IS NULL THEN
         {insert_sql} INTO v_id;
         RETURN v_id;
@@ -226,6 +235,10 @@ END
 $qp_enqueue$;
 REVOKE ALL ON FUNCTION {SIGNATURE} FROM PUBLIC;
 """
+
+
+# A malformed traceparent (rules/tracecontext.py's pattern, read by PostgreSQL's regular expressions).
+TRACE_REFUSED = "v_traceparent !~ " + _quoted("^" + TRACEPARENT.pattern.removesuffix(r"\Z") + "$")
 
 
 def _pg_refuse(condition: str, what: str, message: str, shown: str | None) -> str:

@@ -5,7 +5,7 @@ import uuid
 from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import Index, MetaData, func, insert, inspect, select, text, true, update
+from sqlalchemy import Index, MetaData, exc, func, insert, inspect, select, text, true, update
 
 from queueprocessor import JobFilter
 from queueprocessor.farm import Farm
@@ -20,7 +20,7 @@ from queueprocessor.store.migrations import (
     QUEUED_BEFORE_6,
     SCHEDULE_POLICY_COLUMNS,
 )
-from queueprocessor.store.sqlfunctions import FORMER_SIGNATURE, SIGNATURE, create_sql_functions
+from queueprocessor.store.sqlfunctions import FORMER_SIGNATURE, KEYED_SIGNATURE, SIGNATURE, create_sql_functions
 from queueprocessor.store.types import ClaimRequest, Plan, Progress
 
 JOB = JobSpec(executor="python", target="bench.jobs:noop", max_attempts=1)
@@ -91,16 +91,34 @@ def notify_each_insert(conn) -> None:
     )
 
 
+def back_to_16(conn) -> None:
+    """Schema 17's trace context, gone: no traceparent on job rows, and on PostgreSQL qp_enqueue of thirteen
+    parameters (a stand-in of that signature: what the upgrade does with it, not what it ran, is what is tested)."""
+    drop_column(conn, "qp_jobs", "traceparent")
+    if conn.dialect.name == "postgresql":
+        conn.execute(text(f"DROP FUNCTION {SIGNATURE}"))
+        conn.execute(text(f"CREATE FUNCTION {KEYED_SIGNATURE} RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'"))
+
+
+def make_version_16(url: str) -> None:
+    """A farm database as schema version 16 left it (see back_to_16)."""
+    Farm(url).close()
+    with rewriting(url) as conn:
+        back_to_16(conn)
+        set_version(conn, 16)
+
+
 def back_to_15(conn) -> None:
     """Schema 16's keys on their own terms and schedule policies, gone: no scope or hold on job rows, none of the
     qp_schedules columns of overlap, jitter, pause until and pause on failure, and on PostgreSQL qp_enqueue of six
-    parameters (a stand-in of that signature: what the upgrade does with it, not what it ran, is what is tested)."""
+    parameters (a stand-in, as back_to_16's); and version 16's lacks (see back_to_16)."""
+    back_to_16(conn)
     for column in ("key_scope", "key_hold"):
         drop_column(conn, "qp_jobs", column)
     for column in SCHEDULE_POLICY_COLUMNS:
         drop_column(conn, "qp_schedules", column)
     if conn.dialect.name == "postgresql":
-        conn.execute(text(f"DROP FUNCTION {SIGNATURE}"))
+        conn.execute(text(f"DROP FUNCTION {KEYED_SIGNATURE}"))
         conn.execute(text(f"CREATE FUNCTION {FORMER_SIGNATURE} RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'"))
 
 
@@ -353,7 +371,7 @@ def test_a_version_1_database_is_upgraded_as_a_node_starts_and_works(db_url):
     waiting = make_version_1(db_url)
     with Farm(db_url) as farm:
         version, indexes = shape(farm)
-        assert version == CURRENT == "16"
+        assert version == CURRENT == "17"
         assert {"ix_qp_jobs_queued", "ix_qp_jobs_ended_badly"} <= indexes
         assert "ix_qp_jobs_queue" not in indexes
 
@@ -956,3 +974,33 @@ def test_a_version_15_database_gets_schedule_policies_in_place_and_an_older_node
             assert (row["overlap"], row["jitter"]) == ("allow", 0.0)
             assert all(row[c] is None for c in SCHEDULE_POLICY_COLUMNS if c not in ("overlap", "jitter"))
         assert farm.edit_schedule("before", overlap="skip", pause_on_failure=2)["overlap"] == "skip"
+
+
+def test_a_version_16_database_keeps_trace_context_and_its_sql_door_keeps_its_callers(db_url):
+    """Version 16 to 17: job rows get a traceparent (NULL on every job there is); on PostgreSQL qp_enqueue takes one
+    last, the thirteen-parameter one is gone, a role granted it keeps the door, and a malformed one is refused."""
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with Farm(db_url) as farm:
+        [before] = farm._store.jobs.enqueue(JobSpec(executor="python", target="bench.jobs:noop"))
+    make_version_16(db_url)
+    postgresql, writer = db_url.startswith("postgresql"), f"writer_{uuid.uuid4().hex[:8]}"  # roles are the server's
+    if postgresql:
+        with rewriting(db_url) as conn:
+            conn.execute(text(f"CREATE ROLE {writer} NOLOGIN"))
+            conn.execute(text(f"GRANT EXECUTE ON FUNCTION {KEYED_SIGNATURE} TO {writer}"))
+    with Farm(db_url) as farm:
+        assert shape(farm)[0] == CURRENT
+        [after] = farm.submit(farm.python_spec("bench.jobs:noop", traceparent=traceparent.upper())).ids
+        assert [farm._store.jobs.traceparents([before, after])] == [{after: traceparent}], "none on a job of before"
+        if postgresql:
+            with farm._engine.begin() as conn:
+                door = "SELECT to_regprocedure(:f) IS NULL, has_function_privilege(:w, :s, 'EXECUTE')"
+                assert conn.execute(text(door), dict(f=KEYED_SIGNATURE, s=SIGNATURE, w=writer)).one() == (True, True)
+                traced = text("SELECT qp_enqueue('python', 'bench.jobs:noop', traceparent => :t)")
+                job_id = conn.execute(traced, dict(t=traceparent)).scalar()
+                blank = conn.execute(traced, dict(t="")).scalar()  # as an unset setting of the caller's gives
+            assert farm._store.jobs.traceparents([job_id, blank]) == {job_id: traceparent}
+            with pytest.raises(exc.DBAPIError, match="traceparent '00-xyz' is not a W3C traceparent") as refused:
+                with farm._engine.begin() as conn:
+                    conn.execute(traced, dict(t="00-xyz"))
+            assert refused.value.orig.sqlstate == "22023"

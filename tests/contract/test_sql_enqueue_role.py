@@ -95,13 +95,14 @@ def test_a_role_granted_the_door_enqueues_and_writes_nothing_else(pg_url):
         assert job["origin"].startswith(f"sql {make_url(writer).username} pid ")
         for what, statement in FORGED.items():
             assert refused(writer, statement) == "42501", what  # insufficient_privilege
-        # The door names nothing a row could squat with: its parameters are the six of an enqueue and a key with its
-        # terms, and a key of the farm's own (a schedule's occurrence, a singleton's) is refused.
+        # The door names nothing a row could squat with: its parameters are the six of an enqueue, a key with its
+        # terms and a traceparent, and a key of the farm's own (a schedule's occurrence, a singleton's) is refused.
         with farm._engine.connect() as conn:
             names = conn.execute(text(f"SELECT proargnames FROM pg_proc WHERE oid = '{SIGNATURE}'::regprocedure"))
             assert names.scalar() == [
                 *("executor", "target", "payload", "queue", "order_key", "run_at"),
                 *("key", "key_scope", "key_until", "key_for", "on_conflict", "debounce", "max_delay"),
+                "traceparent",
             ]
         squat = "qp_enqueue(executor => 'http', target => '/x', key => 'singleton:feed')"
         assert refused(writer, f"SELECT {squat}") == "22023"  # invalid_parameter_value

@@ -1,6 +1,6 @@
 """A real local HTTP server that stands in for the service HTTP jobs call.
 
-It records every request with the QueueProcessor headers it carried and when it
+It records every request with the QueueProcessor headers it carried (and its W3C `traceparent`) and when it
 started and ended, so tests can check what ran, where, with which attempt and
 fence, and prove that a job never ran on two machines at once
 (`concurrent_overlaps()`). `/write/<name>` behaves like a downstream service
@@ -82,7 +82,7 @@ class HttpTarget:
     def requests(self, path_prefix: str | None = None) -> list[dict]:
         """Snapshot of recorded requests (in arrival order), optionally by path prefix.
 
-        Each is ``{"path", "method", "job", "attempt", "fence", "machine",
+        Each is ``{"path", "method", "job", "attempt", "fence", "machine", "traceparent",
         "started", "ended", "status", "body", "accepted"}``; `ended` and
         `status` are None while the request is in flight, `accepted` is None
         except for /write.
@@ -202,6 +202,7 @@ def _handler_class(target: HttpTarget) -> type[BaseHTTPRequestHandler]:
                 "path": self.path,
                 "method": self.command,
                 **{key: _header_value(self.headers.get(name)) for key, name in _HEADERS.items()},
+                "traceparent": self.headers.get("traceparent"),
                 "started": time.time(),
                 "ended": None,
                 "status": None,

@@ -313,3 +313,28 @@ def batch_snooze_all(payloads, contexts):
     if all(first):
         contexts[0].snooze(0.2, "all of them")
     return {"batch": len(payloads)}
+
+
+# Traces (docs/design.md §12): what a job sees of its run's span, as the current OpenTelemetry context and as
+# context.traceparent (tests/acceptance/test_traces.py).
+def _current_trace() -> str | None:
+    from opentelemetry import trace
+
+    from queueprocessor.tracing import traceparent_of
+
+    return traceparent_of(trace.get_current_span())
+
+
+def seen_trace(payload, context):
+    return {"current": _current_trace(), "context": context.traceparent}
+
+
+async def seen_trace_async(payload, context):
+    await asyncio.sleep(0)
+    return {"current": _current_trace(), "context": context.traceparent}
+
+
+@job(batch=5)
+def seen_trace_batch(payloads, contexts):
+    """A batch call: each job's own span in its context; no context current during the call."""
+    return [{"current": _current_trace(), "context": c.traceparent} for c in contexts]

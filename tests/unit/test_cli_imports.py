@@ -37,7 +37,7 @@ NODE_SIDE = {
 
 
 def loaded_by(*args: str, db: str | None = None) -> tuple[set[str], str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QP_")} | ({"QP_DB": db} if db else {})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QP_", "OTEL_"))} | ({"QP_DB": db} if db else {})
     done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     *shown, modules = done.stdout.splitlines()
@@ -57,6 +57,7 @@ def test_enqueue_writes_its_row_without_loading_a_node(sqlite_url):
     assert shown == "enqueued job 1"
     assert {"sqlalchemy", "queueprocessor.farm"} <= modules  # it did open the farm
     assert not NODE_SIDE & modules, sorted(NODE_SIDE & modules)
+    assert not {name for name in modules if name.startswith("opentelemetry")}, "no trace current: none of it"
     unneeded = {
         "queueprocessor.views",
         "queueprocessor.demo",
@@ -89,10 +90,11 @@ def test_help_loads_no_sqlalchemy(command):
 
 def test_an_idle_node_loads_no_schedule_parser_http_client_metrics_library_or_other_database(db_url):
     """An idle node's memory. What only some work needs is loaded by the first such work: croniter
-    (and dateutil) by a cron schedule, aiohttp by an HTTP job, prometheus_client by --metrics-port, and
-    platformdirs only by a command given no database; and no other database's SQLAlchemy dialect, while the
+    (and dateutil) by a cron schedule, aiohttp by an HTTP job, prometheus_client by --metrics-port, OpenTelemetry
+    only with an OTLP endpoint named (docs/design.md §12), and platformdirs only by a command given no database;
+    and no other database's SQLAlchemy dialect, while the
     partial indexes it built still hold only the rows of their condition (schema.partial_for)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QP_")} | {"QP_DB": db_url}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QP_", "OTEL_"))} | {"QP_DB": db_url}
     node = subprocess.Popen(
         [sys.executable, "-c", PROBE, "node", "--name", "idle", "--period", "0.2", "--heartbeat", "0.2"],
         stdout=subprocess.PIPE,
@@ -114,6 +116,7 @@ def test_an_idle_node_loads_no_schedule_parser_http_client_metrics_library_or_ot
     if db_url.startswith("postgresql"):
         unneeded.add("sqlalchemy.dialects.sqlite")
     assert not unneeded & modules, sorted(unneeded & modules)
+    assert not {name for name in modules if name.startswith("opentelemetry")}, "no OTLP endpoint: not tracing"
     with Farm(db_url) as farm:
         conditions = farm._store.rows(
             text(
