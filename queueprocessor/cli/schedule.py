@@ -13,7 +13,7 @@ from ..rules.output import format_time, machine_label, print_json, print_table
 from ..rules.queues import seconds_in
 from ..rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, DEFAULT_OVERLAP, OVERLAP
 from .context import Context, pass_ctx
-from .options import EXECUTOR, TARGET, Decorated, Time, job_spec, target_of, work_options
+from .options import EXECUTOR, TARGET, Decorated, Time, check_method, job_spec, target_of, work_options
 
 
 class Duration(click.ParamType[float]):
@@ -241,6 +241,7 @@ def schedule_set(ctx: Context, /, name: str, executor: str | None, target: tuple
     if changes.get("pause_on_failure") == 0:
         changes["pause_on_failure"] = None  # never
     if executor is not None:
+        check_method(executor, changes.get("method"))
         changes |= dict(executor=executor, target=target_of(executor, target))
     if not changes:
         raise click.UsageError(
