@@ -33,7 +33,7 @@ from .views import Dashboard
 # Simulated wall-clock errors of the demo machines, seconds (the first one is the app's own node).
 SKEWS = (0.9, -0.7, 0.25, -0.35, 0.55, -1.1, 1.3, 0.0)
 IMPORT_DOWN = 60.0  # seconds /import fails from the demo's start: its jobs fail, to be retried in bulk
-PARTNER = (60.0, 20.0)  # /partner fails the last 20 s of every minute: the partner queue's breaker trips
+PARTNER = (60.0, 15.0, 35.0)  # /partner fails from 15 s to 35 s of every minute: the partner queue's breaker trips
 STOP_GRACE = 10.0  # seconds a node gets to drain before it is killed
 
 
@@ -47,7 +47,7 @@ class _Pages(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         up = time.monotonic() - self.started
         if parts.path in ("/import", "/partner"):
-            down = up < IMPORT_DOWN if parts.path == "/import" else up % PARTNER[0] >= PARTNER[0] - PARTNER[1]
+            down = up < IMPORT_DOWN if parts.path == "/import" else PARTNER[1] <= up % PARTNER[0] < PARTNER[2]
             self._answer(503 if down else 200, f"{parts.path[1:]}: {'down' if down else 'up'}")
         elif parts.path == "/ok":
             self._answer(200, "ok")

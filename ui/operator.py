@@ -21,11 +21,11 @@ from .actions import Actions
 from .commands import Commands
 from .connection import Connection
 from .dialogs import DatabaseDialog, EnqueueDialog, about, confirm
-from .tour import TourDialog
 from .jobsview import JobsView
 from .models import ROW_ROLE
 from .readonly import refuse
 from .snapshot import Snapshot
+from .tour import TourDialog
 
 RECENT = 8
 
