@@ -27,7 +27,7 @@ TENANTS = {"acme": 3.0, "globex": 1.0, "initech": 1.0}  # fair shares by weight
 FEED_EVERY = 0.5  # seconds between feeder ticks
 QUEUES: dict[str, dict[str, Any]] = {
     "reports": dict(limit=2),  # at most 2 long reports at once across the farm
-    "mail": dict(rate="1/s"),  # at most one start a second across the farm
+    "mail": dict(rate="2/s"),  # at most two starts a second across the farm: a burst of 8 every 5 s waits its turn
     "orders": dict(),  # order keys
     "tenants": dict(fair=True, key_limit=2),  # shares by weight, at most 2 running per tenant
     "partner": dict(rate="4/s", breaker="3/20s", cool_down="8s"),  # its target has outages: the breaker trips
@@ -73,7 +73,7 @@ def prepare(farm: Farm) -> None:
     that fail at once: retry them in bulk once their target is up."""
     farm.enqueue_http("/import", queue="imports", max_attempts=1, count=12)  # down at first: 12 failures
     farm.enqueue_http("/partner", queue="partner", count=5)
-    farm.enqueue_python(long_report, {"steps": 20}, queue="reports", count=3)
+    farm.enqueue_python(long_report, {"steps": 20}, queue="reports", count=2)
     farm.enqueue_http("/ok?to=mail", queue="mail", count=5)
     for customer in CUSTOMERS:
         farm.enqueue_http("/slow?ms=700", queue="orders", order_key=customer, count=2)
@@ -85,7 +85,7 @@ def prepare(farm: Farm) -> None:
     try:
         farm.get_schedule(SCHEDULE)
     except NotFound:
-        spec = farm.http_spec("/slow?ms=12000&from=schedule", queue="reports", timeout=60)
+        spec = farm.http_spec("/slow?ms=12000&from=schedule", timeout=60)
         farm.schedule(SCHEDULE, spec, every=10.0, overlap="skip", jitter=3.0)
     try:
         farm.singleton(SINGLETON, farm.python_spec(watch_feed, max_attempts=1000))
@@ -103,23 +103,24 @@ class Feeder:
     def step(self) -> None:
         self.tick += 1
         every = self._every
-        self._plain()
+        self.plain()
         if every(2):
             customer = random.choice(CUSTOMERS)
             self.farm.enqueue_http(f"/slow?ms={random.randrange(300, 1500, 100)}", queue="orders", order_key=customer)
-            self.farm.enqueue_http("/ok?to=mail", queue="mail")
         if every(3):
             self.farm.enqueue_http("/partner", queue="partner")
             tenant = random.choice(list(TENANTS))
             self.farm.enqueue_http(
                 "/slow?ms=1500", queue="tenants", fair_key=tenant, fair_weight=TENANTS[tenant], count=2
             )
+        if every(10):
+            self.farm.enqueue_http("/ok?to=mail", queue="mail", count=8)
         if every(5):  # edits of one document: a save 4 s after the last edit, 15 s after the first at most
             self.farm.enqueue_http("/ok?save=doc-42", key="save-doc-42", debounce=4.0, max_delay=15.0)
         if every(8):
             self.farm.enqueue_python(index_docs, {"doc": self.tick}, queue="index", count=20)
-        if every(20, 1):
-            self.farm.enqueue_python(long_report, {"steps": random.randrange(10, 25)}, queue="reports", count=2)
+        if every(30, 1):
+            self.farm.enqueue_python(long_report, {"steps": random.randrange(10, 25)}, queue="reports")
         if every(40, 2):
             self._workflow()
         if every(40, 22):
@@ -129,7 +130,7 @@ class Feeder:
     def _every(self, ticks: int, offset: int = 0) -> bool:
         return self.tick % ticks == offset % ticks
 
-    def _plain(self) -> None:
+    def plain(self) -> None:
         roll = random.random()
         path = "/ok" if roll < 0.6 else f"/slow?ms={random.randrange(200, 2500, 100)}" if roll < 0.85 else "/flaky"
         self.farm.enqueue_http(path, max_attempts=3)

@@ -4,13 +4,13 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QVBoxLayout, QWidget
 
 TOUR = """<h3>A tour of the demo farm</h3>
-<p>Three machines (this app's node is demo-1) take turns polling one database; the strip on top shows whose turn
-each slot was. Every queue shows one capability:</p>
+<p>Three machines, this app's node (on the left) among them, take turns polling one database; the strip on top
+shows whose turn each slot was. Every queue shows one capability:</p>
 <ul>
 <li><b>Job runs</b>: long <i>reports</i> report progress (at most 2 at once farm-wide); <i>index</i> jobs run
 many to a call of one batch function; double-click a job of a workflow or group for its graph
 (<i>publish-album</i> fans out to four resizes and back in; <i>thumbnails</i> ends with a callback).</li>
-<li><b>Queues</b>: <i>mail</i> is rated at 1 start a second, <i>orders</i> runs each customer's orders in order
+<li><b>Queues</b>: <i>mail</i> is rated at 2 starts a second, <i>orders</i> runs each customer's orders in order
 (order keys), <i>tenants</i> shares by weight (acme 3 : globex 1 : initech 1), and <i>partner</i>'s target is
 down 20 s a minute: watch its breaker open, send canaries and close.</li>
 <li><b>Schedules</b>: <i>demo-report</i> every 10 s with jitter runs 12 s: overlap=skip skips the next one.

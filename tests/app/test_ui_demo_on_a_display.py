@@ -27,7 +27,7 @@ alive = {
     "All jobs": lambda: any(line.xData is not None and len(line.xData) > 1 for line in queue.lines.values()),
     "Schedules": lambda: window.schedules.schedules_model.rowCount() > 0
     and window.schedules.singletons_model.rowCount() > 0,
-    "Queues": lambda: window.queues.model.rowCount() >= 7,
+    "Queues": lambda: {"mail", "partner", "reports", "tenants"} <= {row["name"] for row in window.queues.model.rows},
     "Events": lambda: window.event_log.model.rowCount() > 0,
 }
 deadline = time.monotonic() + 40
