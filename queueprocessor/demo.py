@@ -34,7 +34,8 @@ from .views import Dashboard
 SKEWS = (0.9, -0.7, 0.25, -0.35, 0.55, -1.1, 1.3, 0.0)
 IMPORT_DOWN = 60.0  # seconds /import fails from the demo's start: its jobs fail, to be retried in bulk
 PARTNER = (60.0, 15.0, 35.0)  # /partner fails from 15 s to 35 s of every minute: the partner queue's breaker trips
-STOP_GRACE = 10.0  # seconds a node gets to drain before it is killed
+DRAIN_GRACE = 3.0  # seconds a node gets to drain before it is told to leave at once
+STOP_GRACE = 10.0  # seconds it then gets to leave before it is killed
 
 
 class _Pages(BaseHTTPRequestHandler):
@@ -124,17 +125,20 @@ def _work_args(skew: float, base: str) -> list[str]:
 
 
 def _stop_all(children: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM drains a node (it finishes its jobs); anything still alive after the grace period is killed."""
+    """SIGTERM drains a node (it finishes its jobs); one still draining after DRAIN_GRACE (a long report) is told
+    again with SIGINT, and leaves at once, its jobs back in the queue; anything alive after STOP_GRACE is killed."""
     for child in children:
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE
+    for grace, then in ((DRAIN_GRACE, signal.SIGINT), (STOP_GRACE, signal.SIGKILL)):
+        deadline = time.monotonic() + grace
+        for child in children:
+            try:
+                child.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.send_signal(then)
     for child in children:
-        try:
-            child.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        child.wait()
 
 
 def status_line(farm: Farm, dashboard: Dashboard, started: float) -> str:

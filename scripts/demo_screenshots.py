@@ -20,12 +20,32 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from screenshots import pump, shoot, shoot_over  # noqa: E402
+from PySide6.QtGui import QPainter  # noqa: E402
+from screenshots import pump, shoot  # noqa: E402
 
 from queueprocessor import demo_mix  # noqa: E402
 from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
 from ui.app import make_app  # noqa: E402
 from ui.mainwindow import MainWindow  # noqa: E402
+
+
+def shoot_tour(window: MainWindow, out: Path) -> None:
+    """The window with the tour where the app puts it (Operator.show_tour), each grabbed on its own offscreen."""
+    pump(1.0)
+    tour = window.operator.tour
+    picture, over = window.grab(), tour.grab()
+    painter = QPainter(picture)
+    painter.drawPixmap(tour.x() - window.x(), tour.y() - window.y(), over)
+    painter.end()
+    picture.save(str(out / "demo-tour.png"))
+    print(f"wrote {out / 'demo-tour.png'}", flush=True)
+
+
+def a_long_report(window: MainWindow) -> int | None:
+    """A running job of the long reports the jobs table shows, to show its progress."""
+    shown = window.snap.jobs if window.snap else []
+    running = [job for job in shown if job["state"] == "running" and job["target"].endswith(":long_report")]
+    return running[0]["id"] if running else None
 
 
 def main() -> None:
@@ -46,11 +66,15 @@ def main() -> None:
             window.show()
             pump(args.warmup)
             window.operator.show_tour()
-            shoot_over(window, window.operator.tour, args.out, "demo-tour")
+            shoot_tour(window, args.out)
             window.operator.tour.close()
             window.tabs.setCurrentWidget(window.queues)
             shoot(window, args.out, "demo-queues")
             window.tabs.setCurrentWidget(window.jobs)
+            report = a_long_report(window)
+            if report is not None:
+                window.jobs.select(report)
+                pump(2.0)
             shoot(window, args.out, "demo-jobs")
             window.close()
             pump(15.0, lambda: not window.isVisible())

@@ -103,6 +103,9 @@ class Operator:
         """Help ▸ Tour, beside the window; one dialog however often it is asked for."""
         if self.tour is None:
             self.tour = TourDialog(self.window.window())
+            self.tour.adjustSize()
+            frame = self.window.window().frameGeometry()  # its bottom right: the turn strip's names stay in sight
+            self.tour.move(frame.right() - self.tour.width() - 24, frame.bottom() - self.tour.height() - 48)
         self.tour.show()
         self.tour.raise_()
 
