@@ -19,8 +19,8 @@ A debounced save of doc-42 waits until its edits stop; the <i>demo-watcher</i> s
 </ul>
 <p><b>Try:</b> pause or drain this machine from the <b>Node</b> menu, or another from its right-click menu in
 <b>Peers</b>; kill one (<code>kill -9</code> the pid the demo printed, or a peer's tooltip shows) and watch its
-jobs move to the others once its lease ends. The 12 <i>imports</i> jobs failed while their target was down for the first minute: in
-<b>Job runs</b> filter <i>failed</i>, queue <i>imports</i>, and retry them all at once.</p>"""
+jobs move to the others once its lease ends. The 12 <i>imports</i> jobs failed while their target was down for
+the first minute: in <b>Job runs</b> filter <i>failed</i>, queue <i>imports</i>, and retry them all at once.</p>"""
 
 
 class TourDialog(QDialog):
