@@ -34,7 +34,7 @@ from .views import Dashboard
 SKEWS = (0.9, -0.7, 0.25, -0.35, 0.55, -1.1, 1.3, 0.0)
 IMPORT_DOWN = 60.0  # seconds /import fails from the demo's start: its jobs fail, to be retried in bulk
 PARTNER = (60.0, 15.0, 35.0)  # /partner fails from 15 s to 35 s of every minute: the partner queue's breaker trips
-DRAIN_GRACE = 3.0  # seconds a node gets to drain before it is told to leave at once
+DRAIN_GRACE = 1.5  # seconds a node gets to drain before it is told to leave at once
 STOP_GRACE = 10.0  # seconds it then gets to leave before it is killed
 
 
