@@ -8,13 +8,15 @@ TOUR = """<h3>A tour of the demo farm</h3>
 shows whose turn each slot was. Every queue shows one capability:</p>
 <ul>
 <li><b>Job runs</b>: long <i>reports</i> report progress (at most 2 at once farm-wide); <i>index</i> jobs run
-many to a call of one batch function; double-click a job of a workflow or group for its graph
-(<i>publish-album</i> fans out to four resizes and back in; <i>thumbnails</i> ends with a callback).</li>
+many to a call of one batch function; select a job of a workflow or group and follow the link in its
+details to its graph (<i>publish-album</i> fans out to four resizes and back in; <i>thumbnails</i> ends with a
+callback).</li>
 <li><b>Queues</b>: <i>mail</i> is rated at 2 starts a second, <i>orders</i> runs each customer's orders in order
 (order keys), <i>tenants</i> shares by weight (acme 3 : globex 1 : initech 1), and <i>partner</i>'s target is
 down 20 s a minute: watch its breaker open, send canaries and close.</li>
 <li><b>Schedules</b>: <i>demo-report</i> every 10 s with jitter runs 12 s: overlap=skip skips the next one.
-A debounced save of doc-42 waits until its edits stop; the <i>demo-watcher</i> singleton runs on one machine.</li>
+A debounced save of doc-42 waits while its edits keep coming (15 s at most); the <i>demo-watcher</i> singleton
+runs on one machine.</li>
 <li><b>Events</b>: machines joining, the breaker, schedules, and what you do.</li>
 </ul>
 <p><b>Try:</b> pause or drain this machine from the <b>Node</b> menu, or another from its right-click menu in
