@@ -1,11 +1,12 @@
 """`queueprocessor demo`: a whole farm on this machine, to watch it work.
 
-A local web server stands in for the service HTTP jobs call (/ok, /slow?ms=N,
-/flaky). Node processes join the farm with different simulated clock skews;
-with the desktop app, the app's own in-process node is one of them. A feeder
-thread enqueues a few jobs a second and a schedule adds one every 5 seconds.
-Every process the demo started is stopped when it ends (Ctrl-C, closing the
-window, or --seconds running out).
+A local web server stands in for the services HTTP jobs call (/ok, /slow?ms=N,
+/flaky, /import: down for the demo's first minute, /partner: down 20 s a minute).
+Node processes join the farm with different simulated clock skews; with the
+desktop app, the app's own in-process node is one of them. demo_mix sets the
+farm up and feeds it a mix that shows every capability (TOUR says what to look
+at). Every process the demo started is stopped when it ends (Ctrl-C, closing
+the window, or --seconds running out).
 """
 
 import os
@@ -23,26 +24,33 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import parse_qs, urlsplit
 
-from . import work_spec
+from . import demo_mix
 from .farm import Farm
-from .rules.errors import NotFound, QPError
-from .rules.kinds import HTTP
+from .rules.errors import QPError
 from .rules.states import CHECKING_IN, JobState, MachineState
 from .views import Dashboard
 
 # Simulated wall-clock errors of the demo machines, seconds (the first one is the app's own node).
 SKEWS = (0.9, -0.7, 0.25, -0.35, 0.55, -1.1, 1.3, 0.0)
-SCHEDULE = "demo-every-5s"
-FEED_EVERY = 0.3  # seconds between enqueued jobs
-STOP_GRACE = 10.0  # seconds a node gets to drain before it is killed
+IMPORT_DOWN = 60.0  # seconds /import fails from the demo's start: its jobs fail, to be retried in bulk
+PARTNER = (60.0, 15.0, 35.0)  # /partner fails from 15 s to 35 s of every minute: the partner queue's breaker trips
+DRAIN_GRACE = 1.5  # seconds a node gets to drain before it is told to leave at once
+STOP_GRACE = 10.0  # seconds it then gets to leave before it is killed
 
 
 class _Pages(BaseHTTPRequestHandler):
-    """The demo's job target: /ok answers at once, /slow?ms=N after N ms, /flaky fails one time in three."""
+    """The demo's job target: /ok answers at once, /slow?ms=N after N ms, /flaky fails one time in three, /import
+    and /partner fail while they are down (IMPORT_DOWN, PARTNER)."""
+
+    started = time.monotonic()
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
-        if parts.path == "/ok":
+        up = time.monotonic() - self.started
+        if parts.path in ("/import", "/partner"):
+            down = up < IMPORT_DOWN if parts.path == "/import" else PARTNER[1] <= up % PARTNER[0] < PARTNER[2]
+            self._answer(503 if down else 200, f"{parts.path[1:]}: {'down' if down else 'up'}")
+        elif parts.path == "/ok":
             self._answer(200, "ok")
         elif parts.path == "/slow":
             try:
@@ -57,7 +65,7 @@ class _Pages(BaseHTTPRequestHandler):
             else:
                 self._answer(200, "flaky: worked this time")
         else:
-            self._answer(404, "no such page: try /ok, /slow?ms=500 or /flaky")
+            self._answer(404, "no such page: try /ok, /slow?ms=500, /flaky, /import or /partner")
 
     do_POST = do_GET
 
@@ -82,37 +90,15 @@ class _Server(ThreadingHTTPServer):
 
 
 def start_web_server() -> ThreadingHTTPServer:
+    _Pages.started = time.monotonic()  # the outages count from here
     server = _Server(("127.0.0.1", 0), _Pages)
     threading.Thread(target=server.serve_forever, args=(0.1,), name="demo-web", daemon=True).start()
     return server
 
 
-def feed(farm: Farm, stop: threading.Event) -> None:
-    """A few jobs a second: mostly quick, some slow, some flaky (they retry)."""
-    while not stop.wait(FEED_EVERY):
-        roll = random.random()
-        if roll < 0.6:
-            path = "/ok"
-        elif roll < 0.85:
-            path = f"/slow?ms={random.randrange(200, 2500, 100)}"
-        else:
-            path = "/flaky"
-        try:
-            farm.enqueue_http(path, max_attempts=3)
-        except Exception as error:  # the database is busy or gone: say so, keep feeding
-            print(f"demo: could not enqueue {path}: {error}", file=sys.stderr, flush=True)
-
-
 def _stop_feeding(stop: threading.Event, feeder: threading.Thread) -> None:
     stop.set()
     feeder.join(5)
-
-
-def _ensure_schedule(farm: Farm) -> None:
-    try:
-        farm.get_schedule(SCHEDULE)
-    except NotFound:
-        farm.schedule(SCHEDULE, work_spec(HTTP.name, "/ok?from=schedule"), every=5.0)
 
 
 def _spawn(args: list[str], url: str, log: Path) -> subprocess.Popen[bytes]:
@@ -130,21 +116,29 @@ def _spawn(args: list[str], url: str, log: Path) -> subprocess.Popen[bytes]:
 
 
 def _node_args(name: str, skew: float, base: str) -> list[str]:
-    return ["-m", "queueprocessor.cli", "node", "--name", name, "--clock-skew", f"{skew:+.2f}", "--http-base", base]
+    return ["-m", "queueprocessor.cli", "node", "--name", name, *_work_args(skew, base)]
+
+
+def _work_args(skew: float, base: str) -> list[str]:
+    """What every demo node is told: its clock skew, the web target, and the demo's Python jobs allowed."""
+    return ["--clock-skew", f"{skew:+.2f}", "--http-base", base, "--allow-module", demo_mix.MODULE]
 
 
 def _stop_all(children: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM drains a node (it finishes its jobs); anything still alive after the grace period is killed."""
+    """SIGTERM drains a node (it finishes its jobs); one still draining after DRAIN_GRACE (a long report) is told
+    again with SIGINT, and leaves at once, its jobs back in the queue; anything alive after STOP_GRACE is killed."""
     for child in children:
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE
+    for grace, then in ((DRAIN_GRACE, signal.SIGINT), (STOP_GRACE, signal.SIGKILL)):
+        deadline = time.monotonic() + grace
+        for child in children:
+            try:
+                child.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.send_signal(then)
     for child in children:
-        try:
-            child.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        child.wait()
 
 
 def status_line(farm: Farm, dashboard: Dashboard, started: float) -> str:
@@ -227,14 +221,16 @@ def run_demo(url: str, *, nodes: int = 3, seconds: float = 0.0, headless: bool =
         cleanup.callback(web.shutdown)
         base = f"http://127.0.0.1:{web.server_address[1]}/"
         cleanup.callback(_stop_all, children)
-        _ensure_schedule(farm)
+        demo_mix.prepare(farm)
         first = 1 if headless else 2
         for n in range(first, nodes + 1):
             children.append(_spawn(_node_args(f"demo-{n}", SKEWS[n - 1], base), url, logs / f"demo-{n}.log"))
-        feeder = threading.Thread(target=feed, args=(farm, stop), name="demo-feeder", daemon=True)
+        feeder = threading.Thread(target=demo_mix.feed, args=(farm, stop), name="demo-feeder", daemon=True)
         feeder.start()
         cleanup.callback(_stop_feeding, stop, feeder)
         print(f"demo farm on {farm.masked_url}: {nodes} nodes, jobs from {base}, node logs in {logs}", flush=True)
+        pids = ", ".join(f"demo-{n} pid {child.pid}" for n, child in enumerate(children, first))
+        print(f"kill one to watch its jobs move to the others: {pids}", flush=True)
         started = time.monotonic()
         if headless:
             print("Ctrl-C to stop" if not seconds else f"running for {seconds:g} s", flush=True)
@@ -243,7 +239,7 @@ def run_demo(url: str, *, nodes: int = 3, seconds: float = 0.0, headless: bool =
                 print(status_line(farm, dashboard, started), flush=True)
         else:
             app = _spawn(
-                ["-m", "ui", "--name", "demo-1", "--clock-skew", f"{SKEWS[0]:+.2f}", "--http-base", base],
+                ["-m", "ui", "--name", "demo-1", "--tour", *_work_args(SKEWS[0], base)],
                 url,
                 logs / "app.log",
             )

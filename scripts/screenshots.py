@@ -33,7 +33,8 @@ from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from queueprocessor import JobFilter, work_spec  # noqa: E402
-from queueprocessor.demo import feed, start_web_server  # noqa: E402
+from queueprocessor.demo import start_web_server  # noqa: E402
+from queueprocessor.demo_mix import Feeder  # noqa: E402
 from queueprocessor.farm import Farm  # noqa: E402
 from queueprocessor.nodeoptions import NodeConfig  # noqa: E402
 from queueprocessor.rules.clock import SystemClock  # noqa: E402
@@ -89,6 +90,13 @@ def pump(seconds: float, until=lambda: False) -> None:
     while time.monotonic() < end and not until():
         app.processEvents()
         time.sleep(0.01)
+
+
+def feed(farm: Farm, stop: threading.Event) -> None:
+    """The demo's plain jobs, a few a second: mostly quick, some slow, some flaky."""
+    feeder = Feeder(farm)
+    while not stop.wait(0.3):
+        feeder.plain()
 
 
 def feed_queues(farm: Farm, stop: threading.Event) -> None:

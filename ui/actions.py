@@ -102,6 +102,7 @@ class Actions:
             f"Also list machines that stopped or died more than {GONE_AFTER / 60:g} minutes ago",
             checkable=True,
         )
+        self.tour = a("tour", "&Tour", None, None, "What the demo farm shows and what to try")
         self.about = a("about", "&About QueueProcessor", "about", None, "Version and licence")
         for action in (*self.node, self.retry, self.cancel, self.delete):
             action.setEnabled(False)
@@ -138,7 +139,7 @@ class Actions:
             action.setChecked(choice == scheme)
             action.triggered.connect(lambda _=False, c=choice: choose_scheme(c))
             group.addAction(action)
-        bar.addMenu("&Help").addAction(self.about)
+        bar.addMenu("&Help").addActions([self.tour, self.about])
 
         tools = window.addToolBar("Main")
         tools.setObjectName("mainToolBar")

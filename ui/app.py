@@ -51,6 +51,7 @@ _collector: GarbageCollector | None = None  # see collect_on_gui_thread
     type=click.Choice(["auto", "light", "dark"]),
     help="Colour scheme (default: as last chosen, else the system's).",
 )
+@click.option("--tour", is_flag=True, help="Open Help ▸ Tour beside the window at start (the demo does).")
 @click.option("--interval", type=float, default=0.4, hidden=True)
 def command(**_params) -> None:
     """The QueueProcessor desktop app (queueprocessor-gui): options only, see main()."""
@@ -62,6 +63,7 @@ class Args:
     observe: bool
     options: NodeConfig  # this machine's node, as `queueprocessor node` takes them
     theme: str | None
+    tour: bool
     interval: float
 
 
@@ -147,5 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: window.close())
     window.show()
+    if args.tour:
+        window.operator.show_tour()
     settle()
     sys.exit(app.exec())

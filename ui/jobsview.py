@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from queueprocessor.rules.kinds import work_said
 from queueprocessor.rules.output import progress_text
 from queueprocessor.rules.search import BadSearch, parse_search
 from queueprocessor.rules.states import JobState
@@ -101,7 +102,7 @@ class JobDetails(QWidget):
             + (" · cancel requested" if job["cancel_requested"] else "")
         )
         self.fields["progress"].setText(_progress(job))
-        self.fields["target"].setText(f"{job['executor']} {job['method']} {job['target']}")
+        self.fields["target"].setText(f"{job['executor']} {work_said(job)}")
         self.fields["created"].setText(text.stamp(job["created_at"]))
         self.fields["finished"].setText(text.stamp(job["finished_at"]))
         self.fields["priority"].setText(str(job["priority"]))

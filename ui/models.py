@@ -23,6 +23,7 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt
 
+from queueprocessor.rules.kinds import work_said
 from queueprocessor.rules.output import progress_text
 from queueprocessor.rules.states import JobState, MachineState, Outcome
 
@@ -394,7 +395,7 @@ class JobsModel(SnapshotModel):
                 else (f"running · {said}" if (said := _running_progress(r)) else None)
             ),
         ),
-        Column("Target", lambda r, c: f"{r['method']} {r['target']}"),
+        Column("Target", lambda r, c: work_said(r)),
         Column("Attempts", lambda r, c: f"{r['attempts']}/{r['max_attempts']}", "attempts", True),
         Column(
             "Machine",

@@ -25,6 +25,7 @@ from .jobsview import JobsView
 from .models import ROW_ROLE
 from .readonly import refuse
 from .snapshot import Snapshot
+from .tour import TourDialog
 
 RECENT = 8
 
@@ -77,6 +78,7 @@ class Operator:
         self.window = window
         self.drain_confirm: QMessageBox | None = None
         self.peer_menu: QMenu | None = None
+        self.tour: TourDialog | None = None
 
     def wire(self) -> None:
         """What each of the window's actions does."""
@@ -95,6 +97,17 @@ class Operator:
         act.refresh.triggered.connect(connection.refresh)
         act.gone.triggered.connect(window.show_gone)
         act.about.triggered.connect(lambda: about(window.window(), connection.url))
+        act.tour.triggered.connect(self.show_tour)
+
+    def show_tour(self) -> None:
+        """Help ▸ Tour, beside the window; one dialog however often it is asked for."""
+        if self.tour is None:
+            self.tour = TourDialog(self.window.window())
+            self.tour.adjustSize()
+            frame = self.window.window().frameGeometry()  # its bottom right: the turn strip's names stay in sight
+            self.tour.move(frame.right() - self.tour.width() - 24, frame.bottom() - self.tour.height() - 48)
+        self.tour.show()
+        self.tour.raise_()
 
     # -- machines ---------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from queueprocessor import work_spec
 from queueprocessor.rules.errors import QPError
-from queueprocessor.rules.kinds import KINDS, METHODS, TARGETS_SAID
+from queueprocessor.rules.kinds import HTTP, KINDS, METHODS, TARGETS_SAID
 from queueprocessor.rules.schedules import (
     MAX_JITTER,
     MAX_PAUSE_ON_FAILURE,
@@ -103,6 +103,9 @@ class ScheduleDialog(QDialog):
         self.method = QComboBox()
         self.method.addItems(list(METHODS))
         self.method.setCurrentText(row["method"])
+        self.method.setToolTip("HTTP work only")
+        self.executor.currentTextChanged.connect(lambda kind: self.method.setEnabled(kind == HTTP.name))
+        self.method.setEnabled(row["executor"] == HTTP.name)
         form.addRow("Method", self.method)
         self.payload = QPlainTextEdit(row["payload"] or "")
         self.payload.setPlaceholderText('JSON given to the work, e.g. {"report": "daily"}; empty for none')
@@ -180,7 +183,7 @@ class ScheduleDialog(QDialog):
             spec = work_spec(
                 self.executor.currentText(),
                 self.target.text().strip(),
-                method=self.method.currentText(),
+                method=self.method.currentText() if self.method.isEnabled() else None,
                 payload=self.payload.toPlainText().strip() or None,
                 queue=self.queue.text().strip(),
             )

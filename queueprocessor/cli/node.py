@@ -69,7 +69,8 @@ def run_until_signalled(the_node: Runs) -> None:
 @click.option("--headless", is_flag=True, help="Print live status instead of opening the desktop app.")
 @pass_ctx
 def demo(ctx: Context, nodes: int, seconds: float, headless: bool) -> None:
-    """A demo farm on this machine: local nodes at different clock skews, a web server, jobs flowing.
+    """A demo farm on this machine: local nodes at different clock skews, a web server, and a mix of work that shows
+    every capability (the app's Help ▸ Tour says what to look at).
 
     Without --db it has a SQLite file of its own (demo.db beside the default farm.db), so a real node
     never runs the demo's work."""
@@ -83,8 +84,9 @@ def demo(ctx: Context, nodes: int, seconds: float, headless: bool) -> None:
 @click.option("--observe", is_flag=True, help="Only watch the farm: run no node on this machine.")
 @node_options
 @click.option("--theme", type=click.Choice(["auto", "light", "dark"]), help="Colour scheme. Default: as last chosen.")
+@click.option("--tour", is_flag=True, help="Open Help ▸ Tour beside the window at start (the demo does).")
 @click.pass_context
-def gui(ctx: click.Context, observe: bool, options: NodeConfig, theme: str | None) -> None:
+def gui(ctx: click.Context, observe: bool, options: NodeConfig, theme: str | None, tour: bool) -> None:
     """Open the desktop app: it runs this machine's node (unless --observe) and shows the whole farm live.
 
     Without --db, QP_DB or a db in the config file, the app asks for the database.
@@ -92,6 +94,7 @@ def gui(ctx: click.Context, observe: bool, options: NodeConfig, theme: str | Non
     root = ctx.find_root()
     url = root.params.get("db") or load_config(root.params.get("config")).get("db")
     args = to_argv(options) + (["--observe"] if observe else []) + (["--theme", theme] if theme else [])
+    args += ["--tour"] if tour else []
     # The app is a separate package the core never imports: run it in place of this process. The URL
     # travels in the environment, so its password never shows in the process list.
     env = {k: v for k, v in os.environ.items() if k != "QP_DB"} | ({"QP_DB": url} if url else {}) | secret_env(options)

@@ -9,7 +9,7 @@ import click
 
 from ..nodeoptions import Seconds
 from ..rules.errors import QPError, echoed
-from ..rules.kinds import KINDS
+from ..rules.kinds import HTTP, KINDS, WorkKind
 from ..rules.limits import MAX_ATTEMPTS
 from ..rules.queues import DEFAULT, check_name
 
@@ -21,16 +21,34 @@ JOB_ID = click.IntRange(1, 2**63 - 1)  # ids are 64-bit: a larger number names n
 JOB_ID.name = "integer"  # "'abc' is not a valid integer", not "... integer range"
 
 
-def work_options(command: Decorated) -> Decorated:
-    """What every kind of work takes besides its target (enqueue, schedule, singleton, grab)."""
+def _method_option(kind: WorkKind | None) -> Callable[[Decorated], Decorated]:
+    """--method: shown for HTTP work alone. `enqueue KIND` of another kind hides it and refuses it given; a command
+    naming its EXECUTOR refuses it with another kind in job_spec."""
+    if kind is None or kind is HTTP:
+        return click.option(
+            "--method",
+            type=click.Choice(["GET", "POST"], case_sensitive=False),
+            help="GET (the default) or POST." if kind else "HTTP work only: GET (the default) or POST.",
+        )
+
+    def refuse(_ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+        check_method(kind.name, value)
+
+    return click.option("--method", hidden=True, expose_value=False, callback=refuse)
+
+
+def check_method(executor: str, method: str | None) -> None:
+    """A method names how an HTTP job calls its target: any other kind of work refuses one, even GET."""
+    if method is not None and executor != HTTP.name:
+        raise click.UsageError(f"--method is for http work only: {executor} work takes no method")
+
+
+def work_options(command: Decorated, kind: WorkKind | None = None) -> Decorated:
+    """What work takes besides its target: of one `kind` (enqueue KIND), or of every kind (schedule, singleton,
+    grab: --method is refused there with another kind)."""
     for option in reversed(
         (
-            click.option(
-                "--method",
-                type=click.Choice(["GET", "POST"], case_sensitive=False),
-                default="GET",
-                help="HTTP jobs only.",
-            ),
+            _method_option(kind),
             click.option(
                 "--payload",
                 metavar="JSON",
@@ -64,6 +82,7 @@ def job_spec(executor: str, words: Sequence[str], *, payload: str | None, **opti
     """A JobSpec from `EXECUTOR TARGET...` on the command line, with the options work_options gave."""
     from ..rules.job import work_spec
 
+    check_method(executor, options.get("method"))
     return work_spec(executor, target_of(executor, words), payload=payload, **options)
 
 

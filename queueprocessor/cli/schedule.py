@@ -8,12 +8,12 @@ import click
 
 from ..nodeoptions import Seconds
 from ..rules.errors import echoed
-from ..rules.kinds import HTTP, KINDS
+from ..rules.kinds import KINDS, work_said
 from ..rules.output import format_time, machine_label, print_json, print_table
 from ..rules.queues import seconds_in
 from ..rules.schedules import DEFAULT_GRACE, DEFAULT_MISFIRE, DEFAULT_OVERLAP, OVERLAP
 from .context import Context, pass_ctx
-from .options import EXECUTOR, TARGET, Decorated, Time, job_spec, target_of, work_options
+from .options import EXECUTOR, TARGET, Decorated, Time, check_method, job_spec, target_of, work_options
 
 
 class Duration(click.ParamType[float]):
@@ -241,6 +241,7 @@ def schedule_set(ctx: Context, /, name: str, executor: str | None, target: tuple
     if changes.get("pause_on_failure") == 0:
         changes["pause_on_failure"] = None  # never
     if executor is not None:
+        check_method(executor, changes.get("method"))
         changes |= dict(executor=executor, target=target_of(executor, target))
     if not changes:
         raise click.UsageError(
@@ -265,8 +266,7 @@ def schedule_show(ctx: Context, name: str, runs: int, as_json: bool) -> None:
     if as_json:
         return print_json({"schedule": row, "upcoming": upcoming, "runs": last})
     _say_schedule(row)
-    work = f"{row['executor']} {row['method'] + ' ' if row['executor'] == HTTP.name else ''}{row['target']}"
-    click.echo(f"work: {work} in queue {row['queue']}, payload {row['payload'] or 'none'}")
+    click.echo(f"work: {row['executor']} {work_said(row)} in queue {row['queue']}, payload {row['payload'] or 'none'}")
     click.echo(f"misfire: {row['misfire']}, grace {row['grace']:g} s")
     failures = "never" if row["pause_on_failure"] is None else f"after {row['pause_on_failure']} failed in a row"
     failed = f", {row['failures']} failed in a row now" if row["failures"] else ""

@@ -25,9 +25,14 @@ def enqueue() -> None:
 
 
 def _job_ids(_ctx: click.Context, _param: click.Parameter, text: str | None) -> tuple[int, ...]:
-    """--after 12,13: job ids, separated by commas."""
+    """--after 12,13: job ids, separated by commas. An empty list (an empty shell variable) names no job: refused,
+    or the job would run at once instead of after the jobs meant."""
+    if text is None:
+        return ()
+    if not text.strip():
+        raise click.BadParameter("an empty list names no job: give job ids separated by commas, e.g. 12,13")
     try:
-        return tuple(int(word) for word in text.split(",")) if text else ()
+        return tuple(int(word) for word in text.split(","))
     except ValueError:
         raise click.BadParameter(
             f"{echoed(text)} is not a list of job ids: give them separated by commas, e.g. 12,13"
@@ -152,7 +157,9 @@ def _enqueue_kind(kind: WorkKind, name: str, doc: str, **argument: Any) -> None:
         spec = job_spec(kind.name, words if kind.argv else [words], **work)
         _enqueue(ctx, spec, delay=delay, at=at, count=count, **terms)
 
-    enqueue.command(kind.name, help=doc)(click.argument(name, **argument)(work_options(_when_options(pass_ctx(run)))))
+    enqueue.command(kind.name, help=doc)(
+        click.argument(name, **argument)(work_options(_when_options(pass_ctx(run)), kind))
+    )
 
 
 _enqueue_kind(

@@ -12,7 +12,7 @@ from typing import NamedTuple, NoReturn, TypedDict, Unpack, cast
 from .errors import BadJobInput, InvalidJob
 from .fairness import check_cost, check_fair_key, check_weight
 from .keys import KeyTerms, key_terms
-from .kinds import kind_of
+from .kinds import HTTP, kind_of
 from .limits import MAX_ATTEMPTS, MAX_INT, MAX_PAYLOAD
 from .queues import DEFAULT, check_name, check_order_key
 from .states import JobState, Kind, Outcome
@@ -211,6 +211,8 @@ def work_spec(executor: str, target: str, *, payload: str | None = None, **optio
         traceparent=check_traceparent(given.get("traceparent")),
     )
     kind_of(spec.executor).check(spec.target, spec.method)
+    if spec.method != "GET" and spec.executor != HTTP.name:  # GET: the column's default, what every kind holds
+        raise BadJobInput("{0} is for http work only: {part} work takes none", "method", part=spec.executor)
     return spec
 
 

@@ -13,8 +13,9 @@ Pure text and rules: the SQL checks are fragments of the stored code's text, whi
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .errors import InvalidJob, echoed
@@ -294,6 +295,12 @@ COMMAND = WorkKind(
 
 KINDS = {kind.name: kind for kind in (HTTP, PYTHON, COMMAND)}  # in the order every list of them shows
 TARGETS_SAID = ", ".join(f"{kind.said} ({kind.name})" for kind in KINDS.values())  # "a path or URL (http), ..."
+
+
+def work_said(row: Mapping[str, Any]) -> str:
+    """A job's or schedule's work as a person reads it: an HTTP job's method and target, another kind's target
+    alone (its method column holds the default, which means nothing for it)."""
+    return f"{row['method']} {row['target']}" if row["executor"] == HTTP.name else str(row["target"])
 
 
 def kind_of(executor: str) -> WorkKind:

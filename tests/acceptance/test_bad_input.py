@@ -242,6 +242,10 @@ BAD_INPUTS = [
     case(
         "job", [*DB, "enqueue", "http", "/x", "--after", "0"], r"^error: --after names jobs by their ids, whole numbers"
     ),
+    case("job", [*DB, "enqueue", "http", "/x", "--after", ""], r"^error: Invalid value for '--after': an empty list"),
+    case("job", [*DB, "enqueue", "command", "--method", "post", "--", "/bin/true"], r"^error: --method is for http"),
+    case("job", [*DB, "enqueue", "python", "--method", "GET", "m:f"], r"^error: --method is for http work only: py"),
+    case("job", [*DB, "grab", "k", "i", "command", "--method", "post", "--", "true"], r"^error: --method is for http"),
     case("job", [*DB, "enqueue", "http", "/x", "--after-ended"], r"^error: --after-ended needs --after"),
     case("job", [*DB, "enqueue", "http", "/x", "--key-scope", "waiting"], r"^error: --key-scope needs --key"),
     case("job", [*DB, "enqueue", "http", "/x", "--key", "k", "--max-delay", "5"], r"^error: --max-delay needs --deb"),
@@ -382,6 +386,13 @@ BAD_INPUTS = [
         r"^error: command 'rm' is not allowed on any live",
     ),
     case("schedule", [*DB, "singleton", "add", "feed", "http", "/x"], r"^error: .*'feed'.*(exists|already)"),
+    case("schedule", [*DB, "singleton", "add", "s", "python", "--method", "post", "m:f"], r"^error: --method is for"),
+    case(
+        "schedule",
+        [*DB, "schedule", "add", "n", "--every", "60", "command", "--method", "post", "--", "true"],
+        r"^error: --method is for http work only: command work takes no method",
+    ),
+    case("schedule", [*DB, "schedule", "set", "nightly", "--method", "post", "python", "m:f"], r"^error: --method is"),
     case("schedule", [*DB, "singleton", "remove", "nosuch"], r"^error: no singleton named 'nosuch'"),
     # -- queues -------------------------------------------------------------
     case(

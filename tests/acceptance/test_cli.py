@@ -154,7 +154,7 @@ def test_the_demo_leaves_no_work_in_the_default_farm(tmp_path):
     assert done.returncode == 0, done.stderr
     assert not (data / "queueprocessor" / "farm.db").exists()  # where `node` and every command look by default
     with Farm(f"sqlite:///{data / 'queueprocessor' / 'demo.db'}", read_only=True) as demo:
-        assert demo.get_schedule("demo-every-5s")  # the demo's work stays in the demo's own file
+        assert demo.get_schedule("demo-report")  # the demo's work stays in the demo's own file
     assert "there is no QueueProcessor farm" in run("jobs", env=env).stderr
 
 

@@ -224,7 +224,11 @@ def test_headless_demo_runs_a_farm_and_cleans_up(tmp_path):
         assert len({t["machine_id"] for t in farm._store.turns.read(0)}) == 3
         counts = farm._store.jobs.counts()
         assert counts["succeeded"] > 5
-        assert farm.get_schedule("demo-every-5s")["every"] == 5.0
+        schedule = farm.get_schedule("demo-report")
+        assert (schedule["every"], schedule["overlap"], schedule["jitter"]) == (10.0, "skip", 3.0)
+        assert [s["name"] for s in farm.list_singletons()] == ["demo-watcher"]
+        queues = {q.name: q for q in farm.queues()}
+        assert (queues["reports"].limit, queues["partner"].breaker) == (2, "3/20s")
         offsets = sorted(m["clock_offset"] for m in machines)
         assert offsets == pytest.approx([-0.9, -0.25, 0.7], abs=0.05)  # the skews, seen from the database
 

@@ -30,6 +30,16 @@ def test_an_out_of_range_value_carries_what_value_and_limit():
     assert error.say(lambda keyword: {"max_attempts": "Max attempts"}[keyword]).startswith("Max attempts must be")
 
 
+def test_a_method_is_for_http_work_alone():
+    """Silently kept and ignored before: every door (API, CLI, the app's forms) now refuses it for another kind."""
+    for kind, target in (("python", "m:f"), ("command", '["true"]')):
+        with pytest.raises(BadJobInput) as refused:
+            work_spec(kind, target, method="POST")
+        assert in_cli_words(refused.value) == f"--method is for http work only: {kind} work takes none"
+        assert work_spec(kind, target).method == "GET"  # the column's default: what a row of any kind holds
+    assert work_spec("http", "/x", method="post").method == "POST"
+
+
 def test_an_echoed_input_is_cut_at_a_readable_length_and_says_how_long_it_was():
     assert echoed("nightly") == "'nightly'" and echoed("x" * ECHO_LIMIT) == repr("x" * ECHO_LIMIT)
     assert echoed("x" * 5000) == f"{'x' * ECHO_LIMIT!r}... (5000 characters)"
