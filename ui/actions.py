@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QMainWindow, QMenu
 
 from queueprocessor.views import GONE_AFTER
 
-from . import theme
+from . import localkill, theme
 
 SCHEMES = (("auto", "Follow the &System"), ("light", "&Light"), ("dark", "&Dark"))
 
@@ -102,6 +102,17 @@ class Actions:
             f"Also list machines that stopped or died more than {GONE_AFTER / 60:g} minutes ago",
             checkable=True,
         )
+        # Node ▸ Kill a Machine on This Host: its items (this host's other nodes) are made as it is about to show.
+        self.kill = QMenu("&Kill a Machine on This Host", window)
+        self.kill.setObjectName("killMenu")
+        self.kill.setToolTipsVisible(True)
+        self.kill.menuAction().setToolTip(
+            "SIGKILL another machine's node on this host, as a crash would: its jobs move to the others once its "
+            "lease ends (asks first)"
+        )
+        if why := localkill.unsupported():
+            self.kill.menuAction().setToolTip(f"Not here: {why}")
+            self.kill.menuAction().setEnabled(False)
         self.tour = a("tour", "&Tour", None, None, "What the demo farm shows and what to try")
         self.about = a("about", "&About QueueProcessor", "about", None, "Version and licence")
         for action in (*self.node, self.retry, self.cancel, self.delete):
@@ -110,7 +121,7 @@ class Actions:
     @property
     def writers(self) -> list[QAction]:
         """Every action that changes the farm: disabled, saying why, while the farm is read-only (readonly.py)."""
-        return [self.enqueue, self.retry, self.cancel, self.delete, *self.node]
+        return [self.enqueue, self.retry, self.cancel, self.delete, *self.node, self.kill.menuAction()]
 
     @property
     def node(self) -> list[QAction]:
@@ -128,7 +139,11 @@ class Actions:
         file.addSeparator()
         file.addAction(self.quit)
         bar.addMenu("&Jobs").addActions([self.enqueue, self.retry, self.cancel, self.delete])
-        bar.addMenu("&Node").addActions(self.node)
+        node = bar.addMenu("&Node")
+        node.setToolTipsVisible(True)  # the kill menu's, when it is disabled, says why
+        node.addActions(self.node)
+        node.addSeparator()
+        node.addMenu(self.kill)
         view = bar.addMenu("&View")
         view.addActions([self.follow, self.refresh, self.gone, dock])
         schemes = view.addMenu("&Appearance")

@@ -25,7 +25,7 @@ from queueprocessor.rules.states import FINISHED, JobState, MachineState
 from queueprocessor.rules.urls import mask
 from queueprocessor.views import GONE_AFTER
 
-from . import text, theme
+from . import localkill, text, theme
 from .actions import Actions
 from .bulkbar import BulkBar
 from .commands import Commands
@@ -373,6 +373,7 @@ class MainWindow(QMainWindow):
         self.act.cancel.setEnabled(bool(states & {JobState.WAITING, JobState.QUEUED, JobState.RUNNING}))
         self.act.delete.setEnabled(bool(states & set(FINISHED)))
         self.act.enqueue.setEnabled(not self.watch_only)
+        self.act.kill.menuAction().setEnabled(localkill.unsupported() is None)
         self.schedules.watch_only = self.queues.watch_only = self.watch_only
         self.queues.refusal = self.refusal
         refuse([*self.act.writers, *self.schedules.writers], self.refusal)

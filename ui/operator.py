@@ -1,4 +1,5 @@
-"""What the operator's actions do: steer a machine (asking before a drain), enqueue, retry, cancel or delete jobs, open
+"""What the operator's actions do: steer a machine (asking before a drain), kill one on this host (asking first),
+enqueue, retry, cancel or delete jobs, open
 another database (and the recent ones, remembered without their passwords).
 
 The actions themselves (words, icons, shortcuts) are made in actions.py; here each is wired to what it does. A
@@ -6,17 +7,18 @@ change to the farm is a Farm call the window's Commands run on its worker, so no
 """
 
 import functools
-from typing import Protocol
+import socket
+from typing import Any, Protocol
 
 from PySide6.QtCore import QPoint, QSettings
 from PySide6.QtWidgets import QMenu, QMessageBox, QStatusBar, QTableView, QWidget
 
 from queueprocessor.farm import needs_password, without_password
 from queueprocessor.rules.search import BulkAction
-from queueprocessor.rules.states import MachineState, Wish
+from queueprocessor.rules.states import CHECKING_IN, MachineState, Wish
 from queueprocessor.rules.urls import mask
 
-from . import theme
+from . import localkill, theme
 from .actions import Actions
 from .commands import Commands
 from .connection import Connection
@@ -71,12 +73,13 @@ class OperatorHost(Protocol):
 
 
 class Operator:
-    """The window's actions at work. `drain_confirm` and `peer_menu` are the last drain question and peer menu
-    shown (kept so they stay open, and so the tests find them)."""
+    """The window's actions at work. `drain_confirm`, `kill_confirm` and `peer_menu` are the last drain and kill
+    questions and peer menu shown (kept so they stay open, and so the tests find them)."""
 
     def __init__(self, window: OperatorHost):
         self.window = window
         self.drain_confirm: QMessageBox | None = None
+        self.kill_confirm: QMessageBox | None = None
         self.peer_menu: QMenu | None = None
         self.tour: TourDialog | None = None
 
@@ -98,6 +101,7 @@ class Operator:
         act.gone.triggered.connect(window.show_gone)
         act.about.triggered.connect(lambda: about(window.window(), connection.url))
         act.tour.triggered.connect(self.show_tour)
+        act.kill.aboutToShow.connect(self.fill_kill_menu)
 
     def show_tour(self) -> None:
         """Help ▸ Tour, beside the window; one dialog however often it is asked for."""
@@ -158,11 +162,78 @@ class Operator:
             action.setEnabled(allowed and not self.window.watch_only)
             steer = self.drain if wish is Wish.DRAIN else lambda i, w=wish: self.steer(i, w)
             action.triggered.connect(lambda _=False, s=steer: s(machine["id"]))
+        menu.addSeparator()
+        kill = menu.addAction(f"Kill {machine['name']} (pid {machine['pid']})…")
+        why = self._kill_refusal(machine)
+        kill.setEnabled(why is None and not self.window.watch_only)
+        kill.setToolTip(f"Not here: {why}" if why else self.window.act.kill.menuAction().toolTip())
+        kill.triggered.connect(lambda: self.kill(machine["id"]))
+        menu.setToolTipsVisible(True)
         if self.window.refusal:
             menu.setToolTipsVisible(True)
             refuse(menu.actions(), self.window.refusal)
         menu.popup(view.viewport().mapToGlobal(position))
         self.peer_menu = menu
+
+    def fill_kill_menu(self) -> None:
+        """Node ▸ Kill a Machine on This Host, as it is about to show: the other machines of this host that check
+        in, as the latest snapshot has them, each disabled with why when it may not be killed (localkill.py)."""
+        menu, snap = self.window.act.kill, self.window.snap
+        menu.clear()
+        host, own = socket.gethostname(), self.window.connection.node_id
+        for machine in snap.machines if snap else []:
+            if machine["host"] != host or machine["id"] == own or machine["status"] not in CHECKING_IN:
+                continue
+            action = menu.addAction(f"{machine['name']} (pid {machine['pid']})…")
+            action.setObjectName(f"kill-{machine['id']}")
+            why = self.window.refusal or self._kill_refusal(machine)
+            action.setEnabled(why is None)
+            action.setToolTip(f"Not here: {why}" if why else f"SIGKILL {machine['name']}'s node (asks first)")
+            action.triggered.connect(lambda _=False, i=machine["id"]: self.kill(i))
+        if menu.isEmpty():
+            menu.addAction("(no other machine on this host)").setEnabled(False)
+
+    def _kill_refusal(self, machine: dict[str, Any]) -> str | None:
+        """Why `machine` may not be killed from here now, or None (localkill.refusal, /proc read now)."""
+        snap = self.window.snap
+        if snap is None:
+            return "the farm has not been read yet"
+        here = localkill.Here.of(snap, self.window.connection.node_id)
+        return localkill.refusal(machine, here, localkill.look(machine["pid"]) if here.procfs else None)
+
+    def _row(self, machine_id: int | None = None, instance: str | None = None) -> dict[str, Any] | None:
+        """A machine's row in the latest snapshot, by id or by instance (unique across farms and restarts)."""
+        snap = self.window.snap
+        rows = snap.machines if snap else []
+        return next((m for m in rows if m["id"] == machine_id or m["instance"] == instance), None)
+
+    def kill(self, machine_id: int) -> None:
+        """Ask first, then SIGKILL another machine's node on this host (localkill.py): a crash, not a drain."""
+        machine = self._row(machine_id)
+        if machine is None:
+            return
+        name, instance = machine["name"], machine["instance"]
+        self.kill_confirm = confirm(
+            self.window.window(),
+            "confirmKill",
+            f"Kill {name} (pid {machine['pid']})?",
+            f"{name}'s node is killed at once (SIGKILL), as a crash ends it: this is not a drain. Its running jobs "
+            "stop where they are, and the other machines take them over once its lease ends. It rejoins only when "
+            "its node is started again.",
+            "Kill",
+            lambda: self._kill(instance),
+        )
+
+    def _kill(self, instance: str) -> None:
+        """The kill, as the operator answered: checked again against the latest snapshot and /proc (the machine may
+        have stopped while the question was open, or the window moved to another farm)."""
+        machine, snap, bar = self._row(instance=instance), self.window.snap, self.window.statusBar()
+        if self.window.refusal or machine is None or snap is None:
+            why = self.window.refusal or "the machine is no longer in this farm's list"
+            bar.showMessage(f"Not killed: {why}", 8000)
+            return
+        _killed, message = localkill.kill(machine, localkill.Here.of(snap, self.window.connection.node_id))
+        bar.showMessage(message, 8000)
 
     # -- jobs -------------------------------------------------------------------
 
