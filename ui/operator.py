@@ -1,9 +1,10 @@
 """What the operator's actions do: steer a machine (asking before a drain), kill one on this host (asking first),
-enqueue, retry, cancel or delete jobs, open
-another database (and the recent ones, remembered without their passwords).
+enqueue, retry, cancel or delete jobs, open another database (and the recent ones, remembered without their
+passwords).
 
 The actions themselves (words, icons, shortcuts) are made in actions.py; here each is wired to what it does. A
-change to the farm is a Farm call the window's Commands run on its worker, so no action waits on the database.
+change to the farm is a Farm call the window's Commands run on its worker, so no action waits on the database; a
+kill needs none (localkill.py: the snapshot has the machine's row, /proc the rest).
 """
 
 import functools
