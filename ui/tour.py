@@ -20,8 +20,8 @@ runs on one machine.</li>
 <li><b>Events</b>: machines joining, the breaker, schedules, and what you do.</li>
 </ul>
 <p><b>Try:</b> pause or drain this machine from the <b>Node</b> menu, or another from its right-click menu in
-<b>Peers</b>; kill one (<code>kill -9</code> the pid the demo printed, or a peer's tooltip shows) and watch its
-jobs move to the others once its lease ends. The 12 <i>imports</i> jobs failed while their target was down for
+<b>Peers</b>; kill one from the <b>Node</b> menu (<b>Kill a Machine on This Host ▸ demo-3</b>) and watch its jobs
+move to the others once its lease ends. The 12 <i>imports</i> jobs failed while their target was down for
 the first minute: in <b>Job runs</b> filter <i>failed</i>, queue <i>imports</i>, and retry them all at once.</p>"""
 
 
