@@ -106,10 +106,7 @@ class Actions:
         self.kill = QMenu("&Kill a Machine on This Host", window)
         self.kill.setObjectName("killMenu")
         self.kill.setToolTipsVisible(True)
-        self.kill.menuAction().setToolTip(
-            "SIGKILL another machine's node on this host, as a crash would: its jobs move to the others once its "
-            "lease ends (asks first)"
-        )
+        self.kill.menuAction().setToolTip(localkill.tip("another machine on this host"))
         if why := localkill.unsupported():
             self.kill.menuAction().setToolTip(f"Not here: {why}")
             self.kill.menuAction().setEnabled(False)

@@ -64,6 +64,11 @@ class Here:
         return cls(socket.gethostname(), own_id, os.getpid(), db_now, PROC.is_dir())
 
 
+def tip(name: str) -> str:
+    """What a kill action does, in its tooltip."""
+    return f"SIGKILL the node of {name}, as a crash would: its jobs move to the others once its lease ends (asks first)"
+
+
 def unsupported() -> str | None:
     """Why no machine can be killed from this app at all (no /proc), or None."""
     return None if PROC.is_dir() else NO_PROC
@@ -110,7 +115,7 @@ def look(pid: int, proc: Path = PROC) -> Process | None:
         argv = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
         stat = (proc / str(pid) / "stat").read_text()
         uptime = float((proc / "uptime").read_text().split()[0])
-    except (FileNotFoundError, ProcessLookupError):
+    except OSError:  # gone, or hidden from this user (/proc mounted with hidepid)
         return None
     # Field 3 is the state and field 22 the start in clock ticks after boot, counted after the name in
     # parentheses (which may hold spaces or parentheses itself).

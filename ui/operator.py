@@ -167,7 +167,7 @@ class Operator:
         kill = menu.addAction(f"Kill {machine['name']} (pid {machine['pid']})…")
         why = self._kill_refusal(machine)
         kill.setEnabled(why is None and not self.window.watch_only)
-        kill.setToolTip(f"Not here: {why}" if why else self.window.act.kill.menuAction().toolTip())
+        kill.setToolTip(f"Not here: {why}" if why else localkill.tip(machine["name"]))
         kill.triggered.connect(lambda: self.kill(machine["id"]))
         menu.setToolTipsVisible(True)
         if self.window.refusal:
@@ -178,21 +178,23 @@ class Operator:
 
     def fill_kill_menu(self) -> None:
         """Node ▸ Kill a Machine on This Host, as it is about to show: the other machines of this host that check
-        in, as the latest snapshot has them, each disabled with why when it may not be killed (localkill.py)."""
+        in, by name, as the latest snapshot has them, each disabled with why when it may not be killed
+        (localkill.py)."""
         menu, snap = self.window.act.kill, self.window.snap
         menu.clear()
         host, own = socket.gethostname(), self.window.connection.node_id
-        for machine in snap.machines if snap else []:
+        for machine in sorted(snap.machines, key=lambda m: (m["name"], m["id"])) if snap else []:
             if machine["host"] != host or machine["id"] == own or machine["status"] not in CHECKING_IN:
                 continue
             action = menu.addAction(f"{machine['name']} (pid {machine['pid']})…")
             action.setObjectName(f"kill-{machine['id']}")
-            why = self.window.refusal or self._kill_refusal(machine)
+            why = self._kill_refusal(machine)
             action.setEnabled(why is None)
-            action.setToolTip(f"Not here: {why}" if why else f"SIGKILL {machine['name']}'s node (asks first)")
+            action.setToolTip(f"Not here: {why}" if why else localkill.tip(machine["name"]))
             action.triggered.connect(lambda _=False, i=machine["id"]: self.kill(i))
         if menu.isEmpty():
             menu.addAction("(no other machine on this host)").setEnabled(False)
+        refuse(menu.actions(), self.window.refusal)  # a read-only window's menu is disabled: this only if it opens
 
     def _kill_refusal(self, machine: dict[str, Any]) -> str | None:
         """Why `machine` may not be killed from here now, or None (localkill.refusal, /proc read now)."""

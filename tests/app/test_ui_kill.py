@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -21,6 +22,7 @@ from tests.app.test_ui_window import WAIT, app, open_window  # noqa: E402, F401 
 from tests.support.work import NodeProcesses, wait_for  # noqa: E402
 from ui import localkill  # noqa: E402
 from ui.localkill import Here, Process, is_node, look, refusal  # noqa: E402
+from ui.readonly import WATCHING  # noqa: E402
 
 HOST = socket.gethostname()
 OWN_ID = 1
@@ -147,6 +149,27 @@ def kill_in_peer_menu(window, name):
     [kill] = [a for a in window.operator.peer_menu.actions() if a.text().startswith("Kill ")]
     window.operator.peer_menu.close()
     return kill
+
+
+@procfs
+def test_a_window_that_only_watches_may_kill_nothing(tmp_path, spawn, open_window, qtbot):  # noqa: F811
+    url = f"sqlite:///{tmp_path / 'farm.db'}"
+    node = spawn(NODE_LIKE)
+    with Farm(url) as farm:  # a machine of this host that could be killed, but for the window
+        farm._store.machines.register(
+            name="demo-3", host=HOST, instance=uuid.uuid4().hex, pid=node.pid, version="test", capacity=1
+        )
+    window = open_window(url)  # --observe: no node of its own
+    qtbot.waitUntil(lambda: window.snap is not None and len(window.snap.machines) == 1, timeout=WAIT)
+    menu = window.act.kill.menuAction()
+    assert not menu.isEnabled() and menu.toolTip() == f"Read-only: {WATCHING}"
+    window.operator.fill_kill_menu()
+    assert [(a.text(), a.isEnabled(), a.toolTip()) for a in window.act.kill.actions()] == [
+        (f"demo-3 (pid {node.pid})…", False, f"Read-only: {WATCHING}")
+    ]
+    kill = kill_in_peer_menu(window, "demo-3")
+    assert not kill.isEnabled() and kill.toolTip() == f"Read-only: {WATCHING}"
+    assert node.poll() is None
 
 
 TIMING = dict(period=0.2, heartbeat=0.2)  # a lease of 0.6 s (3 missed heartbeats)
