@@ -13,6 +13,7 @@ from . import grabs
 from .machines import Machines
 from .rules.errors import BadJobInput
 from .rules.job import JobSpec, work_spec
+from .rules.kinds import HTTP
 from .rules.limits import MAX_INT, MAX_WAIT
 from .rules.queues import UNCHANGED
 from .rules.schedules import Recurrence, check_overlap, check_policy, edited
@@ -70,6 +71,9 @@ def _checked_work(
     if isinstance(given["target"], list | tuple):
         given["target"] = json.dumps(list(given["target"]))
     work = {key: row[key] if value is UNCHANGED else value for key, value in given.items()}
+    if given["method"] is UNCHANGED and work["executor"] != HTTP.name:
+        # a method kept from HTTP work, or stored before work_spec refused one for other work: the default again
+        work["method"] = "GET"
     spec = work_spec(
         work.pop("executor"),
         work.pop("target"),

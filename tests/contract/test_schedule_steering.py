@@ -100,6 +100,18 @@ def test_an_edit_changes_the_fields_given_and_no_other(farm, hourly, change, exp
     assert {key: edited[key] for key in unchanged} == unchanged
 
 
+def test_a_method_goes_with_http_work_through_an_edit(farm, hourly):
+    """Work turned from HTTP POST to another kind drops the method without being told to; one stored before other
+    work refused a method (POST on a Python schedule) still takes an edit, and loses it."""
+    farm.edit_schedule("hourly", executor="http", target="/ok", method="POST")
+    assert farm.edit_schedule("hourly", executor="python", target="tests.support.pyjobs:noop")["method"] == "GET"
+    farm._store.count(update(schedules).where(schedules.c.name == "hourly").values(method="POST"))
+    edited = farm.edit_schedule("hourly", payload='{"day": 2}')
+    assert (edited["executor"], edited["method"], edited["payload"]) == ("python", "GET", '{"day":2}')
+    with pytest.raises(QPError, match="^method is for http work only: python work takes none$"):
+        farm.edit_schedule("hourly", method="POST")
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
