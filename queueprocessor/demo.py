@@ -230,7 +230,8 @@ def run_demo(url: str, *, nodes: int = 3, seconds: float = 0.0, headless: bool =
         cleanup.callback(_stop_feeding, stop, feeder)
         print(f"demo farm on {farm.masked_url}: {nodes} nodes, jobs from {base}, node logs in {logs}", flush=True)
         pids = ", ".join(f"demo-{n} pid {child.pid}" for n, child in enumerate(children, first))
-        print(f"kill one to watch its jobs move to the others: {pids}", flush=True)
+        how = "kill -9 one" if headless else "kill one from the app's Node menu (or kill -9 one)"
+        print(f"{how} to watch its jobs move to the others: {pids}", flush=True)
         started = time.monotonic()
         if headless:
             print("Ctrl-C to stop" if not seconds else f"running for {seconds:g} s", flush=True)
