@@ -27,8 +27,12 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
 @pytest.fixture
-def otlp():
+def otlp(monkeypatch):
+    """The endpoint the node processes a test starts export to (they inherit the environment), soon after each span
+    ends."""
     endpoint = OtlpEndpoint()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.url)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # milliseconds
     yield endpoint
     endpoint.stop()
 
@@ -55,8 +59,6 @@ def traced_enqueue(farm: Farm, endpoint: str) -> str:
 def test_one_trace_from_the_callers_transaction_to_the_target_and_the_retry(
     pg_url, tmp_path, monkeypatch, otlp, http_target
 ):
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)  # the node processes inherit it
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # milliseconds: its spans sent soon after they end
     monkeypatch.setenv("OTEL_SERVICE_NAME", "farm")
     with Farm(pg_url) as farm:
         farm.settings(**FAST)
@@ -114,12 +116,10 @@ def processed(otlp: OtlpEndpoint) -> dict[int, dict]:
     return {int(s["attributes"]["messaging.message.id"]): s for s in processed_spans(otlp)}
 
 
-def test_the_work_gets_its_runs_context_python_sync_async_and_batch_and_a_command(pg_url, tmp_path, monkeypatch, otlp):
+def test_the_work_gets_its_runs_context_python_sync_async_and_batch_and_a_command(pg_url, tmp_path, otlp):
     """Jobs enqueued through the API under a traceparent given (a fresh trace each): a Python function (sync and
     `async def`) runs with its run's span current and in context.traceparent; a batch function's jobs, called
     together, each have a span of their own, named in their contexts; a command gets it as TRACEPARENT."""
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
     with Farm(pg_url) as farm:
         farm.settings(**FAST)
         nodes = NodeProcesses(pg_url, tmp_path)
@@ -160,14 +160,10 @@ def test_the_work_gets_its_runs_context_python_sync_async_and_batch_and_a_comman
             assert output == said  # the command's TRACEPARENT
 
 
-def test_a_run_taken_over_from_a_killed_node_links_to_the_run_the_target_saw_first(
-    pg_url, tmp_path, monkeypatch, otlp, http_target
-):
+def test_a_run_taken_over_from_a_killed_node_links_to_the_run_the_target_saw_first(pg_url, tmp_path, otlp, http_target):
     """The run of a job whose node was killed mid-request is taken over by another node: the new run, in the same
     trace, links to the killed one, by the span id the target got in the first request's traceparent (the killed
     node never sent that span: the link names it all the same, derived from the job and the fence)."""
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
     traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     with Farm(pg_url) as farm:
         farm.settings(**FAST)
@@ -215,9 +211,7 @@ provider.shutdown()
 """
 
 
-def test_an_api_enqueue_in_a_span_makes_a_producer_span_the_runs_follow(pg_url, tmp_path, monkeypatch, otlp):
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url)
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+def test_an_api_enqueue_in_a_span_makes_a_producer_span_the_runs_follow(pg_url, tmp_path, otlp):
     with Farm(pg_url) as farm:
         farm.settings(**FAST)
         nodes = NodeProcesses(pg_url, tmp_path)
