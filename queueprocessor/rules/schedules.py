@@ -67,9 +67,8 @@ DEFAULT_OVERLAP = "allow"  # runs may overlap, as before overlap policies existe
 MAX_JITTER = 86400.0  # seconds: a day
 MAX_PAUSE_ON_FAILURE = 1000  # failed runs in a row
 MAX_BACKFILL = MAX_PER_PASS  # occurrences one backfill may make
-SKIPPED = (
-    "skipped: overlap="  # how the reason of an occurrence cancelled by its overlap policy begins (its policy next)
-)
+# How the reason of an occurrence cancelled by its overlap policy begins (its policy next).
+SKIPPED = "skipped: overlap="
 
 
 @dataclass(frozen=True)
